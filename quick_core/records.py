@@ -1,0 +1,162 @@
+"""Records stored by quick: work items and pointers, encoded with msgpack, never pickle.
+
+Every record is a msgpack map with a format version ``v`` so later releases can read what
+earlier ones wrote. Decoding failures raise :class:`CorruptRecord` with the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import msgpack
+
+from quick_core.errors import CorruptRecord
+
+RECORD_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ZoneId:
+    """One queue zone: the work of one tenant of one app."""
+
+    app: str
+    tenant: str
+
+    def __str__(self) -> str:
+        return f"{self.app}/{self.tenant}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkItem:
+    """A deferred unit of work in a zone.
+
+    ``vesting_ms`` is when the item may next be dequeued; a lease is held by moving it
+    into the future and setting ``lease_id``.
+    """
+
+    item_id: str
+    job_type: str
+    payload: bytes
+    priority: int
+    vesting_ms: int
+    enqueued_ms: int
+    error_count: int = 0
+    lease_id: str | None = None
+    last_error: str | None = None
+    content_type: str = "bytes"  # "bytes" or "json"
+    deadline_ms: int | None = None  # TTL: not started by then -> dead letter
+    delivery: str = "at_least_once"  # or "at_most_once"
+    attempts: int = 0  # leases taken so far
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def with_(self, **changes: Any) -> WorkItem:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class Pointer:
+    """A pointer in a top-level queue to a possibly non-empty zone."""
+
+    pointer_id: str
+    zone: ZoneId
+    vesting_ms: int
+    last_active_ms: int
+    lease_id: str | None = None
+    local: bool = False
+
+
+def _pack(obj: dict[str, Any]) -> bytes:
+    obj["v"] = RECORD_VERSION
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def _unpack(key: bytes, raw: bytes) -> dict[str, Any]:
+    try:
+        obj = msgpack.unpackb(raw, raw=False, strict_map_key=True)
+    except Exception as err:  # msgpack raises several unrelated types
+        raise CorruptRecord(key, f"not msgpack: {err}") from err
+    if not isinstance(obj, dict) or obj.get("v") != RECORD_VERSION:
+        raise CorruptRecord(key, "unknown record format")
+    return obj
+
+
+def encode_item(item: WorkItem, *, include_payload: bool = True) -> bytes:
+    obj: dict[str, Any] = {
+        "id": item.item_id,
+        "t": item.job_type,
+        "pr": item.priority,
+        "vs": item.vesting_ms,
+        "eq": item.enqueued_ms,
+        "ec": item.error_count,
+        "ct": item.content_type,
+        "at": item.attempts,
+    }
+    if include_payload:
+        obj["p"] = item.payload
+    if item.lease_id is not None:
+        obj["l"] = item.lease_id
+    if item.last_error is not None:
+        obj["le"] = item.last_error
+    if item.deadline_ms is not None:
+        obj["dl"] = item.deadline_ms
+    if item.delivery != "at_least_once":
+        obj["dv"] = item.delivery
+    if item.meta:
+        obj["m"] = item.meta
+    return _pack(obj)
+
+
+def decode_item(key: bytes, raw: bytes, payload: bytes | None = None) -> WorkItem:
+    obj = _unpack(key, raw)
+    try:
+        body = obj["p"] if payload is None else payload
+        if not isinstance(body, bytes):
+            raise TypeError("payload is not bytes")
+        return WorkItem(
+            item_id=str(obj["id"]),
+            job_type=str(obj["t"]),
+            payload=body,
+            priority=int(obj["pr"]),
+            vesting_ms=int(obj["vs"]),
+            enqueued_ms=int(obj["eq"]),
+            error_count=int(obj["ec"]),
+            lease_id=obj.get("l"),
+            last_error=obj.get("le"),
+            content_type=str(obj.get("ct", "bytes")),
+            deadline_ms=obj.get("dl"),
+            delivery=str(obj.get("dv", "at_least_once")),
+            attempts=int(obj.get("at", 0)),
+            meta=dict(obj.get("m", {})),
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise CorruptRecord(key, f"bad item fields: {err}") from err
+
+
+def encode_pointer(ptr: Pointer) -> bytes:
+    obj: dict[str, Any] = {
+        "id": ptr.pointer_id,
+        "a": ptr.zone.app,
+        "tn": ptr.zone.tenant,
+        "vs": ptr.vesting_ms,
+        "la": ptr.last_active_ms,
+        "lo": ptr.local,
+    }
+    if ptr.lease_id is not None:
+        obj["l"] = ptr.lease_id
+    return _pack(obj)
+
+
+def decode_pointer(key: bytes, raw: bytes) -> Pointer:
+    obj = _unpack(key, raw)
+    try:
+        return Pointer(
+            pointer_id=str(obj["id"]),
+            zone=ZoneId(str(obj["a"]), str(obj["tn"])),
+            vesting_ms=int(obj["vs"]),
+            last_active_ms=int(obj["la"]),
+            lease_id=obj.get("l"),
+            local=bool(obj.get("lo", False)),
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise CorruptRecord(key, f"bad pointer fields: {err}") from err
