@@ -65,6 +65,9 @@ class Pointer:
     lease_id: str | None = None
     local: bool = False
 
+    def with_vesting(self, vesting_ms: int) -> Pointer:
+        return replace(self, vesting_ms=vesting_ms)
+
 
 def _pack(obj: dict[str, Any]) -> bytes:
     obj["v"] = RECORD_VERSION
@@ -110,7 +113,10 @@ def encode_item(item: WorkItem, *, include_payload: bool = True) -> bytes:
 def decode_item(key: bytes, raw: bytes, payload: bytes | None = None) -> WorkItem:
     obj = _unpack(key, raw)
     try:
-        body = obj["p"] if payload is None else payload
+        meta = dict(obj.get("m", {}))
+        # A chunked item's header has no payload; the zone store reads its chunks.
+        default = b"" if "_chunks" in meta else None
+        body = obj.get("p", default) if payload is None else payload
         if not isinstance(body, bytes):
             raise TypeError("payload is not bytes")
         return WorkItem(
@@ -127,7 +133,7 @@ def decode_item(key: bytes, raw: bytes, payload: bytes | None = None) -> WorkIte
             deadline_ms=obj.get("dl"),
             delivery=str(obj.get("dv", "at_least_once")),
             attempts=int(obj.get("at", 0)),
-            meta=dict(obj.get("m", {})),
+            meta=meta,
         )
     except (KeyError, TypeError, ValueError) as err:
         raise CorruptRecord(key, f"bad item fields: {err}") from err
@@ -160,3 +166,32 @@ def decode_pointer(key: bytes, raw: bytes) -> Pointer:
         )
     except (KeyError, TypeError, ValueError) as err:
         raise CorruptRecord(key, f"bad pointer fields: {err}") from err
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """An item that will not be retried, with why; ``item`` is None if it was corrupt."""
+
+    zone: ZoneId
+    item_id: str
+    reason: str
+    dead_at_ms: int
+    item: WorkItem | None
+    raw: bytes
+
+
+def encode_dead_letter(reason: str, dead_at_ms: int, raw_item: bytes) -> bytes:
+    return _pack({"r": reason[:2000], "at": dead_at_ms, "raw": raw_item})
+
+
+def decode_dead_letter(key: bytes, raw: bytes, zone: ZoneId, item_id: str) -> DeadLetter:
+    obj = _unpack(key, raw)
+    try:
+        raw_item = obj["raw"]
+        try:
+            item: WorkItem | None = decode_item(key, raw_item)
+        except CorruptRecord:
+            item = None
+        return DeadLetter(zone, item_id, str(obj["r"]), int(obj["at"]), item, raw_item)
+    except (KeyError, TypeError, ValueError) as err:
+        raise CorruptRecord(key, f"bad dead letter: {err}") from err

@@ -12,7 +12,7 @@ cancelled or never there), :class:`~quick_core.errors.LeaseLost` (someone else h
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -58,9 +58,15 @@ class ZoneStore(Protocol):
         ...
 
     def dequeue(
-        self, zone: ZoneId, max_items: int, lease_ms: int
+        self,
+        zone: ZoneId,
+        max_items: int,
+        lease_ms: int,
+        *,
+        accept: Callable[[WorkItem], bool] | None = None,
     ) -> tuple[list[WorkItem], list[CorruptItem]]:
-        """Peek and lease up to ``max_items`` vested items; returned items carry lease ids."""
+        """Peek and lease up to ``max_items`` vested items ``accept`` takes; returned items
+        carry lease ids. Corrupt and expired items are dead-lettered on the way."""
         ...
 
     def obtain_lease(self, zone: ZoneId, item_id: str, lease_ms: int) -> WorkItem: ...
@@ -111,6 +117,10 @@ class ZoneStore(Protocol):
         ...
 
     def count(self, zone: ZoneId) -> int: ...
+
+    def dead_letter(self, zone: ZoneId, item_id: str, lease_id: str | None, reason: str) -> None:
+        """Move an item to the dead-letter store (only its lease holder, if ``lease_id``)."""
+        ...
 
     def drop_corrupt(self, zone: ZoneId, item_id: str) -> None:
         """Remove an undecodable item (after it has been dead-lettered)."""

@@ -1,0 +1,677 @@
+"""Consumers: the Scanner (paper Algorithm 1), Managers (Algorithm 2) and Workers
+(Algorithm 3).
+
+The three steps are plain methods (:meth:`Consumer.scan_once`, :meth:`Consumer.visit`,
+:meth:`Consumer.execute`) so a test or the simulator can drive them in one thread;
+:meth:`Consumer.start` runs them on threads: one scanner, a pool of managers, a pool of
+workers, a lease extender and a completion flusher.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import random
+import signal
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from quick_core.clock import Clock, SystemClock, now_ms
+from quick_core.election import Election, Leadership, LocalElection, new_candidate_id
+from quick_core.errors import (
+    ItemNotFound,
+    LeaseLost,
+    PermanentError,
+    QuickError,
+    StorageError,
+    ZoneLeaseFailed,
+)
+from quick_core.interrupt import (
+    ExecutionBoundExceeded,
+    HandlerInterrupted,
+    LeaseInterrupted,
+    ShutdownInterrupted,
+    interrupt_thread,
+)
+from quick_core.kv import KVStore, run
+from quick_core.records import WorkItem, ZoneId
+from quick_core.registry import JobContext, JobType, Registry
+from quick_core.toplevel import PointerRef, TopLevelQueue
+from quick_core.zonestore import ZoneStore
+
+log = logging.getLogger("quick.consumer")
+
+_SHARED_LOCAL_ELECTION = LocalElection()
+
+
+@dataclass(slots=True)
+class ConsumerConfig:
+    """Consumer parameters; names follow the paper where it has one."""
+
+    peek_max: int = 100  # pointers peeked per shard visit
+    selection_frac: float = 0.2  # share of peeked pointers a random scanner leases
+    selection_max: int = 16  # at most this many per scan
+    processing_bound: int = 256  # items in flight per consumer (local queue + running)
+    dequeue_max: int = 10  # items one visit takes from one zone (water-filling)
+    pointer_lease_s: float = 1.0  # p_duration
+    min_inactive_s: float = 5.0  # empty zone's pointer lives this long before GC
+    item_lease_s: float = 30.0
+    lease_extend_s: float | None = None  # default: a third of the item lease
+    managers: int = 4
+    workers: int = 8
+    idle_sleep_s: float = 0.02
+    shutdown_deadline_s: float = 10.0
+    election_ttl_s: float = 5.0
+    in_order: bool | None = None  # None: take part in the election; True/False: force
+    seed: int | None = None
+
+    def validate(self) -> None:
+        from quick_core.errors import ConfigurationError
+
+        if not 0 < self.selection_frac <= 1:
+            raise ConfigurationError("selection_frac must be in (0, 1]")
+        for name in ("peek_max", "selection_max", "processing_bound", "dequeue_max"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(f"{name} must be at least 1")
+        if self.managers < 1 or self.workers < 1:
+            raise ConfigurationError("managers and workers must be at least 1")
+        if self.pointer_lease_s <= 0 or self.item_lease_s <= 0:
+            raise ConfigurationError("lease durations must be positive")
+
+
+@dataclass(slots=True)
+class Work:
+    """One leased item handed from a Manager to a Worker."""
+
+    zone: ZoneId
+    item: WorkItem
+    dequeued_at: float
+
+
+@dataclass(slots=True)
+class _Running:
+    work: Work
+    thread_id: int
+    started: float
+    deadline: float | None
+    lease_lost: threading.Event = field(default_factory=threading.Event)
+    interrupted: bool = False
+
+
+Observer = Callable[[str, dict[str, Any]], None]
+
+
+class Consumer:
+    """Polls a top-level queue and runs the items of the zones it points to."""
+
+    def __init__(
+        self,
+        zones: ZoneStore,
+        toplevel: TopLevelQueue,
+        registry: Registry,
+        *,
+        kv: KVStore | None = None,
+        config: ConsumerConfig | None = None,
+        clock: Clock | None = None,
+        election: Election | None = None,
+        observer: Observer | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.zones = zones
+        self.toplevel = toplevel
+        self.registry = registry
+        self.kv = kv
+        self.config = config or ConsumerConfig()
+        self.config.validate()
+        self.clock = clock or SystemClock()
+        self.election = election if election is not None else _SHARED_LOCAL_ELECTION
+        self.observer = observer
+        self.name = name or new_candidate_id()
+        self.rng = random.Random(self.config.seed)
+        self.stats: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._type_in_flight: Counter[str] = Counter()
+        self._running: dict[int, _Running] = {}
+        self._completions: queue.Queue[tuple[Work, JobType | None]] = queue.Queue()
+        self._leadership: Leadership | None = None
+        self._election_broken = False
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._managers: ThreadPoolExecutor | None = None
+        self._workers: ThreadPoolExecutor | None = None
+        self._pending: set[int] = set()
+
+    # --- observation -------------------------------------------------------------------
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        self.stats[event] += 1
+        if self.observer is not None:
+            try:
+                self.observer(event, fields)
+            except Exception:  # an observer must never break the consumer
+                log.exception("observer failed on %s", event)
+
+    # --- election ----------------------------------------------------------------------
+
+    @property
+    def in_order(self) -> bool:
+        if self.config.in_order is not None:
+            return self.config.in_order
+        return self._leadership is not None and self._leadership.expires_at > self.clock.now()
+
+    def refresh_election(self) -> None:
+        """Acquire or renew the in-order scanner lease; on election failure, scan at random
+        and say so once."""
+        if self.config.in_order is not None:
+            return
+        ttl = self.config.election_ttl_s
+        name = f"quick-scanner:{self.toplevel.cluster}"
+        try:
+            if self._leadership is not None:
+                self._leadership = self.election.renew(self._leadership, ttl)
+                if self._leadership is None:
+                    log.info("consumer %s lost the in-order scanner lease", self.name)
+            if self._leadership is None:
+                self._leadership = self.election.try_acquire(name, self.name, ttl)
+                if self._leadership is not None:
+                    log.info(
+                        "consumer %s is the in-order scanner (term %d)",
+                        self.name,
+                        self._leadership.term,
+                    )
+            if self._election_broken:
+                log.warning("scanner election reachable again")
+                self._election_broken = False
+        except (StorageError, OSError) as err:
+            self._leadership = None
+            if not self._election_broken:
+                log.warning("scanner election unreachable, scanning in random mode: %s", err)
+                self._election_broken = True
+
+    # --- Algorithm 1: the scanner ------------------------------------------------------
+
+    def capacity(self) -> int:
+        with self._lock:
+            return max(0, self.config.processing_bound - self._in_flight)
+
+    def scan_once(self) -> list[PointerRef]:
+        """Peek each shard (shuffled) and choose pointers to visit.
+
+        In random mode, a random ``selection_frac`` of the peeked pointers (at most
+        ``selection_max``) so that consumers spread over zones; in order mode, the oldest
+        vested pointers first, so no pointer starves.
+        """
+        cfg = self.config
+        shards = list(range(self.toplevel.shards))
+        self.rng.shuffle(shards)
+        chosen: list[PointerRef] = []
+        in_order = self.in_order
+        for shard in shards:
+            if len(chosen) >= cfg.selection_max:
+                break
+            try:
+                peeked = self.toplevel.peek_pointers(shard, cfg.peek_max)
+            except StorageError as err:
+                self._emit("scan_error", error=str(err))
+                continue
+            if not peeked:
+                continue
+            room = cfg.selection_max - len(chosen)
+            if in_order:
+                chosen.extend(peeked[:room])
+            else:
+                k = min(room, len(peeked), max(1, math.ceil(cfg.selection_frac * len(peeked))))
+                chosen.extend(self.rng.sample(peeked, k))
+        self._emit("scan", pointers=len(chosen), in_order=in_order)
+        return chosen
+
+    # --- Algorithm 2: a manager's visit to one zone --------------------------------------
+
+    def _accept(self, taken: Counter[str]) -> Callable[[WorkItem], bool]:
+        def accept(item: WorkItem) -> bool:
+            job = self.registry.find(item.job_type)
+            if job is None or job.max_concurrency is None:
+                return True
+            with self._lock:
+                busy = self._type_in_flight[item.job_type] + taken[item.job_type]
+            if busy >= job.max_concurrency:
+                return False
+            taken[item.job_type] += 1
+            return True
+
+        return accept
+
+    def visit(self, ref: PointerRef) -> list[Work]:
+        """Lease the pointer, dequeue up to ``dequeue_max`` items, requeue the pointer at the
+        zone's minimum vesting time or collect it if the zone stayed empty."""
+        cfg = self.config
+        room = min(cfg.dequeue_max, self.capacity())
+        if room <= 0:
+            return []
+        try:
+            pointer = self.toplevel.obtain_pointer_lease(ref, int(cfg.pointer_lease_s * 1000))
+        except ZoneLeaseFailed as err:
+            self._emit("pointer_lease_failed", reason=err.reason)
+            return []
+        zone = pointer.zone
+        pointer_vested_ms = ref.vesting_ms
+        self._emit("pointer_leased", zone=zone, lag_ms=now_ms(self.clock) - pointer_vested_ms)
+        items: list[WorkItem] = []
+        try:
+            items, corrupt = self.zones.dequeue(
+                zone, room, int(cfg.item_lease_s * 1000), accept=self._accept(Counter())
+            )
+            for bad in corrupt:
+                log.warning("dead-lettered corrupt item %s in %s: %s", bad.item_id, zone, bad.reason)
+                self._emit("dead_lettered", zone=zone, item_id=bad.item_id, reason="corrupt")
+        except StorageError as err:
+            self._emit("dequeue_error", zone=zone, error=str(err))
+        try:
+            outcome = self.toplevel.requeue_pointer(
+                pointer,
+                lambda tr: self._min_vesting(tr, zone),
+                lambda tr: self.zones.zone_is_empty(tr, zone),
+                min_inactive_ms=int(cfg.min_inactive_s * 1000),
+                active=bool(items),
+            )
+            self._emit("pointer_" + outcome, zone=zone)
+        except StorageError as err:
+            # The pointer lease simply expires and the pointer vests again.
+            self._emit("pointer_requeue_error", zone=zone, error=str(err))
+        now = self.clock.now()
+        works = [Work(zone, item, now) for item in items]
+        with self._lock:
+            self._in_flight += len(works)
+            for w in works:
+                self._type_in_flight[w.item.job_type] += 1
+        for w in works:
+            self._emit(
+                "dequeued",
+                zone=zone,
+                item_id=w.item.item_id,
+                job_type=w.item.job_type,
+                enqueued_ms=w.item.enqueued_ms,
+                pickup_ms=now_ms(self.clock),
+            )
+        return works
+
+    def _min_vesting(self, tr: Any, zone: ZoneId) -> int | None:
+        fn = getattr(self.zones, "min_vesting_in", None)
+        if fn is not None:
+            result: int | None = fn(tr, zone)
+            return result
+        return self.zones.min_vesting_ms(zone)
+
+    # --- Algorithm 3: a worker runs one item ---------------------------------------------
+
+    def _release(self, work: Work) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            self._type_in_flight[work.item.job_type] -= 1
+
+    def execute(self, work: Work) -> str:
+        """Run one leased item; returns the outcome ("completed", "requeued",
+        "dead_lettered", "lease_lost", "released")."""
+        try:
+            return self._execute(work)
+        finally:
+            self._release(work)
+
+    def _execute(self, work: Work) -> str:
+        zone, item = work.zone, work.item
+        if self._stopping.is_set() and self._workers is not None:
+            return self._give_back(work)
+        job = self.registry.find(item.job_type)
+        if item.delivery == "at_least_once" and not self._lease_still_held(work):
+            self._emit("lease_lost", zone=zone, item_id=item.item_id, where="before_start")
+            return "lease_lost"
+        self._emit("started", zone=zone, item_id=item.item_id, job_type=item.job_type)
+        if job is None:
+            return self._fail(work, None, f"unknown job type {item.job_type!r}", permanent=False)
+        attempt = 0
+        while True:
+            error: BaseException | None = None
+            try:
+                if job.transactional:
+                    self._run_transactional(work, job)
+                    self._emit("completed", zone=zone, item_id=item.item_id)
+                    return "completed"
+                self._run_handler(work, job, None)
+            except LeaseInterrupted:
+                self._emit("lease_lost", zone=zone, item_id=item.item_id, where="running")
+                return "lease_lost"
+            except ShutdownInterrupted:
+                return self._give_back(work)
+            except ExecutionBoundExceeded:
+                error = TimeoutError(f"exceeded execution bound of {job.execution_bound_s}s")
+            except (LeaseLost, ItemNotFound) as err:
+                self._emit("lease_lost", zone=zone, item_id=item.item_id, where=type(err).__name__)
+                return "lease_lost"
+            except PermanentError as err:
+                return self._fail(work, job, _describe(err), permanent=True)
+            except Exception as err:
+                error = err
+            if error is None:
+                if item.delivery == "at_most_once":
+                    self._emit("completed", zone=zone, item_id=item.item_id)
+                    return "completed"
+                self._completions.put((work, job))
+                if self._workers is None:
+                    self.flush_completions()
+                return "completed"
+            if attempt < job.retry.inline_retries and not self._stopping.is_set():
+                attempt += 1
+                self._emit("retried_inline", zone=zone, item_id=item.item_id)
+                continue
+            return self._fail(work, job, _describe(error), permanent=False)
+
+    def _lease_still_held(self, work: Work) -> bool:
+        """Re-check the lease before starting: an item that waited past its lease in the
+        local queue extends it first (which fails if someone else leased it since)."""
+        if work.item.vesting_ms - now_ms(self.clock) > 1000:
+            return True
+        try:
+            work.item = self.zones.extend_lease(
+                work.zone,
+                work.item.item_id,
+                work.item.lease_id or "",
+                int(self.config.item_lease_s * 1000),
+            )
+            return True
+        except (LeaseLost, ItemNotFound):
+            return False
+        except StorageError:
+            return True  # the extender will retry; completing checks the lease anyway
+
+    def _run_handler(self, work: Work, job: JobType, tr: Any) -> Any:
+        thread_id = threading.get_ident()
+        now = self.clock.now()
+        running = _Running(
+            work,
+            thread_id,
+            now,
+            None if job.execution_bound_s is None else time.monotonic() + job.execution_bound_s,
+        )
+        ctx = JobContext(work.zone, work.item, tr=tr, lease_lost=running.lease_lost)
+        with self._lock:
+            self._running[thread_id] = running
+        try:
+            return job.call(ctx)
+        finally:
+            with self._lock:
+                self._running.pop(thread_id, None)
+
+    def _run_transactional(self, work: Work, job: JobType) -> None:
+        """Handler effects and the completion commit in one KV transaction (invariant 9)."""
+        if self.kv is None:
+            raise QuickError("transactional handlers need a KV zone store")
+
+        def body(tr: Any) -> None:
+            self._run_handler(work, job, tr)
+            self.zones.complete(work.zone, work.item.item_id, work.item.lease_id, tr=tr)
+
+        run(self.kv, body)
+
+    def _fail(self, work: Work, job: JobType | None, reason: str, *, permanent: bool) -> str:
+        zone, item = work.zone, work.item
+        log.info("item %s in %s failed: %s", item.item_id, zone, reason)
+        if item.delivery == "at_most_once":
+            self._emit("failed", zone=zone, item_id=item.item_id, reason=reason, redelivered=False)
+            return "failed"
+        policy = job.retry if job is not None else self.registry_default_retry()
+        errors = item.error_count + 1
+        age_s = self.clock.now() - item.enqueued_ms / 1000
+        try:
+            if permanent or policy.gives_up(errors, age_s):
+                self.zones.dead_letter(zone, item.item_id, item.lease_id, reason)
+                self._emit("dead_lettered", zone=zone, item_id=item.item_id, reason=reason)
+                return "dead_lettered"
+            delay = policy.backoff_s(errors, self.rng)
+            self.zones.requeue(
+                zone, item.item_id, item.lease_id or "", int(delay * 1000), error=reason
+            )
+            self._emit("requeued", zone=zone, item_id=item.item_id, delay_s=delay)
+            return "requeued"
+        except (LeaseLost, ItemNotFound):
+            self._emit("lease_lost", zone=zone, item_id=item.item_id, where="fail")
+            return "lease_lost"
+        except StorageError as err:
+            # The lease expires and the item runs again: at-least-once holds.
+            self._emit("requeue_error", zone=zone, item_id=item.item_id, error=str(err))
+            return "lease_lost"
+
+    def registry_default_retry(self) -> Any:
+        from quick_core.registry import RetryPolicy
+
+        return RetryPolicy()
+
+    def _give_back(self, work: Work) -> str:
+        """Release a lease on shutdown without counting an error."""
+        try:
+            self.zones.requeue(
+                work.zone, work.item.item_id, work.item.lease_id or "", 0, count_error=False
+            )
+        except (QuickError, OSError):
+            pass  # the lease expires on its own
+        self._emit("released", zone=work.zone, item_id=work.item.item_id)
+        return "released"
+
+    def flush_completions(self) -> int:
+        """Complete every finished item, batched per zone in one transaction each."""
+        batch: list[tuple[Work, JobType | None]] = []
+        while True:
+            try:
+                batch.append(self._completions.get_nowait())
+            except queue.Empty:
+                break
+        if not batch:
+            return 0
+        by_zone: dict[ZoneId, list[Work]] = defaultdict(list)
+        for work, _ in batch:
+            by_zone[work.zone].append(work)
+        for zone, works in by_zone.items():
+            try:
+                outcomes = self.zones.complete_many(
+                    zone, [(w.item.item_id, w.item.lease_id or "") for w in works]
+                )
+            except StorageError as err:
+                self._emit("complete_error", zone=zone, error=str(err))
+                continue
+            for w, outcome in zip(works, outcomes, strict=True):
+                if outcome is None:
+                    self._emit("completed", zone=zone, item_id=w.item.item_id)
+                else:
+                    self._emit("lease_lost", zone=zone, item_id=w.item.item_id, where="complete")
+        return len(batch)
+
+    # --- the lease extender ------------------------------------------------------------
+
+    def extend_leases_once(self) -> None:
+        """Extend the leases of running items near expiry; interrupt the handlers whose
+        lease was lost or whose execution bound passed."""
+        extend_s = self.config.lease_extend_s or self.config.item_lease_s / 3
+        lease_ms = int(self.config.item_lease_s * 1000)
+        with self._lock:
+            running = list(self._running.values())
+        mono = time.monotonic()
+        for r in running:
+            if r.interrupted:
+                continue
+            if r.deadline is not None and mono > r.deadline:
+                r.interrupted = interrupt_thread(r.thread_id, ExecutionBoundExceeded)
+                continue
+            if r.work.item.delivery == "at_most_once":
+                continue
+            if r.work.item.vesting_ms - now_ms(self.clock) > (self.config.item_lease_s - extend_s) * 1000:
+                continue
+            try:
+                r.work.item = self.zones.extend_lease(
+                    r.work.zone, r.work.item.item_id, r.work.item.lease_id or "", lease_ms
+                )
+                self._emit("lease_extended", zone=r.work.zone, item_id=r.work.item.item_id)
+            except (LeaseLost, ItemNotFound):
+                r.lease_lost.set()
+                r.interrupted = interrupt_thread(r.thread_id, LeaseInterrupted)
+            except StorageError as err:
+                self._emit("extend_error", error=str(err))
+
+    # --- single-threaded driving ---------------------------------------------------------
+
+    def run_until_idle(self, *, max_rounds: int = 10_000) -> int:
+        """Scan, visit and execute in this thread until no vested pointer is left; returns
+        the number of items run. For tests and the simulator."""
+        done = 0
+        for _ in range(max_rounds):
+            self.refresh_election()
+            refs = self.scan_once()
+            if not refs:
+                break
+            for ref in refs:
+                for work in self.visit(ref):
+                    self.execute(work)
+                    done += 1
+            self.flush_completions()
+        return done
+
+    # --- threaded runtime ----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the scanner, extender and flusher threads and the manager/worker pools."""
+        self._stopping.clear()
+        self._managers = ThreadPoolExecutor(self.config.managers, thread_name_prefix="quick-mgr")
+        self._workers = ThreadPoolExecutor(self.config.workers, thread_name_prefix="quick-wrk")
+        for target, name in (
+            (self._scanner_loop, "quick-scanner"),
+            (self._extender_loop, "quick-extender"),
+            (self._flusher_loop, "quick-flusher"),
+        ):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _scanner_loop(self) -> None:
+        next_election = 0.0
+        assert self._managers is not None
+        while not self._stopping.is_set():
+            mono = time.monotonic()
+            if mono >= next_election:
+                self.refresh_election()
+                next_election = mono + self.config.election_ttl_s / 3
+            if self.capacity() <= 0:
+                self._stopping.wait(self.config.idle_sleep_s)
+                continue
+            refs = self.scan_once()
+            if not refs:
+                self._stopping.wait(self.config.idle_sleep_s)
+                continue
+            futures = [self._managers.submit(self._visit_and_dispatch, ref) for ref in refs]
+            taken = sum(f.result() for f in futures)
+            if taken == 0:
+                self._stopping.wait(self.config.idle_sleep_s)
+
+    def _visit_and_dispatch(self, ref: PointerRef) -> int:
+        assert self._workers is not None
+        try:
+            works = self.visit(ref)
+        except Exception:
+            log.exception("manager visit failed")
+            return 0
+        for work in works:
+            self._workers.submit(self._execute_logged, work)
+        return len(works)
+
+    def _execute_logged(self, work: Work) -> None:
+        try:
+            self.execute(work)
+        except HandlerInterrupted:
+            pass  # raised after the handler returned; the lease expires on its own
+        except Exception:
+            log.exception("worker failed on item %s", work.item.item_id)
+
+    def _extender_loop(self) -> None:
+        period = min(1.0, (self.config.lease_extend_s or self.config.item_lease_s / 3) / 2)
+        while not self._stopping.wait(period):
+            try:
+                self.extend_leases_once()
+            except Exception:
+                log.exception("lease extender failed")
+
+    def _flusher_loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                first = self._completions.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            self._completions.put(first)
+            try:
+                self.flush_completions()
+            except Exception:
+                log.exception("completion flush failed")
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return self._in_flight
+
+    def stop(self, deadline_s: float | None = None) -> None:
+        """Stop taking work; let running handlers finish until the deadline, give back
+        the leases of everything not finished, flush completions."""
+        deadline = time.monotonic() + (
+            self.config.shutdown_deadline_s if deadline_s is None else deadline_s
+        )
+        self._stopping.set()
+        for t in self._threads:
+            t.join(timeout=max(0.1, deadline - time.monotonic()))
+        if self._managers is not None:
+            self._managers.shutdown(wait=True)
+        while self.in_flight() > 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+            self.flush_completions()
+        with self._lock:
+            running = list(self._running.values())
+        for r in running:
+            interrupt_thread(r.thread_id, ShutdownInterrupted)
+        if self._workers is not None:
+            self._workers.shutdown(wait=True, cancel_futures=False)
+        self.flush_completions()
+        if self._leadership is not None:
+            try:
+                self.election.release(self._leadership)
+            except (StorageError, OSError):
+                pass
+            self._leadership = None
+        self._threads.clear()
+        self._managers = self._workers = None
+
+    def run_forever(self, *, install_signals: bool = True) -> None:
+        """Run until SIGTERM or SIGINT, then shut down gracefully."""
+        stop = threading.Event()
+        if install_signals:
+
+            def on_signal(signum: int, frame: FrameType | None) -> None:
+                log.info("signal %d: shutting down", signum)
+                stop.set()
+
+            signal.signal(signal.SIGTERM, on_signal)
+            signal.signal(signal.SIGINT, on_signal)
+        self.start()
+        try:
+            while not stop.wait(0.2):
+                pass
+        finally:
+            self.stop()
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+
+
+def _describe(err: BaseException) -> str:
+    text = f"{type(err).__name__}: {err}"
+    return text[:500]

@@ -1,0 +1,182 @@
+"""The key layout, in one place. Every key is an ``fdb.tuple`` under one root prefix, so
+the bytes are identical on every KV backend.
+
+    (root, "z", app, tenant, "i", item_id)                      -> item record
+    (root, "z", app, tenant, "i", item_id, n)                   -> payload chunk n
+    (root, "z", app, tenant, "x", priority, vesting, item_id)   -> b""  (order index)
+    (root, "z", app, tenant, "n")                               -> LE count (atomic add)
+    (root, "c", cluster, shard, "p", pointer_id)                -> pointer record
+    (root, "c", cluster, shard, "v", vesting, pointer_id)       -> b""  (pointer vesting index)
+    (root, "c", cluster, shard, "ix", app, tenant)              -> pointer_id (pointer index)
+    (root, "c", cluster, shard, "l", ...)                       -> local work items (a zone)
+    (root, "d", app, tenant, item_id)                           -> dead letter record
+    (root, "m", name...)                                        -> metadata (checkpoints, limits)
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import fdb.tuple as fdbtuple
+
+from quick_core.kv import strinc
+from quick_core.records import ZoneId
+
+Range = tuple[bytes, bytes]
+
+# Local work items of a top-level queue live in a zone whose app is this reserved name.
+LOCAL_APP = "\x00local"
+
+
+def tuple_range(prefix: bytes) -> Range:
+    """Keys strictly extending a packed tuple prefix (fdb.tuple.range semantics)."""
+    return prefix + b"\x00", prefix + b"\xff"
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpace:
+    """All key shapes under one root prefix."""
+
+    root: str = "quick"
+
+    def _pack(self, *parts: object) -> bytes:
+        return fdbtuple.pack((self.root, *parts))
+
+    def unpack(self, key: bytes) -> tuple[object, ...]:
+        out: tuple[object, ...] = fdbtuple.unpack(key)[1:]
+        return out
+
+    # --- zones -------------------------------------------------------------------------
+
+    def zone_prefix(self, zone: ZoneId) -> bytes:
+        # (root, "z", app, tenant); a top-level queue's local zone is (root, "c", cluster, shard, "l")
+        if zone.app == LOCAL_APP:
+            cluster, _, shard = zone.tenant.rpartition("/")
+            return self._pack("c", cluster, int(shard), "l")
+        return self._pack("z", zone.app, zone.tenant)
+
+    def zone_range(self, zone: ZoneId) -> Range:
+        return tuple_range(self.zone_prefix(zone))
+
+    def item_key(self, zone: ZoneId, item_id: str) -> bytes:
+        # (root, "z", app, tenant, "i", item_id)
+        return self.zone_prefix(zone) + fdbtuple.pack(("i", item_id))
+
+    def item_chunk_key(self, zone: ZoneId, item_id: str, n: int) -> bytes:
+        # (root, "z", app, tenant, "i", item_id, n)
+        return self.zone_prefix(zone) + fdbtuple.pack(("i", item_id, n))
+
+    def items_range(self, zone: ZoneId) -> Range:
+        return tuple_range(self.zone_prefix(zone) + fdbtuple.pack(("i",)))
+
+    def order_key(self, zone: ZoneId, priority: int, vesting_ms: int, item_id: str) -> bytes:
+        # (root, "z", app, tenant, "x", priority, vesting, item_id)
+        return self.zone_prefix(zone) + fdbtuple.pack(("x", priority, vesting_ms, item_id))
+
+    def order_prefix(self, zone: ZoneId) -> bytes:
+        return self.zone_prefix(zone) + fdbtuple.pack(("x",))
+
+    def order_range(self, zone: ZoneId) -> Range:
+        return tuple_range(self.order_prefix(zone))
+
+    def order_priority_range(self, zone: ZoneId, priority: int, vested_by_ms: int) -> Range:
+        """Order entries of one priority with vesting <= ``vested_by_ms``."""
+        prefix = self.zone_prefix(zone)
+        begin = prefix + fdbtuple.pack(("x", priority))
+        end = prefix + fdbtuple.pack(("x", priority, vested_by_ms + 1))
+        return begin + b"\x00", end
+
+    def order_priority_start(self, zone: ZoneId, priority: int) -> bytes:
+        """First possible order key of ``priority`` (and so after every lower one)."""
+        return self.zone_prefix(zone) + fdbtuple.pack(("x", priority))
+
+    def items_range_of(self, zone: ZoneId, item_id: str) -> Range:
+        """An item's record and all its payload chunks."""
+        key = self.item_key(zone, item_id)
+        return key, key + b"\xff"
+
+    def unpack_order_key(self, zone: ZoneId, key: bytes) -> tuple[int, int, str]:
+        prefix = self.order_prefix(zone)
+        priority, vesting, item_id = fdbtuple.unpack(key[len(prefix) :])
+        return int(priority), int(vesting), str(item_id)
+
+    def count_key(self, zone: ZoneId) -> bytes:
+        # (root, "z", app, tenant, "n")
+        return self.zone_prefix(zone) + fdbtuple.pack(("n",))
+
+    def all_zones_range(self) -> Range:
+        return tuple_range(self._pack("z"))
+
+    # --- top-level queue ---------------------------------------------------------------
+
+    def shard_prefix(self, cluster: str, shard: int) -> bytes:
+        return self._pack("c", cluster, shard)
+
+    def pointer_key(self, cluster: str, shard: int, pointer_id: str) -> bytes:
+        # (root, "c", cluster, shard, "p", pointer_id)
+        return self._pack("c", cluster, shard, "p", pointer_id)
+
+    def pointers_range(self, cluster: str, shard: int) -> Range:
+        return tuple_range(self._pack("c", cluster, shard, "p"))
+
+    def pointer_vesting_key(self, cluster: str, shard: int, vesting_ms: int, pointer_id: str) -> bytes:
+        # (root, "c", cluster, shard, "v", vesting, pointer_id)
+        return self._pack("c", cluster, shard, "v", vesting_ms, pointer_id)
+
+    def pointer_vesting_prefix(self, cluster: str, shard: int) -> bytes:
+        return self._pack("c", cluster, shard, "v")
+
+    def pointer_vested_range(self, cluster: str, shard: int, now_ms: int) -> Range:
+        """Vesting-index entries with vesting <= ``now_ms``."""
+        prefix = self.pointer_vesting_prefix(cluster, shard)
+        return prefix + b"\x00", self._pack("c", cluster, shard, "v", now_ms + 1)
+
+    def unpack_pointer_vesting_key(self, cluster: str, shard: int, key: bytes) -> tuple[int, str]:
+        prefix = self.pointer_vesting_prefix(cluster, shard)
+        vesting, pointer_id = fdbtuple.unpack(key[len(prefix) :])
+        return int(vesting), str(pointer_id)
+
+    def pointer_index_key(self, cluster: str, shard: int, zone: ZoneId) -> bytes:
+        # (root, "c", cluster, shard, "ix", app, tenant)
+        return self._pack("c", cluster, shard, "ix", zone.app, zone.tenant)
+
+    def pointer_index_range(self, cluster: str, shard: int) -> Range:
+        return tuple_range(self._pack("c", cluster, shard, "ix"))
+
+    def local_zone(self, cluster: str, shard: int) -> ZoneId:
+        """The zone holding a top-level queue's local work items."""
+        return ZoneId(LOCAL_APP, f"{cluster}/{shard}")
+
+    # --- dead letters and metadata -----------------------------------------------------
+
+    def dead_letter_key(self, zone: ZoneId, item_id: str) -> bytes:
+        # (root, "d", app, tenant, item_id)
+        return self._pack("d", zone.app, zone.tenant, item_id)
+
+    def dead_letters_range(self, app: str | None = None, tenant: str | None = None) -> Range:
+        parts: list[object] = ["d"]
+        if app is not None:
+            parts.append(app)
+            if tenant is not None:
+                parts.append(tenant)
+        return tuple_range(self._pack(*parts))
+
+    def meta_key(self, *name: object) -> bytes:
+        # (root, "m", name...)
+        return self._pack("m", *name)
+
+    def meta_range(self, *name: object) -> Range:
+        return tuple_range(self._pack("m", *name))
+
+    def everything(self) -> Range:
+        prefix = fdbtuple.pack((self.root,))
+        return prefix, strinc(prefix)
+
+
+def shard_of(zone: ZoneId, shards: int) -> int:
+    """Stable hash of (app, tenant) to a shard, identical across processes and releases."""
+    if shards <= 1:
+        return 0
+    digest = zlib.crc32(f"{zone.app}\x00{zone.tenant}".encode())
+    return digest % shards

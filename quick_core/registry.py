@@ -1,0 +1,121 @@
+"""Job types: their handlers, retry policies and concurrency limits."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from quick_core.errors import ConfigurationError, UnknownJobType
+from quick_core.validation import check_job_type
+
+if TYPE_CHECKING:
+    from quick_core.kv import KVTransaction
+    from quick_core.records import WorkItem, ZoneId
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How a failing item is retried (Algorithm 3 plus backoff).
+
+    ``inline_retries`` re-run the handler at once inside the same lease; after that the
+    item is requeued with exponential backoff ``base * 2**errors`` capped at ``cap`` and
+    scaled by full jitter; after ``max_attempts`` errors, or once the item is older than
+    ``max_age_s``, it goes to dead letters.
+    """
+
+    inline_retries: int = 0
+    backoff_base_s: float = 0.5
+    backoff_cap_s: float = 300.0
+    max_attempts: int = 10
+    max_age_s: float | None = None
+    jitter: bool = True
+
+    def backoff_s(self, error_count: int, rng: random.Random) -> float:
+        delay = min(self.backoff_cap_s, self.backoff_base_s * (2 ** max(0, error_count - 1)))
+        return delay * rng.uniform(0.5, 1.0) if self.jitter else delay
+
+    def gives_up(self, error_count: int, age_s: float) -> bool:
+        if error_count >= self.max_attempts:
+            return True
+        return self.max_age_s is not None and age_s >= self.max_age_s
+
+
+@dataclass(slots=True)
+class JobContext:
+    """What a handler sees besides its payload."""
+
+    zone: ZoneId
+    item: WorkItem
+    tr: KVTransaction | None = None  # set for transactional handlers
+    lease_lost: Any = None  # threading.Event set when the lease is lost
+
+    @property
+    def app(self) -> str:
+        return self.zone.app
+
+    @property
+    def tenant(self) -> str:
+        return self.zone.tenant
+
+    @property
+    def item_id(self) -> str:
+        return self.item.item_id
+
+    @property
+    def attempt(self) -> int:
+        return self.item.error_count + 1
+
+
+Handler = Callable[..., Any]
+
+
+@dataclass(slots=True)
+class JobType:
+    """A registered job type."""
+
+    name: str
+    handler: Handler
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    max_concurrency: int | None = None
+    execution_bound_s: float | None = None
+    transactional: bool = False
+    delivery: str = "at_least_once"
+    ttl_s: float | None = None
+
+    def call(self, ctx: JobContext) -> Any:
+        item = ctx.item
+        payload: Any = json.loads(item.payload) if item.content_type == "json" else item.payload
+        return self.handler(payload, ctx)
+
+
+class Registry:
+    """Handlers by job type name."""
+
+    def __init__(self) -> None:
+        self._types: dict[str, JobType] = {}
+
+    def register(self, job_type: JobType) -> JobType:
+        check_job_type(job_type.name)
+        if job_type.delivery not in ("at_least_once", "at_most_once"):
+            raise ConfigurationError(f"unknown delivery {job_type.delivery!r}")
+        if job_type.transactional and job_type.delivery == "at_most_once":
+            raise ConfigurationError("a transactional handler is already exactly-once")
+        if job_type.max_concurrency is not None and job_type.max_concurrency < 1:
+            raise ConfigurationError("max_concurrency must be at least 1")
+        self._types[job_type.name] = job_type
+        return job_type
+
+    def get(self, name: str) -> JobType:
+        try:
+            return self._types[name]
+        except KeyError:
+            raise UnknownJobType(name) from None
+
+    def find(self, name: str) -> JobType | None:
+        return self._types.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._types)

@@ -1,0 +1,272 @@
+"""The top-level queue (paper section 6): pointers to possibly non-empty zones.
+
+A top-level queue belongs to a cluster and is split into shards by a stable hash of
+(app, tenant). Per shard it keeps pointer records, a vesting index that scanners peek in
+vesting order, and a pointer index (app, tenant) -> pointer_id that enqueues read instead of
+the pointer record, so a consumer's pointer lease never aborts a user's enqueue
+(invariant 3).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from quick_core.clock import Clock, SystemClock, now_ms
+from quick_core.errors import CorruptRecord, ZoneLeaseFailed
+from quick_core.keys import KeySpace, shard_of
+from quick_core.kv import KVError, KVStore, KVTransaction, run
+from quick_core.records import Pointer, ZoneId, decode_pointer, encode_pointer
+
+
+@dataclass(frozen=True, slots=True)
+class PointerRef:
+    """Where a pointer lives: its shard and id, as the scanner saw it."""
+
+    shard: int
+    pointer_id: str
+    vesting_ms: int
+
+
+class TopLevelQueue:
+    """Pointers of one cluster, over a KV store."""
+
+    def __init__(
+        self,
+        kv: KVStore,
+        *,
+        keys: KeySpace | None = None,
+        cluster: str = "default",
+        shards: int = 1,
+        clock: Clock | None = None,
+    ) -> None:
+        if shards < 1:
+            raise ValueError("shards must be at least 1")
+        self.kv = kv
+        self.keys = keys or KeySpace()
+        self.cluster = cluster
+        self.shards = shards
+        self.clock = clock or SystemClock()
+
+    def shard_for(self, zone: ZoneId) -> int:
+        return shard_of(zone, self.shards)
+
+    # --- enqueue side ------------------------------------------------------------------
+
+    def ensure_pointer(
+        self, tr: KVTransaction, zone: ZoneId, vesting_ms: int, *, declare_conflict: bool = False
+    ) -> bool:
+        """Part one of the two-part enqueue, inside the caller's transaction.
+
+        Reads the pointer index entry (never the pointer record). If it is absent, creates
+        the pointer vesting at ``vesting_ms``; returns True then. If present and
+        ``declare_conflict`` (external-store mode), declares a write conflict on the index
+        key so a concurrent pointer deletion that read it aborts.
+        """
+        shard = self.shard_for(zone)
+        index_key = self.keys.pointer_index_key(self.cluster, shard, zone)
+        if tr.get(index_key) is not None:
+            if declare_conflict:
+                tr.add_write_conflict_key(index_key)
+            return False
+        pointer = Pointer(
+            pointer_id=secrets.token_hex(8),
+            zone=zone,
+            vesting_ms=vesting_ms,
+            last_active_ms=now_ms(self.clock),
+            local=zone.app == self.keys.local_zone(self.cluster, shard).app,
+        )
+        self._write_pointer(tr, shard, pointer)
+        tr.set(index_key, pointer.pointer_id.encode())
+        return True
+
+    def pull_pointer_earlier(self, zone: ZoneId, vesting_ms: int) -> None:
+        """Part two: in its own transaction, move an idle pointer's vesting earlier.
+
+        Best effort: never raises to the enqueuer. A leased pointer is left alone; its
+        holder requeues it at the zone's minimum vesting time in a transaction that reads
+        the zone, so it sees this item or conflicts with its enqueue.
+        """
+        shard = self.shard_for(zone)
+
+        def pull(tr: KVTransaction) -> None:
+            index = tr.get(self.keys.pointer_index_key(self.cluster, shard, zone), snapshot=True)
+            if index is None:
+                return
+            pointer = self._read_pointer(tr, shard, index.decode())
+            if pointer is None or pointer.lease_id is not None:
+                return
+            if pointer.vesting_ms > vesting_ms:
+                self._move_pointer(tr, shard, pointer, pointer.with_vesting(vesting_ms))
+
+        try:
+            run(self.kv, pull)
+        except (KVError, CorruptRecord):
+            pass  # the pointer vests later anyway; the item is not lost
+
+    # --- consumer side -----------------------------------------------------------------
+
+    def peek_pointers(self, shard: int, max_pointers: int) -> list[PointerRef]:
+        """Vested pointers of one shard in vesting order: a snapshot read, no conflicts."""
+        now = now_ms(self.clock)
+        begin, end = self.keys.pointer_vested_range(self.cluster, shard, now)
+
+        def peek(tr: KVTransaction) -> list[PointerRef]:
+            tr.set_causal_read_risky()
+            rows = tr.get_range(begin, end, limit=max_pointers, snapshot=True)
+            out = []
+            for key, _ in rows:
+                vesting, pointer_id = self.keys.unpack_pointer_vesting_key(self.cluster, shard, key)
+                out.append(PointerRef(shard, pointer_id, vesting))
+            return out
+
+        return run(self.kv, peek)
+
+    def obtain_pointer_lease(self, ref: PointerRef, lease_ms: int) -> Pointer:
+        """Lease a pointer for ``lease_ms`` by moving its vesting time (paper Alg. 1).
+
+        Reads the pointer record, not the pointer index, so it never conflicts with an
+        enqueue. Raises ZoneLeaseFailed with reason "moved" if the pointer is gone or no
+        longer vested, "conflict" if another consumer leased it concurrently.
+        """
+
+        def lease(tr: KVTransaction) -> Pointer:
+            tr.set_causal_read_risky()
+            pointer = self._read_pointer(tr, ref.shard, ref.pointer_id)
+            now = now_ms(self.clock)
+            if pointer is None:
+                raise ZoneLeaseFailed("gone")
+            if pointer.vesting_ms > now:
+                raise ZoneLeaseFailed("moved")
+            leased = Pointer(
+                pointer.pointer_id,
+                pointer.zone,
+                now + lease_ms,
+                pointer.last_active_ms,
+                lease_id=secrets.token_hex(16),
+                local=pointer.local,
+            )
+            self._move_pointer(tr, ref.shard, pointer, leased)
+            return leased
+
+        tr = self.kv.create_transaction()
+        try:
+            result = lease(tr)
+            tr.commit()
+            return result
+        except KVError as err:
+            if err.code == 1020:
+                raise ZoneLeaseFailed("conflict") from err
+            raise ZoneLeaseFailed(err.name) from err
+
+    def requeue_pointer(
+        self,
+        pointer: Pointer,
+        zone_min_vesting: Callable[[KVTransaction], int | None],
+        zone_is_empty: Callable[[KVTransaction], bool],
+        *,
+        min_inactive_ms: int,
+        active: bool,
+    ) -> str:
+        """Release a leased pointer (paper Alg. 2, end of a Manager's visit).
+
+        In one transaction that reads the zone: requeue the pointer at the zone's minimum
+        vesting time; or, when the zone has been empty for ``min_inactive_ms``, delete it,
+        reading the pointer index key so a concurrent enqueue's pointer check conflicts
+        (invariant 2). Returns "requeued", "deleted", or "lost" (lease taken by another).
+        """
+        shard = self.shard_for(pointer.zone)
+
+        def release(tr: KVTransaction) -> str:
+            current = self._read_pointer(tr, shard, pointer.pointer_id)
+            if current is None or current.lease_id != pointer.lease_id:
+                return "lost"
+            now = now_ms(self.clock)
+            last_active = now if active else current.last_active_ms
+            min_vesting = zone_min_vesting(tr)
+            if min_vesting is None:
+                if now - last_active >= min_inactive_ms:
+                    index_key = self.keys.pointer_index_key(self.cluster, shard, pointer.zone)
+                    tr.get(index_key)  # a read: a racing enqueue's pointer check conflicts
+                    if zone_is_empty(tr):
+                        self._delete_pointer(tr, shard, current)
+                        tr.clear(index_key)
+                        return "deleted"
+                vesting = last_active + min_inactive_ms
+            else:
+                vesting = min_vesting
+            updated = Pointer(
+                current.pointer_id, current.zone, vesting, last_active, None, current.local
+            )
+            self._move_pointer(tr, shard, current, updated)
+            return "requeued"
+
+        return run(self.kv, release)
+
+    def extend_pointer_lease(self, pointer: Pointer, lease_ms: int) -> Pointer | None:
+        """Keep a pointer leased while its visit runs long; None if the lease was lost."""
+        shard = self.shard_for(pointer.zone)
+
+        def extend(tr: KVTransaction) -> Pointer | None:
+            current = self._read_pointer(tr, shard, pointer.pointer_id)
+            if current is None or current.lease_id != pointer.lease_id:
+                return None
+            updated = current.with_vesting(now_ms(self.clock) + lease_ms)
+            self._move_pointer(tr, shard, current, updated)
+            return updated
+
+        return run(self.kv, extend)
+
+    def get_pointer(self, zone: ZoneId, tr: KVTransaction | None = None) -> Pointer | None:
+        shard = self.shard_for(zone)
+
+        def read(t: KVTransaction) -> Pointer | None:
+            index = t.get(self.keys.pointer_index_key(self.cluster, shard, zone), snapshot=True)
+            if index is None:
+                return None
+            return self._read_pointer(t, shard, index.decode(), snapshot=True)
+
+        return run(tr if tr is not None else self.kv, read)
+
+    def list_pointers(self, shard: int, limit: int = 0) -> list[Pointer]:
+        begin, end = self.keys.pointers_range(self.cluster, shard)
+
+        def scan(tr: KVTransaction) -> list[Pointer]:
+            return [
+                decode_pointer(k, v) for k, v in tr.get_range(begin, end, limit=limit, snapshot=True)
+            ]
+
+        return run(self.kv, scan)
+
+    def count_pointers(self, shard: int) -> int:
+        return len(self.list_pointers(shard))
+
+    # --- records -----------------------------------------------------------------------
+
+    def _read_pointer(
+        self, tr: KVTransaction, shard: int, pointer_id: str, *, snapshot: bool = False
+    ) -> Pointer | None:
+        key = self.keys.pointer_key(self.cluster, shard, pointer_id)
+        raw = tr.get(key, snapshot=snapshot)
+        return None if raw is None else decode_pointer(key, raw)
+
+    def _write_pointer(self, tr: KVTransaction, shard: int, pointer: Pointer) -> None:
+        tr.set(self.keys.pointer_key(self.cluster, shard, pointer.pointer_id), encode_pointer(pointer))
+        tr.set(
+            self.keys.pointer_vesting_key(self.cluster, shard, pointer.vesting_ms, pointer.pointer_id),
+            b"",
+        )
+
+    def _move_pointer(self, tr: KVTransaction, shard: int, old: Pointer, new: Pointer) -> None:
+        if old.vesting_ms != new.vesting_ms:
+            tr.clear(
+                self.keys.pointer_vesting_key(self.cluster, shard, old.vesting_ms, old.pointer_id)
+            )
+        self._write_pointer(tr, shard, new)
+
+    def _delete_pointer(self, tr: KVTransaction, shard: int, pointer: Pointer) -> None:
+        tr.clear(self.keys.pointer_key(self.cluster, shard, pointer.pointer_id))
+        tr.clear(
+            self.keys.pointer_vesting_key(self.cluster, shard, pointer.vesting_ms, pointer.pointer_id)
+        )

@@ -1,0 +1,466 @@
+"""Queue zones over the KV seam (paper section 5): the KV implementation of ZoneStore.
+
+A zone keeps, per item, a record and an order-index entry keyed by (priority, vesting,
+item_id), plus a count kept with atomic adds. A lease is the item's vesting time moved into
+the future with a fresh random lease id. Peek walks the order index one priority at a time
+and reads only vested entries, so its cost does not grow with delayed or leased items.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Sequence
+
+from quick_core.clock import Clock, SystemClock, now_ms
+from quick_core.errors import (
+    CorruptRecord,
+    InvalidArgument,
+    ItemNotFound,
+    ItemNotVested,
+    LeaseLost,
+)
+from quick_core.keys import KeySpace
+from quick_core.kv import (
+    VALUE_SIZE_LIMIT,
+    KVStore,
+    KVTransaction,
+    pack_i64,
+    run,
+    unpack_i64,
+)
+from quick_core.records import WorkItem, ZoneId, decode_item, encode_dead_letter, encode_item
+from quick_core.toplevel import TopLevelQueue
+from quick_core.zonestore import CorruptItem, NewItem
+
+# Payloads above this are split into chunk keys so no value exceeds the KV value limit.
+INLINE_PAYLOAD_LIMIT = 64 * 1024
+CHUNK_SIZE = VALUE_SIZE_LIMIT - 1024
+
+
+def new_lease_id() -> str:
+    """128 random bits from ``secrets``: unguessable, so no one completes by guessing."""
+    return secrets.token_hex(16)
+
+
+def new_item_id() -> str:
+    return secrets.token_hex(12)
+
+
+class KVZoneStore:
+    """Zones whose items live in the same KV store as their pointers.
+
+    Every method that takes ``tr`` runs inside it and never commits; without one it runs in
+    its own transaction through :func:`quick_core.kv.run`.
+    """
+
+    def __init__(
+        self,
+        kv: KVStore,
+        toplevel: TopLevelQueue,
+        *,
+        keys: KeySpace | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.kv = kv
+        self.toplevel = toplevel
+        self.keys = keys or toplevel.keys
+        self.clock = clock or SystemClock()
+
+    # --- records -----------------------------------------------------------------------
+
+    def _write_item(self, tr: KVTransaction, zone: ZoneId, item: WorkItem) -> None:
+        key = self.keys.item_key(zone, item.item_id)
+        if len(item.payload) <= INLINE_PAYLOAD_LIMIT:
+            tr.set(key, encode_item(item))
+            return
+        chunks = [item.payload[i : i + CHUNK_SIZE] for i in range(0, len(item.payload), CHUNK_SIZE)]
+        header = encode_item(
+            item.with_(meta={**item.meta, "_chunks": len(chunks)}), include_payload=False
+        )
+        tr.set(key, header)
+        for n, chunk in enumerate(chunks):
+            tr.set(self.keys.item_chunk_key(zone, item.item_id, n), chunk)
+
+    def _rewrite_header(self, tr: KVTransaction, zone: ZoneId, old: WorkItem, new: WorkItem) -> None:
+        """Rewrite an item's record after a lease/requeue without touching its chunks."""
+        key = self.keys.item_key(zone, new.item_id)
+        if "_chunks" in old.meta:
+            tr.set(key, encode_item(new, include_payload=False))
+        else:
+            tr.set(key, encode_item(new))
+
+    def _read_item(
+        self, tr: KVTransaction, zone: ZoneId, item_id: str, *, snapshot: bool = False
+    ) -> WorkItem | None:
+        key = self.keys.item_key(zone, item_id)
+        raw = tr.get(key, snapshot=snapshot)
+        if raw is None:
+            return None
+        return self._decode(tr, zone, key, raw, snapshot=snapshot)
+
+    def _decode(
+        self, tr: KVTransaction, zone: ZoneId, key: bytes, raw: bytes, *, snapshot: bool = False
+    ) -> WorkItem:
+        head = decode_item(key, raw)
+        chunks = head.meta.get("_chunks")
+        if chunks is None:
+            return head
+        begin = self.keys.item_chunk_key(zone, head.item_id, 0)
+        end = self.keys.item_chunk_key(zone, head.item_id, int(chunks))
+        parts = tr.get_range(begin, end, snapshot=snapshot)
+        if len(parts) != int(chunks):
+            raise CorruptRecord(key, f"expected {chunks} payload chunks, found {len(parts)}")
+        return head.with_(payload=b"".join(v for _, v in parts))
+
+    def _delete_item(self, tr: KVTransaction, zone: ZoneId, item: WorkItem) -> None:
+        tr.clear(self.keys.item_key(zone, item.item_id))
+        if "_chunks" in item.meta:
+            begin = self.keys.item_chunk_key(zone, item.item_id, 0)
+            end = self.keys.item_chunk_key(zone, item.item_id, int(item.meta["_chunks"]))
+            tr.clear_range(begin, end)
+        tr.clear(self.keys.order_key(zone, item.priority, item.vesting_ms, item.item_id))
+        tr.add(self.keys.count_key(zone), pack_i64(-1))
+
+    def _move_vesting(
+        self, tr: KVTransaction, zone: ZoneId, old: WorkItem, new: WorkItem
+    ) -> None:
+        tr.clear(self.keys.order_key(zone, old.priority, old.vesting_ms, old.item_id))
+        tr.set(self.keys.order_key(zone, new.priority, new.vesting_ms, new.item_id), b"")
+        self._rewrite_header(tr, zone, old, new)
+
+    # --- enqueue -----------------------------------------------------------------------
+
+    def enqueue_in(self, tr: KVTransaction, zone: ZoneId, item: NewItem) -> tuple[str, int, bool]:
+        """Part one of the enqueue in ``tr``: item, order entry, count, pointer check.
+
+        Returns (item_id, vesting_ms, pointer_existed). An existing caller-chosen id makes
+        this a no-op (idempotent enqueue).
+        """
+        now = now_ms(self.clock)
+        item_id = item.item_id if item.item_id is not None else new_item_id()
+        if item.item_id is not None:
+            check_name("item_id", item.item_id)
+            if tr.get(self.keys.item_key(zone, item_id)) is not None:
+                return item_id, now, True
+        vesting = now + item.delay_ms
+        record = WorkItem(
+            item_id=item_id,
+            job_type=item.job_type,
+            payload=item.payload,
+            priority=item.priority,
+            vesting_ms=vesting,
+            enqueued_ms=now,
+            content_type=item.content_type,
+            deadline_ms=None if item.ttl_ms is None else now + item.ttl_ms,
+            delivery=item.delivery,
+        )
+        self._write_item(tr, zone, record)
+        tr.set(self.keys.order_key(zone, item.priority, vesting, item_id), b"")
+        tr.add(self.keys.count_key(zone), pack_i64(1))
+        created = self.toplevel.ensure_pointer(tr, zone, vesting)
+        return item_id, vesting, not created
+
+    def enqueue(self, zone: ZoneId, item: NewItem, *, tr: KVTransaction | None = None) -> str:
+        """Enqueue on its own (both parts) or inside ``tr`` (part one only; the caller's
+        ``Queue.transact`` runs part two after its commit)."""
+        if tr is not None:
+            return self.enqueue_in(tr, zone, item)[0]
+        item_id, vesting, existed = run(self.kv, lambda t: self.enqueue_in(t, zone, item))
+        if existed:
+            self.toplevel.pull_pointer_earlier(zone, vesting)
+        return item_id
+
+    # --- reading -----------------------------------------------------------------------
+
+    def _vested_entries(
+        self, tr: KVTransaction, zone: ZoneId, max_items: int, now: int, *, snapshot: bool
+    ) -> list[tuple[int, int, str]]:
+        """(priority, vesting, item_id) of up to ``max_items`` vested items, in order.
+
+        One short read finds each priority in use, one range read takes its vested
+        entries: cost proportional to what is returned plus the priorities present.
+        """
+        begin, end = self.keys.order_range(zone)
+        out: list[tuple[int, int, str]] = []
+        cursor = begin
+        while len(out) < max_items:
+            first = tr.get_range(cursor, end, limit=1, snapshot=snapshot)
+            if not first:
+                break
+            priority, _, _ = self.keys.unpack_order_key(zone, first[0][0])
+            pbegin, pend = self.keys.order_priority_range(zone, priority, now)
+            rows = tr.get_range(pbegin, pend, limit=max_items - len(out), snapshot=snapshot)
+            out.extend(self.keys.unpack_order_key(zone, k) for k, _ in rows)
+            # Skip the rest of this priority (not vested) in one hop.
+            cursor = self.keys.order_priority_start(zone, priority + 1)
+        return out
+
+    def peek(self, zone: ZoneId, max_items: int) -> list[WorkItem]:
+        def read(tr: KVTransaction) -> list[WorkItem]:
+            now = now_ms(self.clock)
+            items = []
+            for _, _, item_id in self._vested_entries(tr, zone, max_items, now, snapshot=True):
+                try:
+                    item = self._read_item(tr, zone, item_id, snapshot=True)
+                except CorruptRecord:
+                    continue
+                if item is not None:
+                    items.append(item)
+            return items
+
+        return run(self.kv, read)
+
+    def get(self, zone: ZoneId, item_id: str) -> WorkItem | None:
+        return run(self.kv, lambda tr: self._read_item(tr, zone, item_id, snapshot=True))
+
+    def min_vesting_in(self, tr: KVTransaction, zone: ZoneId) -> int | None:
+        """The zone's earliest vesting time, read (with conflicts) inside ``tr``.
+
+        Reads the first order entry of each priority: a requeue at this time sees every
+        item, and conflicts with an enqueue that commits after its read version.
+        """
+        begin, end = self.keys.order_range(zone)
+        tr.add_read_conflict_range(begin, end)
+        best: int | None = None
+        cursor = begin
+        while True:
+            first = tr.get_range(cursor, end, limit=1, snapshot=True)
+            if not first:
+                return best
+            priority, vesting, _ = self.keys.unpack_order_key(zone, first[0][0])
+            best = vesting if best is None else min(best, vesting)
+            cursor = self.keys.order_priority_start(zone, priority + 1)
+
+    def min_vesting_ms(self, zone: ZoneId) -> int | None:
+        return run(self.kv, lambda tr: self.min_vesting_in(tr, zone))
+
+    def zone_is_empty(self, tr: KVTransaction, zone: ZoneId) -> bool:
+        """Reads the whole zone range in ``tr`` (invariant 2)."""
+        begin, end = self.keys.zone_range(zone)
+        count_key = self.keys.count_key(zone)
+        rows = tr.get_range(begin, end, limit=2)
+        return all(k == count_key for k, _ in rows)
+
+    def count(self, zone: ZoneId) -> int:
+        return run(self.kv, lambda tr: unpack_i64(tr.get(self.keys.count_key(zone), snapshot=True)))
+
+    # --- leases ------------------------------------------------------------------------
+
+    def _lease_in(
+        self, tr: KVTransaction, zone: ZoneId, item: WorkItem, now: int, lease_ms: int
+    ) -> WorkItem:
+        leased = item.with_(
+            vesting_ms=now + lease_ms, lease_id=new_lease_id(), attempts=item.attempts + 1
+        )
+        self._move_vesting(tr, zone, item, leased)
+        return leased
+
+    def obtain_lease(self, zone: ZoneId, item_id: str, lease_ms: int) -> WorkItem:
+        _check_duration(lease_ms)
+
+        def lease(tr: KVTransaction) -> WorkItem:
+            item = self._read_item(tr, zone, item_id)
+            if item is None:
+                raise ItemNotFound(item_id)
+            now = now_ms(self.clock)
+            if item.vesting_ms > now:
+                raise ItemNotVested(item_id, item.vesting_ms)
+            return self._lease_in(tr, zone, item, now, lease_ms)
+
+        return run(self.kv, lease)
+
+    def dequeue(
+        self,
+        zone: ZoneId,
+        max_items: int,
+        lease_ms: int,
+        *,
+        accept: Callable[[WorkItem], bool] | None = None,
+    ) -> tuple[list[WorkItem], list[CorruptItem]]:
+        """Peek and lease in one transaction.
+
+        At-most-once items are deleted here instead of leased; expired (TTL) and corrupt
+        items go to dead letters here, so neither can block the zone (invariant 8).
+        """
+        _check_duration(lease_ms)
+
+        def take(tr: KVTransaction) -> tuple[list[WorkItem], list[CorruptItem]]:
+            now = now_ms(self.clock)
+            leased: list[WorkItem] = []
+            corrupt: list[CorruptItem] = []
+            for priority, vesting, item_id in self._vested_entries(
+                tr, zone, max_items, now, snapshot=False
+            ):
+                key = self.keys.item_key(zone, item_id)
+                raw = tr.get(key)
+                if raw is None:
+                    # An order entry without its item: repair the index.
+                    tr.clear(self.keys.order_key(zone, priority, vesting, item_id))
+                    continue
+                try:
+                    item = self._decode(tr, zone, key, raw)
+                except CorruptRecord as err:
+                    self._dead_letter_raw(tr, zone, item_id, raw, err.reason, now)
+                    tr.clear_range(*self.keys.items_range_of(zone, item_id))
+                    tr.clear(self.keys.order_key(zone, priority, vesting, item_id))
+                    tr.add(self.keys.count_key(zone), pack_i64(-1))
+                    corrupt.append(CorruptItem(item_id, err.reason))
+                    continue
+                if item.deadline_ms is not None and now > item.deadline_ms:
+                    self.dead_letter_in(tr, zone, item, "expired: not started before its TTL")
+                    continue
+                if accept is not None and not accept(item):
+                    continue  # e.g. its job type is at its concurrency cap: leave it vested
+                if item.delivery == "at_most_once":
+                    self._delete_item(tr, zone, item)
+                    leased.append(item.with_(lease_id=new_lease_id(), attempts=item.attempts + 1))
+                    continue
+                leased.append(self._lease_in(tr, zone, item, now, lease_ms))
+            return leased, corrupt
+
+        return run(self.kv, take)
+
+    def _check_holder(self, item: WorkItem | None, item_id: str, lease_id: str) -> WorkItem:
+        if item is None:
+            raise ItemNotFound(item_id)
+        if item.lease_id != lease_id:
+            raise LeaseLost(item_id)
+        return item
+
+    def extend_lease(self, zone: ZoneId, item_id: str, lease_id: str, lease_ms: int) -> WorkItem:
+        """Holds while the caller holds the lease, or it expired and nobody leased since
+        (the lease id is unchanged then)."""
+        _check_duration(lease_ms)
+
+        def extend(tr: KVTransaction) -> WorkItem:
+            item = self._check_holder(self._read_item(tr, zone, item_id), item_id, lease_id)
+            updated = item.with_(vesting_ms=now_ms(self.clock) + lease_ms)
+            self._move_vesting(tr, zone, item, updated)
+            return updated
+
+        return run(self.kv, extend)
+
+    def requeue_in(
+        self,
+        tr: KVTransaction,
+        zone: ZoneId,
+        item_id: str,
+        lease_id: str,
+        delay_ms: int,
+        *,
+        error: str | None = None,
+        count_error: bool = True,
+        meta: dict[str, object] | None = None,
+    ) -> WorkItem:
+        item = self._check_holder(self._read_item(tr, zone, item_id), item_id, lease_id)
+        updated = item.with_(
+            vesting_ms=now_ms(self.clock) + max(0, delay_ms),
+            lease_id=None,
+            error_count=item.error_count + (1 if count_error else 0),
+            last_error=error if error is not None else item.last_error,
+            meta={**item.meta, **meta} if meta else item.meta,
+        )
+        self._move_vesting(tr, zone, item, updated)
+        return updated
+
+    def requeue(
+        self,
+        zone: ZoneId,
+        item_id: str,
+        lease_id: str,
+        delay_ms: int,
+        *,
+        error: str | None = None,
+        count_error: bool = True,
+    ) -> WorkItem:
+        return run(
+            self.kv,
+            lambda tr: self.requeue_in(
+                tr, zone, item_id, lease_id, delay_ms, error=error, count_error=count_error
+            ),
+        )
+
+    def complete_in(
+        self, tr: KVTransaction, zone: ZoneId, item_id: str, lease_id: str | None
+    ) -> None:
+        item = self._read_item(tr, zone, item_id)
+        if item is None:
+            raise ItemNotFound(item_id)
+        if lease_id is not None and item.lease_id != lease_id:
+            raise LeaseLost(item_id)
+        self._delete_item(tr, zone, item)
+
+    def complete(
+        self,
+        zone: ZoneId,
+        item_id: str,
+        lease_id: str | None = None,
+        *,
+        tr: KVTransaction | None = None,
+    ) -> None:
+        run(tr if tr is not None else self.kv, lambda t: self.complete_in(t, zone, item_id, lease_id))
+
+    def complete_many(
+        self, zone: ZoneId, leased: Sequence[tuple[str, str]]
+    ) -> list[Exception | None]:
+        """One transaction for a batch: an item another holder took is reported, not fatal."""
+
+        def batch(tr: KVTransaction) -> list[Exception | None]:
+            out: list[Exception | None] = []
+            for item_id, lease_id in leased:
+                try:
+                    self.complete_in(tr, zone, item_id, lease_id)
+                    out.append(None)
+                except (ItemNotFound, LeaseLost, CorruptRecord) as err:
+                    out.append(err)
+            return out
+
+        return run(self.kv, batch)
+
+    def cancel(self, zone: ZoneId, item_id: str) -> None:
+        """Delete an item whoever holds it."""
+        self.complete(zone, item_id, None)
+
+    # --- dead letters ------------------------------------------------------------------
+
+    def dead_letter_in(self, tr: KVTransaction, zone: ZoneId, item: WorkItem, reason: str) -> None:
+        """Move an item out of its zone into the dead-letter store, in ``tr``."""
+        self._delete_item(tr, zone, item)
+        stored = item.with_(lease_id=None, meta={k: v for k, v in item.meta.items() if k != "_chunks"})
+        self._dead_letter_raw(tr, zone, item.item_id, encode_item(stored), reason, now_ms(self.clock))
+
+    def _dead_letter_raw(
+        self, tr: KVTransaction, zone: ZoneId, item_id: str, raw: bytes, reason: str, now: int
+    ) -> None:
+        record = encode_dead_letter(reason, now, raw[: VALUE_SIZE_LIMIT - 4096])
+        tr.set(self.keys.dead_letter_key(zone, item_id), record)
+
+    def dead_letter(
+        self, zone: ZoneId, item_id: str, lease_id: str | None, reason: str
+    ) -> None:
+        def move(tr: KVTransaction) -> None:
+            item = self._read_item(tr, zone, item_id)
+            if item is None:
+                raise ItemNotFound(item_id)
+            if lease_id is not None and item.lease_id != lease_id:
+                raise LeaseLost(item_id)
+            self.dead_letter_in(tr, zone, item, reason)
+
+        run(self.kv, move)
+
+    def drop_corrupt(self, zone: ZoneId, item_id: str) -> None:
+        def drop(tr: KVTransaction) -> None:
+            key = self.keys.item_key(zone, item_id)
+            raw = tr.get(key)
+            if raw is None:
+                return
+            self._dead_letter_raw(tr, zone, item_id, raw, "corrupt record", now_ms(self.clock))
+            tr.clear_range(*self.keys.items_range_of(zone, item_id))
+            tr.add(self.keys.count_key(zone), pack_i64(-1))
+
+        run(self.kv, drop)
+
+
+def _check_duration(lease_ms: int) -> None:
+    if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or lease_ms <= 0:
+        raise InvalidArgument("lease duration", lease_ms, "must be a positive number of ms")
