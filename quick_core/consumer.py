@@ -270,7 +270,9 @@ class Consumer:
                 zone, room, int(cfg.item_lease_s * 1000), accept=self._accept(Counter())
             )
             for bad in corrupt:
-                log.warning("dead-lettered corrupt item %s in %s: %s", bad.item_id, zone, bad.reason)
+                log.warning(
+                    "dead-lettered corrupt item %s in %s: %s", bad.item_id, zone, bad.reason
+                )
                 self._emit("dead_lettered", zone=zone, item_id=bad.item_id, reason="corrupt")
         except StorageError as err:
             self._emit("dequeue_error", zone=zone, error=str(err))
@@ -510,7 +512,10 @@ class Consumer:
                 continue
             if r.work.item.delivery == "at_most_once":
                 continue
-            if r.work.item.vesting_ms - now_ms(self.clock) > (self.config.item_lease_s - extend_s) * 1000:
+            if (
+                r.work.item.vesting_ms - now_ms(self.clock)
+                > (self.config.item_lease_s - extend_s) * 1000
+            ):
                 continue
             try:
                 r.work.item = self.zones.extend_lease(

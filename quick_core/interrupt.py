@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 
 
-class HandlerInterrupted(BaseException):  # noqa: N818 - raised into a thread, not an error
+class HandlerInterrupted(BaseException):
     """Raised inside a handler thread to stop it. BaseException so ``except Exception``
     in user code does not swallow it."""
 

@@ -25,6 +25,11 @@ from quick_core.records import ZoneId
 
 Range = tuple[bytes, bytes]
 
+
+def _tup(*parts: object) -> bytes:
+    packed: bytes = fdbtuple.pack(parts)
+    return packed
+
 # Local work items of a top-level queue live in a zone whose app is this reserved name.
 LOCAL_APP = "\x00local"
 
@@ -41,7 +46,7 @@ class KeySpace:
     root: str = "quick"
 
     def _pack(self, *parts: object) -> bytes:
-        return fdbtuple.pack((self.root, *parts))
+        return _tup(self.root, *parts)
 
     def unpack(self, key: bytes) -> tuple[object, ...]:
         out: tuple[object, ...] = fdbtuple.unpack(key)[1:]
@@ -50,7 +55,7 @@ class KeySpace:
     # --- zones -------------------------------------------------------------------------
 
     def zone_prefix(self, zone: ZoneId) -> bytes:
-        # (root, "z", app, tenant); a top-level queue's local zone is (root, "c", cluster, shard, "l")
+        # (root, "z", app, tenant); a top-level queue's local zone: (root, "c", cluster, shard, "l")
         if zone.app == LOCAL_APP:
             cluster, _, shard = zone.tenant.rpartition("/")
             return self._pack("c", cluster, int(shard), "l")
@@ -61,21 +66,21 @@ class KeySpace:
 
     def item_key(self, zone: ZoneId, item_id: str) -> bytes:
         # (root, "z", app, tenant, "i", item_id)
-        return self.zone_prefix(zone) + fdbtuple.pack(("i", item_id))
+        return self.zone_prefix(zone) + _tup("i", item_id)
 
     def item_chunk_key(self, zone: ZoneId, item_id: str, n: int) -> bytes:
         # (root, "z", app, tenant, "i", item_id, n)
-        return self.zone_prefix(zone) + fdbtuple.pack(("i", item_id, n))
+        return self.zone_prefix(zone) + _tup("i", item_id, n)
 
     def items_range(self, zone: ZoneId) -> Range:
-        return tuple_range(self.zone_prefix(zone) + fdbtuple.pack(("i",)))
+        return tuple_range(self.zone_prefix(zone) + _tup("i"))
 
     def order_key(self, zone: ZoneId, priority: int, vesting_ms: int, item_id: str) -> bytes:
         # (root, "z", app, tenant, "x", priority, vesting, item_id)
-        return self.zone_prefix(zone) + fdbtuple.pack(("x", priority, vesting_ms, item_id))
+        return self.zone_prefix(zone) + _tup("x", priority, vesting_ms, item_id)
 
     def order_prefix(self, zone: ZoneId) -> bytes:
-        return self.zone_prefix(zone) + fdbtuple.pack(("x",))
+        return self.zone_prefix(zone) + _tup("x")
 
     def order_range(self, zone: ZoneId) -> Range:
         return tuple_range(self.order_prefix(zone))
@@ -83,13 +88,13 @@ class KeySpace:
     def order_priority_range(self, zone: ZoneId, priority: int, vested_by_ms: int) -> Range:
         """Order entries of one priority with vesting <= ``vested_by_ms``."""
         prefix = self.zone_prefix(zone)
-        begin = prefix + fdbtuple.pack(("x", priority))
-        end = prefix + fdbtuple.pack(("x", priority, vested_by_ms + 1))
+        begin = prefix + _tup("x", priority)
+        end = prefix + _tup("x", priority, vested_by_ms + 1)
         return begin + b"\x00", end
 
     def order_priority_start(self, zone: ZoneId, priority: int) -> bytes:
         """First possible order key of ``priority`` (and so after every lower one)."""
-        return self.zone_prefix(zone) + fdbtuple.pack(("x", priority))
+        return self.zone_prefix(zone) + _tup("x", priority)
 
     def items_range_of(self, zone: ZoneId, item_id: str) -> Range:
         """An item's record and all its payload chunks."""
@@ -103,7 +108,7 @@ class KeySpace:
 
     def count_key(self, zone: ZoneId) -> bytes:
         # (root, "z", app, tenant, "n")
-        return self.zone_prefix(zone) + fdbtuple.pack(("n",))
+        return self.zone_prefix(zone) + _tup("n")
 
     def all_zones_range(self) -> Range:
         return tuple_range(self._pack("z"))
@@ -120,7 +125,9 @@ class KeySpace:
     def pointers_range(self, cluster: str, shard: int) -> Range:
         return tuple_range(self._pack("c", cluster, shard, "p"))
 
-    def pointer_vesting_key(self, cluster: str, shard: int, vesting_ms: int, pointer_id: str) -> bytes:
+    def pointer_vesting_key(
+        self, cluster: str, shard: int, vesting_ms: int, pointer_id: str
+    ) -> bytes:
         # (root, "c", cluster, shard, "v", vesting, pointer_id)
         return self._pack("c", cluster, shard, "v", vesting_ms, pointer_id)
 
@@ -170,7 +177,7 @@ class KeySpace:
         return tuple_range(self._pack("m", *name))
 
     def everything(self) -> Range:
-        prefix = fdbtuple.pack((self.root,))
+        prefix = _tup(self.root)
         return prefix, strinc(prefix)
 
 

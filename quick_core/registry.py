@@ -35,7 +35,7 @@ class RetryPolicy:
 
     def backoff_s(self, error_count: int, rng: random.Random) -> float:
         delay = min(self.backoff_cap_s, self.backoff_base_s * (2 ** max(0, error_count - 1)))
-        return delay * rng.uniform(0.5, 1.0) if self.jitter else delay
+        return float(delay * rng.uniform(0.5, 1.0)) if self.jitter else float(delay)
 
     def gives_up(self, error_count: int, age_s: float) -> bool:
         if error_count >= self.max_attempts:

@@ -234,7 +234,8 @@ class TopLevelQueue:
 
         def scan(tr: KVTransaction) -> list[Pointer]:
             return [
-                decode_pointer(k, v) for k, v in tr.get_range(begin, end, limit=limit, snapshot=True)
+                decode_pointer(k, v)
+                for k, v in tr.get_range(begin, end, limit=limit, snapshot=True)
             ]
 
         return run(self.kv, scan)
@@ -252,9 +253,13 @@ class TopLevelQueue:
         return None if raw is None else decode_pointer(key, raw)
 
     def _write_pointer(self, tr: KVTransaction, shard: int, pointer: Pointer) -> None:
-        tr.set(self.keys.pointer_key(self.cluster, shard, pointer.pointer_id), encode_pointer(pointer))
         tr.set(
-            self.keys.pointer_vesting_key(self.cluster, shard, pointer.vesting_ms, pointer.pointer_id),
+            self.keys.pointer_key(self.cluster, shard, pointer.pointer_id), encode_pointer(pointer)
+        )
+        tr.set(
+            self.keys.pointer_vesting_key(
+                self.cluster, shard, pointer.vesting_ms, pointer.pointer_id
+            ),
             b"",
         )
 
@@ -268,5 +273,7 @@ class TopLevelQueue:
     def _delete_pointer(self, tr: KVTransaction, shard: int, pointer: Pointer) -> None:
         tr.clear(self.keys.pointer_key(self.cluster, shard, pointer.pointer_id))
         tr.clear(
-            self.keys.pointer_vesting_key(self.cluster, shard, pointer.vesting_ms, pointer.pointer_id)
+            self.keys.pointer_vesting_key(
+                self.cluster, shard, pointer.vesting_ms, pointer.pointer_id
+            )
         )

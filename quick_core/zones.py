@@ -30,6 +30,7 @@ from quick_core.kv import (
 )
 from quick_core.records import WorkItem, ZoneId, decode_item, encode_dead_letter, encode_item
 from quick_core.toplevel import TopLevelQueue
+from quick_core.validation import check_name
 from quick_core.zonestore import CorruptItem, NewItem
 
 # Payloads above this are split into chunk keys so no value exceeds the KV value limit.
@@ -81,7 +82,9 @@ class KVZoneStore:
         for n, chunk in enumerate(chunks):
             tr.set(self.keys.item_chunk_key(zone, item.item_id, n), chunk)
 
-    def _rewrite_header(self, tr: KVTransaction, zone: ZoneId, old: WorkItem, new: WorkItem) -> None:
+    def _rewrite_header(
+        self, tr: KVTransaction, zone: ZoneId, old: WorkItem, new: WorkItem
+    ) -> None:
         """Rewrite an item's record after a lease/requeue without touching its chunks."""
         key = self.keys.item_key(zone, new.item_id)
         if "_chunks" in old.meta:
@@ -121,9 +124,7 @@ class KVZoneStore:
         tr.clear(self.keys.order_key(zone, item.priority, item.vesting_ms, item.item_id))
         tr.add(self.keys.count_key(zone), pack_i64(-1))
 
-    def _move_vesting(
-        self, tr: KVTransaction, zone: ZoneId, old: WorkItem, new: WorkItem
-    ) -> None:
+    def _move_vesting(self, tr: KVTransaction, zone: ZoneId, old: WorkItem, new: WorkItem) -> None:
         tr.clear(self.keys.order_key(zone, old.priority, old.vesting_ms, old.item_id))
         tr.set(self.keys.order_key(zone, new.priority, new.vesting_ms, new.item_id), b"")
         self._rewrite_header(tr, zone, old, new)
@@ -398,7 +399,10 @@ class KVZoneStore:
         *,
         tr: KVTransaction | None = None,
     ) -> None:
-        run(tr if tr is not None else self.kv, lambda t: self.complete_in(t, zone, item_id, lease_id))
+        run(
+            tr if tr is not None else self.kv,
+            lambda t: self.complete_in(t, zone, item_id, lease_id),
+        )
 
     def complete_many(
         self, zone: ZoneId, leased: Sequence[tuple[str, str]]
@@ -426,8 +430,12 @@ class KVZoneStore:
     def dead_letter_in(self, tr: KVTransaction, zone: ZoneId, item: WorkItem, reason: str) -> None:
         """Move an item out of its zone into the dead-letter store, in ``tr``."""
         self._delete_item(tr, zone, item)
-        stored = item.with_(lease_id=None, meta={k: v for k, v in item.meta.items() if k != "_chunks"})
-        self._dead_letter_raw(tr, zone, item.item_id, encode_item(stored), reason, now_ms(self.clock))
+        stored = item.with_(
+            lease_id=None, meta={k: v for k, v in item.meta.items() if k != "_chunks"}
+        )
+        self._dead_letter_raw(
+            tr, zone, item.item_id, encode_item(stored), reason, now_ms(self.clock)
+        )
 
     def _dead_letter_raw(
         self, tr: KVTransaction, zone: ZoneId, item_id: str, raw: bytes, reason: str, now: int
@@ -435,9 +443,7 @@ class KVZoneStore:
         record = encode_dead_letter(reason, now, raw[: VALUE_SIZE_LIMIT - 4096])
         tr.set(self.keys.dead_letter_key(zone, item_id), record)
 
-    def dead_letter(
-        self, zone: ZoneId, item_id: str, lease_id: str | None, reason: str
-    ) -> None:
+    def dead_letter(self, zone: ZoneId, item_id: str, lease_id: str | None, reason: str) -> None:
         def move(tr: KVTransaction) -> None:
             item = self._read_item(tr, zone, item_id)
             if item is None:

@@ -1,0 +1,47 @@
+"""Sessions: tests, lint, typecheck, demo, bench, simulate."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "typecheck", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+@nox.session(python="3.11")
+def tests(session: nox.Session) -> None:
+    """Every suite; servers (Redis, memcached, Cassandra) are started by the suites."""
+    session.install("-e", ".[dev]")
+    session.run("pytest", "-q", *session.posargs)
+
+
+@nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    session.install("ruff>=0.5")
+    session.run("ruff", "check", "quick_core", "backends", "adapters")
+
+
+@nox.session(python="3.11")
+def typecheck(session: nox.Session) -> None:
+    session.install("-e", ".[dev]")
+    session.run("mypy")
+
+
+@nox.session(python="3.11")
+def demo(session: nox.Session) -> None:
+    session.install("-e", ".")
+    session.run("quick", "demo", *session.posargs)
+
+
+@nox.session(python="3.11")
+def bench(session: nox.Session) -> None:
+    """Benchmarks; results go to bench/results/<timestamp>/."""
+    session.install("-e", ".[dev]")
+    session.run("python", "-m", "bench", *session.posargs)
+
+
+@nox.session(python="3.11")
+def simulate(session: nox.Session) -> None:
+    """Deterministic simulation: ``nox -s simulate -- --seeds 1000``."""
+    session.install("-e", ".[dev]")
+    session.run("python", "-m", "quick_core.simulation", *session.posargs)

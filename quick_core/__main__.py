@@ -1,0 +1,3 @@
+from quick_core.cli import main
+
+main()

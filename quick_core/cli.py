@@ -1,0 +1,314 @@
+"""The ``quick`` command line."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar
+
+import click
+
+from quick_core.errors import HandlerImportError, QuickError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_STORE = "sqlite:///quick.db"
+
+
+def _store_option(fn: F) -> F:
+    return click.option(
+        "--store",
+        envvar="QUICK_STORE",
+        default=DEFAULT_STORE,
+        show_default=True,
+        help="Store URL: sqlite:///path, memory://, fdb://",
+    )(fn)
+
+
+def _friendly(fn: F) -> F:
+    """Every quick error becomes one clear line on stderr and exit status 2."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except QuickError as err:
+            click.echo(f"error: {err}", err=True)
+            sys.exit(2)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group()
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+def main(verbose: int) -> None:
+    """quick: QuiCK queue zones in your own database."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+
+def _open(store: str) -> Any:
+    from quick_core.client import Quick
+
+    return Quick.open(store)
+
+
+@main.command()
+@_store_option
+@click.option("--app", required=True)
+@click.option("--tenant", required=True)
+@click.option("--job-type", "job_type", required=True)
+@click.option("--payload", default="null", help="JSON payload (default null).")
+@click.option("--delay", type=float, default=0.0, help="Seconds before the item vests.")
+@click.option("--priority", type=int, default=0, help="Lower runs first.")
+@click.option("--id", "item_id", default=None, help="Caller-chosen id (idempotent enqueue).")
+@_friendly
+def enqueue(
+    store: str,
+    app: str,
+    tenant: str,
+    job_type: str,
+    payload: str,
+    delay: float,
+    priority: int,
+    item_id: str | None,
+) -> None:
+    """Enqueue one item and print its id."""
+    from quick_core.errors import InvalidArgument
+
+    try:
+        body = json.loads(payload)
+    except json.JSONDecodeError as err:
+        raise InvalidArgument("payload", payload, f"not JSON: {err.msg}") from err
+    q = _open(store)
+    try:
+        click.echo(
+            q.enqueue(
+                job_type,
+                body,
+                app=app,
+                tenant=tenant,
+                delay=delay,
+                priority=priority,
+                item_id=item_id,
+            )
+        )
+    finally:
+        q.close()
+
+
+def load_handlers(spec: str) -> Any:
+    """Import ``module`` or ``module:attr``; the attribute (default ``quick``) must be a
+    :class:`Quick` with handlers registered."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # any import-time failure in user code
+        raise HandlerImportError(module_name, err) from err
+    name = attr or "quick"
+    try:
+        return getattr(module, name)
+    except AttributeError as err:
+        raise HandlerImportError(spec, err) from err
+
+
+@main.command()
+@click.option("--app-module", "app_module", required=True, help="module[:attr] with a Quick.")
+@click.option("--workers", type=int, default=8, show_default=True)
+@click.option("--managers", type=int, default=4, show_default=True)
+@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics.")
+@click.option("--election", default=None, help="redis://... or memcached://... scanner lease.")
+@_friendly
+def worker(
+    app_module: str, workers: int, managers: int, metrics_port: int | None, election: str | None
+) -> None:
+    """Run a consumer until SIGTERM/SIGINT."""
+    from quick_core.consumer import ConsumerConfig
+    from quick_core.urls import open_election
+
+    sys.path.insert(0, os.getcwd())
+    q = load_handlers(app_module)
+    observer = None
+    if metrics_port is not None:
+        from quick_core.metrics import serve_metrics
+
+        observer = serve_metrics(q, metrics_port)
+    el = open_election(election) if election else None
+    consumer = q.consumer(
+        ConsumerConfig(workers=workers, managers=managers), election=el, observer=observer
+    )
+    click.echo(f"quick worker {consumer.name}: job types {', '.join(q.registry.names())}")
+    consumer.run_forever()
+
+
+@main.command()
+@_store_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_friendly
+def stats(store: str, as_json: bool) -> None:
+    """Counts per app, tenant and job type; active zones; dead letters."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from quick_core.admin import stats as compute
+
+    q = _open(store)
+    try:
+        s = compute(q)
+    finally:
+        q.close()
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "by_app": dict(s.items_by_app),
+                    "by_tenant": {f"{a}/{t}": n for (a, t), n in s.items_by_zone.items()},
+                    "by_job_type": dict(s.items_by_job_type),
+                    "vested": s.vested,
+                    "leased": s.leased,
+                    "corrupt": s.corrupt,
+                    "active_zones": s.active_zones,
+                    "dead_letters": s.dead_letters,
+                },
+                sort_keys=True,
+            )
+        )
+        return
+    console = Console()
+    table = Table(title="items")
+    for col in ("app", "tenant", "items"):
+        table.add_column(col)
+    for (app, tenant), n in sorted(s.items_by_zone.items()):
+        table.add_row(app, tenant, str(n))
+    console.print(table)
+    by_type = ", ".join(f"{k}={v}" for k, v in sorted(s.items_by_job_type.items())) or "none"
+    console.print(f"by job type: {by_type}")
+    console.print(
+        f"vested {s.vested}, leased {s.leased}, corrupt {s.corrupt}, "
+        f"active zones {s.active_zones}, dead letters {s.dead_letters}"
+    )
+
+
+@main.command()
+@_store_option
+@_friendly
+def zones(store: str) -> None:
+    """Zones that have a pointer (active zones)."""
+    from quick_core.admin import active_zones
+
+    q = _open(store)
+    try:
+        for z in active_zones(q):
+            state = "leased" if z.leased else "idle"
+            click.echo(f"{z.zone.app}\t{z.zone.tenant}\t{z.count}\t{state}")
+    finally:
+        q.close()
+
+
+@main.group("dead-letters")
+def dead_letters() -> None:
+    """List, requeue or purge dead letters."""
+
+
+@dead_letters.command("list")
+@_store_option
+@click.option("--app", default=None)
+@click.option("--tenant", default=None)
+@_friendly
+def dead_letters_list(store: str, app: str | None, tenant: str | None) -> None:
+    from quick_core.admin import list_dead_letters
+
+    q = _open(store)
+    try:
+        for d in list_dead_letters(q, app, tenant):
+            job = d.item.job_type if d.item is not None else "?"
+            click.echo(f"{d.zone.app}\t{d.zone.tenant}\t{d.item_id}\t{job}\t{d.reason}")
+    finally:
+        q.close()
+
+
+@dead_letters.command("requeue")
+@_store_option
+@click.option("--app", required=True)
+@click.option("--tenant", required=True)
+@click.option("--id", "item_id", default=None, help="One item; default every dead letter.")
+@_friendly
+def dead_letters_requeue(store: str, app: str, tenant: str, item_id: str | None) -> None:
+    from quick_core.admin import list_dead_letters, requeue_dead_letter
+
+    q = _open(store)
+    try:
+        ids = (
+            [item_id]
+            if item_id
+            else [d.item_id for d in list_dead_letters(q, app, tenant) if d.item is not None]
+        )
+        for i in ids:
+            requeue_dead_letter(q, q.zone(app, tenant), i)
+        click.echo(f"requeued {len(ids)}")
+    finally:
+        q.close()
+
+
+@dead_letters.command("purge")
+@_store_option
+@click.option("--app", default=None)
+@click.option("--tenant", default=None)
+@_friendly
+def dead_letters_purge(store: str, app: str | None, tenant: str | None) -> None:
+    from quick_core.admin import purge_dead_letters
+
+    q = _open(store)
+    try:
+        click.echo(f"purged {purge_dead_letters(q, app, tenant)}")
+    finally:
+        q.close()
+
+
+@main.command()
+@click.option("--store", default=None, help="Store URL (default: a fresh SQLite file).")
+@click.option("--tenants", type=int, default=20, show_default=True, help="Small tenants.")
+@click.option("--noisy-factor", type=int, default=100, show_default=True)
+@click.option(
+    "--rate", type=float, default=4.0, show_default=True, help="Items/s per small tenant."
+)
+@click.option("--duration", type=float, default=15.0, show_default=True, help="Seconds of load.")
+@click.option("--work-ms", type=float, default=2.0, show_default=True, help="Work per item.")
+@click.option("--workers", type=int, default=8, show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True)
+@_friendly
+def demo(
+    store: str | None,
+    tenants: int,
+    noisy_factor: int,
+    rate: float,
+    duration: float,
+    work_ms: float,
+    workers: int,
+    seed: int,
+) -> None:
+    """Many tenants, one noisy one: watch the small ones stay fast."""
+    from quick_core.demo import DemoConfig, run_demo
+
+    ok = run_demo(
+        DemoConfig(
+            store=store,
+            tenants=tenants,
+            noisy_factor=noisy_factor,
+            rate=rate,
+            duration_s=duration,
+            work_ms=work_ms,
+            workers=workers,
+            seed=seed,
+        )
+    )
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

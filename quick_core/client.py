@@ -1,0 +1,288 @@
+"""The public API: open a store by URL, register handlers, enqueue, run consumers.
+
+q = Quick.open("sqlite:///quick.db")
+
+@q.job("send_email", max_concurrency=4)
+def send_email(payload, ctx): ...
+
+q.enqueue("send_email", {"to": "a@example.com"}, app="mail", tenant="user-1")
+
+def signup(tr):                       # user data and the enqueue commit together
+    tr.set(b"users/1", b"...")
+    q.enqueue("send_email", {...}, app="mail", tenant="user-1", tr=tr)
+q.transact(signup)
+
+q.consumer().run_forever()
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from quick_core.clock import Clock, SystemClock
+from quick_core.consumer import Consumer, ConsumerConfig, Observer
+from quick_core.election import Election
+from quick_core.errors import UnknownJobType
+from quick_core.keys import KeySpace
+from quick_core.kv import KVStore, KVTransaction, run
+from quick_core.records import DeadLetter, WorkItem, ZoneId
+from quick_core.registry import Handler, JobType, Registry, RetryPolicy
+from quick_core.toplevel import TopLevelQueue
+from quick_core.urls import open_kv
+from quick_core.validation import (
+    DEFAULT_MAX_PAYLOAD,
+    check_job_type,
+    check_name,
+    check_priority,
+    check_seconds,
+    encode_payload,
+)
+from quick_core.zones import KVZoneStore
+from quick_core.zonestore import NewItem
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class _PendingPull:
+    zone: ZoneId
+    vesting_ms: int
+
+
+class Quick:
+    """A QuiCK deployment: one KV store holding zones and a top-level queue."""
+
+    def __init__(
+        self,
+        kv: KVStore,
+        *,
+        clock: Clock | None = None,
+        cluster: str = "default",
+        shards: int = 1,
+        root: str = "quick",
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
+        strict_job_types: bool = False,
+    ) -> None:
+        self.kv = kv
+        self.clock = clock or SystemClock()
+        self.keys = KeySpace(root)
+        self.toplevel = TopLevelQueue(
+            kv, keys=self.keys, cluster=cluster, shards=shards, clock=self.clock
+        )
+        self.zones = KVZoneStore(kv, self.toplevel, keys=self.keys, clock=self.clock)
+        self.registry = Registry()
+        self.max_payload = max_payload
+        # With strict job types an enqueue of an unregistered type fails at once; producers
+        # that do not import the handlers leave it off.
+        self.strict_job_types = strict_job_types
+        self._pending = threading.local()
+
+    @classmethod
+    def open(cls, url: str, *, clock: Clock | None = None, **options: Any) -> Quick:
+        """Open the store a URL names: ``memory://``, ``sqlite:///path``, ``fdb://``."""
+        return cls(open_kv(url, clock=clock), clock=clock, **options)
+
+    def close(self) -> None:
+        self.kv.close()
+
+    # --- handlers ----------------------------------------------------------------------
+
+    def job(
+        self,
+        name: str,
+        *,
+        retry: RetryPolicy | None = None,
+        max_concurrency: int | None = None,
+        execution_bound_s: float | None = None,
+        transactional: bool = False,
+        delivery: str = "at_least_once",
+        ttl_s: float | None = None,
+    ) -> Callable[[Handler], Handler]:
+        """Register ``handler(payload, ctx)`` for a job type.
+
+        A transactional handler gets ``ctx.tr``; its writes and the item's completion
+        commit in one transaction (exactly once). ``delivery="at_most_once"`` deletes the
+        item when its lease is taken, so it never runs twice (and may not run at all).
+        """
+
+        def register(fn: Handler) -> Handler:
+            self.registry.register(
+                JobType(
+                    name=name,
+                    handler=fn,
+                    retry=retry or RetryPolicy(),
+                    max_concurrency=max_concurrency,
+                    execution_bound_s=execution_bound_s,
+                    transactional=transactional,
+                    delivery=delivery,
+                    ttl_s=ttl_s,
+                )
+            )
+            return fn
+
+        return register
+
+    # --- enqueue -----------------------------------------------------------------------
+
+    def _new_item(
+        self,
+        job_type: str,
+        payload: Any,
+        delay: float,
+        priority: int,
+        item_id: str | None,
+        ttl: float | None,
+    ) -> NewItem:
+        check_job_type(job_type)
+        job = self.registry.find(job_type)
+        if job is None and self.strict_job_types:
+            raise UnknownJobType(job_type)
+        delay_s = check_seconds("delay", delay)
+        check_priority(priority)
+        if item_id is not None:
+            check_name("item_id", item_id)
+        ttl_s = ttl if ttl is not None else (job.ttl_s if job is not None else None)
+        if ttl_s is not None:
+            check_seconds("ttl", ttl_s)
+        body, content_type = encode_payload(payload, self.max_payload)
+        return NewItem(
+            job_type=job_type,
+            payload=body,
+            delay_ms=int(delay_s * 1000),
+            priority=priority,
+            item_id=item_id,
+            content_type=content_type,
+            ttl_ms=None if ttl_s is None else int(ttl_s * 1000),
+            delivery=job.delivery if job is not None else "at_least_once",
+        )
+
+    def enqueue(
+        self,
+        job_type: str,
+        payload: Any = b"",
+        *,
+        app: str,
+        tenant: str,
+        delay: float = 0.0,
+        priority: int = 0,
+        item_id: str | None = None,
+        ttl: float | None = None,
+        tr: KVTransaction | None = None,
+    ) -> str:
+        """Enqueue one item into the zone (app, tenant); returns its id.
+
+        Without ``tr`` it commits on its own. With ``tr`` it joins the caller's transaction
+        (reading the pointer index, never a pointer record, so no consumer's pointer lease
+        can abort it); run the transaction with :meth:`transact` so the pointer's vesting
+        time is pulled earlier after the commit. A caller-chosen ``item_id`` makes the
+        enqueue idempotent.
+        """
+        zone = ZoneId(check_name("app", app), check_name("tenant", tenant))
+        new = self._new_item(job_type, payload, delay, priority, item_id, ttl)
+        if tr is None:
+            return self.zones.enqueue(zone, new)
+        item_id_out, vesting, existed = self.zones.enqueue_in(tr, zone, new)
+        pending: list[_PendingPull] | None = getattr(self._pending, "pulls", None)
+        if existed and pending is not None:
+            pending.append(_PendingPull(zone, vesting))
+        return item_id_out
+
+    def enqueue_many(
+        self,
+        job_type: str,
+        payloads: Iterable[Any],
+        *,
+        app: str,
+        tenant: str,
+        delay: float = 0.0,
+        priority: int = 0,
+    ) -> list[str]:
+        """Enqueue several items into one zone in one transaction."""
+        zone = ZoneId(check_name("app", app), check_name("tenant", tenant))
+        items = [self._new_item(job_type, p, delay, priority, None, None) for p in payloads]
+
+        def write(tr: KVTransaction) -> tuple[list[str], int, bool]:
+            ids, earliest, existed = [], 2**62, False
+            for item in items:
+                item_id, vesting, ex = self.zones.enqueue_in(tr, zone, item)
+                ids.append(item_id)
+                earliest = min(earliest, vesting)
+                existed = existed or ex
+            return ids, earliest, existed
+
+        ids, earliest, existed = run(self.kv, write)
+        if existed and ids:
+            self.toplevel.pull_pointer_earlier(zone, earliest)
+        return ids
+
+    def transact(self, fn: Callable[[KVTransaction], T]) -> T:
+        """Run ``fn(tr)`` in one transaction with retries; enqueues made inside it commit
+        with the caller's own writes, or not at all."""
+        outer: list[_PendingPull] | None = getattr(self._pending, "pulls", None)
+        pulls: list[_PendingPull] = []
+
+        def attempt(tr: KVTransaction) -> T:
+            pulls.clear()
+            return fn(tr)
+
+        self._pending.pulls = pulls
+        try:
+            result = run(self.kv, attempt)
+        finally:
+            self._pending.pulls = outer
+        for pull in pulls:
+            self.toplevel.pull_pointer_earlier(pull.zone, pull.vesting_ms)
+        return result
+
+    # --- zone operations ---------------------------------------------------------------
+
+    def zone(self, app: str, tenant: str) -> ZoneId:
+        return ZoneId(check_name("app", app), check_name("tenant", tenant))
+
+    def get(self, app: str, tenant: str, item_id: str) -> WorkItem | None:
+        return self.zones.get(self.zone(app, tenant), item_id)
+
+    def cancel(self, app: str, tenant: str, item_id: str) -> None:
+        """Delete an item by id, leased or not; ItemNotFound if it is not there."""
+        self.zones.cancel(self.zone(app, tenant), check_name("item_id", item_id))
+
+    # --- consumers ---------------------------------------------------------------------
+
+    def consumer(
+        self,
+        config: ConsumerConfig | None = None,
+        *,
+        election: Election | None = None,
+        observer: Observer | None = None,
+        name: str | None = None,
+    ) -> Consumer:
+        return Consumer(
+            self.zones,
+            self.toplevel,
+            self.registry,
+            kv=self.kv,
+            config=config,
+            clock=self.clock,
+            election=election,
+            observer=observer,
+            name=name,
+        )
+
+    def run_until_idle(self, config: ConsumerConfig | None = None) -> int:
+        """Drain every vested item in this thread (tests, scripts)."""
+        return self.consumer(config or ConsumerConfig(in_order=True)).run_until_idle()
+
+    # --- admin -------------------------------------------------------------------------
+
+    def dead_letters(self, app: str | None = None, tenant: str | None = None) -> list[DeadLetter]:
+        from quick_core.admin import list_dead_letters
+
+        return list_dead_letters(self, app, tenant)
+
+    def requeue_dead_letter(self, app: str, tenant: str, item_id: str) -> str:
+        from quick_core.admin import requeue_dead_letter
+
+        return requeue_dead_letter(self, self.zone(app, tenant), item_id)

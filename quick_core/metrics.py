@@ -1,0 +1,72 @@
+"""Prometheus metrics from a consumer's events (``pip install 'quick-queue[metrics]'``).
+
+The consumer reports what it does as events to an observer; :class:`PrometheusObserver`
+turns them into counters and histograms, and :func:`serve_metrics` exposes them over HTTP.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from quick_core.errors import MissingDependency
+
+if TYPE_CHECKING:
+    from quick_core.client import Quick
+
+
+def _prometheus() -> Any:
+    try:
+        import prometheus_client
+    except ImportError as err:
+        raise MissingDependency("prometheus_client", "metrics") from err
+    return prometheus_client
+
+
+class PrometheusObserver:
+    """Counts consumer events per app and job type, lease failures by cause, pickup lag."""
+
+    def __init__(self, registry: Any = None) -> None:
+        prom = _prometheus()
+        reg = registry if registry is not None else prom.REGISTRY
+        self.events = prom.Counter(
+            "quick_events_total", "Consumer events by kind and app", ["event", "app"], registry=reg
+        )
+        self.lease_failures = prom.Counter(
+            "quick_pointer_lease_failures_total",
+            "Pointer leases that failed, by cause",
+            ["reason"],
+            registry=reg,
+        )
+        self.pickup = prom.Histogram(
+            "quick_pickup_seconds",
+            "Time from an item's enqueue to its dequeue",
+            ["app"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=reg,
+        )
+        self.scanner_lag = prom.Histogram(
+            "quick_scanner_lag_seconds",
+            "Time from a pointer vesting to its lease",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=reg,
+        )
+
+    def __call__(self, event: str, fields: dict[str, Any]) -> None:
+        zone = fields.get("zone")
+        app = zone.app if zone is not None else ""
+        self.events.labels(event=event, app=app).inc()
+        if event == "pointer_lease_failed":
+            self.lease_failures.labels(reason=str(fields.get("reason"))).inc()
+        elif event == "dequeued":
+            lag_ms = fields["pickup_ms"] - fields["enqueued_ms"]
+            self.pickup.labels(app=app).observe(max(0.0, lag_ms / 1000))
+        elif event == "pointer_leased":
+            self.scanner_lag.observe(max(0.0, fields.get("lag_ms", 0) / 1000))
+
+
+def serve_metrics(q: Quick, port: int, addr: str = "127.0.0.1") -> PrometheusObserver:
+    """Start the HTTP exporter and return the observer to hand to ``q.consumer``."""
+    prom = _prometheus()
+    observer = PrometheusObserver()
+    prom.start_http_server(port, addr=addr)
+    return observer

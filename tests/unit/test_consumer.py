@@ -1,0 +1,332 @@
+"""Consumers: scanner, managers and workers (paper Algorithms 1-3), invariants 4-9."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from quick_core.client import Quick
+from quick_core.clock import ManualClock
+from quick_core.consumer import ConsumerConfig
+from quick_core.errors import PermanentError
+from quick_core.kv import KVTransaction
+from quick_core.records import ZoneId
+from quick_core.registry import JobContext, RetryPolicy
+
+Z = ZoneId("app", "t1")
+IN_ORDER = ConsumerConfig(in_order=True)
+
+
+def test_runs_every_item_of_every_tenant(q: Quick) -> None:
+    seen: list[tuple[str, Any]] = []
+    q.job("job")(lambda payload, ctx: seen.append((ctx.tenant, payload)))
+    for t in range(5):
+        for i in range(4):
+            q.enqueue("job", {"i": i}, app="app", tenant=f"t{t}")
+    assert q.run_until_idle() == 20
+    assert sorted(seen) == sorted((f"t{t}", {"i": i}) for t in range(5) for i in range(4))
+    assert all(q.zones.count(ZoneId("app", f"t{t}")) == 0 for t in range(5))
+
+
+def test_one_visit_takes_at_most_dequeue_max(q: Quick) -> None:
+    q.job("job")(lambda payload, ctx: None)
+    for _ in range(25):
+        q.enqueue("job", b"", app="app", tenant="t1")
+    consumer = q.consumer(ConsumerConfig(in_order=True, dequeue_max=10))
+    [ref] = consumer.scan_once()
+    works = consumer.visit(ref)
+    assert len(works) == 10  # invariant 7: water-filling
+    for w in works:
+        consumer.execute(w)
+    assert q.zones.count(Z) == 15
+    # The pointer was requeued at the zone's minimum vesting time: vested again now.
+    assert len(consumer.scan_once()) == 1
+
+
+def test_fairness_small_zone_not_stuck_behind_big_one(q: Quick) -> None:
+    order: list[str] = []
+    q.job("job")(lambda payload, ctx: order.append(ctx.tenant))
+    q.enqueue_many("job", [b""] * 50, app="app", tenant="big")
+    q.enqueue("job", b"", app="app", tenant="small")
+    consumer = q.consumer(ConsumerConfig(in_order=True, dequeue_max=5))
+    consumer.run_until_idle()
+    assert order.index("small") <= 5
+
+
+def test_transient_failure_backs_off_then_dead_letters(q: Quick, clock: ManualClock) -> None:
+    calls = []
+
+    @q.job("flaky", retry=RetryPolicy(max_attempts=3, backoff_base_s=1, jitter=False))
+    def flaky(payload: Any, ctx: JobContext) -> None:
+        calls.append(ctx.attempt)
+        raise RuntimeError("down")
+
+    item_id = q.enqueue("flaky", b"", app="app", tenant="t1")
+    consumer = q.consumer(IN_ORDER)
+    consumer.run_until_idle()
+    assert calls == [1]
+    item = q.get("app", "t1", item_id)
+    assert item is not None and item.error_count == 1 and "down" in (item.last_error or "")
+    clock.advance(1.01)  # backoff 1 s, then 2 s
+    consumer.run_until_idle()
+    clock.advance(2.01)
+    consumer.run_until_idle()
+    assert calls == [1, 2, 3]
+    assert q.get("app", "t1", item_id) is None
+    [dead] = q.dead_letters()
+    assert dead.item_id == item_id and "down" in dead.reason
+    # Re-drive it.
+    q.requeue_dead_letter("app", "t1", item_id)
+    assert q.dead_letters() == [] and q.get("app", "t1", item_id) is not None
+
+
+def test_inline_retries_then_success(q: Quick) -> None:
+    calls = []
+
+    @q.job("job", retry=RetryPolicy(inline_retries=2))
+    def job(payload: Any, ctx: JobContext) -> None:
+        calls.append(1)
+        if len(calls) < 3:
+            raise RuntimeError("transient")
+
+    q.enqueue("job", b"", app="app", tenant="t1")
+    q.run_until_idle()
+    assert len(calls) == 3 and q.zones.count(Z) == 0
+
+
+def test_permanent_error_dead_letters_at_once(q: Quick) -> None:
+    @q.job("job")
+    def job(payload: Any, ctx: JobContext) -> None:
+        raise PermanentError("bad input")
+
+    q.enqueue("job", b"", app="app", tenant="t1")
+    q.run_until_idle()
+    [dead] = q.dead_letters("app", "t1")
+    assert "bad input" in dead.reason and dead.item is not None
+
+
+def test_unknown_job_type_is_retried_not_lost(q: Quick, clock: ManualClock) -> None:
+    item_id = q.enqueue("unregistered", b"", app="app", tenant="t1")
+    q.run_until_idle()
+    item = q.get("app", "t1", item_id)
+    assert item is not None and "unknown job type" in (item.last_error or "")
+
+
+def test_corrupt_record_goes_to_dead_letters_and_zone_keeps_flowing(q: Quick) -> None:
+    """Invariant 8."""
+    seen = []
+    q.job("job")(lambda payload, ctx: seen.append(ctx.item_id))
+    good = q.enqueue("job", b"", app="app", tenant="t1", priority=1)
+    bad = q.enqueue("job", b"", app="app", tenant="t1", priority=0)
+    tr = q.kv.create_transaction()
+    tr.set(q.keys.item_key(Z, bad), b"\xc1 not msgpack")
+    tr.commit()
+    q.run_until_idle()
+    assert seen == [good]
+    [dead] = q.dead_letters()
+    assert dead.item_id == bad and dead.item is None
+    assert q.zones.count(Z) == 0
+
+
+def test_transactional_handler_commits_effects_with_completion(q: Quick) -> None:
+    """Invariant 9: exactly-once in KV mode."""
+    fail = {"on": True}
+
+    @q.job("tx", transactional=True, retry=RetryPolicy(backoff_base_s=0.001, jitter=False))
+    def tx(payload: Any, ctx: JobContext) -> None:
+        assert ctx.tr is not None
+        ctx.tr.add(b"counter", (1).to_bytes(8, "little"))
+        if fail["on"]:
+            raise RuntimeError("after writing")
+
+    q.enqueue("tx", b"", app="app", tenant="t1")
+    q.run_until_idle()
+    assert q.transact(lambda tr: tr.get(b"counter")) is None  # effects rolled back
+    fail["on"] = False
+    q.clock.sleep(1)  # type: ignore[attr-defined]
+    q.run_until_idle()
+    assert q.transact(lambda tr: tr.get(b"counter")) == (1).to_bytes(8, "little")
+    assert q.zones.count(Z) == 0
+
+
+def test_transactional_handler_with_lost_lease_has_no_effect(q: Quick) -> None:
+    @q.job("tx", transactional=True)
+    def tx(payload: Any, ctx: JobContext) -> None:
+        assert ctx.tr is not None
+        ctx.tr.set(b"effect", b"1")
+
+    item_id = q.enqueue("tx", b"", app="app", tenant="t1")
+    consumer = q.consumer(IN_ORDER)
+    [ref] = consumer.scan_once()
+    [work] = consumer.visit(ref)
+    q.zones.cancel(Z, item_id)  # someone else takes the item away
+    assert consumer.execute(work) == "lease_lost"
+    assert q.transact(lambda tr: tr.get(b"effect")) is None
+
+
+def test_at_most_once_never_redelivered(q: Quick, clock: ManualClock) -> None:
+    calls = []
+
+    @q.job("once", delivery="at_most_once")
+    def once(payload: Any, ctx: JobContext) -> None:
+        calls.append(1)
+        raise RuntimeError("fails")
+
+    q.enqueue("once", b"", app="app", tenant="t1")
+    q.run_until_idle()
+    clock.advance(3600)
+    q.run_until_idle()
+    assert calls == [1] and q.zones.count(Z) == 0
+
+
+def test_ttl_expired_item_dead_lettered_not_run(q: Quick, clock: ManualClock) -> None:
+    calls = []
+    q.job("job")(lambda payload, ctx: calls.append(1))
+    q.enqueue("job", b"", app="app", tenant="t1", delay=10, ttl=5)
+    clock.advance(11)
+    q.run_until_idle()
+    assert calls == []
+    [dead] = q.dead_letters()
+    assert dead.reason.startswith("expired")
+
+
+def test_max_concurrency_per_job_type(q: Quick) -> None:
+    q.job("limited", max_concurrency=2)(lambda payload, ctx: None)
+    for _ in range(5):
+        q.enqueue("limited", b"", app="app", tenant="t1")
+    consumer = q.consumer(ConsumerConfig(in_order=True, dequeue_max=10))
+    [ref] = consumer.scan_once()
+    assert len(consumer.visit(ref)) == 2
+
+
+# --- threaded runtime (real time) ----------------------------------------------------
+
+
+@pytest.fixture
+def rq(backend: str, tmp_path):  # type: ignore[no-untyped-def]
+    from tests.conftest import store_url
+
+    quick = Quick.open(store_url(backend, tmp_path))
+    yield quick
+    quick.close()
+
+
+def wait_until(cond: Any, timeout: float = 10.0) -> bool:
+    end = time.time() + timeout
+    while time.time() < end:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return bool(cond())
+
+
+def test_threaded_consumer_runs_everything(rq: Quick) -> None:
+    done: list[str] = []
+    lock = threading.Lock()
+
+    @rq.job("job")
+    def job(payload: Any, ctx: JobContext) -> None:
+        with lock:
+            done.append(ctx.item_id)
+
+    ids = {rq.enqueue("job", b"", app="app", tenant=f"t{i % 7}") for i in range(200)}
+    consumer = rq.consumer(ConsumerConfig(idle_sleep_s=0.005))
+    consumer.start()
+    try:
+        assert wait_until(lambda: len(done) >= 200)
+    finally:
+        consumer.stop()
+    assert set(done) == ids
+
+
+def test_lost_lease_interrupts_running_handler(rq: Quick) -> None:
+    started, interrupted = threading.Event(), threading.Event()
+
+    @rq.job("slow")
+    def slow(payload: Any, ctx: JobContext) -> None:
+        started.set()
+        try:
+            for _ in range(1000):
+                time.sleep(0.01)
+        except BaseException:
+            interrupted.set()
+            raise
+
+    item_id = rq.enqueue("slow", b"", app="app", tenant="t1")
+    consumer = rq.consumer(ConsumerConfig(item_lease_s=0.6, lease_extend_s=0.3, idle_sleep_s=0.005))
+    consumer.start()
+    try:
+        assert started.wait(5)
+        rq.cancel("app", "t1", item_id)  # the lease is gone: next extension fails
+        assert interrupted.wait(5)
+        assert wait_until(lambda: consumer.stats["lease_lost"] >= 1)
+    finally:
+        consumer.stop()
+
+
+def test_lease_extended_while_handler_runs(rq: Quick) -> None:
+    done = threading.Event()
+
+    @rq.job("slow")
+    def slow(payload: Any, ctx: JobContext) -> None:
+        time.sleep(1.0)
+        done.set()
+
+    rq.enqueue("slow", b"", app="app", tenant="t1")
+    consumer = rq.consumer(ConsumerConfig(item_lease_s=0.4, lease_extend_s=0.2, idle_sleep_s=0.005))
+    consumer.start()
+    try:
+        assert done.wait(5)
+        assert wait_until(lambda: rq.zones.count(Z) == 0)
+    finally:
+        consumer.stop()
+    assert consumer.stats["lease_extended"] >= 2
+    assert consumer.stats["started"] == 1  # never ran twice
+
+
+def test_execution_bound_interrupts_and_requeues(rq: Quick) -> None:
+    @rq.job("stuck", execution_bound_s=0.2, retry=RetryPolicy(backoff_base_s=60))
+    def stuck(payload: Any, ctx: JobContext) -> None:
+        while True:
+            time.sleep(0.01)
+
+    item_id = rq.enqueue("stuck", b"", app="app", tenant="t1")
+    consumer = rq.consumer(ConsumerConfig(idle_sleep_s=0.005, lease_extend_s=0.1))
+    consumer.start()
+    try:
+        assert wait_until(lambda: consumer.stats["requeued"] >= 1)
+    finally:
+        consumer.stop()
+    item = rq.get("app", "t1", item_id)
+    assert item is not None and "execution bound" in (item.last_error or "")
+
+
+def test_graceful_shutdown_gives_back_leases(rq: Quick) -> None:
+    started = threading.Event()
+
+    @rq.job("slow")
+    def slow(payload: Any, ctx: JobContext) -> None:
+        started.set()
+        while True:
+            time.sleep(0.01)
+
+    item_id = rq.enqueue("slow", b"", app="app", tenant="t1")
+    consumer = rq.consumer(ConsumerConfig(idle_sleep_s=0.005, shutdown_deadline_s=0.3))
+    consumer.start()
+    assert started.wait(5)
+    consumer.stop()
+    item = rq.get("app", "t1", item_id)
+    assert item is not None and item.lease_id is None and item.error_count == 0
+    assert rq.zones.peek(Z, 1)  # vested again at once, for the next consumer
+
+
+def test_enqueue_in_user_transaction_with_kv_helper(rq: Quick) -> None:
+    def body(tr: KVTransaction) -> None:
+        rq.enqueue("job", b"", app="app", tenant="t1", tr=tr)
+        rq.enqueue("job", b"", app="app", tenant="t1", tr=tr)
+
+    rq.transact(body)
+    assert rq.zones.count(Z) == 2

@@ -1,0 +1,145 @@
+"""The top-level queue: pointers, the two-part enqueue, pointer GC (invariants 1-3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from quick_core.client import Quick
+from quick_core.clock import ManualClock
+from quick_core.consumer import ConsumerConfig
+from quick_core.errors import ZoneLeaseFailed
+from quick_core.kv import KVError, KVTransaction
+from quick_core.records import ZoneId
+
+Z = ZoneId("app", "t1")
+
+
+def test_enqueue_creates_one_pointer_per_zone(q: Quick) -> None:
+    for _ in range(3):
+        q.enqueue("job", b"", app="app", tenant="t1")
+    q.enqueue("job", b"", app="app", tenant="t2")
+    pointers = q.toplevel.list_pointers(0)
+    assert sorted(p.zone.tenant for p in pointers) == ["t1", "t2"]
+
+
+def test_pointer_pulled_earlier_by_part_two(q: Quick, clock: ManualClock) -> None:
+    q.enqueue("job", b"", app="app", tenant="t1", delay=100)
+    assert q.toplevel.get_pointer(Z).vesting_ms == int(clock.now() * 1000) + 100_000  # type: ignore[union-attr]
+    q.enqueue("job", b"", app="app", tenant="t1", delay=1)
+    assert q.toplevel.get_pointer(Z).vesting_ms == int(clock.now() * 1000) + 1_000  # type: ignore[union-attr]
+    assert q.toplevel.peek_pointers(0, 10) == []
+    clock.advance(1)
+    assert len(q.toplevel.peek_pointers(0, 10)) == 1
+
+
+def test_user_transaction_abort_leaves_no_item_and_no_pointer(q: Quick) -> None:
+    class Abort(Exception):
+        pass
+
+    def body(tr: KVTransaction) -> None:
+        tr.set(b"user/1", b"alice")
+        q.enqueue("job", b"welcome", app="app", tenant="t1", tr=tr)
+        raise Abort
+
+    with pytest.raises(Abort):
+        q.transact(body)
+    assert q.zones.count(Z) == 0
+    assert q.toplevel.get_pointer(Z) is None
+    assert q.transact(lambda tr: tr.get(b"user/1")) is None
+
+
+def test_user_transaction_commits_data_and_item_together(q: Quick) -> None:
+    def body(tr: KVTransaction) -> str:
+        tr.set(b"user/1", b"alice")
+        return q.enqueue("job", b"welcome", app="app", tenant="t1", tr=tr)
+
+    item_id = q.transact(body)
+    assert q.transact(lambda tr: tr.get(b"user/1")) == b"alice"
+    assert q.get("app", "t1", item_id) is not None
+    assert q.toplevel.get_pointer(Z) is not None
+
+
+def test_pointer_lease_never_aborts_a_user_enqueue(q: Quick) -> None:
+    """Invariant 3: the enqueue reads the pointer index, the lease writes the record."""
+    q.enqueue("job", b"first", app="app", tenant="t1")
+    user = q.kv.create_transaction()
+    user.get_read_version()
+    q.enqueue("job", b"second", app="app", tenant="t1", tr=user)
+    [ref] = q.toplevel.peek_pointers(0, 10)
+    q.toplevel.obtain_pointer_lease(ref, 1_000)  # a consumer commits its lease meanwhile
+    user.commit()  # must not raise not_committed
+    assert q.zones.count(Z) == 2
+
+
+def test_concurrent_pointer_leases_one_wins(q: Quick) -> None:
+    q.enqueue("job", b"", app="app", tenant="t1")
+    [ref] = q.toplevel.peek_pointers(0, 10)
+    q.toplevel.obtain_pointer_lease(ref, 1_000)
+    with pytest.raises(ZoneLeaseFailed) as err:
+        q.toplevel.obtain_pointer_lease(ref, 1_000)
+    assert err.value.reason == "moved"
+
+
+def test_pointer_collected_after_min_inactive(q: Quick, clock: ManualClock) -> None:
+    q.enqueue("job", b"", app="app", tenant="t1")
+    q.job("job")(lambda payload, ctx: None)
+    consumer = q.consumer(ConsumerConfig(in_order=True, min_inactive_s=5))
+    assert consumer.run_until_idle() == 1
+    assert q.toplevel.get_pointer(Z) is not None  # empty, but not for min_inactive yet
+    clock.advance(5.01)
+    consumer.run_until_idle()
+    assert q.toplevel.get_pointer(Z) is None
+    assert q.toplevel.count_pointers(0) == 0
+    # A new enqueue recreates it (invariant 1).
+    q.enqueue("job", b"", app="app", tenant="t1")
+    assert q.toplevel.get_pointer(Z) is not None
+
+
+def test_pointer_delete_conflicts_with_racing_enqueue(q: Quick, clock: ManualClock) -> None:
+    """Invariant 2: the deleting transaction read the zone and the pointer index."""
+    q.enqueue("job", b"", app="app", tenant="t1")
+    q.job("job")(lambda payload, ctx: None)
+    consumer = q.consumer(ConsumerConfig(in_order=True, min_inactive_s=1))
+    consumer.run_until_idle()
+    clock.advance(2)
+    [ref] = q.toplevel.peek_pointers(0, 10)
+    pointer = q.toplevel.obtain_pointer_lease(ref, 1_000)
+    raced = {"done": False}
+
+    def zone_is_empty(tr: KVTransaction) -> bool:
+        empty = q.zones.zone_is_empty(tr, Z)
+        if not raced["done"]:
+            raced["done"] = True
+            q.enqueue("job", b"late", app="app", tenant="t1")  # commits in between
+        return empty
+
+    outcome = q.toplevel.requeue_pointer(
+        pointer,
+        lambda tr: q.zones.min_vesting_in(tr, Z),
+        zone_is_empty,
+        min_inactive_ms=1_000,
+        active=False,
+    )
+    assert outcome == "requeued"  # the retry saw the new item
+    assert q.toplevel.get_pointer(Z) is not None
+    assert consumer.run_until_idle() == 1
+
+
+def test_sharded_top_level_queue(backend: str, tmp_path, clock: ManualClock) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import store_url
+
+    q = Quick.open(store_url(backend, tmp_path), clock=clock, shards=4)
+    seen = []
+    q.job("job")(lambda payload, ctx: seen.append(ctx.tenant))
+    for i in range(40):
+        q.enqueue("job", b"", app="app", tenant=f"t{i}")
+    per_shard = [q.toplevel.count_pointers(s) for s in range(4)]
+    assert sum(per_shard) == 40 and all(n > 0 for n in per_shard)
+    assert q.run_until_idle() == 40
+    assert sorted(seen) == sorted(f"t{i}" for i in range(40))
+    q.close()
+
+
+def test_kv_error_is_storage_error() -> None:
+    err = KVError(1020)
+    assert err.retryable and err.name == "not_committed"

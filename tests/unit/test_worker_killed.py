@@ -1,0 +1,76 @@
+"""A worker process killed with SIGKILL mid-item on SQLite: after the lease expires another
+worker completes the item, and nothing is lost (invariant 5)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from quick_core.client import Quick
+from quick_core.consumer import ConsumerConfig
+from quick_core.registry import JobContext
+
+WORKER = textwrap.dedent(
+    """
+    import sys, time, pathlib
+    from quick_core.client import Quick
+    from quick_core.consumer import ConsumerConfig
+    q = Quick.open(sys.argv[1])
+    marker = pathlib.Path(sys.argv[2])
+
+    @q.job("job")
+    def job(payload, ctx):
+        marker.write_text(ctx.item_id)
+        time.sleep(3600)
+
+    q.consumer(ConsumerConfig(item_lease_s=1.0, idle_sleep_s=0.01)).run_forever()
+    """
+)
+
+
+def test_item_of_killed_worker_runs_again(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    marker = tmp_path / "started"
+    producer = Quick.open(url)
+    item_ids = {producer.enqueue("job", {"n": i}, app="app", tenant="t") for i in range(5)}
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen([sys.executable, "-c", WORKER, url, str(marker)], env=env)
+    try:
+        deadline = time.time() + 20
+        while not marker.exists() and time.time() < deadline:
+            time.sleep(0.02)
+        assert marker.exists(), "the worker never started an item"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    killed_item = marker.read_text()
+
+    done: list[str] = []
+    lock = threading.Lock()
+
+    @producer.job("job")
+    def job(payload: Any, ctx: JobContext) -> None:
+        with lock:
+            done.append(ctx.item_id)
+
+    consumer = producer.consumer(ConsumerConfig(idle_sleep_s=0.01))
+    consumer.start()
+    try:
+        deadline = time.time() + 20
+        while set(done) != item_ids and time.time() < deadline:
+            time.sleep(0.05)
+    finally:
+        consumer.stop()
+    assert set(done) == item_ids
+    assert killed_item in done
+    assert producer.zones.count(producer.zone("app", "t")) == 0
+    producer.close()
