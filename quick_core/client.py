@@ -40,7 +40,7 @@ from quick_core.validation import (
     check_seconds,
     encode_payload,
 )
-from quick_core.zones import KVZoneStore
+from quick_core.zones import KVZoneStore, new_item_id
 from quick_core.zonestore import NewItem
 
 T = TypeVar("T")
@@ -144,6 +144,10 @@ class Quick:
         check_priority(priority)
         if item_id is not None:
             check_name("item_id", item_id)
+        else:
+            # Chosen before the transaction runs, so a retry after commit_unknown_result
+            # finds the item it already wrote instead of writing a second one.
+            item_id = new_item_id()
         ttl_s = ttl if ttl is not None else (job.ttl_s if job is not None else None)
         if ttl_s is not None:
             check_seconds("ttl", ttl_s)

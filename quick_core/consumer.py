@@ -437,9 +437,11 @@ class Consumer:
                 self._emit("dead_lettered", zone=zone, item_id=item.item_id, reason=reason)
                 return "dead_lettered"
             delay = policy.backoff_s(errors, self.rng)
-            self.zones.requeue(
+            requeued = self.zones.requeue(
                 zone, item.item_id, item.lease_id or "", int(delay * 1000), error=reason
             )
+            # The pointer was requeued at this item's lease end; bring it forward.
+            self.toplevel.pull_pointer_earlier(zone, requeued.vesting_ms)
             self._emit("requeued", zone=zone, item_id=item.item_id, delay_s=delay)
             return "requeued"
         except (LeaseLost, ItemNotFound):
@@ -458,9 +460,10 @@ class Consumer:
     def _give_back(self, work: Work) -> str:
         """Release a lease on shutdown without counting an error."""
         try:
-            self.zones.requeue(
+            released = self.zones.requeue(
                 work.zone, work.item.item_id, work.item.lease_id or "", 0, count_error=False
             )
+            self.toplevel.pull_pointer_earlier(work.zone, released.vesting_ms)
         except (QuickError, OSError):
             pass  # the lease expires on its own
         self._emit("released", zone=work.zone, item_id=work.item.item_id)

@@ -83,8 +83,11 @@ def test_concurrent_pointer_leases_one_wins(q: Quick) -> None:
 def test_pointer_collected_after_min_inactive(q: Quick, clock: ManualClock) -> None:
     q.enqueue("job", b"", app="app", tenant="t1")
     q.job("job")(lambda payload, ctx: None)
-    consumer = q.consumer(ConsumerConfig(in_order=True, min_inactive_s=5))
+    consumer = q.consumer(ConsumerConfig(in_order=True, min_inactive_s=5, item_lease_s=2))
     assert consumer.run_until_idle() == 1
+    # The pointer was requeued at the item's lease end, before the item completed.
+    clock.advance(2.01)
+    consumer.run_until_idle()
     assert q.toplevel.get_pointer(Z) is not None  # empty, but not for min_inactive yet
     clock.advance(5.01)
     consumer.run_until_idle()
@@ -99,9 +102,9 @@ def test_pointer_delete_conflicts_with_racing_enqueue(q: Quick, clock: ManualClo
     """Invariant 2: the deleting transaction read the zone and the pointer index."""
     q.enqueue("job", b"", app="app", tenant="t1")
     q.job("job")(lambda payload, ctx: None)
-    consumer = q.consumer(ConsumerConfig(in_order=True, min_inactive_s=1))
+    consumer = q.consumer(ConsumerConfig(in_order=True, min_inactive_s=1, item_lease_s=1))
     consumer.run_until_idle()
-    clock.advance(2)
+    clock.advance(2.01)
     [ref] = q.toplevel.peek_pointers(0, 10)
     pointer = q.toplevel.obtain_pointer_lease(ref, 1_000)
     raced = {"done": False}
