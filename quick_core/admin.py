@@ -142,8 +142,8 @@ def requeue_dead_letter(q: Quick, zone: ZoneId, item_id: str) -> str:
             ),
         )
 
-    new_id, vesting, existed = run(q.kv, move)
-    if existed:
+    new_id, vesting, needs_pull = run(q.kv, move)
+    if needs_pull:
         q.toplevel.pull_pointer_earlier(zone, vesting)
     return new_id
 

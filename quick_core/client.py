@@ -188,9 +188,9 @@ class Quick:
         new = self._new_item(job_type, payload, delay, priority, item_id, ttl)
         if tr is None:
             return self.zones.enqueue(zone, new)
-        item_id_out, vesting, existed = self.zones.enqueue_in(tr, zone, new)
+        item_id_out, vesting, needs_pull = self.zones.enqueue_in(tr, zone, new)
         pending: list[_PendingPull] | None = getattr(self._pending, "pulls", None)
-        if existed and pending is not None:
+        if needs_pull and pending is not None:
             pending.append(_PendingPull(zone, vesting))
         return item_id_out
 
@@ -209,16 +209,16 @@ class Quick:
         items = [self._new_item(job_type, p, delay, priority, None, None) for p in payloads]
 
         def write(tr: KVTransaction) -> tuple[list[str], int, bool]:
-            ids, earliest, existed = [], 2**62, False
+            ids, earliest, needs_pull = [], 2**62, False
             for item in items:
-                item_id, vesting, ex = self.zones.enqueue_in(tr, zone, item)
+                item_id, vesting, pull = self.zones.enqueue_in(tr, zone, item)
                 ids.append(item_id)
                 earliest = min(earliest, vesting)
-                existed = existed or ex
-            return ids, earliest, existed
+                needs_pull = needs_pull or pull
+            return ids, earliest, needs_pull
 
-        ids, earliest, existed = run(self.kv, write)
-        if existed and ids:
+        ids, earliest, needs_pull = run(self.kv, write)
+        if needs_pull and ids:
             self.toplevel.pull_pointer_earlier(zone, earliest)
         return ids
 

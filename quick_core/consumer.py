@@ -28,6 +28,7 @@ from quick_core.election import Election, Leadership, LocalElection, new_candida
 from quick_core.errors import (
     ItemNotFound,
     LeaseLost,
+    Nack,
     PermanentError,
     QuickError,
     StorageError,
@@ -359,6 +360,8 @@ class Consumer:
                 return "lease_lost"
             except PermanentError as err:
                 return self._fail(work, job, _describe(err), permanent=True)
+            except Nack as nack:
+                return self._nack(work, nack)
             except Exception as err:
                 error = err
             if error is None:
@@ -451,6 +454,30 @@ class Consumer:
             # The lease expires and the item runs again: at-least-once holds.
             self._emit("requeue_error", zone=zone, item_id=item.item_id, error=str(err))
             return "lease_lost"
+
+    def _nack(self, work: Work, nack: Nack) -> str:
+        zone, item = work.zone, work.item
+        if item.delivery == "at_most_once":
+            self._emit("failed", zone=zone, item_id=item.item_id, reason="nack", redelivered=False)
+            return "failed"
+        try:
+            requeued = self.zones.requeue(
+                zone,
+                item.item_id,
+                item.lease_id or "",
+                int(max(0.0, nack.delay_s) * 1000),
+                count_error=False,
+                meta=nack.meta,
+            )
+        except (LeaseLost, ItemNotFound):
+            self._emit("lease_lost", zone=zone, item_id=item.item_id, where="nack")
+            return "lease_lost"
+        except StorageError as err:
+            self._emit("requeue_error", zone=zone, item_id=item.item_id, error=str(err))
+            return "lease_lost"
+        self.toplevel.pull_pointer_earlier(zone, requeued.vesting_ms)
+        self._emit("nacked", zone=zone, item_id=item.item_id, delay_s=nack.delay_s)
+        return "nacked"
 
     def registry_default_retry(self) -> Any:
         from quick_core.registry import RetryPolicy

@@ -150,3 +150,13 @@ class TransientError(HandlerError):
 
 class PermanentError(HandlerError):
     """The handler failed in a way no retry will fix; the item goes to dead letters."""
+
+
+class Nack(HandlerError):
+    """Raised by a handler to hand the item back: it runs again after ``delay_s`` without
+    counting an error, with ``meta`` merged into its metadata."""
+
+    def __init__(self, delay_s: float = 0.0, meta: dict[str, object] | None = None) -> None:
+        super().__init__(f"nack, retry in {delay_s}s")
+        self.delay_s = delay_s
+        self.meta = dict(meta or {})

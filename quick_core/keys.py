@@ -30,6 +30,7 @@ def _tup(*parts: object) -> bytes:
     packed: bytes = fdbtuple.pack(parts)
     return packed
 
+
 # Local work items of a top-level queue live in a zone whose app is this reserved name.
 LOCAL_APP = "\x00local"
 

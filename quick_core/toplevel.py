@@ -59,17 +59,30 @@ class TopLevelQueue:
     ) -> bool:
         """Part one of the two-part enqueue, inside the caller's transaction.
 
-        Reads the pointer index entry (never the pointer record). If it is absent, creates
-        the pointer vesting at ``vesting_ms``; returns True then. If present and
+        Reads the pointer index entry (never the pointer record with a conflict). If it is
+        absent, creates the pointer vesting at ``vesting_ms``. If present and
         ``declare_conflict`` (external-store mode), declares a write conflict on the index
         key so a concurrent pointer deletion that read it aborts.
+
+        Returns True when part two (:meth:`pull_pointer_earlier`) is needed: the pointer
+        exists, is idle, and vests later than ``vesting_ms``. That is learnt from a
+        snapshot read of the pointer record, which adds no read conflict, so a consumer's
+        pointer lease still cannot abort this transaction (invariant 3). A stale answer
+        is safe: a pointer's holder requeues it in a transaction that reads the zone.
         """
         shard = self.shard_for(zone)
         index_key = self.keys.pointer_index_key(self.cluster, shard, zone)
-        if tr.get(index_key) is not None:
+        index = tr.get(index_key)
+        if index is not None:
             if declare_conflict:
                 tr.add_write_conflict_key(index_key)
-            return False
+            try:
+                current = self._read_pointer(tr, shard, index.decode(), snapshot=True)
+            except CorruptRecord:
+                return True
+            return (
+                current is not None and current.lease_id is None and current.vesting_ms > vesting_ms
+            )
         pointer = Pointer(
             pointer_id=secrets.token_hex(8),
             zone=zone,
@@ -79,7 +92,7 @@ class TopLevelQueue:
         )
         self._write_pointer(tr, shard, pointer)
         tr.set(index_key, pointer.pointer_id.encode())
-        return True
+        return False
 
     def pull_pointer_earlier(self, zone: ZoneId, vesting_ms: int) -> None:
         """Part two: in its own transaction, move an idle pointer's vesting earlier.

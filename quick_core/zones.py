@@ -134,15 +134,15 @@ class KVZoneStore:
     def enqueue_in(self, tr: KVTransaction, zone: ZoneId, item: NewItem) -> tuple[str, int, bool]:
         """Part one of the enqueue in ``tr``: item, order entry, count, pointer check.
 
-        Returns (item_id, vesting_ms, pointer_existed). An existing caller-chosen id makes
-        this a no-op (idempotent enqueue).
+        Returns (item_id, vesting_ms, needs_pull): whether part two must pull the zone's
+        pointer earlier. An existing id makes this a no-op (idempotent enqueue).
         """
         now = now_ms(self.clock)
         item_id = item.item_id if item.item_id is not None else new_item_id()
         if item.item_id is not None:
             check_name("item_id", item.item_id)
             if tr.get(self.keys.item_key(zone, item_id)) is not None:
-                return item_id, now, True
+                return item_id, now, False
         vesting = now + item.delay_ms
         record = WorkItem(
             item_id=item_id,
@@ -158,16 +158,16 @@ class KVZoneStore:
         self._write_item(tr, zone, record)
         tr.set(self.keys.order_key(zone, item.priority, vesting, item_id), b"")
         tr.add(self.keys.count_key(zone), pack_i64(1))
-        created = self.toplevel.ensure_pointer(tr, zone, vesting)
-        return item_id, vesting, not created
+        needs_pull = self.toplevel.ensure_pointer(tr, zone, vesting)
+        return item_id, vesting, needs_pull
 
     def enqueue(self, zone: ZoneId, item: NewItem, *, tr: KVTransaction | None = None) -> str:
         """Enqueue on its own (both parts) or inside ``tr`` (part one only; the caller's
         ``Queue.transact`` runs part two after its commit)."""
         if tr is not None:
             return self.enqueue_in(tr, zone, item)[0]
-        item_id, vesting, existed = run(self.kv, lambda t: self.enqueue_in(t, zone, item))
-        if existed:
+        item_id, vesting, needs_pull = run(self.kv, lambda t: self.enqueue_in(t, zone, item))
+        if needs_pull:
             self.toplevel.pull_pointer_earlier(zone, vesting)
         return item_id
 
@@ -373,11 +373,19 @@ class KVZoneStore:
         *,
         error: str | None = None,
         count_error: bool = True,
+        meta: dict[str, object] | None = None,
     ) -> WorkItem:
         return run(
             self.kv,
             lambda tr: self.requeue_in(
-                tr, zone, item_id, lease_id, delay_ms, error=error, count_error=count_error
+                tr,
+                zone,
+                item_id,
+                lease_id,
+                delay_ms,
+                error=error,
+                count_error=count_error,
+                meta=meta,
             ),
         )
 

@@ -84,8 +84,10 @@ class ZoneStore(Protocol):
         *,
         error: str | None = None,
         count_error: bool = True,
+        meta: dict[str, object] | None = None,
     ) -> WorkItem:
-        """Release the lease and vest the item again after ``delay_ms``; error count + 1."""
+        """Release the lease and vest the item again after ``delay_ms``; error count + 1
+        unless ``count_error`` is False; ``meta`` is merged into the item's metadata."""
         ...
 
     def complete(
