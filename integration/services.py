@@ -16,12 +16,14 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -67,18 +69,85 @@ def _die_with_parent() -> None:
         libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
 
 
+@dataclass(frozen=True)
+class TLSFiles:
+    """PEM files for a TLS-only server: its certificate and key, and the CA that signed it."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
+def make_tls_files(folder: Path) -> TLSFiles:
+    """A throwaway CA and a server certificate for 127.0.0.1 (needs ``cryptography``)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "quick test CA")])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, HOST)]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(HOST))]),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    files = TLSFiles(folder / "server.pem", folder / "server.key", folder / "ca.pem")
+    files.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    files.key.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
+    files.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    return files
+
+
 class Service:
     """One server process on a fixed port; subclasses say how to run and ping it."""
 
     binary_name = ""
-    scheme = ""
 
-    def __init__(self, *, port: int | None = None, start_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        tls: TLSFiles | None = None,
+        start_timeout: float = 10.0,
+    ) -> None:
         binary = find_binary(self.binary_name)
         if binary is None:
             raise ServiceUnavailable(self.binary_name)
         self.binary = binary
         self.port = port or free_port()
+        self.tls = tls
         self.start_timeout = start_timeout
         self.workdir = Path(tempfile.mkdtemp(prefix=f"quick-{self.binary_name}-"))
         self._proc: subprocess.Popen[bytes] | None = None
@@ -97,7 +166,8 @@ class Service:
 
     @property
     def url(self) -> str:
-        return f"{self.scheme}://{HOST}:{self.port}"
+        """The URL an election opens to reach this server."""
+        raise NotImplementedError
 
     @property
     def pid(self) -> int | None:
@@ -198,11 +268,10 @@ class Service:
                     f"{self.binary_name} exited with {code} on port {self.port}:\n{self.log_tail()}"
                 )
             try:
-                with socket.create_connection((HOST, self.port), timeout=0.5) as sock:
-                    sock.settimeout(0.5)
+                with self._connect() as sock:
                     if self.ping(sock):
                         return
-            except OSError:
+            except OSError:  # includes ssl.SSLError
                 pass
             time.sleep(0.02)
         self.kill()
@@ -210,6 +279,14 @@ class Service:
             f"{self.binary_name} did not answer on port {self.port} within "
             f"{self.start_timeout}s:\n{self.log_tail()}"
         )
+
+    def _connect(self) -> socket.socket:
+        sock = socket.create_connection((HOST, self.port), timeout=0.5)
+        sock.settimeout(0.5)
+        if self.tls is None:
+            return sock
+        ctx = ssl.create_default_context(cafile=str(self.tls.ca))
+        return ctx.wrap_socket(sock, server_hostname=HOST)
 
 
 def _read_line(sock: socket.socket) -> bytes:
@@ -226,12 +303,34 @@ class RedisServer(Service):
     """``redis-server`` with persistence off, so a restart starts empty."""
 
     binary_name = "redis-server"
-    scheme = "redis"
+
+    @property
+    def url(self) -> str:
+        if self.tls is None:
+            return f"redis://{HOST}:{self.port}/0"
+        return f"rediss://{HOST}:{self.port}/0?ssl_ca_certs={self.tls.ca}"
 
     def argv(self) -> list[str]:
+        if self.tls is None:
+            listen = ["--port", str(self.port)]
+        else:
+            listen = [
+                "--port",
+                "0",
+                "--tls-port",
+                str(self.port),
+                "--tls-cert-file",
+                str(self.tls.cert),
+                "--tls-key-file",
+                str(self.tls.key),
+                "--tls-ca-cert-file",
+                str(self.tls.ca),
+                "--tls-auth-clients",
+                "no",
+            ]
         return [
             self.binary,
-            "--port", str(self.port),
+            *listen,
             "--bind", HOST,
             "--save", "",
             "--appendonly", "no",
@@ -249,10 +348,17 @@ class MemcachedServer(Service):
     """``memcached`` with a small cache and UDP off."""
 
     binary_name = "memcached"
-    scheme = "memcached"
+
+    @property
+    def url(self) -> str:
+        if self.tls is None:
+            return f"memcached://{HOST}:{self.port}"
+        return f"memcached://{HOST}:{self.port}?tls_ca_certs={self.tls.ca}"
 
     def argv(self) -> list[str]:
         argv = [self.binary, "-l", HOST, "-p", str(self.port), "-U", "0", "-m", "16"]
+        if self.tls is not None:
+            argv += ["-Z", "-o", f"ssl_chain_cert={self.tls.cert},ssl_key={self.tls.key}"]
         if os.geteuid() == 0:
             argv += ["-u", "root"]  # memcached refuses to run as root unless told to
         return argv
@@ -262,7 +368,7 @@ class MemcachedServer(Service):
         return _read_line(sock).startswith(b"VERSION")
 
 
-SERVICES: dict[str, Callable[[], Service]] = {
+SERVICES: dict[str, Callable[..., Service]] = {
     "redis": RedisServer,
     "memcached": MemcachedServer,
 }

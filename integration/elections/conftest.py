@@ -16,10 +16,22 @@ from pathlib import Path
 import pytest
 
 try:
-    from integration.services import SERVICES, Service, ServiceUnavailable
+    from integration.services import (
+        SERVICES,
+        Service,
+        ServiceUnavailable,
+        TLSFiles,
+        make_tls_files,
+    )
 except ImportError:  # plain `pytest` (not `python -m pytest`) leaves the repo off sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from integration.services import SERVICES, Service, ServiceUnavailable
+    from integration.services import (
+        SERVICES,
+        Service,
+        ServiceUnavailable,
+        TLSFiles,
+        make_tls_files,
+    )
 
 from quick_core.election import Election, LocalElection
 
@@ -32,13 +44,13 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-def _start(kind: str) -> Service:
+def _start(kind: str, tls: TLSFiles | None = None) -> Service:
     try:
         __import__(DRIVERS[kind])
     except ImportError:
         _unavailable(f"Python driver {DRIVERS[kind]!r} is not installed")
     try:
-        service = SERVICES[kind]()
+        service = SERVICES[kind](tls=tls)
     except ServiceUnavailable as err:
         _unavailable(str(err))
         raise  # unreachable: _unavailable always raises
@@ -131,6 +143,34 @@ def server_kit(request: pytest.FixtureRequest) -> Iterator[Kit]:
     """Server-backed implementations on a private server the test may kill or pause."""
     kind: str = request.param
     server = _start(kind)
+    made = _kit(kind, server)
+    try:
+        yield made
+    finally:
+        made.close()
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
+    """A throwaway CA and server certificate for 127.0.0.1."""
+    try:
+        import cryptography  # noqa: F401
+    except ImportError:
+        _unavailable("'cryptography' is needed to make test certificates")
+    return make_tls_files(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("memcached", marks=pytest.mark.memcached),
+    ]
+)
+def tls_kit(request: pytest.FixtureRequest, tls_files: TLSFiles) -> Iterator[Kit]:
+    """Server-backed implementations on a private TLS-only server."""
+    kind: str = request.param
+    server = _start(kind, tls=tls_files)
     made = _kit(kind, server)
     try:
         yield made

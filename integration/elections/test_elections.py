@@ -325,3 +325,14 @@ def test_open_election_uses_the_injected_clock(server_kit: Kit, name: str) -> No
         assert renewed is not None and renewed.expires_at == 1_003.0
     finally:
         election.close()
+
+
+def test_tls_passthrough_to_a_tls_only_server(tls_kit: Kit, name: str) -> None:
+    assert tls_kit.server is not None
+    assert "ca" in tls_kit.server.url  # the URL carries the CA file for verification
+    a, b = tls_kit.open(), tls_kit.open()
+    lease = a.try_acquire(name, "a", TTL)
+    assert lease is not None
+    assert b.try_acquire(name, "b", TTL) is None
+    assert a.renew(lease, TTL) is not None
+    assert a.release(lease) is True
