@@ -194,6 +194,14 @@ class Quick:
             pending.append(_PendingPull(zone, vesting))
         return item_id_out
 
+    def enqueue_local(
+        self, job_type: str, payload: Any = b"", *, shard: int = 0, delay: float = 0.0
+    ) -> str:
+        """Enqueue a local work item: work about the cluster itself (maintenance, sweeps)
+        kept in the top-level queue's own key range, run by the same consumers."""
+        zone = self.toplevel.local_zone(shard)
+        return self.zones.enqueue(zone, self._new_item(job_type, payload, delay, 0, None, None))
+
     def enqueue_many(
         self,
         job_type: str,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from quick_core.clock import Clock, SystemClock, now_ms
 from quick_core.errors import CorruptRecord, ZoneLeaseFailed
-from quick_core.keys import KeySpace, shard_of
+from quick_core.keys import LOCAL_APP, KeySpace, shard_of
 from quick_core.kv import KVError, KVStore, KVTransaction, run
 from quick_core.records import Pointer, ZoneId, decode_pointer, encode_pointer
 
@@ -50,7 +50,15 @@ class TopLevelQueue:
         self.clock = clock or SystemClock()
 
     def shard_for(self, zone: ZoneId) -> int:
+        if zone.app == LOCAL_APP:  # a shard's local zone lives in that shard
+            return int(zone.tenant.rpartition("/")[2])
         return shard_of(zone, self.shards)
+
+    def local_zone(self, shard: int = 0) -> ZoneId:
+        """The zone of the local work items of one shard (cluster maintenance work)."""
+        if not 0 <= shard < self.shards:
+            raise ValueError(f"shard {shard} out of range 0..{self.shards - 1}")
+        return self.keys.local_zone(self.cluster, shard)
 
     # --- enqueue side ------------------------------------------------------------------
 
@@ -88,7 +96,7 @@ class TopLevelQueue:
             zone=zone,
             vesting_ms=vesting_ms,
             last_active_ms=now_ms(self.clock),
-            local=zone.app == self.keys.local_zone(self.cluster, shard).app,
+            local=zone.app == LOCAL_APP,
         )
         self._write_pointer(tr, shard, pointer)
         tr.set(index_key, pointer.pointer_id.encode())

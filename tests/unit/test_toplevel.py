@@ -146,3 +146,15 @@ def test_sharded_top_level_queue(backend: str, tmp_path, clock: ManualClock) -> 
 def test_kv_error_is_storage_error() -> None:
     err = KVError(1020)
     assert err.retryable and err.name == "not_committed"
+
+
+def test_local_work_items_live_in_the_top_level_queue(q: Quick) -> None:
+    import fdb.tuple
+
+    ran = []
+    q.job("sweep")(lambda payload, ctx: ran.append(payload))
+    item_id = q.enqueue_local("sweep", {"what": "gc"})
+    zone = q.toplevel.local_zone(0)
+    key = q.keys.item_key(zone, item_id)
+    assert fdb.tuple.unpack(key)[:5] == ("quick", "c", "default", 0, "l")
+    assert q.run_until_idle() == 1 and ran == [{"what": "gc"}]

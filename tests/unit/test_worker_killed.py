@@ -74,3 +74,31 @@ def test_item_of_killed_worker_runs_again(tmp_path: Path) -> None:
     assert killed_item in done
     assert producer.zones.count(producer.zone("app", "t")) == 0
     producer.close()
+
+
+def test_sigterm_gives_back_leases_and_exits(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    marker = tmp_path / "started"
+    producer = Quick.open(url)
+    item_id = producer.enqueue("job", b"", app="app", tenant="t")
+    script = WORKER.replace(
+        "ConsumerConfig(item_lease_s=1.0, idle_sleep_s=0.01)",
+        "ConsumerConfig(item_lease_s=60.0, idle_sleep_s=0.01, shutdown_deadline_s=0.5)",
+    )
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen([sys.executable, "-c", script, url, str(marker)], env=env)
+    try:
+        deadline = time.time() + 20
+        while not marker.exists() and time.time() < deadline:
+            time.sleep(0.02)
+        assert marker.exists()
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    item = producer.get("app", "t", item_id)
+    # The 60 s lease was given back at shutdown: the item is vested again at once.
+    assert item is not None and item.lease_id is None and item.error_count == 0
+    assert producer.zones.peek(producer.zone("app", "t"), 1)
+    producer.close()
