@@ -36,9 +36,16 @@ def _sqlite(tmp_path: Path, clock: ManualClock) -> KVStore:
     return SQLiteStore(tmp_path / "kv.db", clock=clock)
 
 
+def _fdb_sim(tmp_path: Path, clock: ManualClock) -> KVStore:
+    from backends.fdb.sim import open_sim_store  # FDBStore's own code over the simulator
+
+    return open_sim_store(clock=clock, seed=1234)
+
+
 BACKENDS: dict[str, Backend] = {
     "memory": Backend("memory", _memory),
     "sqlite": Backend("sqlite", _sqlite),
+    "fdb-sim": Backend("fdb-sim", _fdb_sim),
 }
 
 

@@ -1,0 +1,360 @@
+"""FDBStore: the KV seam over the official ``foundationdb`` binding.
+
+Thin by design: each seam call is one binding call, plus two translations:
+
+* ``fdb.FDBError`` becomes :class:`quick_core.kv.KVError` with the same code, the binding's
+  error kept as ``__cause__``;
+* with a ``root`` or ``directory`` prefix, keys gain the prefix on the way in and lose it on
+  the way out (a versionstamped key's offset moves by the prefix length).
+
+The binding module is injectable (``fdb_module``), so the same code runs over
+``backends.fdb.sim`` in every CI run and over libfdb_c against a real cluster.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+from backends.fdb.loader import import_binding, select_api_version
+from backends.fdb.url import FDBOptions, parse_fdb_url
+from quick_core.clock import Clock
+from quick_core.errors import ConfigurationError, InvalidArgument, StorageError
+from quick_core.kv import (
+    KEY_OUTSIDE_LEGAL_RANGE,
+    KVError,
+)
+
+_SYSTEM = b"\xff"
+
+
+def _description(err: BaseException) -> str:
+    try:
+        text = getattr(err, "description", "")
+    except Exception:  # the description is fetched from libfdb_c; never let it mask err
+        return ""
+    if isinstance(text, bytes):
+        return text.decode("utf-8", "replace")
+    return str(text or "")
+
+
+class _Translate:
+    """Turns the binding's FDBError into KVError(code), keeping it as ``__cause__``."""
+
+    __slots__ = ("error_type",)
+
+    def __init__(self, error_type: type[BaseException]) -> None:
+        self.error_type = error_type
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        try:
+            yield
+        except self.error_type as err:
+            code = int(getattr(err, "code", 0))
+            raise KVError(code, _description(err)) from err
+
+
+class FDBVersionstamp:
+    """``tr.get_versionstamp()``: the binding's Key future, read after commit."""
+
+    __slots__ = ("_future", "_translate")
+
+    def __init__(self, future: Any, translate: _Translate) -> None:
+        self._future = future
+        self._translate = translate
+
+    def result(self) -> bytes:
+        with self._translate():
+            stamp: bytes = self._future.wait().value
+        return stamp
+
+
+class FDBTransaction:
+    """One binding ``Transaction`` behind the KV seam. Not thread-safe, like the binding's."""
+
+    __slots__ = ("_causal_read_risky", "_prefix", "_tr", "_translate")
+
+    def __init__(
+        self, tr: Any, translate: _Translate, *, prefix: bytes, causal_read_risky: bool
+    ) -> None:
+        self._tr = tr
+        self._translate = translate
+        self._prefix = prefix
+        self._causal_read_risky = causal_read_risky
+
+    # --- key prefixing ---------------------------------------------------------------------
+
+    def _key(self, key: bytes) -> bytes:
+        if not self._prefix:
+            return key
+        if not isinstance(key, bytes):
+            raise InvalidArgument("key", key, f"must be bytes, not {type(key).__name__}")
+        # Under a prefix the binding would accept prefix + b"\xff..."; refuse it as FDB
+        # refuses b"\xff..." so the seam means the same with and without a prefix.
+        if key.startswith(_SYSTEM):
+            raise KVError(KEY_OUTSIDE_LEGAL_RANGE, f"key {key[:20]!r} is in the system keyspace")
+        return self._prefix + key
+
+    def _bound(self, bound: bytes) -> bytes:
+        # b"\xff" is a legal range bound (the end of the user keyspace); under a prefix it
+        # is the end of the prefix's range.
+        if self._prefix and bound == _SYSTEM:
+            return self._prefix + _SYSTEM
+        return self._key(bound)
+
+    def _strip(self, key: bytes) -> bytes:
+        return key[len(self._prefix) :] if self._prefix else key
+
+    # --- reads -----------------------------------------------------------------------------
+
+    def get(self, key: bytes, *, snapshot: bool = False) -> bytes | None:
+        reader = self._tr.snapshot if snapshot else self._tr
+        with self._translate():
+            value = reader.get(self._key(key)).wait()
+            if not value.present():
+                return None
+            result: bytes = value.value
+            return result
+
+    def get_range(
+        self,
+        begin: bytes,
+        end: bytes,
+        *,
+        limit: int = 0,
+        reverse: bool = False,
+        snapshot: bool = False,
+    ) -> list[tuple[bytes, bytes]]:
+        reader = self._tr.snapshot if snapshot else self._tr
+        with self._translate():
+            # to_list() asks for exact/want_all batches: the whole answer in as few round
+            # trips as possible, and the read conflict range covers just what was returned.
+            rows = reader.get_range(
+                self._bound(begin), self._bound(end), limit=limit, reverse=reverse
+            ).to_list()
+            return [(self._strip(kv.key), kv.value) for kv in rows]
+
+    def get_read_version(self) -> int:
+        with self._translate():
+            version: int = self._tr.get_read_version().wait()
+        return version
+
+    # --- writes ----------------------------------------------------------------------------
+
+    def set(self, key: bytes, value: bytes) -> None:
+        with self._translate():
+            self._tr.set(self._key(key), value)
+
+    def clear(self, key: bytes) -> None:
+        with self._translate():
+            self._tr.clear(self._key(key))
+
+    def clear_range(self, begin: bytes, end: bytes) -> None:
+        with self._translate():
+            self._tr.clear_range(self._bound(begin), self._bound(end))
+
+    def add(self, key: bytes, param: bytes) -> None:
+        with self._translate():
+            self._tr.add(self._key(key), param)
+
+    def max(self, key: bytes, param: bytes) -> None:
+        with self._translate():
+            self._tr.max(self._key(key), param)
+
+    def min(self, key: bytes, param: bytes) -> None:
+        with self._translate():
+            self._tr.min(self._key(key), param)
+
+    def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
+        if self._prefix and len(key) >= 4:
+            # The trailing LE uint32 offset counts from the start of the final key, so it
+            # moves by the prefix length.
+            (offset,) = struct.unpack("<I", key[-4:])
+            key = self._prefix + key[:-4] + struct.pack("<I", offset + len(self._prefix))
+        with self._translate():
+            self._tr.set_versionstamped_key(key, value)
+
+    def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
+        with self._translate():
+            self._tr.set_versionstamped_value(self._key(key), value)
+
+    def get_versionstamp(self) -> FDBVersionstamp:
+        with self._translate():
+            return FDBVersionstamp(self._tr.get_versionstamp(), self._translate)
+
+    # --- conflict ranges -------------------------------------------------------------------
+
+    def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
+        with self._translate():
+            self._tr.add_read_conflict_range(self._bound(begin), self._bound(end))
+
+    def add_read_conflict_key(self, key: bytes) -> None:
+        with self._translate():
+            self._tr.add_read_conflict_key(self._key(key))
+
+    def add_write_conflict_range(self, begin: bytes, end: bytes) -> None:
+        with self._translate():
+            self._tr.add_write_conflict_range(self._bound(begin), self._bound(end))
+
+    def add_write_conflict_key(self, key: bytes) -> None:
+        with self._translate():
+            self._tr.add_write_conflict_key(self._key(key))
+
+    # --- commit and retry ------------------------------------------------------------------
+
+    def commit(self) -> None:
+        with self._translate():
+            self._tr.commit().wait()
+
+    def on_error(self, error: KVError) -> None:
+        """Back off and reset if retryable (libfdb_c decides); otherwise re-raise ``error``."""
+        if not isinstance(error, KVError):
+            raise error
+        try:
+            with self._translate():
+                self._tr.on_error(error.code).wait()
+        except KVError as err:
+            # The binding re-raises the same code when it will not retry (not retryable, or
+            # the retry limit is reached): hand back the caller's own error object.
+            if err.code == error.code:
+                raise error from None
+            raise
+
+    def reset(self) -> None:
+        with self._translate():
+            self._tr.reset()
+
+    def cancel(self) -> None:
+        with self._translate():
+            self._tr.cancel()
+
+    def get_committed_version(self) -> int:
+        with self._translate():
+            version: int = self._tr.get_committed_version()
+        return version
+
+    # --- options ---------------------------------------------------------------------------
+
+    def set_timeout(self, millis: int) -> None:
+        if millis < 0:
+            raise InvalidArgument("timeout", millis, "must be >= 0 (0 disables it)")
+        with self._translate():
+            self._tr.options.set_timeout(millis)
+
+    def set_retry_limit(self, limit: int) -> None:
+        with self._translate():
+            self._tr.options.set_retry_limit(limit)
+
+    def set_max_retry_delay(self, millis: int) -> None:
+        with self._translate():
+            self._tr.options.set_max_retry_delay(millis)
+
+    def set_causal_read_risky(self) -> None:
+        """The core asks only for peeks and pointer leases; the store may decline."""
+        if self._causal_read_risky:
+            with self._translate():
+                self._tr.options.set_causal_read_risky()
+
+
+class FDBStore:
+    """A FoundationDB database behind the KV seam: ``FDBStore.from_url("fdb://")``.
+
+    ``fdb_module`` is the binding (``import fdb`` by default) or ``backends.fdb.sim``'s
+    stand-in. Opening selects the API version once per process, opens the database, applies
+    the database-wide transaction defaults and resolves the key prefix.
+    """
+
+    def __init__(
+        self,
+        options: FDBOptions | None = None,
+        *,
+        fdb_module: Any = None,
+        url: str = "fdb://",
+        clock: Clock | None = None,
+    ) -> None:
+        self.options = options if options is not None else FDBOptions()
+        self.url = url
+        # Real FDB keeps its own time; the clock matters only to the simulator, which got it
+        # when it was built. Kept for symmetry with the other stores.
+        self.clock = clock
+        fdb = fdb_module if fdb_module is not None else import_binding()
+        self.fdb: Any = fdb
+        self.api_version = select_api_version(fdb, self.options.api_version)
+        self._translate = _Translate(fdb.FDBError)
+        self.cluster_file = self.options.cluster_file
+        with self._translate():
+            self.db: Any = fdb.open(self.cluster_file)
+            self._apply_database_options()
+        self.prefix = self._resolve_prefix()
+        self._closed = False
+
+    @classmethod
+    def from_url(cls, url: str, clock: Clock | None = None) -> FDBStore:
+        """``fdb://[/path/to/fdb.cluster][?options]``, or ``fdbsim://[name]`` (simulator)."""
+        parsed = parse_fdb_url(url)
+        fdb_module = None
+        if parsed.sim_url is not None:
+            from backends.fdb.sim import sim_module
+            from backends.memory import MemoryStore
+
+            fdb_module = sim_module(MemoryStore.from_url(parsed.sim_url, clock=clock))
+        return cls(parsed.options, fdb_module=fdb_module, url=url, clock=clock)
+
+    def _apply_database_options(self) -> None:
+        # Database options become every transaction's defaults and are re-applied by the
+        # client on reset(), so they hold for the whole retry loop of run().
+        opts = self.options
+        db_options = self.db.options
+        if opts.timeout_ms is not None:
+            db_options.set_transaction_timeout(opts.timeout_ms)
+        if opts.retry_limit is not None:
+            db_options.set_transaction_retry_limit(opts.retry_limit)
+        if opts.max_retry_delay_ms is not None:
+            db_options.set_transaction_max_retry_delay(opts.max_retry_delay_ms)
+        # causal_read_risky is deliberately never a database option: only the transactions
+        # the core marks (peeks, pointer leases) may read a possibly stale version.
+
+    def _resolve_prefix(self) -> bytes:
+        if not self.options.directory:
+            return self.options.root
+        path = self.options.directory
+        try:
+            with self._translate():
+                subspace = self.fdb.directory.create_or_open(self.db, path)
+        except KVError as err:
+            raise ConfigurationError(
+                f"cannot open directory {'/'.join(path)!r} in {self.url}: {err}"
+            ) from err
+        prefix: bytes = subspace.key()
+        return prefix
+
+    def with_options(self, **changes: Any) -> FDBStore:
+        """A second store on the same binding with some options changed (tests, tools)."""
+        return FDBStore(
+            replace(self.options, **changes), fdb_module=self.fdb, url=self.url, clock=self.clock
+        )
+
+    def create_transaction(self) -> FDBTransaction:
+        if self._closed:
+            raise StorageError(f"store {self.url} is closed")
+        with self._translate():
+            tr = self.db.create_transaction()
+        return FDBTransaction(
+            tr,
+            self._translate,
+            prefix=self.prefix,
+            causal_read_risky=self.options.causal_read_risky,
+        )
+
+    def close(self) -> None:
+        """Stop handing out transactions. The binding caches one Database per cluster file
+        for the whole process and stops its network thread at exit, so there is nothing to
+        free here."""
+        self._closed = True
+
+    def __repr__(self) -> str:
+        return f"FDBStore({self.url!r}, api_version={self.api_version}, prefix={self.prefix!r})"
