@@ -18,7 +18,6 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -42,6 +41,7 @@ from quick_core.interrupt import (
     interrupt_thread,
 )
 from quick_core.kv import KVStore, run
+from quick_core.pool import DaemonPool
 from quick_core.records import WorkItem, ZoneId
 from quick_core.registry import JobContext, JobType, Registry
 from quick_core.toplevel import PointerRef, TopLevelQueue
@@ -146,8 +146,8 @@ class Consumer:
         self._election_broken = False
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._managers: ThreadPoolExecutor | None = None
-        self._workers: ThreadPoolExecutor | None = None
+        self._managers: DaemonPool | None = None
+        self._workers: DaemonPool | None = None
         self._pending: set[int] = set()
 
     # --- observation -------------------------------------------------------------------
@@ -581,8 +581,8 @@ class Consumer:
     def start(self) -> None:
         """Start the scanner, extender and flusher threads and the manager/worker pools."""
         self._stopping.clear()
-        self._managers = ThreadPoolExecutor(self.config.managers, thread_name_prefix="quick-mgr")
-        self._workers = ThreadPoolExecutor(self.config.workers, thread_name_prefix="quick-wrk")
+        self._managers = DaemonPool(self.config.managers, "quick-mgr")
+        self._workers = DaemonPool(self.config.workers, "quick-wrk")
         for target, name in (
             (self._scanner_loop, "quick-scanner"),
             (self._extender_loop, "quick-extender"),
@@ -665,7 +665,7 @@ class Consumer:
         for t in self._threads:
             t.join(timeout=max(0.1, deadline - time.monotonic()))
         if self._managers is not None:
-            self._managers.shutdown(wait=True)
+            self._managers.shutdown(deadline)
         while self.in_flight() > 0 and time.monotonic() < deadline:
             time.sleep(0.01)
             self.flush_completions()
@@ -673,8 +673,13 @@ class Consumer:
             running = list(self._running.values())
         for r in running:
             interrupt_thread(r.thread_id, ShutdownInterrupted)
-        if self._workers is not None:
-            self._workers.shutdown(wait=True, cancel_futures=False)
+        if self._workers is not None and not self._workers.shutdown(time.monotonic() + 1.0):
+            # Handlers stuck in blocking calls ignore the interrupt: give their leases
+            # back so another consumer takes the items at once, and leave the threads.
+            with self._lock:
+                stuck = list(self._running.values())
+            for r in stuck:
+                self._give_back(r.work)
         self.flush_completions()
         if self._leadership is not None:
             try:

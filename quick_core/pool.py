@@ -1,0 +1,57 @@
+"""A small pool of daemon threads.
+
+The standard ThreadPoolExecutor joins its threads at interpreter exit, so one handler stuck
+in a blocking call would keep a stopped worker process alive forever. Daemon threads let
+the consumer give back the stuck item's lease at its shutdown deadline and exit.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+_STOP = object()
+
+
+class DaemonPool:
+    """``submit`` returns a Future; ``shutdown`` waits at most until a deadline."""
+
+    def __init__(self, size: int, name: str) -> None:
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True)
+            for i in range(size)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _loop(self) -> None:
+        while True:
+            task = self._queue.get()
+            if task is _STOP:
+                return
+            future, fn, args = task
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as err:  # handed to whoever waits on the future
+                future.set_exception(err)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._queue.put((future, fn, args))
+        return future
+
+    def shutdown(self, deadline: float) -> bool:
+        """Let queued tasks run, then stop; True if every thread ended by ``deadline``
+        (a ``time.monotonic()`` value)."""
+        for _ in self._threads:
+            self._queue.put(_STOP)
+        for t in self._threads:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
