@@ -639,3 +639,50 @@ def test_reset_drops_buffered_writes(kv_store: KVStore) -> None:
     assert tr.get(P + b"a") is None
     tr.commit()
     assert read_all(kv_store) == {}
+
+
+def test_versionstamped_key_then_clear_range_over_it_writes_nothing(kv_store: KVStore) -> None:
+    tr = kv_store.create_transaction()
+    tr.set_versionstamped_key(vs_key(P + b"log/"), b"x")
+    tr.clear_range(P + b"log/", P + b"log0")
+    tr.set(P + b"kept", b"1")
+    tr.commit()
+    assert read_all(kv_store) == {P + b"kept": b"1"}
+
+
+def test_versions_increase_and_commit_follows_read(kv_store: KVStore) -> None:
+    versions = []
+    for i in range(3):
+        tr = kv_store.create_transaction()
+        read_version = tr.get_read_version()
+        tr.set(P + b"v", b"%d" % i)
+        tr.commit()
+        get_committed_version = getattr(tr, "get_committed_version", None)
+        if get_committed_version is None:
+            pytest.skip("backend does not expose get_committed_version()")
+        committed = get_committed_version()
+        assert committed > read_version
+        versions.append(committed)
+    assert versions == sorted(versions) and len(set(versions)) == 3
+
+
+def test_write_conflict_range_conflicts_with_range_readers(kv_store: KVStore) -> None:
+    reader = kv_store.create_transaction()
+    assert reader.get_range(P + b"w/", P + b"w0") == []
+    reader.set(P + b"out", b"x")
+    run(kv_store, lambda tr: tr.add_write_conflict_range(P + b"w/m", P + b"w/n"))
+    expect_code(NOT_COMMITTED, reader.commit)
+
+
+def test_failed_commit_needs_on_error_before_reuse(kv_store: KVStore) -> None:
+    key = P + b"k"
+    tr = kv_store.create_transaction()
+    tr.get(key)
+    tr.set(key, b"mine")
+    put(kv_store, {key: b"theirs"})
+    err = expect_code(NOT_COMMITTED, tr.commit)
+    tr.on_error(err)
+    assert tr.get(key) == b"theirs"  # a fresh read version, writes dropped
+    tr.set(key, b"mine")
+    tr.commit()
+    assert read_all(kv_store) == {key: b"mine"}
