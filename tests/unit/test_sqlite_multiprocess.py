@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from backends.sqlite import SQLiteStore
+from quick_core.errors import InvalidStoreURL
 from quick_core.kv import KVTransaction, pack_i64, run, unpack_i64
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs POSIX signals")
@@ -25,11 +26,11 @@ REPO = Path(__file__).resolve().parents[2]
 INCREMENTER = textwrap.dedent(
     """
     import sys
-    from backends.sqlite import SQLiteStore
     from quick_core.kv import pack_i64, run, unpack_i64
+    from quick_core.urls import open_kv
 
     path, name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    store = SQLiteStore(path)
+    store = open_kv("sqlite:///" + path)  # an absolute path gives sqlite:////abs/path.db
 
     def increment(i):
         def fn(tr):
@@ -159,3 +160,17 @@ def test_sigkill_during_an_increment_race_keeps_counter_and_markers_equal(
     assert counter == markers
     assert counter >= 80  # the survivors' increments all landed
     store.close()
+
+
+def test_url_paths_follow_sqlalchemy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    relative = SQLiteStore.from_url("sqlite:///rel.db?busy_timeout_ms=500&synchronous=full")
+    assert relative.path == "rel.db" and (tmp_path / "rel.db").exists()
+    relative.close()
+    absolute = SQLiteStore.from_url(f"sqlite:///{tmp_path / 'abs.db'}")
+    assert absolute.path == str(tmp_path / "abs.db")
+    absolute.close()
+    with pytest.raises(InvalidStoreURL, match="four slashes"):
+        SQLiteStore.from_url("sqlite:///no/such/dir/q.db")
+    with pytest.raises(InvalidStoreURL, match="unknown option"):
+        SQLiteStore.from_url("sqlite:///rel.db?journal=off")
