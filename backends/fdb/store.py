@@ -24,7 +24,12 @@ from backends.fdb.url import FDBOptions, parse_fdb_url
 from quick_core.clock import Clock
 from quick_core.errors import ConfigurationError, InvalidArgument, StorageError
 from quick_core.kv import (
+    INVALID_ARGUMENT,
     KEY_OUTSIDE_LEGAL_RANGE,
+    KEY_SIZE_LIMIT,
+    KEY_TOO_LARGE,
+    VALUE_SIZE_LIMIT,
+    VALUE_TOO_LARGE,
     KVError,
 )
 
@@ -74,9 +79,10 @@ class FDBVersionstamp:
 
 
 class FDBTransaction:
-    """One binding ``Transaction`` behind the KV seam. Not thread-safe, like the binding's."""
+    """One binding ``Transaction`` behind the KV seam. Not thread-safe, like the binding's.
 
-    __slots__ = ("_causal_read_risky", "_prefix", "_tr", "_translate")
+    No ``__slots__``: tests wrap single methods of a transaction to count its reads.
+    """
 
     def __init__(
         self, tr: Any, translate: _Translate, *, prefix: bytes, causal_read_risky: bool
@@ -89,15 +95,39 @@ class FDBTransaction:
     # --- key prefixing ---------------------------------------------------------------------
 
     def _key(self, key: bytes) -> bytes:
-        if not self._prefix:
-            return key
         if not isinstance(key, bytes):
             raise InvalidArgument("key", key, f"must be bytes, not {type(key).__name__}")
+        if not self._prefix:
+            return key
         # Under a prefix the binding would accept prefix + b"\xff..."; refuse it as FDB
         # refuses b"\xff..." so the seam means the same with and without a prefix.
         if key.startswith(_SYSTEM):
             raise KVError(KEY_OUTSIDE_LEGAL_RANGE, f"key {key[:20]!r} is in the system keyspace")
         return self._prefix + key
+
+    def _write_key(self, key: bytes) -> bytes:
+        """The final key of a write, checked now rather than at the next wait().
+
+        libfdb_c defers a rejected write's error to the transaction's next future (and
+        then fails the commit); the seam, like the simulator and SQLite, reports it at the
+        call, which is where the caller can still do something about it.
+        """
+        full = self._key(key)
+        if full >= _SYSTEM:
+            raise KVError(KEY_OUTSIDE_LEGAL_RANGE, f"key {key[:20]!r} is in the system keyspace")
+        if len(full) > KEY_SIZE_LIMIT:
+            raise KVError(KEY_TOO_LARGE, f"key of {len(full)} bytes exceeds {KEY_SIZE_LIMIT}")
+        return full
+
+    @staticmethod
+    def _value(value: bytes) -> bytes:
+        if not isinstance(value, bytes):
+            raise InvalidArgument("value", value, f"must be bytes, not {type(value).__name__}")
+        if len(value) > VALUE_SIZE_LIMIT:
+            raise KVError(
+                VALUE_TOO_LARGE, f"value of {len(value)} bytes exceeds {VALUE_SIZE_LIMIT}"
+            )
+        return value
 
     def _bound(self, bound: bytes) -> bytes:
         # b"\xff" is a legal range bound (the end of the user keyspace); under a prefix it
@@ -147,11 +177,11 @@ class FDBTransaction:
 
     def set(self, key: bytes, value: bytes) -> None:
         with self._translate():
-            self._tr.set(self._key(key), value)
+            self._tr.set(self._write_key(key), self._value(value))
 
     def clear(self, key: bytes) -> None:
         with self._translate():
-            self._tr.clear(self._key(key))
+            self._tr.clear(self._write_key(key))
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
         with self._translate():
@@ -159,28 +189,29 @@ class FDBTransaction:
 
     def add(self, key: bytes, param: bytes) -> None:
         with self._translate():
-            self._tr.add(self._key(key), param)
+            self._tr.add(self._write_key(key), self._value(param))
 
     def max(self, key: bytes, param: bytes) -> None:
         with self._translate():
-            self._tr.max(self._key(key), param)
+            self._tr.max(self._write_key(key), self._value(param))
 
     def min(self, key: bytes, param: bytes) -> None:
         with self._translate():
-            self._tr.min(self._key(key), param)
+            self._tr.min(self._write_key(key), self._value(param))
 
     def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
-        if self._prefix and len(key) >= 4:
-            # The trailing LE uint32 offset counts from the start of the final key, so it
-            # moves by the prefix length.
-            (offset,) = struct.unpack("<I", key[-4:])
-            key = self._prefix + key[:-4] + struct.pack("<I", offset + len(self._prefix))
+        if not isinstance(key, bytes) or len(key) < 4:
+            raise KVError(INVALID_ARGUMENT, "a versionstamped key ends with a 4-byte offset")
+        # The trailing LE uint32 offset counts from the start of the final key, so under a
+        # prefix it moves by the prefix length.
+        (offset,) = struct.unpack("<I", key[-4:])
+        key = self._write_key(key[:-4]) + struct.pack("<I", offset + len(self._prefix))
         with self._translate():
-            self._tr.set_versionstamped_key(key, value)
+            self._tr.set_versionstamped_key(key, self._value(value))
 
     def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
         with self._translate():
-            self._tr.set_versionstamped_value(self._key(key), value)
+            self._tr.set_versionstamped_value(self._write_key(key), self._value(value))
 
     def get_versionstamp(self) -> FDBVersionstamp:
         with self._translate():
