@@ -28,6 +28,7 @@ from quick_core.election import Election
 from quick_core.errors import UnknownJobType
 from quick_core.keys import KeySpace
 from quick_core.kv import KVStore, KVTransaction, run
+from quick_core.limits import AppLimits, Limits
 from quick_core.records import DeadLetter, WorkItem, ZoneId
 from quick_core.registry import Handler, JobType, Registry, RetryPolicy
 from quick_core.toplevel import TopLevelQueue
@@ -79,6 +80,7 @@ class Quick:
         # that do not import the handlers leave it off.
         self.strict_job_types = strict_job_types
         self._pending = threading.local()
+        self.limits = Limits(kv, self.keys, self.clock)
 
     @classmethod
     def open(cls, url: str, *, clock: Clock | None = None, **options: Any) -> Quick:
@@ -96,6 +98,7 @@ class Quick:
         *,
         retry: RetryPolicy | None = None,
         max_concurrency: int | None = None,
+        pool_max_concurrency: int | None = None,
         execution_bound_s: float | None = None,
         transactional: bool = False,
         delivery: str = "at_least_once",
@@ -115,6 +118,7 @@ class Quick:
                     handler=fn,
                     retry=retry or RetryPolicy(),
                     max_concurrency=max_concurrency,
+                    pool_max_concurrency=pool_max_concurrency,
                     execution_bound_s=execution_bound_s,
                     transactional=transactional,
                     delivery=delivery,
@@ -187,12 +191,26 @@ class Quick:
         zone = ZoneId(check_name("app", app), check_name("tenant", tenant))
         new = self._new_item(job_type, payload, delay, priority, item_id, ttl)
         if tr is None:
-            return self.zones.enqueue(zone, new)
-        item_id_out, vesting, needs_pull = self.zones.enqueue_in(tr, zone, new)
+            item_id_out, vesting, needs_pull = run(
+                self.kv, lambda t: self._enqueue_in(t, zone, new)
+            )
+            if needs_pull:
+                self.toplevel.pull_pointer_earlier(zone, vesting)
+            return item_id_out
+        item_id_out, vesting, needs_pull = self._enqueue_in(tr, zone, new)
         pending: list[_PendingPull] | None = getattr(self._pending, "pulls", None)
         if needs_pull and pending is not None:
             pending.append(_PendingPull(zone, vesting))
         return item_id_out
+
+    def _enqueue_in(self, tr: KVTransaction, zone: ZoneId, new: NewItem) -> tuple[str, int, bool]:
+        self.limits.charge_enqueue(tr, zone.app)
+        return self.zones.enqueue_in(tr, zone, new)
+
+    def set_limits(self, app: str, limits: AppLimits) -> None:
+        """Per-app enqueue and dispatch rates and a pool-wide concurrency cap, enforced
+        across every producer and consumer of this store."""
+        self.limits.set(check_name("app", app), limits)
 
     def enqueue_local(
         self, job_type: str, payload: Any = b"", *, shard: int = 0, delay: float = 0.0
@@ -218,6 +236,7 @@ class Quick:
 
         def write(tr: KVTransaction) -> tuple[list[str], int, bool]:
             ids, earliest, needs_pull = [], 2**62, False
+            self.limits.charge_enqueue(tr, zone.app, len(items))
             for item in items:
                 item_id, vesting, pull = self.zones.enqueue_in(tr, zone, item)
                 ids.append(item_id)
@@ -281,6 +300,7 @@ class Quick:
             election=election,
             observer=observer,
             name=name,
+            limits=self.limits,
         )
 
     def run_until_idle(self, config: ConsumerConfig | None = None) -> int:

@@ -41,6 +41,7 @@ from quick_core.interrupt import (
     interrupt_thread,
 )
 from quick_core.kv import KVStore, run
+from quick_core.limits import Limits
 from quick_core.pool import DaemonPool
 from quick_core.records import WorkItem, ZoneId
 from quick_core.registry import JobContext, JobType, Registry
@@ -94,6 +95,7 @@ class Work:
     zone: ZoneId
     item: WorkItem
     dequeued_at: float
+    app_slot: bool = False  # holds one of its app's pool-wide concurrency slots
 
 
 @dataclass(slots=True)
@@ -124,6 +126,7 @@ class Consumer:
         election: Election | None = None,
         observer: Observer | None = None,
         name: str | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.zones = zones
         self.toplevel = toplevel
@@ -134,6 +137,8 @@ class Consumer:
         self.clock = clock or SystemClock()
         self.election = election if election is not None else _SHARED_LOCAL_ELECTION
         self.observer = observer
+        self.limits = limits
+        self._slots: Counter[tuple[str, str]] = Counter()
         self.name = name or new_candidate_id()
         self.rng = random.Random(self.config.seed)
         self.stats: Counter[str] = Counter()
@@ -266,10 +271,14 @@ class Consumer:
         pointer_vested_ms = ref.vesting_ms
         self._emit("pointer_leased", zone=zone, lag_ms=now_ms(self.clock) - pointer_vested_ms)
         items: list[WorkItem] = []
+        room, not_before, app_slots = self._apply_app_limits(zone, room)
         try:
-            items, corrupt = self.zones.dequeue(
-                zone, room, int(cfg.item_lease_s * 1000), accept=self._accept(Counter())
-            )
+            if room > 0:
+                items, corrupt = self.zones.dequeue(
+                    zone, room, int(cfg.item_lease_s * 1000), accept=self._accept(Counter())
+                )
+            else:
+                corrupt = []
             for bad in corrupt:
                 log.warning(
                     "dead-lettered corrupt item %s in %s: %s", bad.item_id, zone, bad.reason
@@ -277,10 +286,19 @@ class Consumer:
                 self._emit("dead_lettered", zone=zone, item_id=bad.item_id, reason="corrupt")
         except StorageError as err:
             self._emit("dequeue_error", zone=zone, error=str(err))
+        if app_slots > len(items):
+            self._release_slots("app", zone.app, app_slots - len(items))
+
+        def min_vesting(tr: Any) -> int | None:
+            earliest = self.zones.min_vesting_in(tr, zone)
+            if earliest is None or not_before is None:
+                return earliest
+            return max(earliest, not_before)  # a rate-limited app waits for its next window
+
         try:
             outcome = self.toplevel.requeue_pointer(
                 pointer,
-                lambda tr: self._min_vesting(tr, zone),
+                min_vesting,
                 lambda tr: self.zones.zone_is_empty(tr, zone),
                 min_inactive_ms=int(cfg.min_inactive_s * 1000),
                 active=bool(items),
@@ -290,7 +308,7 @@ class Consumer:
             # The pointer lease simply expires and the pointer vests again.
             self._emit("pointer_requeue_error", zone=zone, error=str(err))
         now = self.clock.now()
-        works = [Work(zone, item, now) for item in items]
+        works = [Work(zone, item, now, app_slot=app_slots > 0) for item in items]
         with self._lock:
             self._in_flight += len(works)
             for w in works:
@@ -306,12 +324,57 @@ class Consumer:
             )
         return works
 
-    def _min_vesting(self, tr: Any, zone: ZoneId) -> int | None:
-        fn = getattr(self.zones, "min_vesting_in", None)
-        if fn is not None:
-            result: int | None = fn(tr, zone)
-            return result
-        return self.zones.min_vesting_ms(zone)
+    def _apply_app_limits(self, zone: ZoneId, room: int) -> tuple[int, int | None, int]:
+        """Cut ``room`` to the app's dispatch rate and pool-wide concurrency cap.
+
+        Returns (room, not_before_ms, app_slots_taken); ``not_before_ms`` is set when the
+        app's rate limit is what stopped it, so its pointer waits for the next window.
+        """
+        if self.limits is None:
+            return room, None, 0
+        try:
+            limits = self.limits.get(zone.app)
+            not_before = None
+            taken = 0
+            if limits.max_concurrency is not None:
+                taken = self._acquire_slots("app", zone.app, room, limits.max_concurrency)
+                room = taken
+                if room == 0:
+                    self._emit("throttled", zone=zone, reason="app concurrency cap")
+            if room > 0 and limits.dispatches_per_second is not None:
+                granted, window = self.limits.grant_dispatch(zone.app, room)
+                if granted < room:
+                    not_before = window
+                    self._emit("throttled", zone=zone, reason="app dispatch rate")
+                    if taken > granted:
+                        self._release_slots("app", zone.app, taken - granted)
+                        taken = granted
+                room = granted
+            return room, not_before, taken
+        except StorageError as err:
+            self._emit("limits_error", zone=zone, error=str(err))
+            return 0, None, 0
+
+    def _slot_ttl_ms(self) -> int:
+        return int(max(10.0, self.config.item_lease_s) * 1000)
+
+    def _acquire_slots(self, scope: str, name: str, wanted: int, cap: int) -> int:
+        assert self.limits is not None
+        got = self.limits.acquire_slots(scope, name, self.name, wanted, cap, self._slot_ttl_ms())
+        if got:
+            with self._lock:
+                self._slots[(scope, name)] += got
+        return got
+
+    def _release_slots(self, scope: str, name: str, n: int) -> None:
+        if self.limits is None or n <= 0:
+            return
+        with self._lock:
+            self._slots[(scope, name)] -= n
+        try:
+            self.limits.release_slots(scope, name, self.name, n, self._slot_ttl_ms())
+        except StorageError:
+            pass  # the slot record lapses after its TTL
 
     # --- Algorithm 3: a worker runs one item ---------------------------------------------
 
@@ -319,6 +382,8 @@ class Consumer:
         with self._lock:
             self._in_flight -= 1
             self._type_in_flight[work.item.job_type] -= 1
+        if work.app_slot:
+            self._release_slots("app", work.zone.app, 1)
 
     def execute(self, work: Work) -> str:
         """Run one leased item; returns the outcome ("completed", "requeued",
@@ -339,6 +404,18 @@ class Consumer:
         self._emit("started", zone=zone, item_id=item.item_id, job_type=item.job_type)
         if job is None:
             return self._fail(work, None, f"unknown job type {item.job_type!r}", permanent=False)
+        if job.pool_max_concurrency is not None and self.limits is not None:
+            if not self._acquire_slots("type", job.name, 1, job.pool_max_concurrency):
+                self._emit("throttled", zone=zone, reason="job type concurrency cap")
+                return self._give_back(work, delay_ms=100)
+            try:
+                return self._run_job(work, job)
+            finally:
+                self._release_slots("type", job.name, 1)
+        return self._run_job(work, job)
+
+    def _run_job(self, work: Work, job: JobType) -> str:
+        zone, item = work.zone, work.item
         attempt = 0
         while True:
             error: BaseException | None = None
@@ -484,11 +561,11 @@ class Consumer:
 
         return RetryPolicy()
 
-    def _give_back(self, work: Work) -> str:
-        """Release a lease on shutdown without counting an error."""
+    def _give_back(self, work: Work, delay_ms: int = 0) -> str:
+        """Release a lease without counting an error (shutdown, throttling)."""
         try:
             released = self.zones.requeue(
-                work.zone, work.item.item_id, work.item.lease_id or "", 0, count_error=False
+                work.zone, work.item.item_id, work.item.lease_id or "", delay_ms, count_error=False
             )
             self.toplevel.pull_pointer_earlier(work.zone, released.vesting_ms)
         except (QuickError, OSError):
@@ -525,6 +602,18 @@ class Consumer:
         return len(batch)
 
     # --- the lease extender ------------------------------------------------------------
+
+    def refresh_slots_once(self) -> None:
+        """Keep this consumer's pool-wide concurrency slots from lapsing."""
+        if self.limits is None:
+            return
+        with self._lock:
+            held = [(k, n) for k, n in self._slots.items() if n > 0]
+        for (scope, name), n in held:
+            try:
+                self.limits.refresh_slots(scope, name, self.name, n, self._slot_ttl_ms())
+            except StorageError as err:
+                self._emit("limits_error", error=str(err))
 
     def extend_leases_once(self) -> None:
         """Extend the leases of running items near expiry; interrupt the handlers whose
@@ -636,6 +725,7 @@ class Consumer:
         while not self._stopping.wait(period):
             try:
                 self.extend_leases_once()
+                self.refresh_slots_once()
             except Exception:
                 log.exception("lease extender failed")
 

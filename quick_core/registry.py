@@ -79,7 +79,8 @@ class JobType:
     name: str
     handler: Handler
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    max_concurrency: int | None = None
+    max_concurrency: int | None = None  # per consumer
+    pool_max_concurrency: int | None = None  # across every consumer of the store
     execution_bound_s: float | None = None
     transactional: bool = False
     delivery: str = "at_least_once"
@@ -103,8 +104,9 @@ class Registry:
             raise ConfigurationError(f"unknown delivery {job_type.delivery!r}")
         if job_type.transactional and job_type.delivery == "at_most_once":
             raise ConfigurationError("a transactional handler is already exactly-once")
-        if job_type.max_concurrency is not None and job_type.max_concurrency < 1:
-            raise ConfigurationError("max_concurrency must be at least 1")
+        for cap in (job_type.max_concurrency, job_type.pool_max_concurrency):
+            if cap is not None and cap < 1:
+                raise ConfigurationError("concurrency caps must be at least 1")
         self._types[job_type.name] = job_type
         return job_type
 

@@ -113,6 +113,11 @@ class ZoneStore(Protocol):
         """Vesting time of the zone's next item, or None if the zone is empty."""
         ...
 
+    def min_vesting_in(self, tr: KVTransaction, zone: ZoneId) -> int | None:
+        """The zone's earliest vesting time, for the pointer requeue in ``tr``: a KV zone
+        reads it inside ``tr`` (with a conflict), an external store with a strong read."""
+        ...
+
     def zone_is_empty(self, tr: KVTransaction, zone: ZoneId) -> bool:
         """Strong emptiness check, called inside the KV transaction that would delete the
         zone's pointer, after that transaction's read version is fixed."""
