@@ -118,6 +118,7 @@ class SQLiteStore:
         self._busy_timeout_s = busy_timeout_ms / 1000.0
         self._rng = random.Random()
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
         self._pool: list[sqlite3.Connection] = []
         # Connections inherited across fork() are never closed: closing one would drop
         # the parent's POSIX locks on the file.
@@ -370,7 +371,10 @@ class SQLiteTransaction(BufferedTransaction):
         try:
             if conn.in_transaction:
                 conn.execute("COMMIT")  # end the snapshot: the write lock needs the newest state
-            return store._commit_on(conn, request), 0
+            # Threads of one process queue on a Python lock rather than in SQLite's busy
+            # handler, whose sleeps (up to 100 ms each) would make a long latency tail.
+            with store._write_lock:
+                return store._commit_on(conn, request), 0
         except sqlite3.Error as err:
             raise _translate(err, "commit") from err
         finally:
