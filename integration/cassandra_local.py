@@ -514,6 +514,7 @@ class LocalCassandra:
         self._storage_port = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._container: Any = None
+        self._container_down = False  # stopped/killed but kept for restart()
         self._own_work_dir = work_dir is None
         self.work_dir: Path | None = work_dir
         self.release_version: str | None = None
@@ -568,7 +569,7 @@ class LocalCassandra:
         if self.mode == "local":
             return self._proc is not None and self._proc.poll() is None
         if self.mode == "docker":
-            return self._container is not None
+            return self._container is not None and not self._container_down
         return True
 
     @property
@@ -671,24 +672,31 @@ class LocalCassandra:
         log.info("started Cassandra pid %s on 127.0.0.1:%s (%s)", self._proc.pid, self._port, work)
 
     def _start_docker(self) -> None:  # pragma: no cover - needs a Docker engine
-        from testcontainers.cassandra import CassandraContainer
+        try:  # testcontainers >= 4.x; the old module path only warns (deprecated)
+            from testcontainers.community.cassandra import CassandraContainer
+        except ImportError:
+            from testcontainers.cassandra import CassandraContainer
 
         if self._container is None:
             if not self._port:
                 self._port = free_port()
+            # Constructing the container already talks to the engine, hence docker_available().
             container = CassandraContainer(self.docker_image)
-            # Fixed host port bound to loopback only, so a restart of the same container
-            # comes back on the same contact point and nothing is exposed beyond 127.0.0.1.
-            container.with_bind_ports(CQL_PORT_IN_CONTAINER, ("127.0.0.1", self._port))
+            # A fixed host port on loopback only (docker-py's (ip, port) binding form, which
+            # with_bind_ports does not accept): nothing is exposed beyond 127.0.0.1, and a
+            # restart of the same container comes back on the same contact point.
+            container.ports[str(CQL_PORT_IN_CONTAINER)] = ("127.0.0.1", self._port)  # type: ignore[assignment]
             container.with_env("MAX_HEAP_SIZE", "768M").with_env("HEAP_NEWSIZE", "128M")
+            # The image appends JVM_EXTRA_OPTS to what CassandraContainer puts in JVM_OPTS.
             container.with_env(
                 "JVM_EXTRA_OPTS",
-                "-Dcassandra.skip_wait_for_gossip_to_settle=0 -Dcassandra.ring_delay_ms=0",
+                "-Dcassandra.ring_delay_ms=0 -Dcassandra.shutdown_announce_in_ms=0",
             )
             container.start()
             self._container = container
-        else:
+        else:  # restart(): same container, so same data and the same fixed host port
             self._container.get_wrapped_container().start()
+        self._container_down = False
         self._contact_points = ["127.0.0.1"]
         self._started_at = time.monotonic()
         _LIVE.add(self)
@@ -732,6 +740,7 @@ class LocalCassandra:
         if self.mode == "docker":  # pragma: no cover - needs a Docker engine
             if self._container is not None:
                 self._container.get_wrapped_container().stop(timeout=int(grace))
+                self._container_down = True
             return
         self._signal_and_reap(signal.SIGTERM, grace)
 
@@ -742,6 +751,7 @@ class LocalCassandra:
         if self.mode == "docker":  # pragma: no cover - needs a Docker engine
             if self._container is not None:
                 self._container.get_wrapped_container().kill()
+                self._container_down = True
             return
         self._signal_and_reap(signal.SIGKILL, 10.0)
 
