@@ -1,0 +1,517 @@
+"""The asyncio API: :class:`AsyncQuick` wraps a :class:`~quick_core.client.Quick`.
+
+There is no second implementation of anything here. Every store call runs the threaded
+core on a thread (``asyncio.to_thread``), and the async consumer *is* the threaded
+:class:`~quick_core.consumer.Consumer`: an ``async def`` handler is registered as a plain
+handler that, on the worker thread, submits the coroutine to the caller's event loop
+(``asyncio.run_coroutine_threadsafe``) and waits for it. So leases, their extension,
+retries, dead letters, nacks, execution bounds and transactional handlers all behave
+exactly as for threaded handlers.
+
+aq = AsyncQuick.open("sqlite:///quick.db")
+
+@aq.job("send_email")
+async def send_email(payload, ctx):
+    await mailer.send(payload["to"])
+
+await aq.enqueue("send_email", {"to": "a@example.com"}, app="mail", tenant="user-1")
+async with aq.consumer():
+    await stop_requested.wait()
+
+Why the worker thread waits instead of the handler running "natively" on the loop: the
+lease extender interrupts a handler whose lease was lost by raising an exception in its
+thread, and a transactional handler's transaction belongs to the worker that commits it.
+Waiting keeps both true; the wait turns the interrupt into a cancellation of the coroutine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import queue
+import signal
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar
+
+from quick_core.client import Quick
+from quick_core.clock import Clock
+from quick_core.consumer import Consumer, ConsumerConfig, Observer
+from quick_core.election import Election
+from quick_core.errors import ConfigurationError
+from quick_core.kv import KVTransaction
+from quick_core.records import DeadLetter, WorkItem
+from quick_core.registry import Handler, JobContext, RetryPolicy
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+AsyncHandler = Callable[[Any, JobContext], Awaitable[Any]]
+
+# How often a waiting worker thread wakes up. CPython delivers the lease extender's
+# asynchronous exception only between bytecodes, so the wait must not be one long C call.
+_POLL_S = 0.02
+# After cancelling a coroutine, how long its thread waits for the coroutine's own cleanup
+# (``finally`` blocks) before it records the outcome anyway.
+_CANCEL_GRACE_S = 5.0
+
+
+class _Caller:
+    """A thread blocked on a coroutine; it runs blocking calls the coroutine hands it.
+
+    A transactional handler's ``ctx.tr`` and an ``async`` transaction body's ``tr`` belong
+    to this thread (the enqueue bookkeeping of :meth:`Quick.transact` is thread-local), so
+    calls that take that ``tr`` are sent back here rather than to a new thread.
+    """
+
+    def __init__(self) -> None:
+        self.calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self.finished = threading.Event()
+
+
+_CALLER: contextvars.ContextVar[_Caller | None] = contextvars.ContextVar(
+    "quick_aio_caller", default=None
+)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+async def _guarded(coro: Coroutine[Any, Any, T], caller: _Caller) -> T:
+    try:
+        return await coro
+    finally:
+        caller.finished.set()
+        caller.calls.put(None)  # wake the waiting thread at once
+
+
+def run_coroutine_blocking(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> T:
+    """Run ``coro`` on ``loop`` (running in another thread) and wait for its result.
+
+    While waiting, this thread runs the blocking calls the coroutine sends it through
+    :meth:`AsyncQuick.run_sync`. An exception raised into this thread while it waits
+    (a lost lease, an execution bound, a shutdown) cancels the coroutine, waits for its
+    cleanup, and propagates, so the core sees it exactly as from a threaded handler.
+    """
+    if _running_loop() is loop:
+        coro.close()
+        raise ConfigurationError(
+            "an async handler cannot be run from its own event loop's thread; "
+            "use `await aq.run_until_idle()` or an async consumer instead"
+        )
+    caller = _Caller()
+    # The coroutine's task copies this thread's context (call_soon_threadsafe captures it),
+    # which is how run_sync finds this caller.
+    token = _CALLER.set(caller)
+    try:
+        future = asyncio.run_coroutine_threadsafe(_guarded(coro, caller), loop)
+    finally:
+        _CALLER.reset(token)
+    try:
+        while not future.done():
+            try:
+                call = caller.calls.get(timeout=_POLL_S)
+            except queue.Empty:
+                if loop.is_closed():
+                    raise RuntimeError("the event loop running the handler closed") from None
+                continue
+            if call is not None:
+                call()
+        return future.result()
+    except BaseException:
+        if not future.done():
+            future.cancel()  # cancels the task on the loop
+            caller.finished.wait(_CANCEL_GRACE_S)
+        raise
+
+
+class _LoopBinding:
+    """The event loop that async handlers of one :class:`AsyncQuick` run on."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._users = 0
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            if self._loop is not None and self._loop is not loop and not self._loop.is_closed():
+                raise ConfigurationError(
+                    "this AsyncQuick already runs consumers on another event loop"
+                )
+            if self._loop is not loop:
+                self._loop, self._users = loop, 0
+            self._users += 1
+
+    def unbind(self) -> None:
+        with self._lock:
+            self._users = max(0, self._users - 1)
+            if self._users == 0:
+                self._loop = None
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        with self._lock:
+            loop = self._loop
+        if loop is not None and not loop.is_closed():
+            return run_coroutine_blocking(coro, loop)
+        # No async consumer is running: a plain threaded consumer (``quick worker``,
+        # ``Quick.run_until_idle``) called the handler. Give it a private loop on this
+        # thread; an interrupt still stops it, because asyncio.run runs in this thread.
+        if _running_loop() is not None:
+            coro.close()
+            raise ConfigurationError(
+                "an async handler was called on an event loop's thread with no async "
+                "consumer running; use `await aq.run_until_idle()`"
+            )
+        return asyncio.run(coro)
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - an async callable object
+    )
+
+
+class AsyncConsumer:
+    """The threaded :class:`Consumer`, started and stopped without blocking the loop; its
+    async handlers run on the loop that started it."""
+
+    def __init__(self, binding: _LoopBinding, consumer: Consumer) -> None:
+        self._binding = binding
+        self.consumer = consumer
+        self._started = False
+
+    @property
+    def name(self) -> str:
+        return self.consumer.name
+
+    @property
+    def stats(self) -> Any:
+        """The consumer's event counters (``stats["completed"]`` and so on)."""
+        return self.consumer.stats
+
+    async def start(self) -> None:
+        """Bind the running loop for async handlers, then start the consumer's threads."""
+        if self._started:
+            return
+        self._binding.bind(asyncio.get_running_loop())
+        try:
+            await asyncio.to_thread(self.consumer.start)
+        except BaseException:
+            self._binding.unbind()
+            raise
+        self._started = True
+
+    async def stop(self, deadline_s: float | None = None) -> None:
+        """Graceful stop (see :meth:`Consumer.stop`); runs on a thread so the handlers it
+        waits for can still run on this loop."""
+        if not self._started:
+            return
+        self._started = False
+        try:
+            await asyncio.to_thread(self.consumer.stop, deadline_s)
+        finally:
+            self._binding.unbind()
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Run until ``stop`` is set or this task is cancelled, then stop gracefully."""
+        await self.start()
+        try:
+            await (stop or asyncio.Event()).wait()
+        finally:
+            # Shielded: a second cancellation must not leave the threads running.
+            await asyncio.shield(self.stop())
+
+    async def __aenter__(self) -> AsyncConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await asyncio.shield(self.stop())
+
+
+class AsyncQuick:
+    """A :class:`Quick` for asyncio code: the same store, registry and clock."""
+
+    def __init__(self, quick: Quick) -> None:
+        self.quick = quick
+        self._binding = _LoopBinding()
+
+    @classmethod
+    def open(cls, url: str, *, clock: Clock | None = None, **options: Any) -> AsyncQuick:
+        """Open the store a URL names, like :meth:`Quick.open` (opening does no I/O that
+        is worth a thread)."""
+        return cls(Quick.open(url, clock=clock, **options))
+
+    @property
+    def registry(self) -> Any:
+        return self.quick.registry
+
+    @property
+    def clock(self) -> Clock:
+        return self.quick.clock
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.quick.close)
+
+    async def __aenter__(self) -> AsyncQuick:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # --- handlers ----------------------------------------------------------------------
+
+    def job(
+        self,
+        name: str,
+        *,
+        retry: RetryPolicy | None = None,
+        max_concurrency: int | None = None,
+        execution_bound_s: float | None = None,
+        transactional: bool = False,
+        delivery: str = "at_least_once",
+        ttl_s: float | None = None,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register ``async def handler(payload, ctx)`` (or a plain function) for a job
+        type; the options are those of :meth:`Quick.job`.
+
+        The coroutine runs on the event loop of the async consumer that took the item,
+        while the worker thread that took it waits; a lost lease or an exceeded execution
+        bound cancels it. In a transactional handler ``ctx.tr`` may be used directly, and
+        ``await aq.enqueue(..., tr=ctx.tr)`` joins the handler's transaction.
+        """
+        register = self.quick.job(
+            name,
+            retry=retry,
+            max_concurrency=max_concurrency,
+            execution_bound_s=execution_bound_s,
+            transactional=transactional,
+            delivery=delivery,
+            ttl_s=ttl_s,
+        )
+
+        def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+            register(self._threaded(fn) if _is_async(fn) else fn)
+            return fn
+
+        return decorate
+
+    def _threaded(self, fn: Callable[..., Any]) -> Handler:
+        binding = self._binding
+
+        @functools.wraps(fn)
+        def handler(payload: Any, ctx: JobContext) -> Any:
+            return binding.run(fn(payload, ctx))
+
+        return handler
+
+    # --- blocking calls ------------------------------------------------------------------
+
+    async def run_sync(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run a blocking call without blocking the loop.
+
+        Inside an async handler or an async :meth:`transact` body it runs on the thread
+        that owns the transaction (so it may use ``tr``); elsewhere on a fresh thread.
+        """
+        call = functools.partial(fn, *args, **kwargs)
+        caller = _CALLER.get()
+        if caller is None or caller.finished.is_set():
+            return await asyncio.to_thread(call)
+        loop = asyncio.get_running_loop()
+        result: asyncio.Future[T] = loop.create_future()
+
+        def settle(ok: bool, value: Any) -> None:
+            if result.done():  # the awaiting coroutine was cancelled meanwhile
+                return
+            if ok:
+                result.set_result(value)
+            else:
+                result.set_exception(value)
+
+        def run_there() -> None:
+            try:
+                value = call()
+            except BaseException as err:
+                loop.call_soon_threadsafe(settle, False, err)
+                if not isinstance(err, Exception):
+                    raise  # an interrupt aimed at the waiting thread: it must see it too
+                return
+            loop.call_soon_threadsafe(settle, True, value)
+
+        caller.calls.put(run_there)
+        return await result
+
+    # --- enqueue -----------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        job_type: str,
+        payload: Any = b"",
+        *,
+        app: str,
+        tenant: str,
+        delay: float = 0.0,
+        priority: int = 0,
+        item_id: str | None = None,
+        ttl: float | None = None,
+        tr: KVTransaction | None = None,
+    ) -> str:
+        """:meth:`Quick.enqueue`. With ``tr`` (from an async :meth:`transact` body or a
+        transactional handler's ``ctx.tr``) it joins that transaction."""
+        return await self.run_sync(
+            self.quick.enqueue,
+            job_type,
+            payload,
+            app=app,
+            tenant=tenant,
+            delay=delay,
+            priority=priority,
+            item_id=item_id,
+            ttl=ttl,
+            tr=tr,
+        )
+
+    async def enqueue_many(
+        self,
+        job_type: str,
+        payloads: Iterable[Any],
+        *,
+        app: str,
+        tenant: str,
+        delay: float = 0.0,
+        priority: int = 0,
+    ) -> list[str]:
+        """:meth:`Quick.enqueue_many`: several items into one zone in one transaction."""
+        items = list(payloads)  # iterate the caller's iterable on the loop, not a thread
+        return await asyncio.to_thread(
+            self.quick.enqueue_many,
+            job_type,
+            items,
+            app=app,
+            tenant=tenant,
+            delay=delay,
+            priority=priority,
+        )
+
+    async def enqueue_local(
+        self, job_type: str, payload: Any = b"", *, shard: int = 0, delay: float = 0.0
+    ) -> str:
+        """:meth:`Quick.enqueue_local`."""
+        return await asyncio.to_thread(
+            self.quick.enqueue_local, job_type, payload, shard=shard, delay=delay
+        )
+
+    async def transact(
+        self, fn: Callable[[KVTransaction], T] | Callable[[KVTransaction], Awaitable[T]]
+    ) -> T:
+        """:meth:`Quick.transact`: run ``fn(tr)`` in one transaction with retries.
+
+        ``fn`` may be a plain function (it runs on a thread) or an ``async def`` (it runs
+        on this loop and is re-run from the start on each retry). Inside it, use
+        ``await aq.enqueue(..., tr=tr)`` and ``await aq.run_sync(tr.get, key)``; calling
+        ``tr`` directly also works but blocks the loop for the call.
+        """
+        if not _is_async(fn):
+            return await asyncio.to_thread(self.quick.transact, fn)  # type: ignore[arg-type]
+        loop = asyncio.get_running_loop()
+        make = fn
+
+        def body(tr: KVTransaction) -> T:
+            coro = make(tr)
+            if not inspect.iscoroutine(coro):
+                raise TypeError("an async transaction body must return a coroutine")
+            result: T = run_coroutine_blocking(coro, loop)
+            return result
+
+        return await asyncio.to_thread(self.quick.transact, body)
+
+    # --- zone operations and admin -------------------------------------------------------
+
+    async def get(self, app: str, tenant: str, item_id: str) -> WorkItem | None:
+        return await asyncio.to_thread(self.quick.get, app, tenant, item_id)
+
+    async def cancel(self, app: str, tenant: str, item_id: str) -> None:
+        """Delete an item by id, leased or not; ItemNotFound if it is not there."""
+        await asyncio.to_thread(self.quick.cancel, app, tenant, item_id)
+
+    async def dead_letters(
+        self, app: str | None = None, tenant: str | None = None
+    ) -> list[DeadLetter]:
+        return await asyncio.to_thread(self.quick.dead_letters, app, tenant)
+
+    async def requeue_dead_letter(self, app: str, tenant: str, item_id: str) -> str:
+        return await asyncio.to_thread(self.quick.requeue_dead_letter, app, tenant, item_id)
+
+    # --- consumers ---------------------------------------------------------------------
+
+    def consumer(
+        self,
+        config: ConsumerConfig | None = None,
+        *,
+        election: Election | None = None,
+        observer: Observer | None = None,
+        name: str | None = None,
+    ) -> AsyncConsumer:
+        """An async consumer: ``async with aq.consumer(config): ...`` runs it for the
+        block, with a graceful stop at its end."""
+        return AsyncConsumer(
+            self._binding,
+            self.quick.consumer(config, election=election, observer=observer, name=name),
+        )
+
+    async def run_consumer(
+        self,
+        config: ConsumerConfig | None = None,
+        *,
+        election: Election | None = None,
+        observer: Observer | None = None,
+        name: str | None = None,
+        stop: asyncio.Event | None = None,
+        install_signals: bool = False,
+    ) -> None:
+        """Run a consumer until ``stop`` is set, the task is cancelled, or (with
+        ``install_signals``) SIGTERM/SIGINT arrives; then shut down gracefully."""
+        stop = stop or asyncio.Event()
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+                installed.append(sig)
+        try:
+            await self.consumer(config, election=election, observer=observer, name=name).run(
+                stop
+            )
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+    async def run_until_idle(self, config: ConsumerConfig | None = None) -> int:
+        """Drain every vested item (in one worker thread, async handlers on this loop);
+        returns the number of items run. For tests and scripts."""
+        self._binding.bind(asyncio.get_running_loop())
+        try:
+            return await asyncio.to_thread(self.quick.run_until_idle, config)
+        finally:
+            self._binding.unbind()
+
+
+__all__ = ["AsyncConsumer", "AsyncHandler", "AsyncQuick", "run_coroutine_blocking"]
