@@ -21,6 +21,8 @@ KV_SCHEMES: dict[str, tuple[str, str]] = {
     "memory": ("backends.memory", "MemoryStore"),
     "sqlite": ("backends.sqlite", "SQLiteStore"),
     "fdb": ("backends.fdb", "FDBStore"),
+    # The FDB backend's own code over the simulator standing in for libfdb_c (tests).
+    "fdbsim": ("backends.fdb", "FDBStore"),
 }
 
 ELECTION_SCHEMES: dict[str, tuple[str, str]] = {

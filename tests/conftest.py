@@ -10,12 +10,14 @@ import pytest
 from quick_core.client import Quick
 from quick_core.clock import ManualClock
 
-BACKENDS = ["memory", "sqlite"]
+BACKENDS = ["memory", "sqlite", "fdbsim"]
 
 
 def store_url(backend: str, tmp_path: Path) -> str:
     if backend == "memory":
         return "memory://"
+    if backend == "fdbsim":
+        return "fdbsim://"
     if backend == "sqlite":
         return f"sqlite:///{tmp_path / 'quick.db'}"
     raise ValueError(backend)
