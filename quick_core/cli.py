@@ -275,9 +275,9 @@ def dead_letters_purge(store: str, app: str | None, tenant: str | None) -> None:
 @click.option("--tenants", type=int, default=20, show_default=True, help="Small tenants.")
 @click.option("--noisy-factor", type=int, default=100, show_default=True)
 @click.option(
-    "--rate", type=float, default=4.0, show_default=True, help="Items/s per small tenant."
+    "--rate", type=float, default=5.0, show_default=True, help="Items/s per small tenant."
 )
-@click.option("--duration", type=float, default=15.0, show_default=True, help="Seconds of load.")
+@click.option("--duration", type=float, default=20.0, show_default=True, help="Seconds of load.")
 @click.option("--work-ms", type=float, default=2.0, show_default=True, help="Work per item.")
 @click.option("--workers", type=int, default=8, show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)

@@ -35,8 +35,8 @@ class DemoConfig:
     store: str | None = None
     tenants: int = 20
     noisy_factor: int = 100
-    rate: float = 4.0
-    duration_s: float = 15.0
+    rate: float = 5.0
+    duration_s: float = 20.0
     work_ms: float = 2.0
     workers: int = 8
     seed: int = 1
