@@ -7,6 +7,13 @@ as fields (never only in the message) and says in its name which failure it is.
 from __future__ import annotations
 
 
+def redact_url(url: str) -> str:
+    """A URL with any password replaced, safe to log or print."""
+    import re
+
+    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
 class QuickError(Exception):
     """Base of every error quick raises on purpose."""
 
@@ -22,8 +29,9 @@ class InvalidStoreURL(ConfigurationError):
     """A store URL could not be parsed or names an unknown scheme."""
 
     def __init__(self, url: str, reason: str) -> None:
-        super().__init__(f"invalid store URL {url!r}: {reason}")
-        self.url = url
+        shown = redact_url(url)
+        super().__init__(f"invalid store URL {shown!r}: {reason}")
+        self.url = shown
         self.reason = reason
 
 
