@@ -1,4 +1,4 @@
-"""Sessions: tests, lint, typecheck, demo, bench, simulate."""
+"""Sessions: tests, lint, typecheck, demo, bench, simulate, docs."""
 
 from __future__ import annotations
 
@@ -45,3 +45,11 @@ def simulate(session: nox.Session) -> None:
     """Deterministic simulation: ``nox -s simulate -- --seeds 1000``."""
     session.install("-e", ".[dev]")
     session.run("python", "-m", "quick_core.simulation", *session.posargs)
+
+
+@nox.session(python="3.11")
+def docs(session: nox.Session) -> None:
+    """Build the site into site/ with warnings as errors; then run its code examples."""
+    session.install("-e", ".[dev]", "mkdocs>=1.6", "mkdocs-material>=9.5")
+    session.run("mkdocs", "build", "--strict")
+    session.run("pytest", "-q", "tests/docs")

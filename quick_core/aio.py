@@ -497,9 +497,7 @@ class AsyncQuick:
                 loop.add_signal_handler(sig, stop.set)
                 installed.append(sig)
         try:
-            await self.consumer(config, election=election, observer=observer, name=name).run(
-                stop
-            )
+            await self.consumer(config, election=election, observer=observer, name=name).run(stop)
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)

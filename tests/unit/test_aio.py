@@ -77,9 +77,7 @@ def test_runs_every_item_of_every_tenant(aq: AsyncQuick) -> None:
     assert all(aq.quick.zones.count(ZoneId("app", f"t{t}")) == 0 for t in range(5))
 
 
-def test_transient_failure_backs_off_then_dead_letters(
-    aq: AsyncQuick, clock: ManualClock
-) -> None:
+def test_transient_failure_backs_off_then_dead_letters(aq: AsyncQuick, clock: ManualClock) -> None:
     calls: list[int] = []
 
     @aq.job("flaky", retry=RetryPolicy(max_attempts=3, backoff_base_s=1, jitter=False))
@@ -333,9 +331,7 @@ def test_run_consumer_until_stop_event(raq: AsyncQuick) -> None:
     async def main() -> None:
         stop = asyncio.Event()
         await raq.enqueue("job", b"", app="app", tenant="t1")
-        task = asyncio.create_task(
-            raq.run_consumer(ConsumerConfig(idle_sleep_s=0.005), stop=stop)
-        )
+        task = asyncio.create_task(raq.run_consumer(ConsumerConfig(idle_sleep_s=0.005), stop=stop))
         assert await wait_until(lambda: bool(done))
         stop.set()
         await asyncio.wait_for(task, 10)
