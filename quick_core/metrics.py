@@ -64,9 +64,55 @@ class PrometheusObserver:
             self.scanner_lag.observe(max(0.0, fields.get("lag_ms", 0) / 1000))
 
 
+class StoreCollector:
+    """Gauges read from the store at scrape time: queue depth and oldest vested age per
+    app, pointers per shard. Cost is proportional to the number of active zones.
+
+    The oldest vested age of an app is how long its longest-waiting vested pointer has
+    been vested: a zone's pointer vests no later than its oldest vested item.
+    """
+
+    def __init__(self, q: Quick) -> None:
+        self.q = q
+
+    def collect(self) -> Any:
+        prom = _prometheus()
+        from prometheus_client.core import GaugeMetricFamily
+
+        from quick_core.admin import active_zones
+
+        del prom
+        depth = GaugeMetricFamily("quick_queue_depth", "Items in active zones", labels=["app"])
+        oldest = GaugeMetricFamily(
+            "quick_oldest_vested_age_seconds",
+            "How long the app's longest-waiting vested pointer has waited",
+            labels=["app"],
+        )
+        pointers = GaugeMetricFamily("quick_pointers", "Pointers per shard", labels=["shard"])
+        now_ms = int(self.q.clock.now() * 1000)
+        by_app: dict[str, int] = {}
+        age: dict[str, float] = {}
+        for zone in active_zones(self.q):
+            app = zone.zone.app
+            by_app[app] = by_app.get(app, 0) + zone.count
+            waited = 0.0
+            if zone.pointer_vesting_ms is not None and not zone.leased:
+                waited = max(0.0, (now_ms - zone.pointer_vesting_ms) / 1000)
+            age[app] = max(age.get(app, 0.0), waited)
+        for app, n in sorted(by_app.items()):
+            depth.add_metric([app], n)
+            oldest.add_metric([app], age[app])
+        for shard in range(self.q.toplevel.shards):
+            pointers.add_metric([str(shard)], self.q.toplevel.count_pointers(shard))
+        yield depth
+        yield oldest
+        yield pointers
+
+
 def serve_metrics(q: Quick, port: int, addr: str = "127.0.0.1") -> PrometheusObserver:
     """Start the HTTP exporter and return the observer to hand to ``q.consumer``."""
     prom = _prometheus()
     observer = PrometheusObserver()
+    prom.REGISTRY.register(StoreCollector(q))
     prom.start_http_server(port, addr=addr)
     return observer
