@@ -161,6 +161,21 @@ class KVZoneStore:
         needs_pull = self.toplevel.ensure_pointer(tr, zone, vesting)
         return item_id, vesting, needs_pull
 
+    def import_item(self, tr: KVTransaction, zone: ZoneId, item: WorkItem) -> bool:
+        """Write ``item`` verbatim (id, priority, vesting, error count, attempts, type,
+        payload, metadata) and ensure the zone's pointer, in ``tr``; for tenant moves and
+        migrations. A no-op returning False if the id is already in the zone (idempotent).
+
+        The caller passes an unleased record; a stored lease id would keep it invisible.
+        """
+        if tr.get(self.keys.item_key(zone, item.item_id)) is not None:
+            return False
+        self._write_item(tr, zone, item)
+        tr.set(self.keys.order_key(zone, item.priority, item.vesting_ms, item.item_id), b"")
+        tr.add(self.keys.count_key(zone), pack_i64(1))
+        self.toplevel.ensure_pointer(tr, zone, item.vesting_ms)
+        return True
+
     def enqueue(self, zone: ZoneId, item: NewItem, *, tr: KVTransaction | None = None) -> str:
         """Enqueue on its own (both parts) or inside ``tr`` (part one only; the caller's
         ``Queue.transact`` runs part two after its commit)."""
