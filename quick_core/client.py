@@ -42,7 +42,7 @@ from quick_core.validation import (
     encode_payload,
 )
 from quick_core.zones import KVZoneStore, new_item_id
-from quick_core.zonestore import NewItem
+from quick_core.zonestore import NewItem, ZoneStore
 
 T = TypeVar("T")
 
@@ -282,6 +282,11 @@ class Quick:
 
     # --- consumers ---------------------------------------------------------------------
 
+    def item_store(self) -> ZoneStore:
+        """The zone store consumers take items from: the KV zones here; a subclass whose
+        items live elsewhere (``adapters.cassandra``) returns its own."""
+        return self.zones
+
     def consumer(
         self,
         config: ConsumerConfig | None = None,
@@ -291,7 +296,7 @@ class Quick:
         name: str | None = None,
     ) -> Consumer:
         return Consumer(
-            self.zones,
+            self.item_store(),
             self.toplevel,
             self.registry,
             kv=self.kv,
