@@ -52,6 +52,23 @@ log = logging.getLogger("quick.consumer")
 
 _SHARED_LOCAL_ELECTION = LocalElection()
 
+# Consumer events that drop or delay work: each is logged once, at INFO, by name.
+LOGGED_EVENTS = frozenset(
+    {
+        "dead_lettered",
+        "requeued",
+        "nacked",
+        "throttled",
+        "lease_lost",
+        "released",
+        "failed",
+        "pointer_deleted",
+        "dequeue_error",
+        "requeue_error",
+        "complete_error",
+    }
+)
+
 
 @dataclass(slots=True)
 class ConsumerConfig:
@@ -159,6 +176,16 @@ class Consumer:
 
     def _emit(self, event: str, **fields: Any) -> None:
         self.stats[event] += 1
+        if event in LOGGED_EVENTS:
+            # One line per decision that drops or delays work, with a stable event name
+            # and fields (never payloads) in ``extra`` for structured log handlers.
+            shown = {k: str(v) for k, v in fields.items()}
+            log.info(
+                "%s %s",
+                event,
+                " ".join(f"{k}={v}" for k, v in shown.items()),
+                extra={"quick_event": event, "quick_fields": shown},
+            )
         if self.observer is not None:
             try:
                 self.observer(event, fields)
@@ -504,7 +531,6 @@ class Consumer:
 
     def _fail(self, work: Work, job: JobType | None, reason: str, *, permanent: bool) -> str:
         zone, item = work.zone, work.item
-        log.info("item %s in %s failed: %s", item.item_id, zone, reason)
         if item.delivery == "at_most_once":
             self._emit("failed", zone=zone, item_id=item.item_id, reason=reason, redelivered=False)
             return "failed"

@@ -352,3 +352,19 @@ def test_nack_hands_item_back_with_delay_and_metadata(q: Quick, clock: ManualClo
     clock.advance(5.01)
     q.run_until_idle()
     assert seen == [{}, {"step": 2}] and q.zones.count(Z) == 0
+
+
+def test_decisions_that_drop_or_delay_work_are_logged_once(
+    q: Quick, caplog: pytest.LogCaptureFixture
+) -> None:
+    @q.job("job", retry=RetryPolicy(max_attempts=1))
+    def job(payload: Any, ctx: JobContext) -> None:
+        raise RuntimeError("secret-free reason")
+
+    q.enqueue("job", b"do-not-log-this-payload", app="app", tenant="t1")
+    with caplog.at_level("INFO", logger="quick.consumer"):
+        q.run_until_idle()
+    events = [r.quick_event for r in caplog.records if hasattr(r, "quick_event")]  # type: ignore[attr-defined]
+    assert events.count("dead_lettered") == 1
+    assert "do-not-log-this-payload" not in caplog.text
+    assert "secret-free reason" in caplog.text
