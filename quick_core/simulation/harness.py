@@ -1,0 +1,838 @@
+"""The simulation world, its steps and its invariant checker.
+
+Everything random comes from seeded generators and the run is single-threaded, so one seed
+is one run: failures replay exactly with ``python -m quick_core.simulation --seed N``.
+
+The checker keeps a model of what must be true (which enqueues committed, which leases were
+handed to whom, how often handlers ran) and compares it with the store:
+
+* cheap checks after every step, fed by handler calls and consumer events;
+* a full scan of the committed state every ``check_every`` steps and at quiescence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+from unittest import mock
+
+import fdb.tuple as fdbtuple
+
+import quick_core.election
+import quick_core.toplevel
+import quick_core.zones
+from backends.memory import FaultConfig, MemoryStore
+from quick_core.client import Quick
+from quick_core.clock import ManualClock, now_ms
+from quick_core.consumer import Consumer, ConsumerConfig, Work
+from quick_core.election import LocalElection
+from quick_core.errors import PermanentError, TransientError
+from quick_core.kv import KVError, KVTransaction, pack_i64, unpack_i64
+from quick_core.records import ZoneId, decode_pointer
+from quick_core.registry import JobContext, RetryPolicy
+from quick_core.toplevel import PointerRef
+from quick_core.zones import KVZoneStore
+
+# Job types the simulation registers, one per delivery mode.
+PLAIN = "sim_plain"  # at-least-once, completion batched after the handler
+TX = "sim_tx"  # transactional: effect and completion commit together
+AMO = "sim_amo"  # at-most-once: deleted when leased
+
+# Item states in the model.
+COMMITTED = "committed"  # the enqueue committed: must run or be dead-lettered
+ABSENT = "absent"  # the enqueue never committed: must never appear or run
+MAYBE = "maybe"  # the enqueue raised after maybe committing: either is fine
+
+APPS = ("mail", "photos", "backup")
+TENANTS = ("t0", "t1", "t2", "t3")
+START_TIME = 1_700_000_000.0
+CLUSTER = "sim"
+
+
+def effect_key(item_id: str) -> bytes:
+    """Where a transactional handler counts its runs: outside quick's root prefix."""
+    return b"effect/" + item_id.encode()
+
+
+def user_key(txn_no: int) -> bytes:
+    return b"user/%08d" % txn_no
+
+
+class _Abort(Exception):
+    """Raised by a producer to abort its own transaction on purpose."""
+
+
+class SeededSecrets:
+    """Stands in for the ``secrets`` module inside the core during a run.
+
+    Item, lease and pointer ids come from ``secrets``; pointer ids order the scanner's
+    peek, so without this a seed would not replay. Ids stay unique (128-bit draws).
+    """
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+
+    def token_hex(self, nbytes: int = 32) -> str:
+        return self._rng.randbytes(nbytes).hex()
+
+    def token_bytes(self, nbytes: int = 32) -> bytes:
+        return self._rng.randbytes(nbytes)
+
+
+@contextlib.contextmanager
+def seeded_ids(seed: int) -> Iterator[None]:
+    """Make the core's random ids a function of the seed for the duration of a run."""
+    shim = SeededSecrets(random.Random(seed * 7919 + 17))
+    modules: tuple[ModuleType, ...] = (quick_core.zones, quick_core.toplevel, quick_core.election)
+    with contextlib.ExitStack() as stack:
+        for module in modules:
+            stack.enter_context(mock.patch.object(module, "secrets", shim))
+        yield
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    step: int
+    kind: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"step {self.step}: {self.kind}: {self.detail}"
+
+
+@dataclass(slots=True)
+class SimConfig:
+    seed: int = 0
+    steps: int = 2000
+    faults: float = 0.01  # probability per commit of each fault kind
+    check_every: int = 100  # full store scan period, in steps
+    max_consumers: int = 4
+    shards: int | None = None  # None: chosen by the seed (1 or 2)
+    starvation_bound_s: float = 15.0  # virtual time a vested pointer may wait
+    starvation_rounds: int = 6  # ...and in-order scan rounds it may be skipped
+    drain_rounds: int = 600  # quiescence: rounds of 1 s virtual time at most
+    zone_store: Callable[[Quick], KVZoneStore] | None = None  # mutants for checker tests
+
+
+@dataclass(slots=True)
+class ItemModel:
+    item_id: str
+    zone: ZoneId
+    kind: str
+    state: str
+    item_key: bytes
+    dead_key: bytes
+    successes: int = 0  # plain handler returned normally
+    deliveries: int = 0  # handler invocations (at-most-once must stay <= 1)
+    completed_event: bool = False
+    lease: str | None = None  # the last lease handed to a consumer, None once released
+
+
+@dataclass(slots=True)
+class UserTxn:
+    key: bytes
+    committed: bool
+
+
+@dataclass(slots=True)
+class SimConsumer:
+    consumer: Consumer
+    refs: list[PointerRef] = field(default_factory=list)
+    works: list[Work] = field(default_factory=list)
+    round_in_order: bool = False  # its current refs came from an in-order scan
+
+
+@dataclass(slots=True)
+class SimResult:
+    seed: int
+    steps: int
+    faults: float
+    violations: list[Violation]
+    trace_hash: str
+    fault_counts: dict[str, int]
+    enqueued: int  # committed items (maybe-committed ones that showed up included)
+    completed: int
+    dead_lettered: int
+    lost: int
+    aborted_txns: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+_STEP_WEIGHTS: tuple[tuple[str, float], ...] = (
+    ("enqueue", 18.0),
+    ("transact", 9.0),
+    ("enqueue_many", 2.0),
+    ("scan", 12.0),
+    ("visit", 20.0),
+    ("execute", 22.0),
+    ("flush", 2.0),
+    ("extend", 1.0),
+    ("election", 6.0),
+    ("tick", 10.0),
+    ("jump", 0.25),
+    ("crash", 0.25),
+    ("join", 0.5),
+)
+_STEP_KINDS = [k for k, _ in _STEP_WEIGHTS]
+_CUM_WEIGHTS: list[float] = []
+_total = 0.0
+for _, _w in _STEP_WEIGHTS:
+    _total += _w
+    _CUM_WEIGHTS.append(_total)
+
+
+class Simulation:
+    """One seeded run: ``Simulation(SimConfig(seed=3)).run()``."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.cfg = config
+        seed = config.seed
+        self.rng = random.Random(seed)
+        self.clock = ManualClock(START_TIME)
+        f = config.faults
+        self.store = MemoryStore(
+            seed=seed,
+            clock=self.clock,
+            faults=FaultConfig(not_committed=f, unknown_result=f, too_old=f),
+        )
+        shards = config.shards if config.shards is not None else self.rng.choice((1, 2))
+        self.q = Quick(self.store, clock=self.clock, cluster=CLUSTER, shards=shards)
+        if config.zone_store is not None:
+            self.q.zones = config.zone_store(self.q)
+        self.keys = self.q.keys
+        self.election = LocalElection(self.clock)
+        retry = RetryPolicy(max_attempts=3, backoff_base_s=0.2, backoff_cap_s=2.0)
+        self.q.job(PLAIN, retry=retry)(self._handle_plain)
+        self.q.job(TX, retry=retry, transactional=True)(self._handle_tx)
+        self.q.job(AMO, delivery="at_most_once", max_concurrency=3)(self._handle_amo)
+        self.items: dict[str, ItemModel] = {}
+        self.txns: list[UserTxn] = []
+        self.aborted_txns = 0
+        self.consumers: list[SimConsumer] = []
+        self.consumer_serial = 0
+        self.violations: list[Violation] = []
+        self._reported: set[tuple[str, str]] = set()
+        self.step_no = 0
+        self.trace = hashlib.blake2b(digest_size=16)
+        self.executing: Work | None = None
+        # Starvation bookkeeping (invariant 10): in-order rounds finished so far, and per
+        # pointer when it was last leased / first seen vested (time, rounds).
+        self.in_order_rounds = 0
+        self.pointer_leased: dict[str, tuple[float, int]] = {}
+        self.vested_seen: dict[tuple[str, int], tuple[float, int]] = {}
+        zp = (self.keys.root, "z")
+        self._z_prefix = fdbtuple.pack(zp)
+        self._c_prefix = fdbtuple.pack((self.keys.root, "c", CLUSTER))
+        self._enqueue_no = 0
+
+    # --- bookkeeping ---------------------------------------------------------------------
+
+    def _violate(self, kind: str, detail: str, *, about: str | None = None) -> None:
+        # A broken state persists across full scans; report each (kind, subject) once.
+        key = (kind, about if about is not None else detail)
+        if key in self._reported:
+            return
+        self._reported.add(key)
+        self.violations.append(Violation(self.step_no, kind, detail))
+
+    def _log(self, text: str) -> None:
+        self.trace.update(text.encode())
+        self.trace.update(b"\n")
+
+    def _add_item(self, item_id: str, zone: ZoneId, kind: str, state: str) -> None:
+        if item_id in self.items:
+            # Two attempts that produced the same id: only a retry of an idempotent
+            # enqueue does that, and its first state that committed wins.
+            cur = self.items[item_id]
+            if state == COMMITTED or (state == MAYBE and cur.state == ABSENT):
+                cur.state = state
+            return
+        self.items[item_id] = ItemModel(
+            item_id,
+            zone,
+            kind,
+            state,
+            self.keys.item_key(zone, item_id),
+            self.keys.dead_letter_key(zone, item_id),
+        )
+
+    # --- handlers ------------------------------------------------------------------------
+
+    def _outcome(self) -> str:
+        r = self.rng.random()
+        if r < 0.10:
+            return "transient"
+        if r < 0.13:
+            return "permanent"
+        return "ok"
+
+    def _delivered(self, ctx: JobContext) -> ItemModel | None:
+        model = self.items.get(ctx.item_id)
+        if model is None:
+            self._violate("unknown_item_ran", f"{ctx.item_id} in {ctx.zone}")
+            return None
+        if model.state == ABSENT:
+            self._violate("aborted_item_ran", f"{ctx.item_id} in {ctx.zone} never committed")
+        model.deliveries += 1
+        return model
+
+    def _raise(self, outcome: str) -> None:
+        if outcome == "transient":
+            raise TransientError("simulated transient failure")
+        if outcome == "permanent":
+            raise PermanentError("simulated permanent failure")
+
+    def _handle_plain(self, payload: Any, ctx: JobContext) -> None:
+        model = self._delivered(ctx)
+        outcome = self._outcome()
+        self._log(f"  run {ctx.item_id} {outcome}")
+        self._raise(outcome)
+        if model is not None:
+            model.successes += 1
+
+    def _handle_tx(self, payload: Any, ctx: JobContext) -> None:
+        self._delivered(ctx)
+        outcome = self._outcome()
+        self._log(f"  runtx {ctx.item_id} {outcome}")
+        assert ctx.tr is not None
+        # The effect is written before a failure on purpose: a failed handler's effect
+        # must be rolled back with its transaction.
+        ctx.tr.add(effect_key(ctx.item_id), pack_i64(1))
+        self._raise(outcome)
+
+    def _handle_amo(self, payload: Any, ctx: JobContext) -> None:
+        model = self._delivered(ctx)
+        if model is not None and model.deliveries > 1:
+            self._violate("at_most_once_redelivered", f"{ctx.item_id} ran {model.deliveries}x")
+        outcome = self._outcome()
+        self._log(f"  runamo {ctx.item_id} {outcome}")
+        self._raise(outcome)
+
+    # --- consumer events -----------------------------------------------------------------
+
+    def _observer(self, sc: SimConsumer) -> Callable[[str, dict[str, Any]], None]:
+        name = sc.consumer.name
+
+        def observe(event: str, fields: dict[str, Any]) -> None:
+            item_id = fields.get("item_id")
+            self._log(f"  {name} {event} {item_id or ''}")
+            if not isinstance(item_id, str):
+                return
+            model = self.items.get(item_id)
+            if model is None:
+                return
+            if event == "completed":
+                self._on_completed(model)
+            elif event in ("requeued", "dead_lettered", "released"):
+                model.lease = None
+
+        return observe
+
+    def _on_completed(self, model: ItemModel) -> None:
+        model.completed_event = True
+        work = self.executing
+        if model.kind == AMO:
+            return
+        if work is None or work.item.item_id != model.item_id:
+            self._violate("completion_outside_execute", model.item_id)
+            return
+        # Invariant 4: only the holder of the newest lease handed out may complete.
+        if model.lease is None or work.item.lease_id != model.lease:
+            self._violate(
+                "completed_by_non_holder",
+                f"{model.item_id}: lease {work.item.lease_id} but current {model.lease}",
+            )
+
+    # --- producers -----------------------------------------------------------------------
+
+    def _pick_zone(self) -> ZoneId:
+        return ZoneId(self.rng.choice(APPS), self.rng.choice(TENANTS))
+
+    def _pick_kind(self) -> str:
+        r = self.rng.random()
+        return PLAIN if r < 0.5 else TX if r < 0.8 else AMO
+
+    def _pick_delay(self) -> float:
+        return 0.0 if self.rng.random() < 0.7 else round(self.rng.uniform(0.0, 5.0), 3)
+
+    def _payload(self) -> dict[str, int]:
+        self._enqueue_no += 1
+        return {"n": self._enqueue_no}
+
+    def step_enqueue(self) -> str:
+        zone, kind = self._pick_zone(), self._pick_kind()
+        delay, priority = self._pick_delay(), self.rng.choice((0, 0, 0, 1, 2))
+        try:
+            item_id = self.q.enqueue(
+                kind,
+                self._payload(),
+                app=zone.app,
+                tenant=zone.tenant,
+                delay=delay,
+                priority=priority,
+            )
+        except KVError as err:
+            # Not expected with unlimited retries, but then the item may or may not exist.
+            return f"enqueue failed {err.code}"
+        self._add_item(item_id, zone, kind, COMMITTED)
+        return f"enqueue {item_id} {zone} {kind} d={delay} p={priority}"
+
+    def step_enqueue_many(self) -> str:
+        zone, kind = self._pick_zone(), self._pick_kind()
+        n = self.rng.randint(1, 4)
+        payloads = [self._payload() for _ in range(n)]
+        ids = self.q.enqueue_many(
+            kind, payloads, app=zone.app, tenant=zone.tenant, delay=self._pick_delay()
+        )
+        for item_id in ids:
+            self._add_item(item_id, zone, kind, COMMITTED)
+        return f"enqueue_many {zone} {kind} {','.join(ids)}"
+
+    def step_transact(self) -> str:
+        """A user transaction writing its own key and enqueueing 1-3 items, sometimes
+        aborted on purpose. Ids are drawn inside the function, so each retry enqueues new
+        ids: which attempts committed is read off the simulator's fault counters (an
+        attempt that ended in commit_unknown_result-applied committed; any other failed
+        attempt did not)."""
+        txn_no = len(self.txns)
+        key = user_key(txn_no)
+        plan = [(self._pick_zone(), self._pick_kind()) for _ in range(self.rng.randint(1, 3))]
+        abort = self.rng.random() < 0.2
+        attempts: list[tuple[int, list[tuple[str, ZoneId, str]]]] = []
+        counts = self.store.fault_counts
+
+        def body(tr: KVTransaction) -> None:
+            made: list[tuple[str, ZoneId, str]] = []
+            attempts.append((counts["unknown_result_applied"], made))
+            tr.set(key, b"%d" % len(attempts))
+            for zone, kind in plan:
+                item_id = self.q.enqueue(
+                    kind,
+                    self._payload(),
+                    app=zone.app,
+                    tenant=zone.tenant,
+                    delay=self._pick_delay(),
+                    tr=tr,
+                )
+                made.append((item_id, zone, kind))
+            if abort:
+                raise _Abort()
+
+        outcome = "committed"
+        final_state = COMMITTED
+        try:
+            self.q.transact(body)
+        except _Abort:
+            outcome, final_state = "aborted", ABSENT
+            self.aborted_txns += 1
+        except KVError as err:
+            outcome, final_state = f"failed {err.code}", MAYBE if err.maybe_committed else ABSENT
+        any_committed = final_state == COMMITTED
+        for i, (applied_before, made) in enumerate(attempts):
+            if i + 1 < len(attempts):
+                committed = attempts[i + 1][0] > applied_before
+                state = COMMITTED if committed else ABSENT
+            else:
+                state = final_state
+            any_committed = any_committed or state == COMMITTED
+            for item_id, zone, kind in made:
+                self._add_item(item_id, zone, kind, state)
+        self.txns.append(UserTxn(key, any_committed))
+        made_ids = [m[0] for _, ms in attempts for m in ms]
+        return f"transact {txn_no} {outcome} attempts={len(attempts)} {','.join(made_ids)}"
+
+    # --- consumers -----------------------------------------------------------------------
+
+    def _new_consumer(self) -> SimConsumer:
+        self.consumer_serial += 1
+        name = f"c{self.consumer_serial}"
+        config = ConsumerConfig(
+            peek_max=50,
+            selection_frac=0.5,
+            selection_max=8,
+            processing_bound=1000,
+            dequeue_max=4,
+            pointer_lease_s=1.0,
+            min_inactive_s=3.0,
+            item_lease_s=10.0,
+            election_ttl_s=5.0,
+            in_order=None,
+            seed=self.cfg.seed * 1000 + self.consumer_serial,
+        )
+        consumer = self.q.consumer(config, election=self.election, name=name)
+        sc = SimConsumer(consumer)
+        consumer.observer = self._observer(sc)
+        self.consumers.append(sc)
+        return sc
+
+    def _pick_consumer(self) -> SimConsumer | None:
+        if not self.consumers:
+            return None
+        return self.consumers[self.rng.randrange(len(self.consumers))]
+
+    def step_scan(self, sc: SimConsumer) -> str:
+        if sc.refs:
+            return f"scan {sc.consumer.name} busy"
+        in_order = sc.consumer.in_order
+        sc.refs = sc.consumer.scan_once()
+        sc.round_in_order = in_order and sc.consumer.capacity() >= 4 * max(1, len(sc.refs))
+        if not sc.refs and sc.round_in_order:
+            self.in_order_rounds += 1
+        return f"scan {sc.consumer.name} {'o' if in_order else 'r'} {len(sc.refs)}"
+
+    def _visit(self, sc: SimConsumer, ref: PointerRef) -> list[Work]:
+        stats = sc.consumer.stats
+        before = stats["pointer_leased"]
+        works = sc.consumer.visit(ref)
+        if stats["pointer_leased"] > before:
+            self.pointer_leased[ref.pointer_id] = (self.clock.now(), self.in_order_rounds)
+        for w in works:
+            model = self.items.get(w.item.item_id)
+            if model is None:
+                self._violate("unknown_item_dequeued", w.item.item_id)
+                continue
+            if model.state == ABSENT:
+                self._violate("aborted_item_dequeued", w.item.item_id)
+            model.lease = w.item.lease_id
+        return works
+
+    def step_visit(self, sc: SimConsumer) -> str:
+        if not sc.refs:
+            return f"visit {sc.consumer.name} idle"
+        ref = sc.refs.pop(0)
+        works = self._visit(sc, ref)
+        sc.works.extend(works)
+        if not sc.refs and sc.round_in_order:
+            self.in_order_rounds += 1
+        return f"visit {sc.consumer.name} {ref.pointer_id} {len(works)}"
+
+    def _execute(self, sc: SimConsumer, work: Work) -> str:
+        self.executing = work
+        try:
+            return sc.consumer.execute(work)
+        finally:
+            self.executing = None
+
+    def step_execute(self, sc: SimConsumer) -> str:
+        if not sc.works:
+            return f"execute {sc.consumer.name} idle"
+        work = sc.works.pop(self.rng.randrange(len(sc.works)))
+        outcome = self._execute(sc, work)
+        return f"execute {sc.consumer.name} {work.item.item_id} {outcome}"
+
+    def step_election(self, sc: SimConsumer) -> str:
+        sc.consumer.refresh_election()
+        return f"election {sc.consumer.name} {sc.consumer.in_order}"
+
+    def step_crash(self) -> str:
+        sc = self._pick_consumer()
+        if sc is None:
+            return "crash none"
+        # Vanishes with its leases (items and in-order lease expire on their own).
+        self.consumers.remove(sc)
+        return f"crash {sc.consumer.name} works={len(sc.works)}"
+
+    # --- the run -------------------------------------------------------------------------
+
+    def _pick_step(self) -> str:
+        r = self.rng.random() * _total
+        for kind, cum in zip(_STEP_KINDS, _CUM_WEIGHTS, strict=True):
+            if r < cum:
+                return kind
+        return _STEP_KINDS[-1]
+
+    def step(self) -> None:
+        kind = self._pick_step()
+        if not self.consumers:
+            kind = "join"
+        if kind == "join" and len(self.consumers) >= self.cfg.max_consumers:
+            kind = "tick"
+        sc = self._pick_consumer() if kind in _CONSUMER_STEPS else None
+        text: str
+        if kind == "enqueue":
+            text = self.step_enqueue()
+        elif kind == "transact":
+            text = self.step_transact()
+        elif kind == "enqueue_many":
+            text = self.step_enqueue_many()
+        elif kind == "tick":
+            dt = round(self.rng.uniform(0.0, 0.5), 3)
+            self.clock.advance(dt)
+            text = f"tick {dt}"
+        elif kind == "jump":
+            dt = round(self.rng.uniform(10.5, 40.0), 3)  # past item and pointer leases
+            self.clock.advance(dt)
+            text = f"jump {dt}"
+        elif kind == "crash":
+            text = self.step_crash()
+        elif kind == "join":
+            text = f"join {self._new_consumer().consumer.name}"
+        else:
+            assert sc is not None
+            text = self._consumer_step(kind, sc)
+        self._log(f"{self.step_no} {text}")
+        self.check_step()
+
+    def _consumer_step(self, kind: str, sc: SimConsumer) -> str:
+        if kind == "scan":
+            return self.step_scan(sc)
+        if kind == "visit":
+            return self.step_visit(sc)
+        if kind == "execute":
+            return self.step_execute(sc)
+        if kind == "flush":
+            return f"flush {sc.consumer.name} {sc.consumer.flush_completions()}"
+        if kind == "extend":
+            sc.consumer.extend_leases_once()
+            return f"extend {sc.consumer.name}"
+        return self.step_election(sc)
+
+    def run(self) -> SimResult:
+        with seeded_ids(self.cfg.seed):
+            for _ in range(2):
+                self._new_consumer()
+            for n in range(1, self.cfg.steps + 1):
+                self.step_no = n
+                self.step()
+                if self.step_no % self.cfg.check_every == 0:
+                    self.check_store()
+                if len(self.violations) > 50:
+                    break
+            self.step_no = self.cfg.steps + 1
+            self.quiesce()
+            lost = self.check_store(final=True)
+        snapshot = self.store.snapshot_items()
+        digest = hashlib.blake2b(digest_size=16)
+        for k, v in snapshot.items():
+            digest.update(k)
+            digest.update(v)
+        self.trace.update(digest.digest())
+        return self._result(lost)
+
+    def _result(self, lost: int) -> SimResult:
+        committed = [m for m in self.items.values() if m.state == COMMITTED]
+        snapshot_keys = self.store.snapshot_items()
+        dead = sum(1 for m in committed if m.dead_key in snapshot_keys)
+        done = sum(
+            1
+            for m in committed
+            if m.dead_key not in snapshot_keys
+            and (m.successes if m.kind == PLAIN else m.deliveries if m.kind == AMO else 1)
+            and m.item_key not in snapshot_keys
+        )
+        return SimResult(
+            seed=self.cfg.seed,
+            steps=self.cfg.steps,
+            faults=self.cfg.faults,
+            violations=self.violations,
+            trace_hash=self.trace.hexdigest(),
+            fault_counts=dict(self.store.fault_counts),
+            enqueued=len(committed),
+            completed=done,
+            dead_lettered=dead,
+            lost=lost,
+            aborted_txns=self.aborted_txns,
+        )
+
+    def quiesce(self) -> None:
+        """Stop producers and drain: time moves on in 1 s rounds in which every consumer
+        refreshes its election, runs what it holds, scans and runs what it finds."""
+        for sc in self.consumers:
+            for ref in sc.refs:
+                sc.works.extend(self._visit(sc, ref))
+            sc.refs.clear()
+        for n in range(self.cfg.drain_rounds):
+            for sc in self.consumers:
+                sc.consumer.refresh_election()
+            for sc in self.consumers:
+                while sc.works:
+                    self._execute(sc, sc.works.pop(0))
+                for ref in sc.consumer.scan_once():
+                    for work in self._visit(sc, ref):
+                        self._execute(sc, work)
+                sc.consumer.flush_completions()
+            self.check_step()
+            if n % 5 == 4 and not self._zones_hold_items():
+                break
+            self.clock.advance(1.0)
+        self._log(f"quiesced at {self.clock.now():.3f}")
+
+    def _zones_hold_items(self) -> bool:
+        prefix = self._z_prefix
+        for key in self.store.snapshot_items():
+            if key.startswith(prefix) and b"\x02i\x00" in key[len(prefix) :]:
+                return True
+        return False
+
+    # --- invariants ----------------------------------------------------------------------
+
+    def check_step(self) -> None:
+        """Cheap checks after every step."""
+        leaders = [sc.consumer.name for sc in self.consumers if sc.consumer.in_order]
+        if len(leaders) > 1:
+            self._violate("two_in_order_scanners", ",".join(leaders))
+
+    def check_store(self, *, final: bool = False) -> int:
+        """Full scan of the committed state; returns the number of lost items."""
+        snap = self.store.snapshot_items()
+        now = now_ms(self.clock)
+        zp, cp = self._z_prefix, self._c_prefix
+        zone_items: dict[ZoneId, dict[str, bytes]] = {}
+        order: dict[ZoneId, set[tuple[int, int, str]]] = {}
+        counts: dict[ZoneId, int] = {}
+        pointers: dict[tuple[int, str], tuple[ZoneId, int]] = {}
+        vest_entries: list[tuple[int, int, str]] = []
+        index: dict[ZoneId, tuple[int, str]] = {}
+        for key, value in snap.items():
+            if key.startswith(zp):
+                parts = fdbtuple.unpack(key[len(zp) :])
+                zone = ZoneId(parts[0], parts[1])
+                tag = parts[2]
+                if tag == "i" and len(parts) == 4:
+                    zone_items.setdefault(zone, {})[parts[3]] = value
+                elif tag == "x":
+                    order.setdefault(zone, set()).add((parts[3], parts[4], parts[5]))
+                elif tag == "n":
+                    counts[zone] = unpack_i64(value)
+            elif key.startswith(cp):
+                parts = fdbtuple.unpack(key[len(cp) :])
+                shard, tag = parts[0], parts[1]
+                if tag == "p":
+                    p = decode_pointer(key, value)
+                    pointers[(shard, p.pointer_id)] = (p.zone, p.vesting_ms)
+                elif tag == "v":
+                    vest_entries.append((shard, parts[2], parts[3]))
+                elif tag == "ix":
+                    index[ZoneId(parts[2], parts[3])] = (shard, value.decode())
+        self._check_structure(zone_items, order, counts, pointers, vest_entries, index)
+        self._check_starvation(vest_entries, now)
+        lost = self._check_items(snap, zone_items, final=final)
+        for txn in self.txns:
+            if (txn.key in snap) != txn.committed:
+                self._violate(
+                    "user_txn_state",
+                    f"{txn.key!r} exists={txn.key in snap} but committed={txn.committed}",
+                )
+        return lost
+
+    def _check_structure(
+        self,
+        zone_items: dict[ZoneId, dict[str, bytes]],
+        order: dict[ZoneId, set[tuple[int, int, str]]],
+        counts: dict[ZoneId, int],
+        pointers: dict[tuple[int, str], tuple[ZoneId, int]],
+        vest_entries: list[tuple[int, int, str]],
+        index: dict[ZoneId, tuple[int, str]],
+    ) -> None:
+        from quick_core.records import decode_item
+
+        for zone in sorted(set(zone_items) | set(order) | set(counts)):
+            items = zone_items.get(zone, {})
+            n = counts.get(zone, 0)
+            if n != len(items):
+                self._violate("zone_count", f"{zone}: count key {n}, {len(items)} items")
+            expected = set()
+            for item_id, raw in items.items():
+                rec = decode_item(b"", raw)
+                expected.add((rec.priority, rec.vesting_ms, item_id))
+            got = order.get(zone, set())
+            if got != expected:
+                missing, extra = sorted(expected - got)[:3], sorted(got - expected)[:3]
+                self._violate("order_index", f"{zone}: missing {missing} extra {extra}")
+            if items:
+                # Invariant 1: a non-empty zone has a pointer in its top-level queue.
+                entry = index.get(zone)
+                if entry is None:
+                    self._violate("zone_without_pointer", f"{zone}: {sorted(items)[:3]}")
+                elif entry not in pointers:
+                    self._violate("pointer_index_dangling", f"{zone} -> {entry}")
+        for (shard, pid), (zone, _) in pointers.items():
+            if index.get(zone) != (shard, pid):
+                self._violate(
+                    "pointer_not_indexed", f"{zone} pointer {pid} index {index.get(zone)}"
+                )
+        seen: dict[tuple[int, str], int] = {}
+        for shard, vesting, pid in vest_entries:
+            p = pointers.get((shard, pid))
+            if p is None or p[1] != vesting:
+                self._violate("vesting_entry_stale", f"pointer {pid} entry at {vesting}")
+            seen[(shard, pid)] = seen.get((shard, pid), 0) + 1
+        for key in pointers:
+            if seen.get(key, 0) != 1:
+                self._violate("pointer_vesting_entries", f"pointer {key[1]}: {seen.get(key, 0)}")
+
+    def _check_starvation(self, vest_entries: list[tuple[int, int, str]], now: int) -> None:
+        """Invariant 10: with an in-order scanner running, a vested pointer is leased within
+        a bound of virtual time and of in-order scan rounds."""
+        t, rounds = self.clock.now(), self.in_order_rounds
+        current: dict[tuple[str, int], tuple[float, int]] = {}
+        for _, vesting, pid in vest_entries:
+            if vesting > now:
+                continue
+            key = (pid, vesting)
+            first = self.vested_seen.get(key, (t, rounds))
+            current[key] = first
+            since_t, since_r = first
+            leased = self.pointer_leased.get(pid)
+            if leased is not None and leased[0] > since_t:
+                since_t, since_r = leased
+            if t - since_t > self.cfg.starvation_bound_s and rounds - since_r >= (
+                self.cfg.starvation_rounds
+            ):
+                self._violate(
+                    "vested_pointer_starved",
+                    f"pointer {pid} vested at {vesting} unvisited for {t - since_t:.1f}s "
+                    f"and {rounds - since_r} in-order rounds",
+                )
+        self.vested_seen = current
+
+    def _check_items(
+        self, snap: dict[bytes, bytes], zone_items: dict[ZoneId, dict[str, bytes]], *, final: bool
+    ) -> int:
+        lost = 0
+        for m in self.items.values():
+            present = m.item_id in zone_items.get(m.zone, {})
+            dead = m.dead_key in snap
+            effect = unpack_i64(snap.get(effect_key(m.item_id))) if m.kind == TX else 0
+            if m.state == ABSENT:
+                if present or dead or effect or m.deliveries:
+                    self._violate("aborted_item_exists", f"{m.item_id} {m.zone}")
+                continue
+            if effect > 1:
+                self._violate("tx_effect_twice", f"{m.item_id}: effect {effect}")
+            if m.kind == TX and effect == 1 and (present or dead):
+                self._violate(
+                    "tx_effect_without_completion", f"{m.item_id} present={present} dead={dead}"
+                )
+            if m.completed_event and present and m.kind != AMO:
+                self._violate("completed_item_present", m.item_id)
+            if m.kind == AMO and present and m.deliveries:
+                self._violate("at_most_once_delivered_but_present", m.item_id)
+            if m.state != COMMITTED or present or dead:
+                if final and present and m.state == COMMITTED:
+                    self._violate("item_stuck", f"{m.item_id} in {m.zone} after draining")
+                continue
+            if (m.kind == PLAIN and m.successes == 0) or (m.kind == TX and effect != 1):
+                lost += 1
+                self._violate(
+                    "item_lost",
+                    f"{m.kind} {m.item_id} in {m.zone}: gone, not dead-lettered, never "
+                    f"completed (runs {m.deliveries})",
+                    about=m.item_id,
+                )
+        return lost
+
+
+_CONSUMER_STEPS = frozenset({"scan", "visit", "execute", "flush", "extend", "election"})
+
+
+def run_seed(seed: int, steps: int = 2000, faults: float = 0.01, **options: Any) -> SimResult:
+    return Simulation(SimConfig(seed=seed, steps=steps, faults=faults, **options)).run()
