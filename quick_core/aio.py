@@ -44,7 +44,7 @@ from quick_core.election import Election
 from quick_core.errors import ConfigurationError
 from quick_core.kv import KVTransaction
 from quick_core.records import DeadLetter, WorkItem
-from quick_core.registry import Handler, JobContext, RetryPolicy
+from quick_core.registry import Handler, JobContext
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -279,34 +279,17 @@ class AsyncQuick:
 
     # --- handlers ----------------------------------------------------------------------
 
-    def job(
-        self,
-        name: str,
-        *,
-        retry: RetryPolicy | None = None,
-        max_concurrency: int | None = None,
-        execution_bound_s: float | None = None,
-        transactional: bool = False,
-        delivery: str = "at_least_once",
-        ttl_s: float | None = None,
-    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def job(self, name: str, **options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register ``async def handler(payload, ctx)`` (or a plain function) for a job
-        type; the options are those of :meth:`Quick.job`.
+        type; ``options`` are those of :meth:`Quick.job` (retry, concurrency limits,
+        execution bound, transactional, delivery, ttl_s), passed through unchanged.
 
         The coroutine runs on the event loop of the async consumer that took the item,
         while the worker thread that took it waits; a lost lease or an exceeded execution
         bound cancels it. In a transactional handler ``ctx.tr`` may be used directly, and
         ``await aq.enqueue(..., tr=ctx.tr)`` joins the handler's transaction.
         """
-        register = self.quick.job(
-            name,
-            retry=retry,
-            max_concurrency=max_concurrency,
-            execution_bound_s=execution_bound_s,
-            transactional=transactional,
-            delivery=delivery,
-            ttl_s=ttl_s,
-        )
+        register = self.quick.job(name, **options)
 
         def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
             register(self._threaded(fn) if _is_async(fn) else fn)
