@@ -1,0 +1,21 @@
+"""Cassandra zones: work items in Cassandra, pointers in a KV store (paper section 6.1).
+
+Imports no driver at import time; connecting without ``cassandra-driver`` installed raises
+MissingDependency naming the ``cassandra`` extra.
+"""
+
+from adapters.cassandra.driver import CassandraError
+from adapters.cassandra.quick import CassandraQuick, open_cassandra_quick
+from adapters.cassandra.schema import init_schema
+from adapters.cassandra.store import CassandraZoneStore
+from adapters.cassandra.url import CassandraURL, parse_cassandra_url
+
+__all__ = [
+    "CassandraError",
+    "CassandraQuick",
+    "CassandraURL",
+    "CassandraZoneStore",
+    "init_schema",
+    "open_cassandra_quick",
+    "parse_cassandra_url",
+]

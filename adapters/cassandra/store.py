@@ -1,0 +1,909 @@
+"""CassandraZoneStore: queue zones whose items live in Cassandra (paper section 6.1).
+
+Pointers stay in the KV store (FoundationDB in production); items live in one Cassandra
+partition per zone (see :mod:`adapters.cassandra.schema`). Every change to an item is a
+lightweight transaction: a conditional batch on the item row ``IF lease_id = ? AND
+vesting_ms = ?`` (the state the caller read) that also moves the item's order entry. The
+pair (lease_id, vesting_ms) changes on every transition, so two consumers can never both
+take the same item, and a stale reader's write is refused instead of applied.
+
+A write that times out after it was sent may or may not have been applied. It is never
+guessed: the item is re-read at SERIAL (which finishes any in-progress Paxos round) and
+the outcome read off the row; if that read fails too, a :class:`CassandraError` with
+``outcome_unknown`` is raised and the item's lease simply expires. No timeout turns into a
+lost item.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from adapters.cassandra.driver import (
+    CassandraError,
+    consistency_level,
+    definitely_not_applied,
+    driver_errors,
+    read_error,
+    require_driver,
+)
+from adapters.cassandra.schema import ITEM_COLUMNS
+from quick_core.clock import Clock, SystemClock, now_ms
+from quick_core.errors import (
+    ConfigurationError,
+    CorruptRecord,
+    InvalidArgument,
+    ItemNotFound,
+    ItemNotVested,
+    LeaseLost,
+)
+from quick_core.kv import KVStore, KVTransaction, run
+from quick_core.records import DeadLetter, WorkItem, ZoneId, encode_item
+from quick_core.toplevel import TopLevelQueue
+from quick_core.validation import MIN_PRIORITY, check_name
+from quick_core.zones import new_item_id, new_lease_id
+from quick_core.zonestore import CorruptItem, NewItem
+
+log = logging.getLogger("quick.cassandra")
+
+# A conditional write refused this many times in a row (contention) is reported, not looped.
+CAS_ATTEMPTS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """One item's conditional change: the statements to run and how to recognise, on a
+    SERIAL re-read, that they were applied (for writes whose outcome is unknown)."""
+
+    item: WorkItem  # as read: the condition
+    statements: list[tuple[Any, tuple[Any, ...]]]
+    result: WorkItem | None  # the new row; None when the item is deleted
+
+    def applied(self, row: WorkItem | None) -> bool:
+        if self.result is None:
+            return row is None
+        return (
+            row is not None
+            and row.lease_id == self.result.lease_id
+            and row.vesting_ms == self.result.vesting_ms
+        )
+
+
+class CassandraZoneStore:
+    """The :class:`~quick_core.zonestore.ZoneStore` over Cassandra, pointers over ``kv``.
+
+    ``session`` is a connected cassandra-driver Session; ``keyspace`` holds the table made
+    by :func:`adapters.cassandra.schema.init_schema`. Plain reads and writes use
+    ``consistency`` (QUORUM by default); lightweight transactions and the reads that must
+    observe them use ``serial_consistency`` (SERIAL).
+    """
+
+    def __init__(
+        self,
+        session: Any,
+        keyspace: str,
+        kv: KVStore,
+        toplevel: TopLevelQueue,
+        *,
+        table: str = "zone_rows",
+        consistency: str = "QUORUM",
+        serial_consistency: str = "SERIAL",
+        timeout_s: float = 10.0,
+        clock: Clock | None = None,
+        owner: Any = None,
+    ) -> None:
+        self._cassandra = require_driver()
+        self.session = session
+        self.keyspace = keyspace
+        self.table = table
+        self.kv = kv
+        self.toplevel = toplevel
+        self.clock = clock or SystemClock()
+        self.timeout_s = timeout_s
+        self._cl = consistency_level(consistency)
+        self._serial = consistency_level(serial_consistency)
+        self._errors = driver_errors()
+        self._owner = owner  # a Cluster this store opened and must shut down
+        self._prepare()
+
+    # --- statements --------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        t = f"{self.keyspace}.{self.table}"
+        cols = ", ".join(ITEM_COLUMNS)
+        marks = ", ".join("?" for _ in ITEM_COLUMNS)
+        item_pk = "app = ? AND tenant = ? AND kind = 1 AND o_priority = 0 AND o_vesting = 0"
+        order_pk = "app = ? AND tenant = ? AND kind = 0 AND o_priority = ? AND o_vesting = ?"
+        p = self.session.prepare
+        self._sel_item = p(f"SELECT item_id, {cols} FROM {t} WHERE {item_pk} AND item_id = ?")
+        self._sel_items = p(f"SELECT item_id, {cols} FROM {t} WHERE {item_pk} AND item_id IN ?")
+        self._sel_zone_items = p(
+            f"SELECT item_id, {cols} FROM {t} WHERE app = ? AND tenant = ? AND kind = 1"
+        )
+        self._sel_vested = p(
+            f"SELECT o_priority, o_vesting, item_id FROM {t} WHERE app = ? AND tenant = ? "
+            "AND kind = 0 AND o_priority = ? AND o_vesting <= ? LIMIT ?"
+        )
+        self._sel_next_priority = p(
+            f"SELECT o_priority, o_vesting FROM {t} WHERE app = ? AND tenant = ? "
+            "AND kind = 0 AND o_priority >= ? LIMIT 1"
+        )
+        self._sel_any_item = p(
+            f"SELECT item_id FROM {t} WHERE app = ? AND tenant = ? AND kind = 1 LIMIT 1"
+        )
+        self._sel_count = p(f"SELECT COUNT(*) FROM {t} WHERE app = ? AND tenant = ? AND kind = 1")
+        self._sel_zones = p(f"SELECT DISTINCT app, tenant FROM {t}")
+        self._sel_dead = p(
+            f"SELECT item_id, {cols}, dead_reason, dead_at_ms FROM {t} "
+            "WHERE app = ? AND tenant = ? AND kind = 2"
+        )
+        self._ins_item_nx = p(
+            f"INSERT INTO {t} (app, tenant, kind, o_priority, o_vesting, item_id, {cols}) "
+            f"VALUES (?, ?, 1, 0, 0, ?, {marks}) IF NOT EXISTS"
+        )
+        self._ins_order = p(
+            f"INSERT INTO {t} (app, tenant, kind, o_priority, o_vesting, item_id) "
+            "VALUES (?, ?, 0, ?, ?, ?)"
+        )
+        self._del_order = p(f"DELETE FROM {t} WHERE {order_pk} AND item_id = ?")
+        self._upd_item_if = p(
+            f"UPDATE {t} SET vesting_ms = ?, lease_id = ?, attempts = ?, error_count = ?, "
+            f"last_error = ?, meta = ? WHERE {item_pk} AND item_id = ? "
+            "IF lease_id = ? AND vesting_ms = ?"
+        )
+        self._del_item_if = p(
+            f"DELETE FROM {t} WHERE {item_pk} AND item_id = ? IF lease_id = ? AND vesting_ms = ?"
+        )
+        self._del_item = p(f"DELETE FROM {t} WHERE {item_pk} AND item_id = ?")
+        self._ins_dead = p(
+            f"INSERT INTO {t} (app, tenant, kind, o_priority, o_vesting, item_id, {cols}, "
+            f"dead_reason, dead_at_ms) VALUES (?, ?, 2, 0, 0, ?, {marks}, ?, ?)"
+        )
+        self._del_dead = p(
+            f"DELETE FROM {t} WHERE app = ? AND tenant = ? AND kind = 2 AND o_priority = 0 "
+            "AND o_vesting = 0 AND item_id = ?"
+        )
+
+    def close(self) -> None:
+        if self._owner is not None:
+            self._owner.shutdown()
+            self._owner = None
+
+    # --- execution ---------------------------------------------------------------------
+
+    def _read(
+        self, stmt: Any, params: tuple[Any, ...], *, serial: bool = False, fetch_size: int = 0
+    ) -> list[Any]:
+        """All rows of a read at QUORUM (or SERIAL); any failure raises CassandraError, so
+        a caller never mistakes an unreachable store for an empty zone."""
+        bound = stmt.bind(params)
+        bound.consistency_level = self._serial if serial else self._cl
+        if fetch_size:
+            bound.fetch_size = fetch_size
+        try:
+            return list(self.session.execute(bound, timeout=self.timeout_s))
+        except self._errors as err:
+            raise read_error(err, "read") from err
+
+    def _write(self, statements: Sequence[tuple[Any, tuple[Any, ...]]]) -> None:
+        """Unconditional writes in one single-partition batch (atomic, no batchlog)."""
+        batch = self._batch(statements)
+        try:
+            self.session.execute(batch, timeout=self.timeout_s)
+        except self._errors as err:
+            raise CassandraError(
+                f"Cassandra write failed: {type(err).__name__}: {err}",
+                outcome_unknown=not definitely_not_applied(err),
+            ) from err
+
+    def _batch(self, statements: Sequence[tuple[Any, tuple[Any, ...]]]) -> Any:
+        from cassandra.query import BatchStatement
+
+        batch = BatchStatement(consistency_level=self._cl, serial_consistency_level=self._serial)
+        for stmt, params in statements:
+            batch.add(stmt, params)
+        return batch
+
+    def _cas(self, statements: Sequence[tuple[Any, tuple[Any, ...]]]) -> bool | None:
+        """Run a conditional batch: True applied, False refused, None outcome unknown."""
+        batch = self._batch(statements)
+        try:
+            result = self.session.execute(batch, timeout=self.timeout_s)
+        except self._errors as err:
+            if definitely_not_applied(err):
+                raise CassandraError(f"Cassandra unavailable: {type(err).__name__}: {err}") from err
+            log.info("conditional write outcome unknown (%s); re-reading at SERIAL", err)
+            return None
+        return bool(result.was_applied)
+
+    # --- rows <-> items ----------------------------------------------------------------
+
+    def _row_key(self, zone: ZoneId, item_id: str) -> bytes:
+        return f"cassandra:{self.keyspace}/{zone}/{item_id}".encode()
+
+    def _to_item(self, zone: ZoneId, row: Any) -> WorkItem:
+        try:
+            meta = msgpack.unpackb(row.meta, raw=False) if row.meta else {}
+            if not isinstance(meta, dict):
+                raise TypeError("meta is not a map")
+            for name in ("job_type", "priority", "vesting_ms", "enqueued_ms"):
+                if getattr(row, name) is None:
+                    raise TypeError(f"{name} is null")
+            return WorkItem(
+                item_id=row.item_id,
+                job_type=row.job_type,
+                payload=row.payload or b"",
+                priority=row.priority,
+                vesting_ms=row.vesting_ms,
+                enqueued_ms=row.enqueued_ms,
+                error_count=row.error_count or 0,
+                lease_id=row.lease_id or None,
+                last_error=row.last_error,
+                content_type=row.content_type or "bytes",
+                deadline_ms=row.deadline_ms,
+                delivery=row.delivery or "at_least_once",
+                attempts=row.attempts or 0,
+                meta=meta,
+            )
+        except (TypeError, ValueError, msgpack.ExtraData, msgpack.FormatError) as err:
+            raise CorruptRecord(self._row_key(zone, row.item_id), str(err)) from err
+
+    @staticmethod
+    def _fields(item: WorkItem) -> tuple[Any, ...]:
+        """The item's columns in ITEM_COLUMNS order; no lease is stored as ''."""
+        return (
+            item.job_type,
+            item.payload,
+            item.priority,
+            item.vesting_ms,
+            item.enqueued_ms,
+            item.error_count,
+            item.lease_id or "",
+            item.last_error,
+            item.content_type,
+            item.deadline_ms,
+            item.delivery,
+            item.attempts,
+            msgpack.packb(item.meta, use_bin_type=True) if item.meta else None,
+        )
+
+    def _read_one(self, zone: ZoneId, item_id: str, *, serial: bool) -> WorkItem | None:
+        rows = self._read(self._sel_item, (zone.app, zone.tenant, item_id), serial=serial)
+        return self._to_item(zone, rows[0]) if rows else None
+
+    # --- plans: one item's conditional change --------------------------------------------
+
+    def _cond(self, item: WorkItem) -> tuple[str, int]:
+        return (item.lease_id or "", item.vesting_ms)
+
+    def _plan_update(self, zone: ZoneId, old: WorkItem, new: WorkItem) -> _Plan:
+        z = (zone.app, zone.tenant)
+        statements: list[tuple[Any, tuple[Any, ...]]] = [
+            (
+                self._upd_item_if,
+                (
+                    new.vesting_ms,
+                    new.lease_id or "",
+                    new.attempts,
+                    new.error_count,
+                    new.last_error,
+                    self._fields(new)[-1],
+                    *z,
+                    old.item_id,
+                    *self._cond(old),
+                ),
+            )
+        ]
+        if (old.priority, old.vesting_ms) != (new.priority, new.vesting_ms):
+            statements.append((self._del_order, (*z, old.priority, old.vesting_ms, old.item_id)))
+            statements.append((self._ins_order, (*z, new.priority, new.vesting_ms, new.item_id)))
+        return _Plan(old, statements, new)
+
+    def _plan_delete(self, zone: ZoneId, old: WorkItem, dead_reason: str | None = None) -> _Plan:
+        z = (zone.app, zone.tenant)
+        statements: list[tuple[Any, tuple[Any, ...]]] = [
+            (self._del_item_if, (*z, old.item_id, *self._cond(old))),
+            (self._del_order, (*z, old.priority, old.vesting_ms, old.item_id)),
+        ]
+        if dead_reason is not None:
+            kept = old.with_(lease_id=None)
+            statements.append(
+                (
+                    self._ins_dead,
+                    (*z, old.item_id, *self._fields(kept), dead_reason[:2000], now_ms(self.clock)),
+                )
+            )
+        return _Plan(old, statements, None)
+
+    def _apply(
+        self,
+        zone: ZoneId,
+        item_id: str,
+        decide: Callable[[WorkItem | None], _Plan | None],
+        *,
+        first: WorkItem | None = None,
+        fresh: bool = False,
+    ) -> WorkItem | None:
+        """Read the item, let ``decide`` plan a change (or raise), run it conditionally;
+        on refusal re-read at SERIAL and decide again. Returns the plan's new row (None
+        for a delete, or when ``decide`` planned nothing)."""
+        item = first
+        read = first is not None
+        for attempt in range(CAS_ATTEMPTS):
+            if not read:
+                item = self._read_one(zone, item_id, serial=attempt > 0 or fresh)
+            read = False
+            plan = decide(item)
+            if plan is None:
+                return None
+            outcome = self._cas(plan.statements)
+            if outcome is None:
+                current = self._read_one(zone, item_id, serial=True)
+                if plan.applied(current):
+                    return plan.result
+                # Not applied: the refused or lost write changed nothing; decide again.
+                item, read = current, True
+                continue
+            if outcome:
+                return plan.result
+        raise CassandraError(f"item {item_id!r}: {CAS_ATTEMPTS} conditional writes refused")
+
+    # --- enqueue -----------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        zone: ZoneId,
+        item: NewItem,
+        *,
+        tr: KVTransaction | None = None,
+        in_pointer_txn: Callable[[KVTransaction], None] | None = None,
+    ) -> str:
+        """The paper's external-store enqueue: write the item to Cassandra, then one KV
+        transaction that reads the pointer index and creates the pointer or declares a
+        write conflict on the index key (so a pointer deletion that read it aborts).
+
+        If that transaction fails, the item written here is deleted again and the error
+        raised: the caller was not told the item exists, so it must not run. A crash
+        between the two steps leaves an item without a pointer; re-enqueueing the same id
+        (idempotent) creates the pointer. ``in_pointer_txn`` runs inside the pointer
+        transaction (rate-limit charges). Joining a caller's KV transaction (``tr``) is not
+        possible: the item must be in Cassandra before any pointer transaction commits.
+        """
+        if tr is not None:
+            raise ConfigurationError(
+                "Cassandra zones cannot enqueue inside a KV transaction: the item is "
+                "written to Cassandra before the pointer transaction (paper section 6.1)"
+            )
+        record = self._new_record(item)
+        stored, inserted = self._insert_new(zone, record)
+
+        def pointer(t: KVTransaction) -> bool:
+            if in_pointer_txn is not None:
+                in_pointer_txn(t)
+            return self.toplevel.ensure_pointer(t, zone, stored.vesting_ms, declare_conflict=True)
+
+        try:
+            needs_pull = run(self.kv, pointer)
+        except BaseException:
+            if inserted:
+                self._collect(zone, record)
+            raise
+        if needs_pull:
+            self.toplevel.pull_pointer_earlier(zone, stored.vesting_ms)
+        return record.item_id
+
+    def _new_record(self, item: NewItem) -> WorkItem:
+        now = now_ms(self.clock)
+        item_id = item.item_id if item.item_id is not None else new_item_id()
+        check_name("item_id", item_id)
+        return WorkItem(
+            item_id=item_id,
+            job_type=item.job_type,
+            payload=item.payload,
+            priority=item.priority,
+            vesting_ms=now + item.delay_ms,
+            enqueued_ms=now,
+            content_type=item.content_type,
+            deadline_ms=None if item.ttl_ms is None else now + item.ttl_ms,
+            delivery=item.delivery,
+            # A nonce, so a SERIAL re-read after a timed-out insert tells our row from an
+            # earlier enqueue of the same id.
+            meta={"_w": secrets.token_hex(4)},
+        )
+
+    def _insert_new(self, zone: ZoneId, record: WorkItem) -> tuple[WorkItem, bool]:
+        """Insert the item and its order entry if the id is new. Returns (the stored item,
+        whether this call inserted it)."""
+        z = (zone.app, zone.tenant)
+        statements = [
+            (self._ins_item_nx, (*z, record.item_id, *self._fields(record))),
+            (self._ins_order, (*z, record.priority, record.vesting_ms, record.item_id)),
+        ]
+        for _ in range(3):
+            outcome = self._cas(statements)
+            if outcome is True:
+                return record, True
+            current = self._read_one(zone, record.item_id, serial=True)
+            if current is not None:
+                mine = current.meta.get("_w") == record.meta["_w"]
+                return current, mine
+            if outcome is False:
+                continue  # refused, yet gone at SERIAL: completed in between; insert again
+        raise CassandraError(f"could not insert item {record.item_id!r}")
+
+    def _collect(self, zone: ZoneId, record: WorkItem) -> None:
+        """Delete an item whose pointer transaction failed (best effort, logged)."""
+        try:
+            self._apply(
+                zone,
+                record.item_id,
+                lambda item: (
+                    None
+                    if item is None or item.meta.get("_w") != record.meta.get("_w")
+                    else self._plan_delete(zone, item)
+                ),
+                fresh=True,
+            )
+        except CassandraError as err:
+            log.warning(
+                "enqueue of %s in %s failed and its item could not be collected (%s): it "
+                "has no pointer and runs only when the zone gets one",
+                record.item_id,
+                zone,
+                err,
+            )
+
+    # --- reading -----------------------------------------------------------------------
+
+    def _vested_entries(self, zone: ZoneId, max_items: int, now: int) -> list[tuple[int, int, str]]:
+        """(priority, vesting, item_id) of up to ``max_items`` vested order entries, in
+        order: per priority present, one read finds it and one reads its vested entries."""
+        z = (zone.app, zone.tenant)
+        out: list[tuple[int, int, str]] = []
+        cursor = MIN_PRIORITY
+        while len(out) < max_items:
+            first = self._read(self._sel_next_priority, (*z, cursor))
+            if not first:
+                break
+            priority = first[0].o_priority
+            rows = self._read(self._sel_vested, (*z, priority, now, max_items - len(out)))
+            out.extend((r.o_priority, r.o_vesting, r.item_id) for r in rows)
+            cursor = priority + 1
+        return out
+
+    def _read_many(self, zone: ZoneId, ids: list[str]) -> dict[str, Any]:
+        if not ids:
+            return {}
+        rows = self._read(self._sel_items, (zone.app, zone.tenant, ids))
+        return {r.item_id: r for r in rows}
+
+    def peek(self, zone: ZoneId, max_items: int) -> list[WorkItem]:
+        now = now_ms(self.clock)
+        entries = self._vested_entries(zone, max_items, now)
+        rows = self._read_many(zone, [e[2] for e in entries])
+        out = []
+        for _, vesting, item_id in entries:
+            row = rows.get(item_id)
+            if row is None:
+                continue
+            try:
+                item = self._to_item(zone, row)
+            except CorruptRecord:
+                continue
+            if item.vesting_ms == vesting:
+                out.append(item)
+        return out
+
+    def get(self, zone: ZoneId, item_id: str) -> WorkItem | None:
+        return self._read_one(zone, item_id, serial=False)
+
+    def min_vesting_ms(self, zone: ZoneId) -> int | None:
+        z = (zone.app, zone.tenant)
+        best: int | None = None
+        cursor = MIN_PRIORITY
+        while True:
+            first = self._read(self._sel_next_priority, (*z, cursor))
+            if not first:
+                return best
+            vesting = first[0].o_vesting
+            best = vesting if best is None else min(best, vesting)
+            cursor = first[0].o_priority + 1
+
+    def _index_key(self, zone: ZoneId) -> bytes:
+        tl = self.toplevel
+        return tl.keys.pointer_index_key(tl.cluster, tl.shard_for(zone), zone)
+
+    def min_vesting_in(self, tr: KVTransaction, zone: ZoneId) -> int | None:
+        """Strong read of the zone's earliest vesting time for a pointer requeue in ``tr``.
+
+        The read version is fixed first and the pointer index key joins the read conflict
+        set: an enqueue whose pointer transaction commits after this read version declared
+        a write conflict on that key, so this requeue aborts and retries, and its retry
+        reads Cassandra after that item was written. Without it the pointer could be
+        requeued at a later time than the new item's.
+        """
+        tr.get_read_version()
+        tr.add_read_conflict_key(self._index_key(zone))
+        return self.min_vesting_ms(zone)
+
+    def zone_is_empty(self, tr: KVTransaction, zone: ZoneId) -> bool:
+        """Strong emptiness check inside the pointer-deleting transaction ``tr``.
+
+        ``tr``'s read version is fixed before Cassandra is read (at SERIAL, so an
+        in-progress conditional insert is finished or refused first): an enqueue whose
+        pointer transaction committed before that version wrote its item before, so the
+        read sees it; one committing after conflicts on the pointer index key. A failed
+        read raises, and no pointer is deleted on a guess.
+        """
+        tr.get_read_version()
+        rows = self._read(self._sel_any_item, (zone.app, zone.tenant), serial=True)
+        return not rows
+
+    def count(self, zone: ZoneId) -> int:
+        rows = self._read(self._sel_count, (zone.app, zone.tenant))
+        return int(rows[0][0]) if rows else 0
+
+    def zones(self, page_size: int = 500) -> Iterator[ZoneId]:
+        """Every zone (partition) with rows, in token order, read page by page."""
+        bound = self._sel_zones.bind(())
+        bound.consistency_level = self._cl
+        bound.fetch_size = page_size
+        try:
+            for row in self.session.execute(bound, timeout=self.timeout_s):
+                yield ZoneId(row.app, row.tenant)
+        except self._errors as err:
+            raise read_error(err, "zone listing") from err
+
+    def items(self, zone: ZoneId, page_size: int = 500) -> Iterator[WorkItem | CorruptItem]:
+        """Every item of a zone (leased or not), page by page, in id order."""
+        bound = self._sel_zone_items.bind((zone.app, zone.tenant))
+        bound.consistency_level = self._cl
+        bound.fetch_size = page_size
+        try:
+            for row in self.session.execute(bound, timeout=self.timeout_s):
+                try:
+                    yield self._to_item(zone, row)
+                except CorruptRecord as err:
+                    yield CorruptItem(row.item_id, err.reason)
+        except self._errors as err:
+            raise read_error(err, "item listing") from err
+
+    # --- leases ------------------------------------------------------------------------
+
+    def _lease_plan(self, zone: ZoneId, item: WorkItem, now: int, lease_ms: int) -> _Plan:
+        leased = item.with_(
+            vesting_ms=now + lease_ms, lease_id=new_lease_id(), attempts=item.attempts + 1
+        )
+        return self._plan_update(zone, item, leased)
+
+    def obtain_lease(self, zone: ZoneId, item_id: str, lease_ms: int) -> WorkItem:
+        _check_duration(lease_ms)
+
+        def decide(item: WorkItem | None) -> _Plan:
+            if item is None:
+                raise ItemNotFound(item_id)
+            now = now_ms(self.clock)
+            if item.vesting_ms > now:
+                raise ItemNotVested(item_id, item.vesting_ms)
+            return self._lease_plan(zone, item, now, lease_ms)
+
+        leased = self._apply(zone, item_id, decide)
+        assert leased is not None
+        return leased
+
+    def _dequeue_plan(
+        self,
+        zone: ZoneId,
+        item: WorkItem,
+        now: int,
+        lease_ms: int,
+        accept: Callable[[WorkItem], bool] | None,
+    ) -> tuple[_Plan | None, str]:
+        """What a dequeue does to one vested item: ("lease" | "at_most_once" | "expired" |
+        "skip", plan)."""
+        if item.vesting_ms > now:
+            return None, "skip"
+        if item.deadline_ms is not None and now > item.deadline_ms:
+            return self._plan_delete(zone, item, "expired: not started before its TTL"), "expired"
+        if accept is not None and not accept(item):
+            return None, "skip"
+        if item.delivery == "at_most_once":
+            return self._plan_delete(zone, item), "at_most_once"
+        return self._lease_plan(zone, item, now, lease_ms), "lease"
+
+    def dequeue(
+        self,
+        zone: ZoneId,
+        max_items: int,
+        lease_ms: int,
+        *,
+        accept: Callable[[WorkItem], bool] | None = None,
+    ) -> tuple[list[WorkItem], list[CorruptItem]]:
+        """Peek and lease in one conditional batch (one Paxos round for the whole visit).
+
+        If the batch is refused (another consumer changed an item) each item is retried on
+        its own. At-most-once items are deleted instead of leased; expired and corrupt
+        items are dead-lettered on the way, so neither blocks the zone.
+        """
+        _check_duration(lease_ms)
+        now = now_ms(self.clock)
+        entries = self._vested_entries(zone, max_items, now)
+        rows = self._read_many(zone, [e[2] for e in entries])
+        z = (zone.app, zone.tenant)
+        plans: list[tuple[_Plan, str]] = []
+        corrupt: list[CorruptItem] = []
+        repairs: list[tuple[Any, tuple[Any, ...]]] = []
+        for priority, vesting, item_id in entries:
+            row = rows.get(item_id)
+            if row is None:
+                # An order entry without its item (completed between the two reads, or a
+                # resurrected entry): deleting it is harmless either way.
+                repairs.append((self._del_order, (*z, priority, vesting, item_id)))
+                continue
+            try:
+                item = self._to_item(zone, row)
+            except CorruptRecord as err:
+                self._drop_row(zone, row, err.reason)
+                corrupt.append(CorruptItem(item_id, err.reason))
+                continue
+            if item.vesting_ms != vesting:
+                continue  # moved since the index read; its current entry is elsewhere
+            plan, kind = self._dequeue_plan(zone, item, now, lease_ms, accept)
+            if plan is not None:
+                plans.append((plan, kind))
+        if repairs:
+            try:
+                self._write(repairs)
+            except CassandraError:
+                pass  # the next visit repairs them
+        if not plans:
+            return [], corrupt
+        outcome = self._cas([s for plan, _ in plans for s in plan.statements])
+        taken: list[WorkItem] = []
+        for plan, kind in plans:
+            if outcome:
+                result: WorkItem | None = plan.result
+                done = True
+            else:
+                result, done = self._dequeue_one(zone, plan, kind, lease_ms, accept)
+            if not done:
+                continue
+            if kind == "lease" and result is not None:
+                taken.append(result)
+            elif kind == "at_most_once":
+                taken.append(
+                    plan.item.with_(lease_id=new_lease_id(), attempts=plan.item.attempts + 1)
+                )
+        return taken, corrupt
+
+    def _dequeue_one(
+        self,
+        zone: ZoneId,
+        plan: _Plan,
+        kind: str,
+        lease_ms: int,
+        accept: Callable[[WorkItem], bool] | None,
+    ) -> tuple[WorkItem | None, bool]:
+        """Retry one item of a refused (or unknown) batch. Returns (result, taken)."""
+        item_id = plan.item.item_id
+        try:
+            current = self._read_one(zone, item_id, serial=True)
+        except CassandraError:
+            return None, False  # a lease we may hold expires on its own
+        if kind in ("lease", "expired") and plan.applied(current):
+            return plan.result, True  # the batch was applied after all
+        if kind == "at_most_once" and current is None:
+            # Gone: maybe our delete, maybe another consumer's. Not knowing, do not run it:
+            # at-most-once allows not running, never running twice.
+            return None, False
+        chosen: list[str] = []
+
+        def decide(item: WorkItem | None) -> _Plan | None:
+            if item is None:
+                return None
+            new_plan, new_kind = self._dequeue_plan(
+                zone, item, now_ms(self.clock), lease_ms, accept
+            )
+            chosen[:] = [new_kind]
+            return new_plan
+
+        try:
+            result = self._apply(zone, item_id, decide, first=current)
+        except CassandraError:
+            return None, False
+        if not chosen or chosen[0] in ("skip", "expired"):
+            return None, False
+        return result, chosen[0] == "lease"
+
+    def _check_holder(self, item: WorkItem | None, item_id: str, lease_id: str) -> WorkItem:
+        if item is None:
+            raise ItemNotFound(item_id)
+        if item.lease_id != lease_id:
+            raise LeaseLost(item_id)
+        return item
+
+    def extend_lease(self, zone: ZoneId, item_id: str, lease_id: str, lease_ms: int) -> WorkItem:
+        """Holds while the caller holds the lease, or it expired and nobody leased since."""
+        _check_duration(lease_ms)
+
+        def decide(item: WorkItem | None) -> _Plan:
+            held = self._check_holder(item, item_id, lease_id)
+            return self._plan_update(
+                zone, held, held.with_(vesting_ms=now_ms(self.clock) + lease_ms)
+            )
+
+        result = self._apply(zone, item_id, decide)
+        assert result is not None
+        return result
+
+    def requeue(
+        self,
+        zone: ZoneId,
+        item_id: str,
+        lease_id: str,
+        delay_ms: int,
+        *,
+        error: str | None = None,
+        count_error: bool = True,
+        meta: dict[str, object] | None = None,
+    ) -> WorkItem:
+        def decide(item: WorkItem | None) -> _Plan:
+            held = self._check_holder(item, item_id, lease_id)
+            return self._plan_update(
+                zone,
+                held,
+                held.with_(
+                    vesting_ms=now_ms(self.clock) + max(0, delay_ms),
+                    lease_id=None,
+                    error_count=held.error_count + (1 if count_error else 0),
+                    last_error=error if error is not None else held.last_error,
+                    meta={**held.meta, **meta} if meta else held.meta,
+                ),
+            )
+
+        result = self._apply(zone, item_id, decide)
+        assert result is not None
+        return result
+
+    def complete(
+        self,
+        zone: ZoneId,
+        item_id: str,
+        lease_id: str | None = None,
+        *,
+        tr: KVTransaction | None = None,
+    ) -> None:
+        """Delete the item (only for its holder, with ``lease_id``). ``tr`` is refused:
+        a Cassandra delete cannot commit atomically with a KV transaction, so
+        transactional (exactly-once) handlers need KV zones."""
+        if tr is not None:
+            raise ConfigurationError(
+                "complete(..., tr=...) is not supported for Cassandra zones: the item's "
+                "delete cannot join a KV transaction; use KV zones for transactional handlers"
+            )
+        done = [False]
+
+        def decide(item: WorkItem | None) -> _Plan | None:
+            if item is None:
+                if done[0]:
+                    return None
+                raise ItemNotFound(item_id)
+            if lease_id is not None and item.lease_id != lease_id:
+                raise LeaseLost(item_id)
+            done[0] = True
+            return self._plan_delete(zone, item)
+
+        self._apply(zone, item_id, decide)
+
+    def cancel(self, zone: ZoneId, item_id: str) -> None:
+        """Delete an item whoever holds it."""
+        self.complete(zone, item_id, None)
+
+    def complete_many(
+        self, zone: ZoneId, leased: Sequence[tuple[str, str]]
+    ) -> list[Exception | None]:
+        """One conditional batch for the zone; if refused, each item on its own so an item
+        another holder took is reported, not fatal."""
+        rows = self._read_many(zone, [i for i, _ in leased])
+        out: list[Exception | None] = []
+        plans: list[_Plan] = []
+        for item_id, lease_id in leased:
+            row = rows.get(item_id)
+            try:
+                item = self._check_holder(
+                    None if row is None else self._to_item(zone, row), item_id, lease_id
+                )
+            except (ItemNotFound, LeaseLost, CorruptRecord) as err:
+                out.append(err)
+                continue
+            plans.append(self._plan_delete(zone, item))
+            out.append(None)
+        if not plans:
+            return out
+        if self._cas([s for p in plans for s in p.statements]):
+            return out
+        for n, (item_id, lease_id) in enumerate(leased):
+            if out[n] is not None:
+                continue
+            try:
+                self.complete(zone, item_id, lease_id)
+            except ItemNotFound:
+                out[n] = None  # our refused-or-unknown batch may have deleted it
+                try:
+                    if self._read_one(zone, item_id, serial=True) is not None:
+                        out[n] = LeaseLost(item_id)
+                except CassandraError as err:
+                    out[n] = err
+            except (LeaseLost, CorruptRecord, CassandraError) as err:
+                out[n] = err
+        return out
+
+    # --- dead letters ------------------------------------------------------------------
+
+    def dead_letter(self, zone: ZoneId, item_id: str, lease_id: str | None, reason: str) -> None:
+        """Move the item to the zone's dead letters (rows of kind 2 in the same partition,
+        so the move is one conditional batch)."""
+
+        def decide(item: WorkItem | None) -> _Plan:
+            if item is None:
+                raise ItemNotFound(item_id)
+            if lease_id is not None and item.lease_id != lease_id:
+                raise LeaseLost(item_id)
+            return self._plan_delete(zone, item, reason)
+
+        self._apply(zone, item_id, decide)
+
+    def _drop_row(self, zone: ZoneId, row: Any, reason: str) -> None:
+        """Dead-letter an undecodable item row with whatever fields it has, and delete it
+        with its order entry."""
+        z = (zone.app, zone.tenant)
+        statements: list[tuple[Any, tuple[Any, ...]]] = [
+            (self._del_item, (*z, row.item_id)),
+            (
+                self._ins_dead,
+                (
+                    *z,
+                    row.item_id,
+                    *(getattr(row, c) for c in ITEM_COLUMNS),
+                    reason,
+                    now_ms(self.clock),
+                ),
+            ),
+        ]
+        if row.priority is not None and row.vesting_ms is not None:
+            statements.append((self._del_order, (*z, row.priority, row.vesting_ms, row.item_id)))
+        try:
+            self._write(statements)
+        except CassandraError as err:
+            log.warning("could not dead-letter corrupt item %s in %s: %s", row.item_id, zone, err)
+
+    def drop_corrupt(self, zone: ZoneId, item_id: str) -> None:
+        rows = self._read(self._sel_item, (zone.app, zone.tenant, item_id))
+        if rows:
+            self._drop_row(zone, rows[0], "corrupt record")
+
+    def dead_letters(self, zone: ZoneId) -> list[DeadLetter]:
+        out = []
+        for row in self._read(self._sel_dead, (zone.app, zone.tenant)):
+            try:
+                item: WorkItem | None = self._to_item(zone, row)
+            except CorruptRecord:
+                item = None
+            raw = encode_item(item) if item is not None else b""
+            out.append(
+                DeadLetter(zone, row.item_id, row.dead_reason or "", row.dead_at_ms or 0, item, raw)
+            )
+        return out
+
+    def purge_dead_letter(self, zone: ZoneId, item_id: str) -> None:
+        self._write([(self._del_dead, (zone.app, zone.tenant, item_id))])
+
+
+def _check_duration(lease_ms: int) -> None:
+    if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or lease_ms <= 0:
+        raise InvalidArgument("lease duration", lease_ms, "must be a positive number of ms")
