@@ -18,12 +18,12 @@ q.consumer().run_forever()
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from quick_core.clock import Clock, SystemClock
-from quick_core.consumer import Consumer, ConsumerConfig, Observer
+from quick_core.consumer import Cluster, Consumer, ConsumerConfig, Observer
 from quick_core.election import Election
 from quick_core.errors import UnknownJobType
 from quick_core.keys import KeySpace
@@ -294,7 +294,11 @@ class Quick:
         election: Election | None = None,
         observer: Observer | None = None,
         name: str | None = None,
+        also: Sequence[Quick] = (),
     ) -> Consumer:
+        """A consumer of this store's top-level queue and, with ``also``, of other
+        clusters' too: the scanner visits every cluster's shards in shuffled order. The
+        handlers are this Quick's."""
         return Consumer(
             self.item_store(),
             self.toplevel,
@@ -306,6 +310,7 @@ class Quick:
             observer=observer,
             name=name,
             limits=self.limits,
+            more_clusters=[Cluster(o.zones, o.toplevel, o.kv) for o in also],
         )
 
     def run_until_idle(self, config: ConsumerConfig | None = None) -> int:

@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -105,6 +105,19 @@ class ConsumerConfig:
             raise ConfigurationError("lease durations must be positive")
 
 
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """One store a consumer polls: its zones and its top-level queue (paper: a cluster)."""
+
+    zones: ZoneStore
+    toplevel: TopLevelQueue
+    kv: KVStore | None = None
+
+    @property
+    def name(self) -> str:
+        return self.toplevel.cluster
+
+
 @dataclass(slots=True)
 class Work:
     """One leased item handed from a Manager to a Worker."""
@@ -113,6 +126,7 @@ class Work:
     item: WorkItem
     dequeued_at: float
     app_slot: bool = False  # holds one of its app's pool-wide concurrency slots
+    cluster: str = "default"
 
 
 @dataclass(slots=True)
@@ -144,9 +158,17 @@ class Consumer:
         observer: Observer | None = None,
         name: str | None = None,
         limits: Limits | None = None,
+        more_clusters: Sequence[Cluster] = (),
     ) -> None:
         self.zones = zones
         self.toplevel = toplevel
+        self.clusters: dict[str, Cluster] = {toplevel.cluster: Cluster(zones, toplevel, kv)}
+        for extra in more_clusters:
+            if extra.name in self.clusters:
+                from quick_core.errors import ConfigurationError
+
+                raise ConfigurationError(f"cluster {extra.name!r} given twice")
+            self.clusters[extra.name] = extra
         self.registry = registry
         self.kv = kv
         self.config = config or ConsumerConfig()
@@ -164,7 +186,7 @@ class Consumer:
         self._type_in_flight: Counter[str] = Counter()
         self._running: dict[int, _Running] = {}
         self._completions: queue.Queue[tuple[Work, JobType | None]] = queue.Queue()
-        self._leadership: Leadership | None = None
+        self._leadership: dict[str, Leadership] = {}
         self._election_broken = False
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -196,35 +218,46 @@ class Consumer:
 
     @property
     def in_order(self) -> bool:
+        """Whether this consumer is the in-order scanner of its first cluster."""
+        return self.in_order_for(self.toplevel.cluster)
+
+    def in_order_for(self, cluster: str) -> bool:
         if self.config.in_order is not None:
             return self.config.in_order
-        return self._leadership is not None and self._leadership.expires_at > self.clock.now()
+        lease = self._leadership.get(cluster)
+        return lease is not None and lease.expires_at > self.clock.now()
 
     def refresh_election(self) -> None:
-        """Acquire or renew the in-order scanner lease; on election failure, scan at random
-        and say so once."""
+        """Acquire or renew the in-order scanner lease of each cluster's top-level queue;
+        on election failure, scan at random and say so once."""
         if self.config.in_order is not None:
             return
         ttl = self.config.election_ttl_s
-        name = f"quick-scanner:{self.toplevel.cluster}"
         try:
-            if self._leadership is not None:
-                self._leadership = self.election.renew(self._leadership, ttl)
-                if self._leadership is None:
-                    log.info("consumer %s lost the in-order scanner lease", self.name)
-            if self._leadership is None:
-                self._leadership = self.election.try_acquire(name, self.name, ttl)
-                if self._leadership is not None:
-                    log.info(
-                        "consumer %s is the in-order scanner (term %d)",
-                        self.name,
-                        self._leadership.term,
-                    )
+            for cluster in self.clusters:
+                lease = self._leadership.get(cluster)
+                if lease is not None:
+                    lease = self.election.renew(lease, ttl)
+                    if lease is None:
+                        log.info("consumer %s lost the in-order scanner lease", self.name)
+                if lease is None:
+                    lease = self.election.try_acquire(f"quick-scanner:{cluster}", self.name, ttl)
+                    if lease is not None:
+                        log.info(
+                            "consumer %s is the in-order scanner of %s (term %d)",
+                            self.name,
+                            cluster,
+                            lease.term,
+                        )
+                if lease is None:
+                    self._leadership.pop(cluster, None)
+                else:
+                    self._leadership[cluster] = lease
             if self._election_broken:
                 log.warning("scanner election reachable again")
                 self._election_broken = False
         except (StorageError, OSError) as err:
-            self._leadership = None
+            self._leadership.clear()
             if not self._election_broken:
                 log.warning("scanner election unreachable, scanning in random mode: %s", err)
                 self._election_broken = True
@@ -243,15 +276,16 @@ class Consumer:
         vested pointers first, so no pointer starves.
         """
         cfg = self.config
-        shards = list(range(self.toplevel.shards))
-        self.rng.shuffle(shards)
+        targets = [(c, shard) for c in self.clusters.values() for shard in range(c.toplevel.shards)]
+        self.rng.shuffle(targets)
         chosen: list[PointerRef] = []
-        in_order = self.in_order
-        for shard in shards:
+        in_order = False
+        for cluster, shard in targets:
             if len(chosen) >= cfg.selection_max:
                 break
+            in_order = self.in_order_for(cluster.name)
             try:
-                peeked = self.toplevel.peek_pointers(shard, cfg.peek_max)
+                peeked = cluster.toplevel.peek_pointers(shard, cfg.peek_max)
             except StorageError as err:
                 self._emit("scan_error", error=str(err))
                 continue
@@ -289,8 +323,9 @@ class Consumer:
         room = min(cfg.dequeue_max, self.capacity())
         if room <= 0:
             return []
+        cluster = self.clusters[ref.cluster]
         try:
-            pointer = self.toplevel.obtain_pointer_lease(ref, int(cfg.pointer_lease_s * 1000))
+            pointer = cluster.toplevel.obtain_pointer_lease(ref, int(cfg.pointer_lease_s * 1000))
         except ZoneLeaseFailed as err:
             self._emit("pointer_lease_failed", reason=err.reason)
             return []
@@ -301,7 +336,7 @@ class Consumer:
         room, not_before, app_slots = self._apply_app_limits(zone, room)
         try:
             if room > 0:
-                items, corrupt = self.zones.dequeue(
+                items, corrupt = cluster.zones.dequeue(
                     zone, room, int(cfg.item_lease_s * 1000), accept=self._accept(Counter())
                 )
             else:
@@ -317,16 +352,16 @@ class Consumer:
             self._release_slots("app", zone.app, app_slots - len(items))
 
         def min_vesting(tr: Any) -> int | None:
-            earliest = self.zones.min_vesting_in(tr, zone)
+            earliest = cluster.zones.min_vesting_in(tr, zone)
             if earliest is None or not_before is None:
                 return earliest
             return max(earliest, not_before)  # a rate-limited app waits for its next window
 
         try:
-            outcome = self.toplevel.requeue_pointer(
+            outcome = cluster.toplevel.requeue_pointer(
                 pointer,
                 min_vesting,
-                lambda tr: self.zones.zone_is_empty(tr, zone),
+                lambda tr: cluster.zones.zone_is_empty(tr, zone),
                 min_inactive_ms=int(cfg.min_inactive_s * 1000),
                 active=bool(items),
             )
@@ -335,7 +370,9 @@ class Consumer:
             # The pointer lease simply expires and the pointer vests again.
             self._emit("pointer_requeue_error", zone=zone, error=str(err))
         now = self.clock.now()
-        works = [Work(zone, item, now, app_slot=app_slots > 0) for item in items]
+        works = [
+            Work(zone, item, now, app_slot=app_slots > 0, cluster=cluster.name) for item in items
+        ]
         with self._lock:
             self._in_flight += len(works)
             for w in works:
@@ -488,7 +525,7 @@ class Consumer:
         if work.item.vesting_ms - now_ms(self.clock) > 1000:
             return True
         try:
-            work.item = self.zones.extend_lease(
+            work.item = self.clusters[work.cluster].zones.extend_lease(
                 work.zone,
                 work.item.item_id,
                 work.item.lease_id or "",
@@ -520,34 +557,36 @@ class Consumer:
 
     def _run_transactional(self, work: Work, job: JobType) -> None:
         """Handler effects and the completion commit in one KV transaction (invariant 9)."""
-        if self.kv is None:
+        cluster = self.clusters[work.cluster]
+        if cluster.kv is None:
             raise QuickError("transactional handlers need a KV zone store")
 
         def body(tr: Any) -> None:
             self._run_handler(work, job, tr)
-            self.zones.complete(work.zone, work.item.item_id, work.item.lease_id, tr=tr)
+            cluster.zones.complete(work.zone, work.item.item_id, work.item.lease_id, tr=tr)
 
-        run(self.kv, body)
+        run(cluster.kv, body)
 
     def _fail(self, work: Work, job: JobType | None, reason: str, *, permanent: bool) -> str:
         zone, item = work.zone, work.item
         if item.delivery == "at_most_once":
             self._emit("failed", zone=zone, item_id=item.item_id, reason=reason, redelivered=False)
             return "failed"
+        cluster = self.clusters[work.cluster]
         policy = job.retry if job is not None else self.registry_default_retry()
         errors = item.error_count + 1
         age_s = self.clock.now() - item.enqueued_ms / 1000
         try:
             if permanent or policy.gives_up(errors, age_s):
-                self.zones.dead_letter(zone, item.item_id, item.lease_id, reason)
+                cluster.zones.dead_letter(zone, item.item_id, item.lease_id, reason)
                 self._emit("dead_lettered", zone=zone, item_id=item.item_id, reason=reason)
                 return "dead_lettered"
             delay = policy.backoff_s(errors, self.rng)
-            requeued = self.zones.requeue(
+            requeued = cluster.zones.requeue(
                 zone, item.item_id, item.lease_id or "", int(delay * 1000), error=reason
             )
             # The pointer was requeued at this item's lease end; bring it forward.
-            self.toplevel.pull_pointer_earlier(zone, requeued.vesting_ms)
+            cluster.toplevel.pull_pointer_earlier(zone, requeued.vesting_ms)
             self._emit("requeued", zone=zone, item_id=item.item_id, delay_s=delay)
             return "requeued"
         except (LeaseLost, ItemNotFound):
@@ -563,8 +602,9 @@ class Consumer:
         if item.delivery == "at_most_once":
             self._emit("failed", zone=zone, item_id=item.item_id, reason="nack", redelivered=False)
             return "failed"
+        cluster = self.clusters[work.cluster]
         try:
-            requeued = self.zones.requeue(
+            requeued = cluster.zones.requeue(
                 zone,
                 item.item_id,
                 item.lease_id or "",
@@ -578,7 +618,7 @@ class Consumer:
         except StorageError as err:
             self._emit("requeue_error", zone=zone, item_id=item.item_id, error=str(err))
             return "lease_lost"
-        self.toplevel.pull_pointer_earlier(zone, requeued.vesting_ms)
+        cluster.toplevel.pull_pointer_earlier(zone, requeued.vesting_ms)
         self._emit("nacked", zone=zone, item_id=item.item_id, delay_s=nack.delay_s)
         return "nacked"
 
@@ -589,11 +629,12 @@ class Consumer:
 
     def _give_back(self, work: Work, delay_ms: int = 0) -> str:
         """Release a lease without counting an error (shutdown, throttling)."""
+        cluster = self.clusters[work.cluster]
         try:
-            released = self.zones.requeue(
+            released = cluster.zones.requeue(
                 work.zone, work.item.item_id, work.item.lease_id or "", delay_ms, count_error=False
             )
-            self.toplevel.pull_pointer_earlier(work.zone, released.vesting_ms)
+            cluster.toplevel.pull_pointer_earlier(work.zone, released.vesting_ms)
         except (QuickError, OSError):
             pass  # the lease expires on its own
         self._emit("released", zone=work.zone, item_id=work.item.item_id)
@@ -609,12 +650,12 @@ class Consumer:
                 break
         if not batch:
             return 0
-        by_zone: dict[ZoneId, list[Work]] = defaultdict(list)
+        by_zone: dict[tuple[str, ZoneId], list[Work]] = defaultdict(list)
         for work, _ in batch:
-            by_zone[work.zone].append(work)
-        for zone, works in by_zone.items():
+            by_zone[(work.cluster, work.zone)].append(work)
+        for (cluster, zone), works in by_zone.items():
             try:
-                outcomes = self.zones.complete_many(
+                outcomes = self.clusters[cluster].zones.complete_many(
                     zone, [(w.item.item_id, w.item.lease_id or "") for w in works]
                 )
             except StorageError as err:
@@ -663,7 +704,7 @@ class Consumer:
             ):
                 continue
             try:
-                r.work.item = self.zones.extend_lease(
+                r.work.item = self.clusters[r.work.cluster].zones.extend_lease(
                     r.work.zone, r.work.item.item_id, r.work.item.lease_id or "", lease_ms
                 )
                 self._emit("lease_extended", zone=r.work.zone, item_id=r.work.item.item_id)
@@ -797,12 +838,12 @@ class Consumer:
             for r in stuck:
                 self._give_back(r.work)
         self.flush_completions()
-        if self._leadership is not None:
+        for lease in self._leadership.values():
             try:
-                self.election.release(self._leadership)
+                self.election.release(lease)
             except (StorageError, OSError):
                 pass
-            self._leadership = None
+        self._leadership.clear()
         self._threads.clear()
         self._managers = self._workers = None
 

@@ -27,6 +27,7 @@ class PointerRef:
     shard: int
     pointer_id: str
     vesting_ms: int
+    cluster: str = "default"
 
 
 class TopLevelQueue:
@@ -139,7 +140,7 @@ class TopLevelQueue:
             out = []
             for key, _ in rows:
                 vesting, pointer_id = self.keys.unpack_pointer_vesting_key(self.cluster, shard, key)
-                out.append(PointerRef(shard, pointer_id, vesting))
+                out.append(PointerRef(shard, pointer_id, vesting, self.cluster))
             return out
 
         return run(self.kv, peek)

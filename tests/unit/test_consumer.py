@@ -368,3 +368,29 @@ def test_decisions_that_drop_or_delay_work_are_logged_once(
     assert events.count("dead_lettered") == 1
     assert "do-not-log-this-payload" not in caplog.text
     assert "secret-free reason" in caplog.text
+
+
+def test_one_consumer_polls_several_clusters(clock: ManualClock) -> None:
+    east = Quick.open("memory://", clock=clock, cluster="east", shards=2)
+    west = Quick.open("memory://", clock=clock, cluster="west")
+    ran: list[tuple[str, str]] = []
+
+    @east.job("job")
+    def job(payload: Any, ctx: JobContext) -> None:
+        ran.append((payload["where"], ctx.tenant))
+
+    @east.job("tx", transactional=True)
+    def tx(payload: Any, ctx: JobContext) -> None:
+        assert ctx.tr is not None
+        ctx.tr.set(b"effect/" + ctx.tenant.encode(), b"1")
+
+    for i in range(6):
+        east.enqueue("job", {"where": "east"}, app="a", tenant=f"e{i}")
+        west.enqueue("job", {"where": "west"}, app="a", tenant=f"w{i}")
+    west.enqueue("tx", b"", app="a", tenant="wt")
+    consumer = east.consumer(ConsumerConfig(in_order=True), also=[west])
+    assert consumer.run_until_idle() == 13
+    assert sorted(w for w, _ in ran) == ["east"] * 6 + ["west"] * 6
+    # The transactional handler's effect committed in the item's own cluster.
+    assert west.transact(lambda tr: tr.get(b"effect/wt")) == b"1"
+    assert east.transact(lambda tr: tr.get(b"effect/wt")) is None
