@@ -39,8 +39,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from quick_core.client import Quick
 from quick_core.clock import Clock
-from quick_core.consumer import Consumer, ConsumerConfig, Observer
-from quick_core.election import Election
+from quick_core.consumer import Consumer, ConsumerConfig
 from quick_core.errors import ConfigurationError
 from quick_core.kv import KVTransaction
 from quick_core.records import DeadLetter, WorkItem
@@ -445,33 +444,23 @@ class AsyncQuick:
 
     # --- consumers ---------------------------------------------------------------------
 
-    def consumer(
-        self,
-        config: ConsumerConfig | None = None,
-        *,
-        election: Election | None = None,
-        observer: Observer | None = None,
-        name: str | None = None,
-    ) -> AsyncConsumer:
+    def consumer(self, config: ConsumerConfig | None = None, **options: Any) -> AsyncConsumer:
         """An async consumer: ``async with aq.consumer(config): ...`` runs it for the
-        block, with a graceful stop at its end."""
-        return AsyncConsumer(
-            self._binding,
-            self.quick.consumer(config, election=election, observer=observer, name=name),
-        )
+        block, with a graceful stop at its end. ``options`` are those of
+        :meth:`Quick.consumer` (election, observer, name, ...)."""
+        return AsyncConsumer(self._binding, self.quick.consumer(config, **options))
 
     async def run_consumer(
         self,
         config: ConsumerConfig | None = None,
         *,
-        election: Election | None = None,
-        observer: Observer | None = None,
-        name: str | None = None,
         stop: asyncio.Event | None = None,
         install_signals: bool = False,
+        **options: Any,
     ) -> None:
         """Run a consumer until ``stop`` is set, the task is cancelled, or (with
-        ``install_signals``) SIGTERM/SIGINT arrives; then shut down gracefully."""
+        ``install_signals``) SIGTERM/SIGINT arrives; then shut down gracefully.
+        ``options`` are those of :meth:`Quick.consumer`."""
         stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
         installed: list[signal.Signals] = []
@@ -480,7 +469,7 @@ class AsyncQuick:
                 loop.add_signal_handler(sig, stop.set)
                 installed.append(sig)
         try:
-            await self.consumer(config, election=election, observer=observer, name=name).run(stop)
+            await self.consumer(config, **options).run(stop)
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)

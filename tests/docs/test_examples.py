@@ -84,7 +84,9 @@ def test_enough_examples_run() -> None:
 
 def _documented(name: str, default: object, table: str) -> bool:
     row = re.search(rf"^\| `{re.escape(name)}`[^|]*\|([^|]*)\|", table, re.M)
-    return row is not None and (default is None or repr(default) in row[1] or str(default) in row[1])
+    if row is None:
+        return False
+    return default is None or repr(default) in row[1] or str(default) in row[1]
 
 
 def test_every_parameter_documented_with_its_default() -> None:
