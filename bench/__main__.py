@@ -1,0 +1,99 @@
+"""``python -m bench [--quick] [--runs N] [--only NAME]``.
+
+Sections: core (throughput targets), scale (collected tenants, RSS), paper (section 8
+reproductions), peers (RQ, Dramatiq, Celery, Huey, procrastinate). Results go to
+``bench/results/<UTC timestamp>/`` (one JSON per section, PNG plots, report.md); the
+report is also copied to ``bench/REPORT.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import ROOT, log, machine
+
+SECTIONS = ("core", "scale", "paper", "peers")
+
+
+def _backends() -> list[str]:
+    try:
+        import backends.sqlite  # noqa: F401
+
+        return ["memory", "sqlite"]
+    except ImportError:
+        log("backends.sqlite not importable: memory:// only")
+        return ["memory"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench")
+    ap.add_argument("--quick", action="store_true", help="single run, small sizes (< 3 min)")
+    ap.add_argument(
+        "--runs", type=int, default=None, help="repetitions (default 5; 1 with --quick)"
+    )
+    ap.add_argument("--only", choices=SECTIONS, action="append", help="run only these sections")
+    ap.add_argument("--out", default=None, help="results folder (default bench/results/<ts>)")
+    args = ap.parse_args(argv)
+    runs = args.runs or (1 if args.quick else 5)
+    sections = args.only or list(SECTIONS)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out = Path(args.out) if args.out else ROOT / "results" / stamp
+    out.mkdir(parents=True, exist_ok=True)
+
+    # SIGTERM becomes SystemExit so context managers stop the servers we started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    backends = _backends()
+    meta: dict[str, Any] = {
+        "machine": machine(),
+        "command": "python -m bench " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "runs": runs,
+        "quick": args.quick,
+        "backends": backends,
+        "started": stamp,
+        "durations_s": {},
+    }
+    results: dict[str, Any] = {}
+    t_all = time.time()
+    for name in sections:
+        t0 = time.time()
+        log(f"section {name}")
+        if name == "core":
+            from bench import core_throughput
+
+            results[name] = core_throughput.run(backends, runs, args.quick)
+        elif name == "scale":
+            from bench import core_scale
+
+            results[name] = core_scale.run(backends, args.quick)
+        elif name == "paper":
+            from bench import paper
+
+            results[name] = paper.run(backends, runs, args.quick)
+        elif name == "peers":
+            from bench import peers_run
+
+            results[name] = peers_run.run(runs, args.quick, backends)
+        meta["durations_s"][name] = round(time.time() - t0, 1)
+        (out / f"{name}.json").write_text(json.dumps(results[name], indent=1, default=str))
+    meta["durations_s"]["total"] = round(time.time() - t_all, 1)
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    from bench import report
+
+    text = report.write(out, meta, results)
+    (ROOT / "REPORT.md").write_text(
+        re.sub(r"\]\(([\w.]+\.png)\)", rf"](results/{out.name}/\1)", text)
+    )
+    log(f"report: {out / 'report.md'} (copied to bench/REPORT.md)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,165 @@
+"""Shared helpers: statistics, machine facts, free ports, the per-job record file.
+
+Every job of every system (quick and peers) records its start by appending one line to a
+file named by ``BENCH_OUT``. An O_APPEND write of one short line is atomic across threads,
+processes and forks, so it works the same for thread pools, prefork pools and RQ's
+fork-per-job horse, and costs each system the same few microseconds.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent
+REPO = ROOT.parent
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100); NaN on no data."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    idx = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[idx]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    """Median and spread of repeated runs."""
+    if not values:
+        return {"median": float("nan"), "min": float("nan"), "max": float("nan"), "n": 0}
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "n": len(values),
+        "runs": list(values),
+    }
+
+
+def latency_summary(values_ms: list[float]) -> dict[str, float]:
+    return {
+        "n": len(values_ms),
+        "p50": percentile(values_ms, 50),
+        "p99": percentile(values_ms, 99),
+        "p999": percentile(values_ms, 99.9),
+        "max": max(values_ms) if values_ms else float("nan"),
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = float("nan")
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem_gib = int(line.split()[1]) / 1024 / 1024
+    except OSError:
+        pass
+    commit = "unknown"
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        pass
+    return {
+        "nproc": os.cpu_count(),
+        "memory_gib": round(mem_gib, 1),
+        "cpu": cpu,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "commit": commit,
+    }
+
+
+# --- the per-job record file -----------------------------------------------------------
+
+_out_fd: int | None = None
+_out_key: tuple[int, str] | None = None
+
+
+def record_start(tenant: str, enq_ts: float, due_ts: float, work_ms: float = 0.0) -> None:
+    """Called first thing in every benchmark job: one line ``tenant enq due start``."""
+    global _out_fd, _out_key
+    start = time.time()
+    # Reopen after a fork or when a later experiment in this process names a new file.
+    key = (os.getpid(), os.environ["BENCH_OUT"])
+    if _out_fd is None or _out_key != key:
+        if _out_fd is not None and _out_key is not None and _out_key[0] == key[0]:
+            os.close(_out_fd)
+        _out_fd = os.open(key[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        _out_key = key
+    os.write(_out_fd, f"{tenant} {enq_ts:.6f} {due_ts:.6f} {start:.6f}\n".encode())
+    if work_ms:
+        time.sleep(work_ms / 1000)
+
+
+@dataclass(slots=True)
+class Record:
+    tenant: str
+    enq: float
+    due: float
+    start: float
+
+
+def count_lines(path: Path) -> int:
+    try:
+        with path.open("rb") as f:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    except FileNotFoundError:
+        return 0
+
+
+def read_records(path: Path) -> list[Record]:
+    out = []
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return out
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 4:
+            out.append(Record(parts[0], float(parts[1]), float(parts[2]), float(parts[3])))
+    return out
+
+
+def wait_for_lines(path: Path, n: int, timeout_s: float, poll_s: float = 0.01) -> float:
+    """Wait until ``path`` holds ``n`` records; returns the time it got there (or NaN)."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if count_lines(path) >= n:
+            return time.time()
+        time.sleep(poll_s)
+    return float("nan")
+
+
+def last_start(path: Path) -> float:
+    recs = read_records(path)
+    return max((r.start for r in recs), default=float("nan"))
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)

@@ -1,0 +1,159 @@
+"""Core throughput targets: enqueue rates, drain rate, end-to-end rate (no-op handlers).
+
+* enqueue (single): ``q.enqueue`` one item per transaction, tenants round robin;
+* enqueue (many): ``q.enqueue_many`` in batches of 100 items per zone;
+* drain: a pre-filled queue (``tenants`` zones) consumed by one consumer;
+* end to end: a consumer running while a producer enqueues (enqueue_many, batches of 100);
+  the rate is items / (last completion - first enqueue). On memory:// producer and consumer
+  share the process (the store is in-process); on sqlite:// the consumer is its own process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import REPO, log, summary
+from bench.quickrun import NOOP, config_to_json, open_quick, throughput_config, wait_completed
+
+BATCH = 100
+
+
+def _url(backend: str, tmp: str) -> str:
+    return "memory://" if backend == "memory" else f"sqlite:///{tmp}/q.db"
+
+
+def enqueue_single(backend: str, n: int, tenants: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        q = open_quick(_url(backend, tmp))
+        t0 = time.perf_counter()
+        for i in range(n):
+            q.enqueue(NOOP, b"", app="b", tenant=f"t{i % tenants}")
+        rate = n / (time.perf_counter() - t0)
+        q.close()
+        return rate
+
+
+def _fill(q: Any, n: int, tenants: int) -> None:
+    i = 0
+    while i < n:
+        k = min(BATCH, n - i)
+        q.enqueue_many(NOOP, [b""] * k, app="b", tenant=f"t{(i // BATCH) % tenants}")
+        i += k
+
+
+def enqueue_many(backend: str, n: int, tenants: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        q = open_quick(_url(backend, tmp))
+        t0 = time.perf_counter()
+        _fill(q, n, tenants)
+        rate = n / (time.perf_counter() - t0)
+        q.close()
+        return rate
+
+
+def _consumer_proc(
+    url: str, n: int, tmp: str, timeout_s: float
+) -> tuple[subprocess.Popen[bytes], str, str]:
+    done, ready = os.path.join(tmp, "done.json"), os.path.join(tmp, "ready")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bench.quickrun",
+            url,
+            "--config",
+            config_to_json(throughput_config()),
+            "--expect",
+            str(n),
+            "--done",
+            done,
+            "--seconds",
+            str(timeout_s),
+            "--ready",
+            ready,
+        ],
+        cwd=REPO,
+    )
+    return proc, done, ready
+
+
+def _wait_file(path: str, timeout_s: float) -> None:
+    deadline = time.time() + timeout_s
+    while not os.path.exists(path) and time.time() < deadline:
+        time.sleep(0.01)
+
+
+def drain(backend: str, n: int, tenants: int, timeout_s: float = 120.0) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        url = _url(backend, tmp)
+        q = open_quick(url)
+        _fill(q, n, tenants)
+        if backend == "memory":
+            c = q.consumer(throughput_config())
+            t0 = time.time()
+            c.start()
+            t1 = wait_completed(c, n, timeout_s)
+            c.stop(deadline_s=5)
+            q.close()
+            return n / (t1 - t0)
+        q.close()
+        proc, done, _ = _consumer_proc(url, n, tmp, timeout_s)
+        proc.wait(timeout_s + 30)
+        res = json.loads(Path(done).read_text())
+        # started_at is taken after the consumer process imported and opened the store.
+        return float(n / (res["done_at"] - res["started_at"]))
+
+
+def end_to_end(backend: str, n: int, tenants: int, timeout_s: float = 120.0) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        url = _url(backend, tmp)
+        q = open_quick(url)
+        if backend == "memory":
+            c = q.consumer(throughput_config())
+            c.start()
+            t0 = time.time()
+            producer = threading.Thread(target=_fill, args=(q, n, tenants))
+            producer.start()
+            t1 = wait_completed(c, n, timeout_s)
+            producer.join()
+            c.stop(deadline_s=5)
+            q.close()
+            return n / (t1 - t0)
+        proc, done, ready = _consumer_proc(url, n, tmp, timeout_s)
+        _wait_file(ready, 30)
+        t0 = time.time()
+        _fill(q, n, tenants)
+        proc.wait(timeout_s + 30)
+        q.close()
+        res = json.loads(Path(done).read_text())
+        return float(n / (res["done_at"] - t0))
+
+
+def run(backends: list[str], runs: int, quick: bool) -> dict[str, Any]:
+    n = 3000 if quick else 20000
+    tenants = 100
+    out: dict[str, Any] = {"n": n, "tenants": tenants, "batch": BATCH}
+    for backend in backends:
+        res: dict[str, Any] = {}
+        for name, fn in (
+            ("enqueue_single", enqueue_single),
+            ("enqueue_many", enqueue_many),
+            ("drain", drain),
+            ("end_to_end", end_to_end),
+        ):
+            vals = []
+            for r in range(runs):
+                size = n // 4 if name == "enqueue_single" else n
+                vals.append(fn(backend, size, tenants))
+                log(f"core {backend} {name} run {r + 1}/{runs}: {vals[-1]:.0f}/s")
+            res[name] = summary(vals)
+        out[backend] = res
+    return out

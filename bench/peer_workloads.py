@@ -1,0 +1,128 @@
+"""The peer workloads, run identically against quick and each peer.
+
+(i)   no-op jobs, one worker process: enqueue rate (single and the system's batch API,
+      no worker running) and end-to-end rate (worker running; the producer enqueues N with
+      the batch API; rate = N / (last job start - first enqueue));
+(ii)  noisy neighbour: one tenant enqueues 100x as much as each of 100 small tenants; its
+      share arrives as a burst at t=0 (batches of 100) while the small tenants enqueue at
+      random times spread over the window; jobs sleep ``work_ms``. Enqueue-to-start p50/p99
+      for the small tenants (and the noisy one);
+(iii) delayed items: items requested for now + U(lo, hi) s; lateness = start - requested.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any
+
+from bench.common import latency_summary, read_records, wait_for_lines
+from bench.peers.base import Peer
+
+SMALL_TENANTS = 100
+NOISY = "noisy"
+
+
+def enqueue_rates(peer: Peer, n: int) -> dict[str, float]:
+    peer.reset()
+    t0 = time.perf_counter()
+    for i in range(n):
+        peer.enqueue(f"t{i % SMALL_TENANTS}")
+    single = n / (time.perf_counter() - t0)
+    peer.reset()
+    t0 = time.perf_counter()
+    for i in range(0, n, 100):
+        peer.enqueue_batch(f"t{(i // 100) % SMALL_TENANTS}", min(100, n - i))
+    batch = n / (time.perf_counter() - t0)
+    peer.reset()
+    return {"single": single, "batch": batch}
+
+
+def end_to_end(peer: Peer, n: int, timeout_s: float = 180.0) -> float:
+    peer.reset()
+    peer.start_worker()
+    try:
+        peer.wait_ready()
+        t0 = time.time()
+        for i in range(0, n, 100):
+            peer.enqueue_batch(f"t{(i // 100) % SMALL_TENANTS}", min(100, n - i))
+        wait_for_lines(peer.out, n + 1, timeout_s)
+        recs = [r for r in read_records(peer.out) if r.tenant != "warmup"]
+        if len(recs) < n:
+            return float("nan")
+        return n / (max(r.start for r in recs) - t0)
+    finally:
+        peer.stop_worker()
+
+
+def noisy_neighbour(
+    peer: Peer,
+    per_small: int,
+    window_s: float,
+    work_ms: float,
+    seed: int = 7,
+    timeout_s: float = 180.0,
+) -> dict[str, Any]:
+    rng = random.Random(seed)
+    schedule = sorted(
+        (rng.uniform(0, window_s), f"t{i}") for i in range(SMALL_TENANTS) for _ in range(per_small)
+    )
+    noisy_total = 100 * per_small
+    peer.reset()
+    peer.start_worker()
+    try:
+        peer.wait_ready()
+        errors: list[BaseException] = []
+
+        def small_producer() -> None:
+            start = time.time()
+            try:
+                for at, tenant in schedule:
+                    delay = start + at - time.time()
+                    if delay > 0:
+                        time.sleep(delay)
+                    peer.enqueue(tenant, work_ms)
+            except BaseException as err:
+                errors.append(err)
+
+        th = threading.Thread(target=small_producer)
+        th.start()
+        for i in range(0, noisy_total, 100):
+            peer.enqueue_batch(NOISY, min(100, noisy_total - i), work_ms)
+        th.join()
+        if errors:
+            raise errors[0]
+        total = noisy_total + len(schedule)
+        wait_for_lines(peer.out, total + 1, timeout_s)
+        recs = read_records(peer.out)
+        small = [(r.start - r.enq) * 1000 for r in recs if r.tenant.startswith("t")]
+        noisy = [(r.start - r.enq) * 1000 for r in recs if r.tenant == NOISY]
+        return {
+            "small": latency_summary(small),
+            "noisy": latency_summary(noisy),
+            "expected": total,
+            "ran": len(small) + len(noisy),
+            "work_ms": work_ms,
+            "window_s": window_s,
+        }
+    finally:
+        peer.stop_worker()
+
+
+def delayed(
+    peer: Peer, n: int, lo_s: float, hi_s: float, seed: int = 11, timeout_s: float = 60.0
+) -> dict[str, Any]:
+    rng = random.Random(seed)
+    peer.reset()
+    peer.start_worker()
+    try:
+        peer.wait_ready()
+        for i in range(n):
+            peer.enqueue_delayed(f"t{i % SMALL_TENANTS}", rng.uniform(lo_s, hi_s))
+        wait_for_lines(peer.out, n + 1, hi_s + timeout_s)
+        recs = [r for r in read_records(peer.out) if r.tenant != "warmup"]
+        late = [(r.start - r.due) * 1000 for r in recs]
+        return {**latency_summary(late), "expected": n, "early": sum(x < 0 for x in late)}
+    finally:
+        peer.stop_worker()

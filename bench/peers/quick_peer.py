@@ -1,0 +1,115 @@
+"""quick itself behind the peer interface, so it runs the very same workloads.
+
+memory:// lives in the bench process, so its consumer runs there too (producer and
+consumer share one interpreter and its GIL); sqlite:// runs the consumer as its own
+process (``python -m bench.quickrun``) like the peers' workers.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.peers.base import Peer
+from bench.quickrun import JOB, config_to_json, open_quick
+from quick_core.consumer import ConsumerConfig
+
+
+def peer_config() -> ConsumerConfig:
+    """One configuration for all peer workloads: 8 workers like the peers' 8 threads; a
+    small processing bound and per-visit batch so a backlogged zone cannot fill the local
+    queue ahead of other tenants (water-filling), and a 5 ms idle poll."""
+    return ConsumerConfig(
+        peek_max=200,
+        selection_frac=1.0,
+        selection_max=32,
+        processing_bound=24,
+        dequeue_max=8,
+        managers=4,
+        workers=8,
+        idle_sleep_s=0.005,
+        min_inactive_s=2.0,
+    )
+
+
+class QuickPeer(Peer):
+    batch_api = "Quick.enqueue_many (one transaction per zone)"
+
+    def __init__(self, workdir: Path, backend: str) -> None:
+        super().__init__(workdir)
+        self.backend = backend
+        self.name = f"quick-{backend}"
+        cfg = peer_config()
+        self.config = (
+            f"{'in-process consumer' if backend == 'memory' else 'one consumer process'}: "
+            f"workers={cfg.workers} managers={cfg.managers} dequeue_max={cfg.dequeue_max} "
+            f"processing_bound={cfg.processing_bound} selection_frac={cfg.selection_frac} "
+            f"idle_sleep_s={cfg.idle_sleep_s}"
+        )
+        self.generation = 0
+        self.q: Any = None
+        self.consumer: Any = None
+        self.reset()
+
+    def _url(self) -> str:
+        if self.backend == "memory":
+            return "memory://"
+        return f"sqlite:///{self.workdir}/quick-{self.generation}.db"
+
+    def enqueue(self, tenant: str, work_ms: float = 0.0) -> None:
+        t = time.time()
+        self.q.enqueue(JOB, {"t": tenant, "e": t, "d": t, "w": work_ms}, app="b", tenant=tenant)
+
+    def enqueue_batch(self, tenant: str, n: int, work_ms: float = 0.0) -> None:
+        t = time.time()
+        self.q.enqueue_many(
+            JOB, [{"t": tenant, "e": t, "d": t, "w": work_ms}] * n, app="b", tenant=tenant
+        )
+
+    def enqueue_delayed(self, tenant: str, delay_s: float) -> None:
+        t = time.time()
+        self.q.enqueue(
+            JOB,
+            {"t": tenant, "e": t, "d": t + delay_s, "w": 0.0},
+            app="b",
+            tenant=tenant,
+            delay=delay_s,
+        )
+
+    def reset(self) -> None:
+        if self.q is not None:
+            self.q.close()
+        self.generation += 1
+        self.q = open_quick(self._url())
+
+    def worker_cmd(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "bench.quickrun",
+            self._url(),
+            "--config",
+            config_to_json(peer_config()),
+            "--seconds",
+            "3600",
+        ]
+
+    def start_worker(self) -> None:
+        if self.backend != "memory":
+            super().start_worker()
+            return
+        self.out.write_bytes(b"")  # truncate, not unlink: an in-process O_APPEND fd stays valid
+        self.consumer = self.q.consumer(peer_config())
+        self.consumer.start()
+
+    def stop_worker(self) -> None:
+        if self.consumer is not None:
+            self.consumer.stop(deadline_s=5)
+            self.consumer = None
+        super().stop_worker()
+
+    def close(self) -> None:
+        self.stop_worker()
+        self.q.close()
