@@ -44,7 +44,7 @@ from quick_core.kv import KVStore, run
 from quick_core.limits import Limits
 from quick_core.pool import DaemonPool
 from quick_core.records import WorkItem, ZoneId
-from quick_core.registry import JobContext, JobType, Registry
+from quick_core.registry import JobContext, JobType, Registry, RetryPolicy
 from quick_core.toplevel import PointerRef, TopLevelQueue
 from quick_core.zonestore import ZoneStore
 
@@ -573,7 +573,7 @@ class Consumer:
             self._emit("failed", zone=zone, item_id=item.item_id, reason=reason, redelivered=False)
             return "failed"
         cluster = self.clusters[work.cluster]
-        policy = job.retry if job is not None else self.registry_default_retry()
+        policy = job.retry if job is not None else RetryPolicy()
         errors = item.error_count + 1
         age_s = self.clock.now() - item.enqueued_ms / 1000
         try:
@@ -621,11 +621,6 @@ class Consumer:
         cluster.toplevel.pull_pointer_earlier(zone, requeued.vesting_ms)
         self._emit("nacked", zone=zone, item_id=item.item_id, delay_s=nack.delay_s)
         return "nacked"
-
-    def registry_default_retry(self) -> Any:
-        from quick_core.registry import RetryPolicy
-
-        return RetryPolicy()
 
     def _give_back(self, work: Work, delay_ms: int = 0) -> str:
         """Release a lease without counting an error (shutdown, throttling)."""
