@@ -44,7 +44,11 @@ def connect(url: CassandraURL) -> tuple[Any, Any]:
     consistency levels and timeout as the default execution profile."""
     cassandra = require_driver()
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
-    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+    from cassandra.policies import (
+        DCAwareRoundRobinPolicy,
+        ExponentialReconnectionPolicy,
+        TokenAwarePolicy,
+    )
 
     profile = ExecutionProfile(
         load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=url.local_dc)),
@@ -58,6 +62,9 @@ def connect(url: CassandraURL) -> tuple[Any, Any]:
         protocol_version=url.protocol_version,
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         connect_timeout=url.connect_timeout_s,
+        # The driver's default backoff grows to 10 minutes: after an outage, consumers
+        # would sit idle long after the nodes are back. 10 s at most.
+        reconnection_policy=ExponentialReconnectionPolicy(0.5, 10.0),
     )
     try:
         session = cluster.connect()
