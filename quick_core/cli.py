@@ -310,5 +310,121 @@ def demo(
     sys.exit(0 if ok else 1)
 
 
+# --- Cassandra zones, migration, tenant moves ---------------------------------------------
+
+
+@main.group("cassandra")
+def cassandra_group() -> None:
+    """Cassandra zones: work items in Cassandra, pointers in a KV store."""
+
+
+@cassandra_group.command("init")
+@click.option("--contact-points", required=True, help="h1,h2[:port]")
+@click.option("--keyspace", required=True)
+@click.option(
+    "--replication",
+    default="SimpleStrategy:1",
+    show_default=True,
+    help="SimpleStrategy:N, NetworkTopologyStrategy:dc1=3,dc2=3, or a CQL map.",
+)
+@click.option("--table", default="zone_rows", show_default=True)
+@click.option("--gc-grace", type=int, default=None, help="gc_grace_seconds of the zone table.")
+@_friendly
+def cassandra_init(
+    contact_points: str, keyspace: str, replication: str, table: str, gc_grace: int | None
+) -> None:
+    """Create the keyspace and the zone table (idempotent)."""
+    from adapters.cassandra.driver import connect
+    from adapters.cassandra.schema import init_schema
+    from adapters.cassandra.url import parse_cassandra_url
+
+    url = parse_cassandra_url(f"cassandra://{contact_points}/{keyspace}?table={table}")
+    cluster, session = connect(url)
+    try:
+        init_schema(
+            session, keyspace, replication=replication, table=table, gc_grace_seconds=gc_grace
+        )
+    finally:
+        cluster.shutdown()
+    click.echo(f"keyspace {keyspace} and table {keyspace}.{table} ready")
+
+
+@main.command("migrate")
+@click.option("--from", "source", required=True, help="cassandra://h1,h2:9042/keyspace")
+@click.option("--to", "target", required=True, help="Target KV store URL.")
+@click.option("--pointer-store", default=None, help="The Cassandra deployment's pointers.")
+@click.option("--app", default=None)
+@click.option("--tenant", default=None)
+@click.option("--dry-run", is_flag=True, help="List zones and counts; change nothing.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run.")
+@click.option("--include-leased", is_flag=True, help="Take over running items' leases.")
+@click.option("--lease-wait", type=float, default=60.0, show_default=True)
+@click.option("--workers", type=int, default=8, show_default=True)
+@_friendly
+def migrate_cmd(
+    source: str,
+    target: str,
+    pointer_store: str | None,
+    app: str | None,
+    tenant: str | None,
+    dry_run: bool,
+    resume: bool,
+    include_leased: bool,
+    lease_wait: float,
+    workers: int,
+) -> None:
+    """Move queued items from Cassandra zones into KV zones with pointers."""
+    from adapters.cassandra.cli import run_migrate
+
+    ok = run_migrate(
+        source,
+        target,
+        pointer_store=pointer_store,
+        app=app,
+        tenant=tenant,
+        dry_run=dry_run,
+        resume=resume,
+        include_leased=include_leased,
+        lease_wait_s=lease_wait,
+        workers=workers,
+    )
+    sys.exit(0 if ok else 1)
+
+
+@main.command("move-tenant")
+@click.option("--from", "source", required=True, help="Source KV store URL.")
+@click.option("--to", "target", required=True, help="Target KV store URL.")
+@click.option("--app", required=True)
+@click.option("--tenant", required=True)
+@click.option("--include-leased", is_flag=True, help="Take over running items' leases.")
+@click.option("--lease-wait", type=float, default=60.0, show_default=True)
+@_friendly
+def move_tenant_cmd(
+    source: str, target: str, app: str, tenant: str, include_leased: bool, lease_wait: float
+) -> None:
+    """Move one tenant's zone between KV stores: zone, then pointer, then remove source."""
+    from quick_core.errors import ConfigurationError
+    from quick_core.tenant_move import move_tenant
+
+    if source == target:
+        raise ConfigurationError("--from and --to name the same store")
+    src, dst = _open(source), _open(target)
+    try:
+        report = move_tenant(
+            src, dst, app, tenant, include_leased=include_leased, lease_wait_s=lease_wait
+        )
+    finally:
+        src.close()
+        dst.close()
+    click.echo(
+        f"{app}/{tenant}: moved {report.moved} (total {report.moved_total}), "
+        f"source {report.source_before} -> {report.source_after}, "
+        f"leased left {report.skipped_leased}"
+    )
+    for note in report.notes:
+        click.echo(f"note: {note}", err=True)
+    sys.exit(0 if report.ok else 1)
+
+
 if __name__ == "__main__":
     main()
