@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from quick_core.clock import Clock, SystemClock
@@ -32,6 +32,7 @@ from quick_core.limits import AppLimits, Limits
 from quick_core.records import DeadLetter, WorkItem, ZoneId
 from quick_core.registry import Handler, JobType, Registry, RetryPolicy
 from quick_core.toplevel import TopLevelQueue
+from quick_core.tracing import TRACE_KEY, enqueue_span
 from quick_core.urls import open_kv
 from quick_core.validation import (
     DEFAULT_MAX_PAYLOAD,
@@ -190,6 +191,12 @@ class Quick:
         """
         zone = ZoneId(check_name("app", app), check_name("tenant", tenant))
         new = self._new_item(job_type, payload, delay, priority, item_id, ttl)
+        with enqueue_span(job_type, zone) as carrier:
+            if carrier:
+                new = replace(new, meta={**new.meta, TRACE_KEY: carrier})
+            return self._enqueue_traced(zone, new, tr)
+
+    def _enqueue_traced(self, zone: ZoneId, new: NewItem, tr: KVTransaction | None) -> str:
         if tr is None:
             item_id_out, vesting, needs_pull = run(
                 self.kv, lambda t: self._enqueue_in(t, zone, new)

@@ -46,6 +46,7 @@ from quick_core.pool import DaemonPool
 from quick_core.records import WorkItem, ZoneId
 from quick_core.registry import JobContext, JobType, Registry, RetryPolicy
 from quick_core.toplevel import PointerRef, TopLevelQueue
+from quick_core.tracing import run_span
 from quick_core.zonestore import ZoneStore
 
 log = logging.getLogger("quick.consumer")
@@ -479,6 +480,10 @@ class Consumer:
         return self._run_job(work, job)
 
     def _run_job(self, work: Work, job: JobType) -> str:
+        with run_span(work.item, work.zone):
+            return self._run_job_traced(work, job)
+
+    def _run_job_traced(self, work: Work, job: JobType) -> str:
         zone, item = work.zone, work.item
         attempt = 0
         while True:

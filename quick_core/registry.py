@@ -65,6 +65,11 @@ class JobContext:
         return self.item.item_id
 
     @property
+    def meta(self) -> dict[str, Any]:
+        """The item's metadata as set by nacks; quick's own keys (``_``-prefixed) hidden."""
+        return {k: v for k, v in self.item.meta.items() if not k.startswith("_")}
+
+    @property
     def attempt(self) -> int:
         return self.item.error_count + 1
 

@@ -154,6 +154,7 @@ class KVZoneStore:
             content_type=item.content_type,
             deadline_ms=None if item.ttl_ms is None else now + item.ttl_ms,
             delivery=item.delivery,
+            meta=dict(item.meta),
         )
         self._write_item(tr, zone, record)
         tr.set(self.keys.order_key(zone, item.priority, vesting, item_id), b"")

@@ -13,8 +13,8 @@ cancelled or never there), :class:`~quick_core.errors.LeaseLost` (someone else h
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from quick_core.kv import KVTransaction
 from quick_core.records import WorkItem, ZoneId
@@ -32,6 +32,7 @@ class NewItem:
     content_type: str = "bytes"
     ttl_ms: int | None = None
     delivery: str = "at_least_once"
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,78 @@
+"""OpenTelemetry tracing, when ``opentelemetry-api`` is installed: a span per enqueue and a
+span per item run, linked across the queue through a W3C trace context stored in the
+item's metadata. Without the package every function here is a cheap no-op."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from quick_core.records import WorkItem, ZoneId
+
+TRACE_KEY = "_trace"
+
+try:
+    from opentelemetry import propagate, trace
+except ImportError:  # tracing is optional
+    trace = None  # type: ignore[assignment]
+    propagate = None  # type: ignore[assignment]
+
+
+_provider: Any = None
+
+
+def use_tracer_provider(provider: Any) -> None:
+    """Trace with this provider instead of the global one (None: back to global)."""
+    global _provider
+    _provider = provider
+
+
+def _tracer() -> Any:
+    if trace is None:
+        return None
+    return trace.get_tracer("quick", tracer_provider=_provider)
+
+
+@contextmanager
+def enqueue_span(job_type: str, zone: ZoneId) -> Iterator[dict[str, str]]:
+    """Yields the carrier to store in the item's metadata (empty without tracing)."""
+    tracer = _tracer()
+    if tracer is None:
+        yield {}
+        return
+    with tracer.start_as_current_span(
+        "quick.enqueue",
+        kind=trace.SpanKind.PRODUCER,
+        attributes={"quick.job_type": job_type, "quick.app": zone.app},
+    ):
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        yield carrier
+
+
+@contextmanager
+def run_span(item: WorkItem, zone: ZoneId) -> Iterator[None]:
+    """A consumer span for one run, linked to the span that enqueued the item."""
+    tracer = _tracer()
+    if tracer is None:
+        yield
+        return
+    links = []
+    carrier = item.meta.get(TRACE_KEY)
+    if isinstance(carrier, dict):
+        parent = trace.get_current_span(propagate.extract(carrier)).get_span_context()
+        if parent.is_valid:
+            links.append(trace.Link(parent))
+    with tracer.start_as_current_span(
+        "quick.run",
+        kind=trace.SpanKind.CONSUMER,
+        links=links,
+        attributes={
+            "quick.job_type": item.job_type,
+            "quick.app": zone.app,
+            "quick.item_id": item.item_id,
+            "quick.attempt": item.error_count + 1,
+        },
+    ):
+        yield
