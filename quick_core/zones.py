@@ -252,11 +252,19 @@ class KVZoneStore:
         return run(self.kv, lambda tr: self.min_vesting_in(tr, zone))
 
     def zone_is_empty(self, tr: KVTransaction, zone: ZoneId) -> bool:
-        """Reads the whole zone range in ``tr`` (invariant 2)."""
+        """Reads the whole zone range in ``tr`` (invariant 2).
+
+        Called only by the transaction that deletes the zone's pointer: when the zone is
+        empty it also clears the zone's zero count, so a collected tenant leaves no key
+        behind (a million idle tenants cost nothing).
+        """
         begin, end = self.keys.zone_range(zone)
         count_key = self.keys.count_key(zone)
         rows = tr.get_range(begin, end, limit=2)
-        return all(k == count_key for k, _ in rows)
+        empty = all(k == count_key for k, _ in rows)
+        if empty and rows:
+            tr.clear(count_key)
+        return empty
 
     def count(self, zone: ZoneId) -> int:
         return run(self.kv, lambda tr: unpack_i64(tr.get(self.keys.count_key(zone), snapshot=True)))

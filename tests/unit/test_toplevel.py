@@ -158,3 +158,16 @@ def test_local_work_items_live_in_the_top_level_queue(q: Quick) -> None:
     key = q.keys.item_key(zone, item_id)
     assert fdb.tuple.unpack(key)[:5] == ("quick", "c", "default", 0, "l")
     assert q.run_until_idle() == 1 and ran == [{"what": "gc"}]
+
+
+def test_collected_zone_leaves_no_key_behind(q: Quick, clock: ManualClock) -> None:
+    q.job("job")(lambda payload, ctx: None)
+    for i in range(5):
+        q.enqueue("job", b"", app="app", tenant=f"t{i}")
+    consumer = q.consumer(ConsumerConfig(in_order=True, min_inactive_s=1, item_lease_s=1))
+    consumer.run_until_idle()
+    clock.advance(3)
+    consumer.run_until_idle()
+    assert q.toplevel.count_pointers(0) == 0
+    begin, end = q.keys.everything()
+    assert q.transact(lambda tr: tr.get_range(begin, end)) == []
