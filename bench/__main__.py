@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
 import signal
@@ -59,12 +60,16 @@ def main(argv: list[str] | None = None) -> int:
         "backends": backends,
         "started": stamp,
         "durations_s": {},
+        # The machine may be shared with other work: the load average is recorded around
+        # every section so a reader can judge the wall-clock numbers.
+        "loadavg": {},
     }
     results: dict[str, Any] = {}
     t_all = time.time()
     for name in sections:
         t0 = time.time()
-        log(f"section {name}")
+        load_before = os.getloadavg()
+        log(f"section {name} (load average {load_before[0]:.1f})")
         if name == "core":
             from bench import core_throughput
 
@@ -82,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
             results[name] = peers_run.run(runs, args.quick, backends)
         meta["durations_s"][name] = round(time.time() - t0, 1)
+        meta["loadavg"][name] = [round(load_before[0], 1), round(os.getloadavg()[0], 1)]
         (out / f"{name}.json").write_text(json.dumps(results[name], indent=1, default=str))
     meta["durations_s"]["total"] = round(time.time() - t_all, 1)
     (out / "meta.json").write_text(json.dumps(meta, indent=1))

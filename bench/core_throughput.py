@@ -23,6 +23,11 @@ from typing import Any
 from bench.common import REPO, log, summary
 from bench.quickrun import NOOP, config_to_json, open_quick, throughput_config, wait_completed
 
+# Each function returns (items/s, CPU µs per item). The machine may be shared (other
+# processes on 2 cores), which wall-clock rates feel and CPU time per item mostly does
+# not; 1e6 / cpu_us is the rate one fully available core would give a GIL-bound process.
+Measured = tuple[float, float]
+
 BATCH = 100
 
 
@@ -30,15 +35,16 @@ def _url(backend: str, tmp: str) -> str:
     return "memory://" if backend == "memory" else f"sqlite:///{tmp}/q.db"
 
 
-def enqueue_single(backend: str, n: int, tenants: int) -> float:
+def enqueue_single(backend: str, n: int, tenants: int) -> Measured:
     with tempfile.TemporaryDirectory() as tmp:
         q = open_quick(_url(backend, tmp))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for i in range(n):
             q.enqueue(NOOP, b"", app="b", tenant=f"t{i % tenants}")
         rate = n / (time.perf_counter() - t0)
+        cpu = (time.process_time() - c0) / n * 1e6
         q.close()
-        return rate
+        return rate, cpu
 
 
 def _fill(q: Any, n: int, tenants: int) -> None:
@@ -49,14 +55,15 @@ def _fill(q: Any, n: int, tenants: int) -> None:
         i += k
 
 
-def enqueue_many(backend: str, n: int, tenants: int) -> float:
+def enqueue_many(backend: str, n: int, tenants: int) -> Measured:
     with tempfile.TemporaryDirectory() as tmp:
         q = open_quick(_url(backend, tmp))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         _fill(q, n, tenants)
         rate = n / (time.perf_counter() - t0)
+        cpu = (time.process_time() - c0) / n * 1e6
         q.close()
-        return rate
+        return rate, cpu
 
 
 def _consumer_proc(
@@ -91,50 +98,57 @@ def _wait_file(path: str, timeout_s: float) -> None:
         time.sleep(0.01)
 
 
-def drain(backend: str, n: int, tenants: int, timeout_s: float = 120.0) -> float:
+def drain(backend: str, n: int, tenants: int, timeout_s: float = 120.0) -> Measured:
     with tempfile.TemporaryDirectory() as tmp:
         url = _url(backend, tmp)
         q = open_quick(url)
         _fill(q, n, tenants)
         if backend == "memory":
             c = q.consumer(throughput_config())
-            t0 = time.time()
+            t0, c0 = time.time(), time.process_time()
             c.start()
             t1 = wait_completed(c, n, timeout_s)
+            cpu = (time.process_time() - c0) / n * 1e6
             c.stop(deadline_s=5)
             q.close()
-            return n / (t1 - t0)
+            return n / (t1 - t0), cpu
         q.close()
         proc, done, _ = _consumer_proc(url, n, tmp, timeout_s)
         proc.wait(timeout_s + 30)
         res = json.loads(Path(done).read_text())
-        # started_at is taken after the consumer process imported and opened the store.
-        return float(n / (res["done_at"] - res["started_at"]))
+        # started_at is taken after the consumer process imported and opened the store;
+        # its CPU until then (imports) is left out by subtracting the CPU at ready.
+        cpu = (res["cpu_s"] - res["cpu_ready_s"]) / n * 1e6
+        return float(n / (res["done_at"] - res["started_at"])), cpu
 
 
-def end_to_end(backend: str, n: int, tenants: int, timeout_s: float = 120.0) -> float:
+def end_to_end(backend: str, n: int, tenants: int, timeout_s: float = 120.0) -> Measured:
     with tempfile.TemporaryDirectory() as tmp:
         url = _url(backend, tmp)
         q = open_quick(url)
         if backend == "memory":
             c = q.consumer(throughput_config())
             c.start()
-            t0 = time.time()
+            t0, c0 = time.time(), time.process_time()
             producer = threading.Thread(target=_fill, args=(q, n, tenants))
             producer.start()
             t1 = wait_completed(c, n, timeout_s)
+            cpu = (time.process_time() - c0) / n * 1e6
             producer.join()
             c.stop(deadline_s=5)
             q.close()
-            return n / (t1 - t0)
+            return n / (t1 - t0), cpu
         proc, done, ready = _consumer_proc(url, n, tmp, timeout_s)
         _wait_file(ready, 30)
-        t0 = time.time()
+        t0, c0 = time.time(), time.process_time()
         _fill(q, n, tenants)
+        producer_cpu = time.process_time() - c0
         proc.wait(timeout_s + 30)
         q.close()
         res = json.loads(Path(done).read_text())
-        return float(n / (res["done_at"] - t0))
+        # Producer and consumer CPU together: the work one item costs the machine.
+        cpu = (producer_cpu + res["cpu_s"] - res["cpu_ready_s"]) / n * 1e6
+        return float(n / (res["done_at"] - t0)), cpu
 
 
 def run(backends: list[str], runs: int, quick: bool) -> dict[str, Any]:
@@ -149,11 +163,16 @@ def run(backends: list[str], runs: int, quick: bool) -> dict[str, Any]:
             ("drain", drain),
             ("end_to_end", end_to_end),
         ):
-            vals = []
+            vals, cpus = [], []
             for r in range(runs):
                 size = n // 4 if name == "enqueue_single" else n
-                vals.append(fn(backend, size, tenants))
-                log(f"core {backend} {name} run {r + 1}/{runs}: {vals[-1]:.0f}/s")
+                rate, cpu = fn(backend, size, tenants)
+                vals.append(rate)
+                cpus.append(cpu)
+                log(
+                    f"core {backend} {name} run {r + 1}/{runs}: {rate:.0f}/s, {cpu:.0f} µs CPU/item"
+                )
             res[name] = summary(vals)
+            res[name + "_cpu_us"] = summary(cpus)
         out[backend] = res
     return out

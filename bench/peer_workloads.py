@@ -90,6 +90,7 @@ def noisy_neighbour(
         th.start()
         for i in range(0, noisy_total, 100):
             peer.enqueue_batch(NOISY, min(100, noisy_total - i), work_ms)
+        burst_end = time.time()
         th.join()
         if errors:
             raise errors[0]
@@ -98,8 +99,15 @@ def noisy_neighbour(
         recs = read_records(peer.out)
         small = [(r.start - r.enq) * 1000 for r in recs if r.tenant.startswith("t")]
         noisy = [(r.start - r.enq) * 1000 for r in recs if r.tenant == NOISY]
+        # Small tenants' jobs enqueued after the burst was written: tells queueing behind
+        # the noisy tenant's backlog apart from contention with the burst's writes.
+        after = [
+            (r.start - r.enq) * 1000 for r in recs if r.tenant.startswith("t") and r.enq > burst_end
+        ]
         return {
             "small": latency_summary(small),
+            "small_after_burst": latency_summary(after),
+            "burst_s": burst_end - min((r.enq for r in recs if r.tenant == NOISY), default=0.0),
             "noisy": latency_summary(noisy),
             "expected": total,
             "ran": len(small) + len(noisy),

@@ -19,14 +19,14 @@ from bench.servers import postgres_server, redis_server
 def _sizes(quick: bool) -> dict[str, Any]:
     if quick:
         return {
-            "enqueue_n": 1000,
-            "e2e_n": 1000,
-            "per_small": 3,
-            "window_s": 2.0,
+            "enqueue_n": 500,
+            "e2e_n": 500,
+            "per_small": 2,
+            "window_s": 1.5,
             "work_ms": 5.0,
-            "delayed_n": 60,
+            "delayed_n": 40,
             "lo": 0.2,
-            "hi": 1.2,
+            "hi": 1.0,
         }
     return {
         "enqueue_n": 3000,

@@ -116,12 +116,15 @@ def main() -> None:
     consumer = q.consumer(ConsumerConfig(**json.loads(args.config)), observer=observer)
     consumer.start()
     t0 = time.time()
+    cpu_ready = time.process_time()
     if args.ready:
         with open(args.ready, "w") as f:
             f.write(str(t0))
     done_at = float("nan")
+    cpu_at_done = float("nan")
     if args.expect:
         done_at = wait_completed(consumer, args.expect, args.seconds)
+        cpu_at_done = time.process_time()  # this process's CPU (all threads) until done
     else:
         stop.wait(args.seconds)
     consumer.stop(deadline_s=5.0)
@@ -131,6 +134,8 @@ def main() -> None:
                 {
                     "done_at": done_at,
                     "started_at": t0,
+                    "cpu_s": cpu_at_done,
+                    "cpu_ready_s": cpu_ready,
                     "stats": dict(consumer.stats),
                     "lease_failed": reasons,
                     **events,
