@@ -42,7 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--only", choices=SECTIONS, action="append", help="run only these sections")
     ap.add_argument("--out", default=None, help="results folder (default bench/results/<ts>)")
+    ap.add_argument(
+        "--report-only", default=None, metavar="DIR", help="rebuild report.md from DIR's JSON"
+    )
     args = ap.parse_args(argv)
+    if args.report_only:
+        return _report(Path(args.report_only))
     runs = args.runs or (1 if args.quick else 5)
     sections = args.only or list(SECTIONS)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -91,8 +96,18 @@ def main(argv: list[str] | None = None) -> int:
         (out / f"{name}.json").write_text(json.dumps(results[name], indent=1, default=str))
     meta["durations_s"]["total"] = round(time.time() - t_all, 1)
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    return _report(out)
+
+
+def _report(out: Path) -> int:
     from bench import report
 
+    meta = json.loads((out / "meta.json").read_text())
+    results = {
+        name: json.loads((out / f"{name}.json").read_text())
+        for name in SECTIONS
+        if (out / f"{name}.json").exists()
+    }
     text = report.write(out, meta, results)
     (ROOT / "REPORT.md").write_text(
         re.sub(r"\]\(([\w.]+\.png)\)", rf"](results/{out.name}/\1)", text)
