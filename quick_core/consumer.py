@@ -303,6 +303,20 @@ class Consumer:
 
     # --- Algorithm 2: a manager's visit to one zone --------------------------------------
 
+    def _resolve(self, item: WorkItem) -> WorkItem:
+        """Apply this consumer's job type options to an item whose producer did not know
+        them: a producer need not import the handlers to enqueue for an at-most-once or
+        TTL job type."""
+        job = self.registry.find(item.job_type)
+        if job is None:
+            return item
+        changes: dict[str, Any] = {}
+        if job.delivery == "at_most_once" and item.delivery != "at_most_once":
+            changes["delivery"] = "at_most_once"
+        if job.ttl_s is not None and item.deadline_ms is None:
+            changes["deadline_ms"] = item.enqueued_ms + int(job.ttl_s * 1000)
+        return item.with_(**changes) if changes else item
+
     def _accept(self, taken: Counter[str]) -> Callable[[WorkItem], bool]:
         def accept(item: WorkItem) -> bool:
             job = self.registry.find(item.job_type)
@@ -338,7 +352,11 @@ class Consumer:
         try:
             if room > 0:
                 items, corrupt = cluster.zones.dequeue(
-                    zone, room, int(cfg.item_lease_s * 1000), accept=self._accept(Counter())
+                    zone,
+                    room,
+                    int(cfg.item_lease_s * 1000),
+                    accept=self._accept(Counter()),
+                    resolve=self._resolve,
                 )
             else:
                 corrupt = []

@@ -301,6 +301,7 @@ class KVZoneStore:
         lease_ms: int,
         *,
         accept: Callable[[WorkItem], bool] | None = None,
+        resolve: Callable[[WorkItem], WorkItem] | None = None,
     ) -> tuple[list[WorkItem], list[CorruptItem]]:
         """Peek and lease in one transaction.
 
@@ -331,6 +332,8 @@ class KVZoneStore:
                     tr.add(self.keys.count_key(zone), pack_i64(-1))
                     corrupt.append(CorruptItem(item_id, err.reason))
                     continue
+                if resolve is not None:
+                    item = resolve(item)
                 if item.deadline_ms is not None and now > item.deadline_ms:
                     self.dead_letter_in(tr, zone, item, "expired: not started before its TTL")
                     continue

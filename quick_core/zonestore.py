@@ -65,9 +65,14 @@ class ZoneStore(Protocol):
         lease_ms: int,
         *,
         accept: Callable[[WorkItem], bool] | None = None,
+        resolve: Callable[[WorkItem], WorkItem] | None = None,
     ) -> tuple[list[WorkItem], list[CorruptItem]]:
         """Peek and lease up to ``max_items`` vested items ``accept`` takes; returned items
-        carry lease ids. Corrupt and expired items are dead-lettered on the way."""
+        carry lease ids. Corrupt and expired items are dead-lettered on the way.
+
+        ``resolve`` lets the consumer apply its job types' delivery and TTL to items whose
+        producer did not know them, before the store decides what to do with each.
+        """
         ...
 
     def obtain_lease(self, zone: ZoneId, item_id: str, lease_ms: int) -> WorkItem: ...

@@ -603,9 +603,12 @@ class CassandraZoneStore:
         now: int,
         lease_ms: int,
         accept: Callable[[WorkItem], bool] | None,
+        resolve: Callable[[WorkItem], WorkItem] | None = None,
     ) -> tuple[_Plan | None, str]:
         """What a dequeue does to one vested item: ("lease" | "at_most_once" | "expired" |
         "skip", plan)."""
+        if resolve is not None:
+            item = resolve(item)
         if item.vesting_ms > now:
             return None, "skip"
         if item.deadline_ms is not None and now > item.deadline_ms:
@@ -623,6 +626,7 @@ class CassandraZoneStore:
         lease_ms: int,
         *,
         accept: Callable[[WorkItem], bool] | None = None,
+        resolve: Callable[[WorkItem], WorkItem] | None = None,
     ) -> tuple[list[WorkItem], list[CorruptItem]]:
         """Peek and lease in one conditional batch (one Paxos round for the whole visit).
 
@@ -653,7 +657,7 @@ class CassandraZoneStore:
                 continue
             if item.vesting_ms != vesting:
                 continue  # moved since the index read; its current entry is elsewhere
-            plan, kind = self._dequeue_plan(zone, item, now, lease_ms, accept)
+            plan, kind = self._dequeue_plan(zone, item, now, lease_ms, accept, resolve)
             if plan is not None:
                 plans.append((plan, kind))
         if repairs:
@@ -670,7 +674,7 @@ class CassandraZoneStore:
                 result: WorkItem | None = plan.result
                 done = True
             else:
-                result, done = self._dequeue_one(zone, plan, kind, lease_ms, accept)
+                result, done = self._dequeue_one(zone, plan, kind, lease_ms, accept, resolve)
             if not done:
                 continue
             if kind == "lease" and result is not None:
@@ -688,6 +692,7 @@ class CassandraZoneStore:
         kind: str,
         lease_ms: int,
         accept: Callable[[WorkItem], bool] | None,
+        resolve: Callable[[WorkItem], WorkItem] | None = None,
     ) -> tuple[WorkItem | None, bool]:
         """Retry one item of a refused (or unknown) batch. Returns (result, taken)."""
         item_id = plan.item.item_id
@@ -707,7 +712,7 @@ class CassandraZoneStore:
             if item is None:
                 return None
             new_plan, new_kind = self._dequeue_plan(
-                zone, item, now_ms(self.clock), lease_ms, accept
+                zone, item, now_ms(self.clock), lease_ms, accept, resolve
             )
             chosen[:] = [new_kind]
             return new_plan

@@ -394,3 +394,34 @@ def test_one_consumer_polls_several_clusters(clock: ManualClock) -> None:
     # The transactional handler's effect committed in the item's own cluster.
     assert west.transact(lambda tr: tr.get(b"effect/wt")) == b"1"
     assert east.transact(lambda tr: tr.get(b"effect/wt")) is None
+
+
+def test_consumer_applies_its_delivery_and_ttl_to_unaware_producers(
+    backend: str, tmp_path: Any, clock: ManualClock
+) -> None:
+    """A producer that does not import the handlers still gets the job type's at-most-once
+    delivery and TTL, because the consumer applies them at dequeue."""
+    from tests.conftest import store_url
+
+    import uuid
+
+    url = store_url(backend, tmp_path)
+    if backend in ("memory", "fdbsim"):  # two handles on one in-process store
+        url = f"{backend}://delivery-{uuid.uuid4().hex}"
+    producer = Quick.open(url, clock=clock)
+    consumer_side = Quick.open(url, clock=clock)
+    calls: list[str] = []
+
+    @consumer_side.job("once", delivery="at_most_once")
+    def once(payload: Any, ctx: JobContext) -> None:
+        calls.append(ctx.item_id)
+        raise RuntimeError("fails after the delete")
+
+    consumer_side.job("short", ttl_s=5)(lambda payload, ctx: calls.append("short"))
+    producer.enqueue("once", b"", app="app", tenant="t1")
+    producer.enqueue("short", b"", app="app", tenant="t1", delay=10)
+    consumer_side.run_until_idle()
+    clock.advance(3600)
+    consumer_side.run_until_idle()
+    assert len(calls) == 1 and "short" not in calls  # never redelivered; expired unrun
+    assert [d.reason for d in consumer_side.dead_letters()][0].startswith("expired")

@@ -27,7 +27,9 @@ WORKER = textwrap.dedent(
 
     @q.job("job")
     def job(payload, ctx):
-        marker.write_text(ctx.item_id)
+        tmp = marker.with_suffix(".tmp")
+        tmp.write_text(ctx.item_id)
+        tmp.rename(marker)  # atomic: the test never reads a half-written marker
         time.sleep(3600)
 
     q.consumer(ConsumerConfig(item_lease_s=1.0, idle_sleep_s=0.01)).run_forever()
