@@ -26,6 +26,7 @@ import fdb.tuple as fdbtuple
 import quick_core.election
 import quick_core.toplevel
 import quick_core.zones
+from backends._txnbuffer import CommitRequest
 from backends.memory import FaultConfig, MemoryStore
 from quick_core.client import Quick
 from quick_core.clock import ManualClock, now_ms
@@ -121,6 +122,9 @@ class SimConfig:
     starvation_rounds: int = 12
     drain_rounds: int = 600  # quiescence: rounds of 1 s virtual time at most
     zone_store: Callable[[Quick], KVZoneStore] | None = None  # mutants for checker tests
+    # Chance that a commit first lets another actor run (and commit) a whole step: the
+    # one thread then has transactions that really overlap, so conflicts are real.
+    interleave: float = 0.1
 
 
 @dataclass(slots=True)
@@ -227,6 +231,14 @@ class Simulation:
         self.step_no = 0
         self.trace = hashlib.blake2b(digest_size=16)
         self.executing: Work | None = None
+        self.producing = True
+        self.depth = 0  # nesting of interleaved steps (at most one level)
+        self.busy: list[SimConsumer] = []  # consumers inside an operation
+        self.last_commit_applied = False
+        self._store_commit = self.store._commit
+        # The store's commit is the one point where a transaction's reads are done and its
+        # writes not yet visible: running another step there makes the two concurrent.
+        setattr(self.store, "_commit", self._commit_hook)  # noqa: B010
         # Starvation bookkeeping (invariant 10): in-order rounds finished so far, and per
         # pointer when it was last leased / first seen vested (time, rounds).
         self.in_order_rounds = 0
@@ -236,6 +248,43 @@ class Simulation:
         self._z_prefix = fdbtuple.pack(zp)
         self._c_prefix = fdbtuple.pack((self.keys.root, "c", CLUSTER))
         self._enqueue_no = 0
+
+    # --- interleaving inside commits ----------------------------------------------------
+
+    def _commit_hook(self, request: CommitRequest) -> tuple[int, int]:
+        if self.depth == 0 and self.cfg.interleave and self.rng.random() < self.cfg.interleave:
+            self.depth += 1
+            try:
+                self._nested_step()
+            finally:
+                self.depth -= 1
+        counts = self.store.fault_counts
+        before = counts["unknown_result_applied"]
+        try:
+            return self._store_commit(request)
+        finally:
+            # Read by the next attempt of a user transaction: did the last one commit?
+            self.last_commit_applied = counts["unknown_result_applied"] > before
+
+    def _nested_step(self) -> None:
+        idle = [sc for sc in self.consumers if sc not in self.busy]
+        choices = ["enqueue", "transact"] if self.producing else []
+        if any(sc.refs for sc in idle):
+            choices.append("visit")
+        if any(sc.works for sc in idle):
+            choices.append("execute")
+        if not choices:
+            return
+        kind = self.rng.choice(choices)
+        if kind == "enqueue":
+            text = self.step_enqueue()
+        elif kind == "transact":
+            text = self.step_transact()
+        else:
+            ready = [sc for sc in idle if (sc.refs if kind == "visit" else sc.works)]
+            sc = ready[self.rng.randrange(len(ready))]
+            text = self._consumer_step(kind, sc)
+        self._log(f"  nested {text}")
 
     # --- bookkeeping ---------------------------------------------------------------------
 
@@ -406,16 +455,23 @@ class Simulation:
         ids: which attempts committed is read off the simulator's fault counters (an
         attempt that ended in commit_unknown_result-applied committed; any other failed
         attempt did not)."""
-        txn_no = len(self.txns)
-        key = user_key(txn_no)
+        # Registered before it runs: an interleaved transaction inside this one's commit
+        # must get its own number and key.
+        txn = UserTxn(user_key(len(self.txns)), False)
+        self.txns.append(txn)
+        txn_no, key = len(self.txns) - 1, txn.key
         plan = [(self._pick_zone(), self._pick_kind()) for _ in range(self.rng.randint(1, 3))]
         abort = self.rng.random() < 0.2
-        attempts: list[tuple[int, list[tuple[str, ZoneId, str]]]] = []
-        counts = self.store.fault_counts
+        attempts: list[list[tuple[str, ZoneId, str]]] = []
+        # Whether each finished attempt committed (commit_unknown_result, applied).
+        applied: list[bool] = []
 
         def body(tr: KVTransaction) -> None:
+            if attempts:
+                applied.append(self.last_commit_applied)
+            self.last_commit_applied = False
             made: list[tuple[str, ZoneId, str]] = []
-            attempts.append((counts["unknown_result_applied"], made))
+            attempts.append(made)
             tr.set(key, b"%d" % len(attempts))
             for zone, kind in plan:
                 item_id = self.q.enqueue(
@@ -440,17 +496,14 @@ class Simulation:
         except KVError as err:
             outcome, final_state = f"failed {err.code}", MAYBE if err.maybe_committed else ABSENT
         any_committed = final_state == COMMITTED
-        for i, (applied_before, made) in enumerate(attempts):
-            if i + 1 < len(attempts):
-                committed = attempts[i + 1][0] > applied_before
-                state = COMMITTED if committed else ABSENT
-            else:
-                state = final_state
+        # The last attempt ended as the call did; earlier ones as their commit did.
+        states = [COMMITTED if a else ABSENT for a in applied] + [final_state]
+        for made, state in zip(attempts, states, strict=False):
             any_committed = any_committed or state == COMMITTED
             for item_id, zone, kind in made:
                 self._add_item(item_id, zone, kind, state)
-        self.txns.append(UserTxn(key, any_committed))
-        made_ids = [m[0] for _, ms in attempts for m in ms]
+        txn.committed = any_committed
+        made_ids = [m[0] for ms in attempts for m in ms]
         return f"transact {txn_no} {outcome} attempts={len(attempts)} {','.join(made_ids)}"
 
     # --- consumers -----------------------------------------------------------------------
@@ -519,11 +572,11 @@ class Simulation:
         return f"visit {sc.consumer.name} {ref.pointer_id} {len(works)}"
 
     def _execute(self, sc: SimConsumer, work: Work) -> str:
-        self.executing = work
+        outer, self.executing = self.executing, work
         try:
             return sc.consumer.execute(work)
         finally:
-            self.executing = None
+            self.executing = outer
 
     def step_execute(self, sc: SimConsumer) -> str:
         if not sc.works:
@@ -590,6 +643,13 @@ class Simulation:
         self.check_step()
 
     def _consumer_step(self, kind: str, sc: SimConsumer) -> str:
+        self.busy.append(sc)
+        try:
+            return self._consumer_step_in(kind, sc)
+        finally:
+            self.busy.pop()
+
+    def _consumer_step_in(self, kind: str, sc: SimConsumer) -> str:
         if kind == "scan":
             return self.step_scan(sc)
         if kind == "visit":
@@ -615,6 +675,7 @@ class Simulation:
                 if len(self.violations) > 50:
                     break
             self.step_no = self.cfg.steps + 1
+            self.producing = False
             self.quiesce()
             lost = self.check_store(final=True)
         snapshot = self.store.snapshot_items()
