@@ -124,7 +124,7 @@ class SimConfig:
     zone_store: Callable[[Quick], KVZoneStore] | None = None  # mutants for checker tests
     # Chance that a commit first lets another actor run (and commit) a whole step: the
     # one thread then has transactions that really overlap, so conflicts are real.
-    interleave: float = 0.1
+    interleave: float = 0.2
 
 
 @dataclass(slots=True)

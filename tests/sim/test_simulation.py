@@ -73,9 +73,9 @@ class DroppingZoneStore(KVZoneStore):
     calls = 0
 
     def dequeue(
-        self, zone: ZoneId, max_items: int, lease_ms: int, *, accept: Any = None
+        self, zone: ZoneId, max_items: int, lease_ms: int, **options: Any
     ) -> tuple[list[WorkItem], list[CorruptItem]]:
-        items, corrupt = super().dequeue(zone, max_items, lease_ms, accept=accept)
+        items, corrupt = super().dequeue(zone, max_items, lease_ms, **options)
         DroppingZoneStore.calls += 1
         if items and DroppingZoneStore.calls % 25 == 0 and items[0].delivery != "at_most_once":
             victim = items.pop(0)
