@@ -112,9 +112,17 @@ def load_handlers(spec: str) -> Any:
         raise HandlerImportError(module_name, err) from err
     name = attr or "quick"
     try:
-        return getattr(module, name)
+        found = getattr(module, name)
     except AttributeError as err:
         raise HandlerImportError(spec, err) from err
+    from quick_core.client import Quick
+
+    inner = getattr(found, "quick", None)  # an AsyncQuick wraps its Quick
+    if not isinstance(found, Quick) and isinstance(inner, Quick):
+        found = inner
+    if not isinstance(found, Quick):
+        raise HandlerImportError(spec, TypeError(f"{name} is not a Quick or AsyncQuick"))
+    return found
 
 
 @main.command()
