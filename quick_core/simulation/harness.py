@@ -138,6 +138,7 @@ class ItemModel:
     successes: int = 0  # plain handler returned normally
     deliveries: int = 0  # handler invocations (at-most-once must stay <= 1)
     completed_event: bool = False
+    early: bool = False  # seen by a consumer before its enqueue call returned
     lease: str | None = None  # the last lease handed to a consumer, None once released
 
 
@@ -305,7 +306,14 @@ class Simulation:
             # Two attempts that produced the same id: only a retry of an idempotent
             # enqueue does that, and its first state that committed wins.
             cur = self.items[item_id]
-            if state == COMMITTED or (state == MAYBE and cur.state == ABSENT):
+            if cur.early:
+                # A consumer saw it while its enqueue was still retrying (interleaved in a
+                # commit): what the enqueue reports now is authoritative.
+                cur.early = False
+                cur.state = state
+                if state == ABSENT:
+                    self._violate("aborted_item_dequeued", f"{item_id} in {zone}")
+            elif state == COMMITTED or (state == MAYBE and cur.state == ABSENT):
                 cur.state = state
             return
         self.items[item_id] = ItemModel(
@@ -327,11 +335,18 @@ class Simulation:
             return "permanent"
         return "ok"
 
+    def _early(self, item_id: str, zone: ZoneId, job_type: str) -> ItemModel:
+        """An item a consumer got before its producer's enqueue returned (the enqueue
+        committed, then retried after commit_unknown_result with a step interleaved)."""
+        self._add_item(item_id, zone, job_type, MAYBE)
+        model = self.items[item_id]
+        model.early = True
+        return model
+
     def _delivered(self, ctx: JobContext) -> ItemModel | None:
         model = self.items.get(ctx.item_id)
         if model is None:
-            self._violate("unknown_item_ran", f"{ctx.item_id} in {ctx.zone}")
-            return None
+            model = self._early(ctx.item_id, ctx.zone, ctx.item.job_type)
         if model.state == ABSENT:
             self._violate("aborted_item_ran", f"{ctx.item_id} in {ctx.zone} never committed")
         model.deliveries += 1
@@ -554,8 +569,7 @@ class Simulation:
         for w in works:
             model = self.items.get(w.item.item_id)
             if model is None:
-                self._violate("unknown_item_dequeued", w.item.item_id)
-                continue
+                model = self._early(w.item.item_id, w.zone, w.item.job_type)
             if model.state == ABSENT:
                 self._violate("aborted_item_dequeued", w.item.item_id)
             model.lease = w.item.lease_id

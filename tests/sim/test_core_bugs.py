@@ -58,3 +58,15 @@ def test_in_order_scanner_reaches_every_backlogged_zone() -> None:
     starved = [f"t{z:02d}" for z in range(SELECTION_MAX, ZONES) if f"t{z:02d}" not in ran]
     # 40 in-order rounds over 12 vested pointers, 4 per round: every zone had its turn.
     assert starved == [], f"never visited: {starved}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="same bug seen by the simulation sweep: "
+    "python -m quick_core.simulation --seed 8 --steps 2000",
+)
+def test_simulation_seed_8_has_no_starved_pointer() -> None:
+    from quick_core.simulation import run_seed
+
+    result = run_seed(8, 2000, 0.01)
+    assert [str(v) for v in result.violations] == []
