@@ -84,5 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if len(shown) < len(r.violations):
             print(f"  ... {len(r.violations) - len(shown)} more (--verbose)")
         print(f"  replay: {replay_command(r.seed, args.steps, args.faults)}")
+    if args.seed is not None:
+        # Two runs of one seed print the same hash: the replay is the same run.
+        print(f"seed {args.seed} trace {results[0].trace_hash}")
     print(summarize(results, args.steps, time.monotonic() - started))
     return 0 if all(r.ok for r in results) else 1
