@@ -270,21 +270,24 @@ class Consumer:
             return max(0, self.config.processing_bound - self._in_flight)
 
     def scan_once(self) -> list[PointerRef]:
-        """Peek each shard (shuffled) and choose pointers to visit.
+        """Peek the shards of every cluster (shuffled) and choose pointers to visit.
 
-        In random mode, a random ``selection_frac`` of the peeked pointers (at most
-        ``selection_max``) so that consumers spread over zones; in order mode, the oldest
-        vested pointers first, so no pointer starves.
+        In random mode, a random ``selection_frac`` of each shard's peeked pointers (at
+        most ``selection_max`` in all) so that consumers spread over zones. In order mode
+        (this consumer holds a cluster's election), the oldest vested pointers across all
+        that cluster's shards first, so no pointer starves (invariant 10).
         """
         cfg = self.config
         targets = [(c, shard) for c in self.clusters.values() for shard in range(c.toplevel.shards)]
         self.rng.shuffle(targets)
-        chosen: list[PointerRef] = []
-        in_order = False
+        ordered: list[PointerRef] = []
+        sampled: list[PointerRef] = []
+        any_in_order = False
         for cluster, shard in targets:
-            if len(chosen) >= cfg.selection_max:
-                break
             in_order = self.in_order_for(cluster.name)
+            any_in_order = any_in_order or in_order
+            if not in_order and len(sampled) >= cfg.selection_max:
+                continue
             try:
                 peeked = cluster.toplevel.peek_pointers(shard, cfg.peek_max)
             except StorageError as err:
@@ -292,13 +295,16 @@ class Consumer:
                 continue
             if not peeked:
                 continue
-            room = cfg.selection_max - len(chosen)
             if in_order:
-                chosen.extend(peeked[:room])
+                ordered.extend(peeked)
             else:
+                room = cfg.selection_max - len(sampled)
                 k = min(room, len(peeked), max(1, math.ceil(cfg.selection_frac * len(peeked))))
-                chosen.extend(self.rng.sample(peeked, k))
-        self._emit("scan", pointers=len(chosen), in_order=in_order)
+                sampled.extend(self.rng.sample(peeked, k))
+        ordered.sort(key=lambda ref: ref.vesting_ms)
+        chosen = ordered[: cfg.selection_max]
+        chosen += sampled[: cfg.selection_max - len(chosen)]
+        self._emit("scan", pointers=len(chosen), in_order=any_in_order)
         return chosen
 
     # --- Algorithm 2: a manager's visit to one zone --------------------------------------

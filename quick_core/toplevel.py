@@ -217,7 +217,10 @@ class TopLevelQueue:
                         return "deleted"
                 vesting = last_active + min_inactive_ms
             else:
-                vesting = min_vesting
+                # Never before now: a busy zone whose oldest item waits behind newer,
+                # higher-priority work would otherwise sort first forever and keep the
+                # in-order scanner from every other zone (invariant 10).
+                vesting = max(min_vesting, now)
             updated = Pointer(
                 current.pointer_id, current.zone, vesting, last_active, None, current.local
             )

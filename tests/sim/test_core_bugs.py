@@ -1,12 +1,12 @@
-"""Core bugs the simulation found, each as a small deterministic scenario.
+"""Core bugs the simulation found, each as a small deterministic regression test.
 
-Marked ``xfail(strict=True)`` so CI stays green while the bug is open and fails loudly
-(XPASS) once it is fixed, telling whoever fixes it to drop the marker.
+Invariant 10 (no vested pointer waits forever under an in-order scanner) was broken: a
+backlogged zone's pointer was requeued at the zone's minimum vesting time, in the past, so
+it sorted in front of every other vested pointer forever. Pointers are now requeued no
+earlier than the visit, and the in-order scanner merges all shards by vesting time.
 """
 
 from __future__ import annotations
-
-import pytest
 
 from quick_core.client import Quick
 from quick_core.clock import ManualClock
@@ -18,16 +18,6 @@ ZONES = 12
 SELECTION_MAX = 4
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="quick_core/toplevel.py requeue_pointer requeues a backlogged zone's pointer at "
-    "the zone's minimum vesting time, which is in the past, so it sorts back in front of "
-    "every other vested pointer; the in-order scanner (consumer.py scan_once, "
-    "peeked[:room]) then revisits the same selection_max oldest backlogged zones forever "
-    "and the rest starve (invariant 10). Replay: python -m quick_core.simulation "
-    "--seed 102 --steps 2000 at commit 53a5d2f. Zones whose old low-priority item "
-    "waits behind a stream of priority-0 work hold the front forever.",
-)
 def test_in_order_scanner_reaches_every_backlogged_zone() -> None:
     clock = ManualClock()
     q = Quick.open("memory://", clock=clock)
@@ -60,11 +50,6 @@ def test_in_order_scanner_reaches_every_backlogged_zone() -> None:
     assert starved == [], f"never visited: {starved}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="same bug seen by the simulation sweep: "
-    "python -m quick_core.simulation --seed 8 --steps 2000",
-)
 def test_simulation_seed_8_has_no_starved_pointer() -> None:
     from quick_core.simulation import run_seed
 

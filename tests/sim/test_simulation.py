@@ -23,7 +23,7 @@ CHUNKS = 10  # pytest params, so a failure names a small range and progress show
 
 # Violation kinds of open core bugs, each demonstrated in test_core_bugs.py (strict xfail)
 # and reported; the sweep tolerates only these. Remove an entry when its bug is fixed.
-KNOWN_CORE_BUGS = frozenset({"vested_pointer_starved"})
+KNOWN_CORE_BUGS: frozenset[str] = frozenset()
 
 
 def _unexpected(r: SimResult) -> bool:
