@@ -490,6 +490,9 @@ class Consumer:
         if item.delivery == "at_least_once" and not self._lease_still_held(work):
             self._emit("lease_lost", zone=zone, item_id=item.item_id, where="before_start")
             return "lease_lost"
+        if item.deadline_ms is not None and now_ms(self.clock) > item.deadline_ms:
+            # It waited past its TTL in this consumer's local queue: never run late.
+            return self._fail(work, job, "expired: not started before its TTL", permanent=True)
         self._emit("started", zone=zone, item_id=item.item_id, job_type=item.job_type)
         if job is None:
             return self._fail(work, None, f"unknown job type {item.job_type!r}", permanent=False)

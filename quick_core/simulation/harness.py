@@ -32,7 +32,7 @@ from quick_core.client import Quick
 from quick_core.clock import ManualClock, now_ms
 from quick_core.consumer import Consumer, ConsumerConfig, Work
 from quick_core.election import LocalElection
-from quick_core.errors import PermanentError, TransientError
+from quick_core.errors import ItemNotFound, Nack, PermanentError, TransientError
 from quick_core.kv import KVError, KVTransaction, pack_i64, unpack_i64
 from quick_core.records import ZoneId, decode_pointer
 from quick_core.registry import JobContext, RetryPolicy
@@ -43,9 +43,12 @@ from quick_core.zones import KVZoneStore
 PLAIN = "sim_plain"  # at-least-once, completion batched after the handler
 TX = "sim_tx"  # transactional: effect and completion commit together
 AMO = "sim_amo"  # at-most-once: deleted when leased
+TTL = "sim_ttl"  # at-least-once with a TTL: run before its deadline or dead-lettered
+TTL_S = 2.0
 
 # Item states in the model.
 COMMITTED = "committed"  # the enqueue committed: must run or be dead-lettered
+CANCELLED = "cancelled"  # cancelled by id after committing: may or may not have run
 ABSENT = "absent"  # the enqueue never committed: must never appear or run
 MAYBE = "maybe"  # the enqueue raised after maybe committing: either is fine
 
@@ -179,6 +182,7 @@ _STEP_WEIGHTS: tuple[tuple[str, float], ...] = (
     ("enqueue", 18.0),
     ("transact", 9.0),
     ("enqueue_many", 2.0),
+    ("cancel", 1.0),
     ("scan", 12.0),
     ("visit", 20.0),
     ("execute", 22.0),
@@ -210,7 +214,10 @@ class Simulation:
         self.store = MemoryStore(
             seed=seed,
             clock=self.clock,
-            faults=FaultConfig(not_committed=f, unknown_result=f, too_old=f),
+            # Added latency moves virtual time on at every commit with writes (1 ms).
+            faults=FaultConfig(
+                not_committed=f, unknown_result=f, too_old=f, latency_ms=1.0 if f else 0.0
+            ),
         )
         shards = config.shards if config.shards is not None else self.rng.choice((1, 2))
         self.q = Quick(self.store, clock=self.clock, cluster=CLUSTER, shards=shards)
@@ -222,6 +229,7 @@ class Simulation:
         self.q.job(PLAIN, retry=retry)(self._handle_plain)
         self.q.job(TX, retry=retry, transactional=True)(self._handle_tx)
         self.q.job(AMO, delivery="at_most_once", max_concurrency=3)(self._handle_amo)
+        self.q.job(TTL, retry=retry, ttl_s=TTL_S)(self._handle_ttl)
         self.items: dict[str, ItemModel] = {}
         self.txns: list[UserTxn] = []
         self.aborted_txns = 0
@@ -333,6 +341,8 @@ class Simulation:
             return "transient"
         if r < 0.13:
             return "permanent"
+        if r < 0.17:
+            return "nack"
         return "ok"
 
     def _early(self, item_id: str, zone: ZoneId, job_type: str) -> ItemModel:
@@ -353,6 +363,8 @@ class Simulation:
         return model
 
     def _raise(self, outcome: str) -> None:
+        if outcome == "nack":
+            raise Nack(delay_s=round(self.rng.uniform(0.0, 1.0), 3), meta={"nacked": True})
         if outcome == "transient":
             raise TransientError("simulated transient failure")
         if outcome == "permanent":
@@ -365,6 +377,12 @@ class Simulation:
         self._raise(outcome)
         if model is not None:
             model.successes += 1
+
+    def _handle_ttl(self, payload: Any, ctx: JobContext) -> None:
+        deadline = ctx.item.deadline_ms
+        if deadline is None or now_ms(self.clock) > deadline:
+            self._violate("ttl_ran_late", f"{ctx.item_id}: deadline {deadline}")
+        self._handle_plain(payload, ctx)
 
     def _handle_tx(self, payload: Any, ctx: JobContext) -> None:
         self._delivered(ctx)
@@ -426,7 +444,7 @@ class Simulation:
 
     def _pick_kind(self) -> str:
         r = self.rng.random()
-        return PLAIN if r < 0.5 else TX if r < 0.8 else AMO
+        return PLAIN if r < 0.45 else TX if r < 0.75 else AMO if r < 0.9 else TTL
 
     def _pick_delay(self) -> float:
         return 0.0 if self.rng.random() < 0.7 else round(self.rng.uniform(0.0, 5.0), 3)
@@ -452,6 +470,30 @@ class Simulation:
             return f"enqueue failed {err.code}"
         self._add_item(item_id, zone, kind, COMMITTED)
         return f"enqueue {item_id} {zone} {kind} d={delay} p={priority}"
+
+    def step_cancel(self) -> str:
+        """Cancel a random committed item by id, leased or not."""
+        live = [m for m in self.items.values() if m.state == COMMITTED]
+        if not live:
+            return "cancel none"
+        m = live[self.rng.randrange(len(live))]
+        applied_before = self.store.fault_counts["unknown_result_applied"]
+        try:
+            self.q.cancel(m.zone.app, m.zone.tenant, m.item_id)
+        except ItemNotFound:
+            if self.store.fault_counts["unknown_result_applied"] > applied_before:
+                # Our first attempt deleted it, then commit_unknown_result made the retry
+                # look for it again: it was cancelled, by us.
+                m.state = CANCELLED
+                m.lease = None
+                return f"cancel {m.item_id} (applied, then not found)"
+            return f"cancel {m.item_id} gone"
+        except KVError as err:
+            m.state = MAYBE  # may or may not have been cancelled
+            return f"cancel {m.item_id} failed {err.code}"
+        m.state = CANCELLED
+        m.lease = None
+        return f"cancel {m.item_id}"
 
     def step_enqueue_many(self) -> str:
         zone, kind = self._pick_zone(), self._pick_kind()
@@ -638,6 +680,8 @@ class Simulation:
             text = self.step_transact()
         elif kind == "enqueue_many":
             text = self.step_enqueue_many()
+        elif kind == "cancel":
+            text = self.step_cancel() if self.producing else "cancel skipped"
         elif kind == "tick":
             dt = round(self.rng.uniform(0.0, 0.5), 3)
             self.clock.advance(dt)
@@ -708,7 +752,7 @@ class Simulation:
             1
             for m in committed
             if m.dead_key not in snapshot_keys
-            and (m.successes if m.kind == PLAIN else m.deliveries if m.kind == AMO else 1)
+            and (m.successes if m.kind in (PLAIN, TTL) else m.deliveries if m.kind == AMO else 1)
             and m.item_key not in snapshot_keys
         )
         return SimResult(
@@ -904,7 +948,7 @@ class Simulation:
                 if final and present and m.state == COMMITTED:
                     self._violate("item_stuck", f"{m.item_id} in {m.zone} after draining")
                 continue
-            if (m.kind == PLAIN and m.successes == 0) or (m.kind == TX and effect != 1):
+            if (m.kind in (PLAIN, TTL) and m.successes == 0) or (m.kind == TX and effect != 1):
                 lost += 1
                 self._violate(
                     "item_lost",
