@@ -32,6 +32,7 @@ class VersionedMap:
         self._history: dict[bytes, History] = {}
         self.horizon = 0
         self._writes_since_sweep = 0
+        self._dead_skipped = 0  # cleared keys that scans stepped over since the last sweep
 
     def get(self, key: bytes, version: int) -> bytes | None:
         history = self._history.get(key)
@@ -54,6 +55,8 @@ class VersionedMap:
                     out.append((keys[i], value))
                     if len(out) == limit:
                         break
+                else:
+                    self._dead_skipped += 1
                 i -= 1
         else:
             i = bisect.bisect_left(keys, begin)
@@ -64,7 +67,11 @@ class VersionedMap:
                     out.append((keys[i], value))
                     if len(out) == limit:
                         break
+                else:
+                    self._dead_skipped += 1
                 i += 1
+        if self._dead_skipped > max(4096, len(keys) // 8):
+            self.sweep()  # only versions no live reader can see go; safe mid-read
         return out
 
     def apply(self, writes: ResolvedWrites, version: int) -> None:
@@ -78,8 +85,12 @@ class VersionedMap:
         for key in writes.deletes:
             self._write(key, None, version)
         self._writes_since_sweep += 1
-        # Sweep dead tombstones now and then; amortised O(1) per commit.
-        if self._writes_since_sweep > max(1024, len(self._keys) // 4):
+        # Sweep dead tombstones now and then; amortised O(1) per commit. Also sooner when
+        # reads keep stepping over them (like FDB compacting away cleared ranges), so a
+        # million collected tenants do not slow every later scan.
+        if self._writes_since_sweep > max(1024, len(self._keys) // 4) or (
+            self._dead_skipped > max(4096, len(self._keys) // 8)
+        ):
             self.sweep()
 
     def _write(self, key: bytes, value: bytes | None, version: int) -> None:
@@ -99,6 +110,7 @@ class VersionedMap:
     def sweep(self) -> None:
         """Drop unreadable versions and keys whose only readable state is a clear."""
         self._writes_since_sweep = 0
+        self._dead_skipped = 0
         horizon = self.horizon
         live: list[bytes] = []
         for key in self._keys:

@@ -233,6 +233,8 @@ class MemoryTransaction(BufferedTransaction):
         with store._lock:
             self._check_too_old(store.clock.now())
             assert self._read_version is not None
+            # Let the sweep horizon follow the clock on read-only stretches too.
+            store._forget_old(store.clock.now())
             return store._data.scan(begin, end, self._read_version, limit, reverse)
 
     def _commit_request(self, request: CommitRequest) -> tuple[int, int]:
