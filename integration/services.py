@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from quick_core.testing import find_binary, free_port  # one copy, shipped with the plugin
+
 HOST = "127.0.0.1"
 
 _live: weakref.WeakSet[Service] = weakref.WeakSet()
@@ -38,26 +40,6 @@ class ServiceUnavailable(RuntimeError):
     def __init__(self, binary: str) -> None:
         super().__init__(f"{binary} not found on PATH or in /usr/bin, /usr/sbin")
         self.binary = binary
-
-
-def find_binary(name: str) -> str | None:
-    """Path of ``name`` on PATH or in the Debian package locations; None if absent."""
-    found = shutil.which(name)
-    if found:
-        return found
-    for folder in ("/usr/bin", "/usr/sbin", "/usr/local/bin"):
-        candidate = Path(folder) / name
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    return None
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _die_with_parent() -> None:
