@@ -65,15 +65,18 @@ def _one(peer: Peer, runs: int, s: dict[str, Any]) -> dict[str, Any]:
     return res
 
 
+def _peer(module: str, cls: str) -> Any:
+    """Import a peer only when it runs: a peer whose package is missing (bench/
+    requirements.txt not installed) is reported as failed and the others still run."""
+    import importlib
+
+    return getattr(importlib.import_module(f"bench.peers.{module}"), cls)
+
+
 def run(
     runs: int, quick: bool, backends: list[str], only_peers: list[str] | None = None
 ) -> dict[str, Any]:
-    from bench.peers.celery_peer import CeleryPeer
-    from bench.peers.dramatiq_peer import DramatiqPeer
-    from bench.peers.huey_peer import HueyPeer
-    from bench.peers.procrastinate_peer import ProcrastinatePeer
     from bench.peers.quick_peer import QuickPeer
-    from bench.peers.rq_peer import RQPeer
 
     s = _sizes(quick)
     out: dict[str, Any] = {"sizes": s, "runs": runs, "systems": {}}
@@ -83,11 +86,11 @@ def run(
         dsn = stack.enter_context(postgres_server())
         makers: list[tuple[str, Callable[[Path], Peer]]] = [
             *[(f"quick-{b}", lambda d, b=b: QuickPeer(d, b)) for b in backends],
-            ("rq", lambda d: RQPeer(d, redis_url)),
-            ("dramatiq", lambda d: DramatiqPeer(d, redis_url)),
-            ("celery", lambda d: CeleryPeer(d, redis_url)),
-            ("huey", lambda d: HueyPeer(d)),
-            ("procrastinate", lambda d: ProcrastinatePeer(d, dsn)),
+            ("rq", lambda d: _peer("rq_peer", "RQPeer")(d, redis_url)),
+            ("dramatiq", lambda d: _peer("dramatiq_peer", "DramatiqPeer")(d, redis_url)),
+            ("celery", lambda d: _peer("celery_peer", "CeleryPeer")(d, redis_url)),
+            ("huey", lambda d: _peer("huey_peer", "HueyPeer")(d)),
+            ("procrastinate", lambda d: _peer("procrastinate_peer", "ProcrastinatePeer")(d, dsn)),
         ]
         for name, make in makers:
             if only_peers and name not in only_peers:
