@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from quick_core.testing import docker_available
+
 DEFAULT_IMAGE = "foundationdb/foundationdb:7.3.43"
 NO_FDB = "no FoundationDB: set FDB_CLUSTER_FILE or run a Docker engine"
 
@@ -33,18 +35,7 @@ def libfdb_c_present() -> bool:
 
 
 def docker_engine_reachable() -> bool:
-    try:
-        import docker
-    except ImportError:
-        return False
-    try:
-        client = docker.from_env(timeout=3)
-        try:
-            return bool(client.ping())
-        finally:
-            client.close()
-    except Exception:  # no socket, no permission, daemon down: all mean "no engine"
-        return False
+    return docker_available()
 
 
 def skip_reason() -> str | None:
