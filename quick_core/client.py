@@ -242,14 +242,15 @@ class Quick:
         items = [self._new_item(job_type, p, delay, priority, None, None) for p in payloads]
 
         def write(tr: KVTransaction) -> tuple[list[str], int, bool]:
-            ids, earliest, needs_pull = [], 2**62, False
+            ids, earliest = [], 2**62
             self.limits.charge_enqueue(tr, zone.app, len(items))
             for item in items:
-                item_id, vesting, pull = self.zones.enqueue_in(tr, zone, item)
+                item_id, vesting, _ = self.zones.enqueue_in(tr, zone, item, pointer=False)
                 ids.append(item_id)
                 earliest = min(earliest, vesting)
-                needs_pull = needs_pull or pull
-            return ids, earliest, needs_pull
+            if not ids:
+                return ids, earliest, False
+            return ids, earliest, self.toplevel.ensure_pointer(tr, zone, earliest)
 
         ids, earliest, needs_pull = run(self.kv, write)
         if needs_pull and ids:

@@ -131,7 +131,9 @@ class KVZoneStore:
 
     # --- enqueue -----------------------------------------------------------------------
 
-    def enqueue_in(self, tr: KVTransaction, zone: ZoneId, item: NewItem) -> tuple[str, int, bool]:
+    def enqueue_in(
+        self, tr: KVTransaction, zone: ZoneId, item: NewItem, *, pointer: bool = True
+    ) -> tuple[str, int, bool]:
         """Part one of the enqueue in ``tr``: item, order entry, count, pointer check.
 
         Returns (item_id, vesting_ms, needs_pull): whether part two must pull the zone's
@@ -159,7 +161,8 @@ class KVZoneStore:
         self._write_item(tr, zone, record)
         tr.set(self.keys.order_key(zone, item.priority, vesting, item_id), b"")
         tr.add(self.keys.count_key(zone), pack_i64(1))
-        needs_pull = self.toplevel.ensure_pointer(tr, zone, vesting)
+        # A batch into one zone checks the pointer once, after its last item (pointer=False).
+        needs_pull = self.toplevel.ensure_pointer(tr, zone, vesting) if pointer else False
         return item_id, vesting, needs_pull
 
     def import_item(self, tr: KVTransaction, zone: ZoneId, item: WorkItem) -> bool:
