@@ -803,7 +803,7 @@ class Consumer:
             log.exception("manager visit failed")
             return 0
         for work in works:
-            self._workers.submit(self._execute_logged, work)
+            self._workers.post(self._execute_logged, work)
         return len(works)
 
     def _execute_logged(self, work: Work) -> None:

@@ -35,6 +35,12 @@ class DaemonPool:
             if task is _STOP:
                 return
             future, fn, args = task
+            if future is None:  # post(): nobody waits for the result
+                try:
+                    fn(*args)
+                except BaseException:  # posted tasks handle and log their own errors
+                    pass
+                continue
             if not future.set_running_or_notify_cancel():
                 continue
             try:
@@ -46,6 +52,11 @@ class DaemonPool:
         future: Future[Any] = Future()
         self._queue.put((future, fn, args))
         return future
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the pool without a Future: the cheap path for the
+        per-item hand-off from managers to workers."""
+        self._queue.put((None, fn, args))
 
     def shutdown(self, deadline: float) -> bool:
         """Let queued tasks run, then stop; True if every thread ended by ``deadline``
