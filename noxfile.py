@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import nox
 
 nox.options.sessions = ["lint", "typecheck", "tests"]
@@ -35,8 +37,13 @@ def demo(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
-    """Benchmarks; results go to bench/results/<timestamp>/."""
-    session.install("-e", ".[dev]")
+    """Benchmarks against the peers; results go to bench/results/<timestamp>/ and the
+    report to bench/REPORT.md. Needs redis-server and PostgreSQL from Debian."""
+    missing = [b for b in ("redis-server", "pg_ctlcluster") if shutil.which(b) is None]
+    if missing:
+        session.run("apt-get", "update", "-qq", external=True)
+        session.run("apt-get", "install", "-y", "-qq", "redis-server", "postgresql", external=True)
+    session.install("-e", ".[dev]", "-r", "bench/requirements.txt")
     session.run("python", "-m", "bench", *session.posargs)
 
 
