@@ -194,6 +194,7 @@ class Consumer:
         self._managers: DaemonPool | None = None
         self._workers: DaemonPool | None = None
         self._pending: set[int] = set()
+        self._batching = False  # run_until_idle completes a visit's items in one batch
 
     # --- observation -------------------------------------------------------------------
 
@@ -542,7 +543,7 @@ class Consumer:
                     self._emit("completed", zone=zone, item_id=item.item_id)
                     return "completed"
                 self._completions.put((work, job))
-                if self._workers is None:
+                if self._workers is None and not self._batching:
                     self.flush_completions()
                 return "completed"
             if attempt < job.retry.inline_retries and not self._stopping.is_set():
@@ -752,11 +753,15 @@ class Consumer:
             refs = self.scan_once()
             if not refs:
                 break
-            for ref in refs:
-                for work in self.visit(ref):
-                    self.execute(work)
-                    done += 1
-            self.flush_completions()
+            self._batching = True
+            try:
+                for ref in refs:
+                    for work in self.visit(ref):
+                        self.execute(work)
+                        done += 1
+                    self.flush_completions()
+            finally:
+                self._batching = False
         return done
 
     # --- threaded runtime ----------------------------------------------------------------

@@ -28,10 +28,21 @@ def use_tracer_provider(provider: Any) -> None:
     _provider = provider
 
 
+_tracers: dict[int, Any] = {}
+
+
 def _tracer() -> Any:
+    """The tracer, or None when no SDK provider is configured: the API alone would hand out
+    no-op spans, and making them costs tens of microseconds per item on the hot path."""
     if trace is None:
         return None
-    return trace.get_tracer("quick", tracer_provider=_provider)
+    provider = _provider if _provider is not None else trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        return None
+    tracer = _tracers.get(id(provider))
+    if tracer is None:
+        tracer = _tracers[id(provider)] = provider.get_tracer("quick")
+    return tracer
 
 
 @contextmanager

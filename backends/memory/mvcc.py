@@ -33,6 +33,7 @@ class VersionedMap:
         self.horizon = 0
         self._writes_since_sweep = 0
         self._dead_skipped = 0  # cleared keys that scans stepped over since the last sweep
+        self._swept_at = -1  # horizon of the last sweep: sweeping again before it moves is futile
 
     def get(self, key: bytes, version: int) -> bytes | None:
         history = self._history.get(key)
@@ -70,7 +71,7 @@ class VersionedMap:
                 else:
                     self._dead_skipped += 1
                 i += 1
-        if self._dead_skipped > max(4096, len(keys) // 8):
+        if self._dead_skipped > max(4096, len(keys) // 8) and self.horizon > self._swept_at:
             self.sweep()  # only versions no live reader can see go; safe mid-read
         return out
 
@@ -88,8 +89,9 @@ class VersionedMap:
         # Sweep dead tombstones now and then; amortised O(1) per commit. Also sooner when
         # reads keep stepping over them (like FDB compacting away cleared ranges), so a
         # million collected tenants do not slow every later scan.
-        if self._writes_since_sweep > max(1024, len(self._keys) // 4) or (
-            self._dead_skipped > max(4096, len(self._keys) // 8)
+        if self.horizon > self._swept_at and (
+            self._writes_since_sweep > max(1024, len(self._keys) // 4)
+            or self._dead_skipped > max(4096, len(self._keys) // 8)
         ):
             self.sweep()
 
@@ -111,7 +113,7 @@ class VersionedMap:
         """Drop unreadable versions and keys whose only readable state is a clear."""
         self._writes_since_sweep = 0
         self._dead_skipped = 0
-        horizon = self.horizon
+        horizon = self._swept_at = self.horizon
         live: list[bytes] = []
         for key in self._keys:
             history = self._history[key]
