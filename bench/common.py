@@ -19,17 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from quick_core.demo import percentile  # the demo's nearest-rank percentile, shared
+
 ROOT = Path(__file__).resolve().parent
 REPO = ROOT.parent
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100); NaN on no data."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    idx = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[idx]
 
 
 def summary(values: list[float]) -> dict[str, float]:
