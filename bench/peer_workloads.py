@@ -41,6 +41,7 @@ def enqueue_rates(peer: Peer, n: int) -> dict[str, float]:
 
 def end_to_end(peer: Peer, n: int, timeout_s: float = 180.0) -> float:
     peer.reset()
+    peer.throughput = True
     peer.start_worker()
     try:
         peer.wait_ready()
@@ -54,6 +55,7 @@ def end_to_end(peer: Peer, n: int, timeout_s: float = 180.0) -> float:
         return n / (max(r.start for r in recs) - t0)
     finally:
         peer.stop_worker()
+        peer.throughput = False
 
 
 def noisy_neighbour(

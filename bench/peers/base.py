@@ -22,6 +22,9 @@ class Peer(ABC):
     name: str = "peer"
     config: str = ""
     batch_api: str = "none (single enqueues)"
+    # Set by workload (i): the peers always run their documented throughput setup; quick
+    # switches from its fairness profile to its throughput profile.
+    throughput: bool = False
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir

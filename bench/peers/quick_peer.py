@@ -17,16 +17,20 @@ from bench.quickrun import JOB, config_to_json, open_quick
 from quick_core.consumer import ConsumerConfig
 
 
-def peer_config() -> ConsumerConfig:
-    """One configuration for all peer workloads: 8 workers like the peers' 8 threads; a
-    small processing bound and per-visit batch so a backlogged zone cannot fill the local
-    queue ahead of other tenants (water-filling), and a 5 ms idle poll."""
+def peer_config(throughput: bool = False) -> ConsumerConfig:
+    """8 workers like the peers' 8 threads and a 5 ms idle poll, in one of two profiles.
+
+    Fairness (workloads ii and iii): a small processing bound and per-visit batch, so a
+    backlogged zone cannot fill the local queue ahead of other tenants (water-filling).
+    Throughput (workload i, where the peers run their documented throughput setups too):
+    large per-visit batches and a deep local queue, as in the core benchmark.
+    """
     return ConsumerConfig(
         peek_max=200,
         selection_frac=1.0,
         selection_max=32,
-        processing_bound=24,
-        dequeue_max=8,
+        processing_bound=400 if throughput else 24,
+        dequeue_max=100 if throughput else 8,
         managers=4,
         workers=8,
         idle_sleep_s=0.005,
@@ -41,12 +45,14 @@ class QuickPeer(Peer):
         super().__init__(workdir)
         self.backend = backend
         self.name = f"quick-{backend}"
-        cfg = peer_config()
+        cfg, fast = peer_config(), peer_config(throughput=True)
         self.config = (
             f"{'in-process consumer' if backend == 'memory' else 'one consumer process'}: "
-            f"workers={cfg.workers} managers={cfg.managers} dequeue_max={cfg.dequeue_max} "
-            f"processing_bound={cfg.processing_bound} selection_frac={cfg.selection_frac} "
-            f"idle_sleep_s={cfg.idle_sleep_s}"
+            f"workers={cfg.workers} managers={cfg.managers} selection_frac="
+            f"{cfg.selection_frac} idle_sleep_s={cfg.idle_sleep_s}; workload (i) "
+            f"dequeue_max={fast.dequeue_max} processing_bound={fast.processing_bound}, "
+            f"workloads (ii, iii) dequeue_max={cfg.dequeue_max} "
+            f"processing_bound={cfg.processing_bound}"
         )
         self.generation = 0
         self.q: Any = None
@@ -91,7 +97,7 @@ class QuickPeer(Peer):
             "bench.quickrun",
             self._url(),
             "--config",
-            config_to_json(peer_config()),
+            config_to_json(peer_config(self.throughput)),
             "--seconds",
             "3600",
         ]
@@ -101,7 +107,7 @@ class QuickPeer(Peer):
             super().start_worker()
             return
         self.out.write_bytes(b"")  # truncate, not unlink: an in-process O_APPEND fd stays valid
-        self.consumer = self.q.consumer(peer_config())
+        self.consumer = self.q.consumer(peer_config(self.throughput))
         self.consumer.start()
 
     def stop_worker(self) -> None:
