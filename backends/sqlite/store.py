@@ -28,6 +28,7 @@ import os
 import random
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -95,6 +96,9 @@ def _translate(err: sqlite3.Error, during: str) -> KVError:
         failure = KVError(INTERNAL_ERROR, f"sqlite error during {during}: {err}")
     failure.__cause__ = err
     return failure
+
+
+_BUSY_SLICE_S = 0.005
 
 
 class SQLiteStore:
@@ -173,7 +177,10 @@ class SQLiteStore:
         try:
             conn = sqlite3.connect(
                 self.path,
-                timeout=self._busy_timeout_s,
+                # SQLite's own busy handler sleeps in steps of up to 100 ms, which makes
+                # a latency tail whenever another process holds the write lock; it only
+                # covers the first few ms, and _begin_immediate polls finely after that.
+                timeout=_BUSY_SLICE_S,
                 isolation_level=None,  # we issue BEGIN/COMMIT ourselves
                 check_same_thread=False,  # a connection follows its transaction
                 cached_statements=256,
@@ -213,19 +220,34 @@ class SQLiteStore:
             self._pid = os.getpid()
 
     def _init_schema(self) -> None:
-        conn = self._connect()
-        try:
-            (mode,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
-            if str(mode).lower() != "wal":
-                raise StorageError(f"cannot switch {self.path!r} to WAL (journal_mode={mode})")
-            conn.execute("BEGIN IMMEDIATE")
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            conn.execute("COMMIT")
-        except sqlite3.Error as err:
-            conn.close()
-            raise StorageError(f"cannot initialise sqlite database {self.path!r}: {err}") from err
-        self._release(conn)
+        # Several processes may open a new file at once: retry while another one holds
+        # the lock, up to the busy timeout (connections themselves wait only briefly).
+        deadline = time.monotonic() + self._busy_timeout_s
+        while True:
+            conn = self._connect()
+            try:
+                (mode,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+                if str(mode).lower() != "wal":
+                    raise StorageError(f"cannot switch {self.path!r} to WAL (journal_mode={mode})")
+                self._begin_immediate(conn)
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                conn.execute("COMMIT")
+            except sqlite3.OperationalError as err:
+                conn.close()
+                if ("locked" in str(err) or "busy" in str(err)) and time.monotonic() < deadline:
+                    time.sleep(0.002)
+                    continue
+                raise StorageError(
+                    f"cannot initialise sqlite database {self.path!r}: {err}"
+                ) from err
+            except (sqlite3.Error, KVError) as err:
+                conn.close()
+                raise StorageError(
+                    f"cannot initialise sqlite database {self.path!r}: {err}"
+                ) from err
+            self._release(conn)
+            return
 
     # --- the KVStore protocol --------------------------------------------------------------
 
@@ -266,11 +288,25 @@ class SQLiteStore:
 
     # --- commit ----------------------------------------------------------------------------
 
+    def _begin_immediate(self, conn: sqlite3.Connection) -> None:
+        """Take the write lock, waiting up to ``busy_timeout_ms`` in short polls."""
+        deadline = time.monotonic() + self._busy_timeout_s
+        pause = 0.0005
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as err:
+                busy = "locked" in str(err) or "busy" in str(err)
+                if not busy or time.monotonic() >= deadline:
+                    raise _translate(err, "BEGIN IMMEDIATE") from err
+            except sqlite3.Error as err:
+                raise _translate(err, "BEGIN IMMEDIATE") from err
+            time.sleep(pause)
+            pause = min(pause * 2, 0.004)
+
     def _commit_on(self, conn: sqlite3.Connection, request: CommitRequest) -> int:
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as err:
-            raise _translate(err, "BEGIN IMMEDIATE") from err
+        self._begin_immediate(conn)
         try:
             version: int = conn.execute(_VERSION).fetchone()[0]
             now = self.clock.now()
