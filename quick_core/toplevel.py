@@ -73,25 +73,18 @@ class TopLevelQueue:
         ``declare_conflict`` (external-store mode), declares a write conflict on the index
         key so a concurrent pointer deletion that read it aborts.
 
-        Returns True when part two (:meth:`pull_pointer_earlier`) is needed: the pointer
-        exists, is idle, and vests later than ``vesting_ms``. That is learnt from a
-        snapshot read of the pointer record, which adds no read conflict, so a consumer's
-        pointer lease still cannot abort this transaction (invariant 3). A stale answer
-        is safe: a pointer's holder requeues it in a transaction that reads the zone.
+        Returns True when the pointer already existed, so part two
+        (:meth:`pull_pointer_earlier`) must run after the commit. Part one cannot decide
+        that itself: whatever it read of the pointer record could be stale by its commit (a
+        consumer may lease and requeue the pointer in between without seeing this item),
+        and reading it with a conflict would let pointer leases abort user transactions.
         """
         shard = self.shard_for(zone)
         index_key = self.keys.pointer_index_key(self.cluster, shard, zone)
-        index = tr.get(index_key)
-        if index is not None:
+        if tr.get(index_key) is not None:
             if declare_conflict:
                 tr.add_write_conflict_key(index_key)
-            try:
-                current = self._read_pointer(tr, shard, index.decode(), snapshot=True)
-            except CorruptRecord:
-                return True
-            return (
-                current is not None and current.lease_id is None and current.vesting_ms > vesting_ms
-            )
+            return True
         pointer = Pointer(
             pointer_id=secrets.token_hex(8),
             zone=zone,

@@ -171,3 +171,28 @@ def test_collected_zone_leaves_no_key_behind(q: Quick, clock: ManualClock) -> No
     assert q.toplevel.count_pointers(0) == 0
     begin, end = q.keys.everything()
     assert q.transact(lambda tr: tr.get_range(begin, end)) == []
+
+
+def test_enqueue_racing_a_visit_is_not_stranded_behind_a_lease(q: Quick) -> None:
+    """A consumer leases and requeues the zone's pointer (at a leased item's lease end)
+    while a user transaction that enqueues into the zone is still open: the new item must
+    not wait for that lease to expire. Part two runs after every enqueue into a zone that
+    already had a pointer, because nothing part one reads can be trusted at its commit."""
+    q.job("job")(lambda payload, ctx: None)
+    consumer = q.consumer(ConsumerConfig(in_order=True, item_lease_s=30))
+    q.enqueue("job", b"a", app="app", tenant="t1")
+    [ref] = consumer.scan_once()
+    assert len(consumer.visit(ref)) == 1  # A is leased for 30 s, not run
+    q.enqueue("job", b"b", app="app", tenant="t1")  # B pulls the pointer to now
+
+    def user(tr: KVTransaction) -> str:
+        item_id = q.enqueue("job", b"c", app="app", tenant="t1", tr=tr)
+        # Meanwhile a consumer visits: leases the pointer, takes B, requeues the pointer
+        # at the earliest lease end (30 s), all committed before this transaction.
+        [ref] = consumer.scan_once()
+        assert [w.item.payload for w in consumer.visit(ref)] == [b"b"]
+        return item_id
+
+    c_id = q.transact(user)
+    [ref] = consumer.scan_once()  # C's pointer is vested now, not in 30 s
+    assert [w.item.item_id for w in consumer.visit(ref)] == [c_id]
