@@ -401,9 +401,9 @@ def test_consumer_applies_its_delivery_and_ttl_to_unaware_producers(
 ) -> None:
     """A producer that does not import the handlers still gets the job type's at-most-once
     delivery and TTL, because the consumer applies them at dequeue."""
-    from tests.conftest import store_url
-
     import uuid
+
+    from tests.conftest import store_url
 
     url = store_url(backend, tmp_path)
     if backend in ("memory", "fdbsim"):  # two handles on one in-process store
@@ -424,4 +424,4 @@ def test_consumer_applies_its_delivery_and_ttl_to_unaware_producers(
     clock.advance(3600)
     consumer_side.run_until_idle()
     assert len(calls) == 1 and "short" not in calls  # never redelivered; expired unrun
-    assert [d.reason for d in consumer_side.dead_letters()][0].startswith("expired")
+    assert next(d.reason for d in consumer_side.dead_letters()).startswith("expired")
