@@ -8,12 +8,14 @@ how, for the report.
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import subprocess
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import Any
 
 from bench.common import REPO, log
 
@@ -102,3 +104,19 @@ def now() -> float:
 
 def note(peer: Peer, msg: str) -> None:
     log(f"{peer.name}: {msg}")
+
+
+class RedisTaskPeer(Peer):
+    """A peer on Redis whose jobs live in one tasks module that reads ``BENCH_REDIS_URL``
+    (set here for the worker's environment and for this process's import)."""
+
+    tasks_module = ""
+
+    def __init__(self, workdir: Path, redis_url: str) -> None:
+        super().__init__(workdir)
+        import redis  # bench-only peers are imported lazily; so is their driver
+
+        os.environ["BENCH_REDIS_URL"] = redis_url
+        self.env["BENCH_REDIS_URL"] = redis_url
+        self.r = redis.Redis.from_url(redis_url)
+        self.tasks: Any = importlib.import_module(self.tasks_module)

@@ -4,31 +4,20 @@ prefetch multiplier 16, ignore results, ``--without-gossip --without-mingle
 
 from __future__ import annotations
 
-import importlib
-import os
 import sys
 import time
-from pathlib import Path
-from typing import Any
 
-import redis
-
-from bench.peers.base import Peer
+from bench.peers.base import RedisTaskPeer
 
 
-class CeleryPeer(Peer):
+class CeleryPeer(RedisTaskPeer):
     name = "celery"
     config = (
         "celery worker -P threads -c 8 --prefetch-multiplier 16 --without-gossip "
         "--without-mingle --without-heartbeat; task_ignore_result"
     )
 
-    def __init__(self, workdir: Path, redis_url: str) -> None:
-        super().__init__(workdir)
-        os.environ["BENCH_REDIS_URL"] = redis_url
-        self.env["BENCH_REDIS_URL"] = redis_url
-        self.r = redis.Redis.from_url(redis_url)
-        self.tasks: Any = importlib.import_module("bench.peers.celery_tasks")
+    tasks_module = "bench.peers.celery_tasks"
 
     def enqueue(self, tenant: str, work_ms: float = 0.0) -> None:
         t = time.time()
