@@ -55,9 +55,9 @@ def _fill(q: Any, n: int, tenants: int) -> None:
         i += k
 
 
-def enqueue_many(backend: str, n: int, tenants: int) -> Measured:
+def enqueue_many(backend: str, n: int, tenants: int, *, fifo: bool = False) -> Measured:
     with tempfile.TemporaryDirectory() as tmp:
-        q = open_quick(_url(backend, tmp))
+        q = open_quick(_url(backend, tmp), fifo=fifo)
         t0, c0 = time.perf_counter(), time.process_time()
         _fill(q, n, tenants)
         rate = n / (time.perf_counter() - t0)
@@ -122,10 +122,12 @@ def drain(backend: str, n: int, tenants: int, timeout_s: float = 120.0) -> Measu
         return float(n / (res["done_at"] - res["started_at"])), cpu
 
 
-def end_to_end(backend: str, n: int, tenants: int, timeout_s: float = 120.0) -> Measured:
+def end_to_end(
+    backend: str, n: int, tenants: int, timeout_s: float = 120.0, *, fifo: bool = False
+) -> Measured:
     with tempfile.TemporaryDirectory() as tmp:
         url = _url(backend, tmp)
-        q = open_quick(url)
+        q = open_quick(url, fifo=fifo)
         if backend == "memory":
             c = q.consumer(throughput_config())
             c.start()
@@ -174,5 +176,33 @@ def run(backends: list[str], runs: int, quick: bool) -> dict[str, Any]:
                 )
             res[name] = summary(vals)
             res[name + "_cpu_us"] = summary(cpus)
+        out[backend] = res
+    out["fifo"] = fifo_cost(backends, runs, n, tenants)
+    return out
+
+
+def fifo_cost(backends: list[str], runs: int, n: int, tenants: int) -> dict[str, Any]:
+    """FIFO (commit-versionstamp order) against plain enqueues, run alternately so both
+    see the same machine; the ratio is taken per pair of runs, then its median."""
+    out: dict[str, Any] = {}
+    for backend in backends:
+        res: dict[str, Any] = {}
+        for name, fn in (("enqueue_many", enqueue_many), ("end_to_end", end_to_end)):
+            plain, fifo, ratios = [], [], []
+            for r in range(runs):
+                p_rate, _ = fn(backend, n, tenants)
+                f_rate, _ = fn(backend, n, tenants, fifo=True)
+                plain.append(p_rate)
+                fifo.append(f_rate)
+                ratios.append(f_rate / p_rate)
+                log(
+                    f"fifo {backend} {name} run {r + 1}/{runs}: plain {p_rate:.0f}/s, "
+                    f"fifo {f_rate:.0f}/s ({f_rate / p_rate:.2f})"
+                )
+            res[name] = {
+                "plain": summary(plain),
+                "fifo": summary(fifo),
+                "ratio": summary(ratios),
+            }
         out[backend] = res
     return out

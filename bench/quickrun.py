@@ -24,8 +24,8 @@ JOB = "bench"
 NOOP = "noop"
 
 
-def open_quick(url: str) -> Quick:
-    q = Quick.open(url)
+def open_quick(url: str, *, fifo: bool = False) -> Quick:
+    q = Quick.open(url, fifo=fifo)
 
     @q.job(JOB)
     def bench_job(payload: Any, ctx: Any) -> None:

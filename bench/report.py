@@ -110,6 +110,30 @@ def _core(r: dict[str, Any], out: Path, lines: list[str], targets: list[str]) ->
         "Dashed lines: the targets (memory 6,000/s, sqlite 3,000/s end to end).",
         "",
     ]
+    _fifo(r.get("fifo"), lines)
+
+
+def _fifo(r: dict[str, Any] | None, lines: list[str]) -> None:
+    if not r:
+        return
+    lines += [
+        "### FIFO by commit versionstamp",
+        "",
+        "The same workloads with every enqueue FIFO (`Quick(fifo=True)`), run alternately "
+        "with plain ones; the ratio is FIFO over plain per pair of runs, median (min-max).",
+        "",
+        "| backend | workload | plain items/s | FIFO items/s | FIFO / plain |",
+        "|---|---|---|---|---|",
+    ]
+    for b, x in r.items():
+        for name, m in x.items():
+            ratio = m["ratio"]
+            lines.append(
+                f"| {b} | {name.replace('_', ' ')} | {_spread(m['plain'])} | "
+                f"{_spread(m['fifo'])} | {ratio['median']:.2f} "
+                f"({ratio['min']:.2f}-{ratio['max']:.2f}) |"
+            )
+    lines.append("")
 
 
 def _scale(r: dict[str, Any], lines: list[str], targets: list[str]) -> None:

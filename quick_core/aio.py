@@ -355,6 +355,7 @@ class AsyncQuick:
         item_id: str | None = None,
         ttl: float | None = None,
         tr: KVTransaction | None = None,
+        fifo: bool | None = None,
     ) -> str:
         """:meth:`Quick.enqueue`. With ``tr`` (from an async :meth:`transact` body or a
         transactional handler's ``ctx.tr``) it joins that transaction."""
@@ -369,6 +370,7 @@ class AsyncQuick:
             item_id=item_id,
             ttl=ttl,
             tr=tr,
+            fifo=fifo,
         )
 
     async def enqueue_many(
@@ -380,6 +382,7 @@ class AsyncQuick:
         tenant: str,
         delay: float = 0.0,
         priority: int = 0,
+        fifo: bool | None = None,
     ) -> list[str]:
         """:meth:`Quick.enqueue_many`: several items into one zone in one transaction."""
         items = list(payloads)  # iterate the caller's iterable on the loop, not a thread
@@ -391,6 +394,7 @@ class AsyncQuick:
             tenant=tenant,
             delay=delay,
             priority=priority,
+            fifo=fifo,
         )
 
     async def enqueue_local(

@@ -67,6 +67,9 @@ def _open(store: str) -> Any:
 @click.option("--delay", type=float, default=0.0, help="Seconds before the item vests.")
 @click.option("--priority", type=int, default=0, help="Lower runs first.")
 @click.option("--id", "item_id", default=None, help="Caller-chosen id (idempotent enqueue).")
+@click.option(
+    "--fifo", is_flag=True, help="Order by commit among the priority's FIFO items (KV zones)."
+)
 @_friendly
 def enqueue(
     store: str,
@@ -77,6 +80,7 @@ def enqueue(
     delay: float,
     priority: int,
     item_id: str | None,
+    fifo: bool,
 ) -> None:
     """Enqueue one item and print its id."""
     from quick_core.errors import InvalidArgument
@@ -96,6 +100,7 @@ def enqueue(
                 delay=delay,
                 priority=priority,
                 item_id=item_id,
+                fifo=fifo,
             )
         )
     finally:

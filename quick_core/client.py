@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from quick_core.clock import Clock, SystemClock
 from quick_core.consumer import Cluster, Consumer, ConsumerConfig, Observer
 from quick_core.election import Election
-from quick_core.errors import UnknownJobType
+from quick_core.errors import InvalidArgument, UnknownJobType
 from quick_core.keys import KeySpace
 from quick_core.kv import KVStore, KVTransaction, run
 from quick_core.limits import AppLimits, Limits
@@ -67,6 +67,7 @@ class Quick:
         root: str = "quick",
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         strict_job_types: bool = False,
+        fifo: bool = False,
     ) -> None:
         self.kv = kv
         self.clock = clock or SystemClock()
@@ -80,6 +81,9 @@ class Quick:
         # With strict job types an enqueue of an unregistered type fails at once; producers
         # that do not import the handlers leave it off.
         self.strict_job_types = strict_job_types
+        # FIFO: this client's items without a delay are ordered within their priority by
+        # commit versionstamp, not by the producer's clock (docs/guarantees.md#ordering).
+        self.fifo = fifo
         self._pending = threading.local()
         self.limits = Limits(kv, self.keys, self.clock)
 
@@ -140,6 +144,7 @@ class Quick:
         priority: int,
         item_id: str | None,
         ttl: float | None,
+        fifo: bool | None = None,
     ) -> NewItem:
         check_job_type(job_type)
         job = self.registry.find(job_type)
@@ -166,6 +171,7 @@ class Quick:
             content_type=content_type,
             ttl_ms=None if ttl_s is None else int(ttl_s * 1000),
             delivery=job.delivery if job is not None else "at_least_once",
+            fifo=self.fifo if fifo is None else _check_flag("fifo", fifo),
         )
 
     def enqueue(
@@ -180,6 +186,7 @@ class Quick:
         item_id: str | None = None,
         ttl: float | None = None,
         tr: KVTransaction | None = None,
+        fifo: bool | None = None,
     ) -> str:
         """Enqueue one item into the zone (app, tenant); returns its id.
 
@@ -187,10 +194,11 @@ class Quick:
         (reading the pointer index, never a pointer record, so no consumer's pointer lease
         can abort it); run the transaction with :meth:`transact` so the pointer's vesting
         time is pulled earlier after the commit. A caller-chosen ``item_id`` makes the
-        enqueue idempotent.
+        enqueue idempotent. ``fifo`` (default: the client's) orders an item without a
+        delay by its commit among the priority's other FIFO items.
         """
         zone = ZoneId(check_name("app", app), check_name("tenant", tenant))
-        new = self._new_item(job_type, payload, delay, priority, item_id, ttl)
+        new = self._new_item(job_type, payload, delay, priority, item_id, ttl, fifo)
         with enqueue_span(job_type, zone) as carrier:
             if carrier:
                 new = replace(new, meta={**new.meta, TRACE_KEY: carrier})
@@ -236,10 +244,12 @@ class Quick:
         tenant: str,
         delay: float = 0.0,
         priority: int = 0,
+        fifo: bool | None = None,
     ) -> list[str]:
-        """Enqueue several items into one zone in one transaction."""
+        """Enqueue several items into one zone in one transaction (with ``fifo``, in the
+        order given)."""
         zone = ZoneId(check_name("app", app), check_name("tenant", tenant))
-        items = [self._new_item(job_type, p, delay, priority, None, None) for p in payloads]
+        items = [self._new_item(job_type, p, delay, priority, None, None, fifo) for p in payloads]
 
         def write(tr: KVTransaction) -> tuple[list[str], int, bool]:
             ids, earliest = [], 2**62
@@ -336,3 +346,9 @@ class Quick:
         from quick_core.admin import requeue_dead_letter
 
         return requeue_dead_letter(self, self.zone(app, tenant), item_id)
+
+
+def _check_flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgument(name, value, "must be True or False")
+    return value

@@ -3,7 +3,8 @@ the bytes are identical on every KV backend.
 
     (root, "z", app, tenant, "i", item_id)                      -> item record
     (root, "z", app, tenant, "i", item_id, n)                   -> payload chunk n
-    (root, "z", app, tenant, "x", priority, vesting, item_id)   -> b""  (order index)
+    (root, "z", app, tenant, "x", priority, vesting, item_id)   -> b""  (order index: waiting)
+    (root, "z", app, tenant, "x", priority, <stamp>, seq, item_id) -> b"" (order index: FIFO)
     (root, "z", app, tenant, "n")                               -> LE count (atomic add)
     (root, "c", cluster, shard, "p", pointer_id)                -> pointer record
     (root, "c", cluster, shard, "v", vesting, pointer_id)       -> b""  (pointer vesting index)
@@ -16,15 +17,21 @@ the bytes are identical on every KV backend.
 from __future__ import annotations
 
 import functools
+import struct
 import zlib
 from dataclasses import dataclass
 
 import fdb.tuple as fdbtuple
 
 from quick_core.kv import strinc
-from quick_core.records import ZoneId
+from quick_core.records import STAMP_SIZE, ZoneId
 
 Range = tuple[bytes, bytes]
+
+# The tuple layer's type code of a 96-bit versionstamp (10 bytes commit stamp + 2 bytes user
+# version). Every integer's code is below it, so within a priority the FIFO entries sort
+# after every entry keyed by vesting time.
+VERSIONSTAMP_CODE = b"\x33"
 
 
 def _tup(*parts: object) -> bytes:
@@ -88,6 +95,30 @@ class KeySpace:
         # (root, "z", app, tenant, "x", priority, vesting, item_id)
         return self.zone_prefix(zone) + _tup("x", priority, vesting_ms, item_id)
 
+    def fifo_key(self, zone: ZoneId, priority: int, stamp: bytes, seq: int, item_id: str) -> bytes:
+        # (root, "z", app, tenant, "x", priority, Versionstamp(stamp), seq, item_id).
+        # Packed by hand: fdb.tuple.Versionstamp.to_bytes needs libfdb_c loaded, and this
+        # is the tuple layer's exact encoding (code 0x33, 10 + 2 bytes, no escaping).
+        return (
+            self.zone_prefix(zone)
+            + _tup("x", priority)
+            + VERSIONSTAMP_CODE
+            + stamp
+            + b"\x00\x00"
+            + _tup(seq, item_id)
+        )
+
+    def fifo_key_template(self, zone: ZoneId, priority: int, seq: int, item_id: str) -> bytes:
+        """A FIFO order key for ``set_versionstamped_key``: the commit fills in the stamp."""
+        head = self.zone_prefix(zone) + _tup("x", priority) + VERSIONSTAMP_CODE
+        key = head + b"\x00" * STAMP_SIZE + b"\x00\x00" + _tup(seq, item_id)
+        return key + struct.pack("<I", len(head))
+
+    def fifo_range(self, zone: ZoneId, priority: int) -> Range:
+        """The FIFO entries of one priority, in commit order."""
+        head = self.zone_prefix(zone) + _tup("x", priority)
+        return head + VERSIONSTAMP_CODE, head + bytes([VERSIONSTAMP_CODE[0] + 1])
+
     def order_prefix(self, zone: ZoneId) -> bytes:
         return self.zone_prefix(zone) + _tup("x")
 
@@ -110,10 +141,13 @@ class KeySpace:
         key = self.item_key(zone, item_id)
         return key, key + b"\xff"
 
-    def unpack_order_key(self, zone: ZoneId, key: bytes) -> tuple[int, int, str]:
-        prefix = self.order_prefix(zone)
-        priority, vesting, item_id = fdbtuple.unpack(key[len(prefix) :])
-        return int(priority), int(vesting), str(item_id)
+    def unpack_order_key(self, zone: ZoneId, key: bytes) -> tuple[int, int | None, str]:
+        """(priority, vesting, item_id); vesting is None for a FIFO entry, which is vested
+        from its commit on."""
+        parts = fdbtuple.unpack(key[len(self.order_prefix(zone)) :])
+        if len(parts) == 3:
+            return int(parts[0]), int(parts[1]), str(parts[2])
+        return int(parts[0]), None, str(parts[3])
 
     def count_key(self, zone: ZoneId) -> bytes:
         # (root, "z", app, tenant, "n")

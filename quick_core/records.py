@@ -6,6 +6,7 @@ earlier ones wrote. Decoding failures raise :class:`CorruptRecord` with the key.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -14,6 +15,7 @@ import msgpack
 from quick_core.errors import CorruptRecord
 
 RECORD_VERSION = 1
+STAMP_SIZE = 10  # a commit versionstamp: 8-byte commit version + 2-byte batch order
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -49,6 +51,9 @@ class WorkItem:
     delivery: str = "at_least_once"  # or "at_most_once"
     attempts: int = 0  # leases taken so far
     meta: dict[str, Any] = field(default_factory=dict)
+    # (versionstamp, seq) of a FIFO item never leased: where its order entry is. None once
+    # the item is keyed by vesting time (delayed, leased, requeued, imported).
+    commit_order: tuple[bytes, int] | None = None
 
     def with_(self, **changes: Any) -> WorkItem:
         return replace(self, **changes)
@@ -69,8 +74,12 @@ class Pointer:
         return replace(self, vesting_ms=vesting_ms)
 
 
-def _pack(obj: dict[str, Any]) -> bytes:
+def _pack(obj: dict[str, Any], stamp: bytes | None = None) -> bytes:
     obj["v"] = RECORD_VERSION
+    if stamp is not None:
+        # Last, as a 10-byte bin: its bytes end the record, where set_versionstamped_value
+        # can fill them in (see item_value_template).
+        obj["cv"] = stamp
     return msgpack.packb(obj, use_bin_type=True)
 
 
@@ -107,7 +116,20 @@ def encode_item(item: WorkItem, *, include_payload: bool = True) -> bytes:
         obj["dv"] = item.delivery
     if item.meta:
         obj["m"] = item.meta
-    return _pack(obj)
+    if item.commit_order is None:
+        return _pack(obj)
+    stamp, obj["cq"] = item.commit_order
+    return _pack(obj, stamp)
+
+
+def item_value_template(item: WorkItem, *, include_payload: bool = True) -> bytes:
+    """The record of a FIFO item whose commit versionstamp is not known yet, shaped for
+    ``set_versionstamped_value``: the stamp's 10 bytes end the record, followed by their
+    offset as a little-endian uint32."""
+    if item.commit_order is None or len(item.commit_order[0]) != STAMP_SIZE:
+        raise ValueError("a FIFO record template needs a 10-byte stamp placeholder")
+    raw = encode_item(item, include_payload=include_payload)
+    return raw + struct.pack("<I", len(raw) - STAMP_SIZE)
 
 
 def decode_item(key: bytes, raw: bytes, payload: bytes | None = None) -> WorkItem:
@@ -134,9 +156,19 @@ def decode_item(key: bytes, raw: bytes, payload: bytes | None = None) -> WorkIte
             delivery=str(obj.get("dv", "at_least_once")),
             attempts=int(obj.get("at", 0)),
             meta=meta,
+            commit_order=_commit_order(obj),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise CorruptRecord(key, f"bad item fields: {err}") from err
+
+
+def _commit_order(obj: dict[str, Any]) -> tuple[bytes, int] | None:
+    stamp = obj.get("cv")
+    if stamp is None:
+        return None
+    if not isinstance(stamp, bytes) or len(stamp) != STAMP_SIZE:
+        raise ValueError("commit versionstamp is not 10 bytes")
+    return stamp, int(obj["cq"])
 
 
 def encode_pointer(ptr: Pointer) -> bytes:

@@ -321,8 +321,7 @@ class KVMoveSource:
                 if (current.lease_id, current.vesting_ms) != (seen.lease_id, seen.vesting_ms):
                     continue  # changed since the listing: the next pass sees it again
                 fenced = fenced_copy(current, fence_id, now, DEFAULT_FENCE_MS)
-                self.zones._move_vesting(tr, zone, current, fenced)
-                out.append(fenced)
+                out.append(self.zones._move_vesting(tr, zone, current, fenced))
             return out
 
         return run(self.quick.kv, fence)

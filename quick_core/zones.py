@@ -4,10 +4,18 @@ A zone keeps, per item, a record and an order-index entry keyed by (priority, ve
 item_id), plus a count kept with atomic adds. A lease is the item's vesting time moved into
 the future with a fresh random lease id. Peek walks the order index one priority at a time
 and reads only vested entries, so its cost does not grow with delayed or leased items.
+
+FIFO items (enqueued with ``fifo`` and no delay) are keyed instead by (priority, commit
+versionstamp, seq, item_id): the store's commit order, not the producers' clocks, orders
+them. Their entries sort after the priority's vesting-keyed ones, so peek reads the vested
+vesting-keyed entries (retries, delayed items, expired leases: work that has waited) and
+then the FIFO entries, each a bounded range read. Their first lease re-keys them by vesting
+time, as any lease does.
 """
 
 from __future__ import annotations
 
+import itertools
 import secrets
 from collections.abc import Callable, Sequence
 
@@ -21,14 +29,24 @@ from quick_core.errors import (
 )
 from quick_core.keys import KeySpace
 from quick_core.kv import (
+    ACCESSED_UNREADABLE,
     VALUE_SIZE_LIMIT,
+    KVError,
     KVStore,
     KVTransaction,
     pack_i64,
     run,
     unpack_i64,
 )
-from quick_core.records import WorkItem, ZoneId, decode_item, encode_dead_letter, encode_item
+from quick_core.records import (
+    STAMP_SIZE,
+    WorkItem,
+    ZoneId,
+    decode_item,
+    encode_dead_letter,
+    encode_item,
+    item_value_template,
+)
 from quick_core.toplevel import TopLevelQueue
 from quick_core.validation import check_name
 from quick_core.zonestore import CorruptItem, NewItem
@@ -36,6 +54,11 @@ from quick_core.zonestore import CorruptItem, NewItem
 # Payloads above this are split into chunk keys so no value exceeds the KV value limit.
 INLINE_PAYLOAD_LIMIT = 64 * 1024
 CHUNK_SIZE = VALUE_SIZE_LIMIT - 1024
+
+# Orders FIFO items that share one commit (and so one versionstamp): a transaction runs in
+# one process, so a process-wide increasing counter orders its items by enqueue call.
+_fifo_seq = itertools.count()
+_PENDING_STAMP = b"\x00" * STAMP_SIZE
 
 
 def new_lease_id() -> str:
@@ -69,18 +92,32 @@ class KVZoneStore:
 
     # --- records -----------------------------------------------------------------------
 
-    def _write_item(self, tr: KVTransaction, zone: ZoneId, item: WorkItem) -> None:
+    def _write_item(
+        self, tr: KVTransaction, zone: ZoneId, item: WorkItem, *, stamped: bool = False
+    ) -> None:
+        """Write the record (and payload chunks); ``stamped``: the record of a new FIFO
+        item, whose commit versionstamp the commit writes into it."""
         key = self.keys.item_key(zone, item.item_id)
-        if len(item.payload) <= INLINE_PAYLOAD_LIMIT:
-            tr.set(key, encode_item(item))
-            return
-        chunks = [item.payload[i : i + CHUNK_SIZE] for i in range(0, len(item.payload), CHUNK_SIZE)]
-        header = encode_item(
-            item.with_(meta={**item.meta, "_chunks": len(chunks)}), include_payload=False
-        )
-        tr.set(key, header)
+        chunks: list[bytes] = []
+        if len(item.payload) > INLINE_PAYLOAD_LIMIT:
+            chunks = [
+                item.payload[i : i + CHUNK_SIZE] for i in range(0, len(item.payload), CHUNK_SIZE)
+            ]
+            item = item.with_(meta={**item.meta, "_chunks": len(chunks)})
+        if stamped:
+            tr.set_versionstamped_value(key, item_value_template(item, include_payload=not chunks))
+        else:
+            tr.set(key, encode_item(item, include_payload=not chunks))
         for n, chunk in enumerate(chunks):
             tr.set(self.keys.item_chunk_key(zone, item.item_id, n), chunk)
+
+    def _order_key_of(self, zone: ZoneId, item: WorkItem) -> bytes:
+        """Where ``item``'s order entry is: by commit order (FIFO, never leased) or by
+        vesting time."""
+        if item.commit_order is None:
+            return self.keys.order_key(zone, item.priority, item.vesting_ms, item.item_id)
+        stamp, seq = item.commit_order
+        return self.keys.fifo_key(zone, item.priority, stamp, seq, item.item_id)
 
     def _rewrite_header(
         self, tr: KVTransaction, zone: ZoneId, old: WorkItem, new: WorkItem
@@ -121,13 +158,20 @@ class KVZoneStore:
             begin = self.keys.item_chunk_key(zone, item.item_id, 0)
             end = self.keys.item_chunk_key(zone, item.item_id, int(item.meta["_chunks"]))
             tr.clear_range(begin, end)
-        tr.clear(self.keys.order_key(zone, item.priority, item.vesting_ms, item.item_id))
+        tr.clear(self._order_key_of(zone, item))
         tr.add(self.keys.count_key(zone), pack_i64(-1))
 
-    def _move_vesting(self, tr: KVTransaction, zone: ZoneId, old: WorkItem, new: WorkItem) -> None:
-        tr.clear(self.keys.order_key(zone, old.priority, old.vesting_ms, old.item_id))
+    def _move_vesting(
+        self, tr: KVTransaction, zone: ZoneId, old: WorkItem, new: WorkItem
+    ) -> WorkItem:
+        """Re-key ``old`` by ``new``'s vesting time (leaving commit order, if it had one);
+        returns the item as stored."""
+        if new.commit_order is not None:
+            new = new.with_(commit_order=None)
+        tr.clear(self._order_key_of(zone, old))
         tr.set(self.keys.order_key(zone, new.priority, new.vesting_ms, new.item_id), b"")
         self._rewrite_header(tr, zone, old, new)
+        return new
 
     # --- enqueue -----------------------------------------------------------------------
 
@@ -143,9 +187,10 @@ class KVZoneStore:
         item_id = item.item_id if item.item_id is not None else new_item_id()
         if item.item_id is not None:
             check_name("item_id", item.item_id)
-            if tr.get(self.keys.item_key(zone, item_id)) is not None:
+            if self._exists(tr, zone, item_id):
                 return item_id, now, False
         vesting = now + item.delay_ms
+        fifo = item.fifo and item.delay_ms == 0
         record = WorkItem(
             item_id=item_id,
             job_type=item.job_type,
@@ -157,9 +202,17 @@ class KVZoneStore:
             deadline_ms=None if item.ttl_ms is None else now + item.ttl_ms,
             delivery=item.delivery,
             meta=dict(item.meta),
+            commit_order=(_PENDING_STAMP, next(_fifo_seq)) if fifo else None,
         )
-        self._write_item(tr, zone, record)
-        tr.set(self.keys.order_key(zone, item.priority, vesting, item_id), b"")
+        if record.commit_order is not None:
+            seq = record.commit_order[1]
+            self._write_item(tr, zone, record, stamped=True)
+            tr.set_versionstamped_key(
+                self.keys.fifo_key_template(zone, item.priority, seq, item_id), b""
+            )
+        else:
+            self._write_item(tr, zone, record)
+            tr.set(self.keys.order_key(zone, item.priority, vesting, item_id), b"")
         tr.add(self.keys.count_key(zone), pack_i64(1))
         # A batch into one zone checks the pointer once, after its last item (pointer=False).
         needs_pull = self.toplevel.ensure_pointer(tr, zone, vesting) if pointer else False
@@ -172,13 +225,26 @@ class KVZoneStore:
 
         The caller passes an unleased record; a stored lease id would keep it invisible.
         """
-        if tr.get(self.keys.item_key(zone, item.item_id)) is not None:
+        if self._exists(tr, zone, item.item_id):
             return False
+        # A commit order means nothing in another store: the item is keyed by its vesting
+        # time (its enqueue time, for a FIFO item), so it keeps its place to the millisecond.
+        item = item.with_(commit_order=None)
         self._write_item(tr, zone, item)
         tr.set(self.keys.order_key(zone, item.priority, item.vesting_ms, item.item_id), b"")
         tr.add(self.keys.count_key(zone), pack_i64(1))
         self.toplevel.ensure_pointer(tr, zone, item.vesting_ms)
         return True
+
+    def _exists(self, tr: KVTransaction, zone: ZoneId, item_id: str) -> bool:
+        try:
+            return tr.get(self.keys.item_key(zone, item_id)) is not None
+        except KVError as err:
+            if err.code != ACCESSED_UNREADABLE:
+                raise
+            # This transaction wrote the id as a FIFO item, whose record holds a stamp
+            # that is unreadable until commit: it exists.
+            return True
 
     def enqueue(self, zone: ZoneId, item: NewItem, *, tr: KVTransaction | None = None) -> str:
         """Enqueue on its own (both parts) or inside ``tr`` (part one only; the caller's
@@ -194,23 +260,29 @@ class KVZoneStore:
 
     def _vested_entries(
         self, tr: KVTransaction, zone: ZoneId, max_items: int, now: int, *, snapshot: bool
-    ) -> list[tuple[int, int, str]]:
-        """(priority, vesting, item_id) of up to ``max_items`` vested items, in order.
+    ) -> list[tuple[bytes, str]]:
+        """(order key, item_id) of up to ``max_items`` vested items, in order.
 
-        One short read finds each priority in use, one range read takes its vested
-        entries: cost proportional to what is returned plus the priorities present.
+        Per priority in use: one short read finds it, one range read takes its vested
+        vesting-keyed entries and, if there is room, one more its FIFO entries. The cost is
+        proportional to what is returned plus the priorities present.
         """
         begin, end = self.keys.order_range(zone)
-        out: list[tuple[int, int, str]] = []
+        out: list[tuple[bytes, str]] = []
         cursor = begin
         while len(out) < max_items:
             first = tr.get_range(cursor, end, limit=1, snapshot=snapshot)
             if not first:
                 break
-            priority, _, _ = self.keys.unpack_order_key(zone, first[0][0])
-            pbegin, pend = self.keys.order_priority_range(zone, priority, now)
-            rows = tr.get_range(pbegin, pend, limit=max_items - len(out), snapshot=snapshot)
-            out.extend(self.keys.unpack_order_key(zone, k) for k, _ in rows)
+            priority, vesting, _ = self.keys.unpack_order_key(zone, first[0][0])
+            ranges = [self.keys.fifo_range(zone, priority)]
+            if vesting is not None:  # FIFO entries sort last: this priority has both kinds
+                ranges.insert(0, self.keys.order_priority_range(zone, priority, now))
+            for rbegin, rend in ranges:
+                if len(out) >= max_items:
+                    break
+                rows = tr.get_range(rbegin, rend, limit=max_items - len(out), snapshot=snapshot)
+                out.extend((k, self.keys.unpack_order_key(zone, k)[2]) for k, _ in rows)
             # Skip the rest of this priority (not vested) in one hop.
             cursor = self.keys.order_priority_start(zone, priority + 1)
         return out
@@ -219,7 +291,7 @@ class KVZoneStore:
         def read(tr: KVTransaction) -> list[WorkItem]:
             now = now_ms(self.clock)
             items = []
-            for _, _, item_id in self._vested_entries(tr, zone, max_items, now, snapshot=True):
+            for _, item_id in self._vested_entries(tr, zone, max_items, now, snapshot=True):
                 try:
                     item = self._read_item(tr, zone, item_id, snapshot=True)
                 except CorruptRecord:
@@ -236,7 +308,8 @@ class KVZoneStore:
     def min_vesting_in(self, tr: KVTransaction, zone: ZoneId) -> int | None:
         """The zone's earliest vesting time, read (with conflicts) inside ``tr``.
 
-        Reads the first order entry of each priority: a requeue at this time sees every
+        Reads the first entry of each priority, and of its FIFO entries (vested since
+        their enqueue, whose time their record holds): a requeue at this time sees every
         item, and conflicts with an enqueue that commits after its read version.
         """
         begin, end = self.keys.order_range(zone)
@@ -247,9 +320,24 @@ class KVZoneStore:
             first = tr.get_range(cursor, end, limit=1, snapshot=True)
             if not first:
                 return best
-            priority, vesting, _ = self.keys.unpack_order_key(zone, first[0][0])
+            priority, vesting, item_id = self.keys.unpack_order_key(zone, first[0][0])
+            if vesting is None:
+                vesting = self._fifo_vesting(tr, zone, item_id)
+                cursor = self.keys.order_priority_start(zone, priority + 1)
+            else:
+                # The next read lands on this priority's first FIFO entry, if any, or else
+                # on the next priority: no extra read for zones without FIFO items.
+                cursor = self.keys.fifo_range(zone, priority)[0]
             best = vesting if best is None else min(best, vesting)
-            cursor = self.keys.order_priority_start(zone, priority + 1)
+
+    def _fifo_vesting(self, tr: KVTransaction, zone: ZoneId, item_id: str) -> int:
+        try:
+            item = self._read_item(tr, zone, item_id, snapshot=True)
+        except CorruptRecord:
+            item = None
+        # Without a readable record the entry is vested now: dequeue repairs or
+        # dead-letters it on the next visit.
+        return 0 if item is None else item.vesting_ms
 
     def min_vesting_ms(self, zone: ZoneId) -> int | None:
         return run(self.kv, lambda tr: self.min_vesting_in(tr, zone))
@@ -278,10 +366,12 @@ class KVZoneStore:
         self, tr: KVTransaction, zone: ZoneId, item: WorkItem, now: int, lease_ms: int
     ) -> WorkItem:
         leased = item.with_(
-            vesting_ms=now + lease_ms, lease_id=new_lease_id(), attempts=item.attempts + 1
+            vesting_ms=now + lease_ms,
+            lease_id=new_lease_id(),
+            attempts=item.attempts + 1,
+            commit_order=None,
         )
-        self._move_vesting(tr, zone, item, leased)
-        return leased
+        return self._move_vesting(tr, zone, item, leased)
 
     def obtain_lease(self, zone: ZoneId, item_id: str, lease_ms: int) -> WorkItem:
         _check_duration(lease_ms)
@@ -317,21 +407,21 @@ class KVZoneStore:
             now = now_ms(self.clock)
             leased: list[WorkItem] = []
             corrupt: list[CorruptItem] = []
-            for priority, vesting, item_id in self._vested_entries(
+            for order_key, item_id in self._vested_entries(
                 tr, zone, max_items, now, snapshot=False
             ):
                 key = self.keys.item_key(zone, item_id)
                 raw = tr.get(key)
                 if raw is None:
                     # An order entry without its item: repair the index.
-                    tr.clear(self.keys.order_key(zone, priority, vesting, item_id))
+                    tr.clear(order_key)
                     continue
                 try:
                     item = self._decode(tr, zone, key, raw)
                 except CorruptRecord as err:
                     self._dead_letter_raw(tr, zone, item_id, raw, err.reason, now)
                     tr.clear_range(*self.keys.items_range_of(zone, item_id))
-                    tr.clear(self.keys.order_key(zone, priority, vesting, item_id))
+                    tr.clear(order_key)
                     tr.add(self.keys.count_key(zone), pack_i64(-1))
                     corrupt.append(CorruptItem(item_id, err.reason))
                     continue
@@ -365,9 +455,12 @@ class KVZoneStore:
 
         def extend(tr: KVTransaction) -> WorkItem:
             item = self._check_holder(self._read_item(tr, zone, item_id), item_id, lease_id)
-            updated = item.with_(vesting_ms=now_ms(self.clock) + lease_ms)
-            self._move_vesting(tr, zone, item, updated)
-            return updated
+            return self._move_vesting(
+                tr,
+                zone,
+                item,
+                item.with_(vesting_ms=now_ms(self.clock) + lease_ms, commit_order=None),
+            )
 
         return run(self.kv, extend)
 
@@ -390,9 +483,9 @@ class KVZoneStore:
             error_count=item.error_count + (1 if count_error else 0),
             last_error=error if error is not None else item.last_error,
             meta={**item.meta, **meta} if meta else item.meta,
+            commit_order=None,
         )
-        self._move_vesting(tr, zone, item, updated)
-        return updated
+        return self._move_vesting(tr, zone, item, updated)
 
     def requeue(
         self,
@@ -469,7 +562,9 @@ class KVZoneStore:
         """Move an item out of its zone into the dead-letter store, in ``tr``."""
         self._delete_item(tr, zone, item)
         stored = item.with_(
-            lease_id=None, meta={k: v for k, v in item.meta.items() if k != "_chunks"}
+            lease_id=None,
+            commit_order=None,
+            meta={k: v for k, v in item.meta.items() if k != "_chunks"},
         )
         self._dead_letter_raw(
             tr, zone, item.item_id, encode_item(stored), reason, now_ms(self.clock)

@@ -33,6 +33,9 @@ class NewItem:
     ttl_ms: int | None = None
     delivery: str = "at_least_once"
     meta: dict[str, Any] = field(default_factory=dict)
+    # Order by commit versionstamp among this priority's other FIFO items (KV zones only;
+    # applies to items without a delay).
+    fifo: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +58,8 @@ class ZoneStore(Protocol):
         ...
 
     def peek(self, zone: ZoneId, max_items: int) -> list[WorkItem]:
-        """Up to ``max_items`` vested items in (priority, vesting) order. No lease taken."""
+        """Up to ``max_items`` vested items, by priority; within one, items keyed by vesting
+        time first (in vesting order), then FIFO items in commit order. No lease taken."""
         ...
 
     def dequeue(

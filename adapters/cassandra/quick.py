@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from adapters.cassandra.driver import connect
-from adapters.cassandra.store import CassandraZoneStore
+from adapters.cassandra.store import NO_FIFO, CassandraZoneStore
 from adapters.cassandra.url import CassandraURL, parse_cassandra_url
 from quick_core.client import Quick
 from quick_core.clock import Clock
@@ -43,6 +43,8 @@ class CassandraQuick(Quick):
         owner: Any = None,
         **options: Any,
     ) -> None:
+        if options.get("fifo"):
+            raise ConfigurationError(NO_FIFO)
         super().__init__(kv, **options)
         self.cassandra_url = url
         self.items = CassandraZoneStore(
@@ -85,12 +87,13 @@ class CassandraQuick(Quick):
         item_id: str | None = None,
         ttl: float | None = None,
         tr: KVTransaction | None = None,
+        fifo: bool | None = None,
     ) -> str:
         """Write the item to Cassandra, then ensure the zone's pointer in one KV
         transaction (which also charges the app's enqueue rate). On failure the item is
         collected and the error raised. ``item_id`` makes a retry idempotent."""
         zone = self.zone(app, tenant)
-        new = self._new_item(job_type, payload, delay, priority, item_id, ttl)
+        new = self._new_item(job_type, payload, delay, priority, item_id, ttl, fifo)
         return self.items.enqueue(
             zone,
             new,
@@ -107,10 +110,13 @@ class CassandraQuick(Quick):
         tenant: str,
         delay: float = 0.0,
         priority: int = 0,
+        fifo: bool | None = None,
     ) -> list[str]:
         """One enqueue per payload (each its own Cassandra write and pointer check)."""
         return [
-            self.enqueue(job_type, p, app=app, tenant=tenant, delay=delay, priority=priority)
+            self.enqueue(
+                job_type, p, app=app, tenant=tenant, delay=delay, priority=priority, fifo=fifo
+            )
             for p in payloads
         ]
 

@@ -55,6 +55,11 @@ log = logging.getLogger("quick.cassandra")
 CAS_ATTEMPTS = 8
 
 
+NO_FIFO = (
+    "FIFO by commit versionstamp needs KV zones: Cassandra zones order items by vesting time only"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class _Plan:
     """One item's conditional change: the statements to run and how to recognise, on a
@@ -374,6 +379,8 @@ class CassandraZoneStore:
         transaction (rate-limit charges). Joining a caller's KV transaction (``tr``) is not
         possible: the item must be in Cassandra before any pointer transaction commits.
         """
+        if item.fifo:
+            raise ConfigurationError(NO_FIFO)
         if tr is not None:
             raise ConfigurationError(
                 "Cassandra zones cannot enqueue inside a KV transaction: the item is "

@@ -116,6 +116,23 @@ def test_quick_smoke(quick_url: str) -> None:
     q.close()
 
 
+def test_fifo_follows_commit_order_on_a_real_cluster(quick_url: str) -> None:
+    """Two producers, one with a clock 10 s behind: FIFO items come out in commit order."""
+    ahead = Quick.open(quick_url, fifo=True)
+    behind = Quick(ahead.kv, clock=ManualClock(ahead.clock.now() - 10), fifo=True)
+    ids = []
+    for i in range(10):
+        ids.append((ahead if i % 2 == 0 else behind).enqueue("job", i, app="a", tenant="t"))
+    ids += ahead.enqueue_many("job", range(5), app="a", tenant="t")
+    zone = ahead.zone("a", "t")
+    assert [i.item_id for i in ahead.zones.peek(zone, 100)] == ids
+    items, _ = ahead.zones.dequeue(zone, 100, 30_000)
+    assert [i.item_id for i in items] == ids
+    ahead.zones.complete_many(zone, [(i.item_id, str(i.lease_id)) for i in items])
+    assert ahead.zones.count(zone) == 0
+    ahead.close()
+
+
 CONSUMER = textwrap.dedent(
     """
     import os, sys

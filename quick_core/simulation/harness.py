@@ -257,6 +257,9 @@ class Simulation:
         self._z_prefix = fdbtuple.pack(zp)
         self._c_prefix = fdbtuple.pack((self.keys.root, "c", CLUSTER))
         self._enqueue_no = 0
+        # Half the enqueues are FIFO (ordered by commit versionstamp). A stream of its own,
+        # so the choice does not shift the main stream's draws.
+        self.fifo_rng = random.Random(seed * 7919 + 1)
 
     # --- interleaving inside commits ----------------------------------------------------
 
@@ -449,6 +452,9 @@ class Simulation:
     def _pick_delay(self) -> float:
         return 0.0 if self.rng.random() < 0.7 else round(self.rng.uniform(0.0, 5.0), 3)
 
+    def _pick_fifo(self) -> bool:
+        return self.fifo_rng.random() < 0.5
+
     def _payload(self) -> dict[str, int]:
         self._enqueue_no += 1
         return {"n": self._enqueue_no}
@@ -464,6 +470,7 @@ class Simulation:
                 tenant=zone.tenant,
                 delay=delay,
                 priority=priority,
+                fifo=self._pick_fifo(),
             )
         except KVError as err:
             # Not expected with unlimited retries, but then the item may or may not exist.
@@ -500,7 +507,12 @@ class Simulation:
         n = self.rng.randint(1, 4)
         payloads = [self._payload() for _ in range(n)]
         ids = self.q.enqueue_many(
-            kind, payloads, app=zone.app, tenant=zone.tenant, delay=self._pick_delay()
+            kind,
+            payloads,
+            app=zone.app,
+            tenant=zone.tenant,
+            delay=self._pick_delay(),
+            fifo=self._pick_fifo(),
         )
         for item_id in ids:
             self._add_item(item_id, zone, kind, COMMITTED)
@@ -538,6 +550,7 @@ class Simulation:
                     tenant=zone.tenant,
                     delay=self._pick_delay(),
                     tr=tr,
+                    fifo=self._pick_fifo(),
                 )
                 made.append((item_id, zone, kind))
             if abort:
@@ -813,7 +826,7 @@ class Simulation:
         now = now_ms(self.clock)
         zp, cp = self._z_prefix, self._c_prefix
         zone_items: dict[ZoneId, dict[str, bytes]] = {}
-        order: dict[ZoneId, set[tuple[int, int, str]]] = {}
+        order: dict[ZoneId, set[tuple[int, tuple[object, ...], str]]] = {}
         counts: dict[ZoneId, int] = {}
         pointers: dict[tuple[int, str], tuple[ZoneId, int]] = {}
         vest_entries: list[tuple[int, int, str]] = []
@@ -826,7 +839,7 @@ class Simulation:
                 if tag == "i" and len(parts) == 4:
                     zone_items.setdefault(zone, {})[parts[3]] = value
                 elif tag == "x":
-                    order.setdefault(zone, set()).add((parts[3], parts[4], parts[5]))
+                    order.setdefault(zone, set()).add(_order_entry(parts[3:]))
                 elif tag == "n":
                     counts[zone] = unpack_i64(value)
             elif key.startswith(cp):
@@ -853,7 +866,7 @@ class Simulation:
     def _check_structure(
         self,
         zone_items: dict[ZoneId, dict[str, bytes]],
-        order: dict[ZoneId, set[tuple[int, int, str]]],
+        order: dict[ZoneId, set[tuple[int, tuple[object, ...], str]]],
         counts: dict[ZoneId, int],
         pointers: dict[tuple[int, str], tuple[ZoneId, int]],
         vest_entries: list[tuple[int, int, str]],
@@ -866,10 +879,13 @@ class Simulation:
             n = counts.get(zone, 0)
             if n != len(items):
                 self._violate("zone_count", f"{zone}: count key {n}, {len(items)} items")
-            expected = set()
+            expected: set[tuple[int, tuple[object, ...], str]] = set()
             for item_id, raw in items.items():
                 rec = decode_item(b"", raw)
-                expected.add((rec.priority, rec.vesting_ms, item_id))
+                if rec.commit_order is None:
+                    expected.add((rec.priority, ("vesting", rec.vesting_ms), item_id))
+                else:
+                    expected.add((rec.priority, ("commit", *rec.commit_order), item_id))
             got = order.get(zone, set())
             if got != expected:
                 missing, extra = sorted(expected - got)[:3], sorted(got - expected)[:3]
@@ -964,3 +980,15 @@ _CONSUMER_STEPS = frozenset({"scan", "visit", "execute", "flush", "extend", "ele
 
 def run_seed(seed: int, steps: int = 2000, faults: float = 0.01, **options: Any) -> SimResult:
     return Simulation(SimConfig(seed=seed, steps=steps, faults=faults, **options)).run()
+
+
+def _order_entry(parts: tuple[object, ...]) -> tuple[int, tuple[object, ...], str]:
+    """An order key's tail, (priority, vesting, id) or (priority, stamp, seq, id), in the
+    shape the checker compares with what the item's record says."""
+    priority, item_id = parts[0], parts[-1]
+    assert isinstance(priority, int) and isinstance(item_id, str)
+    if len(parts) == 3:
+        return priority, ("vesting", parts[1]), item_id
+    stamp = parts[1]
+    assert isinstance(stamp, fdbtuple.Versionstamp)
+    return priority, ("commit", stamp.tr_version, parts[2]), item_id
