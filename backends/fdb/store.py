@@ -85,12 +85,21 @@ class FDBTransaction:
     """
 
     def __init__(
-        self, tr: Any, translate: _Translate, *, prefix: bytes, causal_read_risky: bool
+        self,
+        tr: Any,
+        translate: _Translate,
+        *,
+        prefix: bytes,
+        causal_read_risky: bool,
+        snapshot_reads: bool = True,
     ) -> None:
         self._tr = tr
         self._translate = translate
         self._prefix = prefix
         self._causal_read_risky = causal_read_risky
+        # Off: the core's snapshot reads become ordinary reads with read conflicts (to
+        # measure what snapshots save, or to rule them out when chasing a bug).
+        self._snapshot_reads = snapshot_reads
 
     # --- key prefixing ---------------------------------------------------------------------
 
@@ -142,7 +151,7 @@ class FDBTransaction:
     # --- reads -----------------------------------------------------------------------------
 
     def get(self, key: bytes, *, snapshot: bool = False) -> bytes | None:
-        reader = self._tr.snapshot if snapshot else self._tr
+        reader = self._tr.snapshot if snapshot and self._snapshot_reads else self._tr
         with self._translate():
             value = reader.get(self._key(key)).wait()
             if not value.present():
@@ -159,7 +168,7 @@ class FDBTransaction:
         reverse: bool = False,
         snapshot: bool = False,
     ) -> list[tuple[bytes, bytes]]:
-        reader = self._tr.snapshot if snapshot else self._tr
+        reader = self._tr.snapshot if snapshot and self._snapshot_reads else self._tr
         with self._translate():
             # to_list() asks for exact/want_all batches: the whole answer in as few round
             # trips as possible, and the read conflict range covers just what was returned.
@@ -379,6 +388,7 @@ class FDBStore:
             self._translate,
             prefix=self.prefix,
             causal_read_risky=self.options.causal_read_risky,
+            snapshot_reads=self.options.snapshot_reads,
         )
 
     def close(self) -> None:

@@ -39,6 +39,7 @@ FDB_OPTIONS = (
     "retry_limit",
     "max_retry_delay_ms",
     "causal_read_risky",
+    "snapshot_reads",
 )
 # Options of memory:// that fdbsim:// forwards to the simulator.
 SIM_OPTIONS = (
@@ -66,6 +67,7 @@ class FDBOptions:
     retry_limit: int | None = None
     max_retry_delay_ms: int | None = None
     causal_read_risky: bool = True
+    snapshot_reads: bool = True
 
     def __post_init__(self) -> None:
         if self.root and self.directory:
@@ -148,7 +150,7 @@ def parse_fdb_url(url: str) -> ParsedFDBURL:
             values[name] = _int(url, name, raw, 0)
         elif name == "retry_limit":
             values[name] = _int(url, name, raw, -1)
-        elif name == "causal_read_risky":
+        elif name in ("causal_read_risky", "snapshot_reads"):
             values[name] = _bool(url, name, raw)
         elif scheme == "fdbsim" and name in SIM_OPTIONS:
             sim_query.append((name, raw))

@@ -98,7 +98,7 @@ def test_fdb_cluster_file_env_is_honoured_and_an_explicit_path_wins(
 def test_all_query_options() -> None:
     options = parse_fdb_url(
         "fdb:///c?api_version=710&root=%15%2Aq&timeout_ms=2500&retry_limit=-1"
-        "&max_retry_delay_ms=200&causal_read_risky=0"
+        "&max_retry_delay_ms=200&causal_read_risky=0&snapshot_reads=off"
     ).options
     assert options == FDBOptions(
         cluster_file="/c",
@@ -108,6 +108,7 @@ def test_all_query_options() -> None:
         retry_limit=-1,
         max_retry_delay_ms=200,
         causal_read_risky=False,
+        snapshot_reads=False,
     )
     assert parse_fdb_url("fdb://?directory=app,quick").options.directory == ("app", "quick")
 
@@ -306,6 +307,24 @@ def test_causal_read_risky_can_be_switched_off_and_is_never_database_wide() -> N
     tr = off.create_transaction()
     tr.set_causal_read_risky()
     assert _calls(tr) == []
+
+
+@pytest.mark.parametrize("snapshot_reads", [True, False])
+def test_snapshot_reads_can_be_switched_off(snapshot_reads: bool) -> None:
+    store = sim_store(snapshot_reads=snapshot_reads)
+    reader, writer = store.create_transaction(), store.create_transaction()
+    reader.get(b"k", snapshot=True)
+    reader.get_range(b"r", b"s", snapshot=True)
+    reader.set(b"mine", b"1")
+    writer.set(b"k", b"2")
+    writer.set(b"r1", b"2")
+    writer.commit()
+    if snapshot_reads:
+        reader.commit()  # no read conflict: the writer cannot abort it
+        return
+    with pytest.raises(KVError) as info:
+        reader.commit()
+    assert info.value.code == 1020
 
 
 def test_url_defaults_become_database_options_that_survive_reset() -> None:
