@@ -194,13 +194,19 @@ class KVStore(Protocol):
     def close(self) -> None: ...
 
 
-def run(db: KVStore | KVTransaction, fn: Callable[[KVTransaction], T]) -> T:
+def run(
+    db: KVStore | KVTransaction,
+    fn: Callable[[KVTransaction], T],
+    *,
+    on_retry: Callable[[KVError], None] | None = None,
+) -> T:
     """Run ``fn(tr)`` to commit, retrying on retryable errors, like ``@fdb.transactional``.
 
     Given a transaction, just calls ``fn`` inside it (no commit, no retry), so storage
     functions compose into one atomic commit. Given a store, creates one transaction and
     re-runs ``fn`` after each retryable error. Note that ``commit_unknown_result`` is retried
-    too, so ``fn`` must be idempotent or tolerate running twice.
+    too, so ``fn`` must be idempotent or tolerate running twice; ``on_retry(error)`` is told
+    of each error before the retry (e.g. to remember what a maybe-committed attempt did).
     """
     # A duck-typed test, not isinstance(): checking a runtime Protocol costs tens of
     # microseconds, and run() is on every hot path.
@@ -214,7 +220,9 @@ def run(db: KVStore | KVTransaction, fn: Callable[[KVTransaction], T]) -> T:
             tr.commit()
             return result
         except KVError as err:
-            tr.on_error(err)
+            tr.on_error(err)  # raises what is not retryable
+            if on_retry is not None:
+                on_retry(err)
 
 
 def pack_i64(value: int) -> bytes:

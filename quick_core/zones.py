@@ -538,19 +538,33 @@ class KVZoneStore:
     def complete_many(
         self, zone: ZoneId, leased: Sequence[tuple[str, str]]
     ) -> list[Exception | None]:
-        """One transaction for a batch: an item another holder took is reported, not fatal."""
+        """One transaction for a batch: an item another holder took is reported, not fatal.
+
+        After a maybe-committed attempt (``commit_unknown_result``) the retry finds the
+        items that attempt completed gone: they are reported completed, not lost.
+        """
+        maybe_done: set[str] = set()
+        attempt: list[str] = []
 
         def batch(tr: KVTransaction) -> list[Exception | None]:
+            attempt.clear()
             out: list[Exception | None] = []
             for item_id, lease_id in leased:
                 try:
                     self.complete_in(tr, zone, item_id, lease_id)
+                    attempt.append(item_id)
                     out.append(None)
-                except (ItemNotFound, LeaseLost, CorruptRecord) as err:
+                except ItemNotFound as err:
+                    out.append(None if item_id in maybe_done else err)
+                except (LeaseLost, CorruptRecord) as err:
                     out.append(err)
             return out
 
-        return run(self.kv, batch)
+        def remember(err: KVError) -> None:
+            if err.maybe_committed:
+                maybe_done.update(attempt)
+
+        return run(self.kv, batch, on_retry=remember)
 
     def cancel(self, zone: ZoneId, item_id: str) -> None:
         """Delete an item whoever holds it."""

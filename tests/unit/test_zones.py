@@ -173,3 +173,23 @@ def test_peek_cost_does_not_grow_with_delayed_items(q: Quick) -> None:
     q.kv.create_transaction = counting  # type: ignore[method-assign]
     assert [i.item_id for i in q.zones.peek(Z, 10)] == [ready]
     assert sum(reads) <= 4, reads
+
+
+def test_complete_many_after_commit_unknown_result_reports_completed() -> None:
+    from backends.memory import MemoryStore
+    from backends.memory.faults import FaultConfig
+
+    clock = ManualClock()
+    store = MemoryStore(seed=0, clock=clock)
+    q = Quick(store, clock=clock)
+    ids = q.enqueue_many("job", [1, 2, 3], app=Z.app, tenant=Z.tenant)
+    items, _ = q.zones.dequeue(Z, 10, 60_000)
+    cancelled = items[2].item_id
+    q.cancel(Z.app, Z.tenant, cancelled)
+    # The completion commits, but the client hears commit_unknown_result and retries.
+    store.faults = FaultConfig(unknown_result=1.0, unknown_result_applied=1.0)
+    outcomes = q.zones.complete_many(Z, [(i.item_id, str(i.lease_id)) for i in items])
+    assert store.fault_counts["unknown_result_applied"] == 1
+    assert outcomes[:2] == [None, None]  # ours, completed by the first attempt
+    assert isinstance(outcomes[2], ItemNotFound)  # gone before we came: not ours
+    assert q.zones.count(Z) == 0 and sorted(ids) == sorted(i.item_id for i in items)
