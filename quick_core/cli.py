@@ -362,6 +362,42 @@ def cassandra_init(
     click.echo(f"keyspace {keyspace} and table {keyspace}.{table} ready")
 
 
+@cassandra_group.command("repair")
+@click.option("--items", "items_url", required=True, help="cassandra://h1,h2:9042/keyspace")
+@click.option("--pointer-store", required=True, help="The deployment's pointer KV store URL.")
+@click.option("--cluster", default="default", show_default=True, help="Top-level queue name.")
+@click.option("--shards", type=int, default=1, show_default=True, help="Its shard count.")
+@click.option("--app", default=None, help="Only this app's zones.")
+@click.option("--dry-run", is_flag=True, help="List zones without a pointer; change nothing.")
+@_friendly
+def cassandra_repair(
+    items_url: str,
+    pointer_store: str,
+    cluster: str,
+    shards: int,
+    app: str | None,
+    dry_run: bool,
+) -> None:
+    """Give every non-empty Cassandra zone without a pointer one (items orphaned by a
+    producer that crashed between its Cassandra write and its pointer transaction)."""
+    from adapters.cassandra.quick import open_cassandra_quick
+    from adapters.cassandra.repair import repair_pointers
+
+    q = open_cassandra_quick(items_url, pointer_store, cluster=cluster, shards=shards)
+    try:
+        zones = (z for z in q.items.zones() if app is None or z.app == app)
+        report = repair_pointers(q.items, zones, dry_run=dry_run)
+    finally:
+        q.close()
+    for zone in report.repaired:
+        click.echo(f"{zone.app}\t{zone.tenant}")
+    verb = "would get" if dry_run else "got"
+    click.echo(
+        f"{report.zones_checked} zones checked; {len(report.repaired)} {verb} a pointer",
+        err=True,
+    )
+
+
 @main.command("migrate")
 @click.option("--from", "source", required=True, help="cassandra://h1,h2:9042/keyspace")
 @click.option("--to", "target", required=True, help="Target KV store URL.")
