@@ -13,7 +13,8 @@ backend built on it behaves the same (``shared/fdb-semantics.md`` sections 1-3):
   ``[k, k+\\x00)``; a forward range stopped by ``limit`` adds ``[begin, keyAfter(last))``,
   a reverse one ``[smallest returned, end)``; ranges this transaction already set or
   cleared add nothing, keys with a pending atomic op do; snapshot reads add none;
-* size limits, versionstamp templates, the atomic-op rules and the retry backoff.
+* size limits and the retry backoff (the atomic-op rules are in ``_atomics``, versionstamp
+  templates in ``_versionstamps``, range algebra in ``_ranges``).
 
 A backend subclasses :class:`BufferedTransaction` and supplies the storage half: take a
 read snapshot, read a key or a range at it, and commit a :class:`CommitRequest` (conflict
@@ -24,18 +25,27 @@ writes against the committed state, so atomic ops are evaluated at the commit ve
 from __future__ import annotations
 
 import bisect
-import struct
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from enum import Enum
 
+from backends._atomics import AtomicOp, apply_atomic, apply_atomic_stack
+from backends._ranges import (
+    Range,
+    RangeSet,
+    merge_ranges,
+)
+from backends._versionstamps import (
+    VERSIONSTAMP_SIZE,
+    fill_versionstamp,
+    make_versionstamp,
+    split_versionstamp_template,
+)
 from quick_core.clock import Clock
 from quick_core.errors import InvalidArgument
 from quick_core.kv import (
     ACCESSED_UNREADABLE,
     FUTURE_VERSION,
-    INVALID_ARGUMENT,
     KEY_OUTSIDE_LEGAL_RANGE,
     KEY_SIZE_LIMIT,
     KEY_TOO_LARGE,
@@ -60,7 +70,6 @@ INTERNAL_ERROR = 4100
 
 # Versions advance ~1e6 per second, so the 5 s lifetime is 5,000,000 versions.
 VERSIONS_PER_SECOND = 1_000_000
-VERSIONSTAMP_SIZE = 10
 # Backoff of tr.on_error (NativeAPI): fixed for too_old/future_version, else jittered and
 # doubling from INITIAL_BACKOFF_S up to the max retry delay.
 INITIAL_BACKOFF_S = 0.01
@@ -69,208 +78,7 @@ DEFAULT_MAX_RETRY_DELAY_S = 1.0
 # Keys at or after \xff are FDB's system keyspace; the seam gives no system-key access.
 SYSTEM_PREFIX = b"\xff"
 
-Range = tuple[bytes, bytes]
 KeyValue = tuple[bytes, bytes]
-
-
-# --- atomic operations (fdb-semantics.md section 3) ------------------------------------
-
-
-class AtomicOp(Enum):
-    """FDB's atomic mutation types; values are the binding's method names."""
-
-    ADD = "add"
-    BIT_AND = "bit_and"
-    BIT_OR = "bit_or"
-    BIT_XOR = "bit_xor"
-    MAX = "max"
-    MIN = "min"
-    BYTE_MAX = "byte_max"
-    BYTE_MIN = "byte_min"
-    APPEND_IF_FITS = "append_if_fits"
-    COMPARE_AND_CLEAR = "compare_and_clear"
-
-
-def _fit(value: bytes, n: int) -> bytes:
-    """Zero-pad ``value`` to ``n`` bytes or keep its first ``n`` (FDB's operand fitting)."""
-    if len(value) >= n:
-        return value[:n]
-    return value + b"\x00" * (n - len(value))
-
-
-def _le(value: bytes) -> int:
-    return int.from_bytes(value, "little")
-
-
-def apply_atomic(op: AtomicOp, existing: bytes | None, param: bytes) -> bytes | None:
-    """The value after applying ``op`` with ``param`` to ``existing`` (None = absent)."""
-    n = len(param)
-    if op is AtomicOp.ADD:
-        total = (_le(_fit(existing or b"", n)) + _le(param)) % (1 << (8 * n))
-        return total.to_bytes(n, "little")
-    if op is AtomicOp.BIT_OR:
-        return (_le(_fit(existing or b"", n)) | _le(param)).to_bytes(n, "little")
-    if op is AtomicOp.BIT_XOR:
-        return (_le(_fit(existing or b"", n)) ^ _le(param)).to_bytes(n, "little")
-    if op is AtomicOp.MAX:
-        current = _fit(existing or b"", n)
-        return param if _le(param) > _le(current) else current
-    if existing is None and op is not AtomicOp.COMPARE_AND_CLEAR:
-        # AND, MIN, BYTE_MIN, BYTE_MAX and APPEND_IF_FITS store the parameter on a missing key.
-        return param
-    if op is AtomicOp.BIT_AND:
-        assert existing is not None
-        return (_le(_fit(existing, n)) & _le(param)).to_bytes(n, "little")
-    if op is AtomicOp.MIN:
-        assert existing is not None
-        current = _fit(existing, n)
-        return param if _le(param) < _le(current) else current
-    if op is AtomicOp.BYTE_MAX:
-        assert existing is not None
-        return max(existing, param)
-    if op is AtomicOp.BYTE_MIN:
-        assert existing is not None
-        return min(existing, param)
-    if op is AtomicOp.APPEND_IF_FITS:
-        assert existing is not None
-        joined = existing + param
-        return joined if len(joined) <= VALUE_SIZE_LIMIT else existing
-    # COMPARE_AND_CLEAR
-    return None if existing == param else existing
-
-
-def apply_atomic_stack(
-    existing: bytes | None, ops: Iterable[tuple[AtomicOp, bytes]]
-) -> bytes | None:
-    value = existing
-    for op, param in ops:
-        value = apply_atomic(op, value, param)
-    return value
-
-
-# --- versionstamps ------------------------------------------------------------------------
-
-
-def make_versionstamp(commit_version: int, batch_order: int = 0) -> bytes:
-    """10 bytes: 8-byte big-endian commit version + 2-byte big-endian batch order."""
-    return struct.pack(">QH", commit_version, batch_order)
-
-
-def split_versionstamp_template(data: bytes, what: str) -> tuple[bytes, int]:
-    """Strip the LE uint32 offset suffix (API >= 520); returns (body, offset)."""
-    if len(data) < 4:
-        raise KVError(INVALID_ARGUMENT, f"versionstamped {what} lacks its 4-byte offset suffix")
-    (pos,) = struct.unpack("<I", data[-4:])
-    body = data[:-4]
-    if pos + VERSIONSTAMP_SIZE > len(body):
-        raise KVError(
-            INVALID_ARGUMENT,
-            f"versionstamp offset {pos} + 10 exceeds the {what} length {len(body)}",
-        )
-    return body, pos
-
-
-def fill_versionstamp(body: bytes, pos: int, stamp: bytes) -> bytes:
-    return body[:pos] + stamp + body[pos + VERSIONSTAMP_SIZE :]
-
-
-# --- range algebra -------------------------------------------------------------------------
-
-
-def merge_ranges(ranges: Iterable[Range]) -> list[Range]:
-    """Sorted, disjoint, non-adjacent ranges covering the same keys; empty ones dropped."""
-    out: list[Range] = []
-    for begin, end in sorted(r for r in ranges if r[0] < r[1]):
-        if out and begin <= out[-1][1]:
-            if end > out[-1][1]:
-                out[-1] = (out[-1][0], end)
-        else:
-            out.append((begin, end))
-    return out
-
-
-def ranges_intersect(a: list[Range], b: list[Range]) -> bool:
-    """Whether two sorted disjoint range lists share a key (two-pointer walk)."""
-    i = j = 0
-    while i < len(a) and j < len(b):
-        a_begin, a_end = a[i]
-        b_begin, b_end = b[j]
-        if a_begin < b_end and b_begin < a_end:
-            return True
-        if a_end <= b_end:
-            i += 1
-        else:
-            j += 1
-    return False
-
-
-def encode_ranges(ranges: list[Range]) -> bytes:
-    """Compact length-prefixed encoding of a range list (stored by the sqlite backend)."""
-    parts: list[bytes] = []
-    for begin, end in ranges:
-        parts.append(struct.pack("<II", len(begin), len(end)))
-        parts.append(begin)
-        parts.append(end)
-    return b"".join(parts)
-
-
-def decode_ranges(raw: bytes) -> list[Range]:
-    out: list[Range] = []
-    pos = 0
-    while pos < len(raw):
-        nb, ne = struct.unpack_from("<II", raw, pos)
-        pos += 8
-        begin = raw[pos : pos + nb]
-        pos += nb
-        out.append((begin, raw[pos : pos + ne]))
-        pos += ne
-    return out
-
-
-class RangeSet:
-    """Disjoint sorted ranges (the transaction's cleared ranges), merged on insert."""
-
-    __slots__ = ("_begins", "_ends")
-
-    def __init__(self) -> None:
-        self._begins: list[bytes] = []
-        self._ends: list[bytes] = []
-
-    def __bool__(self) -> bool:
-        return bool(self._begins)
-
-    def __iter__(self) -> Iterator[Range]:
-        return zip(self._begins, self._ends, strict=True)
-
-    def add(self, begin: bytes, end: bytes) -> None:
-        if begin >= end:
-            return
-        # Ranges ending before `begin` stay left; ranges starting after `end` stay right;
-        # everything between touches [begin, end) and is absorbed.
-        i = bisect.bisect_left(self._ends, begin)
-        j = bisect.bisect_right(self._begins, end)
-        if i < j:
-            begin = min(begin, self._begins[i])
-            end = max(end, self._ends[j - 1])
-        self._begins[i:j] = [begin]
-        self._ends[i:j] = [end]
-
-    def contains(self, key: bytes) -> bool:
-        i = bisect.bisect_right(self._begins, key) - 1
-        return i >= 0 and key < self._ends[i]
-
-    def clip(self, begin: bytes, end: bytes) -> list[Range]:
-        """The parts of the set inside ``[begin, end)``, in order."""
-        i = bisect.bisect_right(self._ends, begin)
-        out: list[Range] = []
-        while i < len(self._begins) and self._begins[i] < end:
-            out.append((max(begin, self._begins[i]), min(end, self._ends[i])))
-            i += 1
-        return out
-
-    def covers(self, begin: bytes, end: bytes) -> bool:
-        i = bisect.bisect_right(self._begins, begin) - 1
-        return i >= 0 and self._ends[i] >= end
 
 
 # --- the write buffer ------------------------------------------------------------------------
@@ -960,15 +768,8 @@ class BufferedTransaction(ABC):
 __all__ = [
     "INTERNAL_ERROR",
     "VERSIONS_PER_SECOND",
-    "AtomicOp",
     "BufferedTransaction",
     "CommitRequest",
-    "RangeSet",
+    "KeyValue",
     "ResolvedWrites",
-    "apply_atomic",
-    "decode_ranges",
-    "encode_ranges",
-    "make_versionstamp",
-    "merge_ranges",
-    "ranges_intersect",
 ]

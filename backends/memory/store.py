@@ -20,16 +20,9 @@ import random
 import threading
 from typing import ClassVar
 
-from backends._txnbuffer import (
-    VERSIONS_PER_SECOND,
-    BufferedTransaction,
-    CommitRequest,
-    KeyValue,
-    Range,
-    make_versionstamp,
-    merge_ranges,
-    ranges_intersect,
-)
+from backends._ranges import Range, merge_ranges, ranges_intersect
+from backends._txnbuffer import VERSIONS_PER_SECOND, BufferedTransaction, CommitRequest, KeyValue
+from backends._versionstamps import make_versionstamp
 from backends.memory.faults import FAULT_KINDS, FaultConfig, parse_memory_url
 from backends.memory.mvcc import VersionedMap
 from quick_core.clock import Clock, SystemClock

@@ -33,18 +33,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from backends._ranges import decode_ranges, encode_ranges, merge_ranges, ranges_intersect
 from backends._txnbuffer import (
     INTERNAL_ERROR,
     VERSIONS_PER_SECOND,
     BufferedTransaction,
     CommitRequest,
     KeyValue,
-    decode_ranges,
-    encode_ranges,
-    make_versionstamp,
-    merge_ranges,
-    ranges_intersect,
 )
+from backends._versionstamps import make_versionstamp
 from quick_core.clock import Clock, SystemClock
 from quick_core.errors import InvalidStoreURL, StorageError
 from quick_core.kv import (
