@@ -23,7 +23,8 @@ from types import FrameType
 from typing import Any
 
 from quick_core.clock import Clock, SystemClock, now_ms
-from quick_core.election import Election, Leadership, LocalElection, new_candidate_id
+from quick_core.consumer_config import ConsumerConfig as ConsumerConfig
+from quick_core.election import Election, LocalElection, new_candidate_id
 from quick_core.errors import (
     ItemNotFound,
     LeaseLost,
@@ -45,6 +46,7 @@ from quick_core.limits import Limits
 from quick_core.pool import DaemonPool
 from quick_core.records import WorkItem, ZoneId
 from quick_core.registry import JobContext, JobType, Registry, RetryPolicy
+from quick_core.scanner_election import ScannerElection
 from quick_core.toplevel import PointerRef, TopLevelQueue
 from quick_core.tracing import run_span
 from quick_core.zonestore import ZoneStore
@@ -69,41 +71,6 @@ LOGGED_EVENTS = frozenset(
         "complete_error",
     }
 )
-
-
-@dataclass(slots=True)
-class ConsumerConfig:
-    """Consumer parameters; names follow the paper where it has one."""
-
-    peek_max: int = 100  # pointers peeked per shard visit
-    selection_frac: float = 0.2  # share of peeked pointers a random scanner leases
-    selection_max: int = 16  # at most this many per scan
-    processing_bound: int = 256  # items in flight per consumer (local queue + running)
-    dequeue_max: int = 10  # items one visit takes from one zone (water-filling)
-    pointer_lease_s: float = 1.0  # p_duration
-    min_inactive_s: float = 5.0  # empty zone's pointer lives this long before GC
-    item_lease_s: float = 30.0
-    lease_extend_s: float | None = None  # default: a third of the item lease
-    managers: int = 4
-    workers: int = 8
-    idle_sleep_s: float = 0.02
-    shutdown_deadline_s: float = 10.0
-    election_ttl_s: float = 5.0
-    in_order: bool | None = None  # None: take part in the election; True/False: force
-    seed: int | None = None
-
-    def validate(self) -> None:
-        from quick_core.errors import ConfigurationError
-
-        if not 0 < self.selection_frac <= 1:
-            raise ConfigurationError("selection_frac must be in (0, 1]")
-        for name in ("peek_max", "selection_max", "processing_bound", "dequeue_max"):
-            if getattr(self, name) < 1:
-                raise ConfigurationError(f"{name} must be at least 1")
-        if self.managers < 1 or self.workers < 1:
-            raise ConfigurationError("managers and workers must be at least 1")
-        if self.pointer_lease_s <= 0 or self.item_lease_s <= 0:
-            raise ConfigurationError("lease durations must be positive")
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +142,6 @@ class Consumer:
         self.config = config or ConsumerConfig()
         self.config.validate()
         self.clock = clock or SystemClock()
-        self.election = election if election is not None else _SHARED_LOCAL_ELECTION
         self.observer = observer
         self.limits = limits
         self._slots: Counter[tuple[str, str]] = Counter()
@@ -187,8 +153,14 @@ class Consumer:
         self._type_in_flight: Counter[str] = Counter()
         self._running: dict[int, _Running] = {}
         self._completions: queue.Queue[tuple[Work, JobType | None]] = queue.Queue()
-        self._leadership: dict[str, Leadership] = {}
-        self._election_broken = False
+        self.election = election if election is not None else _SHARED_LOCAL_ELECTION
+        self.scanner_election = ScannerElection(
+            self.election,
+            self.name,
+            self.clock,
+            forced=self.config.in_order,
+            ttl_s=self.config.election_ttl_s,
+        )
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._managers: DaemonPool | None = None
@@ -224,45 +196,11 @@ class Consumer:
         return self.in_order_for(self.toplevel.cluster)
 
     def in_order_for(self, cluster: str) -> bool:
-        if self.config.in_order is not None:
-            return self.config.in_order
-        lease = self._leadership.get(cluster)
-        return lease is not None and lease.expires_at > self.clock.now()
+        return self.scanner_election.holds(cluster)
 
     def refresh_election(self) -> None:
-        """Acquire or renew the in-order scanner lease of each cluster's top-level queue;
-        on election failure, scan at random and say so once."""
-        if self.config.in_order is not None:
-            return
-        ttl = self.config.election_ttl_s
-        try:
-            for cluster in self.clusters:
-                lease = self._leadership.get(cluster)
-                if lease is not None:
-                    lease = self.election.renew(lease, ttl)
-                    if lease is None:
-                        log.info("consumer %s lost the in-order scanner lease", self.name)
-                if lease is None:
-                    lease = self.election.try_acquire(f"quick-scanner:{cluster}", self.name, ttl)
-                    if lease is not None:
-                        log.info(
-                            "consumer %s is the in-order scanner of %s (term %d)",
-                            self.name,
-                            cluster,
-                            lease.term,
-                        )
-                if lease is None:
-                    self._leadership.pop(cluster, None)
-                else:
-                    self._leadership[cluster] = lease
-            if self._election_broken:
-                log.warning("scanner election reachable again")
-                self._election_broken = False
-        except (StorageError, OSError) as err:
-            self._leadership.clear()
-            if not self._election_broken:
-                log.warning("scanner election unreachable, scanning in random mode: %s", err)
-                self._election_broken = True
+        """Acquire or renew the in-order scanner lease of each cluster's top-level queue."""
+        self.scanner_election.refresh(list(self.clusters))
 
     # --- Algorithm 1: the scanner ------------------------------------------------------
 
@@ -870,12 +808,7 @@ class Consumer:
             for r in stuck:
                 self._give_back(r.work)
         self.flush_completions()
-        for lease in self._leadership.values():
-            try:
-                self.election.release(lease)
-            except (StorageError, OSError):
-                pass
-        self._leadership.clear()
+        self.scanner_election.release_all()
         self._threads.clear()
         self._managers = self._workers = None
 
