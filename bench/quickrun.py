@@ -51,6 +51,7 @@ def throughput_config(**over: Any) -> ConsumerConfig:
         workers=4,
         idle_sleep_s=0.005,
         in_order=False,
+        pipelined_scans=False,  # bigger batches per visit: throughput over latency
     )
     base.update(over)
     return ConsumerConfig(**base)

@@ -18,6 +18,8 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
+from concurrent import futures
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -719,24 +721,43 @@ class Consumer:
             self._threads.append(t)
 
     def _scanner_loop(self) -> None:
+        """Algorithm 1 on a thread. Pipelined (the default): whenever a manager is free it
+        scans again and hands it pointers not already being visited, instead of waiting
+        for the slowest visit of the last scan. Otherwise each scan waits for all of the
+        last one's visits. A pass whose visits all took nothing (empty or throttled
+        zones) sleeps ``idle_sleep_s``, so such zones are not polled hot."""
         next_election = 0.0
-        assert self._managers is not None
+        managers = self._managers
+        assert managers is not None
+        visiting: dict[Future[int], tuple[str, int, str]] = {}
         while not self._stopping.is_set():
             mono = time.monotonic()
             if mono >= next_election:
                 self.refresh_election()
                 next_election = mono + self.config.election_ttl_s / 3
-            if self.capacity() <= 0:
+            finished = [f for f in visiting if f.done()]
+            for f in finished:
+                del visiting[f]
+            took = [f.result() for f in finished if f.exception() is None]
+            if finished and not visiting and not any(took):
                 self._stopping.wait(self.config.idle_sleep_s)
                 continue
-            refs = self.scan_once()
-            if not refs:
-                self._stopping.wait(self.config.idle_sleep_s)
+            refs: list[PointerRef] = []
+            if visiting and not self.config.pipelined_scans:
+                futures.wait(visiting, return_when=futures.ALL_COMPLETED)
                 continue
-            futures = [self._managers.submit(self._visit_and_dispatch, ref) for ref in refs]
-            taken = sum(f.result() for f in futures)
-            if taken == 0:
+            free = self.config.managers - len(visiting)
+            if free > 0 and self.capacity() > 0:
+                busy = set(visiting.values())
+                refs = [r for r in self.scan_once() if _visit_key(r) not in busy][:free]
+            for ref in refs:
+                visiting[managers.submit(self._visit_and_dispatch, ref)] = _visit_key(ref)
+            if not visiting:
                 self._stopping.wait(self.config.idle_sleep_s)
+            elif len(refs) < free or free <= 0:
+                # Every vested pointer is taken or being visited: scan again when a
+                # manager frees up (or after the idle sleep), not at once.
+                futures.wait(visiting, self.config.idle_sleep_s, futures.FIRST_COMPLETED)
 
     def _visit_and_dispatch(self, ref: PointerRef) -> int:
         assert self._workers is not None
@@ -837,3 +858,7 @@ class Consumer:
 def _describe(err: BaseException) -> str:
     text = f"{type(err).__name__}: {err}"
     return text[:500]
+
+
+def _visit_key(ref: PointerRef) -> tuple[str, int, str]:
+    return ref.cluster, ref.shard, ref.pointer_id

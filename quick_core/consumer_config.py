@@ -26,6 +26,9 @@ class ConsumerConfig:
     shutdown_deadline_s: float = 10.0
     election_ttl_s: float = 5.0
     in_order: bool | None = None  # None: take part in the election; True/False: force
+    # Scan again whenever a manager is free (lower latency), or only once the last scan's
+    # visits all finished (False: bigger batches per visit, a few % more throughput).
+    pipelined_scans: bool = True
     seed: int | None = None
 
     def validate(self) -> None:

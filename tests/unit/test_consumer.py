@@ -223,7 +223,8 @@ def wait_until(cond: Any, timeout: float = 10.0) -> bool:
     return bool(cond())
 
 
-def test_threaded_consumer_runs_everything(rq: Quick) -> None:
+@pytest.mark.parametrize("pipelined", [True, False])
+def test_threaded_consumer_runs_everything(rq: Quick, pipelined: bool) -> None:
     done: list[str] = []
     lock = threading.Lock()
 
@@ -233,7 +234,7 @@ def test_threaded_consumer_runs_everything(rq: Quick) -> None:
             done.append(ctx.item_id)
 
     ids = {rq.enqueue("job", b"", app="app", tenant=f"t{i % 7}") for i in range(200)}
-    consumer = rq.consumer(ConsumerConfig(idle_sleep_s=0.005))
+    consumer = rq.consumer(ConsumerConfig(idle_sleep_s=0.005, pipelined_scans=pipelined))
     consumer.start()
     try:
         assert wait_until(lambda: len(done) >= 200)
