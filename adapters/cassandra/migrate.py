@@ -63,11 +63,11 @@ class CassandraMoveSource:
         """One conditional batch for the page; if refused or unknown, item by item."""
         if not plans:
             return []
-        if self.store._cas([s for p in plans for s in p.statements]):
+        if self.store.table.cas([s for p in plans for s in p.statements]):
             return plans
         done = []
         for plan in plans:
-            current = self.store._read_one(zone, plan.item.item_id, serial=True)
+            current = self.store.table.read_one(zone, plan.item.item_id, serial=True)
             if plan.applied(current):
                 done.append(plan)
                 continue

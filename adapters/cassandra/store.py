@@ -22,17 +22,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
-
 from adapters.cassandra.driver import (
     CassandraError,
-    consistency_level,
-    definitely_not_applied,
-    driver_errors,
-    read_error,
-    require_driver,
 )
 from adapters.cassandra.schema import ITEM_COLUMNS
+from adapters.cassandra.table import ZoneTable
 from quick_core.clock import Clock, SystemClock, now_ms
 from quick_core.errors import (
     ConfigurationError,
@@ -102,184 +96,25 @@ class CassandraZoneStore:
         clock: Clock | None = None,
         owner: Any = None,
     ) -> None:
-        self._cassandra = require_driver()
         self.session = session
         self.keyspace = keyspace
-        self.table = table
+        self.table = ZoneTable(
+            session,
+            keyspace,
+            table,
+            consistency=consistency,
+            serial_consistency=serial_consistency,
+            timeout_s=timeout_s,
+        )
         self.kv = kv
         self.toplevel = toplevel
         self.clock = clock or SystemClock()
-        self.timeout_s = timeout_s
-        self._cl = consistency_level(consistency)
-        self._serial = consistency_level(serial_consistency)
-        self._errors = driver_errors()
         self._owner = owner  # a Cluster this store opened and must shut down
-        self._prepare()
-
-    # --- statements --------------------------------------------------------------------
-
-    def _prepare(self) -> None:
-        t = f"{self.keyspace}.{self.table}"
-        cols = ", ".join(ITEM_COLUMNS)
-        marks = ", ".join("?" for _ in ITEM_COLUMNS)
-        item_pk = "app = ? AND tenant = ? AND kind = 1 AND o_priority = 0 AND o_vesting = 0"
-        order_pk = "app = ? AND tenant = ? AND kind = 0 AND o_priority = ? AND o_vesting = ?"
-        p = self.session.prepare
-        self._sel_item = p(f"SELECT item_id, {cols} FROM {t} WHERE {item_pk} AND item_id = ?")
-        self._sel_items = p(f"SELECT item_id, {cols} FROM {t} WHERE {item_pk} AND item_id IN ?")
-        self._sel_zone_items = p(
-            f"SELECT item_id, {cols} FROM {t} WHERE app = ? AND tenant = ? AND kind = 1"
-        )
-        self._sel_vested = p(
-            f"SELECT o_priority, o_vesting, item_id FROM {t} WHERE app = ? AND tenant = ? "
-            "AND kind = 0 AND o_priority = ? AND o_vesting <= ? LIMIT ?"
-        )
-        self._sel_next_priority = p(
-            f"SELECT o_priority, o_vesting FROM {t} WHERE app = ? AND tenant = ? "
-            "AND kind = 0 AND o_priority >= ? LIMIT 1"
-        )
-        self._sel_any_item = p(
-            f"SELECT item_id FROM {t} WHERE app = ? AND tenant = ? AND kind = 1 LIMIT 1"
-        )
-        self._sel_count = p(f"SELECT COUNT(*) FROM {t} WHERE app = ? AND tenant = ? AND kind = 1")
-        self._sel_zones = p(f"SELECT DISTINCT app, tenant FROM {t}")
-        self._sel_dead = p(
-            f"SELECT item_id, {cols}, dead_reason, dead_at_ms FROM {t} "
-            "WHERE app = ? AND tenant = ? AND kind = 2"
-        )
-        self._ins_item_nx = p(
-            f"INSERT INTO {t} (app, tenant, kind, o_priority, o_vesting, item_id, {cols}) "
-            f"VALUES (?, ?, 1, 0, 0, ?, {marks}) IF NOT EXISTS"
-        )
-        self._ins_order = p(
-            f"INSERT INTO {t} (app, tenant, kind, o_priority, o_vesting, item_id) "
-            "VALUES (?, ?, 0, ?, ?, ?)"
-        )
-        self._del_order = p(f"DELETE FROM {t} WHERE {order_pk} AND item_id = ?")
-        self._upd_item_if = p(
-            f"UPDATE {t} SET vesting_ms = ?, lease_id = ?, attempts = ?, error_count = ?, "
-            f"last_error = ?, meta = ? WHERE {item_pk} AND item_id = ? "
-            "IF lease_id = ? AND vesting_ms = ?"
-        )
-        self._del_item_if = p(
-            f"DELETE FROM {t} WHERE {item_pk} AND item_id = ? IF lease_id = ? AND vesting_ms = ?"
-        )
-        self._del_item = p(f"DELETE FROM {t} WHERE {item_pk} AND item_id = ?")
-        self._ins_dead = p(
-            f"INSERT INTO {t} (app, tenant, kind, o_priority, o_vesting, item_id, {cols}, "
-            f"dead_reason, dead_at_ms) VALUES (?, ?, 2, 0, 0, ?, {marks}, ?, ?)"
-        )
-        self._del_dead = p(
-            f"DELETE FROM {t} WHERE app = ? AND tenant = ? AND kind = 2 AND o_priority = 0 "
-            "AND o_vesting = 0 AND item_id = ?"
-        )
 
     def close(self) -> None:
         if self._owner is not None:
             self._owner.shutdown()
             self._owner = None
-
-    # --- execution ---------------------------------------------------------------------
-
-    def _read(
-        self, stmt: Any, params: tuple[Any, ...], *, serial: bool = False, fetch_size: int = 0
-    ) -> list[Any]:
-        """All rows of a read at QUORUM (or SERIAL); any failure raises CassandraError, so
-        a caller never mistakes an unreachable store for an empty zone."""
-        bound = stmt.bind(params)
-        bound.consistency_level = self._serial if serial else self._cl
-        if fetch_size:
-            bound.fetch_size = fetch_size
-        try:
-            return list(self.session.execute(bound, timeout=self.timeout_s))
-        except self._errors as err:
-            raise read_error(err, "read") from err
-
-    def _write(self, statements: Sequence[tuple[Any, tuple[Any, ...]]]) -> None:
-        """Unconditional writes in one single-partition batch (atomic, no batchlog)."""
-        batch = self._batch(statements)
-        try:
-            self.session.execute(batch, timeout=self.timeout_s)
-        except self._errors as err:
-            raise CassandraError(
-                f"Cassandra write failed: {type(err).__name__}: {err}",
-                outcome_unknown=not definitely_not_applied(err),
-            ) from err
-
-    def _batch(self, statements: Sequence[tuple[Any, tuple[Any, ...]]]) -> Any:
-        from cassandra.query import BatchStatement
-
-        batch = BatchStatement(consistency_level=self._cl, serial_consistency_level=self._serial)
-        for stmt, params in statements:
-            batch.add(stmt, params)
-        return batch
-
-    def _cas(self, statements: Sequence[tuple[Any, tuple[Any, ...]]]) -> bool | None:
-        """Run a conditional batch: True applied, False refused, None outcome unknown."""
-        batch = self._batch(statements)
-        try:
-            result = self.session.execute(batch, timeout=self.timeout_s)
-        except self._errors as err:
-            if definitely_not_applied(err):
-                raise CassandraError(f"Cassandra unavailable: {type(err).__name__}: {err}") from err
-            log.info("conditional write outcome unknown (%s); re-reading at SERIAL", err)
-            return None
-        return bool(result.was_applied)
-
-    # --- rows <-> items ----------------------------------------------------------------
-
-    def _row_key(self, zone: ZoneId, item_id: str) -> bytes:
-        return f"cassandra:{self.keyspace}/{zone}/{item_id}".encode()
-
-    def _to_item(self, zone: ZoneId, row: Any) -> WorkItem:
-        try:
-            meta = msgpack.unpackb(row.meta, raw=False) if row.meta else {}
-            if not isinstance(meta, dict):
-                raise TypeError("meta is not a map")
-            for name in ("job_type", "priority", "vesting_ms", "enqueued_ms"):
-                if getattr(row, name) is None:
-                    raise TypeError(f"{name} is null")
-            return WorkItem(
-                item_id=row.item_id,
-                job_type=row.job_type,
-                payload=row.payload or b"",
-                priority=row.priority,
-                vesting_ms=row.vesting_ms,
-                enqueued_ms=row.enqueued_ms,
-                error_count=row.error_count or 0,
-                lease_id=row.lease_id or None,
-                last_error=row.last_error,
-                content_type=row.content_type or "bytes",
-                deadline_ms=row.deadline_ms,
-                delivery=row.delivery or "at_least_once",
-                attempts=row.attempts or 0,
-                meta=meta,
-            )
-        except (TypeError, ValueError, msgpack.ExtraData, msgpack.FormatError) as err:
-            raise CorruptRecord(self._row_key(zone, row.item_id), str(err)) from err
-
-    @staticmethod
-    def _fields(item: WorkItem) -> tuple[Any, ...]:
-        """The item's columns in ITEM_COLUMNS order; no lease is stored as ''."""
-        return (
-            item.job_type,
-            item.payload,
-            item.priority,
-            item.vesting_ms,
-            item.enqueued_ms,
-            item.error_count,
-            item.lease_id or "",
-            item.last_error,
-            item.content_type,
-            item.deadline_ms,
-            item.delivery,
-            item.attempts,
-            msgpack.packb(item.meta, use_bin_type=True) if item.meta else None,
-        )
-
-    def _read_one(self, zone: ZoneId, item_id: str, *, serial: bool) -> WorkItem | None:
-        rows = self._read(self._sel_item, (zone.app, zone.tenant, item_id), serial=serial)
-        return self._to_item(zone, rows[0]) if rows else None
 
     # --- plans: one item's conditional change --------------------------------------------
 
@@ -290,14 +125,14 @@ class CassandraZoneStore:
         z = (zone.app, zone.tenant)
         statements: list[tuple[Any, tuple[Any, ...]]] = [
             (
-                self._upd_item_if,
+                self.table.upd_item_if,
                 (
                     new.vesting_ms,
                     new.lease_id or "",
                     new.attempts,
                     new.error_count,
                     new.last_error,
-                    self._fields(new)[-1],
+                    self.table.fields(new)[-1],
                     *z,
                     old.item_id,
                     *self._cond(old),
@@ -305,22 +140,32 @@ class CassandraZoneStore:
             )
         ]
         if (old.priority, old.vesting_ms) != (new.priority, new.vesting_ms):
-            statements.append((self._del_order, (*z, old.priority, old.vesting_ms, old.item_id)))
-            statements.append((self._ins_order, (*z, new.priority, new.vesting_ms, new.item_id)))
+            statements.append(
+                (self.table.del_order, (*z, old.priority, old.vesting_ms, old.item_id))
+            )
+            statements.append(
+                (self.table.ins_order, (*z, new.priority, new.vesting_ms, new.item_id))
+            )
         return _Plan(old, statements, new)
 
     def _plan_delete(self, zone: ZoneId, old: WorkItem, dead_reason: str | None = None) -> _Plan:
         z = (zone.app, zone.tenant)
         statements: list[tuple[Any, tuple[Any, ...]]] = [
-            (self._del_item_if, (*z, old.item_id, *self._cond(old))),
-            (self._del_order, (*z, old.priority, old.vesting_ms, old.item_id)),
+            (self.table.del_item_if, (*z, old.item_id, *self._cond(old))),
+            (self.table.del_order, (*z, old.priority, old.vesting_ms, old.item_id)),
         ]
         if dead_reason is not None:
             kept = old.with_(lease_id=None)
             statements.append(
                 (
-                    self._ins_dead,
-                    (*z, old.item_id, *self._fields(kept), dead_reason[:2000], now_ms(self.clock)),
+                    self.table.ins_dead,
+                    (
+                        *z,
+                        old.item_id,
+                        *self.table.fields(kept),
+                        dead_reason[:2000],
+                        now_ms(self.clock),
+                    ),
                 )
             )
         return _Plan(old, statements, None)
@@ -341,14 +186,14 @@ class CassandraZoneStore:
         read = first is not None
         for attempt in range(CAS_ATTEMPTS):
             if not read:
-                item = self._read_one(zone, item_id, serial=attempt > 0 or fresh)
+                item = self.table.read_one(zone, item_id, serial=attempt > 0 or fresh)
             read = False
             plan = decide(item)
             if plan is None:
                 return None
-            outcome = self._cas(plan.statements)
+            outcome = self.table.cas(plan.statements)
             if outcome is None:
-                current = self._read_one(zone, item_id, serial=True)
+                current = self.table.read_one(zone, item_id, serial=True)
                 if plan.applied(current):
                     return plan.result
                 # Not applied: the refused or lost write changed nothing; decide again.
@@ -428,14 +273,14 @@ class CassandraZoneStore:
         whether this call inserted it)."""
         z = (zone.app, zone.tenant)
         statements = [
-            (self._ins_item_nx, (*z, record.item_id, *self._fields(record))),
-            (self._ins_order, (*z, record.priority, record.vesting_ms, record.item_id)),
+            (self.table.ins_item_nx, (*z, record.item_id, *self.table.fields(record))),
+            (self.table.ins_order, (*z, record.priority, record.vesting_ms, record.item_id)),
         ]
         for _ in range(3):
-            outcome = self._cas(statements)
+            outcome = self.table.cas(statements)
             if outcome is True:
                 return record, True
-            current = self._read_one(zone, record.item_id, serial=True)
+            current = self.table.read_one(zone, record.item_id, serial=True)
             if current is not None:
                 mine = current.meta.get("_w") == record.meta["_w"]
                 return current, mine
@@ -474,11 +319,11 @@ class CassandraZoneStore:
         out: list[tuple[int, int, str]] = []
         cursor = MIN_PRIORITY
         while len(out) < max_items:
-            first = self._read(self._sel_next_priority, (*z, cursor))
+            first = self.table.read(self.table.sel_next_priority, (*z, cursor))
             if not first:
                 break
             priority = first[0].o_priority
-            rows = self._read(self._sel_vested, (*z, priority, now, max_items - len(out)))
+            rows = self.table.read(self.table.sel_vested, (*z, priority, now, max_items - len(out)))
             out.extend((r.o_priority, r.o_vesting, r.item_id) for r in rows)
             cursor = priority + 1
         return out
@@ -486,7 +331,7 @@ class CassandraZoneStore:
     def _read_many(self, zone: ZoneId, ids: list[str]) -> dict[str, Any]:
         if not ids:
             return {}
-        rows = self._read(self._sel_items, (zone.app, zone.tenant, ids))
+        rows = self.table.read(self.table.sel_items, (zone.app, zone.tenant, ids))
         return {r.item_id: r for r in rows}
 
     def peek(self, zone: ZoneId, max_items: int) -> list[WorkItem]:
@@ -499,7 +344,7 @@ class CassandraZoneStore:
             if row is None:
                 continue
             try:
-                item = self._to_item(zone, row)
+                item = self.table.to_item(zone, row)
             except CorruptRecord:
                 continue
             if item.vesting_ms == vesting:
@@ -507,14 +352,14 @@ class CassandraZoneStore:
         return out
 
     def get(self, zone: ZoneId, item_id: str) -> WorkItem | None:
-        return self._read_one(zone, item_id, serial=False)
+        return self.table.read_one(zone, item_id, serial=False)
 
     def min_vesting_ms(self, zone: ZoneId) -> int | None:
         z = (zone.app, zone.tenant)
         best: int | None = None
         cursor = MIN_PRIORITY
         while True:
-            first = self._read(self._sel_next_priority, (*z, cursor))
+            first = self.table.read(self.table.sel_next_priority, (*z, cursor))
             if not first:
                 return best
             vesting = first[0].o_vesting
@@ -548,37 +393,26 @@ class CassandraZoneStore:
         read raises, and no pointer is deleted on a guess.
         """
         tr.get_read_version()
-        rows = self._read(self._sel_any_item, (zone.app, zone.tenant), serial=True)
+        rows = self.table.read(self.table.sel_any_item, (zone.app, zone.tenant), serial=True)
         return not rows
 
     def count(self, zone: ZoneId) -> int:
-        rows = self._read(self._sel_count, (zone.app, zone.tenant))
+        rows = self.table.read(self.table.sel_count, (zone.app, zone.tenant))
         return int(rows[0][0]) if rows else 0
 
     def zones(self, page_size: int = 500) -> Iterator[ZoneId]:
         """Every zone (partition) with rows, in token order, read page by page."""
-        bound = self._sel_zones.bind(())
-        bound.consistency_level = self._cl
-        bound.fetch_size = page_size
-        try:
-            for row in self.session.execute(bound, timeout=self.timeout_s):
-                yield ZoneId(row.app, row.tenant)
-        except self._errors as err:
-            raise read_error(err, "zone listing") from err
+        for row in self.table.pages(self.table.sel_zones, (), page_size, "zone listing"):
+            yield ZoneId(row.app, row.tenant)
 
     def items(self, zone: ZoneId, page_size: int = 500) -> Iterator[WorkItem | CorruptItem]:
         """Every item of a zone (leased or not), page by page, in id order."""
-        bound = self._sel_zone_items.bind((zone.app, zone.tenant))
-        bound.consistency_level = self._cl
-        bound.fetch_size = page_size
-        try:
-            for row in self.session.execute(bound, timeout=self.timeout_s):
-                try:
-                    yield self._to_item(zone, row)
-                except CorruptRecord as err:
-                    yield CorruptItem(row.item_id, err.reason)
-        except self._errors as err:
-            raise read_error(err, "item listing") from err
+        params = (zone.app, zone.tenant)
+        for row in self.table.pages(self.table.sel_zone_items, params, page_size, "item listing"):
+            try:
+                yield self.table.to_item(zone, row)
+            except CorruptRecord as err:
+                yield CorruptItem(row.item_id, err.reason)
 
     # --- leases ------------------------------------------------------------------------
 
@@ -654,10 +488,10 @@ class CassandraZoneStore:
             if row is None:
                 # An order entry without its item (completed between the two reads, or a
                 # resurrected entry): deleting it is harmless either way.
-                repairs.append((self._del_order, (*z, priority, vesting, item_id)))
+                repairs.append((self.table.del_order, (*z, priority, vesting, item_id)))
                 continue
             try:
-                item = self._to_item(zone, row)
+                item = self.table.to_item(zone, row)
             except CorruptRecord as err:
                 self._drop_row(zone, row, err.reason)
                 corrupt.append(CorruptItem(item_id, err.reason))
@@ -669,12 +503,12 @@ class CassandraZoneStore:
                 plans.append((plan, kind))
         if repairs:
             try:
-                self._write(repairs)
+                self.table.write(repairs)
             except CassandraError:
                 pass  # the next visit repairs them
         if not plans:
             return [], corrupt
-        outcome = self._cas([s for plan, _ in plans for s in plan.statements])
+        outcome = self.table.cas([s for plan, _ in plans for s in plan.statements])
         taken: list[WorkItem] = []
         for plan, kind in plans:
             if outcome:
@@ -704,7 +538,7 @@ class CassandraZoneStore:
         """Retry one item of a refused (or unknown) batch. Returns (result, taken)."""
         item_id = plan.item.item_id
         try:
-            current = self._read_one(zone, item_id, serial=True)
+            current = self.table.read_one(zone, item_id, serial=True)
         except CassandraError:
             return None, False  # a lease we may hold expires on its own
         if kind in ("lease", "expired") and plan.applied(current):
@@ -828,7 +662,7 @@ class CassandraZoneStore:
             row = rows.get(item_id)
             try:
                 item = self._check_holder(
-                    None if row is None else self._to_item(zone, row), item_id, lease_id
+                    None if row is None else self.table.to_item(zone, row), item_id, lease_id
                 )
             except (ItemNotFound, LeaseLost, CorruptRecord) as err:
                 out.append(err)
@@ -837,7 +671,7 @@ class CassandraZoneStore:
             out.append(None)
         if not plans:
             return out
-        if self._cas([s for p in plans for s in p.statements]):
+        if self.table.cas([s for p in plans for s in p.statements]):
             return out
         for n, (item_id, lease_id) in enumerate(leased):
             if out[n] is not None:
@@ -847,7 +681,7 @@ class CassandraZoneStore:
             except ItemNotFound:
                 out[n] = None  # our refused-or-unknown batch may have deleted it
                 try:
-                    if self._read_one(zone, item_id, serial=True) is not None:
+                    if self.table.read_one(zone, item_id, serial=True) is not None:
                         out[n] = LeaseLost(item_id)
                 except CassandraError as err:
                     out[n] = err
@@ -875,9 +709,9 @@ class CassandraZoneStore:
         with its order entry."""
         z = (zone.app, zone.tenant)
         statements: list[tuple[Any, tuple[Any, ...]]] = [
-            (self._del_item, (*z, row.item_id)),
+            (self.table.del_item, (*z, row.item_id)),
             (
-                self._ins_dead,
+                self.table.ins_dead,
                 (
                     *z,
                     row.item_id,
@@ -888,22 +722,24 @@ class CassandraZoneStore:
             ),
         ]
         if row.priority is not None and row.vesting_ms is not None:
-            statements.append((self._del_order, (*z, row.priority, row.vesting_ms, row.item_id)))
+            statements.append(
+                (self.table.del_order, (*z, row.priority, row.vesting_ms, row.item_id))
+            )
         try:
-            self._write(statements)
+            self.table.write(statements)
         except CassandraError as err:
             log.warning("could not dead-letter corrupt item %s in %s: %s", row.item_id, zone, err)
 
     def drop_corrupt(self, zone: ZoneId, item_id: str) -> None:
-        rows = self._read(self._sel_item, (zone.app, zone.tenant, item_id))
+        rows = self.table.read(self.table.sel_item, (zone.app, zone.tenant, item_id))
         if rows:
             self._drop_row(zone, rows[0], "corrupt record")
 
     def dead_letters(self, zone: ZoneId) -> list[DeadLetter]:
         out = []
-        for row in self._read(self._sel_dead, (zone.app, zone.tenant)):
+        for row in self.table.read(self.table.sel_dead, (zone.app, zone.tenant)):
             try:
-                item: WorkItem | None = self._to_item(zone, row)
+                item: WorkItem | None = self.table.to_item(zone, row)
             except CorruptRecord:
                 item = None
             raw = encode_item(item) if item is not None else b""
@@ -913,7 +749,7 @@ class CassandraZoneStore:
         return out
 
     def purge_dead_letter(self, zone: ZoneId, item_id: str) -> None:
-        self._write([(self._del_dead, (zone.app, zone.tenant, item_id))])
+        self.table.write([(self.table.del_dead, (zone.app, zone.tenant, item_id))])
 
 
 def _check_duration(lease_ms: int) -> None:

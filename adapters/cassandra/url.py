@@ -53,6 +53,31 @@ def _ident(url: str, what: str, value: str) -> str:
     return value
 
 
+def _contact_point(url: str, spec: str) -> tuple[str, int | None]:
+    """``host``, ``host:port``, ``[v6]`` or ``[v6]:port``; a bare IPv6 address without
+    brackets is taken whole (its colons are not a port)."""
+    if spec.startswith("["):
+        host, bracket, rest = spec[1:].partition("]")
+        if not bracket or not host:
+            raise InvalidStoreURL(url, f"bad contact point {spec!r}")
+        if not rest:
+            return host, None
+        if not rest.startswith(":"):
+            raise InvalidStoreURL(url, f"bad contact point {spec!r}")
+        port_text = rest[1:]
+    elif spec.count(":") == 1:
+        host, _, port_text = spec.partition(":")
+    else:
+        return spec, None
+    try:
+        port = int(port_text)
+    except ValueError as err:
+        raise InvalidStoreURL(url, f"bad port {port_text!r}") from err
+    if not 0 < port < 65536:
+        raise InvalidStoreURL(url, f"port {port} out of range")
+    return host, port
+
+
 def parse_cassandra_url(url: str) -> CassandraURL:
     """Parse ``cassandra://h1[:port],h2[:port]/keyspace?consistency=..&serial_consistency=..
     &local_dc=..&timeout=..&connect_timeout=..&protocol_version=..&table=..``."""
@@ -63,20 +88,21 @@ def parse_cassandra_url(url: str) -> CassandraURL:
     if parts.scheme.lower() != "cassandra":
         raise InvalidStoreURL(url, "expected the cassandra:// scheme")
     hosts: list[str] = []
-    port = 9042
+    ports: set[int] = set()
     for spec in parts.netloc.split(","):
         spec = spec.strip()
         if not spec:
             continue
-        host, sep, port_text = spec.rpartition(":") if spec.count(":") == 1 else (spec, "", "")
-        if sep:
-            try:
-                port = int(port_text)
-            except ValueError as err:
-                raise InvalidStoreURL(url, f"bad port {port_text!r}") from err
+        host, port = _contact_point(url, spec)
         hosts.append(host)
+        if port is not None:
+            ports.add(port)
     if not hosts:
         raise InvalidStoreURL(url, "no contact points (cassandra://host1,host2:9042/keyspace)")
+    if len(ports) > 1:
+        # The driver takes one port for every contact point.
+        raise InvalidStoreURL(url, f"contact points name different ports {sorted(ports)}")
+    port = ports.pop() if ports else 9042
     keyspace = _ident(url, "keyspace", parts.path.strip("/"))
     options: dict[str, object] = {}
     for name, raw in parse_qsl(parts.query, keep_blank_values=True):
