@@ -15,6 +15,7 @@ from quick_core.errors import ConfigurationError, InvalidArgument, ItemNotFound
 from quick_core.kv import KVTransaction
 from quick_core.records import ZoneId
 from quick_core.tenant_move import move_tenant
+from tests.unit.helpers import count_range_rows
 
 Z = ZoneId("app", "t1")
 
@@ -143,22 +144,7 @@ def test_peek_cost_stays_proportional_with_fifo_items(q: Quick) -> None:
     for _ in range(200):
         enqueue(q, delay=3600)
     q.enqueue_many("job", range(200), app=Z.app, tenant=Z.tenant, fifo=True)
-    reads: list[int] = []
-    real = q.kv.create_transaction
-
-    def counting() -> KVTransaction:
-        tr = real()
-        orig = tr.get_range
-
-        def get_range(*a: object, **k: object) -> list[tuple[bytes, bytes]]:
-            rows = orig(*a, **k)  # type: ignore[arg-type]
-            reads.append(len(rows))
-            return rows
-
-        tr.get_range = get_range  # type: ignore[method-assign]
-        return tr
-
-    q.kv.create_transaction = counting  # type: ignore[method-assign]
+    reads = count_range_rows(q)
     assert len(q.zones.peek(Z, 10)) == 10
     # probe + the (empty) vested range + 10 FIFO entries; the 200 delayed items unread.
     assert sum(reads) <= 12, reads

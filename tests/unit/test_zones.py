@@ -13,8 +13,8 @@ from quick_core.errors import (
     LeaseLost,
     PayloadTooLarge,
 )
-from quick_core.kv import KVTransaction
 from quick_core.records import ZoneId
+from tests.unit.helpers import count_range_rows
 
 Z = ZoneId("app", "t1")
 
@@ -155,22 +155,7 @@ def test_peek_cost_does_not_grow_with_delayed_items(q: Quick) -> None:
         enqueue(q, delay=3600)
     ready = enqueue(q)
 
-    reads: list[int] = []
-    real = q.kv.create_transaction
-
-    def counting() -> KVTransaction:
-        tr = real()
-        orig = tr.get_range
-
-        def get_range(*a: object, **k: object) -> list[tuple[bytes, bytes]]:
-            rows = orig(*a, **k)  # type: ignore[arg-type]
-            reads.append(len(rows))
-            return rows
-
-        tr.get_range = get_range  # type: ignore[method-assign]
-        return tr
-
-    q.kv.create_transaction = counting  # type: ignore[method-assign]
+    reads = count_range_rows(q)
     assert [i.item_id for i in q.zones.peek(Z, 10)] == [ready]
     assert sum(reads) <= 4, reads
 
