@@ -16,7 +16,7 @@ import random
 import signal
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from concurrent.futures import Future
@@ -721,43 +721,55 @@ class Consumer:
             self._threads.append(t)
 
     def _scanner_loop(self) -> None:
-        """Algorithm 1 on a thread. Pipelined (the default): whenever a manager is free it
-        scans again and hands it pointers not already being visited, instead of waiting
-        for the slowest visit of the last scan. Otherwise each scan waits for all of the
-        last one's visits. A pass whose visits all took nothing (empty or throttled
-        zones) sleeps ``idle_sleep_s``, so such zones are not polled hot."""
+        """Algorithm 1 on a thread. Pipelined (the default): the pointers a scan selects
+        wait in a local queue and go to managers as they free up, and the next scan
+        comes when that queue is empty (or its pointers are ``idle_sleep_s`` x 10 old),
+        so no visit waits for the slowest visit of the last scan. Otherwise each scan
+        waits for all of the last one's visits. A pass whose visits all took nothing
+        (empty or throttled zones) sleeps ``idle_sleep_s``, so such zones are not polled
+        hot."""
+        cfg = self.config
         next_election = 0.0
         managers = self._managers
         assert managers is not None
         visiting: dict[Future[int], tuple[str, int, str]] = {}
+        selected: deque[PointerRef] = deque()
+        selected_at = 0.0
         while not self._stopping.is_set():
             mono = time.monotonic()
             if mono >= next_election:
                 self.refresh_election()
-                next_election = mono + self.config.election_ttl_s / 3
+                next_election = mono + cfg.election_ttl_s / 3
             finished = [f for f in visiting if f.done()]
             for f in finished:
                 del visiting[f]
             took = [f.result() for f in finished if f.exception() is None]
-            if finished and not visiting and not any(took):
-                self._stopping.wait(self.config.idle_sleep_s)
+            if finished and not visiting and not selected and not any(took):
+                self._stopping.wait(cfg.idle_sleep_s)
                 continue
-            refs: list[PointerRef] = []
-            if visiting and not self.config.pipelined_scans:
+            if visiting and not cfg.pipelined_scans:
                 futures.wait(visiting, return_when=futures.ALL_COMPLETED)
                 continue
-            free = self.config.managers - len(visiting)
+            free = cfg.managers - len(visiting)
+            submitted = 0
             if free > 0 and self.capacity() > 0:
+                if not selected or mono - selected_at > cfg.idle_sleep_s * 10:
+                    selected = deque(self.scan_once())
+                    selected_at = time.monotonic()
                 busy = set(visiting.values())
-                refs = [r for r in self.scan_once() if _visit_key(r) not in busy][:free]
-            for ref in refs:
-                visiting[managers.submit(self._visit_and_dispatch, ref)] = _visit_key(ref)
+                while selected and submitted < free:
+                    ref = selected.popleft()
+                    if _visit_key(ref) in busy:
+                        continue
+                    busy.add(_visit_key(ref))
+                    visiting[managers.submit(self._visit_and_dispatch, ref)] = _visit_key(ref)
+                    submitted += 1
             if not visiting:
-                self._stopping.wait(self.config.idle_sleep_s)
-            elif len(refs) < free or free <= 0:
-                # Every vested pointer is taken or being visited: scan again when a
+                self._stopping.wait(cfg.idle_sleep_s)
+            elif free <= 0 or not selected:
+                # Managers all busy, or every selected pointer handed out: go on when a
                 # manager frees up (or after the idle sleep), not at once.
-                futures.wait(visiting, self.config.idle_sleep_s, futures.FIRST_COMPLETED)
+                futures.wait(visiting, cfg.idle_sleep_s, futures.FIRST_COMPLETED)
 
     def _visit_and_dispatch(self, ref: PointerRef) -> int:
         assert self._workers is not None
