@@ -32,7 +32,7 @@ from quick_core.client import Quick
 from quick_core.clock import ManualClock, now_ms
 from quick_core.consumer import Consumer, ConsumerConfig, Work
 from quick_core.election import LocalElection
-from quick_core.errors import ItemNotFound, Nack, PermanentError, TransientError
+from quick_core.errors import CorruptRecord, ItemNotFound, Nack, PermanentError, TransientError
 from quick_core.kv import KVError, KVTransaction, pack_i64, unpack_i64
 from quick_core.records import ZoneId, decode_pointer
 from quick_core.registry import JobContext, RetryPolicy
@@ -224,6 +224,7 @@ class Simulation:
         if config.zone_store is not None:
             self.q.zones = config.zone_store(self.q)
         self.keys = self.q.keys
+        self._watch_fifo_order(self.q.zones)
         self.election = LocalElection(self.clock)
         retry = RetryPolicy(max_attempts=3, backoff_base_s=0.2, backoff_cap_s=2.0)
         self.q.job(PLAIN, retry=retry)(self._handle_plain)
@@ -297,6 +298,70 @@ class Simulation:
             sc = ready[self.rng.randrange(len(ready))]
             text = self._consumer_step(kind, sc)
         self._log(f"  nested {text}")
+
+    # --- FIFO order ---------------------------------------------------------------------
+
+    def _watch_fifo_order(self, zones: Any) -> None:
+        """Check every dequeue against commit order: it hands out its never-leased FIFO
+        items of one priority in commit order, and leaves no older never-leased FIFO item
+        of their zone and priority behind, unless the consumer refused that one (its job
+        type at its concurrency cap)."""
+        real = zones.dequeue
+
+        def dequeue(
+            zone: ZoneId, max_items: int, lease_ms: int, **options: Any
+        ) -> tuple[list[Any], list[Any]]:
+            refused: set[str] = set()
+            accept = options.get("accept")
+
+            def noting(item: Any) -> bool:
+                ok = accept is None or bool(accept(item))
+                if not ok:
+                    refused.add(item.item_id)
+                return ok
+
+            before = self._fifo_items(zone)
+            items, corrupt = real(zone, max_items, lease_ms, **{**options, "accept": noting})
+            taken = [i.item_id for i in items if i.item_id in before]
+            last: dict[int, tuple[bytes, int]] = {}
+            for item_id in taken:  # a batch hands its FIFO items out in commit order
+                priority, order = before[item_id]
+                if priority in last and order < last[priority]:
+                    self._violate("fifo_order", f"{zone}: {item_id} handed out after a newer item")
+                last[priority] = order
+            if taken:
+                after = self._fifo_items(zone)
+                for item_id in taken:
+                    priority, order = before[item_id]
+                    for other, (other_priority, other_order) in after.items():
+                        older = other_priority == priority and other_order < order
+                        if older and other not in refused:
+                            self._violate(
+                                "fifo_order",
+                                f"{zone}: {item_id} leased while older {other} waits",
+                                about=other,
+                            )
+            return items, corrupt
+
+        zones.dequeue = dequeue
+
+    def _fifo_items(self, zone: ZoneId) -> dict[str, tuple[int, tuple[bytes, int]]]:
+        """Never-leased FIFO items of ``zone`` now: id -> (priority, commit order)."""
+        from quick_core.records import decode_item
+
+        prefix = self.keys.zone_prefix(zone)
+        tr = self.store.create_transaction()
+        out: dict[str, tuple[int, tuple[bytes, int]]] = {}
+        for key, raw in tr.get_range(*self.keys.items_range(zone), snapshot=True):
+            if len(fdbtuple.unpack(key[len(prefix) :])) != 2:
+                continue  # a payload chunk
+            try:
+                item = decode_item(key, raw)
+            except CorruptRecord:
+                continue
+            if item.commit_order is not None:
+                out[item.item_id] = (item.priority, item.commit_order)
+        return out
 
     # --- bookkeeping ---------------------------------------------------------------------
 

@@ -107,6 +107,18 @@ class EagerGcZoneStore(KVZoneStore):
         return True
 
 
+class NewestFirstZoneStore(KVZoneStore):
+    """Hands out FIFO items newest commit first: breaks commit order."""
+
+    def _vested_entries(
+        self, tr: KVTransaction, zone: ZoneId, max_items: int, now: int, *, snapshot: bool
+    ) -> list[tuple[bytes, str]]:
+        entries = super()._vested_entries(tr, zone, max_items, now, snapshot=snapshot)
+        fifo = [e for e in entries if self.keys.unpack_order_key(zone, e[0])[1] is None]
+        rest = [e for e in entries if e not in fifo]
+        return rest + fifo[::-1]
+
+
 def _mutant(cls: type[KVZoneStore]) -> Any:
     def make(q: Quick) -> KVZoneStore:
         return cls(q.kv, q.toplevel, keys=q.keys, clock=q.clock)
@@ -124,6 +136,11 @@ def test_checker_catches_zone_without_pointer() -> None:
     r = run_seed(7, 1500, 0.01, check_every=5, zone_store=_mutant(EagerGcZoneStore))
     kinds = {v.kind for v in r.violations}
     assert "zone_without_pointer" in kinds, kinds
+
+
+def test_checker_catches_fifo_items_out_of_commit_order() -> None:
+    r = run_seed(7, 1500, 0.01, zone_store=_mutant(NewestFirstZoneStore))
+    assert any(v.kind == "fifo_order" for v in r.violations), r.violations[:3]
 
 
 def test_cli_reports_replay_command(capsys: pytest.CaptureFixture[str]) -> None:
