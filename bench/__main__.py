@@ -19,18 +19,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT, log, machine
+from bench.common import ROOT, fdb_available, log, machine
 
-SECTIONS = ("core", "scale", "paper", "peers")
+SECTIONS = ("core", "scale", "paper", "peers", "fdb")
 
 
 def _backends() -> list[str]:
     try:
-        import backends.sqlite  # noqa: F401
+        import quickzones.backends.sqlite  # noqa: F401
 
         return ["memory", "sqlite"]
     except ImportError:
-        log("backends.sqlite not importable: memory:// only")
+        log("quickzones.backends.sqlite not importable: memory:// only")
         return ["memory"]
 
 
@@ -42,6 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--only", choices=SECTIONS, action="append", help="run only these sections")
     ap.add_argument("--out", default=None, help="results folder (default bench/results/<ts>)")
+    ap.add_argument(
+        "--backends",
+        default=None,
+        help="comma-separated subset of memory,sqlite,fdb (default: all available)",
+    )
     ap.add_argument(
         "--report-only", default=None, metavar="DIR", help="rebuild report.md from DIR's JSON"
     )
@@ -57,12 +62,22 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM becomes SystemExit so context managers stop the servers we started.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     backends = _backends()
+    # fdb:// (a real FoundationDB, started by the run) joins the sections that measure the
+    # store: core throughput and the paper's experiments; scale and peers stay as they were.
+    with_fdb = [*backends, "fdb"] if fdb_available() else backends
+    if "fdb" not in with_fdb:
+        log("no FoundationDB (FDB_BIN_DIR, ../shared/fdb, FDB_CLUSTER_FILE): no fdb:// numbers")
+    if args.backends:
+        wanted = args.backends.split(",")
+        backends = [b for b in backends if b in wanted]
+        with_fdb = [b for b in with_fdb if b in wanted]
     meta: dict[str, Any] = {
         "machine": machine(),
         "command": "python -m bench " + shlex.join(sys.argv[1:] if argv is None else argv),
         "runs": runs,
         "quick": args.quick,
         "backends": backends,
+        "fdb": "fdb" in with_fdb,
         "started": stamp,
         "durations_s": {},
         # The machine may be shared with other work: the load average is recorded around
@@ -78,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == "core":
             from bench import core_throughput
 
-            results[name] = core_throughput.run(backends, runs, args.quick)
+            results[name] = core_throughput.run(with_fdb, runs, args.quick)
         elif name == "scale":
             from bench import core_scale
 
@@ -86,11 +101,17 @@ def main(argv: list[str] | None = None) -> int:
         elif name == "paper":
             from bench import paper
 
-            results[name] = paper.run(backends, runs, args.quick)
+            results[name] = paper.run(with_fdb, runs, args.quick)
         elif name == "peers":
             from bench import peers_run
 
             results[name] = peers_run.run(runs, args.quick, backends)
+        elif name == "fdb":
+            if "fdb" not in with_fdb:
+                continue
+            from bench import fdb_engine
+
+            results[name] = fdb_engine.run(runs, args.quick, out)
         meta["durations_s"][name] = round(time.time() - t0, 1)
         meta["loadavg"][name] = [round(load_before[0], 1), round(os.getloadavg()[0], 1)]
         (out / f"{name}.json").write_text(json.dumps(results[name], indent=1, default=str))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from quick_core.demo import percentile  # the demo's nearest-rank percentile, shared
+from quickzones.demo import percentile  # the demo's nearest-rank percentile, shared
 
 ROOT = Path(__file__).resolve().parent
 REPO = ROOT.parent
@@ -46,13 +45,6 @@ def latency_summary(values_ms: list[float]) -> dict[str, float]:
         "p999": percentile(values_ms, 99.9),
         "max": max(values_ms) if values_ms else float("nan"),
     }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def machine() -> dict[str, Any]:
@@ -156,3 +148,33 @@ def last_start(path: Path) -> float:
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --- FoundationDB -----------------------------------------------------------------------
+
+_fdb_roots = 0
+
+
+def fdb_available() -> bool:
+    """True when a FoundationDB cluster can be had (quickzones.provision: FDB_CLUSTER_FILE,
+    an fdbserver from FDB_BIN_DIR or ../shared/fdb or PATH, or Docker)."""
+    try:
+        from quickzones.provision import fdb_source
+
+        return fdb_source() is not None
+    except Exception:  # a broken FDB_BIN_DIR and the like: no fdb:// numbers, say so
+        return False
+
+
+def fdb_url(tag: str) -> str:
+    """An ``fdb://`` URL with a fresh key prefix on the bench run's one cluster (a local
+    ``fdbserver``, ``single memory``, started on first use and killed at exit)."""
+    global _fdb_roots
+    from urllib.parse import quote
+
+    from quickzones.provision import shared_fdb_cluster_file
+
+    cluster = shared_fdb_cluster_file()
+    _fdb_roots += 1
+    root = f"bench-{os.getpid()}-{_fdb_roots}-{tag}/"
+    return f"fdb://{quote(str(cluster))}?root={quote(root)}"

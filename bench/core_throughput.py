@@ -5,7 +5,8 @@
 * drain: a pre-filled queue (``tenants`` zones) consumed by one consumer;
 * end to end: a consumer running while a producer enqueues (enqueue_many, batches of 100);
   the rate is items / (last completion - first enqueue). On memory:// producer and consumer
-  share the process (the store is in-process); on sqlite:// the consumer is its own process.
+  share the process (the store is in-process); on sqlite:// and fdb:// the consumer is its
+  own process.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, log, summary
+from bench.common import REPO, fdb_url, log, summary
 from bench.quickrun import NOOP, config_to_json, open_quick, throughput_config, wait_completed
 
 # Each function returns (items/s, CPU µs per item). The machine may be shared (other
@@ -32,6 +33,8 @@ BATCH = 100
 
 
 def _url(backend: str, tmp: str) -> str:
+    if backend == "fdb":
+        return fdb_url("core")
     return "memory://" if backend == "memory" else f"sqlite:///{tmp}/q.db"
 
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, latency_summary, log, read_records
+from bench.common import REPO, fdb_url, latency_summary, log, read_records
 from bench.quickrun import JOB, config_to_json, open_quick
-from quick_core.consumer import ConsumerConfig
+from quickzones.consumer import ConsumerConfig
 
 WORK_MS = 50.0
 ALPHA = math.log(5, 4)  # Pareto shape of the 80/20 rule
@@ -183,6 +183,8 @@ def _backlog(url: str, tenants: int, per: int) -> None:
 
 
 def _url(backend: str, tmp: str, tag: str) -> str:
+    if backend == "fdb":
+        return fdb_url(tag)
     return "memory://" if backend == "memory" else f"sqlite:///{tmp}/{tag}.db"
 
 

@@ -17,8 +17,8 @@ from dataclasses import asdict
 from typing import Any
 
 from bench.common import record_start
-from quick_core.client import Quick
-from quick_core.consumer import Consumer, ConsumerConfig
+from quickzones.client import Quick
+from quickzones.consumer import Consumer, ConsumerConfig
 
 JOB = "bench"
 NOOP = "noop"

@@ -57,10 +57,11 @@ def _core(r: dict[str, Any], out: Path, lines: list[str], targets: list[str]) ->
         "target (end to end) |",
         "|---|---|---|---|---|---|",
     ]
-    tgt = {"memory": 6000, "sqlite": 3000}
+    # fdb://: the issue-14 target, the fastest Python peer on this machine (Huey/SQLite).
+    tgt = {"memory": 6000, "sqlite": 3000, "fdb": 2000}
     fig, ax = plt.subplots(figsize=(5.5, 3))
     names = ["enqueue_single", "enqueue_many", "drain", "end_to_end"]
-    for i, b in enumerate(k for k in ("memory", "sqlite") if k in r):
+    for i, b in enumerate(k for k in ("memory", "sqlite", "fdb") if k in r):
         x = r[b]
         e2e = x["end_to_end"]["median"]
         lines.append(
@@ -76,11 +77,11 @@ def _core(r: dict[str, Any], out: Path, lines: list[str], targets: list[str]) ->
             [m - x[n]["min"] for m, n in zip(meds, names, strict=True)],
             [x[n]["max"] - m for m, n in zip(meds, names, strict=True)],
         ]
-        ax.bar([j + i * 0.4 for j in range(4)], meds, 0.4, yerr=errs, label=b)
+        ax.bar([j + i * 0.27 for j in range(4)], meds, 0.27, yerr=errs, label=b)
     for b, t in tgt.items():
         if b in r:
-            ax.axhline(t, ls="--", lw=0.8, color="C0" if b == "memory" else "C1")
-    ax.set_xticks([j + 0.2 for j in range(4)], ["enqueue", "enqueue_many", "drain", "e2e"])
+            ax.axhline(t, ls="--", lw=0.8, color={"memory": "C0", "sqlite": "C1"}.get(b, "C2"))
+    ax.set_xticks([j + 0.27 for j in range(4)], ["enqueue", "enqueue_many", "drain", "e2e"])
     ax.set_ylabel("items/s")
     ax.legend()
     lines += [
@@ -93,7 +94,7 @@ def _core(r: dict[str, Any], out: Path, lines: list[str], targets: list[str]) ->
         "end-to-end ceiling at 1 core |",
         "|---|---|---|---|---|---|",
     ]
-    for b in (k for k in ("memory", "sqlite") if k in r):
+    for b in (k for k in ("memory", "sqlite", "fdb") if k in r):
         x = r[b]
         if "end_to_end_cpu_us" not in x:
             continue
@@ -206,7 +207,7 @@ def _paper(r: dict[str, Any], out: Path, lines: list[str]) -> None:
         "|---|---|---|---|",
     ]
     fig, ax = plt.subplots(figsize=(4.5, 3))
-    for b in ("memory", "sqlite"):
+    for b in ("memory", "sqlite", "fdb"):
         if b not in r:
             continue
         rows = r[b]["a"]
@@ -234,7 +235,7 @@ def _paper(r: dict[str, Any], out: Path, lines: list[str]) -> None:
         "|---|---|---|---|---|---|---|",
     ]
     fig, ax = plt.subplots(figsize=(5, 3))
-    for b in ("memory", "sqlite"):
+    for b in ("memory", "sqlite", "fdb"):
         if b not in r:
             continue
         for row in r[b]["b"]:
@@ -272,7 +273,7 @@ def _paper(r: dict[str, Any], out: Path, lines: list[str]) -> None:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     fig, ax = plt.subplots(figsize=(4.5, 3))
-    for b in ("memory", "sqlite"):
+    for b in ("memory", "sqlite", "fdb"):
         if b not in r:
             continue
         rows = r[b]["c"]
@@ -400,6 +401,37 @@ def _peers(r: dict[str, Any], out: Path, lines: list[str], targets: list[str]) -
     lines += ["", f"![peers]({_save(fig, out, 'peers.png')})", ""]
 
 
+def _fdb(r: dict[str, Any], lines: list[str]) -> None:
+    lines += [
+        "## FoundationDB 7.3 (fdb://, one local fdbserver, `single memory`)",
+        "",
+        f"Commit latency over {r['n_latency']} transactions, ms (nearest rank):",
+        "",
+        "| backend | what | p50 | p99 | p99.9 | max |",
+        "|---|---|---|---|---|---|",
+    ]
+    for b in ("sqlite", "fdb"):
+        for what, key in (("one-key write", "one_key_ms"), ("enqueue", "enqueue_ms")):
+            x = r[f"latency_{b}"][key]
+            lines.append(
+                f"| {b} | {what} | {_f(x['p50'], 2)} | {_f(x['p99'], 2)} | "
+                f"{_f(x['p999'], 2)} | {_f(x['max'], 2)} |"
+            )
+    lines += [
+        "",
+        f"Drain of {r['n_drain']:,} no-op items by an in-process consumer (4 workers, visits "
+        "of 10 items), items/s, median (min-max):",
+        "",
+        "| backend | 1 tenant | 50 tenants |",
+        "|---|---|---|",
+    ]
+    for b in ("sqlite", "fdb"):
+        lines.append(
+            f"| {b} | {_spread(r[f'drain_{b}_1'])} | {_spread(r[f'drain_{b}_50'])} |"
+        )
+    lines += ["", "Profile of the fdb:// drain (all consumer threads): `fdb_profile.txt`.", ""]
+
+
 def write(out: Path, meta: dict[str, Any], results: dict[str, Any], analysis: str = "") -> str:
     m = meta["machine"]
     lines = [
@@ -433,6 +465,8 @@ def write(out: Path, meta: dict[str, Any], results: dict[str, Any], analysis: st
         _paper(results["paper"], out, body)
     if "peers" in results:
         _peers(results["peers"], out, body, targets)
+    if "fdb" in results:
+        _fdb(results["fdb"], body)
     if targets:
         lines += [
             "## Targets",

@@ -1,4 +1,5 @@
-"""Private Redis and PostgreSQL servers on 127.0.0.1, always stopped on exit.
+"""Private Redis and PostgreSQL servers on 127.0.0.1, always stopped on exit (and killed
+with this process).
 
 Both are context managers; a failure inside the ``with`` body still stops the server, and
 ``atexit`` plus a SIGTERM handler in ``__main__`` cover an interrupted run.
@@ -17,7 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench.common import free_port, log
+from bench.common import log
+from quickzones.provision import RedisServer, die_with_parent, free_port
 
 _STARTED: list[subprocess.Popen[bytes]] = []
 
@@ -37,47 +39,11 @@ atexit.register(_stop_all)
 
 @contextmanager
 def redis_server() -> Iterator[str]:
-    """A throwaway redis-server (no persistence, so fsync never enters a measurement)."""
-    port = free_port()
-    tmp = tempfile.mkdtemp(prefix="bench-redis-")
-    proc = subprocess.Popen(
-        [
-            "/usr/bin/redis-server",
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            tmp,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    _STARTED.append(proc)
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        import redis
-
-        client = redis.Redis.from_url(url)
-        for _ in range(200):
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        log(f"redis on {url}")
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
+    """A throwaway redis-server (no persistence, so fsync never enters a measurement): the
+    test suites' own (quickzones.provision), which also dies with this process."""
+    with RedisServer() as server:
+        log(f"redis on {server.url}")
+        yield server.url
 
 
 def _pg_bin(name: str) -> str:
@@ -126,6 +92,7 @@ def postgres_server() -> Iterator[str]:
             ],
             stdout=subprocess.DEVNULL,
             stderr=pglog,
+            preexec_fn=die_with_parent,
         )
     _STARTED.append(proc)
     dsn = f"postgresql://bench@127.0.0.1:{port}/postgres"

@@ -32,16 +32,13 @@ from typing import Any
 import pytest
 
 from integration.cassandra_local import CassandraUnavailable, LocalCassandra
+from quickzones.provision import in_ci
 
 READY_TIMEOUT = float(os.environ.get("QUICK_CASSANDRA_READY_TIMEOUT", "180"))
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
-
-
 def _unavailable(reason: str) -> None:
-    if _in_ci():
+    if in_ci():
         pytest.fail(f"Cassandra unavailable in CI: {reason}", pytrace=False)
     pytest.skip(f"Cassandra unavailable: {reason}")
 
@@ -55,7 +52,7 @@ def cassandra_node() -> Iterator[LocalCassandra]:
     try:
         node.ensure_jars()
     except CassandraUnavailable as exc:  # e.g. Maven Central unreachable
-        _unavailable(str(exc))
+        _unavailable(exc.reason)
     try:
         node.start()
         node.wait_ready(READY_TIMEOUT)

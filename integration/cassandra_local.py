@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import hashlib
 import importlib.util
 import logging
@@ -40,6 +39,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
+
+from quickzones.provision import (
+    ServiceUnavailable,
+    answers,
+    die_with_parent,
+    docker_available,
+    free_port,
+    parse_contact_points,
+)
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +125,11 @@ SYSTEM_PROPERTIES: Mapping[str, str] = {
 }
 
 
-class CassandraUnavailable(RuntimeError):
+class CassandraUnavailable(ServiceUnavailable):
     """The node cannot be provided at all here (no java/mvn, jars unresolvable)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("cassandra", reason)
 
 
 class CassandraStartError(RuntimeError):
@@ -127,52 +138,6 @@ class CassandraStartError(RuntimeError):
 
 # --------------------------------------------------------------------------------------------
 # helpers
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free on ``host`` a moment ago (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def _port_open(host: str, port: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def docker_available(timeout: float = 10.0) -> bool:
-    """True when a Docker engine answers and testcontainers can drive it."""
-    if importlib.util.find_spec("testcontainers") is None or shutil.which("docker") is None:
-        return False
-    try:
-        done = subprocess.run(["docker", "info"], capture_output=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
-
-
-def parse_contact_points(spec: str, default_port: int = 9042) -> tuple[list[str], int]:
-    """``"h1,h2:9142"`` -> (["h1", "h2"], 9142). The driver takes one port for all hosts,
-    so the first explicit ``:port`` wins."""
-    hosts: list[str] = []
-    port: int | None = None
-    for raw in spec.split(","):
-        item = raw.strip()
-        if not item:
-            continue
-        host, sep, port_s = item.rpartition(":")
-        if sep and port_s.isdigit() and "]" not in port_s:
-            hosts.append(host.strip("[]"))
-            port = port if port is not None else int(port_s)
-        else:
-            hosts.append(item.strip("[]"))
-    if not hosts:
-        raise ValueError(f"no hosts in CASSANDRA_CONTACT_POINTS={spec!r}")
-    return hosts, port if port is not None else default_port
 
 
 def _pom_digest(home: Path) -> str:
@@ -230,18 +195,6 @@ def ensure_jars(home: Path = CASSANDRA_HOME, *, mvn: str | None = None) -> Path:
         shutil.move(scratch, lib)
         log.info("resolved Cassandra jars into %s in %.1fs", lib, time.monotonic() - started)
     return lib
-
-
-def _die_with_parent() -> None:
-    """preexec_fn: SIGKILL the JVM if the Python process that started it dies.
-
-    Without this a pytest run killed with SIGKILL (CI timeout, OOM killer) leaves a JVM
-    holding ~1 GiB and its ports. Linux only; silently a no-op elsewhere.
-    """
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -662,7 +615,7 @@ class LocalCassandra:
                 # Own session/process group: a Ctrl-C in the terminal does not hit the JVM
                 # mid-test, and stop() can signal the group without touching pytest.
                 start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                preexec_fn=die_with_parent,
                 env={**os.environ, "LC_ALL": "C"},
             )
         finally:
@@ -717,7 +670,7 @@ class LocalCassandra:
                     f"Cassandra exited with code {self._proc.returncode} before it was ready\n"
                     + self.log_tail()
                 )
-            if _port_open(host, self._port):
+            if answers(host, self._port):
                 try:
                     self.release_version = probe(host, self._port, 5.0)
                 except Exception as exc:  # not ready yet: the next poll will tell

@@ -1,0 +1,77 @@
+"""quickzones: QuiCK (SIGMOD '21) queue zones in your own transactional store.
+
+The names a user needs are importable from here::
+
+    from quickzones import Quick, ConsumerConfig, RetryPolicy, PermanentError
+
+Everything else lives in the submodules named in ``docs/architecture.md``.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from quickzones.aio import AsyncQuick
+from quickzones.client import Quick
+from quickzones.clock import Clock, ManualClock, SystemClock
+from quickzones.consumer_config import ConsumerConfig
+from quickzones.errors import (
+    ConfigurationError,
+    CorruptRecord,
+    HandlerImportError,
+    InvalidArgument,
+    InvalidStoreURL,
+    ItemNotFound,
+    ItemNotVested,
+    LeaseLost,
+    MissingDependency,
+    Nack,
+    PayloadTooLarge,
+    PermanentError,
+    QuickError,
+    StorageError,
+    TransientError,
+    UnknownJobType,
+    UnsupportedByStore,
+    ZoneLeaseFailed,
+)
+from quickzones.records import Pointer, WorkItem, ZoneId
+from quickzones.registry import JobContext, RetryPolicy
+
+try:
+    __version__ = version("quickzones")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0.0.0+unknown"
+
+__all__ = [
+    "AsyncQuick",
+    "Clock",
+    "ConfigurationError",
+    "ConsumerConfig",
+    "CorruptRecord",
+    "HandlerImportError",
+    "InvalidArgument",
+    "InvalidStoreURL",
+    "ItemNotFound",
+    "ItemNotVested",
+    "JobContext",
+    "LeaseLost",
+    "ManualClock",
+    "MissingDependency",
+    "Nack",
+    "PayloadTooLarge",
+    "PermanentError",
+    "Pointer",
+    "Quick",
+    "QuickError",
+    "RetryPolicy",
+    "StorageError",
+    "SystemClock",
+    "TransientError",
+    "UnknownJobType",
+    "UnsupportedByStore",
+    "WorkItem",
+    "ZoneId",
+    "ZoneLeaseFailed",
+    "__version__",
+]

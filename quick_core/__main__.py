@@ -1,3 +1,3 @@
-from quick_core.cli import main
+from quickzones.cli import main
 
 main()

@@ -7,13 +7,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from quick_core.errors import CorruptRecord, ItemNotFound
-from quick_core.kv import KVTransaction, run, unpack_i64
-from quick_core.records import DeadLetter, ZoneId, decode_dead_letter, decode_item
-from quick_core.zonestore import NewItem
+from quickzones import enqueue as two_part
+from quickzones.errors import CorruptRecord
+from quickzones.kv import KVTransaction, run, unpack_i64
+from quickzones.records import DeadLetter, ZoneId, decode_dead_letter, decode_item
+from quickzones.validation import check_name
 
 if TYPE_CHECKING:
-    from quick_core.client import Quick
+    from quickzones.client import Quick
 
 _PAGE = 1000
 
@@ -38,7 +39,7 @@ class Stats:
     dead_letters: int = 0
 
 
-def _scan(q: Quick, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+def scan_range(q: Quick, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
     """All pairs of a range, page by page, each page its own short snapshot transaction so
     a large store never hits the 5 s transaction lifetime."""
     out: list[tuple[bytes, bytes]] = []
@@ -78,7 +79,7 @@ def stats(q: Quick) -> Stats:
     result = Stats()
     now = int(q.clock.now() * 1000)
     begin, end = q.keys.all_zones_range()
-    for key, value in _scan(q, begin, end):
+    for key, value in scan_range(q, begin, end):
         parts = q.keys.unpack(key)
         if len(parts) != 5 or parts[3] != "i":
             continue  # order entries, counts and payload chunks
@@ -96,7 +97,7 @@ def stats(q: Quick) -> Stats:
         elif item.vesting_ms <= now:
             result.vested += 1
     result.active_zones = sum(q.toplevel.count_pointers(s) for s in range(q.toplevel.shards))
-    result.dead_letters = len(_scan(q, *q.keys.dead_letters_range()))
+    result.dead_letters = len(_letter_rows(q, None, None))
     return result
 
 
@@ -104,52 +105,75 @@ def zone_count(q: Quick, zone: ZoneId) -> int:
     return run(q.kv, lambda tr: unpack_i64(tr.get(q.keys.count_key(zone), snapshot=True)))
 
 
+_Row = tuple[ZoneId, str, bytes, bytes, list[bytes]]
+
+
+def _letter_rows(q: Quick, app: str | None, tenant: str | None) -> list[_Row]:
+    """(zone, item_id, key, record, chunk values) of every dead letter the filters select.
+
+    An app is a key prefix; a tenant alone is not, so it filters the keys scanned."""
+    out: list[_Row] = []
+    for key, value in scan_range(q, *q.keys.dead_letters_range(app)):
+        parts = q.keys.unpack(key)
+        if len(parts) == 5 and out:
+            last = out[-1]
+            if parts[1:4] == (last[0].app, last[0].tenant, last[1]):
+                last[4].append(value)  # a chunk of the record just before it
+            continue
+        if len(parts) != 4:
+            continue  # a chunk whose record is gone (or not selected)
+        zone = ZoneId(str(parts[1]), str(parts[2]))
+        if tenant is not None and zone.tenant != tenant:
+            continue
+        out.append((zone, str(parts[3]), key, value, []))
+    return out
+
+
 def list_dead_letters(
     q: Quick, app: str | None = None, tenant: str | None = None
 ) -> list[DeadLetter]:
+    """Dead letters, of one app, one tenant (in every app) or one zone; each with its whole
+    item. Every filter given filters."""
     out = []
-    for key, value in _scan(q, *q.keys.dead_letters_range(app, tenant)):
-        parts = q.keys.unpack(key)
-        zone = ZoneId(str(parts[1]), str(parts[2]))
-        out.append(decode_dead_letter(key, value, zone, str(parts[3])))
+    for zone, item_id, key, value, chunks in _letter_rows(q, app, tenant):
+        try:
+            out.append(decode_dead_letter(key, value, zone, item_id, chunks or None))
+        except CorruptRecord:
+            # The scan pages are separate snapshots: a letter rewritten between two of
+            # them is read again, whole, in one transaction.
+            again = q.zones.read_dead_letter(zone, item_id, snapshot=True)
+            if again is not None:
+                out.append(again)
     return out
 
 
 def requeue_dead_letter(q: Quick, zone: ZoneId, item_id: str) -> str:
     """Put a dead letter back into its zone with a clean error count, in one transaction
-    with the dead letter's removal; corrupt records cannot be requeued."""
-    key = q.keys.dead_letter_key(zone, item_id)
+    with the dead letter's removal: both happen or neither.
 
-    def move(tr: KVTransaction) -> tuple[str, int, bool]:
-        raw = tr.get(key)
-        if raw is None:
-            raise ItemNotFound(item_id)
-        letter = decode_dead_letter(key, raw, zone, item_id)
-        if letter.item is None:
-            raise CorruptRecord(key, "the dead item's record is corrupt; it cannot be requeued")
-        item = letter.item
-        tr.clear(key)
-        return q.zones.enqueue_in(
-            tr,
-            zone,
-            NewItem(
-                job_type=item.job_type,
-                payload=item.payload,
-                priority=item.priority,
-                item_id=item.item_id,
-                content_type=item.content_type,
-                delivery=item.delivery,
-            ),
-        )
+    :class:`~quickzones.errors.ItemAlreadyQueued` if the zone already holds an item with
+    this id (the dead letter is kept); corrupt records cannot be requeued."""
+    check_name("item_id", item_id)
 
-    new_id, vesting, needs_pull = run(q.kv, move)
-    if needs_pull:
-        q.toplevel.pull_pointer_earlier(zone, vesting)
-    return new_id
+    def move(tr: KVTransaction) -> str:
+        item = q.zones.take_dead_letter(zone, item_id, tr=tr)
+        # The two-part enqueue: part two follows this transaction's commit.
+        return two_part.part_one(tr, q.toplevel, q.zones, zone, item).item_id
+
+    return run(q.kv, move)
 
 
 def purge_dead_letters(q: Quick, app: str | None = None, tenant: str | None = None) -> int:
-    begin, end = q.keys.dead_letters_range(app, tenant)
-    n = len(_scan(q, begin, end))
-    run(q.kv, lambda tr: tr.clear_range(begin, end))
-    return n
+    """Delete exactly the dead letters :func:`list_dead_letters` selects with the same
+    filters (each with its chunks); returns how many. A letter that arrives meanwhile is
+    not touched."""
+    rows = _letter_rows(q, app, tenant)
+    for start in range(0, len(rows), _PAGE):
+        page = rows[start : start + _PAGE]
+
+        def clear(tr: KVTransaction, page: list[_Row] = page) -> None:
+            for zone, item_id, *_ in page:
+                tr.clear_range(*q.keys.dead_letter_range_of(zone, item_id))
+
+        run(q.kv, clear)
+    return len(rows)

@@ -1,8 +1,8 @@
-"""The asyncio API: :class:`AsyncQuick` wraps a :class:`~quick_core.client.Quick`.
+"""The asyncio API: :class:`AsyncQuick` wraps a :class:`~quickzones.client.Quick`.
 
 There is no second implementation of anything here. Every store call runs the threaded
 core on a thread (``asyncio.to_thread``), and the async consumer *is* the threaded
-:class:`~quick_core.consumer.Consumer`: an ``async def`` handler is registered as a plain
+:class:`~quickzones.consumer.Consumer`: an ``async def`` handler is registered as a plain
 handler that, on the worker thread, submits the coroutine to the caller's event loop
 (``asyncio.run_coroutine_threadsafe``) and waits for it. So leases, their extension,
 retries, dead letters, nacks, execution bounds and transactional handlers all behave
@@ -33,17 +33,19 @@ import inspect
 import queue
 import signal
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+import time
+from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from quick_core.client import Quick
-from quick_core.clock import Clock
-from quick_core.consumer import Consumer, ConsumerConfig
-from quick_core.errors import ConfigurationError
-from quick_core.kv import KVTransaction
-from quick_core.records import DeadLetter, WorkItem
-from quick_core.registry import Handler, JobContext
+from quickzones.client import Quick
+from quickzones.clock import Clock
+from quickzones.consumer import Consumer, ConsumerConfig
+from quickzones.errors import ConfigurationError
+from quickzones.kv import KVTransaction
+from quickzones.outcomes import JobStatus, ResultNotAvailable
+from quickzones.records import DeadLetter, WorkItem
+from quickzones.registry import Handler, JobContext
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -62,8 +64,8 @@ class _Caller:
     """A thread blocked on a coroutine; it runs blocking calls the coroutine hands it.
 
     A transactional handler's ``ctx.tr`` and an ``async`` transaction body's ``tr`` belong
-    to this thread (the enqueue bookkeeping of :meth:`Quick.transact` is thread-local), so
-    calls that take that ``tr`` are sent back here rather than to a new thread.
+    to this thread (a KV transaction is not thread-safe), so calls that take that ``tr``
+    are sent back here rather than to a new thread.
     """
 
     def __init__(self) -> None:
@@ -241,6 +243,31 @@ class AsyncConsumer:
         await asyncio.shield(self.stop())
 
 
+def _on_store_thread(
+    method: Callable[Concatenate[Quick, P], T], *, listed: tuple[str, ...] = ()
+) -> Callable[Concatenate[AsyncQuick, P], Coroutine[Any, Any, T]]:
+    """``method`` of :class:`Quick` as a coroutine method of :class:`AsyncQuick`, with the
+    same parameters (one signature to keep, not two), run by :meth:`AsyncQuick.run_sync`.
+    The iterables named in ``listed`` are listed on the loop first: a caller's generator
+    never runs on another thread."""
+    signature = inspect.signature(method)
+
+    async def call(self: AsyncQuick, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        if listed:
+            bound = signature.bind(self.quick, *args, **kwargs)
+            for name in listed:
+                if name in bound.arguments:
+                    bound.arguments[name] = list(bound.arguments[name])
+            return await self.run_sync(method, *bound.args, **bound.kwargs)
+        return await self.run_sync(method, self.quick, *args, **kwargs)
+
+    # Not functools.wraps: its wrapper type is no method to mypy.
+    call.__name__ = call.__qualname__ = method.__name__
+    call.__doc__ = method.__doc__
+    call.__signature__ = signature  # type: ignore[attr-defined]  # help() shows Quick's
+    return call
+
+
 class AsyncQuick:
     """A :class:`Quick` for asyncio code: the same store, registry and clock."""
 
@@ -343,67 +370,14 @@ class AsyncQuick:
 
     # --- enqueue -----------------------------------------------------------------------
 
-    async def enqueue(
-        self,
-        job_type: str,
-        payload: Any = b"",
-        *,
-        app: str,
-        tenant: str,
-        delay: float = 0.0,
-        priority: int = 0,
-        item_id: str | None = None,
-        ttl: float | None = None,
-        tr: KVTransaction | None = None,
-        fifo: bool | None = None,
-    ) -> str:
-        """:meth:`Quick.enqueue`. With ``tr`` (from an async :meth:`transact` body or a
-        transactional handler's ``ctx.tr``) it joins that transaction."""
-        return await self.run_sync(
-            self.quick.enqueue,
-            job_type,
-            payload,
-            app=app,
-            tenant=tenant,
-            delay=delay,
-            priority=priority,
-            item_id=item_id,
-            ttl=ttl,
-            tr=tr,
-            fifo=fifo,
-        )
+    # :meth:`Quick.enqueue`, same parameters. With ``tr`` (from an async :meth:`transact`
+    # body or a transactional handler's ``ctx.tr``) it joins that transaction; it runs on
+    # the thread that owns it.
+    enqueue = _on_store_thread(Quick.enqueue)
 
-    async def enqueue_many(
-        self,
-        job_type: str,
-        payloads: Iterable[Any],
-        *,
-        app: str,
-        tenant: str,
-        delay: float = 0.0,
-        priority: int = 0,
-        fifo: bool | None = None,
-    ) -> list[str]:
-        """:meth:`Quick.enqueue_many`: several items into one zone in one transaction."""
-        items = list(payloads)  # iterate the caller's iterable on the loop, not a thread
-        return await asyncio.to_thread(
-            self.quick.enqueue_many,
-            job_type,
-            items,
-            app=app,
-            tenant=tenant,
-            delay=delay,
-            priority=priority,
-            fifo=fifo,
-        )
-
-    async def enqueue_local(
-        self, job_type: str, payload: Any = b"", *, shard: int = 0, delay: float = 0.0
-    ) -> str:
-        """:meth:`Quick.enqueue_local`."""
-        return await asyncio.to_thread(
-            self.quick.enqueue_local, job_type, payload, shard=shard, delay=delay
-        )
+    # :meth:`Quick.enqueue_many` and :meth:`Quick.enqueue_local`, same parameters.
+    enqueue_many = _on_store_thread(Quick.enqueue_many, listed=("payloads",))
+    enqueue_local = _on_store_thread(Quick.enqueue_local)
 
     async def transact(
         self, fn: Callable[[KVTransaction], T] | Callable[[KVTransaction], Awaitable[T]]
@@ -434,6 +408,26 @@ class AsyncQuick:
     async def get(self, app: str, tenant: str, item_id: str) -> WorkItem | None:
         return await asyncio.to_thread(self.quick.get, app, tenant, item_id)
 
+    async def status(self, app: str, tenant: str, item_id: str) -> JobStatus | None:
+        return await asyncio.to_thread(self.quick.status, app, tenant, item_id)
+
+    async def result(
+        self, app: str, tenant: str, item_id: str, *, timeout: float = 0.0, poll_s: float = 0.05
+    ) -> Any:
+        """The item's kept result (:meth:`Quick.result`), waiting up to ``timeout``
+        seconds for it to finish; polls with backoff up to 1 s (a status read is one
+        snapshot read, no conflict with anything)."""
+        deadline = time.monotonic() + timeout
+        delay = poll_s
+        while True:
+            try:
+                return await asyncio.to_thread(self.quick.result, app, tenant, item_id)
+            except ResultNotAvailable as err:
+                if not err.reason.startswith("not finished") or time.monotonic() >= deadline:
+                    raise
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(1.0, delay * 2)
+
     async def cancel(self, app: str, tenant: str, item_id: str) -> None:
         """Delete an item by id, leased or not; ItemNotFound if it is not there."""
         await asyncio.to_thread(self.quick.cancel, app, tenant, item_id)
@@ -445,6 +439,10 @@ class AsyncQuick:
 
     async def requeue_dead_letter(self, app: str, tenant: str, item_id: str) -> str:
         return await asyncio.to_thread(self.quick.requeue_dead_letter, app, tenant, item_id)
+
+    async def purge_dead_letters(self, app: str | None = None, tenant: str | None = None) -> int:
+        """Delete exactly the dead letters :meth:`dead_letters` lists with the same filters."""
+        return await asyncio.to_thread(self.quick.purge_dead_letters, app, tenant)
 
     # --- consumers ---------------------------------------------------------------------
 

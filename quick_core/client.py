@@ -17,24 +17,34 @@ q.consumer().run_forever()
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+import weakref
+from collections.abc import Callable, Iterable, Sequence, Sized
+from dataclasses import replace
+from typing import Any, Protocol, TypeVar
 
-from quick_core.clock import Clock, SystemClock
-from quick_core.consumer import Cluster, Consumer, ConsumerConfig, Observer
-from quick_core.election import Election
-from quick_core.errors import InvalidArgument, UnknownJobType
-from quick_core.keys import KeySpace
-from quick_core.kv import KVStore, KVTransaction, run
-from quick_core.limits import AppLimits, Limits
-from quick_core.records import DeadLetter, WorkItem, ZoneId
-from quick_core.registry import Handler, JobType, Registry, RetryPolicy
-from quick_core.toplevel import TopLevelQueue
-from quick_core.tracing import TRACE_KEY, enqueue_span
-from quick_core.urls import open_kv
-from quick_core.validation import (
+from quickzones import outcomes
+from quickzones.clock import Clock, now_ms
+from quickzones.consumer import Cluster, Consumer, ConsumerConfig, Observer
+from quickzones.election import Election
+from quickzones.errors import (
+    ConfigurationError,
+    InvalidArgument,
+    TransactionTooLarge,
+    UnknownJobType,
+    UnsupportedByStore,
+)
+from quickzones.ids import IdSource
+from quickzones.keys import KeySpace
+from quickzones.kv import TRANSACTION_SIZE_LIMIT, KVStore, KVTransaction, run
+from quickzones.limits import AppLimits, Limits
+from quickzones.periodic import Schedule, Scheduler, schedule_decorator
+from quickzones.records import DeadLetter, WorkItem, ZoneId
+from quickzones.registry import Handler, JobType, Registry, RetryPolicy
+from quickzones.steady_clock import clock_for
+from quickzones.toplevel import TopLevelQueue
+from quickzones.tracing import TRACE_KEY, enqueue_span
+from quickzones.urls import open_kv
+from quickzones.validation import (
     DEFAULT_MAX_PAYLOAD,
     check_job_type,
     check_name,
@@ -42,20 +52,36 @@ from quick_core.validation import (
     check_seconds,
     encode_payload,
 )
-from quick_core.zones import KVZoneStore, new_item_id
-from quick_core.zonestore import NewItem, ZoneStore
+from quickzones.zones import KVZoneStore, new_item_id
+from quickzones.zonestore import NewItem, ZoneStore, ZoneStoreCapabilities
 
 T = TypeVar("T")
 
+# Builds the zone store a Quick hands its items to, from the Quick's KV store, top-level
+# queue, keys and clock (``quick.kv``, ``quick.toplevel``, ...).
+ZoneStoreFactory = Callable[["Quick"], ZoneStore]
 
-@dataclass(frozen=True, slots=True)
-class _PendingPull:
-    zone: ZoneId
-    vesting_ms: int
+
+class Wakeable(Protocol):
+    """Something that scans again at once when told work was enqueued."""
+
+    def wake(self) -> None: ...
 
 
 class Quick:
-    """A QuiCK deployment: one KV store holding zones and a top-level queue."""
+    """A QuiCK deployment: a KV store holding the top-level queue, and a zone store
+    holding the items (by default KV zones in the same store; ``zone_store`` injects
+    another, e.g. Cassandra zones). What the zone store cannot do is refused once, with
+    :class:`~quickzones.errors.UnsupportedByStore`, where a call needs it.
+
+    ``ids`` (default: ``secrets``) makes item, lease and pointer ids; a replayable run
+    passes a seeded source.
+
+    ``clock`` defaults to the system clock, read through a floor kept in the store so that
+    time never runs backwards across processes (``steady_clock``, on by default for the
+    system clock). A clock you pass otherwise, such as a test's ``ManualClock``, is used as
+    given unless ``steady_clock=True``.
+    """
 
     def __init__(
         self,
@@ -68,15 +94,29 @@ class Quick:
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         strict_job_types: bool = False,
         fifo: bool = False,
+        steady_clock: bool | None = None,
+        zone_store: ZoneStoreFactory | None = None,
+        ids: IdSource | None = None,
+        keep_status_s: float = 0.0,
     ) -> None:
         self.kv = kv
-        self.clock = clock or SystemClock()
         self.keys = KeySpace(root)
+        # Steady: time never runs backwards across the processes sharing this store, so a
+        # wall clock set back does not stall leases and delays (docs/guarantees.md#clock-steps).
+        self.clock = clock_for(kv, self.keys.meta_key("clock"), clock, steady_clock)
         self.toplevel = TopLevelQueue(
-            kv, keys=self.keys, cluster=cluster, shards=shards, clock=self.clock
+            kv, keys=self.keys, cluster=cluster, shards=shards, clock=self.clock, ids=ids
         )
+        self.ids = self.toplevel.ids
+        # The KV zones: items, unless a zone store is injected; dead letters and admin.
         self.zones = KVZoneStore(kv, self.toplevel, keys=self.keys, clock=self.clock)
+        self.items: ZoneStore = self.zones if zone_store is None else zone_store(self)
+        if isinstance(self.items, KVZoneStore):
+            self.zones = self.items  # an injected KV zone store (a variant) serves both
         self.registry = Registry()
+        # This process's consumers of this client (and quick serve's long polls): an
+        # enqueue wakes their scanners.
+        self._consumers: weakref.WeakSet[Wakeable] = weakref.WeakSet()
         self.max_payload = max_payload
         # With strict job types an enqueue of an unregistered type fails at once; producers
         # that do not import the handlers leave it off.
@@ -84,13 +124,36 @@ class Quick:
         # FIFO: this client's items without a delay are ordered within their priority by
         # commit versionstamp, not by the producer's clock (docs/guarantees.md#ordering).
         self.fifo = fifo
-        self._pending = threading.local()
+        if fifo:
+            self._require("fifo", "FIFO ordering (fifo=True)")
         self.limits = Limits(kv, self.keys, self.clock)
+        # Outcome records (status after completion, results, dedupe window) per job type;
+        # ``keep_status_s`` is the default for types that set none (0: no record, so a
+        # completion costs nothing extra; docs/status.md says why).
+        self.keep_status_s = check_seconds("keep_status_s", keep_status_s)
+        self._policies: dict[str, outcomes.Policy] = {}
+        self._schedules: list[Schedule] = []
+
+    @property
+    def capabilities(self) -> ZoneStoreCapabilities:
+        """What this deployment's zone store supports."""
+        return self.items.capabilities
+
+    def _require(self, capability: str, what: str, hint: str = "") -> None:
+        if not getattr(self.items.capabilities, capability):
+            raise UnsupportedByStore(what, capability, type(self.items).__name__, hint)
 
     @classmethod
-    def open(cls, url: str, *, clock: Clock | None = None, **options: Any) -> Quick:
-        """Open the store a URL names: ``memory://``, ``sqlite:///path``, ``fdb://``."""
-        return cls(open_kv(url, clock=clock), clock=clock, **options)
+    def open(
+        cls, url: str, *, clock: Clock | None = None, create: bool = True, **options: Any
+    ) -> Quick:
+        """Open the store a URL names: ``memory://``, ``sqlite:///path``, ``fdb://``.
+
+        ``create=False`` (tools that only read) opens only an existing quick store and
+        writes nothing while opening: a missing file raises ``StoreNotFound``, a file that
+        is not a quick store ``NotAQuickStore`` and is left untouched.
+        """
+        return cls(open_kv(url, clock=clock, create=create), clock=clock, **options)
 
     def close(self) -> None:
         self.kv.close()
@@ -108,15 +171,40 @@ class Quick:
         transactional: bool = False,
         delivery: str = "at_least_once",
         ttl_s: float | None = None,
+        keep_status_s: float | None = None,
+        keep_result_s: float | None = None,
+        dedupe_s: float | None = None,
     ) -> Callable[[Handler], Handler]:
         """Register ``handler(payload, ctx)`` for a job type.
 
         A transactional handler gets ``ctx.tr``; its writes and the item's completion
         commit in one transaction (exactly once). ``delivery="at_most_once"`` deletes the
-        item when its lease is taken, so it never runs twice (and may not run at all).
+        item when its handler starts, so it never runs twice (and may not run at all).
+
+        ``keep_status_s``: :meth:`status` answers for a finished item this long;
+        ``keep_result_s``: the handler's return value (bytes or JSON, at most 64 KiB) is
+        kept this long for :meth:`result`; ``dedupe_s``: an enqueue reusing the id of an
+        item that finished within this window is a no-op that says so (a caller-chosen
+        ``item_id``). Each writes one small record when an item finishes.
         """
+        policy = self._policy_of(keep_status_s, keep_result_s, dedupe_s)
+        if (policy.wanted() or self.keep_status_s) and not self.capabilities.outcome_records:
+            raise UnsupportedByStore(
+                f"job type {name!r}: status, results or a dedupe window",
+                "outcome_records",
+                type(self.items).__name__,
+                "only live items' status is available",
+            )
+
+        if transactional:
+            self._require(
+                "transactional_handlers",
+                f"job type {name!r}: transactional handlers",
+                "an item's delete cannot commit with the handler's KV transaction",
+            )
 
         def register(fn: Handler) -> Handler:
+            self._policies[name] = policy
             self.registry.register(
                 JobType(
                     name=name,
@@ -133,6 +221,70 @@ class Quick:
             return fn
 
         return register
+
+    def _policy_of(
+        self, status_s: float | None, result_s: float | None, dedupe_s: float | None
+    ) -> outcomes.Policy:
+        def ms(kind: str, value: float | None) -> int:
+            return 0 if value is None else int(check_seconds(kind, value) * 1000)
+
+        return outcomes.Policy(
+            ms("keep_status_s", status_s if status_s is not None else self.keep_status_s),
+            ms("keep_result_s", result_s),
+            ms("dedupe_s", dedupe_s),
+        )
+
+    # --- periodic jobs -----------------------------------------------------------------
+
+    def periodic(
+        self,
+        cron: str,
+        *,
+        job: str,
+        app: str,
+        tenant: str,
+        payload: Any = b"",
+        name: str | None = None,
+        tz: str = "UTC",
+        catch_up: str = "latest",
+        priority: int = 0,
+    ) -> Callable[[Handler], Handler]:
+        """Enqueue ``job`` into (app, tenant) at every slot of the cron expression
+        ``cron``, evaluated in time zone ``tz``; as a decorator it also registers the
+        function as the job's handler. Every ``quick worker`` (or :meth:`scheduler`) runs
+        the schedule; however many do, each slot is enqueued once (:mod:`quickzones.periodic`).
+
+        ``name`` (default: job, zone and cron) identifies the schedule in the store: keep
+        it when changing the expression. ``catch_up``: after downtime enqueue only the
+        latest missed slot ("latest") or every one ("all").
+        """
+        check_job_type(job)
+        encode_payload(payload, self.max_payload)  # refuse a bad payload now, not per slot
+        schedule = Schedule(
+            name=name if name is not None else f"{job}@{app}/{tenant}@{cron}",
+            cron=cron,
+            job_type=job,
+            app=check_name("app", app),
+            tenant=check_name("tenant", tenant),
+            payload=payload,
+            tz=tz,
+            catch_up=catch_up,
+            priority=check_priority(priority),
+        ).check()
+        if any(s.name == schedule.name for s in self._schedules):
+            raise ConfigurationError(f"a periodic schedule named {schedule.name!r} exists")
+        self._schedules.append(schedule)
+        return schedule_decorator(self, schedule)
+
+    @property
+    def schedules(self) -> list[Schedule]:
+        """The periodic schedules registered on this client."""
+        return list(self._schedules)
+
+    def scheduler(self, **options: Any) -> Scheduler:
+        """A scheduler of this client's schedules: ``tick()`` it, or ``start()`` its
+        thread (``quick worker`` does); options: ``interval_s``, ``lookahead_s``."""
+        return Scheduler(self, **options)
 
     # --- enqueue -----------------------------------------------------------------------
 
@@ -152,16 +304,23 @@ class Quick:
             raise UnknownJobType(job_type)
         delay_s = check_seconds("delay", delay)
         check_priority(priority)
+        chosen = item_id is not None
         if item_id is not None:
             check_name("item_id", item_id)
         else:
             # Chosen before the transaction runs, so a retry after commit_unknown_result
             # finds the item it already wrote instead of writing a second one.
-            item_id = new_item_id()
+            item_id = new_item_id(self.ids)
         ttl_s = ttl if ttl is not None else (job.ttl_s if job is not None else None)
         if ttl_s is not None:
             check_seconds("ttl", ttl_s)
         body, content_type = encode_payload(payload, self.max_payload)
+        policy = self._policies.get(job_type)
+        if policy is None and self.keep_status_s and self.capabilities.outcome_records:
+            policy = self._policy_of(None, None, None)
+        meta: dict[str, Any] = {}
+        if policy is not None and policy.wanted():
+            meta = outcomes.policy_meta(policy, body, content_type)
         return NewItem(
             job_type=job_type,
             payload=body,
@@ -171,8 +330,19 @@ class Quick:
             content_type=content_type,
             ttl_ms=None if ttl_s is None else int(ttl_s * 1000),
             delivery=job.delivery if job is not None else "at_least_once",
-            fifo=self.fifo if fifo is None else _check_flag("fifo", fifo),
+            fifo=self._fifo(fifo),
+            meta=meta,
+            # Only a caller-chosen id can match a finished item's record: a random one
+            # skips the read.
+            check_outcome=chosen and self.capabilities.outcome_records,
         )
+
+    def _fifo(self, fifo: bool | None) -> bool:
+        if fifo is None:
+            return self.fifo
+        if _check_flag("fifo", fifo):
+            self._require("fifo", "FIFO ordering (fifo=True)")
+        return fifo
 
     def enqueue(
         self,
@@ -192,35 +362,92 @@ class Quick:
 
         Without ``tr`` it commits on its own. With ``tr`` it joins the caller's transaction
         (reading the pointer index, never a pointer record, so no consumer's pointer lease
-        can abort it); run the transaction with :meth:`transact` so the pointer's vesting
-        time is pulled earlier after the commit. A caller-chosen ``item_id`` makes the
-        enqueue idempotent. ``fifo`` (default: the client's) orders an item without a
-        delay by its commit among the priority's other FIFO items.
+        can abort it); whoever commits that transaction, the pointer's vesting time is
+        pulled earlier after the commit (:mod:`quickzones.enqueue`). A caller-chosen
+        ``item_id`` makes the enqueue idempotent: the id returned (an
+        :class:`~quickzones.enqueue.Enqueued`, a ``str``) has ``duplicate`` set to
+        "queued" when the id is in the zone, or to the state of an item of this id that
+        finished within its type's ``dedupe_s``; a different payload under a known id
+        raises :class:`~quickzones.outcomes.DuplicateItemMismatch`. ``fifo`` (default: the
+        client's) orders an item without a delay by its commit among the priority's other
+        FIFO items.
         """
         zone = ZoneId(check_name("app", app), check_name("tenant", tenant))
+        if tr is not None:
+            self._require(
+                "caller_transactions",
+                "enqueue inside a KV transaction (tr=...)",
+                "call enqueue() without tr",
+            )
         new = self._new_item(job_type, payload, delay, priority, item_id, ttl, fifo)
         with enqueue_span(job_type, zone) as carrier:
             if carrier:
                 new = replace(new, meta={**new.meta, TRACE_KEY: carrier})
-            return self._enqueue_traced(zone, new, tr)
-
-    def _enqueue_traced(self, zone: ZoneId, new: NewItem, tr: KVTransaction | None) -> str:
-        if tr is None:
-            item_id_out, vesting, needs_pull = run(
-                self.kv, lambda t: self._enqueue_in(t, zone, new)
+            # The app's enqueue-rate charge runs in the transaction that checks the pointer.
+            enqueued = self.items.enqueue(
+                zone, new, tr=tr, in_pointer_txn=lambda t: self.limits.charge_enqueue(t, zone.app)
             )
-            if needs_pull:
-                self.toplevel.pull_pointer_earlier(zone, vesting)
-            return item_id_out
-        item_id_out, vesting, needs_pull = self._enqueue_in(tr, zone, new)
-        pending: list[_PendingPull] | None = getattr(self._pending, "pulls", None)
-        if needs_pull and pending is not None:
-            pending.append(_PendingPull(zone, vesting))
-        return item_id_out
+        if tr is None:
+            self._wake_consumers()
+        else:
+            tr.on_commit(self._wake_consumers)  # after the pointer's part two
+        return enqueued
 
-    def _enqueue_in(self, tr: KVTransaction, zone: ZoneId, new: NewItem) -> tuple[str, int, bool]:
-        self.limits.charge_enqueue(tr, zone.app)
-        return self.zones.enqueue_in(tr, zone, new)
+    def wake_on_enqueue(self, waiter: Wakeable) -> None:
+        """Call ``waiter.wake()`` after each enqueue this client commits (held weakly):
+        how a consumer or a long poll in this process hears of new work at once."""
+        self._consumers.add(waiter)
+
+    def _wake_consumers(self) -> None:
+        """Local consumers scan now, not at their next idle poll (exact timers)."""
+        for consumer in list(self._consumers):
+            consumer.wake()
+
+    def enqueue_on(
+        self,
+        connection: object,
+        job_type: str,
+        payload: Any = b"",
+        *,
+        app: str,
+        tenant: str,
+        delay: float = 0.0,
+        priority: int = 0,
+        item_id: str | None = None,
+        ttl: float | None = None,
+        fifo: bool | None = None,
+    ) -> str:
+        """Enqueue inside the application's own SQLite transaction, through its own
+        ``connection`` to the store's file (``sqlite:///...`` stores): a
+        ``sqlite3.Connection``, a SQLAlchemy ``Connection`` or Django's ``connection``.
+        The application's COMMIT commits its rows and the item together; its ROLLBACK
+        leaves neither. Options as :meth:`enqueue`.
+
+        From this call until the application commits or rolls back, its transaction holds
+        the store's write lock (consumers' commits wait for it): commit soon. Errors and
+        conflict rules: docs/tutorial-sqlite-transaction.md.
+        """
+        join = getattr(self.kv, "transaction_on", None)
+        if join is None:
+            raise UnsupportedByStore(
+                "enqueue in the application's own SQLite transaction",
+                "transaction_on",
+                type(self.kv).__name__,
+                "open the store with sqlite:///path, the file holding the application's tables",
+            )
+        with join(connection) as tr:
+            return self.enqueue(
+                job_type,
+                payload,
+                app=app,
+                tenant=tenant,
+                delay=delay,
+                priority=priority,
+                item_id=item_id,
+                ttl=ttl,
+                tr=tr,
+                fifo=fifo,
+            )
 
     def set_limits(self, app: str, limits: AppLimits) -> None:
         """Per-app enqueue and dispatch rates and a pool-wide concurrency cap, enforced
@@ -232,8 +459,11 @@ class Quick:
     ) -> str:
         """Enqueue a local work item: work about the cluster itself (maintenance, sweeps)
         kept in the top-level queue's own key range, run by the same consumers."""
+        self._require("local_items", "local work items")
         zone = self.toplevel.local_zone(shard)
-        return self.zones.enqueue(zone, self._new_item(job_type, payload, delay, 0, None, None))
+        item_id = self.zones.enqueue(zone, self._new_item(job_type, payload, delay, 0, None, None))
+        self._wake_consumers()
+        return item_id
 
     def enqueue_many(
         self,
@@ -247,44 +477,45 @@ class Quick:
         fifo: bool | None = None,
     ) -> list[str]:
         """Enqueue several items into one zone in one transaction (with ``fifo``, in the
-        order given)."""
+        order given): all of them commit or none.
+
+        One transaction holds at most ``TRANSACTION_SIZE_LIMIT`` (10,000,000) bytes of
+        writes and must commit within the 5 s lifetime; a batch certain to exceed the size
+        fails at once with :class:`TransactionTooLarge`, before anything is written. Split
+        large batches into several calls (each one atomic).
+        """
         zone = ZoneId(check_name("app", app), check_name("tenant", tenant))
-        items = [self._new_item(job_type, p, delay, priority, None, None, fifo) for p in payloads]
-
-        def write(tr: KVTransaction) -> tuple[list[str], int, bool]:
-            ids, earliest = [], 2**62
-            self.limits.charge_enqueue(tr, zone.app, len(items))
-            for item in items:
-                item_id, vesting, _ = self.zones.enqueue_in(tr, zone, item, pointer=False)
-                ids.append(item_id)
-                earliest = min(earliest, vesting)
-            if not ids:
-                return ids, earliest, False
-            return ids, earliest, self.toplevel.ensure_pointer(tr, zone, earliest)
-
-        ids, earliest, needs_pull = run(self.kv, write)
-        if needs_pull and ids:
-            self.toplevel.pull_pointer_earlier(zone, earliest)
+        items: list[NewItem] = []
+        # A lower bound of the commit's size, checked as the items are built so a batch
+        # that could only fail at commit (after seconds of work) fails at once instead:
+        # each item writes its payload, its record key and order-index key, and the write
+        # conflict range of each key (the key and its successor).
+        at_least = 0
+        for payload in payloads:
+            item = self._new_item(job_type, payload, delay, priority, None, None, fifo)
+            items.append(item)
+            item_id = item.item_id or ""  # always set by _new_item
+            keys = len(self.keys.item_key(zone, item_id)) + len(
+                self.keys.order_key(zone, item.priority, 0, item_id)
+            )
+            at_least += len(item.payload) + 3 * keys
+            if at_least > TRANSACTION_SIZE_LIMIT:
+                raise TransactionTooLarge(
+                    at_least,
+                    TRANSACTION_SIZE_LIMIT,
+                    what=f"enqueue_many of {_count(payloads, len(items))} items",
+                    at_least=True,
+                )
+        ids = self.items.enqueue_many(
+            zone, items, in_pointer_txn=lambda tr, n: self.limits.charge_enqueue(tr, zone.app, n)
+        )
+        self._wake_consumers()
         return ids
 
     def transact(self, fn: Callable[[KVTransaction], T]) -> T:
         """Run ``fn(tr)`` in one transaction with retries; enqueues made inside it commit
         with the caller's own writes, or not at all."""
-        outer: list[_PendingPull] | None = getattr(self._pending, "pulls", None)
-        pulls: list[_PendingPull] = []
-
-        def attempt(tr: KVTransaction) -> T:
-            pulls.clear()
-            return fn(tr)
-
-        self._pending.pulls = pulls
-        try:
-            result = run(self.kv, attempt)
-        finally:
-            self._pending.pulls = outer
-        for pull in pulls:
-            self.toplevel.pull_pointer_earlier(pull.zone, pull.vesting_ms)
-        return result
+        return run(self.kv, fn)
 
     # --- zone operations ---------------------------------------------------------------
 
@@ -292,18 +523,56 @@ class Quick:
         return ZoneId(check_name("app", app), check_name("tenant", tenant))
 
     def get(self, app: str, tenant: str, item_id: str) -> WorkItem | None:
-        return self.zones.get(self.zone(app, tenant), item_id)
+        return self.items.get(self.zone(app, tenant), item_id)
+
+    def status(self, app: str, tenant: str, item_id: str) -> outcomes.JobStatus | None:
+        """What became of an item: queued or leased (attempts, next vesting), or
+        completed, cancelled or dead-lettered and when; None when unknown (never
+        enqueued, or finished without a record kept, or its record expired).
+
+        A finished item is known from its outcome record (job types with
+        ``keep_status_s``, ``keep_result_s`` or ``dedupe_s``) or its dead letter."""
+        zone = self.zone(app, tenant)
+        item_id = check_name("item_id", item_id)
+        item = self.items.get(zone, item_id)
+        if item is not None:
+            return outcomes.live_status(item)
+        if not self.capabilities.outcome_records:
+            raise UnsupportedByStore(
+                "status of a finished item",
+                "outcome_records",
+                type(self.items).__name__,
+                "the item is not queued; this store keeps no record of finished items",
+            )
+        return outcomes.finished_status(self.kv, self.keys, self.zones, zone, item_id, self._now())
+
+    def result(self, app: str, tenant: str, item_id: str) -> Any:
+        """The return value of a completed item's handler (job types with
+        ``keep_result_s``): bytes, or the JSON value. Raises
+        :class:`~quickzones.outcomes.ResultNotAvailable` saying why there is none."""
+        self._require("outcome_records", "results of finished items")
+        zone = self.zone(app, tenant)
+        item_id = check_name("item_id", item_id)
+        return outcomes.read_result(self.kv, self.keys, self.items, zone, item_id, self._now())
+
+    def collect_outcomes(self, limit: int = outcomes.GC_BATCH) -> int:
+        """Clear up to ``limit`` expired outcome records, oldest first, in one
+        transaction (a consumer's maintenance step runs it); returns how many."""
+        now = self._now()
+        return run(self.kv, lambda tr: outcomes.collect_expired(tr, self.keys, now, limit))
+
+    def _now(self) -> int:
+        return now_ms(self.clock)
 
     def cancel(self, app: str, tenant: str, item_id: str) -> None:
         """Delete an item by id, leased or not; ItemNotFound if it is not there."""
-        self.zones.cancel(self.zone(app, tenant), check_name("item_id", item_id))
+        self.items.complete(self.zone(app, tenant), check_name("item_id", item_id), None)
 
     # --- consumers ---------------------------------------------------------------------
 
     def item_store(self) -> ZoneStore:
-        """The zone store consumers take items from: the KV zones here; a subclass whose
-        items live elsewhere (``adapters.cassandra``) returns its own."""
-        return self.zones
+        """The zone store consumers take items from (the injected one, or the KV zones)."""
+        return self.items
 
     def consumer(
         self,
@@ -317,7 +586,7 @@ class Quick:
         """A consumer of this store's top-level queue and, with ``also``, of other
         clusters' too: the scanner visits every cluster's shards in shuffled order. The
         handlers are this Quick's."""
-        return Consumer(
+        consumer = Consumer(
             self.item_store(),
             self.toplevel,
             self.registry,
@@ -328,8 +597,11 @@ class Quick:
             observer=observer,
             name=name,
             limits=self.limits,
-            more_clusters=[Cluster(o.zones, o.toplevel, o.kv) for o in also],
+            more_clusters=[Cluster(o.items, o.toplevel, o.kv) for o in also],
         )
+        for source in (self, *also):
+            source.wake_on_enqueue(consumer)  # their enqueues wake it
+        return consumer
 
     def run_until_idle(self, config: ConsumerConfig | None = None) -> int:
         """Drain every vested item in this thread (tests, scripts)."""
@@ -338,14 +610,34 @@ class Quick:
     # --- admin -------------------------------------------------------------------------
 
     def dead_letters(self, app: str | None = None, tenant: str | None = None) -> list[DeadLetter]:
-        from quick_core.admin import list_dead_letters
+        """Dead letters of every zone, one app, one tenant (of any app), or one zone."""
+        from quickzones.admin import list_dead_letters
 
-        return list_dead_letters(self, app, tenant)
+        return list_dead_letters(self, *_filters(app, tenant))
+
+    def purge_dead_letters(self, app: str | None = None, tenant: str | None = None) -> int:
+        """Delete exactly the dead letters :meth:`dead_letters` lists with the same filters;
+        returns how many."""
+        from quickzones.admin import purge_dead_letters
+
+        return purge_dead_letters(self, *_filters(app, tenant))
 
     def requeue_dead_letter(self, app: str, tenant: str, item_id: str) -> str:
-        from quick_core.admin import requeue_dead_letter
+        from quickzones.admin import requeue_dead_letter
 
         return requeue_dead_letter(self, self.zone(app, tenant), item_id)
+
+
+def _filters(app: str | None, tenant: str | None) -> tuple[str | None, str | None]:
+    return (
+        None if app is None else check_name("app", app),
+        None if tenant is None else check_name("tenant", tenant),
+    )
+
+
+def _count(payloads: Iterable[Any], seen: int) -> str:
+    """How many payloads a batch has, for an error message (an iterator: "seen or more")."""
+    return str(len(payloads)) if isinstance(payloads, Sized) else f"{seen} or more"
 
 
 def _check_flag(name: str, value: object) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 class Clock(Protocol):
@@ -17,6 +17,19 @@ class Clock(Protocol):
     def now(self) -> float: ...
 
     def sleep(self, seconds: float) -> None: ...
+
+
+@runtime_checkable
+class ElapsedClock(Clock, Protocol):
+    """A clock that also measures elapsed time, which no step of the wall clock changes.
+
+    :class:`~quickzones.steady_clock.SteadyClock` needs one to tell time that passed from
+    a wall clock that was set back.
+    """
+
+    def monotonic(self) -> float:
+        """Seconds from an arbitrary origin; never decreases, ignores wall-clock steps."""
+        ...
 
 
 def now_ms(clock: Clock) -> int:
@@ -30,6 +43,9 @@ class SystemClock:
     def now(self) -> float:
         return time.time()
 
+    def monotonic(self) -> float:
+        return time.monotonic()
+
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
             time.sleep(seconds)
@@ -38,24 +54,40 @@ class SystemClock:
 class ManualClock:
     """A clock that moves only when told; ``sleep`` advances it instead of waiting.
 
+    Time passing (``advance``, ``sleep``) moves both the wall reading and :meth:`monotonic`;
+    a step of the wall clock (``step_back``, ``set``), as when an administrator or NTP sets
+    the time, moves only the wall reading.
     Thread-safe so a test can advance it while consumer threads read it.
     """
 
     def __init__(self, start: float = 1_700_000_000.0) -> None:
         self._now = start
+        self._elapsed = 0.0
         self._lock = threading.Lock()
 
     def now(self) -> float:
         with self._lock:
             return self._now
 
+    def monotonic(self) -> float:
+        with self._lock:
+            return self._elapsed
+
     def sleep(self, seconds: float) -> None:
         self.advance(max(0.0, seconds))
 
     def advance(self, seconds: float) -> None:
+        """Let ``seconds`` pass (a negative value steps the wall clock back instead)."""
         with self._lock:
             self._now += seconds
+            self._elapsed += max(0.0, seconds)
+
+    def step_back(self, seconds: float) -> None:
+        """Set the wall clock ``seconds`` earlier without any time passing."""
+        with self._lock:
+            self._now -= abs(seconds)
 
     def set(self, when: float) -> None:
+        """Set the wall clock, as an administrator would: no time passes."""
         with self._lock:
             self._now = when

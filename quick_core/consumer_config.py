@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from quick_core.errors import ConfigurationError
+from quickzones.errors import ConfigurationError
 
 
 @dataclass(slots=True)
@@ -16,6 +16,10 @@ class ConsumerConfig:
     selection_max: int = 16  # at most this many per scan
     processing_bound: int = 256  # items in flight per consumer (local queue + running)
     dequeue_max: int = 10  # items one visit takes from one zone (water-filling)
+    # Work-conserving visits (beyond the paper): when set, a visit takes the water-filling
+    # share of this consumer's free capacity over the zones its last scan saw competing,
+    # never less than dequeue_max nor more than this; None: always dequeue_max.
+    visit_max: int | None = None
     pointer_lease_s: float = 1.0  # p_duration
     min_inactive_s: float = 5.0  # empty zone's pointer lives this long before GC
     item_lease_s: float = 30.0
@@ -25,11 +29,19 @@ class ConsumerConfig:
     idle_sleep_s: float = 0.02
     shutdown_deadline_s: float = 10.0
     election_ttl_s: float = 5.0
+    # Expired outcome records (status, results, dedupe) are cleared about this often.
+    outcome_gc_interval_s: float = 10.0
     in_order: bool | None = None  # None: take part in the election; True/False: force
     # Scan again whenever a manager is free (lower latency), or only once the last scan's
     # visits all finished (False: bigger batches per visit, a few % more throughput).
     pipelined_scans: bool = True
     seed: int | None = None
+    # Routing (beyond the paper): only zones of these apps and items of these job types
+    # (None: all). An item of a type not handled here is left for a consumer that handles
+    # it, and dead-lettered only once it has been due this long (None: never).
+    apps: tuple[str, ...] | None = None
+    job_types: tuple[str, ...] | None = None
+    unhandled_grace_s: float | None = 600.0
 
     def validate(self) -> None:
         if not 0 < self.selection_frac <= 1:
@@ -37,7 +49,24 @@ class ConsumerConfig:
         for name in ("peek_max", "selection_max", "processing_bound", "dequeue_max"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"{name} must be at least 1")
+        if self.visit_max is not None and self.visit_max < self.dequeue_max:
+            raise ConfigurationError(
+                f"visit_max ({self.visit_max}) must be at least dequeue_max "
+                f"({self.dequeue_max}), or None"
+            )
         if self.managers < 1 or self.workers < 1:
             raise ConfigurationError("managers and workers must be at least 1")
+        if not self.outcome_gc_interval_s > 0:
+            raise ConfigurationError("outcome_gc_interval_s must be positive")
+        for name in ("apps", "job_types"):
+            names = getattr(self, name)
+            if names is None:
+                continue
+            if isinstance(names, str) or not all(isinstance(n, str) and n for n in names):
+                raise ConfigurationError(f"{name} must be a tuple of non-empty names, or None")
+            if not names:
+                raise ConfigurationError(f"{name} must name at least one, or be None (all)")
+        if self.unhandled_grace_s is not None and not self.unhandled_grace_s >= 0:
+            raise ConfigurationError("unhandled_grace_s must be at least 0, or None (never)")
         if self.pointer_lease_s <= 0 or self.item_lease_s <= 0:
             raise ConfigurationError("lease durations must be positive")

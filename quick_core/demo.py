@@ -23,9 +23,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from quick_core.client import Quick
-from quick_core.consumer import ConsumerConfig
-from quick_core.registry import JobContext
+from quickzones.client import Quick
+from quickzones.consumer import ConsumerConfig
+from quickzones.registry import JobContext
 
 NOISY = "noisy"
 

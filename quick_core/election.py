@@ -2,8 +2,8 @@
 
 The paper keeps one scanner per top-level queue in order so no pointer starves; it is
 elected by a lease on a shared memory object. Implementations: :class:`LocalElection`
-(process-local, the default), ``adapters.redis.RedisElection`` and
-``adapters.memcached.MemcachedElection``.
+(process-local, the default), ``quickzones.adapters.redis.RedisElection`` and
+``quickzones.adapters.memcached.MemcachedElection``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 from typing import Protocol
 
-from quick_core.clock import Clock, SystemClock
+from quickzones.clock import Clock, SystemClock
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ class MissingDependency(ConfigurationError):
     """An optional driver is not installed; the message names the pip extra."""
 
     def __init__(self, package: str, extra: str, detail: str = "") -> None:
-        msg = f"{package} is not installed; install it with: pip install 'quick-queue[{extra}]'"
+        msg = f"{package} is not installed; install it with: pip install 'quickzones[{extra}]'"
         if detail:
             msg += f" ({detail})"
         super().__init__(msg)
@@ -117,6 +117,19 @@ class ItemNotVested(QuickError):
         self.vesting_ms = vesting_ms
 
 
+class ItemAlreadyQueued(QuickError):
+    """A dead letter cannot be requeued: its zone already holds an item with its id. Nothing
+    changed; the dead letter is kept."""
+
+    def __init__(self, zone: str, item_id: str) -> None:
+        super().__init__(
+            f"item {item_id!r} is already queued in {zone}; the dead letter was kept "
+            "(cancel the queued item or purge the dead letter first)"
+        )
+        self.zone = zone
+        self.item_id = item_id
+
+
 class ZoneLeaseFailed(QuickError):
     """A consumer could not lease a pointer (someone else holds it or it moved)."""
 
@@ -145,6 +158,146 @@ class CorruptRecord(StorageError):
         self.reason = reason
 
 
+class KVError(StorageError):
+    """A store error carrying FoundationDB's error code (``quickzones.kv`` names them)."""
+
+    def __init__(self, code: int, detail: str = "", *, size: int | None = None) -> None:
+        # The code tables belong to the KV seam, which imports this module.
+        from quickzones.kv import ERROR_NAMES, MAYBE_COMMITTED, RETRYABLE
+
+        self.code = code
+        self.name = ERROR_NAMES.get(code, f"error_{code}")
+        # For transaction_too_large: the transaction's size in bytes, when known.
+        self.size = size
+        msg = f"{self.name} ({code})"
+        if detail:
+            msg += f": {detail}"
+        super().__init__(msg, retryable=code in RETRYABLE)
+        self.maybe_committed = code in MAYBE_COMMITTED
+
+
+# FDB's codes for the failures below (api-error-codes.rst); quickzones.kv names them all.
+_TRANSACTION_TOO_OLD = 1007
+_TRANSACTION_TOO_LARGE = 2101
+
+
+class TransactionTooLong(KVError):
+    """A transaction's body outlived the store's transaction lifetime (FDB's 5 s) on two
+    attempts in a row; it can never commit as written."""
+
+    def __init__(self, elapsed_s: float, limit_s: float) -> None:
+        super().__init__(
+            _TRANSACTION_TOO_OLD,
+            f"transaction ran for {elapsed_s:.1f} s, longer than the store's {limit_s:.0f} s"
+            " transaction lifetime, so it can never commit; do less per transaction (split"
+            " the work into smaller transactions, keep slow calls such as network I/O out"
+            " of transactional handlers)",
+        )
+        self.retryable = False  # run() already retried; the same body fails the same way
+        self.elapsed_s = elapsed_s
+        self.limit_s = limit_s
+
+
+class TransactionTooLarge(KVError):
+    """A transaction's writes exceed the store's size limit (FDB's 10,000,000 bytes)."""
+
+    def __init__(
+        self, size: int | None, limit: int, what: str = "transaction", *, at_least: bool = False
+    ) -> None:
+        shown = "an unknown number of" if size is None else f"{size}"
+        if at_least:
+            shown = f"at least {shown}"
+        super().__init__(
+            _TRANSACTION_TOO_LARGE,
+            f"{what} is too large: {shown} bytes of writes and conflict ranges exceed the"
+            f" store's limit of {limit} bytes per transaction; split it into smaller"
+            " transactions (nothing was written)",
+            size=size,
+        )
+        self.limit = limit
+
+
+class RetryLimitExceeded(KVError):
+    """A transaction kept failing with retryable errors until its retry limit or its
+    timeout ran out. ``code`` is the last error's (FDB re-raises that one); the last
+    error itself is ``last_error``."""
+
+    def __init__(
+        self,
+        attempts: int,
+        elapsed_s: float,
+        last_error: KVError,
+        *,
+        retry_limit: int | None = None,
+        timeout_s: float | None = None,
+    ) -> None:
+        bound = (
+            f"retry limit of {retry_limit}"
+            if retry_limit is not None
+            else f"timeout of {timeout_s:g} s"
+        )
+        super().__init__(
+            last_error.code,
+            f"transaction gave up after {attempts} attempts in {elapsed_s:.1f} s (its {bound}"
+            f" ran out); last error: {last_error}; the store is overloaded or the"
+            " transaction conflicts constantly: retry later, or raise retry_limit/timeout_ms"
+            " in the store URL",
+        )
+        self.retryable = False  # run() already retried as long as it was allowed to
+        self.maybe_committed = last_error.maybe_committed
+        self.attempts = attempts
+        self.elapsed_s = elapsed_s
+        self.last_error = last_error
+        self.retry_limit = retry_limit
+        self.timeout_s = timeout_s
+
+
+class StoreFull(StorageError):
+    """The store has no space left (disk full or a size cap); nothing was written."""
+
+    def __init__(self, store: str, detail: str) -> None:
+        super().__init__(
+            f"store {store} is full ({detail}); free disk space or raise the size limit,"
+            " then retry (this transaction wrote nothing)"
+        )
+        self.store = store
+        self.detail = detail
+
+
+class StoreBusy(StorageError):
+    """Another connection held the store's write lock for longer than the busy timeout."""
+
+    def __init__(self, store: str, busy_timeout_ms: int) -> None:
+        super().__init__(
+            f"store {store} is busy: another connection held its write lock for over"
+            f" {busy_timeout_ms} ms; retry later, find the long transaction holding it,"
+            " or raise busy_timeout_ms in the store URL",
+            retryable=True,
+        )
+        self.store = store
+        self.busy_timeout_ms = busy_timeout_ms
+
+
+class StoreNotFound(ConfigurationError):
+    """A command that only reads was pointed at a store that does not exist."""
+
+    def __init__(self, store: str) -> None:
+        super().__init__(
+            f"store {store} does not exist (check the path; commands that only read never"
+            " create a store)"
+        )
+        self.store = store
+
+
+class NotAQuickStore(ConfigurationError):
+    """The file exists but is not a quick store; it was left untouched."""
+
+    def __init__(self, store: str, reason: str) -> None:
+        super().__init__(f"{store} is not a quick store ({reason}); it was left untouched")
+        self.store = store
+        self.reason = reason
+
+
 # --- handler outcomes ----------------------------------------------------------------
 
 
@@ -168,3 +321,26 @@ class Nack(HandlerError):
         super().__init__(f"nack, retry in {delay_s}s")
         self.delay_s = delay_s
         self.meta = dict(meta or {})
+
+
+class UnsupportedByStore(ConfigurationError):
+    """The zone store in use lacks a capability this call needs (checked before anything
+    is written)."""
+
+    def __init__(self, what: str, capability: str, store: str, hint: str = "") -> None:
+        self.what = what
+        self.capability = capability
+        self.store = store
+        message = f"{what}: not supported by {store} (it lacks the {capability!r} capability)"
+        super().__init__(message + (f"; {hint}" if hint else ""))
+
+
+class UnusableConnection(ConfigurationError):
+    """The application's own connection cannot carry an enqueue (not an SQLite connection,
+    closed, open on another file, or in autocommit with no transaction); nothing was
+    written."""
+
+    def __init__(self, connection: str, reason: str) -> None:
+        super().__init__(f"cannot enqueue through {connection}: {reason}; nothing was written")
+        self.connection = connection
+        self.reason = reason

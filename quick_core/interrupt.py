@@ -9,6 +9,7 @@ for long should also watch ``ctx.lease_lost``.
 from __future__ import annotations
 
 import ctypes
+import threading
 
 
 class HandlerInterrupted(BaseException):
@@ -37,3 +38,10 @@ def interrupt_thread(thread_id: int, exc: type[HandlerInterrupted]) -> bool:
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), None)
         return False
     return bool(done == 1)
+
+
+def clear_pending_interrupt() -> None:
+    """Drop an interrupt sent to the calling thread that has not landed yet: called when a
+    handler invocation ends, so a late interrupt cannot hit the code (or the next handler)
+    that runs on this thread afterwards."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.get_ident()), None)

@@ -11,7 +11,14 @@ the bytes are identical on every KV backend.
     (root, "c", cluster, shard, "ix", app, tenant)              -> pointer_id (pointer index)
     (root, "c", cluster, shard, "l", ...)                       -> local work items (a zone)
     (root, "d", app, tenant, item_id)                           -> dead letter record
+    (root, "d", app, tenant, item_id, n)                        -> dead item's record, chunk n
     (root, "m", name...)                                        -> metadata (checkpoints, limits)
+    (root, "m", "periodic", schedule)                           -> last enqueued slot (LE i64)
+    (root, "o", app, tenant, item_id)                           -> outcome of a finished item
+    (root, "oe", expires_ms, app, tenant, item_id)              -> b""  (outcome expiry index)
+
+Outcome records (``outcomes.py``) sit outside the zone range, so they never keep a zone's
+pointer alive; the expiry index is collected from its start, never by a scan of tenants.
 """
 
 from __future__ import annotations
@@ -23,8 +30,8 @@ from dataclasses import dataclass
 
 import fdb.tuple as fdbtuple
 
-from quick_core.kv import strinc
-from quick_core.records import STAMP_SIZE, ZoneId
+from quickzones.kv import strinc
+from quickzones.records import STAMP_SIZE, ZoneId
 
 Range = tuple[bytes, bytes]
 
@@ -230,13 +237,47 @@ class KeySpace:
         # (root, "d", app, tenant, item_id)
         return self._pack("d", zone.app, zone.tenant, item_id)
 
-    def dead_letters_range(self, app: str | None = None, tenant: str | None = None) -> Range:
+    def dead_letter_chunk_key(self, zone: ZoneId, item_id: str, n: int) -> bytes:
+        # (root, "d", app, tenant, item_id, n)
+        return self._pack("d", zone.app, zone.tenant, item_id, n)
+
+    def dead_letter_range_of(self, zone: ZoneId, item_id: str) -> Range:
+        """A dead letter's record and all its chunks."""
+        key = self.dead_letter_key(zone, item_id)
+        return key, key + b"\xff"
+
+    def dead_letters_range(self, app: str | None = None) -> Range:
+        """Every dead letter, or one app's. A tenant is not a key prefix on its own: callers
+        filtering by tenant filter the keys of this range (admin.list_dead_letters)."""
         parts: list[object] = ["d"]
         if app is not None:
             parts.append(app)
-            if tenant is not None:
-                parts.append(tenant)
         return tuple_range(self._pack(*parts))
+
+    def dead_letters_zone_range(self, zone: ZoneId) -> Range:
+        return tuple_range(self._pack("d", zone.app, zone.tenant))
+
+    # --- outcomes of finished items ----------------------------------------------------
+
+    def outcome_key(self, zone: ZoneId, item_id: str) -> bytes:
+        # (root, "o", app, tenant, item_id)
+        return self._pack("o", zone.app, zone.tenant, item_id)
+
+    def outcomes_range(self) -> Range:
+        return tuple_range(self._pack("o"))
+
+    def outcome_expiry_key(self, expires_ms: int, zone: ZoneId, item_id: str) -> bytes:
+        # (root, "oe", expires_ms, app, tenant, item_id)
+        return self._pack("oe", expires_ms, zone.app, zone.tenant, item_id)
+
+    def outcome_expiry_range(self, now_ms: int) -> Range:
+        """Expiry entries with expires_ms <= ``now_ms``, oldest first."""
+        return self._pack("oe") + b"\x00", self._pack("oe", now_ms + 1)
+
+    def unpack_outcome_expiry_key(self, key: bytes) -> tuple[int, str, str, str]:
+        expires, app, tenant, item_id = self.unpack(key)[1:]
+        assert isinstance(expires, int)
+        return expires, str(app), str(tenant), str(item_id)
 
     def meta_key(self, *name: object) -> bytes:
         # (root, "m", name...)

@@ -1,7 +1,7 @@
 """The KV seam: an ordered, transactional key-value interface shaped like FoundationDB's.
 
 All of QuiCK's storage logic is written once against :class:`KVTransaction`. Each backend
-(``backends.memory``, ``backends.sqlite``, ``backends.fdb``) implements it with the
+(``quickzones.backends.memory``, ``.sqlite``, ``.fdb``) implements it with the
 semantics of ``shared/fdb-semantics.md``:
 
 * a transaction reads at one read version and sees its own writes (including range reads
@@ -16,19 +16,35 @@ Storage functions take ``tr`` first and never commit; :func:`run` owns commit an
 
 from __future__ import annotations
 
+import functools
+import inspect
 import struct
-from collections.abc import Callable
-from typing import Protocol, TypeVar, runtime_checkable
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
 
-from quick_core.errors import StorageError
+from quickzones.errors import KVError as KVError  # re-exported: the seam's error type
+from quickzones.errors import (
+    RetryLimitExceeded,
+    StorageError,
+    TransactionTooLarge,
+    TransactionTooLong,
+)
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 # FoundationDB's limits (fdb-semantics.md section 1).
 KEY_SIZE_LIMIT = 10_000
 VALUE_SIZE_LIMIT = 100_000
 TRANSACTION_SIZE_LIMIT = 10_000_000
 TRANSACTION_LIFETIME_S = 5.0
+
+# Bounds of run()'s retry loop when neither the call nor the store sets them (FDB itself
+# has none by default; a queue must not hang a caller forever). 100 retries with backoff
+# capped at 1 s, or a minute in all, whichever comes first.
+DEFAULT_RETRY_LIMIT = 100
+DEFAULT_TIMEOUT_MS = 60_000
 
 # FoundationDB error codes, by name.
 TRANSACTION_TOO_OLD = 1007
@@ -79,19 +95,6 @@ RETRYABLE_NOT_COMMITTED = frozenset(
     }
 )
 RETRYABLE = MAYBE_COMMITTED | RETRYABLE_NOT_COMMITTED
-
-
-class KVError(StorageError):
-    """A store error carrying FoundationDB's error code."""
-
-    def __init__(self, code: int, detail: str = "") -> None:
-        self.code = code
-        self.name = ERROR_NAMES.get(code, f"error_{code}")
-        msg = f"{self.name} ({code})"
-        if detail:
-            msg += f": {detail}"
-        super().__init__(msg, retryable=code in RETRYABLE)
-        self.maybe_committed = code in MAYBE_COMMITTED
 
 
 class VersionstampFuture(Protocol):
@@ -172,6 +175,15 @@ class KVTransaction(Protocol):
         """Back off and reset if ``error`` is retryable; otherwise re-raise it."""
         ...
 
+    def on_commit(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once this transaction has committed, in registration order.
+
+        An attempt that fails, is reset or cancelled drops its callbacks: a retry that
+        re-runs the body registers them again. The enqueue's part two runs this way, so it
+        follows every commit of a caller's transaction, whoever commits it.
+        """
+        ...
+
     def reset(self) -> None: ...
 
     def set_timeout(self, millis: int) -> None: ...
@@ -194,11 +206,34 @@ class KVStore(Protocol):
     def close(self) -> None: ...
 
 
+def retry_bounds(
+    db: object, retry_limit: int | None = None, timeout_ms: int | None = None
+) -> tuple[int, int]:
+    """(retry limit, timeout in ms) of :func:`run` on ``db``: the arguments if given, else
+    the store's ``retry_limit``/``timeout_ms`` (URL options), else the defaults."""
+    # FDBStore keeps its URL options in ``options``; the buffered stores as attributes.
+    options = getattr(db, "options", None)
+    if retry_limit is None:
+        retry_limit = getattr(db, "retry_limit", None)
+        if retry_limit is None:
+            retry_limit = getattr(options, "retry_limit", None)
+    if timeout_ms is None:
+        timeout_ms = getattr(db, "timeout_ms", None)
+        if timeout_ms is None:
+            timeout_ms = getattr(options, "timeout_ms", None)
+    return (
+        DEFAULT_RETRY_LIMIT if retry_limit is None else retry_limit,
+        DEFAULT_TIMEOUT_MS if timeout_ms is None else timeout_ms,
+    )
+
+
 def run(
     db: KVStore | KVTransaction,
     fn: Callable[[KVTransaction], T],
     *,
     on_retry: Callable[[KVError], None] | None = None,
+    retry_limit: int | None = None,
+    timeout_ms: int | None = None,
 ) -> T:
     """Run ``fn(tr)`` to commit, retrying on retryable errors, like ``@fdb.transactional``.
 
@@ -207,22 +242,143 @@ def run(
     re-runs ``fn`` after each retryable error. Note that ``commit_unknown_result`` is retried
     too, so ``fn`` must be idempotent or tolerate running twice; ``on_retry(error)`` is told
     of each error before the retry (e.g. to remember what a maybe-committed attempt did).
+
+    The loop is bounded like FDB's ``retry_limit`` and ``timeout`` transaction options
+    (see :func:`retry_bounds`): past either it raises :class:`RetryLimitExceeded`. Failures
+    no retry can fix end it early: :class:`TransactionTooLong` when two attempts in a row
+    outlived the 5 s lifetime, :class:`TransactionTooLarge` over the size limit; backends
+    raise ``StoreFull`` and ``StoreBusy`` themselves.
     """
     # A duck-typed test, not isinstance(): checking a runtime Protocol costs tens of
     # microseconds, and run() is on every hot path.
     create = getattr(db, "create_transaction", None)
     if create is None:
         return fn(db)  # type: ignore[arg-type]
+    limit, timeout = retry_bounds(db, retry_limit, timeout_ms)
+    # The store's clock, so a simulated store's manual time drives the deadline too.
+    clock = getattr(db, "clock", None)
+    now: Callable[[], float] = clock.now if clock is not None else time.monotonic
     tr: KVTransaction = create()
+    if timeout > 0:
+        # Also bounds a single attempt that blocks (FDB reads wait for an unreachable
+        # cluster forever); the timeout counts from creation and survives on_error.
+        tr.set_timeout(timeout)
+    started = now()
+    attempts = 0
+    too_long = 0  # attempts in a row that outlived the transaction lifetime
     while True:
+        attempts += 1
+        attempt_started = now()
         try:
             result = fn(tr)
             tr.commit()
             return result
         except KVError as err:
-            tr.on_error(err)  # raises what is not retryable
+            elapsed = now() - started
+            attempt_s = now() - attempt_started
+            too_long = too_long + 1 if _outlived(err, attempt_s) else 0
+            hopeless = _hopeless(err, attempt_s, too_long, attempts, elapsed, timeout)
+            if hopeless is not None:
+                raise hopeless from err
+            if err.retryable and (attempts > limit or (timeout > 0 and elapsed * 1000 >= timeout)):
+                bound = {"retry_limit": limit} if attempts > limit else {}
+                raise RetryLimitExceeded(
+                    attempts, elapsed, err, timeout_s=timeout / 1000, **bound
+                ) from err
+            try:
+                tr.on_error(err)  # raises what is not retryable
+            except KVError as final:
+                if final.retryable:
+                    # The transaction's own retry limit (set_retry_limit, or an FDB
+                    # database option) ran out first.
+                    raise RetryLimitExceeded(
+                        attempts, now() - started, final, retry_limit=attempts - 1
+                    ) from final
+                raise
             if on_retry is not None:
                 on_retry(err)
+
+
+class _OwnStore:
+    """The default of a :func:`transactional` function's ``tr``: the object's own store."""
+
+    def __repr__(self) -> str:
+        return "OWN_STORE"
+
+
+OWN_STORE: Any = _OwnStore()
+"""Default for the ``tr`` keyword of a :func:`transactional` method: leave ``tr`` out and
+the method runs in a transaction of its own on ``self.kv``."""
+
+
+def transactional(fn: Callable[P, T]) -> Callable[P, T]:
+    """One spelling per storage operation, like the FoundationDB binding's
+    ``@fdb.transactional``: ``fn`` takes its transaction as the keyword-only ``tr``.
+
+    * given a :class:`KVStore` (``tr=store``), :func:`run` opens a transaction, re-runs
+      ``fn`` on retryable errors and commits;
+    * given a :class:`KVTransaction` (``tr=tr``), ``fn`` runs inside it and nothing is
+      committed, so operations compose into the caller's one atomic commit;
+    * on a method (first parameter ``self``), leaving ``tr`` out (or ``None``) means the
+      object's own store, ``self.kv``.
+
+    So ``zones.complete(zone, item_id, lease_id)`` and ``zones.complete(zone, item_id,
+    lease_id, tr=tr)`` are one operation, written once, instead of a ``complete_in(tr, ...)``
+    and a ``complete(...)`` that wraps it. ``fn`` may run more than once (see :func:`run`).
+    """
+    params = inspect.signature(fn).parameters
+    tr_param = params.get("tr")
+    if tr_param is None or tr_param.kind is not inspect.Parameter.KEYWORD_ONLY:
+        raise TypeError(
+            f"@transactional {fn.__qualname__}: needs a keyword-only parameter 'tr' "
+            "(def f(..., *, tr: KVTransaction = OWN_STORE))"
+        )
+    method = next(iter(params)) == "self"
+
+    @functools.wraps(fn)
+    def call(*args: P.args, **kwargs: P.kwargs) -> T:
+        db: Any = kwargs.get("tr")
+        if db is None or db is OWN_STORE:
+            if not method or not args:
+                raise TypeError(
+                    f"{fn.__qualname__}() needs tr=: a KVStore to run in a transaction of "
+                    "its own, or a KVTransaction to join"
+                )
+            db = args[0].kv  # type: ignore[attr-defined,unused-ignore]
+
+        def attempt(tr: KVTransaction) -> T:
+            kwargs["tr"] = tr
+            return fn(*args, **kwargs)
+
+        return run(db, attempt)  # a transaction: just called inside it
+
+    return call
+
+
+def _outlived(err: KVError, attempt_s: float) -> bool:
+    """Whether an attempt failed as too old because its own body ran past the lifetime
+    (not an injected or lagging 1007 on a quick body)."""
+    return err.code == TRANSACTION_TOO_OLD and attempt_s > TRANSACTION_LIFETIME_S
+
+
+def _hopeless(
+    err: KVError,
+    attempt_s: float,
+    too_long: int,
+    attempts: int,
+    elapsed_s: float,
+    timeout_ms: int,
+) -> StorageError | None:
+    """The clear error for a failure that retrying the same body cannot fix, or None."""
+    if err.code == TRANSACTION_TOO_LARGE:
+        return TransactionTooLarge(err.size, TRANSACTION_SIZE_LIMIT)
+    if too_long >= 2:
+        # One slow attempt is forgiven (a pause, a cold cache); a body that outlives the
+        # lifetime twice in a row would fail the same way every time.
+        return TransactionTooLong(attempt_s, TRANSACTION_LIFETIME_S)
+    if err.code == TRANSACTION_TIMED_OUT:
+        return RetryLimitExceeded(attempts, elapsed_s, err, timeout_s=timeout_ms / 1000)
+    return None
 
 
 def pack_i64(value: int) -> bytes:
@@ -248,3 +404,23 @@ def strinc(prefix: bytes) -> bytes:
 def key_after(key: bytes) -> bytes:
     """The smallest key greater than ``key``."""
     return key + b"\x00"
+
+
+def get_many(tr: KVTransaction, keys: Sequence[bytes]) -> list[bytes | None]:
+    """Values of ``keys`` (read conflicts on each, as ``get``), in one round trip where
+    the store can send reads in parallel (a ``get_many`` method, FoundationDB); one
+    ``get`` after another elsewhere, which costs nothing more on a local store."""
+    many = getattr(tr, "get_many", None)
+    if many is not None:
+        result: list[bytes | None] = many(keys)
+        return result
+    return [tr.get(k) for k in keys]
+
+
+def prefetch(tr: KVTransaction, keys: Sequence[bytes]) -> None:
+    """Warm ``tr``'s read cache with ``keys`` in one round trip where the store reads in
+    parallel (FoundationDB's transaction answers a key it read again locally); nothing
+    elsewhere. Adds the read conflicts the caller's own reads would."""
+    many = getattr(tr, "get_many", None)
+    if many is not None:
+        many(keys)

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import msgpack
 
-from quick_core.clock import Clock, now_ms
-from quick_core.errors import InvalidArgument, QuickError
-from quick_core.keys import KeySpace
-from quick_core.kv import KVStore, KVTransaction, pack_i64, run, unpack_i64
+from quickzones.clock import Clock, now_ms
+from quickzones.errors import InvalidArgument, QuickError
+from quickzones.keys import KeySpace
+from quickzones.kv import KVStore, KVTransaction, pack_i64, run, unpack_i64
 
 
 class RateLimited(QuickError):

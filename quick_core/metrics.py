@@ -1,4 +1,4 @@
-"""Prometheus metrics from a consumer's events (``pip install 'quick-queue[metrics]'``).
+"""Prometheus metrics from a consumer's events (``pip install 'quickzones[metrics]'``).
 
 The consumer reports what it does as events to an observer; :class:`PrometheusObserver`
 turns them into counters and histograms, and :func:`serve_metrics` exposes them over HTTP.
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from quick_core.errors import MissingDependency
+from quickzones.errors import MissingDependency
 
 if TYPE_CHECKING:
-    from quick_core.client import Quick
+    from quickzones.client import Quick
 
 
 def _prometheus() -> Any:
@@ -44,6 +44,12 @@ class PrometheusObserver:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
             registry=reg,
         )
+        self.unknown_job_types = prom.Counter(
+            "quick_unknown_job_type",
+            "Items left for another consumer: their job type is not handled by this one",
+            ["job_type"],
+            registry=reg,
+        )
         self.scanner_lag = prom.Histogram(
             "quick_scanner_lag_seconds",
             "Time from a pointer vesting to its lease",
@@ -60,6 +66,8 @@ class PrometheusObserver:
         elif event == "dequeued":
             lag_ms = fields["pickup_ms"] - fields["enqueued_ms"]
             self.pickup.labels(app=app).observe(max(0.0, lag_ms / 1000))
+        elif event == "unknown_job_type":
+            self.unknown_job_types.labels(job_type=str(fields.get("job_type"))).inc()
         elif event == "pointer_leased":
             self.scanner_lag.observe(max(0.0, fields.get("lag_ms", 0) / 1000))
 
@@ -79,7 +87,7 @@ class StoreCollector:
         prom = _prometheus()
         from prometheus_client.core import GaugeMetricFamily
 
-        from quick_core.admin import active_zones
+        from quickzones.admin import active_zones
 
         del prom
         depth = GaugeMetricFamily("quick_queue_depth", "Items in active zones", labels=["app"])

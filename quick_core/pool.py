@@ -31,22 +31,34 @@ class DaemonPool:
 
     def _loop(self) -> None:
         while True:
-            task = self._queue.get()
+            try:
+                task = self._queue.get()
+            except BaseException:
+                # A stray asynchronous exception (an interrupt meant for a handler that
+                # already returned): a worker thread must survive anything.
+                continue
             if task is _STOP:
                 return
-            future, fn, args = task
-            if future is None:  # post(): nobody waits for the result
-                try:
-                    fn(*args)
-                except BaseException:  # posted tasks handle and log their own errors
-                    pass
-                continue
-            if not future.set_running_or_notify_cancel():
-                continue
             try:
-                future.set_result(fn(*args))
-            except BaseException as err:  # handed to whoever waits on the future
-                future.set_exception(err)
+                self._run(task)
+            except BaseException:
+                continue  # as above: never let the thread die
+
+    @staticmethod
+    def _run(task: Any) -> None:
+        future, fn, args = task
+        if future is None:  # post(): nobody waits for the result
+            try:
+                fn(*args)
+            except BaseException:  # posted tasks handle and log their own errors
+                pass
+            return
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn(*args))
+        except BaseException as err:  # handed to whoever waits on the future
+            future.set_exception(err)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
         future: Future[Any] = Future()
@@ -57,6 +69,23 @@ class DaemonPool:
         """Run ``fn(*args)`` on the pool without a Future: the cheap path for the
         per-item hand-off from managers to workers."""
         self._queue.put((None, fn, args))
+
+    def drain(self) -> list[tuple[Callable[..., Any], tuple[Any, ...]]]:
+        """Take back the posted tasks no thread has started yet, as (fn, args)."""
+        taken: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+        keep: list[Any] = []
+        while True:
+            try:
+                task = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if task is not _STOP and task[0] is None:
+                taken.append((task[1], task[2]))
+            else:
+                keep.append(task)
+        for task in keep:
+            self._queue.put(task)
+        return taken
 
     def shutdown(self, deadline: float) -> bool:
         """Let queued tasks run, then stop; True if every thread ended by ``deadline``

@@ -1,22 +1,22 @@
 """pytest plugin for suites that test code using quick (loaded automatically once
-quick-queue is installed, through the ``pytest11`` entry point ``quick``).
+quickzones is installed, through the ``pytest11`` entry point ``quick``).
 
 Fixtures:
 
 ``quick_clock``
-    A :class:`~quick_core.clock.ManualClock`: time moves only when the test says so.
+    A :class:`~quickzones.clock.ManualClock`: time moves only when the test says so.
 ``quick_store_url``
     The store the ``quick`` fixture opens; ``memory://`` unless a suite overrides it.
 ``quick``
-    A :class:`~quick_core.client.Quick` over ``quick_store_url`` with ``quick_clock``,
+    A :class:`~quickzones.client.Quick` over ``quick_store_url`` with ``quick_clock``,
     closed after the test. Register handlers on it (or hand it to your app factory),
     enqueue, then drain with ``quick.run_until_idle()`` or :func:`run_until_idle`.
 ``quick_run_until_idle``
-    :func:`quick_core.testing.run_until_idle` bound to the ``quick`` fixture.
+    :func:`quickzones.testing.run_until_idle` bound to the ``quick`` fixture.
 ``quick_redis_url``, ``quick_memcached_url``, ``quick_cassandra``, ``quick_fdb_cluster_file``
     Session-scoped real servers for election and store tests: a testcontainers container
     when a Docker engine answers, else the server an environment variable names, a local
-    binary or a local server (see :mod:`quick_core.testing`); else the test is skipped with
+    binary or a local server (see :mod:`quickzones.provision`); else the test is skipped with
     one line saying what was tried.
 
 Names all start with ``quick`` so they never clash with a suite's own ``clock`` or ``q``.
@@ -31,17 +31,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from quick_core.client import Quick
-from quick_core.clock import ManualClock
-from quick_core.testing import (
-    CassandraEndpoint,
-    ServiceUnavailable,
-    provide_cassandra,
-    provide_fdb_cluster_file,
-    provide_memcached,
-    provide_redis,
-    run_until_idle,
-)
+from quickzones import provision
+from quickzones.client import Quick
+from quickzones.clock import ManualClock
+from quickzones.testing import run_until_idle
 
 T = TypeVar("T")
 
@@ -86,7 +79,7 @@ def _serve(provider: Callable[[], AbstractContextManager[T]]) -> Iterator[T]:
     manager = provider()
     try:
         value = manager.__enter__()
-    except ServiceUnavailable as err:
+    except provision.ServiceUnavailable as err:
         pytest.skip(str(err))
     try:
         yield value
@@ -100,22 +93,22 @@ def _serve(provider: Callable[[], AbstractContextManager[T]]) -> Iterator[T]:
 @pytest.fixture(scope="session")
 def quick_redis_url() -> Iterator[str]:
     """A ``redis://`` URL of a throwaway Redis (for ``RedisElection`` tests)."""
-    yield from _serve(provide_redis)
+    yield from _serve(provision.provide_redis)
 
 
 @pytest.fixture(scope="session")
 def quick_memcached_url() -> Iterator[str]:
     """A ``memcached://`` URL of a throwaway memcached (for ``MemcachedElection`` tests)."""
-    yield from _serve(provide_memcached)
+    yield from _serve(provision.provide_memcached)
 
 
 @pytest.fixture(scope="session")
-def quick_cassandra() -> Iterator[CassandraEndpoint]:
+def quick_cassandra() -> Iterator[provision.CassandraEndpoint]:
     """A CQL-ready Cassandra: ``.hosts``, ``.port``, ``.url(keyspace)``, ``.cluster()``."""
-    yield from _serve(provide_cassandra)
+    yield from _serve(provision.provide_cassandra)
 
 
 @pytest.fixture(scope="session")
 def quick_fdb_cluster_file() -> Iterator[Path]:
     """The cluster file of a running FoundationDB (open it as ``fdb:///<path>``)."""
-    yield from _serve(provide_fdb_cluster_file)
+    yield from _serve(provision.provide_fdb_cluster_file)

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgpack
 
-from quick_core.errors import CorruptRecord
+from quickzones.errors import CorruptRecord
 
 RECORD_VERSION = 1
 STAMP_SIZE = 10  # a commit versionstamp: 8-byte commit version + 2-byte batch order
@@ -202,7 +202,10 @@ def decode_pointer(key: bytes, raw: bytes) -> Pointer:
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """An item that will not be retried, with why; ``item`` is None if it was corrupt."""
+    """An item that will not be retried, with why; ``item`` is None if it was corrupt.
+
+    ``traceback`` is the failing handler's (bounded) traceback when there was one.
+    """
 
     zone: ZoneId
     item_id: str
@@ -210,20 +213,72 @@ class DeadLetter:
     dead_at_ms: int
     item: WorkItem | None
     raw: bytes
+    traceback: str | None = None
 
 
-def encode_dead_letter(reason: str, dead_at_ms: int, raw_item: bytes) -> bytes:
-    return _pack({"r": reason[:2000], "at": dead_at_ms, "raw": raw_item})
+MAX_REASON = 2000
+MAX_TRACEBACK = 16_000  # characters; the tail is kept: it names the exception
 
 
-def decode_dead_letter(key: bytes, raw: bytes, zone: ZoneId, item_id: str) -> DeadLetter:
+def encode_dead_letter(
+    reason: str,
+    dead_at_ms: int,
+    raw_item: bytes | None,
+    *,
+    chunks: int = 0,
+    traceback: str | None = None,
+) -> bytes:
+    """A dead letter's record. The item record ``raw_item`` is kept whole: inline, or (when
+    ``raw_item`` is None) in ``chunks`` chunk keys after the record, like a large item's
+    payload, so no value exceeds the KV value limit and nothing is truncated."""
+    obj: dict[str, Any] = {"r": reason[:MAX_REASON], "at": dead_at_ms}
+    if raw_item is not None:
+        obj["raw"] = raw_item
+    else:
+        obj["rc"] = chunks
+    if traceback is not None:
+        obj["tb"] = traceback[-MAX_TRACEBACK:]
+    return _pack(obj)
+
+
+def dead_letter_chunks(key: bytes, raw: bytes) -> int:
+    """How many chunk keys after the record hold the dead item's record (0: inline)."""
     obj = _unpack(key, raw)
     try:
-        raw_item = obj["raw"]
+        return int(obj.get("rc", 0))
+    except (TypeError, ValueError) as err:
+        raise CorruptRecord(key, f"bad dead letter: {err}") from err
+
+
+def decode_dead_letter(
+    key: bytes, raw: bytes, zone: ZoneId, item_id: str, chunks: list[bytes] | None = None
+) -> DeadLetter:
+    """``chunks``: the values of the record's chunk keys, in order, when it has them."""
+    obj = _unpack(key, raw)
+    try:
+        if "rc" in obj:
+            want = int(obj["rc"])
+            got = chunks or []
+            if len(got) != want:
+                raise ValueError(f"expected {want} chunks of the dead item, found {len(got)}")
+            raw_item = b"".join(got)
+        else:
+            raw_item = obj["raw"]
+        if not isinstance(raw_item, bytes):
+            raise TypeError("the dead item is not bytes")
         try:
             item: WorkItem | None = decode_item(key, raw_item)
         except CorruptRecord:
             item = None
-        return DeadLetter(zone, item_id, str(obj["r"]), int(obj["at"]), item, raw_item)
+        tb = obj.get("tb")
+        return DeadLetter(
+            zone,
+            item_id,
+            str(obj["r"]),
+            int(obj["at"]),
+            item,
+            raw_item,
+            None if tb is None else str(tb),
+        )
     except (KeyError, TypeError, ValueError) as err:
         raise CorruptRecord(key, f"bad dead letter: {err}") from err

@@ -8,12 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from quick_core.errors import ConfigurationError, UnknownJobType
-from quick_core.validation import check_job_type
+from quickzones.errors import ConfigurationError, UnknownJobType
+from quickzones.validation import check_job_type
 
 if TYPE_CHECKING:
-    from quick_core.kv import KVTransaction
-    from quick_core.records import WorkItem, ZoneId
+    from quickzones.kv import KVTransaction
+    from quickzones.records import WorkItem, ZoneId
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from quick_core.clock import Clock
-from quick_core.election import Election, Leadership
-from quick_core.errors import StorageError
+from quickzones.clock import Clock
+from quickzones.election import Election, Leadership
+from quickzones.errors import StorageError
 
 log = logging.getLogger("quick.consumer")
 

@@ -23,7 +23,7 @@ left until their lease ends (the mover waits up to ``lease_wait_s``) unless
 the target (at-least-once), but nothing is lost.
 
 The source is a :class:`MoveSource`: :class:`KVMoveSource` here, a Cassandra source in
-``adapters.cassandra.migrate``. The target is always a KV deployment (:class:`Quick`).
+``quickzones.adapters.cassandra.migrate``. The target is always a KV deployment (:class:`Quick`).
 """
 
 from __future__ import annotations
@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING, Protocol
 
 import msgpack
 
-from quick_core.clock import Clock, SystemClock, now_ms
-from quick_core.errors import CorruptRecord, QuickError
-from quick_core.kv import KVTransaction, run
-from quick_core.records import WorkItem, ZoneId, decode_pointer
+from quickzones.clock import Clock, SystemClock, now_ms
+from quickzones.errors import CorruptRecord, QuickError
+from quickzones.kv import KVTransaction, run
+from quickzones.records import WorkItem, ZoneId, decode_pointer
 
 if TYPE_CHECKING:
-    from quick_core.client import Quick
-    from quick_core.zones import KVZoneStore
+    from quickzones.client import Quick
+    from quickzones.zones import KVZoneStore
 
 FENCE_PREFIX = "move:"
 FENCE_VESTING_META = "_moved_vs"  # the vesting time the copy keeps
@@ -393,7 +393,7 @@ def move_tenant(
     """Move the zone (app, tenant) from one KV deployment to another."""
     zone = source.zone(app, tenant)
     if source.kv is target.kv:
-        from quick_core.errors import ConfigurationError
+        from quickzones.errors import ConfigurationError
 
         raise ConfigurationError("source and target are the same store")
     return move_zone(

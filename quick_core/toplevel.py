@@ -9,15 +9,16 @@ the pointer record, so a consumer's pointer lease never aborts a user's enqueue
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from quick_core.clock import Clock, SystemClock, now_ms
-from quick_core.errors import CorruptRecord, ZoneLeaseFailed
-from quick_core.keys import LOCAL_APP, KeySpace, shard_of
-from quick_core.kv import KVError, KVStore, KVTransaction, run
-from quick_core.records import Pointer, ZoneId, decode_pointer, encode_pointer
+from quickzones.clock import Clock, SystemClock, now_ms
+from quickzones.errors import StorageError, ZoneLeaseFailed
+from quickzones.ids import IdSource, random_ids
+from quickzones.keys import LOCAL_APP, KeySpace, shard_of
+from quickzones.kv import OWN_STORE, KVError, KVStore, KVTransaction, run, strinc, transactional
+from quickzones.pointer_gc import collect_pointer_if_inactive
+from quickzones.records import Pointer, ZoneId, decode_pointer, encode_pointer
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,7 @@ class TopLevelQueue:
         cluster: str = "default",
         shards: int = 1,
         clock: Clock | None = None,
+        ids: IdSource | None = None,
     ) -> None:
         if shards < 1:
             raise ValueError("shards must be at least 1")
@@ -49,6 +51,9 @@ class TopLevelQueue:
         self.cluster = cluster
         self.shards = shards
         self.clock = clock or SystemClock()
+        # Pointer and pointer-lease ids; pointer ids order a scanner's peek, so a replayable
+        # run passes a seeded source.
+        self.ids = ids or random_ids
 
     def shard_for(self, zone: ZoneId) -> int:
         if zone.app == LOCAL_APP:  # a shard's local zone lives in that shard
@@ -86,7 +91,7 @@ class TopLevelQueue:
                 tr.add_write_conflict_key(index_key)
             return True
         pointer = Pointer(
-            pointer_id=secrets.token_hex(8),
+            pointer_id=self.ids(8),
             zone=zone,
             vesting_ms=vesting_ms,
             last_active_ms=now_ms(self.clock),
@@ -117,33 +122,51 @@ class TopLevelQueue:
 
         try:
             run(self.kv, pull)
-        except (KVError, CorruptRecord):
+        except StorageError:  # also bounded-retry failures: StoreBusy, RetryLimitExceeded
             pass  # the pointer vests later anyway; the item is not lost
 
     # --- consumer side -----------------------------------------------------------------
 
     def peek_pointers(self, shard: int, max_pointers: int) -> list[PointerRef]:
         """Vested pointers of one shard in vesting order: a snapshot read, no conflicts."""
-        now = now_ms(self.clock)
-        begin, end = self.keys.pointer_vested_range(self.cluster, shard, now)
+        return self.peek(shard, max_pointers)[0]
 
-        def peek(tr: KVTransaction) -> list[PointerRef]:
+    def peek(self, shard: int, max_pointers: int) -> tuple[list[PointerRef], int | None]:
+        """Vested pointers of one shard in vesting order, and the vesting time of the
+        first one not yet vested when fewer than ``max_pointers`` are (else None): one
+        snapshot range read, no conflicts. A consumer sleeps until that time."""
+        now = now_ms(self.clock)
+        begin, vested_end = self.keys.pointer_vested_range(self.cluster, shard, now)
+        end = strinc(self.keys.pointer_vesting_prefix(self.cluster, shard))
+
+        def peek(tr: KVTransaction) -> tuple[list[PointerRef], int | None]:
             tr.set_causal_read_risky()
-            rows = tr.get_range(begin, end, limit=max_pointers, snapshot=True)
-            out = []
+            rows = tr.get_range(begin, end, limit=max_pointers + 1, snapshot=True)
+            out: list[PointerRef] = []
             for key, _ in rows:
                 vesting, pointer_id = self.keys.unpack_pointer_vesting_key(self.cluster, shard, key)
+                if key >= vested_end:
+                    return out, vesting
+                if len(out) == max_pointers:
+                    break
                 out.append(PointerRef(shard, pointer_id, vesting, self.cluster))
-            return out
+            return out, None
 
         return run(self.kv, peek)
 
-    def obtain_pointer_lease(self, ref: PointerRef, lease_ms: int) -> Pointer:
+    def obtain_pointer_lease(
+        self,
+        ref: PointerRef,
+        lease_ms: int,
+        *,
+        accept: Callable[[PointerRef, ZoneId], bool] | None = None,
+    ) -> Pointer:
         """Lease a pointer for ``lease_ms`` by moving its vesting time (paper Alg. 1).
 
         Reads the pointer record, not the pointer index, so it never conflicts with an
         enqueue. Raises ZoneLeaseFailed with reason "moved" if the pointer is gone or no
-        longer vested, "conflict" if another consumer leased it concurrently.
+        longer vested, "conflict" if another consumer leased it concurrently, and
+        "not_routed" (nothing written) if ``accept`` refuses the pointer's zone.
         """
 
         def lease(tr: KVTransaction) -> Pointer:
@@ -154,12 +177,14 @@ class TopLevelQueue:
                 raise ZoneLeaseFailed("gone")
             if pointer.vesting_ms > now:
                 raise ZoneLeaseFailed("moved")
+            if accept is not None and not accept(ref, pointer.zone):
+                raise ZoneLeaseFailed("not_routed")
             leased = Pointer(
                 pointer.pointer_id,
                 pointer.zone,
                 now + lease_ms,
                 pointer.last_active_ms,
-                lease_id=secrets.token_hex(16),
+                lease_id=self.ids(16),
                 local=pointer.local,
             )
             self._move_pointer(tr, ref.shard, pointer, leased)
@@ -201,13 +226,17 @@ class TopLevelQueue:
             last_active = now if active else current.last_active_ms
             min_vesting = zone_min_vesting(tr)
             if min_vesting is None:
-                if now - last_active >= min_inactive_ms:
-                    index_key = self.keys.pointer_index_key(self.cluster, shard, pointer.zone)
-                    tr.get(index_key)  # a read: a racing enqueue's pointer check conflicts
-                    if zone_is_empty(tr):
-                        self._delete_pointer(tr, shard, current)
-                        tr.clear(index_key)
-                        return "deleted"
+                if collect_pointer_if_inactive(
+                    tr,
+                    self,
+                    shard,
+                    current,
+                    last_active_ms=last_active,
+                    min_inactive_ms=min_inactive_ms,
+                    zone_is_empty=zone_is_empty,
+                    now=now,
+                ):
+                    return "deleted"
                 vesting = last_active + min_inactive_ms
             else:
                 # Never before now: a busy zone whose oldest item waits behind newer,
@@ -236,16 +265,14 @@ class TopLevelQueue:
 
         return run(self.kv, extend)
 
-    def get_pointer(self, zone: ZoneId, tr: KVTransaction | None = None) -> Pointer | None:
+    @transactional
+    def get_pointer(self, zone: ZoneId, *, tr: KVTransaction = OWN_STORE) -> Pointer | None:
+        """The zone's pointer, or None (snapshot reads: no conflict)."""
         shard = self.shard_for(zone)
-
-        def read(t: KVTransaction) -> Pointer | None:
-            index = t.get(self.keys.pointer_index_key(self.cluster, shard, zone), snapshot=True)
-            if index is None:
-                return None
-            return self._read_pointer(t, shard, index.decode(), snapshot=True)
-
-        return run(tr if tr is not None else self.kv, read)
+        index = tr.get(self.keys.pointer_index_key(self.cluster, shard, zone), snapshot=True)
+        if index is None:
+            return None
+        return self._read_pointer(tr, shard, index.decode(), snapshot=True)
 
     def list_pointers(self, shard: int, limit: int = 0) -> list[Pointer]:
         begin, end = self.keys.pointers_range(self.cluster, shard)
@@ -287,11 +314,3 @@ class TopLevelQueue:
                 self.keys.pointer_vesting_key(self.cluster, shard, old.vesting_ms, old.pointer_id)
             )
         self._write_pointer(tr, shard, new)
-
-    def _delete_pointer(self, tr: KVTransaction, shard: int, pointer: Pointer) -> None:
-        tr.clear(self.keys.pointer_key(self.cluster, shard, pointer.pointer_id))
-        tr.clear(
-            self.keys.pointer_vesting_key(
-                self.cluster, shard, pointer.vesting_ms, pointer.pointer_id
-            )
-        )

@@ -1,35 +1,38 @@
-"""Store and election URLs: one factory from a URL scheme to an implementation.
+"""Store and election URLs: one parser, and the scheme's factory from the registry.
 
-Drivers are imported lazily so ``quick_core`` never needs one at import time.
+The implementations register their schemes (:mod:`quickzones.schemes`: entry points, or
+``register_store_scheme``); each is imported only when its scheme is opened, so
+``quickzones`` needs no driver at import time.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from quick_core.errors import InvalidStoreURL
+from quickzones import schemes
+from quickzones.errors import InvalidStoreURL
 
 if TYPE_CHECKING:
-    from quick_core.clock import Clock
-    from quick_core.election import Election
-    from quick_core.kv import KVStore
+    from quickzones.clock import Clock
+    from quickzones.election import Election
+    from quickzones.kv import KVStore
 
-# scheme -> (module, class); each class has ``from_url(url, clock=...)``.
-KV_SCHEMES: dict[str, tuple[str, str]] = {
-    "memory": ("backends.memory", "MemoryStore"),
-    "sqlite": ("backends.sqlite", "SQLiteStore"),
-    "fdb": ("backends.fdb", "FDBStore"),
-    # The FDB backend's own code over the simulator standing in for libfdb_c (tests).
-    "fdbsim": ("backends.fdb", "FDBStore"),
-}
 
-ELECTION_SCHEMES: dict[str, tuple[str, str]] = {
-    "redis": ("adapters.redis", "RedisElection"),
-    "rediss": ("adapters.redis", "RedisElection"),
-    "memcached": ("adapters.memcached", "MemcachedElection"),
-}
+# Options bounding quickzones.kv.run()'s retry loop, on every store URL that has them
+# (fdb:// has its own of the same names, FDB's database options).
+RETRY_OPTIONS = ("retry_limit", "timeout_ms")
+
+
+def parse_retry_option(url: str, option: str, raw: str) -> int:
+    """The value of a ``retry_limit``/``timeout_ms`` URL option: an integer >= 0."""
+    try:
+        value = int(raw)
+    except ValueError as err:
+        raise InvalidStoreURL(url, f"{option}={raw!r} is not an integer") from err
+    if value < 0:
+        raise InvalidStoreURL(url, f"{option} must be >= 0, got {value}")
+    return value
 
 
 def scheme_of(url: str) -> str:
@@ -44,25 +47,29 @@ def scheme_of(url: str) -> str:
     return parts.scheme.lower()
 
 
-def _load(table: dict[str, tuple[str, str]], url: str) -> Any:
-    scheme = scheme_of(url)
-    if scheme not in table:
-        known = ", ".join(f"{s}://" for s in sorted(table))
-        raise InvalidStoreURL(url, f"unknown scheme {scheme!r}; expected one of {known}")
-    module_name, class_name = table[scheme]
-    module = importlib.import_module(module_name)
-    return getattr(module, class_name)
+def _load(group: str, url: str) -> Any:
+    return schemes.factory(group, scheme_of(url), url)
 
 
-def open_kv(url: str, *, clock: Clock | None = None) -> KVStore:
-    """Open the KV store a URL names (``memory://``, ``sqlite:///path``, ``fdb://``)."""
-    cls = _load(KV_SCHEMES, url)
-    store: KVStore = cls.from_url(url, clock=clock)
+def open_kv(url: str, *, clock: Clock | None = None, create: bool = True) -> KVStore:
+    """Open the KV store a URL names (``memory://``, ``sqlite:///path``, ``fdb://``).
+
+    ``create=False`` opens only an existing quick store and writes nothing while opening
+    (commands that only read): a missing one raises ``StoreNotFound``, anything else
+    ``NotAQuickStore``. A factory that takes no ``create`` keyword (stores without
+    files, such as ``memory://`` or a cluster) just opens.
+    """
+    open_store = _load(schemes.STORES, url)
+    store: KVStore
+    if create or not schemes.accepts_create(open_store):
+        store = open_store(url, clock=clock)
+    else:
+        store = open_store(url, clock=clock, create=False)
     return store
 
 
 def open_election(url: str, *, clock: Clock | None = None) -> Election:
     """Open the election a URL names (``redis://``, ``rediss://``, ``memcached://``)."""
-    cls = _load(ELECTION_SCHEMES, url)
-    election: Election = cls.from_url(url, clock=clock)
+    open_one = _load(schemes.ELECTIONS, url)
+    election: Election = open_one(url, clock=clock)
     return election

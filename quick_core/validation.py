@@ -1,14 +1,15 @@
 """Checks on every value a caller hands to the public API, each failing with a specific
-:class:`~quick_core.errors.InvalidArgument` before anything is written."""
+:class:`~quickzones.errors.InvalidArgument` before anything is written."""
 
 from __future__ import annotations
 
 import json
 import math
 import re
+import unicodedata
 from typing import Any
 
-from quick_core.errors import InvalidArgument, PayloadTooLarge
+from quickzones.errors import InvalidArgument, PayloadTooLarge
 
 MAX_ID_LENGTH = 200
 MIN_PRIORITY = -1_000_000
@@ -16,23 +17,48 @@ MAX_PRIORITY = 1_000_000
 MAX_DELAY_S = 10 * 365 * 24 * 3600.0  # ten years: anything later is a bug, not a schedule
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
 
-_JOB_TYPE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:\-]*$")
+# \Z, not $: "$" also matches before a trailing newline, which let "job\n" through.
+_JOB_TYPE = re.compile(r"[A-Za-z_][A-Za-z0-9_.:\-]*\Z")
+
+# Unicode categories a name may not contain: control characters (C0, DEL and C1, such as
+# NEL U+0085), line and paragraph separators (U+2028, U+2029), which break log lines and
+# terminals like a newline does, and surrogates, which UTF-8 cannot encode.
+_FORBIDDEN_CATEGORIES = {"Cc": "control characters", "Zl": "a line separator",
+                         "Zp": "a paragraph separator"}  # fmt: skip
+
+
+def check_utf8(kind: str, value: str) -> str:
+    """Text must encode as UTF-8. A lone surrogate is what Python makes of a byte that is
+    not UTF-8 on the command line or in a file name (``surrogateescape``)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise InvalidArgument(
+            kind, value, f"is not valid UTF-8 (lone surrogate at position {err.start})"
+        ) from None
+    return value
 
 
 def check_name(kind: str, value: object) -> str:
-    """App, tenant and item ids: non-empty printable text without control characters."""
+    """App, tenant and item ids: non-empty printable UTF-8 text without control characters
+    or line separators."""
     if not isinstance(value, str):
         raise InvalidArgument(kind, value, "must be a string")
     if not value:
         raise InvalidArgument(kind, value, "must not be empty")
     if len(value) > MAX_ID_LENGTH:
         raise InvalidArgument(kind, value, f"longer than {MAX_ID_LENGTH} characters")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
-        raise InvalidArgument(kind, value, "contains control characters")
+    check_utf8(kind, value)
+    for c in value:
+        what = _FORBIDDEN_CATEGORIES.get(unicodedata.category(c))
+        if what is not None:
+            raise InvalidArgument(kind, value, f"contains {what} (U+{ord(c):04X})")
     return value
 
 
 def check_job_type(value: object) -> str:
+    if isinstance(value, str):
+        check_utf8("job_type", value)
     if not isinstance(value, str) or not _JOB_TYPE.match(value) or len(value) > MAX_ID_LENGTH:
         raise InvalidArgument(
             "job_type", value, "must be an identifier such as 'send_email' or 'mail.send'"
@@ -63,16 +89,33 @@ def check_seconds(kind: str, value: object, *, maximum: float = MAX_DELAY_S) -> 
     return float(value)
 
 
+def encode_json(payload: Any) -> bytes:
+    """Compact JSON as UTF-8, so non-ASCII text costs its UTF-8 size, not six bytes per
+    character. Text UTF-8 cannot hold (lone surrogates) keeps JSON's ASCII escapes, which
+    still decode to the same value. Records written with ASCII escapes read the same."""
+    text = json.dumps(payload, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()
+
+
 def encode_payload(payload: Any, max_bytes: int) -> tuple[bytes, str]:
     """Bytes are stored as given; anything else must be JSON-serialisable and is stored as
-    JSON. Returns (body, content_type)."""
+    JSON (UTF-8). Returns (body, content_type)."""
     if isinstance(payload, bytes | bytearray | memoryview):
         body, content_type = bytes(payload), "bytes"
     else:
         try:
-            body = json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()
-        except (TypeError, ValueError) as err:
+            body = encode_json(payload)
+        except RecursionError:
+            raise InvalidArgument("payload", "...", "nested too deeply to be JSON") from None
+        except TypeError as err:
             raise InvalidArgument("payload", payload, f"must be bytes or JSON: {err}") from err
+        except ValueError as err:
+            # NaN or infinity, or an integer over Python's 4,300-digit limit (whose repr
+            # would fail the same way, so the value is not shown).
+            raise InvalidArgument("payload", "...", f"must be bytes or JSON: {err}") from err
         content_type = "json"
     if len(body) > max_bytes:
         raise PayloadTooLarge(len(body), max_bytes)

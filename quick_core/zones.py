@@ -16,40 +16,52 @@ time, as any lease does.
 from __future__ import annotations
 
 import itertools
-import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from quick_core.clock import Clock, SystemClock, now_ms
-from quick_core.errors import (
+from quickzones import enqueue as two_part
+from quickzones import outcomes
+from quickzones.clock import Clock, SystemClock, now_ms
+from quickzones.enqueue import Written
+from quickzones.errors import (
     CorruptRecord,
     InvalidArgument,
+    ItemAlreadyQueued,
     ItemNotFound,
     ItemNotVested,
     LeaseLost,
 )
-from quick_core.keys import KeySpace
-from quick_core.kv import (
+from quickzones.ids import IdSource, random_ids
+from quickzones.keys import KeySpace
+from quickzones.kv import (
     ACCESSED_UNREADABLE,
+    OWN_STORE,
     VALUE_SIZE_LIMIT,
     KVError,
     KVStore,
     KVTransaction,
+    get_many,
     pack_i64,
+    prefetch,
     run,
+    transactional,
     unpack_i64,
 )
-from quick_core.records import (
+from quickzones.records import (
     STAMP_SIZE,
+    DeadLetter,
     WorkItem,
     ZoneId,
+    dead_letter_chunks,
+    decode_dead_letter,
     decode_item,
     encode_dead_letter,
     encode_item,
     item_value_template,
 )
-from quick_core.toplevel import TopLevelQueue
-from quick_core.validation import check_name
-from quick_core.zonestore import CorruptItem, NewItem
+from quickzones.toplevel import TopLevelQueue
+from quickzones.validation import check_name
+from quickzones.zonestore import CorruptItem, NewItem, ZoneStoreCapabilities
 
 # Payloads above this are split into chunk keys so no value exceeds the KV value limit.
 INLINE_PAYLOAD_LIMIT = 64 * 1024
@@ -61,21 +73,31 @@ _fifo_seq = itertools.count()
 _PENDING_STAMP = b"\x00" * STAMP_SIZE
 
 
-def new_lease_id() -> str:
-    """128 random bits from ``secrets``: unguessable, so no one completes by guessing."""
-    return secrets.token_hex(16)
+def new_lease_id(ids: IdSource = random_ids) -> str:
+    """128 random bits (from ``secrets`` by default): unguessable, so no one completes by
+    guessing."""
+    return ids(16)
 
 
-def new_item_id() -> str:
-    return secrets.token_hex(12)
+def new_item_id(ids: IdSource = random_ids) -> str:
+    return ids(12)
 
 
 class KVZoneStore:
     """Zones whose items live in the same KV store as their pointers.
 
     Every method that takes ``tr`` runs inside it and never commits; without one it runs in
-    its own transaction through :func:`quick_core.kv.run`.
+    its own transaction through :func:`quickzones.kv.run`.
     """
+
+    # Items share the pointers' KV store, so everything a transaction can do is possible.
+    capabilities: ZoneStoreCapabilities = ZoneStoreCapabilities(
+        transactional_handlers=True,
+        fifo=True,
+        local_items=True,
+        caller_transactions=True,
+        outcome_records=True,
+    )
 
     def __init__(
         self,
@@ -84,11 +106,14 @@ class KVZoneStore:
         *,
         keys: KeySpace | None = None,
         clock: Clock | None = None,
+        ids: IdSource | None = None,
     ) -> None:
         self.kv = kv
         self.toplevel = toplevel
         self.keys = keys or toplevel.keys
         self.clock = clock or SystemClock()
+        # Item and lease ids; by default the top-level queue's source (``secrets``).
+        self.ids = ids or toplevel.ids
 
     # --- records -----------------------------------------------------------------------
 
@@ -175,20 +200,18 @@ class KVZoneStore:
 
     # --- enqueue -----------------------------------------------------------------------
 
-    def enqueue_in(
-        self, tr: KVTransaction, zone: ZoneId, item: NewItem, *, pointer: bool = True
-    ) -> tuple[str, int, bool]:
-        """Part one of the enqueue in ``tr``: item, order entry, count, pointer check.
+    def write_new_item(self, tr: KVTransaction, zone: ZoneId, item: NewItem) -> Written:
+        """The item half of the enqueue's part one, in ``tr``: record, order entry, count.
 
-        Returns (item_id, vesting_ms, needs_pull): whether part two must pull the zone's
-        pointer earlier. An existing id makes this a no-op (idempotent enqueue).
+        No pointer work: :mod:`quickzones.enqueue` composes the two parts. An id already in
+        the zone makes this a no-op (idempotent enqueue).
         """
         now = now_ms(self.clock)
-        item_id = item.item_id if item.item_id is not None else new_item_id()
+        item_id = item.item_id if item.item_id is not None else new_item_id(self.ids)
         if item.item_id is not None:
             check_name("item_id", item.item_id)
             if self._exists(tr, zone, item_id):
-                return item_id, now, False
+                return Written(item_id, now, False)
         vesting = now + item.delay_ms
         fifo = item.fifo and item.delay_ms == 0
         record = WorkItem(
@@ -214,9 +237,7 @@ class KVZoneStore:
             self._write_item(tr, zone, record)
             tr.set(self.keys.order_key(zone, item.priority, vesting, item_id), b"")
         tr.add(self.keys.count_key(zone), pack_i64(1))
-        # A batch into one zone checks the pointer once, after its last item (pointer=False).
-        needs_pull = self.toplevel.ensure_pointer(tr, zone, vesting) if pointer else False
-        return item_id, vesting, needs_pull
+        return Written(item_id, vesting, True)
 
     def import_item(self, tr: KVTransaction, zone: ZoneId, item: WorkItem) -> bool:
         """Write ``item`` verbatim (id, priority, vesting, error count, attempts, type,
@@ -246,15 +267,35 @@ class KVZoneStore:
             # that is unreadable until commit: it exists.
             return True
 
-    def enqueue(self, zone: ZoneId, item: NewItem, *, tr: KVTransaction | None = None) -> str:
-        """Enqueue on its own (both parts) or inside ``tr`` (part one only; the caller's
-        ``Queue.transact`` runs part two after its commit)."""
-        if tr is not None:
-            return self.enqueue_in(tr, zone, item)[0]
-        item_id, vesting, needs_pull = run(self.kv, lambda t: self.enqueue_in(t, zone, item))
-        if needs_pull:
-            self.toplevel.pull_pointer_earlier(zone, vesting)
-        return item_id
+    def enqueue(
+        self,
+        zone: ZoneId,
+        item: NewItem,
+        *,
+        tr: KVTransaction | None = None,
+        in_pointer_txn: Callable[[KVTransaction], None] | None = None,
+    ) -> str:
+        """The two-part enqueue (:mod:`quickzones.enqueue`): on its own, or inside ``tr``
+        with part two following its commit."""
+        return two_part.enqueue(
+            self.kv if tr is None else tr, self.toplevel, self, zone, item, charge=in_pointer_txn
+        )
+
+    def enqueue_many(
+        self,
+        zone: ZoneId,
+        items: Sequence[NewItem],
+        *,
+        in_pointer_txn: Callable[[KVTransaction, int], None] | None = None,
+    ) -> list[str]:
+        """All of ``items`` in one transaction, one pointer check (:mod:`quickzones.enqueue`)."""
+        charge = in_pointer_txn
+
+        def charge_all(tr: KVTransaction) -> None:
+            if charge is not None:
+                charge(tr, len(items))
+
+        return two_part.enqueue_batch(self.kv, self.toplevel, self, zone, items, charge=charge_all)
 
     # --- reading -----------------------------------------------------------------------
 
@@ -305,8 +346,10 @@ class KVZoneStore:
     def get(self, zone: ZoneId, item_id: str) -> WorkItem | None:
         return run(self.kv, lambda tr: self._read_item(tr, zone, item_id, snapshot=True))
 
-    def min_vesting_in(self, tr: KVTransaction, zone: ZoneId) -> int | None:
-        """The zone's earliest vesting time, read (with conflicts) inside ``tr``.
+    @transactional
+    def min_vesting_ms(self, zone: ZoneId, *, tr: KVTransaction = OWN_STORE) -> int | None:
+        """The zone's earliest vesting time, or None if it is empty; read with conflicts, so
+        inside a pointer requeue's ``tr`` it conflicts with an enqueue committing later.
 
         Reads the first entry of each priority, and of its FIFO entries (vested since
         their enqueue, whose time their record holds): a requeue at this time sees every
@@ -339,9 +382,6 @@ class KVZoneStore:
         # dead-letters it on the next visit.
         return 0 if item is None else item.vesting_ms
 
-    def min_vesting_ms(self, zone: ZoneId) -> int | None:
-        return run(self.kv, lambda tr: self.min_vesting_in(tr, zone))
-
     def zone_is_empty(self, tr: KVTransaction, zone: ZoneId) -> bool:
         """Reads the whole zone range in ``tr`` (invariant 2).
 
@@ -362,14 +402,25 @@ class KVZoneStore:
 
     # --- leases ------------------------------------------------------------------------
 
-    def _lease_in(
+    def _grant_lease(
         self, tr: KVTransaction, zone: ZoneId, item: WorkItem, now: int, lease_ms: int
     ) -> WorkItem:
+        expired: dict[str, object] = {}
+        if item.lease_id is not None:
+            # The last lease ran out unreleased (a holder completing, requeueing or giving
+            # back clears it): its consumer died or stalled mid-attempt. That attempt
+            # counts as an error, so the next is attempt 2 and an item that crashes its
+            # consumer every time reaches max_attempts instead of looping forever.
+            expired = {
+                "error_count": item.error_count + 1,
+                "last_error": "lease expired: its consumer stopped or stalled while holding it",
+            }
         leased = item.with_(
             vesting_ms=now + lease_ms,
-            lease_id=new_lease_id(),
+            lease_id=new_lease_id(self.ids),
             attempts=item.attempts + 1,
             commit_order=None,
+            **expired,
         )
         return self._move_vesting(tr, zone, item, leased)
 
@@ -383,7 +434,7 @@ class KVZoneStore:
             now = now_ms(self.clock)
             if item.vesting_ms > now:
                 raise ItemNotVested(item_id, item.vesting_ms)
-            return self._lease_in(tr, zone, item, now, lease_ms)
+            return self._grant_lease(tr, zone, item, now, lease_ms)
 
         return run(self.kv, lease)
 
@@ -398,8 +449,8 @@ class KVZoneStore:
     ) -> tuple[list[WorkItem], list[CorruptItem]]:
         """Peek and lease in one transaction.
 
-        At-most-once items are deleted here instead of leased; expired (TTL) and corrupt
-        items go to dead letters here, so neither can block the zone (invariant 8).
+        Expired (TTL) and corrupt items go to dead letters here, so neither can block the
+        zone (invariant 8).
         """
         _check_duration(lease_ms)
 
@@ -407,11 +458,12 @@ class KVZoneStore:
             now = now_ms(self.clock)
             leased: list[WorkItem] = []
             corrupt: list[CorruptItem] = []
-            for order_key, item_id in self._vested_entries(
-                tr, zone, max_items, now, snapshot=False
+            entries = self._vested_entries(tr, zone, max_items, now, snapshot=False)
+            keys = [self.keys.item_key(zone, item_id) for _, item_id in entries]
+            # All item reads sent at once: a visit of many items is one round trip.
+            for (order_key, item_id), key, raw in zip(
+                entries, keys, get_many(tr, keys), strict=True
             ):
-                key = self.keys.item_key(zone, item_id)
-                raw = tr.get(key)
                 if raw is None:
                     # An order entry without its item: repair the index.
                     tr.clear(order_key)
@@ -428,15 +480,14 @@ class KVZoneStore:
                 if resolve is not None:
                     item = resolve(item)
                 if item.deadline_ms is not None and now > item.deadline_ms:
-                    self.dead_letter_in(tr, zone, item, "expired: not started before its TTL")
+                    self._bury(tr, zone, item, "expired: not started before its TTL")
                     continue
                 if accept is not None and not accept(item):
                     continue  # e.g. its job type is at its concurrency cap: leave it vested
-                if item.delivery == "at_most_once":
-                    self._delete_item(tr, zone, item)
-                    leased.append(item.with_(lease_id=new_lease_id(), attempts=item.attempts + 1))
-                    continue
-                leased.append(self._lease_in(tr, zone, item, now, lease_ms))
+                # At-most-once items are leased like any other: the consumer deletes one
+                # (holding its lease) only when its handler starts, so an item taken but
+                # never started (shutdown, a concurrency cap) is given back, not lost.
+                leased.append(self._grant_lease(tr, zone, item, now, lease_ms))
             return leased, corrupt
 
         return run(self.kv, take)
@@ -464,9 +515,9 @@ class KVZoneStore:
 
         return run(self.kv, extend)
 
-    def requeue_in(
+    @transactional
+    def requeue(
         self,
-        tr: KVTransaction,
         zone: ZoneId,
         item_id: str,
         lease_id: str,
@@ -475,6 +526,7 @@ class KVZoneStore:
         error: str | None = None,
         count_error: bool = True,
         meta: dict[str, object] | None = None,
+        tr: KVTransaction = OWN_STORE,
     ) -> WorkItem:
         item = self._check_holder(self._read_item(tr, zone, item_id), item_id, lease_id)
         updated = item.with_(
@@ -487,33 +539,15 @@ class KVZoneStore:
         )
         return self._move_vesting(tr, zone, item, updated)
 
-    def requeue(
+    @transactional
+    def complete(
         self,
         zone: ZoneId,
         item_id: str,
-        lease_id: str,
-        delay_ms: int,
+        lease_id: str | None = None,
         *,
-        error: str | None = None,
-        count_error: bool = True,
-        meta: dict[str, object] | None = None,
-    ) -> WorkItem:
-        return run(
-            self.kv,
-            lambda tr: self.requeue_in(
-                tr,
-                zone,
-                item_id,
-                lease_id,
-                delay_ms,
-                error=error,
-                count_error=count_error,
-                meta=meta,
-            ),
-        )
-
-    def complete_in(
-        self, tr: KVTransaction, zone: ZoneId, item_id: str, lease_id: str | None
+        result: Any = None,
+        tr: KVTransaction = OWN_STORE,
     ) -> None:
         item = self._read_item(tr, zone, item_id)
         if item is None:
@@ -521,22 +555,15 @@ class KVZoneStore:
         if lease_id is not None and item.lease_id != lease_id:
             raise LeaseLost(item_id)
         self._delete_item(tr, zone, item)
-
-    def complete(
-        self,
-        zone: ZoneId,
-        item_id: str,
-        lease_id: str | None = None,
-        *,
-        tr: KVTransaction | None = None,
-    ) -> None:
-        run(
-            tr if tr is not None else self.kv,
-            lambda t: self.complete_in(t, zone, item_id, lease_id),
-        )
+        state = outcomes.COMPLETED if lease_id is not None else outcomes.CANCELLED
+        outcomes.finished(tr, self.keys, zone, item, state, now_ms(self.clock), result=result)
 
     def complete_many(
-        self, zone: ZoneId, leased: Sequence[tuple[str, str]]
+        self,
+        zone: ZoneId,
+        leased: Sequence[tuple[str, str]],
+        *,
+        results: Mapping[str, Any] | None = None,
     ) -> list[Exception | None]:
         """One transaction for a batch: an item another holder took is reported, not fatal.
 
@@ -549,9 +576,12 @@ class KVZoneStore:
         def batch(tr: KVTransaction) -> list[Exception | None]:
             attempt.clear()
             out: list[Exception | None] = []
+            # Read every item at once; the reads below are answered from the transaction.
+            prefetch(tr, [self.keys.item_key(zone, item_id) for item_id, _ in leased])
             for item_id, lease_id in leased:
                 try:
-                    self.complete_in(tr, zone, item_id, lease_id)
+                    result = None if results is None else results.get(item_id)
+                    self.complete(zone, item_id, lease_id, result=result, tr=tr)
                     attempt.append(item_id)
                     out.append(None)
                 except ItemNotFound as err:
@@ -572,34 +602,144 @@ class KVZoneStore:
 
     # --- dead letters ------------------------------------------------------------------
 
-    def dead_letter_in(self, tr: KVTransaction, zone: ZoneId, item: WorkItem, reason: str) -> None:
-        """Move an item out of its zone into the dead-letter store, in ``tr``."""
+    def _bury(
+        self,
+        tr: KVTransaction,
+        zone: ZoneId,
+        item: WorkItem,
+        reason: str,
+        *,
+        count_error: bool = False,
+        traceback: str | None = None,
+    ) -> None:
+        """Move an item out of its zone into the dead-letter store, in ``tr``.
+
+        ``count_error``: the run that failed counts as an error (error count + 1, last error
+        = ``reason``), so a dead letter's error count agrees with its attempts.
+        """
         self._delete_item(tr, zone, item)
         stored = item.with_(
             lease_id=None,
             commit_order=None,
             meta={k: v for k, v in item.meta.items() if k != "_chunks"},
         )
+        if count_error:
+            stored = stored.with_(error_count=item.error_count + 1, last_error=reason)
+        outcomes.finished(
+            tr, self.keys, zone, stored, outcomes.DEAD_LETTERED, now_ms(self.clock), reason=reason
+        )
         self._dead_letter_raw(
-            tr, zone, item.item_id, encode_item(stored), reason, now_ms(self.clock)
+            tr,
+            zone,
+            item.item_id,
+            encode_item(stored),
+            reason,
+            now_ms(self.clock),
+            traceback=traceback,
         )
 
     def _dead_letter_raw(
-        self, tr: KVTransaction, zone: ZoneId, item_id: str, raw: bytes, reason: str, now: int
+        self,
+        tr: KVTransaction,
+        zone: ZoneId,
+        item_id: str,
+        raw: bytes,
+        reason: str,
+        now: int,
+        *,
+        traceback: str | None = None,
     ) -> None:
-        record = encode_dead_letter(reason, now, raw[: VALUE_SIZE_LIMIT - 4096])
-        tr.set(self.keys.dead_letter_key(zone, item_id), record)
+        """Write a dead letter keeping the whole item record ``raw``: inline when small,
+        else split across chunk keys as a large item's payload is (a 1 MiB payload does not
+        fit in one value)."""
+        key = self.keys.dead_letter_key(zone, item_id)
+        # A letter of the same id written earlier may have more chunks: clear them all.
+        tr.clear_range(*self.keys.dead_letter_range_of(zone, item_id))
+        if len(raw) <= INLINE_PAYLOAD_LIMIT:
+            tr.set(key, encode_dead_letter(reason, now, raw, traceback=traceback))
+            return
+        chunks = [raw[i : i + CHUNK_SIZE] for i in range(0, len(raw), CHUNK_SIZE)]
+        tr.set(key, encode_dead_letter(reason, now, None, chunks=len(chunks), traceback=traceback))
+        for n, chunk in enumerate(chunks):
+            tr.set(self.keys.dead_letter_chunk_key(zone, item_id, n), chunk)
 
-    def dead_letter(self, zone: ZoneId, item_id: str, lease_id: str | None, reason: str) -> None:
-        def move(tr: KVTransaction) -> None:
-            item = self._read_item(tr, zone, item_id)
-            if item is None:
-                raise ItemNotFound(item_id)
-            if lease_id is not None and item.lease_id != lease_id:
-                raise LeaseLost(item_id)
-            self.dead_letter_in(tr, zone, item, reason)
+    @transactional
+    def read_dead_letter(
+        self,
+        zone: ZoneId,
+        item_id: str,
+        *,
+        snapshot: bool = False,
+        tr: KVTransaction = OWN_STORE,
+    ) -> DeadLetter | None:
+        """One dead letter with its chunks, read in one transaction."""
+        key = self.keys.dead_letter_key(zone, item_id)
+        raw = tr.get(key, snapshot=snapshot)
+        if raw is None:
+            return None
+        chunks: list[bytes] | None = None
+        n = dead_letter_chunks(key, raw)
+        if n:
+            begin = self.keys.dead_letter_chunk_key(zone, item_id, 0)
+            end = self.keys.dead_letter_chunk_key(zone, item_id, n)
+            chunks = [v for _, v in tr.get_range(begin, end, snapshot=snapshot)]
+        return decode_dead_letter(key, raw, zone, item_id, chunks)
 
-        run(self.kv, move)
+    @transactional
+    def take_dead_letter(
+        self, zone: ZoneId, item_id: str, *, tr: KVTransaction = OWN_STORE
+    ) -> NewItem:
+        """Remove a dead letter and return its item, with a clean error count, for the
+        caller to enqueue in the same transaction (``tr=tr``): both happen or neither.
+
+        Raises :class:`ItemNotFound` without a dead letter, :class:`ItemAlreadyQueued` when
+        the zone holds an item of the same id (nothing changes then), and
+        :class:`CorruptRecord` for a dead letter whose item cannot be decoded.
+        """
+        letter = self.read_dead_letter(zone, item_id, tr=tr)
+        if letter is None:
+            raise ItemNotFound(item_id)
+        if letter.item is None:
+            raise CorruptRecord(
+                self.keys.dead_letter_key(zone, item_id),
+                "the dead item's record is corrupt; it cannot be requeued",
+            )
+        if self._exists(tr, zone, item_id):
+            # An enqueue would treat the id as an idempotent repeat and store nothing.
+            raise ItemAlreadyQueued(str(zone), item_id)
+        item = letter.item
+        tr.clear_range(*self.keys.dead_letter_range_of(zone, item_id))
+        return NewItem(
+            job_type=item.job_type,
+            payload=item.payload,
+            priority=item.priority,
+            item_id=item.item_id,
+            content_type=item.content_type,
+            delivery=item.delivery,
+            meta={k: v for k, v in item.meta.items() if k != "_chunks"},
+        )
+
+    @transactional
+    def dead_letter(
+        self,
+        zone: ZoneId,
+        item_id: str,
+        lease_id: str | None,
+        reason: str,
+        *,
+        traceback: str | None = None,
+        tr: KVTransaction = OWN_STORE,
+    ) -> None:
+        """Dead-letter an item. With ``lease_id`` its holder's run failed: that attempt
+        counts as an error (error count + 1, last error = ``reason``), so the dead letter's
+        error count agrees with its attempts; without one (an operator's decision) the
+        counts are kept as they are."""
+        item = self._read_item(tr, zone, item_id)
+        if item is None:
+            raise ItemNotFound(item_id)
+        if lease_id is not None and item.lease_id != lease_id:
+            raise LeaseLost(item_id)
+        self._bury(tr, zone, item, reason, count_error=lease_id is not None, traceback=traceback)
 
     def drop_corrupt(self, zone: ZoneId, item_id: str) -> None:
         def drop(tr: KVTransaction) -> None:

@@ -1,23 +1,24 @@
 """The zone store seam: what consumers need from wherever work items live.
 
-Two implementations: :class:`quick_core.zones.KVZoneStore` (items in the same KV store as
-the pointers, every operation a KV transaction) and ``adapters.cassandra.CassandraZoneStore``
-(items in Cassandra, paper section 6.1). Consumers see only this protocol and the
-top-level queue, never a backend.
+Two implementations: :class:`quickzones.zones.KVZoneStore` (items in the same KV store as
+the pointers, every operation a KV transaction) and
+``quickzones.adapters.cassandra.CassandraZoneStore`` (items in Cassandra,
+paper section 6.1). Consumers see only this protocol and the top-level queue, never a
+backend.
 
-Failure kinds are distinguishable: :class:`~quick_core.errors.ItemNotFound` (completed,
-cancelled or never there), :class:`~quick_core.errors.LeaseLost` (someone else holds it),
-:class:`~quick_core.errors.ItemNotVested` (not available to lease yet).
+Failure kinds are distinguishable: :class:`~quickzones.errors.ItemNotFound` (completed,
+cancelled or never there), :class:`~quickzones.errors.LeaseLost` (someone else holds it),
+:class:`~quickzones.errors.ItemNotVested` (not available to lease yet).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from quick_core.kv import KVTransaction
-from quick_core.records import WorkItem, ZoneId
+from quickzones.kv import KVTransaction
+from quickzones.records import WorkItem, ZoneId
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,28 @@ class NewItem:
     # Order by commit versionstamp among this priority's other FIFO items (KV zones only;
     # applies to items without a delay).
     fifo: bool = False
+    # The caller chose the id: part one checks the id's outcome record (dedupe window).
+    check_outcome: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneStoreCapabilities:
+    """What a zone store supports beyond the protocol's item operations. ``Quick`` checks
+    these once, where a call needs one, and raises
+    :class:`~quickzones.errors.UnsupportedByStore` naming the capability and the store."""
+
+    # A handler's effects and its item's completion commit in one KV transaction.
+    transactional_handlers: bool = False
+    # Items ordered by commit versionstamp (``fifo=True``).
+    fifo: bool = False
+    # Local work items (the cluster's own maintenance work) live in this store.
+    local_items: bool = False
+    # Items written inside a caller's KV transaction (``enqueue(..., tr=tr)``, batches).
+    caller_transactions: bool = False
+    # Finished items leave outcome records (status after completion, results, dedupe).
+    # Left out of equality so capability sets compared as the first four still compare
+    # equal (tests/unit/test_capabilities.py); read it by name.
+    outcome_records: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,12 +72,39 @@ class CorruptItem:
 class ZoneStore(Protocol):
     """Item operations on queue zones (paper section 5)."""
 
-    def enqueue(self, zone: ZoneId, item: NewItem, *, tr: KVTransaction | None = None) -> str:
-        """Store ``item`` and make sure the zone has a pointer; returns the item id.
+    @property
+    def capabilities(self) -> ZoneStoreCapabilities:
+        """What this store supports beyond the operations below."""
+        ...
 
-        With ``tr`` (KV zones only) the enqueue joins the caller's transaction and commits
-        with it. A caller-chosen ``item_id`` makes the enqueue idempotent.
+    def enqueue(
+        self,
+        zone: ZoneId,
+        item: NewItem,
+        *,
+        tr: KVTransaction | None = None,
+        in_pointer_txn: Callable[[KVTransaction], None] | None = None,
+    ) -> str:
+        """Store ``item`` and make sure the zone has a pointer (the two-part enqueue of
+        :mod:`quickzones.enqueue`); returns the item id.
+
+        With ``tr`` (stores with ``caller_transactions`` only) the enqueue joins the
+        caller's transaction and commits with it. ``in_pointer_txn`` runs inside the KV
+        transaction that checks the pointer. A caller-chosen ``item_id`` makes the
+        enqueue idempotent.
         """
+        ...
+
+    def enqueue_many(
+        self,
+        zone: ZoneId,
+        items: Sequence[NewItem],
+        *,
+        in_pointer_txn: Callable[[KVTransaction, int], None] | None = None,
+    ) -> list[str]:
+        """Enqueue several items into one zone: in one KV transaction with one pointer
+        check where the store can, else one enqueue each. ``in_pointer_txn(tr, n)`` runs in
+        each KV transaction that checks the pointer, told how many items it enqueues."""
         ...
 
     def peek(self, zone: ZoneId, max_items: int) -> list[WorkItem]:
@@ -106,26 +156,31 @@ class ZoneStore(Protocol):
         item_id: str,
         lease_id: str | None = None,
         *,
-        tr: KVTransaction | None = None,
+        result: Any = None,
+        tr: KVTransaction = ...,
     ) -> None:
-        """Delete the item; with a lease id only for its holder, without one it cancels."""
+        """Delete the item; with a lease id only for its holder, without one it cancels.
+        ``result``: the handler's return value, kept if the item's type asks. With ``tr``
+        the delete joins that transaction (transactional handlers; KV zones only)."""
         ...
 
     def complete_many(
-        self, zone: ZoneId, leased: Sequence[tuple[str, str]]
+        self,
+        zone: ZoneId,
+        leased: Sequence[tuple[str, str]],
+        *,
+        results: Mapping[str, Any] | None = None,
     ) -> list[Exception | None]:
-        """Complete several leased items at once; one outcome per (item_id, lease_id)."""
+        """Complete several leased items at once; one outcome per (item_id, lease_id).
+        ``results``: handlers' return values by item id, kept if the item's type asks."""
         ...
 
     def get(self, zone: ZoneId, item_id: str) -> WorkItem | None: ...
 
-    def min_vesting_ms(self, zone: ZoneId) -> int | None:
-        """Vesting time of the zone's next item, or None if the zone is empty."""
-        ...
-
-    def min_vesting_in(self, tr: KVTransaction, zone: ZoneId) -> int | None:
-        """The zone's earliest vesting time, for the pointer requeue in ``tr``: a KV zone
-        reads it inside ``tr`` (with a conflict), an external store with a strong read."""
+    def min_vesting_ms(self, zone: ZoneId, *, tr: KVTransaction = ...) -> int | None:
+        """Vesting time of the zone's next item, or None if the zone is empty. With ``tr``
+        (the pointer requeue's transaction): a KV zone reads it inside ``tr`` (with a
+        conflict), an external store with a strong read ordered by ``tr``'s read version."""
         ...
 
     def zone_is_empty(self, tr: KVTransaction, zone: ZoneId) -> bool:
@@ -135,8 +190,19 @@ class ZoneStore(Protocol):
 
     def count(self, zone: ZoneId) -> int: ...
 
-    def dead_letter(self, zone: ZoneId, item_id: str, lease_id: str | None, reason: str) -> None:
-        """Move an item to the dead-letter store (only its lease holder, if ``lease_id``)."""
+    def dead_letter(
+        self,
+        zone: ZoneId,
+        item_id: str,
+        lease_id: str | None,
+        reason: str,
+        *,
+        traceback: str | None = None,
+    ) -> None:
+        """Move an item to the dead-letter store (only its lease holder, if ``lease_id``),
+        keeping the whole item. With ``lease_id`` the holder's failed run counts as an error
+        (error count + 1, last error ``reason``), so error count and attempts agree;
+        ``traceback`` is kept (bounded) with the dead letter."""
         ...
 
     def drop_corrupt(self, zone: ZoneId, item_id: str) -> None:

@@ -1,16 +1,40 @@
-"""Fixtures shared by the unit tests: a Quick over each KV backend with a manual clock."""
+"""Fixtures shared by the unit tests: a Quick over each KV backend with a manual clock.
+
+``fdb`` (a real FoundationDB, see ``quickzones.provision.provide_fdb_cluster_file``) is in
+``BACKENDS`` only when a cluster can be had; one cluster serves the session, each store URL
+gets its own key prefix under a per-session root, cleared when the session ends.
+"""
 
 from __future__ import annotations
 
+import itertools
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
-from quick_core.client import Quick
-from quick_core.clock import ManualClock
+from quickzones.client import Quick
+from quickzones.clock import ManualClock
+from quickzones.provision import fdb_skip_reason, shared_fdb_cluster_file
 
-BACKENDS = ["memory", "sqlite", "fdbsim"]
+HAVE_FDB = fdb_skip_reason() is None
+BACKENDS = ["memory", "sqlite", "fdbsim", *(["fdb"] if HAVE_FDB else [])]
+
+# Every fdb:// store of this session lives under this prefix (cleared at the end).
+FDB_SESSION_ROOT = f"quick-test-{uuid.uuid4().hex[:12]}/"
+_fdb_stores = itertools.count()
+_fdb_used = False
+
+
+def fdb_store_url() -> str:
+    """A fresh, empty key prefix on the session's real cluster."""
+    global _fdb_used
+    cluster = shared_fdb_cluster_file()
+    _fdb_used = True
+    root = f"{FDB_SESSION_ROOT}{next(_fdb_stores)}/"
+    return f"fdb://{quote(str(cluster))}?root={quote(root)}"
 
 
 def store_url(backend: str, tmp_path: Path) -> str:
@@ -20,7 +44,27 @@ def store_url(backend: str, tmp_path: Path) -> str:
         return "fdbsim://"
     if backend == "sqlite":
         return f"sqlite:///{tmp_path / 'quick.db'}"
+    if backend == "fdb":
+        return fdb_store_url()
     raise ValueError(backend)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _clear_fdb_session_root() -> Iterator[None]:
+    yield
+    if not _fdb_used:
+        return
+    from quickzones.backends.fdb import FDBOptions, FDBStore
+    from quickzones.kv import KVTransaction, run
+
+    store = FDBStore(FDBOptions(cluster_file=str(shared_fdb_cluster_file())))
+    root = FDB_SESSION_ROOT.encode()
+
+    def clear(tr: KVTransaction) -> None:
+        tr.clear_range(root, root + b"\xff")
+
+    run(store, clear)
+    store.close()
 
 
 @pytest.fixture
@@ -28,7 +72,11 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(
+    params=[
+        pytest.param(b, marks=[pytest.mark.fdb]) if b == "fdb" else b for b in BACKENDS
+    ]
+)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

@@ -4,11 +4,11 @@ Imports no driver at import time; connecting without ``cassandra-driver`` instal
 MissingDependency naming the ``cassandra`` extra.
 """
 
-from adapters.cassandra.driver import CassandraError
-from adapters.cassandra.quick import CassandraQuick, open_cassandra_quick
-from adapters.cassandra.schema import init_schema
-from adapters.cassandra.store import CassandraZoneStore
-from adapters.cassandra.url import CassandraURL, parse_cassandra_url
+from quickzones.adapters.cassandra.driver import CassandraError
+from quickzones.adapters.cassandra.quick import CassandraQuick, open_cassandra_quick
+from quickzones.adapters.cassandra.schema import init_schema
+from quickzones.adapters.cassandra.store import CassandraZoneStore
+from quickzones.adapters.cassandra.url import CassandraURL, parse_cassandra_url
 
 __all__ = [
     "CassandraError",

@@ -1,15 +1,15 @@
 """cassandra-driver glue: the lazy import, connecting from a URL, and error translation.
 
-Nothing here runs at import time, so ``adapters.cassandra`` imports without the driver and
-only a connection attempt raises :class:`MissingDependency`.
+Nothing here runs at import time, so ``quickzones.adapters.cassandra`` imports without the
+driver and only a connection attempt raises :class:`MissingDependency`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from adapters.cassandra.url import CassandraURL
-from quick_core.errors import MissingDependency, StorageError
+from quickzones.adapters.cassandra.url import CassandraURL
+from quickzones.errors import MissingDependency, StorageError
 
 
 class CassandraError(StorageError):
@@ -56,16 +56,23 @@ def connect(url: CassandraURL) -> tuple[Any, Any]:
         serial_consistency_level=consistency_level(url.serial_consistency),
         request_timeout=url.timeout_s,
     )
-    cluster = Cluster(
-        url.hosts,
-        port=url.port,
-        protocol_version=url.protocol_version,
-        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-        connect_timeout=url.connect_timeout_s,
-        # The driver's default backoff grows to 10 minutes: after an outage, consumers
-        # would sit idle long after the nodes are back. 10 s at most.
-        reconnection_policy=ExponentialReconnectionPolicy(0.5, 10.0),
-    )
+    try:
+        cluster = Cluster(
+            url.hosts,
+            port=url.port,
+            protocol_version=url.protocol_version,
+            execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+            connect_timeout=url.connect_timeout_s,
+            # The driver's default backoff grows to 10 minutes: after an outage, consumers
+            # would sit idle long after the nodes are back. 10 s at most.
+            reconnection_policy=ExponentialReconnectionPolicy(0.5, 10.0),
+        )
+    except cassandra.UnresolvableContactPoints as err:
+        # The constructor resolves the contact points; none resolving is a bad address.
+        raise CassandraError(
+            f"cannot connect to Cassandra at {url.display}: no contact point resolves "
+            f"({', '.join(url.hosts)})"
+        ) from err
     try:
         session = cluster.connect()
     except (NoHostAvailable, cassandra.DriverException) as err:

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from adapters.cassandra.store import CassandraZoneStore
-from quick_core.kv import KVTransaction, run
-from quick_core.records import ZoneId
+from quickzones.adapters.cassandra.store import CassandraZoneStore
+from quickzones.kv import KVTransaction, run
+from quickzones.records import ZoneId
 
 
 @dataclass

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from quick_core.errors import ConfigurationError
+from quickzones.errors import ConfigurationError
 
 # Columns of item and dead-letter rows, in the order the prepared statements bind them.
 ITEM_COLUMNS = (

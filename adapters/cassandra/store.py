@@ -1,7 +1,7 @@
 """CassandraZoneStore: queue zones whose items live in Cassandra (paper section 6.1).
 
 Pointers stay in the KV store (FoundationDB in production); items live in one Cassandra
-partition per zone (see :mod:`adapters.cassandra.schema`). Every change to an item is a
+partition per zone (see :mod:`quickzones.adapters.cassandra.schema`). Every change to an item is a
 lightweight transaction: a conditional batch on the item row ``IF lease_id = ? AND
 vesting_ms = ?`` (the state the caller read) that also moves the item's order entry. The
 pair (lease_id, vesting_ms) changes on every transition, so two consumers can never both
@@ -17,18 +17,18 @@ lost item.
 from __future__ import annotations
 
 import logging
-import secrets
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.cassandra.driver import (
+from quickzones import enqueue as two_part
+from quickzones.adapters.cassandra.driver import (
     CassandraError,
 )
-from adapters.cassandra.schema import ITEM_COLUMNS
-from adapters.cassandra.table import ZoneTable
-from quick_core.clock import Clock, SystemClock, now_ms
-from quick_core.errors import (
+from quickzones.adapters.cassandra.schema import ITEM_COLUMNS
+from quickzones.adapters.cassandra.table import ZoneTable
+from quickzones.clock import Clock, SystemClock, now_ms
+from quickzones.errors import (
     ConfigurationError,
     CorruptRecord,
     InvalidArgument,
@@ -36,17 +36,20 @@ from quick_core.errors import (
     ItemNotVested,
     LeaseLost,
 )
-from quick_core.kv import KVStore, KVTransaction, run
-from quick_core.records import DeadLetter, WorkItem, ZoneId, encode_item
-from quick_core.toplevel import TopLevelQueue
-from quick_core.validation import MIN_PRIORITY, check_name
-from quick_core.zones import new_item_id, new_lease_id
-from quick_core.zonestore import CorruptItem, NewItem
+from quickzones.ids import IdSource
+from quickzones.kv import KVStore, KVTransaction
+from quickzones.records import MAX_TRACEBACK, DeadLetter, WorkItem, ZoneId, encode_item
+from quickzones.toplevel import TopLevelQueue
+from quickzones.validation import MIN_PRIORITY, check_name
+from quickzones.zones import new_item_id, new_lease_id
+from quickzones.zonestore import CorruptItem, NewItem, ZoneStoreCapabilities
 
 log = logging.getLogger("quick.cassandra")
 
 # A conditional write refused this many times in a row (contention) is reported, not looped.
 CAS_ATTEMPTS = 8
+# Where a dead row keeps its failure's traceback (the table has no column for it).
+TRACEBACK_META = "_traceback"
 
 
 NO_FIFO = (
@@ -74,13 +77,18 @@ class _Plan:
 
 
 class CassandraZoneStore:
-    """The :class:`~quick_core.zonestore.ZoneStore` over Cassandra, pointers over ``kv``.
+    """The :class:`~quickzones.zonestore.ZoneStore` over Cassandra, pointers over ``kv``.
 
     ``session`` is a connected cassandra-driver Session; ``keyspace`` holds the table made
-    by :func:`adapters.cassandra.schema.init_schema`. Plain reads and writes use
+    by :func:`quickzones.adapters.cassandra.schema.init_schema`. Plain reads and writes use
     ``consistency`` (QUORUM by default); lightweight transactions and the reads that must
     observe them use ``serial_consistency`` (SERIAL).
     """
+
+    # An item's Cassandra write cannot join a KV transaction: no transactional handlers, no
+    # enqueue inside a caller's transaction, no commit-versionstamp order, and local work
+    # items stay in KV zones.
+    capabilities: ZoneStoreCapabilities = ZoneStoreCapabilities()
 
     def __init__(
         self,
@@ -95,6 +103,7 @@ class CassandraZoneStore:
         timeout_s: float = 10.0,
         clock: Clock | None = None,
         owner: Any = None,
+        ids: IdSource | None = None,
     ) -> None:
         self.session = session
         self.keyspace = keyspace
@@ -109,6 +118,7 @@ class CassandraZoneStore:
         self.kv = kv
         self.toplevel = toplevel
         self.clock = clock or SystemClock()
+        self.ids = ids or toplevel.ids
         self._owner = owner  # a Cluster this store opened and must shut down
 
     def close(self) -> None:
@@ -148,7 +158,15 @@ class CassandraZoneStore:
             )
         return _Plan(old, statements, new)
 
-    def _plan_delete(self, zone: ZoneId, old: WorkItem, dead_reason: str | None = None) -> _Plan:
+    def _plan_delete(
+        self,
+        zone: ZoneId,
+        old: WorkItem,
+        dead_reason: str | None = None,
+        *,
+        count_error: bool = False,
+        traceback: str | None = None,
+    ) -> _Plan:
         z = (zone.app, zone.tenant)
         statements: list[tuple[Any, tuple[Any, ...]]] = [
             (self.table.del_item_if, (*z, old.item_id, *self._cond(old))),
@@ -156,6 +174,12 @@ class CassandraZoneStore:
         ]
         if dead_reason is not None:
             kept = old.with_(lease_id=None)
+            if count_error:
+                kept = kept.with_(error_count=old.error_count + 1, last_error=dead_reason)
+            if traceback is not None:
+                # The row has no traceback column: it rides in the dead row's metadata
+                # (no schema change) and dead_letters() takes it out again.
+                kept = kept.with_(meta={**kept.meta, TRACEBACK_META: traceback[-MAX_TRACEBACK:]})
             statements.append(
                 (
                     self.table.ins_dead,
@@ -232,26 +256,41 @@ class CassandraZoneStore:
                 "written to Cassandra before the pointer transaction (paper section 6.1)"
             )
         record = self._new_record(item)
-        stored, inserted = self._insert_new(zone, record)
 
-        def pointer(t: KVTransaction) -> bool:
-            if in_pointer_txn is not None:
-                in_pointer_txn(t)
-            return self.toplevel.ensure_pointer(t, zone, stored.vesting_ms, declare_conflict=True)
+        def write() -> tuple[int, bool]:
+            stored, inserted = self._insert_new(zone, record)
+            return stored.vesting_ms, inserted
 
-        try:
-            needs_pull = run(self.kv, pointer)
-        except BaseException:
-            if inserted:
-                self._collect(zone, record)
-            raise
-        if needs_pull:
-            self.toplevel.pull_pointer_earlier(zone, stored.vesting_ms)
+        two_part.enqueue_external(
+            self.kv,
+            self.toplevel,
+            zone,
+            write_item=write,
+            collect_item=lambda: self._collect(zone, record),
+            charge=in_pointer_txn,
+        )
         return record.item_id
+
+    def enqueue_many(
+        self,
+        zone: ZoneId,
+        items: Sequence[NewItem],
+        *,
+        in_pointer_txn: Callable[[KVTransaction, int], None] | None = None,
+    ) -> list[str]:
+        """One external-store enqueue per item (each its own Cassandra write and pointer
+        transaction): a batch cannot be atomic across Cassandra and the KV store."""
+        charge = in_pointer_txn
+
+        def charge_one(tr: KVTransaction) -> None:
+            if charge is not None:
+                charge(tr, 1)
+
+        return [self.enqueue(zone, item, in_pointer_txn=charge_one) for item in items]
 
     def _new_record(self, item: NewItem) -> WorkItem:
         now = now_ms(self.clock)
-        item_id = item.item_id if item.item_id is not None else new_item_id()
+        item_id = item.item_id if item.item_id is not None else new_item_id(self.ids)
         check_name("item_id", item_id)
         return WorkItem(
             item_id=item_id,
@@ -265,7 +304,7 @@ class CassandraZoneStore:
             delivery=item.delivery,
             # A nonce, so a SERIAL re-read after a timed-out insert tells our row from an
             # earlier enqueue of the same id.
-            meta={"_w": secrets.token_hex(4)},
+            meta={"_w": self.ids(4)},
         )
 
     def _insert_new(self, zone: ZoneId, record: WorkItem) -> tuple[WorkItem, bool]:
@@ -354,7 +393,19 @@ class CassandraZoneStore:
     def get(self, zone: ZoneId, item_id: str) -> WorkItem | None:
         return self.table.read_one(zone, item_id, serial=False)
 
-    def min_vesting_ms(self, zone: ZoneId) -> int | None:
+    def min_vesting_ms(self, zone: ZoneId, *, tr: KVTransaction | None = None) -> int | None:
+        """The zone's earliest vesting time from Cassandra, or None if it is empty.
+
+        With ``tr`` (a pointer requeue's transaction) the read is ordered by it: ``tr``'s
+        read version is fixed first and the pointer index key joins its read conflict set.
+        An enqueue whose pointer transaction commits after this read version declared a
+        write conflict on that key, so the requeue aborts and retries, and its retry reads
+        Cassandra after that item was written. Without it the pointer could be requeued at
+        a later time than the new item's.
+        """
+        if tr is not None:
+            tr.get_read_version()
+            tr.add_read_conflict_key(self._index_key(zone))
         z = (zone.app, zone.tenant)
         best: int | None = None
         cursor = MIN_PRIORITY
@@ -369,19 +420,6 @@ class CassandraZoneStore:
     def _index_key(self, zone: ZoneId) -> bytes:
         tl = self.toplevel
         return tl.keys.pointer_index_key(tl.cluster, tl.shard_for(zone), zone)
-
-    def min_vesting_in(self, tr: KVTransaction, zone: ZoneId) -> int | None:
-        """Strong read of the zone's earliest vesting time for a pointer requeue in ``tr``.
-
-        The read version is fixed first and the pointer index key joins the read conflict
-        set: an enqueue whose pointer transaction commits after this read version declared
-        a write conflict on that key, so this requeue aborts and retries, and its retry
-        reads Cassandra after that item was written. Without it the pointer could be
-        requeued at a later time than the new item's.
-        """
-        tr.get_read_version()
-        tr.add_read_conflict_key(self._index_key(zone))
-        return self.min_vesting_ms(zone)
 
     def zone_is_empty(self, tr: KVTransaction, zone: ZoneId) -> bool:
         """Strong emptiness check inside the pointer-deleting transaction ``tr``.
@@ -418,7 +456,7 @@ class CassandraZoneStore:
 
     def _lease_plan(self, zone: ZoneId, item: WorkItem, now: int, lease_ms: int) -> _Plan:
         leased = item.with_(
-            vesting_ms=now + lease_ms, lease_id=new_lease_id(), attempts=item.attempts + 1
+            vesting_ms=now + lease_ms, lease_id=new_lease_id(self.ids), attempts=item.attempts + 1
         )
         return self._plan_update(zone, item, leased)
 
@@ -456,8 +494,8 @@ class CassandraZoneStore:
             return self._plan_delete(zone, item, "expired: not started before its TTL"), "expired"
         if accept is not None and not accept(item):
             return None, "skip"
-        if item.delivery == "at_most_once":
-            return self._plan_delete(zone, item), "at_most_once"
+        # At-most-once items are leased too: the consumer deletes one when its handler
+        # starts, so one taken but never started is given back, not lost.
         return self._lease_plan(zone, item, now, lease_ms), "lease"
 
     def dequeue(
@@ -472,8 +510,8 @@ class CassandraZoneStore:
         """Peek and lease in one conditional batch (one Paxos round for the whole visit).
 
         If the batch is refused (another consumer changed an item) each item is retried on
-        its own. At-most-once items are deleted instead of leased; expired and corrupt
-        items are dead-lettered on the way, so neither blocks the zone.
+        its own. Expired and corrupt items are dead-lettered on the way, so neither
+        blocks the zone.
         """
         _check_duration(lease_ms)
         now = now_ms(self.clock)
@@ -522,7 +560,9 @@ class CassandraZoneStore:
                 taken.append(result)
             elif kind == "at_most_once":
                 taken.append(
-                    plan.item.with_(lease_id=new_lease_id(), attempts=plan.item.attempts + 1)
+                    plan.item.with_(
+                        lease_id=new_lease_id(self.ids), attempts=plan.item.attempts + 1
+                    )
                 )
         return taken, corrupt
 
@@ -623,6 +663,7 @@ class CassandraZoneStore:
         lease_id: str | None = None,
         *,
         tr: KVTransaction | None = None,
+        result: Any = None,  # no outcome records here (capabilities.outcome_records)
     ) -> None:
         """Delete the item (only for its holder, with ``lease_id``). ``tr`` is refused:
         a Cassandra delete cannot commit atomically with a KV transaction, so
@@ -651,7 +692,11 @@ class CassandraZoneStore:
         self.complete(zone, item_id, None)
 
     def complete_many(
-        self, zone: ZoneId, leased: Sequence[tuple[str, str]]
+        self,
+        zone: ZoneId,
+        leased: Sequence[tuple[str, str]],
+        *,
+        results: Mapping[str, Any] | None = None,  # no outcome records here
     ) -> list[Exception | None]:
         """One conditional batch for the zone; if refused, each item on its own so an item
         another holder took is reported, not fatal."""
@@ -691,16 +736,27 @@ class CassandraZoneStore:
 
     # --- dead letters ------------------------------------------------------------------
 
-    def dead_letter(self, zone: ZoneId, item_id: str, lease_id: str | None, reason: str) -> None:
+    def dead_letter(
+        self,
+        zone: ZoneId,
+        item_id: str,
+        lease_id: str | None,
+        reason: str,
+        *,
+        traceback: str | None = None,
+    ) -> None:
         """Move the item to the zone's dead letters (rows of kind 2 in the same partition,
-        so the move is one conditional batch)."""
+        so the move is one conditional batch). With ``lease_id`` the holder's failed run
+        counts as an error, as in the KV zone store."""
 
         def decide(item: WorkItem | None) -> _Plan:
             if item is None:
                 raise ItemNotFound(item_id)
             if lease_id is not None and item.lease_id != lease_id:
                 raise LeaseLost(item_id)
-            return self._plan_delete(zone, item, reason)
+            return self._plan_delete(
+                zone, item, reason, count_error=lease_id is not None, traceback=traceback
+            )
 
         self._apply(zone, item_id, decide)
 
@@ -742,9 +798,16 @@ class CassandraZoneStore:
                 item: WorkItem | None = self.table.to_item(zone, row)
             except CorruptRecord:
                 item = None
+            tb: str | None = None
+            if item is not None and TRACEBACK_META in item.meta:
+                meta = dict(item.meta)
+                tb = str(meta.pop(TRACEBACK_META))
+                item = item.with_(meta=meta)
             raw = encode_item(item) if item is not None else b""
             out.append(
-                DeadLetter(zone, row.item_id, row.dead_reason or "", row.dead_at_ms or 0, item, raw)
+                DeadLetter(
+                    zone, row.item_id, row.dead_reason or "", row.dead_at_ms or 0, item, raw, tb
+                )
             )
         return out
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgpack
 
-from adapters.cassandra.driver import (
+from quickzones.adapters.cassandra.driver import (
     CassandraError,
     consistency_level,
     definitely_not_applied,
@@ -21,9 +21,9 @@ from adapters.cassandra.driver import (
     read_error,
     require_driver,
 )
-from adapters.cassandra.schema import ITEM_COLUMNS
-from quick_core.errors import CorruptRecord
-from quick_core.records import WorkItem, ZoneId
+from quickzones.adapters.cassandra.schema import ITEM_COLUMNS
+from quickzones.errors import CorruptRecord
+from quickzones.records import WorkItem, ZoneId
 
 log = logging.getLogger("quick.cassandra")
 

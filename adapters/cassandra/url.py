@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
-from quick_core.errors import InvalidStoreURL
+from quickzones.errors import InvalidStoreURL
 
 _LEVELS = {
     "ONE",

@@ -6,6 +6,10 @@ election is built, so this package imports fine without it.
 
 from __future__ import annotations
 
-from adapters.memcached.election import DEFAULT_KEY_PREFIX, MemcachedElection, server_expiry
+from quickzones.adapters.memcached.election import (
+    DEFAULT_KEY_PREFIX,
+    MemcachedElection,
+    server_expiry,
+)
 
 __all__ = ["DEFAULT_KEY_PREFIX", "MemcachedElection", "server_expiry"]

@@ -6,6 +6,6 @@ built, so this package imports fine without it.
 
 from __future__ import annotations
 
-from adapters.redis.election import DEFAULT_KEY_PREFIX, RedisElection
+from quickzones.adapters.redis.election import DEFAULT_KEY_PREFIX, RedisElection
 
 __all__ = ["DEFAULT_KEY_PREFIX", "RedisElection"]

@@ -31,9 +31,9 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from quick_core.clock import Clock, SystemClock
-from quick_core.election import Leadership
-from quick_core.errors import (
+from quickzones.clock import Clock, SystemClock
+from quickzones.election import Leadership
+from quickzones.errors import (
     InvalidArgument,
     InvalidStoreURL,
     MissingDependency,
@@ -142,7 +142,7 @@ def _check_ids(name: str, holder: str) -> None:
 
 
 class RedisElection:
-    """An :class:`~quick_core.election.Election` backed by one Redis server.
+    """An :class:`~quickzones.election.Election` backed by one Redis server.
 
     Thread-safe (redis-py's connection pool); each call is one atomic script. The returned
     ``expires_at`` is the injected clock's time *before* the request was sent plus ``ttl``,

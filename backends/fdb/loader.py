@@ -2,15 +2,18 @@
 
 ``import fdb`` is pure Python; the C client library is loaded by ``fdb.api_version()``
 (it imports ``fdb.impl``, which opens ``libfdb_c.so``). Nothing here runs at import time, so
-``quick_core`` and this package import on machines without the FoundationDB client.
+``quickzones`` and this package import on machines without the FoundationDB client.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
+import re
 import threading
 from typing import Any
 
-from quick_core.errors import ConfigurationError, MissingDependency
+from quickzones.errors import ConfigurationError, MissingDependency
 
 CLIENT_INSTALL_HINT = (
     "install the FoundationDB client package (libfdb_c) from "
@@ -27,7 +30,7 @@ class MissingFDBClient(MissingDependency):
         message = f"libfdb_c (the FoundationDB client library) is missing; {CLIENT_INSTALL_HINT}"
         if detail:
             message += f" (loader said: {detail})"
-        # Not MissingDependency.__init__: its "pip install quick-queue[fdb]" hint cannot
+        # Not MissingDependency.__init__: its "pip install quickzones[fdb]" hint cannot
         # install a C library, and a wrong hint is worse than none.
         ConfigurationError.__init__(self, message)
         self.package = "libfdb_c"
@@ -35,6 +38,37 @@ class MissingFDBClient(MissingDependency):
 
 
 _lock = threading.Lock()
+_preloaded: str | None = None
+
+# foundationdb >= 7.4 over an older libfdb_c: "The binding requires a library that supports
+# API version 800, but the installed library supports a maximum version of 730."
+_BINDING_TOO_NEW = re.compile(
+    r"requires a library that supports API version (\d+).*maximum version of (\d+)", re.S
+)
+
+
+def _release(api_version: int) -> str:
+    """API version 730 -> "7.3" (the FoundationDB release line that introduced it)."""
+    return f"{api_version // 100}.{api_version % 100 // 10}"
+
+
+def preload_library() -> None:
+    """Load the libfdb_c that ``FDB_LIBRARY_PATH`` names, before the binding opens its own.
+
+    The binding opens ``libfdb_c.so`` by name; once a library with that soname is loaded,
+    the dynamic loader hands it back, so this selects a libfdb_c outside the loader's search
+    path without ``LD_LIBRARY_PATH`` (which the loader reads only at process start)."""
+    global _preloaded
+    path = os.environ.get("FDB_LIBRARY_PATH")
+    if not path or _preloaded == path:
+        return
+    if os.path.isdir(path):
+        path = os.path.join(path, "libfdb_c.so")
+    try:
+        ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    except OSError as err:
+        raise MissingFDBClient(f"FDB_LIBRARY_PATH={path}: {err}") from err
+    _preloaded = path
 
 
 def import_binding() -> Any:
@@ -57,8 +91,19 @@ def select_api_version(fdb: Any, version: int) -> int:
             selected: int = fdb.get_api_version()
             return selected
         try:
+            preload_library()
             fdb.api_version(version)
         except RuntimeError as err:
+            mismatch = _BINDING_TOO_NEW.search(str(err))
+            if mismatch:
+                wanted, have = (int(v) for v in mismatch.groups())
+                raise ConfigurationError(
+                    f"the FoundationDB Python binding (foundationdb {_release(wanted)}, API "
+                    f"version {wanted}) needs a newer libfdb_c than the installed one "
+                    f"(FoundationDB {_release(have)}, API version {have} at most); install "
+                    f"the binding that matches the library: pip install "
+                    f"'foundationdb>={_release(have)},<{_release(have + 10)}'"
+                ) from err
             # e.g. "API version 730 is not supported by the installed FoundationDB C library"
             raise ConfigurationError(
                 f"FoundationDB API version {version} cannot be selected: {err}; set "

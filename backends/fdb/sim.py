@@ -1,4 +1,4 @@
-"""A stand-in for the part of the ``fdb`` module that ``backends.fdb`` calls, over MemoryStore.
+"""A stand-in for the part of the ``fdb`` module that the FDB backend calls, over MemoryStore.
 
 ``FDBStore(fdb_module=sim_module(MemoryStore(...)))`` runs the FDB backend's own code
 (URL options, key prefixes, error translation, option mapping, on_error delegation) in
@@ -19,7 +19,8 @@ the binding's, call for call:
     fdb.directory.create_or_open(db, ("app", "quick")).key()
     fdb.FDBError(code)
 
-Like the binding, read and commit futures carry their error until ``wait()``. Unlike it,
+Like the binding, read and commit futures carry their error until ``wait()``, and a
+transaction that read an unreadable key fails its commit with 1036. Unlike it,
 the simulator evaluates eagerly and reports write errors (key too large, system keys) at the
 call; see docs/fdb.md for every difference.
 """
@@ -31,12 +32,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import fdb.tuple as fdbtuple
 
-from backends.memory import MemoryStore, MemoryTransaction
-from quick_core.clock import Clock
-from quick_core.kv import KVError, KVTransaction, run
+from quickzones.backends.memory import MemoryStore, MemoryTransaction
+from quickzones.clock import Clock
+from quickzones.kv import ACCESSED_UNREADABLE, KVError, KVTransaction, run
 
 if TYPE_CHECKING:
-    from backends.fdb.store import FDBStore
+    from quickzones.backends.fdb.store import FDBStore
 
 T = TypeVar("T")
 
@@ -169,15 +170,36 @@ class Range:
         return iter(self.to_list())
 
 
+class _Poison:
+    """libfdb_c fails the commit of a transaction that read an unreadable key (a value or
+    key versionstamped in it) with 1036, though the read already raised 1036 (seen on
+    7.3.79; MemoryTransaction lets such a commit through). Shared by ``tr`` and
+    ``tr.snapshot``; ``reset``/``on_error`` start clean."""
+
+    __slots__ = ("poisoned",)
+
+    def __init__(self) -> None:
+        self.poisoned = False
+
+    def read(self, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except KVError as err:
+            if err.code == ACCESSED_UNREADABLE:
+                self.poisoned = True
+            raise
+
+
 class TransactionRead:
     """The read half of a transaction; ``tr.snapshot`` is one with ``snapshot=True``."""
 
-    def __init__(self, tr: MemoryTransaction, snapshot: bool) -> None:
+    def __init__(self, tr: MemoryTransaction, snapshot: bool, poison: _Poison) -> None:
         self._mem = tr
         self._snapshot = snapshot
+        self._poison = poison
 
     def get(self, key: bytes) -> Value:
-        return Value(lambda: self._mem.get(key, snapshot=self._snapshot))
+        return Value(lambda: self._poison.read(lambda: self._mem.get(key, snapshot=self._snapshot)))
 
     def get_range(
         self,
@@ -191,7 +213,11 @@ class TransactionRead:
         b = b"" if begin is None else begin
         e = b"\xff" if end is None else end
         return Range(
-            lambda: self._mem.get_range(b, e, limit=limit, reverse=reverse, snapshot=self._snapshot)
+            lambda: self._poison.read(
+                lambda: self._mem.get_range(
+                    b, e, limit=limit, reverse=reverse, snapshot=self._snapshot
+                )
+            )
         )
 
     def get_read_version(self) -> Future:
@@ -226,9 +252,10 @@ class Transaction(TransactionRead):
     """``db.create_transaction()``: the binding's Transaction over a MemoryTransaction."""
 
     def __init__(self, tr: MemoryTransaction, db: Database) -> None:
-        super().__init__(tr, snapshot=False)
+        poison = _Poison()
+        super().__init__(tr, snapshot=False, poison=poison)
         self.db = db
-        self.snapshot = TransactionRead(tr, snapshot=True)
+        self.snapshot = TransactionRead(tr, snapshot=True, poison=poison)
         self.options = TransactionOptions(tr)
         db._apply_defaults(self)
 
@@ -298,6 +325,8 @@ class Transaction(TransactionRead):
         _call(lambda: self._mem.add_write_conflict_key(key))
 
     def commit(self) -> Future:
+        if self._poison.poisoned:
+            return Future(_unreadable_commit)
         return Future(self._mem.commit)
 
     def get_committed_version(self) -> int:
@@ -305,17 +334,23 @@ class Transaction(TransactionRead):
 
     def on_error(self, error: FDBError | int) -> Future:
         code = error.code if isinstance(error, FDBError) else int(error)
+        self._poison.poisoned = False  # on_error resets the transaction (or it is done)
         # MemoryTransaction.on_error re-raises non-retryable errors and those past the retry
         # limit; _call turns that into FDBError(code), as libfdb_c reports it.
         return Future(lambda: self._mem.on_error(KVError(code)))
 
     def reset(self) -> None:
         self._mem.reset()
+        self._poison.poisoned = False
         # The client re-applies database-wide transaction defaults on reset.
         self.db._apply_defaults(self)
 
     def cancel(self) -> None:
         self._mem.cancel()
+
+
+def _unreadable_commit() -> None:
+    raise KVError(ACCESSED_UNREADABLE, "Read or wrote an unreadable key")
 
 
 class DatabaseOptions:
@@ -456,8 +491,8 @@ def open_sim_store(
     *, clock: Clock | None = None, seed: int = 0, root: bytes = b"", **options: Any
 ) -> FDBStore:
     """An FDBStore over a fresh simulator: the FDB backend's code without libfdb_c."""
-    from backends.fdb.store import FDBStore
-    from backends.fdb.url import FDBOptions
+    from quickzones.backends.fdb.store import FDBStore
+    from quickzones.backends.fdb.url import FDBOptions
 
     fdb = sim_module(MemoryStore(seed=seed, clock=clock))
     return FDBStore(FDBOptions(root=root, **options), fdb_module=fdb, url="fdbsim://", clock=clock)

@@ -2,28 +2,29 @@
 
 Thin by design: each seam call is one binding call, plus two translations:
 
-* ``fdb.FDBError`` becomes :class:`quick_core.kv.KVError` with the same code, the binding's
+* ``fdb.FDBError`` becomes :class:`quickzones.kv.KVError` with the same code, the binding's
   error kept as ``__cause__``;
 * with a ``root`` or ``directory`` prefix, keys gain the prefix on the way in and lose it on
   the way out (a versionstamped key's offset moves by the prefix length).
 
 The binding module is injectable (``fdb_module``), so the same code runs over
-``backends.fdb.sim`` in every CI run and over libfdb_c against a real cluster.
+``quickzones.backends.fdb.sim`` in every CI run and over libfdb_c against a real cluster.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from backends.fdb.loader import import_binding, select_api_version
-from backends.fdb.url import FDBOptions, parse_fdb_url
-from quick_core.clock import Clock
-from quick_core.errors import ConfigurationError, InvalidArgument, StorageError
-from quick_core.kv import (
+from quickzones.backends.fdb.loader import import_binding, select_api_version
+from quickzones.backends.fdb.url import FDBOptions, parse_fdb_url
+from quickzones.clock import Clock
+from quickzones.errors import ConfigurationError, InvalidArgument, StorageError
+from quickzones.kv import (
+    ACCESSED_UNREADABLE,
     INVALID_ARGUMENT,
     KEY_OUTSIDE_LEGAL_RANGE,
     KEY_SIZE_LIMIT,
@@ -63,6 +64,22 @@ class _Translate:
             raise KVError(code, _description(err)) from err
 
 
+# FDB's inverted_range (the simulator's buffer names it too; kv.py does not).
+INVERTED_RANGE = 2005
+
+
+def _check_stamp_offset(offset: int, length: int, what: str) -> None:
+    # libfdb_c accepts the call and fails the whole commit with 2000 (seen on 7.3.79); the
+    # seam reports it at the call, where the simulator and the other stores do, so the
+    # caller learns which write was wrong and the transaction stays usable.
+    if offset + 10 > length:
+        raise KVError(
+            INVALID_ARGUMENT,
+            f"versionstamp offset {offset} + 10 bytes runs past the end of the {length}-byte "
+            f"{what}",
+        )
+
+
 class FDBVersionstamp:
     """``tr.get_versionstamp()``: the binding's Key future, read after commit."""
 
@@ -100,6 +117,14 @@ class FDBTransaction:
         # Off: the core's snapshot reads become ordinary reads with read conflicts (to
         # measure what snapshots save, or to rule them out when chasing a bug).
         self._snapshot_reads = snapshot_reads
+        self._on_commit: list[Callable[[], None]] = []
+        # What this transaction versionstamped (caller's keys, before the prefix): values
+        # at these keys, keys in these ranges. Reading them is 1036 (accessed_unreadable),
+        # and libfdb_c then fails the whole commit with 1036 too; the seam, like every
+        # other store, reports 1036 at the read and leaves the transaction committable,
+        # so such reads are answered here and never reach the binding.
+        self._vs_values: set[bytes] = set()
+        self._vs_ranges: list[tuple[bytes, bytes]] = []
 
     # --- key prefixing ---------------------------------------------------------------------
 
@@ -150,7 +175,35 @@ class FDBTransaction:
 
     # --- reads -----------------------------------------------------------------------------
 
+    def _unreadable_spans(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+        """The parts of ``[begin, end)`` this transaction made unreadable."""
+        spans = [(k, k + b"\x00") for k in self._vs_values if begin <= k < end]
+        spans += [(lo, hi) for lo, hi in self._vs_ranges if lo < end and begin < hi]
+        return spans
+
+    def _readable_part(
+        self, begin: bytes, end: bytes, limit: int, reverse: bool
+    ) -> tuple[bytes, bytes] | None:
+        """Where a range read must stop to stay readable, or None if it need not.
+
+        Like libfdb_c, a read is refused (1036) only if it reaches an unreadable key: one
+        whose limit is met before the first such key (from its end, reversed) returns."""
+        spans = self._unreadable_spans(begin, end)
+        if not spans:
+            return None
+        if limit == 0:
+            raise KVError(ACCESSED_UNREADABLE, "range holds a key versionstamped in this txn")
+        if reverse:
+            return max(begin, max(hi for _, hi in spans)), end
+        return begin, min(end, min(lo for lo, _ in spans))
+
+    def _forget_stamps(self) -> None:
+        self._vs_values.clear()
+        self._vs_ranges.clear()
+
     def get(self, key: bytes, *, snapshot: bool = False) -> bytes | None:
+        if (self._vs_values or self._vs_ranges) and self._unreadable_spans(key, key + b"\x00"):
+            raise KVError(ACCESSED_UNREADABLE, "value was versionstamped in this transaction")
         reader = self._tr.snapshot if snapshot and self._snapshot_reads else self._tr
         with self._translate():
             value = reader.get(self._key(key)).wait()
@@ -158,6 +211,20 @@ class FDBTransaction:
                 return None
             result: bytes = value.value
             return result
+
+    def get_many(self, keys: Sequence[bytes], *, snapshot: bool = False) -> list[bytes | None]:
+        """Values of ``keys``, read in parallel: every read is sent before any is awaited,
+        so a batch costs one round trip, not one per key (see :func:`quickzones.kv.get_many`)."""
+        if self._vs_values or self._vs_ranges:
+            return [self.get(k, snapshot=snapshot) for k in keys]
+        reader = self._tr.snapshot if snapshot and self._snapshot_reads else self._tr
+        with self._translate():
+            futures = [reader.get(self._key(k)) for k in keys]
+            out: list[bytes | None] = []
+            for f in futures:
+                value = f.wait()
+                out.append(value.value if value.present() else None)
+            return out
 
     def get_range(
         self,
@@ -168,6 +235,11 @@ class FDBTransaction:
         reverse: bool = False,
         snapshot: bool = False,
     ) -> list[tuple[bytes, bytes]]:
+        part = None
+        if (self._vs_values or self._vs_ranges) and begin < end:
+            part = self._readable_part(begin, end, limit, reverse)
+            if part is not None:
+                begin, end = part
         reader = self._tr.snapshot if snapshot and self._snapshot_reads else self._tr
         with self._translate():
             # to_list() asks for exact/want_all batches: the whole answer in as few round
@@ -175,7 +247,9 @@ class FDBTransaction:
             rows = reader.get_range(
                 self._bound(begin), self._bound(end), limit=limit, reverse=reverse
             ).to_list()
-            return [(self._strip(kv.key), kv.value) for kv in rows]
+        if part is not None and len(rows) < limit:
+            raise KVError(ACCESSED_UNREADABLE, "range holds a key versionstamped in this txn")
+        return [(self._strip(kv.key), kv.value) for kv in rows]
 
     def get_read_version(self) -> int:
         with self._translate():
@@ -187,14 +261,25 @@ class FDBTransaction:
     def set(self, key: bytes, value: bytes) -> None:
         with self._translate():
             self._tr.set(self._write_key(key), self._value(value))
+        # A set over a versionstamped value leaves it unreadable (FDB 7.3); a clear does not.
 
     def clear(self, key: bytes) -> None:
         with self._translate():
             self._tr.clear(self._write_key(key))
+        self._vs_values.discard(key)
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
+        # libfdb_c takes an inverted range and fails the transaction's next future and its
+        # commit with 2005 (seen on 7.3.79); the seam reports it at the call, like the
+        # other rejected writes, and the transaction stays usable.
+        if isinstance(begin, bytes) and isinstance(end, bytes) and begin > end:
+            raise KVError(INVERTED_RANGE, f"clear_range begin {begin[:20]!r} > end {end[:20]!r}")
         with self._translate():
             self._tr.clear_range(self._bound(begin), self._bound(end))
+        if self._vs_values or self._vs_ranges:
+            self._vs_values = {k for k in self._vs_values if not begin <= k < end}
+            # A versionstamped key bound to land inside the cleared range is gone.
+            self._vs_ranges = [r for r in self._vs_ranges if not (begin <= r[0] and r[1] <= end)]
 
     def add(self, key: bytes, param: bytes) -> None:
         with self._translate():
@@ -214,13 +299,22 @@ class FDBTransaction:
         # The trailing LE uint32 offset counts from the start of the final key, so under a
         # prefix it moves by the prefix length.
         (offset,) = struct.unpack("<I", key[-4:])
-        key = self._write_key(key[:-4]) + struct.pack("<I", offset + len(self._prefix))
+        _check_stamp_offset(offset, len(key) - 4, "key")
+        body = key[:-4]
+        key = self._write_key(body) + struct.pack("<I", offset + len(self._prefix))
         with self._translate():
             self._tr.set_versionstamped_key(key, self._value(value))
+        head, tail = body[:offset], body[offset + 10 :]
+        self._vs_ranges.append((head + b"\x00" * 10 + tail, head + b"\xff" * 10 + tail + b"\x00"))
 
     def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
+        if not isinstance(value, bytes) or len(value) < 4:
+            raise KVError(INVALID_ARGUMENT, "a versionstamped value ends with a 4-byte offset")
+        (offset,) = struct.unpack("<I", value[-4:])
+        _check_stamp_offset(offset, len(value) - 4, "value")
         with self._translate():
             self._tr.set_versionstamped_value(self._write_key(key), self._value(value))
+        self._vs_values.add(key)
 
     def get_versionstamp(self) -> FDBVersionstamp:
         with self._translate():
@@ -249,11 +343,19 @@ class FDBTransaction:
     def commit(self) -> None:
         with self._translate():
             self._tr.commit().wait()
+        callbacks, self._on_commit = self._on_commit, []
+        for callback in callbacks:
+            callback()
+
+    def on_commit(self, callback: Callable[[], None]) -> None:
+        self._on_commit.append(callback)
 
     def on_error(self, error: KVError) -> None:
         """Back off and reset if retryable (libfdb_c decides); otherwise re-raise ``error``."""
+        self._on_commit = []  # this attempt's writes are gone; a retry registers again
         if not isinstance(error, KVError):
             raise error
+        self._forget_stamps()  # on_error resets the transaction (or it is finished)
         try:
             with self._translate():
                 self._tr.on_error(error.code).wait()
@@ -265,10 +367,13 @@ class FDBTransaction:
             raise
 
     def reset(self) -> None:
+        self._on_commit = []
         with self._translate():
             self._tr.reset()
+        self._forget_stamps()
 
     def cancel(self) -> None:
+        self._on_commit = []
         with self._translate():
             self._tr.cancel()
 
@@ -303,7 +408,7 @@ class FDBTransaction:
 class FDBStore:
     """A FoundationDB database behind the KV seam: ``FDBStore.from_url("fdb://")``.
 
-    ``fdb_module`` is the binding (``import fdb`` by default) or ``backends.fdb.sim``'s
+    ``fdb_module`` is the binding (``import fdb`` by default) or ``quickzones.backends.fdb.sim``'s
     stand-in. Opening selects the API version once per process, opens the database, applies
     the database-wide transaction defaults and resolves the key prefix.
     """
@@ -338,8 +443,8 @@ class FDBStore:
         parsed = parse_fdb_url(url)
         fdb_module = None
         if parsed.sim_url is not None:
-            from backends.fdb.sim import sim_module
-            from backends.memory import MemoryStore
+            from quickzones.backends.fdb.sim import sim_module
+            from quickzones.backends.memory import MemoryStore
 
             fdb_module = sim_module(MemoryStore.from_url(parsed.sim_url, clock=clock))
         return cls(parsed.options, fdb_module=fdb_module, url=url, clock=clock)

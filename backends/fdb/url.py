@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote_to_bytes, urlencode, urlsplit
 
-from quick_core.errors import InvalidStoreURL
+from quickzones.errors import InvalidStoreURL
 
 DEFAULT_API_VERSION = 730
 # From 610 on, timeout and retry limit survive on_error, which the seam's run() relies on.

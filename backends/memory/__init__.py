@@ -5,7 +5,7 @@ that name (for CLI demos). Query options: ``seed``, ``fault_not_committed``,
 ``fault_unknown_result``, ``fault_unknown_result_applied``, ``fault_too_old``, ``latency_ms``.
 """
 
-from backends.memory.faults import FAULT_KINDS, FaultConfig
-from backends.memory.store import MemoryStore, MemoryTransaction
+from quickzones.backends.memory.faults import FAULT_KINDS, FaultConfig
+from quickzones.backends.memory.store import MemoryStore, MemoryTransaction
 
 __all__ = ["FAULT_KINDS", "FaultConfig", "MemoryStore", "MemoryTransaction"]

@@ -6,7 +6,8 @@ import math
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
-from quick_core.errors import InvalidArgument, InvalidStoreURL
+from quickzones.errors import InvalidArgument, InvalidStoreURL
+from quickzones.urls import RETRY_OPTIONS, parse_retry_option
 
 # Keys of MemoryStore.fault_counts, one per kind of injected fault.
 FAULT_KINDS = (
@@ -59,6 +60,9 @@ class MemoryURL:
     name: str
     seed: int
     faults: FaultConfig
+    # Bounds of run()'s retry loop on this store (None: quickzones.kv's defaults).
+    retry_limit: int | None = None
+    timeout_ms: int | None = None
 
 
 def parse_memory_url(url: str) -> MemoryURL:
@@ -72,14 +76,18 @@ def parse_memory_url(url: str) -> MemoryURL:
         raise InvalidStoreURL(url, "a memory URL has no path; name a shared store as memory://name")
     seed = 0
     fault_args: dict[str, float] = {}
+    bounds: dict[str, int] = {}
     for option, raw in parse_qsl(parts.query, keep_blank_values=True):
+        if option in RETRY_OPTIONS:
+            bounds[option] = parse_retry_option(url, option, raw)
+            continue
         try:
             if option == "seed":
                 seed = int(raw)
             elif option in _URL_FAULTS:
                 fault_args[_URL_FAULTS[option]] = float(raw)
             else:
-                known = ", ".join(["seed", *_URL_FAULTS])
+                known = ", ".join(["seed", *_URL_FAULTS, *RETRY_OPTIONS])
                 raise InvalidStoreURL(url, f"unknown option {option!r}; known: {known}")
         except ValueError as err:
             raise InvalidStoreURL(url, f"option {option}={raw!r} is not a number") from err
@@ -87,4 +95,4 @@ def parse_memory_url(url: str) -> MemoryURL:
         faults = FaultConfig(**fault_args)
     except InvalidArgument as err:
         raise InvalidStoreURL(url, str(err)) from err
-    return MemoryURL(parts.netloc, seed, faults)
+    return MemoryURL(parts.netloc, seed, faults, **bounds)

@@ -1,7 +1,7 @@
 """MemoryStore: a seeded, deterministic in-process simulator of FoundationDB.
 
 Semantics follow ``shared/fdb-semantics.md``: MVCC reads at the read version, read-your-
-writes (``backends._txnbuffer``), optimistic conflict checks at commit against the write
+writes (``quickzones.backends._txnbuffer``), optimistic conflict checks at commit against the write
 conflict ranges of transactions that committed after the read version, the 5 s lifetime
 (1007) on the store's clock, and ``on_error`` backoff slept through that clock.
 
@@ -18,22 +18,31 @@ from __future__ import annotations
 import bisect
 import random
 import threading
+from collections.abc import Callable
 from typing import ClassVar
 
-from backends._ranges import Range, merge_ranges, ranges_intersect
-from backends._txnbuffer import VERSIONS_PER_SECOND, BufferedTransaction, CommitRequest, KeyValue
-from backends._versionstamps import make_versionstamp
-from backends.memory.faults import FAULT_KINDS, FaultConfig, parse_memory_url
-from backends.memory.mvcc import VersionedMap
-from quick_core.clock import Clock, SystemClock
-from quick_core.errors import StorageError
-from quick_core.kv import (
+from quickzones.backends._ranges import Range, merge_ranges, ranges_intersect
+from quickzones.backends._txnbuffer import (
+    VERSIONS_PER_SECOND,
+    BufferedTransaction,
+    CommitRequest,
+    KeyValue,
+)
+from quickzones.backends._versionstamps import make_versionstamp
+from quickzones.backends.memory.faults import FAULT_KINDS, FaultConfig, parse_memory_url
+from quickzones.backends.memory.mvcc import VersionedMap
+from quickzones.clock import Clock, SystemClock
+from quickzones.errors import StorageError
+from quickzones.kv import (
     COMMIT_UNKNOWN_RESULT,
     NOT_COMMITTED,
     TRANSACTION_LIFETIME_S,
     TRANSACTION_TOO_OLD,
     KVError,
 )
+
+# ``hook(request, commit) -> commit(request)``: see ``MemoryStore(commit_hook=...)``.
+CommitHook = Callable[[CommitRequest, Callable[[CommitRequest], tuple[int, int]]], tuple[int, int]]
 
 
 class MemoryStore:
@@ -54,8 +63,18 @@ class MemoryStore:
         clock: Clock | None = None,
         faults: FaultConfig | None = None,
         url: str = "memory://",
+        commit_hook: CommitHook | None = None,
+        retry_limit: int | None = None,
+        timeout_ms: int | None = None,
     ) -> None:
         self.url = url
+        # Wraps every commit that reaches the store: ``hook(request, commit)`` must call
+        # ``commit(request)`` and return its result. The simulation runs other actors there,
+        # where a transaction's reads are done and its writes not yet visible.
+        self.commit_hook = commit_hook
+        # Bounds of quickzones.kv.run() on this store (None: its defaults).
+        self.retry_limit = retry_limit
+        self.timeout_ms = timeout_ms
         self.seed = seed
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.faults = faults if faults is not None else FaultConfig()
@@ -72,20 +91,37 @@ class MemoryStore:
         self._closed = False
 
     @classmethod
-    def from_url(cls, url: str, clock: Clock | None = None) -> MemoryStore:
+    def from_url(
+        cls, url: str, clock: Clock | None = None, *, commit_hook: CommitHook | None = None
+    ) -> MemoryStore:
         """``memory://`` opens a fresh store; ``memory://name`` shares one per process.
 
+        ``commit_hook`` (a fresh store only) wraps every commit, as the constructor's.
+
         Query options: ``seed``, ``fault_not_committed``, ``fault_unknown_result``,
-        ``fault_unknown_result_applied``, ``fault_too_old`` (probabilities per commit) and
-        ``latency_ms``. A shared store keeps the options and clock of its first opening.
+        ``fault_unknown_result_applied``, ``fault_too_old`` (probabilities per commit),
+        ``latency_ms``, and run()'s bounds ``retry_limit`` and ``timeout_ms``. A shared
+        store keeps the options and clock of its first opening.
         """
         parsed = parse_memory_url(url)
+
+        def new() -> MemoryStore:
+            return cls(
+                seed=parsed.seed,
+                clock=clock,
+                faults=parsed.faults,
+                url=url,
+                retry_limit=parsed.retry_limit,
+                timeout_ms=parsed.timeout_ms,
+                commit_hook=commit_hook,
+            )
+
         if not parsed.name:
-            return cls(seed=parsed.seed, clock=clock, faults=parsed.faults, url=url)
+            return new()
         with cls._shared_lock:
             store = cls._shared.get(parsed.name)
             if store is None:
-                store = cls(seed=parsed.seed, clock=clock, faults=parsed.faults, url=url)
+                store = new()
                 cls._shared[parsed.name] = store
             return store
 
@@ -203,7 +239,7 @@ class MemoryStore:
 
 
 class MemoryTransaction(BufferedTransaction):
-    """A transaction on a :class:`MemoryStore`; see :mod:`backends._txnbuffer`."""
+    """A transaction on a :class:`MemoryStore`; see :mod:`quickzones.backends._txnbuffer`."""
 
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
@@ -231,7 +267,10 @@ class MemoryTransaction(BufferedTransaction):
             return store._data.scan(begin, end, self._read_version, limit, reverse)
 
     def _commit_request(self, request: CommitRequest) -> tuple[int, int]:
-        return self._store._commit(request)
+        store = self._store
+        if store.commit_hook is not None:
+            return store.commit_hook(request, store._commit)
+        return store._commit(request)
 
     def _random(self) -> float:
         return self._store._random()

@@ -4,6 +4,6 @@ URLs: ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``; options
 ``busy_timeout_ms`` and ``synchronous``.
 """
 
-from backends.sqlite.store import SQLiteStore, SQLiteTransaction
+from quickzones.backends.sqlite.store import SQLiteStore, SQLiteTransaction
 
 __all__ = ["SQLiteStore", "SQLiteTransaction"]

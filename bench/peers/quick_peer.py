@@ -14,7 +14,7 @@ from typing import Any
 
 from bench.peers.base import Peer
 from bench.quickrun import JOB, config_to_json, open_quick
-from quick_core.consumer import ConsumerConfig
+from quickzones.consumer import ConsumerConfig
 
 
 def peer_config(throughput: bool = False) -> ConsumerConfig:

@@ -18,9 +18,9 @@ import time
 import uuid
 from pathlib import Path
 
-from adapters.cassandra import init_schema, open_cassandra_quick
 from integration.cassandra_local import LocalCassandra
-from quick_core.consumer import ConsumerConfig
+from quickzones.adapters.cassandra import init_schema, open_cassandra_quick
+from quickzones.consumer import ConsumerConfig
 
 
 def one_run(node: LocalCassandra, items: int, zones: int, workers: int) -> tuple[float, float]:

@@ -21,19 +21,24 @@ from typing import Any
 
 import pytest
 
-from adapters.cassandra import CassandraError, CassandraQuick
-from integration.cassandra_adapter.helpers import cassandra_url, open_quick, wait_for
+from integration.cassandra_adapter.helpers import (
+    FAST,
+    FlakyWork,
+    cassandra_url,
+    open_quick,
+    pointers,
+    wait_for,
+)
 from integration.cassandra_local import LocalCassandra
-from quick_core.consumer import ConsumerConfig
-from quick_core.errors import ConfigurationError, ItemNotFound, LeaseLost
-from quick_core.kv import TRANSACTION_TIMED_OUT, KVError, KVTransaction
-from quick_core.registry import JobContext, RetryPolicy
-from quick_core.zonestore import NewItem
+from quickzones.adapters.cassandra import CassandraError, CassandraQuick
+from quickzones.consumer import ConsumerConfig
+from quickzones.errors import ConfigurationError, ItemNotFound, LeaseLost
+from quickzones.kv import TRANSACTION_TIMED_OUT, KVError, KVTransaction
+from quickzones.registry import JobContext
+from quickzones.zonestore import NewItem
 
 pytest_plugins = ["integration.cassandra_fixtures"]
 pytestmark = pytest.mark.cassandra
-
-FAST = dict(idle_sleep_s=0.01, pointer_lease_s=1.0, min_inactive_s=0.2, item_lease_s=5.0)
 
 
 @pytest.fixture
@@ -48,45 +53,21 @@ def cq(url: str, tmp_path: Path) -> Iterator[CassandraQuick]:
     q.close()
 
 
-def _pointers(q: CassandraQuick) -> int:
-    return q.toplevel.count_pointers(0)
-
-
 # --- end to end ---------------------------------------------------------------------------
 
 
 def test_consumer_runs_cassandra_items_end_to_end(cq: CassandraQuick) -> None:
-    runs: Counter[str] = Counter()
-    lock = threading.Lock()
-    failed_once: set[str] = set()
-
-    @cq.job("work", retry=RetryPolicy(backoff_base_s=0.05, backoff_cap_s=0.1))
-    def work(payload: Any, ctx: JobContext) -> None:
-        with lock:
-            runs[ctx.item_id] += 1
-            if payload.get("flaky") and ctx.item_id not in failed_once:
-                failed_once.add(ctx.item_id)
-                raise RuntimeError("first attempt fails")
-
-    ids = [
-        cq.enqueue("work", {"n": i, "flaky": i % 7 == 0}, app="app", tenant=f"t{i % 5}")
-        for i in range(50)
-    ]
+    work = FlakyWork(cq)
+    ids = work.enqueue(50)
     delayed = cq.enqueue("work", {"n": 99}, app="app", tenant="t0", delay=0.5)
     assert cq.count("app", "t0") == 11
-    assert _pointers(cq) == 5
+    assert pointers(cq) == 5
 
-    consumer = cq.consumer(ConsumerConfig(workers=4, managers=2, **FAST))
-    consumer.start()
-    try:
-        wait_for(lambda: set(runs) >= {*ids, delayed}, 30, "every item to run")
-        wait_for(lambda: _pointers(cq) == 0, 15, "empty zones' pointers to be collected")
-    finally:
-        consumer.stop()
-    assert all(runs[i] == (2 if i in failed_once else 1) for i in ids), runs
-    assert len(failed_once) == len([i for i in range(50) if i % 7 == 0])
+    stats = work.run_all([*ids, delayed])
+    assert work.each_ran_once(ids), work.runs
+    assert len(work.failed_once) == len([i for i in range(50) if i % 7 == 0])
     assert sum(cq.count("app", f"t{t}") for t in range(5)) == 0
-    assert consumer.stats["pointer_deleted"] >= 5
+    assert stats["pointer_deleted"] >= 5
 
 
 def test_priority_order_leases_and_errors(cq: CassandraQuick) -> None:
@@ -131,8 +112,8 @@ def test_repair_gives_orphaned_items_a_pointer(
     left an item no pointer leads to; `quick cassandra repair` gives the zone one."""
     from click.testing import CliRunner
 
-    from adapters.cassandra.repair import repair_pointers
-    from quick_core.cli import main
+    from quickzones.adapters.cassandra.repair import repair_pointers
+    from quickzones.cli import main
 
     zone = cq.zone("app", "orphan")
     cq.enqueue("job", b"has a pointer", app="app", tenant="fine")
@@ -211,7 +192,7 @@ def test_enqueue_racing_pointer_deletion_makes_the_deletion_retry(cq: CassandraQ
 
     outcome = cq.toplevel.requeue_pointer(
         pointer,
-        lambda tr: cq.items.min_vesting_in(tr, zone),
+        lambda tr: cq.items.min_vesting_ms(zone, tr=tr),
         zone_is_empty,
         min_inactive_ms=0,
         active=False,
@@ -230,7 +211,7 @@ def test_pointer_deletion_then_enqueue_creates_a_new_pointer(cq: CassandraQuick)
     pointer = _leased_pointer_of_empty_zone(cq, "after")
     outcome = cq.toplevel.requeue_pointer(
         pointer,
-        lambda tr: cq.items.min_vesting_in(tr, zone),
+        lambda tr: cq.items.min_vesting_ms(zone, tr=tr),
         lambda tr: cq.items.zone_is_empty(tr, zone),
         min_inactive_ms=0,
         active=False,
@@ -282,7 +263,7 @@ def test_failed_pointer_transaction_collects_the_item(cq: CassandraQuick) -> Non
 
     # A real failure of the same kind: the app's enqueue rate limit, charged in the pointer
     # transaction. The second enqueue fails and leaves nothing behind.
-    from quick_core.limits import AppLimits, RateLimited
+    from quickzones.limits import AppLimits, RateLimited
 
     cq.set_limits("app", AppLimits(enqueues_per_minute=1))
     cq.enqueue("job", b"ok", app="app", tenant="fail", item_id="kept")
@@ -323,7 +304,7 @@ def test_cassandra_stopped_mid_run(
     try:
         wait_for(lambda: len(runs) >= 10, 20, "some items to run")
         cassandra_node.stop()
-        pointers_down = _pointers(q)
+        pointers_down = pointers(q)
         assert pointers_down >= 4  # every zone still has delayed items
         started = time.monotonic()
         with pytest.raises(CassandraError, match="Cassandra"):
@@ -331,12 +312,12 @@ def test_cassandra_stopped_mid_run(
         assert time.monotonic() - started < 15
         assert q.toplevel.get_pointer(q.zone("app", "new-zone")) is None
         time.sleep(1.5)  # managers visit zones, fail their strong reads...
-        assert _pointers(q) == pointers_down  # ...and delete no pointer
+        assert pointers(q) == pointers_down  # ...and delete no pointer
         assert consumer.stats["pointer_deleted"] == 0
         cassandra_node.start()
         cassandra_node.wait_ready()
         wait_for(lambda: set(runs) >= {*ids, *later}, 60, "every item to run after restart")
-        wait_for(lambda: _pointers(q) == 0, 20, "pointers to be collected")
+        wait_for(lambda: pointers(q) == 0, 20, "pointers to be collected")
     finally:
         consumer.stop()
         cassandra_node.ensure_running()
@@ -347,8 +328,8 @@ def test_cassandra_stopped_mid_run(
 WORKER = textwrap.dedent(
     """
     import pathlib, sys, time
-    from adapters.cassandra import open_cassandra_quick
-    from quick_core.consumer import ConsumerConfig
+    from quickzones.adapters.cassandra import open_cassandra_quick
+    from quickzones.consumer import ConsumerConfig
     q = open_cassandra_quick(sys.argv[1], sys.argv[2])
     marker = pathlib.Path(sys.argv[3])
 
@@ -401,3 +382,18 @@ def test_consumer_killed_holding_leases(url: str, tmp_path: Path) -> None:
         consumer.stop()
         q.close()
     assert all(n == 1 for n in done.values())
+
+
+def test_dead_letter_keeps_traceback_and_counts_the_holders_failed_run(cq: CassandraQuick) -> None:
+    """Issue 12 points 14 and 17: the traceback rides with the dead letter, and a lease
+    holder's dead-lettering counts its run, so error count and attempts agree."""
+    zone = cq.zone("app", "tb")
+    cq.items.enqueue(zone, NewItem("job", b"x"))
+    [taken], _ = cq.items.dequeue(zone, 1, 10_000)
+    cq.items.dead_letter(
+        zone, taken.item_id, taken.lease_id, "RuntimeError: boom", traceback="TB\n"
+    )
+    [dead] = cq.dead_letters("app", "tb")
+    assert dead.traceback == "TB\n" and dead.item is not None
+    assert dead.item.attempts == dead.item.error_count == 1
+    assert dead.item.last_error == "RuntimeError: boom" and "_traceback" not in dead.item.meta

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from adapters.cassandra.schema import ITEM_COLUMNS
 from integration.cassandra_adapter.helpers import cassandra_url, wait_for
 from integration.cassandra_local import LocalCassandra
-from quick_core.cli import main
-from quick_core.client import Quick
-from quick_core.kv import run
+from quickzones.adapters.cassandra.schema import ITEM_COLUMNS
+from quickzones.cli import main
+from quickzones.client import Quick
+from quickzones.kv import run
 
 pytest_plugins = ["integration.cassandra_fixtures"]
 pytestmark = pytest.mark.cassandra
@@ -104,7 +104,7 @@ def test_migration_killed_halfway_and_resumed(
 
     started = time.monotonic()
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    cmd = [sys.executable, "-m", "quick_core.cli", "migrate", "--from", url, "--to", target]
+    cmd = [sys.executable, "-m", "quickzones.cli", "migrate", "--from", url, "--to", target]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     q = Quick.open(target)
     try:

@@ -12,13 +12,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-from integration.services import free_port
-from quick_core.client import Quick
+from quickzones.client import Quick
+from quickzones.provision import free_port
 
 HANDLERS = textwrap.dedent(
     """
     import os
-    from quick_core.client import Quick
+    from quickzones.client import Quick
 
     quick = Quick.open(os.environ["QUICK_STORE"])
 
@@ -57,7 +57,7 @@ def test_worker_serves_metrics(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "quick_core",
+            "quickzones",
             "worker",
             "--app-module",
             "handlers",

@@ -6,7 +6,6 @@ A missing server binary or driver skips the tests on a laptop but fails them whe
 
 from __future__ import annotations
 
-import os
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -33,13 +32,14 @@ except ImportError:  # plain `pytest` (not `python -m pytest`) leaves the repo o
         make_tls_files,
     )
 
-from quick_core.election import Election, LocalElection
+from quickzones.election import Election, LocalElection
+from quickzones.provision import in_ci
 
 DRIVERS = {"redis": "redis", "memcached": "pymemcache"}
 
 
 def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
+    if in_ci():
         pytest.fail(f"{reason} (CI=true: refusing to skip)", pytrace=False)
     pytest.skip(reason)
 
@@ -64,10 +64,10 @@ def _start(kind: str, tls: TLSFiles | None = None) -> Service:
 
 def _open(kind: str, url: str) -> Election:
     if kind == "redis":
-        from adapters.redis import RedisElection
+        from quickzones.adapters.redis import RedisElection
 
         return RedisElection.from_url(url)
-    from adapters.memcached import MemcachedElection
+    from quickzones.adapters.memcached import MemcachedElection
 
     return MemcachedElection.from_url(url)
 
@@ -79,7 +79,7 @@ class Kit:
     kind: str
     server: Service | None
     # How much longer than the requested ttl the server may keep a lease (memcached rounds
-    # up to whole seconds plus one tick, see adapters.memcached.server_expiry).
+    # up to whole seconds plus one tick, see quickzones.adapters.memcached.server_expiry).
     slack: float
     _factory: Callable[[], Election]
     _opened: list[Election] = field(default_factory=list)

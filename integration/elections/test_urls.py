@@ -10,8 +10,8 @@ from types import ModuleType
 
 import pytest
 
-from quick_core.errors import InvalidStoreURL, MissingDependency
-from quick_core.urls import open_election
+from quickzones.errors import InvalidStoreURL, MissingDependency
+from quickzones.urls import open_election
 
 
 def _driver(module: str) -> ModuleType:
@@ -27,7 +27,7 @@ _driver("pymemcache")
 
 
 def test_redis_url_options_reach_the_driver() -> None:
-    from adapters.redis import RedisElection
+    from quickzones.adapters.redis import RedisElection
 
     election = open_election(
         "redis://:s3cret@127.0.0.1:6390/3?socket_timeout=0.2&client_name=scanner&key_prefix=q:"
@@ -45,7 +45,7 @@ def test_redis_url_options_reach_the_driver() -> None:
 
 
 def test_rediss_url_passes_tls_options_through() -> None:
-    from adapters.redis import RedisElection
+    from quickzones.adapters.redis import RedisElection
 
     election = open_election(
         "rediss://127.0.0.1:6390/0?ssl_cert_reqs=none&ssl_ca_certs=/etc/ssl/ca.pem"
@@ -83,7 +83,7 @@ def test_bad_urls_are_configuration_errors(url: str) -> None:
 
 
 def test_memcached_url_options_reach_the_driver() -> None:
-    from adapters.memcached import MemcachedElection
+    from quickzones.adapters.memcached import MemcachedElection
 
     election = open_election("memcached://127.0.0.1:11299?timeout=0.3&max_pool_size=4")
     try:
@@ -98,7 +98,7 @@ def test_memcached_url_options_reach_the_driver() -> None:
 
 
 def test_memcached_default_port_and_tls_context() -> None:
-    from adapters.memcached import MemcachedElection
+    from quickzones.adapters.memcached import MemcachedElection
 
     election = open_election("memcached://127.0.0.1?tls=true&tls_cert_reqs=none")
     try:
@@ -112,7 +112,7 @@ def test_memcached_default_port_and_tls_context() -> None:
 
 
 def test_memcached_whole_second_expiry_rounds_up_plus_one_tick() -> None:
-    from adapters.memcached import server_expiry
+    from quickzones.adapters.memcached import server_expiry
 
     assert server_expiry(0.001) == 2
     assert server_expiry(1) == 2
@@ -121,7 +121,7 @@ def test_memcached_whole_second_expiry_rounds_up_plus_one_tick() -> None:
 
 
 def test_unsafe_memcached_names_are_hashed() -> None:
-    from adapters.memcached import MemcachedElection
+    from quickzones.adapters.memcached import MemcachedElection
 
     election = open_election("memcached://127.0.0.1:11299")
     try:

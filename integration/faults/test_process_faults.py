@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 
 from integration.services import SERVICES, ServiceUnavailable
-from quick_core.client import Quick
+from quickzones.client import Quick
 
 CONSUMER = textwrap.dedent(
     """
     import os, sys
-    from quick_core.client import Quick
-    from quick_core.consumer import ConsumerConfig
-    from quick_core.urls import open_election
+    from quickzones.client import Quick
+    from quickzones.consumer import ConsumerConfig
+    from quickzones.urls import open_election
 
     url, log_path, election_url = sys.argv[1], sys.argv[2], sys.argv[3]
     q = Quick.open(url)

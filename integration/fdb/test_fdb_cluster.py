@@ -22,30 +22,21 @@ from urllib.parse import quote
 
 import pytest
 
+from integration.fdb.cluster import session_cluster_file
+from quickzones.backends.fdb import FDBOptions, FDBStore
+from quickzones.client import Quick
+from quickzones.clock import ManualClock
+from quickzones.kv import KVTransaction, run
+from tests.contract import test_kv_conformance as conformance
+
 REPO = Path(__file__).resolve().parents[2]
-try:
-    from integration.fdb.cluster import cluster_file, skip_reason
-except ImportError:  # plain `pytest` (not `python -m pytest`) leaves the repo off sys.path
-    sys.path.insert(0, str(REPO))
-    from integration.fdb.cluster import cluster_file, skip_reason
-
-REASON = skip_reason()
-if REASON is not None:
-    pytest.skip(REASON, allow_module_level=True)
-
-from backends.fdb import FDBOptions, FDBStore  # noqa: E402
-from quick_core.client import Quick  # noqa: E402
-from quick_core.clock import ManualClock  # noqa: E402
-from quick_core.kv import KVTransaction, run  # noqa: E402
-from tests.contract import test_kv_conformance as conformance  # noqa: E402
 
 pytestmark = pytest.mark.fdb
 
 
-@pytest.fixture(scope="module")
-def fdb_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with cluster_file(tmp_path_factory.mktemp("fdb")) as path:
-        yield path
+@pytest.fixture(scope="session")
+def fdb_cluster() -> str:
+    return session_cluster_file()
 
 
 def _clear_everything(store: FDBStore) -> None:
@@ -136,8 +127,8 @@ def test_fifo_follows_commit_order_on_a_real_cluster(quick_url: str) -> None:
 CONSUMER = textwrap.dedent(
     """
     import os, sys
-    from quick_core.client import Quick
-    from quick_core.consumer import ConsumerConfig
+    from quickzones.client import Quick
+    from quickzones.consumer import ConsumerConfig
     q = Quick.open(sys.argv[1])
     log = sys.argv[2]
 

@@ -3,10 +3,10 @@
 One thread, one virtual clock, one ``random.Random(seed)`` choosing every interleaving of
 producers, consumers' separate steps, clock jumps, elections and crashes; invariants are
 checked after every step (incrementally) and on the committed store state every K steps
-and at quiescence. ``python -m quick_core.simulation --seeds 50 --steps 2000`` runs it.
+and at quiescence. ``python -m quickzones.simulation --seeds 50 --steps 2000`` runs it.
 """
 
-from quick_core.simulation.harness import (
+from quickzones.simulation.harness import (
     SimConfig,
     SimResult,
     Simulation,

@@ -1,4 +1,4 @@
-"""``python -m quick_core.simulation --seeds N --steps S [--seed X] [--faults F]``.
+"""``python -m quickzones.simulation --seeds N --steps S [--seed X] [--faults F]``.
 
 Runs seeds 0..N-1 (or the one ``--seed``), prints every failing seed with the command that
 replays it, and a summary line; exits 1 on any violation.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from quick_core.simulation.cli import main
+from quickzones.simulation.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

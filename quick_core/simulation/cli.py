@@ -7,13 +7,13 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 
-from quick_core.simulation.harness import SimResult, run_seed
+from quickzones.simulation.harness import SimResult, run_seed
 
 DEFAULT_FAULTS = 0.01
 
 
 def replay_command(seed: int, steps: int, faults: float) -> str:
-    cmd = f"python -m quick_core.simulation --seed {seed} --steps {steps}"
+    cmd = f"python -m quickzones.simulation --seed {seed} --steps {steps}"
     if faults != DEFAULT_FAULTS:
         cmd += f" --faults {faults}"
     return cmd
@@ -58,7 +58,7 @@ def summarize(results: Sequence[SimResult], steps: int, elapsed_s: float) -> str
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m quick_core.simulation",
+        prog="python -m quickzones.simulation",
         description="Deterministic simulation of quick over the fault-injecting MemoryStore.",
     )
     parser.add_argument("--seeds", type=int, default=10, help="run seeds 0..N-1")

@@ -1,7 +1,7 @@
 """The simulation world, its steps and its invariant checker.
 
 Everything random comes from seeded generators and the run is single-threaded, so one seed
-is one run: failures replay exactly with ``python -m quick_core.simulation --seed N``.
+is one run: failures replay exactly with ``python -m quickzones.simulation --seed N``.
 
 The checker keeps a model of what must be true (which enqueues committed, which leases were
 handed to whom, how often handlers ran) and compares it with the store:
@@ -12,37 +12,32 @@ handed to whom, how often handlers ran) and compares it with the store:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any
-from unittest import mock
+from typing import Any, cast
 
 import fdb.tuple as fdbtuple
 
-import quick_core.election
-import quick_core.toplevel
-import quick_core.zones
-from backends._txnbuffer import CommitRequest
-from backends.memory import FaultConfig, MemoryStore
-from quick_core.client import Quick
-from quick_core.clock import ManualClock, now_ms
-from quick_core.consumer import Consumer, ConsumerConfig, Work
-from quick_core.election import LocalElection
-from quick_core.errors import CorruptRecord, ItemNotFound, Nack, PermanentError, TransientError
-from quick_core.kv import KVError, KVTransaction, pack_i64, unpack_i64
-from quick_core.records import ZoneId, decode_pointer
-from quick_core.registry import JobContext, RetryPolicy
-from quick_core.toplevel import PointerRef
-from quick_core.zones import KVZoneStore
+from quickzones import schemes
+from quickzones.client import Quick
+from quickzones.clock import ManualClock, now_ms
+from quickzones.consumer import Consumer, ConsumerConfig, Work
+from quickzones.election import LocalElection
+from quickzones.errors import CorruptRecord, ItemNotFound, Nack, PermanentError, TransientError
+from quickzones.ids import SeededIds
+from quickzones.kv import KVError, KVTransaction, pack_i64, unpack_i64
+from quickzones.records import ZoneId, decode_pointer
+from quickzones.registry import JobContext, RetryPolicy
+from quickzones.toplevel import PointerRef
+from quickzones.zones import KVZoneStore
+from quickzones.zonestore import ZoneStore
 
 # Job types the simulation registers, one per delivery mode.
 PLAIN = "sim_plain"  # at-least-once, completion batched after the handler
 TX = "sim_tx"  # transactional: effect and completion commit together
-AMO = "sim_amo"  # at-most-once: deleted when leased
+AMO = "sim_amo"  # at-most-once: deleted when its handler starts
 TTL = "sim_ttl"  # at-least-once with a TTL: run before its deadline or dead-lettered
 TTL_S = 2.0
 
@@ -71,32 +66,21 @@ class _Abort(Exception):
     """Raised by a producer to abort its own transaction on purpose."""
 
 
-class SeededSecrets:
-    """Stands in for the ``secrets`` module inside the core during a run.
+class _CheckedDequeue:
+    """A zone store whose every dequeue goes through ``check(real_dequeue, ...)``; every
+    other operation is the wrapped store's own. Injected, so nothing in core is patched."""
 
-    Item, lease and pointer ids come from ``secrets``; pointer ids order the scanner's
-    peek, so without this a seed would not replay. Ids stay unique (128-bit draws).
-    """
+    def __init__(self, inner: ZoneStore, check: Callable[..., tuple[list[Any], list[Any]]]) -> None:
+        self._inner = inner
+        self._check = check
 
-    def __init__(self, rng: random.Random) -> None:
-        self._rng = rng
+    def dequeue(
+        self, zone: ZoneId, max_items: int, lease_ms: int, **options: Any
+    ) -> tuple[list[Any], list[Any]]:
+        return self._check(self._inner.dequeue, zone, max_items, lease_ms, **options)
 
-    def token_hex(self, nbytes: int = 32) -> str:
-        return self._rng.randbytes(nbytes).hex()
-
-    def token_bytes(self, nbytes: int = 32) -> bytes:
-        return self._rng.randbytes(nbytes)
-
-
-@contextlib.contextmanager
-def seeded_ids(seed: int) -> Iterator[None]:
-    """Make the core's random ids a function of the seed for the duration of a run."""
-    shim = SeededSecrets(random.Random(seed * 7919 + 17))
-    modules: tuple[ModuleType, ...] = (quick_core.zones, quick_core.toplevel, quick_core.election)
-    with contextlib.ExitStack() as stack:
-        for module in modules:
-            stack.enter_context(mock.patch.object(module, "secrets", shim))
-        yield
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,20 +195,30 @@ class Simulation:
         self.rng = random.Random(seed)
         self.clock = ManualClock(START_TIME)
         f = config.faults
-        self.store = MemoryStore(
-            seed=seed,
-            clock=self.clock,
-            # Added latency moves virtual time on at every commit with writes (1 ms).
-            faults=FaultConfig(
-                not_committed=f, unknown_result=f, too_old=f, latency_ms=1.0 if f else 0.0
-            ),
+        latency = 1.0 if f else 0.0
+        url = (
+            f"memory://?seed={seed}&fault_not_committed={f}&fault_unknown_result={f}"
+            f"&fault_too_old={f}&latency_ms={latency}"
         )
+        # The memory simulator through the scheme registry, like any store: the core
+        # imports no backend. Added latency moves virtual time on at every commit with
+        # writes (1 ms). The store's commit is the one point where a transaction's reads
+        # are done and its writes not yet visible: running another step there (the commit
+        # hook) makes the two concurrent.
+        open_memory = schemes.factory(schemes.STORES, "memory", url)
+        self.store: Any = open_memory(url, clock=self.clock, commit_hook=self._commit_hook)
         shards = config.shards if config.shards is not None else self.rng.choice((1, 2))
-        self.q = Quick(self.store, clock=self.clock, cluster=CLUSTER, shards=shards)
-        if config.zone_store is not None:
-            self.q.zones = config.zone_store(self.q)
+        self.q = Quick(
+            self.store,
+            clock=self.clock,
+            cluster=CLUSTER,
+            shards=shards,
+            # Item, lease and pointer ids from the seed: pointer ids order the scanner's
+            # peek, so without this a seed would not replay.
+            ids=SeededIds(seed * 7919 + 17),
+            zone_store=self._watched_zone_store,
+        )
         self.keys = self.q.keys
-        self._watch_fifo_order(self.q.zones)
         self.election = LocalElection(self.clock)
         retry = RetryPolicy(max_attempts=3, backoff_base_s=0.2, backoff_cap_s=2.0)
         self.q.job(PLAIN, retry=retry)(self._handle_plain)
@@ -245,10 +239,6 @@ class Simulation:
         self.depth = 0  # nesting of interleaved steps (at most one level)
         self.busy: list[SimConsumer] = []  # consumers inside an operation
         self.last_commit_applied = False
-        self._store_commit = self.store._commit
-        # The store's commit is the one point where a transaction's reads are done and its
-        # writes not yet visible: running another step there makes the two concurrent.
-        setattr(self.store, "_commit", self._commit_hook)  # noqa: B010
         # Starvation bookkeeping (invariant 10): in-order rounds finished so far, and per
         # pointer when it was last leased / first seen vested (time, rounds).
         self.in_order_rounds = 0
@@ -264,7 +254,9 @@ class Simulation:
 
     # --- interleaving inside commits ----------------------------------------------------
 
-    def _commit_hook(self, request: CommitRequest) -> tuple[int, int]:
+    def _commit_hook(
+        self, request: Any, commit: Callable[[Any], tuple[int, int]]
+    ) -> tuple[int, int]:
         if self.depth == 0 and self.cfg.interleave and self.rng.random() < self.cfg.interleave:
             self.depth += 1
             try:
@@ -274,7 +266,7 @@ class Simulation:
         counts = self.store.fault_counts
         before = counts["unknown_result_applied"]
         try:
-            return self._store_commit(request)
+            return commit(request)
         finally:
             # Read by the next attempt of a user transaction: did the last one commit?
             self.last_commit_applied = counts["unknown_result_applied"] > before
@@ -301,53 +293,60 @@ class Simulation:
 
     # --- FIFO order ---------------------------------------------------------------------
 
-    def _watch_fifo_order(self, zones: Any) -> None:
-        """Check every dequeue against commit order: it hands out its never-leased FIFO
+    def _watched_zone_store(self, q: Quick) -> ZoneStore:
+        """The run's zone store (a mutant's, for checker tests), with every dequeue checked
+        against commit order."""
+        make = self.cfg.zone_store
+        inner = make(q) if make is not None else q.zones
+        return cast(ZoneStore, _CheckedDequeue(inner, self._check_fifo_dequeue))
+
+    def _check_fifo_dequeue(
+        self,
+        real: Callable[..., tuple[list[Any], list[Any]]],
+        zone: ZoneId,
+        max_items: int,
+        lease_ms: int,
+        **options: Any,
+    ) -> tuple[list[Any], list[Any]]:
+        """Check a dequeue against commit order: it hands out its never-leased FIFO
         items of one priority in commit order, and leaves no older never-leased FIFO item
         of their zone and priority behind, unless the consumer refused that one (its job
         type at its concurrency cap)."""
-        real = zones.dequeue
+        refused: set[str] = set()
+        accept = options.get("accept")
 
-        def dequeue(
-            zone: ZoneId, max_items: int, lease_ms: int, **options: Any
-        ) -> tuple[list[Any], list[Any]]:
-            refused: set[str] = set()
-            accept = options.get("accept")
+        def noting(item: Any) -> bool:
+            ok = accept is None or bool(accept(item))
+            if not ok:
+                refused.add(item.item_id)
+            return ok
 
-            def noting(item: Any) -> bool:
-                ok = accept is None or bool(accept(item))
-                if not ok:
-                    refused.add(item.item_id)
-                return ok
-
-            before = self._fifo_items(zone)
-            items, corrupt = real(zone, max_items, lease_ms, **{**options, "accept": noting})
-            taken = [i.item_id for i in items if i.item_id in before]
-            last: dict[int, tuple[bytes, int]] = {}
-            for item_id in taken:  # a batch hands its FIFO items out in commit order
+        before = self._fifo_items(zone)
+        items, corrupt = real(zone, max_items, lease_ms, **{**options, "accept": noting})
+        taken = [i.item_id for i in items if i.item_id in before]
+        last: dict[int, tuple[bytes, int]] = {}
+        for item_id in taken:  # a batch hands its FIFO items out in commit order
+            priority, order = before[item_id]
+            if priority in last and order < last[priority]:
+                self._violate("fifo_order", f"{zone}: {item_id} handed out after a newer item")
+            last[priority] = order
+        if taken:
+            after = self._fifo_items(zone)
+            for item_id in taken:
                 priority, order = before[item_id]
-                if priority in last and order < last[priority]:
-                    self._violate("fifo_order", f"{zone}: {item_id} handed out after a newer item")
-                last[priority] = order
-            if taken:
-                after = self._fifo_items(zone)
-                for item_id in taken:
-                    priority, order = before[item_id]
-                    for other, (other_priority, other_order) in after.items():
-                        older = other_priority == priority and other_order < order
-                        if older and other not in refused:
-                            self._violate(
-                                "fifo_order",
-                                f"{zone}: {item_id} leased while older {other} waits",
-                                about=other,
-                            )
-            return items, corrupt
-
-        zones.dequeue = dequeue
+                for other, (other_priority, other_order) in after.items():
+                    older = other_priority == priority and other_order < order
+                    if older and other not in refused:
+                        self._violate(
+                            "fifo_order",
+                            f"{zone}: {item_id} leased while older {other} waits",
+                            about=other,
+                        )
+        return items, corrupt
 
     def _fifo_items(self, zone: ZoneId) -> dict[str, tuple[int, tuple[bytes, int]]]:
         """Never-leased FIFO items of ``zone`` now: id -> (priority, commit order)."""
-        from quick_core.records import decode_item
+        from quickzones.records import decode_item
 
         prefix = self.keys.zone_prefix(zone)
         tr = self.store.create_transaction()
@@ -800,20 +799,19 @@ class Simulation:
         return self.step_election(sc)
 
     def run(self) -> SimResult:
-        with seeded_ids(self.cfg.seed):
-            for _ in range(2):
-                self._new_consumer()
-            for n in range(1, self.cfg.steps + 1):
-                self.step_no = n
-                self.step()
-                if self.step_no % self.cfg.check_every == 0:
-                    self.check_store()
-                if len(self.violations) > 50:
-                    break
-            self.step_no = self.cfg.steps + 1
-            self.producing = False
-            self.quiesce()
-            lost = self.check_store(final=True)
+        for _ in range(2):
+            self._new_consumer()
+        for n in range(1, self.cfg.steps + 1):
+            self.step_no = n
+            self.step()
+            if self.step_no % self.cfg.check_every == 0:
+                self.check_store()
+            if len(self.violations) > 50:
+                break
+        self.step_no = self.cfg.steps + 1
+        self.producing = False
+        self.quiesce()
+        lost = self.check_store(final=True)
         snapshot = self.store.snapshot_items()
         digest = hashlib.blake2b(digest_size=16)
         for k, v in snapshot.items():
@@ -937,7 +935,7 @@ class Simulation:
         vest_entries: list[tuple[int, int, str]],
         index: dict[ZoneId, tuple[int, str]],
     ) -> None:
-        from quick_core.records import decode_item
+        from quickzones.records import decode_item
 
         for zone in sorted(set(zone_items) | set(order) | set(counts)):
             items = zone_items.get(zone, {})

@@ -2,7 +2,9 @@
 
 To add a backend, add an entry to ``BACKENDS``; every test in ``tests/contract`` then runs
 on it. A backend that cannot follow an injected clock (a real FDB cluster) sets
-``follows_clock=False`` and the tests that step time skip on it.
+``follows_clock=False`` and the tests that step time skip on it, each with that reason.
+The real engine (``fdb``) is listed when a cluster can be had (``quickzones.provision``; CI
+sets ``QUICK_REQUIRE_FDB=1`` so it must be).
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from quick_core.clock import ManualClock
-from quick_core.kv import KVStore
+from quickzones.clock import ManualClock
+from quickzones.kv import KVStore
+from quickzones.provision import fdb_skip_reason, shared_fdb_cluster_file
 
 
 @dataclass(frozen=True)
@@ -25,21 +28,47 @@ class Backend:
 
 
 def _memory(tmp_path: Path, clock: ManualClock) -> KVStore:
-    from backends.memory import MemoryStore
+    from quickzones.backends.memory import MemoryStore
 
     return MemoryStore(seed=1234, clock=clock)
 
 
 def _sqlite(tmp_path: Path, clock: ManualClock) -> KVStore:
-    from backends.sqlite import SQLiteStore
+    from quickzones.backends.sqlite import SQLiteStore
 
     return SQLiteStore(tmp_path / "kv.db", clock=clock)
 
 
 def _fdb_sim(tmp_path: Path, clock: ManualClock) -> KVStore:
-    from backends.fdb.sim import open_sim_store  # FDBStore's own code over the simulator
+    from quickzones.backends.fdb.sim import open_sim_store  # FDBStore's own code over the simulator
 
     return open_sim_store(clock=clock, seed=1234)
+
+
+# Every key the suite writes is under this prefix; on a real cluster it is cleared before
+# and after each test (the suite's exact key-size test needs the whole 10,000 bytes, so the
+# store gets no root prefix of its own).
+SUITE_PREFIX = b"conf/"
+
+
+def _clear_suite_keys(store: KVStore) -> None:
+    from quickzones.kv import KVTransaction, run
+
+    def clear(tr: KVTransaction) -> None:
+        tr.clear_range(SUITE_PREFIX, SUITE_PREFIX + b"\xff")
+
+    run(store, clear)
+
+
+def _fdb(tmp_path: Path, clock: ManualClock) -> KVStore:
+    # The real engine (one cluster for the session); it keeps real time, so the tests that
+    # step the clock (the 5 s lifetime, timeouts) skip on it through ``manual_clock``.
+    from quickzones.backends.fdb import FDBOptions, FDBStore
+
+    cluster = str(shared_fdb_cluster_file())
+    store = FDBStore(FDBOptions(cluster_file=cluster), url=f"fdb://{cluster}")
+    _clear_suite_keys(store)
+    return store
 
 
 BACKENDS: dict[str, Backend] = {
@@ -47,9 +76,16 @@ BACKENDS: dict[str, Backend] = {
     "sqlite": Backend("sqlite", _sqlite),
     "fdb-sim": Backend("fdb-sim", _fdb_sim),
 }
+if fdb_skip_reason() is None:  # a real cluster can be had (required under CI)
+    BACKENDS["fdb"] = Backend("fdb", _fdb, follows_clock=False)
 
 
-@pytest.fixture(params=sorted(BACKENDS))
+@pytest.fixture(
+    params=[
+        pytest.param(name, marks=[pytest.mark.fdb]) if name == "fdb" else name
+        for name in sorted(BACKENDS)
+    ]
+)
 def backend(request: pytest.FixtureRequest) -> Backend:
     return BACKENDS[request.param]
 
@@ -65,6 +101,8 @@ def kv_store(backend: Backend, tmp_path: Path, clock: ManualClock) -> Iterator[K
     try:
         yield store
     finally:
+        if backend.name == "fdb":
+            _clear_suite_keys(store)
         store.close()
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from quick_core.client import Quick
-from quick_core.consumer import ConsumerConfig
-from quick_core.registry import RetryPolicy
+from quickzones.client import Quick
+from quickzones.consumer import ConsumerConfig
+from quickzones.registry import RetryPolicy
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 # docs/fdb.md belongs to the FoundationDB backend's owner and its examples need a real

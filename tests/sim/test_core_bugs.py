@@ -8,11 +8,11 @@ earlier than the visit, and the in-order scanner merges all shards by vesting ti
 
 from __future__ import annotations
 
-from quick_core.client import Quick
-from quick_core.clock import ManualClock
-from quick_core.consumer import ConsumerConfig
-from quick_core.election import LocalElection
-from quick_core.registry import JobContext
+from quickzones.client import Quick
+from quickzones.clock import ManualClock
+from quickzones.consumer import ConsumerConfig
+from quickzones.election import LocalElection
+from quickzones.registry import JobContext
 
 ZONES = 12
 SELECTION_MAX = 4
@@ -51,7 +51,7 @@ def test_in_order_scanner_reaches_every_backlogged_zone() -> None:
 
 
 def test_simulation_seed_8_has_no_starved_pointer() -> None:
-    from quick_core.simulation import run_seed
+    from quickzones.simulation import run_seed
 
     result = run_seed(8, 2000, 0.01)
     assert [str(v) for v in result.violations] == []

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from quick_core.client import Quick
-from quick_core.errors import ItemNotFound
-from quick_core.kv import KVTransaction
-from quick_core.records import WorkItem, ZoneId
-from quick_core.simulation import SimResult, run_seed
-from quick_core.simulation.cli import main, replay_command
-from quick_core.zones import KVZoneStore
-from quick_core.zonestore import CorruptItem
+from quickzones.client import Quick
+from quickzones.errors import ItemNotFound
+from quickzones.kv import OWN_STORE, KVTransaction
+from quickzones.records import WorkItem, ZoneId
+from quickzones.simulation import SimResult, run_seed
+from quickzones.simulation.cli import main, replay_command
+from quickzones.zones import KVZoneStore
+from quickzones.zonestore import CorruptItem
 
 SEEDS = 200
 STEPS = 2000
@@ -100,7 +100,7 @@ class EagerGcZoneStore(KVZoneStore):
     """Tells the pointer GC every zone is empty: pointers of non-empty zones get deleted
     (breaks invariant 1)."""
 
-    def min_vesting_in(self, tr: KVTransaction, zone: ZoneId) -> int | None:
+    def min_vesting_ms(self, zone: ZoneId, *, tr: KVTransaction = OWN_STORE) -> int | None:
         return None
 
     def zone_is_empty(self, tr: KVTransaction, zone: ZoneId) -> bool:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from quick_core.client import Quick
-from quick_core.kv import KVTransaction
+from quickzones.client import Quick
+from quickzones.kv import KVTransaction
 
 
 def count_range_rows(q: Quick) -> list[int]:

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from quick_core.aio import AsyncQuick
-from quick_core.clock import ManualClock
-from quick_core.consumer import ConsumerConfig
-from quick_core.errors import ConfigurationError, Nack, PermanentError
-from quick_core.kv import KVTransaction
-from quick_core.records import ZoneId
-from quick_core.registry import JobContext, RetryPolicy
+from quickzones.aio import AsyncQuick
+from quickzones.clock import ManualClock
+from quickzones.consumer import ConsumerConfig
+from quickzones.errors import ConfigurationError, Nack, PermanentError
+from quickzones.kv import KVTransaction
+from quickzones.records import ZoneId
+from quickzones.registry import JobContext, RetryPolicy
 from tests.conftest import store_url
 
 Z = ZoneId("app", "t1")
@@ -428,3 +428,30 @@ def test_graceful_shutdown_cancels_and_gives_back_leases(raq: AsyncQuick) -> Non
     item = raq.quick.get("app", "t1", item_id)
     assert item is not None and item.lease_id is None and item.error_count == 0
     assert raq.quick.zones.peek(Z, 1)
+
+
+def test_enqueue_many_lists_a_generator_on_the_loop_and_keeps_quicks_signature(
+    aq: AsyncQuick,
+) -> None:
+    import inspect
+
+    from quickzones.client import Quick
+
+    threads: set[int] = set()
+
+    def payloads() -> Iterator[dict[str, int]]:
+        for n in range(3):
+            threads.add(threading.get_ident())
+            yield {"n": n}
+
+    async def main() -> list[str]:
+        return await aq.enqueue_many("job", payloads(), app="a", tenant="t", priority=1)
+
+    ids = asyncio.run(main())
+    assert len(ids) == 3 and threads == {threading.get_ident()}  # asyncio.run's thread
+    assert aq.quick.zones.count(ZoneId("a", "t")) == 3
+    # One signature, Quick's: the async twins list no keyword of their own.
+    for name in ("enqueue", "enqueue_many", "enqueue_local"):
+        assert inspect.signature(getattr(AsyncQuick, name)).parameters.keys() == (
+            inspect.signature(getattr(Quick, name)).parameters.keys()
+        ), name

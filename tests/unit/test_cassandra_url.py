@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from adapters.cassandra.driver import require_driver
-from adapters.cassandra.url import CassandraURL, parse_cassandra_url
-from quick_core.errors import InvalidStoreURL, MissingDependency
+from quickzones.adapters.cassandra.driver import require_driver
+from quickzones.adapters.cassandra.url import CassandraURL, parse_cassandra_url
+from quickzones.errors import InvalidStoreURL, MissingDependency
 
 
 def test_defaults() -> None:

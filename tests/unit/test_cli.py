@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from quick_core.cli import main
-from quick_core.client import Quick
+from quickzones.cli import main
+from quickzones.client import Quick
 
 
 @pytest.fixture
@@ -45,11 +45,12 @@ def test_enqueue_stats_zones_and_dead_letters(store: str) -> None:
     stats = json.loads(out)
     assert stats["by_tenant"] == {"a/t": 1} and stats["by_job_type"] == {"job": 1}
     assert stats["active_zones"] == 1
-    code, out, _ = invoke("zones", "--store", store)
-    assert out.split("\t")[:3] == ["a", "t", "1"]
+    # Issue 12.17: `zones` prints a table by default; machines read --json.
+    code, out, _ = invoke("zones", "--store", store, "--json")
+    assert [(z["app"], z["tenant"], z["items"]) for z in json.loads(out)] == [("a", "t", 1)]
 
     q = Quick.open(store)
-    from quick_core.errors import PermanentError
+    from quickzones.errors import PermanentError
 
     @q.job("job")
     def job(payload: object, ctx: object) -> None:
@@ -109,7 +110,7 @@ def test_handler_import_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_demo_runs_and_exits_zero(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     proc = subprocess.run(
-        [sys.executable, "-m", "quick_core", "demo", "--duration", "3", "--tenants", "5"],
+        [sys.executable, "-m", "quickzones", "demo", "--duration", "3", "--tenants", "5"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,6 +1,6 @@
-"""backends.fdb: the missing-library error, URL parsing, error and option mapping, prefixes.
+"""The FDB backend: the missing-library error, URL parsing, error and option mapping, prefixes.
 
-Everything runs without libfdb_c: FDBStore is driven through ``backends.fdb.sim`` (the
+Everything runs without libfdb_c: FDBStore is driven through ``quickzones.backends.fdb.sim`` (the
 ``fdb`` module stand-in over MemoryStore) or a small recording fake of the binding.
 """
 
@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from backends.fdb import FDBOptions, FDBStore, MissingFDBClient, parse_fdb_url
-from backends.fdb.sim import FDBError, SimFDB, open_sim_store, sim_module
-from backends.memory import MemoryStore
-from quick_core.client import Quick
-from quick_core.clock import ManualClock
-from quick_core.errors import ConfigurationError, InvalidStoreURL, MissingDependency
-from quick_core.kv import (
+from quickzones.backends.fdb import FDBOptions, FDBStore, MissingFDBClient, parse_fdb_url
+from quickzones.backends.fdb.sim import FDBError, SimFDB, open_sim_store, sim_module
+from quickzones.backends.memory import MemoryStore
+from quickzones.client import Quick
+from quickzones.clock import ManualClock
+from quickzones.errors import ConfigurationError, InvalidStoreURL, MissingDependency
+from quickzones.kv import (
     COMMIT_UNKNOWN_RESULT,
     KEY_OUTSIDE_LEGAL_RANGE,
     NOT_COMMITTED,
@@ -32,10 +32,14 @@ from quick_core.kv import (
     KVStore,
     run,
 )
+from quickzones.provision import fdb_skip_reason
 from tests.contract import test_kv_conformance as conformance
 
 REPO = Path(__file__).resolve().parents[2]
-HAS_LIBFDB_C = ctypes.util.find_library("fdb_c") is not None
+# A FoundationDB build found for the real-fdb tests (quickzones.provision) loads its libfdb_c
+# into this process once any of them ran; the subprocess twin of the test below, in
+# test_fdb_loader.py, keeps the missing-library error covered there.
+HAS_LIBFDB_C = ctypes.util.find_library("fdb_c") is not None or fdb_skip_reason() is None
 
 
 def sim_store(clock: ManualClock | None = None, **options: Any) -> FDBStore:
@@ -47,7 +51,7 @@ def sim_store(clock: ManualClock | None = None, **options: Any) -> FDBStore:
 
 @pytest.mark.skipif(HAS_LIBFDB_C, reason="libfdb_c is installed here; the error cannot occur")
 def test_opening_fdb_without_libfdb_c_raises_one_clear_error() -> None:
-    from quick_core.urls import open_kv
+    from quickzones.urls import open_kv
 
     with pytest.raises(MissingFDBClient) as info:
         open_kv("fdb://")
@@ -66,7 +70,8 @@ def test_opening_fdb_without_libfdb_c_raises_one_clear_error() -> None:
 
 def test_importing_the_library_loads_no_fdb_c_layer() -> None:
     code = (
-        "import sys, backends.fdb, backends.fdb.sim, quick_core.client, quick_core.urls;"
+        "import sys, quickzones.backends.fdb, quickzones.backends.fdb.sim;"
+        "import quickzones.client, quickzones.urls;"
         "assert 'fdb.impl' not in sys.modules, 'fdb.impl imported';"
         "import fdb; assert not fdb.is_api_version_selected()"
     )

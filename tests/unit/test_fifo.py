@@ -6,15 +6,15 @@ import fdb.tuple as fdbtuple
 import pytest
 from click.testing import CliRunner
 
-from backends.memory import MemoryStore
-from backends.memory.faults import FaultConfig
-from quick_core.cli import main
-from quick_core.client import Quick
-from quick_core.clock import ManualClock
-from quick_core.errors import ConfigurationError, InvalidArgument, ItemNotFound
-from quick_core.kv import KVTransaction
-from quick_core.records import ZoneId
-from quick_core.tenant_move import move_tenant
+from quickzones.backends.memory import MemoryStore
+from quickzones.backends.memory.faults import FaultConfig
+from quickzones.cli import main
+from quickzones.client import Quick
+from quickzones.clock import ManualClock
+from quickzones.errors import ConfigurationError, InvalidArgument, ItemNotFound
+from quickzones.kv import KVTransaction
+from quickzones.records import ZoneId
+from quickzones.tenant_move import move_tenant
 from tests.unit.helpers import count_range_rows
 
 Z = ZoneId("app", "t1")
@@ -180,7 +180,7 @@ def test_consumer_runs_fifo_items_in_commit_order(q: Quick) -> None:
         ran.append(payload)
 
     q.enqueue_many("job", range(20), app=Z.app, tenant=Z.tenant)
-    from quick_core.consumer import ConsumerConfig
+    from quickzones.consumer import ConsumerConfig
 
     q.run_until_idle(ConsumerConfig(in_order=True, workers=1, managers=1, dequeue_max=5))
     assert ran == list(range(20))
@@ -193,7 +193,7 @@ def test_bad_fifo_flag_is_refused_and_stores_nothing(q: Quick) -> None:
 
 
 def test_cassandra_zones_refuse_fifo() -> None:
-    from adapters.cassandra.quick import CassandraQuick
+    from quickzones.adapters.cassandra.quick import CassandraQuick
 
     with pytest.raises(ConfigurationError, match="FIFO"):
         CassandraQuick(MemoryStore(), None, None, fifo=True)  # type: ignore[arg-type]

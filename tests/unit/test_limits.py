@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from quick_core.client import Quick
-from quick_core.clock import ManualClock
-from quick_core.consumer import ConsumerConfig
-from quick_core.errors import InvalidArgument
-from quick_core.limits import AppLimits, RateLimited
-from quick_core.records import ZoneId
+from quickzones.client import Quick
+from quickzones.clock import ManualClock
+from quickzones.consumer import ConsumerConfig
+from quickzones.errors import InvalidArgument
+from quickzones.limits import AppLimits, RateLimited
+from quickzones.records import ZoneId
 
 
 def test_enqueue_rate_limit_throttles_one_app_only(q: Quick, clock: ManualClock) -> None:

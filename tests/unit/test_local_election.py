@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from quick_core.clock import ManualClock
-from quick_core.election import Election, Leadership, LocalElection, new_candidate_id
+from quickzones.clock import ManualClock
+from quickzones.election import Election, Leadership, LocalElection, new_candidate_id
 
 TTL = 2.0
 

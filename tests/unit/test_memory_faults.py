@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from backends.memory import FAULT_KINDS, FaultConfig, MemoryStore
-from quick_core.clock import ManualClock
-from quick_core.errors import InvalidArgument, InvalidStoreURL
-from quick_core.kv import (
+from quickzones.backends.memory import FAULT_KINDS, FaultConfig, MemoryStore
+from quickzones.clock import ManualClock
+from quickzones.errors import InvalidArgument, InvalidStoreURL
+from quickzones.kv import (
     COMMIT_UNKNOWN_RESULT,
     NOT_COMMITTED,
     TRANSACTION_TOO_OLD,
@@ -19,7 +19,7 @@ from quick_core.kv import (
     run,
     unpack_i64,
 )
-from quick_core.urls import open_kv
+from quickzones.urls import open_kv
 
 MIXED = FaultConfig(not_committed=0.2, unknown_result=0.2, too_old=0.1)
 

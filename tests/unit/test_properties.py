@@ -10,13 +10,13 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quick_core.cli import main
-from quick_core.client import Quick
-from quick_core.clock import ManualClock
-from quick_core.errors import ConfigurationError, InvalidArgument, QuickError
-from quick_core.records import ZoneId
-from quick_core.urls import open_kv
-from quick_core.validation import MAX_ID_LENGTH
+from quickzones.cli import main
+from quickzones.client import Quick
+from quickzones.clock import ManualClock
+from quickzones.errors import ConfigurationError, InvalidArgument, QuickError
+from quickzones.records import ZoneId
+from quickzones.urls import open_kv
+from quickzones.validation import MAX_ID_LENGTH
 
 SETTINGS = settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -39,7 +39,15 @@ def assert_kept(q: Quick) -> None:
 @given(app=st.text(max_size=300), tenant=st.text(max_size=300), item_id=st.text(max_size=300))
 def test_names(mq: Quick, app: str, tenant: str, item_id: str) -> None:
     def ok(s: str) -> bool:
-        return 0 < len(s) <= MAX_ID_LENGTH and all(ord(c) >= 0x20 and ord(c) != 0x7F for c in s)
+        # Issue 12.15: C1 controls (U+0080-U+009F), U+2028/U+2029 and surrogates are refused
+        # too, besides C0 and DEL.
+        return 0 < len(s) <= MAX_ID_LENGTH and all(
+            ord(c) >= 0x20
+            and not 0x7F <= ord(c) <= 0x9F
+            and c not in "\u2028\u2029"
+            and not 0xD800 <= ord(c) <= 0xDFFF
+            for c in s
+        )
 
     try:
         got = mq.enqueue("job", b"x", app=app, tenant=tenant, item_id=item_id)

@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from quick_core.client import Quick
-from quick_core.clock import ManualClock
-from quick_core.registry import JobContext, RetryPolicy
-from quick_core.testing import run_until_idle
+from quickzones.client import Quick
+from quickzones.clock import ManualClock
+from quickzones.registry import JobContext, RetryPolicy
+from quickzones.testing import run_until_idle
 
 pytest_plugins = ["pytester"]
 
 # The suite a user of quick would write: their app registers handlers on a Quick it is
 # given, the test drives it with the plugin's fixtures and nothing else.
 USER_APP = """
-from quick_core.client import Quick
+from quickzones.client import Quick
 
 def make_app(q: Quick, outbox: list) -> Quick:
     @q.job("welcome")
@@ -35,8 +35,8 @@ def make_app(q: Quick, outbox: list) -> Quick:
 USER_TESTS = """
 import asyncio
 
-from quick_core.aio import AsyncQuick
-from quick_core.pytest_plugin import run_until_idle
+from quickzones.aio import AsyncQuick
+from quickzones.pytest_plugin import run_until_idle
 from user_app import make_app
 
 
@@ -86,18 +86,18 @@ def test_redis_fixture_skips_or_serves(quick_redis_url):
 
 def _entry_point_installed() -> bool:
     eps = importlib.metadata.entry_points(group="pytest11")
-    return any(ep.value == "quick_core.pytest_plugin" for ep in eps if ep.name == "quick")
+    return any(ep.value == "quickzones.pytest_plugin" for ep in eps if ep.name == "quick")
 
 
 def _load_plugin() -> list[str]:
     # Installed (pip install -e .), pytest autoloads the plugin and refuses a second -p;
     # from a bare checkout, name it so these tests still run.
-    return [] if _entry_point_installed() else ["-p", "quick_core.pytest_plugin"]
+    return [] if _entry_point_installed() else ["-p", "quickzones.pytest_plugin"]
 
 
 def test_entry_point_is_declared() -> None:
     text = (Path(__file__).parents[2] / "pyproject.toml").read_text()
-    assert '[project.entry-points.pytest11]\nquick = "quick_core.pytest_plugin"' in text
+    assert '[project.entry-points.pytest11]\nquick = "quickzones.pytest_plugin"' in text
 
 
 def test_user_suite_passes_with_the_plugin(pytester: pytest.Pytester) -> None:
@@ -116,11 +116,17 @@ def test_unavailable_service_skips_with_one_reason(
     monkeypatch.delenv("QUICK_CASSANDRA_CONTACT_POINTS", raising=False)
     monkeypatch.delenv("CASSANDRA_CONTACT_POINTS", raising=False)
     pytester.makeconftest(
-        "import quick_core.testing as t\n"
-        "t.docker_available = lambda: False\n"
-        "t.find_binary = lambda name: None\n"
-        "t._answers = lambda *a, **k: False\n"
-        "t._cql_ready = lambda *a, **k: False\n"
+        # In-process: patched for the inner session only, then put back.
+        "import pytest\n"
+        "from quickzones.provision import cassandra, docker, ports, process\n"
+        "@pytest.fixture(autouse=True, scope='session')\n"
+        "def nothing_found():\n"
+        "    with pytest.MonkeyPatch.context() as mp:\n"
+        "        mp.setattr(docker, 'docker_available', lambda *a, **k: False)\n"
+        "        mp.setattr(process, 'find_binary', lambda name: None)\n"
+        "        mp.setattr(ports, 'answers', lambda *a, **k: False)\n"
+        "        mp.setattr(cassandra, 'cql_ready', lambda *a, **k: False)\n"
+        "        yield\n"
     )
     pytester.makepyfile(
         "def test_cassandra(quick_cassandra):\n    pass\n"
@@ -135,7 +141,7 @@ def test_unavailable_service_skips_with_one_reason(
 def test_plugin_fixture_names_do_not_clash_with_project_fixtures(
     request: pytest.FixtureRequest,
 ) -> None:
-    from quick_core import pytest_plugin
+    from quickzones import pytest_plugin
 
     names = set(vars(pytest_plugin))
     assert {"quick", "quick_clock", "quick_store_url", "quick_redis_url"} <= names

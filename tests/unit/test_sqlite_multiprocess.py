@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from backends.sqlite import SQLiteStore
-from quick_core.errors import InvalidStoreURL
-from quick_core.kv import KVTransaction, pack_i64, run, unpack_i64
+from quickzones.backends.sqlite import SQLiteStore
+from quickzones.errors import InvalidStoreURL
+from quickzones.kv import KVTransaction, pack_i64, run, unpack_i64
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs POSIX signals")
 
@@ -26,8 +26,8 @@ REPO = Path(__file__).resolve().parents[2]
 INCREMENTER = textwrap.dedent(
     """
     import sys
-    from quick_core.kv import pack_i64, run, unpack_i64
-    from quick_core.urls import open_kv
+    from quickzones.kv import pack_i64, run, unpack_i64
+    from quickzones.urls import open_kv
 
     path, name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     store = open_kv("sqlite:///" + path)  # an absolute path gives sqlite:////abs/path.db
@@ -50,9 +50,9 @@ INCREMENTER = textwrap.dedent(
 STALLED_COMMITTER = textwrap.dedent(
     """
     import sys, time
-    import backends.sqlite.store as sqlite_store
-    from backends.sqlite import SQLiteStore
-    from quick_core.kv import pack_i64, run
+    import quickzones.backends.sqlite.store as sqlite_store
+    from quickzones.backends.sqlite import SQLiteStore
+    from quickzones.kv import pack_i64, run
 
     store = SQLiteStore(sys.argv[1])
     run(store, lambda tr: tr.add(b"counter", pack_i64(1)))

@@ -1,4 +1,4 @@
-"""Tenant moves between two KV deployments (quick_core.tenant_move): copy the zone, then
+"""Tenant moves between two KV deployments (quickzones.tenant_move): copy the zone, then
 the pointer, then remove the source; idempotent and resumable after a crash at any step."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from quick_core.cli import main
-from quick_core.client import Quick
-from quick_core.clock import ManualClock
-from quick_core.errors import LeaseLost
-from quick_core.records import WorkItem, ZoneId
-from quick_core.tenant_move import KVMoveSource, move_tenant, move_zone, read_done
+from quickzones.cli import main
+from quickzones.client import Quick
+from quickzones.clock import ManualClock
+from quickzones.errors import LeaseLost
+from quickzones.records import WorkItem, ZoneId
+from quickzones.tenant_move import KVMoveSource, move_tenant, move_zone, read_done
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -103,7 +103,7 @@ def test_crash_at_any_step_then_rerun_moves_each_item_once(
         return wrapper
 
     if step == "copy":
-        import quick_core.tenant_move as tm
+        import quickzones.tenant_move as tm
 
         real_copy = tm._copy_page
 

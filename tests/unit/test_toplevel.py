@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from quick_core.client import Quick
-from quick_core.clock import ManualClock
-from quick_core.consumer import ConsumerConfig
-from quick_core.errors import ZoneLeaseFailed
-from quick_core.kv import KVError, KVTransaction
-from quick_core.records import ZoneId
+from quickzones.client import Quick
+from quickzones.clock import ManualClock
+from quickzones.consumer import ConsumerConfig
+from quickzones.errors import ZoneLeaseFailed
+from quickzones.kv import KVError, KVTransaction
+from quickzones.records import ZoneId
 
 Z = ZoneId("app", "t1")
 
@@ -118,7 +118,7 @@ def test_pointer_delete_conflicts_with_racing_enqueue(q: Quick, clock: ManualClo
 
     outcome = q.toplevel.requeue_pointer(
         pointer,
-        lambda tr: q.zones.min_vesting_in(tr, Z),
+        lambda tr: q.zones.min_vesting_ms(Z, tr=tr),
         zone_is_empty,
         min_inactive_ms=1_000,
         active=False,

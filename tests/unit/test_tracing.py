@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from quick_core.client import Quick
-from quick_core.tracing import use_tracer_provider
+from quickzones.client import Quick
+from quickzones.tracing import use_tracer_provider
 
 otel = pytest.importorskip("opentelemetry.sdk.trace")
 

@@ -13,15 +13,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from quick_core.client import Quick
-from quick_core.consumer import ConsumerConfig
-from quick_core.registry import JobContext
+from quickzones.client import Quick
+from quickzones.consumer import ConsumerConfig
+from quickzones.registry import JobContext
 
 WORKER = textwrap.dedent(
     """
     import sys, time, pathlib
-    from quick_core.client import Quick
-    from quick_core.consumer import ConsumerConfig
+    from quickzones.client import Quick
+    from quickzones.consumer import ConsumerConfig
     q = Quick.open(sys.argv[1])
     marker = pathlib.Path(sys.argv[2])
 

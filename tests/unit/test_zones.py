@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from quick_core.client import Quick
-from quick_core.clock import ManualClock
-from quick_core.errors import (
+from quickzones.client import Quick
+from quickzones.clock import ManualClock
+from quickzones.errors import (
     InvalidArgument,
     ItemNotFound,
     ItemNotVested,
     LeaseLost,
     PayloadTooLarge,
 )
-from quick_core.records import ZoneId
+from quickzones.records import ZoneId
 from tests.unit.helpers import count_range_rows
 
 Z = ZoneId("app", "t1")
@@ -161,8 +161,8 @@ def test_peek_cost_does_not_grow_with_delayed_items(q: Quick) -> None:
 
 
 def test_complete_many_after_commit_unknown_result_reports_completed() -> None:
-    from backends.memory import MemoryStore
-    from backends.memory.faults import FaultConfig
+    from quickzones.backends.memory import MemoryStore
+    from quickzones.backends.memory.faults import FaultConfig
 
     clock = ManualClock()
     store = MemoryStore(seed=0, clock=clock)

@@ -1,0 +1,152 @@
+"""One tenant alone in the queue (issue 15 point 7, issue 14's fdb:// target).
+
+``python -m bench.lone_tenant [--n 5000] [--runs 3] [--backends sqlite,fdb] [--no-huey]``
+
+5,000 no-op items of one tenant are stored first, then one worker process with 4 threads
+drains them: quick (``python -m bench.quickrun``, ``throughput_config(workers=4,
+dequeue_max=10)``) with every visit at ``dequeue_max`` (paper, invariant 7) and with
+work-conserving visits (``visit_max``), and Huey on SQLite (``huey_consumer -w 4 -k
+thread``). The rate is (n - 1) / (end - first start), from the jobs' own start records
+(:func:`bench.common.record_start`), so process start-up counts for nobody; the end is
+the last start for Huey (no-op jobs, results off) and, stricter, the moment quick's
+``completed`` counter reached n (completions committed) for quick.
+Results: ``bench/results/<UTC timestamp>-lone/lone_tenant.json``. Compare within a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import REPO, ROOT, fdb_url, log, machine, read_records, summary, wait_for_lines
+from bench.quickrun import JOB, config_to_json, open_quick, throughput_config
+
+TENANT = "alone"
+
+
+def _rate(out: Path, n: int) -> float:
+    starts = sorted(r.start for r in read_records(out) if r.tenant == TENANT)
+    if len(starts) < n:
+        return float("nan")
+    return (n - 1) / (starts[-1] - starts[0])
+
+
+def _drain(cmd: list[str], env: dict[str, str], out: Path, n: int, logf: Path) -> float:
+    with open(logf, "ab") as lf:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=lf, stderr=lf)
+    try:
+        wait_for_lines(out, n, 120)
+        return _rate(out, n)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def quick_rate(url: str, n: int, work: Path, visit_max: int | None) -> float:
+    out = work / "records.txt"
+    out.write_bytes(b"")
+    env = {**os.environ, "BENCH_OUT": str(out), "PYTHONPATH": str(REPO)}
+    q = open_quick(url)
+    t = time.time()
+    for i in range(0, n, 100):
+        q.enqueue_many(
+            JOB, [{"t": TENANT, "e": t, "d": t}] * min(100, n - i), app="b", tenant=TENANT
+        )
+    q.close()
+    cfg = throughput_config(workers=4, dequeue_max=10, visit_max=visit_max)
+    done = work / "done.json"
+    cmd = [sys.executable, "-m", "bench.quickrun", url, "--config", config_to_json(cfg)]
+    cmd += ["--seconds", "300", "--expect", str(n), "--done", str(done)]
+    with open(work / "quick.log", "ab") as lf:
+        proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=lf, stderr=lf, timeout=400)
+    if proc.returncode != 0 or not done.exists():
+        return float("nan")
+    # Counted to the last completion (committed), not the last start.
+    done_at = json.loads(done.read_text())["done_at"]
+    first = min(r.start for r in read_records(out) if r.tenant == TENANT)
+    return (n - 1) / (done_at - first)
+
+
+def huey_rate(n: int, work: Path) -> float:
+    out = work / "records.txt"
+    out.write_bytes(b"")
+    db = str(work / "huey.db")
+    os.environ["BENCH_OUT"] = str(out)
+    os.environ["BENCH_HUEY_DB"] = db
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    import importlib
+
+    # Reloaded: a fresh SqliteHuey on this run's file (the storage caches its connection).
+    tasks: Any = importlib.reload(importlib.import_module("bench.peers.huey_tasks"))
+    t = time.time()
+    for _ in range(n):
+        tasks.job(TENANT, t, t, 0.0)
+    consumer = str(Path(sys.executable).with_name("huey_consumer"))
+    cmd = [consumer, "bench.peers.huey_tasks.huey", "-w", "4", "-k", "thread"]
+    cmd += ["-d", "0.01", "-m", "0.1", "-b", "1.15", "-q"]
+    return _drain(cmd, env, out, n, work / "huey.log")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.lone_tenant")
+    ap.add_argument("--n", type=int, default=5000)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--backends", default="sqlite,fdb")
+    ap.add_argument("--no-huey", action="store_true")
+    args = ap.parse_args(argv)
+    backends = args.backends.split(",")
+    rates: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-lone-") as tmp:
+        for r in range(args.runs):
+            systems: list[tuple[str, Any]] = []
+            for b in backends:
+                for label, vm in (("paper", None), ("work_conserving", 1000)):
+                    systems.append((f"quick-{b}-{label}", (b, vm)))
+            if not args.no_huey:
+                systems.append(("huey-sqlite", None))
+            for name, spec in systems:
+                work = Path(tmp) / f"{name}-{r}"
+                work.mkdir()
+                if spec is None:
+                    rate = huey_rate(args.n, work)
+                else:
+                    b, vm = spec
+                    url = fdb_url(f"lone{r}") if b == "fdb" else f"sqlite:///{work}/q.db"
+                    rate = quick_rate(url, args.n, work, vm)
+                rates.setdefault(name, []).append(rate)
+                log(f"lone tenant run {r + 1}/{args.runs}: {name} {rate:.0f} items/s")
+    res: dict[str, Any] = {
+        "n": args.n,
+        "runs": args.runs,
+        "machine": machine(),
+        "command": "python -m bench.lone_tenant " + " ".join(argv or sys.argv[1:]),
+        "rates": {k: summary(v) for k, v in rates.items()},
+    }
+    huey = res["rates"].get("huey-sqlite", {}).get("median")
+    if huey:
+        res["ratio_to_huey"] = {
+            k: v["median"] / huey for k, v in res["rates"].items() if k != "huey-sqlite"
+        }
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out = ROOT / "results" / f"{stamp}-lone"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "lone_tenant.json").write_text(json.dumps(res, indent=1))
+    for k, v in res["rates"].items():
+        log(f"{k}: median {v['median']:.0f} items/s ({v['min']:.0f}-{v['max']:.0f})")
+    log(f"results in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

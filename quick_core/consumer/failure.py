@@ -1,0 +1,129 @@
+"""What a Worker (Algorithm 3) does with an item that did not complete.
+
+A failure is retried with its job type's backoff (the item is requeued with a later
+vesting time and the zone's pointer is pulled earlier to match), or dead-lettered when
+permanent or out of attempts; a ``Nack`` requeues without counting an error; an item
+given back (shutdown, throttling) is released at once. An at-most-once item whose handler
+started is gone already: it is only reported.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+from quickzones.clock import Clock
+from quickzones.consumer.state import Cluster, Work
+from quickzones.errors import ItemNotFound, LeaseLost, Nack, QuickError, StorageError
+from quickzones.registry import JobType, RetryPolicy
+
+
+class Failures:
+    """Requeues, dead-letters, nacks and gives back items for a consumer's workers."""
+
+    def __init__(
+        self,
+        clusters: dict[str, Cluster],
+        clock: Clock,
+        rng: random.Random,
+        emit: Callable[..., Any],
+    ) -> None:
+        self.clusters = clusters
+        self.clock = clock
+        self.rng = rng
+        self.emit = emit
+
+    def fail(
+        self,
+        work: Work,
+        job: JobType | None,
+        reason: str,
+        *,
+        permanent: bool,
+        failure: str | None = None,
+    ) -> str:
+        """Requeue with backoff, or dead-letter; ``failure`` is the handler's bounded
+        traceback (:func:`quickzones.failures.format_failure`), kept with a dead letter."""
+        zone, item = work.zone, work.item
+        if work.started:
+            self.emit("failed", zone=zone, item_id=item.item_id, reason=reason, redelivered=False)
+            return "failed"
+        cluster = self.clusters[work.cluster]
+        policy = job.retry if job is not None else RetryPolicy()
+        errors = item.error_count + 1
+        age_s = self.clock.now() - item.enqueued_ms / 1000
+        try:
+            if permanent or policy.gives_up(errors, age_s):
+                cluster.zones.dead_letter(
+                    zone, item.item_id, item.lease_id, reason, traceback=failure
+                )
+                self.emit("dead_lettered", zone=zone, item_id=item.item_id, reason=reason)
+                return "dead_lettered"
+            delay = policy.backoff_s(errors, self.rng)
+            requeued = cluster.zones.requeue(
+                zone, item.item_id, item.lease_id or "", int(delay * 1000), error=reason
+            )
+            # The pointer was requeued at this item's lease end; bring it forward.
+            cluster.toplevel.pull_pointer_earlier(zone, requeued.vesting_ms)
+            self.emit("requeued", zone=zone, item_id=item.item_id, delay_s=delay)
+            return "requeued"
+        except (LeaseLost, ItemNotFound):
+            self.emit("lease_lost", zone=zone, item_id=item.item_id, where="fail")
+            return "lease_lost"
+        except StorageError as err:
+            # The lease expires and the item runs again: at-least-once holds.
+            self.emit("requeue_error", zone=zone, item_id=item.item_id, error=str(err))
+            return "lease_lost"
+
+    def nack(self, work: Work, nack: Nack) -> str:
+        zone, item = work.zone, work.item
+        if work.started:
+            self.emit("failed", zone=zone, item_id=item.item_id, reason="nack", redelivered=False)
+            return "failed"
+        cluster = self.clusters[work.cluster]
+        try:
+            requeued = cluster.zones.requeue(
+                zone,
+                item.item_id,
+                item.lease_id or "",
+                int(max(0.0, nack.delay_s) * 1000),
+                count_error=False,
+                meta=nack.meta,
+            )
+        except (LeaseLost, ItemNotFound):
+            self.emit("lease_lost", zone=zone, item_id=item.item_id, where="nack")
+            return "lease_lost"
+        except StorageError as err:
+            self.emit("requeue_error", zone=zone, item_id=item.item_id, error=str(err))
+            return "lease_lost"
+        cluster.toplevel.pull_pointer_earlier(zone, requeued.vesting_ms)
+        self.emit("nacked", zone=zone, item_id=item.item_id, delay_s=nack.delay_s)
+        return "nacked"
+
+    def give_back(self, work: Work, delay_ms: int = 0) -> str:
+        """Release a lease without counting an error (shutdown, throttling)."""
+        if work.started:  # an at-most-once item whose handler started: it is gone
+            self.emit(
+                "failed",
+                zone=work.zone,
+                item_id=work.item.item_id,
+                reason="interrupted",
+                redelivered=False,
+            )
+            return "failed"
+        cluster = self.clusters[work.cluster]
+        try:
+            released = cluster.zones.requeue(
+                work.zone, work.item.item_id, work.item.lease_id or "", delay_ms, count_error=False
+            )
+            cluster.toplevel.pull_pointer_earlier(work.zone, released.vesting_ms)
+        except (QuickError, OSError):
+            pass  # the lease expires on its own
+        self.emit("released", zone=work.zone, item_id=work.item.item_id)
+        return "released"
+
+
+def describe(err: BaseException) -> str:
+    text = f"{type(err).__name__}: {err}"
+    return text[:500]

@@ -1,0 +1,92 @@
+"""The lease extender: keeps the item leases of running handlers alive.
+
+A Worker (Algorithm 3) holds an item's lease while its handler runs; a lease lasts
+``item_lease_s`` and the extender renews it when less than ``item_lease_s -
+lease_extend_s`` is left. A lease that cannot be renewed (another consumer leased the
+item, or it is gone) interrupts the handler with ``LeaseInterrupted``; a handler past its
+job type's execution bound gets ``ExecutionBoundExceeded``. The extender also keeps this
+consumer's pool-wide concurrency slots from lapsing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from quickzones.clock import Clock, now_ms
+from quickzones.consumer.slots import Slots
+from quickzones.consumer.state import Cluster, InFlight, Work
+from quickzones.consumer_config import ConsumerConfig
+from quickzones.errors import ItemNotFound, LeaseLost, StorageError
+from quickzones.interrupt import ExecutionBoundExceeded, LeaseInterrupted
+
+log = logging.getLogger("quick.consumer")
+
+
+def extend_s(config: ConsumerConfig) -> float:
+    """How often a running item's lease is renewed."""
+    return config.lease_extend_s or config.item_lease_s / 3
+
+
+def due_for_extension(config: ConsumerConfig, clock: Clock, work: Work) -> bool:
+    remaining_ms = work.item.vesting_ms - now_ms(clock)
+    return remaining_ms <= (config.item_lease_s - extend_s(config)) * 1000
+
+
+class LeaseExtender:
+    """Extends the leases of running items; interrupts the handlers that lost theirs."""
+
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        clusters: dict[str, Cluster],
+        clock: Clock,
+        in_flight: InFlight,
+        slots: Slots,
+        emit: Callable[..., Any],
+    ) -> None:
+        self.config = config
+        self.clusters = clusters
+        self.clock = clock
+        self.in_flight = in_flight
+        self.slots = slots
+        self.emit = emit
+
+    def extend_once(self) -> None:
+        """Extend the leases of running items near expiry; interrupt the handlers whose
+        lease was lost or whose execution bound passed."""
+        lease_ms = int(self.config.item_lease_s * 1000)
+        mono = time.monotonic()
+        for r in self.in_flight.snapshot():
+            if r.interrupted or r.done:
+                continue
+            if r.deadline is not None and mono > r.deadline:
+                self.in_flight.interrupt(r, ExecutionBoundExceeded)
+                continue
+            if r.work.started or r.transactional:
+                continue  # deleted already / extended by its worker between attempts
+            if not due_for_extension(self.config, self.clock, r.work):
+                continue
+            try:
+                r.work.item = self.clusters[r.work.cluster].zones.extend_lease(
+                    r.work.zone, r.work.item.item_id, r.work.item.lease_id or "", lease_ms
+                )
+                self.emit("lease_extended", zone=r.work.zone, item_id=r.work.item.item_id)
+            except (LeaseLost, ItemNotFound):
+                r.lease_lost.set()
+                self.in_flight.interrupt(r, LeaseInterrupted)
+            except StorageError as err:
+                self.emit("extend_error", error=str(err))
+
+    def run(self, stopping: threading.Event) -> None:
+        """The extender thread, until ``stopping``."""
+        period = min(1.0, extend_s(self.config) / 2)
+        while not stopping.wait(period):
+            try:
+                self.extend_once()
+                self.slots.refresh_once()
+            except Exception:
+                log.exception("lease extender failed")

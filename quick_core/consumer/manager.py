@@ -1,0 +1,236 @@
+"""A Manager's visit to one zone: paper Algorithm 2.
+
+Lease the zone's pointer for ``pointer_lease`` (about 1 s), dequeue up to ``dequeue_max``
+vested items (invariant 7: water-filling fairness), cut to this consumer's free
+``processing_bound``, the app's limits and each job type's ``max_concurrency``; then
+requeue the pointer at the zone's minimum vesting time, or collect it when the zone has
+been empty for ``min_inactive`` (:mod:`quickzones.pointer_gc`).
+
+Work-conserving (``visit_max`` set, beyond the paper): a visit takes the water-filling
+share of the consumer's free capacity over the zones the last scan saw vested, when that
+is more than ``dequeue_max`` (at most ``visit_max``). A tenant alone in the queue then
+fills the free workers in one visit; when many zones compete the share falls below
+``dequeue_max`` and each visit stays at ``dequeue_max`` (invariant 7). The items go to Workers
+(Algorithm 3) as :class:`~quickzones.consumer.state.Work`; a Manager runs no handler.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from quickzones.clock import Clock, now_ms
+from quickzones.consumer.slots import Slots
+from quickzones.consumer.state import Cluster, InFlight, Work
+from quickzones.consumer_config import ConsumerConfig
+from quickzones.errors import StorageError, ZoneLeaseFailed
+from quickzones.limits import Limits
+from quickzones.records import WorkItem, ZoneId
+from quickzones.registry import Registry
+from quickzones.toplevel import PointerRef
+
+log = logging.getLogger("quick.consumer")
+
+# Given the visit's reservations (item id -> job type), the predicate a dequeue admits
+# items with.
+AcceptFactory = Callable[[dict[str, str]], Callable[[WorkItem], bool]]
+
+
+class Manager:
+    """Algorithm 2: one zone visit at a time per calling thread (managers share it)."""
+
+    # Routing (set by the consumer when limited to apps): read before leasing a pointer.
+    accept_pointer: Callable[[PointerRef, ZoneId], bool] | None = None
+
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        clusters: dict[str, Cluster],
+        registry: Registry,
+        clock: Clock,
+        in_flight: InFlight,
+        slots: Slots,
+        limits: Limits | None,
+        *,
+        emit: Callable[..., Any],
+        accept: AcceptFactory | None = None,
+        share: Callable[[], int] = lambda: 0,
+    ) -> None:
+        self.config = config
+        self.clusters = clusters
+        self.registry = registry
+        self.clock = clock
+        self.in_flight = in_flight
+        self.slots = slots
+        self.limits = limits
+        self.emit = emit
+        # A test hook: the admission predicate factory, injected (default: self.accept).
+        self.accept_factory: AcceptFactory = accept or self.accept
+        self.share = share  # the scanner's water-filling share of the free capacity
+
+    def visit_size(self) -> int:
+        """How many items a visit may take, before the free capacity and the limits."""
+        cfg = self.config
+        if cfg.visit_max is None:
+            return cfg.dequeue_max
+        return max(cfg.dequeue_max, min(cfg.visit_max, self.share()))
+
+    def resolve(self, item: WorkItem) -> WorkItem:
+        """Apply this consumer's job type options to an item whose producer did not know
+        them: a producer need not import the handlers to enqueue for an at-most-once or
+        TTL job type."""
+        job = self.registry.find(item.job_type)
+        if job is None:
+            return item
+        changes: dict[str, Any] = {}
+        if job.delivery == "at_most_once" and item.delivery != "at_most_once":
+            changes["delivery"] = "at_most_once"
+        if job.ttl_s is not None and item.deadline_ms is None:
+            changes["deadline_ms"] = item.enqueued_ms + int(job.ttl_s * 1000)
+        return item.with_(**changes) if changes else item
+
+    def accept(self, reserved: dict[str, str]) -> Callable[[WorkItem], bool]:
+        """Admit an item under its job type's per-consumer cap, reserving its place in
+        the per-type count at once (under the lock): managers dequeue concurrently, and a
+        check that counted only items already handed over let each of them fill the cap.
+        ``reserved`` (item id -> job type) makes a retried dequeue attempt that sees the
+        same item again reserve it once; :meth:`settle` converts or returns them."""
+        flight = self.in_flight
+
+        def accept(item: WorkItem) -> bool:
+            job = self.registry.find(item.job_type)
+            if job is None or job.max_concurrency is None:
+                return True
+            with flight.lock:
+                if item.item_id in reserved:
+                    return True
+                if flight.per_type[item.job_type] >= job.max_concurrency:
+                    return False
+                flight.per_type[item.job_type] += 1
+                reserved[item.item_id] = item.job_type
+            return True
+
+        return accept
+
+    def settle(self, reserved: dict[str, str], items: Sequence[WorkItem]) -> None:
+        """Count ``items`` in flight: the reserved ones already are; reservations of items
+        the dequeue did not return are given back."""
+        flight = self.in_flight
+        with flight.lock:
+            flight.count += len(items)
+            for item in items:
+                if reserved.pop(item.item_id, None) is None:
+                    flight.per_type[item.job_type] += 1
+            for job_type in reserved.values():
+                flight.per_type[job_type] -= 1
+            reserved.clear()
+
+    def visit(self, ref: PointerRef) -> list[Work]:
+        """Lease the pointer, dequeue up to ``dequeue_max`` items, requeue the pointer at the
+        zone's minimum vesting time or collect it if the zone stayed empty."""
+        cfg = self.config
+        room = min(self.visit_size(), self.in_flight.capacity())
+        if room <= 0:
+            return []
+        cluster = self.clusters[ref.cluster]
+        try:
+            pointer = cluster.toplevel.obtain_pointer_lease(
+                ref, int(cfg.pointer_lease_s * 1000), accept=self.accept_pointer
+            )
+        except ZoneLeaseFailed as err:
+            self.emit("pointer_lease_failed", reason=err.reason)
+            return []
+        zone = pointer.zone
+        pointer_vested_ms = ref.vesting_ms
+        self.emit("pointer_leased", zone=zone, lag_ms=now_ms(self.clock) - pointer_vested_ms)
+        items: list[WorkItem] = []
+        room, not_before, app_slots = self.apply_app_limits(zone, room)
+        reserved: dict[str, str] = {}
+        try:
+            if room > 0:
+                items, corrupt = cluster.zones.dequeue(
+                    zone,
+                    room,
+                    int(cfg.item_lease_s * 1000),
+                    accept=self.accept_factory(reserved),
+                    resolve=self.resolve,
+                )
+            else:
+                corrupt = []
+            for bad in corrupt:
+                log.warning(
+                    "dead-lettered corrupt item %s in %s: %s", bad.item_id, zone, bad.reason
+                )
+                self.emit("dead_lettered", zone=zone, item_id=bad.item_id, reason="corrupt")
+        except StorageError as err:
+            self.emit("dequeue_error", zone=zone, error=str(err))
+        finally:
+            self.settle(reserved, items)
+        self.emit("visited", zone=zone, items=len(items))
+        if app_slots > len(items):
+            self.slots.release("app", zone.app, app_slots - len(items))
+
+        def min_vesting(tr: Any) -> int | None:
+            earliest = cluster.zones.min_vesting_ms(zone, tr=tr)
+            if earliest is None or not_before is None:
+                return earliest
+            return max(earliest, not_before)  # a rate-limited app waits for its next window
+
+        try:
+            outcome = cluster.toplevel.requeue_pointer(
+                pointer,
+                min_vesting,
+                lambda tr: cluster.zones.zone_is_empty(tr, zone),
+                min_inactive_ms=int(cfg.min_inactive_s * 1000),
+                active=bool(items),
+            )
+            self.emit("pointer_" + outcome, zone=zone)
+        except StorageError as err:
+            # The pointer lease simply expires and the pointer vests again.
+            self.emit("pointer_requeue_error", zone=zone, error=str(err))
+        now = self.clock.now()
+        works = [
+            Work(zone, item, now, app_slot=app_slots > 0, cluster=cluster.name) for item in items
+        ]
+        for w in works:
+            self.emit(
+                "dequeued",
+                zone=zone,
+                item_id=w.item.item_id,
+                job_type=w.item.job_type,
+                enqueued_ms=w.item.enqueued_ms,
+                pickup_ms=now_ms(self.clock),
+            )
+        return works
+
+    def apply_app_limits(self, zone: ZoneId, room: int) -> tuple[int, int | None, int]:
+        """Cut ``room`` to the app's dispatch rate and pool-wide concurrency cap.
+
+        Returns (room, not_before_ms, app_slots_taken); ``not_before_ms`` is set when the
+        app's rate limit is what stopped it, so its pointer waits for the next window.
+        """
+        if self.limits is None:
+            return room, None, 0
+        try:
+            limits = self.limits.get(zone.app)
+            not_before = None
+            taken = 0
+            if limits.max_concurrency is not None:
+                taken = self.slots.acquire("app", zone.app, room, limits.max_concurrency)
+                room = taken
+                if room == 0:
+                    self.emit("throttled", zone=zone, reason="app concurrency cap")
+            if room > 0 and limits.dispatches_per_second is not None:
+                granted, window = self.limits.grant_dispatch(zone.app, room)
+                if granted < room:
+                    not_before = window
+                    self.emit("throttled", zone=zone, reason="app dispatch rate")
+                    if taken > granted:
+                        self.slots.release("app", zone.app, taken - granted)
+                        taken = granted
+                room = granted
+            return room, not_before, taken
+        except StorageError as err:
+            self.emit("limits_error", zone=zone, error=str(err))
+            return 0, None, 0

@@ -1,0 +1,360 @@
+"""The Consumer: wires the scanner (paper Algorithm 1), the managers (Algorithm 2), the
+workers (Algorithm 3), the completer and the lease extender, and starts them.
+
+Each step is a plain method (:meth:`Consumer.scan_once`, :meth:`Consumer.visit`,
+:meth:`Consumer.execute`) so a test or the simulator can drive them in one thread;
+:meth:`Consumer.start` runs them on threads: one scanner, a pool of managers, a pool of
+workers, a lease extender and a completion flusher.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any
+
+from quickzones.clock import Clock, SystemClock
+from quickzones.consumer.completer import BatchedCompleter, Completer, InlineCompleter
+from quickzones.consumer.events import Events, Observer
+from quickzones.consumer.failure import Failures
+from quickzones.consumer.lease_extender import LeaseExtender
+from quickzones.consumer.maintenance import OutcomeCollector
+from quickzones.consumer.manager import Manager
+from quickzones.consumer.routing import Router
+from quickzones.consumer.scanner import Scanner
+from quickzones.consumer.slots import Slots
+from quickzones.consumer.state import Cluster, InFlight, Work
+from quickzones.consumer.worker import Worker
+from quickzones.consumer_config import ConsumerConfig
+from quickzones.election import Election, LocalElection, new_candidate_id
+from quickzones.errors import ConfigurationError
+from quickzones.interrupt import HandlerInterrupted, ShutdownInterrupted
+from quickzones.kv import KVStore
+from quickzones.limits import Limits
+from quickzones.pool import DaemonPool
+from quickzones.records import WorkItem
+from quickzones.registry import Registry
+from quickzones.scanner_election import ScannerElection
+from quickzones.toplevel import PointerRef, TopLevelQueue
+from quickzones.zonestore import ZoneStore
+
+log = logging.getLogger("quick.consumer")
+
+_SHARED_LOCAL_ELECTION = LocalElection()
+
+
+class Consumer:
+    """Polls a top-level queue and runs the items of the zones it points to."""
+
+    def __init__(
+        self,
+        zones: ZoneStore,
+        toplevel: TopLevelQueue,
+        registry: Registry,
+        *,
+        kv: KVStore | None = None,
+        config: ConsumerConfig | None = None,
+        clock: Clock | None = None,
+        election: Election | None = None,
+        observer: Observer | None = None,
+        name: str | None = None,
+        limits: Limits | None = None,
+        more_clusters: Sequence[Cluster] = (),
+    ) -> None:
+        self.zones = zones
+        self.toplevel = toplevel
+        self.clusters: dict[str, Cluster] = {toplevel.cluster: Cluster(zones, toplevel, kv)}
+        for extra in more_clusters:
+            if extra.name in self.clusters:
+                raise ConfigurationError(f"cluster {extra.name!r} given twice")
+            self.clusters[extra.name] = extra
+        self.registry = registry
+        self.kv = kv
+        self.config = cfg = config or ConsumerConfig()
+        self.config.validate()
+        self.clock = clock = clock or SystemClock()
+        self.limits = limits
+        self.name = name or new_candidate_id()
+        self.rng = random.Random(self.config.seed)
+        self.events = Events(observer)
+        self.stats = self.events.stats
+        emit = self._emit
+        self._flight = flight = InFlight(cfg.processing_bound)
+        self._lock = flight.lock
+        self._slots = Slots(limits, self.name, cfg.item_lease_s, flight.lock, emit)
+        self.router = router = Router(cfg, registry, clock, emit)
+        router.check()
+        self.election = election if election is not None else _SHARED_LOCAL_ELECTION
+        # A routed consumer would starve the pointers it leaves alone if it scanned in
+        # order (invariant 10): it stays out of the election unless forced.
+        in_order = cfg.in_order if cfg.in_order is not None or not router.routed else False
+        self.scanner_election = ScannerElection(
+            self.election, self.name, clock, forced=in_order, ttl_s=cfg.election_ttl_s
+        )
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._managers: DaemonPool | None = None
+        self._workers: DaemonPool | None = None
+        self._batching = False  # run_until_idle completes a visit's items in one batch
+        clusters = self.clusters
+        self.scanner = Scanner(
+            cfg,
+            clusters,
+            self.rng,
+            in_order_for=self.in_order_for,
+            refresh_election=self.refresh_election,
+            capacity=self.capacity,
+            emit=emit,
+            skip=router.skips,
+            clock=clock,
+        )
+        self.manager = Manager(
+            cfg,
+            clusters,
+            registry,
+            clock,
+            flight,
+            self._slots,
+            limits,
+            emit=emit,
+            # Looked up late (a test hook); routing first, then the manager's caps.
+            accept=lambda reserved: router.accept(self._accept(reserved)),
+            share=lambda: self.scanner.share,
+        )
+        self._accept: Callable[[dict[str, str]], Callable[[WorkItem], bool]]
+        self._accept = self.manager.accept
+        if router.apps is not None:
+            self.manager.accept_pointer = router.takes_pointer
+        self.failures = Failures(clusters, clock, self.rng, emit)
+        self.inline_completer = InlineCompleter(clusters, emit)
+        self.batched_completer = BatchedCompleter(clusters, emit)
+        self.worker = Worker(
+            cfg,
+            clusters,
+            registry,
+            clock,
+            flight,
+            self._slots,
+            limits,
+            self.failures,
+            emit=emit,
+            completer=self._completer,
+            shutting_down=lambda: self._stopping.is_set() and self._workers is not None,
+            stopping=self._stopping,
+            router=router,
+        )
+        self.lease_extender = LeaseExtender(cfg, clusters, clock, flight, self._slots, emit)
+        self.outcome_collector = OutcomeCollector(
+            lambda: [(c.kv, c.toplevel.keys) for c in clusters.values() if c.kv is not None],
+            clock,
+            cfg.outcome_gc_interval_s,
+            self.rng,
+        )
+
+    # --- observation -------------------------------------------------------------------
+
+    @property
+    def observer(self) -> Observer | None:
+        return self.events.observer
+
+    @observer.setter
+    def observer(self, observer: Observer | None) -> None:
+        self.events.observer = observer
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        self.events.emit(event, **fields)
+
+    # --- election ----------------------------------------------------------------------
+
+    @property
+    def in_order(self) -> bool:
+        """Whether this consumer is the in-order scanner of its first cluster."""
+        return self.in_order_for(self.toplevel.cluster)
+
+    def in_order_for(self, cluster: str) -> bool:
+        return self.scanner_election.holds(cluster)
+
+    def refresh_election(self) -> None:
+        """Acquire or renew the in-order scanner lease of each cluster's top-level queue."""
+        self.scanner_election.refresh(list(self.clusters))
+
+    # --- the three algorithms, one step at a time ----------------------------------------
+
+    def capacity(self) -> int:
+        """How many more items this consumer may hold (``processing_bound``)."""
+        return self._flight.capacity()
+
+    def in_flight(self) -> int:
+        return self._flight.total()
+
+    def scan_once(self) -> list[PointerRef]:
+        """Algorithm 1: choose the pointers to visit (see :class:`Scanner`)."""
+        return self.scanner.scan_once()
+
+    def visit(self, ref: PointerRef) -> list[Work]:
+        """Algorithm 2: one zone visit (see :class:`Manager`)."""
+        return self.manager.visit(ref)
+
+    def execute(self, work: Work) -> str:
+        """Algorithm 3: run one leased item; returns its outcome (see :class:`Worker`)."""
+        return self.worker.execute(work)
+
+    def _completer(self) -> Completer:
+        if self._workers is not None or self._batching:
+            return self.batched_completer
+        return self.inline_completer
+
+    def flush_completions(self) -> int:
+        """Complete every finished item, batched per zone in one transaction each."""
+        return self.batched_completer.flush()
+
+    def extend_leases_once(self) -> None:
+        """Extend the leases of running items near expiry (see :class:`LeaseExtender`)."""
+        self.lease_extender.extend_once()
+
+    def _acquire_slots(self, scope: str, name: str, wanted: int, cap: int) -> int:
+        return self._slots.acquire(scope, name, wanted, cap)
+
+    def _release_slots(self, scope: str, name: str, n: int) -> None:
+        self._slots.release(scope, name, n)
+
+    def refresh_slots_once(self) -> None:
+        """Keep this consumer's pool-wide concurrency slots from lapsing."""
+        self._slots.refresh_once()
+
+    # --- single-threaded driving ---------------------------------------------------------
+
+    def run_until_idle(self, *, max_rounds: int = 10_000) -> int:
+        """Scan, visit and execute in this thread until no vested pointer is left; returns
+        the number of items run. For tests and the simulator. Two rounds in a row that
+        visit the same pointers and take nothing end it too: what is left vested is not
+        this consumer's to take now (another consumer's job types, a cap held elsewhere)."""
+        done = 0
+        idle: set[tuple[str, int, str]] | None = None
+        for _ in range(max_rounds):
+            self.refresh_election()
+            refs = self.scan_once()
+            if not refs:
+                break
+            self._batching = True
+            took = 0
+            try:
+                for ref in refs:
+                    for work in self.visit(ref):
+                        took += 1
+                        self.execute(work)
+                        done += 1
+                    self.flush_completions()
+            finally:
+                self._batching = False
+            if took:
+                idle = None
+                continue
+            seen = {(ref.cluster, ref.shard, ref.pointer_id) for ref in refs}
+            if idle is not None and seen <= idle:
+                break
+            idle = seen
+        return done
+
+    # --- threaded runtime ----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the scanner, extender, flusher and outcome-collector threads and the
+        manager/worker pools."""
+        self._stopping.clear()
+        self._managers = managers = DaemonPool(self.config.managers, "quick-mgr")
+        self._workers = DaemonPool(self.config.workers, "quick-wrk")
+        stopping = self._stopping
+        for target, name in (
+            (lambda: self.scanner.run(managers, self._visit_and_dispatch, stopping), "scanner"),
+            (lambda: self.lease_extender.run(stopping), "extender"),
+            (lambda: self.batched_completer.run(stopping), "flusher"),
+            (lambda: self.outcome_collector.run(stopping), "outcome-gc"),
+        ):
+            t = threading.Thread(target=target, name=f"quick-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _visit_and_dispatch(self, ref: PointerRef) -> int:
+        workers = self._workers
+        assert workers is not None
+        try:
+            works = self.visit(ref)
+        except Exception:
+            log.exception("manager visit failed")
+            return 0
+        for work in works:
+            workers.post(self._execute_logged, work)
+        return len(works)
+
+    def _execute_logged(self, work: Work) -> None:
+        try:
+            self.execute(work)
+        except HandlerInterrupted:
+            pass  # raised after the handler returned; the lease expires on its own
+        except BaseException:  # a worker thread must survive anything
+            log.exception("worker failed on item %s", work.item.item_id)
+
+    def stop(self, deadline_s: float | None = None) -> None:
+        """Stop taking work; let running handlers finish until the deadline, give back
+        the leases of everything not finished, flush completions."""
+        deadline = time.monotonic() + (
+            self.config.shutdown_deadline_s if deadline_s is None else deadline_s
+        )
+        self._stopping.set()
+        self.scanner.wake()
+        for t in self._threads:
+            t.join(timeout=max(0.1, deadline - time.monotonic()))
+        if self._managers is not None:
+            self._managers.shutdown(deadline)
+        if self._workers is not None:
+            # Items waiting for a worker are given back now, not after the handlers that
+            # hold every worker end (or, if they never do, when their leases expire).
+            for _, args in self._workers.drain():
+                self._execute_logged(*args)
+        while self.in_flight() > 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+            self.flush_completions()
+        for r in self._flight.snapshot():
+            self._flight.interrupt(r, ShutdownInterrupted)
+        if self._workers is not None and not self._workers.shutdown(time.monotonic() + 1.0):
+            # Handlers stuck in blocking calls ignore the interrupt: give their leases
+            # back so another consumer takes the items at once, and leave the threads.
+            for r in self._flight.snapshot():
+                self.failures.give_back(r.work)
+        self.flush_completions()
+        self.scanner_election.release_all()
+        self._threads.clear()
+        self._managers = self._workers = None
+
+    def run_forever(self, *, install_signals: bool = True) -> None:
+        """Run until SIGTERM or SIGINT, then shut down gracefully."""
+        stop = threading.Event()
+        if install_signals:
+
+            def on_signal(signum: int, frame: FrameType | None) -> None:
+                log.info("signal %d: shutting down", signum)
+                stop.set()
+
+            signal.signal(signal.SIGTERM, on_signal)
+            signal.signal(signal.SIGINT, on_signal)
+        self.start()
+        try:
+            while not stop.wait(0.2):
+                pass
+        finally:
+            self.stop()
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+        self.scanner.wake()
+
+    def wake(self) -> None:
+        """Scan now instead of at the next poll: work was just enqueued in this process
+        (:class:`~quickzones.client.Quick` calls it after each of its enqueues)."""
+        self.scanner.wake()

@@ -1,0 +1,203 @@
+"""The Scanner: paper Algorithm 1 (choose which zones to visit).
+
+One scan peeks the vested pointers of every shard of every cluster (shuffled) and selects
+some: a random ``selection_frac`` of each shard's peek in random mode, so consumers spread
+over zones; the oldest first in order mode (the consumer that holds a cluster's scanner
+election, paper section 4.2), so no pointer starves (invariant 10). On a thread
+(:meth:`Scanner.run`) the selected pointers go to the managers' pool (Algorithm 2). The
+scanner fetches; it never dequeues items nor runs them.
+
+A scan also sets :attr:`Scanner.share`, the water-filling share of the consumer's free
+capacity over the vested zones it saw (0 when it could not see them all), which
+work-conserving visits (``visit_max``) take instead of ``dequeue_max`` when larger.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent import futures
+from concurrent.futures import Future
+from typing import Any
+
+from quickzones.clock import Clock, SystemClock
+from quickzones.consumer.state import Cluster
+from quickzones.consumer_config import ConsumerConfig
+from quickzones.errors import StorageError
+from quickzones.pool import DaemonPool
+from quickzones.toplevel import PointerRef
+
+
+class Scanner:
+    """Algorithm 1 over a consumer's clusters."""
+
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        clusters: dict[str, Cluster],
+        rng: random.Random,
+        *,
+        in_order_for: Callable[[str], bool],
+        refresh_election: Callable[[], None],
+        capacity: Callable[[], int],
+        emit: Callable[..., Any],
+        skip: Callable[[PointerRef], bool] = lambda ref: False,
+        clock: Clock | None = None,
+    ) -> None:
+        self.config = config
+        self.clusters = clusters
+        self.rng = rng
+        self.in_order_for = in_order_for
+        self.refresh_election = refresh_election
+        self.capacity = capacity
+        self.emit = emit
+        self.skip = skip  # pointers not to visit (another app's, when routed)
+        self.share = 0  # free capacity per vested zone at the last scan
+        self.clock = clock or SystemClock()
+        # The earliest vesting time (store ms) of the pointers the last scan saw not yet
+        # vested, in the shards it peeked: the idle scanner sleeps until then.
+        self.next_vesting_ms: int | None = None
+        self.left_vested = False  # the last scan saw vested pointers it did not choose
+        self._wake = threading.Event()
+
+    def wake(self) -> None:
+        """Scan now (a local enqueue, or a stop): ends the scanner's idle wait."""
+        self._wake.set()
+
+    def idle_wait(self, stopping: threading.Event) -> None:
+        """Sleep ``idle_sleep_s``, or less: until the earliest vesting time the last scan
+        saw (exact timers) or a :meth:`wake`. Idle, a consumer polls no more often than
+        ``idle_sleep_s``; an enqueue from another process is seen at the next poll."""
+        timeout = self.until_next_vesting()
+        if timeout > 0 and not stopping.is_set():
+            self._wake.wait(timeout)
+        self._wake.clear()
+
+    def until_next_vesting(self) -> float:
+        """Seconds until the earliest vesting time the last scan saw, at most
+        ``idle_sleep_s``."""
+        timeout = self.config.idle_sleep_s
+        if self.next_vesting_ms is not None:
+            # A hair past the millisecond it vests in, so that scan sees it vested.
+            until = (self.next_vesting_ms + 0.05 - self.clock.now() * 1000) / 1000
+            timeout = max(0.0, min(timeout, until))
+        return timeout
+
+    def scan_once(self) -> list[PointerRef]:
+        """Peek the shards of every cluster (shuffled) and choose pointers to visit.
+
+        In random mode, a random ``selection_frac`` of each shard's peeked pointers (at
+        most ``selection_max`` in all) so that consumers spread over zones. In order mode
+        (this consumer holds a cluster's election), the oldest vested pointers across all
+        that cluster's shards first, so no pointer starves (invariant 10).
+        """
+        cfg = self.config
+        targets = [(c, shard) for c in self.clusters.values() for shard in range(c.toplevel.shards)]
+        self.rng.shuffle(targets)
+        ordered: list[PointerRef] = []
+        sampled: list[PointerRef] = []
+        any_in_order = False
+        competing, crowded = 0, False
+        next_vesting: int | None = None
+        for cluster, shard in targets:
+            in_order = self.in_order_for(cluster.name)
+            any_in_order = any_in_order or in_order
+            if not in_order and len(sampled) >= cfg.selection_max:
+                crowded = True  # a shard not even peeked: competition unknown
+                continue
+            try:
+                peeked, later = cluster.toplevel.peek(shard, cfg.peek_max)
+            except StorageError as err:
+                self.emit("scan_error", error=str(err))
+                continue
+            if later is not None and (next_vesting is None or later < next_vesting):
+                next_vesting = later
+            peeked = [ref for ref in peeked if not self.skip(ref)]  # another app's (routing)
+            if not peeked:
+                continue
+            competing += len(peeked)
+            crowded = crowded or len(peeked) >= cfg.peek_max
+            if in_order:
+                ordered.extend(peeked)
+            else:
+                room = cfg.selection_max - len(sampled)
+                k = min(room, len(peeked), max(1, math.ceil(cfg.selection_frac * len(peeked))))
+                sampled.extend(self.rng.sample(peeked, k))
+        ordered.sort(key=lambda ref: ref.vesting_ms)
+        chosen = ordered[: cfg.selection_max]
+        chosen += sampled[: cfg.selection_max - len(chosen)]
+        # Vested pointers seen and not chosen (a random sample, or past selection_max).
+        self.left_vested = crowded or competing > len(chosen)
+        self.share = 0 if crowded or not competing else self.capacity() // competing
+        self.next_vesting_ms = next_vesting
+        self.emit("scan", pointers=len(chosen), in_order=any_in_order)
+        return chosen
+
+    def run(
+        self,
+        managers: DaemonPool,
+        visit: Callable[[PointerRef], int],
+        stopping: threading.Event,
+    ) -> None:
+        """Algorithm 1 on a thread. Pipelined (the default): the pointers a scan selects
+        wait in a local queue and go to managers as they free up, and the next scan
+        comes when that queue is empty (or its pointers are ``idle_sleep_s`` x 10 old),
+        so no visit waits for the slowest visit of the last scan. Otherwise each scan
+        waits for all of the last one's visits. With nothing to visit, or a pass whose
+        visits all took nothing (empty or throttled zones), it sleeps ``idle_sleep_s`` or
+        until the earliest vesting time it saw, whichever is sooner, or until woken
+        (:meth:`idle_wait`), so such zones are not polled hot and a delayed item starts on
+        time. ``visit`` runs on a manager and returns how many items it handed out."""
+        cfg = self.config
+        next_election = 0.0
+        visiting: dict[Future[int], tuple[str, int, str]] = {}
+        selected: deque[PointerRef] = deque()
+        selected_at = 0.0
+        while not stopping.is_set():
+            mono = time.monotonic()
+            if mono >= next_election:
+                self.refresh_election()
+                next_election = mono + cfg.election_ttl_s / 3
+            finished = [f for f in visiting if f.done()]
+            for f in finished:
+                del visiting[f]
+            took = [f.result() for f in finished if f.exception() is None]
+            if finished and not visiting and not selected and not any(took):
+                self.idle_wait(stopping)
+                continue
+            if visiting and not cfg.pipelined_scans:
+                futures.wait(visiting, return_when=futures.ALL_COMPLETED)
+                continue
+            free = cfg.managers - len(visiting)
+            submitted = 0
+            if free > 0 and self.capacity() > 0:
+                if not selected or mono - selected_at > cfg.idle_sleep_s * 10:
+                    selected = deque(self.scan_once())
+                    selected_at = time.monotonic()
+                busy = set(visiting.values())
+                while selected and submitted < free:
+                    ref = selected.popleft()
+                    if _visit_key(ref) in busy:
+                        continue
+                    busy.add(_visit_key(ref))
+                    visiting[managers.submit(visit, ref)] = _visit_key(ref)
+                    submitted += 1
+            if not visiting:
+                self.idle_wait(stopping)
+            elif free <= 0 or not selected:
+                # Managers all busy, or every selected pointer handed out: go on when a
+                # manager frees up (or after the idle sleep), not at once; with a manager
+                # free, also when the next pointer vests (a timer is not held up by a
+                # visit to another zone).
+                if free > submitted and submitted and self.left_vested:
+                    continue  # managers still free and vested pointers left: scan again
+                timeout = cfg.idle_sleep_s if free <= 0 else self.until_next_vesting()
+                futures.wait(visiting, timeout, futures.FIRST_COMPLETED)
+
+
+def _visit_key(ref: PointerRef) -> tuple[str, int, str]:
+    return ref.cluster, ref.shard, ref.pointer_id

@@ -1,0 +1,69 @@
+"""Pool-wide concurrency slots (beyond the paper: per-app and per-job-type caps across all
+consumers), held by a consumer in the shared ``Limits`` store.
+
+A Manager (Algorithm 2) takes app slots for the items it dequeues, a Worker (Algorithm 3)
+takes a job type's slot while its handler runs, and the lease extender keeps the held ones
+from lapsing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from quickzones.errors import StorageError
+from quickzones.limits import Limits
+
+
+class Slots:
+    """This consumer's share of the pool-wide concurrency caps."""
+
+    def __init__(
+        self,
+        limits: Limits | None,
+        owner: str,
+        item_lease_s: float,
+        lock: threading.Lock,
+        emit: Callable[..., Any],
+    ) -> None:
+        self.limits = limits
+        self.emit = emit
+        self.owner = owner
+        self.item_lease_s = item_lease_s
+        self.lock = lock
+        self.held: Counter[tuple[str, str]] = Counter()
+
+    def ttl_ms(self) -> int:
+        return int(max(10.0, self.item_lease_s) * 1000)
+
+    def acquire(self, scope: str, name: str, wanted: int, cap: int) -> int:
+        assert self.limits is not None
+        got = self.limits.acquire_slots(scope, name, self.owner, wanted, cap, self.ttl_ms())
+        if got:
+            with self.lock:
+                self.held[(scope, name)] += got
+        return got
+
+    def release(self, scope: str, name: str, n: int) -> None:
+        if self.limits is None or n <= 0:
+            return
+        with self.lock:
+            self.held[(scope, name)] -= n
+        try:
+            self.limits.release_slots(scope, name, self.owner, n, self.ttl_ms())
+        except StorageError:
+            pass  # the slot record lapses after its TTL
+
+    def refresh_once(self) -> None:
+        """Keep this consumer's pool-wide concurrency slots from lapsing."""
+        if self.limits is None:
+            return
+        with self.lock:
+            held = [(k, n) for k, n in self.held.items() if n > 0]
+        for (scope, name), n in held:
+            try:
+                self.limits.refresh_slots(scope, name, self.owner, n, self.ttl_ms())
+            except StorageError as err:
+                self.emit("limits_error", error=str(err))

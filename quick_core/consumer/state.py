@@ -1,0 +1,119 @@
+"""What the parts of a consumer share: the clusters it polls, the unit of work a Manager
+(Algorithm 2) hands to a Worker (Algorithm 3), and the in-flight bookkeeping under one
+lock: counts that bound a scan (``processing_bound``), per-type reservations, and the
+handler invocations running now, which the lease extender may interrupt.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from quickzones.interrupt import HandlerInterrupted, clear_pending_interrupt, interrupt_thread
+from quickzones.kv import KVStore
+from quickzones.records import WorkItem, ZoneId
+from quickzones.toplevel import TopLevelQueue
+from quickzones.zonestore import ZoneStore
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """One store a consumer polls: its zones and its top-level queue (paper: a cluster)."""
+
+    zones: ZoneStore
+    toplevel: TopLevelQueue
+    kv: KVStore | None = None
+
+    @property
+    def name(self) -> str:
+        return self.toplevel.cluster
+
+
+@dataclass(slots=True)
+class Work:
+    """One leased item handed from a Manager to a Worker."""
+
+    zone: ZoneId
+    item: WorkItem
+    dequeued_at: float
+    app_slot: bool = False  # holds one of its app's pool-wide concurrency slots
+    cluster: str = "default"
+    # At-most-once: the item was deleted because its handler started; nothing is left to
+    # give back or requeue.
+    started: bool = False
+    result: Any = None  # the handler's return value, kept if its type asks (outcomes.py)
+
+
+@dataclass(slots=True)
+class Running:
+    """One handler invocation in progress."""
+
+    work: Work
+    thread_id: int
+    started: float
+    deadline: float | None
+    lease_lost: threading.Event = field(default_factory=threading.Event)
+    interrupted: bool = False
+    transactional: bool = False  # its lease is extended by its worker, between attempts
+    # Set (under the consumer's lock) when this invocation ends: from then on no interrupt
+    # is sent for it, so none can land in whatever the thread runs next.
+    done: bool = False
+
+
+class InFlight:
+    """Items handed out and not finished, per consumer, under one lock."""
+
+    def __init__(self, processing_bound: int) -> None:
+        self.processing_bound = processing_bound
+        self.lock = threading.Lock()
+        self.count = 0
+        self.per_type: Counter[str] = Counter()
+        self.running: dict[int, Running] = {}
+        self.unknown_types: set[str] = set()
+
+    def capacity(self) -> int:
+        with self.lock:
+            return max(0, self.processing_bound - self.count)
+
+    def total(self) -> int:
+        with self.lock:
+            return self.count
+
+    def snapshot(self) -> list[Running]:
+        with self.lock:
+            return list(self.running.values())
+
+    def finished(self, work: Work) -> None:
+        with self.lock:
+            self.count -= 1
+            self.per_type[work.item.job_type] -= 1
+
+    def begin(self, running: Running) -> None:
+        with self.lock:
+            self.running[running.thread_id] = running
+
+    def end(self, running: Running) -> None:
+        """Unregister a handler invocation so that no interrupt is sent for it any more,
+        and drop one sent but not landed yet. One that lands here, after the handler
+        ended, is spent and ignored: the completion re-checks the lease anyway."""
+        while True:
+            try:
+                with self.lock:
+                    running.done = True
+                    if self.running.get(running.thread_id) is running:
+                        del self.running[running.thread_id]
+                if running.interrupted:
+                    clear_pending_interrupt()
+                return
+            except HandlerInterrupted:
+                continue
+
+    def interrupt(self, running: Running, exc: type[HandlerInterrupted]) -> None:
+        """Interrupt exactly this invocation: sent under the lock its end takes, so never
+        after it ended (and so never into the next item's handler on that thread)."""
+        with self.lock:
+            if running.done or self.running.get(running.thread_id) is not running:
+                return
+            running.interrupted = interrupt_thread(running.thread_id, exc)

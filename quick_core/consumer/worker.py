@@ -1,0 +1,309 @@
+"""A Worker runs one leased item: paper Algorithm 3.
+
+Before the handler starts, the item's lease is re-checked (an item that waited in the
+local queue near its lease end extends it first), an item past its TTL or out of attempts
+is failed without running, and an at-most-once item is deleted at the last moment. The
+handler then runs under the lease extender's watch (:mod:`.lease_extender`); success goes
+to the completer (:mod:`.completer`), failure to a retry with backoff or a dead letter
+(:mod:`.failure`). A transactional handler's effects and its completion commit in one KV
+transaction (invariant 9).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from quickzones.clock import Clock, now_ms
+from quickzones.consumer.completer import Completer
+from quickzones.consumer.failure import Failures, describe
+from quickzones.consumer.lease_extender import due_for_extension
+from quickzones.consumer.routing import Router
+from quickzones.consumer.slots import Slots
+from quickzones.consumer.state import Cluster, InFlight, Running, Work
+from quickzones.consumer_config import ConsumerConfig
+from quickzones.errors import (
+    ItemNotFound,
+    LeaseLost,
+    Nack,
+    PermanentError,
+    QuickError,
+    StorageError,
+)
+from quickzones.failures import FailureLog, format_failure
+from quickzones.interrupt import (
+    ExecutionBoundExceeded,
+    HandlerInterrupted,
+    LeaseInterrupted,
+    ShutdownInterrupted,
+)
+from quickzones.kv import KVError, run
+from quickzones.limits import Limits
+from quickzones.registry import JobContext, JobType, Registry
+from quickzones.tracing import run_span
+
+log = logging.getLogger("quick.consumer")
+
+
+class Worker:
+    """Algorithm 3 for one item at a time per calling thread (the worker pool shares it)."""
+
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        clusters: dict[str, Cluster],
+        registry: Registry,
+        clock: Clock,
+        in_flight: InFlight,
+        slots: Slots,
+        limits: Limits | None,
+        failures: Failures,
+        *,
+        emit: Callable[..., Any],
+        completer: Callable[[], Completer],
+        shutting_down: Callable[[], bool],
+        stopping: threading.Event,
+        router: Router | None = None,
+    ) -> None:
+        self.config = config
+        self.clusters = clusters
+        self.registry = registry
+        self.clock = clock
+        self.in_flight = in_flight
+        self.slots = slots
+        self.limits = limits
+        self.failures = failures
+        self.emit = emit
+        self.completer = completer  # which completer takes a success now
+        self.shutting_down = shutting_down  # a threaded stop: give items back unstarted
+        self.stopping = stopping
+        self.failure_log = FailureLog(log)
+        self.router = router or Router(config, registry, clock, emit)
+
+    def execute(self, work: Work) -> str:
+        """Run one leased item; returns the outcome ("completed", "requeued",
+        "dead_lettered", "lease_lost", "released", "nacked", or "failed" for an
+        at-most-once item whose handler started and did not complete)."""
+        try:
+            return self._execute(work)
+        finally:
+            self.in_flight.finished(work)
+            if work.app_slot:
+                self.slots.release("app", work.zone.app, 1)
+
+    def _execute(self, work: Work) -> str:
+        zone, item = work.zone, work.item
+        if self.shutting_down():
+            return self.failures.give_back(work)
+        job = self.router.job_for(item.job_type)
+        if job is None and not self.router.expired(item.item_id):
+            # Not this consumer's type and not yet past its grace (dequeue leaves such
+            # items alone; this one was leased anyway): give it back, no error counted.
+            self.router.report(item, zone)
+            return self.failures.give_back(work)
+        if item.delivery == "at_least_once" and not self._lease_still_held(work):
+            self.emit("lease_lost", zone=zone, item_id=item.item_id, where="before_start")
+            return "lease_lost"
+        fail = self.failures.fail
+        if item.deadline_ms is not None and now_ms(self.clock) > item.deadline_ms:
+            # It waited past its TTL in this consumer's local queue: never run late.
+            return fail(work, job, "expired: not started before its TTL", permanent=True)
+        if job is not None and item.error_count >= job.retry.max_attempts:
+            # Its earlier attempts crashed or stalled their consumers (each expired lease
+            # counts as an error): running it again could crash this one too.
+            return fail(
+                work,
+                job,
+                f"gave up after {item.error_count} attempts; last: {item.last_error}",
+                permanent=True,
+            )
+        self.emit("started", zone=zone, item_id=item.item_id, job_type=item.job_type)
+        if job is None:
+            grace = self.config.unhandled_grace_s
+            return fail(
+                work,
+                None,
+                f"no handler for job type {item.job_type!r} in any consumer that saw it "
+                f"within its grace of {grace:g}s",
+                permanent=True,
+            )
+        if job.pool_max_concurrency is not None and self.limits is not None:
+            if not self.slots.acquire("type", job.name, 1, job.pool_max_concurrency):
+                self.emit("throttled", zone=zone, reason="job type concurrency cap")
+                return self.failures.give_back(work, delay_ms=100)
+            try:
+                return self._start_job(work, job)
+            finally:
+                self.slots.release("type", job.name, 1)
+        return self._start_job(work, job)
+
+    def _start_job(self, work: Work, job: JobType) -> str:
+        """Run the job; an at-most-once item is deleted (holding its lease) first, at the
+        last moment, so one never started is still stored and can be given back."""
+        if work.item.delivery == "at_most_once":
+            cluster = self.clusters[work.cluster]
+            try:
+                [outcome] = cluster.zones.complete_many(
+                    work.zone, [(work.item.item_id, work.item.lease_id or "")]
+                )
+            except StorageError as err:
+                # Deleted or not, unknown: not running it is what at-most-once allows;
+                # what may remain is given back.
+                self.emit("complete_error", zone=work.zone, error=str(err))
+                return self.failures.give_back(work)
+            if outcome is not None:
+                self.emit("lease_lost", zone=work.zone, item_id=work.item.item_id, where="start")
+                return "lease_lost"
+            work.started = True
+        with run_span(work.item, work.zone):
+            return self._run_job(work, job)
+
+    def _run_job(self, work: Work, job: JobType) -> str:
+        zone, item = work.zone, work.item
+        attempt = 0
+        while True:
+            error: BaseException | None = None
+            try:
+                if job.transactional:
+                    self._run_transactional(work, job)
+                    self.emit("completed", zone=zone, item_id=item.item_id)
+                    return "completed"
+                work.result = self._run_handler(work, job, None)
+            except LeaseInterrupted:
+                self.emit("lease_lost", zone=zone, item_id=item.item_id, where="running")
+                return "lease_lost"
+            except ShutdownInterrupted:
+                return self.failures.give_back(work)
+            except ExecutionBoundExceeded:
+                error = TimeoutError(f"exceeded execution bound of {job.execution_bound_s}s")
+            except HandlerInterrupted as err:  # a kind added later: a failure, not a crash
+                error = err
+            except (LeaseLost, ItemNotFound) as err:
+                self.emit("lease_lost", zone=zone, item_id=item.item_id, where=type(err).__name__)
+                return "lease_lost"
+            except PermanentError as err:
+                text = self._log_failure(work, job, err)
+                return self.failures.fail(work, job, describe(err), permanent=True, failure=text)
+            except Nack as nack:
+                return self.failures.nack(work, nack)
+            except BaseException as err:
+                # SystemExit and KeyboardInterrupt too: raised by a handler they are its
+                # failure, counted toward max_attempts, not a silent endless redelivery.
+                error = err
+            if error is None:
+                if item.delivery == "at_most_once":
+                    self.emit("completed", zone=zone, item_id=item.item_id)
+                    return "completed"
+                self.completer().complete(work)
+                return "completed"
+            text = self._log_failure(work, job, error, attempt=item.error_count + 1 + attempt)
+            if attempt < job.retry.inline_retries and not self.stopping.is_set():
+                attempt += 1
+                self.emit("retried_inline", zone=zone, item_id=item.item_id)
+                continue
+            outcome = self.failures.fail(work, job, describe(error), permanent=False, failure=text)
+            if isinstance(error, (KeyboardInterrupt, SystemExit)) and (
+                threading.current_thread() is threading.main_thread()
+            ):
+                raise error  # run_until_idle in the main thread: Ctrl-C still stops it
+            return outcome
+
+    def _log_failure(
+        self, work: Work, job: JobType, error: BaseException, *, attempt: int | None = None
+    ) -> str:
+        """Log one handler failure at WARNING (rate-limited per job type); returns its
+        bounded traceback."""
+        text = format_failure(error)
+        self.failure_log.failed(
+            job.name,
+            work.item.item_id,
+            str(work.zone),
+            work.item.error_count + 1 if attempt is None else attempt,
+            text,
+        )
+        return text
+
+    def _lease_still_held(self, work: Work) -> bool:
+        """Re-check the lease before starting: an item that waited past its lease in the
+        local queue extends it first (which fails if someone else leased it since)."""
+        if work.item.vesting_ms - now_ms(self.clock) > 1000:
+            return True
+        try:
+            work.item = self.clusters[work.cluster].zones.extend_lease(
+                work.zone,
+                work.item.item_id,
+                work.item.lease_id or "",
+                int(self.config.item_lease_s * 1000),
+            )
+            return True
+        except (LeaseLost, ItemNotFound):
+            return False
+        except StorageError:
+            return True  # the extender will retry; completing checks the lease anyway
+
+    def _run_handler(self, work: Work, job: JobType, tr: Any) -> Any:
+        running = Running(
+            work,
+            threading.get_ident(),
+            self.clock.now(),
+            None if job.execution_bound_s is None else time.monotonic() + job.execution_bound_s,
+            transactional=tr is not None,
+        )
+        ctx = JobContext(work.zone, work.item, tr=tr, lease_lost=running.lease_lost)
+        try:
+            self.in_flight.begin(running)
+            return job.call(ctx)
+        finally:
+            self.in_flight.end(running)
+
+    def _run_transactional(self, work: Work, job: JobType) -> None:
+        """Handler effects and the completion commit in one KV transaction (invariant 9).
+
+        The lease extender leaves this item alone: its extension rewrites the item record
+        that the completion reads, so an extension committed while the transaction is open
+        makes the completion conflict, and the handler re-ran forever. The worker extends
+        the lease itself before each attempt instead (a KV transaction lives a few
+        seconds, far less than a lease). Invariant 4 is unchanged: the completion still
+        reads the record, so another holder's lease makes it conflict or fail.
+        """
+        cluster = self.clusters[work.cluster]
+        if cluster.kv is None:
+            raise QuickError("transactional handlers need a KV zone store")
+        applied = False
+
+        def body(tr: Any) -> None:
+            if applied:
+                return  # a maybe-committed attempt did commit: do not run it again
+            result = self._run_handler(work, job, tr)
+            cluster.zones.complete(
+                work.zone, work.item.item_id, work.item.lease_id, tr=tr, result=result
+            )
+
+        def before_retry(err: KVError) -> None:
+            nonlocal applied
+            if err.maybe_committed:
+                # The attempt may have committed; it is no longer in flight, so a fresh
+                # read tells: our item gone means it did.
+                applied = cluster.zones.get(work.zone, work.item.item_id) is None
+            else:
+                self._renew_lease(work)
+
+        self._renew_lease(work)
+        run(cluster.kv, body, on_retry=before_retry)
+
+    def _renew_lease(self, work: Work) -> None:
+        """Extend the lease now if the extender would (raises LeaseLost/ItemNotFound)."""
+        if not due_for_extension(self.config, self.clock, work):
+            return
+        try:
+            work.item = self.clusters[work.cluster].zones.extend_lease(
+                work.zone,
+                work.item.item_id,
+                work.item.lease_id or "",
+                int(self.config.item_lease_s * 1000),
+            )
+        except StorageError as err:  # LeaseLost and ItemNotFound go to the caller
+            self.emit("extend_error", error=str(err))  # the completion checks the lease

@@ -1,0 +1,234 @@
+"""Leases for pull consumers: the scanner's and manager's steps (paper Algorithms 1 and 2)
+run on behalf of a remote worker, through the same top-level queue and zone store calls
+the local consumer makes.
+
+One :meth:`PullLeaser.lease` call scans the vested pointers of every shard (filtered to
+the caller's app), leases a pointer, dequeues at most ``dequeue_max`` items of its zone
+(water-filling, invariant 7), requeues or collects the pointer, and moves on to the next
+zone until it holds ``max_items`` items. The oldest vested pointer is always among the
+zones visited, so no zone waits forever behind busier ones (invariant 10); the rest are a
+random sample, so concurrent pull consumers spread over zones.
+
+When the consumer package exposes its scanner and manager as separate parts
+(``quickzones.consumer.scanner`` / ``manager``), this module should call them instead of
+repeating the visit.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from quickzones.clock import now_ms
+from quickzones.errors import StorageError, ZoneLeaseFailed
+from quickzones.keys import LOCAL_APP
+from quickzones.kv import KVTransaction, run
+from quickzones.records import WorkItem, ZoneId, decode_pointer
+from quickzones.toplevel import PointerRef
+
+if TYPE_CHECKING:
+    from quickzones.client import Quick
+
+
+@dataclass(frozen=True, slots=True)
+class PullConfig:
+    """The scanner and manager parameters a server uses for its pull consumers."""
+
+    peek_max: int = 200  # vested pointers read per shard and page
+    pages_max: int = 5  # pages read past other apps' pointers to find the caller's
+    selection_frac: float = 0.3
+    dequeue_max: int = 10
+    pointer_lease_s: float = 1.0
+    min_inactive_s: float = 5.0
+    poll_s: float = 0.02  # long poll: the wait between empty scans, as a local consumer's
+    poll_max_s: float = 0.02  # idle_sleep_s; an enqueue through this server wakes it at once
+
+
+@dataclass(frozen=True, slots=True)
+class Leased:
+    zone: ZoneId
+    item: WorkItem
+
+
+class PullLeaser:
+    """Leases items for remote workers out of one Quick's top-level queue."""
+
+    def __init__(self, q: Quick, config: PullConfig | None = None) -> None:
+        self.q = q
+        self.config = config or PullConfig()
+        self.rng = random.Random()
+        self._stats_lock = threading.Lock()
+        self.leased_total = 0
+        # Pickup latency (lease time minus enqueue time) of recent first attempts, for
+        # the dashboard (a delayed item counts its delay too).
+        self._pickups: deque[int] = deque(maxlen=2000)
+        # Set by an enqueue through this server's Quick: waiting long polls scan at once.
+        self._enqueued = threading.Condition()
+        self._generation = 0
+        q.wake_on_enqueue(self)
+
+    def wake(self) -> None:
+        with self._enqueued:
+            self._generation += 1
+            self._enqueued.notify_all()
+
+    def pickup_percentiles(self) -> tuple[int | None, int | None]:
+        """p50 and p99 pickup latency (ms) of the last 2000 first deliveries."""
+        with self._stats_lock:
+            seen = sorted(self._pickups)
+        if not seen:
+            return None, None
+        return seen[len(seen) // 2], seen[min(len(seen) - 1, (len(seen) * 99) // 100)]
+
+    # --- the scanner ---------------------------------------------------------------------
+
+    def _vested(self, shard: int, app: str | None) -> list[tuple[PointerRef, ZoneId]]:
+        """Vested pointers of one shard whose zone belongs to ``app`` (None: any app but
+        the cluster's local work), oldest first; snapshot reads, no conflicts."""
+        top = self.q.toplevel
+        keys = self.q.keys
+        begin, end = keys.pointer_vested_range(top.cluster, shard, now_ms(self.q.clock))
+        out: list[tuple[PointerRef, ZoneId]] = []
+        for _ in range(self.config.pages_max):
+
+            def page(tr: KVTransaction, start: bytes = begin) -> list[tuple[PointerRef, ZoneId]]:
+                tr.set_causal_read_risky()
+                rows = tr.get_range(start, end, limit=self.config.peek_max, snapshot=True)
+                found = []
+                for key, _ in rows:
+                    vesting, pointer_id = keys.unpack_pointer_vesting_key(top.cluster, shard, key)
+                    pkey = keys.pointer_key(top.cluster, shard, pointer_id)
+                    raw = tr.get(pkey, snapshot=True)
+                    if raw is None:
+                        continue
+                    zone = decode_pointer(pkey, raw).zone
+                    found.append((PointerRef(shard, pointer_id, vesting, top.cluster), zone))
+                return found
+
+            rows = run(self.q.kv, page)
+            out.extend(
+                (ref, zone)
+                for ref, zone in rows
+                if zone.app != LOCAL_APP and (app is None or zone.app == app)
+            )
+            if out or len(rows) < self.config.peek_max:
+                break
+            last = rows[-1][0]
+            begin = keys.pointer_vesting_key(top.cluster, shard, last.vesting_ms, last.pointer_id)
+            begin += b"\x00"
+        return out
+
+    def _choose(self, app: str | None) -> list[PointerRef]:
+        candidates: list[tuple[PointerRef, ZoneId]] = []
+        for shard in range(self.q.toplevel.shards):
+            try:
+                candidates.extend(self._vested(shard, app))
+            except StorageError:
+                continue
+        if not candidates:
+            return []
+        candidates.sort(key=lambda c: c[0].vesting_ms)
+        oldest, rest = candidates[0][0], [c[0] for c in candidates[1:]]
+        k = min(len(rest), max(1, round(self.config.selection_frac * len(rest))))
+        return [oldest, *self.rng.sample(rest, k)]
+
+    # --- the manager -----------------------------------------------------------------------
+
+    def _visit(
+        self, ref: PointerRef, room: int, lease_ms: int, accept: Callable[[WorkItem], bool] | None
+    ) -> list[Leased]:
+        cfg = self.config
+        top = self.q.toplevel
+        zones = self.q.items
+        try:
+            pointer = top.obtain_pointer_lease(ref, int(cfg.pointer_lease_s * 1000))
+        except ZoneLeaseFailed:
+            return []  # another consumer took it, or it moved
+        zone = pointer.zone
+        items: list[WorkItem] = []
+        room = min(room, cfg.dequeue_max)
+        window = room
+        if accept is not None:
+            # A filter looks at the zone's first dequeue_max vested items (a local
+            # consumer's concurrency caps see the same window) and takes at most ``room``;
+            # the ids taken make a retried transaction take the same ones again.
+            window = cfg.dequeue_max
+            taken: set[str] = set()
+            wanted = accept
+
+            def accept_room(item: WorkItem) -> bool:
+                if item.item_id in taken:
+                    return True
+                if len(taken) >= room or not wanted(item):
+                    return False
+                taken.add(item.item_id)
+                return True
+
+            accept = accept_room
+        try:
+            items, _corrupt = zones.dequeue(zone, window, lease_ms, accept=accept)
+        except StorageError:
+            pass  # the pointer is released below; the zone is tried again later
+        try:
+            top.requeue_pointer(
+                pointer,
+                lambda tr: zones.min_vesting_ms(zone, tr=tr),
+                lambda tr: zones.zone_is_empty(tr, zone),
+                min_inactive_ms=int(cfg.min_inactive_s * 1000),
+                active=bool(items),
+            )
+        except StorageError:
+            pass  # the pointer lease lapses and the pointer vests again
+        return [Leased(zone, item) for item in items]
+
+    def lease_once(
+        self,
+        app: str | None,
+        max_items: int,
+        lease_s: float,
+        job_types: frozenset[str] | None = None,
+    ) -> list[Leased]:
+        """One scan and the visits it chooses; may return nothing."""
+        accept = None if job_types is None else (lambda item: item.job_type in job_types)
+        out: list[Leased] = []
+        for ref in self._choose(app):
+            room = max_items - len(out)
+            if room <= 0:
+                break
+            out.extend(self._visit(ref, room, int(lease_s * 1000), accept))
+        now = now_ms(self.q.clock)
+        with self._stats_lock:
+            self.leased_total += len(out)
+            for x in out:
+                if x.item.attempts <= 1:
+                    self._pickups.append(max(0, now - x.item.enqueued_ms))
+        return out
+
+    def lease(
+        self,
+        app: str | None,
+        max_items: int,
+        lease_s: float,
+        wait_s: float,
+        job_types: frozenset[str] | None = None,
+        stopping: threading.Event | None = None,
+    ) -> list[Leased]:
+        """Up to ``max_items`` leased items; waits up to ``wait_s`` for the first one (a
+        long poll, like SQS's ReceiveMessage), scanning again every few tens of ms."""
+        deadline = time.monotonic() + wait_s
+        pause = self.config.poll_s
+        while True:
+            seen = self._generation
+            got = self.lease_once(app, max_items, lease_s, job_types)
+            left = deadline - time.monotonic()
+            if got or left <= 0 or (stopping is not None and stopping.is_set()):
+                return got
+            with self._enqueued:  # another process's enqueue is seen at the next scan
+                if self._generation == seen:
+                    self._enqueued.wait(min(pause, left))
+            pause = min(pause * 2, self.config.poll_max_s)

@@ -1,0 +1,274 @@
+"""The HTTP API end to end over real HTTP, through the Python client and raw httpx."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from quickzones.errors import LeaseLost
+from quickzones.serve.client import RemoteError, RemoteQuick
+
+from .conftest import Served
+
+
+def _client(served: Served, token: str) -> RemoteQuick:
+    return RemoteQuick(served.url, token)
+
+
+def test_enqueue_lease_complete_round_trip(served: Served) -> None:
+    with _client(served, served.a_all) as rq:
+        item_id = rq.enqueue("email", {"to": "x@example.com"}, app="a", tenant="t1")
+        raw_id = rq.enqueue("blob", b"\x00\xffbytes", app="a", tenant="t2", priority=-1)
+        assert rq.status("a", "t1", item_id)["state"] == "queued"
+        leases = rq.lease(max_items=10, wait_s=2)
+        assert {x.item_id for x in leases} == {item_id, raw_id}
+        by_id = {x.item_id: x for x in leases}
+        assert by_id[item_id].payload == {"to": "x@example.com"}
+        assert by_id[raw_id].payload == b"\x00\xffbytes"
+        assert rq.status("a", "t1", item_id)["state"] == "leased"
+        for lease in leases:
+            rq.complete(lease)
+        assert served.q.get("a", "t1", item_id) is None
+        assert served.q.get("a", "t2", raw_id) is None
+
+
+def test_enqueue_many_idempotent_id_and_cancel(served: Served) -> None:
+    with _client(served, served.a_all) as rq:
+        ids = rq.enqueue_many("job", [1, 2, {"k": 3}], app="a", tenant="t")
+        assert len(ids) == 3 and all(served.q.get("a", "t", i) for i in ids)
+        first = rq.enqueue("job", {"n": 1}, app="a", tenant="t", item_id="fixed")
+        again = rq.enqueue("job", {"n": 1}, app="a", tenant="t", item_id="fixed")
+        assert first == again == "fixed" and again.duplicate == "queued"
+        rq.cancel("a", "t", "fixed")
+        assert served.q.get("a", "t", "fixed") is None
+        with pytest.raises(Exception) as err:
+            rq.cancel("a", "t", "fixed")
+        assert "fixed" in str(err.value)
+        assert rq.status("a", "t", "never") is None
+
+
+def test_delay_and_priority_are_kept(served: Served) -> None:
+    with _client(served, served.a_all) as rq:
+        later = rq.enqueue("job", 1, app="a", tenant="t", delay=3600)
+        assert rq.lease(max_items=5) == []
+        item = served.q.get("a", "t", later)
+        assert item is not None and item.vesting_ms > item.enqueued_ms + 3_000_000
+        low = rq.enqueue("job", 1, app="a", tenant="t", priority=5)
+        high = rq.enqueue("job", 1, app="a", tenant="t", priority=-5)
+        got = rq.lease(max_items=5, wait_s=1)
+        assert [x.item_id for x in got] == [high, low]
+
+
+def test_lost_lease_is_409_with_a_clear_body(served: Served) -> None:
+    with _client(served, served.a_all) as rq:
+        rq.enqueue("job", 1, app="a", tenant="t")
+        [lease] = rq.lease(lease_s=0.2, wait_s=1)
+        time.sleep(0.4)
+        [again] = rq.lease(wait_s=2)  # expired: another consumer takes it
+        assert again.item_id == lease.item_id and again.lease_id != lease.lease_id
+        with pytest.raises(LeaseLost):
+            rq.complete(lease)
+        path = f"/v1/apps/a/tenants/t/items/{lease.item_id}/complete"
+        r = httpx.post(served.url + path, json={"lease_id": lease.lease_id},
+                       headers={"Authorization": f"Bearer {served.a_all}"})  # fmt: skip
+        assert r.status_code == 409
+        assert r.json()["error"] == "lease_lost" and "lease" in r.json()["detail"]
+        assert r.json()["item_id"] == lease.item_id
+        rq.complete(again)  # the holder still can
+        with pytest.raises(LeaseLost):  # gone now: still a 409 for the old holder
+            rq.extend(lease)
+
+
+def test_extend_nack_and_fail(served: Served) -> None:
+    with _client(served, served.a_all) as rq:
+        item_id = rq.enqueue("job", {"x": 1}, app="a", tenant="t")
+        [lease] = rq.lease(lease_s=5, wait_s=1)
+        assert rq.extend(lease, lease_s=60) > lease.lease_expires_ms
+        rq.nack(lease, delay_s=0, error="try again")
+        [second] = rq.lease(wait_s=2)
+        assert second.item_id == item_id and second.error_count == 1
+        assert second.last_error == "try again"
+        rq.fail(second, "bad input", traceback="Traceback...\nValueError: bad")
+        assert served.q.get("a", "t", item_id) is None
+        letters = rq.dead_letters("a")
+        assert [x["item_id"] for x in letters] == [item_id]
+        assert letters[0]["reason"] == "bad input"
+        assert "ValueError" in letters[0]["traceback"]
+        assert rq.status("a", "t", item_id)["state"] == "dead_lettered"
+
+
+def test_long_poll_returns_an_item_enqueued_while_waiting(served: Served) -> None:
+    import threading
+
+    with _client(served, served.a_all) as rq:
+        timer = threading.Timer(0.3, lambda: served.q.enqueue("job", 1, app="a", tenant="late"))
+        timer.start()
+        got = rq.lease(wait_s=10)
+        timer.join()
+        assert [x.tenant for x in got] == ["late"]
+
+
+def test_one_visit_takes_at_most_dequeue_max_per_zone(served: Served) -> None:
+    with _client(served, served.a_all) as rq:
+        rq.enqueue_many("job", list(range(50)), app="a", tenant="noisy")
+        for n in range(5):
+            rq.enqueue("job", n, app="a", tenant=f"small{n}")
+        got = rq.lease(max_items=100, wait_s=1)
+        per_zone: dict[str, int] = {}
+        for x in got:
+            per_zone[x.tenant] = per_zone.get(x.tenant, 0) + 1
+        assert per_zone.get("noisy", 0) <= 10
+
+
+def test_pull_consumer_gets_only_its_apps_items(served: Served) -> None:
+    served.q.enqueue("job", 1, app="b", tenant="t")
+    with _client(served, served.a_all) as rq:
+        assert rq.lease(max_items=10, wait_s=0.3) == []
+        rq.enqueue("job", 1, app="a", tenant="t")
+        got = rq.lease(max_items=10, wait_s=1)
+        assert [x.app for x in got] == ["a"]
+    with _client(served, served.operator) as op:
+        got = op.lease(max_items=10, wait_s=1, app="*")
+        assert [x.app for x in got] == ["b"]
+
+
+def test_job_type_filter(served: Served) -> None:
+    with _client(served, served.a_all) as rq:
+        rq.enqueue("other", 2, app="a", tenant="t")  # first in the zone: skipped over
+        rq.enqueue("wanted", 1, app="a", tenant="t")
+        rq.enqueue("wanted", 3, app="a", tenant="t")
+        got = rq.lease(max_items=1, wait_s=1, job_types=["wanted"])
+        assert [x.job_type for x in got] == ["wanted"]
+        got = rq.lease(max_items=10, wait_s=1, job_types=["wanted"])
+        assert [x.job_type for x in got] == ["wanted"]
+        assert served.q.get("a", "t", got[0].item_id) is not None
+
+
+def test_dead_letters_filters_requeue_and_purge(served: Served) -> None:
+    q = served.q
+    with _client(served, served.a_all) as rq:
+        for tenant, job in [("t1", "x"), ("t1", "y"), ("t2", "x")]:
+            rq.enqueue(job, 1, app="a", tenant=tenant, item_id=f"{tenant}-{job}")
+        for lease in rq.lease(max_items=10, wait_s=1):
+            rq.fail(lease, f"failed {lease.item_id}")
+        assert len(rq.dead_letters("a")) == 3
+        assert {x["item_id"] for x in rq.dead_letters("a", tenant="t1")} == {"t1-x", "t1-y"}
+        assert {x["item_id"] for x in rq.dead_letters("a", job_type="x")} == {"t1-x", "t2-x"}
+        assert rq.requeue_dead_letters("a", tenant="t2") == 1
+        assert q.get("a", "t2", "t2-x") is not None
+        assert rq.purge_dead_letters("a", job_type="y") == 1
+        assert [x["item_id"] for x in rq.dead_letters("a")] == ["t1-x"]
+
+
+def test_admin_stats_zones_and_items(served: Served) -> None:
+    with _client(served, served.a_all) as rq:
+        rq.enqueue_many("job", [1, 2, 3], app="a", tenant="deep")
+        rq.enqueue("mail", 1, app="a", tenant="shallow")
+        rq.enqueue("job", 1, app="a", tenant="later", delay=600)
+        served.q.enqueue("job", 1, app="b", tenant="hidden")
+        stats = rq.stats("a")
+        assert stats["items"] == 5 and stats["vested"] == 4
+        assert stats["by_job_type"] == {"job": 4, "mail": 1}
+        assert stats["active_zones"] == 3
+        h = {"Authorization": f"Bearer {served.a_all}"}
+        zones = httpx.get(served.url + "/v1/apps/a/zones", params={"limit": 2}, headers=h).json()
+        assert zones["total"] == 3 and len(zones["zones"]) == 2
+        found = httpx.get(served.url + "/v1/apps/a/zones", params={"search": "sha"},
+                          headers=h).json()  # fmt: skip
+        assert [z["tenant"] for z in found["zones"]] == ["shallow"]
+        items = httpx.get(served.url + "/v1/apps/a/tenants/deep/items", headers=h).json()
+        assert items["total"] == 3 and {i["state"] for i in items["items"]} == {"vested"}
+        op = {"Authorization": f"Bearer {served.operator}"}
+        shards = httpx.get(served.url + "/v1/shards", headers=op).json()
+        assert shards["shards"][0]["pointers"] == 4
+
+
+def test_bad_input_is_a_clear_4xx_and_stores_nothing(served: Served) -> None:
+    h = {"Authorization": f"Bearer {served.a_all}"}
+    url = served.url + "/v1/apps/a/tenants/t/items"
+    for body, code in [
+        ({"job_type": "9bad"}, 422),
+        ({"job_type": "ok", "priority": 10**9}, 422),
+        ({"job_type": "ok", "delay_s": -1}, 422),
+        ({"job_type": "ok", "payload": 1, "payload_b64": "AA=="}, 422),
+        ({"job_type": "ok", "payload_b64": "!!!"}, 400),
+        ({"job_type": "ok", "surprise": 1}, 422),
+    ]:
+        r = httpx.post(url, json=body, headers=h)
+        assert r.status_code == code, (body, r.text)
+        assert r.json()["error"] and r.json()["detail"]
+    r = httpx.post(served.url + "/v1/apps/a/tenants/%0A/items", json={"job_type": "ok"}, headers=h)
+    assert r.status_code == 400 and "tenant" in r.json()["detail"]
+    assert served.q.run_until_idle() == 0
+
+
+def test_body_size_limit(served: Served) -> None:
+    h = {"Authorization": f"Bearer {served.a_all}"}
+    url = served.url + "/v1/apps/a/tenants/t/items"
+    r = httpx.post(url, json={"job_type": "ok", "payload": "x" * 100_000}, headers=h)
+    assert r.status_code == 413 and r.json()["error"] == "body_too_large"
+
+    def chunks():  # no Content-Length: the limit still holds
+        yield b'{"job_type": "ok", "payload": "'
+        for _ in range(100):
+            yield b"y" * 1000
+        yield b'"}'
+
+    r = httpx.post(url, content=chunks(), headers={**h, "Content-Type": "application/json"})
+    assert r.status_code == 413
+    assert served.q.run_until_idle() == 0
+
+
+def test_openapi_document_is_versioned(served: Served) -> None:
+    doc = httpx.get(served.url + "/openapi.json").json()
+    assert doc["openapi"].startswith("3.")
+    paths = set(doc["paths"])
+    assert "/v1/leases" in paths and "/v1/apps/{app}/tenants/{tenant}/items" in paths
+    assert all(p.startswith("/v1/") for p in paths)
+
+
+def test_remote_error_names_the_problem(served: Served) -> None:
+    with _client(served, served.a_all) as rq, pytest.raises(RemoteError) as err:
+        rq.enqueue("job", 1, app="a", tenant="line\nbreak")
+    assert err.value.status == 400 and err.value.error == "invalid_argument"
+    assert "tenant" in err.value.detail
+    with _client(served, served.a_all) as rq, pytest.raises(RemoteError) as err:
+        rq.enqueue("not a type", 1, app="a", tenant="t")
+    assert err.value.status == 422 and "job_type" in err.value.detail
+
+
+def test_async_client_round_trip(served: Served) -> None:
+    import asyncio
+
+    from quickzones.serve.client import AsyncRemoteQuick
+
+    async def main() -> None:
+        async with AsyncRemoteQuick(served.url, served.a_all) as rq:
+            ids = await rq.enqueue_many("job", [1, 2], app="a", tenant="t")
+            one = await rq.enqueue("job", b"raw", app="a", tenant="u")
+            assert (await rq.status("a", "u", one))["state"] == "queued"
+            leases = await rq.lease(max_items=10, wait_s=2)
+            assert {x.item_id for x in leases} == {*ids, one}
+            first, second, third = sorted(leases, key=lambda x: x.item_id)
+            await rq.extend(first, 60)
+            await rq.complete(first)
+            await rq.nack(second, delay_s=3600)
+            await rq.fail(third, "no")
+            with pytest.raises(LeaseLost):
+                await rq.complete(first)
+            await rq.cancel("a", second.tenant, second.item_id)
+            assert await rq.status("a", "t", "missing") is None
+
+    asyncio.run(main())
+    assert len(served.q.dead_letters("a")) == 1
+
+
+def test_ttl_item_not_started_in_time_is_dead_lettered(served: Served) -> None:
+    with _client(served, served.a_all) as rq:
+        item_id = rq.enqueue("job", 1, app="a", tenant="t", ttl=0.05)
+        time.sleep(0.3)
+        assert rq.lease(max_items=5, wait_s=0.5) == []
+        [letter] = rq.dead_letters("a")
+        assert letter["item_id"] == item_id and "expired" in letter["reason"]

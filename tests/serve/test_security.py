@@ -1,0 +1,176 @@
+"""Token rules: 401 without or with a bad token, 403 for another app or a missing role,
+tokens stored hashed, revocation, and the CLI that manages them."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from quickzones.client import Quick
+from quickzones.errors import InvalidArgument
+from quickzones.serve import TokenStore
+
+from .conftest import Served
+
+ENQUEUE = "/v1/apps/{app}/tenants/t/items"
+
+
+def _post(served: Served, path: str, token: str | None, body: object) -> httpx.Response:
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    return httpx.post(served.url + path, json=body, headers=headers)
+
+
+def test_no_token_is_401_and_nothing_is_stored(served: Served) -> None:
+    r = _post(served, ENQUEUE.format(app="a"), None, {"job_type": "j"})
+    assert r.status_code == 401 and r.json()["error"] == "unauthenticated"
+    assert r.headers["www-authenticate"] == "Bearer"
+    for bad in ["nope", "qz_abc_def", served.a_all + "x", served.a_all[:-1]]:
+        r = _post(served, ENQUEUE.format(app="a"), bad, {"job_type": "j"})
+        assert r.status_code == 401 and r.json()["error"] == "invalid_token", bad
+    assert served.q.run_until_idle() == 0
+
+
+def test_token_for_another_app_is_403(served: Served) -> None:
+    r = _post(served, ENQUEUE.format(app="b"), served.a_all, {"job_type": "j"})
+    assert r.status_code == 403 and r.json()["error"] == "forbidden_app"
+    r = _post(served, "/v1/leases", served.a_all, {"app": "b"})
+    assert r.status_code == 403
+    r = _post(served, "/v1/leases", served.a_all, {"app": "*"})
+    assert r.status_code == 403
+    h = {"Authorization": f"Bearer {served.a_all}"}
+    for path in ["/v1/apps/b/stats", "/v1/apps/b/dead-letters", "/v1/apps/b/zones", "/v1/shards"]:
+        assert httpx.get(served.url + path, headers=h).status_code == 403, path
+    r = _post(served, ENQUEUE.format(app="a"), served.b_all, {"job_type": "j"})
+    assert r.status_code == 403
+    assert served.q.run_until_idle() == 0
+
+
+def test_missing_role_is_403(served: Served) -> None:
+    assert (
+        _post(served, ENQUEUE.format(app="a"), served.a_produce, {"job_type": "j"}).status_code
+        == 201
+    )
+    r = _post(served, "/v1/leases", served.a_produce, {})
+    assert r.status_code == 403 and r.json()["error"] == "forbidden_role"
+    h = {"Authorization": f"Bearer {served.a_produce}"}
+    assert httpx.get(served.url + "/v1/apps/a/stats", headers=h).status_code == 403
+    r = _post(served, "/v1/apps/a/dead-letters/purge", served.a_produce, {})
+    assert r.status_code == 403
+
+
+def test_revoked_token_is_401(served: Served) -> None:
+    token, info = served.tokens.create("a", ["produce"])
+    assert _post(served, ENQUEUE.format(app="a"), token, {"job_type": "j"}).status_code == 201
+    served.tokens.revoke(info.token_id)
+    assert _post(served, ENQUEUE.format(app="a"), token, {"job_type": "j"}).status_code == 401
+
+
+def test_tokens_are_stored_hashed(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    q = Quick.open(f"sqlite:///{path}")
+    try:
+        store = TokenStore(q.kv, q.keys, q.clock)
+        token, info = store.create("a", ["admin"], label="ops")
+        # The secret may itself contain "_" (urlsafe base64): split after the id only.
+        secret = token.removeprefix(f"qz_{info.token_id}_")
+        assert len(secret) >= 40, token
+        assert store.check(token) == info
+        with pytest.raises(InvalidArgument):
+            store.create("a", ["root"])
+        with pytest.raises(InvalidArgument):
+            store.create("a", [])
+    finally:
+        q.close()
+    raw = path.read_bytes() + b"".join(p.read_bytes() for p in tmp_path.glob("t.db-*"))
+    assert secret.encode() not in raw and token.encode() not in raw
+
+
+def _quick(*args: str, env_store: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "quickzones", "--store", env_store, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_cli_tokens_and_serve_in_a_real_process(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'q.db'}"
+    Quick.open(store).close()
+    made = _quick("tokens", "create", "--app", "a", "--role", "produce", "--role", "admin",
+                  "--label", "ci", "--json", env_store=store)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    created = json.loads(made.stdout)
+    assert created["roles"] == ["produce", "admin"] and created["token"].startswith("qz_")
+    both = _quick("tokens", "create", "--app", "a", "--all-apps", "--role", "admin",
+                  env_store=store)  # fmt: skip
+    assert both.returncode == 2 and "exactly one" in both.stderr
+    listed = _quick("tokens", "list", "--json", env_store=store)
+    assert [t["token_id"] for t in json.loads(listed.stdout)] == [created["token_id"]]
+    assert created["token"] not in listed.stdout
+
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "quickzones",
+            "serve",
+            "--store",
+            store,
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ},
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(url + "/v1/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "quick serve did not start"
+            time.sleep(0.1)
+        h = {"Authorization": f"Bearer {created['token']}"}
+        r = httpx.post(url + "/v1/apps/a/tenants/t/items", json={"job_type": "j"}, headers=h)
+        assert r.status_code == 201
+        revoked = _quick("tokens", "revoke", created["token_id"], env_store=store)
+        assert revoked.returncode == 0, revoked.stderr
+        r = httpx.post(url + "/v1/apps/a/tenants/t/items", json={"job_type": "j"}, headers=h)
+        assert r.status_code == 401
+        # Bound to loopback only: the port is not open on another local address.
+        listening = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True,
+                                   text=True).stdout  # fmt: skip
+        if listening.strip():
+            assert re.search(rf"127\.0\.0\.1:{port}\b", listening), listening
+            assert f"0.0.0.0:{port}" not in listening and f"*:{port}" not in listening
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=20)
+    again = _quick("tokens", "revoke", created["token_id"], env_store=store)
+    assert again.returncode == 2 and "no token" in again.stderr

@@ -1,0 +1,59 @@
+"""The SQLite WAL stays bounded under continuous load with overlapping readers (issue 12
+point 9); ``bench/wal_growth.py`` measures the same loads over time."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from quickzones.backends.sqlite import SQLiteStore
+from quickzones.kv import KVTransaction, run
+
+BOUND = 64 * 1024 * 1024
+
+
+def test_wal_stays_bounded_while_read_transactions_always_overlap(tmp_path: Path) -> None:
+    path = str(tmp_path / "wal.db")
+    store = SQLiteStore(path)
+    stop = threading.Event()
+    peak = [0]
+    reads = [0]
+    value = os.urandom(2000)
+
+    def reader(offset: float) -> None:
+        time.sleep(offset)
+        while not stop.is_set():
+
+            def read(tr: KVTransaction) -> None:
+                tr.get_range(b"k", b"l", limit=20)
+                time.sleep(0.04)  # holds its snapshot, as a slow handler does
+
+            run(store, read)
+            reads[0] += 1
+
+    # Four readers, staggered, so some snapshot is open at every moment.
+    readers = [threading.Thread(target=reader, args=(i * 0.01,)) for i in range(4)]
+    for thread in readers:
+        thread.start()
+    try:
+        # About 40 KB of WAL frames per commit: 200 MB in all if the WAL never restarts.
+        for n in range(5000):
+
+            def write(tr: KVTransaction, n: int = n) -> None:
+                for j in range(16):
+                    tr.set(b"k%03d-%02d" % (n % 300, j), value)
+
+            run(store, write)
+            if n % 25 == 0:
+                peak[0] = max(peak[0], os.path.getsize(path + "-wal"))
+    finally:
+        stop.set()
+        for thread in readers:
+            thread.join(timeout=30)
+    assert reads[0] > 0
+    assert peak[0] < BOUND, f"WAL reached {peak[0] / 1e6:.0f} MB"
+    assert store.checkpoints > 0
+    assert len(store.snapshot_items()) == 300 * 16
+    store.close()
