@@ -43,6 +43,7 @@ from quickzones.backends._txnbuffer import (
     KeyValue,
 )
 from quickzones.backends._versionstamps import make_versionstamp
+from quickzones.backends.sqlite.checkpointer import Checkpointer
 from quickzones.clock import Clock, SystemClock
 from quickzones.errors import (
     InvalidStoreURL,
@@ -179,6 +180,7 @@ class SQLiteStore:
         self._checkpoint_lock = threading.Lock()
         self._checkpoint_at = WAL_CHECKPOINT_BYTES
         self.checkpoints = 0  # truncating checkpoints this store ran (for tests, benches)
+        self.checkpointer = Checkpointer(self._connect, after_pass=self._bound_wal)
         self._closed = False
         # The application connection this thread's transactions write through, while an
         # enqueue runs in the application's own transaction (transaction_on).
@@ -246,6 +248,8 @@ class SQLiteStore:
                 cached_statements=256,
             )
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            # Checkpoints run on the checkpointer's thread, never inside a commit.
+            conn.execute("PRAGMA wal_autocheckpoint=0")
         except sqlite3.Error as err:
             if conn is not None:
                 conn.close()
@@ -400,6 +404,7 @@ class SQLiteStore:
         with self._lock:
             self._closed = True
             pool, self._pool = self._pool, []
+        self.checkpointer.close()
         for conn in pool:
             conn.close()
 
@@ -629,7 +634,7 @@ class SQLiteTransaction(BufferedTransaction):
                 version = store._commit_on(conn, request)
             finally:
                 store._write_lock.release()
-            store._bound_wal(conn)
+            store.checkpointer.committed()
             return version, 0
         except sqlite3.Error as err:
             raise _translate(err, "commit", store.url) from err

@@ -126,9 +126,16 @@ class Manager:
                 flight.per_type[job_type] -= 1
             reserved.clear()
 
-    def visit(self, ref: PointerRef) -> list[Work]:
+    def visit(
+        self, ref: PointerRef, hand_out: Callable[[list[Work]], None] | None = None
+    ) -> list[Work]:
         """Lease the pointer, dequeue up to ``dequeue_max`` items, requeue the pointer at the
-        zone's minimum vesting time or collect it if the zone stayed empty."""
+        zone's minimum vesting time or collect it if the zone stayed empty.
+
+        ``hand_out`` (the threaded runtime's dispatch to workers) gets the items as soon
+        as they are dequeued, before the pointer's requeue commits: the items' own leases
+        already protect them, and a handler need not wait for one more commit (a timer's
+        lateness is the sum of the commits before its handler starts)."""
         cfg = self.config
         room = min(self.visit_size(), self.in_flight.capacity())
         if room <= 0:
@@ -171,6 +178,22 @@ class Manager:
         if app_slots > len(items):
             self.slots.release("app", zone.app, app_slots - len(items))
 
+        now = self.clock.now()
+        works = [
+            Work(zone, item, now, app_slot=app_slots > 0, cluster=cluster.name) for item in items
+        ]
+        for w in works:
+            self.emit(
+                "dequeued",
+                zone=zone,
+                item_id=w.item.item_id,
+                job_type=w.item.job_type,
+                enqueued_ms=w.item.enqueued_ms,
+                pickup_ms=now_ms(self.clock),
+            )
+        if hand_out is not None and works:
+            hand_out(works)
+
         def min_vesting(tr: Any) -> int | None:
             earliest = cluster.zones.min_vesting_ms(zone, tr=tr)
             if earliest is None or not_before is None:
@@ -189,19 +212,6 @@ class Manager:
         except StorageError as err:
             # The pointer lease simply expires and the pointer vests again.
             self.emit("pointer_requeue_error", zone=zone, error=str(err))
-        now = self.clock.now()
-        works = [
-            Work(zone, item, now, app_slot=app_slots > 0, cluster=cluster.name) for item in items
-        ]
-        for w in works:
-            self.emit(
-                "dequeued",
-                zone=zone,
-                item_id=w.item.item_id,
-                job_type=w.item.job_type,
-                enqueued_ms=w.item.enqueued_ms,
-                pickup_ms=now_ms(self.clock),
-            )
         return works
 
     def apply_app_limits(self, zone: ZoneId, room: int) -> tuple[int, int | None, int]:

@@ -283,14 +283,16 @@ class Consumer:
     def _visit_and_dispatch(self, ref: PointerRef) -> int:
         workers = self._workers
         assert workers is not None
+
+        def hand_out(works: list[Work]) -> None:
+            for work in works:
+                workers.post(self._execute_logged, work)
+
         try:
-            works = self.visit(ref)
+            return len(self.manager.visit(ref, hand_out))
         except Exception:
             log.exception("manager visit failed")
             return 0
-        for work in works:
-            workers.post(self._execute_logged, work)
-        return len(works)
 
     def _execute_logged(self, work: Work) -> None:
         try:
