@@ -53,10 +53,17 @@ class Checkpointer:
 
     def committed(self) -> None:
         """Count a commit; wake the thread once enough have gone by."""
+        if self._pid != os.getpid():
+            # A forked child: the parent's thread is not here, and its lock may have been
+            # held at the fork. Start afresh.
+            self._cond = threading.Condition()
+            self._thread = None
+            self._since = 0
+            self._pid = os.getpid()
         with self._cond:
             if self._closed:
                 return
-            if self._thread is None or self._pid != os.getpid():
+            if self._thread is None:
                 self._start()
             self._since += 1
             if self._since >= self.every_commits:
@@ -71,8 +78,6 @@ class Checkpointer:
             thread.join(timeout=5)
 
     def _start(self) -> None:
-        # A forked child inherits no thread: it starts its own.
-        self._pid = os.getpid()
         self._thread = threading.Thread(
             target=self._run, name="quick-sqlite-checkpoint", daemon=True
         )

@@ -3,6 +3,7 @@ point 9); ``bench/wal_growth.py`` measures the same loads over time."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import threading
 import time
@@ -86,3 +87,38 @@ def test_checkpoints_run_beside_commits_and_keep_the_wal_bounded(tmp_path: Path)
         assert len(reopened.snapshot_items()) == 500
     finally:
         reopened.close()
+
+
+def _commit_in_child(path: str, out: multiprocessing.Queue[int]) -> None:
+    store = _INHERITED[0]
+    for n in range(400):
+        run(store, lambda tr, n=n: tr.set(b"c%03d" % (n % 50), b"x" * 4000))
+    deadline = time.monotonic() + 20
+    while store.checkpointer.passes == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    out.put(store.checkpointer.passes)
+
+
+_INHERITED: list[SQLiteStore] = []
+
+
+def test_a_forked_child_checkpoints_on_its_own_thread(tmp_path: Path) -> None:
+    """A store used before a fork keeps working in the child, whose commits are
+    checkpointed by a thread of its own (the parent's does not exist there)."""
+    path = str(tmp_path / "fork.db")
+    store = SQLiteStore(path)
+    for n in range(200):
+        run(store, lambda tr, n=n: tr.set(b"p%03d" % n, b"y" * 4000))
+    _INHERITED[:] = [store]
+    ctx = multiprocessing.get_context("fork")
+    out: multiprocessing.Queue[int] = ctx.Queue()
+    child = ctx.Process(target=_commit_in_child, args=(path, out))
+    child.start()
+    try:
+        assert out.get(timeout=60) > 0
+    finally:
+        child.join(timeout=30)
+        _INHERITED.clear()
+    assert child.exitcode == 0
+    assert len(store.snapshot_items()) == 250
+    store.close()
