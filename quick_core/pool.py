@@ -1,27 +1,78 @@
-"""A small pool of daemon threads.
+"""A small pool of daemon threads, whose queued tasks are served fairly across lanes.
 
 The standard ThreadPoolExecutor joins its threads at interpreter exit, so one handler stuck
 in a blocking call would keep a stopped worker process alive forever. Daemon threads let
 the consumer give back the stuck item's lease at its shutdown deadline and exit.
+
+Tasks posted with a ``lane`` (the consumer's workers use the item's zone) wait in one
+queue per lane and threads take from the lanes in turn: a zone whose visit brought many
+items into the local queue cannot make a small tenant's item, leased just after, wait
+behind all of them (the paper's water-filling fairness, kept inside one consumer).
+Within a lane, tasks run in the order posted.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
-from collections.abc import Callable
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from typing import Any
 
 _STOP = object()
+_STOP_LANE = object()  # served only once every other lane is empty
+
+
+class Empty(Exception):
+    """No task is queued (:meth:`FairQueue.get_nowait`)."""
+
+
+class FairQueue:
+    """A FIFO queue per lane; :meth:`get` takes from the lanes round-robin."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._lanes: OrderedDict[Hashable, deque[Any]] = OrderedDict()
+
+    def put(self, task: Any, lane: Hashable = None) -> None:
+        with self._cond:
+            queued = self._lanes.get(lane)
+            if queued is None:
+                queued = self._lanes[lane] = deque()
+            queued.append(task)
+            self._cond.notify()
+
+    def get(self) -> Any:
+        with self._cond:
+            while not self._lanes:
+                self._cond.wait()
+            return self._take()
+
+    def get_nowait(self) -> Any:
+        with self._cond:
+            if not self._lanes:
+                raise Empty
+            return self._take()
+
+    def _take(self) -> Any:
+        lanes = self._lanes
+        lane = next(iter(lanes))
+        if lane is _STOP_LANE and len(lanes) > 1:
+            lanes.move_to_end(lane)  # let queued work run first
+            lane = next(iter(lanes))
+        queued = lanes.pop(lane)
+        task = queued.popleft()
+        if queued:
+            lanes[lane] = queued  # to the back: the next lane goes first
+        return task
 
 
 class DaemonPool:
     """``submit`` returns a Future; ``shutdown`` waits at most until a deadline."""
 
     def __init__(self, size: int, name: str) -> None:
-        self._queue: queue.Queue[Any] = queue.Queue()
+        self._queue = FairQueue()
         self._threads = [
             threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True)
             for i in range(size)
@@ -65,10 +116,11 @@ class DaemonPool:
         self._queue.put((future, fn, args))
         return future
 
-    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+    def post(self, fn: Callable[..., Any], *args: Any, lane: Hashable = None) -> None:
         """Run ``fn(*args)`` on the pool without a Future: the cheap path for the
-        per-item hand-off from managers to workers."""
-        self._queue.put((None, fn, args))
+        per-item hand-off from managers to workers. Queued tasks of different lanes are
+        taken in turn."""
+        self._queue.put((None, fn, args), lane)
 
     def drain(self) -> list[tuple[Callable[..., Any], tuple[Any, ...]]]:
         """Take back the posted tasks no thread has started yet, as (fn, args)."""
@@ -77,21 +129,21 @@ class DaemonPool:
         while True:
             try:
                 task = self._queue.get_nowait()
-            except queue.Empty:
+            except Empty:
                 break
             if task is not _STOP and task[0] is None:
                 taken.append((task[1], task[2]))
             else:
                 keep.append(task)
         for task in keep:
-            self._queue.put(task)
+            self._queue.put(task, _STOP_LANE if task is _STOP else None)
         return taken
 
     def shutdown(self, deadline: float) -> bool:
         """Let queued tasks run, then stop; True if every thread ended by ``deadline``
         (a ``time.monotonic()`` value)."""
         for _ in self._threads:
-            self._queue.put(_STOP)
+            self._queue.put(_STOP, _STOP_LANE)
         for t in self._threads:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
         return not any(t.is_alive() for t in self._threads)

@@ -286,7 +286,7 @@ class Consumer:
 
         def hand_out(works: list[Work]) -> None:
             for work in works:
-                workers.post(self._execute_logged, work)
+                workers.post(self._execute_logged, work, lane=(work.cluster, work.zone))
 
         try:
             return len(self.manager.visit(ref, hand_out))
