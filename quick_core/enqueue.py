@@ -179,7 +179,11 @@ def enqueue_batch(
     def write(tr: KVTransaction) -> list[str]:
         if charge is not None:
             charge(tr)
-        written = [zones.write_new_item(tr, zone, item) for item in items]
+        many = getattr(zones, "write_new_items", None)
+        if many is not None:
+            written: list[Written] = many(tr, zone, items)
+        else:
+            written = [zones.write_new_item(tr, zone, item) for item in items]
         fresh = [w.vesting_ms for w in written if w.new]
         if fresh:
             pointer_check(tr, toplevel, zone, min(fresh))
