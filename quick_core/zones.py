@@ -205,13 +205,20 @@ class KVZoneStore:
     # --- enqueue -----------------------------------------------------------------------
 
     def write_new_item(
-        self, tr: KVTransaction, zone: ZoneId, item: NewItem, *, absent: bool = False
+        self,
+        tr: KVTransaction,
+        zone: ZoneId,
+        item: NewItem,
+        *,
+        absent: bool = False,
+        count: bool = True,
     ) -> Written:
         """The item half of the enqueue's part one, in ``tr``: record, order entry, count.
 
         No pointer work: :mod:`quickzones.enqueue` composes the two parts. An id already in
         the zone makes this a no-op (idempotent enqueue). ``absent``: the caller read the
         id's record in ``tr`` (with a conflict, as :meth:`_exists` does) and found none.
+        ``count=False``: the caller adds the items it wrote to the zone's count itself.
         """
         now = now_ms(self.clock)
         item_id = item.item_id if item.item_id is not None else new_item_id(self.ids)
@@ -243,13 +250,15 @@ class KVZoneStore:
         else:
             self._write_item(tr, zone, record)
             tr.set(self.keys.order_key(zone, item.priority, vesting, item_id), b"")
-        tr.add(self.keys.count_key(zone), pack_i64(1))
+        if count:
+            tr.add(self.keys.count_key(zone), pack_i64(1))
         return Written(item_id, vesting, True)
 
     def write_new_items(
         self, tr: KVTransaction, zone: ZoneId, items: Sequence[NewItem]
     ) -> list[Written]:
-        """:meth:`write_new_item` for each of ``items`` in ``tr``, in order. The ids are
+        """:meth:`write_new_item` for each of ``items`` in ``tr``, in order, and one
+        atomic add to the zone's count for those it wrote. The ids are
         chosen before the transaction runs (a retry after ``commit_unknown_result`` must
         find what it wrote), so each is checked for an item already in the zone: those
         reads are sent together, one round trip for the batch instead of one per item.
@@ -273,7 +282,10 @@ class KVZoneStore:
             first = item.item_id in absent
             if first:
                 absent.discard(item.item_id)  # a repeat of the id sees this write
-            out.append(self.write_new_item(tr, zone, item, absent=first))
+            out.append(self.write_new_item(tr, zone, item, absent=first, count=False))
+        written = sum(1 for w in out if w.new)
+        if written:
+            tr.add(self.keys.count_key(zone), pack_i64(written))  # one atomic add
         return out
 
     def import_item(self, tr: KVTransaction, zone: ZoneId, item: WorkItem) -> bool:

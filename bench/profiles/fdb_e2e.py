@@ -60,6 +60,9 @@ def main() -> None:
     ap.add_argument("--tenants", type=int, default=100)
     ap.add_argument("--spy", choices=("gil", "all"), default=None)
     ap.add_argument("--count", action="store_true", help="count the consumer's KV calls")
+    ap.add_argument(
+        "--drain", action="store_true", help="fill first, then start the consumer (the drain case)"
+    )
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -107,19 +110,31 @@ def main() -> None:
                 *cmd,
             ]
         q = open_quick(url)
+        if args.drain:
+            c0 = time.process_time()
+            t_fill = time.time()
+            _fill(q, n, args.tenants)
+            t_fill = time.time() - t_fill
+            producer_cpu = time.process_time() - c0
         proc = subprocess.Popen(cmd, cwd=REPO, env=env)
         _wait_file(ready, 60)
         t0, c0 = time.time(), time.process_time()
-        _fill(q, n, args.tenants)
-        t_fill = time.time() - t0
-        producer_cpu = time.process_time() - c0
+        if not args.drain:
+            _fill(q, n, args.tenants)
+            t_fill = time.time() - t0
+            producer_cpu = time.process_time() - c0
         proc.wait(200)
         q.close()
         res = json.loads(Path(done).read_text())
+    after = res["done_at"] - t0 - t_fill
+    if args.drain:
+        t0 = res["started_at"]  # the drain case: from the consumer's start
+        after = res["done_at"] - t0
     summary = {
         "n": n,
-        "end_to_end_per_s": n / (res["done_at"] - t0),
-        "drain_after_fill_s": res["done_at"] - t0 - t_fill,
+        "mode": "drain" if args.drain else "end_to_end",
+        "items_per_s": n / (res["done_at"] - t0),
+        "after_fill_s": after,
         "producer_fill_s": t_fill,
         "producer_cpu_us_per_item": producer_cpu / n * 1e6,
         "consumer_cpu_us_per_item": (res["cpu_s"] - res["cpu_ready_s"]) / n * 1e6,

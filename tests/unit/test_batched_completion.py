@@ -219,3 +219,25 @@ def test_a_batch_in_a_transaction_that_stamped_one_of_its_ids_checks_each(q: Qui
     assert q.zones.count(A) == 2
     x = q.get(A.app, A.tenant, "x")
     assert x is not None and x.payload == b"fifo"
+
+
+def test_enqueue_many_moves_the_count_once(q: Quick) -> None:
+    adds: list[bytes] = []
+    real = q.kv.create_transaction
+
+    def counting() -> KVTransaction:
+        tr = real()
+        orig = tr.add
+
+        def add(key: bytes, param: bytes) -> None:
+            adds.append(key)
+            orig(key, param)
+
+        tr.add = add  # type: ignore[method-assign]
+        return tr
+
+    q.kv.create_transaction = counting  # type: ignore[method-assign]
+    q.enqueue_many("job", [b""] * 25, app=A.app, tenant=A.tenant)
+    count_key = q.zones.keys.count_key(A)
+    assert adds.count(count_key) == 1
+    assert q.zones.count(A) == 25
