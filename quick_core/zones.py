@@ -210,21 +210,24 @@ class KVZoneStore:
         zone: ZoneId,
         item: NewItem,
         *,
-        absent: bool = False,
+        exists: bool | None = None,
         count: bool = True,
     ) -> Written:
         """The item half of the enqueue's part one, in ``tr``: record, order entry, count.
 
         No pointer work: :mod:`quickzones.enqueue` composes the two parts. An id already in
-        the zone makes this a no-op (idempotent enqueue). ``absent``: the caller read the
-        id's record in ``tr`` (with a conflict, as :meth:`_exists` does) and found none.
+        the zone makes this a no-op (idempotent enqueue). ``exists``: whether the caller
+        found the id's record, read in ``tr`` with a conflict as :meth:`_exists` reads it
+        (None: not read yet).
         ``count=False``: the caller adds the items it wrote to the zone's count itself.
         """
         now = now_ms(self.clock)
         item_id = item.item_id if item.item_id is not None else new_item_id(self.ids)
         if item.item_id is not None:
             check_name("item_id", item.item_id)
-            if not absent and self._exists(tr, zone, item_id):
+            if exists is None:
+                exists = self._exists(tr, zone, item_id)
+            if exists:
                 return Written(item_id, now, False)
         vesting = now + item.delay_ms
         fifo = item.fifo and item.delay_ms == 0
@@ -255,38 +258,50 @@ class KVZoneStore:
         return Written(item_id, vesting, True)
 
     def write_new_items(
-        self, tr: KVTransaction, zone: ZoneId, items: Sequence[NewItem]
-    ) -> list[Written]:
-        """:meth:`write_new_item` for each of ``items`` in ``tr``, in order, and one
-        atomic add to the zone's count for those it wrote. The ids are
-        chosen before the transaction runs (a retry after ``commit_unknown_result`` must
-        find what it wrote), so each is checked for an item already in the zone: those
-        reads are sent together, one round trip for the batch instead of one per item.
-        They are the reads :meth:`_exists` makes (with conflicts); an id given twice in the
-        batch, or whose record this transaction versionstamped, is checked on its own."""
+        self,
+        tr: KVTransaction,
+        zone: ZoneId,
+        items: Sequence[NewItem],
+        *,
+        read_also: Sequence[bytes] = (),
+    ) -> tuple[list[Written], list[bytes | None]]:
+        """:meth:`write_new_item` for each of ``items`` in ``tr``, in order, and one atomic
+        add to the zone's count for those it wrote; returns what was written and the
+        values of ``read_also``, keys the caller needs read in ``tr`` (with conflicts)
+        before any of these writes, sent with the ids' reads.
+
+        The ids are chosen before the transaction runs (a retry after
+        ``commit_unknown_result`` must find what it wrote), so each is checked for an item
+        already in the zone. Those reads go out together, one round trip for the batch
+        instead of one per item; they are the reads :meth:`_exists` makes (with
+        conflicts). An id given twice in the batch, or whose record this transaction
+        versionstamped, is checked on its own.
+        """
         ids = list(dict.fromkeys(i.item_id for i in items if i.item_id is not None))
-        absent: set[str] = set()
-        if len(ids) > 1:
-            for item_id in ids:
-                check_name("item_id", item_id)  # before any read, as write_new_item does
-            try:
-                raws = get_many(tr, [self.keys.item_key(zone, item_id) for item_id in ids])
-                absent = {item_id for item_id, raw in zip(ids, raws, strict=True) if raw is None}
-            except KVError as err:
-                if err.code != ACCESSED_UNREADABLE:
-                    raise
-                # This transaction versionstamped one of the records (a FIFO item it
-                # wrote): check each id on its own, as write_new_item does.
+        for item_id in ids:
+            check_name("item_id", item_id)  # before any read, as write_new_item does
+        keys = [self.keys.item_key(zone, item_id) for item_id in ids]
+        known: dict[str, bool] = {}
+        try:
+            raws = get_many(tr, [*keys, *read_also])
+        except KVError as err:
+            if err.code != ACCESSED_UNREADABLE:
+                raise
+            # This transaction versionstamped one of the records (a FIFO item it wrote):
+            # every id is checked on its own, as write_new_item does.
+            also = [tr.get(key) for key in read_also]
+        else:
+            known = {i: raw is not None for i, raw in zip(ids, raws[: len(ids)], strict=True)}
+            also = raws[len(ids) :]
         out = []
         for item in items:
-            first = item.item_id in absent
-            if first:
-                absent.discard(item.item_id)  # a repeat of the id sees this write
-            out.append(self.write_new_item(tr, zone, item, absent=first, count=False))
+            # A repeat of an id is read again: it sees what its first occurrence wrote.
+            exists = None if item.item_id is None else known.pop(item.item_id, None)
+            out.append(self.write_new_item(tr, zone, item, exists=exists, count=False))
         written = sum(1 for w in out if w.new)
         if written:
             tr.add(self.keys.count_key(zone), pack_i64(written))  # one atomic add
-        return out
+        return out, also
 
     def import_item(self, tr: KVTransaction, zone: ZoneId, item: WorkItem) -> bool:
         """Write ``item`` verbatim (id, priority, vesting, error count, attempts, type,

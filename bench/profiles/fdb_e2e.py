@@ -53,6 +53,21 @@ atexit.register(lambda: open(os.environ["COUNT_OUT"], "w").write(json.dumps(_c))
 """
 
 
+def _fdbserver_cpu_s() -> float:
+    """CPU seconds (user + system) of every fdbserver process on this machine."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        if "(fdbserver)" not in text:
+            continue
+        fields = text.rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -116,6 +131,7 @@ def main() -> None:
             _fill(q, n, args.tenants)
             t_fill = time.time() - t_fill
             producer_cpu = time.process_time() - c0
+        server0 = _fdbserver_cpu_s()
         proc = subprocess.Popen(cmd, cwd=REPO, env=env)
         _wait_file(ready, 60)
         t0, c0 = time.time(), time.process_time()
@@ -124,6 +140,7 @@ def main() -> None:
             t_fill = time.time() - t0
             producer_cpu = time.process_time() - c0
         proc.wait(200)
+        server_cpu = _fdbserver_cpu_s() - server0
         q.close()
         res = json.loads(Path(done).read_text())
     after = res["done_at"] - t0 - t_fill
@@ -138,6 +155,8 @@ def main() -> None:
         "producer_fill_s": t_fill,
         "producer_cpu_us_per_item": producer_cpu / n * 1e6,
         "consumer_cpu_us_per_item": (res["cpu_s"] - res["cpu_ready_s"]) / n * 1e6,
+        # Every fdbserver on the machine (the bench's own, and any other session's).
+        "fdbserver_cpu_us_per_item": server_cpu / n * 1e6,
         "stats": res["stats"],
     }
     counts = out / "counts.json"
