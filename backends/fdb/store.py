@@ -233,6 +233,12 @@ class FDBTransaction:
         key = self._key
         try:
             futures = [reader.get(key(k)) for k in keys]
+            if futures:
+                # Wait for the last one first: replies come back about in the order sent,
+                # so the others are then ready and are read without the binding's
+                # callback (one call into Python on the network thread per future waited
+                # while not ready, each taking the GIL).
+                futures[-1].block_until_ready()
             out: list[bytes | None] = []
             for f in futures:
                 value = f.wait()
