@@ -49,6 +49,12 @@ def _init(self, *a, **k):
     _c["transactions"] += 1
     _orig_init(self, *a, **k)
 T.__init__ = _init
+import fdb.impl as _impl
+_on_ready = _impl.Future.on_ready
+def _counted_on_ready(self, callback):
+    _c["binding_callbacks"] += 1
+    return _on_ready(self, callback)
+_impl.Future.on_ready = _counted_on_ready
 atexit.register(lambda: open(os.environ["COUNT_OUT"], "w").write(json.dumps(_c)))
 """
 
@@ -116,7 +122,7 @@ def main() -> None:
                 "record",
                 *extra,
                 "-r",
-                "250",
+                "500",
                 "--format",
                 "raw",
                 "-o",
