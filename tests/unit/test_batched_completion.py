@@ -243,3 +243,35 @@ def test_enqueue_many_moves_the_count_once(q: Quick) -> None:
     count_key = q.zones.keys.count_key(A)
     assert adds.count(count_key) == 1
     assert q.zones.count(A) == 25
+
+
+def test_a_zone_store_without_merged_completions_gets_one_batch_per_zone(q: Quick) -> None:
+    # Items kept outside the KV store (Cassandra) complete per zone; a failing zone's
+    # error is reported for that zone only and the others still complete.
+    a, b = lease(q, A, 2), lease(q, B, 1)
+
+    class PerZone:
+        def __init__(self) -> None:
+            self.calls: list[ZoneId] = []
+
+        def complete_many(
+            self, zone: ZoneId, leased: Any, *, results: Any = None
+        ) -> list[Exception | None]:
+            self.calls.append(zone)
+            if zone == B:
+                from quickzones.errors import StorageError
+
+                raise StorageError("zone b's store is down")
+            return q.zones.complete_many(zone, leased, results=results)
+
+    store = PerZone()
+    events: list[tuple[str, str]] = []
+    clusters = {"default": Cluster(store, q.toplevel, q.kv)}  # type: ignore[arg-type]
+    now = q.clock.now()
+    works = [Work(A, i, now) for i in a] + [Work(B, i, now) for i in b]
+    complete_batch(clusters, works, lambda event, **f: events.append((event, str(f["zone"]))))
+    assert sorted(store.calls) == sorted([A, B])
+    assert sorted(events) == sorted(
+        [("completed", str(A)), ("completed", str(A)), ("complete_error", str(B))]
+    )
+    assert q.zones.count(A) == 0 and q.zones.count(B) == 1
