@@ -30,7 +30,7 @@ from quickzones import outcomes
 from quickzones.clock import now_ms
 from quickzones.kv import KVError, KVStore, KVTransaction, run
 from quickzones.records import ZoneId, decode_item
-from quickzones.toplevel import TopLevelQueue
+from quickzones.toplevel import UNREAD, TopLevelQueue, Unread
 from quickzones.zonestore import NewItem
 
 log = logging.getLogger("quick.enqueue")
@@ -82,10 +82,14 @@ def pointer_check(
     vesting_ms: int,
     *,
     declare_conflict: bool = False,
+    index: bytes | Unread | None = UNREAD,
 ) -> None:
     """Part one's pointer half, in ``tr``: create the zone's pointer if its index entry is
-    absent; if present, register part two to run once ``tr`` commits."""
-    if toplevel.ensure_pointer(tr, zone, vesting_ms, declare_conflict=declare_conflict):
+    absent; if present, register part two to run once ``tr`` commits. ``index``: the
+    entry as already read in ``tr`` (see :meth:`TopLevelQueue.ensure_pointer`)."""
+    if toplevel.ensure_pointer(
+        tr, zone, vesting_ms, declare_conflict=declare_conflict, index=index
+    ):
         tr.on_commit(lambda: part_two(toplevel, zone, vesting_ms))
 
 
@@ -179,10 +183,17 @@ def enqueue_batch(
     def write(tr: KVTransaction) -> list[str]:
         if charge is not None:
             charge(tr)
-        written = [zones.write_new_item(tr, zone, item) for item in items]
+        many = getattr(zones, "write_new_items", None)
+        index: bytes | Unread | None = UNREAD
+        if many is not None:
+            # The pointer index entry is read with the items' ids: one round trip.
+            written: list[Written]
+            written, [index] = many(tr, zone, items, read_also=[toplevel.index_key(zone)])
+        else:
+            written = [zones.write_new_item(tr, zone, item) for item in items]
         fresh = [w.vesting_ms for w in written if w.new]
         if fresh:
-            pointer_check(tr, toplevel, zone, min(fresh))
+            pointer_check(tr, toplevel, zone, min(fresh), index=index)
         return [w.item_id for w in written]
 
     return run(db, write)

@@ -153,7 +153,7 @@ class KeySpace:
         return head + VERSIONSTAMP_CODE, head + bytes([VERSIONSTAMP_CODE[0] + 1])
 
     def order_prefix(self, zone: ZoneId) -> bytes:
-        return self.zone_prefix(zone) + _tup("x")
+        return self.zone_prefix(zone) + _ORDER_TAG
 
     def order_range(self, zone: ZoneId) -> Range:
         return tuple_range(self.order_prefix(zone))

@@ -21,6 +21,19 @@ from quickzones.pointer_gc import collect_pointer_if_inactive
 from quickzones.records import Pointer, ZoneId, decode_pointer, encode_pointer
 
 
+class Unread:
+    """The type of :data:`UNREAD`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNREAD"
+
+
+UNREAD = Unread()
+"""A value not read yet (``ensure_pointer(index=...)``); None means read and absent."""
+
+
 @dataclass(frozen=True, slots=True)
 class PointerRef:
     """Where a pointer lives: its shard and id, as the scanner saw it."""
@@ -68,8 +81,18 @@ class TopLevelQueue:
 
     # --- enqueue side ------------------------------------------------------------------
 
+    def index_key(self, zone: ZoneId) -> bytes:
+        """The key of ``zone``'s pointer index entry (which part one reads)."""
+        return self.keys.pointer_index_key(self.cluster, self.shard_for(zone), zone)
+
     def ensure_pointer(
-        self, tr: KVTransaction, zone: ZoneId, vesting_ms: int, *, declare_conflict: bool = False
+        self,
+        tr: KVTransaction,
+        zone: ZoneId,
+        vesting_ms: int,
+        *,
+        declare_conflict: bool = False,
+        index: bytes | Unread | None = UNREAD,
     ) -> bool:
         """Part one of the two-part enqueue, inside the caller's transaction.
 
@@ -83,10 +106,16 @@ class TopLevelQueue:
         that itself: whatever it read of the pointer record could be stale by its commit (a
         consumer may lease and requeue the pointer in between without seeing this item),
         and reading it with a conflict would let pointer leases abort user transactions.
+
+        ``index``: the entry's value as the caller already read it in ``tr`` (a
+        conflicting read, batched with its own reads; no write to it since), so it is not
+        read again.
         """
         shard = self.shard_for(zone)
         index_key = self.keys.pointer_index_key(self.cluster, shard, zone)
-        if tr.get(index_key) is not None:
+        if isinstance(index, Unread):
+            index = tr.get(index_key)
+        if index is not None:
             if declare_conflict:
                 tr.add_write_conflict_key(index_key)
             return True

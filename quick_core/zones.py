@@ -42,7 +42,6 @@ from quickzones.kv import (
     KVTransaction,
     get_many,
     pack_i64,
-    prefetch,
     run,
     transactional,
     unpack_i64,
@@ -177,14 +176,19 @@ class KVZoneStore:
             raise CorruptRecord(key, f"expected {chunks} payload chunks, found {len(parts)}")
         return head.with_(payload=b"".join(v for _, v in parts))
 
-    def _delete_item(self, tr: KVTransaction, zone: ZoneId, item: WorkItem) -> None:
+    def _delete_item(
+        self, tr: KVTransaction, zone: ZoneId, item: WorkItem, *, count: bool = True
+    ) -> None:
+        """Clear the record, its chunks and order entry; ``count``: and decrement the
+        zone's count (False: the caller adds the batch's total once)."""
         tr.clear(self.keys.item_key(zone, item.item_id))
         if "_chunks" in item.meta:
             begin = self.keys.item_chunk_key(zone, item.item_id, 0)
             end = self.keys.item_chunk_key(zone, item.item_id, int(item.meta["_chunks"]))
             tr.clear_range(begin, end)
         tr.clear(self._order_key_of(zone, item))
-        tr.add(self.keys.count_key(zone), pack_i64(-1))
+        if count:
+            tr.add(self.keys.count_key(zone), pack_i64(-1))
 
     def _move_vesting(
         self, tr: KVTransaction, zone: ZoneId, old: WorkItem, new: WorkItem
@@ -200,17 +204,30 @@ class KVZoneStore:
 
     # --- enqueue -----------------------------------------------------------------------
 
-    def write_new_item(self, tr: KVTransaction, zone: ZoneId, item: NewItem) -> Written:
+    def write_new_item(
+        self,
+        tr: KVTransaction,
+        zone: ZoneId,
+        item: NewItem,
+        *,
+        exists: bool | None = None,
+        count: bool = True,
+    ) -> Written:
         """The item half of the enqueue's part one, in ``tr``: record, order entry, count.
 
         No pointer work: :mod:`quickzones.enqueue` composes the two parts. An id already in
-        the zone makes this a no-op (idempotent enqueue).
+        the zone makes this a no-op (idempotent enqueue). ``exists``: whether the caller
+        found the id's record, read in ``tr`` with a conflict as :meth:`_exists` reads it
+        (None: not read yet).
+        ``count=False``: the caller adds the items it wrote to the zone's count itself.
         """
         now = now_ms(self.clock)
         item_id = item.item_id if item.item_id is not None else new_item_id(self.ids)
         if item.item_id is not None:
             check_name("item_id", item.item_id)
-            if self._exists(tr, zone, item_id):
+            if exists is None:
+                exists = self._exists(tr, zone, item_id)
+            if exists:
                 return Written(item_id, now, False)
         vesting = now + item.delay_ms
         fifo = item.fifo and item.delay_ms == 0
@@ -236,8 +253,55 @@ class KVZoneStore:
         else:
             self._write_item(tr, zone, record)
             tr.set(self.keys.order_key(zone, item.priority, vesting, item_id), b"")
-        tr.add(self.keys.count_key(zone), pack_i64(1))
+        if count:
+            tr.add(self.keys.count_key(zone), pack_i64(1))
         return Written(item_id, vesting, True)
+
+    def write_new_items(
+        self,
+        tr: KVTransaction,
+        zone: ZoneId,
+        items: Sequence[NewItem],
+        *,
+        read_also: Sequence[bytes] = (),
+    ) -> tuple[list[Written], list[bytes | None]]:
+        """:meth:`write_new_item` for each of ``items`` in ``tr``, in order, and one atomic
+        add to the zone's count for those it wrote; returns what was written and the
+        values of ``read_also``, keys the caller needs read in ``tr`` (with conflicts)
+        before any of these writes, sent with the ids' reads.
+
+        The ids are chosen before the transaction runs (a retry after
+        ``commit_unknown_result`` must find what it wrote), so each is checked for an item
+        already in the zone. Those reads go out together, one round trip for the batch
+        instead of one per item; they are the reads :meth:`_exists` makes (with
+        conflicts). An id given twice in the batch, or whose record this transaction
+        versionstamped, is checked on its own.
+        """
+        ids = list(dict.fromkeys(i.item_id for i in items if i.item_id is not None))
+        for item_id in ids:
+            check_name("item_id", item_id)  # before any read, as write_new_item does
+        keys = [self.keys.item_key(zone, item_id) for item_id in ids]
+        known: dict[str, bool] = {}
+        try:
+            raws = get_many(tr, [*keys, *read_also])
+        except KVError as err:
+            if err.code != ACCESSED_UNREADABLE:
+                raise
+            # This transaction versionstamped one of the records (a FIFO item it wrote):
+            # every id is checked on its own, as write_new_item does.
+            also = [tr.get(key) for key in read_also]
+        else:
+            known = {i: raw is not None for i, raw in zip(ids, raws[: len(ids)], strict=True)}
+            also = raws[len(ids) :]
+        out = []
+        for item in items:
+            # A repeat of an id is read again: it sees what its first occurrence wrote.
+            exists = None if item.item_id is None else known.pop(item.item_id, None)
+            out.append(self.write_new_item(tr, zone, item, exists=exists, count=False))
+        written = sum(1 for w in out if w.new)
+        if written:
+            tr.add(self.keys.count_key(zone), pack_i64(written))  # one atomic add
+        return out, also
 
     def import_item(self, tr: KVTransaction, zone: ZoneId, item: WorkItem) -> bool:
         """Write ``item`` verbatim (id, priority, vesting, error count, attempts, type,
@@ -570,24 +634,68 @@ class KVZoneStore:
         After a maybe-committed attempt (``commit_unknown_result``) the retry finds the
         items that attempt completed gone: they are reported completed, not lost.
         """
-        maybe_done: set[str] = set()
-        attempt: list[str] = []
+        return self.complete_zones([(zone, leased, results)])[0]
 
-        def batch(tr: KVTransaction) -> list[Exception | None]:
+    def complete_zones(
+        self,
+        groups: Sequence[tuple[ZoneId, Sequence[tuple[str, str]], Mapping[str, Any] | None]],
+    ) -> list[list[Exception | None]]:
+        """:meth:`complete_many` for several zones in one transaction: one outcome list
+        per (zone, [(item_id, lease_id)], results) group, in order.
+
+        Each item is checked as :meth:`complete` checks it (its record read with a
+        conflict; a lease id must match the stored one, else :class:`LeaseLost`; no record,
+        :class:`ItemNotFound`), so a completion that lost its lease is reported per item
+        and the others still commit. Every record is read at once (one round trip for
+        the batch) and used as read: nothing is read twice. Each zone's count moves by
+        one atomic add. A group's ``results``: handler return values by item id, kept if
+        the item's type asks.
+        """
+        maybe_done: set[tuple[ZoneId, str]] = set()
+        attempt: list[tuple[ZoneId, str]] = []
+
+        def batch(tr: KVTransaction) -> list[list[Exception | None]]:
             attempt.clear()
-            out: list[Exception | None] = []
-            # Read every item at once; the reads below are answered from the transaction.
-            prefetch(tr, [self.keys.item_key(zone, item_id) for item_id, _ in leased])
-            for item_id, lease_id in leased:
-                try:
+            keys = [
+                self.keys.item_key(zone, item_id)
+                for zone, leased, _ in groups
+                for item_id, _ in leased
+            ]
+            raws = iter(get_many(tr, keys))
+            key_iter = iter(keys)
+            now = now_ms(self.clock)
+            out: list[list[Exception | None]] = []
+            deleted: set[bytes] = set()
+            for zone, leased, results in groups:
+                zone_out: list[Exception | None] = []
+                done = 0
+                for item_id, lease_id in leased:
+                    key, raw = next(key_iter), next(raws)
+                    if key in deleted:
+                        raw = None  # a repeat of an item completed above finds it gone
+                    if raw is None:
+                        gone = (zone, item_id) in maybe_done
+                        zone_out.append(None if gone else ItemNotFound(item_id))
+                        continue
+                    try:
+                        item = self._decode(tr, zone, key, raw)
+                    except CorruptRecord as err:
+                        zone_out.append(err)
+                        continue
+                    if lease_id is not None and item.lease_id != lease_id:
+                        zone_out.append(LeaseLost(item_id))
+                        continue
+                    self._delete_item(tr, zone, item, count=False)
+                    deleted.add(key)
+                    done += 1
+                    state = outcomes.COMPLETED if lease_id is not None else outcomes.CANCELLED
                     result = None if results is None else results.get(item_id)
-                    self.complete(zone, item_id, lease_id, result=result, tr=tr)
-                    attempt.append(item_id)
-                    out.append(None)
-                except ItemNotFound as err:
-                    out.append(None if item_id in maybe_done else err)
-                except (LeaseLost, CorruptRecord) as err:
-                    out.append(err)
+                    outcomes.finished(tr, self.keys, zone, item, state, now, result=result)
+                    attempt.append((zone, item_id))
+                    zone_out.append(None)
+                if done:
+                    tr.add(self.keys.count_key(zone), pack_i64(-done))
+                out.append(zone_out)
             return out
 
         def remember(err: KVError) -> None:

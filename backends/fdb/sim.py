@@ -129,6 +129,10 @@ class Value:
         self._resolve()
         return self
 
+    def block_until_ready(self) -> None:
+        """The binding's: returns once the result (or error) is there, raising nothing;
+        here it always is (evaluated on first use)."""
+
     @property
     def value(self) -> bytes | None:
         self._resolve()

@@ -14,8 +14,7 @@ The binding module is injectable (``fdb_module``), so the same code runs over
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -48,20 +47,30 @@ def _description(err: BaseException) -> str:
 
 
 class _Translate:
-    """Turns the binding's FDBError into KVError(code), keeping it as ``__cause__``."""
+    """Turns the binding's FDBError into KVError(code), keeping it as ``__cause__``:
+    ``with self._translate():``. A plain class, not a ``@contextmanager`` generator: it is
+    entered for every binding call, and a generator costs microseconds each time. The
+    hottest calls (point reads, writes, commit) inline the same ``try``/``except`` and
+    call :meth:`error`."""
 
     __slots__ = ("error_type",)
 
     def __init__(self, error_type: type[BaseException]) -> None:
         self.error_type = error_type
 
-    @contextmanager
-    def __call__(self) -> Iterator[None]:
-        try:
-            yield
-        except self.error_type as err:
-            code = int(getattr(err, "code", 0))
-            raise KVError(code, _description(err)) from err
+    def __call__(self) -> _Translate:
+        return self
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, typ: type[BaseException] | None, err: BaseException | None, tb: Any) -> None:
+        if err is not None and isinstance(err, self.error_type):
+            raise self.error(err) from err
+
+    @staticmethod
+    def error(err: BaseException) -> KVError:
+        return KVError(int(getattr(err, "code", 0)), _description(err))
 
 
 # FDB's inverted_range (the simulator's buffer names it too; kv.py does not).
@@ -112,6 +121,7 @@ class FDBTransaction:
     ) -> None:
         self._tr = tr
         self._translate = translate
+        self._error_type = translate.error_type
         self._prefix = prefix
         self._causal_read_risky = causal_read_risky
         # Off: the core's snapshot reads become ordinary reads with read conflicts (to
@@ -205,12 +215,14 @@ class FDBTransaction:
         if (self._vs_values or self._vs_ranges) and self._unreadable_spans(key, key + b"\x00"):
             raise KVError(ACCESSED_UNREADABLE, "value was versionstamped in this transaction")
         reader = self._tr.snapshot if snapshot and self._snapshot_reads else self._tr
-        with self._translate():
+        try:
             value = reader.get(self._key(key)).wait()
             if not value.present():
                 return None
             result: bytes = value.value
             return result
+        except self._error_type as err:
+            raise _Translate.error(err) from err
 
     def get_many(self, keys: Sequence[bytes], *, snapshot: bool = False) -> list[bytes | None]:
         """Values of ``keys``, read in parallel: every read is sent before any is awaited,
@@ -218,13 +230,22 @@ class FDBTransaction:
         if self._vs_values or self._vs_ranges:
             return [self.get(k, snapshot=snapshot) for k in keys]
         reader = self._tr.snapshot if snapshot and self._snapshot_reads else self._tr
-        with self._translate():
-            futures = [reader.get(self._key(k)) for k in keys]
+        key = self._key
+        try:
+            futures = [reader.get(key(k)) for k in keys]
+            if futures:
+                # Wait for the last one first: replies come back about in the order sent,
+                # so the others are then ready and are read without the binding's
+                # callback (one call into Python on the network thread per future waited
+                # while not ready, each taking the GIL).
+                futures[-1].block_until_ready()
             out: list[bytes | None] = []
             for f in futures:
                 value = f.wait()
                 out.append(value.value if value.present() else None)
             return out
+        except self._error_type as err:
+            raise _Translate.error(err) from err
 
     def get_range(
         self,
@@ -259,14 +280,19 @@ class FDBTransaction:
     # --- writes ----------------------------------------------------------------------------
 
     def set(self, key: bytes, value: bytes) -> None:
-        with self._translate():
+        try:
             self._tr.set(self._write_key(key), self._value(value))
+        except self._error_type as err:
+            raise _Translate.error(err) from err
         # A set over a versionstamped value leaves it unreadable (FDB 7.3); a clear does not.
 
     def clear(self, key: bytes) -> None:
-        with self._translate():
+        try:
             self._tr.clear(self._write_key(key))
-        self._vs_values.discard(key)
+        except self._error_type as err:
+            raise _Translate.error(err) from err
+        if self._vs_values:
+            self._vs_values.discard(key)
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
         # libfdb_c takes an inverted range and fails the transaction's next future and its
@@ -282,8 +308,10 @@ class FDBTransaction:
             self._vs_ranges = [r for r in self._vs_ranges if not (begin <= r[0] and r[1] <= end)]
 
     def add(self, key: bytes, param: bytes) -> None:
-        with self._translate():
+        try:
             self._tr.add(self._write_key(key), self._value(param))
+        except self._error_type as err:
+            raise _Translate.error(err) from err
 
     def max(self, key: bytes, param: bytes) -> None:
         with self._translate():
@@ -341,8 +369,10 @@ class FDBTransaction:
     # --- commit and retry ------------------------------------------------------------------
 
     def commit(self) -> None:
-        with self._translate():
+        try:
             self._tr.commit().wait()
+        except self._error_type as err:
+            raise _Translate.error(err) from err
         callbacks, self._on_commit = self._on_commit, []
         for callback in callbacks:
             callback()

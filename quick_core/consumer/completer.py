@@ -36,25 +36,70 @@ class Completer(Protocol):
         """Complete every item handed over and not completed yet; returns how many."""
 
 
+# Completions merged into one transaction at most (a bound on its size and on what one
+# conflict makes retry).
+MERGE_MAX = 1000
+
+
 def complete_batch(
     clusters: dict[str, Cluster], works: Sequence[Work], emit: Callable[..., Any]
 ) -> None:
-    """Complete ``works`` with one ``complete_many`` per (cluster, zone)."""
+    """Complete ``works``: per cluster, the zones' items in one transaction (up to
+    ``MERGE_MAX`` items) when the zone store can (``complete_zones``), else one
+    ``complete_many`` per zone."""
     by_zone: dict[tuple[str, ZoneId], list[Work]] = defaultdict(list)
     for work in works:
         by_zone[(work.cluster, work.zone)].append(work)
+    by_cluster: dict[str, list[tuple[ZoneId, list[Work]]]] = defaultdict(list)
     for (cluster, zone), group in by_zone.items():
-        try:
-            results = {w.item.item_id: w.result for w in group if w.result is not None}
-            outcomes = clusters[cluster].zones.complete_many(
-                zone,
-                [(w.item.item_id, w.item.lease_id or "") for w in group],
-                results=results or None,
-            )
-        except StorageError as err:
-            emit("complete_error", zone=zone, error=str(err))
+        by_cluster[cluster].append((zone, group))
+    for cluster, groups in by_cluster.items():
+        zones = clusters[cluster].zones
+        merge = getattr(zones, "complete_zones", None)
+        if merge is None:  # e.g. items in Cassandra: one batch per zone
+            one = _per_zone(zones)
+            for zone, group in groups:
+                _complete_groups(one, [(zone, group)], emit)
             continue
-        for w, outcome in zip(group, outcomes, strict=True):
+        chunk: list[tuple[ZoneId, list[Work]]] = []
+        size = 0
+        for zone, group in groups:
+            if chunk and size + len(group) > MERGE_MAX:
+                _complete_groups(merge, chunk, emit)
+                chunk, size = [], 0
+            chunk.append((zone, group))
+            size += len(group)
+        if chunk:
+            _complete_groups(merge, chunk, emit)
+
+
+def _per_zone(zones: Any) -> Callable[[list[Any]], list[list[Exception | None]]]:
+    def complete(args: list[Any]) -> list[list[Exception | None]]:
+        [(zone, leased, results)] = args
+        return [zones.complete_many(zone, leased, results=results)]
+
+    return complete
+
+
+def _complete_groups(
+    complete: Callable[[list[Any]], list[list[Exception | None]]],
+    groups: list[tuple[ZoneId, list[Work]]],
+    emit: Callable[..., Any],
+) -> None:
+    """One completing transaction for ``groups``; emits each item's outcome."""
+    args = []
+    for zone, group in groups:
+        results = {w.item.item_id: w.result for w in group if w.result is not None}
+        leased = [(w.item.item_id, w.item.lease_id or "") for w in group]
+        args.append((zone, leased, results or None))
+    try:
+        outcomes = complete(args)
+    except StorageError as err:
+        for zone, _ in groups:
+            emit("complete_error", zone=zone, error=str(err))
+        return
+    for (zone, group), zone_outcomes in zip(groups, outcomes, strict=True):
+        for w, outcome in zip(group, zone_outcomes, strict=True):
             if outcome is None:
                 emit("completed", zone=zone, item_id=w.item.item_id)
             else:
