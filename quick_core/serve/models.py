@@ -118,6 +118,34 @@ class LeaseRef(_Strict):
     lease_id: str = Field(min_length=1, max_length=200)
 
 
+class Completion(LeaseRef):
+    app: str = Field(min_length=1, max_length=200)
+    tenant: str = Field(min_length=1, max_length=200)
+    item_id: str = Field(min_length=1, max_length=200)
+
+
+class CompleteManyRequest(_Strict):
+    items: list[Completion] = Field(min_length=1, max_length=1000)
+
+
+Outcome = Literal["completed", "lease_lost", "item_gone", "corrupt"]
+
+
+class CompletionOutcome(BaseModel):
+    app: str
+    tenant: str
+    item_id: str
+    outcome: Outcome = Field(
+        description="completed; lease_lost: another consumer holds the item now; "
+        "item_gone: it was completed, cancelled or dead-lettered meanwhile; corrupt: its "
+        "stored record is unreadable (left for the consumers' corrupt-record handling)"
+    )
+
+
+class CompletedMany(BaseModel):
+    results: list[CompletionOutcome] = Field(description="one per item, in request order")
+
+
 class ExtendRequest(LeaseRef):
     lease_s: float = _LeaseSeconds
 
