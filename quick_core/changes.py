@@ -64,20 +64,36 @@ class CommitWatcher:
             raise StorageError("the store is gone")
         return counter()
 
+    def version(self) -> int | None:
+        """The counter now (None once the watcher failed): pass it to :meth:`watching`
+        as ``since`` to hear of commits made from now on."""
+        if self._failed:
+            return None
+        try:
+            return self._read()
+        except StorageError:
+            self._failed = True
+            return None
+
     @contextmanager
-    def watching(self, callback: Callable[[], None]) -> Iterator[None]:
+    def watching(self, callback: Callable[[], None], since: int | None = None) -> Iterator[None]:
         """While inside, ``callback()`` runs (on the watcher's thread, so it must only
-        signal) after each commit to the store made from now on, within a tick or so."""
+        signal) after each commit to the store made from now on, within a tick or so; with
+        ``since`` (a :meth:`version`), at once if there was a commit since then."""
         with self._cond:
             watched = not self._failed
-            if watched and not self._callbacks:
-                # The baseline is read now, so a commit made after this returns is seen
-                # even if the thread has not run yet.
+            if watched:
+                # Read now, so a commit made after this returns is seen even if the
+                # thread has not run yet.
                 try:
-                    self._last = self._read()
+                    current = self._read()
                 except StorageError:
                     self._failed, watched = True, False
             if watched:
+                if not self._callbacks:
+                    self._last = current
+                if since is not None and current != since:
+                    callback()
                 self._callbacks.append(callback)
                 if self._thread is None:
                     self._thread = threading.Thread(

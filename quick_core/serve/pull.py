@@ -5,9 +5,11 @@ the local consumer makes.
 One :meth:`PullLeaser.lease` call scans the vested pointers of every shard (filtered to
 the caller's app), leases a pointer, dequeues at most ``dequeue_max`` items of its zone
 (water-filling, invariant 7), requeues or collects the pointer, and moves on to the next
-zone until it holds ``max_items`` items. The oldest vested pointer is always among the
-zones visited, so no zone waits forever behind busier ones (invariant 10); the rest are a
-random sample, so concurrent pull consumers spread over zones.
+zone until it holds ``max_items`` items (or holds some and ``fill_s`` has passed since
+its scan began: the items it holds do not wait behind many more visits). The oldest
+vested pointer is always among the zones visited, so no zone waits forever behind busier
+ones (invariant 10); the rest are a random sample, so concurrent pull consumers spread
+over zones.
 
 When the consumer package exposes its scanner and manager as separate parts
 (``quickzones.consumer.scanner`` / ``manager``), this module should call them instead of
@@ -51,6 +53,10 @@ class PullConfig:
     # an enqueue through this server, or (SQLite) a commit by another process, wakes it.
     poll_s: float = 0.02
     poll_max_s: float = 0.02
+    # Once a lease holds items, it visits more zones (to fill up to max_items) only while
+    # its scan began less than this long ago: the items it holds are not kept waiting
+    # behind many more visits. 0: return after the first zone that gave items.
+    fill_s: float = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,9 +223,10 @@ class PullLeaser:
         accept = None if job_types is None else (lambda item: item.job_type in job_types)
         out: list[Leased] = []
         visited = 0
+        fill_until = time.monotonic() + self.config.fill_s
         for ref in self._choose(app):
             room = max_items - len(out)
-            if room <= 0:
+            if room <= 0 or (out and time.monotonic() >= fill_until):
                 break
             got = self._visit(ref, room, int(lease_s * 1000), accept)
             if got is not None:
@@ -257,23 +264,27 @@ class PullLeaser:
         deadline = time.monotonic() + wait_s
         pause = self.config.poll_s
         gap = 0.0  # how long after a scan store changes do not yet count
-        watch = (
-            self._watcher.watching(self._store_changed)
-            if self._watcher is not None and wait_s > 0
-            else contextlib.nullcontext()
-        )
-        with watch:
-            while True:
-                seen = (self._generation, self._changes)
-                scanned = time.monotonic()
-                got, visited = self._lease_once(app, max_items, lease_s, job_types)
-                now = time.monotonic()
-                if got or now >= deadline or (stopping is not None and stopping.is_set()):
-                    return got
-                if visited:
-                    gap = min(max(gap * 2, 0.001), pause)
+        watcher = self._watcher if wait_s > 0 else None
+        while True:
+            seen = (self._generation, self._changes)
+            # Commits from here on count; the watcher is only asked to watch (a thread
+            # reading the counter every millisecond) while this poll waits.
+            version = None if watcher is None else watcher.version()
+            scanned = time.monotonic()
+            got, visited = self._lease_once(app, max_items, lease_s, job_types)
+            now = time.monotonic()
+            if got or now >= deadline or (stopping is not None and stopping.is_set()):
+                return got
+            if visited:
+                gap = min(max(gap * 2, 0.001), pause)
+            watch = (
+                contextlib.nullcontext()
+                if watcher is None or version is None
+                else watcher.watching(self._store_changed, since=version)
+            )
+            with watch:
                 self._wait(seen, scanned + gap, min(scanned + pause, deadline))
-                pause = min(pause * 2, self.config.poll_max_s)
+            pause = min(pause * 2, self.config.poll_max_s)
 
     def _store_changed(self) -> None:
         with self._enqueued:

@@ -106,3 +106,20 @@ def test_long_polls_do_not_keep_waking_each_other_on_items_they_refuse(tmp_path:
     # Backing off from 1 ms, doubling, a poll scans about a dozen times in 2 s; rescanning
     # on every commit would be thousands of scans.
     assert scans < 300, scans
+
+
+def test_a_lease_holding_items_stops_filling_after_fill_s(tmp_path: Path) -> None:
+    """With fill_s=0 a lease answers with the first zone that gave items, not after
+    visiting more zones to fill max_items; the others stay for the next leases."""
+    q = Quick.open("memory://")
+    token = TokenStore(q.kv, q.keys, q.clock).create("a", ["consume"])[0]
+    for n in range(4):
+        q.enqueue("job", n, app="a", tenant=f"t{n}")
+    app = create_app(q, pull=PullConfig(fill_s=0, selection_frac=1.0))
+    try:
+        with ServerThread(app) as server, RemoteQuick(server.url, token) as rq:
+            leases = [rq.lease(max_items=10, wait_s=1) for _ in range(4)]
+            assert [len(got) for got in leases] == [1, 1, 1, 1]
+            assert sorted(got[0].payload for got in leases) == [0, 1, 2, 3]
+    finally:
+        q.close()
