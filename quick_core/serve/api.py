@@ -199,7 +199,7 @@ def lease(body: m.LeaseRequest, request: Request, who: Consumer) -> m.LeaseRespo
     if body.job_types is not None:
         types = frozenset(check_job_type(t) for t in body.job_types)
     got = state.leaser.lease(
-        scope, body.max_items, body.lease_s, body.wait_s, types, state.stopping
+        scope, body.max_items, body.lease_s, body.wait_s, types, state.stopping, body.fill_s
     )
     return m.LeaseResponse(items=[m.leased_item(x.zone, x.item) for x in got])
 

@@ -145,10 +145,17 @@ class _Calls:
 
     @staticmethod
     def lease(
-        max_items: int, wait_s: float, lease_s: float, app: str | None, job_types: Any
+        max_items: int,
+        wait_s: float,
+        lease_s: float,
+        app: str | None,
+        job_types: Any,
+        fill_s: float | None = None,
     ) -> _Call:
         body = {"max_items": max_items, "wait_s": wait_s, "lease_s": lease_s, "app": app,
                 "job_types": None if job_types is None else list(job_types)}  # fmt: skip
+        if fill_s is not None:
+            body["fill_s"] = fill_s
         return _Call("POST", "/v1/leases", body)
 
     @staticmethod
@@ -264,10 +271,12 @@ class RemoteQuick:
 
     # pull consumers
     def lease(self, max_items: int = 1, *, wait_s: float = 0.0, lease_s: float = 30.0,
-              app: str | None = None, job_types: Iterable[str] | None = None
-              ) -> list[RemoteLease]:  # fmt: skip
-        """Up to ``max_items`` leased items, waiting up to ``wait_s`` for the first."""
-        call = _Calls.lease(max_items, wait_s, lease_s, app, job_types)
+              app: str | None = None, job_types: Iterable[str] | None = None,
+              fill_s: float | None = None) -> list[RemoteLease]:  # fmt: skip
+        """Up to ``max_items`` leased items, waiting up to ``wait_s`` for the first. With
+        ``fill_s``, a lease that holds items stops visiting zones that long after its scan
+        began (fewer items per call, each handed out sooner)."""
+        call = _Calls.lease(max_items, wait_s, lease_s, app, job_types, fill_s)
         body = self._do(call, timeout_s=self.timeout_s + wait_s)
         return [_lease_of(x) for x in body["items"]]
 
@@ -368,9 +377,9 @@ class AsyncRemoteQuick:
         await self._do(_Call("DELETE", _item_path(app, tenant, item_id)))
 
     async def lease(self, max_items: int = 1, *, wait_s: float = 0.0, lease_s: float = 30.0,
-                    app: str | None = None, job_types: Iterable[str] | None = None
-                    ) -> list[RemoteLease]:  # fmt: skip
-        call = _Calls.lease(max_items, wait_s, lease_s, app, job_types)
+                    app: str | None = None, job_types: Iterable[str] | None = None,
+                    fill_s: float | None = None) -> list[RemoteLease]:  # fmt: skip
+        call = _Calls.lease(max_items, wait_s, lease_s, app, job_types, fill_s)
         body = await self._do(call, timeout_s=self.timeout_s + wait_s)
         return [_lease_of(x) for x in body["items"]]
 

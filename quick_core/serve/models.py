@@ -92,6 +92,14 @@ class LeaseRequest(_Strict):
     wait_s: float = Field(default=0.0, ge=0.0, le=20.0, allow_inf_nan=False)
     lease_s: float = _LeaseSeconds
     job_types: list[str] | None = Field(default=None, max_length=100)
+    fill_s: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=20.0,
+        allow_inf_nan=False,
+        description="once the lease holds items, visit no more zones this long after its "
+        "scan began (fewer items, handed out sooner); default: fill up to max_items",
+    )
 
 
 class LeasedItem(BaseModel):

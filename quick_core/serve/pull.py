@@ -5,8 +5,9 @@ the local consumer makes.
 One :meth:`PullLeaser.lease` call scans the vested pointers of every shard (filtered to
 the caller's app), leases a pointer, dequeues at most ``dequeue_max`` items of its zone
 (water-filling, invariant 7), requeues or collects the pointer, and moves on to the next
-zone until it holds ``max_items`` items (or holds some and ``fill_s`` has passed since
-its scan began: the items it holds do not wait behind many more visits). The oldest
+zone until it holds ``max_items`` items (or, if the caller gave ``fill_s``, holds some and
+``fill_s`` has passed since its scan began, so they do not wait behind many more visits).
+The oldest
 vested pointer is always among the zones visited, so no zone waits forever behind busier
 ones (invariant 10); the rest are a random sample, so concurrent pull consumers spread
 over zones.
@@ -19,6 +20,7 @@ repeating the visit.
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 import threading
 import time
@@ -53,10 +55,6 @@ class PullConfig:
     # an enqueue through this server, or (SQLite) a commit by another process, wakes it.
     poll_s: float = 0.02
     poll_max_s: float = 0.02
-    # Once a lease holds items, it visits more zones (to fill up to max_items) only while
-    # its scan began less than this long ago: the items it holds are not kept waiting
-    # behind many more visits. 0: return after the first zone that gave items.
-    fill_s: float = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,9 +205,11 @@ class PullLeaser:
         max_items: int,
         lease_s: float,
         job_types: frozenset[str] | None = None,
+        fill_s: float | None = None,
     ) -> list[Leased]:
-        """One scan and the visits it chooses; may return nothing."""
-        return self._lease_once(app, max_items, lease_s, job_types)[0]
+        """One scan and the visits it chooses; may return nothing. With ``fill_s``, once
+        it holds items it visits no more zones ``fill_s`` after the scan began."""
+        return self._lease_once(app, max_items, lease_s, job_types, fill_s)[0]
 
     def _lease_once(
         self,
@@ -217,13 +217,14 @@ class PullLeaser:
         max_items: int,
         lease_s: float,
         job_types: frozenset[str] | None,
+        fill_s: float | None = None,
     ) -> tuple[list[Leased], int]:
         """The items leased, and how many zones' pointers were leased (and released: two
         commits each) for them."""
         accept = None if job_types is None else (lambda item: item.job_type in job_types)
         out: list[Leased] = []
         visited = 0
-        fill_until = time.monotonic() + self.config.fill_s
+        fill_until = math.inf if fill_s is None else time.monotonic() + fill_s
         for ref in self._choose(app):
             room = max_items - len(out)
             if room <= 0 or (out and time.monotonic() >= fill_until):
@@ -248,9 +249,12 @@ class PullLeaser:
         wait_s: float,
         job_types: frozenset[str] | None = None,
         stopping: threading.Event | None = None,
+        fill_s: float | None = None,
     ) -> list[Leased]:
         """Up to ``max_items`` leased items; waits up to ``wait_s`` for the first one (a
-        long poll, like SQS's ReceiveMessage).
+        long poll, like SQS's ReceiveMessage). With ``fill_s`` a scan that holds items
+        visits no more zones ``fill_s`` after it began, so the items it holds are handed
+        out soon rather than after visits to fill ``max_items``.
 
         While it waits it scans again when an enqueue through this server's Quick wakes
         it; when the store tells of commits from other processes
@@ -271,7 +275,7 @@ class PullLeaser:
             # reading the counter every millisecond) while this poll waits.
             version = None if watcher is None else watcher.version()
             scanned = time.monotonic()
-            got, visited = self._lease_once(app, max_items, lease_s, job_types)
+            got, visited = self._lease_once(app, max_items, lease_s, job_types, fill_s)
             now = time.monotonic()
             if got or now >= deadline or (stopping is not None and stopping.is_set()):
                 return got

@@ -77,6 +77,7 @@ class RemoteWorker:
         lease_s: float = 30.0,
         wait_s: float = 5.0,
         app: str | None = None,
+        fill_s: float | None = 0.005,
     ) -> None:
         self.registry = registry
         self.client = client
@@ -84,6 +85,9 @@ class RemoteWorker:
         self.lease_s = lease_s
         self.wait_s = wait_s
         self.app = app
+        # Leases hand out what they hold fill_s after their scan began (see the API's
+        # fill_s): a handler starts sooner; free slots are leased again at once anyway.
+        self.fill_s = fill_s
         self.job_types = [
             name
             for name in registry.names()
@@ -137,6 +141,7 @@ class RemoteWorker:
                         lease_s=self.lease_s,
                         app=self.app,
                         job_types=self.job_types,
+                        fill_s=self.fill_s,
                     )
                     failures = 0
                 except (QuickError, OSError) as err:

@@ -10,12 +10,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from quickzones.client import Quick
 from quickzones.serve import TokenStore, create_app
-from quickzones.serve.client import RemoteLease, RemoteQuick
+from quickzones.serve.client import RemoteError, RemoteLease, RemoteQuick
 from quickzones.serve.pull import Leased, PullConfig, PullLeaser
 
-from .conftest import ServerThread
+from .conftest import Served, ServerThread
 
 
 def test_an_enqueue_through_the_server_wakes_a_waiting_long_poll() -> None:
@@ -108,18 +110,20 @@ def test_long_polls_do_not_keep_waking_each_other_on_items_they_refuse(tmp_path:
     assert scans < 300, scans
 
 
-def test_a_lease_holding_items_stops_filling_after_fill_s(tmp_path: Path) -> None:
+def test_a_lease_holding_items_stops_filling_after_fill_s(served: Served) -> None:
     """With fill_s=0 a lease answers with the first zone that gave items, not after
-    visiting more zones to fill max_items; the others stay for the next leases."""
-    q = Quick.open("memory://")
-    token = TokenStore(q.kv, q.keys, q.clock).create("a", ["consume"])[0]
+    visiting more zones to fill max_items; the others stay for the next leases. Without
+    fill_s it fills up to max_items."""
     for n in range(4):
-        q.enqueue("job", n, app="a", tenant=f"t{n}")
-    app = create_app(q, pull=PullConfig(fill_s=0, selection_frac=1.0))
-    try:
-        with ServerThread(app) as server, RemoteQuick(server.url, token) as rq:
-            leases = [rq.lease(max_items=10, wait_s=1) for _ in range(4)]
-            assert [len(got) for got in leases] == [1, 1, 1, 1]
-            assert sorted(got[0].payload for got in leases) == [0, 1, 2, 3]
-    finally:
-        q.close()
+        served.q.enqueue("job", n, app="a", tenant=f"t{n}")
+    with RemoteQuick(served.url, served.a_all) as rq:
+        leases = [rq.lease(max_items=10, wait_s=1, fill_s=0) for _ in range(4)]
+        assert [len(got) for got in leases] == [1, 1, 1, 1]
+        assert sorted(got[0].payload for got in leases) == [0, 1, 2, 3]
+        rq.complete_many([got[0] for got in leases])
+        served.q.enqueue_many("job", [4, 5], app="a", tenant="t0")
+        served.q.enqueue("job", 6, app="a", tenant="t1")
+        assert sorted(x.payload for x in rq.lease(max_items=10, wait_s=1)) == [4, 5, 6]
+    with pytest.raises(RemoteError) as err, RemoteQuick(served.url, served.a_all) as rq:
+        rq.lease(fill_s=-1)
+    assert err.value.status == 422 and "fill_s" in err.value.detail
