@@ -57,6 +57,9 @@ class PullConfig:
     poll_max_s: float = 0.02
 
 
+_ZONES_REMEMBERED = 100_000  # pointer ids whose zone a leaser keeps (then starts over)
+
+
 @dataclass(frozen=True, slots=True)
 class Leased:
     zone: ZoneId
@@ -79,6 +82,7 @@ class PullLeaser:
         self._enqueued = threading.Condition()
         self._generation = 0
         q.wake_on_enqueue(self)
+        self._zone_of: dict[tuple[str, int, str], ZoneId] = {}  # see _remember_zone
         # Commits by other processes (quickzones.changes), on stores that can tell.
         self._changes = 0
         self._watcher = watcher_for(q.kv)
@@ -98,6 +102,13 @@ class PullLeaser:
 
     # --- the scanner ---------------------------------------------------------------------
 
+    def _remember_zone(self, cluster: str, shard: int, pointer_id: str, zone: ZoneId) -> None:
+        """A pointer's zone never changes (a zone that loses its pointer gets a new id),
+        so scans read each pointer's record once, not at every scan."""
+        if len(self._zone_of) >= _ZONES_REMEMBERED:
+            self._zone_of.clear()
+        self._zone_of[(cluster, shard, pointer_id)] = zone
+
     def _vested(self, shard: int, app: str | None) -> list[tuple[PointerRef, ZoneId]]:
         """Vested pointers of one shard whose zone belongs to ``app`` (None: any app but
         the cluster's local work), oldest first; snapshot reads, no conflicts."""
@@ -113,11 +124,14 @@ class PullLeaser:
                 found = []
                 for key, _ in rows:
                     vesting, pointer_id = keys.unpack_pointer_vesting_key(top.cluster, shard, key)
-                    pkey = keys.pointer_key(top.cluster, shard, pointer_id)
-                    raw = tr.get(pkey, snapshot=True)
-                    if raw is None:
-                        continue
-                    zone = decode_pointer(pkey, raw).zone
+                    zone = self._zone_of.get((top.cluster, shard, pointer_id))
+                    if zone is None:
+                        pkey = keys.pointer_key(top.cluster, shard, pointer_id)
+                        raw = tr.get(pkey, snapshot=True)
+                        if raw is None:
+                            continue
+                        zone = decode_pointer(pkey, raw).zone
+                        self._remember_zone(top.cluster, shard, pointer_id, zone)
                     found.append((PointerRef(shard, pointer_id, vesting, top.cluster), zone))
                 return found
 
