@@ -206,6 +206,29 @@ class KVStore(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class CommitCounter(Protocol):
+    """An optional capability of a :class:`KVStore`: a cheap number that changes after
+    any commit to the store, by any connection or process.
+
+    ``data_version()`` must be cheap enough to call every millisecond (SQLite reads it
+    from the WAL index in shared memory); it may also change when nothing visible did.
+    The core finds it with :func:`commit_counter_of`, never by importing a backend:
+    :mod:`quickzones.changes` turns it into wake-ups for long polls that would otherwise
+    rescan at a fixed period to see another process's enqueues. A store whose commits all
+    happen in this process (``memory://``) or that could use its own change feed (FDB
+    watches) leaves it out.
+    """
+
+    def data_version(self) -> int: ...
+
+
+def commit_counter_of(db: object) -> Callable[[], int] | None:
+    """The store's :meth:`CommitCounter.data_version`, or None without the capability."""
+    counter = getattr(db, "data_version", None)
+    return counter if callable(counter) else None
+
+
 def retry_bounds(
     db: object, retry_limit: int | None = None, timeout_ms: int | None = None
 ) -> tuple[int, int]:

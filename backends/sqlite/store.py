@@ -185,6 +185,10 @@ class SQLiteStore:
         # The application connection this thread's transactions write through, while an
         # enqueue runs in the application's own transaction (transaction_on).
         self._bound = threading.local()
+        # A connection that never writes, for data_version() (see there).
+        self._watch_lock = threading.Lock()
+        self._watch_conn: sqlite3.Connection | None = None
+        self._watch_pid = self._pid
         self._open_schema(create)
 
     @classmethod
@@ -407,6 +411,30 @@ class SQLiteStore:
         self.checkpointer.close()
         for conn in pool:
             conn.close()
+        with self._watch_lock:
+            watch, self._watch_conn = self._watch_conn, None
+        if watch is not None and self._watch_pid == os.getpid():
+            watch.close()
+
+    # --- change detection (quickzones.kv.CommitCounter) -----------------------------------
+
+    def data_version(self) -> int:
+        """A number that changes after every commit to this file by any connection or
+        process: SQLite's ``PRAGMA data_version`` on a connection of its own that never
+        writes (the pragma ignores a connection's own commits). It reads the WAL index in
+        shared memory, some microseconds, so a waiter can poll it every millisecond."""
+        with self._watch_lock:
+            if self._closed:
+                raise StorageError(f"store {self.url} is closed")
+            if self._watch_conn is None or self._watch_pid != os.getpid():
+                # After fork() the parent's connection is left alone (never closed here).
+                self._watch_conn = self._connect()
+                self._watch_pid = os.getpid()
+            try:
+                version: int = self._watch_conn.execute("PRAGMA data_version").fetchone()[0]
+            except sqlite3.Error as err:
+                raise _translate(err, "data_version", self.url) from err
+            return version
 
     # --- inspection helpers ----------------------------------------------------------------
 

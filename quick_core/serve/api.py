@@ -199,7 +199,7 @@ def lease(body: m.LeaseRequest, request: Request, who: Consumer) -> m.LeaseRespo
     if body.job_types is not None:
         types = frozenset(check_job_type(t) for t in body.job_types)
     got = state.leaser.lease(
-        scope, body.max_items, body.lease_s, body.wait_s, types, state.stopping
+        scope, body.max_items, body.lease_s, body.wait_s, types, state.stopping, body.fill_s
     )
     return m.LeaseResponse(items=[m.leased_item(x.zone, x.item) for x in got])
 
@@ -237,6 +237,44 @@ def complete(
     except (LeaseLost, ItemNotFound) as err:
         raise _lost(item_id, err) from None
     return Response(status_code=204)
+
+
+@router.post("/completions", tags=["consume"])
+def complete_many(body: m.CompleteManyRequest, request: Request, who: Consumer) -> m.CompletedMany:
+    """Complete several leased items in one request, with one commit per zone: each
+    item's outcome is reported (``lease_lost``, ``item_gone``), none fails the rest. The
+    token must allow every item's app; an item given twice is refused (400)."""
+    q = state_of(request).q
+    by_zone: dict[Any, list[int]] = {}
+    seen: set[tuple[str, str, str]] = set()
+    for n, c in enumerate(body.items):
+        zone = q.zone(allow_app(who, c.app), c.tenant)
+        key = (c.app, c.tenant, check_name("item_id", c.item_id))
+        if key in seen:
+            raise ApiError(
+                400,
+                "duplicate_item",
+                f"item {c.item_id!r} of {c.app}/{c.tenant} is given twice (items[{n}])",
+                c.item_id,
+            )
+        seen.add(key)
+        by_zone.setdefault(zone, []).append(n)
+    outcomes: list[m.Outcome] = ["completed"] * len(body.items)
+    for zone, indexes in by_zone.items():
+        leased = [(body.items[n].item_id, body.items[n].lease_id) for n in indexes]
+        for n, err in zip(indexes, q.items.complete_many(zone, leased), strict=True):
+            if isinstance(err, LeaseLost):
+                outcomes[n] = "lease_lost"
+            elif isinstance(err, ItemNotFound):
+                outcomes[n] = "item_gone"
+            elif err is not None:
+                outcomes[n] = "corrupt"
+    return m.CompletedMany(
+        results=[
+            m.CompletionOutcome(app=c.app, tenant=c.tenant, item_id=c.item_id, outcome=o)
+            for c, o in zip(body.items, outcomes, strict=True)
+        ]
+    )
 
 
 @router.post(_ITEM + "/extend", tags=["consume"])

@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -145,16 +145,29 @@ class _Calls:
 
     @staticmethod
     def lease(
-        max_items: int, wait_s: float, lease_s: float, app: str | None, job_types: Any
+        max_items: int,
+        wait_s: float,
+        lease_s: float,
+        app: str | None,
+        job_types: Any,
+        fill_s: float | None = None,
     ) -> _Call:
         body = {"max_items": max_items, "wait_s": wait_s, "lease_s": lease_s, "app": app,
                 "job_types": None if job_types is None else list(job_types)}  # fmt: skip
+        if fill_s is not None:
+            body["fill_s"] = fill_s
         return _Call("POST", "/v1/leases", body)
 
     @staticmethod
     def on_lease(lease: RemoteLease, verb: str, **fields: Any) -> _Call:
         path = _item_path(lease.app, lease.tenant, lease.item_id) + "/" + verb
         return _Call("POST", path, {"lease_id": lease.lease_id, **fields})
+
+    @staticmethod
+    def complete_many(leases: Sequence[RemoteLease]) -> _Call:
+        items = [{"app": x.app, "tenant": x.tenant, "item_id": x.item_id,
+                  "lease_id": x.lease_id} for x in leases]  # fmt: skip
+        return _Call("POST", "/v1/completions", {"items": items})
 
     @staticmethod
     def dead_letters(app: str, filters: dict[str, Any], verb: str | None) -> _Call:
@@ -171,6 +184,27 @@ def _http_options(url: str, token: str, timeout_s: float) -> dict[str, Any]:
         "headers": {"Authorization": f"Bearer {token}"},
         "timeout": timeout_s,
     }
+
+
+# Items per request of complete_many (the server takes at most 1000).
+COMPLETE_BATCH_MAX = 1000
+
+
+def _batches(leases: Sequence[RemoteLease]) -> list[Sequence[RemoteLease]]:
+    return [leases[i : i + COMPLETE_BATCH_MAX] for i in range(0, len(leases), COMPLETE_BATCH_MAX)]
+
+
+def _completed(body: dict[str, Any]) -> list[QuickError | None]:
+    out: list[QuickError | None] = []
+    for r in body["results"]:
+        outcome = r["outcome"]
+        if outcome == "completed":
+            out.append(None)
+        elif outcome in ("lease_lost", "item_gone"):
+            out.append(LeaseLost(r["item_id"]))
+        else:
+            out.append(RemoteError(200, outcome, f"item {r['item_id']!r}: {outcome}"))
+    return out
 
 
 def _enqueued(body: dict[str, Any]) -> Enqueued:
@@ -237,15 +271,27 @@ class RemoteQuick:
 
     # pull consumers
     def lease(self, max_items: int = 1, *, wait_s: float = 0.0, lease_s: float = 30.0,
-              app: str | None = None, job_types: Iterable[str] | None = None
-              ) -> list[RemoteLease]:  # fmt: skip
-        """Up to ``max_items`` leased items, waiting up to ``wait_s`` for the first."""
-        call = _Calls.lease(max_items, wait_s, lease_s, app, job_types)
+              app: str | None = None, job_types: Iterable[str] | None = None,
+              fill_s: float | None = None) -> list[RemoteLease]:  # fmt: skip
+        """Up to ``max_items`` leased items, waiting up to ``wait_s`` for the first. With
+        ``fill_s``, a lease that holds items stops visiting zones that long after its scan
+        began (fewer items per call, each handed out sooner)."""
+        call = _Calls.lease(max_items, wait_s, lease_s, app, job_types, fill_s)
         body = self._do(call, timeout_s=self.timeout_s + wait_s)
         return [_lease_of(x) for x in body["items"]]
 
     def complete(self, lease: RemoteLease) -> None:
         self._do(_Calls.on_lease(lease, "complete"))
+
+    def complete_many(self, leases: Sequence[RemoteLease]) -> list[QuickError | None]:
+        """Complete several leases in one request (one commit per zone on the server).
+        One outcome per lease, in order: None when completed, :class:`LeaseLost` when the
+        lease was lost or the item is gone (what :meth:`complete` raises); a lease that
+        was not completed is never retried here."""
+        out: list[QuickError | None] = []
+        for batch in _batches(leases):
+            out.extend(_completed(self._do(_Calls.complete_many(batch))))
+        return out
 
     def extend(self, lease: RemoteLease, lease_s: float = 30.0) -> int:
         """Hold the lease ``lease_s`` more seconds; returns its new end (ms)."""
@@ -331,14 +377,20 @@ class AsyncRemoteQuick:
         await self._do(_Call("DELETE", _item_path(app, tenant, item_id)))
 
     async def lease(self, max_items: int = 1, *, wait_s: float = 0.0, lease_s: float = 30.0,
-                    app: str | None = None, job_types: Iterable[str] | None = None
-                    ) -> list[RemoteLease]:  # fmt: skip
-        call = _Calls.lease(max_items, wait_s, lease_s, app, job_types)
+                    app: str | None = None, job_types: Iterable[str] | None = None,
+                    fill_s: float | None = None) -> list[RemoteLease]:  # fmt: skip
+        call = _Calls.lease(max_items, wait_s, lease_s, app, job_types, fill_s)
         body = await self._do(call, timeout_s=self.timeout_s + wait_s)
         return [_lease_of(x) for x in body["items"]]
 
     async def complete(self, lease: RemoteLease) -> None:
         await self._do(_Calls.on_lease(lease, "complete"))
+
+    async def complete_many(self, leases: Sequence[RemoteLease]) -> list[QuickError | None]:
+        out: list[QuickError | None] = []
+        for batch in _batches(leases):
+            out.extend(_completed(await self._do(_Calls.complete_many(batch))))
+        return out
 
     async def extend(self, lease: RemoteLease, lease_s: float = 30.0) -> int:
         body = await self._do(_Calls.on_lease(lease, "extend", lease_s=lease_s))

@@ -92,6 +92,14 @@ class LeaseRequest(_Strict):
     wait_s: float = Field(default=0.0, ge=0.0, le=20.0, allow_inf_nan=False)
     lease_s: float = _LeaseSeconds
     job_types: list[str] | None = Field(default=None, max_length=100)
+    fill_s: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=20.0,
+        allow_inf_nan=False,
+        description="once the lease holds items, visit no more zones this long after its "
+        "scan began (fewer items, handed out sooner); default: fill up to max_items",
+    )
 
 
 class LeasedItem(BaseModel):
@@ -116,6 +124,34 @@ class LeaseResponse(BaseModel):
 
 class LeaseRef(_Strict):
     lease_id: str = Field(min_length=1, max_length=200)
+
+
+class Completion(LeaseRef):
+    app: str = Field(min_length=1, max_length=200)
+    tenant: str = Field(min_length=1, max_length=200)
+    item_id: str = Field(min_length=1, max_length=200)
+
+
+class CompleteManyRequest(_Strict):
+    items: list[Completion] = Field(min_length=1, max_length=1000)
+
+
+Outcome = Literal["completed", "lease_lost", "item_gone", "corrupt"]
+
+
+class CompletionOutcome(BaseModel):
+    app: str
+    tenant: str
+    item_id: str
+    outcome: Outcome = Field(
+        description="completed; lease_lost: another consumer holds the item now; "
+        "item_gone: it was completed, cancelled or dead-lettered meanwhile; corrupt: its "
+        "stored record is unreadable (left for the consumers' corrupt-record handling)"
+    )
+
+
+class CompletedMany(BaseModel):
+    results: list[CompletionOutcome] = Field(description="one per item, in request order")
 
 
 class ExtendRequest(LeaseRef):

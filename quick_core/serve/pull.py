@@ -5,9 +5,12 @@ the local consumer makes.
 One :meth:`PullLeaser.lease` call scans the vested pointers of every shard (filtered to
 the caller's app), leases a pointer, dequeues at most ``dequeue_max`` items of its zone
 (water-filling, invariant 7), requeues or collects the pointer, and moves on to the next
-zone until it holds ``max_items`` items. The oldest vested pointer is always among the
-zones visited, so no zone waits forever behind busier ones (invariant 10); the rest are a
-random sample, so concurrent pull consumers spread over zones.
+zone until it holds ``max_items`` items (or, if the caller gave ``fill_s``, holds some and
+``fill_s`` has passed since its scan began, so they do not wait behind many more visits).
+The oldest
+vested pointer is always among the zones visited, so no zone waits forever behind busier
+ones (invariant 10); the rest are a random sample, so concurrent pull consumers spread
+over zones.
 
 When the consumer package exposes its scanner and manager as separate parts
 (``quickzones.consumer.scanner`` / ``manager``), this module should call them instead of
@@ -16,6 +19,8 @@ repeating the visit.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import random
 import threading
 import time
@@ -24,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from quickzones.changes import watcher_for
 from quickzones.clock import now_ms
 from quickzones.errors import StorageError, ZoneLeaseFailed
 from quickzones.keys import LOCAL_APP
@@ -45,8 +51,13 @@ class PullConfig:
     dequeue_max: int = 10
     pointer_lease_s: float = 1.0
     min_inactive_s: float = 5.0
-    poll_s: float = 0.02  # long poll: the wait between empty scans, as a local consumer's
-    poll_max_s: float = 0.02  # idle_sleep_s; an enqueue through this server wakes it at once
+    # Long poll: the longest wait between empty scans, as a local consumer's idle_sleep_s;
+    # an enqueue through this server, or (SQLite) a commit by another process, wakes it.
+    poll_s: float = 0.02
+    poll_max_s: float = 0.02
+
+
+_ZONES_REMEMBERED = 100_000  # pointer ids whose zone a leaser keeps (then starts over)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +82,10 @@ class PullLeaser:
         self._enqueued = threading.Condition()
         self._generation = 0
         q.wake_on_enqueue(self)
+        self._zone_of: dict[tuple[str, int, str], ZoneId] = {}  # see _remember_zone
+        # Commits by other processes (quickzones.changes), on stores that can tell.
+        self._changes = 0
+        self._watcher = watcher_for(q.kv)
 
     def wake(self) -> None:
         with self._enqueued:
@@ -87,6 +102,13 @@ class PullLeaser:
 
     # --- the scanner ---------------------------------------------------------------------
 
+    def _remember_zone(self, cluster: str, shard: int, pointer_id: str, zone: ZoneId) -> None:
+        """A pointer's zone never changes (a zone that loses its pointer gets a new id),
+        so scans read each pointer's record once, not at every scan."""
+        if len(self._zone_of) >= _ZONES_REMEMBERED:
+            self._zone_of.clear()
+        self._zone_of[(cluster, shard, pointer_id)] = zone
+
     def _vested(self, shard: int, app: str | None) -> list[tuple[PointerRef, ZoneId]]:
         """Vested pointers of one shard whose zone belongs to ``app`` (None: any app but
         the cluster's local work), oldest first; snapshot reads, no conflicts."""
@@ -102,11 +124,14 @@ class PullLeaser:
                 found = []
                 for key, _ in rows:
                     vesting, pointer_id = keys.unpack_pointer_vesting_key(top.cluster, shard, key)
-                    pkey = keys.pointer_key(top.cluster, shard, pointer_id)
-                    raw = tr.get(pkey, snapshot=True)
-                    if raw is None:
-                        continue
-                    zone = decode_pointer(pkey, raw).zone
+                    zone = self._zone_of.get((top.cluster, shard, pointer_id))
+                    if zone is None:
+                        pkey = keys.pointer_key(top.cluster, shard, pointer_id)
+                        raw = tr.get(pkey, snapshot=True)
+                        if raw is None:
+                            continue
+                        zone = decode_pointer(pkey, raw).zone
+                        self._remember_zone(top.cluster, shard, pointer_id, zone)
                     found.append((PointerRef(shard, pointer_id, vesting, top.cluster), zone))
                 return found
 
@@ -141,14 +166,16 @@ class PullLeaser:
 
     def _visit(
         self, ref: PointerRef, room: int, lease_ms: int, accept: Callable[[WorkItem], bool] | None
-    ) -> list[Leased]:
+    ) -> list[Leased] | None:
+        """The items leased in the zone; None if its pointer could not be leased (nothing
+        was committed)."""
         cfg = self.config
         top = self.q.toplevel
         zones = self.q.items
         try:
             pointer = top.obtain_pointer_lease(ref, int(cfg.pointer_lease_s * 1000))
         except ZoneLeaseFailed:
-            return []  # another consumer took it, or it moved
+            return None  # another consumer took it, or it moved
         zone = pointer.zone
         items: list[WorkItem] = []
         room = min(room, cfg.dequeue_max)
@@ -192,22 +219,41 @@ class PullLeaser:
         max_items: int,
         lease_s: float,
         job_types: frozenset[str] | None = None,
+        fill_s: float | None = None,
     ) -> list[Leased]:
-        """One scan and the visits it chooses; may return nothing."""
+        """One scan and the visits it chooses; may return nothing. With ``fill_s``, once
+        it holds items it visits no more zones ``fill_s`` after the scan began."""
+        return self._lease_once(app, max_items, lease_s, job_types, fill_s)[0]
+
+    def _lease_once(
+        self,
+        app: str | None,
+        max_items: int,
+        lease_s: float,
+        job_types: frozenset[str] | None,
+        fill_s: float | None = None,
+    ) -> tuple[list[Leased], int]:
+        """The items leased, and how many zones' pointers were leased (and released: two
+        commits each) for them."""
         accept = None if job_types is None else (lambda item: item.job_type in job_types)
         out: list[Leased] = []
+        visited = 0
+        fill_until = math.inf if fill_s is None else time.monotonic() + fill_s
         for ref in self._choose(app):
             room = max_items - len(out)
-            if room <= 0:
+            if room <= 0 or (out and time.monotonic() >= fill_until):
                 break
-            out.extend(self._visit(ref, room, int(lease_s * 1000), accept))
+            got = self._visit(ref, room, int(lease_s * 1000), accept)
+            if got is not None:
+                visited += 1
+                out.extend(got)
         now = now_ms(self.q.clock)
         with self._stats_lock:
             self.leased_total += len(out)
             for x in out:
                 if x.item.attempts <= 1:
                     self._pickups.append(max(0, now - x.item.enqueued_ms))
-        return out
+        return out, visited
 
     def lease(
         self,
@@ -217,18 +263,63 @@ class PullLeaser:
         wait_s: float,
         job_types: frozenset[str] | None = None,
         stopping: threading.Event | None = None,
+        fill_s: float | None = None,
     ) -> list[Leased]:
         """Up to ``max_items`` leased items; waits up to ``wait_s`` for the first one (a
-        long poll, like SQS's ReceiveMessage), scanning again every few tens of ms."""
+        long poll, like SQS's ReceiveMessage). With ``fill_s`` a scan that holds items
+        visits no more zones ``fill_s`` after it began, so the items it holds are handed
+        out soon rather than after visits to fill ``max_items``.
+
+        While it waits it scans again when an enqueue through this server's Quick wakes
+        it; when the store tells of commits from other processes
+        (:mod:`quickzones.changes`: SQLite), after each such commit; and at the latest
+        every ``poll_s``. A scan that leased zones' pointers and got no item from them
+        (their items are of job types it refuses, or another consumer was faster) made
+        commits of its own that wake every waiting poll, itself included: after each
+        such scan, store changes count only once a wait doubling from 1 ms up to
+        ``poll_s`` has passed since it, so waiting polls cannot keep each other
+        scanning. A poll that leases nothing waits for a change again."""
         deadline = time.monotonic() + wait_s
         pause = self.config.poll_s
+        gap = 0.0  # how long after a scan store changes do not yet count
+        watcher = self._watcher if wait_s > 0 else None
         while True:
-            seen = self._generation
-            got = self.lease_once(app, max_items, lease_s, job_types)
-            left = deadline - time.monotonic()
-            if got or left <= 0 or (stopping is not None and stopping.is_set()):
+            seen = (self._generation, self._changes)
+            # Commits from here on count; the watcher is only asked to watch (a thread
+            # reading the counter every millisecond) while this poll waits.
+            version = None if watcher is None else watcher.version()
+            scanned = time.monotonic()
+            got, visited = self._lease_once(app, max_items, lease_s, job_types, fill_s)
+            now = time.monotonic()
+            if got or now >= deadline or (stopping is not None and stopping.is_set()):
                 return got
-            with self._enqueued:  # another process's enqueue is seen at the next scan
-                if self._generation == seen:
-                    self._enqueued.wait(min(pause, left))
+            if visited:
+                gap = min(max(gap * 2, 0.001), pause)
+            watch = (
+                contextlib.nullcontext()
+                if watcher is None or version is None
+                else watcher.watching(self._store_changed, since=version)
+            )
+            with watch:
+                self._wait(seen, scanned + gap, min(scanned + pause, deadline))
             pause = min(pause * 2, self.config.poll_max_s)
+
+    def _store_changed(self) -> None:
+        with self._enqueued:
+            self._changes += 1
+            self._enqueued.notify_all()
+
+    def _wait(self, seen: tuple[int, int], changes_count_from: float, until: float) -> None:
+        """Until a local enqueue, a store change seen after ``changes_count_from``, or
+        ``until`` (monotonic seconds)."""
+        with self._enqueued:
+            while self._generation == seen[0]:
+                now = time.monotonic()
+                if now >= until:
+                    return
+                timeout = until - now
+                if self._changes != seen[1]:
+                    if now >= changes_count_from:
+                        return
+                    timeout = min(timeout, changes_count_from - now)
+                self._enqueued.wait(timeout)

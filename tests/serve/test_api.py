@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from quickzones.errors import LeaseLost
-from quickzones.serve.client import RemoteError, RemoteQuick
+from quickzones.serve.client import RemoteError, RemoteLease, RemoteQuick
 
 from .conftest import Served
 
@@ -272,3 +272,90 @@ def test_ttl_item_not_started_in_time_is_dead_lettered(served: Served) -> None:
         assert rq.lease(max_items=5, wait_s=0.5) == []
         [letter] = rq.dead_letters("a")
         assert letter["item_id"] == item_id and "expired" in letter["reason"]
+
+
+def _lease_all(rq: RemoteQuick, n: int, app: str) -> list[RemoteLease]:
+    """Lease until ``n`` items are held (one lease visits only some of the zones)."""
+    got: list[RemoteLease] = []
+    deadline = time.monotonic() + 30
+    while len(got) < n and time.monotonic() < deadline:
+        got += rq.lease(max_items=n - len(got), wait_s=1, app=app)
+    assert len(got) == n
+    return got
+
+
+def test_complete_many_reports_each_outcome(served: Served) -> None:
+    with _client(served, served.operator) as rq:
+        rq.enqueue("job", "old", app="a", tenant="t0", item_id="lost")  # the oldest zone
+        [stale] = rq.lease(lease_s=0.2, wait_s=2, app="a")
+        assert stale.item_id == "lost"
+        time.sleep(0.4)  # its lease expires: the next lease gives it to another holder
+        ids = [rq.enqueue("job", n, app=app, tenant=tenant) for n, (app, tenant) in
+               enumerate([("a", "t1"), ("a", "t1"), ("a", "t2"), ("b", "t")])]  # fmt: skip
+        rq.enqueue("job", "gone", app="a", tenant="t4", item_id="gone")
+        by_id = {x.item_id: x for x in _lease_all(rq, 6, "*")}
+        rq.cancel("a", "t4", "gone")
+        order = [by_id[ids[2]], stale, by_id[ids[3]], by_id["gone"], by_id[ids[0]], by_id[ids[1]]]
+        outcomes = rq.complete_many(order)
+        assert [type(x).__name__ for x in outcomes] == [
+            "NoneType", "LeaseLost", "NoneType", "LeaseLost", "NoneType", "NoneType"]  # fmt: skip
+        for item_id, app, tenant in [(ids[0], "a", "t1"), (ids[1], "a", "t1"),
+                                     (ids[2], "a", "t2"), (ids[3], "b", "t")]:  # fmt: skip
+            assert served.q.get(app, tenant, item_id) is None
+        assert served.q.get("a", "t0", "lost") is not None  # its new holder still has it
+        stale_ref = {"app": "a", "tenant": "t0", "item_id": "lost", "lease_id": stale.lease_id}
+        gone_ref = {"app": "a", "tenant": "t4", "item_id": "gone", "lease_id": "l"}
+        r = httpx.post(served.url + "/v1/completions", json={"items": [stale_ref, gone_ref]},
+                       headers={"Authorization": f"Bearer {served.operator}"})  # fmt: skip
+        assert r.status_code == 200
+        assert r.json() == {"results": [
+            {"app": "a", "tenant": "t0", "item_id": "lost", "outcome": "lease_lost"},
+            {"app": "a", "tenant": "t4", "item_id": "gone", "outcome": "item_gone"}]}  # fmt: skip
+        rq.complete_many([by_id["lost"]])
+        assert rq.complete_many([]) == []
+    assert served.q.run_until_idle() == 0
+
+
+def test_complete_many_refuses_bad_input_and_completes_nothing(served: Served) -> None:
+    with _client(served, served.a_all) as rq:
+        rq.enqueue("job", 1, app="a", tenant="t")
+        [lease] = rq.lease(wait_s=2)
+    served.q.enqueue("job", 2, app="b", tenant="t", item_id="b-item")
+    one = {"app": "a", "tenant": "t", "item_id": lease.item_id, "lease_id": lease.lease_id}
+    other_app = {"app": "b", "tenant": "t", "item_id": "b-item", "lease_id": "x"}
+    headers = {"Authorization": f"Bearer {served.a_all}"}
+
+    def post(body: object, token_headers: dict[str, str] = headers) -> httpx.Response:
+        return httpx.post(served.url + "/v1/completions", json=body, headers=token_headers)
+
+    r = post({"items": [one, other_app]})
+    assert r.status_code == 403 and r.json()["error"] == "forbidden_app"
+    r = post({"items": [one, dict(one)]})
+    assert r.status_code == 400 and r.json()["error"] == "duplicate_item"
+    assert lease.item_id in r.json()["detail"] and "items[1]" in r.json()["detail"]
+    r = post({"items": [{**one, "tenant": "bad\nname"}]})
+    assert r.status_code == 400 and "tenant" in r.json()["detail"]
+    assert post({"items": []}).status_code == 422
+    assert post({"items": [{**one, "lease_id": ""}]}).status_code == 422
+    producer_only = {"Authorization": f"Bearer {served.a_produce}"}
+    assert post({"items": [one]}, producer_only).status_code == 403
+    assert served.q.get("a", "t", lease.item_id) is not None  # nothing was completed
+    assert post({"items": [one]}).json()["results"][0]["outcome"] == "completed"
+    assert served.q.get("a", "t", lease.item_id) is None
+
+
+def test_async_client_complete_many(served: Served) -> None:
+    import asyncio
+
+    from quickzones.serve.client import AsyncRemoteQuick
+
+    async def main() -> list[object]:
+        async with AsyncRemoteQuick(served.url, served.a_all) as rq:
+            await rq.enqueue("job", 1, app="a", tenant="t")
+            await rq.enqueue("job", 2, app="a", tenant="u")
+            leases = await rq.lease(max_items=5, wait_s=2)
+            assert len(leases) == 2
+            return list(await rq.complete_many(leases))
+
+    assert asyncio.run(main()) == [None, None]
+    assert served.q.run_until_idle() == 0

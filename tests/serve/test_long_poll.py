@@ -3,10 +3,21 @@ instead of at its next scan (the pull API's twin of the local consumer's exact t
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from quickzones.client import Quick
+from quickzones.serve import TokenStore, create_app
+from quickzones.serve.client import RemoteError, RemoteLease, RemoteQuick
 from quickzones.serve.pull import Leased, PullConfig, PullLeaser
+
+from .conftest import Served, ServerThread
 
 
 def test_an_enqueue_through_the_server_wakes_a_waiting_long_poll() -> None:
@@ -32,3 +43,87 @@ def test_a_long_poll_with_nothing_enqueued_returns_empty_at_its_deadline() -> No
     leaser = PullLeaser(q)
     assert leaser.lease(None, 10, lease_s=30, wait_s=0.2) == []
     q.close()
+
+
+def _enqueue_from_another_process(url: str, tenant: str, job_type: str = "job") -> None:
+    code = (
+        "import sys; from quickzones.client import Quick\n"
+        "q = Quick.open(sys.argv[1])\n"
+        "q.enqueue(sys.argv[3], {'from': 'elsewhere'}, app='a', tenant=sys.argv[2])\n"
+        "q.close()\n"
+    )
+    subprocess.run([sys.executable, "-c", code, url, tenant, job_type], check=True, timeout=60)
+
+
+def test_an_enqueue_by_another_process_wakes_a_long_poll_over_http(tmp_path: Path) -> None:
+    """On SQLite the server hears of other processes' commits (PRAGMA data_version): a
+    waiting lease answers without waiting for its next scan (an hour away here)."""
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    q = Quick.open(url)
+    token = TokenStore(q.kv, q.keys, q.clock).create("a", ["consume"])[0]
+    app = create_app(q, pull=PullConfig(poll_s=3600, poll_max_s=3600))
+    got: list[RemoteLease] = []
+    try:
+        with ServerThread(app) as server, RemoteQuick(server.url, token) as rq:
+            assert rq.lease(wait_s=0) == []  # the first scan finds nothing
+            poll = threading.Thread(target=lambda: got.extend(rq.lease(wait_s=20)), daemon=True)
+            poll.start()
+            time.sleep(0.3)  # let the poll's first scan come back empty and wait
+            _enqueue_from_another_process(url, "t")
+            # Well before the poll's own 20 s end (where it scans once more anyway).
+            poll.join(15)
+            assert not poll.is_alive(), "the long poll slept through another process's enqueue"
+            poll.join()
+    finally:
+        q.close()
+    assert [x.payload for x in got] == [{"from": "elsewhere"}]
+
+
+def test_long_polls_do_not_keep_waking_each_other_on_items_they_refuse(tmp_path: Path) -> None:
+    """A vested zone whose items no waiting poll accepts: each visit commits (the pointer
+    lease), which wakes the other polls; they back off instead of rescanning per commit."""
+    q = Quick.open(f"sqlite:///{tmp_path / 'q.db'}")
+    q.enqueue("other", 1, app="a", tenant="t")
+    leaser = PullLeaser(q, PullConfig(poll_s=3600, poll_max_s=3600))
+    scans = 0
+    scan = leaser._lease_once
+
+    def counted(*args: Any, **kwargs: Any) -> tuple[list[Leased], int]:
+        nonlocal scans
+        scans += 1
+        return scan(*args, **kwargs)
+
+    polls = [
+        threading.Thread(target=leaser.lease, args=("a", 10, 30, 2.0, frozenset({"job"})))
+        for _ in range(3)
+    ]
+    leaser._lease_once = counted  # type: ignore[method-assign]
+    try:
+        for p in polls:
+            p.start()
+        for p in polls:
+            p.join(60)
+    finally:
+        q.close()
+    # Backing off from 1 ms, doubling, a poll scans about a dozen times in 2 s; rescanning
+    # on every commit would be thousands of scans.
+    assert scans < 300, scans
+
+
+def test_a_lease_holding_items_stops_filling_after_fill_s(served: Served) -> None:
+    """With fill_s=0 a lease answers with the first zone that gave items, not after
+    visiting more zones to fill max_items; the others stay for the next leases. Without
+    fill_s it fills up to max_items."""
+    for n in range(4):
+        served.q.enqueue("job", n, app="a", tenant=f"t{n}")
+    with RemoteQuick(served.url, served.a_all) as rq:
+        leases = [rq.lease(max_items=10, wait_s=1, fill_s=0) for _ in range(4)]
+        assert [len(got) for got in leases] == [1, 1, 1, 1]
+        assert sorted(got[0].payload for got in leases) == [0, 1, 2, 3]
+        rq.complete_many([got[0] for got in leases])
+        served.q.enqueue_many("job", [4, 5], app="a", tenant="t0")
+        served.q.enqueue("job", 6, app="a", tenant="t1")
+        assert sorted(x.payload for x in rq.lease(max_items=10, wait_s=1)) == [4, 5, 6]
+    with pytest.raises(RemoteError) as err, RemoteQuick(served.url, served.a_all) as rq:
+        rq.lease(fill_s=-1)
+    assert err.value.status == 422 and "fill_s" in err.value.detail

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from quickzones.admin import zone_count
 from quickzones.client import Quick
 from quickzones.errors import Nack, PermanentError
@@ -118,4 +120,41 @@ def test_quick_worker_remote_process(served: Served, tmp_path: Path) -> None:
     assert proc.returncode == 0, stderr
     assert "job types write" in stdout
     assert sorted(out.read_text().splitlines()) == [f"t{n}:{n}" for n in range(5)]
+    assert served.q.run_until_idle() == 0
+
+
+class _CountingTransport(httpx.HTTPTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.paths: list[str] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.paths.append(request.url.path)
+        return super().handle_request(request)
+
+
+def test_remote_worker_completes_finished_items_together(served: Served) -> None:
+    """Items whose handlers finish within complete_linger_s of each other are completed
+    by one POST /v1/completions, not one request each."""
+    handlers = Quick.open("memory://")
+    ran: list[int] = []
+
+    @handlers.job("ok")
+    def ok(payload: Any, ctx: Any) -> None:
+        ran.append(payload)
+
+    served.q.enqueue_many("ok", list(range(5)), app="a", tenant="t")
+    transport = _CountingTransport()
+    try:
+        with RemoteQuick(served.url, served.a_all, transport=transport) as client:
+            worker = RemoteWorker(
+                handlers.registry, client, workers=5, lease_s=30, complete_linger_s=30
+            )
+            worker.run_forever(idle_exit=True)
+            worker.close()
+    finally:
+        handlers.close()
+    assert sorted(ran) == [0, 1, 2, 3, 4] and worker.stats.completed == 5
+    assert transport.paths.count("/v1/completions") == 1
+    assert not any(p.endswith("/complete") for p in transport.paths)
     assert served.q.run_until_idle() == 0
