@@ -69,29 +69,32 @@ def enqueue_many(backend: str, n: int, tenants: int, *, fifo: bool = False) -> M
         return rate, cpu
 
 
+def consumer_command(url: str, n: int, done: str, ready: str, timeout_s: float) -> list[str]:
+    """The one consumer process the core benchmark (and its profile harness) runs: the
+    throughput profile, ``n`` items expected, ``done``/``ready`` files as its signals."""
+    return [
+        sys.executable,
+        "-m",
+        "bench.quickrun",
+        url,
+        "--config",
+        config_to_json(throughput_config()),
+        "--expect",
+        str(n),
+        "--done",
+        done,
+        "--seconds",
+        str(timeout_s),
+        "--ready",
+        ready,
+    ]
+
+
 def _consumer_proc(
     url: str, n: int, tmp: str, timeout_s: float
 ) -> tuple[subprocess.Popen[bytes], str, str]:
     done, ready = os.path.join(tmp, "done.json"), os.path.join(tmp, "ready")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bench.quickrun",
-            url,
-            "--config",
-            config_to_json(throughput_config()),
-            "--expect",
-            str(n),
-            "--done",
-            done,
-            "--seconds",
-            str(timeout_s),
-            "--ready",
-            ready,
-        ],
-        cwd=REPO,
-    )
+    proc = subprocess.Popen(consumer_command(url, n, done, ready, timeout_s), cwd=REPO)
     return proc, done, ready
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.common import REPO, ROOT, log, machine
+from quickzones.provision.process import terminate_all
 
 APP = textwrap.dedent(
     """
@@ -61,13 +61,7 @@ def run(seconds: int, processes: int) -> dict[str, object]:
             end_ms = start_ms + seconds * 1000
             time.sleep((end_ms - time.time() * 1000) / 1000 + 3)  # the last slot has run
         finally:
-            for p in procs:
-                p.send_signal(signal.SIGTERM)
-            for p in procs:
-                try:
-                    p.wait(60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            terminate_all(procs)
         slots = Counter(int(line.rsplit(":", 1)[1]) for line in runs_log.read_text().split())
     window = {s: n for s, n in slots.items() if start_ms <= s < end_ms}
     return {

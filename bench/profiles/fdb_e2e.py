@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 from bench.common import REPO, fdb_url
-from bench.core_throughput import _fill, _wait_file
-from bench.quickrun import config_to_json, open_quick, throughput_config
+from bench.core_throughput import _fill, _wait_file, consumer_command
+from bench.quickrun import open_quick
 
 COUNTER = """
 import atexit, collections, json, os
@@ -91,22 +91,7 @@ def main() -> None:
     n = args.n
     with tempfile.TemporaryDirectory() as tmp:
         done, ready = os.path.join(tmp, "done.json"), os.path.join(tmp, "ready")
-        cmd = [
-            sys.executable,
-            "-m",
-            "bench.quickrun",
-            url,
-            "--config",
-            config_to_json(throughput_config()),
-            "--expect",
-            str(n),
-            "--done",
-            done,
-            "--seconds",
-            "120",
-            "--ready",
-            ready,
-        ]
+        cmd = consumer_command(url, n, done, ready, 120)
         env = dict(os.environ)
         if args.count:
             site = os.path.join(tmp, "site")

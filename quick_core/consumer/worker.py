@@ -232,12 +232,7 @@ class Worker:
         if work.item.vesting_ms - now_ms(self.clock) > 1000:
             return True
         try:
-            work.item = self.clusters[work.cluster].zones.extend_lease(
-                work.zone,
-                work.item.item_id,
-                work.item.lease_id or "",
-                int(self.config.item_lease_s * 1000),
-            )
+            self._extend(work)
             return True
         except (LeaseLost, ItemNotFound):
             return False
@@ -294,16 +289,21 @@ class Worker:
         self._renew_lease(work)
         run(cluster.kv, body, on_retry=before_retry)
 
+    def _extend(self, work: Work) -> None:
+        """Extend ``work``'s lease to ``item_lease_s`` from now and keep the renewed item
+        (raises LeaseLost/ItemNotFound if the lease is gone)."""
+        work.item = self.clusters[work.cluster].zones.extend_lease(
+            work.zone,
+            work.item.item_id,
+            work.item.lease_id or "",
+            int(self.config.item_lease_s * 1000),
+        )
+
     def _renew_lease(self, work: Work) -> None:
         """Extend the lease now if the extender would (raises LeaseLost/ItemNotFound)."""
         if not due_for_extension(self.config, self.clock, work):
             return
         try:
-            work.item = self.clusters[work.cluster].zones.extend_lease(
-                work.zone,
-                work.item.item_id,
-                work.item.lease_id or "",
-                int(self.config.item_lease_s * 1000),
-            )
+            self._extend(work)
         except StorageError as err:  # LeaseLost and ItemNotFound go to the caller
             self.emit("extend_error", error=str(err))  # the completion checks the lease

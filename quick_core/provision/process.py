@@ -21,10 +21,11 @@ import sys
 import tempfile
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from quickzones.provision import docker, ports
 from quickzones.provision.errors import ServiceUnavailable
@@ -297,6 +298,21 @@ def provide_server(server: type[Service]) -> Iterator[str]:
 def _close_all() -> None:
     for service in list(_live):
         service.close()
+
+
+def terminate_all(procs: Iterable[subprocess.Popen[Any]], timeout: float = 60.0) -> None:
+    """SIGTERM every process at once (so they shut down in parallel), wait for each up to
+    ``timeout``, SIGKILL one that lingers."""
+    procs = list(procs)
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(10)
 
 
 def stop_process(proc: subprocess.Popen[bytes]) -> None:

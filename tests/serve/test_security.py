@@ -7,7 +7,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import pytest
 
 from quickzones.client import Quick
 from quickzones.errors import InvalidArgument
+from quickzones.provision.ports import free_port
 from quickzones.serve import TokenStore
 
 from .conftest import Served
@@ -104,12 +104,6 @@ def _quick(*args: str, env_store: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_cli_tokens_and_serve_in_a_real_process(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'q.db'}"
     Quick.open(store).close()
@@ -125,7 +119,7 @@ def test_cli_tokens_and_serve_in_a_real_process(tmp_path: Path) -> None:
     assert [t["token_id"] for t in json.loads(listed.stdout)] == [created["token_id"]]
     assert created["token"] not in listed.stdout
 
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,

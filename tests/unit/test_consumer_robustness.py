@@ -23,19 +23,11 @@ from quickzones.kv import COMMIT_UNKNOWN_RESULT, KVError, KVTransaction
 from quickzones.pool import DaemonPool
 from quickzones.records import ZoneId
 from quickzones.registry import JobContext, RetryPolicy
+from tests.waiting import wait_for
 
 Z = ZoneId("app", "t1")
 IN_ORDER = ConsumerConfig(in_order=True)
 
-
-def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
-    """Poll ``cond`` generously: the machine is shared and slow."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return cond()
 
 
 # --- point 1: at-most-once items are deleted only when their handler starts -------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +16,7 @@ from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
 from quickzones.registry import JobContext
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 20.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
+from tests.waiting import wait_for
 
 
 @pytest.fixture(params=["memory", "sqlite"])

@@ -6,22 +6,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from quickzones.client import Quick
 from quickzones.consumer import ConsumerConfig
 from quickzones.pool import DaemonPool, FairQueue
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
+from tests.waiting import wait_for
 
 
 def test_lanes_are_served_in_turn_and_fifo_within_a_lane() -> None:

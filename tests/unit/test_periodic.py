@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -20,6 +19,7 @@ from quickzones.cli import main
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.errors import ConfigurationError, InvalidArgument
+from quickzones.provision.process import terminate_all
 from quickzones.records import ZoneId
 from quickzones.registry import JobContext
 from tests.conftest import store_url
@@ -191,14 +191,7 @@ def test_four_worker_processes_run_each_slot_once(tmp_path: Path) -> None:
     try:
         time.sleep(10)
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(10)
+        terminate_all(procs)
     runs = log.read_text().split()
     assert len(runs) == len(set(runs)), "a slot ran twice"
     assert len(runs) >= 3, f"too few runs in 10 s: {runs}"

@@ -9,8 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from quickzones.clock import ManualClock
 from quickzones.consumer import Consumer, ConsumerConfig
 from quickzones.errors import ConfigurationError
 from quickzones.registry import JobContext, Registry
+from tests.waiting import wait_for
 
 RANDOM = ConsumerConfig(in_order=False)
 
@@ -40,14 +39,6 @@ def record(q: Quick, job_type: str, seen: list[tuple[str, int, int]]) -> None:
 
     q.job(job_type)(handler)
 
-
-def wait_for(cond: Callable[[], bool], timeout: float = 60.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return cond()
 
 
 def test_consumer_without_handler_gives_item_to_one_with_it_no_attempt_counted(
