@@ -386,12 +386,16 @@ class _Items(Protocol):
 def read_result(
     kv: KVStore, keys: KeySpace, items: _Items, zone: ZoneId, item_id: str, now_ms: int
 ) -> Any:
-    """A completed item's kept result, or :class:`ResultNotAvailable` saying why not."""
+    """A completed item's kept result, or :class:`ResultNotAvailable` saying why not.
+
+    The live item is read before the outcome: a completion writes the outcome and deletes
+    the item in one transaction, so an item already gone has its outcome visible to the
+    later read. The other order calls an item completing between the reads unknown."""
+    live = items.get(zone, item_id)
+    if live is not None:
+        raise ResultNotAvailable(item_id, f"not finished yet ({live_status(live).state})")
     outcome = run(kv, lambda tr: read(tr, keys, zone, item_id, now_ms, snapshot=True))
     if outcome is None:
-        live = items.get(zone, item_id)
-        if live is not None:
-            raise ResultNotAvailable(item_id, f"not finished yet ({live_status(live).state})")
         raise ResultNotAvailable(item_id, "unknown item, or its record expired")
     if outcome.state != COMPLETED:
         raise ResultNotAvailable(item_id, f"it was {outcome.state.replace('_', '-')}")

@@ -9,10 +9,11 @@ import pytest
 
 from quickzones.aio import AsyncQuick
 from quickzones.client import Quick
-from quickzones.clock import ManualClock
+from quickzones.clock import ManualClock, now_ms
 from quickzones.errors import PermanentError
+from quickzones import outcomes
 from quickzones.outcomes import DuplicateItemMismatch, ResultNotAvailable
-from quickzones.records import ZoneId
+from quickzones.records import WorkItem, ZoneId
 from quickzones.registry import JobContext
 
 
@@ -124,6 +125,24 @@ def test_async_result_waits_for_completion(q: Quick) -> None:
         return await waiting
 
     assert asyncio.run(scenario()) == {"echo": 3}
+
+
+def test_result_read_racing_the_completion_never_calls_the_item_unknown(q: Quick) -> None:
+    """A CI run once saw ``result`` say "unknown item" for an item completing under it: it
+    read the outcome (none yet), the item completed, then it read the item (gone). The
+    store below completes the item exactly between the two reads."""
+    _count_runs(q, "square", keep_result_s=30)
+    item_id = q.enqueue("square", 3, app="a", tenant="t")
+    zone = ZoneId("a", "t")
+
+    class CompletesBeforeItsRead:
+        def get(self, zone: ZoneId, item_id: str) -> WorkItem | None:
+            q.run_until_idle()
+            return q.items.get(zone, item_id)
+
+    assert outcomes.read_result(
+        q.kv, q.keys, CompletesBeforeItsRead(), zone, item_id, now_ms(q.clock)
+    ) == {"echo": 3}
 
 
 def test_outcome_records_never_keep_a_zone_pointer(q: Quick) -> None:
