@@ -426,9 +426,7 @@ def _fdb(r: dict[str, Any], lines: list[str]) -> None:
         "|---|---|---|",
     ]
     for b in ("sqlite", "fdb"):
-        lines.append(
-            f"| {b} | {_spread(r[f'drain_{b}_1'])} | {_spread(r[f'drain_{b}_50'])} |"
-        )
+        lines.append(f"| {b} | {_spread(r[f'drain_{b}_1'])} | {_spread(r[f'drain_{b}_50'])} |")
     lines += ["", "Profile of the fdb:// drain (all consumer threads): `fdb_profile.txt`.", ""]
 
 

@@ -73,9 +73,7 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture(
-    params=[
-        pytest.param(b, marks=[pytest.mark.fdb]) if b == "fdb" else b for b in BACKENDS
-    ]
+    params=[pytest.param(b, marks=[pytest.mark.fdb]) if b == "fdb" else b for b in BACKENDS]
 )
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)

@@ -325,8 +325,7 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
     while time.monotonic() < deadline:
         try:
             states = [
-                (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                for task in tasks.iterdir()
+                (task / "stat").read_text().rsplit(")", 1)[1].split()[0] for task in tasks.iterdir()
             ]
         except (OSError, IndexError):
             return  # no /proc here (or the process is gone): nothing more to wait for

@@ -29,7 +29,6 @@ Z = ZoneId("app", "t1")
 IN_ORDER = ConsumerConfig(in_order=True)
 
 
-
 # --- point 1: at-most-once items are deleted only when their handler starts -------------
 
 

@@ -39,9 +39,7 @@ def recorder(q: Quick) -> list[tuple[str, float]]:
     return started
 
 
-def test_peek_tells_the_earliest_vesting_time_not_yet_vested(
-    q: Quick, clock: ManualClock
-) -> None:
+def test_peek_tells_the_earliest_vesting_time_not_yet_vested(q: Quick, clock: ManualClock) -> None:
     q.enqueue("j", b"", app="a", tenant="later", delay=5)
     q.enqueue("j", b"", app="a", tenant="latest", delay=9)
     now = int(clock.now() * 1000)

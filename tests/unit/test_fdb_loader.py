@@ -66,9 +66,7 @@ except MissingFDBClient as err:
 def test_missing_library_error_in_a_process_without_libfdb_c() -> None:
     # A fresh process with no FDB_LIBRARY_PATH/LD_LIBRARY_PATH: this process may have loaded
     # a test build's libfdb_c already (the real-fdb suites), which the binding cannot unload.
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("FDB_LIBRARY_PATH", "LD_LIBRARY_PATH")
-    }
+    env = {k: v for k, v in os.environ.items() if k not in ("FDB_LIBRARY_PATH", "LD_LIBRARY_PATH")}
     out = subprocess.run(
         [sys.executable, "-c", MISSING_LIBRARY], env=env, capture_output=True, text=True, timeout=60
     )

@@ -7,11 +7,11 @@ import asyncio
 
 import pytest
 
+from quickzones import outcomes
 from quickzones.aio import AsyncQuick
 from quickzones.client import Quick
 from quickzones.clock import ManualClock, now_ms
 from quickzones.errors import PermanentError
-from quickzones import outcomes
 from quickzones.outcomes import DuplicateItemMismatch, ResultNotAvailable
 from quickzones.records import WorkItem, ZoneId
 from quickzones.registry import JobContext

@@ -40,7 +40,6 @@ def record(q: Quick, job_type: str, seen: list[tuple[str, int, int]]) -> None:
     q.job(job_type)(handler)
 
 
-
 def test_consumer_without_handler_gives_item_to_one_with_it_no_attempt_counted(
     q: Quick, caplog: pytest.LogCaptureFixture
 ) -> None:
