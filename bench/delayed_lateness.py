@@ -53,7 +53,7 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-def one_run(items: int, tenants: int, seed: int) -> dict[str, Any]:
+def one_run(items: int, tenants: int, seed: int, visits: str = "three") -> dict[str, Any]:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="quick-lateness-") as tmp:
         store = f"sqlite:///{tmp}/q.db"
@@ -64,7 +64,15 @@ def one_run(items: int, tenants: int, seed: int) -> dict[str, Any]:
         env.pop("QUICK_STORE", None)
         quick = Path(sys.executable).with_name("quick")
         worker = subprocess.Popen(
-            [str(quick), "worker", "--app-module", "lateness_handlers", "--workers", "4"],
+            [
+                str(quick),
+                "worker",
+                "--app-module",
+                "lateness_handlers",
+                "--workers",
+                "4",
+                f"--{visits}-transaction-visits",
+            ],
             cwd=tmp,
             env=env,
             stdout=subprocess.PIPE,
@@ -125,49 +133,64 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--label", default="", help="a note kept with the results")
     ap.add_argument("--out", default=None, help="results folder (default bench/results/<ts>)")
-    args = ap.parse_args(argv)
-    runs = []
-    for n in range(args.runs):
-        result = one_run(args.items, args.tenants, seed=n)
-        runs.append(result)
-        print(
-            f"run {n + 1}: started {result['started']}/{result['items']}, early "
-            f"{result['early']}, lateness p50 {result['p50_ms']:.2f} ms, p99 "
-            f"{result['p99_ms']:.2f} ms, max {result['max_ms']:.2f} ms; p99 of the "
-            f"{result['quiet_items']} due after the producer's last commit "
-            f"{result['quiet_p99_ms']:.2f} ms; by the wall clock p50 "
-            f"{result['wall_p50_ms']:.2f} ms, p99 {result['wall_p99_ms']:.2f} ms, early "
-            f"{result['early_wall']}",
-            flush=True,
-        )
-    summary = {
-        key: statistics.median(r[key] for r in runs)
-        for key in (
-            "p50_ms",
-            "p99_ms",
-            "max_ms",
-            "early",
-            "quiet_p99_ms",
-            "wall_p99_ms",
-            "early_wall",
-        )
-    }
-    print(
-        f"median of {len(runs)}: p50 {summary['p50_ms']:.2f} ms, p99 {summary['p99_ms']:.2f} "
-        f"ms, max {summary['max_ms']:.2f} ms, early {summary['early']}"
+    ap.add_argument(
+        "--visits",
+        choices=("three", "one", "both"),
+        default="three",
+        help="the worker's visits: the paper's three transactions, one, or both side by "
+        "side (each run alternates which goes first)",
     )
+    args = ap.parse_args(argv)
+    modes = ["three", "one"] if args.visits == "both" else [args.visits]
+    by_mode: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    for n in range(args.runs):
+        for mode in modes if n % 2 == 0 else modes[::-1]:
+            result = one_run(args.items, args.tenants, seed=n, visits=mode)
+            by_mode[mode].append(result)
+            print(
+                f"run {n + 1} ({mode}-transaction visits): started "
+                f"{result['started']}/{result['items']}, early "
+                f"{result['early']}, lateness p50 {result['p50_ms']:.2f} ms, p99 "
+                f"{result['p99_ms']:.2f} ms, max {result['max_ms']:.2f} ms; p99 of the "
+                f"{result['quiet_items']} due after the producer's last commit "
+                f"{result['quiet_p99_ms']:.2f} ms; by the wall clock p50 "
+                f"{result['wall_p50_ms']:.2f} ms, p99 {result['wall_p99_ms']:.2f} ms, early "
+                f"{result['early_wall']}",
+                flush=True,
+            )
+    summaries = {}
+    for mode, runs in by_mode.items():
+        summaries[mode] = {
+            key: statistics.median(r[key] for r in runs)
+            for key in (
+                "p50_ms",
+                "p99_ms",
+                "max_ms",
+                "early",
+                "quiet_p99_ms",
+                "wall_p99_ms",
+                "early_wall",
+            )
+        }
+        summary = summaries[mode]
+        print(
+            f"{mode}-transaction visits, median of {len(runs)}: p50 {summary['p50_ms']:.2f} "
+            f"ms, p99 {summary['p99_ms']:.2f} ms, max {summary['max_ms']:.2f} ms, early "
+            f"{summary['early']}"
+        )
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     folder = Path(args.out) if args.out else ROOT / "results" / f"{stamp}-lateness"
     folder.mkdir(parents=True, exist_ok=True)
     document = {
         "command": "python -m bench.delayed_lateness " + " ".join(sys.argv[1:]),
         "label": args.label,
-        "runs": runs,
-        "median": summary,
+        "runs": by_mode[modes[0]],
+        "median": summaries[modes[0]],
+        "by_visits": {mode: {"runs": by_mode[mode], "median": summaries[mode]} for mode in modes},
     }
     (folder / "delayed_lateness.json").write_text(json.dumps(document, indent=2) + "\n")
     print(f"results: {folder / 'delayed_lateness.json'}")
-    return 0 if all(r["started"] == r["items"] for r in runs) else 1
+    return 0 if all(r["started"] == r["items"] for rs in by_mode.values() for r in rs) else 1
 
 
 if __name__ == "__main__":

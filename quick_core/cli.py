@@ -369,6 +369,13 @@ def _name_list(option: str, text: str | None) -> tuple[str, ...] | None:
     help="Work-conserving visits: when few zones compete a visit takes up to this many "
     "(at least --dequeue-max); default: every visit takes --dequeue-max.",
 )
+@click.option(
+    "--one-transaction-visits/--three-transaction-visits",
+    default=_DEFAULTS.one_transaction_visits,
+    show_default=True,
+    help="Commit a visit's pointer lease, dequeue and pointer requeue together (zones in "
+    "the pointers' store; apps with dispatch limits keep three), or as the paper's three.",
+)
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on this port.")  # fmt: skip
 @click.option("--metrics-address", default="127.0.0.1", show_default=True,
@@ -408,6 +415,7 @@ def worker(
     job_types: str | None,
     unhandled_grace_s: float,
     visit_max: int | None,
+    one_transaction_visits: bool,
 ) -> None:
     """Run a consumer until SIGTERM/SIGINT."""
     from quickzones.errors import ConfigurationError
@@ -431,6 +439,7 @@ def worker(
         shutdown_deadline_s=shutdown_deadline_s,
         dequeue_max=dequeue_max,
         visit_max=visit_max,
+        one_transaction_visits=one_transaction_visits,
         apps=routed_apps,
         job_types=routed_types,
         unhandled_grace_s=unhandled_grace_s,
@@ -456,6 +465,8 @@ def worker(
         f"apps {', '.join(routed_apps) if routed_apps is not None else 'all'}; "
         f"lease {config.item_lease_s}s, dequeue_max {config.dequeue_max}, "
         f"visit_max {config.visit_max or config.dequeue_max}, "
+        f"{'one transaction' if config.one_transaction_visits else 'three transactions'} "
+        "per visit, "
         f"shutdown deadline {config.shutdown_deadline_s}s, "
         f"unhandled grace {config.unhandled_grace_s:g}s"
     )

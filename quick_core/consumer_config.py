@@ -35,6 +35,11 @@ class ConsumerConfig:
     # Scan again whenever a manager is free (lower latency), or only once the last scan's
     # visits all finished (False: bigger batches per visit, a few % more throughput).
     pipelined_scans: bool = True
+    # One commit per visit (beyond the paper): where the zones live in the pointers' KV
+    # store, a Manager leases the pointer, dequeues and requeues the pointer in one
+    # transaction instead of three; apps with dispatch limits keep the three. False: the
+    # paper's three transactions everywhere.
+    one_transaction_visits: bool = False
     seed: int | None = None
     # Routing (beyond the paper): only zones of these apps and items of these job types
     # (None: all). An item of a type not handled here is left for a consumer that handles

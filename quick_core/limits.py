@@ -43,6 +43,11 @@ class AppLimits:
     dispatches_per_second: int | None = None
     max_concurrency: int | None = None  # items of this app running across the whole pool
 
+    @property
+    def limits_dispatch(self) -> bool:
+        """Whether a Manager must cut its visits for this app (rate or concurrency)."""
+        return self.dispatches_per_second is not None or self.max_concurrency is not None
+
     def encode(self) -> bytes:
         packed: bytes = msgpack.packb(
             {

@@ -190,38 +190,18 @@ class TopLevelQueue:
         *,
         accept: Callable[[PointerRef, ZoneId], bool] | None = None,
     ) -> Pointer:
-        """Lease a pointer for ``lease_ms`` by moving its vesting time (paper Alg. 1).
+        """Lease a pointer for ``lease_ms`` by moving its vesting time (paper Alg. 1), in a
+        transaction of its own.
 
         Reads the pointer record, not the pointer index, so it never conflicts with an
         enqueue. Raises ZoneLeaseFailed with reason "moved" if the pointer is gone or no
         longer vested, "conflict" if another consumer leased it concurrently, and
         "not_routed" (nothing written) if ``accept`` refuses the pointer's zone.
         """
-
-        def lease(tr: KVTransaction) -> Pointer:
-            tr.set_causal_read_risky()
-            pointer = self._read_pointer(tr, ref.shard, ref.pointer_id)
-            now = now_ms(self.clock)
-            if pointer is None:
-                raise ZoneLeaseFailed("gone")
-            if pointer.vesting_ms > now:
-                raise ZoneLeaseFailed("moved")
-            if accept is not None and not accept(ref, pointer.zone):
-                raise ZoneLeaseFailed("not_routed")
-            leased = Pointer(
-                pointer.pointer_id,
-                pointer.zone,
-                now + lease_ms,
-                pointer.last_active_ms,
-                lease_id=self.ids(16),
-                local=pointer.local,
-            )
-            self._move_pointer(tr, ref.shard, pointer, leased)
-            return leased
-
         tr = self.kv.create_transaction()
         try:
-            result = lease(tr)
+            tr.set_causal_read_risky()
+            result = self.lease_pointer(ref, lease_ms, accept=accept, tr=tr)
             tr.commit()
             return result
         except KVError as err:
@@ -229,6 +209,37 @@ class TopLevelQueue:
                 raise ZoneLeaseFailed("conflict") from err
             raise ZoneLeaseFailed(err.name) from err
 
+    @transactional
+    def lease_pointer(
+        self,
+        ref: PointerRef,
+        lease_ms: int,
+        *,
+        accept: Callable[[PointerRef, ZoneId], bool] | None = None,
+        tr: KVTransaction = OWN_STORE,
+    ) -> Pointer:
+        """The pointer lease's writes inside ``tr`` (see :meth:`obtain_pointer_lease`);
+        raises ZoneLeaseFailed "gone", "moved" or "not_routed"."""
+        pointer = self._read_pointer(tr, ref.shard, ref.pointer_id)
+        now = now_ms(self.clock)
+        if pointer is None:
+            raise ZoneLeaseFailed("gone")
+        if pointer.vesting_ms > now:
+            raise ZoneLeaseFailed("moved")
+        if accept is not None and not accept(ref, pointer.zone):
+            raise ZoneLeaseFailed("not_routed")
+        leased = Pointer(
+            pointer.pointer_id,
+            pointer.zone,
+            now + lease_ms,
+            pointer.last_active_ms,
+            lease_id=self.ids(16),
+            local=pointer.local,
+        )
+        self._move_pointer(tr, ref.shard, pointer, leased)
+        return leased
+
+    @transactional
     def requeue_pointer(
         self,
         pointer: Pointer,
@@ -237,6 +248,7 @@ class TopLevelQueue:
         *,
         min_inactive_ms: int,
         active: bool,
+        tr: KVTransaction = OWN_STORE,
     ) -> str:
         """Release a leased pointer (paper Alg. 2, end of a Manager's visit).
 
@@ -246,39 +258,35 @@ class TopLevelQueue:
         (invariant 2). Returns "requeued", "deleted", or "lost" (lease taken by another).
         """
         shard = self.shard_for(pointer.zone)
-
-        def release(tr: KVTransaction) -> str:
-            current = self._read_pointer(tr, shard, pointer.pointer_id)
-            if current is None or current.lease_id != pointer.lease_id:
-                return "lost"
-            now = now_ms(self.clock)
-            last_active = now if active else current.last_active_ms
-            min_vesting = zone_min_vesting(tr)
-            if min_vesting is None:
-                if collect_pointer_if_inactive(
-                    tr,
-                    self,
-                    shard,
-                    current,
-                    last_active_ms=last_active,
-                    min_inactive_ms=min_inactive_ms,
-                    zone_is_empty=zone_is_empty,
-                    now=now,
-                ):
-                    return "deleted"
-                vesting = last_active + min_inactive_ms
-            else:
-                # Never before now: a busy zone whose oldest item waits behind newer,
-                # higher-priority work would otherwise sort first forever and keep the
-                # in-order scanner from every other zone (invariant 10).
-                vesting = max(min_vesting, now)
-            updated = Pointer(
-                current.pointer_id, current.zone, vesting, last_active, None, current.local
-            )
-            self._move_pointer(tr, shard, current, updated)
-            return "requeued"
-
-        return run(self.kv, release)
+        current = self._read_pointer(tr, shard, pointer.pointer_id)
+        if current is None or current.lease_id != pointer.lease_id:
+            return "lost"
+        now = now_ms(self.clock)
+        last_active = now if active else current.last_active_ms
+        min_vesting = zone_min_vesting(tr)
+        if min_vesting is None:
+            if collect_pointer_if_inactive(
+                tr,
+                self,
+                shard,
+                current,
+                last_active_ms=last_active,
+                min_inactive_ms=min_inactive_ms,
+                zone_is_empty=zone_is_empty,
+                now=now,
+            ):
+                return "deleted"
+            vesting = last_active + min_inactive_ms
+        else:
+            # Never before now: a busy zone whose oldest item waits behind newer,
+            # higher-priority work would otherwise sort first forever and keep the
+            # in-order scanner from every other zone (invariant 10).
+            vesting = max(min_vesting, now)
+        updated = Pointer(
+            current.pointer_id, current.zone, vesting, last_active, None, current.local
+        )
+        self._move_pointer(tr, shard, current, updated)
+        return "requeued"
 
     def extend_pointer_lease(self, pointer: Pointer, lease_ms: int) -> Pointer | None:
         """Keep a pointer leased while its visit runs long; None if the lease was lost."""

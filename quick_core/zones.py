@@ -96,6 +96,7 @@ class KVZoneStore:
         local_items=True,
         caller_transactions=True,
         outcome_records=True,
+        one_transaction_visits=True,
     )
 
     def __init__(
@@ -502,6 +503,7 @@ class KVZoneStore:
 
         return run(self.kv, lease)
 
+    @transactional
     def dequeue(
         self,
         zone: ZoneId,
@@ -510,8 +512,9 @@ class KVZoneStore:
         *,
         accept: Callable[[WorkItem], bool] | None = None,
         resolve: Callable[[WorkItem], WorkItem] | None = None,
+        tr: KVTransaction = OWN_STORE,
     ) -> tuple[list[WorkItem], list[CorruptItem]]:
-        """Peek and lease in one transaction.
+        """Peek and lease in one transaction (``tr``: a Manager's one-transaction visit).
 
         Expired (TTL) and corrupt items go to dead letters here, so neither can block the
         zone (invariant 8).
@@ -554,7 +557,7 @@ class KVZoneStore:
                 leased.append(self._grant_lease(tr, zone, item, now, lease_ms))
             return leased, corrupt
 
-        return run(self.kv, take)
+        return take(tr)
 
     def _check_holder(self, item: WorkItem | None, item_id: str, lease_id: str) -> WorkItem:
         if item is None:

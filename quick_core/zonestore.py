@@ -59,6 +59,10 @@ class ZoneStoreCapabilities:
     # Left out of equality so capability sets compared as the first four still compare
     # equal (tests/unit/test_capabilities.py); read it by name.
     outcome_records: bool = field(default=False, compare=False)
+    # A dequeue joins a KV transaction (``tr``) of the store that holds the pointers, so a
+    # Manager's visit (pointer lease, dequeue, requeue) can commit once
+    # (:class:`VisitTransactions`).
+    one_transaction_visits: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,3 +212,19 @@ class ZoneStore(Protocol):
     def drop_corrupt(self, zone: ZoneId, item_id: str) -> None:
         """Remove an undecodable item (after it has been dead-lettered)."""
         ...
+
+
+class VisitTransactions(Protocol):
+    """A zone store whose dequeue joins a transaction of the pointers' KV store
+    (capability ``one_transaction_visits``)."""
+
+    def dequeue(
+        self,
+        zone: ZoneId,
+        max_items: int,
+        lease_ms: int,
+        *,
+        accept: Callable[[WorkItem], bool] | None = None,
+        resolve: Callable[[WorkItem], WorkItem] | None = None,
+        tr: KVTransaction = ...,
+    ) -> tuple[list[WorkItem], list[CorruptItem]]: ...

@@ -18,23 +18,29 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from quickzones.clock import Clock, now_ms
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Work
 from quickzones.consumer_config import ConsumerConfig
 from quickzones.errors import StorageError, ZoneLeaseFailed
+from quickzones.kv import KVTransaction, run
 from quickzones.limits import Limits
-from quickzones.records import WorkItem, ZoneId
+from quickzones.records import Pointer, WorkItem, ZoneId
 from quickzones.registry import Registry
 from quickzones.toplevel import PointerRef
+from quickzones.zonestore import CorruptItem, VisitTransactions
 
 log = logging.getLogger("quick.consumer")
 
 # Given the visit's reservations (item id -> job type), the predicate a dequeue admits
 # items with.
 AcceptFactory = Callable[[dict[str, str]], Callable[[WorkItem], bool]]
+
+
+class _LimitedApp(Exception):
+    """Leaves a one-transaction visit uncommitted: the zone's app has dispatch limits."""
 
 
 class Manager:
@@ -136,11 +142,26 @@ class Manager:
         as they are dequeued, before the pointer's requeue commits: the items' own leases
         already protect them, and a handler need not wait for one more commit (a timer's
         lateness is the sum of the commits before its handler starts)."""
-        cfg = self.config
         room = min(self.visit_size(), self.in_flight.capacity())
         if room <= 0:
             return []
         cluster = self.clusters[ref.cluster]
+        if self.config.one_transaction_visits and cluster.zones.capabilities.one_transaction_visits:
+            works = self._visit_in_one_transaction(cluster, ref, room, hand_out)
+            if works is not None:
+                return works
+        return self._visit_in_three_transactions(cluster, ref, room, hand_out)
+
+    def _visit_in_three_transactions(
+        self,
+        cluster: Cluster,
+        ref: PointerRef,
+        room: int,
+        hand_out: Callable[[list[Work]], None] | None,
+    ) -> list[Work]:
+        """Algorithm 2 as the paper has it: pointer lease, dequeue, requeue, each its own
+        transaction (the zones may live in another store than the pointers)."""
+        cfg = self.config
         try:
             pointer = cluster.toplevel.obtain_pointer_lease(
                 ref, int(cfg.pointer_lease_s * 1000), accept=self.accept_pointer
@@ -149,9 +170,9 @@ class Manager:
             self.emit("pointer_lease_failed", reason=err.reason)
             return []
         zone = pointer.zone
-        pointer_vested_ms = ref.vesting_ms
-        self.emit("pointer_leased", zone=zone, lag_ms=now_ms(self.clock) - pointer_vested_ms)
+        self.emit("pointer_leased", zone=zone, lag_ms=now_ms(self.clock) - ref.vesting_ms)
         items: list[WorkItem] = []
+        corrupt: list[CorruptItem] = []
         room, not_before, app_slots = self.apply_app_limits(zone, room)
         reserved: dict[str, str] = {}
         try:
@@ -163,36 +184,11 @@ class Manager:
                     accept=self.accept_factory(reserved),
                     resolve=self.resolve,
                 )
-            else:
-                corrupt = []
-            for bad in corrupt:
-                log.warning(
-                    "dead-lettered corrupt item %s in %s: %s", bad.item_id, zone, bad.reason
-                )
-                self.emit("dead_lettered", zone=zone, item_id=bad.item_id, reason="corrupt")
         except StorageError as err:
             self.emit("dequeue_error", zone=zone, error=str(err))
         finally:
             self.settle(reserved, items)
-        self.emit("visited", zone=zone, items=len(items))
-        if app_slots > len(items):
-            self.slots.release("app", zone.app, app_slots - len(items))
-
-        now = self.clock.now()
-        works = [
-            Work(zone, item, now, app_slot=app_slots > 0, cluster=cluster.name) for item in items
-        ]
-        for w in works:
-            self.emit(
-                "dequeued",
-                zone=zone,
-                item_id=w.item.item_id,
-                job_type=w.item.job_type,
-                enqueued_ms=w.item.enqueued_ms,
-                pickup_ms=now_ms(self.clock),
-            )
-        if hand_out is not None and works:
-            hand_out(works)
+        works = self._dequeued(cluster, zone, items, corrupt, app_slots, hand_out)
 
         def min_vesting(tr: Any) -> int | None:
             earliest = cluster.zones.min_vesting_ms(zone, tr=tr)
@@ -212,6 +208,98 @@ class Manager:
         except StorageError as err:
             # The pointer lease simply expires and the pointer vests again.
             self.emit("pointer_requeue_error", zone=zone, error=str(err))
+        return works
+
+    def _visit_in_one_transaction(
+        self,
+        cluster: Cluster,
+        ref: PointerRef,
+        room: int,
+        hand_out: Callable[[list[Work]], None] | None,
+    ) -> list[Work] | None:
+        """The same visit committed once (``one_transaction_visits``): the pointer lease,
+        the dequeue and the requeue (or the pointer's collection) are the three
+        transactions' writes in one, so no other consumer can see the zone in between, as
+        with the lease, and nothing is left leased by a crash mid-visit. None (nothing
+        written) when the zone's app has dispatch limits: their slots and grants are taken
+        outside any transaction, between the lease and the dequeue, so that visit takes the
+        three transactions."""
+        cfg = self.config
+        zones = cast(VisitTransactions, cluster.zones)
+        lease_ms = int(cfg.pointer_lease_s * 1000)
+        reserved: dict[str, str] = {}
+        accept = self.accept_factory(reserved)
+
+        def visit(tr: KVTransaction) -> tuple[Pointer, list[WorkItem], list[CorruptItem], str]:
+            pointer = cluster.toplevel.lease_pointer(
+                ref, lease_ms, accept=self.accept_pointer, tr=tr
+            )
+            zone = pointer.zone
+            if self.limits is not None and self.limits.get(zone.app, tr).limits_dispatch:
+                raise _LimitedApp
+            items, corrupt = zones.dequeue(
+                zone, room, int(cfg.item_lease_s * 1000), accept=accept, resolve=self.resolve, tr=tr
+            )
+            outcome = cluster.toplevel.requeue_pointer(
+                pointer,
+                lambda t: cluster.zones.min_vesting_ms(zone, tr=t),
+                lambda t: cluster.zones.zone_is_empty(t, zone),
+                min_inactive_ms=int(cfg.min_inactive_s * 1000),
+                active=bool(items),
+                tr=tr,
+            )
+            return pointer, items, corrupt, outcome
+
+        items: list[WorkItem] = []
+        try:
+            pointer, items, corrupt, outcome = run(cluster.toplevel.kv, visit)
+        except _LimitedApp:
+            return None
+        except ZoneLeaseFailed as err:
+            self.emit("pointer_lease_failed", reason=err.reason)
+            return []
+        except StorageError as err:
+            self.emit("dequeue_error", error=str(err))
+            return []
+        finally:
+            self.settle(reserved, items)
+        zone = pointer.zone
+        self.emit("pointer_leased", zone=zone, lag_ms=now_ms(self.clock) - ref.vesting_ms)
+        works = self._dequeued(cluster, zone, items, corrupt, 0, hand_out)
+        self.emit("pointer_" + outcome, zone=zone)
+        return works
+
+    def _dequeued(
+        self,
+        cluster: Cluster,
+        zone: ZoneId,
+        items: list[WorkItem],
+        corrupt: list[CorruptItem],
+        app_slots: int,
+        hand_out: Callable[[list[Work]], None] | None,
+    ) -> list[Work]:
+        """Report a visit's dequeue and hand its items out to workers."""
+        for bad in corrupt:
+            log.warning("dead-lettered corrupt item %s in %s: %s", bad.item_id, zone, bad.reason)
+            self.emit("dead_lettered", zone=zone, item_id=bad.item_id, reason="corrupt")
+        self.emit("visited", zone=zone, items=len(items))
+        if app_slots > len(items):
+            self.slots.release("app", zone.app, app_slots - len(items))
+        now = self.clock.now()
+        works = [
+            Work(zone, item, now, app_slot=app_slots > 0, cluster=cluster.name) for item in items
+        ]
+        for w in works:
+            self.emit(
+                "dequeued",
+                zone=zone,
+                item_id=w.item.item_id,
+                job_type=w.item.job_type,
+                enqueued_ms=w.item.enqueued_ms,
+                pickup_ms=now_ms(self.clock),
+            )
+        if hand_out is not None and works:
+            hand_out(works)
         return works
 
     def apply_app_limits(self, zone: ZoneId, room: int) -> tuple[int, int | None, int]:

@@ -1,0 +1,145 @@
+"""One commit per visit (``ConsumerConfig.one_transaction_visits``): where the zones live in
+the pointers' KV store, a Manager's pointer lease, dequeue and requeue commit together.
+
+What a user relies on must not change with it: every item runs once, a visit still takes
+at most ``dequeue_max`` (invariant 7), an empty zone's pointer is still collected, routing
+and app limits still hold; and a visit that fails leaves nothing leased behind it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from quickzones.client import Quick
+from quickzones.clock import ManualClock
+from quickzones.consumer import ConsumerConfig
+from quickzones.errors import StorageError
+from quickzones.limits import AppLimits
+from quickzones.records import WorkItem, ZoneId
+
+ONE = ConsumerConfig(in_order=True, dequeue_max=10, one_transaction_visits=True)
+
+
+class _Versions:
+    """Counts the store's commits: the read version moves once per commit."""
+
+    def __init__(self, q: Quick) -> None:
+        self.q = q
+
+    def now(self) -> int:
+        tr = self.q.kv.create_transaction()
+        try:
+            return int(tr.get_read_version())
+        finally:
+            tr.cancel()
+
+
+def test_a_visit_commits_once_and_takes_at_most_dequeue_max(q: Quick, backend: str) -> None:
+    ran: Counter[str] = Counter()
+    q.job("j")(lambda payload, ctx: ran.update([ctx.item_id]))
+    ids = [q.enqueue("j", n, app="app", tenant="t1") for n in range(12)]
+    consumer = q.consumer(ONE)
+    [ref] = consumer.scan_once()
+    versions = _Versions(q)
+    before = versions.now()
+
+    works = consumer.manager.visit(ref)
+
+    assert len(works) == 10  # invariant 7
+    if backend != "fdb":  # a real cluster's versions advance with time
+        assert versions.now() - before == 1
+    # Requeued in the same commit at the zone's minimum vesting time: the two left vest now.
+    assert [r.pointer_id for r in consumer.scan_once()] == [ref.pointer_id]
+    for w in works:
+        consumer.execute(w)
+    consumer.flush_completions()
+    consumer.run_until_idle()
+    assert sorted(ran) == sorted(ids) and set(ran.values()) == {1}
+
+
+def test_many_zones_drain_once_each_with_one_transaction_visits(q: Quick) -> None:
+    ran: Counter[str] = Counter()
+    q.job("j")(lambda payload, ctx: ran.update([ctx.item_id]))
+    ids = [q.enqueue("j", n, app="app", tenant=f"t{n % 7}") for n in range(60)]
+    events: list[tuple[str, dict[str, Any]]] = []
+    consumer = q.consumer(ONE, observer=lambda event, fields: events.append((event, fields)))
+    consumer.run_until_idle()
+    assert sorted(ran) == sorted(ids) and set(ran.values()) == {1}
+    assert all(f["items"] <= 10 for e, f in events if e == "visited")
+    assert (
+        Counter(e for e, _ in events)["pointer_leased"] == Counter(e for e, _ in events)["visited"]
+    )
+
+
+def test_an_empty_zone_pointer_is_still_collected(q: Quick, clock: ManualClock) -> None:
+    q.job("j")(lambda payload, ctx: None)
+    q.enqueue("j", 1, app="app", tenant="t1")
+    consumer = q.consumer(ONE)
+    consumer.run_until_idle()
+    zone = ZoneId("app", "t1")
+    assert q.toplevel.get_pointer(zone) is not None
+    # Requeued at the leased item's expiry; by then empty for longer than min_inactive.
+    clock.advance(ONE.item_lease_s + 1)
+    consumer.run_until_idle()
+    assert q.toplevel.get_pointer(zone) is None
+
+
+def test_a_failed_visit_leaves_nothing_leased(q: Quick) -> None:
+    """Nothing of a visit that fails commits: its pointer is vested for the next scan at
+    once and its items are untouched (no attempt counted, no lease)."""
+    q.job("j")(lambda payload, ctx: None)
+    item_id = q.enqueue("j", 1, app="app", tenant="t1")
+    consumer = q.consumer(ONE)
+
+    def failing_accept(reserved: dict[str, str]) -> Any:
+        def accept(item: WorkItem) -> bool:
+            raise StorageError("disk went away")
+
+        return accept
+
+    consumer.manager.accept_factory = failing_accept
+    [ref] = consumer.scan_once()
+    assert consumer.manager.visit(ref) == []
+    assert [r.pointer_id for r in consumer.scan_once()] == [ref.pointer_id]  # still vested
+    item = q.items.get(ZoneId("app", "t1"), item_id)
+    assert item is not None and item.lease_id is None and item.attempts == 0
+    assert consumer.in_flight() == 0
+
+
+def test_routing_refuses_a_pointer_without_writing(q: Quick) -> None:
+    q.job("j")(lambda payload, ctx: None)
+    q.enqueue("j", 1, app="other", tenant="t1")
+    routed = ConsumerConfig(in_order=True, one_transaction_visits=True, apps=("mine",))
+    consumer = q.consumer(routed)
+    assert consumer.run_until_idle() == 0
+    assert q.items.get(ZoneId("other", "t1"), "x") is None
+    assert len(q.consumer(ONE).scan_once()) == 1  # the other app's pointer still vested
+
+
+def test_app_concurrency_cap_holds_with_one_transaction_visits(q: Quick) -> None:
+    q.job("job")(lambda payload, ctx: None)
+    q.set_limits("app", AppLimits(max_concurrency=3))
+    for i in range(10):
+        q.enqueue("job", b"", app="app", tenant=f"t{i}")
+    config = ConsumerConfig(in_order=True, dequeue_max=2, one_transaction_visits=True)
+    a = q.consumer(config, name="a")
+    b = q.consumer(config, name="b")
+    held = []
+    for consumer in (a, b, a, b):
+        for ref in consumer.scan_once():
+            held += consumer.visit(ref)
+    assert len(held) == 3  # the pool holds at most 3 of the app's items at once
+
+
+@pytest.mark.parametrize("one", [False, True])
+def test_job_type_cap_with_and_without_one_transaction_visits(q: Quick, one: bool) -> None:
+    q.job("limited", max_concurrency=2)(lambda payload, ctx: None)
+    for n in range(6):
+        q.enqueue("limited", n, app="app", tenant="t1")
+    consumer = q.consumer(ConsumerConfig(in_order=True, one_transaction_visits=one))
+    [ref] = consumer.scan_once()
+    assert len(consumer.manager.visit(ref)) == 2
+    assert consumer.manager.in_flight.per_type["limited"] == 2
