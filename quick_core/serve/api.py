@@ -13,6 +13,7 @@ import threading
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+import anyio.to_thread
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
@@ -58,10 +59,15 @@ def state_of(request: Request) -> ServeState:
     return state
 
 
-def authenticate(request: Request, creds: HTTPAuthorizationCredentials | None) -> TokenInfo:
+async def authenticate(request: Request, creds: HTTPAuthorizationCredentials | None) -> TokenInfo:
+    """The caller's token: from the token cache on the event loop, else checked against
+    the store on a worker thread."""
     if creds is None:
         raise ApiError(401, "unauthenticated", "send Authorization: Bearer <token>")
-    info = state_of(request).tokens.check(creds.credentials)
+    tokens = state_of(request).tokens
+    info = tokens.cached(creds.credentials)
+    if info is None:
+        info = await anyio.to_thread.run_sync(tokens.check, creds.credentials)
     if info is None:
         raise ApiError(401, "invalid_token", "the token is unknown or was revoked")
     return info
@@ -73,8 +79,9 @@ class Role:
     def __init__(self, role: str) -> None:
         self.role = role
 
-    def __call__(self, request: Request, creds: _Creds) -> TokenInfo:
-        info = authenticate(request, creds)
+    async def __call__(self, request: Request, creds: _Creds) -> TokenInfo:
+        # A coroutine, so a cached token costs the request no trip to the thread pool.
+        info = await authenticate(request, creds)
         if not info.has_role(self.role):
             raise ApiError(403, "forbidden_role", f"this token lacks the {self.role!r} role")
         return info
