@@ -284,7 +284,7 @@ class RemoteQuick:
         self._do(_Calls.on_lease(lease, "complete"))
 
     def complete_many(self, leases: Sequence[RemoteLease]) -> list[QuickError | None]:
-        """Complete several leases in one request (one transaction on the server).
+        """Complete several leases in one request (one commit per zone on the server).
         One outcome per lease, in order: None when completed, :class:`LeaseLost` when the
         lease was lost or the item is gone (what :meth:`complete` raises); a lease that
         was not completed is never retried here."""

@@ -64,7 +64,7 @@ class RemoteWorker:
     """Pulls and runs items of the registry's job types until stopped.
 
     A handler's slot is free again as soon as it returns: successful items are completed
-    by a completer thread, together (``POST /v1/completions``, one transaction on the
+    by a completer thread, together (``POST /v1/completions``, one commit per zone on the
     server), while the next items are leased and run; their leases are kept extended
     until the completion is in."""
 

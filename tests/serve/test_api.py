@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from quickzones.client import Quick
 from quickzones.errors import LeaseLost
-from quickzones.serve import TokenStore, create_app
 from quickzones.serve.client import RemoteError, RemoteLease, RemoteQuick
 
-from .conftest import Served, ServerThread
+from .conftest import Served
 
 
 def _client(served: Served, token: str) -> RemoteQuick:
@@ -363,48 +359,3 @@ def test_async_client_complete_many(served: Served) -> None:
 
     assert asyncio.run(main()) == [None, None]
     assert served.q.run_until_idle() == 0
-
-
-class _CountingZones:
-    """A Quick's zone store that counts the transactions completions take."""
-
-    def __init__(self, zones: Any) -> None:
-        self._zones = zones
-        self.completion_transactions = 0
-
-    def complete_many(self, *args: Any, **kwargs: Any) -> Any:
-        self.completion_transactions += 1
-        return self._zones.complete_many(*args, **kwargs)
-
-    def complete_zones(self, *args: Any, **kwargs: Any) -> Any:
-        self.completion_transactions += 1
-        return self._zones.complete_zones(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._zones, name)
-
-
-def test_completions_of_many_zones_commit_once(tmp_path: Path) -> None:
-    """A user's complaint: a remote worker's batch of small tenants' items cost the server
-    one commit per tenant, where the in-process consumer commits such a batch once."""
-    q = Quick.open(f"sqlite:///{tmp_path / 'q.db'}")
-    zones = _CountingZones(q.items)
-    q.items = zones  # type: ignore[misc]
-    token = TokenStore(q.kv, q.keys, q.clock).create("a", ["produce", "consume"])[0]
-    try:
-        with (
-            ServerThread(create_app(q, dashboard=False)) as server,
-            RemoteQuick(server.url, token) as rq,
-        ):
-            for n in range(20):
-                rq.enqueue("job", n, app="a", tenant=f"t{n}")
-            got: list[RemoteLease] = []
-            deadline = time.monotonic() + 30
-            while len(got) < 20 and time.monotonic() < deadline:
-                got += rq.lease(max_items=20 - len(got), wait_s=1, app="a")
-            assert len(got) == 20
-            assert rq.complete_many(got) == [None] * 20
-        assert zones.completion_transactions == 1
-        assert q.run_until_idle() == 0
-    finally:
-        q.close()
