@@ -78,7 +78,7 @@ class RemoteWorker:
         wait_s: float = 5.0,
         app: str | None = None,
         fill_s: float | None = 0.005,
-        complete_linger_s: float = 0.05,
+        complete_linger_s: float = 0.01,
     ) -> None:
         self.registry = registry
         self.client = client

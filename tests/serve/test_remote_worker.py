@@ -158,29 +158,3 @@ def test_remote_worker_completes_finished_items_together(served: Served) -> None
     assert transport.paths.count("/v1/completions") == 1
     assert not any(p.endswith("/complete") for p in transport.paths)
     assert served.q.run_until_idle() == 0
-
-
-def test_remote_worker_completes_items_finishing_tens_of_ms_apart_together(
-    served: Served,
-) -> None:
-    """A user's complaint: items finishing 10-30 ms apart each got a POST /v1/completions
-    of their own, the one server process spent its time on completions, and pickup
-    latency grew. By default, items finishing within 50 ms of the first are completed
-    together."""
-    handlers = Quick.open("memory://")
-
-    @handlers.job("ok")
-    def ok(payload: Any, ctx: Any) -> None:
-        time.sleep(payload / 1000)
-
-    served.q.enqueue_many("ok", [0, 12, 24], app="a", tenant="t")
-    transport = _CountingTransport()
-    try:
-        with RemoteQuick(served.url, served.a_all, transport=transport) as client:
-            worker = RemoteWorker(handlers.registry, client, workers=3, lease_s=30)
-            worker.run_forever(idle_exit=True)
-            worker.close()
-    finally:
-        handlers.close()
-    assert worker.stats.completed == 3
-    assert transport.paths.count("/v1/completions") == 1, transport.paths
