@@ -1,12 +1,14 @@
 """Where a small tenant's pickup time goes with remote pull consumers (bench.serve_pull's
 fairness phase only): enqueue -> dequeue (waiting for a lease's scan to choose the zone,
-and the dequeue transaction) and dequeue -> handler start (the rest of that lease call,
-the response, the worker's dispatch), with each process's CPU share while it runs.
+and the dequeue transaction) and dequeue -> handler start, itself split at the moment the
+worker's lease call returns (the rest of that call and the response; then the worker's
+dispatch), with each process's CPU share while it runs.
 
 The dequeue time is the lease's expiry minus the lease length (the time the dequeue
 transaction read its clock). Run it under the bench lock:
 
     flock /work/bench.lock python -m bench.serve_pickup_split [--noisy 3000] [--seconds 10]
+        [--fill-s 0.005] [--complete-linger-s 0.01]
 """
 
 from __future__ import annotations
@@ -30,19 +32,35 @@ from quickzones.serve.worker import RemoteWorker
 LEASE_S = 30
 
 
-def _consumer(url: str, token: str, seconds: float, out: Any, ready: Any) -> None:
+def _consumer(
+    url: str, token: str, seconds: float, out: Any, ready: Any, options: dict[str, float]
+) -> None:
     ready.wait()
     handlers = Quick.open("memory://")
-    seen: list[tuple[str, int, int, float]] = []
+    seen: list[tuple[str, int, int, float, float]] = []
+    received: dict[str, float] = {}  # item id: when its lease call returned
 
     @handlers.job("work")
     def work(payload: Any, ctx: Any) -> None:
         now = time.time() * 1000
         dequeued = ctx.item.vesting_ms - LEASE_S * 1000
-        seen.append((ctx.tenant, ctx.item.enqueued_ms, dequeued, now))
+        got = received.pop(ctx.item.item_id, now)
+        seen.append((ctx.tenant, ctx.item.enqueued_ms, dequeued, got, now))
 
     with RemoteQuick(url, token) as client:
-        worker = RemoteWorker(handlers.registry, client, workers=8, lease_s=LEASE_S, wait_s=1)
+        leasing = client.lease
+
+        def lease(*args: Any, **kwargs: Any) -> Any:
+            out = leasing(*args, **kwargs)
+            now = time.time() * 1000
+            for x in out:
+                received[x.item_id] = now
+            return out
+
+        client.lease = lease  # type: ignore[method-assign]
+        worker = RemoteWorker(
+            handlers.registry, client, workers=8, lease_s=LEASE_S, wait_s=1, **options
+        )
         threading.Timer(seconds, worker.request_stop).start()
         out.put("started")
         worker.run_forever()
@@ -68,7 +86,16 @@ def main() -> None:
     ap.add_argument("--noisy", type=int, default=3000)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--consumers", type=int, default=4)
+    ap.add_argument("--fill-s", type=float, default=None, help="RemoteWorker(fill_s=...)")
+    ap.add_argument(
+        "--complete-linger-s", type=float, default=None, help="RemoteWorker(complete_linger_s=)"
+    )
     args = ap.parse_args()
+    options = {
+        name: value
+        for name, value in (("fill_s", args.fill_s), ("complete_linger_s", args.complete_linger_s))
+        if value is not None
+    }
     with tempfile.TemporaryDirectory() as tmp:
         store = f"sqlite:///{Path(tmp) / 'bench.db'}"
         q = Quick.open(store)
@@ -80,7 +107,9 @@ def main() -> None:
             out: Any = ctx.Queue()
             ready: Any = ctx.Event()
             procs = [
-                ctx.Process(target=_consumer, args=(url, token, args.seconds + 3, out, ready))
+                ctx.Process(
+                    target=_consumer, args=(url, token, args.seconds + 3, out, ready, options)
+                )
                 for _ in range(args.consumers)
             ]
             for p in procs:
@@ -96,7 +125,7 @@ def main() -> None:
             sp._trickle(q, args.seconds, 1.0, threading.Event())
             elapsed = time.time() - t0 / 1000
             after = {k: _cpu_s(pid) for k, pid in pids.items()}
-            seen: list[tuple[str, int, int, float]] = []
+            seen: list[tuple[str, int, int, float, float]] = []
             for _ in procs:
                 seen.extend(out.get(timeout=args.seconds + 60))
             for p in procs:
@@ -108,14 +137,16 @@ def main() -> None:
     share = {k: round((after[k] - before[k]) / elapsed, 2) for k in pids}
     print("CPU (cores) while small tenants enqueue:", share)
     small = [s for s in seen if s[0].startswith("small")]
-    noisy_done = max((s[3] for s in seen if not s[0].startswith("small")), default=t0) - t0
+    noisy_done = max((s[4] for s in seen if not s[0].startswith("small")), default=t0) - t0
     print(f"noisy backlog drained {noisy_done:.0f} ms after the small tenants began")
-    print("pickup           ", _stats([s[3] - s[1] for s in small]))
+    print("pickup           ", _stats([s[4] - s[1] for s in small]))
     print("enqueue->dequeue ", _stats([s[2] - s[1] for s in small]))
-    print("dequeue->handler ", _stats([s[3] - s[2] for s in small]))
+    print("dequeue->handler ", _stats([s[4] - s[2] for s in small]))
+    print("  dequeue->lease call returned", _stats([s[3] - s[2] for s in small]))
+    print("  returned->handler           ", _stats([s[4] - s[3] for s in small]))
     idle = [s for s in small if s[1] - t0 >= noisy_done]
     if idle:
-        print("pickup, backlog drained", _stats([s[3] - s[1] for s in idle]))
+        print("pickup, backlog drained", _stats([s[4] - s[1] for s in idle]))
 
 
 if __name__ == "__main__":

@@ -13,8 +13,10 @@ import threading
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+import anyio.to_thread
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
 
 from quickzones import admin
 from quickzones.client import Quick
@@ -58,10 +60,15 @@ def state_of(request: Request) -> ServeState:
     return state
 
 
-def authenticate(request: Request, creds: HTTPAuthorizationCredentials | None) -> TokenInfo:
+async def authenticate(request: Request, creds: HTTPAuthorizationCredentials | None) -> TokenInfo:
+    """The caller's token: from the token cache on the event loop, else checked against
+    the store on a worker thread."""
     if creds is None:
         raise ApiError(401, "unauthenticated", "send Authorization: Bearer <token>")
-    info = state_of(request).tokens.check(creds.credentials)
+    tokens = state_of(request).tokens
+    info = tokens.cached(creds.credentials)
+    if info is None:
+        info = await anyio.to_thread.run_sync(tokens.check, creds.credentials)
     if info is None:
         raise ApiError(401, "invalid_token", "the token is unknown or was revoked")
     return info
@@ -73,8 +80,9 @@ class Role:
     def __init__(self, role: str) -> None:
         self.role = role
 
-    def __call__(self, request: Request, creds: _Creds) -> TokenInfo:
-        info = authenticate(request, creds)
+    async def __call__(self, request: Request, creds: _Creds) -> TokenInfo:
+        # A coroutine, so a cached token costs the request no trip to the thread pool.
+        info = await authenticate(request, creds)
         if not info.has_role(self.role):
             raise ApiError(403, "forbidden_role", f"this token lacks the {self.role!r} role")
         return info
@@ -184,8 +192,14 @@ def _body(payload: m._Payload) -> Any:
 # --- pull consumers --------------------------------------------------------------------
 
 
-@router.post("/leases", tags=["consume"])
-def lease(body: m.LeaseRequest, request: Request, who: Consumer) -> m.LeaseResponse:
+def _json(body: BaseModel) -> Response:
+    """``body`` as the response, serialized where it is made (FastAPI would validate a
+    returned model again, on another trip to the thread pool)."""
+    return Response(body.model_dump_json(), media_type="application/json")
+
+
+@router.post("/leases", tags=["consume"], response_model=m.LeaseResponse)
+async def lease(body: m.LeaseRequest, request: Request, who: Consumer) -> Response:
     """Lease up to ``max_items`` vested items, waiting up to ``wait_s`` for the first."""
     state = state_of(request)
     app = body.app if body.app is not None else who.app
@@ -198,10 +212,15 @@ def lease(body: m.LeaseRequest, request: Request, who: Consumer) -> m.LeaseRespo
     types = None
     if body.job_types is not None:
         types = frozenset(check_job_type(t) for t in body.job_types)
-    got = state.leaser.lease(
-        scope, body.max_items, body.lease_s, body.wait_s, types, state.stopping, body.fill_s
-    )
-    return m.LeaseResponse(items=[m.leased_item(x.zone, x.item) for x in got])
+
+    def leased() -> Response:
+        # The long poll, and the response's serialization, on one worker thread.
+        got = state.leaser.lease(
+            scope, body.max_items, body.lease_s, body.wait_s, types, state.stopping, body.fill_s
+        )
+        return _json(m.LeaseResponse(items=[m.leased_item(x.zone, x.item) for x in got]))
+
+    return await anyio.to_thread.run_sync(leased)
 
 
 _ITEM = "/apps/{app}/tenants/{tenant}/items/{item_id}"
@@ -239,8 +258,8 @@ def complete(
     return Response(status_code=204)
 
 
-@router.post("/completions", tags=["consume"])
-def complete_many(body: m.CompleteManyRequest, request: Request, who: Consumer) -> m.CompletedMany:
+@router.post("/completions", tags=["consume"], response_model=m.CompletedMany)
+def complete_many(body: m.CompleteManyRequest, request: Request, who: Consumer) -> Response:
     """Complete several leased items in one request, with one commit per zone: each
     item's outcome is reported (``lease_lost``, ``item_gone``), none fails the rest. The
     token must allow every item's app; an item given twice is refused (400)."""
@@ -269,11 +288,13 @@ def complete_many(body: m.CompleteManyRequest, request: Request, who: Consumer) 
                 outcomes[n] = "item_gone"
             elif err is not None:
                 outcomes[n] = "corrupt"
-    return m.CompletedMany(
-        results=[
-            m.CompletionOutcome(app=c.app, tenant=c.tenant, item_id=c.item_id, outcome=o)
-            for c, o in zip(body.items, outcomes, strict=True)
-        ]
+    return _json(
+        m.CompletedMany(
+            results=[
+                m.CompletionOutcome(app=c.app, tenant=c.tenant, item_id=c.item_id, outcome=o)
+                for c, o in zip(body.items, outcomes, strict=True)
+            ]
+        )
     )
 
 

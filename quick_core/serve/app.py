@@ -39,6 +39,9 @@ from quickzones.serve.tokens import TokenStore
 log = logging.getLogger("quick.serve")
 
 DEFAULT_MAX_BODY = 4 * 1024 * 1024  # bytes of one request body
+# How long the server admits a token it checked without reading the store again: a
+# revocation by another process (``quick tokens revoke``) takes effect within this.
+TOKEN_CACHE_S = 1.0
 
 
 def _problem(status: int, error: str, detail: str, item_id: str | None = None) -> JSONResponse:
@@ -129,7 +132,7 @@ def create_app(
     stopping = threading.Event()
     state = ServeState(
         q=q,
-        tokens=tokens or TokenStore(q.kv, q.keys, q.clock),
+        tokens=tokens or TokenStore(q.kv, q.keys, q.clock, cache_s=TOKEN_CACHE_S),
         leaser=PullLeaser(q, pull),
         stopping=stopping,
     )

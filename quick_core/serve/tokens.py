@@ -6,6 +6,11 @@ A token reads ``qz_<token_id>_<secret>``. The store keeps, under
 roles, label and creation time; never the token. The secret has 256 bits from
 ``secrets``, so a plain hash is enough (no password stretching is needed for a value
 nobody chose), and the check compares digests with :func:`hmac.compare_digest`.
+
+A server's :class:`TokenStore` keeps each valid token's record for ``cache_s`` seconds
+(keyed by the token's digest), so a busy consumer's requests do not each read the store;
+a revocation by another process (``quick tokens revoke``) takes effect within that time,
+one through the same store at once.
 """
 
 from __future__ import annotations
@@ -14,9 +19,12 @@ import hashlib
 import hmac
 import json
 import secrets
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from quickzones.clock import Clock, now_ms
+from quickzones.clock import Clock, ElapsedClock, now_ms
 from quickzones.errors import InvalidArgument, QuickError
 from quickzones.keys import KeySpace
 from quickzones.kv import KVStore, KVTransaction, run
@@ -26,6 +34,7 @@ ROLES = ("produce", "consume", "admin")
 ALL_APPS = "*"
 _PREFIX = "qz_"
 _META = "serve-token"
+_CACHED_MAX = 10_000  # tokens a cache keeps (then starts over)
 
 
 class TokenNotFound(QuickError, LookupError):
@@ -67,12 +76,22 @@ def _digest(token: str) -> str:
 
 
 class TokenStore:
-    """Create, list, revoke and check tokens kept in a quick store's KV."""
+    """Create, list, revoke and check tokens kept in a quick store's KV.
 
-    def __init__(self, kv: KVStore, keys: KeySpace, clock: Clock) -> None:
+    With ``cache_s`` > 0, :meth:`check` admits a token it found valid within the last
+    ``cache_s`` seconds without reading the store again (a revocation elsewhere takes
+    effect within ``cache_s``); unknown and wrong tokens are never cached."""
+
+    def __init__(self, kv: KVStore, keys: KeySpace, clock: Clock, *, cache_s: float = 0.0) -> None:
         self.kv = kv
         self.keys = keys
         self.clock = clock
+        self.cache_s = cache_s
+        self._elapsed: Callable[[], float] = (
+            clock.monotonic if isinstance(clock, ElapsedClock) else time.monotonic
+        )
+        self._cache: dict[str, tuple[float, TokenInfo]] = {}  # digest: (until, info)
+        self._cache_lock = threading.Lock()
 
     def create(
         self, app: str, roles: list[str] | tuple[str, ...], *, label: str = ""
@@ -120,9 +139,33 @@ class TokenStore:
             tr.clear(key)
 
         run(self.kv, remove)
+        with self._cache_lock:
+            for digest, (_, info) in list(self._cache.items()):
+                if info.token_id == token_id:
+                    del self._cache[digest]
+
+    def cached(self, token: str) -> TokenInfo | None:
+        """The token's record if :meth:`check` admitted it within ``cache_s``; None
+        otherwise (not known to be valid: call :meth:`check`). Reads no store."""
+        if self.cache_s <= 0 or len(token) > 200:
+            return None
+        digest = _digest(token)
+        with self._cache_lock:
+            hit = self._cache.get(digest)
+        if hit is None:
+            return None
+        if self._elapsed() >= hit[0]:
+            with self._cache_lock:
+                self._cache.pop(digest, None)
+            return None
+        return hit[1]
 
     def check(self, token: str) -> TokenInfo | None:
-        """The token's stored record if ``token`` is one of ours and not revoked."""
+        """The token's stored record if ``token`` is one of ours and not revoked (or, with
+        ``cache_s``, was not within the last ``cache_s`` seconds)."""
+        hit = self.cached(token)
+        if hit is not None:
+            return hit
         if not token.startswith(_PREFIX) or len(token) > 200:
             return None
         token_id, sep, _secret = token[len(_PREFIX) :].partition("_")
@@ -135,9 +178,16 @@ class TokenStore:
             hmac.compare_digest(_digest(token), "0" * 64)
             return None
         record = json.loads(raw)
-        if not hmac.compare_digest(_digest(token), str(record.get("sha256", ""))):
+        digest = _digest(token)
+        if not hmac.compare_digest(digest, str(record.get("sha256", ""))):
             return None
-        return _info(token_id, record)
+        info = _info(token_id, record)
+        if self.cache_s > 0:
+            with self._cache_lock:
+                if len(self._cache) >= _CACHED_MAX:
+                    self._cache.clear()
+                self._cache[digest] = (self._elapsed() + self.cache_s, info)
+        return info
 
 
 def _info(token_id: str, record: dict[str, object]) -> TokenInfo:

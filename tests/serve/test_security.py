@@ -16,9 +16,11 @@ import httpx
 import pytest
 
 from quickzones.client import Quick
+from quickzones.clock import ManualClock
 from quickzones.errors import InvalidArgument
 from quickzones.provision.ports import free_port
 from quickzones.serve import TokenStore
+from quickzones.serve.app import TOKEN_CACHE_S
 
 from .conftest import Served
 
@@ -68,11 +70,64 @@ def test_missing_role_is_403(served: Served) -> None:
     assert r.status_code == 403
 
 
-def test_revoked_token_is_401(served: Served) -> None:
+def _refused_within(served: Served, token: str, seconds: float) -> float:
+    """Seconds until a request with ``token`` is 401 (failing past ``seconds``)."""
+    start = time.monotonic()
+    while True:
+        status = _post(served, ENQUEUE.format(app="a"), token, {"job_type": "j"}).status_code
+        elapsed = time.monotonic() - start
+        if status == 401:
+            return elapsed
+        assert status == 201 and elapsed < seconds, (status, elapsed)
+        time.sleep(0.05)
+
+
+def test_revoked_token_is_401_within_the_cache_ttl(served: Served) -> None:
+    # The server checks a token against the store at most once per TOKEN_CACHE_S (a
+    # revocation by another process, as this TokenStore is, takes effect within that).
     token, info = served.tokens.create("a", ["produce"])
     assert _post(served, ENQUEUE.format(app="a"), token, {"job_type": "j"}).status_code == 201
     served.tokens.revoke(info.token_id)
-    assert _post(served, ENQUEUE.format(app="a"), token, {"job_type": "j"}).status_code == 401
+    _refused_within(served, token, TOKEN_CACHE_S + 0.5)
+
+
+def test_a_token_is_read_from_the_store_once_per_ttl() -> None:
+    # A user's complaint: every request of a busy pull consumer re-reads its token.
+    clock = ManualClock()
+    q = Quick.open("memory://", clock=clock)
+    try:
+        tokens = TokenStore(q.kv, q.keys, q.clock, cache_s=1.0)
+        token, info = tokens.create("a", ["consume"])
+        other, _ = tokens.create("a", ["consume"])
+        assert tokens.check(token) == info
+        assert tokens.cached(token) == info
+        # Revoked behind its back (another process): still admitted until the TTL ends.
+        TokenStore(q.kv, q.keys, q.clock).revoke(info.token_id)
+        clock.advance(0.9)
+        assert tokens.check(token) == info
+        clock.advance(0.2)
+        assert tokens.cached(token) is None and tokens.check(token) is None
+        # A wrong secret with a cached token's id is never admitted from the cache.
+        assert tokens.check(other) is not None
+        assert tokens.check(other[:-1] + ("A" if other[-1] != "A" else "B")) is None
+        # Revoked through the same store: refused at once.
+        assert tokens.check(other) is not None
+        tokens.revoke(other.split("_")[1])
+        assert tokens.check(other) is None
+    finally:
+        q.close()
+
+
+def test_tokens_are_not_cached_unless_asked() -> None:
+    q = Quick.open("memory://")
+    try:
+        tokens = TokenStore(q.kv, q.keys, q.clock)
+        token, info = tokens.create("a", ["consume"])
+        assert tokens.check(token) == info
+        TokenStore(q.kv, q.keys, q.clock).revoke(info.token_id)
+        assert tokens.check(token) is None
+    finally:
+        q.close()
 
 
 def test_tokens_are_stored_hashed(tmp_path: Path) -> None:
@@ -155,7 +210,12 @@ def test_cli_tokens_and_serve_in_a_real_process(tmp_path: Path) -> None:
         assert r.status_code == 201
         revoked = _quick("tokens", "revoke", created["token_id"], env_store=store)
         assert revoked.returncode == 0, revoked.stderr
-        r = httpx.post(url + "/v1/apps/a/tenants/t/items", json={"job_type": "j"}, headers=h)
+        deadline = time.monotonic() + TOKEN_CACHE_S + 0.5  # the server's token cache
+        while True:
+            r = httpx.post(url + "/v1/apps/a/tenants/t/items", json={"job_type": "j"}, headers=h)
+            if r.status_code == 401 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         assert r.status_code == 401
         # Bound to loopback only: the port is not open on another local address.
         listening = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True,
