@@ -64,7 +64,7 @@ def _remote_consumer(url: str, token: str, seconds: float, out: Any, ready: Any)
     out.put(seen)
 
 
-def _serve(store: str) -> tuple[subprocess.Popen[bytes], str]:
+def _serve(store: str, visits: str = "three") -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -79,6 +79,7 @@ def _serve(store: str) -> tuple[subprocess.Popen[bytes], str]:
             "--log-level",
             "warning",
             "--no-dashboard",
+            f"--{visits}-transaction-visits",
         ],
     )
     url = f"http://127.0.0.1:{port}"
@@ -182,7 +183,13 @@ def run_local(store: str, args: argparse.Namespace) -> dict[str, Any]:
 
     try:
         _noisy(q, args.noisy)
-        consumer = q.consumer(ConsumerConfig(workers=8 * args.consumers, managers=4))
+        consumer = q.consumer(
+            ConsumerConfig(
+                workers=8 * args.consumers,
+                managers=4,
+                one_transaction_visits=args.visits == "one",
+            )
+        )
         consumer.start()
         started = time.monotonic()
         stop = threading.Event()
@@ -229,7 +236,13 @@ def drain_local(store: str, args: argparse.Namespace) -> dict[str, Any]:
 
     try:
         _backlog(q, args.backlog)
-        consumer = q.consumer(ConsumerConfig(workers=8 * args.consumers, managers=4))
+        consumer = q.consumer(
+            ConsumerConfig(
+                workers=8 * args.consumers,
+                managers=4,
+                one_transaction_visits=args.visits == "one",
+            )
+        )
         started = time.monotonic()
         consumer.start()
         while not _drained(q):
@@ -279,6 +292,13 @@ def main() -> None:
     ap.add_argument("--consumers", type=int, default=4)
     ap.add_argument("--rate", type=float, default=100.0)
     ap.add_argument("--backlog", type=int, default=4000)
+    ap.add_argument(
+        "--visits",
+        choices=("three", "one"),
+        default="three",
+        help="zone visits of the server and the in-process consumer: the paper's three "
+        "transactions or one",
+    )
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     results: dict[str, Any] = {
@@ -290,7 +310,7 @@ def main() -> None:
         q = Quick.open(store)
         token = TokenStore(q.kv, q.keys, q.clock).create("*", ["produce", "consume"])[0]
         q.close()
-        server, url = _serve(store)
+        server, url = _serve(store, args.visits)
         try:
             results["remote"] = run_remote(store, token, url, args)
             results["in_process"] = run_local(store, args)

@@ -41,6 +41,13 @@ def _tokens(q: Quick) -> TokenStore:
 )
 @click.option("--no-dashboard", "no_dashboard", is_flag=True, help="Serve the API only.")
 @click.option(
+    "--one-transaction-visits/--three-transaction-visits",
+    default=False,
+    show_default=True,
+    help="Pull consumers' zone visits: pointer lease, dequeue and requeue in one commit, "
+    "or the paper's three (as quick worker's option of that name).",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -48,12 +55,19 @@ def _tokens(q: Quick) -> TokenStore:
 )
 @friendly
 def serve_cmd(
-    store: str, host: str, port: int, max_body: int, no_dashboard: bool, log_level: str
+    store: str,
+    host: str,
+    port: int,
+    max_body: int,
+    no_dashboard: bool,
+    one_transaction_visits: bool,
+    log_level: str,
 ) -> None:
     """Serve the HTTP API (/v1, OpenAPI at /docs) and the dashboard (/) over a store."""
     import uvicorn
 
     from quickzones.serve.app import create_app
+    from quickzones.serve.pull import PullConfig
 
     q = Quick.open(store, create=False)
     try:
@@ -69,7 +83,12 @@ def serve_cmd(
                 "in front of it (tokens travel in every request)",
                 err=True,
             )
-        app = create_app(q, max_body=max_body, dashboard=not no_dashboard)
+        app = create_app(
+            q,
+            max_body=max_body,
+            dashboard=not no_dashboard,
+            pull=PullConfig(one_transaction_visits=one_transaction_visits),
+        )
         uvicorn.run(app, host=host, port=port, log_level=log_level, server_header=False)
     finally:
         q.close()

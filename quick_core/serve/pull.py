@@ -27,7 +27,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from quickzones.changes import watcher_for
 from quickzones.clock import now_ms
@@ -36,6 +36,7 @@ from quickzones.keys import LOCAL_APP
 from quickzones.kv import KVTransaction, run
 from quickzones.records import WorkItem, ZoneId, decode_pointer
 from quickzones.toplevel import PointerRef
+from quickzones.zonestore import VisitTransactions
 
 if TYPE_CHECKING:
     from quickzones.client import Quick
@@ -55,6 +56,9 @@ class PullConfig:
     # an enqueue through this server, or (SQLite) a commit by another process, wakes it.
     poll_s: float = 0.02
     poll_max_s: float = 0.02
+    # As ConsumerConfig.one_transaction_visits: a visit's pointer lease, dequeue and
+    # requeue commit once where the zones live in the pointers' store.
+    one_transaction_visits: bool = False
 
 
 _ZONES_REMEMBERED = 100_000  # pointer ids whose zone a leaser keeps (then starts over)
@@ -172,12 +176,6 @@ class PullLeaser:
         cfg = self.config
         top = self.q.toplevel
         zones = self.q.items
-        try:
-            pointer = top.obtain_pointer_lease(ref, int(cfg.pointer_lease_s * 1000))
-        except ZoneLeaseFailed:
-            return None  # another consumer took it, or it moved
-        zone = pointer.zone
-        items: list[WorkItem] = []
         room = min(room, cfg.dequeue_max)
         window = room
         if accept is not None:
@@ -197,6 +195,14 @@ class PullLeaser:
                 return True
 
             accept = accept_room
+        if cfg.one_transaction_visits and zones.capabilities.one_transaction_visits:
+            return self._visit_in_one_transaction(ref, window, lease_ms, accept)
+        try:
+            pointer = top.obtain_pointer_lease(ref, int(cfg.pointer_lease_s * 1000))
+        except ZoneLeaseFailed:
+            return None  # another consumer took it, or it moved
+        zone = pointer.zone
+        items: list[WorkItem] = []
         try:
             items, _corrupt = zones.dequeue(zone, window, lease_ms, accept=accept)
         except StorageError:
@@ -212,6 +218,38 @@ class PullLeaser:
         except StorageError:
             pass  # the pointer lease lapses and the pointer vests again
         return [Leased(zone, item) for item in items]
+
+    def _visit_in_one_transaction(
+        self,
+        ref: PointerRef,
+        window: int,
+        lease_ms: int,
+        accept: Callable[[WorkItem], bool] | None,
+    ) -> list[Leased] | None:
+        """The same visit committed once (``one_transaction_visits``); None if the pointer
+        could not be leased or the visit failed (nothing was committed)."""
+        cfg = self.config
+        top = self.q.toplevel
+        zones = cast(VisitTransactions, self.q.items)
+
+        def visit(tr: KVTransaction) -> list[Leased]:
+            pointer = top.lease_pointer(ref, int(cfg.pointer_lease_s * 1000), tr=tr)
+            zone = pointer.zone
+            items, _corrupt = zones.dequeue(zone, window, lease_ms, accept=accept, tr=tr)
+            top.requeue_pointer(
+                pointer,
+                lambda t: self.q.items.min_vesting_ms(zone, tr=t),
+                lambda t: self.q.items.zone_is_empty(t, zone),
+                min_inactive_ms=int(cfg.min_inactive_s * 1000),
+                active=bool(items),
+                tr=tr,
+            )
+            return [Leased(zone, item) for item in items]
+
+        try:
+            return run(top.kv, visit)
+        except (ZoneLeaseFailed, StorageError):
+            return None  # another consumer took it, it moved, or the store failed
 
     def lease_once(
         self,

@@ -65,17 +65,25 @@ class Served:
 
 
 @pytest.fixture(
-    params=["memory", "sqlite", *([pytest.param("fdb", marks=pytest.mark.fdb)] if HAVE_FDB else [])]
+    params=[
+        "memory",
+        "sqlite",
+        # The pull path with one-transaction visits (PullConfig.one_transaction_visits).
+        "sqlite-one-transaction",
+        *([pytest.param("fdb", marks=pytest.mark.fdb)] if HAVE_FDB else []),
+    ]
 )
 def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
-    q = Quick.open(store_url(request.param, tmp_path))
+    backend, _, visits = request.param.partition("-")
+    q = Quick.open(store_url(backend, tmp_path))
     tokens = TokenStore(q.kv, q.keys, q.clock)
     roles = ["produce", "consume", "admin"]
     a_all = tokens.create("a", roles)[0]
     a_produce = tokens.create("a", ["produce"])[0]
     b_all = tokens.create("b", roles)[0]
     operator = tokens.create("*", roles)[0]
-    app = create_app(q, pull=PullConfig(min_inactive_s=0.5), max_body=64 * 1024)
+    pull = PullConfig(min_inactive_s=0.5, one_transaction_visits=visits == "one-transaction")
+    app = create_app(q, pull=pull, max_body=64 * 1024)
     try:
         with ServerThread(app) as server:
             yield Served(q, server.url, tokens, a_all, a_produce, b_all, operator)
