@@ -334,6 +334,35 @@ OWN_STORE: Any = _OwnStore()
 the method runs in a transaction of its own on ``self.kv``."""
 
 
+class _Uncommitted:
+    """The result of :func:`attempt_once` when its one attempt failed retryably."""
+
+
+UNCOMMITTED = _Uncommitted()
+
+
+def attempt_once(db: KVStore, fn: Callable[[KVTransaction], T]) -> T | _Uncommitted:
+    """Run ``fn(tr)`` in one transaction of ``db`` and commit it, with no retry: a
+    retryable error (a conflict, most often) returns :data:`UNCOMMITTED` at once, without
+    the backoff :func:`run` sleeps, so the caller can take another way (a one-transaction
+    visit falls back to the paper's three). A commit_unknown_result may have committed.
+    Other errors, and exceptions ``fn`` raises, propagate; the transaction is reset."""
+    tr = db.create_transaction()
+    committed = False
+    try:
+        result = fn(tr)
+        tr.commit()
+        committed = True
+        return result
+    except KVError as err:
+        if err.retryable:
+            return UNCOMMITTED
+        raise
+    finally:
+        if not committed:
+            tr.reset()  # drops its snapshot (a pooled SQLite connection) now
+
+
 def transactional(fn: Callable[P, T]) -> Callable[P, T]:
     """One spelling per storage operation, like the FoundationDB binding's
     ``@fdb.transactional``: ``fn`` takes its transaction as the keyword-only ``tr``.

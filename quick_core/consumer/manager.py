@@ -25,7 +25,7 @@ from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Work
 from quickzones.consumer_config import ConsumerConfig
 from quickzones.errors import StorageError, ZoneLeaseFailed
-from quickzones.kv import KVTransaction, run
+from quickzones.kv import KVTransaction, _Uncommitted, attempt_once
 from quickzones.limits import Limits
 from quickzones.records import Pointer, WorkItem, ZoneId
 from quickzones.registry import Registry
@@ -223,7 +223,7 @@ class Manager:
         with the lease, and nothing is left leased by a crash mid-visit. None (nothing
         written) when the zone's app has dispatch limits: their slots and grants are taken
         outside any transaction, between the lease and the dequeue, so that visit takes the
-        three transactions."""
+        three transactions, as does a visit whose commit conflicts."""
         cfg = self.config
         zones = cast(VisitTransactions, cluster.zones)
         lease_ms = int(cfg.pointer_lease_s * 1000)
@@ -252,7 +252,14 @@ class Manager:
 
         items: list[WorkItem] = []
         try:
-            pointer, items, corrupt, outcome = run(cluster.toplevel.kv, visit)
+            done = attempt_once(cluster.toplevel.kv, visit)
+            if isinstance(done, _Uncommitted):
+                # A conflict (another consumer's visit, an enqueue into the zone): no
+                # backoff, the paper's three transactions at once, whose small pointer
+                # lease loses quickly to the other visit or wins.
+                self.emit("one_transaction_visit_conflict")
+                return None
+            pointer, items, corrupt, outcome = done
         except _LimitedApp:
             return None
         except ZoneLeaseFailed as err:

@@ -33,7 +33,7 @@ from quickzones.changes import watcher_for
 from quickzones.clock import now_ms
 from quickzones.errors import StorageError, ZoneLeaseFailed
 from quickzones.keys import LOCAL_APP
-from quickzones.kv import KVTransaction, run
+from quickzones.kv import KVTransaction, _Uncommitted, attempt_once, run
 from quickzones.records import WorkItem, ZoneId, decode_pointer
 from quickzones.toplevel import PointerRef
 from quickzones.zonestore import VisitTransactions
@@ -174,7 +174,6 @@ class PullLeaser:
         """The items leased in the zone; None if its pointer could not be leased (nothing
         was committed)."""
         cfg = self.config
-        top = self.q.toplevel
         zones = self.q.items
         room = min(room, cfg.dequeue_max)
         window = room
@@ -197,6 +196,19 @@ class PullLeaser:
             accept = accept_room
         if cfg.one_transaction_visits and zones.capabilities.one_transaction_visits:
             return self._visit_in_one_transaction(ref, window, lease_ms, accept)
+        return self._visit_in_three_transactions(ref, window, lease_ms, accept)
+
+    def _visit_in_three_transactions(
+        self,
+        ref: PointerRef,
+        window: int,
+        lease_ms: int,
+        accept: Callable[[WorkItem], bool] | None,
+    ) -> list[Leased] | None:
+        """Pointer lease, dequeue, requeue: paper Algorithm 2's three transactions."""
+        cfg = self.config
+        top = self.q.toplevel
+        zones = self.q.items
         try:
             pointer = top.obtain_pointer_lease(ref, int(cfg.pointer_lease_s * 1000))
         except ZoneLeaseFailed:
@@ -247,9 +259,12 @@ class PullLeaser:
             return [Leased(zone, item) for item in items]
 
         try:
-            return run(top.kv, visit)
+            done = attempt_once(top.kv, visit)
         except (ZoneLeaseFailed, StorageError):
             return None  # another consumer took it, it moved, or the store failed
+        if isinstance(done, _Uncommitted):
+            return self._visit_in_three_transactions(ref, window, lease_ms, accept)
+        return done
 
     def lease_once(
         self,

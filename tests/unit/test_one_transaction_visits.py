@@ -143,3 +143,33 @@ def test_job_type_cap_with_and_without_one_transaction_visits(q: Quick, one: boo
     [ref] = consumer.scan_once()
     assert len(consumer.manager.visit(ref)) == 2
     assert consumer.manager.in_flight.per_type["limited"] == 2
+
+
+def test_a_conflicting_visit_falls_back_to_three_transactions_at_once(q: Quick) -> None:
+    """An enqueue into the zone commits while the visit's transaction is open: its commit
+    conflicts, and instead of a retry after a backoff the visit takes the paper's three
+    transactions straight away and still hands the items out."""
+    q.job("j")(lambda payload, ctx: None)
+    first = q.enqueue("j", 1, app="app", tenant="t1")
+    events: list[str] = []
+    consumer = q.consumer(ONE, observer=lambda event, fields: events.append(event))
+    default_accept = consumer.manager.accept_factory
+    raced: list[str] = []
+
+    def racing_accept(reserved: dict[str, str]) -> Any:
+        inner = default_accept(reserved)
+
+        def accept(item: WorkItem) -> bool:
+            if not raced:
+                raced.append(q.enqueue("j", 2, app="app", tenant="t1"))
+            return inner(item)
+
+        return accept
+
+    consumer.manager.accept_factory = racing_accept
+    [ref] = consumer.scan_once()
+    works = consumer.manager.visit(ref)
+
+    assert "one_transaction_visit_conflict" in events
+    assert {w.item.item_id for w in works} == {first, *raced}
+    assert consumer.in_flight() == 2
