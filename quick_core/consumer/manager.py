@@ -30,6 +30,7 @@ from quickzones.limits import Limits
 from quickzones.records import Pointer, WorkItem, ZoneId
 from quickzones.registry import Registry
 from quickzones.toplevel import PointerRef
+from quickzones.visit_gate import OneTransactionGate
 from quickzones.zonestore import CorruptItem, VisitTransactions
 
 log = logging.getLogger("quick.consumer")
@@ -74,6 +75,7 @@ class Manager:
         # A test hook: the admission predicate factory, injected (default: self.accept).
         self.accept_factory: AcceptFactory = accept or self.accept
         self.share = share  # the scanner's water-filling share of the free capacity
+        self.one_transaction = OneTransactionGate(config.one_transaction_visits)
 
     def visit_size(self) -> int:
         """How many items a visit may take, before the free capacity and the limits."""
@@ -146,7 +148,7 @@ class Manager:
         if room <= 0:
             return []
         cluster = self.clusters[ref.cluster]
-        if self.config.one_transaction_visits and cluster.zones.capabilities.one_transaction_visits:
+        if cluster.zones.capabilities.one_transaction_visits and self.one_transaction.try_one():
             works = self._visit_in_one_transaction(cluster, ref, room, hand_out)
             if works is not None:
                 return works
@@ -257,8 +259,10 @@ class Manager:
                 # A conflict (another consumer's visit, an enqueue into the zone): no
                 # backoff, the paper's three transactions at once, whose small pointer
                 # lease loses quickly to the other visit or wins.
+                self.one_transaction.conflicted()
                 self.emit("one_transaction_visit_conflict")
                 return None
+            self.one_transaction.committed()
             pointer, items, corrupt, outcome = done
         except _LimitedApp:
             return None

@@ -36,6 +36,7 @@ from quickzones.keys import LOCAL_APP
 from quickzones.kv import KVTransaction, _Uncommitted, attempt_once, run
 from quickzones.records import WorkItem, ZoneId, decode_pointer
 from quickzones.toplevel import PointerRef
+from quickzones.visit_gate import OneTransactionGate
 from quickzones.zonestore import VisitTransactions
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ class PullLeaser:
     def __init__(self, q: Quick, config: PullConfig | None = None) -> None:
         self.q = q
         self.config = config or PullConfig()
+        self.one_transaction = OneTransactionGate(self.config.one_transaction_visits)
         self.rng = random.Random()
         self._stats_lock = threading.Lock()
         self.leased_total = 0
@@ -194,7 +196,7 @@ class PullLeaser:
                 return True
 
             accept = accept_room
-        if cfg.one_transaction_visits and zones.capabilities.one_transaction_visits:
+        if zones.capabilities.one_transaction_visits and self.one_transaction.try_one():
             return self._visit_in_one_transaction(ref, window, lease_ms, accept)
         return self._visit_in_three_transactions(ref, window, lease_ms, accept)
 
@@ -263,7 +265,9 @@ class PullLeaser:
         except (ZoneLeaseFailed, StorageError):
             return None  # another consumer took it, it moved, or the store failed
         if isinstance(done, _Uncommitted):
+            self.one_transaction.conflicted()
             return self._visit_in_three_transactions(ref, window, lease_ms, accept)
+        self.one_transaction.committed()
         return done
 
     def lease_once(

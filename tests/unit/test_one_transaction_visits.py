@@ -19,6 +19,7 @@ from quickzones.consumer import ConsumerConfig
 from quickzones.errors import StorageError
 from quickzones.limits import AppLimits
 from quickzones.records import WorkItem, ZoneId
+from quickzones.visit_gate import OneTransactionGate
 
 ONE = ConsumerConfig(in_order=True, dequeue_max=10, one_transaction_visits=True)
 
@@ -173,3 +174,25 @@ def test_a_conflicting_visit_falls_back_to_three_transactions_at_once(q: Quick) 
     assert "one_transaction_visit_conflict" in events
     assert {w.item.item_id for w in works} == {first, *raced}
     assert consumer.in_flight() == 2
+    # Competing for the zone: the next visits take the three transactions.
+    assert not consumer.manager.one_transaction.try_one()
+
+
+def test_the_gate_backs_off_while_conflicts_go_on_and_recovers() -> None:
+    gate = OneTransactionGate(True, first_hold=2, max_hold=8)
+    assert gate.try_one()
+    gate.conflicted()  # three transactions for the next 2 visits
+    assert [gate.try_one() for _ in range(3)] == [False, False, True]
+    gate.conflicted()  # again: 4
+    assert [gate.try_one() for _ in range(5)] == [False] * 4 + [True]
+    for _ in range(3):
+        gate.conflicted()
+        while not gate.try_one():
+            pass
+    gate.conflicted()  # capped at 8
+    assert sum(1 for _ in range(20) if not gate.try_one()) == 8
+    gate.committed()
+    gate.committed()
+    gate.conflicted()  # halved twice: 2
+    assert [gate.try_one() for _ in range(3)] == [False, False, True]
+    assert not OneTransactionGate(False).try_one()
