@@ -73,6 +73,35 @@ def _packed_order(priority: int, vesting_ms: int) -> bytes:
     return _tup(priority, vesting_ms)
 
 
+@functools.lru_cache(maxsize=1024)
+def _shard_part(root: str, cluster: str, shard: int, tag: str) -> bytes:
+    # (root, "c", cluster, shard, tag): every pointer key of a shard starts with one of a
+    # few of these; a visit packs about a dozen pointer keys, at tens of µs each in full.
+    return _tup(root, "c", cluster, shard, tag)
+
+
+def _packed_uint(value: int) -> bytes:
+    # The tuple layer's encoding of one integer: for 0 <= value < 2**63, type code 0x14 plus
+    # its byte length, then its big-endian bytes; anything else goes through fdb.tuple.
+    if 0 <= value < 1 << 63:
+        size = (value.bit_length() + 7) // 8
+        return bytes((0x14 + size,)) + value.to_bytes(size, "big")
+    return _tup(value)
+
+
+def _unpack_uint_and_name(packed: bytes) -> tuple[int, str]:
+    """(int, str) from their packing; the common case (a non-negative int, a name
+    without NUL) by hand, anything else through fdb.tuple."""
+    code = packed[0] if packed else 0
+    if 0x14 <= code <= 0x1C and (code < 0x1C or packed[1] < 0x80):  # below 2**63
+        end = 1 + code - 0x14
+        rest = packed[end:]
+        if len(rest) >= 2 and rest[0] == 0x02 and rest[-1] == 0 and 0 not in rest[1:-1]:
+            return int.from_bytes(packed[1:end], "big"), rest[1:-1].decode("utf-8")
+    value, name = fdbtuple.unpack(packed)
+    return int(value), str(name)
+
+
 _ITEM_TAG = _tup("i")
 _ORDER_TAG = _tup("x")
 _COUNT_TAG = _tup("n")
@@ -196,7 +225,7 @@ class KeySpace:
 
     def pointer_key(self, cluster: str, shard: int, pointer_id: str) -> bytes:
         # (root, "c", cluster, shard, "p", pointer_id)
-        return self._pack("c", cluster, shard, "p", pointer_id)
+        return _shard_part(self.root, cluster, shard, "p") + _packed_id(pointer_id)
 
     def pointers_range(self, cluster: str, shard: int) -> Range:
         return tuple_range(self._pack("c", cluster, shard, "p"))
@@ -205,20 +234,23 @@ class KeySpace:
         self, cluster: str, shard: int, vesting_ms: int, pointer_id: str
     ) -> bytes:
         # (root, "c", cluster, shard, "v", vesting, pointer_id)
-        return self._pack("c", cluster, shard, "v", vesting_ms, pointer_id)
+        return (
+            _shard_part(self.root, cluster, shard, "v")
+            + _packed_uint(vesting_ms)
+            + _packed_id(pointer_id)
+        )
 
     def pointer_vesting_prefix(self, cluster: str, shard: int) -> bytes:
-        return self._pack("c", cluster, shard, "v")
+        return _shard_part(self.root, cluster, shard, "v")
 
     def pointer_vested_range(self, cluster: str, shard: int, now_ms: int) -> Range:
         """Vesting-index entries with vesting <= ``now_ms``."""
         prefix = self.pointer_vesting_prefix(cluster, shard)
-        return prefix + b"\x00", self._pack("c", cluster, shard, "v", now_ms + 1)
+        return prefix + b"\x00", prefix + _packed_uint(now_ms + 1)
 
     def unpack_pointer_vesting_key(self, cluster: str, shard: int, key: bytes) -> tuple[int, str]:
         prefix = self.pointer_vesting_prefix(cluster, shard)
-        vesting, pointer_id = fdbtuple.unpack(key[len(prefix) :])
-        return int(vesting), str(pointer_id)
+        return _unpack_uint_and_name(key[len(prefix) :])
 
     def pointer_index_key(self, cluster: str, shard: int, zone: ZoneId) -> bytes:
         # (root, "c", cluster, shard, "ix", app, tenant)

@@ -59,3 +59,28 @@ def test_fifo_keys_hold_a_tuple_versionstamp(
     template = keys.fifo_key_template(zone, priority, seq, item_id)
     body, offset = template[:-4], int.from_bytes(template[-4:], "little")
     assert body[:offset] + stamp + body[offset + 10 :] == key
+
+
+@given(root=names, cluster=names, shard=ints, pointer_id=names, vesting=ints)
+def test_pointer_keys_are_the_documented_tuples(
+    root: str, cluster: str, shard: int, pointer_id: str, vesting: int
+) -> None:
+    keys = KeySpace(root)
+    base = (root, "c", cluster, shard)
+    assert keys.pointer_key(cluster, shard, pointer_id) == fdbtuple.pack((*base, "p", pointer_id))
+    vesting_key = keys.pointer_vesting_key(cluster, shard, vesting, pointer_id)
+    assert vesting_key == fdbtuple.pack((*base, "v", vesting, pointer_id))
+    assert keys.pointer_vesting_prefix(cluster, shard) == fdbtuple.pack((*base, "v"))
+    assert keys.unpack_pointer_vesting_key(cluster, shard, vesting_key) == (vesting, pointer_id)
+    begin, end = keys.pointer_vested_range(cluster, shard, vesting)
+    assert begin <= vesting_key < end
+    assert keys.pointer_vesting_key(cluster, shard, vesting + 1, pointer_id) >= end
+
+
+def test_pointer_keys_of_real_shapes() -> None:
+    """The hand-packed path: a store-clock millisecond and a hex pointer id."""
+    keys = KeySpace()
+    for vesting in (0, 1, 255, 256, 1_700_000_000_123, 2**63 - 1, 2**64 - 1, -5):
+        key = keys.pointer_vesting_key("default", 3, vesting, "9f3a0c1d2e4b5a69")
+        assert key == fdbtuple.pack(("quick", "c", "default", 3, "v", vesting, "9f3a0c1d2e4b5a69"))
+        assert keys.unpack_pointer_vesting_key("default", 3, key) == (vesting, "9f3a0c1d2e4b5a69")
