@@ -1,6 +1,7 @@
 """How late delayed items start (issue 15 point 5, exact timers).
 
-``python -m bench.delayed_lateness [--items 500] [--runs 3] [--tenants 20] [--out DIR]``
+``python -m bench.delayed_lateness [--items 500] [--runs 3] [--tenants 20] [--out DIR]
+[--visits three|one|both] [--lookahead 0,0.05]``
 
 One ``quick worker`` process (4 worker threads) on a fresh SQLite file; this process
 enqueues ``--items`` items with delays uniform in [0.5, 4] s over ``--tenants`` tenants,
@@ -53,7 +54,9 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-def one_run(items: int, tenants: int, seed: int, visits: str = "three") -> dict[str, Any]:
+def one_run(
+    items: int, tenants: int, seed: int, visits: str = "three", lookahead: str | None = None
+) -> dict[str, Any]:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="quick-lateness-") as tmp:
         store = f"sqlite:///{tmp}/q.db"
@@ -72,6 +75,7 @@ def one_run(items: int, tenants: int, seed: int, visits: str = "three") -> dict[
                 "--workers",
                 "4",
                 f"--{visits}-transaction-visits",
+                *(["--timer-lookahead", lookahead] if lookahead is not None else []),
             ],
             cwd=tmp,
             env=env,
@@ -134,6 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--label", default="", help="a note kept with the results")
     ap.add_argument("--out", default=None, help="results folder (default bench/results/<ts>)")
     ap.add_argument(
+        "--lookahead",
+        default=None,
+        help="comma-separated --timer-lookahead values (seconds) to run side by side, "
+        "e.g. 0,0.05 (default: the worker's default only)",
+    )
+    ap.add_argument(
         "--visits",
         choices=("three", "one", "both"),
         default="three",
@@ -141,14 +151,23 @@ def main(argv: list[str] | None = None) -> int:
         "side (each run alternates which goes first)",
     )
     args = ap.parse_args(argv)
-    modes = ["three", "one"] if args.visits == "both" else [args.visits]
+    visits = ["three", "one"] if args.visits == "both" else [args.visits]
+    lookaheads: list[str | None] = (
+        [v.strip() for v in args.lookahead.split(",")] if args.lookahead else [None]
+    )
+    # A mode: "<visits>" or "<visits>/lookahead=<s>".
+    runs_of = {
+        (v if la is None else f"{v}/lookahead={la}"): (v, la) for v in visits for la in lookaheads
+    }
+    modes = list(runs_of)
     by_mode: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     for n in range(args.runs):
         for mode in modes if n % 2 == 0 else modes[::-1]:
-            result = one_run(args.items, args.tenants, seed=n, visits=mode)
+            v, la = runs_of[mode]
+            result = one_run(args.items, args.tenants, seed=n, visits=v, lookahead=la)
             by_mode[mode].append(result)
             print(
-                f"run {n + 1} ({mode}-transaction visits): started "
+                f"run {n + 1} ({mode}): started "
                 f"{result['started']}/{result['items']}, early "
                 f"{result['early']}, lateness p50 {result['p50_ms']:.2f} ms, p99 "
                 f"{result['p99_ms']:.2f} ms, max {result['max_ms']:.2f} ms; p99 of the "
@@ -174,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         summary = summaries[mode]
         print(
-            f"{mode}-transaction visits, median of {len(runs)}: p50 {summary['p50_ms']:.2f} "
+            f"{mode}, median of {len(runs)}: p50 {summary['p50_ms']:.2f} "
             f"ms, p99 {summary['p99_ms']:.2f} ms, max {summary['max_ms']:.2f} ms, early "
             f"{summary['early']}"
         )

@@ -376,6 +376,15 @@ def _name_list(option: str, text: str | None) -> tuple[str, ...] | None:
     help="Commit a visit's pointer lease, dequeue and pointer requeue together (zones in "
     "the pointers' store; apps with dispatch limits keep three), or as the paper's three.",
 )
+@click.option(
+    "--timer-lookahead",
+    "timer_lookahead_s",
+    type=float,
+    default=_DEFAULTS.timer_lookahead_s,
+    show_default=True,
+    help="Seconds ahead an item due soon is leased and then started on this worker's own "
+    "timer at its vesting time, never before (0: only once vested); at most half the lease.",
+)
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on this port.")  # fmt: skip
 @click.option("--metrics-address", default="127.0.0.1", show_default=True,
@@ -416,6 +425,7 @@ def worker(
     unhandled_grace_s: float,
     visit_max: int | None,
     one_transaction_visits: bool,
+    timer_lookahead_s: float,
 ) -> None:
     """Run a consumer until SIGTERM/SIGINT."""
     from quickzones.errors import ConfigurationError
@@ -440,6 +450,7 @@ def worker(
         dequeue_max=dequeue_max,
         visit_max=visit_max,
         one_transaction_visits=one_transaction_visits,
+        timer_lookahead_s=timer_lookahead_s,
         apps=routed_apps,
         job_types=routed_types,
         unhandled_grace_s=unhandled_grace_s,
@@ -467,6 +478,7 @@ def worker(
         f"visit_max {config.visit_max or config.dequeue_max}, "
         f"{'one transaction' if config.one_transaction_visits else 'three transactions'} "
         "per visit, "
+        f"timer lookahead {config.timer_lookahead_s:g}s, "
         f"shutdown deadline {config.shutdown_deadline_s}s, "
         f"unhandled grace {config.unhandled_grace_s:g}s"
     )

@@ -40,6 +40,13 @@ class ConsumerConfig:
     # transaction instead of three; apps with dispatch limits keep the three. False: the
     # paper's three transactions everywhere.
     one_transaction_visits: bool = False
+    # Exact timers (beyond the paper): a running consumer leases items that vest within
+    # this many seconds ahead, where the zone store can (every KV backend), and starts each
+    # on its own timer at its vesting time, never before; the visit's commits are then
+    # behind it, not in its lateness. An item another consumer holds is never taken before
+    # that lease ends. 0: items are leased once vested. Single-threaded driving
+    # (``run_until_idle``) never looks ahead.
+    timer_lookahead_s: float = 0.05
     seed: int | None = None
     # Routing (beyond the paper): only zones of these apps and items of these job types
     # (None: all). An item of a type not handled here is left for a consumer that handles
@@ -75,3 +82,8 @@ class ConsumerConfig:
             raise ConfigurationError("unhandled_grace_s must be at least 0, or None (never)")
         if self.pointer_lease_s <= 0 or self.item_lease_s <= 0:
             raise ConfigurationError("lease durations must be positive")
+        if not 0 <= self.timer_lookahead_s <= self.item_lease_s / 2:
+            raise ConfigurationError(
+                f"timer_lookahead_s must be between 0 and half the item lease "
+                f"({self.item_lease_s / 2:g} s), not {self.timer_lookahead_s!r}"
+            )

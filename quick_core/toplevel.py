@@ -160,11 +160,15 @@ class TopLevelQueue:
         """Vested pointers of one shard in vesting order: a snapshot read, no conflicts."""
         return self.peek(shard, max_pointers)[0]
 
-    def peek(self, shard: int, max_pointers: int) -> tuple[list[PointerRef], int | None]:
+    def peek(
+        self, shard: int, max_pointers: int, *, horizon_ms: int = 0
+    ) -> tuple[list[PointerRef], int | None]:
         """Vested pointers of one shard in vesting order, and the vesting time of the
         first one not yet vested when fewer than ``max_pointers`` are (else None): one
-        snapshot range read, no conflicts. A consumer sleeps until that time."""
-        now = now_ms(self.clock)
+        snapshot range read, no conflicts. A consumer sleeps until that time. With
+        ``horizon_ms``, "vested" means vesting within that many ms (a consumer's timer
+        lookahead)."""
+        now = now_ms(self.clock) + horizon_ms
         begin, vested_end = self.keys.pointer_vested_range(self.cluster, shard, now)
         end = strinc(self.keys.pointer_vesting_prefix(self.cluster, shard))
 
@@ -189,9 +193,10 @@ class TopLevelQueue:
         lease_ms: int,
         *,
         accept: Callable[[PointerRef, ZoneId], bool] | None = None,
+        horizon_ms: int = 0,
     ) -> Pointer:
         """Lease a pointer for ``lease_ms`` by moving its vesting time (paper Alg. 1), in a
-        transaction of its own.
+        transaction of its own. ``horizon_ms``: as :meth:`lease_pointer`.
 
         Reads the pointer record, not the pointer index, so it never conflicts with an
         enqueue. Raises ZoneLeaseFailed with reason "moved" if the pointer is gone or no
@@ -201,7 +206,7 @@ class TopLevelQueue:
         tr = self.kv.create_transaction()
         try:
             tr.set_causal_read_risky()
-            result = self.lease_pointer(ref, lease_ms, accept=accept, tr=tr)
+            result = self.lease_pointer(ref, lease_ms, accept=accept, horizon_ms=horizon_ms, tr=tr)
             tr.commit()
             return result
         except KVError as err:
@@ -216,15 +221,20 @@ class TopLevelQueue:
         lease_ms: int,
         *,
         accept: Callable[[PointerRef, ZoneId], bool] | None = None,
+        horizon_ms: int = 0,
         tr: KVTransaction = OWN_STORE,
     ) -> Pointer:
         """The pointer lease's writes inside ``tr`` (see :meth:`obtain_pointer_lease`);
-        raises ZoneLeaseFailed "gone", "moved" or "not_routed"."""
+        raises ZoneLeaseFailed "gone", "moved" or "not_routed". With ``horizon_ms`` a
+        pointer vesting within that many ms is leased too, unless another consumer's lease
+        on it still runs."""
         pointer = self._read_pointer(tr, ref.shard, ref.pointer_id)
         now = now_ms(self.clock)
         if pointer is None:
             raise ZoneLeaseFailed("gone")
-        if pointer.vesting_ms > now:
+        if pointer.vesting_ms > now and (
+            pointer.vesting_ms > now + horizon_ms or pointer.lease_id is not None
+        ):
             raise ZoneLeaseFailed("moved")
         if accept is not None and not accept(ref, pointer.zone):
             raise ZoneLeaseFailed("not_routed")

@@ -97,6 +97,7 @@ class KVZoneStore:
         caller_transactions=True,
         outcome_records=True,
         one_transaction_visits=True,
+        lookahead_dequeue=True,
     )
 
     def __init__(
@@ -512,20 +513,35 @@ class KVZoneStore:
         *,
         accept: Callable[[WorkItem], bool] | None = None,
         resolve: Callable[[WorkItem], WorkItem] | None = None,
+        horizon_ms: int = 0,
         tr: KVTransaction = OWN_STORE,
     ) -> tuple[list[WorkItem], list[CorruptItem]]:
         """Peek and lease in one transaction (``tr``: a Manager's one-transaction visit).
 
         Expired (TTL) and corrupt items go to dead letters here, so neither can block the
-        zone (invariant 8).
+        zone (invariant 8). With ``horizon_ms``, when the vested items leave room, items
+        vesting within that many ms that nobody holds are leased too, each lease counted
+        from its vesting time (its vesting is the returned ``vesting_ms`` minus
+        ``lease_ms``): the consumer starts them on its own timer, never before then. An
+        item leased by someone else is never taken before that lease runs out.
         """
         _check_duration(lease_ms)
+        if horizon_ms < 0:
+            raise ValueError(f"horizon_ms must be at least 0, not {horizon_ms}")
 
         def take(tr: KVTransaction) -> tuple[list[WorkItem], list[CorruptItem]]:
             now = now_ms(self.clock)
             leased: list[WorkItem] = []
             corrupt: list[CorruptItem] = []
             entries = self._vested_entries(tr, zone, max_items, now, snapshot=False)
+            if horizon_ms and len(entries) < max_items:
+                # Vested items first (invariant 6 among what is taken); then, in the room
+                # left, the ones vesting within the horizon.
+                seen = {item_id for _, item_id in entries}
+                ahead = self._vested_entries(
+                    tr, zone, max_items + len(entries), now + horizon_ms, snapshot=False
+                )
+                entries += [e for e in ahead if e[1] not in seen][: max_items - len(entries)]
             keys = [self.keys.item_key(zone, item_id) for _, item_id in entries]
             # All item reads sent at once: a visit of many items is one round trip.
             for (order_key, item_id), key, raw in zip(
@@ -549,12 +565,15 @@ class KVZoneStore:
                 if item.deadline_ms is not None and now > item.deadline_ms:
                     self._bury(tr, zone, item, "expired: not started before its TTL")
                     continue
+                if item.vesting_ms > now and item.lease_id is not None:
+                    continue  # ahead of time, but its holder's lease still runs
                 if accept is not None and not accept(item):
                     continue  # e.g. its job type is at its concurrency cap: leave it vested
                 # At-most-once items are leased like any other: the consumer deletes one
                 # (holding its lease) only when its handler starts, so an item taken but
                 # never started (shutdown, a concurrency cap) is given back, not lost.
-                leased.append(self._grant_lease(tr, zone, item, now, lease_ms))
+                since = max(now, item.vesting_ms)  # an item taken ahead: from its vesting
+                leased.append(self._grant_lease(tr, zone, item, since, lease_ms))
             return leased, corrupt
 
         return take(tr)

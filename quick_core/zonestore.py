@@ -63,6 +63,10 @@ class ZoneStoreCapabilities:
     # Manager's visit (pointer lease, dequeue, requeue) can commit once
     # (:class:`VisitTransactions`).
     one_transaction_visits: bool = field(default=False, compare=False)
+    # A dequeue also takes items that vest within ``horizon_ms`` and nobody holds, their
+    # leases counted from their vesting time (:class:`VisitTransactions`): a consumer
+    # leases an item due soon ahead and starts it on its own timer.
+    lookahead_dequeue: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +220,8 @@ class ZoneStore(Protocol):
 
 class VisitTransactions(Protocol):
     """A zone store whose dequeue joins a transaction of the pointers' KV store
-    (capability ``one_transaction_visits``)."""
+    (capability ``one_transaction_visits``) and takes items ahead of their vesting time
+    (``horizon_ms``, capability ``lookahead_dequeue``)."""
 
     def dequeue(
         self,
@@ -226,5 +231,6 @@ class VisitTransactions(Protocol):
         *,
         accept: Callable[[WorkItem], bool] | None = None,
         resolve: Callable[[WorkItem], WorkItem] | None = None,
+        horizon_ms: int = 0,
         tr: KVTransaction = ...,
     ) -> tuple[list[WorkItem], list[CorruptItem]]: ...

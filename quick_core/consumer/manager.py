@@ -135,7 +135,11 @@ class Manager:
             reserved.clear()
 
     def visit(
-        self, ref: PointerRef, hand_out: Callable[[list[Work]], None] | None = None
+        self,
+        ref: PointerRef,
+        hand_out: Callable[[list[Work]], None] | None = None,
+        *,
+        horizon_ms: int = 0,
     ) -> list[Work]:
         """Lease the pointer, dequeue up to ``dequeue_max`` items, requeue the pointer at the
         zone's minimum vesting time or collect it if the zone stayed empty.
@@ -143,16 +147,22 @@ class Manager:
         ``hand_out`` (the threaded runtime's dispatch to workers) gets the items as soon
         as they are dequeued, before the pointer's requeue commits: the items' own leases
         already protect them, and a handler need not wait for one more commit (a timer's
-        lateness is the sum of the commits before its handler starts)."""
+        lateness is the sum of the commits before its handler starts).
+
+        ``horizon_ms`` (the runtime's timer lookahead; stores with ``lookahead_dequeue``):
+        the pointer and items vesting within that many ms are taken too; such an item's
+        :class:`Work` carries ``due_ms``, its vesting time, and must not start before."""
         room = min(self.visit_size(), self.in_flight.capacity())
         if room <= 0:
             return []
         cluster = self.clusters[ref.cluster]
+        if not cluster.zones.capabilities.lookahead_dequeue:
+            horizon_ms = 0
         if cluster.zones.capabilities.one_transaction_visits and self.one_transaction.try_one():
-            works = self._visit_in_one_transaction(cluster, ref, room, hand_out)
+            works = self._visit_in_one_transaction(cluster, ref, room, hand_out, horizon_ms)
             if works is not None:
                 return works
-        return self._visit_in_three_transactions(cluster, ref, room, hand_out)
+        return self._visit_in_three_transactions(cluster, ref, room, hand_out, horizon_ms)
 
     def _visit_in_three_transactions(
         self,
@@ -160,31 +170,38 @@ class Manager:
         ref: PointerRef,
         room: int,
         hand_out: Callable[[list[Work]], None] | None,
+        horizon_ms: int = 0,
     ) -> list[Work]:
         """Algorithm 2 as the paper has it: pointer lease, dequeue, requeue, each its own
         transaction (the zones may live in another store than the pointers)."""
         cfg = self.config
         try:
             pointer = cluster.toplevel.obtain_pointer_lease(
-                ref, int(cfg.pointer_lease_s * 1000), accept=self.accept_pointer
+                ref,
+                int(cfg.pointer_lease_s * 1000),
+                accept=self.accept_pointer,
+                horizon_ms=horizon_ms,
             )
         except ZoneLeaseFailed as err:
             self.emit("pointer_lease_failed", reason=err.reason)
             return []
         zone = pointer.zone
-        self.emit("pointer_leased", zone=zone, lag_ms=now_ms(self.clock) - ref.vesting_ms)
+        self.emit("pointer_leased", zone=zone, lag_ms=self._lag_ms(ref))
         items: list[WorkItem] = []
         corrupt: list[CorruptItem] = []
         room, not_before, app_slots = self.apply_app_limits(zone, room)
         reserved: dict[str, str] = {}
         try:
             if room > 0:
+                # Only a store with lookahead_dequeue is given a horizon (see visit()).
+                ahead = {"horizon_ms": horizon_ms} if horizon_ms else {}
                 items, corrupt = cluster.zones.dequeue(
                     zone,
                     room,
                     int(cfg.item_lease_s * 1000),
                     accept=self.accept_factory(reserved),
                     resolve=self.resolve,
+                    **ahead,
                 )
         except StorageError as err:
             self.emit("dequeue_error", zone=zone, error=str(err))
@@ -218,6 +235,7 @@ class Manager:
         ref: PointerRef,
         room: int,
         hand_out: Callable[[list[Work]], None] | None,
+        horizon_ms: int = 0,
     ) -> list[Work] | None:
         """The same visit committed once (``one_transaction_visits``): the pointer lease,
         the dequeue and the requeue (or the pointer's collection) are the three
@@ -234,13 +252,19 @@ class Manager:
 
         def visit(tr: KVTransaction) -> tuple[Pointer, list[WorkItem], list[CorruptItem], str]:
             pointer = cluster.toplevel.lease_pointer(
-                ref, lease_ms, accept=self.accept_pointer, tr=tr
+                ref, lease_ms, accept=self.accept_pointer, horizon_ms=horizon_ms, tr=tr
             )
             zone = pointer.zone
             if self.limits is not None and self.limits.get(zone.app, tr).limits_dispatch:
                 raise _LimitedApp
             items, corrupt = zones.dequeue(
-                zone, room, int(cfg.item_lease_s * 1000), accept=accept, resolve=self.resolve, tr=tr
+                zone,
+                room,
+                int(cfg.item_lease_s * 1000),
+                accept=accept,
+                resolve=self.resolve,
+                horizon_ms=horizon_ms,
+                tr=tr,
             )
             outcome = cluster.toplevel.requeue_pointer(
                 pointer,
@@ -275,7 +299,7 @@ class Manager:
         finally:
             self.settle(reserved, items)
         zone = pointer.zone
-        self.emit("pointer_leased", zone=zone, lag_ms=now_ms(self.clock) - ref.vesting_ms)
+        self.emit("pointer_leased", zone=zone, lag_ms=self._lag_ms(ref))
         works = self._dequeued(cluster, zone, items, corrupt, 0, hand_out)
         self.emit("pointer_" + outcome, zone=zone)
         return works
@@ -297,9 +321,22 @@ class Manager:
         if app_slots > len(items):
             self.slots.release("app", zone.app, app_slots - len(items))
         now = self.clock.now()
-        works = [
-            Work(zone, item, now, app_slot=app_slots > 0, cluster=cluster.name) for item in items
-        ]
+        now_at = now_ms(self.clock)
+        lease_ms = int(self.config.item_lease_s * 1000)
+        works = []
+        for item in items:
+            # A lease taken ahead runs from the item's vesting time (KVZoneStore.dequeue).
+            due = item.vesting_ms - lease_ms
+            works.append(
+                Work(
+                    zone,
+                    item,
+                    now,
+                    app_slot=app_slots > 0,
+                    cluster=cluster.name,
+                    due_ms=due if due > now_at else None,
+                )
+            )
         for w in works:
             self.emit(
                 "dequeued",
@@ -312,6 +349,10 @@ class Manager:
         if hand_out is not None and works:
             hand_out(works)
         return works
+
+    def _lag_ms(self, ref: PointerRef) -> int:
+        """How long the pointer had been vested when leased (0 if leased ahead)."""
+        return max(0, now_ms(self.clock) - ref.vesting_ms)
 
     def apply_app_limits(self, zone: ZoneId, room: int) -> tuple[int, int | None, int]:
         """Cut ``room`` to the app's dispatch rate and pool-wide concurrency cap.

@@ -29,6 +29,7 @@ from quickzones.consumer.routing import Router
 from quickzones.consumer.scanner import Scanner
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Work
+from quickzones.consumer.timers import DueTimers
 from quickzones.consumer.worker import Worker
 from quickzones.consumer_config import ConsumerConfig
 from quickzones.election import Election, LocalElection, new_candidate_id
@@ -102,6 +103,9 @@ class Consumer:
         self._workers: DaemonPool | None = None
         self._batching = False  # run_until_idle completes a visit's items in one batch
         clusters = self.clusters
+        # The threaded runtime's timer lookahead, where every cluster's zones allow it.
+        lookahead = all(c.zones.capabilities.lookahead_dequeue for c in clusters.values())
+        self.timers = DueTimers(clock)
         self.scanner = Scanner(
             cfg,
             clusters,
@@ -112,6 +116,7 @@ class Consumer:
             emit=emit,
             skip=router.skips,
             clock=clock,
+            lookahead_ms=int(cfg.timer_lookahead_s * 1000) if lookahead else 0,
         )
         self.manager = Manager(
             cfg,
@@ -272,6 +277,7 @@ class Consumer:
         stopping = self._stopping
         for target, name in (
             (lambda: self.scanner.run(managers, self._visit_and_dispatch, stopping), "scanner"),
+            (lambda: self.timers.run(self._post, stopping), "timers"),
             (lambda: self.lease_extender.run(stopping), "extender"),
             (lambda: self.batched_completer.run(stopping), "flusher"),
             (lambda: self.outcome_collector.run(stopping), "outcome-gc"),
@@ -280,16 +286,24 @@ class Consumer:
             t.start()
             self._threads.append(t)
 
-    def _visit_and_dispatch(self, ref: PointerRef) -> int:
+    def _post(self, work: Work) -> None:
+        """Queue ``work`` for a worker (fair across zones: :class:`DaemonPool` lanes)."""
         workers = self._workers
-        assert workers is not None
+        if workers is None:  # stopped meanwhile: give it back
+            self._execute_logged(work)
+            return
+        workers.post(self._execute_logged, work, lane=(work.cluster, work.zone))
 
+    def _visit_and_dispatch(self, ref: PointerRef) -> int:
         def hand_out(works: list[Work]) -> None:
             for work in works:
-                workers.post(self._execute_logged, work, lane=(work.cluster, work.zone))
+                if work.due_ms is None:
+                    self._post(work)
+                else:
+                    self.timers.add(work)  # leased ahead: started at its vesting time
 
         try:
-            return len(self.manager.visit(ref, hand_out))
+            return len(self.manager.visit(ref, hand_out, horizon_ms=self.scanner.lookahead_ms))
         except Exception:
             log.exception("manager visit failed")
             return 0
@@ -310,10 +324,14 @@ class Consumer:
         )
         self._stopping.set()
         self.scanner.wake()
+        self.timers.wake()
         for t in self._threads:
             t.join(timeout=max(0.1, deadline - time.monotonic()))
         if self._managers is not None:
             self._managers.shutdown(deadline)
+        # Items leased ahead and not yet due go back as they were, due at the same time.
+        for work in self.timers.drain():
+            self._execute_logged(work)
         if self._workers is not None:
             # Items waiting for a worker are given back now, not after the handlers that
             # hold every worker end (or, if they never do, when their leases expire).

@@ -47,6 +47,7 @@ class Scanner:
         emit: Callable[..., Any],
         skip: Callable[[PointerRef], bool] = lambda ref: False,
         clock: Clock | None = None,
+        lookahead_ms: int = 0,
     ) -> None:
         self.config = config
         self.clusters = clusters
@@ -62,6 +63,10 @@ class Scanner:
         # vested, in the shards it peeked: the idle scanner sleeps until then.
         self.next_vesting_ms: int | None = None
         self.left_vested = False  # the last scan saw vested pointers it did not choose
+        # Timer lookahead (:meth:`run` only): pointers vesting this soon count as vested,
+        # their items are leased ahead and started on the consumer's timers.
+        self.lookahead_ms = lookahead_ms
+        self._looked_ahead_ms = 0  # the horizon of the last scan
         self._wake = threading.Event()
 
     def wake(self) -> None:
@@ -82,18 +87,21 @@ class Scanner:
         ``idle_sleep_s``."""
         timeout = self.config.idle_sleep_s
         if self.next_vesting_ms is not None:
-            # A hair past the millisecond it vests in, so that scan sees it vested.
-            until = (self.next_vesting_ms + 0.05 - self.clock.now() * 1000) / 1000
+            # A hair past the millisecond it vests in (less the lookahead), so that scan
+            # sees it.
+            due = self.next_vesting_ms - self._looked_ahead_ms
+            until = (due + 0.05 - self.clock.now() * 1000) / 1000
             timeout = max(0.0, min(timeout, until))
         return timeout
 
-    def scan_once(self) -> list[PointerRef]:
+    def scan_once(self, horizon_ms: int = 0) -> list[PointerRef]:
         """Peek the shards of every cluster (shuffled) and choose pointers to visit.
 
         In random mode, a random ``selection_frac`` of each shard's peeked pointers (at
         most ``selection_max`` in all) so that consumers spread over zones. In order mode
         (this consumer holds a cluster's election), the oldest vested pointers across all
-        that cluster's shards first, so no pointer starves (invariant 10).
+        that cluster's shards first, so no pointer starves (invariant 10). With
+        ``horizon_ms`` pointers vesting within that many ms count as vested.
         """
         cfg = self.config
         targets = [(c, shard) for c in self.clusters.values() for shard in range(c.toplevel.shards)]
@@ -110,7 +118,7 @@ class Scanner:
                 crowded = True  # a shard not even peeked: competition unknown
                 continue
             try:
-                peeked, later = cluster.toplevel.peek(shard, cfg.peek_max)
+                peeked, later = cluster.toplevel.peek(shard, cfg.peek_max, horizon_ms=horizon_ms)
             except StorageError as err:
                 self.emit("scan_error", error=str(err))
                 continue
@@ -134,6 +142,7 @@ class Scanner:
         self.left_vested = crowded or competing > len(chosen)
         self.share = 0 if crowded or not competing else self.capacity() // competing
         self.next_vesting_ms = next_vesting
+        self._looked_ahead_ms = horizon_ms
         self.emit("scan", pointers=len(chosen), in_order=any_in_order)
         return chosen
 
@@ -176,7 +185,7 @@ class Scanner:
             submitted = 0
             if free > 0 and self.capacity() > 0:
                 if not selected or mono - selected_at > cfg.idle_sleep_s * 10:
-                    selected = deque(self.scan_once())
+                    selected = deque(self.scan_once(self.lookahead_ms))
                     selected_at = time.monotonic()
                 busy = set(visiting.values())
                 while selected and submitted < free:

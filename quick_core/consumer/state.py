@@ -44,6 +44,9 @@ class Work:
     # give back or requeue.
     started: bool = False
     result: Any = None  # the handler's return value, kept if its type asks (outcomes.py)
+    # Leased ahead of its vesting time (timer lookahead): not to start before this (store
+    # ms); None for an item leased once vested.
+    due_ms: int | None = None
 
 
 @dataclass(slots=True)
