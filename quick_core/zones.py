@@ -612,11 +612,12 @@ class KVZoneStore:
         error: str | None = None,
         count_error: bool = True,
         meta: dict[str, object] | None = None,
+        not_before_ms: int | None = None,
         tr: KVTransaction = OWN_STORE,
     ) -> WorkItem:
         item = self._check_holder(self._read_item(tr, zone, item_id), item_id, lease_id)
         updated = item.with_(
-            vesting_ms=now_ms(self.clock) + max(0, delay_ms),
+            vesting_ms=max(now_ms(self.clock) + max(0, delay_ms), not_before_ms or 0),
             lease_id=None,
             error_count=item.error_count + (1 if count_error else 0),
             last_error=error if error is not None else item.last_error,

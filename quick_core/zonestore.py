@@ -153,9 +153,11 @@ class ZoneStore(Protocol):
         error: str | None = None,
         count_error: bool = True,
         meta: dict[str, object] | None = None,
+        not_before_ms: int | None = None,
     ) -> WorkItem:
-        """Release the lease and vest the item again after ``delay_ms``; error count + 1
-        unless ``count_error`` is False; ``meta`` is merged into the item's metadata."""
+        """Release the lease and vest the item again after ``delay_ms``, and not before
+        ``not_before_ms`` (store ms); error count + 1 unless ``count_error`` is False;
+        ``meta`` is merged into the item's metadata."""
         ...
 
     def complete(

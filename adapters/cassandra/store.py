@@ -637,6 +637,7 @@ class CassandraZoneStore:
         error: str | None = None,
         count_error: bool = True,
         meta: dict[str, object] | None = None,
+        not_before_ms: int | None = None,
     ) -> WorkItem:
         def decide(item: WorkItem | None) -> _Plan:
             held = self._check_holder(item, item_id, lease_id)
@@ -644,7 +645,7 @@ class CassandraZoneStore:
                 zone,
                 held,
                 held.with_(
-                    vesting_ms=now_ms(self.clock) + max(0, delay_ms),
+                    vesting_ms=max(now_ms(self.clock) + max(0, delay_ms), not_before_ms or 0),
                     lease_id=None,
                     error_count=held.error_count + (1 if count_error else 0),
                     last_error=error if error is not None else held.last_error,

@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from quickzones.clock import Clock, now_ms
+from quickzones.clock import Clock
 from quickzones.consumer.state import Cluster, Work
 from quickzones.errors import ItemNotFound, LeaseLost, Nack, QuickError, StorageError
 from quickzones.registry import JobType, RetryPolicy
@@ -113,12 +113,15 @@ class Failures:
             )
             return "failed"
         cluster = self.clusters[work.cluster]
-        if work.due_ms is not None:
-            # Leased ahead of its vesting time: back as it was, still not due before then.
-            delay_ms = max(delay_ms, work.due_ms - now_ms(self.clock))
         try:
             released = cluster.zones.requeue(
-                work.zone, work.item.item_id, work.item.lease_id or "", delay_ms, count_error=False
+                work.zone,
+                work.item.item_id,
+                work.item.lease_id or "",
+                delay_ms,
+                count_error=False,
+                # Leased ahead of its vesting time: back as it was, not due before then.
+                not_before_ms=work.due_ms,
             )
             cluster.toplevel.pull_pointer_earlier(work.zone, released.vesting_ms)
         except (QuickError, OSError):

@@ -260,6 +260,24 @@ def test_requeue_releases_and_delays(zone_store_env: ZoneStoreEnv) -> None:
     assert nacked.error_count == 1
 
 
+def test_requeue_not_before_a_given_time(zone_store_env: ZoneStoreEnv) -> None:
+    """``not_before_ms`` (a consumer giving back an item it leased ahead of its vesting
+    time) wins over a shorter delay, never over a longer one."""
+    env = zone_store_env
+    a = add(env)
+    leased = env.store.obtain_lease(Z, a, LEASE_MS)
+    assert leased.lease_id is not None
+    back = env.store.requeue(
+        Z, a, leased.lease_id, 0, count_error=False, not_before_ms=now(env) + 1_500
+    )
+    assert back.vesting_ms == now(env) + 1_500 and back.error_count == 0
+    env.clock.advance(1.5)
+    again = env.store.obtain_lease(Z, a, LEASE_MS)
+    assert again.lease_id is not None
+    later = env.store.requeue(Z, a, again.lease_id, 3_000, not_before_ms=now(env) + 1)
+    assert later.vesting_ms == now(env) + 3_000
+
+
 # --- dequeue ------------------------------------------------------------------------------
 
 
