@@ -139,13 +139,14 @@ def test_items_leased_ahead_start_at_their_vesting_time_and_not_before(real_q: Q
         if event == "dequeued":
             dequeued[fields["item_id"]] = fields["pickup_ms"]
 
-    # A long lookahead: each item is surely leased well before it vests.
-    consumer = real_q.consumer(ConsumerConfig(timer_lookahead_s=0.5, workers=2))
+    # A long lookahead: each item is leased at once, well before it vests, even on a
+    # loaded machine.
+    consumer = real_q.consumer(ConsumerConfig(timer_lookahead_s=1.5, workers=2))
     consumer.observer = observe
     due: dict[str, int] = {}
     consumer.start()
     try:
-        for ms in (300, 600, 900, 900):
+        for ms in (700, 900, 1200, 1200):
             item_id = real_q.enqueue("timed", b"", app="a", tenant=f"t{ms}", delay=ms / 1000)
             due[item_id] = real_q.zones.get(ZoneId("a", f"t{ms}"), item_id).vesting_ms  # type: ignore[union-attr]
         assert wait_for(lambda: len(started) == 4)
