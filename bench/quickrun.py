@@ -29,7 +29,9 @@ def open_quick(url: str, *, fifo: bool = False) -> Quick:
 
     @q.job(JOB)
     def bench_job(payload: Any, ctx: Any) -> None:
-        record_start(payload["t"], payload["e"], payload["d"], payload.get("w", 0.0))
+        # "i": record the item's id too (bench.visits_contention counts ids).
+        item_id = ctx.item_id if payload.get("i") else ""
+        record_start(payload["t"], payload["e"], payload["d"], payload.get("w", 0.0), item_id)
 
     @q.job(NOOP)
     def noop(payload: Any, ctx: Any) -> None:
