@@ -57,6 +57,11 @@ def _drain(cmd: list[str], env: dict[str, str], out: Path, n: int, logf: Path) -
             proc.wait(5)
 
 
+# The last quick_rate run's consumer event counts (visits, conflicts, lease failures).
+last_events: dict[str, Any] = {}
+EVENTS = ("visited", "one_transaction_visit_conflict", "pointer_lease_failed", "completed")
+
+
 def quick_rate(url: str, n: int, work: Path, visit_max: int | None, one: bool = False) -> float:
     out = work / "records.txt"
     out.write_bytes(b"")
@@ -79,7 +84,11 @@ def quick_rate(url: str, n: int, work: Path, visit_max: int | None, one: bool = 
     if proc.returncode != 0 or not done.exists():
         return float("nan")
     # Counted to the last completion (committed), not the last start.
-    done_at = json.loads(done.read_text())["done_at"]
+    d = json.loads(done.read_text())
+    done_at = d["done_at"]
+    last_events.clear()
+    last_events.update({k: d["stats"].get(k, 0) for k in EVENTS})
+    last_events["lease_failed_reasons"] = d.get("lease_failed", {})
     first = min(r.start for r in read_records(out) if r.tenant == TENANT)
     return (n - 1) / (done_at - first)
 
@@ -124,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [(label, vm) for label, vm in sizes if label in args.sizes.split(",")]
     visits = ["three", "one"] if args.visits == "both" else [args.visits]
     rates: dict[str, list[float]] = {}
+    events: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-lone-") as tmp:
         for r in range(args.runs):
             systems: list[tuple[str, Any]] = []
@@ -144,15 +154,20 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     b, vm, one = spec
                     url = fdb_url(f"lone{r}") if b == "fdb" else f"sqlite:///{work}/q.db"
+                    last_events.clear()
                     rate = quick_rate(url, args.n, work, vm, one)
+                    events.setdefault(name, []).append(dict(last_events))
                 rates.setdefault(name, []).append(rate)
                 log(f"lone tenant run {r + 1}/{args.runs}: {name} {rate:.0f} items/s")
+                if spec is not None:
+                    log(f"  events {last_events}")
     res: dict[str, Any] = {
         "n": args.n,
         "runs": args.runs,
         "machine": machine(),
         "command": "python -m bench.lone_tenant " + " ".join(argv or sys.argv[1:]),
         "rates": {k: summary(v) for k, v in rates.items()},
+        "events": events,
     }
     huey = res["rates"].get("huey-sqlite", {}).get("median")
     if args.visits == "both":
