@@ -89,6 +89,7 @@ def quick_rate(url: str, n: int, work: Path, visit_max: int | None, one: bool = 
     last_events.clear()
     last_events.update({k: d["stats"].get(k, 0) for k in EVENTS})
     last_events["lease_failed_reasons"] = d.get("lease_failed", {})
+    last_events["one_tx"] = d.get("one_transaction_visits", {})
     first = min(r.start for r in read_records(out) if r.tenant == TENANT)
     return (n - 1) / (done_at - first)
 

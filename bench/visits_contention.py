@@ -132,6 +132,7 @@ def one_run(
                 "one_transaction_visit_conflict": s.get("one_transaction_visit_conflict", 0),
                 "pointer_lease_failed": s.get("pointer_lease_failed", 0),
                 "lease_failed_reasons": d.get("lease_failed", {}),
+                "one_tx": d.get("one_transaction_visits", {}),
                 "errors": {k: v for k, v in s.items() if "error" in k},
             }
         )
@@ -140,8 +141,10 @@ def one_run(
         return sum(s[key] for s in stats)
 
     reasons: Counter[str] = Counter()
+    one_tx: Counter[str] = Counter()
     for s in stats:
         reasons.update(s["lease_failed_reasons"])
+        one_tx.update(s["one_tx"])
     return {
         "visits": "one" if one else "three",
         "tenants": tenants,
@@ -162,6 +165,8 @@ def one_run(
         "one_transaction_visit_conflict": total("one_transaction_visit_conflict"),
         "pointer_lease_failed": total("pointer_lease_failed"),
         "lease_failed_reasons": dict(reasons),
+        # one-transaction visits tried (the gate let them), committed, conflicted
+        "one_tx": dict(one_tx),
         "per_consumer": stats,
     }
 
@@ -202,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
                             f"drain {res['drain_s']:.2f} s, "
                             f"1tx conflicts {res['one_transaction_visit_conflict']}, "
                             f"lease failed {res['pointer_lease_failed']}, "
+                            f"1tx tried/committed {res['one_tx'].get('tried', 0)}"
+                            f"/{res['one_tx'].get('committed', 0)} of {res['visited']} visits, "
                             f"lost {res['lost']}, twice+ {res['duplicate_items']}"
                         )
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -214,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
                 [x["one_transaction_visit_conflict"] for x in rs]
             ),
             "pointer_lease_failed": summary([x["pointer_lease_failed"] for x in rs]),
+            "one_tx_tried": summary([x["one_tx"].get("tried", 0) for x in rs]),
+            "one_tx_committed": summary([x["one_tx"].get("committed", 0) for x in rs]),
             "visited": summary([x["visited"] for x in rs]),
             "runs_enqueue_after_due": sum(x["enqueue_ended_after_due"] for x in rs),
             "lost_total": sum(x["lost"] for x in rs),
@@ -253,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
             f"({m['rate']['min']:.0f}-{m['rate']['max']:.0f}), "
             f"conflicts median {m['one_transaction_visit_conflict']['median']}, "
             f"lease failed median {m['pointer_lease_failed']['median']}, "
+            f"1tx committed median {m['one_tx_committed']['median']} "
+            f"of {m['visited']['median']} visits, "
             f"lost {m['lost_total']}, twice+ {m['duplicate_items_total']}"
         )
     for base, ra in ratios.items():
