@@ -86,8 +86,11 @@ _out_fd: int | None = None
 _out_key: tuple[int, str] | None = None
 
 
-def record_start(tenant: str, enq_ts: float, due_ts: float, work_ms: float = 0.0) -> None:
-    """Called first thing in every benchmark job: one line ``tenant enq due start``."""
+def record_start(
+    tenant: str, enq_ts: float, due_ts: float, work_ms: float = 0.0, item_id: str = ""
+) -> None:
+    """Called first thing in every benchmark job: one line ``tenant enq due start``, with
+    the item's id as a fifth field when given (to count items run twice or never)."""
     global _out_fd, _out_key
     start = time.time()
     # Reopen after a fork or when a later experiment in this process names a new file.
@@ -97,7 +100,8 @@ def record_start(tenant: str, enq_ts: float, due_ts: float, work_ms: float = 0.0
             os.close(_out_fd)
         _out_fd = os.open(key[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         _out_key = key
-    os.write(_out_fd, f"{tenant} {enq_ts:.6f} {due_ts:.6f} {start:.6f}\n".encode())
+    tail = f" {item_id}" if item_id else ""
+    os.write(_out_fd, f"{tenant} {enq_ts:.6f} {due_ts:.6f} {start:.6f}{tail}\n".encode())
     if work_ms:
         time.sleep(work_ms / 1000)
 
@@ -108,6 +112,7 @@ class Record:
     enq: float
     due: float
     start: float
+    item: str = ""
 
 
 def count_lines(path: Path) -> int:
@@ -126,8 +131,9 @@ def read_records(path: Path) -> list[Record]:
         return out
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) == 4:
-            out.append(Record(parts[0], float(parts[1]), float(parts[2]), float(parts[3])))
+        if len(parts) in (4, 5):
+            item = parts[4] if len(parts) == 5 else ""
+            out.append(Record(parts[0], float(parts[1]), float(parts[2]), float(parts[3]), item))
     return out
 
 

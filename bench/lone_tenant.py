@@ -1,6 +1,7 @@
 """One tenant alone in the queue (issue 15 point 7, issue 14's fdb:// target).
 
-``python -m bench.lone_tenant [--n 5000] [--runs 3] [--backends sqlite,fdb] [--no-huey]``
+``python -m bench.lone_tenant [--n 5000] [--runs 3] [--backends sqlite,fdb] [--no-huey]
+[--visits three|one|both] [--sizes paper,work_conserving]``
 
 5,000 no-op items of one tenant are stored first, then one worker process with 4 threads
 drains them: quick (``python -m bench.quickrun``, ``throughput_config(workers=4,
@@ -10,6 +11,9 @@ thread``). The rate is (n - 1) / (end - first start), from the jobs' own start r
 (:func:`bench.common.record_start`), so process start-up counts for nobody; the end is
 the last start for Huey (no-op jobs, results off) and, stricter, the moment quick's
 ``completed`` counter reached n (completions committed) for quick.
+``--visits``: the consumer's zone visits, the paper's three transactions
+(``one_transaction_visits=False``, the default), one, or both side by side; with both, each
+run has every system in both modes, the order of the two alternating from run to run.
 Results: ``bench/results/<UTC timestamp>-lone/lone_tenant.json``. Compare within a run.
 """
 
@@ -53,7 +57,12 @@ def _drain(cmd: list[str], env: dict[str, str], out: Path, n: int, logf: Path) -
             proc.wait(5)
 
 
-def quick_rate(url: str, n: int, work: Path, visit_max: int | None) -> float:
+# The last quick_rate run's consumer event counts (visits, conflicts, lease failures).
+last_events: dict[str, Any] = {}
+EVENTS = ("visited", "one_transaction_visit_conflict", "pointer_lease_failed", "completed")
+
+
+def quick_rate(url: str, n: int, work: Path, visit_max: int | None, one: bool = False) -> float:
     out = work / "records.txt"
     out.write_bytes(b"")
     env = {**os.environ, "BENCH_OUT": str(out), "PYTHONPATH": str(REPO)}
@@ -64,7 +73,9 @@ def quick_rate(url: str, n: int, work: Path, visit_max: int | None) -> float:
             JOB, [{"t": TENANT, "e": t, "d": t}] * min(100, n - i), app="b", tenant=TENANT
         )
     q.close()
-    cfg = throughput_config(workers=4, dequeue_max=10, visit_max=visit_max)
+    cfg = throughput_config(
+        workers=4, dequeue_max=10, visit_max=visit_max, one_transaction_visits=one
+    )
     done = work / "done.json"
     cmd = [sys.executable, "-m", "bench.quickrun", url, "--config", config_to_json(cfg)]
     cmd += ["--seconds", "300", "--expect", str(n), "--done", str(done)]
@@ -73,7 +84,12 @@ def quick_rate(url: str, n: int, work: Path, visit_max: int | None) -> float:
     if proc.returncode != 0 or not done.exists():
         return float("nan")
     # Counted to the last completion (committed), not the last start.
-    done_at = json.loads(done.read_text())["done_at"]
+    d = json.loads(done.read_text())
+    done_at = d["done_at"]
+    last_events.clear()
+    last_events.update({k: d["stats"].get(k, 0) for k in EVENTS})
+    last_events["lease_failed_reasons"] = d.get("lease_failed", {})
+    last_events["one_tx"] = d.get("one_transaction_visits", {})
     first = min(r.start for r in read_records(out) if r.tenant == TENANT)
     return (n - 1) / (done_at - first)
 
@@ -104,15 +120,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--backends", default="sqlite,fdb")
     ap.add_argument("--no-huey", action="store_true")
+    ap.add_argument(
+        "--visits",
+        choices=["three", "one", "both"],
+        default="three",
+        help="quick's zone visits: the paper's three transactions, one, or both (interleaved)",
+    )
+    ap.add_argument("--sizes", default="paper,work_conserving", help="visit sizes to run")
+    ap.add_argument("--out", default="", help="results directory")
     args = ap.parse_args(argv)
     backends = args.backends.split(",")
+    sizes = [("paper", None), ("work_conserving", 1000)]
+    sizes = [(label, vm) for label, vm in sizes if label in args.sizes.split(",")]
+    visits = ["three", "one"] if args.visits == "both" else [args.visits]
     rates: dict[str, list[float]] = {}
+    events: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-lone-") as tmp:
         for r in range(args.runs):
             systems: list[tuple[str, Any]] = []
+            # With both modes, which goes first alternates run by run.
+            order = visits if r % 2 == 0 else visits[::-1]
             for b in backends:
-                for label, vm in (("paper", None), ("work_conserving", 1000)):
-                    systems.append((f"quick-{b}-{label}", (b, vm)))
+                for label, vm in sizes:
+                    for v in order:
+                        tag = "" if args.visits == "three" else f"-{v}"
+                        systems.append((f"quick-{b}-{label}{tag}", (b, vm, v == "one")))
             if not args.no_huey:
                 systems.append(("huey-sqlite", None))
             for name, spec in systems:
@@ -121,29 +153,49 @@ def main(argv: list[str] | None = None) -> int:
                 if spec is None:
                     rate = huey_rate(args.n, work)
                 else:
-                    b, vm = spec
+                    b, vm, one = spec
                     url = fdb_url(f"lone{r}") if b == "fdb" else f"sqlite:///{work}/q.db"
-                    rate = quick_rate(url, args.n, work, vm)
+                    last_events.clear()
+                    rate = quick_rate(url, args.n, work, vm, one)
+                    events.setdefault(name, []).append(dict(last_events))
                 rates.setdefault(name, []).append(rate)
                 log(f"lone tenant run {r + 1}/{args.runs}: {name} {rate:.0f} items/s")
+                if spec is not None:
+                    log(f"  events {last_events}")
     res: dict[str, Any] = {
         "n": args.n,
         "runs": args.runs,
         "machine": machine(),
         "command": "python -m bench.lone_tenant " + " ".join(argv or sys.argv[1:]),
         "rates": {k: summary(v) for k, v in rates.items()},
+        "events": events,
     }
     huey = res["rates"].get("huey-sqlite", {}).get("median")
+    if args.visits == "both":
+        res["ratio_one_to_three"] = {
+            k[: -len("-one")]: v["median"] / res["rates"][k[: -len("-one")] + "-three"]["median"]
+            for k, v in res["rates"].items()
+            if k.endswith("-one")
+        }
+        # Run by run (one and three ran next to each other in each run).
+        pairs: dict[str, list[float]] = {}
+        for k, v in rates.items():
+            if k.endswith("-one"):
+                base = k[: -len("-one")]
+                pairs[base] = [o / t for o, t in zip(v, rates[base + "-three"], strict=True)]
+        res["pair_ratios_one_to_three"] = pairs
     if huey:
         res["ratio_to_huey"] = {
             k: v["median"] / huey for k, v in res["rates"].items() if k != "huey-sqlite"
         }
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out = ROOT / "results" / f"{stamp}-lone"
+    out = Path(args.out) if args.out else ROOT / "results" / f"{stamp}-lone"
     out.mkdir(parents=True, exist_ok=True)
     (out / "lone_tenant.json").write_text(json.dumps(res, indent=1))
     for k, v in res["rates"].items():
         log(f"{k}: median {v['median']:.0f} items/s ({v['min']:.0f}-{v['max']:.0f})")
+    for k, ratio in res.get("ratio_one_to_three", {}).items():
+        log(f"{k}: one/three {ratio:.3f}")
     log(f"results in {out}")
     return 0
 

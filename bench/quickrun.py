@@ -29,7 +29,9 @@ def open_quick(url: str, *, fifo: bool = False) -> Quick:
 
     @q.job(JOB)
     def bench_job(payload: Any, ctx: Any) -> None:
-        record_start(payload["t"], payload["e"], payload["d"], payload.get("w", 0.0))
+        # "i": record the item's id too (bench.visits_contention counts ids).
+        item_id = ctx.item_id if payload.get("i") else ""
+        record_start(payload["t"], payload["e"], payload["d"], payload.get("w", 0.0), item_id)
 
     @q.job(NOOP)
     def noop(payload: Any, ctx: Any) -> None:
@@ -89,6 +91,26 @@ def wait_completed(consumer: Consumer, n: int, timeout_s: float) -> float:
     return float("nan")
 
 
+def count_one_transaction_visits() -> dict[str, int]:
+    """Count the one-transaction visits this process tries, commits and loses to a conflict
+    (wraps the manager's ``attempt_once`` here, in the bench; the library is unchanged):
+    how many visits the gate let try one transaction, and how many of those committed."""
+    import quickzones.consumer.manager as manager_mod
+    from quickzones.kv import UNCOMMITTED
+
+    counts = {"tried": 0, "committed": 0, "conflicted": 0}
+    original = manager_mod.attempt_once
+
+    def counted(db: Any, fn: Any) -> Any:
+        counts["tried"] += 1
+        result = original(db, fn)
+        counts["conflicted" if result is UNCOMMITTED else "committed"] += 1
+        return result
+
+    manager_mod.attempt_once = counted  # type: ignore[assignment]
+    return counts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("url")
@@ -114,6 +136,7 @@ def main() -> None:
     # SIGTERM ends a timed run early but still writes the stats.
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    one_tx = count_one_transaction_visits()
     consumer = q.consumer(ConsumerConfig(**json.loads(args.config)), observer=observer)
     consumer.start()
     t0 = time.time()
@@ -139,6 +162,7 @@ def main() -> None:
                     "cpu_ready_s": cpu_ready,
                     "stats": dict(consumer.stats),
                     "lease_failed": reasons,
+                    "one_transaction_visits": one_tx,
                     **events,
                 },
                 f,
