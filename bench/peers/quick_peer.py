@@ -26,8 +26,9 @@ def peer_config(throughput: bool = False) -> ConsumerConfig:
     consumer process per SQLite file): in the noisy-neighbour workload every small
     tenant's item takes a visit of its own, the visits are what the consumer is short of
     while the burst drains (its managers ~85% busy, each commit waiting ~2-3 ms for the
-    file's write lock), and one commit per visit instead of three cut the small tenants'
-    p99 by about a third (bench/results/20261124T041424Z-noisy).
+    store's write lock); one commit per visit instead of three about halved the small
+    tenants' median pickup and lowered their p99 by a fifth or more, still far above
+    20 ms, and the burst drained sooner (bench/results/20261124T041424Z-noisy).
     Throughput (workload i, where the peers run their documented throughput setups too):
     large per-visit batches and a deep local queue, as in the core benchmark.
     """
