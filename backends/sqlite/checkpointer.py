@@ -13,6 +13,10 @@ copies), so after each pass ``after_pass`` (``SQLiteStore._bound_wal``) truncate
 once it passed its bound: with the passes having copied nearly everything already, that
 blocking step is short and rare (once per 16 MB of WAL instead of a full copy every 4 MB),
 and it runs on this thread, not in some caller's commit.
+
+A ``fork()`` waits for a pass in progress to end (``os.register_at_fork``): a child
+forked while this thread was inside SQLite could inherit SQLite's process-wide mutexes
+locked, by a thread that does not exist in the child, and hang at its first statement.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import weakref
 from collections.abc import Callable
 
 # About the automatic checkpoint's 1,000 pages at our commits' few pages each.
@@ -48,18 +53,18 @@ class Checkpointer:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
+        # Held for each pass's SQLite calls, and by a fork() in progress (see the module).
+        self._pass_lock = threading.Lock()
         self.passes = 0  # checkpoints run (for tests and benches)
         self.failures = 0
+        _LIVE.add(self)
 
     def committed(self) -> None:
         """Count a commit; wake the thread once enough have gone by."""
         if self._pid != os.getpid():
             # A forked child: the parent's thread is not here, and its lock may have been
             # held at the fork. Start afresh.
-            self._cond = threading.Condition()
-            self._thread = None
-            self._since = 0
-            self._pid = os.getpid()
+            self._forked()
         with self._cond:
             if self._closed:
                 return
@@ -68,6 +73,15 @@ class Checkpointer:
             self._since += 1
             if self._since >= self.every_commits:
                 self._cond.notify()
+
+    def _forked(self) -> None:
+        """In a forked child: the parent's thread is not here, and its locks may have been
+        held at the fork. Start afresh."""
+        self._cond = threading.Condition()
+        self._pass_lock = threading.Lock()
+        self._thread = None
+        self._since = 0
+        self._pid = os.getpid()
 
     def close(self) -> None:
         with self._cond:
@@ -95,11 +109,12 @@ class Checkpointer:
                         return
                     self._since = 0
                 try:
-                    if conn is None:
-                        conn = self._connect()
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                    self.passes += 1
-                    self._after_pass(conn)
+                    with self._pass_lock:
+                        if conn is None:
+                            conn = self._connect()
+                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                        self.passes += 1
+                        self._after_pass(conn)
                 except sqlite3.Error:
                     # Best effort: another process's checkpoint, a full disk. The next
                     # pass (or _bound_wal's truncating one) catches up.
@@ -112,3 +127,36 @@ class Checkpointer:
             if conn is not None:
                 with contextlib.suppress(sqlite3.Error):
                     conn.close()
+
+
+_LIVE: weakref.WeakSet[Checkpointer] = weakref.WeakSet()
+_HELD: list[Checkpointer] = []
+
+
+# A pass stuck longer than this (a stalled disk) does not hold a fork up for good.
+_FORK_WAIT_S = 10.0
+
+
+def _before_fork() -> None:
+    for checkpointer in list(_LIVE):
+        # A pass in progress ends first. (A child whose fork did not wait still starts
+        # afresh at its first commit: Checkpointer.committed.)
+        if checkpointer._pass_lock.acquire(timeout=_FORK_WAIT_S):
+            _HELD.append(checkpointer)
+
+
+def _after_fork_in_parent() -> None:
+    while _HELD:
+        _HELD.pop()._pass_lock.release()
+
+
+def _after_fork_in_child() -> None:
+    while _HELD:
+        _HELD.pop()._forked()
+
+
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
+    after_in_child=_after_fork_in_child,
+)

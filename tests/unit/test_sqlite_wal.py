@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 from quickzones.backends.sqlite import SQLiteStore
+from quickzones.backends.sqlite.checkpointer import Checkpointer
 from quickzones.kv import KVTransaction, run
 
 BOUND = 64 * 1024 * 1024
@@ -89,8 +93,7 @@ def test_checkpoints_run_beside_commits_and_keep_the_wal_bounded(tmp_path: Path)
         reopened.close()
 
 
-def _commit_in_child(path: str, out: multiprocessing.Queue[int]) -> None:
-    store = _INHERITED[0]
+def _commit_in_child(store: SQLiteStore, out: multiprocessing.Queue[int]) -> None:
     for n in range(400):
         run(store, lambda tr, n=n: tr.set(b"c%03d" % (n % 50), b"x" * 4000))
     deadline = time.monotonic() + 20
@@ -99,26 +102,73 @@ def _commit_in_child(path: str, out: multiprocessing.Queue[int]) -> None:
     out.put(store.checkpointer.passes)
 
 
-_INHERITED: list[SQLiteStore] = []
+def fork_scenario(path: str) -> None:
+    """Run in a process of its own (below): a store used before a fork, then a child that
+    keeps using it. Exits 0 when it all held."""
+    store = SQLiteStore(path)
+    for n in range(200):
+        run(store, lambda tr, n=n: tr.set(b"p%03d" % n, b"y" * 4000))
+    ctx = multiprocessing.get_context("fork")
+    out: multiprocessing.Queue[int] = ctx.Queue()
+    child = ctx.Process(target=_commit_in_child, args=(store, out))
+    child.start()
+    try:
+        assert out.get(timeout=60) > 0, "the child's checkpointer never ran"
+    finally:
+        child.join(timeout=30)
+    assert child.exitcode == 0
+    assert len(store.snapshot_items()) == 250
+    store.close()
 
 
 def test_a_forked_child_checkpoints_on_its_own_thread(tmp_path: Path) -> None:
     """A store used before a fork keeps working in the child, whose commits are
-    checkpointed by a thread of its own (the parent's does not exist there)."""
-    path = str(tmp_path / "fork.db")
-    store = SQLiteStore(path)
-    for n in range(200):
-        run(store, lambda tr, n=n: tr.set(b"p%03d" % n, b"y" * 4000))
-    _INHERITED[:] = [store]
-    ctx = multiprocessing.get_context("fork")
-    out: multiprocessing.Queue[int] = ctx.Queue()
-    child = ctx.Process(target=_commit_in_child, args=(path, out))
-    child.start()
+    checkpointed by a thread of its own (the parent's does not exist there). In a fresh
+    process: this one's other threads (other tests' consumers, the fdb client) could hold
+    SQLite's process-wide mutexes at the fork, which no library can make safe."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from tests.unit.test_sqlite_wal import fork_scenario; "
+            "fork_scenario(sys.argv[1])",
+            str(tmp_path / "fork.db"),
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_fork_waits_for_a_checkpoint_pass_in_progress(tmp_path: Path) -> None:
+    """A child forked while the checkpointer thread is inside SQLite could inherit SQLite's
+    mutexes locked by a thread it does not have, and hang: the fork waits for the pass."""
+    in_pass = threading.Event()
+    finished: list[int] = []
+
+    def slow_after_pass(conn: sqlite3.Connection) -> None:
+        in_pass.set()
+        time.sleep(0.3)
+        finished.append(os.getpid())
+
+    checkpointer = Checkpointer(
+        lambda: sqlite3.connect(str(tmp_path / "c.db")), after_pass=slow_after_pass, every_commits=1
+    )
+    checkpointer.committed()
+    assert in_pass.wait(20)
+    pid = os.fork()
+    if pid == 0:  # the child: its own checkpointer thread runs a pass of its own
+        before = checkpointer.passes
+        checkpointer.committed()
+        deadline = time.monotonic() + 20
+        while checkpointer.passes == before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os._exit(0 if checkpointer.passes > before else 1)
     try:
-        assert out.get(timeout=60) > 0
+        assert finished == [os.getpid()], "fork() returned while the pass was still running"
     finally:
-        child.join(timeout=30)
-        _INHERITED.clear()
-    assert child.exitcode == 0
-    assert len(store.snapshot_items()) == 250
-    store.close()
+        _, status = os.waitpid(pid, 0)
+        checkpointer.close()
+    assert os.waitstatus_to_exitcode(status) == 0
