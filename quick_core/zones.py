@@ -419,17 +419,24 @@ class KVZoneStore:
 
         Reads the first entry of each priority, and of its FIFO entries (vested since
         their enqueue, whose time their record holds): a requeue at this time sees every
-        item, and conflicts with an enqueue that commits after its read version.
+        item, and conflicts with a later commit that writes an entry vesting before that
+        time (an enqueue, a nack). Not with one that only touches entries vesting at or
+        after it, in a priority that has entries: those are the zone's leased items, and a
+        completion clearing one (the consumer's own workers, all the time in a busy zone)
+        at most leaves the pointer vesting early, which a visit corrects.
         """
         begin, end = self.keys.order_range(zone)
-        tr.add_read_conflict_range(begin, end)
         best: int | None = None
+        priorities: list[int] = []
         cursor = begin
         while True:
             first = tr.get_range(cursor, end, limit=1, snapshot=True)
             if not first:
+                self._conflict_below(tr, zone, priorities, best)
                 return best
             priority, vesting, item_id = self.keys.unpack_order_key(zone, first[0][0])
+            if not priorities or priorities[-1] != priority:
+                priorities.append(priority)
             if vesting is None:
                 vesting = self._fifo_vesting(tr, zone, item_id)
                 cursor = self.keys.order_priority_start(zone, priority + 1)
@@ -438,6 +445,21 @@ class KVZoneStore:
                 # on the next priority: no extra read for zones without FIFO items.
                 cursor = self.keys.fifo_range(zone, priority)[0]
             best = vesting if best is None else min(best, vesting)
+
+    def _conflict_below(
+        self, tr: KVTransaction, zone: ZoneId, priorities: list[int], best: int | None
+    ) -> None:
+        """Read conflicts over the whole order index except, in each priority present, the
+        entries keyed by a vesting time at or after ``best`` (see :meth:`min_vesting_ms`).
+        FIFO entries (vested at their enqueue) and priorities not present stay covered."""
+        begin, end = self.keys.order_range(zone)
+        cursor = begin
+        if best is not None:
+            for priority in priorities:
+                hole = self.keys.order_priority_range(zone, priority, best - 1)[1]
+                tr.add_read_conflict_range(cursor, hole)
+                cursor = self.keys.fifo_range(zone, priority)[0]
+        tr.add_read_conflict_range(cursor, end)
 
     def _fifo_vesting(self, tr: KVTransaction, zone: ZoneId, item_id: str) -> int:
         try:
