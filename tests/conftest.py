@@ -84,3 +84,12 @@ def q(backend: str, tmp_path: Path, clock: ManualClock) -> Iterator[Quick]:
     quick = Quick.open(store_url(backend, tmp_path), clock=clock)
     yield quick
     quick.close()
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def real_q(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Quick]:
+    """A client on the system clock: a started consumer's threads sleep in real time."""
+    url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'q.db'}"
+    quick = Quick.open(url)
+    yield quick
+    quick.close()

@@ -4,14 +4,13 @@ worker stops (SIGTERM) or when a pool-wide concurrency cap refuses them (issue 1
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
+from integration.cli.workers import start_worker
 from quickzones.client import Quick
 
 HANDLERS = textwrap.dedent(
@@ -38,20 +37,7 @@ HANDLERS = textwrap.dedent(
 
 
 def _start_worker(tmp_path: Path, store: str) -> subprocess.Popen[bytes]:
-    (tmp_path / "amo_handlers.py").write_text(HANDLERS)
-    env = {
-        **os.environ,
-        "QUICK_STORE": store,
-        "QUICK_RAN_LOG": str(tmp_path / "ran.log"),
-        "PYTHONPATH": os.getcwd(),
-    }
-    return subprocess.Popen(
-        [sys.executable, "-m", "quickzones", "worker", "--app-module", "amo_handlers"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    return start_worker(tmp_path, store, "amo_handlers", HANDLERS)
 
 
 def _ran(tmp_path: Path) -> set[str]:

@@ -5,14 +5,13 @@ worker then runs it at its time."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
+from integration.cli.workers import start_worker
 from quickzones.client import Quick
 
 HANDLERS = textwrap.dedent(
@@ -31,20 +30,7 @@ HANDLERS = textwrap.dedent(
 
 
 def _start_worker(tmp_path: Path, store: str, lookahead: str) -> subprocess.Popen[bytes]:
-    (tmp_path / "timer_handlers.py").write_text(HANDLERS)
-    env = {
-        **os.environ,
-        "QUICK_STORE": store,
-        "QUICK_RAN_LOG": str(tmp_path / "ran.log"),
-        "PYTHONPATH": os.getcwd(),
-    }
-    return subprocess.Popen(
-        [
-            sys.executable, "-m", "quickzones", "worker", "--app-module", "timer_handlers",
-            "--timer-lookahead", lookahead,
-        ],
-        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+    return start_worker(tmp_path, store, "timer_handlers", HANDLERS, "--timer-lookahead", lookahead)
 
 
 def _ran(tmp_path: Path) -> dict[str, float]:

@@ -6,26 +6,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
 from quickzones.registry import JobContext
 from tests.waiting import wait_for
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def real_q(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Quick]:
-    """A client on the system clock: the consumer's threads sleep in real time."""
-    url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'q.db'}"
-    quick = Quick.open(url)
-    yield quick
-    quick.close()
 
 
 def recorder(q: Quick) -> list[tuple[str, float]]:

@@ -7,6 +7,8 @@ FoundationDB, bench/results/20261124T043017Z-fdb-visits)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from quickzones.client import Quick
@@ -46,23 +48,19 @@ def test_a_completion_of_a_leased_item_does_not_conflict_with_the_requeue(
     tr.commit()  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("priority", [0, 5, -3])
+@pytest.mark.parametrize(
+    "options",
+    [{"priority": 0}, {"priority": 5}, {"priority": -3}, {"fifo": True}],
+    ids=["priority-present", "priority-absent", "priority-lower", "fifo"],
+)
 def test_an_item_vesting_earlier_conflicts_with_the_requeue(
-    q: Quick, clock: ManualClock, priority: int
+    q: Quick, clock: ManualClock, options: dict[str, Any]
 ) -> None:
     leased_zone(q)
     tr, _ = requeue_reading_min(q)
-    # Vested now, before both leases end: in a priority present or not.
-    q.enqueue("j", b"", app="app", tenant="t1", priority=priority)
-    with pytest.raises(KVError) as err:
-        tr.commit()  # type: ignore[attr-defined]
-    assert err.value.code == NOT_COMMITTED
-
-
-def test_a_fifo_item_conflicts_with_the_requeue(q: Quick, clock: ManualClock) -> None:
-    leased_zone(q)
-    tr, _ = requeue_reading_min(q)
-    q.enqueue("j", b"", app="app", tenant="t1", fifo=True)
+    # Vested now, before both leases end: in a priority present or not, keyed by vesting
+    # time or FIFO.
+    q.enqueue("j", b"", app="app", tenant="t1", **options)
     with pytest.raises(KVError) as err:
         tr.commit()  # type: ignore[attr-defined]
     assert err.value.code == NOT_COMMITTED

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
@@ -120,14 +119,6 @@ def test_a_lookahead_outside_half_the_item_lease_is_refused(bad: float) -> None:
 
 
 # --- a running consumer (system clock, real threads) ---------------------------------
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def real_q(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Quick]:
-    url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'q.db'}"
-    quick = Quick.open(url)
-    yield quick
-    quick.close()
 
 
 def test_items_leased_ahead_start_at_their_vesting_time_and_not_before(real_q: Quick) -> None:
