@@ -335,6 +335,10 @@ def _name_list(option: str, text: str | None) -> tuple[str, ...] | None:
     return names
 
 
+def _batched(visits_per_transaction: int) -> str:
+    return f" (up to {visits_per_transaction} zones)" if visits_per_transaction > 1 else ""
+
+
 @main.command()
 @click.option("--app-module", "app_module", required=True, help="module[:attr] with a Quick.")
 @click.option("--workers", type=click.IntRange(min=1), default=8, show_default=True)
@@ -375,6 +379,14 @@ def _name_list(option: str, text: str | None) -> tuple[str, ...] | None:
     show_default=True,
     help="Commit a visit's pointer lease, dequeue and pointer requeue together (zones in "
     "the pointers' store; apps with dispatch limits keep three), or as the paper's three.",
+)
+@click.option(
+    "--visits-per-transaction",
+    type=int,
+    default=_DEFAULTS.visits_per_transaction,
+    show_default=True,
+    help="With --one-transaction-visits: visit up to this many selected zones in one "
+    "transaction (fewer commits when many small zones each need a visit).",
 )
 @click.option(
     "--timer-lookahead",
@@ -425,6 +437,7 @@ def worker(
     unhandled_grace_s: float,
     visit_max: int | None,
     one_transaction_visits: bool,
+    visits_per_transaction: int,
     timer_lookahead_s: float,
 ) -> None:
     """Run a consumer until SIGTERM/SIGINT."""
@@ -450,6 +463,7 @@ def worker(
         dequeue_max=dequeue_max,
         visit_max=visit_max,
         one_transaction_visits=one_transaction_visits,
+        visits_per_transaction=visits_per_transaction,
         timer_lookahead_s=timer_lookahead_s,
         apps=routed_apps,
         job_types=routed_types,
@@ -477,7 +491,7 @@ def worker(
         f"lease {config.item_lease_s}s, dequeue_max {config.dequeue_max}, "
         f"visit_max {config.visit_max or config.dequeue_max}, "
         f"{'one transaction' if config.one_transaction_visits else 'three transactions'} "
-        "per visit, "
+        f"per visit{_batched(config.visits_per_transaction)}, "
         f"timer lookahead {config.timer_lookahead_s:g}s, "
         f"shutdown deadline {config.shutdown_deadline_s}s, "
         f"unhandled grace {config.unhandled_grace_s:g}s"

@@ -40,6 +40,13 @@ class ConsumerConfig:
     # transaction instead of three; apps with dispatch limits keep the three. False: the
     # paper's three transactions everywhere.
     one_transaction_visits: bool = False
+    # Batched visits (beyond the paper, with one_transaction_visits): a manager that frees
+    # up takes up to this many of the zones a scan selected and visits them all in one
+    # transaction, each still taking at most its dequeue_max; under load (many small
+    # zones, each needing a visit of its own) the store makes one commit for them instead
+    # of one each. A batch that conflicts, or meets an app with dispatch limits, is
+    # written off and its zones visited one by one. 1: one zone per visit.
+    visits_per_transaction: int = 1
     # Exact timers (beyond the paper): a running consumer leases items that vest within
     # this many seconds ahead, where the zone store can (every KV backend), and starts each
     # on its own timer at its vesting time, never before; the visit's commits are then
@@ -65,6 +72,18 @@ class ConsumerConfig:
             raise ConfigurationError(
                 f"visit_max ({self.visit_max}) must be at least dequeue_max "
                 f"({self.dequeue_max}), or None"
+            )
+        if isinstance(self.visits_per_transaction, bool) or not (
+            isinstance(self.visits_per_transaction, int) and self.visits_per_transaction >= 1
+        ):
+            raise ConfigurationError(
+                f"visits_per_transaction must be an integer of at least 1, "
+                f"not {self.visits_per_transaction!r}"
+            )
+        if self.visits_per_transaction > 1 and not self.one_transaction_visits:
+            raise ConfigurationError(
+                f"visits_per_transaction={self.visits_per_transaction} needs "
+                "one_transaction_visits=True (a batch of visits is one transaction)"
             )
         if self.managers < 1 or self.workers < 1:
             raise ConfigurationError("managers and workers must be at least 1")

@@ -12,12 +12,19 @@ is more than ``dequeue_max`` (at most ``visit_max``). A tenant alone in the queu
 fills the free workers in one visit; when many zones compete the share falls below
 ``dequeue_max`` and each visit stays at ``dequeue_max`` (invariant 7). The items go to Workers
 (Algorithm 3) as :class:`~quickzones.consumer.state.Work`; a Manager runs no handler.
+
+Batched visits (``visits_per_transaction``, beyond the paper, with
+``one_transaction_visits``): :meth:`Manager.visit_many` visits several selected zones in
+one transaction, each exactly as a one-transaction visit would, so a consumer short of
+commits (many small zones, each needing a visit of its own) makes one for them all.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from quickzones.clock import Clock, now_ms
@@ -42,6 +49,20 @@ AcceptFactory = Callable[[dict[str, str]], Callable[[WorkItem], bool]]
 
 class _LimitedApp(Exception):
     """Leaves a one-transaction visit uncommitted: the zone's app has dispatch limits."""
+
+
+@dataclass(slots=True)
+class _Visited:
+    """One zone's part of a batched visit, as its transaction left it."""
+
+    ref: PointerRef
+    # Item id -> job type reserved under a cap: a map per zone, as ids are only unique
+    # within a zone; kept across tries of the transaction.
+    reserved: dict[str, str] = field(default_factory=dict)
+    pointer: Pointer | None = None
+    items: list[WorkItem] = field(default_factory=list)
+    corrupt: list[CorruptItem] = field(default_factory=list)
+    outcome: str = ""
 
 
 class Manager:
@@ -163,6 +184,148 @@ class Manager:
             if works is not None:
                 return works
         return self._visit_in_three_transactions(cluster, ref, room, hand_out, horizon_ms)
+
+    def visit_many(
+        self,
+        refs: Sequence[PointerRef],
+        hand_out: Callable[[list[Work]], None] | None = None,
+        *,
+        horizon_ms: int = 0,
+    ) -> list[Work]:
+        """Visit ``refs`` (``visits_per_transaction`` at most at a time): per cluster whose
+        zones allow one-transaction visits, all in one transaction; else, or when that
+        transaction is written off, one :meth:`visit` each."""
+        by_cluster: dict[str, list[PointerRef]] = defaultdict(list)
+        for ref in refs:
+            by_cluster[ref.cluster].append(ref)
+        works: list[Work] = []
+        size = self.config.visits_per_transaction
+        for name, group in by_cluster.items():
+            for start in range(0, len(group), size):
+                chunk = group[start : start + size]
+                batched = None
+                cluster = self.clusters[name]
+                if (
+                    len(chunk) > 1
+                    and cluster.zones.capabilities.one_transaction_visits
+                    and self.one_transaction.try_one()
+                ):
+                    ahead = horizon_ms if cluster.zones.capabilities.lookahead_dequeue else 0
+                    batched = self._visit_in_one_batch(cluster, chunk, hand_out, ahead)
+                if batched is None:
+                    for ref in chunk:
+                        works += self.visit(ref, hand_out, horizon_ms=horizon_ms)
+                else:
+                    works += batched
+        return works
+
+    def _visit_in_one_batch(
+        self,
+        cluster: Cluster,
+        refs: Sequence[PointerRef],
+        hand_out: Callable[[list[Work]], None] | None,
+        horizon_ms: int,
+    ) -> list[Work] | None:
+        """Several zones' one-transaction visits, committed together. Each zone leases its
+        pointer, dequeues at most :meth:`visit_size` and requeues the pointer, as alone; the
+        batch never takes more than the consumer's free capacity, and a zone it has no room
+        left for is not leased. A pointer it cannot lease (gone, leased elsewhere, another
+        app's) is skipped. None (nothing written) when the commit conflicts or a zone's
+        app has dispatch limits: the caller visits each zone on its own. A conflicting
+        batch is tried once more first."""
+        cfg = self.config
+        zones = cast(VisitTransactions, cluster.zones)
+        lease_ms = int(cfg.pointer_lease_s * 1000)
+        item_lease_ms = int(cfg.item_lease_s * 1000)
+        capacity = self.in_flight.capacity()
+        if capacity <= 0:
+            return []
+        size = self.visit_size()
+        visits = [_Visited(ref) for ref in refs]
+        failed: list[str] = []
+
+        def visit(tr: KVTransaction) -> None:
+            failed.clear()
+            left = capacity
+            for v in visits:
+                v.pointer, v.items, v.corrupt, v.outcome = None, [], [], ""
+            for v in visits:
+                if left <= 0:
+                    break  # not leased: vested for the next scan
+                try:
+                    pointer = cluster.toplevel.lease_pointer(
+                        v.ref, lease_ms, accept=self.accept_pointer, horizon_ms=horizon_ms, tr=tr
+                    )
+                except ZoneLeaseFailed as err:
+                    failed.append(err.reason)
+                    continue
+                zone = pointer.zone
+                if self.limits is not None and self.limits.get(zone.app, tr).limits_dispatch:
+                    raise _LimitedApp
+                v.items, v.corrupt = zones.dequeue(
+                    zone,
+                    min(size, left),
+                    item_lease_ms,
+                    accept=self.accept_factory(v.reserved),
+                    resolve=self.resolve,
+                    horizon_ms=horizon_ms,
+                    tr=tr,
+                )
+                left -= len(v.items)
+
+                def min_vesting(t: KVTransaction, z: ZoneId = zone) -> int | None:
+                    return cluster.zones.min_vesting_ms(z, tr=t)
+
+                def is_empty(t: KVTransaction, z: ZoneId = zone) -> bool:
+                    return cluster.zones.zone_is_empty(t, z)
+
+                v.outcome = cluster.toplevel.requeue_pointer(
+                    pointer,
+                    min_vesting,
+                    is_empty,
+                    min_inactive_ms=int(cfg.min_inactive_s * 1000),
+                    active=bool(v.items),
+                    tr=tr,
+                )
+                v.pointer = pointer
+
+        committed = False
+        try:
+            # A batch's conflict is most often an enqueue into one of its zones, not a
+            # competing consumer: the batch is run again at once (it now sees that item),
+            # and only a second conflict sends its zones to visits of their own.
+            for tries_left in (1, 0):
+                done = attempt_once(cluster.toplevel.kv, visit)
+                if not isinstance(done, _Uncommitted):
+                    break
+                self.emit("one_transaction_visit_conflict")
+                if not tries_left:
+                    self.one_transaction.conflicted()
+                    return None
+            committed = True
+            self.one_transaction.committed()
+        except _LimitedApp:
+            return None
+        except StorageError as err:
+            self.emit("dequeue_error", error=str(err))
+            return []
+        finally:
+            for v in visits:
+                self.settle(v.reserved, v.items if committed else [])
+        for reason in failed:
+            self.emit("pointer_lease_failed", reason=reason)
+        done_visits = [v for v in visits if v.pointer is not None]
+        self.emit(
+            "visits_batched", zones=len(done_visits), items=sum(len(v.items) for v in done_visits)
+        )
+        works: list[Work] = []
+        for v in done_visits:
+            assert v.pointer is not None
+            zone = v.pointer.zone
+            self.emit("pointer_leased", zone=zone, lag_ms=self._lag_ms(v.ref))
+            works += self._dequeued(cluster, zone, v.items, v.corrupt, 0, hand_out)
+            self.emit("pointer_" + v.outcome, zone=zone)
+        return works
 
     def _visit_in_three_transactions(
         self,

@@ -205,6 +205,11 @@ class Consumer:
         """Algorithm 2: one zone visit (see :class:`Manager`)."""
         return self.manager.visit(ref)
 
+    def visit_many(self, refs: Sequence[PointerRef]) -> list[Work]:
+        """Algorithm 2 for several zones: with ``visits_per_transaction`` > 1, that many
+        zones per transaction (see :meth:`Manager.visit_many`)."""
+        return self.manager.visit_many(refs)
+
     def execute(self, work: Work) -> str:
         """Algorithm 3: run one leased item; returns its outcome (see :class:`Worker`)."""
         return self.worker.execute(work)
@@ -248,9 +253,10 @@ class Consumer:
                 break
             self._batching = True
             took = 0
+            size = self.config.visits_per_transaction
             try:
-                for ref in refs:
-                    for work in self.visit(ref):
+                for start in range(0, len(refs), size):
+                    for work in self.visit_many(refs[start : start + size]):
                         took += 1
                         self.execute(work)
                         done += 1
@@ -294,7 +300,7 @@ class Consumer:
             return
         workers.post(self._execute_logged, work, lane=(work.cluster, work.zone))
 
-    def _visit_and_dispatch(self, ref: PointerRef) -> int:
+    def _visit_and_dispatch(self, refs: list[PointerRef]) -> int:
         def hand_out(works: list[Work]) -> None:
             for work in works:
                 if work.due_ms is None:
@@ -303,7 +309,9 @@ class Consumer:
                     self.timers.add(work)  # leased ahead: started at its vesting time
 
         try:
-            return len(self.manager.visit(ref, hand_out, horizon_ms=self.scanner.lookahead_ms))
+            return len(
+                self.manager.visit_many(refs, hand_out, horizon_ms=self.scanner.lookahead_ms)
+            )
         except Exception:
             log.exception("manager visit failed")
             return 0

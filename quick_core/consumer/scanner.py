@@ -149,7 +149,7 @@ class Scanner:
     def run(
         self,
         managers: DaemonPool,
-        visit: Callable[[PointerRef], int],
+        visit: Callable[[list[PointerRef]], int],
         stopping: threading.Event,
     ) -> None:
         """Algorithm 1 on a thread. Pipelined (the default): the pointers a scan selects
@@ -160,10 +160,12 @@ class Scanner:
         visits all took nothing (empty or throttled zones), it sleeps ``idle_sleep_s`` or
         until the earliest vesting time it saw, whichever is sooner, or until woken
         (:meth:`idle_wait`), so such zones are not polled hot and a delayed item starts on
-        time. ``visit`` runs on a manager and returns how many items it handed out."""
+        time. ``visit`` runs on a manager, given up to ``visits_per_transaction`` selected
+        pointers (filled before another manager is used: one transaction for as many as
+        fit), and returns how many items it handed out."""
         cfg = self.config
         next_election = 0.0
-        visiting: dict[Future[int], tuple[str, int, str]] = {}
+        visiting: dict[Future[int], list[tuple[str, int, str]]] = {}
         selected: deque[PointerRef] = deque()
         selected_at = 0.0
         while not stopping.is_set():
@@ -187,13 +189,18 @@ class Scanner:
                 if not selected or mono - selected_at > cfg.idle_sleep_s * 10:
                     selected = deque(self.scan_once(self.lookahead_ms))
                     selected_at = time.monotonic()
-                busy = set(visiting.values())
+                busy = {key for keys in visiting.values() for key in keys}
                 while selected and submitted < free:
-                    ref = selected.popleft()
-                    if _visit_key(ref) in busy:
+                    # Batched visits: up to visits_per_transaction pointers per manager.
+                    batch: list[PointerRef] = []
+                    while selected and len(batch) < cfg.visits_per_transaction:
+                        ref = selected.popleft()
+                        if _visit_key(ref) not in busy:
+                            busy.add(_visit_key(ref))
+                            batch.append(ref)
+                    if not batch:
                         continue
-                    busy.add(_visit_key(ref))
-                    visiting[managers.submit(visit, ref)] = _visit_key(ref)
+                    visiting[managers.submit(visit, batch)] = [_visit_key(r) for r in batch]
                     submitted += 1
             if not visiting:
                 self.idle_wait(stopping)
