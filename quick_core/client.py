@@ -324,7 +324,7 @@ class Quick:
         return NewItem(
             job_type=job_type,
             payload=body,
-            delay_ms=int(delay_s * 1000),
+            delay_ms=delay_s * 1000,
             priority=priority,
             item_id=item_id,
             content_type=content_type,

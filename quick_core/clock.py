@@ -6,6 +6,7 @@ them the same way and the tuple layer packs them compactly.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Protocol, runtime_checkable
@@ -35,6 +36,13 @@ class ElapsedClock(Clock, Protocol):
 def now_ms(clock: Clock) -> int:
     """The clock's time in integer milliseconds, the unit of every stored time."""
     return int(clock.now() * 1000)
+
+
+def ms_up(seconds: float) -> int:
+    """``seconds`` in whole milliseconds, rounded up: a time that must not come early (a
+    delayed item's vesting time) is never stored before it. A float error under a
+    microsecond (``1.1 * 1000``) does not round up."""
+    return math.ceil(seconds * 1000 - 0.001)
 
 
 class SystemClock:

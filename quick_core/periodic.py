@@ -179,6 +179,12 @@ class Scheduler:
         if schedule.catch_up == "latest":
             missed = [s for s in due if s <= now]
             due = missed[-1:] + [s for s in due if s > now]
+        # The clock's own reading, not the whole ms ``now``: the store rounds now + delay
+        # up once, so a slot's item vests at the slot itself (``now`` given by a caller
+        # that is not this clock's reading is taken as it is).
+        at = self.quick.clock.now()
+        if int(at * 1000) != now:
+            at = now / 1000
         for slot in due:
             self.quick.enqueue(
                 schedule.job_type,
@@ -186,7 +192,7 @@ class Scheduler:
                 app=schedule.app,
                 tenant=schedule.tenant,
                 item_id=schedule.item_id(slot),
-                delay=max(0, slot - now) / 1000,
+                delay=max(0.0, slot / 1000 - at),
                 priority=schedule.priority,
                 tr=tr,
             )

@@ -21,7 +21,7 @@ from typing import Any
 
 from quickzones import enqueue as two_part
 from quickzones import outcomes
-from quickzones.clock import Clock, SystemClock, now_ms
+from quickzones.clock import Clock, SystemClock, ms_up, now_ms
 from quickzones.enqueue import Written
 from quickzones.errors import (
     CorruptRecord,
@@ -231,7 +231,8 @@ class KVZoneStore:
                 exists = self._exists(tr, zone, item_id)
             if exists:
                 return Written(item_id, now, False)
-        vesting = now + item.delay_ms
+        # Delayed: from the clock's reading rounded up, never before now + delay.
+        vesting = ms_up(self.clock.now() + item.delay_ms / 1000) if item.delay_ms else now
         fifo = item.fifo and item.delay_ms == 0
         record = WorkItem(
             item_id=item_id,

@@ -27,7 +27,9 @@ class NewItem:
 
     job_type: str
     payload: bytes
-    delay_ms: int = 0
+    # Fractions kept: the zone store rounds now + delay up to a whole millisecond once,
+    # so the item never vests before the time asked for and at most 1 ms after it.
+    delay_ms: float = 0
     priority: int = 0
     item_id: str | None = None
     content_type: str = "bytes"

@@ -27,7 +27,7 @@ from quickzones.adapters.cassandra.driver import (
 )
 from quickzones.adapters.cassandra.schema import ITEM_COLUMNS
 from quickzones.adapters.cassandra.table import ZoneTable
-from quickzones.clock import Clock, SystemClock, now_ms
+from quickzones.clock import Clock, SystemClock, ms_up, now_ms
 from quickzones.errors import (
     ConfigurationError,
     CorruptRecord,
@@ -297,7 +297,8 @@ class CassandraZoneStore:
             job_type=item.job_type,
             payload=item.payload,
             priority=item.priority,
-            vesting_ms=now + item.delay_ms,
+            # Delayed: from the clock's reading rounded up, never before now + delay.
+            vesting_ms=ms_up(self.clock.now() + item.delay_ms / 1000) if item.delay_ms else now,
             enqueued_ms=now,
             content_type=item.content_type,
             deadline_ms=None if item.ttl_ms is None else now + item.ttl_ms,

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from quickzones.clock import ManualClock, now_ms
+from quickzones.clock import ManualClock, ms_up, now_ms
 from quickzones.errors import ItemNotFound, ItemNotVested, LeaseLost
 from quickzones.kv import KVStore, KVTransaction, run
 from quickzones.records import WorkItem, ZoneId
@@ -103,6 +103,21 @@ def test_enqueue_get_and_count(zone_store_env: ZoneStoreEnv) -> None:
     assert item.lease_id is None and item.error_count == 0
     assert env.store.get(Z, "no-such-id") is None
     assert env.store.count(Z) == 2 and env.store.count(OTHER) == 0
+
+
+def test_a_delayed_item_never_vests_before_its_time(zone_store_env: ZoneStoreEnv) -> None:
+    """Stored times are whole milliseconds: a delayed item's vesting time is rounded up, so
+    a clock reading between two milliseconds cannot make it vest before now + delay."""
+    env = zone_store_env
+    env.clock.advance(0.0004)  # 0.4 ms into a millisecond
+    asked_at = env.clock.now() * 1000
+    a = add(env, delay_ms=10)
+    item = env.store.get(Z, a)
+    assert item is not None
+    assert asked_at + 10 <= item.vesting_ms < asked_at + 10 + 1
+    b = add(env)  # no delay: vested now, as before
+    undelayed = env.store.get(Z, b)
+    assert undelayed is not None and undelayed.vesting_ms == now(env)
 
 
 def test_caller_chosen_id_is_idempotent(zone_store_env: ZoneStoreEnv) -> None:
@@ -326,7 +341,8 @@ def test_complete_many_reports_each_outcome(zone_store_env: ZoneStoreEnv) -> Non
 def test_min_vesting_follows_items_and_leases(zone_store_env: ZoneStoreEnv) -> None:
     env = zone_store_env
     assert env.store.min_vesting_ms(Z) is None
-    start = now(env)
+    # Delayed items vest at now + delay rounded up (a clock between two ms rounds up).
+    start = ms_up(env.clock.now())
     later = add(env, delay_ms=5_000)
     assert env.store.min_vesting_ms(Z) == start + 5_000
     first = add(env, delay_ms=1_000)
