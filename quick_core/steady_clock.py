@@ -86,8 +86,10 @@ class SteadyClock:
 
     def now(self) -> float:
         with self._lock:  # _advance() inlined: this is the hot path
-            elapsed = self._elapsed()
+            # Wall first: a pause between the two readings then makes the floor's pair
+            # lag (harmless: the wall wins), where the other order moved it ahead for good.
             t = self._wall()
+            elapsed = self._elapsed()
             projected = self._floor + (elapsed - self._floor_at)
             if projected > t:
                 t = projected
@@ -107,8 +109,9 @@ class SteadyClock:
 
     def _advance(self) -> tuple[float, float]:
         """Move the floor to the current time; the caller holds ``_lock``."""
+        wall = self._wall()  # before the elapsed time, as in now()
         elapsed = self._elapsed()
-        t = max(self._wall(), self._floor + (elapsed - self._floor_at))
+        t = max(wall, self._floor + (elapsed - self._floor_at))
         self._floor, self._floor_at = t, elapsed
         return t, elapsed
 

@@ -207,3 +207,44 @@ def test_forked_child_gets_fresh_locks(q: Quick) -> None:
     finally:
         q.clock._sync_lock.release()
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+class _PreemptedClock(ManualClock):
+    """A clock whose next reading, wall or elapsed, is followed by ``gap`` s passing before
+    anything else is read: a thread descheduled (or waiting for the GIL) between the two
+    readings a steady clock takes."""
+
+    def __init__(self, start: float) -> None:
+        super().__init__(start)
+        self.gap = 0.0
+
+    def _then_pause(self, reading: float) -> float:
+        if self.gap:
+            gap, self.gap = self.gap, 0.0
+            self.advance(gap)
+        return reading
+
+    def now(self) -> float:
+        return self._then_pause(super().now())
+
+    def monotonic(self) -> float:
+        return self._then_pause(super().monotonic())
+
+
+def test_a_pause_between_the_two_readings_does_not_move_the_clock_ahead(tmp_path: Path) -> None:
+    """A steady clock must not run ahead of the wall clock when nothing stepped: it read the
+    elapsed time, then the wall time 4 ms later, and kept the pair as its floor, so from
+    then on it read 4 ms ahead, and every longer pause moved it further. A delayed item
+    then vested and started early by the wall clock (0.25-0.5 ms in the peer benchmark)."""
+    base = _PreemptedClock(1_700_000_000.0)
+    q = Quick.open(f"sqlite:///{tmp_path / 'q.db'}", clock=base, steady_clock=True)
+    try:
+        clock = q.clock
+        clock.now()  # the first reading exchanges the floor with the store
+        base.advance(0.010)
+        base.gap = 0.004
+        clock.now()
+        base.advance(0.010)
+        assert clock.now() <= base.now() + 1e-9  # not 4 ms ahead
+    finally:
+        q.close()
