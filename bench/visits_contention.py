@@ -2,7 +2,10 @@
 competing for the same zones.
 
 ``python -m bench.visits_contention [--n 5000] [--runs 3] [--backends fdb,sqlite]
-[--tenants 50,1] [--consumers 3] [--visits both] [--out DIR]``
+[--tenants 50,1] [--consumers 3] [--visits both|one-batched|...] [--batch 16] [--out DIR]``
+
+``--visits one-batched`` sets one-transaction visits against batched ones (up to
+``--batch`` zones per transaction, ``visits_per_transaction``).
 
 Each run starts ``--consumers`` consumer processes (``python -m bench.quickrun``, the
 lone-tenant bench's ``throughput_config(workers=4, dequeue_max=10)``, with
@@ -71,12 +74,21 @@ def _stop_consumers(procs: list[tuple[subprocess.Popen[bytes], Path, Path]]) -> 
 
 
 def one_run(
-    url: str, n: int, tenants: int, consumers: int, one: bool, work: Path, lead_s: float = LEAD_S
+    url: str,
+    n: int,
+    tenants: int,
+    consumers: int,
+    one: bool,
+    work: Path,
+    lead_s: float = LEAD_S,
+    batch: int = 1,
 ) -> dict:
     out = work / "records.txt"
     out.write_bytes(b"")
     env = {**os.environ, "BENCH_OUT": str(out), "PYTHONPATH": str(REPO)}
-    cfg = throughput_config(workers=4, dequeue_max=10, one_transaction_visits=one)
+    cfg = throughput_config(
+        workers=4, dequeue_max=10, one_transaction_visits=one, visits_per_transaction=batch
+    )
     procs = _start_consumers(url, consumers, config_to_json(cfg), work, env)
     try:
         deadline = time.time() + 60
@@ -178,13 +190,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backends", default="fdb,sqlite")
     ap.add_argument("--tenants", default="50,1")
     ap.add_argument("--consumers", type=int, default=3)
-    ap.add_argument("--visits", choices=["three", "one", "both"], default="both")
+    ap.add_argument(
+        "--visits",
+        choices=["three", "one", "both", "batched", "one-batched"],
+        default="both",
+        help="both: three and one; batched: one transaction for up to --batch zones; "
+        "one-batched: one and batched",
+    )
+    ap.add_argument("--batch", type=int, default=16, help="visits_per_transaction (batched)")
     ap.add_argument("--out", default="", help="results directory")
     ap.add_argument(
         "--lead", type=float, default=LEAD_S, help="s from the enqueue's start to the vesting"
     )
     args = ap.parse_args(argv)
-    visits = ["three", "one"] if args.visits == "both" else [args.visits]
+    visits = {"both": ["three", "one"], "one-batched": ["one", "batched"]}.get(
+        args.visits, [args.visits]
+    )
     tenant_counts = [int(t) for t in args.tenants.split(",")]
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-visits-") as tmp:
@@ -198,7 +219,14 @@ def main(argv: list[str] | None = None) -> int:
                         work.mkdir()
                         url = fdb_url(f"vc{r}") if b == "fdb" else f"sqlite:///{work}/q.db"
                         res = one_run(
-                            url, args.n, tenants, args.consumers, v == "one", work, args.lead
+                            url,
+                            args.n,
+                            tenants,
+                            args.consumers,
+                            v != "three",
+                            work,
+                            args.lead,
+                            batch=args.batch if v == "batched" else 1,
                         )
                         res.update(backend=b, run=r, name=name)
                         runs.append(res)
@@ -240,11 +268,20 @@ def main(argv: list[str] | None = None) -> int:
                 / medians[base + "-three"]["rate"]["median"],
                 "pairs": [o["rate"] / t["rate"] for o, t in zip(rs, three, strict=True)],
             }
+        if name.endswith("-batched") and name[: -len("-batched")] + "-one" in groups:
+            base = name[: -len("-batched")]
+            one = groups[base + "-one"]
+            ratios[base + " batched"] = {
+                "median_rate_batched_to_one": medians[name]["rate"]["median"]
+                / medians[base + "-one"]["rate"]["median"],
+                "pairs": [b["rate"] / o["rate"] for b, o in zip(rs, one, strict=True)],
+            }
     res_all: dict[str, Any] = {
         "n": args.n,
         "runs": args.runs,
         "consumers": args.consumers,
-        "config": "throughput_config(workers=4, dequeue_max=10, one_transaction_visits=...)",
+        "config": "throughput_config(workers=4, dequeue_max=10, one_transaction_visits=..., "
+        f"visits_per_transaction={args.batch} when batched)",
         "machine": machine(),
         "command": "python -m bench.visits_contention " + " ".join(argv or sys.argv[1:]),
         "summary": medians,
@@ -267,7 +304,10 @@ def main(argv: list[str] | None = None) -> int:
             f"lost {m['lost_total']}, twice+ {m['duplicate_items_total']}"
         )
     for base, ra in ratios.items():
-        log(f"{base}: one/three {ra['median_rate_one_to_three']:.3f} (pairs {ra['pairs']})")
+        for key, label in (("median_rate_one_to_three", "one/three"),
+                           ("median_rate_batched_to_one", "batched/one")):  # fmt: skip
+            if key in ra:
+                log(f"{base}: {label} {ra[key]:.3f} (pairs {ra['pairs']})")
     log(f"results in {path}")
     return 0
 
