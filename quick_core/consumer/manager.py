@@ -13,10 +13,9 @@ fills the free workers in one visit; when many zones compete the share falls bel
 ``dequeue_max`` and each visit stays at ``dequeue_max`` (invariant 7). The items go to Workers
 (Algorithm 3) as :class:`~quickzones.consumer.state.Work`; a Manager runs no handler.
 
-Batched visits (``visits_per_transaction``, beyond the paper, with
-``one_transaction_visits``): :meth:`Manager.visit_many` visits several selected zones in
-one transaction, each exactly as a one-transaction visit would, so a consumer short of
-commits (many small zones, each needing a visit of its own) makes one for them all.
+One-transaction visits (``one_transaction_visits``) and batched ones
+(``visits_per_transaction``, :meth:`Manager.visit_many`), beyond the paper, commit the same
+steps once: :mod:`quickzones.consumer.fused_visits`.
 """
 
 from __future__ import annotations
@@ -24,45 +23,26 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from quickzones.clock import Clock, now_ms
+from quickzones.consumer.fused_visits import visit_in_one_batch, visit_in_one_transaction
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Work
 from quickzones.consumer_config import ConsumerConfig
 from quickzones.errors import StorageError, ZoneLeaseFailed
-from quickzones.kv import KVTransaction, _Uncommitted, attempt_once
 from quickzones.limits import Limits
-from quickzones.records import Pointer, WorkItem, ZoneId
+from quickzones.records import WorkItem, ZoneId
 from quickzones.registry import Registry
 from quickzones.toplevel import PointerRef
 from quickzones.visit_gate import OneTransactionGate
-from quickzones.zonestore import CorruptItem, VisitTransactions
+from quickzones.zonestore import CorruptItem
 
 log = logging.getLogger("quick.consumer")
 
 # Given the visit's reservations (item id -> job type), the predicate a dequeue admits
 # items with.
 AcceptFactory = Callable[[dict[str, str]], Callable[[WorkItem], bool]]
-
-
-class _LimitedApp(Exception):
-    """Leaves a one-transaction visit uncommitted: the zone's app has dispatch limits."""
-
-
-@dataclass(slots=True)
-class _Visited:
-    """One zone's part of a batched visit, as its transaction left it."""
-
-    ref: PointerRef
-    # Item id -> job type reserved under a cap: a map per zone, as ids are only unique
-    # within a zone; kept across tries of the transaction.
-    reserved: dict[str, str] = field(default_factory=dict)
-    pointer: Pointer | None = None
-    items: list[WorkItem] = field(default_factory=list)
-    corrupt: list[CorruptItem] = field(default_factory=list)
-    outcome: str = ""
 
 
 class Manager:
@@ -180,7 +160,7 @@ class Manager:
         if not cluster.zones.capabilities.lookahead_dequeue:
             horizon_ms = 0
         if cluster.zones.capabilities.one_transaction_visits and self.one_transaction.try_one():
-            works = self._visit_in_one_transaction(cluster, ref, room, hand_out, horizon_ms)
+            works = visit_in_one_transaction(self, cluster, ref, room, hand_out, horizon_ms)
             if works is not None:
                 return works
         return self._visit_in_three_transactions(cluster, ref, room, hand_out, horizon_ms)
@@ -211,120 +191,12 @@ class Manager:
                     and self.one_transaction.try_one()
                 ):
                     ahead = horizon_ms if cluster.zones.capabilities.lookahead_dequeue else 0
-                    batched = self._visit_in_one_batch(cluster, chunk, hand_out, ahead)
+                    batched = visit_in_one_batch(self, cluster, chunk, hand_out, ahead)
                 if batched is None:
                     for ref in chunk:
                         works += self.visit(ref, hand_out, horizon_ms=horizon_ms)
                 else:
                     works += batched
-        return works
-
-    def _visit_in_one_batch(
-        self,
-        cluster: Cluster,
-        refs: Sequence[PointerRef],
-        hand_out: Callable[[list[Work]], None] | None,
-        horizon_ms: int,
-    ) -> list[Work] | None:
-        """Several zones' one-transaction visits, committed together. Each zone leases its
-        pointer, dequeues at most :meth:`visit_size` and requeues the pointer, as alone; the
-        batch never takes more than the consumer's free capacity, and a zone it has no room
-        left for is not leased. A pointer it cannot lease (gone, leased elsewhere, another
-        app's) is skipped. None (nothing written) when the commit conflicts or a zone's
-        app has dispatch limits: the caller visits each zone on its own. A conflicting
-        batch is tried once more first."""
-        cfg = self.config
-        zones = cast(VisitTransactions, cluster.zones)
-        lease_ms = int(cfg.pointer_lease_s * 1000)
-        item_lease_ms = int(cfg.item_lease_s * 1000)
-        capacity = self.in_flight.capacity()
-        if capacity <= 0:
-            return []
-        size = self.visit_size()
-        visits = [_Visited(ref) for ref in refs]
-        failed: list[str] = []
-
-        def visit(tr: KVTransaction) -> None:
-            failed.clear()
-            left = capacity
-            for v in visits:
-                v.pointer, v.items, v.corrupt, v.outcome = None, [], [], ""
-            for v in visits:
-                if left <= 0:
-                    break  # not leased: vested for the next scan
-                try:
-                    pointer = cluster.toplevel.lease_pointer(
-                        v.ref, lease_ms, accept=self.accept_pointer, horizon_ms=horizon_ms, tr=tr
-                    )
-                except ZoneLeaseFailed as err:
-                    failed.append(err.reason)
-                    continue
-                zone = pointer.zone
-                if self.limits is not None and self.limits.get(zone.app, tr).limits_dispatch:
-                    raise _LimitedApp
-                v.items, v.corrupt = zones.dequeue(
-                    zone,
-                    min(size, left),
-                    item_lease_ms,
-                    accept=self.accept_factory(v.reserved),
-                    resolve=self.resolve,
-                    horizon_ms=horizon_ms,
-                    tr=tr,
-                )
-                left -= len(v.items)
-
-                def min_vesting(t: KVTransaction, z: ZoneId = zone) -> int | None:
-                    return cluster.zones.min_vesting_ms(z, tr=t)
-
-                def is_empty(t: KVTransaction, z: ZoneId = zone) -> bool:
-                    return cluster.zones.zone_is_empty(t, z)
-
-                v.outcome = cluster.toplevel.requeue_pointer(
-                    pointer,
-                    min_vesting,
-                    is_empty,
-                    min_inactive_ms=int(cfg.min_inactive_s * 1000),
-                    active=bool(v.items),
-                    tr=tr,
-                )
-                v.pointer = pointer
-
-        committed = False
-        try:
-            # A batch's conflict is most often an enqueue into one of its zones, not a
-            # competing consumer: the batch is run again at once (it now sees that item),
-            # and only a second conflict sends its zones to visits of their own.
-            for tries_left in (1, 0):
-                done = attempt_once(cluster.toplevel.kv, visit)
-                if not isinstance(done, _Uncommitted):
-                    break
-                self.emit("one_transaction_visit_conflict")
-                if not tries_left:
-                    self.one_transaction.conflicted()
-                    return None
-            committed = True
-            self.one_transaction.committed()
-        except _LimitedApp:
-            return None
-        except StorageError as err:
-            self.emit("dequeue_error", error=str(err))
-            return []
-        finally:
-            for v in visits:
-                self.settle(v.reserved, v.items if committed else [])
-        for reason in failed:
-            self.emit("pointer_lease_failed", reason=reason)
-        done_visits = [v for v in visits if v.pointer is not None]
-        self.emit(
-            "visits_batched", zones=len(done_visits), items=sum(len(v.items) for v in done_visits)
-        )
-        works: list[Work] = []
-        for v in done_visits:
-            assert v.pointer is not None
-            zone = v.pointer.zone
-            self.emit("pointer_leased", zone=zone, lag_ms=self._lag_ms(v.ref))
-            works += self._dequeued(cluster, zone, v.items, v.corrupt, 0, hand_out)
-            self.emit("pointer_" + v.outcome, zone=zone)
         return works
 
     def _visit_in_three_transactions(
@@ -349,7 +221,7 @@ class Manager:
             self.emit("pointer_lease_failed", reason=err.reason)
             return []
         zone = pointer.zone
-        self.emit("pointer_leased", zone=zone, lag_ms=self._lag_ms(ref))
+        self.emit("pointer_leased", zone=zone, lag_ms=self.lag_ms(ref))
         items: list[WorkItem] = []
         corrupt: list[CorruptItem] = []
         room, not_before, app_slots = self.apply_app_limits(zone, room)
@@ -370,7 +242,7 @@ class Manager:
             self.emit("dequeue_error", zone=zone, error=str(err))
         finally:
             self.settle(reserved, items)
-        works = self._dequeued(cluster, zone, items, corrupt, app_slots, hand_out)
+        works = self.dequeued(cluster, zone, items, corrupt, app_slots, hand_out)
 
         def min_vesting(tr: Any) -> int | None:
             earliest = cluster.zones.min_vesting_ms(zone, tr=tr)
@@ -392,82 +264,7 @@ class Manager:
             self.emit("pointer_requeue_error", zone=zone, error=str(err))
         return works
 
-    def _visit_in_one_transaction(
-        self,
-        cluster: Cluster,
-        ref: PointerRef,
-        room: int,
-        hand_out: Callable[[list[Work]], None] | None,
-        horizon_ms: int = 0,
-    ) -> list[Work] | None:
-        """The same visit committed once (``one_transaction_visits``): the pointer lease,
-        the dequeue and the requeue (or the pointer's collection) are the three
-        transactions' writes in one, so no other consumer can see the zone in between, as
-        with the lease, and nothing is left leased by a crash mid-visit. None (nothing
-        written) when the zone's app has dispatch limits: their slots and grants are taken
-        outside any transaction, between the lease and the dequeue, so that visit takes the
-        three transactions, as does a visit whose commit conflicts."""
-        cfg = self.config
-        zones = cast(VisitTransactions, cluster.zones)
-        lease_ms = int(cfg.pointer_lease_s * 1000)
-        reserved: dict[str, str] = {}
-        accept = self.accept_factory(reserved)
-
-        def visit(tr: KVTransaction) -> tuple[Pointer, list[WorkItem], list[CorruptItem], str]:
-            pointer = cluster.toplevel.lease_pointer(
-                ref, lease_ms, accept=self.accept_pointer, horizon_ms=horizon_ms, tr=tr
-            )
-            zone = pointer.zone
-            if self.limits is not None and self.limits.get(zone.app, tr).limits_dispatch:
-                raise _LimitedApp
-            items, corrupt = zones.dequeue(
-                zone,
-                room,
-                int(cfg.item_lease_s * 1000),
-                accept=accept,
-                resolve=self.resolve,
-                horizon_ms=horizon_ms,
-                tr=tr,
-            )
-            outcome = cluster.toplevel.requeue_pointer(
-                pointer,
-                lambda t: cluster.zones.min_vesting_ms(zone, tr=t),
-                lambda t: cluster.zones.zone_is_empty(t, zone),
-                min_inactive_ms=int(cfg.min_inactive_s * 1000),
-                active=bool(items),
-                tr=tr,
-            )
-            return pointer, items, corrupt, outcome
-
-        items: list[WorkItem] = []
-        try:
-            done = attempt_once(cluster.toplevel.kv, visit)
-            if isinstance(done, _Uncommitted):
-                # A conflict (another consumer's visit, an enqueue into the zone): no
-                # backoff, the paper's three transactions at once, whose small pointer
-                # lease loses quickly to the other visit or wins.
-                self.one_transaction.conflicted()
-                self.emit("one_transaction_visit_conflict")
-                return None
-            self.one_transaction.committed()
-            pointer, items, corrupt, outcome = done
-        except _LimitedApp:
-            return None
-        except ZoneLeaseFailed as err:
-            self.emit("pointer_lease_failed", reason=err.reason)
-            return []
-        except StorageError as err:
-            self.emit("dequeue_error", error=str(err))
-            return []
-        finally:
-            self.settle(reserved, items)
-        zone = pointer.zone
-        self.emit("pointer_leased", zone=zone, lag_ms=self._lag_ms(ref))
-        works = self._dequeued(cluster, zone, items, corrupt, 0, hand_out)
-        self.emit("pointer_" + outcome, zone=zone)
-        return works
-
-    def _dequeued(
+    def dequeued(
         self,
         cluster: Cluster,
         zone: ZoneId,
@@ -513,7 +310,7 @@ class Manager:
             hand_out(works)
         return works
 
-    def _lag_ms(self, ref: PointerRef) -> int:
+    def lag_ms(self, ref: PointerRef) -> int:
         """How long the pointer had been vested when leased (0 if leased ahead)."""
         return max(0, now_ms(self.clock) - ref.vesting_ms)
 
