@@ -141,6 +141,7 @@ class SimConsumer:
     refs: list[PointerRef] = field(default_factory=list)
     works: list[Work] = field(default_factory=list)
     round_in_order: bool = False  # its current refs came from an in-order scan
+    leased_zones: list[ZoneId] = field(default_factory=list)  # pointer_leased events
 
 
 @dataclass(slots=True)
@@ -321,7 +322,10 @@ class Simulation:
                 refused.add(item.item_id)
             return ok
 
-        before = self._fifo_items(zone)
+        # A dequeue inside a caller's transaction (one-transaction and batched visits)
+        # is seen as that transaction sees the zone, its own uncommitted writes included.
+        view = options.get("tr")
+        before = self._fifo_items(zone, view)
         items, corrupt = real(zone, max_items, lease_ms, **{**options, "accept": noting})
         taken = [i.item_id for i in items if i.item_id in before]
         last: dict[int, tuple[bytes, int]] = {}
@@ -331,7 +335,7 @@ class Simulation:
                 self._violate("fifo_order", f"{zone}: {item_id} handed out after a newer item")
             last[priority] = order
         if taken:
-            after = self._fifo_items(zone)
+            after = self._fifo_items(zone, view)
             for item_id in taken:
                 priority, order = before[item_id]
                 for other, (other_priority, other_order) in after.items():
@@ -344,12 +348,15 @@ class Simulation:
                         )
         return items, corrupt
 
-    def _fifo_items(self, zone: ZoneId) -> dict[str, tuple[int, tuple[bytes, int]]]:
-        """Never-leased FIFO items of ``zone`` now: id -> (priority, commit order)."""
+    def _fifo_items(
+        self, zone: ZoneId, view: KVTransaction | None = None
+    ) -> dict[str, tuple[int, tuple[bytes, int]]]:
+        """Never-leased FIFO items of ``zone`` now, or as ``view`` (a transaction) sees
+        them: id -> (priority, commit order). Snapshot reads: no conflict added."""
         from quickzones.records import decode_item
 
         prefix = self.keys.zone_prefix(zone)
-        tr = self.store.create_transaction()
+        tr = view if view is not None else self.store.create_transaction()
         out: dict[str, tuple[int, tuple[bytes, int]]] = {}
         for key, raw in tr.get_range(*self.keys.items_range(zone), snapshot=True):
             if len(fdbtuple.unpack(key[len(prefix) :])) != 2:
@@ -477,6 +484,8 @@ class Simulation:
         def observe(event: str, fields: dict[str, Any]) -> None:
             item_id = fields.get("item_id")
             self._log(f"  {name} {event} {item_id or ''}")
+            if event == "pointer_leased":
+                sc.leased_zones.append(fields["zone"])
             if not isinstance(item_id, str):
                 return
             model = self.items.get(item_id)
@@ -645,6 +654,9 @@ class Simulation:
     def _new_consumer(self) -> SimConsumer:
         self.consumer_serial += 1
         name = f"c{self.consumer_serial}"
+        # Every other consumer visits in batches of up to 3 zones per transaction (one
+        # transaction per visit otherwise: the paper's three).
+        batched = (self.cfg.seed + self.consumer_serial) % 2 == 1
         config = ConsumerConfig(
             peek_max=50,
             selection_frac=0.5,
@@ -657,6 +669,8 @@ class Simulation:
             election_ttl_s=5.0,
             in_order=None,
             seed=self.cfg.seed * 1000 + self.consumer_serial,
+            one_transaction_visits=batched,
+            visits_per_transaction=3 if batched else 1,
         )
         consumer = self.q.consumer(config, election=self.election, name=name)
         sc = SimConsumer(consumer)
@@ -679,12 +693,13 @@ class Simulation:
             self.in_order_rounds += 1
         return f"scan {sc.consumer.name} {'o' if in_order else 'r'} {len(sc.refs)}"
 
-    def _visit(self, sc: SimConsumer, ref: PointerRef) -> list[Work]:
-        stats = sc.consumer.stats
-        before = stats["pointer_leased"]
-        works = sc.consumer.visit(ref)
-        if stats["pointer_leased"] > before:
-            self.pointer_leased[ref.pointer_id] = (self.clock.now(), self.in_order_rounds)
+    def _visit(self, sc: SimConsumer, refs: list[PointerRef]) -> list[Work]:
+        sc.leased_zones.clear()
+        works = sc.consumer.visit_many(refs)
+        for zone in sc.leased_zones:
+            pointer = self.q.toplevel.get_pointer(zone)  # gone if the visit collected it
+            if pointer is not None:
+                self.pointer_leased[pointer.pointer_id] = (self.clock.now(), self.in_order_rounds)
         for w in works:
             model = self.items.get(w.item.item_id)
             if model is None:
@@ -697,12 +712,13 @@ class Simulation:
     def step_visit(self, sc: SimConsumer) -> str:
         if not sc.refs:
             return f"visit {sc.consumer.name} idle"
-        ref = sc.refs.pop(0)
-        works = self._visit(sc, ref)
+        size = sc.consumer.config.visits_per_transaction
+        refs, sc.refs = sc.refs[:size], sc.refs[size:]
+        works = self._visit(sc, refs)
         sc.works.extend(works)
         if not sc.refs and sc.round_in_order:
             self.in_order_rounds += 1
-        return f"visit {sc.consumer.name} {ref.pointer_id} {len(works)}"
+        return f"visit {sc.consumer.name} {','.join(r.pointer_id for r in refs)} {len(works)}"
 
     def _execute(self, sc: SimConsumer, work: Work) -> str:
         outer, self.executing = self.executing, work
@@ -849,8 +865,9 @@ class Simulation:
         """Stop producers and drain: time moves on in 1 s rounds in which every consumer
         refreshes its election, runs what it holds, scans and runs what it finds."""
         for sc in self.consumers:
-            for ref in sc.refs:
-                sc.works.extend(self._visit(sc, ref))
+            size = sc.consumer.config.visits_per_transaction
+            for start in range(0, len(sc.refs), size):
+                sc.works.extend(self._visit(sc, sc.refs[start : start + size]))
             sc.refs.clear()
         for n in range(self.cfg.drain_rounds):
             for sc in self.consumers:
@@ -858,8 +875,10 @@ class Simulation:
             for sc in self.consumers:
                 while sc.works:
                     self._execute(sc, sc.works.pop(0))
-                for ref in sc.consumer.scan_once():
-                    for work in self._visit(sc, ref):
+                refs = sc.consumer.scan_once()
+                size = sc.consumer.config.visits_per_transaction
+                for start in range(0, len(refs), size):
+                    for work in self._visit(sc, refs[start : start + size]):
                         self._execute(sc, work)
                 sc.consumer.flush_completions()
             self.check_step()

@@ -90,9 +90,14 @@ class DroppingZoneStore(KVZoneStore):
         DroppingZoneStore.calls += 1
         if items and DroppingZoneStore.calls % 25 == 0 and items[0].delivery != "at_most_once":
             victim = items.pop(0)
-            # A commit_unknown_result retry may find it already gone.
+            # A commit_unknown_result retry may find it already gone. Inside a visit's
+            # own transaction (one-transaction and batched visits) the item goes with it.
+            tr = options.get("tr")
             with contextlib.suppress(ItemNotFound):
-                self.complete(zone, victim.item_id, victim.lease_id)
+                if tr is None:
+                    self.complete(zone, victim.item_id, victim.lease_id)
+                else:
+                    self.complete(zone, victim.item_id, victim.lease_id, tr=tr)
         return items, corrupt
 
 
