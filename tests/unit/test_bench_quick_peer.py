@@ -30,3 +30,35 @@ def test_quick_peer_fairness_workloads_run_one_transaction_visits(tmp_path: Path
         assert _worker_config(peer)["managers"] == 4
     finally:
         peer.close()
+
+
+def test_the_bench_consumer_process_runs_and_counts_its_visits(tmp_path: Path) -> None:
+    """``python -m bench.quickrun`` (every quick consumer process of the benchmarks) starts,
+    runs an item and reports its one-transaction visits: its visit counter wraps the
+    library's own ``attempt_once``, and a move of that code broke the process before."""
+    import os
+    import subprocess
+    import sys
+
+    from bench.quickrun import JOB, open_quick
+
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    q = open_quick(url)
+    q.enqueue(JOB, {"t": "t", "e": 0.0, "d": 0.0}, app="b", tenant="t")
+    q.close()
+    done = tmp_path / "done.json"
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "BENCH_OUT": str(tmp_path / "out.txt"), "PYTHONPATH": str(repo)}
+    config = json.dumps({"one_transaction_visits": True, "idle_sleep_s": 0.005})
+    args = ["--config", config, "--expect", "1", "--seconds", "30", "--done", str(done)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.quickrun", url, *args],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    report = json.loads(done.read_text())
+    assert report["stats"]["completed"] == 1
+    assert report["one_transaction_visits"]["committed"] >= 1
