@@ -4,13 +4,12 @@ worker stops (SIGTERM) or when a pool-wide concurrency cap refuses them (issue 1
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import textwrap
 import time
 from pathlib import Path
 
-from integration.cli.workers import start_worker
+from integration.cli.workers import start_worker, stop_worker
 from quickzones.client import Quick
 
 HANDLERS = textwrap.dedent(
@@ -45,16 +44,6 @@ def _ran(tmp_path: Path) -> set[str]:
     return set(log.read_text().split()) if log.exists() else set()
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def test_sigterm_puts_back_at_most_once_items_not_started(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'amo.db'}"
     q = Quick.open(store)
@@ -67,7 +56,7 @@ def test_sigterm_puts_back_at_most_once_items_not_started(tmp_path: Path) -> Non
         assert len(_ran(tmp_path)) == 8
         time.sleep(1.0)  # the managers take the other 12 into the local queue
     finally:
-        _stop(proc)
+        stop_worker(proc)
     ran = _ran(tmp_path)
     queued = {i for i in ids if q.get("app", "t1", i) is not None}
     lost = set(ids) - ran - queued
@@ -91,7 +80,7 @@ def test_pool_cap_refusal_puts_back_at_most_once_items(tmp_path: Path) -> None:
             time.sleep(0.2)
         time.sleep(1.0)  # the last started handlers write their log line
     finally:
-        _stop(proc)
+        stop_worker(proc)
     ran = _ran(tmp_path)
     queued = {i for i in ids if q.get("app", "t1", i) is not None}
     lost = set(ids) - ran - queued

@@ -11,7 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from integration.cli.workers import start_worker
+from integration.cli.workers import start_worker, stop_worker
 from quickzones.client import Quick
 
 HANDLERS = textwrap.dedent(
@@ -39,17 +39,6 @@ def _ran(tmp_path: Path) -> dict[str, float]:
     return {item_id: float(at) for item_id, at in (line.split() for line in lines)}
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> bytes:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        _, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
-    return err
-
-
 def test_sigterm_puts_back_an_item_held_for_its_timer_due_as_before(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'timers.db'}"
     q = Quick.open(store)
@@ -69,7 +58,7 @@ def test_sigterm_puts_back_an_item_held_for_its_timer_due_as_before(tmp_path: Pa
                 time.sleep(0.05)
             assert status is not None and status.state == "leased", status
         finally:
-            err = _stop(proc)
+            err = stop_worker(proc)
         assert proc.returncode in (0, -signal.SIGTERM), err.decode()
         assert _ran(tmp_path) == {}
         back = q.status("app", "t1", item_id)
@@ -82,7 +71,7 @@ def test_sigterm_puts_back_an_item_held_for_its_timer_due_as_before(tmp_path: Pa
             while time.time() < deadline and item_id not in _ran(tmp_path):
                 time.sleep(0.05)
         finally:
-            _stop(proc)
+            stop_worker(proc)
         assert _ran(tmp_path)[item_id] >= due  # at its time, not before
     finally:
         q.close()

@@ -4,6 +4,7 @@ folder (the CLI suites)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -29,3 +30,16 @@ def start_worker(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+
+
+def stop_worker(proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> bytes:
+    """SIGTERM (a graceful stop) unless it already exited; SIGKILL if it has not stopped
+    within ``timeout_s``. Returns what it wrote to stderr."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    return err or b""
