@@ -113,7 +113,7 @@ def visit_in_one_transaction(
         manager.settle(reserved, items)
     zone = pointer.zone
     manager.emit("pointer_leased", zone=zone, lag_ms=manager.lag_ms(ref))
-    works = manager.dequeued(cluster, zone, items, corrupt, 0, hand_out)
+    works = manager.dequeued(cluster, ref, zone, items, corrupt, 0, hand_out)
     manager.emit("pointer_" + outcome, zone=zone)
     return works
 
@@ -222,6 +222,6 @@ def visit_in_one_batch(
         assert v.pointer is not None
         zone = v.pointer.zone
         manager.emit("pointer_leased", zone=zone, lag_ms=manager.lag_ms(v.ref))
-        works += manager.dequeued(cluster, zone, v.items, v.corrupt, 0, hand_out)
+        works += manager.dequeued(cluster, v.ref, zone, v.items, v.corrupt, 0, hand_out)
         manager.emit("pointer_" + v.outcome, zone=zone)
     return works

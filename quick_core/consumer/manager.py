@@ -242,7 +242,7 @@ class Manager:
             self.emit("dequeue_error", zone=zone, error=str(err))
         finally:
             self.settle(reserved, items)
-        works = self.dequeued(cluster, zone, items, corrupt, app_slots, hand_out)
+        works = self.dequeued(cluster, ref, zone, items, corrupt, app_slots, hand_out)
 
         def min_vesting(tr: Any) -> int | None:
             earliest = cluster.zones.min_vesting_ms(zone, tr=tr)
@@ -267,6 +267,7 @@ class Manager:
     def dequeued(
         self,
         cluster: Cluster,
+        ref: PointerRef,
         zone: ZoneId,
         items: list[WorkItem],
         corrupt: list[CorruptItem],
@@ -284,6 +285,7 @@ class Manager:
         now_at = now_ms(self.clock)
         lease_ms = int(self.config.item_lease_s * 1000)
         works = []
+        pointer_key = (ref.cluster, ref.shard, ref.pointer_id)
         for item in items:
             # A lease taken ahead runs from the item's vesting time (KVZoneStore.dequeue).
             due = item.vesting_ms - lease_ms
@@ -295,8 +297,10 @@ class Manager:
                     app_slot=app_slots > 0,
                     cluster=cluster.name,
                     due_ms=due if due > now_at else None,
+                    pointer_key=pointer_key,
                 )
             )
+        self.in_flight.handed_out(works)
         for w in works:
             self.emit(
                 "dequeued",

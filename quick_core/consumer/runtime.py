@@ -117,6 +117,7 @@ class Consumer:
             skip=router.skips,
             clock=clock,
             lookahead_ms=int(cfg.timer_lookahead_s * 1000) if lookahead else 0,
+            held=lambda ref: flight.of_pointer(ref.cluster, ref.shard, ref.pointer_id),
         )
         self.manager = Manager(
             cfg,

@@ -3,9 +3,13 @@
 One scan peeks the vested pointers of every shard of every cluster (shuffled) and selects
 some: a random ``selection_frac`` of each shard's peek in random mode, so consumers spread
 over zones; the oldest first in order mode (the consumer that holds a cluster's scanner
-election, paper section 4.2), so no pointer starves (invariant 10). On a thread
-(:meth:`Scanner.run`) the selected pointers go to the managers' pool (Algorithm 2). The
-scanner fetches; it never dequeues items nor runs them.
+election, paper section 4.2), so no pointer starves (invariant 10). What a scan selects
+is then ordered by how many of this consumer's items each zone holds, fewest first (a
+stable sort, so the order above breaks ties): a visit with less room than its zones want
+gives it to the tenants with nothing running before a backlog that holds the rest
+(water-filling, kept when a slot frees up). On a thread (:meth:`Scanner.run`) the selected
+pointers go to the managers' pool (Algorithm 2). The scanner fetches; it never dequeues
+items nor runs them.
 
 A scan also sets :attr:`Scanner.share`, the water-filling share of the consumer's free
 capacity over the vested zones it saw (0 when it could not see them all), which
@@ -48,6 +52,7 @@ class Scanner:
         skip: Callable[[PointerRef], bool] = lambda ref: False,
         clock: Clock | None = None,
         lookahead_ms: int = 0,
+        held: Callable[[PointerRef], int] = lambda ref: 0,
     ) -> None:
         self.config = config
         self.clusters = clusters
@@ -57,6 +62,7 @@ class Scanner:
         self.capacity = capacity
         self.emit = emit
         self.skip = skip  # pointers not to visit (another app's, when routed)
+        self.held = held  # items this consumer holds from a pointer's zone now
         self.share = 0  # free capacity per vested zone at the last scan
         self.clock = clock or SystemClock()
         # The earliest vesting time (store ms) of the pointers the last scan saw not yet
@@ -138,6 +144,7 @@ class Scanner:
         ordered.sort(key=lambda ref: ref.vesting_ms)
         chosen = ordered[: cfg.selection_max]
         chosen += sampled[: cfg.selection_max - len(chosen)]
+        chosen.sort(key=self.held)
         # Vested pointers seen and not chosen (a random sample, or past selection_max).
         self.left_vested = crowded or competing > len(chosen)
         self.share = 0 if crowded or not competing else self.capacity() // competing

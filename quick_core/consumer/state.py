@@ -47,6 +47,9 @@ class Work:
     # Leased ahead of its vesting time (timer lookahead): not to start before this (store
     # ms); None for an item leased once vested.
     due_ms: int | None = None
+    # The pointer it was dequeued through (cluster, shard, pointer id): the consumer's
+    # count of items in flight per zone, by which a scan orders the zones it visits.
+    pointer_key: tuple[str, int, str] | None = None
 
 
 @dataclass(slots=True)
@@ -75,6 +78,7 @@ class InFlight:
         self.per_type: Counter[str] = Counter()
         self.running: dict[int, Running] = {}
         self.unknown_types: set[str] = set()
+        self.per_pointer: Counter[tuple[str, int, str]] = Counter()
 
     def capacity(self) -> int:
         with self.lock:
@@ -92,6 +96,25 @@ class InFlight:
         with self.lock:
             self.count -= 1
             self.per_type[work.item.job_type] -= 1
+            key = work.pointer_key
+            if key is not None:
+                left = self.per_pointer[key] - 1
+                if left > 0:
+                    self.per_pointer[key] = left
+                else:
+                    self.per_pointer.pop(key, None)
+
+    def handed_out(self, works: list[Work]) -> None:
+        """Count ``works`` (already in :attr:`count`) against the pointers they came
+        through."""
+        with self.lock:
+            for work in works:
+                if work.pointer_key is not None:
+                    self.per_pointer[work.pointer_key] += 1
+
+    def of_pointer(self, cluster: str, shard: int, pointer_id: str) -> int:
+        """Items in flight that were dequeued through this pointer."""
+        return self.per_pointer.get((cluster, shard, pointer_id), 0)
 
     def begin(self, running: Running) -> None:
         with self.lock:
