@@ -6,10 +6,13 @@
 One ``quick worker`` process (4 worker threads) on a fresh SQLite file; this process
 enqueues ``--items`` items with delays uniform in [0.5, 4] s over ``--tenants`` tenants,
 as a producer in another process would (so no local wake-up helps). Each handler records
-when it started; lateness is that start minus the item's vesting time (its enqueue time
-plus its delay, in the store's milliseconds), read with the worker's own clock (the one
-vesting is decided by); the same against the host's wall clock is reported beside it.
-Negative lateness is an item started early.
+when it started; lateness is that start minus the time the item was requested for: the
+producer's ``time.time()`` just before its enqueue plus the delay, as a user (and the peer
+benchmark's delayed workload) would measure it. It is read with the worker's own clock
+(the one vesting is decided by) and with the host's wall clock. Negative lateness is an
+item started early. (Until this change the reference was the stored enqueue time plus
+the delay, each rounded down to the millisecond: up to about 1 ms before the requested
+time, which made every item look up to 1 ms later than it was.)
 Prints p50/p99/max per run and the median of each over the runs, and writes
 ``delayed_lateness.json`` under ``bench/results/<UTC timestamp>/`` (or ``--out``).
 """
@@ -44,7 +47,7 @@ OUT = open(os.environ["LATENESS_OUT"], "a", buffering=1)
 def delayed(payload, ctx):
     wall_ms = time.time() * 1000
     store_ms = quick.clock.now() * 1000  # the clock vesting times are read with
-    due_ms = ctx.item.enqueued_ms + payload["delay_ms"]
+    due_ms = payload["due_ms"]  # requested: the producer's time.time() + delay
     OUT.write(json.dumps([ctx.item_id, store_ms - due_ms, due_ms, wall_ms - due_ms]) + "\\n")
 """
 
@@ -55,7 +58,12 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def one_run(
-    items: int, tenants: int, seed: int, visits: str = "three", lookahead: str | None = None
+    items: int,
+    tenants: int,
+    seed: int,
+    visits: str = "three",
+    lookahead: str | None = None,
+    delays_s: tuple[float, float] = (0.5, 4.0),
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="quick-lateness-") as tmp:
@@ -87,10 +95,11 @@ def one_run(
             assert worker.stdout is not None
             worker.stdout.readline()  # started
             for i in range(items):
-                delay = rng.uniform(0.5, 4.0)
+                delay = rng.uniform(*delays_s)
+                requested_ms = (time.time() + delay) * 1000
                 q.enqueue(
                     "delayed",
-                    {"delay_ms": int(delay * 1000)},
+                    {"due_ms": requested_ms},
                     app="bench",
                     tenant=f"t{i % tenants}",
                     delay=delay,
