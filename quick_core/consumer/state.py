@@ -114,7 +114,8 @@ class InFlight:
 
     def of_pointer(self, cluster: str, shard: int, pointer_id: str) -> int:
         """Items in flight that were dequeued through this pointer."""
-        return self.per_pointer.get((cluster, shard, pointer_id), 0)
+        with self.lock:
+            return self.per_pointer.get((cluster, shard, pointer_id), 0)
 
     def begin(self, running: Running) -> None:
         with self.lock:
