@@ -5,6 +5,7 @@ once. A visit of many items reads them through it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,4 +64,55 @@ def test_a_big_visit_takes_every_item_it_read(quick: Quick) -> None:
     for w in works:
         consumer.execute(w)
     assert quick.zones.count(ZoneId("app", "t")) == 0
+    quick.close()
+
+
+def _mixed_writes(tr: Any) -> None:
+    tr.set(b"gm/new", b"n")  # written here, not stored
+    tr.clear(b"gm/a")  # stored, cleared here
+    tr.clear_range(b"gm/r0", b"gm/r9")  # stored keys cleared by a range
+    tr.add(b"gm/n", (5).to_bytes(8, "little"))  # a pending atomic op on a stored value
+
+
+MIXED = [b"gm/c", b"gm/new", b"gm/a", b"gm/r1", b"gm/n", b"gm/none", b"gm/c", b"x" * 20_000]
+
+
+def test_get_many_answers_as_get_does_after_this_transactions_own_writes(quick: Quick) -> None:
+    """Stores that read many keys in one statement (SQLite) answer each key exactly as
+    ``get`` would: this transaction's sets, clears, range clears and atomic ops first,
+    missing and over-long keys as None, repeats repeated."""
+    kv = quick.kv
+    assert kv is not None
+
+    def stored(tr: Any) -> None:
+        for key in (b"gm/a", b"gm/c", b"gm/r1", b"gm/r2"):
+            tr.set(key, key + b"!")
+        tr.set(b"gm/n", (1).to_bytes(8, "little"))
+
+    run(kv, stored)
+
+    def read(how: Any) -> list[bytes | None]:
+        tr = kv.create_transaction()  # never committed: both see the same stored state
+        try:
+            _mixed_writes(tr)
+            return list(how(tr))
+        finally:
+            tr.cancel()
+
+    expected = read(lambda tr: [tr.get(k) for k in MIXED])
+    assert expected[:6] == [b"gm/c!", b"n", None, None, (6).to_bytes(8, "little"), None]
+    assert read(lambda tr: get_many(tr, MIXED)) == expected
+    quick.close()
+
+
+def test_get_many_refuses_a_system_key_as_get_does(quick: Quick) -> None:
+    kv = quick.kv
+    assert kv is not None
+    tr = kv.create_transaction()
+    with pytest.raises(KVError) as by_get:
+        tr.get(b"\xff/x")
+    with pytest.raises(KVError) as by_many:
+        get_many(tr, [b"gm/a", b"\xff/x"])
+    assert by_many.value.code == by_get.value.code
+    tr.cancel()
     quick.close()
