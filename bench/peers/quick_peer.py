@@ -7,14 +7,20 @@ process (``python -m bench.quickrun``) like the peers' workers.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bench.peers.base import Peer
 from bench.quickrun import JOB, config_to_json, open_quick
 from quickzones.consumer import ConsumerConfig
+
+# Given the store URL and the consumer's config as JSON, the command of a consumer process.
+ConsumerCommand = Callable[[str, str], list[str]]
 
 
 def peer_config(throughput: bool = False) -> ConsumerConfig:
@@ -56,11 +62,23 @@ def peer_config(throughput: bool = False) -> ConsumerConfig:
 class QuickPeer(Peer):
     batch_api = "Quick.enqueue_many (one transaction per zone)"
 
-    def __init__(self, workdir: Path, backend: str) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        backend: str,
+        *,
+        overrides: dict[str, Any] | None = None,
+        consumer: ConsumerCommand | None = None,
+    ) -> None:
+        """``overrides``: ConsumerConfig fields changed in both profiles; ``consumer``: the
+        command of another consumer process than ``bench.quickrun`` (the results folders'
+        probes, which instrument or switch parts of it)."""
         super().__init__(workdir)
         self.backend = backend
         self.name = f"quick-{backend}"
-        cfg, fast = peer_config(), peer_config(throughput=True)
+        self.overrides = dict(overrides or {})
+        self.consumer_command = consumer
+        cfg, fast = self.profile(), self.profile(throughput=True)
         self.config = (
             f"{'in-process consumer' if backend == 'memory' else 'one consumer process'}: "
             f"workers={cfg.workers} selection_frac="
@@ -72,10 +90,16 @@ class QuickPeer(Peer):
             f"one_transaction_visits={cfg.one_transaction_visits} "
             f"visits_per_transaction={cfg.visits_per_transaction}"
         )
+        if self.overrides:
+            self.config += "; overrides " + " ".join(f"{k}={v}" for k, v in self.overrides.items())
         self.generation = 0
         self.q: Any = None
         self.consumer: Any = None
         self.reset()
+
+    def profile(self, throughput: bool = False) -> ConsumerConfig:
+        """:func:`peer_config` with this peer's overrides."""
+        return dataclasses.replace(peer_config(throughput), **self.overrides)
 
     def _url(self) -> str:
         if self.backend == "memory":
@@ -109,13 +133,16 @@ class QuickPeer(Peer):
         self.q = open_quick(self._url())
 
     def worker_cmd(self) -> list[str]:
+        config = config_to_json(self.profile(self.throughput))
+        if self.consumer_command is not None:
+            return self.consumer_command(self._url(), config)
         return [
             sys.executable,
             "-m",
             "bench.quickrun",
             self._url(),
             "--config",
-            config_to_json(peer_config(self.throughput)),
+            config,
             "--seconds",
             "3600",
         ]
@@ -125,7 +152,7 @@ class QuickPeer(Peer):
             super().start_worker()
             return
         self.out.write_bytes(b"")  # truncate, not unlink: an in-process O_APPEND fd stays valid
-        self.consumer = self.q.consumer(peer_config(self.throughput))
+        self.consumer = self.q.consumer(self.profile(self.throughput))
         self.consumer.start()
 
     def stop_worker(self) -> None:
@@ -137,3 +164,14 @@ class QuickPeer(Peer):
     def close(self) -> None:
         self.stop_worker()
         self.q.close()
+
+
+def run_on_sqlite(workload: Callable[[QuickPeer], dict[str, Any]], **peer: Any) -> dict[str, Any]:
+    """Run one peer workload (``bench.peer_workloads``) against quick on a fresh SQLite
+    file; ``peer``: :class:`QuickPeer`'s keyword arguments."""
+    with tempfile.TemporaryDirectory() as workdir:
+        quick = QuickPeer(Path(workdir), "sqlite", **peer)
+        try:
+            return workload(quick)
+        finally:
+            quick.close()

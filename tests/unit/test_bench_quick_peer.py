@@ -62,3 +62,32 @@ def test_the_bench_consumer_process_runs_and_counts_its_visits(tmp_path: Path) -
     report = json.loads(done.read_text())
     assert report["stats"]["completed"] == 1
     assert report["one_transaction_visits"]["committed"] >= 1
+
+
+def test_a_probe_overrides_the_profile_and_the_consumer_process_by_argument(
+    tmp_path: Path,
+) -> None:
+    """The results folders' probes run the peer workloads with a changed profile or their
+    own consumer process, passed in (they each patched the module before)."""
+    seen: list[tuple[str, str]] = []
+
+    def consumer(url: str, config_json: str) -> list[str]:
+        seen.append((url, config_json))
+        return ["my-consumer", url, config_json]
+
+    peer = QuickPeer(tmp_path, "sqlite", overrides={"dequeue_max": 3}, consumer=consumer)
+    try:
+        cmd = peer.worker_cmd()
+        assert cmd[0] == "my-consumer" and json.loads(cmd[2])["dequeue_max"] == 3
+        assert json.loads(cmd[2])["visits_per_transaction"] == 16  # the rest of the profile
+        assert "dequeue_max=3" in peer.config
+        peer.throughput = True
+        assert json.loads(peer.worker_cmd()[2])["dequeue_max"] == 3
+    finally:
+        peer.close()
+    (tmp_path / "plain").mkdir()
+    plain = QuickPeer(tmp_path / "plain", "sqlite")
+    try:
+        assert plain.worker_cmd()[1:3] == ["-m", "bench.quickrun"]
+    finally:
+        plain.close()

@@ -7,42 +7,42 @@ noisy: workload (ii), 100 small tenants x 10 items over 5 s, a 1,000-item burst,
 delayed: workload (iii), 300 items delayed 0.5-3 s. One JSON line.
 """
 
-import dataclasses
 import json
 import os
 import sys
 import tempfile
-from pathlib import Path
 
 import bench.peers.quick_peer as qp
 from bench import peer_workloads as w
 
 workload = sys.argv[1]
 extra = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
-_profile = qp.peer_config
-qp.peer_config = lambda throughput=False: dataclasses.replace(_profile(throughput), **extra)
 done = tempfile.mktemp(suffix=".json")
-_cmd = qp.QuickPeer.worker_cmd
-qp.QuickPeer.worker_cmd = lambda self: _cmd(self) + ["--done", done]  # stats at SIGTERM
-with tempfile.TemporaryDirectory() as d:
-    peer = qp.QuickPeer(Path(d), "sqlite")
-    try:
-        if workload == "noisy":
-            r = w.noisy_neighbour(peer, 10, 5.0, 5.0)
-            out = {
-                "small_p50": r["small"]["p50"],
-                "small_p99": r["small"]["p99"],
-                "small_max": r["small"]["max"],
-                "noisy_p50": r["noisy"]["p50"],
-                "noisy_p99": r["noisy"]["p99"],
-                "ran": r["ran"],
-                "expected": r["expected"],
-            }
-        else:
-            r = w.delayed(peer, 300, 0.5, 3.0)
-            out = {"p50": r["p50"], "p99": r["p99"], "max": r["max"], "early": r["early"]}
-    finally:
-        peer.close()
+
+
+def consumer(url: str, config: str) -> list[str]:
+    # bench.quickrun's own command, plus --done: its stats at SIGTERM.
+    cmd = [sys.executable, "-m", "bench.quickrun", url, "--config", config]
+    return cmd + ["--seconds", "3600", "--done", done]
+
+
+def run(peer: qp.QuickPeer) -> dict[str, object]:
+    if workload == "noisy":
+        r = w.noisy_neighbour(peer, 10, 5.0, 5.0)
+        return {
+            "small_p50": r["small"]["p50"],
+            "small_p99": r["small"]["p99"],
+            "small_max": r["small"]["max"],
+            "noisy_p50": r["noisy"]["p50"],
+            "noisy_p99": r["noisy"]["p99"],
+            "ran": r["ran"],
+            "expected": r["expected"],
+        }
+    r = w.delayed(peer, 300, 0.5, 3.0)
+    return {"p50": r["p50"], "p99": r["p99"], "max": r["max"], "early": r["early"]}
+
+
+out = qp.run_on_sqlite(run, overrides=extra, consumer=consumer)
 stats = json.load(open(done))
 os.unlink(done)
 keep = ("visited", "visits_batched", "one_transaction_visit_conflict", "completed")

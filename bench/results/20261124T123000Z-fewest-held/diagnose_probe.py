@@ -1,15 +1,17 @@
-# Diagnostic probe used for README.md "Where the time goes" (a scratch script, kept as run: paths assume the repo at /work/main and diagnose_runner.py at /tmp/p/run.py).
-import dataclasses, json, os, sys, tempfile, collections, statistics
+"""The diagnostic probe behind README.md's "Where the time goes": one noisy-neighbour run
+whose consumer (diagnose_runner.py) logs its scans, visits, commits and dequeues; prints
+the split of the small tenants' pickup time, the cycle's timings and the consumer's CPU.
+
+PYTHONPATH=. python bench/results/20261124T123000Z-fewest-held/diagnose_probe.py ['{overrides}']
+(a scratch script, kept as it ran, apart from how it starts the workload)
+"""
+import json, sys, tempfile, collections, statistics
 from pathlib import Path
-sys.path.insert(0, "/work/main")
 import bench.peers.quick_peer as qp
 from bench import peer_workloads as w
-from bench.quickrun import config_to_json
+HERE = Path(__file__).resolve().parent
 extra = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-_profile = qp.peer_config
-qp.peer_config = lambda throughput=False: dataclasses.replace(_profile(throughput), **extra)
 evfile = tempfile.mktemp(suffix=".json")
-qp.QuickPeer.worker_cmd = lambda self: [sys.executable, "/tmp/p/run.py", self._url(), config_to_json(qp.peer_config(self.throughput)), evfile]
 saved = {}
 import time as _t
 enq_times = []
@@ -21,12 +23,11 @@ _rr = w.read_records
 def rr(p):
     r = _rr(p); saved["recs"] = r; return r
 w.read_records = rr
-with tempfile.TemporaryDirectory() as d:
-    peer = qp.QuickPeer(Path(d), "sqlite")
-    try:
-        r = w.noisy_neighbour(peer, 10, 5.0, 5.0)
-    finally:
-        peer.close()
+r = qp.run_on_sqlite(
+    lambda peer: w.noisy_neighbour(peer, 10, 5.0, 5.0),
+    overrides=extra,
+    consumer=lambda url, config: [sys.executable, str(HERE / "diagnose_runner.py"), url, config, evfile],
+)
 recs = saved["recs"]
 ev = json.load(open(evfile))
 t0 = min(x.enq for x in recs if x.tenant == "noisy")

@@ -1,6 +1,6 @@
-# The consumer process of diagnose_probe.py: per-event and per-call timings (see diagnose_probe.py).
+"""The consumer process of diagnose_probe.py: per-event and per-call timings, written to
+its third argument at SIGTERM."""
 import json, signal, sys, threading, time
-sys.path.insert(0, "/work/main")
 from bench.quickrun import open_quick
 from quickzones.consumer import ConsumerConfig
 url, cfg, out = sys.argv[1], sys.argv[2], sys.argv[3]
