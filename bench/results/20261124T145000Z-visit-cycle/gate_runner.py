@@ -1,11 +1,11 @@
-import json, os, signal, sys, threading, collections, glob
-from bench.quickrun import open_quick
-from quickzones.consumer import ConsumerConfig
+import os, runpy, sys, threading
+from pathlib import Path
 import quickzones.pool as pool
 import quickzones.consumer.runtime as rt
 import quickzones.consumer.completer as comp
 import quickzones.consumer.scanner as sc
 
+RUNNER = Path(__file__).resolve().parent.parent / "20261124T123000Z-fewest-held" / "runner.py"
 MODE = os.environ.get("GATE", "")
 if os.environ.get("SWI"): sys.setswitchinterval(float(os.environ["SWI"]))
 gate = threading.Event(); gate.set()
@@ -35,12 +35,5 @@ if MODE:
     if "f" in MODE:
         waiting_at_gate(comp.BatchedCompleter, "flush")
 
-url, cfg = sys.argv[1], sys.argv[2]
-q = open_quick(url)
-stop = threading.Event()
-signal.signal(signal.SIGTERM, lambda *_: stop.set())
-c = q.consumer(ConsumerConfig(**json.loads(cfg)))
-c.start()
-stop.wait(3600)
-c.stop(deadline_s=5.0)
-q.close()
+# The consumer process itself: the fewest-held probe's runner (SIGTERM ends it).
+runpy.run_path(str(RUNNER), run_name="__main__")
