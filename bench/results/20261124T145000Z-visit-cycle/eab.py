@@ -1,12 +1,12 @@
-import json, sys, os, statistics as st
+import json, sys, os, statistics as st, tempfile
 from bench import peer_workloads as w
 from bench.peers.quick_peer import run_on_sqlite
-os.environ["EVOUT"] = "ev.json"
+os.environ["EVOUT"] = os.path.join(tempfile.gettempdir(), "quick-eab-ev.json")
 extra = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
 r = run_on_sqlite(lambda peer: w.noisy_neighbour(peer, 10, 5.0, 5.0), overrides=extra,
     consumer=lambda url, config: [sys.executable, "bench/results/20261124T145000Z-visit-cycle/ev_runner.py", url, config])
 print(json.dumps({"p50": round(r["small"]["p50"],1), "p99": round(r["small"]["p99"],1), "noisy_p50": round(r["noisy"]["p50"]), "ran": r["ran"]}))
-d = json.load(open("ev.json"))
+d = json.load(open(os.environ["EVOUT"]))
 print({k: v for k, v in sorted(d["cnt"].items()) if v > 5})
 vis = d["vis"]
 noisy = [v for v in vis if v[5] > 0]
