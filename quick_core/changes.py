@@ -13,8 +13,9 @@ completion, or another app's), so it must stay cheap and bounded (see
 FoundationDB could feed the same callbacks from a watch on a key every enqueue touches;
 it does not yet, and its long polls rescan at their period.
 
-A local consumer's idle wait (``Scanner.idle_wait``) could use :func:`watcher_for` the
-same way: ``with watcher.watching(scanner.wake): scanner.idle_wait(stopping)``.
+A local consumer's idle wait (``Scanner.idle_wait``) watches the same way, at its own,
+slower tick (``ConsumerConfig.commit_poll_s``): it waits for hours between enqueues,
+where a 1 ms tick would cost several % of a core.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ TICK_S = 0.001  # how often the counter is read while someone waits
 
 class CommitWatcher:
     """Calls back whoever is :meth:`watching` when the store's commit counter changes;
-    reads it every ``tick_s`` while anyone watches, not at all otherwise (its thread ends
-    after a second with no one watching)."""
+    reads it every ``tick_s`` (or the shortest tick a current watcher asked for) while
+    anyone watches, not at all otherwise (its thread ends after a second with no one
+    watching)."""
 
     def __init__(self, counter: Callable[[], int], tick_s: float = TICK_S) -> None:
         # Weakly: the watcher (kept per store in a weak mapping) must not keep it alive.
@@ -47,7 +49,8 @@ class CommitWatcher:
         )
         self.tick_s = tick_s
         self._cond = threading.Condition()
-        self._callbacks: list[Callable[[], None]] = []
+        # (callback, tick) of each current watcher: equal entries are interchangeable.
+        self._callbacks: list[tuple[Callable[[], None], float]] = []
         self._last: int | None = None  # the counter when last read while watched
         self._thread: threading.Thread | None = None
         self._failed = False
@@ -76,10 +79,20 @@ class CommitWatcher:
             return None
 
     @contextmanager
-    def watching(self, callback: Callable[[], None], since: int | None = None) -> Iterator[None]:
+    def watching(
+        self,
+        callback: Callable[[], None],
+        since: int | None = None,
+        *,
+        tick_s: float | None = None,
+    ) -> Iterator[None]:
         """While inside, ``callback()`` runs (on the watcher's thread, so it must only
         signal) after each commit to the store made from now on, within a tick or so; with
-        ``since`` (a :meth:`version`), at once if there was a commit since then."""
+        ``since`` (a :meth:`version`), at once if there was a commit since then. ``tick_s``:
+        this watcher's tick, when not the watcher's own."""
+        tick = self.tick_s if tick_s is None else tick_s
+        if not tick > 0:
+            raise ValueError(f"tick_s must be positive, not {tick_s!r}")
         with self._cond:
             watched = not self._failed
             if watched:
@@ -94,7 +107,8 @@ class CommitWatcher:
                     self._last = current
                 if since is not None and current != since:
                     callback()
-                self._callbacks.append(callback)
+                entry = (callback, tick)
+                self._callbacks.append(entry)
                 if self._thread is None:
                     self._thread = threading.Thread(
                         target=self._loop, name="quick-commit-watcher", daemon=True
@@ -106,7 +120,7 @@ class CommitWatcher:
         finally:
             if watched:
                 with self._cond:
-                    self._callbacks.remove(callback)
+                    self._callbacks.remove(entry)
 
     def _loop(self) -> None:
         while True:
@@ -116,7 +130,8 @@ class CommitWatcher:
                     if not self._callbacks:
                         self._thread = None  # the next watching() starts another
                         return
-                callbacks = list(self._callbacks)
+                callbacks = [callback for callback, _ in self._callbacks]
+                tick = min(tick for _, tick in self._callbacks)
                 last = self._last
             try:
                 version = self._read()
@@ -125,7 +140,7 @@ class CommitWatcher:
                 with self._cond:
                     self._failed = True
                     self._thread = None
-                    callbacks = list(self._callbacks)
+                    callbacks = [callback for callback, _ in self._callbacks]
                 for callback in callbacks:
                     callback()  # waiters rescan, and from then on poll at their period
                 return
@@ -135,7 +150,7 @@ class CommitWatcher:
             if last is not None and version != last:
                 for callback in callbacks:
                     callback()
-            time.sleep(self.tick_s)
+            time.sleep(tick)
 
 
 _watchers: weakref.WeakKeyDictionary[object, CommitWatcher] = weakref.WeakKeyDictionary()

@@ -335,6 +335,10 @@ def _name_list(option: str, text: str | None) -> tuple[str, ...] | None:
     return names
 
 
+def _seconds_or_off(value: float | None) -> str:
+    return "off" if value is None else f"{value:g}s"
+
+
 def _batched(visits_per_transaction: int) -> str:
     return f" (up to {visits_per_transaction} zones)" if visits_per_transaction > 1 else ""
 
@@ -397,6 +401,15 @@ def _batched(visits_per_transaction: int) -> str:
     help="Seconds ahead an item due soon is leased and then started on this worker's own "
     "timer at its vesting time, never before (0: only once vested); at most half the lease.",
 )
+@click.option(
+    "--commit-poll",
+    "commit_poll_s",
+    type=float,
+    default=_DEFAULTS.commit_poll_s,
+    show_default=True,
+    help="While idle, read the store's commit counter this often (seconds) and rescan when "
+    "another process committed (SQLite); 0: poll the store every idle sleep only.",
+)
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on this port.")  # fmt: skip
 @click.option("--metrics-address", default="127.0.0.1", show_default=True,
@@ -439,6 +452,7 @@ def worker(
     one_transaction_visits: bool,
     visits_per_transaction: int,
     timer_lookahead_s: float,
+    commit_poll_s: float,
 ) -> None:
     """Run a consumer until SIGTERM/SIGINT."""
     from quickzones.errors import ConfigurationError
@@ -465,6 +479,7 @@ def worker(
         one_transaction_visits=one_transaction_visits,
         visits_per_transaction=visits_per_transaction,
         timer_lookahead_s=timer_lookahead_s,
+        commit_poll_s=commit_poll_s or None,
         apps=routed_apps,
         job_types=routed_types,
         unhandled_grace_s=unhandled_grace_s,
@@ -493,6 +508,7 @@ def worker(
         f"{'one transaction' if config.one_transaction_visits else 'three transactions'} "
         f"per visit{_batched(config.visits_per_transaction)}, "
         f"timer lookahead {config.timer_lookahead_s:g}s, "
+        f"commit poll {_seconds_or_off(config.commit_poll_s)}, "
         f"shutdown deadline {config.shutdown_deadline_s}s, "
         f"unhandled grace {config.unhandled_grace_s:g}s"
     )

@@ -41,6 +41,10 @@ def peer_config(throughput: bool = False) -> ConsumerConfig:
     concurrent ones, which only contend for the GIL and the store's write lock (small
     tenants' p99 37.6 against 54.8 ms, against 61.0 ms one zone per transaction, 7
     interleaved rounds, bench/results/20261124T075000Z-batched-visits).
+    No commit-counter wake-ups (``commit_poll_s``): the 5 ms idle poll already bounds
+    the wait for a scan, and at 2 ms they added scans after each completion (small
+    tenants alone, 4 interleaved pairs: p50 6.1 -> 4.6 ms but p99 13.4 -> 18.1 ms and the
+    consumer's CPU +28%, bench/results/20261124T175500Z-visit-cpu).
     Throughput (workload i, where the peers run their documented throughput setups too):
     large per-visit batches and a deep local queue, as in the core benchmark.
     """
@@ -56,6 +60,7 @@ def peer_config(throughput: bool = False) -> ConsumerConfig:
         min_inactive_s=2.0,
         one_transaction_visits=not throughput,
         visits_per_transaction=1 if throughput else 16,
+        commit_poll_s=None,
     )
 
 

@@ -23,11 +23,13 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from concurrent.futures import Future
+from contextlib import ExitStack
 from typing import Any
 
+from quickzones.changes import CommitWatcher
 from quickzones.clock import Clock, SystemClock
 from quickzones.consumer.state import Cluster
 from quickzones.consumer_config import ConsumerConfig
@@ -53,6 +55,7 @@ class Scanner:
         clock: Clock | None = None,
         lookahead_ms: int = 0,
         held: Callable[[PointerRef], int] = lambda ref: 0,
+        watchers: Sequence[CommitWatcher] = (),
     ) -> None:
         self.config = config
         self.clusters = clusters
@@ -74,18 +77,35 @@ class Scanner:
         self.lookahead_ms = lookahead_ms
         self._looked_ahead_ms = 0  # the horizon of the last scan
         self._wake = threading.Event()
+        # The clusters' stores' commit watchers (``commit_poll_s``), and their commit
+        # counters read just before the last scan began.
+        self.watchers = list(watchers)
+        self._versions: list[int | None] = [None] * len(self.watchers)
 
     def wake(self) -> None:
         """Scan now (a local enqueue, or a stop): ends the scanner's idle wait."""
         self._wake.set()
 
-    def idle_wait(self, stopping: threading.Event) -> None:
+    def idle_wait(self, stopping: threading.Event, *, on_commits: bool = False) -> None:
         """Sleep ``idle_sleep_s``, or less: until the earliest vesting time the last scan
         saw (exact timers) or a :meth:`wake`. Idle, a consumer polls no more often than
-        ``idle_sleep_s``; an enqueue from another process is seen at the next poll."""
+        ``idle_sleep_s``.
+
+        ``on_commits`` (the last scan found nothing to visit): a commit to a watched store
+        since that scan began (another process's enqueue) ends the wait too. Not after
+        visits that took nothing: each of them committed, and consumers that all refuse
+        a zone's items would otherwise wake each other with every visit."""
         timeout = self.until_next_vesting()
+        poll_s = self.config.commit_poll_s
         if timeout > 0 and not stopping.is_set():
-            self._wake.wait(timeout)
+            with ExitStack() as watching:
+                if on_commits and poll_s is not None:
+                    for watcher, since in zip(self.watchers, self._versions, strict=True):
+                        if since is not None:
+                            watching.enter_context(
+                                watcher.watching(self._wake.set, since, tick_s=poll_s)
+                            )
+                self._wake.wait(timeout)
         self._wake.clear()
 
     def until_next_vesting(self) -> float:
@@ -110,6 +130,8 @@ class Scanner:
         ``horizon_ms`` pointers vesting within that many ms count as vested.
         """
         cfg = self.config
+        # Before the peeks: a commit after this is one the scan may have missed.
+        self._versions = [watcher.version() for watcher in self.watchers]
         targets = [(c, shard) for c in self.clusters.values() for shard in range(c.toplevel.shards)]
         self.rng.shuffle(targets)
         ordered: list[PointerRef] = []
@@ -192,10 +214,12 @@ class Scanner:
                 continue
             free = cfg.managers - len(visiting)
             submitted = 0
+            found_nothing = False  # this pass scanned and chose no pointer
             if free > 0 and self.capacity() > 0:
                 if not selected or mono - selected_at > cfg.idle_sleep_s * 10:
                     selected = deque(self.scan_once(self.lookahead_ms))
                     selected_at = time.monotonic()
+                    found_nothing = not selected
                 busy = {key for keys in visiting.values() for key in keys}
                 while selected and submitted < free:
                     # Batched visits: up to visits_per_transaction pointers per manager.
@@ -210,7 +234,7 @@ class Scanner:
                     visiting[managers.submit(visit, batch)] = [_visit_key(r) for r in batch]
                     submitted += 1
             if not visiting:
-                self.idle_wait(stopping)
+                self.idle_wait(stopping, on_commits=found_nothing)
             elif free <= 0 or not selected:
                 # Managers all busy, or every selected pointer handed out: go on when a
                 # manager frees up (or after the idle sleep), not at once; with a manager

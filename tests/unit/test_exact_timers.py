@@ -4,8 +4,11 @@ than before. Lateness itself is measured by bench/delayed_lateness.py, not asser
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from quickzones.client import Quick
@@ -107,3 +110,124 @@ def test_enqueue_in_a_transaction_wakes_after_the_commit(real_q: Quick) -> None:
         assert ran.wait(20)
     finally:
         consumer.stop(5)
+
+
+# --- other processes' commits (stores that can tell cheaply: SQLite) ---------------------
+
+
+def _enqueue_from_another_process(url: str, job_type: str, tenant: str) -> None:
+    code = (
+        "import sys; from quickzones.client import Quick\n"
+        "q = Quick.open(sys.argv[1])\n"
+        "q.enqueue(sys.argv[2], b'', app='a', tenant=sys.argv[3])\n"
+        "q.close()\n"
+    )
+    subprocess.run([sys.executable, "-c", code, url, job_type, tenant], check=True, timeout=60)
+
+
+def test_an_enqueue_by_another_process_wakes_an_idle_consumer_on_sqlite(tmp_path: Path) -> None:
+    """The web app enqueues in its own process, the worker runs in another: on SQLite the
+    idle consumer hears of the commit (PRAGMA data_version) and does not wait for its
+    next poll (an hour away here)."""
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    q = Quick.open(url)
+    ran = threading.Event()
+    q.job("j")(lambda payload, ctx: ran.set())
+    consumer = q.consumer(ConsumerConfig(idle_sleep_s=3600))
+    consumer.start()
+    try:
+        assert wait_for(lambda: consumer.stats["scan"] >= 1)
+        time.sleep(0.3)  # idle: the first scans found nothing and it sleeps
+        _enqueue_from_another_process(url, "j", "t")
+        assert ran.wait(30), "the consumer slept through another process's enqueue"
+    finally:
+        consumer.stop(5)
+        q.close()
+
+
+def test_the_commit_wake_up_can_be_turned_off(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    q = Quick.open(url)
+    ran = threading.Event()
+    q.job("j")(lambda payload, ctx: ran.set())
+    consumer = q.consumer(ConsumerConfig(idle_sleep_s=3600, commit_poll_s=None))
+    consumer.start()
+    try:
+        assert wait_for(lambda: consumer.stats["scan"] >= 1)
+        time.sleep(0.3)
+        _enqueue_from_another_process(url, "j", "t")
+        assert not ran.wait(1.5)  # polled every hour, as configured
+    finally:
+        consumer.stop(5)
+        q.close()
+
+
+def test_consumers_refusing_an_item_do_not_wake_each_other_with_their_visits(
+    tmp_path: Path,
+) -> None:
+    """Two consumer processes' worth of stores on one file, each routed to a job type the
+    queued item is not: every visit commits (the pointer's lease), which the other hears
+    of. Neither may rescan on each such commit: they poll at their idle sleep, as before."""
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    stores = [Quick.open(url), Quick.open(url)]
+    for s, name in zip(stores, ("x", "y"), strict=True):
+        s.job(name)(lambda payload, ctx: None)
+    consumers = [
+        s.consumer(ConsumerConfig(idle_sleep_s=0.1, job_types=(name,), in_order=False))
+        for s, name in zip(stores, ("x", "y"), strict=True)
+    ]
+    stores[0].enqueue("z", b"", app="a", tenant="t")
+    for c in consumers:
+        c.start()
+    began = time.monotonic()
+    try:
+        time.sleep(1.5)
+    finally:
+        for c in consumers:
+            c.stop(5)
+        for s in stores:
+            s.close()
+    elapsed = time.monotonic() - began
+    for c in consumers:
+        # One scan per idle sleep, and a visit's follow-up scan; rescanning per commit
+        # would be hundreds.
+        assert c.stats["scan"] <= 2 * (elapsed / 0.1) + 4, c.stats["scan"]
+
+
+def test_quick_worker_picks_up_another_processes_enqueue_without_waiting_for_its_poll(
+    tmp_path: Path,
+) -> None:
+    """``quick worker`` in one process, the enqueue in another: the worker's commit poll
+    (SQLite) starts the item long before its idle sleep would; ``--commit-poll 0`` is off,
+    a negative one refused."""
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    marker = tmp_path / "ran"
+    (tmp_path / "poll_handlers.py").write_text(
+        "from pathlib import Path\n"
+        "from quickzones import Quick\n"
+        f"quick = Quick.open({url!r})\n"
+        "@quick.job('j')\n"
+        "def j(payload, ctx):\n"
+        f"    Path({str(marker)!r}).write_text('ran')\n"
+    )
+    bad = subprocess.run(
+        [sys.executable, "-m", "quickzones", "worker", "--app-module", "poll_handlers",
+         "--commit-poll", "-1"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "commit_poll_s" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "quickzones", "worker", "--app-module", "poll_handlers"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        banner = proc.stdout.readline()
+        assert "commit poll 0.005s" in banner, banner
+        time.sleep(0.5)  # idle, between polls
+        _enqueue_from_another_process(url, "j", "t")
+        assert wait_for(marker.exists, timeout=30)
+    finally:
+        proc.terminate()
+        proc.wait(30)
