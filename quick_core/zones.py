@@ -527,6 +527,34 @@ class KVZoneStore:
 
         return run(self.kv, lease)
 
+    def _entries_to_take(
+        self, tr: KVTransaction, zone: ZoneId, max_items: int, now: int, horizon_ms: int
+    ) -> list[tuple[bytes, str]]:
+        """What a dequeue takes: vested entries first (invariant 6 among what is taken),
+        then, in the room left, those vesting within ``horizon_ms``.
+
+        One read to the horizon does for both when it leaves room or finds nothing ahead:
+        then it holds every vested entry (a full read without entries ahead is the vested
+        read's prefix). Only a full read with entries ahead falls back to two (a visit to a
+        zone with a few items, the common case, reads each range once, not twice).
+        """
+        if not horizon_ms:
+            return self._vested_entries(tr, zone, max_items, now, snapshot=False)
+        upto = self._vested_entries(tr, zone, max_items, now + horizon_ms, snapshot=False)
+        vested: list[tuple[bytes, str]] = []
+        ahead: list[tuple[bytes, str]] = []
+        for entry in upto:
+            vesting = self.keys.unpack_order_key(zone, entry[0])[1]
+            (vested if vesting is None or vesting <= now else ahead).append(entry)
+        if not ahead or len(upto) < max_items:
+            return vested + ahead
+        entries = self._vested_entries(tr, zone, max_items, now, snapshot=False)
+        seen = {item_id for _, item_id in entries}
+        more = self._vested_entries(
+            tr, zone, max_items + len(entries), now + horizon_ms, snapshot=False
+        )
+        return entries + [e for e in more if e[1] not in seen][: max_items - len(entries)]
+
     @transactional
     def dequeue(
         self,
@@ -556,15 +584,7 @@ class KVZoneStore:
             now = now_ms(self.clock)
             leased: list[WorkItem] = []
             corrupt: list[CorruptItem] = []
-            entries = self._vested_entries(tr, zone, max_items, now, snapshot=False)
-            if horizon_ms and len(entries) < max_items:
-                # Vested items first (invariant 6 among what is taken); then, in the room
-                # left, the ones vesting within the horizon.
-                seen = {item_id for _, item_id in entries}
-                ahead = self._vested_entries(
-                    tr, zone, max_items + len(entries), now + horizon_ms, snapshot=False
-                )
-                entries += [e for e in ahead if e[1] not in seen][: max_items - len(entries)]
+            entries = self._entries_to_take(tr, zone, max_items, now, horizon_ms)
             keys = [self.keys.item_key(zone, item_id) for _, item_id in entries]
             # All item reads sent at once: a visit of many items is one round trip.
             for (order_key, item_id), key, raw in zip(

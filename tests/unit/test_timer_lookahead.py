@@ -21,6 +21,7 @@ from quickzones.client import Quick
 from quickzones.clock import ManualClock, now_ms
 from quickzones.consumer import Consumer, ConsumerConfig
 from quickzones.errors import ConfigurationError, ZoneLeaseFailed
+from quickzones.kv import KVTransaction
 from quickzones.records import ZoneId
 from quickzones.zonestore import VisitTransactions
 from tests.waiting import wait_for
@@ -60,6 +61,47 @@ def test_vested_items_come_before_ones_taken_ahead(q: Quick, clock: ManualClock)
     first, _ = ahead(q).dequeue(Z, 1, LEASE_MS, horizon_ms=50)
     second, _ = ahead(q).dequeue(Z, 1, LEASE_MS, horizon_ms=50)
     assert [i.item_id for i in first + second] == [fifo, soon]
+
+
+class _RangeReads:
+    """A transaction that counts its range reads."""
+
+    def __init__(self, tr: KVTransaction) -> None:
+        self._tr = tr
+        self.range_reads = 0
+
+    def get_range(self, *args: Any, **kwargs: Any) -> list[tuple[bytes, bytes]]:
+        self.range_reads += 1
+        return self._tr.get_range(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tr, name)
+
+
+def _dequeue_counting(q: Quick, zone: ZoneId, horizon_ms: int) -> tuple[list[str], int]:
+    tr = _RangeReads(q.kv.create_transaction())
+    items, _ = ahead(q).dequeue(
+        zone, 10, LEASE_MS, horizon_ms=horizon_ms, tr=cast(KVTransaction, tr)
+    )
+    tr.commit()
+    return [i.item_id for i in items], tr.range_reads
+
+
+def test_a_lookahead_dequeue_with_room_left_reads_the_zone_once(
+    q: Quick, clock: ManualClock
+) -> None:
+    """A zone holding fewer items than the visit may take (most zones, most visits): the
+    look ahead costs no second pass over its order index."""
+    taken = {}
+    for tenant in ("plain", "ahead"):
+        soon = q.enqueue("j", b"", app="app", tenant=tenant, delay=0.03)
+        q.enqueue("j", b"", app="app", tenant=tenant, delay=0.5)
+        vested = q.enqueue("j", b"", app="app", tenant=tenant)
+        taken[tenant] = [vested, soon]
+    plain, plain_reads = _dequeue_counting(q, ZoneId("app", "plain"), 0)
+    looked, ahead_reads = _dequeue_counting(q, ZoneId("app", "ahead"), 50)
+    assert plain == taken["plain"][:1] and looked == taken["ahead"]
+    assert ahead_reads == plain_reads
 
 
 def test_an_item_someone_holds_is_not_taken_before_that_lease_ends(
