@@ -41,6 +41,12 @@ def peer_config(throughput: bool = False) -> ConsumerConfig:
     concurrent ones, which only contend for the GIL and the store's write lock (small
     tenants' p99 37.6 against 54.8 ms, against 61.0 ms one zone per transaction, 7
     interleaved rounds, bench/results/20261124T075000Z-batched-visits).
+    A scan passes over a zone holding 8 of the consumer's items (``skip_held_zones_at``,
+    the number of workers): the noisy tenant's zone is not visited again while its items
+    fill the workers, and the visits go to the small tenants (small tenants' p99 45.1 ->
+    26.4 ms, better in 8 of 8 interleaved pairs; the noisy tenant's p50 634 -> 885 ms;
+    ``dequeue_max`` 16 with it was worse, 28.1 -> 33.6 ms, and a mark of 4 no better,
+    bench/results/20261124T175500Z-visit-cpu).
     No commit-counter wake-ups (``commit_poll_s``): the 5 ms idle poll already bounds
     the wait for a scan, and at 2 ms they added scans after each completion (small
     tenants alone, 4 interleaved pairs: p50 6.1 -> 4.6 ms but p99 13.4 -> 18.1 ms and the
@@ -61,6 +67,7 @@ def peer_config(throughput: bool = False) -> ConsumerConfig:
         one_transaction_visits=not throughput,
         visits_per_transaction=1 if throughput else 16,
         commit_poll_s=None,
+        skip_held_zones_at=None if throughput else 8,
     )
 
 

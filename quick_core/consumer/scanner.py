@@ -7,7 +7,8 @@ election, paper section 4.2), so no pointer starves (invariant 10). What a scan 
 is then ordered by how many of this consumer's items each zone holds, fewest first (a
 stable sort, so the order above breaks ties): a visit with less room than its zones want
 gives it to the tenants with nothing running before a backlog that holds the rest
-(water-filling, kept when a slot frees up). On a thread (:meth:`Scanner.run`) the selected
+(water-filling, kept when a slot frees up); with ``skip_held_zones_at``, a zone already
+holding that many is passed over. On a thread (:meth:`Scanner.run`) the selected
 pointers go to the managers' pool (Algorithm 2). The scanner fetches; it never dequeues
 items nor runs them.
 
@@ -138,6 +139,7 @@ class Scanner:
         sampled: list[PointerRef] = []
         any_in_order = False
         competing, crowded = 0, False
+        passed_over = False  # vested zones left out for what they hold
         next_vesting: int | None = None
         for cluster, shard in targets:
             in_order = self.in_order_for(cluster.name)
@@ -153,6 +155,13 @@ class Scanner:
             if later is not None and (next_vesting is None or later < next_vesting):
                 next_vesting = later
             peeked = [ref for ref in peeked if not self.skip(ref)]  # another app's (routing)
+            if cfg.skip_held_zones_at is not None:
+                # Zones holding enough of this consumer's items are passed over, as if
+                # crowded out: still vested (left_vested), not in the share.
+                enough = [ref for ref in peeked if self.held(ref) >= cfg.skip_held_zones_at]
+                if enough:
+                    passed_over = True
+                    peeked = [ref for ref in peeked if ref not in enough]
             if not peeked:
                 continue
             competing += len(peeked)
@@ -168,7 +177,7 @@ class Scanner:
         chosen += sampled[: cfg.selection_max - len(chosen)]
         chosen.sort(key=self.held)
         # Vested pointers seen and not chosen (a random sample, or past selection_max).
-        self.left_vested = crowded or competing > len(chosen)
+        self.left_vested = crowded or passed_over or competing > len(chosen)
         self.share = 0 if crowded or not competing else self.capacity() // competing
         self.next_vesting_ms = next_vesting
         self._looked_ahead_ms = horizon_ms

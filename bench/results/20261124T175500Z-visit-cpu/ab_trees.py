@@ -3,7 +3,7 @@ sqlite, the peer fairness profile): the consumer process runs under interpreter 
 environment whose editable install points at the baseline tree) or B (the working tree),
 alternately, ``pairs`` times; one JSON line per run, then the medians.
 
-    PYTHONPATH=. python ab_trees.py noisy|small PYTHON_A PYTHON_B PAIRS ['{overrides}']
+    PYTHONPATH=. python ab_trees.py noisy|small PYTHON_A PYTHON_B PAIRS ['{overrides}' ['{B's}']]
 
 ``small``: the same small tenants without the noisy one (the pickup path at light load).
 """
@@ -43,8 +43,12 @@ def small_only(peer: QuickPeer) -> dict[str, Any]:
         wait_for_lines(peer.out, len(schedule) + 1, 60)
         recs = read_records(peer.out)
         small = [(r.start - r.enq) * 1000 for r in recs if r.tenant.startswith("t")]
-        return {"small": latency_summary(small), "noisy": {"p50": 0.0}, "burst_s": 0.0,
-                "ran": len(small)}
+        return {
+            "small": latency_summary(small),
+            "noisy": {"p50": 0.0},
+            "burst_s": 0.0,
+            "ran": len(small),
+        }
     finally:
         peer.stop_worker()
 
@@ -62,9 +66,7 @@ def _for_baseline(config: str) -> str:
     return json.dumps(fields)
 
 
-def one(
-    python: str, extra: dict[str, object], workload: str, baseline: bool
-) -> dict[str, float]:
+def one(python: str, extra: dict[str, object], workload: str, baseline: bool) -> dict[str, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = run_on_sqlite(
         WORKLOADS[workload],
@@ -98,11 +100,12 @@ def one(
 
 def main() -> None:
     workload, a, b, pairs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    extra = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
+    extra_a = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
+    extra_b = json.loads(sys.argv[6]) if len(sys.argv) > 6 else extra_a
     runs: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
     for i in range(pairs):
         for name, python in (("A", a), ("B", b)) if i % 2 == 0 else (("B", b), ("A", a)):
-            res = one(python, extra, workload, name == "A")
+            res = one(python, extra_a if name == "A" else extra_b, workload, name == "A" and a != b)
             runs[name].append(res)
             print(json.dumps({"run": name, **res}), flush=True)
     for name, rs in runs.items():
