@@ -410,6 +410,15 @@ def _batched(visits_per_transaction: int) -> str:
     help="While idle, read the store's commit counter this often (seconds) and rescan when "
     "another process committed (SQLite); 0: poll the store every idle sleep only.",
 )
+@click.option(
+    "--completion-flush",
+    "completion_flush_s",
+    type=float,
+    default=_DEFAULTS.completion_flush_s,
+    show_default=True,
+    help="Seconds the completion flusher waits after each commit, so that under load one "
+    "commit carries more completions (0: flush at once).",
+)
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on this port.")  # fmt: skip
 @click.option("--metrics-address", default="127.0.0.1", show_default=True,
@@ -453,6 +462,7 @@ def worker(
     visits_per_transaction: int,
     timer_lookahead_s: float,
     commit_poll_s: float,
+    completion_flush_s: float,
 ) -> None:
     """Run a consumer until SIGTERM/SIGINT."""
     from quickzones.errors import ConfigurationError
@@ -480,6 +490,7 @@ def worker(
         visits_per_transaction=visits_per_transaction,
         timer_lookahead_s=timer_lookahead_s,
         commit_poll_s=commit_poll_s or None,
+        completion_flush_s=completion_flush_s,
         apps=routed_apps,
         job_types=routed_types,
         unhandled_grace_s=unhandled_grace_s,
@@ -509,6 +520,7 @@ def worker(
         f"per visit{_batched(config.visits_per_transaction)}, "
         f"timer lookahead {config.timer_lookahead_s:g}s, "
         f"commit poll {_seconds_or_off(config.commit_poll_s)}, "
+        f"completion flush {_seconds_or_off(config.completion_flush_s or None)}, "
         f"shutdown deadline {config.shutdown_deadline_s}s, "
         f"unhandled grace {config.unhandled_grace_s:g}s"
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from quickzones.errors import ConfigurationError
@@ -64,6 +65,13 @@ class ConsumerConfig:
     # also rescans after the consumer's own completions, so under light load it adds
     # scans: the benchmarks' 5 ms idle poll profile turns it off. None: poll only.
     commit_poll_s: float | None = 0.005
+    # The completion flusher's pace (beyond the paper): after each commit of finished
+    # items it waits this long, so under load one commit carries the completions of that
+    # span instead of a handful each; every commit competes with the visits for the
+    # store's write lock and the interpreter. A completion (its status, result, dedupe
+    # record) is then committed up to this much later; a stop completes what finished at
+    # once. 0: flush as soon as anything finished.
+    completion_flush_s: float = 0.0
     # Beyond the paper: a scan passes over a zone of which this consumer already holds at
     # least this many items (queued locally or running); a visit still takes up to
     # dequeue_max. While a backlog fills the workers, visiting its zone each scan costs
@@ -121,6 +129,10 @@ class ConsumerConfig:
         if mark is not None and (isinstance(mark, bool) or not isinstance(mark, int) or mark < 1):
             raise ConfigurationError(
                 f"skip_held_zones_at must be a whole number of at least 1, or None, not {mark!r}"
+            )
+        if not 0 <= self.completion_flush_s < math.inf:
+            raise ConfigurationError(
+                f"completion_flush_s must be at least 0 and finite, not {self.completion_flush_s!r}"
             )
         if self.commit_poll_s is not None and not self.commit_poll_s > 0:
             raise ConfigurationError(

@@ -140,10 +140,12 @@ class BatchedCompleter:
                 break
         if batch:
             complete_batch(self.clusters, batch, self.emit)
+            self.emit("completions_flushed", items=len(batch))
         return len(batch)
 
-    def run(self, stopping: threading.Event) -> None:
-        """The flusher thread: flush whenever something is pending, until ``stopping``."""
+    def run(self, stopping: threading.Event, pace_s: float = 0.0) -> None:
+        """The flusher thread: flush whenever something is pending, until ``stopping``;
+        after each flush, wait ``pace_s`` (``completion_flush_s``) or until ``stopping``."""
         while not stopping.is_set():
             try:
                 first = self._pending.get(timeout=0.05)
@@ -154,6 +156,8 @@ class BatchedCompleter:
                 self.flush()
             except Exception:
                 log.exception("completion flush failed")
+            if pace_s > 0:
+                stopping.wait(pace_s)
 
 
 BatchCompleter = BatchedCompleter

@@ -288,7 +288,10 @@ class Consumer:
             (lambda: self.scanner.run(managers, self._visit_and_dispatch, stopping), "scanner"),
             (lambda: self.timers.run(self._post, stopping), "timers"),
             (lambda: self.lease_extender.run(stopping), "extender"),
-            (lambda: self.batched_completer.run(stopping), "flusher"),
+            (
+                lambda: self.batched_completer.run(stopping, self.config.completion_flush_s),
+                "flusher",
+            ),
             (lambda: self.outcome_collector.run(stopping), "outcome-gc"),
         ):
             t = threading.Thread(target=target, name=f"quick-{name}", daemon=True)

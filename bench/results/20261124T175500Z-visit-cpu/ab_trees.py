@@ -11,6 +11,7 @@ alternately, ``pairs`` times; one JSON line per run, then the medians.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import statistics
 import sys
@@ -56,7 +57,9 @@ def small_only(peer: QuickPeer) -> dict[str, Any]:
 WORKLOADS = {"noisy": lambda peer: w.noisy_neighbour(peer, 10, 5.0, 5.0), "small": small_only}
 
 
-NEW_FIELDS = ("commit_poll_s",)  # ConsumerConfig fields the baseline tree lacks
+# ConsumerConfig fields a baseline tree at 0942165 lacks: dropped from A's config when
+# AB_OLD_TREE is set (A then runs those features' defaults).
+NEW_FIELDS = ("commit_poll_s", "skip_held_zones_at")
 
 
 def _for_baseline(config: str) -> str:
@@ -105,7 +108,7 @@ def main() -> None:
     runs: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
     for i in range(pairs):
         for name, python in (("A", a), ("B", b)) if i % 2 == 0 else (("B", b), ("A", a)):
-            res = one(python, extra_a if name == "A" else extra_b, workload, name == "A" and a != b)
+            res = one(python, extra_a if name == "A" else extra_b, workload, name == "A" and bool(os.environ.get("AB_OLD_TREE")))
             runs[name].append(res)
             print(json.dumps({"run": name, **res}), flush=True)
     for name, rs in runs.items():
