@@ -297,6 +297,8 @@ class BufferedTransaction(ABC):
         # one per item).
         self._vs_span: Range = (b"\xff", b"")
         self._read_cache: dict[bytes, bytes | None] = {}
+        # Whole storage ranges read ahead (prefetch_range): (begin, end, keys, pairs).
+        self._range_cache: list[tuple[bytes, bytes, list[bytes], list[KeyValue]]] = []
         self._read_conflicts: list[Range] = []
         self._write_conflicts: list[Range] = []
         self._seq = 0
@@ -386,6 +388,11 @@ class BufferedTransaction(ABC):
         # readable even after the read version is too old for storage.
         if key in self._read_cache:
             return self._read_cache[key]
+        cached = self._cached_range(key, key_after(key))
+        if cached is not None:
+            keys, pairs = cached
+            at = bisect.bisect_left(keys, key)
+            return pairs[at][1] if at < len(keys) and keys[at] == key else None
         self._ensure_read_version()
         value = self._read_key(key)
         self._read_cache[key] = value
@@ -514,10 +521,44 @@ class BufferedTransaction(ABC):
             if lvalue is not None:
                 yield lkey, lvalue
 
+    def prefetch_range(self, begin: bytes, end: bytes, limit: int) -> bool:
+        """Read ``[begin, end)`` from storage now, in one read, and answer this
+        transaction's later storage reads inside it from what came back; True if it holds
+        at most ``limit`` pairs (else nothing is kept). Adds no read conflict: each later
+        read adds its own, as without the prefetch. Storage is a fixed snapshot (the read
+        version), so a read answered here is the read storage would have answered: a zone
+        visit reads a small zone's order entries, item records and count key a few times
+        over, and each storage read is a statement (SQLite) that also lets other threads
+        take the interpreter."""
+        self._check_open()
+        _check_range(begin, end)
+        if limit < 1:
+            raise InvalidArgument("limit", limit, "must be at least 1")
+        if begin >= end or self._cached_range(begin, end) is not None:
+            return True
+        self._ensure_read_version()
+        pairs = self._read_range(begin, end, limit + 1, False)
+        if len(pairs) > limit:
+            return False
+        self._range_cache.append((begin, end, [k for k, _ in pairs], pairs))
+        return True
+
+    def _cached_range(self, begin: bytes, end: bytes) -> tuple[list[bytes], list[KeyValue]] | None:
+        for c_begin, c_end, keys, pairs in self._range_cache:
+            if c_begin <= begin and end <= c_end:
+                return keys, pairs
+        return None
+
     def _storage_scan(
         self, begin: bytes, end: bytes, reverse: bool, batch: int
     ) -> Iterator[KeyValue]:
         """Lazily page through storage at the read version."""
+        cached = self._cached_range(begin, end)
+        if cached is not None:
+            keys, pairs = cached
+            inside = pairs[bisect.bisect_left(keys, begin) : bisect.bisect_left(keys, end)]
+            yield from reversed(inside) if reverse else inside
+            return
         self._ensure_read_version()
         while True:
             rows = self._read_range(begin, end, batch, reverse)

@@ -476,3 +476,13 @@ def prefetch(tr: KVTransaction, keys: Sequence[bytes]) -> None:
     many = getattr(tr, "get_many", None)
     if many is not None:
         many(keys)
+
+
+def prefetch_range(tr: KVTransaction, begin: bytes, end: bytes, limit: int) -> None:
+    """Where the transaction can (a ``prefetch_range`` method: the SQLite and in-memory
+    backends), read ``[begin, end)`` in one storage read if it holds at most ``limit``
+    pairs, and answer the transaction's later reads inside it locally (each still adds
+    its read conflicts); elsewhere nothing (FoundationDB's client caches what it read)."""
+    ahead = getattr(tr, "prefetch_range", None)
+    if ahead is not None:
+        ahead(begin, end, limit)

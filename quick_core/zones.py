@@ -42,6 +42,7 @@ from quickzones.kv import (
     KVTransaction,
     get_many,
     pack_i64,
+    prefetch_range,
     run,
     transactional,
     unpack_i64,
@@ -61,6 +62,11 @@ from quickzones.records import (
 from quickzones.toplevel import TopLevelQueue
 from quickzones.validation import check_name
 from quickzones.zonestore import CorruptItem, NewItem, ZoneStoreCapabilities
+
+# A dequeue reads a zone of at most this many keys (entries, records, count) in one
+# storage read first, where the store can answer later reads from it (kv.prefetch_range):
+# a zone with a few items, the common visit, costs one storage read instead of about eight.
+ZONE_PREFETCH_KEYS = 32
 
 # Payloads above this are split into chunk keys so no value exceeds the KV value limit.
 INLINE_PAYLOAD_LIMIT = 64 * 1024
@@ -584,6 +590,9 @@ class KVZoneStore:
             now = now_ms(self.clock)
             leased: list[WorkItem] = []
             corrupt: list[CorruptItem] = []
+            # A small zone whole in one storage read: its order entries, records and count
+            # are read several times over by this dequeue and the pointer's requeue.
+            prefetch_range(tr, *self.keys.zone_range(zone), ZONE_PREFETCH_KEYS)
             entries = self._entries_to_take(tr, zone, max_items, now, horizon_ms)
             keys = [self.keys.item_key(zone, item_id) for _, item_id in entries]
             # All item reads sent at once: a visit of many items is one round trip.

@@ -1,0 +1,85 @@
+"""``kv.prefetch_range``: a transaction that read a small range ahead answers its later
+reads inside it from what it read, exactly as storage would (the same snapshot), and
+each of those reads still adds its read conflicts. Every backend: where a transaction
+cannot prefetch (FoundationDB) the call does nothing and the reads are plain."""
+
+from __future__ import annotations
+
+import pytest
+
+from quickzones.errors import InvalidArgument
+from quickzones.kv import KVError, KVStore, KVTransaction, prefetch_range, run
+
+P = b"pf/"
+
+
+def _fill(store: KVStore) -> None:
+    def write(tr: KVTransaction) -> None:
+        for i in range(6):
+            tr.set(P + b"%02d" % i, b"v%d" % i)
+        tr.set(b"pg/outside", b"x")
+
+    run(store, write)
+
+
+def _reads(tr: KVTransaction) -> list[object]:
+    tr.set(P + b"03", b"local")  # read-your-writes over what was fetched
+    tr.clear(P + b"01")
+    return [
+        tr.get(P + b"02"),
+        tr.get(P + b"01"),
+        tr.get(P + b"09"),
+        tr.get_range(P, P + b"\xff"),
+        tr.get_range(P, P + b"\xff", limit=2),
+        tr.get_range(P, P + b"\xff", limit=2, reverse=True),
+        tr.get_range(P + b"02", P + b"05", reverse=True),
+        tr.get_range(P + b"04", b"ph"),  # runs past the fetched range
+        tr.get(b"pg/outside"),
+    ]
+
+
+def test_reads_after_a_prefetch_are_the_reads_without_it(kv_store: KVStore) -> None:
+    _fill(kv_store)
+    plain = kv_store.create_transaction()
+    ahead = kv_store.create_transaction()
+    prefetch_range(ahead, P, P + b"\xff", 32)
+    assert _reads(ahead) == _reads(plain)
+
+
+def test_a_range_too_big_to_keep_reads_as_without_it(kv_store: KVStore) -> None:
+    _fill(kv_store)
+    plain = kv_store.create_transaction()
+    ahead = kv_store.create_transaction()
+    prefetch_range(ahead, P, P + b"\xff", 3)  # 6 keys: nothing kept
+    assert _reads(ahead) == _reads(plain)
+
+
+def test_reads_answered_from_a_prefetch_still_conflict(kv_store: KVStore) -> None:
+    _fill(kv_store)
+    reader = kv_store.create_transaction()
+    prefetch_range(reader, P, P + b"\xff", 32)
+    assert reader.get_range(P + b"02", P + b"04") == [(P + b"02", b"v2"), (P + b"03", b"v3")]
+    run(kv_store, lambda tr: tr.set(P + b"03", b"changed"))
+    reader.set(b"pg/mark", b"1")
+    with pytest.raises(KVError) as err:
+        reader.commit()
+    assert err.value.code == 1020
+
+
+def test_the_prefetch_itself_adds_no_conflict(kv_store: KVStore) -> None:
+    _fill(kv_store)
+    reader = kv_store.create_transaction()
+    prefetch_range(reader, P, P + b"\xff", 32)
+    assert reader.get(P + b"00") == b"v0"
+    run(kv_store, lambda tr: tr.set(P + b"05", b"changed"))  # fetched, never read
+    reader.set(b"pg/mark", b"1")
+    reader.commit()
+
+
+def test_a_limit_below_one_is_refused(kv_store: KVStore) -> None:
+    tr = kv_store.create_transaction()
+    ahead = getattr(tr, "prefetch_range", None)
+    if ahead is None:
+        pytest.skip("this backend's transactions do not prefetch")
+    with pytest.raises(InvalidArgument):
+        ahead(P, P + b"\xff", 0)
