@@ -3,8 +3,6 @@ instead of at its next scan (the pull API's twin of the local consumer's exact t
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -16,6 +14,7 @@ from quickzones.client import Quick
 from quickzones.serve import TokenStore, create_app
 from quickzones.serve.client import RemoteError, RemoteLease, RemoteQuick
 from quickzones.serve.pull import Leased, PullConfig, PullLeaser
+from tests.other_process import enqueue_from_another_process
 
 from .conftest import Served, ServerThread
 
@@ -45,16 +44,6 @@ def test_a_long_poll_with_nothing_enqueued_returns_empty_at_its_deadline() -> No
     q.close()
 
 
-def _enqueue_from_another_process(url: str, tenant: str, job_type: str = "job") -> None:
-    code = (
-        "import sys; from quickzones.client import Quick\n"
-        "q = Quick.open(sys.argv[1])\n"
-        "q.enqueue(sys.argv[3], {'from': 'elsewhere'}, app='a', tenant=sys.argv[2])\n"
-        "q.close()\n"
-    )
-    subprocess.run([sys.executable, "-c", code, url, tenant, job_type], check=True, timeout=60)
-
-
 def test_an_enqueue_by_another_process_wakes_a_long_poll_over_http(tmp_path: Path) -> None:
     """On SQLite the server hears of other processes' commits (PRAGMA data_version): a
     waiting lease answers without waiting for its next scan (an hour away here)."""
@@ -69,7 +58,7 @@ def test_an_enqueue_by_another_process_wakes_a_long_poll_over_http(tmp_path: Pat
             poll = threading.Thread(target=lambda: got.extend(rq.lease(wait_s=20)), daemon=True)
             poll.start()
             time.sleep(0.3)  # let the poll's first scan come back empty and wait
-            _enqueue_from_another_process(url, "t")
+            enqueue_from_another_process(url, "t")
             # Well before the poll's own 20 s end (where it scans once more anyway).
             poll.join(15)
             assert not poll.is_alive(), "the long poll slept through another process's enqueue"

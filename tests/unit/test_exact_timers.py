@@ -15,6 +15,7 @@ from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
 from quickzones.registry import JobContext
+from tests.other_process import enqueue_from_another_process
 from tests.waiting import wait_for
 
 
@@ -115,51 +116,37 @@ def test_enqueue_in_a_transaction_wakes_after_the_commit(real_q: Quick) -> None:
 # --- other processes' commits (stores that can tell cheaply: SQLite) ---------------------
 
 
-def _enqueue_from_another_process(url: str, job_type: str, tenant: str) -> None:
-    code = (
-        "import sys; from quickzones.client import Quick\n"
-        "q = Quick.open(sys.argv[1])\n"
-        "q.enqueue(sys.argv[2], b'', app='a', tenant=sys.argv[3])\n"
-        "q.close()\n"
-    )
-    subprocess.run([sys.executable, "-c", code, url, job_type, tenant], check=True, timeout=60)
+def _hears_another_process(tmp_path: Path, config: ConsumerConfig, wait_s: float) -> bool:
+    """Whether an idle consumer on a SQLite file runs an item another process enqueued
+    within ``wait_s``."""
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    q = Quick.open(url)
+    ran = threading.Event()
+    q.job("j")(lambda payload, ctx: ran.set())
+    consumer = q.consumer(config)
+    consumer.start()
+    try:
+        assert wait_for(lambda: consumer.stats["scan"] >= 1)
+        time.sleep(0.3)  # idle: the first scans found nothing and it sleeps
+        enqueue_from_another_process(url, "t", "j")
+        return ran.wait(wait_s)
+    finally:
+        consumer.stop(5)
+        q.close()
 
 
 def test_an_enqueue_by_another_process_wakes_an_idle_consumer_on_sqlite(tmp_path: Path) -> None:
     """The web app enqueues in its own process, the worker runs in another: on SQLite the
     idle consumer hears of the commit (PRAGMA data_version) and does not wait for its
     next poll (an hour away here)."""
-    url = f"sqlite:///{tmp_path / 'q.db'}"
-    q = Quick.open(url)
-    ran = threading.Event()
-    q.job("j")(lambda payload, ctx: ran.set())
-    consumer = q.consumer(ConsumerConfig(idle_sleep_s=3600))
-    consumer.start()
-    try:
-        assert wait_for(lambda: consumer.stats["scan"] >= 1)
-        time.sleep(0.3)  # idle: the first scans found nothing and it sleeps
-        _enqueue_from_another_process(url, "j", "t")
-        assert ran.wait(30), "the consumer slept through another process's enqueue"
-    finally:
-        consumer.stop(5)
-        q.close()
+    assert _hears_another_process(tmp_path, ConsumerConfig(idle_sleep_s=3600), 30), (
+        "the consumer slept through another process's enqueue"
+    )
 
 
 def test_the_commit_wake_up_can_be_turned_off(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'q.db'}"
-    q = Quick.open(url)
-    ran = threading.Event()
-    q.job("j")(lambda payload, ctx: ran.set())
-    consumer = q.consumer(ConsumerConfig(idle_sleep_s=3600, commit_poll_s=None))
-    consumer.start()
-    try:
-        assert wait_for(lambda: consumer.stats["scan"] >= 1)
-        time.sleep(0.3)
-        _enqueue_from_another_process(url, "j", "t")
-        assert not ran.wait(1.5)  # polled every hour, as configured
-    finally:
-        consumer.stop(5)
-        q.close()
+    config = ConsumerConfig(idle_sleep_s=3600, commit_poll_s=None)
+    assert not _hears_another_process(tmp_path, config, 1.5)  # polled hourly, as configured
 
 
 def test_consumers_refusing_an_item_do_not_wake_each_other_with_their_visits(
@@ -226,7 +213,7 @@ def test_quick_worker_picks_up_another_processes_enqueue_without_waiting_for_its
         banner = proc.stdout.readline()
         assert "commit poll 0.005s, completion flush off" in banner, banner
         time.sleep(0.5)  # idle, between polls
-        _enqueue_from_another_process(url, "j", "t")
+        enqueue_from_another_process(url, "t", "j")
         assert wait_for(marker.exists, timeout=30)
     finally:
         proc.terminate()
