@@ -59,7 +59,7 @@ WORKLOADS = {"noisy": lambda peer: w.noisy_neighbour(peer, 10, 5.0, 5.0), "small
 
 # ConsumerConfig fields a baseline tree at 0942165 lacks: dropped from A's config when
 # AB_OLD_TREE is set (A then runs those features' defaults).
-NEW_FIELDS = ("commit_poll_s", "skip_held_zones_at")
+NEW_FIELDS = ("commit_poll_s", "skip_held_zones_at", "completion_flush_s")
 
 
 def _for_baseline(config: str) -> str:
