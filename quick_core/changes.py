@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 from quickzones.errors import StorageError
@@ -168,3 +168,14 @@ def watcher_for(kv: object) -> CommitWatcher | None:
         if watcher is None or not watcher.alive:
             watcher = _watchers[kv] = CommitWatcher(counter)
         return watcher
+
+
+def watchers_for(kvs: Iterable[object]) -> list[CommitWatcher]:
+    """One :class:`CommitWatcher` per distinct store of ``kvs`` that has one (a consumer
+    of several clusters watches each of their stores once)."""
+    watchers: list[CommitWatcher] = []
+    for kv in kvs:
+        watcher = watcher_for(kv)
+        if watcher is not None and watcher not in watchers:
+            watchers.append(watcher)
+    return watchers

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
-from quickzones.changes import CommitWatcher, watcher_for
+from quickzones.changes import watchers_for
 from quickzones.clock import Clock, SystemClock
 from quickzones.consumer.completer import BatchedCompleter, Completer, InlineCompleter
 from quickzones.consumer.events import Events, Observer
@@ -119,7 +119,11 @@ class Consumer:
             clock=clock,
             lookahead_ms=int(cfg.timer_lookahead_s * 1000) if lookahead else 0,
             held=lambda ref: flight.of_pointer(ref.cluster, ref.shard, ref.pointer_id),
-            watchers=_commit_watchers(clusters) if cfg.commit_poll_s is not None else (),
+            watchers=(
+                watchers_for(c.toplevel.kv for c in clusters.values())
+                if cfg.commit_poll_s is not None
+                else ()
+            ),
         )
         self.manager = Manager(
             cfg,
@@ -392,13 +396,3 @@ class Consumer:
         """Scan now instead of at the next poll: work was just enqueued in this process
         (:class:`~quickzones.client.Quick` calls it after each of its enqueues)."""
         self.scanner.wake()
-
-
-def _commit_watchers(clusters: dict[str, Cluster]) -> list[CommitWatcher]:
-    """One commit watcher per distinct pointer store that can tell of commits cheaply."""
-    watchers: list[CommitWatcher] = []
-    for cluster in clusters.values():
-        watcher = watcher_for(cluster.toplevel.kv)
-        if watcher is not None and watcher not in watchers:
-            watchers.append(watcher)
-    return watchers
