@@ -26,6 +26,14 @@ DEFAULT_STORE = "sqlite:///quick.db"
 _DEFAULTS = ConsumerConfig()
 
 
+def _config_option(flag: str, field: str, kind: Any, help: str) -> Callable[[F], F]:
+    """A ``quick worker`` option for the ConsumerConfig field ``field``, whose default
+    (shown in ``--help``) is the field's."""
+    return click.option(
+        flag, field, type=kind, default=getattr(_DEFAULTS, field), show_default=True, help=help
+    )
+
+
 _STORE_HELP = (
     f"Store URL: sqlite:///path, memory://, fdb:// [env QUICK_STORE; default {DEFAULT_STORE}]"
 )
@@ -355,20 +363,17 @@ def _batched(visits_per_transaction: int) -> str:
     show_default=True,
     help="Item lease in seconds (extended while the handler runs).",
 )
-@click.option(
+@_config_option(
     "--shutdown-deadline",
     "shutdown_deadline_s",
-    type=click.FloatRange(min=0),
-    default=_DEFAULTS.shutdown_deadline_s,
-    show_default=True,
-    help="Seconds running handlers get to finish after SIGTERM/SIGINT.",
+    click.FloatRange(min=0),
+    "Seconds running handlers get to finish after SIGTERM/SIGINT.",
 )
-@click.option(
+@_config_option(
     "--dequeue-max",
-    type=click.IntRange(min=1),
-    default=_DEFAULTS.dequeue_max,
-    show_default=True,
-    help="Items one visit takes from one zone.",
+    "dequeue_max",
+    click.IntRange(min=1),
+    "Items one visit takes from one zone.",
 )
 @click.option(
     "--visit-max",
@@ -384,39 +389,32 @@ def _batched(visits_per_transaction: int) -> str:
     help="Commit a visit's pointer lease, dequeue and pointer requeue together (zones in "
     "the pointers' store; apps with dispatch limits keep three), or as the paper's three.",
 )
-@click.option(
+@_config_option(
     "--visits-per-transaction",
-    type=int,
-    default=_DEFAULTS.visits_per_transaction,
-    show_default=True,
-    help="With --one-transaction-visits: visit up to this many selected zones in one "
+    "visits_per_transaction",
+    int,
+    "With --one-transaction-visits: visit up to this many selected zones in one "
     "transaction (fewer commits when many small zones each need a visit).",
 )
-@click.option(
+@_config_option(
     "--timer-lookahead",
     "timer_lookahead_s",
-    type=float,
-    default=_DEFAULTS.timer_lookahead_s,
-    show_default=True,
-    help="Seconds ahead an item due soon is leased and then started on this worker's own "
+    float,
+    "Seconds ahead an item due soon is leased and then started on this worker's own "
     "timer at its vesting time, never before (0: only once vested); at most half the lease.",
 )
-@click.option(
+@_config_option(
     "--commit-poll",
     "commit_poll_s",
-    type=float,
-    default=_DEFAULTS.commit_poll_s,
-    show_default=True,
-    help="While idle, read the store's commit counter this often (seconds) and rescan when "
+    float,
+    "While idle, read the store's commit counter this often (seconds) and rescan when "
     "another process committed (SQLite); 0: poll the store every idle sleep only.",
 )
-@click.option(
+@_config_option(
     "--completion-flush",
     "completion_flush_s",
-    type=float,
-    default=_DEFAULTS.completion_flush_s,
-    show_default=True,
-    help="Seconds the completion flusher waits after each commit, so that under load one "
+    float,
+    "Seconds the completion flusher waits after each commit, so that under load one "
     "commit carries more completions (0: flush at once).",
 )
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
@@ -432,13 +430,11 @@ def _batched(visits_per_transaction: int) -> str:
               help="Comma-separated apps: only their zones are leased (default all).")  # fmt: skip
 @click.option("--types", "job_types", default=None,
               help="Comma-separated job types this worker runs (default all).")  # fmt: skip
-@click.option(
+@_config_option(
     "--unhandled-grace",
     "unhandled_grace_s",
-    type=float,
-    default=_DEFAULTS.unhandled_grace_s,
-    show_default=True,
-    help="Seconds an item of a type no consumer handles stays due before it is "
+    float,
+    "Seconds an item of a type no consumer handles stays due before it is "
     "dead-lettered; negative is refused.",
 )
 @_friendly
