@@ -6,8 +6,8 @@ process it would only find at its next periodic scan. A store with the
 :class:`~quickzones.kv.CommitCounter` capability (SQLite: ``PRAGMA data_version``) says
 cheaply whether anything was committed since it was last asked, so one thread per store
 asks every millisecond while someone is waiting and calls the waiters back on a change.
-The callback is a hint: the waiter rescans and may find nothing new (the commit was a
-completion, or another app's), so it must stay cheap and bounded (see
+The callback is a hint: the waiter rescans and may find nothing new (the commit was
+another process's completion, or another app's), so it must stay cheap and bounded (see
 :meth:`quickzones.serve.pull.PullLeaser.lease`).
 
 FoundationDB could feed the same callbacks from a watch on a key every enqueue touches;

@@ -209,7 +209,8 @@ class KVStore(Protocol):
 @runtime_checkable
 class CommitCounter(Protocol):
     """An optional capability of a :class:`KVStore`: a cheap number that changes after
-    any commit to the store, by any connection or process.
+    a commit to the store that this store object did not make itself (another process's,
+    another connection's); its own commits wake their waiters directly, if at all.
 
     ``data_version()`` must be cheap enough to call every millisecond (SQLite reads it
     from the WAL index in shared memory); it may also change when nothing visible did.

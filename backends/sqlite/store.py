@@ -44,6 +44,7 @@ from quickzones.backends._txnbuffer import (
 )
 from quickzones.backends._versionstamps import make_versionstamp
 from quickzones.backends.sqlite.checkpointer import Checkpointer
+from quickzones.backends.sqlite.foreign_commits import ForeignCommits
 from quickzones.clock import Clock, SystemClock
 from quickzones.errors import (
     InvalidStoreURL,
@@ -189,6 +190,7 @@ class SQLiteStore:
         self._watch_lock = threading.Lock()
         self._watch_conn: sqlite3.Connection | None = None
         self._watch_pid = self._pid
+        self._foreign = ForeignCommits()
         self._open_schema(create)
 
     @classmethod
@@ -419,10 +421,12 @@ class SQLiteStore:
     # --- change detection (quickzones.kv.CommitCounter) -----------------------------------
 
     def data_version(self) -> int:
-        """A number that changes after every commit to this file by any connection or
-        process: SQLite's ``PRAGMA data_version`` on a connection of its own that never
-        writes (the pragma ignores a connection's own commits). It reads the WAL index in
-        shared memory, some microseconds, so a waiter can poll it every millisecond."""
+        """A number that changes after a commit to this file that this store object did
+        not make: another process's, another store's, the application's own connection's
+        (:mod:`~quickzones.backends.sqlite.foreign_commits`). SQLite's ``PRAGMA
+        data_version`` on a connection of its own that never writes, and only when that
+        changed a read of the newest commits' versions: some microseconds, so a waiter
+        can poll it every millisecond."""
         with self._watch_lock:
             if self._closed:
                 raise StorageError(f"store {self.url} is closed")
@@ -430,11 +434,11 @@ class SQLiteStore:
                 # After fork() the parent's connection is left alone (never closed here).
                 self._watch_conn = self._connect()
                 self._watch_pid = os.getpid()
+                self._foreign = ForeignCommits()  # a forked child's commits are its own
             try:
-                version: int = self._watch_conn.execute("PRAGMA data_version").fetchone()[0]
+                return self._foreign.poll(self._watch_conn)
             except sqlite3.Error as err:
                 raise _translate(err, "data_version", self.url) from err
-            return version
 
     # --- inspection helpers ----------------------------------------------------------------
 
@@ -485,6 +489,7 @@ class SQLiteStore:
         self._begin_immediate(conn)
         try:
             commit_version = self._apply(conn, request)
+            self._foreign.made(commit_version)
             self._commits += 1
             if self._commits % _PRUNE_EVERY == 0:
                 _prune_conflicts(conn, self.clock.now())

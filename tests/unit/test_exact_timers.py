@@ -181,6 +181,32 @@ def test_consumers_refusing_an_item_do_not_wake_each_other_with_their_visits(
         assert c.stats["scan"] <= 2 * (elapsed / 0.1) + 4, c.stats["scan"]
 
 
+def test_an_idle_consumer_is_not_woken_by_its_own_processes_commits(tmp_path: Path) -> None:
+    """The application writes its own data through the worker's Quick (and the consumer
+    completes items): commits this store made itself wake nobody, as their enqueues wake
+    local consumers directly. Only other stores' commits do (the test above)."""
+    url = f"sqlite:///{tmp_path / 'own.db'}"
+    q = Quick.open(url)
+    done = threading.Event()
+    q.job("j")(lambda payload, ctx: done.set())
+    consumer = q.consumer(ConsumerConfig(idle_sleep_s=3600, commit_poll_s=0.001))
+    consumer.start()
+    try:
+        q.enqueue("j", b"", app="a", tenant="t")
+        assert done.wait(20)
+        assert wait_for(lambda: consumer.stats["completed"] == 1)
+        time.sleep(0.2)  # the scans that follow a visit are over
+        scans = consumer.stats["scan"]
+        for n in range(100):
+            q.transact(lambda tr, n=n: tr.set(b"users/%d" % n, b"alice"))
+            time.sleep(0.003)  # a few ticks apart: each would be seen on its own
+        time.sleep(0.1)
+        assert consumer.stats["scan"] - scans <= 2, consumer.stats["scan"] - scans
+    finally:
+        consumer.stop(5)
+        q.close()
+
+
 def test_quick_worker_picks_up_another_processes_enqueue_without_waiting_for_its_poll(
     tmp_path: Path,
 ) -> None:
