@@ -58,12 +58,12 @@ class ConsumerConfig:
     # Wake-ups on other processes' commits (beyond the paper), where the store can tell
     # cheaply (SQLite's PRAGMA data_version; not FoundationDB yet): an idle consumer whose
     # last scan found nothing to visit reads the store's commit counter this often and
-    # rescans when another process or connection committed, instead of waiting for its
-    # next idle_sleep_s poll: an enqueue from the application's process is picked up
-    # within about this long. No store round trip, but CPU while idle: about 2.5% of a
-    # core more at 5 ms, 4% at 2 ms (on top of ~3% for the default 20 ms idle polls). It
-    # also rescans after the consumer's own completions, so under light load it adds
-    # scans: the benchmarks' 5 ms idle poll profile turns it off. None: poll only.
+    # rescans when another process or connection committed (its own process's commits
+    # through the same store do not count), instead of waiting for its next idle_sleep_s
+    # poll: an enqueue from the application's process is picked up within about this
+    # long. No store round trip, but CPU while idle: about 3% of a core more at 5 ms, 4%
+    # at 2 ms, 6% at 1 ms (on top of ~2% for the default 20 ms idle polls; the
+    # benchmarks' fairness profile uses 1 ms). None: poll only.
     commit_poll_s: float | None = 0.005
     # The completion flusher's pace (beyond the paper): after each commit of finished
     # items it waits this long, so under load one commit carries the completions of that

@@ -51,10 +51,14 @@ def peer_config(throughput: bool = False) -> ConsumerConfig:
     finished: a tenth of the commits competing with the visits (small tenants' p99 32.0
     -> 25.8 ms, better in 6 of 6 interleaved pairs, the consumer's CPU -6%; 20 ms was no
     better than 10, 26.2 against 26.0 ms).
-    No commit-counter wake-ups (``commit_poll_s``): the 5 ms idle poll already bounds
-    the wait for a scan, and at 2 ms they added scans after each completion (small
-    tenants alone, 4 interleaved pairs: p50 6.1 -> 4.6 ms but p99 13.4 -> 18.1 ms and the
-    consumer's CPU +28%, bench/results/20261124T175500Z-visit-cpu).
+    Commit-counter wake-ups every 1 ms (``commit_poll_s``): an idle scanner rescans
+    within a millisecond of the producer's enqueue instead of at its next 5 ms poll.
+    Since the counter ignores the consumer's own commits (it once rescanned after each
+    completion, and at 2 ms made small tenants' p99 worse, 13.4 -> 18.1 ms), 10
+    interleaved pairs: small tenants' p50 6.9 -> 4.65 ms (better in 10 of 10), p99 21.2
+    -> 20.5 ms (5 of 10: not shown), the consumer's CPU +18%; small tenants alone, 6
+    pairs: p50 6.35 -> 4.65 ms, p99 19.9 -> 16.6 ms (3 of 6)
+    (bench/results/20261124T212000Z-pickup).
     Throughput (workload i, where the peers run their documented throughput setups too):
     large per-visit batches and a deep local queue, as in the core benchmark.
     """
@@ -70,7 +74,7 @@ def peer_config(throughput: bool = False) -> ConsumerConfig:
         min_inactive_s=2.0,
         one_transaction_visits=not throughput,
         visits_per_transaction=1 if throughput else 16,
-        commit_poll_s=None,
+        commit_poll_s=0.001,
         skip_held_zones_at=None if throughput else 8,
         completion_flush_s=0.0 if throughput else 0.01,
     )
