@@ -160,7 +160,9 @@ def requeue_dead_letter(q: Quick, zone: ZoneId, item_id: str) -> str:
         # The two-part enqueue: part two follows this transaction's commit.
         return two_part.part_one(tr, q.toplevel, q.zones, zone, item).item_id
 
-    return run(q.kv, move)
+    requeued = run(q.kv, move)
+    q.wake_waiters()
+    return requeued
 
 
 def purge_dead_letters(q: Quick, app: str | None = None, tenant: str | None = None) -> int:

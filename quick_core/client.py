@@ -403,6 +403,13 @@ class Quick:
         for consumer in list(self._consumers):
             consumer.wake()
 
+    def wake_waiters(self) -> None:
+        """Local consumers and long polls scan now: an item became due through a write of
+        this client's that was no enqueue (a dead letter requeued, an item nacked). A
+        store's commit watcher ignores the store's own commits, so they would otherwise
+        find it at their next idle poll."""
+        self._wake_consumers()
+
     def enqueue_on(
         self,
         connection: object,

@@ -28,11 +28,15 @@ class Failures:
         clock: Clock,
         rng: random.Random,
         emit: Callable[..., Any],
+        requeued: Callable[[], None] = lambda: None,
     ) -> None:
         self.clusters = clusters
         self.clock = clock
         self.rng = rng
         self.emit = emit
+        # Told after each item given back to its zone: the consumer's scanner rescans and
+        # so knows the item's new vesting time (its own commits wake no commit watcher).
+        self.requeued = requeued
 
     def fail(
         self,
@@ -66,6 +70,7 @@ class Failures:
             )
             # The pointer was requeued at this item's lease end; bring it forward.
             cluster.toplevel.pull_pointer_earlier(zone, requeued.vesting_ms)
+            self.requeued()
             self.emit("requeued", zone=zone, item_id=item.item_id, delay_s=delay)
             return "requeued"
         except (LeaseLost, ItemNotFound):
@@ -98,6 +103,7 @@ class Failures:
             self.emit("requeue_error", zone=zone, item_id=item.item_id, error=str(err))
             return "lease_lost"
         cluster.toplevel.pull_pointer_earlier(zone, requeued.vesting_ms)
+        self.requeued()
         self.emit("nacked", zone=zone, item_id=item.item_id, delay_s=nack.delay_s)
         return "nacked"
 
@@ -124,6 +130,7 @@ class Failures:
                 not_before_ms=work.due_ms,
             )
             cluster.toplevel.pull_pointer_earlier(work.zone, released.vesting_ms)
+            self.requeued()
         except (QuickError, OSError):
             pass  # the lease expires on its own
         self.emit("released", zone=work.zone, item_id=work.item.item_id)

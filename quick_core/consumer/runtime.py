@@ -142,7 +142,7 @@ class Consumer:
         self._accept = self.manager.accept
         if router.apps is not None:
             self.manager.accept_pointer = router.takes_pointer
-        self.failures = Failures(clusters, clock, self.rng, emit)
+        self.failures = Failures(clusters, clock, self.rng, emit, lambda: self.scanner.wake())
         self.inline_completer = InlineCompleter(clusters, emit)
         self.batched_completer = BatchedCompleter(clusters, emit)
         self.worker = Worker(

@@ -334,6 +334,7 @@ def nack(
     except (LeaseLost, ItemNotFound) as err:
         raise _lost(item_id, err) from None
     q.toplevel.pull_pointer_earlier(zone, item.vesting_ms)
+    q.wake_waiters()  # waiting polls: it may be due now
     return Response(status_code=204)
 
 

@@ -332,10 +332,11 @@ class PullLeaser:
         (:mod:`quickzones.changes`: SQLite), after each such commit; and at the latest
         every ``poll_s``. A scan that leased zones' pointers and got no item from them
         (their items are of job types it refuses, or another consumer was faster) made
-        commits of its own that wake every waiting poll, itself included: after each
-        such scan, store changes count only once a wait doubling from 1 ms up to
-        ``poll_s`` has passed since it, so waiting polls cannot keep each other
-        scanning. A poll that leases nothing waits for a change again."""
+        commits that wake the waiting polls of other servers on the same file, as theirs
+        wake it (a store's own commits wake nobody): after each such scan, store changes
+        count only once a wait doubling from 1 ms up to ``poll_s`` has passed since it,
+        so waiting polls cannot keep each other scanning. A poll that leases nothing
+        waits for a change again."""
         deadline = time.monotonic() + wait_s
         pause = self.config.poll_s
         gap = 0.0  # how long after a scan store changes do not yet count

@@ -116,3 +116,25 @@ def test_a_lease_holding_items_stops_filling_after_fill_s(served: Served) -> Non
     with pytest.raises(RemoteError) as err, RemoteQuick(served.url, served.a_all) as rq:
         rq.lease(fill_s=-1)
     assert err.value.status == 422 and "fill_s" in err.value.detail
+
+
+def test_an_item_nacked_through_the_server_wakes_a_waiting_long_poll(tmp_path: Path) -> None:
+    """One worker gives an item back (nack, no delay) while another's long poll waits on
+    the same server: the poll gets it at once, not at its next scan (an hour away)."""
+    q = Quick.open(f"sqlite:///{tmp_path / 'q.db'}")
+    token = TokenStore(q.kv, q.keys, q.clock).create("a", ["consume"])[0]
+    app = create_app(q, pull=PullConfig(poll_s=3600, poll_max_s=3600))
+    got: list[RemoteLease] = []
+    try:
+        with ServerThread(app) as server, RemoteQuick(server.url, token) as rq:
+            q.enqueue("job", {"n": 1}, app="a", tenant="t")
+            [first] = rq.lease(wait_s=5)
+            poll = threading.Thread(target=lambda: got.extend(rq.lease(wait_s=20)), daemon=True)
+            poll.start()
+            time.sleep(0.3)  # the poll's first scan finds nothing (the item is leased)
+            rq.nack(first)
+            poll.join(15)  # well before the poll's own 20 s end
+            assert not poll.is_alive(), "the long poll slept through the nack"
+    finally:
+        q.close()
+    assert [x.payload for x in got] == [{"n": 1}]

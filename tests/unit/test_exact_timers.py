@@ -14,6 +14,7 @@ from typing import Any
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
+from quickzones.errors import Nack, PermanentError
 from quickzones.registry import JobContext
 from tests.other_process import enqueue_from_another_process
 from tests.waiting import wait_for
@@ -202,6 +203,65 @@ def test_an_idle_consumer_is_not_woken_by_its_own_processes_commits(tmp_path: Pa
             time.sleep(0.003)  # a few ticks apart: each would be seen on its own
         time.sleep(0.1)
         assert consumer.stats["scan"] - scans <= 2, consumer.stats["scan"] - scans
+    finally:
+        consumer.stop(5)
+        q.close()
+
+
+def test_a_nacked_item_runs_again_at_its_delay_not_at_the_next_idle_poll(
+    tmp_path: Path,
+) -> None:
+    """A handler gives its item back for 50 ms (a retry's backoff works the same way): the
+    consumer's own requeue tells its scanner of the new vesting time, so the item runs
+    again on its timer, not at the next idle poll (an hour away here)."""
+    q = Quick.open(f"sqlite:///{tmp_path / 'nack.db'}")
+    runs: list[float] = []
+    again = threading.Event()
+
+    def handler(payload: Any, ctx: JobContext) -> None:
+        if not runs:
+            time.sleep(0.3)  # the scanner has gone idle meanwhile (next pointer: 30 s)
+        runs.append(time.monotonic())
+        if len(runs) == 1:
+            raise Nack(delay_s=0.05)
+        again.set()
+
+    q.job("j")(handler)
+    consumer = q.consumer(ConsumerConfig(idle_sleep_s=3600))
+    consumer.start()
+    try:
+        q.enqueue("j", b"", app="a", tenant="t")
+        assert again.wait(20), "the nacked item waited for the next idle poll"
+        assert runs[1] - runs[0] >= 0.05, runs
+    finally:
+        consumer.stop(5)
+        q.close()
+
+
+def test_a_dead_letter_requeued_through_the_workers_quick_runs_at_once(tmp_path: Path) -> None:
+    """An operator requeues a dead letter (CLI, dashboard, admin API) through the Quick a
+    consumer of the same process runs on: the consumer runs it now, not at its next idle
+    poll (an hour away here)."""
+    q = Quick.open(f"sqlite:///{tmp_path / 'dead.db'}")
+    runs: list[str] = []
+    again = threading.Event()
+
+    def handler(payload: Any, ctx: JobContext) -> None:
+        runs.append(ctx.item_id)
+        if len(runs) == 1:
+            raise PermanentError("bad input")
+        again.set()
+
+    q.job("j")(handler)
+    consumer = q.consumer(ConsumerConfig(idle_sleep_s=3600))
+    consumer.start()
+    try:
+        item_id = q.enqueue("j", b"", app="a", tenant="t")
+        assert wait_for(lambda: consumer.stats["dead_lettered"] == 1)
+        time.sleep(0.3)  # the scanner has gone idle
+        q.requeue_dead_letter("a", "t", item_id)
+        assert again.wait(20), "the requeued item waited for the next idle poll"
+        assert runs == [item_id, item_id]
     finally:
         consumer.stop(5)
         q.close()
