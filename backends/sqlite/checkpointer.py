@@ -9,10 +9,10 @@ this thread runs a PASSIVE checkpoint instead, after every ``every_commits`` com
 ``idle_s`` after the last one): PASSIVE takes no write lock, so commits go on meanwhile,
 and the next writer after a complete pass restarts the WAL from its beginning. Under
 continuous writes a passive pass never quite catches up (new frames arrive while it
-copies), so after each pass ``after_pass`` (``SQLiteStore._bound_wal``) truncates the WAL
-once it passed its bound: with the passes having copied nearly everything already, that
-blocking step is short and rare (once per 16 MB of WAL instead of a full copy every 4 MB),
-and it runs on this thread, not in some caller's commit.
+copies), so after each pass ``after_pass`` (``SQLiteStore._bound_wal``, given the pass's
+result) restarts the WAL once it holds its bound: with the passes having copied nearly
+everything already, that blocking step is short and rare (once per 16 MB of WAL instead
+of a full copy every 4 MB), and it runs on this thread, not in some caller's commit.
 
 A ``fork()`` waits for a pass in progress to end (``os.register_at_fork``): a child
 forked while this thread was inside SQLite could inherit SQLite's process-wide mutexes
@@ -27,6 +27,17 @@ import sqlite3
 import threading
 import weakref
 from collections.abc import Callable
+from typing import NamedTuple
+
+
+class PassResult(NamedTuple):
+    """What ``PRAGMA wal_checkpoint`` returned: whether it was blocked, the frames in the
+    WAL and how many of them are copied into the database."""
+
+    busy: int
+    log: int
+    copied: int
+
 
 # About the automatic checkpoint's 1,000 pages at our commits' few pages each.
 EVERY_COMMITS = 128
@@ -40,7 +51,7 @@ class Checkpointer:
         self,
         connect: Callable[[], sqlite3.Connection],
         *,
-        after_pass: Callable[[sqlite3.Connection], None] = lambda conn: None,
+        after_pass: Callable[[sqlite3.Connection, PassResult], None] = lambda conn, r: None,
         every_commits: int = EVERY_COMMITS,
         idle_s: float = IDLE_S,
     ) -> None:
@@ -112,9 +123,11 @@ class Checkpointer:
                     with self._pass_lock:
                         if conn is None:
                             conn = self._connect()
-                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                        busy, log, copied = conn.execute(
+                            "PRAGMA wal_checkpoint(PASSIVE)"
+                        ).fetchone()
                         self.passes += 1
-                        self._after_pass(conn)
+                        self._after_pass(conn, PassResult(busy, log, copied))
                 except sqlite3.Error:
                     # Best effort: another process's checkpoint, a full disk. The next
                     # pass (or _bound_wal's truncating one) catches up.

@@ -93,6 +93,31 @@ def test_checkpoints_run_beside_commits_and_keep_the_wal_bounded(tmp_path: Path)
         reopened.close()
 
 
+def test_the_wal_is_bounded_by_reusing_it_not_by_truncating_it(tmp_path: Path) -> None:
+    """Shrinking the WAL to nothing holds the write lock through the file's truncation
+    and a disk flush (10-17 ms here) while every writer in every process waits. The
+    bounding checkpoint restarts the WAL instead: the next commits overwrite the file
+    from its start, so it stays bounded without ever being emptied."""
+    path = str(tmp_path / "reuse.db")
+    store = SQLiteStore(path)
+    value = os.urandom(8000)
+    sizes: list[int] = []
+    try:
+        # About 8 KB per commit: 48 MB in all, three times the bound.
+        for n in range(6000):
+            run(store, lambda tr, n=n: tr.set(b"k%04d" % (n % 500), value))
+            if n % 20 == 0:
+                run(store, lambda tr: tr.get(b"k0000"))  # a short read now and then
+                sizes.append(os.path.getsize(path + "-wal"))
+        assert store.checkpoints > 0  # the bound was reached and enforced
+        grown = sizes.index(next(s for s in sizes if s > 4 * 1024 * 1024))
+        assert min(sizes[grown:]) > 1024 * 1024, "the WAL was emptied (truncated)"
+        assert max(sizes) < 40 * 1024 * 1024, f"WAL reached {max(sizes) / 1e6:.1f} MB"
+        assert len(store.snapshot_items()) == 500
+    finally:
+        store.close()
+
+
 def _commit_in_child(store: SQLiteStore, out: multiprocessing.Queue[int]) -> None:
     for n in range(400):
         run(store, lambda tr, n=n: tr.set(b"c%03d" % (n % 50), b"x" * 4000))
@@ -148,7 +173,7 @@ def test_a_fork_waits_for_a_checkpoint_pass_in_progress(tmp_path: Path) -> None:
     in_pass = threading.Event()
     finished: list[int] = []
 
-    def slow_after_pass(conn: sqlite3.Connection) -> None:
+    def slow_after_pass(conn: sqlite3.Connection, passed: object) -> None:
         in_pass.set()
         time.sleep(0.3)
         finished.append(os.getpid())
