@@ -177,11 +177,12 @@ def test_items_leased_ahead_start_at_their_vesting_time_and_not_before(real_q: Q
     consumer = real_q.consumer(ConsumerConfig(timer_lookahead_s=1.5, workers=2))
     consumer.observer = observe
     due: dict[str, int] = {}
+    for ms in (700, 900, 1200, 1200):
+        item_id = real_q.enqueue("timed", b"", app="a", tenant=f"t{ms}", delay=ms / 1000)
+        # Read before the consumer runs: a lease taken ahead moves the vesting time.
+        due[item_id] = real_q.zones.get(ZoneId("a", f"t{ms}"), item_id).vesting_ms  # type: ignore[union-attr]
     consumer.start()
     try:
-        for ms in (700, 900, 1200, 1200):
-            item_id = real_q.enqueue("timed", b"", app="a", tenant=f"t{ms}", delay=ms / 1000)
-            due[item_id] = real_q.zones.get(ZoneId("a", f"t{ms}"), item_id).vesting_ms  # type: ignore[union-attr]
         assert wait_for(lambda: len(started) == 4)
     finally:
         consumer.stop(5)
