@@ -35,24 +35,19 @@ def _co(self, conn, request):
         dt = time.time() - t
         if dt > 0.003: CK.append((t, dt, "commit_on", round((time.thread_time() - c) * 1000, 1)))
 _st.SQLiteStore._commit_on = _co
-_orig_rr = _st.SQLiteTransaction._read_range
-def _rr(self, *a, **k):
-    t = time.time()
-    try:
-        return _orig_rr(self, *a, **k)
-    finally:
-        dt = time.time() - t
-        if dt > 0.003: CK.append((t, dt, "read_range", None))
-_st.SQLiteTransaction._read_range = _rr
-_orig_arv = _st.SQLiteTransaction._acquire_read_version
-def _arv(self, *a, **k):
-    t = time.time()
-    try:
-        return _orig_arv(self, *a, **k)
-    finally:
-        dt = time.time() - t
-        if dt > 0.003: CK.append((t, dt, "read_version", None))
-_st.SQLiteTransaction._acquire_read_version = _arv
+def _record_slow(cls, name, kind):
+    """Wrap cls.name: record (start, seconds, kind) of each call over 3 ms in CK."""
+    orig = getattr(cls, name)
+    def timed(self, *a, **k):
+        t = time.time()
+        try:
+            return orig(self, *a, **k)
+        finally:
+            dt = time.time() - t
+            if dt > 0.003: CK.append((t, dt, kind, None))
+    setattr(cls, name, timed)
+_record_slow(_st.SQLiteTransaction, "_read_range", "read_range")
+_record_slow(_st.SQLiteTransaction, "_acquire_read_version", "read_version")
 import threading as _th
 _tl = _th.local()
 HOLDS = []
