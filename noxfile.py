@@ -63,6 +63,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "bench", *session.posargs)
     # Delayed items' lateness (exact timers): bench/results/<ts>-lateness/.
     session.run("python", "-m", "bench.delayed_lateness")
+    # Small tenants' pickup under a noisy neighbour, 10 runs: bench/results/<ts>-noisy/.
+    session.run("python", "-m", "bench.noisy_pickup")
 
 
 @nox.session(python="3.11")
