@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import bisect
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from quickzones.backends._atomics import AtomicOp, apply_atomic, apply_atomic_stack
@@ -257,6 +257,11 @@ class BufferedTransaction(ABC):
     def _read_key(self, key: bytes) -> bytes | None:
         """Value at the read version; raises 1007 if the snapshot is too old."""
 
+    def _read_keys(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """Values of ``keys`` at the read version, in order; a backend that can answer
+        them in one storage call overrides this."""
+        return [self._read_key(key) for key in keys]
+
     @abstractmethod
     def _read_range(self, begin: bytes, end: bytes, limit: int, reverse: bool) -> list[KeyValue]:
         """Up to ``limit`` (0 = all) pairs at the read version, in scan order."""
@@ -358,6 +363,9 @@ class BufferedTransaction(ABC):
 
     def get(self, key: bytes, *, snapshot: bool = False) -> bytes | None:
         self._check_open()
+        return self._get(key, snapshot)
+
+    def _get(self, key: bytes, snapshot: bool) -> bytes | None:
         _require_bytes("key", key)
         if len(key) > KEY_SIZE_LIMIT:
             return None  # FDB: an over-long key cannot exist, so reading it finds nothing.
@@ -382,6 +390,27 @@ class BufferedTransaction(ABC):
         if not snapshot:
             self._add_conflict_raw(key, key_after(key))
         return self._storage_get(key)
+
+    def get_many(self, keys: Sequence[bytes], *, snapshot: bool = False) -> list[bytes | None]:
+        """``get`` of each key, in order, with the same conflicts and errors; the keys
+        that need storage are read in one storage call first (:meth:`_read_keys`), so a
+        batch of item reads is one statement on SQLite, not one each."""
+        self._check_open()
+        wanted = [
+            key
+            for key in dict.fromkeys(keys)
+            if isinstance(key, bytes)
+            and len(key) <= KEY_SIZE_LIMIT
+            and key < SYSTEM_PREFIX
+            and key not in self._points
+            and key not in self._read_cache
+            and not (self._cleared and self._cleared.contains(key))
+            and self._cached_range(key, key_after(key)) is None
+        ]
+        if len(wanted) > 1:
+            self._ensure_read_version()
+            self._read_cache.update(zip(wanted, self._read_keys(wanted), strict=True))
+        return [self._get(key, snapshot) for key in keys]
 
     def _storage_get(self, key: bytes) -> bytes | None:
         # Like FDB's RYW snapshot cache: a key read once is not fetched again, so it stays

@@ -335,6 +335,7 @@ class Quick:
             # Only a caller-chosen id can match a finished item's record: a random one
             # skips the read.
             check_outcome=chosen and self.capabilities.outcome_records,
+            fresh_id=not chosen,
         )
 
     def _fifo(self, fifo: bool | None) -> bool:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from quickzones import outcomes
@@ -73,6 +73,22 @@ class ItemWriter(Protocol):
     def write_new_item(self, tr: KVTransaction, zone: ZoneId, item: NewItem) -> Written:
         """Write the item, its order entry and count in ``tr``; no pointer work."""
         ...
+
+
+class _Attempts:
+    """The items each attempt of one enqueue's transaction writes: a generated id is
+    fresh (:attr:`NewItem.fresh_id`, no read of its record) in the first attempt only, as
+    a later one may follow an attempt that committed (``commit_unknown_result``)."""
+
+    def __init__(self, items: Sequence[NewItem]) -> None:
+        self._items = items
+        self._tried = False
+
+    def next(self) -> Sequence[NewItem]:
+        if not self._tried:
+            self._tried = True
+            return self._items
+        return [replace(i, fresh_id=False) if i.fresh_id else i for i in self._items]
 
 
 def pointer_check(
@@ -164,7 +180,10 @@ def enqueue(
 ) -> str:
     """Both parts: given a store, in a transaction of its own (retried); given a caller's
     transaction, part one joins it and part two follows its commit."""
-    written = run(db, lambda tr: part_one(tr, toplevel, zones, zone, item, charge=charge))
+    attempts = _Attempts([item])
+    written = run(
+        db, lambda tr: part_one(tr, toplevel, zones, zone, attempts.next()[0], charge=charge)
+    )
     return Enqueued(written.item_id, written.duplicate)
 
 
@@ -179,8 +198,10 @@ def enqueue_batch(
 ) -> list[str]:
     """Several items into one zone in one transaction; one pointer check, at the earliest
     vesting time of the items it wrote."""
+    attempts = _Attempts(items)
 
     def write(tr: KVTransaction) -> list[str]:
+        batch = attempts.next()
         if charge is not None:
             charge(tr)
         many = getattr(zones, "write_new_items", None)
@@ -188,9 +209,9 @@ def enqueue_batch(
         if many is not None:
             # The pointer index entry is read with the items' ids: one round trip.
             written: list[Written]
-            written, [index] = many(tr, zone, items, read_also=[toplevel.index_key(zone)])
+            written, [index] = many(tr, zone, batch, read_also=[toplevel.index_key(zone)])
         else:
-            written = [zones.write_new_item(tr, zone, item) for item in items]
+            written = [zones.write_new_item(tr, zone, item) for item in batch]
         fresh = [w.vesting_ms for w in written if w.new]
         if fresh:
             pointer_check(tr, toplevel, zone, min(fresh), index=index)

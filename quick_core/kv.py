@@ -460,9 +460,9 @@ def key_after(key: bytes) -> bytes:
 
 
 def get_many(tr: KVTransaction, keys: Sequence[bytes]) -> list[bytes | None]:
-    """Values of ``keys`` (read conflicts on each, as ``get``), in one round trip where
-    the store can send reads in parallel (a ``get_many`` method, FoundationDB); one
-    ``get`` after another elsewhere, which costs nothing more on a local store."""
+    """Values of ``keys`` (read conflicts on each, as ``get``), in one call where the
+    store's transaction has a ``get_many`` method (FoundationDB sends the reads in
+    parallel, SQLite reads them in one statement); one ``get`` after another elsewhere."""
     many = getattr(tr, "get_many", None)
     if many is not None:
         result: list[bytes | None] = many(keys)

@@ -48,6 +48,8 @@ def check_name(kind: str, value: object) -> str:
         raise InvalidArgument(kind, value, "must not be empty")
     if len(value) > MAX_ID_LENGTH:
         raise InvalidArgument(kind, value, f"longer than {MAX_ID_LENGTH} characters")
+    if value.isascii() and value.isprintable():
+        return value  # printable ASCII holds none of the forbidden categories (all Cc)
     check_utf8(kind, value)
     for c in value:
         what = _FORBIDDEN_CATEGORIES.get(unicodedata.category(c))

@@ -234,7 +234,7 @@ class KVZoneStore:
         if item.item_id is not None:
             check_name("item_id", item.item_id)
             if exists is None:
-                exists = self._exists(tr, zone, item_id)
+                exists = False if item.fresh_id else self._exists(tr, zone, item_id)
             if exists:
                 return Written(item_id, now, False)
         # Delayed: from the clock's reading rounded up, never before now + delay.
@@ -284,9 +284,12 @@ class KVZoneStore:
         already in the zone. Those reads go out together, one round trip for the batch
         instead of one per item; they are the reads :meth:`_exists` makes (with
         conflicts). An id given twice in the batch, or whose record this transaction
-        versionstamped, is checked on its own.
+        versionstamped, is checked on its own; a fresh one (``NewItem.fresh_id``) is not
+        read at all.
         """
-        ids = list(dict.fromkeys(i.item_id for i in items if i.item_id is not None))
+        ids = list(
+            dict.fromkeys(i.item_id for i in items if i.item_id is not None and not i.fresh_id)
+        )
         for item_id in ids:
             check_name("item_id", item_id)  # before any read, as write_new_item does
         keys = [self.keys.item_key(zone, item_id) for item_id in ids]
@@ -668,8 +671,11 @@ class KVZoneStore:
         tr: KVTransaction = OWN_STORE,
     ) -> WorkItem:
         item = self._check_holder(self._read_item(tr, zone, item_id), item_id, lease_id)
+        # Rounded up, as a delayed enqueue's: a nack's or a retry's delay is never cut
+        # short by the millisecond the truncated clock reading would lose.
+        again = ms_up(self.clock.now() + delay_ms / 1000) if delay_ms > 0 else now_ms(self.clock)
         updated = item.with_(
-            vesting_ms=max(now_ms(self.clock) + max(0, delay_ms), not_before_ms or 0),
+            vesting_ms=max(again, not_before_ms or 0),
             lease_id=None,
             error_count=item.error_count + (1 if count_error else 0),
             last_error=error if error is not None else item.last_error,

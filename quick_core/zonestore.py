@@ -41,6 +41,10 @@ class NewItem:
     fifo: bool = False
     # The caller chose the id: part one checks the id's outcome record (dedupe window).
     check_outcome: bool = False
+    # The id was generated for this enqueue: until an attempt to write it has run, no
+    # record of it can exist, so the first attempt skips the read that makes a retry
+    # (after commit_unknown_result) find what it wrote. Cleared for the retries.
+    fresh_id: bool = False
 
 
 @dataclass(frozen=True, slots=True)

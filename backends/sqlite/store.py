@@ -29,7 +29,7 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
@@ -75,6 +75,9 @@ _SCHEMA = (
 )
 _VERSION = "SELECT version FROM quick_meta WHERE id = 0"
 _GET = "SELECT value FROM kv WHERE key = ?"
+# A batch of point reads in one statement (get_many); {} holds the placeholders.
+_GET_MANY = "SELECT key, value FROM kv WHERE key IN ({})"
+_KEYS_PER_SELECT = 500  # well under SQLite's limit on host parameters (999 before 3.32)
 _RANGE = "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key LIMIT ?"
 _RANGE_REVERSE = "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key DESC LIMIT ?"
 _UPSERT = (
@@ -652,6 +655,18 @@ class SQLiteTransaction(BufferedTransaction):
         except sqlite3.Error as err:
             raise _translate(err, "get") from err
         return None if row is None else bytes(row[0])
+
+    def _read_keys(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        conn = self._snapshot()
+        found: dict[bytes, bytes] = {}
+        try:
+            for at in range(0, len(keys), _KEYS_PER_SELECT):
+                chunk = keys[at : at + _KEYS_PER_SELECT]
+                sql = _GET_MANY.format(", ".join("?" * len(chunk)))
+                found.update((bytes(k), bytes(v)) for k, v in conn.execute(sql, chunk))
+        except sqlite3.Error as err:
+            raise _translate(err, "get_many") from err
+        return [found.get(key) for key in keys]
 
     def _read_range(self, begin: bytes, end: bytes, limit: int, reverse: bool) -> list[KeyValue]:
         conn = self._snapshot()

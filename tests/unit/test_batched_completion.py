@@ -54,8 +54,9 @@ def count_calls(q: Quick) -> Counter[str]:
 
 
 def sends_reads_together(q: Quick) -> bool:
-    """Whether the store's transactions send a batch of reads at once (FoundationDB's
-    ``get_many``); the others answer one ``get`` after another, which costs nothing."""
+    """Whether the store's transactions take a batch of reads at once (``get_many``:
+    FoundationDB sends them together, SQLite reads them in one statement; every store
+    here has it); a store without answers one ``get`` after another."""
     return hasattr(q.kv.create_transaction(), "get_many")
 
 
@@ -104,7 +105,7 @@ def test_a_completion_reads_each_record_once_in_one_batch(q: Quick) -> None:
     calls = count_calls(q)
     outcomes = q.zones.complete_many(A, [(i.item_id, str(i.lease_id)) for i in items])
     assert outcomes == [None] * 20
-    # One batch of reads where the store has one (FoundationDB), else one get per item.
+    # One batch of reads where the store takes one, else one get per item.
     if sends_reads_together(q):
         assert calls["get_many"] == 1 and calls["get"] == 0
     else:

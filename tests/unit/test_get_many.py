@@ -116,3 +116,21 @@ def test_get_many_refuses_a_system_key_as_get_does(quick: Quick) -> None:
     assert by_many.value.code == by_get.value.code
     tr.cancel()
     quick.close()
+
+
+def test_get_many_of_more_keys_than_one_statement_takes(quick: Quick) -> None:
+    """A batch larger than one SQL statement's parameters (SQLite reads 500 a statement)
+    answers every key, in order, repeats included."""
+    kv = quick.kv
+    assert kv is not None
+    keys = [b"gm/many/%05d" % n for n in range(1_200)]
+
+    def stored(tr: Any) -> None:
+        for key in keys[::3]:
+            tr.set(key, key[-5:])
+
+    run(kv, stored)
+    wanted = [*reversed(keys), keys[0], b"gm/absent"]
+    got = run(kv, lambda tr: get_many(tr, wanted))
+    assert got == [key[-5:] if int(key[-5:]) % 3 == 0 else None for key in wanted[:-1]] + [None]
+    quick.close()

@@ -55,6 +55,21 @@ def test_lease_moves_vesting_and_expires(q: Quick, clock: ManualClock) -> None:
         q.zones.complete(Z, item_id, again.lease_id)
 
 
+def test_a_requeued_items_delay_is_never_cut_short(q: Quick, clock: ManualClock) -> None:
+    """A nack or retry 50 ms out, given 0.9 ms into a millisecond: the item vests 50 ms
+    after the nack or later, never at the truncated millisecond plus 50 (0.9 ms early)."""
+    item_id = enqueue(q)
+    [item], _ = q.zones.dequeue(Z, 1, 1_000)
+    clock.advance(0.0009)
+    nacked_at = clock.now()
+    requeued = q.zones.requeue(Z, item_id, item.lease_id or "", 50)
+    assert requeued.vesting_ms / 1000 >= nacked_at + 0.05
+    clock.advance(0.0495)  # 49.5 ms after the nack
+    assert q.zones.peek(Z, 1) == []
+    clock.advance(0.0015)
+    assert [i.item_id for i in q.zones.peek(Z, 1)] == [item_id]
+
+
 def test_only_holder_extends_and_requeues(q: Quick, clock: ManualClock) -> None:
     item_id = enqueue(q)
     [item], _ = q.zones.dequeue(Z, 1, 1_000)
