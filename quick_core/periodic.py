@@ -58,6 +58,23 @@ def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
+def _check_seconds_field(cron: str) -> None:
+    """croniter reads a sixth field as seconds, last; Quartz and node-cron put them first.
+    "*/5 * * * * *" written for "every 5 seconds" would run every second of every fifth
+    minute, sixty items a burst: every second within restricted minutes is refused
+    unless spelled out (0-59)."""
+    fields = cron.split()
+    if len(fields) >= 6 and fields[5] == "*" and fields[0] != "*":
+        raise InvalidArgument(
+            "cron",
+            cron,
+            f"runs every second of the minutes {fields[0]!r} matches: seconds are the "
+            f"sixth field here (croniter's order), not the first. Seconds first moved "
+            f"last: '{' '.join([*fields[1:6], fields[0]])}'; every second of those "
+            f"minutes: '{' '.join(fields[:5])} 0-59'",
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class Schedule:
     """A cron schedule that enqueues ``job_type`` with ``payload`` into (app, tenant)."""
@@ -78,6 +95,7 @@ class Schedule:
             raise InvalidArgument("schedule name", self.name, f"longer than {MAX_NAME}")
         if not isinstance(self.cron, str) or not _croniter().is_valid(self.cron):
             raise InvalidArgument("cron", self.cron, "not a valid cron expression")
+        _check_seconds_field(self.cron)
         try:
             ZoneInfo(self.tz)
         except (ZoneInfoNotFoundError, ValueError, TypeError):

@@ -137,6 +137,22 @@ def test_bad_schedules_are_refused(q: Quick, options: dict[str, object], field: 
     assert q.schedules == []
 
 
+def test_a_sixth_field_is_seconds_last_as_croniter_reads_it(q: Quick) -> None:
+    q.periodic("* * * * * */10", job="j", app="a", tenant="t", name="ten")
+    [every_10s] = q.schedules
+    start = 1_800_000_000_000  # a whole minute
+    assert every_10s.slots_after(start, 3) == [start + 10_000, start + 20_000, start + 30_000]
+    # "*/2 * * * * *" meant as "every 2 seconds" (seconds first, Quartz's order) would
+    # run every second of every other minute: refused, saying how quick reads it.
+    with pytest.raises(InvalidArgument) as err:
+        q.periodic("*/2 * * * * *", job="j", app="a", tenant="t", name="typo")
+    assert err.value.name == "cron" and "seconds are the sixth field" in str(err.value)
+    assert "* * * * * */2" in str(err.value)
+    # Meant: every second of every other minute, written out.
+    q.periodic("*/2 * * * * 0-59", job="j", app="a", tenant="t", name="meant")
+    assert [s.name for s in q.schedules] == ["ten", "meant"]
+
+
 def test_same_schedule_name_twice_is_refused(q: Quick) -> None:
     q.periodic("* * * * *", job="j", app="a", tenant="t", name="n")
     with pytest.raises(ConfigurationError):
