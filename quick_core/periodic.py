@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -106,21 +106,31 @@ class Schedule:
 
     def slots_after(self, after_ms: int, count: int) -> list[int]:
         """The next ``count`` slot times (ms) strictly after ``after_ms``, in its zone."""
-        start = datetime.fromtimestamp(after_ms / 1000, tz=ZoneInfo(self.tz))
-        it = _croniter()(self.cron, start)
-        return [_ms(it.get_next(float)) for _ in range(count)]
+        slots = self._slots(after_ms)
+        return [next(slots) for _ in range(count)]
 
     def slots_between(self, after_ms: int, until_ms: int, limit: int) -> list[int]:
         """Slots in (after_ms, until_ms], at most ``limit`` (the earliest)."""
-        start = datetime.fromtimestamp(after_ms / 1000, tz=ZoneInfo(self.tz))
-        it = _croniter()(self.cron, start)
         out: list[int] = []
-        while len(out) < limit:
-            slot = _ms(it.get_next(float))
-            if slot > until_ms:
+        for slot in self._slots(after_ms):
+            if slot > until_ms or len(out) >= limit:
                 break
             out.append(slot)
         return out
+
+    def _slots(self, after_ms: int) -> Iterator[int]:
+        """Slot times after ``after_ms``. When the clocks go back, a wall time happens
+        twice; croniter matches both, and a job at a fixed hour ("30 2 * * *") would run
+        twice that night. Like cron, it runs at the first only; an expression whose hour
+        field is a wildcard ("*/30 * * * *") keeps its interval through both."""
+        zone = ZoneInfo(self.tz)
+        it = _croniter()(self.cron, datetime.fromtimestamp(after_ms / 1000, tz=zone))
+        fixed_hour = not self.cron.split()[1].startswith("*")
+        while True:
+            at = it.get_next(float)
+            if fixed_hour and datetime.fromtimestamp(at, tz=zone).fold:
+                continue  # the repeat of a wall time already run an hour before
+            yield _ms(at)
 
     def item_id(self, slot_ms: int) -> str:
         """The slot's deterministic item id: the same in every scheduler process."""

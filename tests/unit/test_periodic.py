@@ -107,6 +107,42 @@ def test_time_zone_is_honoured(q: Quick, clock: ManualClock) -> None:
     assert len(sched.next_runs(winter, 3)) == 3
 
 
+def _utc(*args: int) -> int:
+    return int(datetime(*args, tzinfo=UTC).timestamp() * 1000)  # type: ignore[misc]
+
+
+def test_a_fixed_time_job_runs_once_on_the_night_the_clocks_go_back(
+    q: Quick, clock: ManualClock
+) -> None:
+    """Paris, 25 October 2026: 02:30 happens twice (CEST, then CET). A nightly 02:30 job
+    runs once, at the first (cron's rule for fixed-time jobs); one every 30 minutes keeps
+    its real-time interval through the repeated hour. On the spring night, when 02:30
+    never happens, the nightly job runs once, at 03:00."""
+    runs: list[str] = []
+
+    @q.periodic("30 2 * * *", job="nightly", app="a", tenant="t", tz="Europe/Paris")
+    def nightly(payload: object, ctx: JobContext) -> None:
+        runs.append(ctx.item_id)
+
+    q.periodic("*/30 * * * *", job="nightly", app="a", tenant="h", tz="Europe/Paris")
+    fixed, every_30 = q.schedules
+    sched = q.scheduler()
+    _set(clock, _utc(2026, 10, 24, 12) / 1000)
+    sched.tick()  # first sight: starts at the next slot
+    for hour in range(6, 52):  # a tick every hour through the night and the next day
+        _set(clock, _utc(2026, 10, 24, 0) / 1000 + hour * 3600)
+        sched.tick()
+        q.run_until_idle()
+    assert [int(r.rsplit(":", 1)[1]) for r in runs if "@a/t@" in r] == [
+        _utc(2026, 10, 25, 0, 30),  # 02:30 CEST; not again at 01:30 UTC (02:30 CET)
+        _utc(2026, 10, 26, 1, 30),
+    ]
+    night = every_30.slots_between(_utc(2026, 10, 25, 0, 0), _utc(2026, 10, 25, 2, 0), 10)
+    assert night == [_utc(2026, 10, 25, 0, 0) + n * 1_800_000 for n in range(1, 5)]
+    spring = fixed.slots_after(_utc(2026, 3, 28, 12), 2)
+    assert spring == [_utc(2026, 3, 29, 1, 0), _utc(2026, 3, 30, 0, 30)]
+
+
 def test_slot_is_enqueued_ahead_to_vest_on_time(q: Quick, clock: ManualClock) -> None:
     _set(clock, T0 + 0.6)
     q.periodic("* * * * * *", job="tick", app="a", tenant="t")
