@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from functools import wraps
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
 
 import click
 from click.core import ParameterSource
@@ -585,6 +586,12 @@ def _when(ms: int | None) -> str | None:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def _when_in(ms: int, tz: str) -> str:
+    """A store time as ISO 8601 in time zone ``tz``, with its offset, to the second."""
+    moment = datetime.fromtimestamp(ms / 1000, tz=ZoneInfo(tz))
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 def _console() -> Any:
     from rich.console import Console
 
@@ -657,7 +664,8 @@ def periodic_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (a list).")
 @_friendly
 def periodic_list(app_module: str, count: int, as_json: bool) -> None:
-    """Each schedule, the last slot enqueued and the next runs (UTC)."""
+    """Each schedule, the last slot enqueued and the next runs (in the schedule's time
+    zone, with its UTC offset; --json gives them in UTC too)."""
     sys.path.insert(0, os.getcwd())
     q = load_handlers(app_module)
     try:
@@ -672,9 +680,11 @@ def periodic_list(app_module: str, count: int, as_json: bool) -> None:
                 "tenant": s.tenant,
                 "catch_up": s.catch_up,
                 "last_enqueued": _when(scheduler.last_slot(s)),
-                "next_runs": [_when(ms) for ms in scheduler.next_runs(s, count)],
+                "next_runs": [_when(ms) for ms in runs],
+                "next_runs_local": [_when_in(ms, s.tz) for ms in runs],
             }
             for s in q.schedules
+            for runs in [scheduler.next_runs(s, count)]
         ]
     finally:
         q.close()
@@ -687,7 +697,7 @@ def periodic_list(app_module: str, count: int, as_json: bool) -> None:
             f"{d['cron']} ({d['tz']})",
             f"{d['job_type']} -> {d['app']}/{d['tenant']}",
             str(d["last_enqueued"] or ""),
-            ", ".join(str(t) for t in d["next_runs"]),
+            ", ".join(str(t) for t in d["next_runs_local"]),
         ]
         for d in docs
     ]

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -228,6 +228,38 @@ def test_periodic_list_shows_next_runs(tmp_path: Path) -> None:
     (doc,) = json.loads(out.output)
     assert doc["name"] == "every-second" and doc["cron"] == "* * * * * *"
     assert len(doc["next_runs"]) == 2 and doc["last_enqueued"] is None
+
+
+def test_periodic_list_shows_next_runs_in_the_schedules_time_zone(tmp_path: Path) -> None:
+    """A schedule read in Europe/Paris: its next runs in Paris time with the offset, so
+    "0 3 * * *" reads as 03:00 (the JSON keeps UTC beside them)."""
+    (tmp_path / "parisapp.py").write_text(
+        "import os\nfrom quickzones.client import Quick\n"
+        "q = Quick.open(os.environ['QUICK_STORE'])\n"
+        "q.periodic('0 3 * * *', job='nightly', app='a', tenant='t', tz='Europe/Paris')"
+        "(lambda payload, ctx: None)\n"
+    )
+    env = {"QUICK_STORE": f"sqlite:///{tmp_path / 'q.db'}", "COLUMNS": "300"}
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        sys.modules.pop("parisapp", None)
+        runner = CliRunner(env=env)
+        table = runner.invoke(main, ["periodic", "list", "--app-module", "parisapp:q"])
+        sys.modules.pop("parisapp", None)
+        doc = runner.invoke(main, ["periodic", "list", "--app-module", "parisapp:q", "--json"])
+    finally:
+        os.chdir(old)
+        sys.modules.pop("parisapp", None)
+    assert table.exit_code == 0 and doc.exit_code == 0, table.output + doc.output
+    (sched,) = json.loads(doc.output)
+    local = [datetime.fromisoformat(t) for t in sched["next_runs_local"]]
+    assert [(t.hour, t.minute) for t in local] == [(3, 0)] * 3
+    offsets = {t.utcoffset() for t in local}
+    assert offsets <= {timedelta(hours=1), timedelta(hours=2)}, offsets  # CET or CEST
+    utc = [datetime.fromisoformat(t.replace("Z", "+00:00")) for t in sched["next_runs"]]
+    assert utc == local  # the same moments
+    assert sched["next_runs_local"][0] in table.output
 
 
 def test_four_worker_processes_run_each_slot_once(tmp_path: Path) -> None:
