@@ -107,3 +107,24 @@ def test_ascii_names_take_the_fast_check_and_others_the_full_one() -> None:
     for bad in ("a\nb", "a\x7fb", "a\x85b", "a\u2028b"):
         with pytest.raises(Exception, match="tenant"):
             check_name("tenant", bad)
+
+
+def test_an_item_id_makes_an_enqueue_in_a_retried_caller_transaction_store_once() -> None:
+    """docs/guarantees.md: inside the caller's transaction, retried after unknown
+    results, an enqueue with an id from the caller's data is stored once."""
+    clock = ManualClock()
+    faults = FaultConfig(unknown_result=0.5, unknown_result_applied=1.0)
+    q = Quick(MemoryStore(seed=5, clock=clock, faults=faults), clock=clock)
+    for n in range(20):
+
+        def order(tr: KVTransaction, n: int = n) -> None:
+            tr.set(b"orders/%d" % n, b"paid")
+            q.enqueue("job", n, app=Z.app, tenant=Z.tenant, item_id=f"order-{n}", tr=tr)
+
+        q.transact(order)
+    assert q.kv.fault_counts["unknown_result_applied"] > 0  # type: ignore[attr-defined]
+    q.kv.faults = FaultConfig()  # type: ignore[attr-defined]
+    assert q.zones.count(Z) == 20
+    assert sorted(i.item_id for i in q.zones.peek(Z, 100)) == sorted(
+        f"order-{n}" for n in range(20)
+    )
