@@ -64,14 +64,7 @@ def one_run(make: Callable[[Path], Peer]) -> dict[str, float]:
             peer.close()
     if r["ran"] != r["expected"]:
         raise RuntimeError(f"{r['ran']} of {r['expected']} items ran")
-    return {
-        "small_p50": r["small"]["p50"],
-        "small_p99": r["small"]["p99"],
-        "small_max": r["small"]["max"],
-        "small_p99_after_burst": r["small_after_burst"]["p99"],
-        "noisy_p50": r["noisy"]["p50"],
-        "burst_s": r["burst_s"],
-    }
+    return w.flat_noisy(r)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,13 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in systems}
     for i in range(args.runs):
         for name in systems if i % 2 == 0 else systems[::-1]:
-            res = one_run(SYSTEMS[name])
-            runs[name].append(res)
+            one = one_run(SYSTEMS[name])
+            runs[name].append(one)
             log(
-                f"noisy run {i + 1}/{args.runs} {name}: small p50 {res['small_p50']:.1f} "
-                f"p99 {res['small_p99']:.1f} max {res['small_max']:.1f} ms "
-                f"(after the burst p99 {res['small_p99_after_burst']:.1f}); "
-                f"noisy p50 {res['noisy_p50']:.0f} ms; burst {res['burst_s'] * 1000:.0f} ms"
+                f"noisy run {i + 1}/{args.runs} {name}: small p50 {one['small_p50']:.1f} "
+                f"p99 {one['small_p99']:.1f} max {one['small_max']:.1f} ms "
+                f"(after the burst p99 {one['small_p99_after_burst']:.1f}); "
+                f"noisy p50 {one['noisy_p50']:.0f} ms; burst {one['burst_s'] * 1000:.0f} ms"
             )
     medians = {name: {f: summary([r[f] for r in rs]) for f in FIELDS} for name, rs in runs.items()}
     quick_p99 = medians["quick-sqlite"]["small_p99"]["median"]

@@ -120,6 +120,19 @@ def noisy_neighbour(
         peer.stop_worker()
 
 
+def flat_noisy(r: dict[str, Any]) -> dict[str, float]:
+    """:func:`noisy_neighbour`'s result as one flat record (ms, and the burst in s)."""
+    return {
+        "small_p50": r["small"]["p50"],
+        "small_p99": r["small"]["p99"],
+        "small_max": r["small"]["max"],
+        "small_p99_after_burst": r["small_after_burst"]["p99"],
+        "noisy_p50": r["noisy"]["p50"],
+        "noisy_p99": r["noisy"]["p99"],
+        "burst_s": r["burst_s"],
+    }
+
+
 def delayed(
     peer: Peer, n: int, lo_s: float, hi_s: float, seed: int = 11, timeout_s: float = 60.0
 ) -> dict[str, Any]:

@@ -29,15 +29,7 @@ def consumer(url: str, config: str) -> list[str]:
 def run(peer: qp.QuickPeer) -> dict[str, object]:
     if workload == "noisy":
         r = w.noisy_neighbour(peer, 10, 5.0, 5.0)
-        return {
-            "small_p50": r["small"]["p50"],
-            "small_p99": r["small"]["p99"],
-            "small_max": r["small"]["max"],
-            "noisy_p50": r["noisy"]["p50"],
-            "noisy_p99": r["noisy"]["p99"],
-            "ran": r["ran"],
-            "expected": r["expected"],
-        }
+        return {**w.flat_noisy(r), "ran": r["ran"], "expected": r["expected"]}
     r = w.delayed(peer, 300, 0.5, 3.0)
     return {"p50": r["p50"], "p99": r["p99"], "max": r["max"], "early": r["early"]}
 
