@@ -71,7 +71,7 @@ def bench(session: nox.Session) -> None:
 def simulate(session: nox.Session) -> None:
     """Deterministic simulation: ``nox -s simulate -- --seeds 1000``."""
     session.install("-e", ".[dev]")
-    session.run("python", "-m", "quickzones.simulation", *session.posargs)
+    session.run("python", "-m", "quickzones.testing.simulation", *session.posargs)
 
 
 @nox.session(python="3.11")

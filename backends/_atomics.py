@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import Enum
 
-from quickzones.kv import VALUE_SIZE_LIMIT
+from quickzones.store.kv import VALUE_SIZE_LIMIT
 
 
 class AtomicOp(Enum):

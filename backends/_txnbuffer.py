@@ -43,7 +43,7 @@ from quickzones.backends._versionstamps import (
 )
 from quickzones.clock import Clock
 from quickzones.errors import InvalidArgument
-from quickzones.kv import (
+from quickzones.store.kv import (
     ACCESSED_UNREADABLE,
     FUTURE_VERSION,
     KEY_OUTSIDE_LEGAL_RANGE,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from quickzones.kv import INVALID_ARGUMENT, KVError
+from quickzones.store.kv import INVALID_ARGUMENT, KVError
 
 VERSIONSTAMP_SIZE = 10
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from quickzones.demo import percentile  # the demo's nearest-rank percentile, shared
+from quickzones.cli.demo import percentile  # the demo's nearest-rank percentile, shared
 
 ROOT = Path(__file__).resolve().parent
 REPO = ROOT.parent
@@ -162,10 +162,10 @@ _fdb_roots = 0
 
 
 def fdb_available() -> bool:
-    """True when a FoundationDB cluster can be had (quickzones.provision: FDB_CLUSTER_FILE,
+    """True when a FoundationDB cluster can be had (quickzones.testing.provision: FDB_CLUSTER_FILE,
     an fdbserver from FDB_BIN_DIR or ../shared/fdb or PATH, or Docker)."""
     try:
-        from quickzones.provision import fdb_source
+        from quickzones.testing.provision import fdb_source
 
         return fdb_source() is not None
     except Exception:  # a broken FDB_BIN_DIR and the like: no fdb:// numbers, say so
@@ -178,7 +178,7 @@ def fdb_url(tag: str) -> str:
     global _fdb_roots
     from urllib.parse import quote
 
-    from quickzones.provision import shared_fdb_cluster_file
+    from quickzones.testing.provision import shared_fdb_cluster_file
 
     cluster = shared_fdb_cluster_file()
     _fdb_roots += 1

@@ -26,7 +26,7 @@ import psutil
 
 from bench.common import REPO, log
 from bench.quickrun import NOOP, config_to_json, open_quick, throughput_config
-from quickzones.kv import KVStore, KVTransaction
+from quickzones.store.kv import KVStore, KVTransaction
 
 
 class _CountingTr:

@@ -130,7 +130,7 @@ def one_run(
         "max_ms": max(lateness),
         "min_ms": min(lateness),
         # The same against this host's wall clock: the store's steady clock may run a
-        # little ahead of it (quickzones.steady_clock), never behind.
+        # little ahead of it (quickzones.store.steady_clock), never behind.
         "early_wall": sum(1 for late in wall if late < 0),
         "wall_p50_ms": _percentile(wall, 0.50),
         "wall_p99_ms": _percentile(wall, 0.99),

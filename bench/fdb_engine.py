@@ -21,8 +21,8 @@ from typing import Any
 
 from bench.common import fdb_url, latency_summary, log, summary
 from bench.quickrun import NOOP, open_quick, throughput_config, wait_completed
-from quickzones.kv import KVTransaction
-from quickzones.kv import run as kv_run
+from quickzones.store.kv import KVTransaction
+from quickzones.store.kv import run as kv_run
 
 
 def _url(backend: str, tmp: str, tag: str) -> str:

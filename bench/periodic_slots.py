@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.common import REPO, ROOT, log, machine
-from quickzones.provision.process import terminate_all
+from quickzones.testing.provision.process import terminate_all
 
 APP = textwrap.dedent(
     """

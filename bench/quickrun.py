@@ -96,7 +96,7 @@ def count_one_transaction_visits() -> dict[str, int]:
     (wraps the manager's ``attempt_once`` here, in the bench; the library is unchanged):
     how many visits the gate let try one transaction, and how many of those committed."""
     import quickzones.consumer.fused_visits as fused_visits
-    from quickzones.kv import UNCOMMITTED
+    from quickzones.store.kv import UNCOMMITTED
 
     counts = {"tried": 0, "committed": 0, "conflicted": 0}
     original = fused_visits.attempt_once

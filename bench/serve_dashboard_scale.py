@@ -15,9 +15,9 @@ from pathlib import Path
 
 import httpx
 
+from quickzones.adapters.http import TokenStore, create_app
 from quickzones.client import Quick
-from quickzones.kv import KVTransaction
-from quickzones.serve import TokenStore, create_app
+from quickzones.store.kv import KVTransaction
 from tests.serve.conftest import ServerThread
 
 PAGES = ["/overview.json", "/", "/apps/big", "/apps/big?offset=90000",

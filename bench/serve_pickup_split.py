@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import serve_pull as sp
+from quickzones.adapters.http.client import RemoteQuick
+from quickzones.adapters.http.tokens import TokenStore
+from quickzones.adapters.http.worker import RemoteWorker
 from quickzones.client import Quick
-from quickzones.serve.client import RemoteQuick
-from quickzones.serve.tokens import TokenStore
-from quickzones.serve.worker import RemoteWorker
 
 LEASE_S = 30
 

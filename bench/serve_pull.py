@@ -28,12 +28,12 @@ from typing import Any
 import httpx
 
 from bench.common import percentile
+from quickzones.adapters.http.client import RemoteQuick
+from quickzones.adapters.http.tokens import TokenStore
+from quickzones.adapters.http.worker import RemoteWorker
 from quickzones.client import Quick
-from quickzones.consumer_config import ConsumerConfig
-from quickzones.provision.ports import free_port
-from quickzones.serve.client import RemoteQuick
-from quickzones.serve.tokens import TokenStore
-from quickzones.serve.worker import RemoteWorker
+from quickzones.consumer.config import ConsumerConfig
+from quickzones.testing.provision.ports import free_port
 
 SMALL = 50
 
@@ -114,7 +114,7 @@ def _noisy(q: Quick, n: int) -> None:
 
 
 def _drained(q: Quick) -> bool:
-    from quickzones.serve.views import app_figures
+    from quickzones.adapters.http.views import app_figures
 
     return app_figures(q, "bench").items == 0
 

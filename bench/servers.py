@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bench.common import log
-from quickzones.provision import RedisServer, die_with_parent, free_port
+from quickzones.testing.provision import RedisServer, die_with_parent, free_port
 
 _STARTED: list[subprocess.Popen[bytes]] = []
 
@@ -40,7 +40,7 @@ atexit.register(_stop_all)
 @contextmanager
 def redis_server() -> Iterator[str]:
     """A throwaway redis-server (no persistence, so fsync never enters a measurement): the
-    test suites' own (quickzones.provision), which also dies with this process."""
+    test suites' own (quickzones.testing.provision), which also dies with this process."""
     with RedisServer() as server:
         log(f"redis on {server.url}")
         yield server.url

@@ -27,7 +27,7 @@ import fdb.tuple as fdbtuple
 import quickzones.consumer.fused_visits as fused_visits
 from bench.common import fdb_url, log
 from bench.quickrun import JOB, open_quick, throughput_config, wait_completed
-from quickzones.kv import UNCOMMITTED, KVError
+from quickzones.store.kv import UNCOMMITTED, KVError
 
 CONFLICTS = b"\xff\xff/transaction/conflicting_keys/"
 kinds: Counter[str] = Counter()

@@ -24,7 +24,7 @@ from typing import Any
 from quickzones.backends.sqlite import SQLiteStore
 from quickzones.client import Quick
 from quickzones.consumer import ConsumerConfig
-from quickzones.kv import KVTransaction, run
+from quickzones.store.kv import KVTransaction, run
 
 
 def _watch(path: str, stop: threading.Event, peak: list[int]) -> None:

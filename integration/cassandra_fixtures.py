@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from integration.cassandra_local import CassandraUnavailable, LocalCassandra
-from quickzones.provision import in_ci
+from quickzones.testing.provision import in_ci
 
 READY_TIMEOUT = float(os.environ.get("QUICK_CASSANDRA_READY_TIMEOUT", "180"))
 

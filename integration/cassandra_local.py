@@ -40,7 +40,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
-from quickzones.provision import (
+from quickzones.testing.provision import (
     ServiceUnavailable,
     answers,
     die_with_parent,

@@ -1,6 +1,6 @@
 """Real servers for integration tests: ``redis-server`` and ``memcached`` as subprocesses.
 
-The servers themselves are :mod:`quickzones.provision`'s (:class:`RedisServer`,
+The servers themselves are :mod:`quickzones.testing.provision`'s (:class:`RedisServer`,
 :class:`MemcachedServer`, one :class:`Service` base with stop, kill, pause and restart on
 the same port), the same ones the pytest plugin's fixtures start; this module adds the
 throwaway TLS certificates the TLS election tests need.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quickzones.provision import (
+from quickzones.testing.provision import (
     HOST,
     SERVICES,
     MemcachedServer,

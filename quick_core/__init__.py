@@ -14,7 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 from quickzones.aio import AsyncQuick
 from quickzones.client import Quick
 from quickzones.clock import Clock, ManualClock, SystemClock
-from quickzones.consumer_config import ConsumerConfig
+from quickzones.consumer.config import ConsumerConfig
 from quickzones.errors import (
     ConfigurationError,
     CorruptRecord,
@@ -35,8 +35,8 @@ from quickzones.errors import (
     UnsupportedByStore,
     ZoneLeaseFailed,
 )
-from quickzones.records import Pointer, WorkItem, ZoneId
 from quickzones.registry import JobContext, RetryPolicy
+from quickzones.store.records import Pointer, WorkItem, ZoneId
 
 try:
     __version__ = version("quickzones")

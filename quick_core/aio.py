@@ -42,10 +42,10 @@ from quickzones.client import Quick
 from quickzones.clock import Clock
 from quickzones.consumer import Consumer, ConsumerConfig
 from quickzones.errors import ConfigurationError
-from quickzones.kv import KVTransaction
-from quickzones.outcomes import JobStatus, ResultNotAvailable
-from quickzones.records import DeadLetter, WorkItem
 from quickzones.registry import Handler, JobContext
+from quickzones.store.kv import KVTransaction
+from quickzones.store.outcomes import JobStatus, ResultNotAvailable
+from quickzones.store.records import DeadLetter, WorkItem
 
 T = TypeVar("T")
 P = ParamSpec("P")

@@ -22,10 +22,9 @@ from collections.abc import Callable, Iterable, Sequence, Sized
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
-from quickzones import outcomes
 from quickzones.clock import Clock, now_ms
 from quickzones.consumer import Cluster, Consumer, ConsumerConfig, Observer
-from quickzones.election import Election
+from quickzones.consumer.election import Election
 from quickzones.errors import (
     ConfigurationError,
     InvalidArgument,
@@ -33,18 +32,17 @@ from quickzones.errors import (
     UnknownJobType,
     UnsupportedByStore,
 )
-from quickzones.ids import IdSource
-from quickzones.keys import KeySpace
-from quickzones.kv import TRANSACTION_SIZE_LIMIT, KVStore, KVTransaction, run
-from quickzones.limits import AppLimits, Limits
 from quickzones.periodic import Schedule, Scheduler, schedule_decorator
-from quickzones.records import DeadLetter, WorkItem, ZoneId
 from quickzones.registry import Handler, JobType, Registry, RetryPolicy
-from quickzones.steady_clock import clock_for
-from quickzones.toplevel import TopLevelQueue
-from quickzones.tracing import TRACE_KEY, enqueue_span
-from quickzones.urls import open_kv
-from quickzones.validation import (
+from quickzones.store import outcomes
+from quickzones.store.ids import IdSource
+from quickzones.store.keys import KeySpace
+from quickzones.store.kv import TRANSACTION_SIZE_LIMIT, KVStore, KVTransaction, run
+from quickzones.store.limits import AppLimits, Limits
+from quickzones.store.records import DeadLetter, WorkItem, ZoneId
+from quickzones.store.steady_clock import clock_for
+from quickzones.store.toplevel import TopLevelQueue
+from quickzones.store.validation import (
     DEFAULT_MAX_PAYLOAD,
     check_job_type,
     check_name,
@@ -52,8 +50,10 @@ from quickzones.validation import (
     check_seconds,
     encode_payload,
 )
-from quickzones.zones import KVZoneStore, new_item_id
-from quickzones.zonestore import NewItem, ZoneStore, ZoneStoreCapabilities
+from quickzones.store.zones import KVZoneStore, new_item_id
+from quickzones.store.zonestore import NewItem, ZoneStore, ZoneStoreCapabilities
+from quickzones.tracing import TRACE_KEY, enqueue_span
+from quickzones.urls import open_kv
 
 T = TypeVar("T")
 
@@ -364,12 +364,12 @@ class Quick:
         Without ``tr`` it commits on its own. With ``tr`` it joins the caller's transaction
         (reading the pointer index, never a pointer record, so no consumer's pointer lease
         can abort it); whoever commits that transaction, the pointer's vesting time is
-        pulled earlier after the commit (:mod:`quickzones.enqueue`). A caller-chosen
+        pulled earlier after the commit (:mod:`quickzones.store.enqueue`). A caller-chosen
         ``item_id`` makes the enqueue idempotent: the id returned (an
-        :class:`~quickzones.enqueue.Enqueued`, a ``str``) has ``duplicate`` set to
+        :class:`~quickzones.store.enqueue.Enqueued`, a ``str``) has ``duplicate`` set to
         "queued" when the id is in the zone, or to the state of an item of this id that
         finished within its type's ``dedupe_s``; a different payload under a known id
-        raises :class:`~quickzones.outcomes.DuplicateItemMismatch`. ``fifo`` (default: the
+        raises :class:`~quickzones.store.outcomes.DuplicateItemMismatch`. ``fifo`` (default: the
         client's) orders an item without a delay by its commit among the priority's other
         FIFO items.
         """
@@ -557,7 +557,7 @@ class Quick:
     def result(self, app: str, tenant: str, item_id: str) -> Any:
         """The return value of a completed item's handler (job types with
         ``keep_result_s``): bytes, or the JSON value. Raises
-        :class:`~quickzones.outcomes.ResultNotAvailable` saying why there is none."""
+        :class:`~quickzones.store.outcomes.ResultNotAvailable` saying why there is none."""
         self._require("outcome_records", "results of finished items")
         zone = self.zone(app, tenant)
         item_id = check_name("item_id", item_id)
@@ -619,19 +619,19 @@ class Quick:
 
     def dead_letters(self, app: str | None = None, tenant: str | None = None) -> list[DeadLetter]:
         """Dead letters of every zone, one app, one tenant (of any app), or one zone."""
-        from quickzones.admin import list_dead_letters
+        from quickzones.store.admin import list_dead_letters
 
         return list_dead_letters(self, *_filters(app, tenant))
 
     def purge_dead_letters(self, app: str | None = None, tenant: str | None = None) -> int:
         """Delete exactly the dead letters :meth:`dead_letters` lists with the same filters;
         returns how many."""
-        from quickzones.admin import purge_dead_letters
+        from quickzones.store.admin import purge_dead_letters
 
         return purge_dead_letters(self, *_filters(app, tenant))
 
     def requeue_dead_letter(self, app: str, tenant: str, item_id: str) -> str:
-        from quickzones.admin import requeue_dead_letter
+        from quickzones.store.admin import requeue_dead_letter
 
         return requeue_dead_letter(self, self.zone(app, tenant), item_id)
 

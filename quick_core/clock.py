@@ -24,7 +24,7 @@ class Clock(Protocol):
 class ElapsedClock(Clock, Protocol):
     """A clock that also measures elapsed time, which no step of the wall clock changes.
 
-    :class:`~quickzones.steady_clock.SteadyClock` needs one to tell time that passed from
+    :class:`~quickzones.store.steady_clock.SteadyClock` needs one to tell time that passed from
     a wall clock that was set back.
     """
 

@@ -159,11 +159,11 @@ class CorruptRecord(StorageError):
 
 
 class KVError(StorageError):
-    """A store error carrying FoundationDB's error code (``quickzones.kv`` names them)."""
+    """A store error carrying FoundationDB's error code (``quickzones.store.kv`` names them)."""
 
     def __init__(self, code: int, detail: str = "", *, size: int | None = None) -> None:
         # The code tables belong to the KV seam, which imports this module.
-        from quickzones.kv import ERROR_NAMES, MAYBE_COMMITTED, RETRYABLE
+        from quickzones.store.kv import ERROR_NAMES, MAYBE_COMMITTED, RETRYABLE
 
         self.code = code
         self.name = ERROR_NAMES.get(code, f"error_{code}")
@@ -176,7 +176,7 @@ class KVError(StorageError):
         self.maybe_committed = code in MAYBE_COMMITTED
 
 
-# FDB's codes for the failures below (api-error-codes.rst); quickzones.kv names them all.
+# FDB's codes for the failures below (api-error-codes.rst); quickzones.store.kv names them all.
 _TRANSACTION_TOO_OLD = 1007
 _TRANSACTION_TOO_LARGE = 2101
 

@@ -30,8 +30,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from quickzones.clock import now_ms
 from quickzones.errors import InvalidArgument, MissingDependency
-from quickzones.kv import OWN_STORE, KVTransaction, pack_i64, run, transactional, unpack_i64
-from quickzones.validation import check_name
+from quickzones.store.kv import OWN_STORE, KVTransaction, pack_i64, run, transactional, unpack_i64
+from quickzones.store.validation import check_name
 
 if TYPE_CHECKING:
     from quickzones.client import Quick

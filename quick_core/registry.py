@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from quickzones.errors import ConfigurationError, UnknownJobType
-from quickzones.validation import check_job_type
+from quickzones.store.validation import check_job_type
 
 if TYPE_CHECKING:
-    from quickzones.kv import KVTransaction
-    from quickzones.records import WorkItem, ZoneId
+    from quickzones.store.kv import KVTransaction
+    from quickzones.store.records import WorkItem, ZoneId
 
 
 @dataclass(frozen=True, slots=True)

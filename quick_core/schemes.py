@@ -27,11 +27,12 @@ from quickzones.errors import ConfigurationError, InvalidArgument, InvalidStoreU
 
 if TYPE_CHECKING:
     from quickzones.clock import Clock
-    from quickzones.election import Election
-    from quickzones.kv import KVStore
+    from quickzones.consumer.election import Election
+    from quickzones.store.kv import KVStore
 
 __all__ = [
     "ELECTIONS",
+    "REMOTE_WORKERS",
     "STORES",
     "ElectionFactory",
     "StoreFactory",
@@ -44,7 +45,10 @@ __all__ = [
 
 STORES = "quickzones.stores"
 ELECTIONS = "quickzones.elections"
-_KIND = {STORES: "store", ELECTIONS: "election"}
+# ``quick worker --remote URL``: the handlers run in this process and items are leased
+# through a server at URL; the HTTP adapter registers ``http`` and ``https``.
+REMOTE_WORKERS = "quickzones.remote_workers"
+_KIND = {STORES: "store", ELECTIONS: "election", REMOTE_WORKERS: "remote worker"}
 
 
 class StoreFactory(Protocol):
@@ -70,7 +74,11 @@ _SCHEME_NAME = re.compile(r"[a-z][a-z0-9+.-]*\Z")
 _lock = threading.RLock()
 # Registered at run time; these win over entry points (only with replace=True for a
 # scheme an entry point declares, so a typo cannot silently shadow a backend).
-_REGISTERED: dict[str, dict[str, Callable[..., Any]]] = {STORES: {}, ELECTIONS: {}}
+_REGISTERED: dict[str, dict[str, Callable[..., Any]]] = {
+    STORES: {},
+    ELECTIONS: {},
+    REMOTE_WORKERS: {},
+}
 # Entry points already loaded, so each is imported once.
 _LOADED: dict[tuple[str, str], Callable[..., Any]] = {}
 # Entry points found in the installed distributions' metadata, read once per group (and

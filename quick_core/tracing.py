@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from quickzones.records import WorkItem, ZoneId
+from quickzones.store.records import WorkItem, ZoneId
 
 TRACE_KEY = "_trace"
 

@@ -15,11 +15,11 @@ from quickzones.errors import InvalidStoreURL
 
 if TYPE_CHECKING:
     from quickzones.clock import Clock
-    from quickzones.election import Election
-    from quickzones.kv import KVStore
+    from quickzones.consumer.election import Election
+    from quickzones.store.kv import KVStore
 
 
-# Options bounding quickzones.kv.run()'s retry loop, on every store URL that has them
+# Options bounding quickzones.store.kv.run()'s retry loop, on every store URL that has them
 # (fdb:// has its own of the same names, FDB's database options).
 RETRY_OPTIONS = ("retry_limit", "timeout_ms")
 

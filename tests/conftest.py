@@ -1,6 +1,6 @@
 """Fixtures shared by the unit tests: a Quick over each KV backend with a manual clock.
 
-``fdb`` (a real FoundationDB, see ``quickzones.provision.provide_fdb_cluster_file``) is in
+``fdb`` (a real FoundationDB, see ``quickzones.testing.provision.provide_fdb_cluster_file``) is in
 ``BACKENDS`` only when a cluster can be had; one cluster serves the session, each store URL
 gets its own key prefix under a per-session root, cleared when the session ends.
 """
@@ -17,7 +17,7 @@ import pytest
 
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
-from quickzones.provision import fdb_skip_reason, shared_fdb_cluster_file
+from quickzones.testing.provision import fdb_skip_reason, shared_fdb_cluster_file
 
 HAVE_FDB = fdb_skip_reason() is None
 BACKENDS = ["memory", "sqlite", "fdbsim", *(["fdb"] if HAVE_FDB else [])]
@@ -55,7 +55,7 @@ def _clear_fdb_session_root() -> Iterator[None]:
     if not _fdb_used:
         return
     from quickzones.backends.fdb import FDBOptions, FDBStore
-    from quickzones.kv import KVTransaction, run
+    from quickzones.store.kv import KVTransaction, run
 
     store = FDBStore(FDBOptions(cluster_file=str(shared_fdb_cluster_file())))
     root = FDB_SESSION_ROOT.encode()

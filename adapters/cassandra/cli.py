@@ -20,7 +20,7 @@ from quickzones.adapters.cassandra.url import parse_cassandra_url
 from quickzones.cli import friendly
 from quickzones.client import Quick
 from quickzones.errors import ConfigurationError
-from quickzones.tenant_move import MoveReport
+from quickzones.store.tenant_move import MoveReport
 
 
 def run_migrate(

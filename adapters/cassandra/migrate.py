@@ -1,6 +1,6 @@
 """Migration of Cassandra zones into KV zones (``quick migrate``).
 
-Each zone is moved with :func:`quickzones.tenant_move.move_zone` (fence in Cassandra by a
+Each zone is moved with :func:`quickzones.store.tenant_move.move_zone` (fence in Cassandra by a
 conditional batch, copy in one KV transaction with per-item markers, delete the fenced
 items by a conditional batch), so a crash at any point and a re-run lose nothing and copy
 nothing twice. Zones run on a small thread pool; a run record and per-zone done markers in
@@ -23,9 +23,9 @@ from quickzones.adapters.cassandra.store import CassandraZoneStore, _Plan
 from quickzones.client import Quick
 from quickzones.clock import Clock, SystemClock, now_ms
 from quickzones.errors import ConfigurationError
-from quickzones.kv import KVTransaction, run
-from quickzones.records import WorkItem, ZoneId
-from quickzones.tenant_move import (
+from quickzones.store.kv import KVTransaction, run
+from quickzones.store.records import WorkItem, ZoneId
+from quickzones.store.tenant_move import (
     DEFAULT_FENCE_MS,
     MoveReport,
     drop_pointer_if_empty,

@@ -15,8 +15,8 @@ from quickzones.adapters.cassandra.url import CassandraURL, parse_cassandra_url
 from quickzones.client import Quick
 from quickzones.clock import Clock
 from quickzones.errors import ConfigurationError, ItemNotFound, UnsupportedByStore
-from quickzones.kv import KVStore
-from quickzones.records import DeadLetter
+from quickzones.store.kv import KVStore
+from quickzones.store.records import DeadLetter
 from quickzones.urls import open_kv
 
 

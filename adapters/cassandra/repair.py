@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from quickzones.adapters.cassandra.store import CassandraZoneStore
-from quickzones.kv import KVTransaction, run
-from quickzones.records import ZoneId
+from quickzones.store.kv import KVTransaction, run
+from quickzones.store.records import ZoneId
 
 
 @dataclass

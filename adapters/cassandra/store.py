@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from quickzones import enqueue as two_part
 from quickzones.adapters.cassandra.driver import (
     CassandraError,
 )
@@ -36,13 +35,14 @@ from quickzones.errors import (
     ItemNotVested,
     LeaseLost,
 )
-from quickzones.ids import IdSource
-from quickzones.kv import KVStore, KVTransaction
-from quickzones.records import MAX_TRACEBACK, DeadLetter, WorkItem, ZoneId, encode_item
-from quickzones.toplevel import TopLevelQueue
-from quickzones.validation import MIN_PRIORITY, check_name
-from quickzones.zones import new_item_id, new_lease_id
-from quickzones.zonestore import CorruptItem, NewItem, ZoneStoreCapabilities
+from quickzones.store import enqueue as two_part
+from quickzones.store.ids import IdSource
+from quickzones.store.kv import KVStore, KVTransaction
+from quickzones.store.records import MAX_TRACEBACK, DeadLetter, WorkItem, ZoneId, encode_item
+from quickzones.store.toplevel import TopLevelQueue
+from quickzones.store.validation import MIN_PRIORITY, check_name
+from quickzones.store.zones import new_item_id, new_lease_id
+from quickzones.store.zonestore import CorruptItem, NewItem, ZoneStoreCapabilities
 
 log = logging.getLogger("quick.cassandra")
 
@@ -77,7 +77,7 @@ class _Plan:
 
 
 class CassandraZoneStore:
-    """The :class:`~quickzones.zonestore.ZoneStore` over Cassandra, pointers over ``kv``.
+    """The :class:`~quickzones.store.zonestore.ZoneStore` over Cassandra, pointers over ``kv``.
 
     ``session`` is a connected cassandra-driver Session; ``keyspace`` holds the table made
     by :func:`quickzones.adapters.cassandra.schema.init_schema`. Plain reads and writes use

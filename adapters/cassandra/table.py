@@ -23,7 +23,7 @@ from quickzones.adapters.cassandra.driver import (
 )
 from quickzones.adapters.cassandra.schema import ITEM_COLUMNS
 from quickzones.errors import CorruptRecord
-from quickzones.records import WorkItem, ZoneId
+from quickzones.store.records import WorkItem, ZoneId
 
 log = logging.getLogger("quick.cassandra")
 

@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 from quickzones.clock import Clock, SystemClock
-from quickzones.election import Leadership
+from quickzones.consumer.election import Leadership
 from quickzones.errors import (
     InvalidArgument,
     InvalidStoreURL,
@@ -175,7 +175,7 @@ def _tls_context(url: str, options: dict[str, str]) -> ssl.SSLContext | None:
 
 
 class MemcachedElection:
-    """An :class:`~quickzones.election.Election` backed by one memcached server.
+    """An :class:`~quickzones.consumer.election.Election` backed by one memcached server.
 
     Thread-safe (pymemcache's ``PooledClient``). The returned ``expires_at`` is the injected
     clock's time *before* the request was sent plus ``ttl``; the server keeps the lease at

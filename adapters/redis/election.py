@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from quickzones.clock import Clock, SystemClock
-from quickzones.election import Leadership
+from quickzones.consumer.election import Leadership
 from quickzones.errors import (
     InvalidArgument,
     InvalidStoreURL,
@@ -142,7 +142,7 @@ def _check_ids(name: str, holder: str) -> None:
 
 
 class RedisElection:
-    """An :class:`~quickzones.election.Election` backed by one Redis server.
+    """An :class:`~quickzones.consumer.election.Election` backed by one Redis server.
 
     Thread-safe (redis-py's connection pool); each call is one atomic script. The returned
     ``expires_at`` is the injected clock's time *before* the request was sent plus ``ttl``,

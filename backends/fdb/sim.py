@@ -34,7 +34,7 @@ import fdb.tuple as fdbtuple
 
 from quickzones.backends.memory import MemoryStore, MemoryTransaction
 from quickzones.clock import Clock
-from quickzones.kv import ACCESSED_UNREADABLE, KVError, KVTransaction, run
+from quickzones.store.kv import ACCESSED_UNREADABLE, KVError, KVTransaction, run
 
 if TYPE_CHECKING:
     from quickzones.backends.fdb.store import FDBStore

@@ -2,7 +2,7 @@
 
 Thin by design: each seam call is one binding call, plus two translations:
 
-* ``fdb.FDBError`` becomes :class:`quickzones.kv.KVError` with the same code, the binding's
+* ``fdb.FDBError`` becomes :class:`quickzones.store.kv.KVError` with the same code, the binding's
   error kept as ``__cause__``;
 * with a ``root`` or ``directory`` prefix, keys gain the prefix on the way in and lose it on
   the way out (a versionstamped key's offset moves by the prefix length).
@@ -22,7 +22,7 @@ from quickzones.backends.fdb.loader import import_binding, select_api_version
 from quickzones.backends.fdb.url import FDBOptions, parse_fdb_url
 from quickzones.clock import Clock
 from quickzones.errors import ConfigurationError, InvalidArgument, StorageError
-from quickzones.kv import (
+from quickzones.store.kv import (
     ACCESSED_UNREADABLE,
     INVALID_ARGUMENT,
     KEY_OUTSIDE_LEGAL_RANGE,
@@ -226,7 +226,8 @@ class FDBTransaction:
 
     def get_many(self, keys: Sequence[bytes], *, snapshot: bool = False) -> list[bytes | None]:
         """Values of ``keys``, read in parallel: every read is sent before any is awaited,
-        so a batch costs one round trip, not one per key (see :func:`quickzones.kv.get_many`)."""
+        so a batch costs one round trip, not one per key
+        (see :func:`quickzones.store.kv.get_many`)."""
         if self._vs_values or self._vs_ranges:
             return [self.get(k, snapshot=snapshot) for k in keys]
         reader = self._tr.snapshot if snapshot and self._snapshot_reads else self._tr

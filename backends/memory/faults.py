@@ -60,7 +60,7 @@ class MemoryURL:
     name: str
     seed: int
     faults: FaultConfig
-    # Bounds of run()'s retry loop on this store (None: quickzones.kv's defaults).
+    # Bounds of run()'s retry loop on this store (None: quickzones.store.kv's defaults).
     retry_limit: int | None = None
     timeout_ms: int | None = None
 

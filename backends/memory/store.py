@@ -33,7 +33,7 @@ from quickzones.backends.memory.faults import FAULT_KINDS, FaultConfig, parse_me
 from quickzones.backends.memory.mvcc import VersionedMap
 from quickzones.clock import Clock, SystemClock
 from quickzones.errors import StorageError
-from quickzones.kv import (
+from quickzones.store.kv import (
     COMMIT_UNKNOWN_RESULT,
     NOT_COMMITTED,
     TRANSACTION_LIFETIME_S,
@@ -72,7 +72,7 @@ class MemoryStore:
         # ``commit(request)`` and return its result. The simulation runs other actors there,
         # where a transaction's reads are done and its writes not yet visible.
         self.commit_hook = commit_hook
-        # Bounds of quickzones.kv.run() on this store (None: its defaults).
+        # Bounds of quickzones.store.kv.run() on this store (None: its defaults).
         self.retry_limit = retry_limit
         self.timeout_ms = timeout_ms
         self.seed = seed

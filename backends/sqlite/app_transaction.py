@@ -47,7 +47,7 @@ from quickzones.backends.sqlite.store import (
     _translate,
 )
 from quickzones.errors import StoreBusy, UnusableConnection
-from quickzones.kv import NOT_COMMITTED, KVError
+from quickzones.store.kv import NOT_COMMITTED, KVError
 
 # A write that changes nothing: it makes the transaction hold SQLite's write lock.
 _TAKE_WRITE_LOCK = "UPDATE quick_meta SET version = version WHERE id = 0"

@@ -1,5 +1,5 @@
 """Which commits to a SQLite file one store object did not make: its commit counter
-(``SQLiteStore.data_version``, the :class:`~quickzones.kv.CommitCounter` capability).
+(``SQLiteStore.data_version``, the :class:`~quickzones.store.kv.CommitCounter` capability).
 
 ``PRAGMA data_version`` changes after a commit by any other connection, and a store's own
 commits come from its pooled connections, so read alone it would wake a process's idle

@@ -54,7 +54,7 @@ from quickzones.errors import (
     StoreFull,
     StoreNotFound,
 )
-from quickzones.kv import (
+from quickzones.store.kv import (
     COMMIT_UNKNOWN_RESULT,
     DATABASE_LOCKED,
     NOT_COMMITTED,
@@ -171,7 +171,7 @@ class SQLiteStore:
         self._synchronous = synchronous.upper()
         self.busy_timeout_ms = busy_timeout_ms
         self._busy_timeout_s = busy_timeout_ms / 1000.0
-        # Bounds of quickzones.kv.run() on this store (None: its defaults).
+        # Bounds of quickzones.store.kv.run() on this store (None: its defaults).
         self.retry_limit = retry_limit
         self.timeout_ms = timeout_ms
         self._rng = random.Random()
@@ -426,7 +426,7 @@ class SQLiteStore:
         if watch is not None and self._watch_pid == os.getpid():
             watch.close()
 
-    # --- change detection (quickzones.kv.CommitCounter) -----------------------------------
+    # --- change detection (quickzones.store.kv.CommitCounter) -----------------------------------
 
     def data_version(self) -> int:
         """A number that changes after a commit to this file that this store object did

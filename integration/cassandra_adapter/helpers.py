@@ -11,7 +11,7 @@ from typing import Any
 
 from integration.cassandra_local import LocalCassandra
 from quickzones.adapters.cassandra import CassandraQuick, init_schema, open_cassandra_quick
-from quickzones.consumer_config import ConsumerConfig
+from quickzones.consumer.config import ConsumerConfig
 from quickzones.registry import JobContext, RetryPolicy
 
 # Short leases and sleeps, so a test's consumer finishes in seconds.

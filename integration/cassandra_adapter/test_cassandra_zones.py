@@ -33,9 +33,9 @@ from integration.cassandra_local import LocalCassandra
 from quickzones.adapters.cassandra import CassandraError, CassandraQuick
 from quickzones.consumer import ConsumerConfig
 from quickzones.errors import ConfigurationError, ItemNotFound, LeaseLost
-from quickzones.kv import TRANSACTION_TIMED_OUT, KVError, KVTransaction
 from quickzones.registry import JobContext
-from quickzones.zonestore import NewItem
+from quickzones.store.kv import TRANSACTION_TIMED_OUT, KVError, KVTransaction
+from quickzones.store.zonestore import NewItem
 
 pytest_plugins = ["integration.cassandra_fixtures"]
 pytestmark = pytest.mark.cassandra
@@ -263,7 +263,7 @@ def test_failed_pointer_transaction_collects_the_item(cq: CassandraQuick) -> Non
 
     # A real failure of the same kind: the app's enqueue rate limit, charged in the pointer
     # transaction. The second enqueue fails and leaves nothing behind.
-    from quickzones.limits import AppLimits, RateLimited
+    from quickzones.store.limits import AppLimits, RateLimited
 
     cq.set_limits("app", AppLimits(enqueues_per_minute=1))
     cq.enqueue("job", b"ok", app="app", tenant="fail", item_id="kept")

@@ -24,7 +24,7 @@ from integration.cassandra_local import LocalCassandra
 from quickzones.adapters.cassandra.schema import ITEM_COLUMNS
 from quickzones.cli import main
 from quickzones.client import Quick
-from quickzones.kv import run
+from quickzones.store.kv import run
 
 pytest_plugins = ["integration.cassandra_fixtures"]
 pytestmark = pytest.mark.cassandra

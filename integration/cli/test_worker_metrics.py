@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 from quickzones.client import Quick
-from quickzones.provision import free_port
+from quickzones.testing.provision import free_port
 
 HANDLERS = textwrap.dedent(
     """

@@ -32,8 +32,8 @@ except ImportError:  # plain `pytest` (not `python -m pytest`) leaves the repo o
         make_tls_files,
     )
 
-from quickzones.election import Election, LocalElection
-from quickzones.provision import in_ci
+from quickzones.consumer.election import Election, LocalElection
+from quickzones.testing.provision import in_ci
 
 DRIVERS = {"redis": "redis", "memcached": "pymemcache"}
 

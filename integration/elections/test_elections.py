@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 import pytest
 
 from quickzones.clock import ManualClock
-from quickzones.election import Election, Leadership
+from quickzones.consumer.election import Election, Leadership
 from quickzones.errors import InvalidArgument, StorageError
 from quickzones.urls import open_election
 

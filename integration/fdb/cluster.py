@@ -1,6 +1,6 @@
 """A FoundationDB cluster for the test suites, and why there may be none.
 
-Where the cluster comes from, in order (``quickzones.provision.provide_fdb_cluster_file``):
+Where the cluster comes from, in order (``quickzones.testing.provision.provide_fdb_cluster_file``):
 
 1. ``FDB_CLUSTER_FILE`` (or ``QUICK_FDB_CLUSTER_FILE``) names the cluster file of a running
    cluster. The tests write only under ``conf/`` and random ``quick-*`` prefixes and clear
@@ -18,7 +18,7 @@ One cluster serves the whole session (:func:`session_cluster_file`).
 
 from __future__ import annotations
 
-from quickzones.provision import (
+from quickzones.testing.provision import (
     NO_FDB,
     ServiceUnavailable,
     fdb_required,

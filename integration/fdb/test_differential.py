@@ -21,7 +21,7 @@ import pytest
 from integration.fdb.cluster import session_cluster_file
 from quickzones.backends.fdb import FDBOptions, FDBStore
 from quickzones.backends.fdb.sim import open_sim_store
-from quickzones.kv import KVError, KVStore, KVTransaction, run
+from quickzones.store.kv import KVError, KVStore, KVTransaction, run
 
 pytestmark = pytest.mark.fdb
 

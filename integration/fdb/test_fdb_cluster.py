@@ -26,7 +26,7 @@ from integration.fdb.cluster import session_cluster_file
 from quickzones.backends.fdb import FDBOptions, FDBStore
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
-from quickzones.kv import KVTransaction, run
+from quickzones.store.kv import KVTransaction, run
 from tests.contract import test_kv_conformance as conformance
 
 REPO = Path(__file__).resolve().parents[2]

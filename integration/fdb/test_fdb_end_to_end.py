@@ -21,8 +21,8 @@ import pytest
 from integration.fdb.cluster import session_cluster_file
 from quickzones.backends.fdb import FDBStore
 from quickzones.client import Quick
-from quickzones.kv import KVTransaction, run
-from quickzones.tenant_move import KVMoveSource, move_tenant
+from quickzones.store.kv import KVTransaction, run
+from quickzones.store.tenant_move import KVMoveSource, move_tenant
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -27,8 +27,8 @@ import pytest
 
 from quickzones.client import Quick
 from quickzones.errors import QuickError
-from quickzones.kv import KVError, KVTransaction, run, unpack_i64
-from quickzones.provision import LocalFDB, find_fdb_dist, use_fdb_library
+from quickzones.store.kv import KVError, KVTransaction, run, unpack_i64
+from quickzones.testing.provision import LocalFDB, find_fdb_dist, use_fdb_library
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,7 +39,7 @@ CONSUMER = textwrap.dedent(
     import os, sys
     from quickzones.client import Quick
     from quickzones.consumer import ConsumerConfig
-    from quickzones.kv import pack_i64
+    from quickzones.store.kv import pack_i64
     q = Quick.open(sys.argv[1])
     log = sys.argv[2]
 
@@ -229,7 +229,7 @@ def test_server_killed_paused_and_consumer_killed_lose_nothing_and_apply_once(
 
 STARTS_A_SERVER = """
 import sys, time
-from quickzones.provision import LocalFDB, find_fdb_dist
+from quickzones.testing.provision import LocalFDB, find_fdb_dist
 server = LocalFDB(find_fdb_dist())
 server.start(120)
 print(server.proc.pid, flush=True)

@@ -12,10 +12,10 @@
 
 from __future__ import annotations
 
+from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.events import LOGGED_EVENTS, Events, Observer
 from quickzones.consumer.runtime import Consumer
 from quickzones.consumer.state import Cluster, InFlight, Running, Work
-from quickzones.consumer_config import ConsumerConfig
 
 __all__ = [
     "LOGGED_EVENTS",

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from quickzones.consumer.state import Cluster, Work
 from quickzones.errors import StorageError
-from quickzones.records import ZoneId
+from quickzones.store.records import ZoneId
 
 log = logging.getLogger("quick.consumer")
 

@@ -48,7 +48,8 @@ class Failures:
         failure: str | None = None,
     ) -> str:
         """Requeue with backoff, or dead-letter; ``failure`` is the handler's bounded
-        traceback (:func:`quickzones.failures.format_failure`), kept with a dead letter."""
+        traceback (:func:`quickzones.consumer.failure_log.format_failure`), kept with a dead
+        letter."""
         zone, item = work.zone, work.item
         if work.started:
             self.emit("failed", zone=zone, item_id=item.item_id, reason=reason, redelivered=False)

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, cast
 
 from quickzones.consumer.state import Cluster, Work
 from quickzones.errors import StorageError, ZoneLeaseFailed
-from quickzones.kv import KVTransaction, _Uncommitted, attempt_once
-from quickzones.records import Pointer, WorkItem, ZoneId
-from quickzones.toplevel import PointerRef
-from quickzones.zonestore import CorruptItem, VisitTransactions
+from quickzones.store.kv import KVTransaction, _Uncommitted, attempt_once
+from quickzones.store.records import Pointer, WorkItem, ZoneId
+from quickzones.store.toplevel import PointerRef
+from quickzones.store.zonestore import CorruptItem, VisitTransactions
 
 if TYPE_CHECKING:
     from quickzones.consumer.manager import Manager

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 from quickzones.clock import Clock, now_ms
+from quickzones.consumer.config import ConsumerConfig
+from quickzones.consumer.interrupt import ExecutionBoundExceeded, LeaseInterrupted
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Work
-from quickzones.consumer_config import ConsumerConfig
 from quickzones.errors import ItemNotFound, LeaseLost, StorageError
-from quickzones.interrupt import ExecutionBoundExceeded, LeaseInterrupted
 
 log = logging.getLogger("quick.consumer")
 

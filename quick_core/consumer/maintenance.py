@@ -1,5 +1,5 @@
 """Maintenance a running consumer does besides the paper's algorithms: collecting expired
-outcome records (status, results, dedupe windows; :mod:`quickzones.outcomes`).
+outcome records (status, results, dedupe windows; :mod:`quickzones.store.outcomes`).
 
 Every consumer collects, each on its own jittered period: the collection reads only the
 expired start of the expiry index, so a dozen consumers cost a dozen tiny reads, and two
@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable
 
 from quickzones.clock import Clock, now_ms
 from quickzones.errors import StorageError
-from quickzones.keys import KeySpace
-from quickzones.kv import KVStore
-from quickzones.outcomes import collect_expired_outcomes
+from quickzones.store.keys import KeySpace
+from quickzones.store.kv import KVStore
+from quickzones.store.outcomes import collect_expired_outcomes
 
 log = logging.getLogger("quick.consumer")
 

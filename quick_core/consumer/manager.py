@@ -4,7 +4,7 @@ Lease the zone's pointer for ``pointer_lease`` (about 1 s), dequeue up to ``dequ
 vested items (invariant 7: water-filling fairness), cut to this consumer's free
 ``processing_bound``, the app's limits and each job type's ``max_concurrency``; then
 requeue the pointer at the zone's minimum vesting time, or collect it when the zone has
-been empty for ``min_inactive`` (:mod:`quickzones.pointer_gc`).
+been empty for ``min_inactive`` (:mod:`quickzones.store.pointer_gc`).
 
 Work-conserving (``visit_max`` set, beyond the paper): a visit takes the water-filling
 share of the consumer's free capacity over the zones the last scan saw vested, when that
@@ -26,17 +26,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from quickzones.clock import Clock, now_ms
+from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.fused_visits import visit_in_one_batch, visit_in_one_transaction
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Work
-from quickzones.consumer_config import ConsumerConfig
+from quickzones.consumer.visit_gate import OneTransactionGate
 from quickzones.errors import StorageError, ZoneLeaseFailed
-from quickzones.limits import Limits
-from quickzones.records import WorkItem, ZoneId
 from quickzones.registry import Registry
-from quickzones.toplevel import PointerRef
-from quickzones.visit_gate import OneTransactionGate
-from quickzones.zonestore import CorruptItem
+from quickzones.store.limits import Limits
+from quickzones.store.records import WorkItem, ZoneId
+from quickzones.store.toplevel import PointerRef
+from quickzones.store.zonestore import CorruptItem
 
 log = logging.getLogger("quick.consumer")
 

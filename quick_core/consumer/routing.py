@@ -24,12 +24,12 @@ from collections.abc import Callable
 from typing import Any
 
 from quickzones.clock import Clock, now_ms
-from quickzones.consumer_config import ConsumerConfig
+from quickzones.consumer.config import ConsumerConfig
 from quickzones.errors import ConfigurationError
-from quickzones.keys import LOCAL_APP
-from quickzones.records import WorkItem, ZoneId
 from quickzones.registry import JobType, Registry
-from quickzones.toplevel import PointerRef
+from quickzones.store.keys import LOCAL_APP
+from quickzones.store.records import WorkItem, ZoneId
+from quickzones.store.toplevel import PointerRef
 
 log = logging.getLogger("quick.consumer")
 

@@ -18,32 +18,32 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
-from quickzones.changes import watchers_for
 from quickzones.clock import Clock, SystemClock
 from quickzones.consumer.completer import BatchedCompleter, Completer, InlineCompleter
+from quickzones.consumer.config import ConsumerConfig
+from quickzones.consumer.election import Election, LocalElection, new_candidate_id
 from quickzones.consumer.events import Events, Observer
 from quickzones.consumer.failure import Failures
+from quickzones.consumer.interrupt import HandlerInterrupted, ShutdownInterrupted
 from quickzones.consumer.lease_extender import LeaseExtender
 from quickzones.consumer.maintenance import OutcomeCollector
 from quickzones.consumer.manager import Manager
+from quickzones.consumer.pool import DaemonPool
 from quickzones.consumer.routing import Router
 from quickzones.consumer.scanner import Scanner
+from quickzones.consumer.scanner_election import ScannerElection
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Work
 from quickzones.consumer.timers import DueTimers
 from quickzones.consumer.worker import Worker
-from quickzones.consumer_config import ConsumerConfig
-from quickzones.election import Election, LocalElection, new_candidate_id
 from quickzones.errors import ConfigurationError
-from quickzones.interrupt import HandlerInterrupted, ShutdownInterrupted
-from quickzones.kv import KVStore
-from quickzones.limits import Limits
-from quickzones.pool import DaemonPool
-from quickzones.records import WorkItem
 from quickzones.registry import Registry
-from quickzones.scanner_election import ScannerElection
-from quickzones.toplevel import PointerRef, TopLevelQueue
-from quickzones.zonestore import ZoneStore
+from quickzones.store.changes import watchers_for
+from quickzones.store.kv import KVStore
+from quickzones.store.limits import Limits
+from quickzones.store.records import WorkItem
+from quickzones.store.toplevel import PointerRef, TopLevelQueue
+from quickzones.store.zonestore import ZoneStore
 
 log = logging.getLogger("quick.consumer")
 

@@ -30,13 +30,13 @@ from concurrent.futures import Future
 from contextlib import ExitStack
 from typing import Any
 
-from quickzones.changes import CommitWatcher
 from quickzones.clock import Clock, SystemClock
+from quickzones.consumer.config import ConsumerConfig
+from quickzones.consumer.pool import DaemonPool
 from quickzones.consumer.state import Cluster
-from quickzones.consumer_config import ConsumerConfig
 from quickzones.errors import StorageError
-from quickzones.pool import DaemonPool
-from quickzones.toplevel import PointerRef
+from quickzones.store.changes import CommitWatcher
+from quickzones.store.toplevel import PointerRef
 
 
 class Scanner:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from quickzones.errors import StorageError
-from quickzones.limits import Limits
+from quickzones.store.limits import Limits
 
 
 class Slots:

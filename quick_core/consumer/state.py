@@ -11,11 +11,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from quickzones.interrupt import HandlerInterrupted, clear_pending_interrupt, interrupt_thread
-from quickzones.kv import KVStore
-from quickzones.records import WorkItem, ZoneId
-from quickzones.toplevel import TopLevelQueue
-from quickzones.zonestore import ZoneStore
+from quickzones.consumer.interrupt import (
+    HandlerInterrupted,
+    clear_pending_interrupt,
+    interrupt_thread,
+)
+from quickzones.store.kv import KVStore
+from quickzones.store.records import WorkItem, ZoneId
+from quickzones.store.toplevel import TopLevelQueue
+from quickzones.store.zonestore import ZoneStore
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,12 +19,19 @@ from typing import Any
 
 from quickzones.clock import Clock, now_ms
 from quickzones.consumer.completer import Completer
+from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.failure import Failures, describe
+from quickzones.consumer.failure_log import FailureLog, format_failure
+from quickzones.consumer.interrupt import (
+    ExecutionBoundExceeded,
+    HandlerInterrupted,
+    LeaseInterrupted,
+    ShutdownInterrupted,
+)
 from quickzones.consumer.lease_extender import due_for_extension
 from quickzones.consumer.routing import Router
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Running, Work
-from quickzones.consumer_config import ConsumerConfig
 from quickzones.errors import (
     ItemNotFound,
     LeaseLost,
@@ -33,16 +40,9 @@ from quickzones.errors import (
     QuickError,
     StorageError,
 )
-from quickzones.failures import FailureLog, format_failure
-from quickzones.interrupt import (
-    ExecutionBoundExceeded,
-    HandlerInterrupted,
-    LeaseInterrupted,
-    ShutdownInterrupted,
-)
-from quickzones.kv import KVError, run
-from quickzones.limits import Limits
 from quickzones.registry import JobContext, JobType, Registry
+from quickzones.store.kv import KVError, run
+from quickzones.store.limits import Limits
 from quickzones.tracing import run_span
 
 log = logging.getLogger("quick.consumer")

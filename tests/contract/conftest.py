@@ -3,7 +3,7 @@
 To add a backend, add an entry to ``BACKENDS``; every test in ``tests/contract`` then runs
 on it. A backend that cannot follow an injected clock (a real FDB cluster) sets
 ``follows_clock=False`` and the tests that step time skip on it, each with that reason.
-The real engine (``fdb``) is listed when a cluster can be had (``quickzones.provision``; CI
+The real engine (``fdb``) is listed when a cluster can be had (``quickzones.testing.provision``; CI
 sets ``QUICK_REQUIRE_FDB=1`` so it must be).
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from quickzones.clock import ManualClock
-from quickzones.kv import KVStore
-from quickzones.provision import fdb_skip_reason, shared_fdb_cluster_file
+from quickzones.store.kv import KVStore
+from quickzones.testing.provision import fdb_skip_reason, shared_fdb_cluster_file
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ SUITE_PREFIX = b"conf/"
 
 
 def _clear_suite_keys(store: KVStore) -> None:
-    from quickzones.kv import KVTransaction, run
+    from quickzones.store.kv import KVTransaction, run
 
     def clear(tr: KVTransaction) -> None:
         tr.clear_range(SUITE_PREFIX, SUITE_PREFIX + b"\xff")

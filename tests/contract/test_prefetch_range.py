@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from quickzones.errors import InvalidArgument
-from quickzones.kv import KVError, KVStore, KVTransaction, prefetch_range, run
+from quickzones.store.kv import KVError, KVStore, KVTransaction, prefetch_range, run
 
 P = b"pf/"
 

@@ -1,4 +1,4 @@
-"""The shipped zone store contract (:mod:`quickzones.contract.zonestore`) on every zone
+"""The shipped zone store contract (:mod:`quickzones.testing.contract.zonestore`) on every zone
 store: the KV zones over each KV backend in ``conftest.BACKENDS``, and Cassandra zones on a
 local node from ``integration.cassandra_fixtures`` (skipped without java locally, a
 failure in CI)."""
@@ -13,8 +13,8 @@ import pytest
 
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
-from quickzones.contract.zonestore import *  # noqa: F403 - the contract's test functions
-from quickzones.contract.zonestore import ZoneStoreEnv
+from quickzones.testing.contract.zonestore import *  # noqa: F403 - the contract's test functions
+from quickzones.testing.contract.zonestore import ZoneStoreEnv
 from tests.contract.conftest import BACKENDS
 
 pytest_plugins = ["integration.cassandra_fixtures"]

@@ -10,7 +10,8 @@ from pathlib import Path
 
 def test_importing_quickzones_imports_no_pytest() -> None:
     code = (
-        "import sys, quickzones, quickzones.client, quickzones.enqueue, quickzones.zones\n"
+        "import sys, quickzones, quickzones.client, quickzones.store.enqueue, "
+        "quickzones.store.zones\n"
         "assert 'pytest' not in sys.modules, 'pytest imported by quickzones'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -24,9 +25,9 @@ def test_an_out_of_tree_backend_runs_the_shipped_suites(tmp_path: Path) -> None:
         "from quickzones import Quick\n"
         "from quickzones.backends.memory import MemoryStore\n"
         "from quickzones.clock import ManualClock\n"
-        "from quickzones.contract.kv import *  # noqa: F403\n"
-        "from quickzones.contract.zonestore import *  # noqa: F403\n"
-        "from quickzones.contract.zonestore import ZoneStoreEnv\n"
+        "from quickzones.testing.contract.kv import *  # noqa: F403\n"
+        "from quickzones.testing.contract.zonestore import *  # noqa: F403\n"
+        "from quickzones.testing.contract.zonestore import ZoneStoreEnv\n"
         "\n"
         "class MyStore(MemoryStore):\n"
         "    pass\n"

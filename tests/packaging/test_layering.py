@@ -14,6 +14,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "quick_core"
 
+# HTTP belongs to the HTTP adapter (adapters/http), never to the core.
+HTTP = ("fastapi", "starlette", "uvicorn", "httpx", "jinja2", "pydantic")
+
 # What the core must not import: the implementation layers and the drivers they wrap.
 # fdb.tuple is the key encoding (pure Python, no libfdb_c), so the core may import it.
 FORBIDDEN = (
@@ -26,17 +29,19 @@ FORBIDDEN = (
     "docker",
     "testcontainers",
     "fdb",
+    *HTTP,
 )
 FDB_ALLOWED = ("fdb.tuple",)
 
-# Core modules allowed to break the rule, each with its reason. Keep this short.
+# Core modules allowed to break the rule, each with its reason. Keep this short: only
+# quick_core/testing may import a driver at all.
 ALLOWED: dict[str, tuple[str, ...]] = {
-    # Provisioning (quickzones.provision): real servers for the pytest plugin's service
+    # Provisioning (quickzones.testing.provision): real servers for the pytest plugin's service
     # fixtures and the integration suites. Each module imports its driver when called,
     # never at import time (checked below).
-    "provision/docker.py": ("docker", "testcontainers"),
-    "provision/cassandra.py": ("cassandra",),
-    "provision/fdb.py": ("fdb",),
+    "testing/provision/docker.py": ("docker", "testcontainers"),
+    "testing/provision/cassandra.py": ("cassandra",),
+    "testing/provision/fdb.py": ("fdb",),
 }
 
 
@@ -221,5 +226,17 @@ def test_quick_help_loads_the_adapter_commands_but_no_driver() -> None:
     )
     loaded = set(_modules_after(code))
     assert "quickzones.adapters.cassandra.cli" in loaded  # registered, so it was listed
-    drivers = {m for m in loaded - baseline if not m.startswith("quickzones.")}
+    # The HTTP adapter's commands bring its web framework; no database driver comes along.
+    drivers = {
+        m
+        for m in loaded - baseline
+        if not m.startswith("quickzones.") and m.split(".")[0] not in HTTP
+    }
     assert drivers == set()
+
+
+def test_only_the_testing_package_may_import_a_driver() -> None:
+    # Drivers and servers for tests live in quick_core/testing; the rest of the core is
+    # the library a producer imports, and the HTTP server is an adapter (adapters/http).
+    assert all(rel.startswith("testing/") for rel in ALLOWED), sorted(ALLOWED)
+    assert not (CORE / "serve").exists()

@@ -13,8 +13,8 @@ import pytest
 
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
-from quickzones.kv import KVTransaction
-from quickzones.records import ZoneId
+from quickzones.store.kv import KVTransaction
+from quickzones.store.records import ZoneId
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "quick_core"
@@ -68,7 +68,7 @@ def test_completer_has_one_interface_and_two_implementations() -> None:
 
 
 def test_pointer_gc_collects_only_an_inactive_empty_zone(q: Quick, clock: ManualClock) -> None:
-    from quickzones.pointer_gc import collect_pointer_if_inactive
+    from quickzones.store.pointer_gc import collect_pointer_if_inactive
 
     zone = ZoneId("app", "t1")
     item_id = q.enqueue("job", b"", app="app", tenant="t1")

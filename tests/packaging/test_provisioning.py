@@ -1,4 +1,4 @@
-"""Server provisioning lives in one subpackage, ``quickzones.provision``, used by the pytest
+"""Server provisioning lives in one subpackage, ``quickzones.testing.provision``, used by the pytest
 plugin's service fixtures and by the integration suites alike: one free-port, one Docker
 probe, one die-with-parent, one service error. ``quickzones.testing`` keeps the helpers a
 user imports (and re-exports the ``provide_*`` context managers)."""
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-import quickzones.provision as provision
 import quickzones.testing as testing
-from quickzones.provision import ports, process
+import quickzones.testing.provision as provision
+from quickzones.testing.provision import ports, process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ def test_testing_defines_no_provisioning_of_its_own() -> None:
     for name in testing.__all__:
         obj = getattr(testing, name)
         if name not in ("run_until_idle", "next_vesting_ms"):
-            assert obj.__module__.startswith("quickzones.provision"), name
+            assert obj.__module__.startswith("quickzones.testing.provision"), name
 
 
 def test_integration_uses_the_one_copy_of_each_helper() -> None:
@@ -94,7 +94,7 @@ def test_a_server_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
         f"""
         import sys, time
         from pathlib import Path
-        from quickzones.provision.process import spawn
+        from quickzones.testing.provision.process import spawn
         proc = spawn([sys.executable, "-c", "import time; time.sleep(300)"],
                      workdir=Path({str(tmp_path)!r}), log=Path({str(tmp_path / "log")!r}))
         Path({str(pidfile)!r}).write_text(str(proc.pid))

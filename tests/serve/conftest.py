@@ -17,9 +17,9 @@ pytest.importorskip("fastapi")
 
 import uvicorn
 
+from quickzones.adapters.http import TokenStore, create_app
+from quickzones.adapters.http.pull import PullConfig
 from quickzones.client import Quick
-from quickzones.serve import TokenStore, create_app
-from quickzones.serve.pull import PullConfig
 from tests.conftest import HAVE_FDB, store_url
 
 

@@ -7,8 +7,8 @@ import time
 import httpx
 import pytest
 
+from quickzones.adapters.http.client import RemoteError, RemoteLease, RemoteQuick
 from quickzones.errors import LeaseLost
-from quickzones.serve.client import RemoteError, RemoteLease, RemoteQuick
 
 from .conftest import Served
 
@@ -242,7 +242,7 @@ def test_remote_error_names_the_problem(served: Served) -> None:
 def test_async_client_round_trip(served: Served) -> None:
     import asyncio
 
-    from quickzones.serve.client import AsyncRemoteQuick
+    from quickzones.adapters.http.client import AsyncRemoteQuick
 
     async def main() -> None:
         async with AsyncRemoteQuick(served.url, served.a_all) as rq:
@@ -347,7 +347,7 @@ def test_complete_many_refuses_bad_input_and_completes_nothing(served: Served) -
 def test_async_client_complete_many(served: Served) -> None:
     import asyncio
 
-    from quickzones.serve.client import AsyncRemoteQuick
+    from quickzones.adapters.http.client import AsyncRemoteQuick
 
     async def main() -> list[object]:
         async with AsyncRemoteQuick(served.url, served.a_all) as rq:

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from quickzones.adapters.http import TokenStore, create_app
+from quickzones.adapters.http.client import RemoteQuick
 from quickzones.client import Quick
-from quickzones.serve import TokenStore, create_app
-from quickzones.serve.client import RemoteQuick
 
 from .conftest import ServerThread
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from quickzones.adapters.http import TokenStore, create_app
+from quickzones.adapters.http.client import RemoteError, RemoteLease, RemoteQuick
+from quickzones.adapters.http.pull import Leased, PullConfig, PullLeaser
 from quickzones.client import Quick
-from quickzones.serve import TokenStore, create_app
-from quickzones.serve.client import RemoteError, RemoteLease, RemoteQuick
-from quickzones.serve.pull import Leased, PullConfig, PullLeaser
 from tests.other_process import enqueue_from_another_process
 
 from .conftest import Served, ServerThread

@@ -13,8 +13,8 @@ schemathesis = pytest.importorskip("schemathesis")
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 
+from quickzones.adapters.http import TokenStore, create_app  # noqa: E402
 from quickzones.client import Quick  # noqa: E402
-from quickzones.serve import TokenStore, create_app  # noqa: E402
 
 from .conftest import ServerThread  # noqa: E402
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import httpx
 
-from quickzones.admin import zone_count
+from quickzones.adapters.http.client import RemoteQuick
+from quickzones.adapters.http.worker import RemoteWorker
 from quickzones.client import Quick
 from quickzones.errors import Nack, PermanentError
 from quickzones.registry import RetryPolicy
-from quickzones.serve.client import RemoteQuick
-from quickzones.serve.worker import RemoteWorker
+from quickzones.store.admin import zone_count
 
 from .conftest import Served
 

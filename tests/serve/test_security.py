@@ -15,12 +15,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from quickzones.adapters.http import TokenStore
+from quickzones.adapters.http.app import TOKEN_CACHE_S
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.errors import InvalidArgument
-from quickzones.provision.ports import free_port
-from quickzones.serve import TokenStore
-from quickzones.serve.app import TOKEN_CACHE_S
+from quickzones.testing.provision.ports import free_port
 
 from .conftest import Served
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
-from quickzones.election import LocalElection
+from quickzones.consumer.election import LocalElection
 from quickzones.registry import JobContext
 
 ZONES = 12
@@ -51,7 +51,7 @@ def test_in_order_scanner_reaches_every_backlogged_zone() -> None:
 
 
 def test_simulation_seed_8_has_no_starved_pointer() -> None:
-    from quickzones.simulation import run_seed
+    from quickzones.testing.simulation import run_seed
 
     result = run_seed(8, 2000, 0.01)
     assert [str(v) for v in result.violations] == []

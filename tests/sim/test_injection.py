@@ -8,11 +8,11 @@ from typing import Any
 
 from quickzones.backends.memory import MemoryStore
 from quickzones.client import Quick
-from quickzones.records import WorkItem, ZoneId
-from quickzones.simulation import run_seed
-from quickzones.simulation.harness import SimConfig, Simulation
-from quickzones.zones import KVZoneStore
-from quickzones.zonestore import CorruptItem
+from quickzones.store.records import WorkItem, ZoneId
+from quickzones.store.zones import KVZoneStore
+from quickzones.store.zonestore import CorruptItem
+from quickzones.testing.simulation import run_seed
+from quickzones.testing.simulation.harness import SimConfig, Simulation
 
 seen: list[str] = []
 

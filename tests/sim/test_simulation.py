@@ -11,12 +11,12 @@ import pytest
 
 from quickzones.client import Quick
 from quickzones.errors import ItemNotFound
-from quickzones.kv import OWN_STORE, KVTransaction
-from quickzones.records import WorkItem, ZoneId
-from quickzones.simulation import SimResult, run_seed
-from quickzones.simulation.cli import main, replay_command
-from quickzones.zones import KVZoneStore
-from quickzones.zonestore import CorruptItem
+from quickzones.store.kv import OWN_STORE, KVTransaction
+from quickzones.store.records import WorkItem, ZoneId
+from quickzones.store.zones import KVZoneStore
+from quickzones.store.zonestore import CorruptItem
+from quickzones.testing.simulation import SimResult, run_seed
+from quickzones.testing.simulation.cli import main, replay_command
 
 SEEDS = 200
 STEPS = 2000

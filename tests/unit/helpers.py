@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from quickzones.client import Quick
-from quickzones.kv import KVTransaction
+from quickzones.store.kv import KVTransaction
 
 
 def count_range_rows(q: Quick) -> list[int]:

@@ -16,9 +16,9 @@ from quickzones.aio import AsyncQuick
 from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
 from quickzones.errors import ConfigurationError, Nack, PermanentError
-from quickzones.kv import KVTransaction
-from quickzones.records import ZoneId
 from quickzones.registry import JobContext, RetryPolicy
+from quickzones.store.kv import KVTransaction
+from quickzones.store.records import ZoneId
 from tests.conftest import store_url
 
 Z = ZoneId("app", "t1")

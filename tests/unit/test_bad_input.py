@@ -18,9 +18,9 @@ import pytest
 
 from quickzones.client import Quick
 from quickzones.errors import InvalidArgument
-from quickzones.records import ZoneId
 from quickzones.registry import JobContext
-from quickzones.zonestore import NewItem
+from quickzones.store.records import ZoneId
+from quickzones.store.zonestore import NewItem
 
 QUICK = Path(sys.executable).with_name("quick")
 

@@ -13,15 +13,15 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from quickzones import enqueue as two_part
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.consumer.completer import BatchedCompleter, complete_batch
 from quickzones.consumer.state import Cluster, Work
 from quickzones.errors import ItemNotFound, LeaseLost
-from quickzones.kv import KVTransaction, run
-from quickzones.records import WorkItem, ZoneId
-from quickzones.zonestore import NewItem
+from quickzones.store import enqueue as two_part
+from quickzones.store.kv import KVTransaction, run
+from quickzones.store.records import WorkItem, ZoneId
+from quickzones.store.zonestore import NewItem
 
 A, B, C = ZoneId("app", "a"), ZoneId("app", "b"), ZoneId("app", "c")
 

@@ -23,8 +23,8 @@ from quickzones.cli import main
 from quickzones.client import Quick
 from quickzones.consumer import ConsumerConfig
 from quickzones.errors import ConfigurationError, StorageError
-from quickzones.limits import AppLimits
-from quickzones.records import WorkItem, ZoneId
+from quickzones.store.limits import AppLimits
+from quickzones.store.records import WorkItem, ZoneId
 
 BATCH = ConsumerConfig(
     in_order=True, dequeue_max=2, one_transaction_visits=True, visits_per_transaction=8

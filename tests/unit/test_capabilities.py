@@ -9,9 +9,9 @@ from quickzones.backends.memory import MemoryStore
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.errors import ConfigurationError, UnsupportedByStore
-from quickzones.records import ZoneId
-from quickzones.zones import KVZoneStore
-from quickzones.zonestore import ZoneStoreCapabilities
+from quickzones.store.records import ZoneId
+from quickzones.store.zones import KVZoneStore
+from quickzones.store.zonestore import ZoneStoreCapabilities
 
 Z = ZoneId("app", "t1")
 

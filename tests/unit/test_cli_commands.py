@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from quickzones.cli import main
 from quickzones.client import Quick
 from quickzones.errors import PermanentError
-from quickzones.records import ZoneId
 from quickzones.registry import JobContext, RetryPolicy
+from quickzones.store.records import ZoneId
 
 QUICK = Path(sys.executable).with_name("quick")
 

@@ -19,10 +19,10 @@ import pytest
 from quickzones.client import Quick
 from quickzones.clock import ManualClock, SystemClock
 from quickzones.errors import ConfigurationError, StorageError
-from quickzones.kv import KVTransaction
-from quickzones.records import ZoneId
 from quickzones.registry import JobContext
-from quickzones.steady_clock import SteadyClock
+from quickzones.store.kv import KVTransaction
+from quickzones.store.records import ZoneId
+from quickzones.store.steady_clock import SteadyClock
 from quickzones.testing import run_until_idle
 from tests.conftest import store_url
 

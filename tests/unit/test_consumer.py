@@ -12,9 +12,9 @@ from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
 from quickzones.errors import PermanentError
-from quickzones.kv import KVTransaction
-from quickzones.records import ZoneId
 from quickzones.registry import JobContext, RetryPolicy
+from quickzones.store.kv import KVTransaction
+from quickzones.store.records import ZoneId
 
 Z = ZoneId("app", "t1")
 IN_ORDER = ConsumerConfig(in_order=True)

@@ -17,12 +17,12 @@ import pytest
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
+from quickzones.consumer.interrupt import LeaseInterrupted, interrupt_thread
+from quickzones.consumer.pool import DaemonPool
 from quickzones.errors import LeaseLost
-from quickzones.interrupt import LeaseInterrupted, interrupt_thread
-from quickzones.kv import COMMIT_UNKNOWN_RESULT, KVError, KVTransaction
-from quickzones.pool import DaemonPool
-from quickzones.records import ZoneId
 from quickzones.registry import JobContext, RetryPolicy
+from quickzones.store.kv import COMMIT_UNKNOWN_RESULT, KVError, KVTransaction
+from quickzones.store.records import ZoneId
 from tests.waiting import wait_for
 
 Z = ZoneId("app", "t1")
@@ -355,7 +355,7 @@ def test_unknown_job_type_warned_once_per_type_and_counted(
 
 def test_unknown_job_type_has_a_prometheus_counter() -> None:
     prometheus_client = pytest.importorskip("prometheus_client")
-    from quickzones.metrics import PrometheusObserver
+    from quickzones.consumer.metrics import PrometheusObserver
 
     reg = prometheus_client.CollectorRegistry()
     observer = PrometheusObserver(reg)
@@ -409,7 +409,7 @@ def test_transactional_completion_applied_despite_unknown_result_counts_complete
 
 
 def test_format_failure_is_bounded_and_keeps_both_ends() -> None:
-    from quickzones.failures import format_failure
+    from quickzones.consumer.failure_log import format_failure
 
     def deep(n: int) -> None:
         if n == 0:
@@ -448,7 +448,7 @@ def test_handler_failure_logged_once_at_warning_with_traceback(
 
 
 def test_failure_log_rate_limited_per_job_type() -> None:
-    from quickzones.failures import FailureLog
+    from quickzones.consumer.failure_log import FailureLog
 
     now = [0.0]
     records: list[str] = []

@@ -13,8 +13,8 @@ from quickzones.aio import AsyncQuick
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.errors import ItemAlreadyQueued, PermanentError
-from quickzones.records import DeadLetter, ZoneId
 from quickzones.registry import JobContext, RetryPolicy
+from quickzones.store.records import DeadLetter, ZoneId
 from tests.conftest import store_url
 
 ZONES = [("a", "t1"), ("a", "t2"), ("b", "t1"), ("b", "t3")]

@@ -19,7 +19,7 @@ import pytest
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
-from quickzones.records import ZoneId
+from quickzones.store.records import ZoneId
 from tests.waiting import wait_for
 
 

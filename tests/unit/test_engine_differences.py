@@ -14,7 +14,7 @@ import pytest
 from quickzones.backends.fdb.sim import open_sim_store
 from quickzones.backends.memory import MemoryStore
 from quickzones.backends.sqlite import SQLiteStore
-from quickzones.kv import ACCESSED_UNREADABLE, KVError, KVStore, KVTransaction, run
+from quickzones.store.kv import ACCESSED_UNREADABLE, KVError, KVStore, KVTransaction, run
 
 STAMPED = b"p" + b"\x00" * 10 + b"s" + struct.pack("<I", 1)
 

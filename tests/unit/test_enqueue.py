@@ -14,8 +14,8 @@ import pytest
 
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
-from quickzones.kv import KVTransaction, run
-from quickzones.records import ZoneId
+from quickzones.store.kv import KVTransaction, run
+from quickzones.store.records import ZoneId
 
 Z = ZoneId("app", "t1")
 HOUR = 3600.0

@@ -14,9 +14,9 @@ from quickzones.backends.memory import MemoryStore
 from quickzones.backends.memory.faults import FaultConfig
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
-from quickzones.kv import KVTransaction
-from quickzones.records import ZoneId
-from quickzones.validation import check_name
+from quickzones.store.kv import KVTransaction
+from quickzones.store.records import ZoneId
+from quickzones.store.validation import check_name
 from tests.conftest import store_url
 
 Z = ZoneId("app", "t1")

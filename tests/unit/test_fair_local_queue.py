@@ -11,7 +11,7 @@ from typing import Any
 
 from quickzones.client import Quick
 from quickzones.consumer import ConsumerConfig
-from quickzones.pool import DaemonPool, FairQueue
+from quickzones.consumer.pool import DaemonPool, FairQueue
 from tests.waiting import wait_for
 
 

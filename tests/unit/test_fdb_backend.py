@@ -23,7 +23,7 @@ from quickzones.backends.memory import MemoryStore
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.errors import ConfigurationError, InvalidStoreURL, MissingDependency
-from quickzones.kv import (
+from quickzones.store.kv import (
     COMMIT_UNKNOWN_RESULT,
     KEY_OUTSIDE_LEGAL_RANGE,
     NOT_COMMITTED,
@@ -32,12 +32,12 @@ from quickzones.kv import (
     KVStore,
     run,
 )
-from quickzones.provision import fdb_skip_reason
+from quickzones.testing.provision import fdb_skip_reason
 from tests.contract import test_kv_conformance as conformance
 
 REPO = Path(__file__).resolve().parents[2]
-# A FoundationDB build found for the real-fdb tests (quickzones.provision) loads its libfdb_c
-# into this process once any of them ran; the subprocess twin of the test below, in
+# A FoundationDB build found for the real-fdb tests (quickzones.testing.provision) loads its
+# libfdb_c into this process once any of them ran; the subprocess twin of the test below, in
 # test_fdb_loader.py, keeps the missing-library error covered there.
 HAS_LIBFDB_C = ctypes.util.find_library("fdb_c") is not None or fdb_skip_reason() is None
 

@@ -14,7 +14,7 @@ import pytest
 from quickzones.backends.fdb import FDBOptions, FDBStore
 from quickzones.backends.fdb.sim import sim_module
 from quickzones.errors import ConfigurationError
-from quickzones.provision import find_fdb_dist
+from quickzones.testing.provision import find_fdb_dist
 
 
 class _Binding80Over73:
@@ -89,7 +89,7 @@ def test_fdb_library_path_selects_the_client_library() -> None:
 NEWER_BINDING = """
 import fdb
 fdb.LATEST_API_VERSION = 800  # what foundationdb 8.0 declares
-from quickzones.provision import fdb_skip_reason
+from quickzones.testing.provision import fdb_skip_reason
 print(fdb_skip_reason())
 """
 

@@ -12,9 +12,9 @@ from quickzones.cli import main
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.errors import ConfigurationError, InvalidArgument, ItemNotFound
-from quickzones.kv import KVTransaction
-from quickzones.records import ZoneId
-from quickzones.tenant_move import move_tenant
+from quickzones.store.kv import KVTransaction
+from quickzones.store.records import ZoneId
+from quickzones.store.tenant_move import move_tenant
 from tests.unit.helpers import count_range_rows
 
 Z = ZoneId("app", "t1")

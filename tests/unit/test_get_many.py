@@ -1,4 +1,4 @@
-"""Batched reads (issue 14, fdb:// throughput): ``quickzones.kv.get_many`` answers like one
+"""Batched reads (issue 14, fdb:// throughput): ``quickzones.store.kv.get_many`` answers like one
 ``get`` per key, read conflicts included, on every store; FoundationDB sends the reads at
 once. A visit of many items reads them through it."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from quickzones.client import Quick
 from quickzones.errors import KVError
-from quickzones.kv import get_many, prefetch, run
+from quickzones.store.kv import get_many, prefetch, run
 from tests.conftest import store_url
 
 
@@ -55,7 +55,7 @@ def test_a_big_visit_takes_every_item_it_read(quick: Quick) -> None:
     quick.job("job")(lambda payload, ctx: None)
     ids = quick.enqueue_many("job", [b""] * 300, app="app", tenant="t")
     from quickzones.consumer import ConsumerConfig
-    from quickzones.records import ZoneId
+    from quickzones.store.records import ZoneId
 
     consumer = quick.consumer(ConsumerConfig(in_order=True, dequeue_max=300, processing_bound=300))
     [ref] = consumer.scan_once()

@@ -7,8 +7,8 @@ import fdb.tuple as fdbtuple
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quickzones.keys import KeySpace
-from quickzones.records import ZoneId
+from quickzones.store.keys import KeySpace
+from quickzones.store.records import ZoneId
 
 names = st.text(min_size=1, max_size=40)  # any unicode, NUL bytes included
 ints = st.integers(min_value=-(2**63), max_value=2**63 - 1)

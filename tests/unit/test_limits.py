@@ -10,8 +10,8 @@ from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
 from quickzones.errors import InvalidArgument
-from quickzones.limits import AppLimits, RateLimited
-from quickzones.records import ZoneId
+from quickzones.store.limits import AppLimits, RateLimited
+from quickzones.store.records import ZoneId
 
 
 def test_enqueue_rate_limit_throttles_one_app_only(q: Quick, clock: ManualClock) -> None:

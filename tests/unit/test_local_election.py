@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from quickzones.clock import ManualClock
-from quickzones.election import Election, Leadership, LocalElection, new_candidate_id
+from quickzones.consumer.election import Election, Leadership, LocalElection, new_candidate_id
 
 TTL = 2.0
 

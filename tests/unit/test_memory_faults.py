@@ -9,7 +9,7 @@ import pytest
 from quickzones.backends.memory import FAULT_KINDS, FaultConfig, MemoryStore
 from quickzones.clock import ManualClock
 from quickzones.errors import InvalidArgument, InvalidStoreURL
-from quickzones.kv import (
+from quickzones.store.kv import (
     COMMIT_UNKNOWN_RESULT,
     NOT_COMMITTED,
     TRANSACTION_TOO_OLD,

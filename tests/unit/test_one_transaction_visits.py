@@ -16,10 +16,10 @@ import pytest
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
+from quickzones.consumer.visit_gate import OneTransactionGate
 from quickzones.errors import StorageError
-from quickzones.limits import AppLimits
-from quickzones.records import WorkItem, ZoneId
-from quickzones.visit_gate import OneTransactionGate
+from quickzones.store.limits import AppLimits
+from quickzones.store.records import WorkItem, ZoneId
 
 ONE = ConsumerConfig(in_order=True, dequeue_max=10, one_transaction_visits=True)
 

@@ -10,9 +10,9 @@ import pytest
 from quickzones.client import Quick
 from quickzones.clock import ManualClock, now_ms
 from quickzones.errors import InvalidArgument
-from quickzones.kv import KVStore, KVTransaction
-from quickzones.outcomes import collect_expired_outcomes
 from quickzones.registry import JobContext
+from quickzones.store.kv import KVStore, KVTransaction
+from quickzones.store.outcomes import collect_expired_outcomes
 
 
 class _CountingTransaction:
@@ -136,7 +136,7 @@ def test_a_running_consumer_collects_expired_records_on_its_own(tmp_path: Any) -
 
 def _outcome_keys(q: Quick) -> int:
     """Outcome records and expiry index entries still stored (ran or not)."""
-    from quickzones.kv import run
+    from quickzones.store.kv import run
 
     def count(tr: KVTransaction) -> int:
         records = tr.get_range(*q.keys.outcomes_range())

@@ -7,14 +7,14 @@ import asyncio
 
 import pytest
 
-from quickzones import outcomes
 from quickzones.aio import AsyncQuick
 from quickzones.client import Quick
 from quickzones.clock import ManualClock, now_ms
 from quickzones.errors import PermanentError
-from quickzones.outcomes import DuplicateItemMismatch, ResultNotAvailable
-from quickzones.records import WorkItem, ZoneId
 from quickzones.registry import JobContext
+from quickzones.store import outcomes
+from quickzones.store.outcomes import DuplicateItemMismatch, ResultNotAvailable
+from quickzones.store.records import WorkItem, ZoneId
 
 
 def _count_runs(q: Quick, name: str, **policy: float) -> list[object]:

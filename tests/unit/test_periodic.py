@@ -19,9 +19,9 @@ from quickzones.cli import main
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.errors import ConfigurationError, InvalidArgument
-from quickzones.provision.process import terminate_all
-from quickzones.records import ZoneId
 from quickzones.registry import JobContext
+from quickzones.store.records import ZoneId
+from quickzones.testing.provision.process import terminate_all
 from tests.conftest import store_url
 
 T0 = datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC).timestamp()

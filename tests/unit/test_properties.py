@@ -14,9 +14,9 @@ from quickzones.cli import main
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.errors import ConfigurationError, InvalidArgument, QuickError
-from quickzones.records import ZoneId
+from quickzones.store.records import ZoneId
+from quickzones.store.validation import MAX_ID_LENGTH
 from quickzones.urls import open_kv
-from quickzones.validation import MAX_ID_LENGTH
 
 SETTINGS = settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

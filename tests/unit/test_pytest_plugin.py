@@ -36,7 +36,7 @@ USER_TESTS = """
 import asyncio
 
 from quickzones.aio import AsyncQuick
-from quickzones.pytest_plugin import run_until_idle
+from quickzones.testing.pytest_plugin import run_until_idle
 from user_app import make_app
 
 
@@ -86,18 +86,18 @@ def test_redis_fixture_skips_or_serves(quick_redis_url):
 
 def _entry_point_installed() -> bool:
     eps = importlib.metadata.entry_points(group="pytest11")
-    return any(ep.value == "quickzones.pytest_plugin" for ep in eps if ep.name == "quick")
+    return any(ep.value == "quickzones.testing.pytest_plugin" for ep in eps if ep.name == "quick")
 
 
 def _load_plugin() -> list[str]:
     # Installed (pip install -e .), pytest autoloads the plugin and refuses a second -p;
     # from a bare checkout, name it so these tests still run.
-    return [] if _entry_point_installed() else ["-p", "quickzones.pytest_plugin"]
+    return [] if _entry_point_installed() else ["-p", "quickzones.testing.pytest_plugin"]
 
 
 def test_entry_point_is_declared() -> None:
     text = (Path(__file__).parents[2] / "pyproject.toml").read_text()
-    assert '[project.entry-points.pytest11]\nquick = "quickzones.pytest_plugin"' in text
+    assert '[project.entry-points.pytest11]\nquick = "quickzones.testing.pytest_plugin"' in text
 
 
 def test_user_suite_passes_with_the_plugin(pytester: pytest.Pytester) -> None:
@@ -118,7 +118,7 @@ def test_unavailable_service_skips_with_one_reason(
     pytester.makeconftest(
         # In-process: patched for the inner session only, then put back.
         "import pytest\n"
-        "from quickzones.provision import cassandra, docker, ports, process\n"
+        "from quickzones.testing.provision import cassandra, docker, ports, process\n"
         "@pytest.fixture(autouse=True, scope='session')\n"
         "def nothing_found():\n"
         "    with pytest.MonkeyPatch.context() as mp:\n"
@@ -141,8 +141,7 @@ def test_unavailable_service_skips_with_one_reason(
 def test_plugin_fixture_names_do_not_clash_with_project_fixtures(
     request: pytest.FixtureRequest,
 ) -> None:
-    from quickzones import pytest_plugin
-
+    from quickzones.testing import pytest_plugin
     names = set(vars(pytest_plugin))
     assert {"quick", "quick_clock", "quick_store_url", "quick_redis_url"} <= names
     assert not {"clock", "backend", "q"} & names

@@ -13,8 +13,8 @@ import pytest
 
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
-from quickzones.kv import NOT_COMMITTED, KVError
-from quickzones.records import ZoneId
+from quickzones.store.kv import NOT_COMMITTED, KVError
+from quickzones.store.records import ZoneId
 
 Z = ZoneId("app", "t1")
 LEASE_MS = 30_000

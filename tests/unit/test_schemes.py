@@ -18,7 +18,7 @@ from quickzones import schemes
 from quickzones.client import Quick
 from quickzones.clock import Clock
 from quickzones.errors import InvalidArgument, InvalidStoreURL, QuickError
-from quickzones.kv import KVStore
+from quickzones.store.kv import KVStore
 from quickzones.urls import open_election, open_kv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +58,7 @@ def test_a_third_party_store_scheme_opens_through_quick_open() -> None:
 
 
 def test_a_third_party_election_scheme_opens() -> None:
-    from quickzones.election import LocalElection
+    from quickzones.consumer.election import LocalElection
 
     schemes.register_election_scheme("myelect", lambda url, *, clock=None: LocalElection())
     assert isinstance(open_election("myelect://host"), LocalElection)

@@ -24,9 +24,9 @@ from quickzones.errors import (
     StoreBusy,
     UnsupportedByStore,
 )
-from quickzones.kv import KVError, run
-from quickzones.records import ZoneId
 from quickzones.registry import JobContext
+from quickzones.store.kv import KVError, run
+from quickzones.store.records import ZoneId
 
 
 @pytest.fixture()

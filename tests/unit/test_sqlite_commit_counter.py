@@ -12,7 +12,7 @@ from pathlib import Path
 
 from quickzones.backends.sqlite import SQLiteStore
 from quickzones.client import Quick
-from quickzones.kv import run
+from quickzones.store.kv import run
 from tests.other_process import enqueue_from_another_process
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from quickzones.backends.sqlite import SQLiteStore
 from quickzones.errors import InvalidStoreURL
-from quickzones.kv import KVTransaction, pack_i64, run, unpack_i64
+from quickzones.store.kv import KVTransaction, pack_i64, run, unpack_i64
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs POSIX signals")
 
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 INCREMENTER = textwrap.dedent(
     """
     import sys
-    from quickzones.kv import pack_i64, run, unpack_i64
+    from quickzones.store.kv import pack_i64, run, unpack_i64
     from quickzones.urls import open_kv
 
     path, name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -52,7 +52,7 @@ STALLED_COMMITTER = textwrap.dedent(
     import sys, time
     import quickzones.backends.sqlite.store as sqlite_store
     from quickzones.backends.sqlite import SQLiteStore
-    from quickzones.kv import pack_i64, run
+    from quickzones.store.kv import pack_i64, run
 
     store = SQLiteStore(sys.argv[1])
     run(store, lambda tr: tr.add(b"counter", pack_i64(1)))

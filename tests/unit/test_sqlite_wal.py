@@ -14,7 +14,7 @@ from pathlib import Path
 
 from quickzones.backends.sqlite import SQLiteStore
 from quickzones.backends.sqlite.checkpointer import Checkpointer
-from quickzones.kv import KVTransaction, run
+from quickzones.store.kv import KVTransaction, run
 
 BOUND = 64 * 1024 * 1024
 

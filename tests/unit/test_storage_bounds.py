@@ -27,12 +27,12 @@ from quickzones.errors import (
     TransactionTooLarge,
     TransactionTooLong,
 )
-from quickzones.kv import (
+from quickzones.registry import JobContext, RetryPolicy
+from quickzones.store.kv import (
     TRANSACTION_SIZE_LIMIT,
     KVTransaction,
     run,
 )
-from quickzones.registry import JobContext, RetryPolicy
 
 REPO = Path(__file__).resolve().parents[2]
 

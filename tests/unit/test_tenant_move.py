@@ -1,4 +1,4 @@
-"""Tenant moves between two KV deployments (quickzones.tenant_move): copy the zone, then
+"""Tenant moves between two KV deployments (quickzones.store.tenant_move): copy the zone, then
 the pointer, then remove the source; idempotent and resumable after a crash at any step."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from quickzones.cli import main
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.errors import LeaseLost
-from quickzones.records import WorkItem, ZoneId
-from quickzones.tenant_move import KVMoveSource, move_tenant, move_zone, read_done
+from quickzones.store.records import WorkItem, ZoneId
+from quickzones.store.tenant_move import KVMoveSource, move_tenant, move_zone, read_done
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -103,7 +103,7 @@ def test_crash_at_any_step_then_rerun_moves_each_item_once(
         return wrapper
 
     if step == "copy":
-        import quickzones.tenant_move as tm
+        import quickzones.store.tenant_move as tm
 
         real_copy = tm._copy_page
 

@@ -21,9 +21,9 @@ from quickzones.client import Quick
 from quickzones.clock import ManualClock, now_ms
 from quickzones.consumer import Consumer, ConsumerConfig
 from quickzones.errors import ConfigurationError, ZoneLeaseFailed
-from quickzones.kv import KVTransaction
-from quickzones.records import ZoneId
-from quickzones.zonestore import VisitTransactions
+from quickzones.store.kv import KVTransaction
+from quickzones.store.records import ZoneId
+from quickzones.store.zonestore import VisitTransactions
 from tests.waiting import wait_for
 
 Z = ZoneId("app", "t1")

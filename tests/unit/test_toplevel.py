@@ -8,8 +8,8 @@ from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
 from quickzones.errors import ZoneLeaseFailed
-from quickzones.kv import KVError, KVTransaction
-from quickzones.records import ZoneId
+from quickzones.store.kv import KVError, KVTransaction
+from quickzones.store.records import ZoneId
 
 Z = ZoneId("app", "t1")
 

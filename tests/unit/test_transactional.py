@@ -1,4 +1,4 @@
-"""``quickzones.kv.transactional``: one spelling per operation, as ``@fdb.transactional``.
+"""``quickzones.store.kv.transactional``: one spelling per operation, as ``@fdb.transactional``.
 
 A decorated function takes its transaction as the keyword ``tr``: given a store it opens a
 transaction, retries through ``run()`` and commits; given a transaction it runs inside it
@@ -14,10 +14,10 @@ import pytest
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.errors import ItemNotFound
-from quickzones.kv import OWN_STORE, KVStore, KVTransaction, run, transactional
-from quickzones.records import ZoneId
+from quickzones.store.kv import OWN_STORE, KVStore, KVTransaction, run, transactional
+from quickzones.store.records import ZoneId
+from quickzones.store.zones import KVZoneStore as ZoneOps
 from quickzones.urls import open_kv
-from quickzones.zones import KVZoneStore as ZoneOps
 
 Z = ZoneId("a", "t")
 

@@ -14,7 +14,7 @@ import pytest
 from quickzones.client import Quick
 from quickzones.consumer import ConsumerConfig
 from quickzones.errors import ConfigurationError
-from quickzones.records import ZoneId
+from quickzones.store.records import ZoneId
 
 
 def _noop(q: Quick) -> None:

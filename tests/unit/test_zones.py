@@ -13,7 +13,7 @@ from quickzones.errors import (
     LeaseLost,
     PayloadTooLarge,
 )
-from quickzones.records import ZoneId
+from quickzones.store.records import ZoneId
 from tests.unit.helpers import count_range_rows
 
 Z = ZoneId("app", "t1")

@@ -1,0 +1,497 @@
+"""The versioned JSON API, ``/v1``: producers, pull consumers and admin.
+
+Every route but ``/v1/health`` needs a bearer token (:mod:`quickzones.adapters.http.tokens`) with
+the route's role, for the app the route names: no token or an unknown one is 401, a token
+without the role or for another app is 403. Errors are :class:`~.models.Problem` bodies
+with a stable ``error`` code. Routes are plain functions: FastAPI runs them in its thread
+pool, and each store call is a short transaction of its own.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import anyio.to_thread
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
+
+from quickzones.adapters.http import models as m
+from quickzones.adapters.http import views
+from quickzones.adapters.http.pull import PullLeaser
+from quickzones.adapters.http.tokens import ALL_APPS, TokenInfo, TokenStore
+from quickzones.client import Quick
+from quickzones.clock import now_ms
+from quickzones.errors import ItemAlreadyQueued, ItemNotFound, LeaseLost
+from quickzones.store import admin
+from quickzones.store.outcomes import JobStatus
+from quickzones.store.validation import check_job_type, check_name
+
+
+class ApiError(Exception):
+    """An HTTP error with a Problem body."""
+
+    def __init__(self, status: int, error: str, detail: str, item_id: str | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.error = error
+        self.detail = detail
+        self.item_id = item_id
+
+
+@dataclass(slots=True)
+class ServeState:
+    """What the routes share: the store, its tokens, the pull leaser, and shutdown."""
+
+    q: Quick
+    tokens: TokenStore
+    leaser: PullLeaser
+    stopping: threading.Event
+
+
+_bearer = HTTPBearer(auto_error=False, description="A token from `quick tokens create` (qz_...).")
+_Creds = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+def state_of(request: Request) -> ServeState:
+    state: ServeState = request.app.state.quick
+    return state
+
+
+async def authenticate(request: Request, creds: HTTPAuthorizationCredentials | None) -> TokenInfo:
+    """The caller's token: from the token cache on the event loop, else checked against
+    the store on a worker thread."""
+    if creds is None:
+        raise ApiError(401, "unauthenticated", "send Authorization: Bearer <token>")
+    tokens = state_of(request).tokens
+    info = tokens.cached(creds.credentials)
+    if info is None:
+        info = await anyio.to_thread.run_sync(tokens.check, creds.credentials)
+    if info is None:
+        raise ApiError(401, "invalid_token", "the token is unknown or was revoked")
+    return info
+
+
+class Role:
+    """A dependency: the caller's token, which must have ``role``."""
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+
+    async def __call__(self, request: Request, creds: _Creds) -> TokenInfo:
+        # A coroutine, so a cached token costs the request no trip to the thread pool.
+        info = await authenticate(request, creds)
+        if not info.has_role(self.role):
+            raise ApiError(403, "forbidden_role", f"this token lacks the {self.role!r} role")
+        return info
+
+
+def allow_app(info: TokenInfo, app: str) -> str:
+    if not info.allows_app(app):
+        raise ApiError(403, "forbidden_app", f"this token is for app {info.app!r}, not {app!r}")
+    return app
+
+
+Producer = Annotated[TokenInfo, Depends(Role("produce"))]
+Consumer = Annotated[TokenInfo, Depends(Role("consume"))]
+Admin = Annotated[TokenInfo, Depends(Role("admin"))]
+
+_PROBLEMS: dict[int | str, dict[str, Any]] = {
+    code: {"model": m.Problem} for code in (400, 401, 403, 404, 409, 413)
+}
+
+router = APIRouter(prefix="/v1", responses=_PROBLEMS)
+
+
+@router.get("/health", tags=["meta"])
+def health() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+# --- producers -------------------------------------------------------------------------
+
+
+@router.post("/apps/{app}/tenants/{tenant}/items", status_code=201, tags=["produce"])
+def enqueue(
+    app: str, tenant: str, body: m.EnqueueRequest, request: Request, who: Producer
+) -> m.Enqueued:
+    """Enqueue one item into the zone (app, tenant)."""
+    q = state_of(request).q
+    item_id = q.enqueue(
+        body.job_type,
+        _body(body),
+        app=allow_app(who, app),
+        tenant=tenant,
+        delay=body.delay_s,
+        priority=body.priority,
+        item_id=body.item_id,
+        ttl=body.ttl_s,
+    )
+    return m.Enqueued(item_id=str(item_id), duplicate=getattr(item_id, "duplicate", None))
+
+
+@router.post("/apps/{app}/tenants/{tenant}/batches", status_code=201, tags=["produce"])
+def enqueue_many(
+    app: str, tenant: str, body: m.EnqueueManyRequest, request: Request, who: Producer
+) -> m.EnqueuedMany:
+    """Enqueue several items into one zone in one transaction: all or none."""
+    q = state_of(request).q
+    ids = q.enqueue_many(
+        body.job_type,
+        [_body(item) for item in body.items],
+        app=allow_app(who, app),
+        tenant=tenant,
+        delay=body.delay_s,
+        priority=body.priority,
+    )
+    return m.EnqueuedMany(item_ids=[str(i) for i in ids])
+
+
+@router.get("/apps/{app}/tenants/{tenant}/items/{item_id}", tags=["produce"])
+def item_state(app: str, tenant: str, item_id: str, request: Request, who: Producer) -> m.ItemState:
+    """What became of an item: queued, leased, completed, cancelled or dead_lettered."""
+    q = state_of(request).q
+    allow_app(who, app)
+    status: JobStatus | None
+    if q.capabilities.outcome_records:
+        status = q.status(app, tenant, item_id)
+    else:
+        item = q.get(app, tenant, item_id)
+        status = None if item is None else q.status(app, tenant, item_id)
+    if status is None:
+        raise ApiError(404, "item_not_found", f"no item {item_id!r} in {app}/{tenant}", item_id)
+    return m.ItemState(
+        app=app,
+        tenant=tenant,
+        item_id=item_id,
+        state=status.state,
+        at_ms=status.at_ms,
+        attempts=status.attempts,
+        error_count=status.error_count,
+        next_vesting_ms=status.next_vesting_ms,
+        last_error=status.last_error,
+    )
+
+
+@router.delete("/apps/{app}/tenants/{tenant}/items/{item_id}", status_code=204, tags=["produce"])
+def cancel(app: str, tenant: str, item_id: str, request: Request, who: Producer) -> Response:
+    """Delete an item, leased or not."""
+    state_of(request).q.cancel(allow_app(who, app), tenant, item_id)
+    return Response(status_code=204)
+
+
+def _body(payload: m._Payload) -> Any:
+    try:
+        return payload.body()
+    except ValueError as err:
+        raise ApiError(400, "invalid_payload", str(err)) from None
+
+
+# --- pull consumers --------------------------------------------------------------------
+
+
+def _json(body: BaseModel) -> Response:
+    """``body`` as the response, serialized where it is made (FastAPI would validate a
+    returned model again, on another trip to the thread pool)."""
+    return Response(body.model_dump_json(), media_type="application/json")
+
+
+@router.post("/leases", tags=["consume"], response_model=m.LeaseResponse)
+async def lease(body: m.LeaseRequest, request: Request, who: Consumer) -> Response:
+    """Lease up to ``max_items`` vested items, waiting up to ``wait_s`` for the first."""
+    state = state_of(request)
+    app = body.app if body.app is not None else who.app
+    if app == ALL_APPS:
+        if who.app != ALL_APPS:
+            raise ApiError(403, "forbidden_app", f"this token is for app {who.app!r} only")
+        scope = None
+    else:
+        scope = allow_app(who, check_name("app", app))
+    types = None
+    if body.job_types is not None:
+        types = frozenset(check_job_type(t) for t in body.job_types)
+
+    def leased() -> Response:
+        # The long poll, and the response's serialization, on one worker thread.
+        got = state.leaser.lease(
+            scope, body.max_items, body.lease_s, body.wait_s, types, state.stopping, body.fill_s
+        )
+        return _json(m.LeaseResponse(items=[m.leased_item(x.zone, x.item) for x in got]))
+
+    return await anyio.to_thread.run_sync(leased)
+
+
+_ITEM = "/apps/{app}/tenants/{tenant}/items/{item_id}"
+
+
+def _lost(item_id: str, err: Exception) -> ApiError:
+    if isinstance(err, LeaseLost):
+        return ApiError(
+            409,
+            "lease_lost",
+            f"the lease on item {item_id!r} was lost: it expired and another consumer "
+            "leased the item, so this consumer must not act on it",
+            item_id,
+        )
+    return ApiError(
+        409,
+        "item_gone",
+        f"item {item_id!r} is gone: its lease expired and it was completed, cancelled or "
+        "dead-lettered meanwhile",
+        item_id,
+    )
+
+
+@router.post(_ITEM + "/complete", status_code=204, tags=["consume"])
+def complete(
+    app: str, tenant: str, item_id: str, body: m.LeaseRef, request: Request, who: Consumer
+) -> Response:
+    """Delete a leased item: the work is done (only the lease holder)."""
+    q = state_of(request).q
+    zone = q.zone(allow_app(who, app), tenant)
+    try:
+        q.items.complete(zone, check_name("item_id", item_id), body.lease_id)
+    except (LeaseLost, ItemNotFound) as err:
+        raise _lost(item_id, err) from None
+    return Response(status_code=204)
+
+
+@router.post("/completions", tags=["consume"], response_model=m.CompletedMany)
+def complete_many(body: m.CompleteManyRequest, request: Request, who: Consumer) -> Response:
+    """Complete several leased items in one request, with one commit per zone: each
+    item's outcome is reported (``lease_lost``, ``item_gone``), none fails the rest. The
+    token must allow every item's app; an item given twice is refused (400)."""
+    q = state_of(request).q
+    by_zone: dict[Any, list[int]] = {}
+    seen: set[tuple[str, str, str]] = set()
+    for n, c in enumerate(body.items):
+        zone = q.zone(allow_app(who, c.app), c.tenant)
+        key = (c.app, c.tenant, check_name("item_id", c.item_id))
+        if key in seen:
+            raise ApiError(
+                400,
+                "duplicate_item",
+                f"item {c.item_id!r} of {c.app}/{c.tenant} is given twice (items[{n}])",
+                c.item_id,
+            )
+        seen.add(key)
+        by_zone.setdefault(zone, []).append(n)
+    outcomes: list[m.Outcome] = ["completed"] * len(body.items)
+    for zone, indexes in by_zone.items():
+        leased = [(body.items[n].item_id, body.items[n].lease_id) for n in indexes]
+        for n, err in zip(indexes, q.items.complete_many(zone, leased), strict=True):
+            if isinstance(err, LeaseLost):
+                outcomes[n] = "lease_lost"
+            elif isinstance(err, ItemNotFound):
+                outcomes[n] = "item_gone"
+            elif err is not None:
+                outcomes[n] = "corrupt"
+    return _json(
+        m.CompletedMany(
+            results=[
+                m.CompletionOutcome(app=c.app, tenant=c.tenant, item_id=c.item_id, outcome=o)
+                for c, o in zip(body.items, outcomes, strict=True)
+            ]
+        )
+    )
+
+
+@router.post(_ITEM + "/extend", tags=["consume"])
+def extend(
+    app: str, tenant: str, item_id: str, body: m.ExtendRequest, request: Request, who: Consumer
+) -> m.Extended:
+    """Keep holding a lease for ``lease_s`` more seconds from now."""
+    q = state_of(request).q
+    zone = q.zone(allow_app(who, app), tenant)
+    try:
+        item = q.items.extend_lease(
+            zone, check_name("item_id", item_id), body.lease_id, int(body.lease_s * 1000)
+        )
+    except (LeaseLost, ItemNotFound) as err:
+        raise _lost(item_id, err) from None
+    return m.Extended(lease_expires_ms=item.vesting_ms)
+
+
+@router.post(_ITEM + "/nack", status_code=204, tags=["consume"])
+def nack(
+    app: str, tenant: str, item_id: str, body: m.NackRequest, request: Request, who: Consumer
+) -> Response:
+    """Give the item back to run again after ``delay_s``; with ``error``, the failed run
+    counts as an error."""
+    q = state_of(request).q
+    zone = q.zone(allow_app(who, app), tenant)
+    try:
+        item = q.items.requeue(
+            zone,
+            check_name("item_id", item_id),
+            body.lease_id,
+            int(body.delay_s * 1000),
+            error=body.error,
+            count_error=body.error is not None,
+        )
+    except (LeaseLost, ItemNotFound) as err:
+        raise _lost(item_id, err) from None
+    q.toplevel.pull_pointer_earlier(zone, item.vesting_ms)
+    q.wake_waiters()  # waiting polls: it may be due now
+    return Response(status_code=204)
+
+
+@router.post(_ITEM + "/fail", status_code=204, tags=["consume"])
+def fail(
+    app: str, tenant: str, item_id: str, body: m.FailRequest, request: Request, who: Consumer
+) -> Response:
+    """Fail permanently: the item moves to the dead letters with the reason and traceback."""
+    q = state_of(request).q
+    zone = q.zone(allow_app(who, app), tenant)
+    try:
+        q.items.dead_letter(
+            zone,
+            check_name("item_id", item_id),
+            body.lease_id,
+            body.reason,
+            traceback=body.traceback,
+        )
+    except (LeaseLost, ItemNotFound) as err:
+        raise _lost(item_id, err) from None
+    return Response(status_code=204)
+
+
+# --- admin -----------------------------------------------------------------------------
+
+_Offset = Annotated[int, Query(ge=0, le=10_000_000)]
+_Limit = Annotated[int, Query(ge=1, le=1000)]
+
+
+@router.get("/apps/{app}/stats", tags=["admin"])
+def app_stats(app: str, request: Request, who: Admin) -> m.AppStats:
+    """One app's items by state, job type and tenant (the 100 deepest tenants)."""
+    q = state_of(request).q
+    check_name("app", allow_app(who, app))
+    figures = views.app_figures(q, app)
+    return m.AppStats(
+        app=app,
+        items=figures.items,
+        vested=figures.vested,
+        leased=figures.leased,
+        active_zones=len(views.app_tenants(q, app)),
+        dead_letters=len(admin.list_dead_letters(q, app)),
+        by_job_type=dict(figures.by_job_type),
+        by_tenant=dict(figures.by_tenant.most_common(100)),
+    )
+
+
+@router.get("/apps/{app}/zones", tags=["admin"])
+def app_zones(
+    app: str,
+    request: Request,
+    who: Admin,
+    search: Annotated[str | None, Query(max_length=200)] = None,
+    offset: _Offset = 0,
+    limit: _Limit = 50,
+) -> m.ZonesPage:
+    """An app's active zones (those with a pointer), by tenant, paged and searchable."""
+    q = state_of(request).q
+    check_name("app", allow_app(who, app))
+    total, zones = views.zone_depths(q, app, search=search, offset=offset, limit=limit)
+    return m.ZonesPage(app=app, total=total, zones=zones)
+
+
+@router.get("/apps/{app}/tenants/{tenant}/items", tags=["admin"])
+def zone_items(
+    app: str, tenant: str, request: Request, who: Admin, offset: _Offset = 0, limit: _Limit = 50
+) -> m.ZoneItems:
+    """A zone's items in every state."""
+    q = state_of(request).q
+    zone = q.zone(allow_app(who, app), tenant)
+    total, items = views.zone_items(q, zone, offset=offset, limit=limit)
+    now = now_ms(q.clock)
+    return m.ZoneItems(
+        app=app,
+        tenant=tenant,
+        total=total,
+        items=[
+            m.ZoneItem(
+                item_id=i.item_id,
+                job_type=i.job_type,
+                state=views.item_state(i, now),  # type: ignore[arg-type]
+                priority=i.priority,
+                attempts=i.attempts,
+                error_count=i.error_count,
+                vesting_ms=i.vesting_ms,
+                enqueued_ms=i.enqueued_ms,
+                last_error=i.last_error,
+            )
+            for i in items
+        ],
+    )
+
+
+def _letters(q: Quick, app: str, f: m.DeadLetterFilter) -> list[Any]:
+    check_name("app", app)
+    return views.dead_letters(
+        q,
+        app,
+        tenant=None if f.tenant is None else check_name("tenant", f.tenant),
+        job_type=f.job_type,
+        item_id=f.item_id,
+    )
+
+
+@router.get("/apps/{app}/dead-letters", tags=["admin"])
+def list_dead_letters(
+    app: str,
+    request: Request,
+    who: Admin,
+    tenant: Annotated[str | None, Query(max_length=200)] = None,
+    job_type: Annotated[str | None, Query(max_length=200)] = None,
+    item_id: Annotated[str | None, Query(max_length=200)] = None,
+    offset: _Offset = 0,
+    limit: _Limit = 50,
+) -> m.DeadLettersPage:
+    """Dead letters with their reason and traceback; every filter given filters."""
+    q = state_of(request).q
+    f = m.DeadLetterFilter(tenant=tenant, job_type=job_type, item_id=item_id)
+    letters = _letters(q, allow_app(who, app), f)
+    page = letters[offset : offset + limit]
+    return m.DeadLettersPage(total=len(letters), dead_letters=[m.dead_letter_out(x) for x in page])
+
+
+@router.post("/apps/{app}/dead-letters/requeue", tags=["admin"])
+def requeue_dead_letters(
+    app: str, body: m.DeadLetterFilter, request: Request, who: Admin
+) -> m.Count:
+    """Put the selected dead letters back into their zones with a clean error count; a
+    letter whose id is queued again meanwhile is kept and counted as skipped."""
+    q = state_of(request).q
+    done = skipped = 0
+    for letter in _letters(q, allow_app(who, app), body):
+        try:
+            admin.requeue_dead_letter(q, letter.zone, letter.item_id)
+            done += 1
+        except (ItemAlreadyQueued, ItemNotFound):
+            skipped += 1
+    return m.Count(count=done, skipped=skipped)
+
+
+@router.post("/apps/{app}/dead-letters/purge", tags=["admin"])
+def purge_dead_letters(app: str, body: m.DeadLetterFilter, request: Request, who: Admin) -> m.Count:
+    """Delete the selected dead letters (all of the app's when no filter is given)."""
+    q = state_of(request).q
+    return m.Count(count=views.purge(q, _letters(q, allow_app(who, app), body)))
+
+
+@router.get("/shards", tags=["admin"])
+def shards(request: Request, who: Admin) -> m.Shards:
+    """Pointers per shard of the cluster (a token for every app only)."""
+    if who.app != ALL_APPS:
+        raise ApiError(403, "forbidden_app", "pointers of every app need a token for app '*'")
+    q = state_of(request).q
+    return m.Shards(
+        cluster=q.toplevel.cluster,
+        shards=[
+            m.ShardPointers(shard=s, pointers=n, vested=v, leased=leased)
+            for s, n, v, leased in views.pointers_by_shard(q)
+        ],
+    )

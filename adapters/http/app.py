@@ -1,0 +1,195 @@
+"""The ASGI app of ``quick serve``: the ``/v1`` JSON API, its OpenAPI document at
+``/openapi.json`` (browsable at ``/docs``), and the dashboard at ``/``.
+
+:func:`create_app` takes an open :class:`~quickzones.client.Quick`; it never opens or
+closes the store itself, so a test or an embedding service owns that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from quickzones.adapters.http.api import ApiError, ServeState, router
+from quickzones.adapters.http.pull import PullConfig, PullLeaser
+from quickzones.adapters.http.tokens import TokenStore
+from quickzones.client import Quick
+from quickzones.errors import (
+    InvalidArgument,
+    ItemAlreadyQueued,
+    ItemNotFound,
+    LeaseLost,
+    PayloadTooLarge,
+    QuickError,
+    StorageError,
+    TransactionTooLarge,
+    UnknownJobType,
+    UnsupportedByStore,
+)
+from quickzones.store.outcomes import DuplicateItemMismatch
+
+log = logging.getLogger("quick.serve")
+
+DEFAULT_MAX_BODY = 4 * 1024 * 1024  # bytes of one request body
+# How long the server admits a token it checked without reading the store again: a
+# revocation by another process (``quick tokens revoke``) takes effect within this.
+TOKEN_CACHE_S = 1.0
+
+
+def _problem(status: int, error: str, detail: str, item_id: str | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"error": error, "detail": detail}
+    if item_id is not None:
+        body["item_id"] = item_id
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+# A quick error's HTTP status and code, most specific first.
+_ERRORS: list[tuple[type[Exception], int, str]] = [
+    (PayloadTooLarge, 413, "payload_too_large"),
+    (TransactionTooLarge, 413, "batch_too_large"),
+    (InvalidArgument, 400, "invalid_argument"),
+    (UnknownJobType, 400, "unknown_job_type"),
+    (ItemNotFound, 404, "item_not_found"),
+    (LeaseLost, 409, "lease_lost"),
+    (ItemAlreadyQueued, 409, "item_already_queued"),
+    (DuplicateItemMismatch, 409, "duplicate_item_mismatch"),
+    (UnsupportedByStore, 400, "unsupported_by_store"),
+]
+
+
+class BodyLimit:
+    """Refuses a request body larger than ``limit`` bytes with 413, whether announced by
+    Content-Length or streamed in chunks, before the route reads it whole."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    announced = int(value)
+                except ValueError:
+                    announced = -1
+                if announced < 0 or announced > self.limit:
+                    await self._refuse(send)
+                    return
+        seen = 0
+        refused = False
+
+        async def limited() -> Message:
+            nonlocal seen, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    refused = True
+                    await self._refuse(send)
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded(message: Message) -> None:
+            if not refused:  # after a refusal the app's own answer is dropped
+                await send(message)
+
+        await self.app(scope, limited, guarded)
+
+    async def _refuse(self, send: Send) -> None:
+        response = _problem(
+            413, "body_too_large", f"request bodies are limited to {self.limit} bytes"
+        )
+        await response({"type": "http"}, _no_receive, send)
+
+
+async def _no_receive() -> Message:
+    return {"type": "http.disconnect"}
+
+
+def create_app(
+    q: Quick,
+    *,
+    tokens: TokenStore | None = None,
+    pull: PullConfig | None = None,
+    max_body: int = DEFAULT_MAX_BODY,
+    dashboard: bool = True,
+) -> FastAPI:
+    """The server's ASGI app over an open Quick."""
+    stopping = threading.Event()
+    state = ServeState(
+        q=q,
+        tokens=tokens or TokenStore(q.kv, q.keys, q.clock, cache_s=TOKEN_CACHE_S),
+        leaser=PullLeaser(q, pull),
+        stopping=stopping,
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        import anyio.to_thread
+
+        # Long polls hold a worker thread each: leave room for the other routes.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = 200
+        stopping.clear()
+        yield
+        stopping.set()  # long polls return what they have
+
+    app = FastAPI(
+        title="quick serve",
+        version="1",
+        summary="QuiCK queue zones over HTTP: producers, pull consumers and admin.",
+        lifespan=lifespan,
+    )
+    app.state.quick = state
+    app.include_router(router)
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, err: ApiError) -> JSONResponse:
+        return _problem(err.status, err.error, err.detail, err.item_id)
+
+    @app.exception_handler(QuickError)
+    async def quick_error(_: Request, err: QuickError) -> JSONResponse:
+        for kind, status, code in _ERRORS:
+            if isinstance(err, kind):
+                return _problem(status, code, str(err), getattr(err, "item_id", None))
+        if isinstance(err, StorageError):
+            log.warning("storage error: %s", err)
+            return _problem(503, "storage_error", str(err))
+        log.error("unmapped quick error", exc_info=err)
+        return _problem(500, "internal", f"{type(err).__name__}: {err}")
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, err: RequestValidationError) -> JSONResponse:
+        first = err.errors()[0] if err.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        detail = f"{where}: {first.get('msg', 'invalid request')}"
+        body = {"error": "invalid_request", "detail": detail, "errors": _plain(err.errors())}
+        return JSONResponse(body, status_code=422)
+
+    if dashboard:
+        from quickzones.adapters.http.dashboard import mount_dashboard
+
+        mount_dashboard(app, state)
+
+    app.add_middleware(BodyLimit, limit=max_body)
+    return app
+
+
+def _plain(errors: Any) -> Any:
+    """Validation errors as JSON (pydantic puts exceptions and bytes in ``ctx``)."""
+    import json
+
+    return json.loads(json.dumps(errors, default=str))

@@ -1,0 +1,201 @@
+"""``quick serve`` and ``quick tokens create|list|revoke``.
+
+Registered in the ``quickzones.cli`` entry point group (``pyproject.toml``), so the core's
+``quick`` imports this module (and FastAPI) only when one of these commands runs or
+``quick --help`` lists them.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import click
+
+from quickzones.adapters.http.tokens import ALL_APPS, ROLES, TokenStore
+from quickzones.cli import friendly, store_option
+from quickzones.client import Quick
+from quickzones.errors import ConfigurationError
+
+
+def _tokens(q: Quick) -> TokenStore:
+    return TokenStore(q.kv, q.keys, q.clock)
+
+
+@click.command("serve")
+@store_option
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind; anything but loopback exposes the store to the network.",
+)
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option(
+    "--max-body",
+    "max_body",
+    type=click.IntRange(min=1024),
+    default=4 * 1024 * 1024,
+    show_default=True,
+    help="Largest request body in bytes (413 beyond).",
+)
+@click.option("--no-dashboard", "no_dashboard", is_flag=True, help="Serve the API only.")
+@click.option(
+    "--one-transaction-visits/--three-transaction-visits",
+    default=False,
+    show_default=True,
+    help="Pull consumers' zone visits: pointer lease, dequeue and requeue in one commit, "
+    "or the paper's three (as quick worker's option of that name).",
+)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+)
+@friendly
+def serve_cmd(
+    store: str,
+    host: str,
+    port: int,
+    max_body: int,
+    no_dashboard: bool,
+    one_transaction_visits: bool,
+    log_level: str,
+) -> None:
+    """Serve the HTTP API (/v1, OpenAPI at /docs) and the dashboard (/) over a store."""
+    import uvicorn
+
+    from quickzones.adapters.http.app import create_app
+    from quickzones.adapters.http.pull import PullConfig
+
+    q = Quick.open(store, create=False)
+    try:
+        if not _tokens(q).list():
+            click.echo(
+                "warning: no tokens yet; create one with: quick tokens create --app APP "
+                "--role produce --role consume --role admin",
+                err=True,
+            )
+        if host not in ("127.0.0.1", "::1", "localhost"):
+            click.echo(
+                f"warning: binding {host}: the API is reachable from the network; put TLS "
+                "in front of it (tokens travel in every request)",
+                err=True,
+            )
+        app = create_app(
+            q,
+            max_body=max_body,
+            dashboard=not no_dashboard,
+            pull=PullConfig(one_transaction_visits=one_transaction_visits),
+        )
+        uvicorn.run(app, host=host, port=port, log_level=log_level, server_header=False)
+    finally:
+        q.close()
+
+
+@click.group("tokens")
+def tokens_group() -> None:
+    """Bearer tokens for quick serve: one app, some roles, stored hashed."""
+
+
+@tokens_group.command("create")
+@store_option
+@click.option("--app", default=None, help="The app the token may act on.")
+@click.option(
+    "--all-apps",
+    "all_apps",
+    is_flag=True,
+    help="Act on every app (an operator's token; needed for /v1/shards).",
+)
+@click.option(
+    "--role",
+    "roles",
+    multiple=True,
+    required=True,
+    type=click.Choice(ROLES),
+    help="produce, consume or admin; repeat for several.",
+)
+@click.option("--label", default="", help="A note: who or what holds it.")
+@click.option("--json", "as_json", is_flag=True)
+@friendly
+def create_cmd(
+    store: str, app: str | None, all_apps: bool, roles: tuple[str, ...], label: str, as_json: bool
+) -> None:
+    """Create a token; it is printed once and only its hash is stored."""
+    if all_apps == (app is not None):
+        raise ConfigurationError("give exactly one of --app APP or --all-apps")
+    q = Quick.open(store)
+    try:
+        token, info = _tokens(q).create(
+            ALL_APPS if all_apps else str(app), list(roles), label=label
+        )
+    finally:
+        q.close()
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "token": token,
+                    "token_id": info.token_id,
+                    "app": info.app,
+                    "roles": list(info.roles),
+                }
+            )
+        )
+    else:
+        click.echo(token)
+        click.echo(
+            f"id {info.token_id}, app {info.app}, roles {','.join(info.roles)} "
+            "(keep the token: it cannot be shown again)",
+            err=True,
+        )
+
+
+@tokens_group.command("list")
+@store_option
+@click.option("--json", "as_json", is_flag=True)
+@friendly
+def list_cmd(store: str, as_json: bool) -> None:
+    """The tokens (ids, apps, roles; never the secrets)."""
+    q = Quick.open(store, create=False)
+    try:
+        infos = _tokens(q).list()
+    finally:
+        q.close()
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "token_id": t.token_id,
+                        "app": t.app,
+                        "roles": list(t.roles),
+                        "label": t.label,
+                        "created_ms": t.created_ms,
+                    }
+                    for t in infos
+                ]
+            )
+        )
+        return
+    for t in infos:
+        created = datetime.fromtimestamp(t.created_ms / 1000, tz=UTC).isoformat(timespec="seconds")
+        click.echo(
+            f"{t.token_id}  app={t.app}  roles={','.join(t.roles)}  created={created}"
+            f"  {t.label}".rstrip()
+        )
+
+
+@tokens_group.command("revoke")
+@store_option
+@click.argument("token_id")
+@friendly
+def revoke_cmd(store: str, token_id: str) -> None:
+    """Revoke a token by id; requests with it get 401 from then on."""
+    q = Quick.open(store, create=False)
+    try:
+        _tokens(q).revoke(token_id)
+    finally:
+        q.close()
+    click.echo(f"revoked {token_id}")

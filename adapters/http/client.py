@@ -1,0 +1,414 @@
+"""A Python client of ``quick serve``'s HTTP API, sync (:class:`RemoteQuick`) and async
+(:class:`AsyncRemoteQuick`), for producers and pull consumers on other machines.
+
+Both build the same requests (:class:`_Call`) and read the same answers
+(:func:`_answer`); only the transport differs. Errors come back as the library's own: a
+lost lease is :class:`~quickzones.errors.LeaseLost`, a missing item
+:class:`~quickzones.errors.ItemNotFound`, anything else a :class:`RemoteError` with the
+server's ``error`` code and sentence.
+
+    with RemoteQuick("http://127.0.0.1:8000", token) as rq:
+        rq.enqueue("send_email", {"to": "a@example.com"}, app="mail", tenant="user-1")
+        for lease in rq.lease(max_items=10, wait_s=5):
+            ...
+            rq.complete(lease)
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from quickzones.errors import ItemNotFound, LeaseLost, QuickError
+from quickzones.store.enqueue import Enqueued
+
+
+class RemoteError(QuickError):
+    """The server refused a request: ``status`` and its ``error`` code say why."""
+
+    def __init__(self, status: int, error: str, detail: str) -> None:
+        super().__init__(f"HTTP {status} {error}: {detail}")
+        self.status = status
+        self.error = error
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLease:
+    """An item leased through the API, with what completing it needs."""
+
+    app: str
+    tenant: str
+    item_id: str
+    lease_id: str
+    job_type: str
+    payload: Any  # bytes, or the JSON value
+    attempts: int
+    error_count: int
+    enqueued_ms: int
+    lease_expires_ms: int
+    priority: int = 0
+    last_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    method: str
+    path: str
+    json: Any = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def _seg(value: str) -> str:
+    return quote(value, safe="")
+
+
+def _item_path(app: str, tenant: str, item_id: str) -> str:
+    return f"/v1/apps/{_seg(app)}/tenants/{_seg(tenant)}/items/{_seg(item_id)}"
+
+
+def _payload_fields(payload: Any) -> dict[str, Any]:
+    if isinstance(payload, bytes | bytearray | memoryview):
+        return {"payload_b64": base64.b64encode(bytes(payload)).decode("ascii")}
+    return {"payload": payload}
+
+
+def _answer(response: httpx.Response) -> Any:
+    if response.status_code == 204:
+        return None
+    try:
+        body = response.json()
+    except ValueError:
+        body = {"error": "bad_response", "detail": response.text[:200]}
+    if response.status_code < 300:
+        return body
+    error = str(body.get("error", "error")) if isinstance(body, dict) else "error"
+    detail = str(body.get("detail", "")) if isinstance(body, dict) else str(body)
+    item_id = body.get("item_id") if isinstance(body, dict) else None
+    if error in ("lease_lost", "item_gone"):
+        raise LeaseLost(str(item_id or ""))
+    if error == "item_not_found":
+        raise ItemNotFound(str(item_id or ""))
+    raise RemoteError(response.status_code, error, detail)
+
+
+def _lease_of(raw: dict[str, Any]) -> RemoteLease:
+    b64 = raw.get("payload_b64")
+    return RemoteLease(
+        app=raw["app"],
+        tenant=raw["tenant"],
+        item_id=raw["item_id"],
+        lease_id=raw["lease_id"],
+        job_type=raw["job_type"],
+        payload=base64.b64decode(b64) if b64 is not None else raw.get("payload"),
+        attempts=raw["attempts"],
+        error_count=raw["error_count"],
+        enqueued_ms=raw["enqueued_ms"],
+        lease_expires_ms=raw["lease_expires_ms"],
+        priority=raw.get("priority", 0),
+        last_error=raw.get("last_error"),
+    )
+
+
+class _Calls:
+    """The API's requests, shared by the sync and async clients."""
+
+    @staticmethod
+    def enqueue(
+        job_type: str,
+        payload: Any,
+        app: str,
+        tenant: str,
+        delay: float,
+        priority: int,
+        item_id: str | None,
+        ttl: float | None,
+    ) -> _Call:
+        body = {"job_type": job_type, "delay_s": delay, "priority": priority, "item_id": item_id,
+                "ttl_s": ttl, **_payload_fields(payload)}  # fmt: skip
+        return _Call("POST", f"/v1/apps/{_seg(app)}/tenants/{_seg(tenant)}/items", body)
+
+    @staticmethod
+    def enqueue_many(
+        job_type: str, payloads: Iterable[Any], app: str, tenant: str, delay: float, priority: int
+    ) -> _Call:
+        body = {"job_type": job_type, "delay_s": delay, "priority": priority,
+                "items": [_payload_fields(p) for p in payloads]}  # fmt: skip
+        return _Call("POST", f"/v1/apps/{_seg(app)}/tenants/{_seg(tenant)}/batches", body)
+
+    @staticmethod
+    def lease(
+        max_items: int,
+        wait_s: float,
+        lease_s: float,
+        app: str | None,
+        job_types: Any,
+        fill_s: float | None = None,
+    ) -> _Call:
+        body = {"max_items": max_items, "wait_s": wait_s, "lease_s": lease_s, "app": app,
+                "job_types": None if job_types is None else list(job_types)}  # fmt: skip
+        if fill_s is not None:
+            body["fill_s"] = fill_s
+        return _Call("POST", "/v1/leases", body)
+
+    @staticmethod
+    def on_lease(lease: RemoteLease, verb: str, **fields: Any) -> _Call:
+        path = _item_path(lease.app, lease.tenant, lease.item_id) + "/" + verb
+        return _Call("POST", path, {"lease_id": lease.lease_id, **fields})
+
+    @staticmethod
+    def complete_many(leases: Sequence[RemoteLease]) -> _Call:
+        items = [{"app": x.app, "tenant": x.tenant, "item_id": x.item_id,
+                  "lease_id": x.lease_id} for x in leases]  # fmt: skip
+        return _Call("POST", "/v1/completions", {"items": items})
+
+    @staticmethod
+    def dead_letters(app: str, filters: dict[str, Any], verb: str | None) -> _Call:
+        path = f"/v1/apps/{_seg(app)}/dead-letters"
+        if verb is None:
+            return _Call("GET", path, params={k: v for k, v in filters.items() if v is not None})
+        return _Call("POST", f"{path}/{verb}", filters)
+
+
+def _http_options(url: str, token: str, timeout_s: float) -> dict[str, Any]:
+    """What the sync and the async client both give httpx."""
+    return {
+        "base_url": url.rstrip("/"),
+        "headers": {"Authorization": f"Bearer {token}"},
+        "timeout": timeout_s,
+    }
+
+
+# Items per request of complete_many (the server takes at most 1000).
+COMPLETE_BATCH_MAX = 1000
+
+
+def _batches(leases: Sequence[RemoteLease]) -> list[Sequence[RemoteLease]]:
+    return [leases[i : i + COMPLETE_BATCH_MAX] for i in range(0, len(leases), COMPLETE_BATCH_MAX)]
+
+
+def _completed(body: dict[str, Any]) -> list[QuickError | None]:
+    out: list[QuickError | None] = []
+    for r in body["results"]:
+        outcome = r["outcome"]
+        if outcome == "completed":
+            out.append(None)
+        elif outcome in ("lease_lost", "item_gone"):
+            out.append(LeaseLost(r["item_id"]))
+        else:
+            out.append(RemoteError(200, outcome, f"item {r['item_id']!r}: {outcome}"))
+    return out
+
+
+def _enqueued(body: dict[str, Any]) -> Enqueued:
+    return Enqueued(body["item_id"], body.get("duplicate"))
+
+
+class RemoteQuick:
+    """The API from synchronous code (one ``httpx.Client``, kept alive)."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        timeout_s: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.Client(**_http_options(url, token, timeout_s), transport=transport)
+        self.timeout_s = timeout_s
+
+    def __enter__(self) -> RemoteQuick:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _do(self, call: _Call, *, timeout_s: float | None = None) -> Any:
+        response = self._http.request(
+            call.method,
+            call.path,
+            json=call.json,
+            params=call.params or None,
+            timeout=timeout_s if timeout_s is not None else self.timeout_s,
+        )
+        return _answer(response)
+
+    # producers
+    def enqueue(self, job_type: str, payload: Any = None, *, app: str, tenant: str,
+                delay: float = 0.0, priority: int = 0, item_id: str | None = None,
+                ttl: float | None = None) -> Enqueued:  # fmt: skip
+        """Enqueue one item; returns its id (``duplicate`` set when the id was known)."""
+        call = _Calls.enqueue(job_type, payload, app, tenant, delay, priority, item_id, ttl)
+        return _enqueued(self._do(call))
+
+    def enqueue_many(self, job_type: str, payloads: Iterable[Any], *, app: str, tenant: str,
+                     delay: float = 0.0, priority: int = 0) -> list[str]:  # fmt: skip
+        """Enqueue several items into one zone, all or none."""
+        body = self._do(_Calls.enqueue_many(job_type, payloads, app, tenant, delay, priority))
+        return list(body["item_ids"])
+
+    def status(self, app: str, tenant: str, item_id: str) -> dict[str, Any] | None:
+        """The item's state (queued, leased, completed, ...), or None if unknown."""
+        try:
+            out: dict[str, Any] = self._do(_Call("GET", _item_path(app, tenant, item_id)))
+        except ItemNotFound:
+            return None
+        return out
+
+    def cancel(self, app: str, tenant: str, item_id: str) -> None:
+        self._do(_Call("DELETE", _item_path(app, tenant, item_id)))
+
+    # pull consumers
+    def lease(self, max_items: int = 1, *, wait_s: float = 0.0, lease_s: float = 30.0,
+              app: str | None = None, job_types: Iterable[str] | None = None,
+              fill_s: float | None = None) -> list[RemoteLease]:  # fmt: skip
+        """Up to ``max_items`` leased items, waiting up to ``wait_s`` for the first. With
+        ``fill_s``, a lease that holds items stops visiting zones that long after its scan
+        began (fewer items per call, each handed out sooner)."""
+        call = _Calls.lease(max_items, wait_s, lease_s, app, job_types, fill_s)
+        body = self._do(call, timeout_s=self.timeout_s + wait_s)
+        return [_lease_of(x) for x in body["items"]]
+
+    def complete(self, lease: RemoteLease) -> None:
+        self._do(_Calls.on_lease(lease, "complete"))
+
+    def complete_many(self, leases: Sequence[RemoteLease]) -> list[QuickError | None]:
+        """Complete several leases in one request (one commit per zone on the server).
+        One outcome per lease, in order: None when completed, :class:`LeaseLost` when the
+        lease was lost or the item is gone (what :meth:`complete` raises); a lease that
+        was not completed is never retried here."""
+        out: list[QuickError | None] = []
+        for batch in _batches(leases):
+            out.extend(_completed(self._do(_Calls.complete_many(batch))))
+        return out
+
+    def extend(self, lease: RemoteLease, lease_s: float = 30.0) -> int:
+        """Hold the lease ``lease_s`` more seconds; returns its new end (ms)."""
+        return int(self._do(_Calls.on_lease(lease, "extend", lease_s=lease_s))["lease_expires_ms"])
+
+    def nack(self, lease: RemoteLease, delay_s: float = 0.0, error: str | None = None) -> None:
+        self._do(_Calls.on_lease(lease, "nack", delay_s=delay_s, error=error))
+
+    def fail(self, lease: RemoteLease, reason: str, traceback: str | None = None) -> None:
+        self._do(_Calls.on_lease(lease, "fail", reason=reason, traceback=traceback))
+
+    # admin
+    def stats(self, app: str) -> dict[str, Any]:
+        out: dict[str, Any] = self._do(_Call("GET", f"/v1/apps/{_seg(app)}/stats"))
+        return out
+
+    def dead_letters(self, app: str, **filters: Any) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = self._do(_Calls.dead_letters(app, filters, None))[
+            "dead_letters"
+        ]
+        return out
+
+    def requeue_dead_letters(self, app: str, **filters: Any) -> int:
+        return int(self._do(_Calls.dead_letters(app, filters, "requeue"))["count"])
+
+    def purge_dead_letters(self, app: str, **filters: Any) -> int:
+        return int(self._do(_Calls.dead_letters(app, filters, "purge"))["count"])
+
+
+class AsyncRemoteQuick:
+    """The API from asyncio code (one ``httpx.AsyncClient``)."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        timeout_s: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.AsyncClient(**_http_options(url, token, timeout_s), transport=transport)
+        self.timeout_s = timeout_s
+
+    async def __aenter__(self) -> AsyncRemoteQuick:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _do(self, call: _Call, *, timeout_s: float | None = None) -> Any:
+        response = await self._http.request(
+            call.method,
+            call.path,
+            json=call.json,
+            params=call.params or None,
+            timeout=timeout_s if timeout_s is not None else self.timeout_s,
+        )
+        return _answer(response)
+
+    async def enqueue(self, job_type: str, payload: Any = None, *, app: str, tenant: str,
+                      delay: float = 0.0, priority: int = 0, item_id: str | None = None,
+                      ttl: float | None = None) -> Enqueued:  # fmt: skip
+        call = _Calls.enqueue(job_type, payload, app, tenant, delay, priority, item_id, ttl)
+        return _enqueued(await self._do(call))
+
+    async def enqueue_many(self, job_type: str, payloads: Iterable[Any], *, app: str,
+                           tenant: str, delay: float = 0.0, priority: int = 0
+                           ) -> list[str]:  # fmt: skip
+        call = _Calls.enqueue_many(job_type, payloads, app, tenant, delay, priority)
+        return list((await self._do(call))["item_ids"])
+
+    async def status(self, app: str, tenant: str, item_id: str) -> dict[str, Any] | None:
+        try:
+            out: dict[str, Any] = await self._do(_Call("GET", _item_path(app, tenant, item_id)))
+        except ItemNotFound:
+            return None
+        return out
+
+    async def cancel(self, app: str, tenant: str, item_id: str) -> None:
+        await self._do(_Call("DELETE", _item_path(app, tenant, item_id)))
+
+    async def lease(self, max_items: int = 1, *, wait_s: float = 0.0, lease_s: float = 30.0,
+                    app: str | None = None, job_types: Iterable[str] | None = None,
+                    fill_s: float | None = None) -> list[RemoteLease]:  # fmt: skip
+        call = _Calls.lease(max_items, wait_s, lease_s, app, job_types, fill_s)
+        body = await self._do(call, timeout_s=self.timeout_s + wait_s)
+        return [_lease_of(x) for x in body["items"]]
+
+    async def complete(self, lease: RemoteLease) -> None:
+        await self._do(_Calls.on_lease(lease, "complete"))
+
+    async def complete_many(self, leases: Sequence[RemoteLease]) -> list[QuickError | None]:
+        out: list[QuickError | None] = []
+        for batch in _batches(leases):
+            out.extend(_completed(await self._do(_Calls.complete_many(batch))))
+        return out
+
+    async def extend(self, lease: RemoteLease, lease_s: float = 30.0) -> int:
+        body = await self._do(_Calls.on_lease(lease, "extend", lease_s=lease_s))
+        return int(body["lease_expires_ms"])
+
+    async def nack(
+        self, lease: RemoteLease, delay_s: float = 0.0, error: str | None = None
+    ) -> None:
+        await self._do(_Calls.on_lease(lease, "nack", delay_s=delay_s, error=error))
+
+    async def fail(self, lease: RemoteLease, reason: str, traceback: str | None = None) -> None:
+        await self._do(_Calls.on_lease(lease, "fail", reason=reason, traceback=traceback))
+
+
+def backoff(attempt: int, base_s: float = 0.1, cap_s: float = 5.0) -> float:
+    """Seconds to wait before retrying after ``attempt`` failed requests (full jitter)."""
+    return random.uniform(0, min(cap_s, base_s * 2**attempt))
+
+
+def sleep_backoff(attempt: int) -> None:
+    time.sleep(backoff(attempt))

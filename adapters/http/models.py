@@ -1,0 +1,303 @@
+"""The JSON shapes of the HTTP API (pydantic v2); the OpenAPI document is built from them.
+
+Payloads travel as JSON: ``payload`` holds a JSON value, or ``payload_b64`` holds bytes
+in base64 (exactly one of them). An item stored as bytes comes back as ``payload_b64``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from quickzones.store.records import DeadLetter, WorkItem, ZoneId
+from quickzones.store.validation import MAX_DELAY_S, MAX_PRIORITY, MIN_PRIORITY
+
+_JOB_TYPE = r"^[A-Za-z_][A-Za-z0-9_.:\-]*$"
+_Seconds = Field(default=0.0, ge=0.0, le=MAX_DELAY_S, allow_inf_nan=False)
+_LeaseSeconds = Field(default=30.0, gt=0.0, le=12 * 3600.0, allow_inf_nan=False)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Payload(_Strict):
+    payload: Any = None
+    payload_b64: str | None = Field(default=None, description="bytes payload, base64")
+
+    def body(self) -> Any:
+        """The payload to enqueue: bytes from ``payload_b64``, else the JSON value."""
+        if self.payload_b64 is None:
+            return self.payload
+        try:
+            return base64.b64decode(self.payload_b64, validate=True)
+        except (binascii.Error, ValueError) as err:
+            raise ValueError(f"payload_b64 is not base64: {err}") from None
+
+    @model_validator(mode="after")
+    def _one_payload(self) -> _Payload:
+        if self.payload_b64 is not None and self.payload is not None:
+            raise ValueError("give payload or payload_b64, not both")
+        return self
+
+
+class EnqueueRequest(_Payload):
+    job_type: str = Field(min_length=1, max_length=200, pattern=_JOB_TYPE)
+    delay_s: float = _Seconds
+    priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY)
+    item_id: str | None = Field(default=None, description="caller-chosen id: idempotent")
+    ttl_s: float | None = Field(default=None, gt=0.0, le=MAX_DELAY_S, allow_inf_nan=False)
+
+
+class BatchItem(_Payload):
+    pass
+
+
+class EnqueueManyRequest(_Strict):
+    job_type: str = Field(min_length=1, max_length=200, pattern=_JOB_TYPE)
+    items: list[BatchItem] = Field(min_length=1, max_length=10_000)
+    delay_s: float = _Seconds
+    priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY)
+
+
+class Enqueued(BaseModel):
+    item_id: str
+    duplicate: str | None = Field(
+        default=None, description='"queued" or a finished state when the id was known'
+    )
+
+
+class EnqueuedMany(BaseModel):
+    item_ids: list[str]
+
+
+class ItemState(BaseModel):
+    app: str
+    tenant: str
+    item_id: str
+    state: str
+    at_ms: int
+    attempts: int
+    error_count: int
+    next_vesting_ms: int | None = None
+    last_error: str | None = None
+
+
+class LeaseRequest(_Strict):
+    app: str | None = Field(default=None, description="default: the token's app")
+    max_items: int = Field(default=1, ge=1, le=1000)
+    wait_s: float = Field(default=0.0, ge=0.0, le=20.0, allow_inf_nan=False)
+    lease_s: float = _LeaseSeconds
+    job_types: list[str] | None = Field(default=None, max_length=100)
+    fill_s: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=20.0,
+        allow_inf_nan=False,
+        description="once the lease holds items, visit no more zones this long after its "
+        "scan began (fewer items, handed out sooner); default: fill up to max_items",
+    )
+
+
+class LeasedItem(BaseModel):
+    app: str
+    tenant: str
+    item_id: str
+    lease_id: str
+    job_type: str
+    payload: Any = None
+    payload_b64: str | None = None
+    priority: int
+    attempts: int
+    error_count: int
+    last_error: str | None = None
+    enqueued_ms: int
+    lease_expires_ms: int
+
+
+class LeaseResponse(BaseModel):
+    items: list[LeasedItem]
+
+
+class LeaseRef(_Strict):
+    lease_id: str = Field(min_length=1, max_length=200)
+
+
+class Completion(LeaseRef):
+    app: str = Field(min_length=1, max_length=200)
+    tenant: str = Field(min_length=1, max_length=200)
+    item_id: str = Field(min_length=1, max_length=200)
+
+
+class CompleteManyRequest(_Strict):
+    items: list[Completion] = Field(min_length=1, max_length=1000)
+
+
+Outcome = Literal["completed", "lease_lost", "item_gone", "corrupt"]
+
+
+class CompletionOutcome(BaseModel):
+    app: str
+    tenant: str
+    item_id: str
+    outcome: Outcome = Field(
+        description="completed; lease_lost: another consumer holds the item now; "
+        "item_gone: it was completed, cancelled or dead-lettered meanwhile; corrupt: its "
+        "stored record is unreadable (left for the consumers' corrupt-record handling)"
+    )
+
+
+class CompletedMany(BaseModel):
+    results: list[CompletionOutcome] = Field(description="one per item, in request order")
+
+
+class ExtendRequest(LeaseRef):
+    lease_s: float = _LeaseSeconds
+
+
+class Extended(BaseModel):
+    lease_expires_ms: int
+
+
+class NackRequest(LeaseRef):
+    delay_s: float = _Seconds
+    error: str | None = Field(default=None, max_length=2000)
+
+
+class FailRequest(LeaseRef):
+    reason: str = Field(default="failed by a remote worker", max_length=2000)
+    traceback: str | None = Field(default=None, max_length=64_000)
+
+
+class Problem(BaseModel):
+    """Every error: a stable code, a sentence, and fields naming what it is about."""
+
+    error: str
+    detail: str
+    item_id: str | None = None
+
+
+class ZoneDepth(BaseModel):
+    tenant: str
+    items: int
+    leased: bool
+    pointer_vesting_ms: int | None = None
+
+
+class ZonesPage(BaseModel):
+    app: str
+    total: int
+    zones: list[ZoneDepth]
+
+
+class AppStats(BaseModel):
+    app: str
+    items: int
+    vested: int
+    leased: int
+    active_zones: int
+    dead_letters: int
+    by_job_type: dict[str, int]
+    by_tenant: dict[str, int]
+
+
+class ZoneItem(BaseModel):
+    item_id: str
+    job_type: str
+    state: Literal["queued", "vested", "leased"]
+    priority: int
+    attempts: int
+    error_count: int
+    vesting_ms: int
+    enqueued_ms: int
+    last_error: str | None = None
+
+
+class ZoneItems(BaseModel):
+    app: str
+    tenant: str
+    total: int
+    items: list[ZoneItem]
+
+
+class DeadLetterOut(BaseModel):
+    app: str
+    tenant: str
+    item_id: str
+    job_type: str | None
+    reason: str
+    dead_at_ms: int
+    error_count: int | None
+    traceback: str | None = None
+
+
+class DeadLettersPage(BaseModel):
+    total: int
+    dead_letters: list[DeadLetterOut]
+
+
+class DeadLetterFilter(_Strict):
+    tenant: str | None = Field(default=None, max_length=200)
+    job_type: str | None = Field(default=None, max_length=200)
+    item_id: str | None = Field(default=None, max_length=200)
+
+
+class Count(BaseModel):
+    count: int
+    skipped: int = 0
+
+
+class ShardPointers(BaseModel):
+    shard: int
+    pointers: int
+    vested: int
+    leased: int
+
+
+class Shards(BaseModel):
+    cluster: str
+    shards: list[ShardPointers]
+
+
+def leased_item(zone: ZoneId, item: WorkItem) -> LeasedItem:
+    payload, b64 = payload_out(item)
+    return LeasedItem(
+        app=zone.app,
+        tenant=zone.tenant,
+        item_id=item.item_id,
+        lease_id=item.lease_id or "",
+        job_type=item.job_type,
+        payload=payload,
+        payload_b64=b64,
+        priority=item.priority,
+        attempts=item.attempts,
+        error_count=item.error_count,
+        last_error=item.last_error,
+        enqueued_ms=item.enqueued_ms,
+        lease_expires_ms=item.vesting_ms,
+    )
+
+
+def payload_out(item: WorkItem) -> tuple[Any, str | None]:
+    import json
+
+    if item.content_type == "json":
+        return json.loads(item.payload), None
+    return None, base64.b64encode(item.payload).decode("ascii")
+
+
+def dead_letter_out(letter: DeadLetter) -> DeadLetterOut:
+    item = letter.item
+    return DeadLetterOut(
+        app=letter.zone.app,
+        tenant=letter.zone.tenant,
+        item_id=letter.item_id,
+        job_type=None if item is None else item.job_type,
+        reason=letter.reason,
+        dead_at_ms=letter.dead_at_ms,
+        error_count=None if item is None else item.error_count,
+        traceback=letter.traceback,
+    )

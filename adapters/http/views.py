@@ -1,0 +1,196 @@
+"""Admin reads the server and dashboard need, scoped to one app and paged, so a page of a
+store with 100,000 zones reads one page of keys, not the store. Snapshot reads only: none
+conflicts with producers or consumers. Whole-store figures come from
+:mod:`quickzones.store.admin`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import fdb.tuple as fdbtuple
+
+from quickzones.adapters.http.models import ZoneDepth
+from quickzones.clock import now_ms
+from quickzones.errors import CorruptRecord
+from quickzones.store import admin
+from quickzones.store.kv import KVTransaction, run, unpack_i64
+from quickzones.store.records import DeadLetter, WorkItem, ZoneId, decode_item
+
+if TYPE_CHECKING:
+    from quickzones.client import Quick
+
+_PAGE = 1000
+
+
+def _app_index_range(q: Quick, shard: int, app: str) -> tuple[bytes, bytes]:
+    # (root, "c", cluster, shard, "ix", app, tenant) -> pointer_id
+    prefix = q.keys.shard_prefix(q.toplevel.cluster, shard) + fdbtuple.pack(("ix", app))
+    return prefix + b"\x00", prefix + b"\xff"
+
+
+def all_apps(q: Quick) -> set[str]:
+    """Apps with at least one active zone: one short read per app and shard (it skips
+    over each app's tenants), so many zones cost no more than few."""
+    apps: set[str] = set()
+    for shard in range(q.toplevel.shards):
+        begin, end = q.keys.pointer_index_range(q.toplevel.cluster, shard)
+        while True:
+
+            def first(
+                tr: KVTransaction, start: bytes = begin, stop: bytes = end
+            ) -> list[tuple[bytes, bytes]]:
+                return tr.get_range(start, stop, limit=1, snapshot=True)
+
+            rows = run(q.kv, first)
+            if not rows:
+                break
+            app = str(q.keys.unpack(rows[0][0])[-2])
+            apps.add(app)
+            begin = _app_index_range(q, shard, app)[1]
+    return apps
+
+
+def app_tenants(q: Quick, app: str, search: str | None = None) -> list[str]:
+    """Tenants of ``app`` whose zone has a pointer (may hold items), sorted; ``search``
+    keeps those whose name contains it."""
+    tenants: list[str] = []
+    for shard in range(q.toplevel.shards):
+        for key, _ in admin.scan_range(q, *_app_index_range(q, shard, app)):
+            tenant = str(q.keys.unpack(key)[-1])
+            if search is None or search in tenant:
+                tenants.append(tenant)
+    return sorted(tenants)
+
+
+def zone_depths(
+    q: Quick, app: str, *, search: str | None, offset: int, limit: int
+) -> tuple[int, list[ZoneDepth]]:
+    """One page of an app's active zones with their item counts and pointer state."""
+    tenants = app_tenants(q, app, search)
+    return len(tenants), zone_depths_of(q, app, tenants[offset : offset + limit])
+
+
+def zone_depths_of(q: Quick, app: str, tenants: list[str]) -> list[ZoneDepth]:
+    """Item counts and pointer state of these tenants' zones (one page)."""
+    zones = [ZoneId(app, t) for t in tenants]
+
+    def read(tr: KVTransaction) -> list[int]:
+        return [unpack_i64(tr.get(q.keys.count_key(z), snapshot=True)) for z in zones]
+
+    counts = run(q.kv, read) if zones else []
+    out = []
+    for zone, count in zip(zones, counts, strict=True):
+        pointer = q.toplevel.get_pointer(zone)
+        out.append(
+            ZoneDepth(
+                tenant=zone.tenant,
+                items=count,
+                leased=pointer is not None and pointer.lease_id is not None,
+                pointer_vesting_ms=None if pointer is None else pointer.vesting_ms,
+            )
+        )
+    return out
+
+
+@dataclass(slots=True)
+class AppFigures:
+    items: int = 0
+    vested: int = 0
+    leased: int = 0
+    corrupt: int = 0
+    oldest_vested_ms: int | None = None
+    by_job_type: Counter[str] = field(default_factory=Counter)
+    by_tenant: Counter[str] = field(default_factory=Counter)
+
+
+def app_figures(q: Quick, app: str) -> AppFigures:
+    """Counts of one app's items by state, job type and tenant (scans the app's items)."""
+    prefix = fdbtuple.pack((q.keys.root, "z", app))
+    now = now_ms(q.clock)
+    out = AppFigures()
+    for key, value in admin.scan_range(q, prefix + b"\x00", prefix + b"\xff"):
+        parts = q.keys.unpack(key)
+        if len(parts) != 5 or parts[3] != "i":
+            continue
+        try:
+            item = decode_item(key, value)
+        except CorruptRecord:
+            out.corrupt += 1
+            continue
+        out.items += 1
+        out.by_job_type[item.job_type] += 1
+        out.by_tenant[str(parts[2])] += 1
+        if item.lease_id is not None and item.vesting_ms > now:
+            out.leased += 1
+        elif item.vesting_ms <= now:
+            out.vested += 1
+            if out.oldest_vested_ms is None or item.vesting_ms < out.oldest_vested_ms:
+                out.oldest_vested_ms = item.vesting_ms
+    return out
+
+
+def zone_items(q: Quick, zone: ZoneId, *, offset: int, limit: int) -> tuple[int, list[WorkItem]]:
+    """A page of a zone's items (every state), in id order."""
+    items = []
+    for key, value in admin.scan_range(q, *q.keys.items_range(zone)):
+        parts = q.keys.unpack(key)
+        if len(parts) != 5:
+            continue  # payload chunks
+        try:
+            items.append(decode_item(key, value))
+        except CorruptRecord:
+            continue
+    return len(items), items[offset : offset + limit]
+
+
+def item_state(item: WorkItem, now: int) -> str:
+    if item.lease_id is not None and item.vesting_ms > now:
+        return "leased"
+    return "vested" if item.vesting_ms <= now else "queued"
+
+
+def dead_letters(
+    q: Quick,
+    app: str,
+    *,
+    tenant: str | None = None,
+    job_type: str | None = None,
+    item_id: str | None = None,
+) -> list[DeadLetter]:
+    """Dead letters of ``app``; every filter given filters."""
+    out = []
+    for letter in admin.list_dead_letters(q, app, tenant):
+        if job_type is not None and (letter.item is None or letter.item.job_type != job_type):
+            continue
+        if item_id is not None and letter.item_id != item_id:
+            continue
+        out.append(letter)
+    return out
+
+
+def purge(q: Quick, letters: list[DeadLetter]) -> int:
+    """Delete exactly these dead letters (each with its chunks)."""
+    for start in range(0, len(letters), _PAGE):
+        page = letters[start : start + _PAGE]
+
+        def clear(tr: KVTransaction, page: list[DeadLetter] = page) -> None:
+            for letter in page:
+                tr.clear_range(*q.keys.dead_letter_range_of(letter.zone, letter.item_id))
+
+        run(q.kv, clear)
+    return len(letters)
+
+
+def pointers_by_shard(q: Quick) -> list[tuple[int, int, int, int]]:
+    """(shard, pointers, vested, leased) of every shard of the cluster."""
+    now = now_ms(q.clock)
+    out = []
+    for shard in range(q.toplevel.shards):
+        pointers = [p for p in q.toplevel.list_pointers(shard) if not p.local]
+        vested = sum(1 for p in pointers if p.vesting_ms <= now)
+        leased = sum(1 for p in pointers if p.lease_id is not None and p.vesting_ms > now)
+        out.append((shard, len(pointers), vested, leased))
+    return out

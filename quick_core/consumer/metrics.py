@@ -1,0 +1,126 @@
+"""Prometheus metrics from a consumer's events (``pip install 'quickzones[metrics]'``).
+
+The consumer reports what it does as events to an observer; :class:`PrometheusObserver`
+turns them into counters and histograms, and :func:`serve_metrics` exposes them over HTTP.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from quickzones.errors import MissingDependency
+
+if TYPE_CHECKING:
+    from quickzones.client import Quick
+
+
+def _prometheus() -> Any:
+    try:
+        import prometheus_client
+    except ImportError as err:
+        raise MissingDependency("prometheus_client", "metrics") from err
+    return prometheus_client
+
+
+class PrometheusObserver:
+    """Counts consumer events per app and job type, lease failures by cause, pickup lag."""
+
+    def __init__(self, registry: Any = None) -> None:
+        prom = _prometheus()
+        reg = registry if registry is not None else prom.REGISTRY
+        self.events = prom.Counter(
+            "quick_events_total", "Consumer events by kind and app", ["event", "app"], registry=reg
+        )
+        self.lease_failures = prom.Counter(
+            "quick_pointer_lease_failures_total",
+            "Pointer leases that failed, by cause",
+            ["reason"],
+            registry=reg,
+        )
+        self.pickup = prom.Histogram(
+            "quick_pickup_seconds",
+            "Time from an item's enqueue to its dequeue",
+            ["app"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=reg,
+        )
+        self.unknown_job_types = prom.Counter(
+            "quick_unknown_job_type",
+            "Items left for another consumer: their job type is not handled by this one",
+            ["job_type"],
+            registry=reg,
+        )
+        self.scanner_lag = prom.Histogram(
+            "quick_scanner_lag_seconds",
+            "Time from a pointer vesting to its lease",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=reg,
+        )
+
+    def __call__(self, event: str, fields: dict[str, Any]) -> None:
+        zone = fields.get("zone")
+        app = zone.app if zone is not None else ""
+        self.events.labels(event=event, app=app).inc()
+        if event == "pointer_lease_failed":
+            self.lease_failures.labels(reason=str(fields.get("reason"))).inc()
+        elif event == "dequeued":
+            lag_ms = fields["pickup_ms"] - fields["enqueued_ms"]
+            self.pickup.labels(app=app).observe(max(0.0, lag_ms / 1000))
+        elif event == "unknown_job_type":
+            self.unknown_job_types.labels(job_type=str(fields.get("job_type"))).inc()
+        elif event == "pointer_leased":
+            self.scanner_lag.observe(max(0.0, fields.get("lag_ms", 0) / 1000))
+
+
+class StoreCollector:
+    """Gauges read from the store at scrape time: queue depth and oldest vested age per
+    app, pointers per shard. Cost is proportional to the number of active zones.
+
+    The oldest vested age of an app is how long its longest-waiting vested pointer has
+    been vested: a zone's pointer vests no later than its oldest vested item.
+    """
+
+    def __init__(self, q: Quick) -> None:
+        self.q = q
+
+    def collect(self) -> Any:
+        prom = _prometheus()
+        from prometheus_client.core import GaugeMetricFamily
+
+        from quickzones.store.admin import active_zones
+
+        del prom
+        depth = GaugeMetricFamily("quick_queue_depth", "Items in active zones", labels=["app"])
+        oldest = GaugeMetricFamily(
+            "quick_oldest_vested_age_seconds",
+            "How long the app's longest-waiting vested pointer has waited",
+            labels=["app"],
+        )
+        pointers = GaugeMetricFamily("quick_pointers", "Pointers per shard", labels=["shard"])
+        now_ms = int(self.q.clock.now() * 1000)
+        by_app: dict[str, int] = {}
+        age: dict[str, float] = {}
+        for zone in active_zones(self.q):
+            app = zone.zone.app
+            by_app[app] = by_app.get(app, 0) + zone.count
+            waited = 0.0
+            if zone.pointer_vesting_ms is not None and not zone.leased:
+                waited = max(0.0, (now_ms - zone.pointer_vesting_ms) / 1000)
+            age[app] = max(age.get(app, 0.0), waited)
+        for app, n in sorted(by_app.items()):
+            depth.add_metric([app], n)
+            oldest.add_metric([app], age[app])
+        for shard in range(self.q.toplevel.shards):
+            pointers.add_metric([str(shard)], self.q.toplevel.count_pointers(shard))
+        yield depth
+        yield oldest
+        yield pointers
+
+
+def serve_metrics(q: Quick, port: int, addr: str = "127.0.0.1") -> PrometheusObserver:
+    """Start the HTTP exporter and return the observer to hand to ``q.consumer``."""
+    prom = _prometheus()
+    observer = PrometheusObserver()
+    prom.REGISTRY.register(StoreCollector(q))
+    prom.start_http_server(port, addr=addr)
+    return observer

@@ -1,0 +1,181 @@
+"""Admin reads and repairs: stats, active zones, dead letters. Snapshot reads throughout,
+so none of them conflicts with producers or consumers."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from quickzones.errors import CorruptRecord
+from quickzones.store import enqueue as two_part
+from quickzones.store.kv import KVTransaction, run, unpack_i64
+from quickzones.store.records import DeadLetter, ZoneId, decode_dead_letter, decode_item
+from quickzones.store.validation import check_name
+
+if TYPE_CHECKING:
+    from quickzones.client import Quick
+
+_PAGE = 1000
+
+
+@dataclass(slots=True)
+class ZoneSummary:
+    zone: ZoneId
+    count: int
+    pointer_vesting_ms: int | None
+    leased: bool
+
+
+@dataclass(slots=True)
+class Stats:
+    items_by_zone: Counter[tuple[str, str]] = field(default_factory=Counter)
+    items_by_app: Counter[str] = field(default_factory=Counter)
+    items_by_job_type: Counter[str] = field(default_factory=Counter)
+    vested: int = 0
+    leased: int = 0
+    corrupt: int = 0
+    active_zones: int = 0
+    dead_letters: int = 0
+
+
+def scan_range(q: Quick, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+    """All pairs of a range, page by page, each page its own short snapshot transaction so
+    a large store never hits the 5 s transaction lifetime."""
+    out: list[tuple[bytes, bytes]] = []
+    cursor = begin
+    while True:
+
+        def page(tr: KVTransaction, start: bytes = cursor) -> list[tuple[bytes, bytes]]:
+            return tr.get_range(start, end, limit=_PAGE, snapshot=True)
+
+        rows = run(q.kv, page)
+        out.extend(rows)
+        if len(rows) < _PAGE:
+            return out
+        cursor = rows[-1][0] + b"\x00"
+
+
+def active_zones(q: Quick) -> list[ZoneSummary]:
+    """Zones that have a pointer, with their item counts."""
+    out = []
+    for shard in range(q.toplevel.shards):
+        for pointer in q.toplevel.list_pointers(shard):
+            if pointer.local:
+                continue
+            out.append(
+                ZoneSummary(
+                    pointer.zone,
+                    q.zones.count(pointer.zone),
+                    pointer.vesting_ms,
+                    pointer.lease_id is not None,
+                )
+            )
+    return sorted(out, key=lambda z: (z.zone.app, z.zone.tenant))
+
+
+def stats(q: Quick) -> Stats:
+    """Counts per app, tenant and job type; scans every item (an admin command)."""
+    result = Stats()
+    now = int(q.clock.now() * 1000)
+    begin, end = q.keys.all_zones_range()
+    for key, value in scan_range(q, begin, end):
+        parts = q.keys.unpack(key)
+        if len(parts) != 5 or parts[3] != "i":
+            continue  # order entries, counts and payload chunks
+        app, tenant = str(parts[1]), str(parts[2])
+        try:
+            item = decode_item(key, value)
+        except CorruptRecord:
+            result.corrupt += 1
+            continue
+        result.items_by_zone[(app, tenant)] += 1
+        result.items_by_app[app] += 1
+        result.items_by_job_type[item.job_type] += 1
+        if item.lease_id is not None and item.vesting_ms > now:
+            result.leased += 1
+        elif item.vesting_ms <= now:
+            result.vested += 1
+    result.active_zones = sum(q.toplevel.count_pointers(s) for s in range(q.toplevel.shards))
+    result.dead_letters = len(_letter_rows(q, None, None))
+    return result
+
+
+def zone_count(q: Quick, zone: ZoneId) -> int:
+    return run(q.kv, lambda tr: unpack_i64(tr.get(q.keys.count_key(zone), snapshot=True)))
+
+
+_Row = tuple[ZoneId, str, bytes, bytes, list[bytes]]
+
+
+def _letter_rows(q: Quick, app: str | None, tenant: str | None) -> list[_Row]:
+    """(zone, item_id, key, record, chunk values) of every dead letter the filters select.
+
+    An app is a key prefix; a tenant alone is not, so it filters the keys scanned."""
+    out: list[_Row] = []
+    for key, value in scan_range(q, *q.keys.dead_letters_range(app)):
+        parts = q.keys.unpack(key)
+        if len(parts) == 5 and out:
+            last = out[-1]
+            if parts[1:4] == (last[0].app, last[0].tenant, last[1]):
+                last[4].append(value)  # a chunk of the record just before it
+            continue
+        if len(parts) != 4:
+            continue  # a chunk whose record is gone (or not selected)
+        zone = ZoneId(str(parts[1]), str(parts[2]))
+        if tenant is not None and zone.tenant != tenant:
+            continue
+        out.append((zone, str(parts[3]), key, value, []))
+    return out
+
+
+def list_dead_letters(
+    q: Quick, app: str | None = None, tenant: str | None = None
+) -> list[DeadLetter]:
+    """Dead letters, of one app, one tenant (in every app) or one zone; each with its whole
+    item. Every filter given filters."""
+    out = []
+    for zone, item_id, key, value, chunks in _letter_rows(q, app, tenant):
+        try:
+            out.append(decode_dead_letter(key, value, zone, item_id, chunks or None))
+        except CorruptRecord:
+            # The scan pages are separate snapshots: a letter rewritten between two of
+            # them is read again, whole, in one transaction.
+            again = q.zones.read_dead_letter(zone, item_id, snapshot=True)
+            if again is not None:
+                out.append(again)
+    return out
+
+
+def requeue_dead_letter(q: Quick, zone: ZoneId, item_id: str) -> str:
+    """Put a dead letter back into its zone with a clean error count, in one transaction
+    with the dead letter's removal: both happen or neither.
+
+    :class:`~quickzones.errors.ItemAlreadyQueued` if the zone already holds an item with
+    this id (the dead letter is kept); corrupt records cannot be requeued."""
+    check_name("item_id", item_id)
+
+    def move(tr: KVTransaction) -> str:
+        item = q.zones.take_dead_letter(zone, item_id, tr=tr)
+        # The two-part enqueue: part two follows this transaction's commit.
+        return two_part.part_one(tr, q.toplevel, q.zones, zone, item).item_id
+
+    requeued = run(q.kv, move)
+    q.wake_waiters()
+    return requeued
+
+
+def purge_dead_letters(q: Quick, app: str | None = None, tenant: str | None = None) -> int:
+    """Delete exactly the dead letters :func:`list_dead_letters` selects with the same
+    filters (each with its chunks); returns how many. A letter that arrives meanwhile is
+    not touched."""
+    rows = _letter_rows(q, app, tenant)
+    for start in range(0, len(rows), _PAGE):
+        page = rows[start : start + _PAGE]
+
+        def clear(tr: KVTransaction, page: list[_Row] = page) -> None:
+            for zone, item_id, *_ in page:
+                tr.clear_range(*q.keys.dead_letter_range_of(zone, item_id))
+
+        run(q.kv, clear)
+    return len(rows)

@@ -1,0 +1,181 @@
+"""Wake-ups on commits from other processes, for stores that can tell cheaply.
+
+A long poll (``quick serve``'s lease) hears of an enqueue made through its own
+:class:`~quickzones.client.Quick` at once (``wake_on_enqueue``); an enqueue made by another
+process it would only find at its next periodic scan. A store with the
+:class:`~quickzones.store.kv.CommitCounter` capability (SQLite: ``PRAGMA data_version``) says
+cheaply whether anything was committed since it was last asked, so one thread per store
+asks every millisecond while someone is waiting and calls the waiters back on a change.
+The callback is a hint: the waiter rescans and may find nothing new (the commit was
+another process's completion, or another app's), so it must stay cheap and bounded (see
+:meth:`quickzones.adapters.http.pull.PullLeaser.lease`).
+
+FoundationDB could feed the same callbacks from a watch on a key every enqueue touches;
+it does not yet, and its long polls rescan at their period.
+
+A local consumer's idle wait (``Scanner.idle_wait``) watches the same way, at its own,
+slower tick (``ConsumerConfig.commit_poll_s``): it waits for hours between enqueues,
+where a 1 ms tick would cost several % of a core.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+
+from quickzones.errors import StorageError
+from quickzones.store.kv import commit_counter_of
+
+log = logging.getLogger("quick.changes")
+
+TICK_S = 0.001  # how often the counter is read while someone waits
+
+
+class CommitWatcher:
+    """Calls back whoever is :meth:`watching` when the store's commit counter changes;
+    reads it every ``tick_s`` (or the shortest tick a current watcher asked for) while
+    anyone watches, not at all otherwise (its thread ends after a second with no one
+    watching)."""
+
+    def __init__(self, counter: Callable[[], int], tick_s: float = TICK_S) -> None:
+        # Weakly: the watcher (kept per store in a weak mapping) must not keep it alive.
+        self._counter: Callable[[], Callable[[], int] | None] = (
+            weakref.WeakMethod(counter) if inspect.ismethod(counter) else lambda: counter
+        )
+        self.tick_s = tick_s
+        self._cond = threading.Condition()
+        # (callback, tick) of each current watcher: equal entries are interchangeable.
+        self._callbacks: list[tuple[Callable[[], None], float]] = []
+        self._last: int | None = None  # the counter when last read while watched
+        self._thread: threading.Thread | None = None
+        self._failed = False
+
+    @property
+    def alive(self) -> bool:
+        """False once reading the counter failed (the store was closed): callers fall
+        back to their own periodic scans."""
+        return not self._failed
+
+    def _read(self) -> int:
+        counter = self._counter()
+        if counter is None:
+            raise StorageError("the store is gone")
+        return counter()
+
+    def version(self) -> int | None:
+        """The counter now (None once the watcher failed): pass it to :meth:`watching`
+        as ``since`` to hear of commits made from now on."""
+        if self._failed:
+            return None
+        try:
+            return self._read()
+        except StorageError:
+            self._failed = True
+            return None
+
+    @contextmanager
+    def watching(
+        self,
+        callback: Callable[[], None],
+        since: int | None = None,
+        *,
+        tick_s: float | None = None,
+    ) -> Iterator[None]:
+        """While inside, ``callback()`` runs (on the watcher's thread, so it must only
+        signal) after each commit to the store made from now on, within a tick or so; with
+        ``since`` (a :meth:`version`), at once if there was a commit since then. ``tick_s``:
+        this watcher's tick, when not the watcher's own."""
+        tick = self.tick_s if tick_s is None else tick_s
+        if not tick > 0:
+            raise ValueError(f"tick_s must be positive, not {tick_s!r}")
+        with self._cond:
+            watched = not self._failed
+            if watched:
+                # Read now, so a commit made after this returns is seen even if the
+                # thread has not run yet.
+                try:
+                    current = self._read()
+                except StorageError:
+                    self._failed, watched = True, False
+            if watched:
+                if not self._callbacks:
+                    self._last = current
+                if since is not None and current != since:
+                    callback()
+                entry = (callback, tick)
+                self._callbacks.append(entry)
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._loop, name="quick-commit-watcher", daemon=True
+                    )
+                    self._thread.start()
+                self._cond.notify_all()
+        try:
+            yield
+        finally:
+            if watched:
+                with self._cond:
+                    self._callbacks.remove(entry)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                if not self._callbacks:
+                    self._cond.wait(1.0)
+                    if not self._callbacks:
+                        self._thread = None  # the next watching() starts another
+                        return
+                callbacks = [callback for callback, _ in self._callbacks]
+                tick = min(tick for _, tick in self._callbacks)
+                last = self._last
+            try:
+                version = self._read()
+            except StorageError as err:
+                log.debug("commit watcher stops: %s", err)
+                with self._cond:
+                    self._failed = True
+                    self._thread = None
+                    callbacks = [callback for callback, _ in self._callbacks]
+                for callback in callbacks:
+                    callback()  # waiters rescan, and from then on poll at their period
+                return
+            with self._cond:
+                if self._callbacks:
+                    self._last = version
+            if last is not None and version != last:
+                for callback in callbacks:
+                    callback()
+            time.sleep(tick)
+
+
+_watchers: weakref.WeakKeyDictionary[object, CommitWatcher] = weakref.WeakKeyDictionary()
+_watchers_lock = threading.Lock()
+
+
+def watcher_for(kv: object) -> CommitWatcher | None:
+    """The one :class:`CommitWatcher` of ``kv`` in this process, or None when the store
+    lacks the :class:`~quickzones.store.kv.CommitCounter` capability."""
+    counter = commit_counter_of(kv)
+    if counter is None:
+        return None
+    with _watchers_lock:
+        watcher = _watchers.get(kv)
+        if watcher is None or not watcher.alive:
+            watcher = _watchers[kv] = CommitWatcher(counter)
+        return watcher
+
+
+def watchers_for(kvs: Iterable[object]) -> list[CommitWatcher]:
+    """One :class:`CommitWatcher` per distinct store of ``kvs`` that has one (a consumer
+    of several clusters watches each of their stores once)."""
+    watchers: list[CommitWatcher] = []
+    for kv in kvs:
+        watcher = watcher_for(kv)
+        if watcher is not None and watcher not in watchers:
+            watchers.append(watcher)
+    return watchers

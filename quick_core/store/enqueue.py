@@ -1,0 +1,249 @@
+"""The two-part enqueue (paper section 6; DESIGN.md "Enqueue and pointers"), composed here
+and nowhere else.
+
+Part one runs inside the enqueuing transaction: the zone store writes the item (record,
+order entry, count), then the pointer check reads the zone's *pointer index* entry (never
+the pointer record, so no consumer's pointer lease aborts the enqueue, invariant 3) and
+creates the pointer if it is absent.
+
+Part two is a separate best-effort transaction after part one commits: if the pointer
+already existed it may vest later than the new item, so pull its vesting earlier. It is
+registered with :meth:`KVTransaction.on_commit` of the transaction part one ran in, so it
+follows the commit whoever commits it (``Quick.transact``, ``kv.run``, a transactional
+handler's ``ctx.tr``, or a caller's ``tr.commit()``), and a failed or retried attempt
+drops it. Part two never fails the enqueuer.
+
+External-store mode (items in Cassandra, paper section 6.1): the item is written first,
+then a KV transaction reads the pointer index and creates the pointer or declares a write
+conflict on the index key; if that transaction fails the item is collected and the error
+raised. Part two as above.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from quickzones.clock import now_ms
+from quickzones.store import outcomes
+from quickzones.store.kv import KVError, KVStore, KVTransaction, run
+from quickzones.store.records import ZoneId, decode_item
+from quickzones.store.toplevel import UNREAD, TopLevelQueue, Unread
+from quickzones.store.zonestore import NewItem
+
+log = logging.getLogger("quick.enqueue")
+
+# Runs inside the transaction that creates or checks the pointer: the app's enqueue-rate
+# charge, so an over-limit enqueue commits nothing.
+Charge = Callable[[KVTransaction], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What the zone store's item write did: the id, the item's vesting time, and whether
+    it wrote anything (False: the id was already in the zone, an idempotent no-op)."""
+
+    item_id: str
+    vesting_ms: int
+    new: bool
+    # Why nothing was written: "queued" (the id is in the zone) or the state of an item of
+    # this id finished within its dedupe window ("completed", ...); None when written.
+    duplicate: str | None = None
+
+
+class Enqueued(str):
+    """An enqueue's item id (a ``str``) that also says whether the enqueue was a no-op:
+    ``duplicate`` is None when the item was written, else "queued" (the id is already in
+    its zone) or the state of the item of this id that finished within its job type's
+    dedupe window ("completed", "dead_lettered", "cancelled")."""
+
+    duplicate: str | None
+
+    def __new__(cls, item_id: str, duplicate: str | None = None) -> Enqueued:
+        out = super().__new__(cls, item_id)
+        out.duplicate = duplicate
+        return out
+
+
+class ItemWriter(Protocol):
+    """A zone store whose items live in the KV store (the step part one needs)."""
+
+    def write_new_item(self, tr: KVTransaction, zone: ZoneId, item: NewItem) -> Written:
+        """Write the item, its order entry and count in ``tr``; no pointer work."""
+        ...
+
+
+class _Attempts:
+    """The items each attempt of one enqueue's transaction writes: a generated id is
+    fresh (:attr:`NewItem.fresh_id`, no read of its record) in the first attempt only, as
+    a later one may follow an attempt that committed (``commit_unknown_result``)."""
+
+    def __init__(self, items: Sequence[NewItem]) -> None:
+        self._items = items
+        self._tried = False
+
+    def next(self) -> Sequence[NewItem]:
+        if not self._tried:
+            self._tried = True
+            return self._items
+        return [replace(i, fresh_id=False) if i.fresh_id else i for i in self._items]
+
+
+def pointer_check(
+    tr: KVTransaction,
+    toplevel: TopLevelQueue,
+    zone: ZoneId,
+    vesting_ms: int,
+    *,
+    declare_conflict: bool = False,
+    index: bytes | Unread | None = UNREAD,
+) -> None:
+    """Part one's pointer half, in ``tr``: create the zone's pointer if its index entry is
+    absent; if present, register part two to run once ``tr`` commits. ``index``: the
+    entry as already read in ``tr`` (see :meth:`TopLevelQueue.ensure_pointer`)."""
+    if toplevel.ensure_pointer(
+        tr, zone, vesting_ms, declare_conflict=declare_conflict, index=index
+    ):
+        tr.on_commit(lambda: part_two(toplevel, zone, vesting_ms))
+
+
+def part_one(
+    tr: KVTransaction,
+    toplevel: TopLevelQueue,
+    zones: ItemWriter,
+    zone: ZoneId,
+    item: NewItem,
+    *,
+    charge: Charge | None = None,
+) -> Written:
+    """Part one in ``tr`` (the caller's transaction or our own), part two registered on
+    its commit. Reads the pointer index entry, never a pointer record."""
+    if charge is not None:
+        charge(tr)
+    if item.check_outcome and item.item_id is not None:
+        # The dedupe window: an id that finished within it is not enqueued again. Reads
+        # the outcome key with a conflict, so a racing completion is always seen.
+        now = now_ms(toplevel.clock)
+        state = outcomes.check_duplicate(
+            tr, toplevel.keys, zone, item.item_id, item.payload, item.content_type, now
+        )
+        if state is not None:
+            return Written(item.item_id, now, False, state)
+    written = zones.write_new_item(tr, zone, item)
+    if written.new:
+        pointer_check(tr, toplevel, zone, written.vesting_ms)
+        return written
+    if item.check_outcome:
+        _check_same_payload(tr, toplevel, zone, item)
+    return Written(written.item_id, written.vesting_ms, False, "queued")
+
+
+def _check_same_payload(
+    tr: KVTransaction, toplevel: TopLevelQueue, zone: ZoneId, item: NewItem
+) -> None:
+    """A caller-chosen id already queued: a different payload is reported, not dropped.
+    Compares the digest the queued item's dedupe policy stored (types with a policy)."""
+    assert item.item_id is not None
+    key = toplevel.keys.item_key(zone, item.item_id)
+    try:
+        raw = tr.get(key, snapshot=True)
+    except KVError:  # a FIFO record written by this transaction is unreadable until commit
+        return
+    if raw is None:
+        return
+    policy = decode_item(key, raw).meta.get(outcomes.POLICY_KEY)
+    if not policy:
+        return
+    if policy[3] != outcomes.payload_digest(item.payload, item.content_type):
+        raise outcomes.DuplicateItemMismatch(str(zone), item.item_id, "queued")
+
+
+def part_two(toplevel: TopLevelQueue, zone: ZoneId, vesting_ms: int) -> None:
+    """Pull the zone's idle pointer to ``vesting_ms`` if it vests later. Never raises: the
+    caller's transaction has committed, and a pointer that vests late still vests."""
+    try:
+        toplevel.pull_pointer_earlier(zone, vesting_ms)
+    except Exception:
+        log.warning("enqueue part two for %s failed; its pointer vests later", zone, exc_info=True)
+
+
+def enqueue(
+    db: KVStore | KVTransaction,
+    toplevel: TopLevelQueue,
+    zones: ItemWriter,
+    zone: ZoneId,
+    item: NewItem,
+    *,
+    charge: Charge | None = None,
+) -> str:
+    """Both parts: given a store, in a transaction of its own (retried); given a caller's
+    transaction, part one joins it and part two follows its commit."""
+    attempts = _Attempts([item])
+    written = run(
+        db, lambda tr: part_one(tr, toplevel, zones, zone, attempts.next()[0], charge=charge)
+    )
+    return Enqueued(written.item_id, written.duplicate)
+
+
+def enqueue_batch(
+    db: KVStore | KVTransaction,
+    toplevel: TopLevelQueue,
+    zones: ItemWriter,
+    zone: ZoneId,
+    items: Sequence[NewItem],
+    *,
+    charge: Charge | None = None,
+) -> list[str]:
+    """Several items into one zone in one transaction; one pointer check, at the earliest
+    vesting time of the items it wrote."""
+    attempts = _Attempts(items)
+
+    def write(tr: KVTransaction) -> list[str]:
+        batch = attempts.next()
+        if charge is not None:
+            charge(tr)
+        many = getattr(zones, "write_new_items", None)
+        index: bytes | Unread | None = UNREAD
+        if many is not None:
+            # The pointer index entry is read with the items' ids: one round trip.
+            written: list[Written]
+            written, [index] = many(tr, zone, batch, read_also=[toplevel.index_key(zone)])
+        else:
+            written = [zones.write_new_item(tr, zone, item) for item in batch]
+        fresh = [w.vesting_ms for w in written if w.new]
+        if fresh:
+            pointer_check(tr, toplevel, zone, min(fresh), index=index)
+        return [w.item_id for w in written]
+
+    return run(db, write)
+
+
+def enqueue_external(
+    kv: KVStore,
+    toplevel: TopLevelQueue,
+    zone: ZoneId,
+    *,
+    write_item: Callable[[], tuple[int, bool]],
+    collect_item: Callable[[], None],
+    charge: Charge | None = None,
+) -> None:
+    """External-store mode: ``write_item()`` stores the item outside the KV store and
+    returns (vesting_ms, whether it wrote it); then one KV transaction checks the pointer,
+    declaring a write conflict on an existing index key so a pointer deletion that read it
+    aborts. If that transaction fails, ``collect_item()`` removes what was written and the
+    error is raised: the caller was never told the item exists."""
+    vesting_ms, inserted = write_item()
+
+    def pointer(tr: KVTransaction) -> None:
+        if charge is not None:
+            charge(tr)
+        pointer_check(tr, toplevel, zone, vesting_ms, declare_conflict=True)
+
+    try:
+        run(kv, pointer)
+    except BaseException:
+        if inserted:
+            collect_item()
+        raise

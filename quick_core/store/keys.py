@@ -1,0 +1,331 @@
+"""The key layout, in one place. Every key is an ``fdb.tuple`` under one root prefix, so
+the bytes are identical on every KV backend.
+
+    (root, "z", app, tenant, "i", item_id)                      -> item record
+    (root, "z", app, tenant, "i", item_id, n)                   -> payload chunk n
+    (root, "z", app, tenant, "x", priority, vesting, item_id)   -> b""  (order index: waiting)
+    (root, "z", app, tenant, "x", priority, <stamp>, seq, item_id) -> b"" (order index: FIFO)
+    (root, "z", app, tenant, "n")                               -> LE count (atomic add)
+    (root, "c", cluster, shard, "p", pointer_id)                -> pointer record
+    (root, "c", cluster, shard, "v", vesting, pointer_id)       -> b""  (pointer vesting index)
+    (root, "c", cluster, shard, "ix", app, tenant)              -> pointer_id (pointer index)
+    (root, "c", cluster, shard, "l", ...)                       -> local work items (a zone)
+    (root, "d", app, tenant, item_id)                           -> dead letter record
+    (root, "d", app, tenant, item_id, n)                        -> dead item's record, chunk n
+    (root, "m", name...)                                        -> metadata (checkpoints, limits)
+    (root, "m", "periodic", schedule)                           -> last enqueued slot (LE i64)
+    (root, "o", app, tenant, item_id)                           -> outcome of a finished item
+    (root, "oe", expires_ms, app, tenant, item_id)              -> b""  (outcome expiry index)
+
+Outcome records (``outcomes.py``) sit outside the zone range, so they never keep a zone's
+pointer alive; the expiry index is collected from its start, never by a scan of tenants.
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+import zlib
+from dataclasses import dataclass
+
+import fdb.tuple as fdbtuple
+
+from quickzones.store.kv import strinc
+from quickzones.store.records import STAMP_SIZE, ZoneId
+
+Range = tuple[bytes, bytes]
+
+# The tuple layer's type code of a 96-bit versionstamp (10 bytes commit stamp + 2 bytes user
+# version). Every integer's code is below it, so within a priority the FIFO entries sort
+# after every entry keyed by vesting time.
+VERSIONSTAMP_CODE = b"\x33"
+
+
+def _tup(*parts: object) -> bytes:
+    packed: bytes = fdbtuple.pack(parts)
+    return packed
+
+
+@functools.lru_cache(maxsize=65536)
+def _zone_prefix(root: str, app: str, tenant: str) -> bytes:
+    # Every key of every item starts with its zone's prefix; packing it once per zone
+    # instead of once per key is about a tenth of the CPU per item (bench/REPORT.md).
+    if app == LOCAL_APP:
+        cluster, _, shard = tenant.rpartition("/")
+        return _tup(root, "c", cluster, int(shard), "l")
+    return _tup(root, "z", app, tenant)
+
+
+@functools.lru_cache(maxsize=8192)
+def _packed_id(item_id: str) -> bytes:
+    # An item's id is packed into its record key and its order key on enqueue, on every
+    # lease and on completion: caching it saves a quarter of the CPU a zone operation
+    # spends packing keys. A flat tuple's packing is its elements' packings concatenated,
+    # so the pieces below build exactly fdb.tuple.pack's bytes (tests/unit/test_keys.py).
+    # A lease and its completion come close together, so a small cache (about 2.5 MB)
+    # serves them; 65,536 entries cost 24 MB of RSS with 100,000 busy zones.
+    return _tup(item_id)
+
+
+@functools.lru_cache(maxsize=4096)
+def _packed_order(priority: int, vesting_ms: int) -> bytes:
+    # The items of one enqueue_many, or leased in one dequeue, share a vesting time.
+    return _tup(priority, vesting_ms)
+
+
+@functools.lru_cache(maxsize=1024)
+def _shard_part(root: str, cluster: str, shard: int, tag: str) -> bytes:
+    # (root, "c", cluster, shard, tag): every pointer key of a shard starts with one of a
+    # few of these; a visit packs about a dozen pointer keys, at tens of µs each in full.
+    return _tup(root, "c", cluster, shard, tag)
+
+
+def _packed_uint(value: int) -> bytes:
+    # The tuple layer's encoding of one integer: for 0 <= value < 2**63, type code 0x14 plus
+    # its byte length, then its big-endian bytes; anything else goes through fdb.tuple.
+    if 0 <= value < 1 << 63:
+        size = (value.bit_length() + 7) // 8
+        return bytes((0x14 + size,)) + value.to_bytes(size, "big")
+    return _tup(value)
+
+
+def _unpack_uint_and_name(packed: bytes) -> tuple[int, str]:
+    """(int, str) from their packing; the common case (a non-negative int, a name
+    without NUL) by hand, anything else through fdb.tuple."""
+    code = packed[0] if packed else 0
+    if 0x14 <= code <= 0x1C and (code < 0x1C or packed[1] < 0x80):  # below 2**63
+        end = 1 + code - 0x14
+        rest = packed[end:]
+        if len(rest) >= 2 and rest[0] == 0x02 and rest[-1] == 0 and 0 not in rest[1:-1]:
+            return int.from_bytes(packed[1:end], "big"), rest[1:-1].decode("utf-8")
+    value, name = fdbtuple.unpack(packed)
+    return int(value), str(name)
+
+
+_ITEM_TAG = _tup("i")
+_ORDER_TAG = _tup("x")
+_COUNT_TAG = _tup("n")
+
+# Local work items of a top-level queue live in a zone whose app is this reserved name.
+LOCAL_APP = "\x00local"
+
+
+def tuple_range(prefix: bytes) -> Range:
+    """Keys strictly extending a packed tuple prefix (fdb.tuple.range semantics)."""
+    return prefix + b"\x00", prefix + b"\xff"
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpace:
+    """All key shapes under one root prefix."""
+
+    root: str = "quick"
+
+    def _pack(self, *parts: object) -> bytes:
+        return _tup(self.root, *parts)
+
+    def unpack(self, key: bytes) -> tuple[object, ...]:
+        out: tuple[object, ...] = fdbtuple.unpack(key)[1:]
+        return out
+
+    # --- zones -------------------------------------------------------------------------
+
+    def zone_prefix(self, zone: ZoneId) -> bytes:
+        # (root, "z", app, tenant); a top-level queue's local zone: (root, "c", cluster, shard, "l")
+        return _zone_prefix(self.root, zone.app, zone.tenant)
+
+    def zone_range(self, zone: ZoneId) -> Range:
+        return tuple_range(self.zone_prefix(zone))
+
+    def item_key(self, zone: ZoneId, item_id: str) -> bytes:
+        # (root, "z", app, tenant, "i", item_id)
+        return self.zone_prefix(zone) + _ITEM_TAG + _packed_id(item_id)
+
+    def item_chunk_key(self, zone: ZoneId, item_id: str, n: int) -> bytes:
+        # (root, "z", app, tenant, "i", item_id, n)
+        return self.zone_prefix(zone) + _tup("i", item_id, n)
+
+    def items_range(self, zone: ZoneId) -> Range:
+        return tuple_range(self.zone_prefix(zone) + _tup("i"))
+
+    def order_key(self, zone: ZoneId, priority: int, vesting_ms: int, item_id: str) -> bytes:
+        # (root, "z", app, tenant, "x", priority, vesting, item_id)
+        return (
+            self.zone_prefix(zone)
+            + _ORDER_TAG
+            + _packed_order(priority, vesting_ms)
+            + _packed_id(item_id)
+        )
+
+    def fifo_key(self, zone: ZoneId, priority: int, stamp: bytes, seq: int, item_id: str) -> bytes:
+        # (root, "z", app, tenant, "x", priority, Versionstamp(stamp), seq, item_id).
+        # Packed by hand: fdb.tuple.Versionstamp.to_bytes needs libfdb_c loaded, and this
+        # is the tuple layer's exact encoding (code 0x33, 10 + 2 bytes, no escaping).
+        return (
+            self.zone_prefix(zone)
+            + _tup("x", priority)
+            + VERSIONSTAMP_CODE
+            + stamp
+            + b"\x00\x00"
+            + _tup(seq, item_id)
+        )
+
+    def fifo_key_template(self, zone: ZoneId, priority: int, seq: int, item_id: str) -> bytes:
+        """A FIFO order key for ``set_versionstamped_key``: the commit fills in the stamp."""
+        head = self.zone_prefix(zone) + _tup("x", priority) + VERSIONSTAMP_CODE
+        key = head + b"\x00" * STAMP_SIZE + b"\x00\x00" + _tup(seq, item_id)
+        return key + struct.pack("<I", len(head))
+
+    def fifo_range(self, zone: ZoneId, priority: int) -> Range:
+        """The FIFO entries of one priority, in commit order."""
+        head = self.zone_prefix(zone) + _tup("x", priority)
+        return head + VERSIONSTAMP_CODE, head + bytes([VERSIONSTAMP_CODE[0] + 1])
+
+    def order_prefix(self, zone: ZoneId) -> bytes:
+        return self.zone_prefix(zone) + _ORDER_TAG
+
+    def order_range(self, zone: ZoneId) -> Range:
+        return tuple_range(self.order_prefix(zone))
+
+    def order_priority_range(self, zone: ZoneId, priority: int, vested_by_ms: int) -> Range:
+        """Order entries of one priority with vesting <= ``vested_by_ms``."""
+        prefix = self.zone_prefix(zone)
+        begin = prefix + _tup("x", priority)
+        end = prefix + _tup("x", priority, vested_by_ms + 1)
+        return begin + b"\x00", end
+
+    def order_priority_start(self, zone: ZoneId, priority: int) -> bytes:
+        """First possible order key of ``priority`` (and so after every lower one)."""
+        return self.zone_prefix(zone) + _tup("x", priority)
+
+    def items_range_of(self, zone: ZoneId, item_id: str) -> Range:
+        """An item's record and all its payload chunks."""
+        key = self.item_key(zone, item_id)
+        return key, key + b"\xff"
+
+    def unpack_order_key(self, zone: ZoneId, key: bytes) -> tuple[int, int | None, str]:
+        """(priority, vesting, item_id); vesting is None for a FIFO entry, which is vested
+        from its commit on."""
+        parts = fdbtuple.unpack(key[len(self.order_prefix(zone)) :])
+        if len(parts) == 3:
+            return int(parts[0]), int(parts[1]), str(parts[2])
+        return int(parts[0]), None, str(parts[3])
+
+    def count_key(self, zone: ZoneId) -> bytes:
+        # (root, "z", app, tenant, "n")
+        return self.zone_prefix(zone) + _COUNT_TAG
+
+    def all_zones_range(self) -> Range:
+        return tuple_range(self._pack("z"))
+
+    # --- top-level queue ---------------------------------------------------------------
+
+    def shard_prefix(self, cluster: str, shard: int) -> bytes:
+        return self._pack("c", cluster, shard)
+
+    def pointer_key(self, cluster: str, shard: int, pointer_id: str) -> bytes:
+        # (root, "c", cluster, shard, "p", pointer_id)
+        return _shard_part(self.root, cluster, shard, "p") + _packed_id(pointer_id)
+
+    def pointers_range(self, cluster: str, shard: int) -> Range:
+        return tuple_range(self._pack("c", cluster, shard, "p"))
+
+    def pointer_vesting_key(
+        self, cluster: str, shard: int, vesting_ms: int, pointer_id: str
+    ) -> bytes:
+        # (root, "c", cluster, shard, "v", vesting, pointer_id)
+        return (
+            _shard_part(self.root, cluster, shard, "v")
+            + _packed_uint(vesting_ms)
+            + _packed_id(pointer_id)
+        )
+
+    def pointer_vesting_prefix(self, cluster: str, shard: int) -> bytes:
+        return _shard_part(self.root, cluster, shard, "v")
+
+    def pointer_vested_range(self, cluster: str, shard: int, now_ms: int) -> Range:
+        """Vesting-index entries with vesting <= ``now_ms``."""
+        prefix = self.pointer_vesting_prefix(cluster, shard)
+        return prefix + b"\x00", prefix + _packed_uint(now_ms + 1)
+
+    def unpack_pointer_vesting_key(self, cluster: str, shard: int, key: bytes) -> tuple[int, str]:
+        prefix = self.pointer_vesting_prefix(cluster, shard)
+        return _unpack_uint_and_name(key[len(prefix) :])
+
+    def pointer_index_key(self, cluster: str, shard: int, zone: ZoneId) -> bytes:
+        # (root, "c", cluster, shard, "ix", app, tenant)
+        return self._pack("c", cluster, shard, "ix", zone.app, zone.tenant)
+
+    def pointer_index_range(self, cluster: str, shard: int) -> Range:
+        return tuple_range(self._pack("c", cluster, shard, "ix"))
+
+    def local_zone(self, cluster: str, shard: int) -> ZoneId:
+        """The zone holding a top-level queue's local work items."""
+        return ZoneId(LOCAL_APP, f"{cluster}/{shard}")
+
+    # --- dead letters and metadata -----------------------------------------------------
+
+    def dead_letter_key(self, zone: ZoneId, item_id: str) -> bytes:
+        # (root, "d", app, tenant, item_id)
+        return self._pack("d", zone.app, zone.tenant, item_id)
+
+    def dead_letter_chunk_key(self, zone: ZoneId, item_id: str, n: int) -> bytes:
+        # (root, "d", app, tenant, item_id, n)
+        return self._pack("d", zone.app, zone.tenant, item_id, n)
+
+    def dead_letter_range_of(self, zone: ZoneId, item_id: str) -> Range:
+        """A dead letter's record and all its chunks."""
+        key = self.dead_letter_key(zone, item_id)
+        return key, key + b"\xff"
+
+    def dead_letters_range(self, app: str | None = None) -> Range:
+        """Every dead letter, or one app's. A tenant is not a key prefix on its own: callers
+        filtering by tenant filter the keys of this range (admin.list_dead_letters)."""
+        parts: list[object] = ["d"]
+        if app is not None:
+            parts.append(app)
+        return tuple_range(self._pack(*parts))
+
+    def dead_letters_zone_range(self, zone: ZoneId) -> Range:
+        return tuple_range(self._pack("d", zone.app, zone.tenant))
+
+    # --- outcomes of finished items ----------------------------------------------------
+
+    def outcome_key(self, zone: ZoneId, item_id: str) -> bytes:
+        # (root, "o", app, tenant, item_id)
+        return self._pack("o", zone.app, zone.tenant, item_id)
+
+    def outcomes_range(self) -> Range:
+        return tuple_range(self._pack("o"))
+
+    def outcome_expiry_key(self, expires_ms: int, zone: ZoneId, item_id: str) -> bytes:
+        # (root, "oe", expires_ms, app, tenant, item_id)
+        return self._pack("oe", expires_ms, zone.app, zone.tenant, item_id)
+
+    def outcome_expiry_range(self, now_ms: int) -> Range:
+        """Expiry entries with expires_ms <= ``now_ms``, oldest first."""
+        return self._pack("oe") + b"\x00", self._pack("oe", now_ms + 1)
+
+    def unpack_outcome_expiry_key(self, key: bytes) -> tuple[int, str, str, str]:
+        expires, app, tenant, item_id = self.unpack(key)[1:]
+        assert isinstance(expires, int)
+        return expires, str(app), str(tenant), str(item_id)
+
+    def meta_key(self, *name: object) -> bytes:
+        # (root, "m", name...)
+        return self._pack("m", *name)
+
+    def meta_range(self, *name: object) -> Range:
+        return tuple_range(self._pack("m", *name))
+
+    def everything(self) -> Range:
+        prefix = _tup(self.root)
+        return prefix, strinc(prefix)
+
+
+def shard_of(zone: ZoneId, shards: int) -> int:
+    """Stable hash of (app, tenant) to a shard, identical across processes and releases."""
+    if shards <= 1:
+        return 0
+    digest = zlib.crc32(f"{zone.app}\x00{zone.tenant}".encode())
+    return digest % shards

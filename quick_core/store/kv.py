@@ -1,0 +1,489 @@
+"""The KV seam: an ordered, transactional key-value interface shaped like FoundationDB's.
+
+All of QuiCK's storage logic is written once against :class:`KVTransaction`. Each backend
+(``quickzones.backends.memory``, ``.sqlite``, ``.fdb``) implements it with the
+semantics of ``shared/fdb-semantics.md``:
+
+* a transaction reads at one read version and sees its own writes (including range reads
+  over uncommitted sets and clears);
+* non-snapshot reads add read conflict ranges; at commit the transaction fails with
+  ``not_committed`` (1020) if a transaction that committed after its read version wrote a
+  key in one of them; snapshot reads add none;
+* writes are buffered and applied atomically at commit.
+
+Storage functions take ``tr`` first and never commit; :func:`run` owns commit and retry.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import struct
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
+
+from quickzones.errors import KVError as KVError  # re-exported: the seam's error type
+from quickzones.errors import (
+    RetryLimitExceeded,
+    StorageError,
+    TransactionTooLarge,
+    TransactionTooLong,
+)
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+# FoundationDB's limits (fdb-semantics.md section 1).
+KEY_SIZE_LIMIT = 10_000
+VALUE_SIZE_LIMIT = 100_000
+TRANSACTION_SIZE_LIMIT = 10_000_000
+TRANSACTION_LIFETIME_S = 5.0
+
+# Bounds of run()'s retry loop when neither the call nor the store sets them (FDB itself
+# has none by default; a queue must not hang a caller forever). 100 retries with backoff
+# capped at 1 s, or a minute in all, whichever comes first.
+DEFAULT_RETRY_LIMIT = 100
+DEFAULT_TIMEOUT_MS = 60_000
+
+# FoundationDB error codes, by name.
+TRANSACTION_TOO_OLD = 1007
+FUTURE_VERSION = 1009
+NOT_COMMITTED = 1020
+COMMIT_UNKNOWN_RESULT = 1021
+TRANSACTION_CANCELLED = 1025
+TRANSACTION_TIMED_OUT = 1031
+ACCESSED_UNREADABLE = 1036
+PROCESS_BEHIND = 1037
+DATABASE_LOCKED = 1038
+CLUSTER_VERSION_CHANGED = 1039
+COMMIT_PROXY_MEMORY_LIMIT_EXCEEDED = 1042
+TRANSACTION_TOO_LARGE = 2101
+KEY_TOO_LARGE = 2102
+VALUE_TOO_LARGE = 2103
+KEY_OUTSIDE_LEGAL_RANGE = 2004
+INVALID_ARGUMENT = 2000
+
+ERROR_NAMES: dict[int, str] = {
+    TRANSACTION_TOO_OLD: "transaction_too_old",
+    FUTURE_VERSION: "future_version",
+    NOT_COMMITTED: "not_committed",
+    COMMIT_UNKNOWN_RESULT: "commit_unknown_result",
+    TRANSACTION_CANCELLED: "transaction_cancelled",
+    TRANSACTION_TIMED_OUT: "transaction_timed_out",
+    ACCESSED_UNREADABLE: "accessed_unreadable",
+    PROCESS_BEHIND: "process_behind",
+    DATABASE_LOCKED: "database_locked",
+    CLUSTER_VERSION_CHANGED: "cluster_version_changed",
+    COMMIT_PROXY_MEMORY_LIMIT_EXCEEDED: "commit_proxy_memory_limit_exceeded",
+    TRANSACTION_TOO_LARGE: "transaction_too_large",
+    KEY_TOO_LARGE: "key_too_large",
+    VALUE_TOO_LARGE: "value_too_large",
+    KEY_OUTSIDE_LEGAL_RANGE: "key_outside_legal_range",
+    INVALID_ARGUMENT: "invalid_argument",
+}
+
+MAYBE_COMMITTED = frozenset({COMMIT_UNKNOWN_RESULT, CLUSTER_VERSION_CHANGED})
+RETRYABLE_NOT_COMMITTED = frozenset(
+    {
+        NOT_COMMITTED,
+        TRANSACTION_TOO_OLD,
+        FUTURE_VERSION,
+        DATABASE_LOCKED,
+        PROCESS_BEHIND,
+        COMMIT_PROXY_MEMORY_LIMIT_EXCEEDED,
+    }
+)
+RETRYABLE = MAYBE_COMMITTED | RETRYABLE_NOT_COMMITTED
+
+
+class VersionstampFuture(Protocol):
+    """The 10-byte versionstamp of a transaction, ready after it commits."""
+
+    def result(self) -> bytes: ...
+
+
+@runtime_checkable
+class KVTransaction(Protocol):
+    """One transaction: reads at one snapshot, sees its own writes, commits atomically."""
+
+    def get(self, key: bytes, *, snapshot: bool = False) -> bytes | None:
+        """Value of ``key`` or None; adds a read conflict on it unless ``snapshot``."""
+        ...
+
+    def get_range(
+        self,
+        begin: bytes,
+        end: bytes,
+        *,
+        limit: int = 0,
+        reverse: bool = False,
+        snapshot: bool = False,
+    ) -> list[tuple[bytes, bytes]]:
+        """Pairs with ``begin <= key < end`` in key order (descending if ``reverse``).
+
+        ``limit`` 0 means all; with ``reverse`` the last ``limit`` keys are returned. The read
+        conflict range covers only what was needed to produce the answer.
+        """
+        ...
+
+    def set(self, key: bytes, value: bytes) -> None: ...
+
+    def clear(self, key: bytes) -> None: ...
+
+    def clear_range(self, begin: bytes, end: bytes) -> None: ...
+
+    def add(self, key: bytes, param: bytes) -> None:
+        """Atomic little-endian add of ``param`` (no read conflict)."""
+        ...
+
+    def max(self, key: bytes, param: bytes) -> None:
+        """Atomic unsigned little-endian max (no read conflict)."""
+        ...
+
+    def min(self, key: bytes, param: bytes) -> None:
+        """Atomic unsigned little-endian min (no read conflict)."""
+        ...
+
+    def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
+        """``key`` ends with a LE uint32 offset where the 10-byte versionstamp goes."""
+        ...
+
+    def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
+        """``value`` ends with a LE uint32 offset where the 10-byte versionstamp goes."""
+        ...
+
+    def get_versionstamp(self) -> VersionstampFuture:
+        """Call before commit; the future is ready after a successful commit."""
+        ...
+
+    def add_read_conflict_range(self, begin: bytes, end: bytes) -> None: ...
+
+    def add_read_conflict_key(self, key: bytes) -> None: ...
+
+    def add_write_conflict_range(self, begin: bytes, end: bytes) -> None: ...
+
+    def add_write_conflict_key(self, key: bytes) -> None: ...
+
+    def get_read_version(self) -> int: ...
+
+    def commit(self) -> None:
+        """Apply buffered writes atomically, or raise :class:`KVError`."""
+        ...
+
+    def on_error(self, error: KVError) -> None:
+        """Back off and reset if ``error`` is retryable; otherwise re-raise it."""
+        ...
+
+    def on_commit(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once this transaction has committed, in registration order.
+
+        An attempt that fails, is reset or cancelled drops its callbacks: a retry that
+        re-runs the body registers them again. The enqueue's part two runs this way, so it
+        follows every commit of a caller's transaction, whoever commits it.
+        """
+        ...
+
+    def reset(self) -> None: ...
+
+    def set_timeout(self, millis: int) -> None: ...
+
+    def set_retry_limit(self, limit: int) -> None: ...
+
+    def set_causal_read_risky(self) -> None:
+        """Hint that a slightly stale read version is acceptable (peeks, pointer leases)."""
+        ...
+
+
+@runtime_checkable
+class KVStore(Protocol):
+    """A database: hands out transactions."""
+
+    url: str
+
+    def create_transaction(self) -> KVTransaction: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class CommitCounter(Protocol):
+    """An optional capability of a :class:`KVStore`: a cheap number that changes after
+    a commit to the store that this store object did not make itself (another process's,
+    another connection's); its own commits wake their waiters directly, if at all.
+
+    ``data_version()`` must be cheap enough to call every millisecond (SQLite reads it
+    from the WAL index in shared memory); it may also change when nothing visible did.
+    The core finds it with :func:`commit_counter_of`, never by importing a backend:
+    :mod:`quickzones.store.changes` turns it into wake-ups for long polls that would otherwise
+    rescan at a fixed period to see another process's enqueues. A store whose commits all
+    happen in this process (``memory://``) or that could use its own change feed (FDB
+    watches) leaves it out.
+    """
+
+    def data_version(self) -> int: ...
+
+
+def commit_counter_of(db: object) -> Callable[[], int] | None:
+    """The store's :meth:`CommitCounter.data_version`, or None without the capability."""
+    counter = getattr(db, "data_version", None)
+    return counter if callable(counter) else None
+
+
+def retry_bounds(
+    db: object, retry_limit: int | None = None, timeout_ms: int | None = None
+) -> tuple[int, int]:
+    """(retry limit, timeout in ms) of :func:`run` on ``db``: the arguments if given, else
+    the store's ``retry_limit``/``timeout_ms`` (URL options), else the defaults."""
+    # FDBStore keeps its URL options in ``options``; the buffered stores as attributes.
+    options = getattr(db, "options", None)
+    if retry_limit is None:
+        retry_limit = getattr(db, "retry_limit", None)
+        if retry_limit is None:
+            retry_limit = getattr(options, "retry_limit", None)
+    if timeout_ms is None:
+        timeout_ms = getattr(db, "timeout_ms", None)
+        if timeout_ms is None:
+            timeout_ms = getattr(options, "timeout_ms", None)
+    return (
+        DEFAULT_RETRY_LIMIT if retry_limit is None else retry_limit,
+        DEFAULT_TIMEOUT_MS if timeout_ms is None else timeout_ms,
+    )
+
+
+def run(
+    db: KVStore | KVTransaction,
+    fn: Callable[[KVTransaction], T],
+    *,
+    on_retry: Callable[[KVError], None] | None = None,
+    retry_limit: int | None = None,
+    timeout_ms: int | None = None,
+) -> T:
+    """Run ``fn(tr)`` to commit, retrying on retryable errors, like ``@fdb.transactional``.
+
+    Given a transaction, just calls ``fn`` inside it (no commit, no retry), so storage
+    functions compose into one atomic commit. Given a store, creates one transaction and
+    re-runs ``fn`` after each retryable error. Note that ``commit_unknown_result`` is retried
+    too, so ``fn`` must be idempotent or tolerate running twice; ``on_retry(error)`` is told
+    of each error before the retry (e.g. to remember what a maybe-committed attempt did).
+
+    The loop is bounded like FDB's ``retry_limit`` and ``timeout`` transaction options
+    (see :func:`retry_bounds`): past either it raises :class:`RetryLimitExceeded`. Failures
+    no retry can fix end it early: :class:`TransactionTooLong` when two attempts in a row
+    outlived the 5 s lifetime, :class:`TransactionTooLarge` over the size limit; backends
+    raise ``StoreFull`` and ``StoreBusy`` themselves.
+    """
+    # A duck-typed test, not isinstance(): checking a runtime Protocol costs tens of
+    # microseconds, and run() is on every hot path.
+    create = getattr(db, "create_transaction", None)
+    if create is None:
+        return fn(db)  # type: ignore[arg-type]
+    limit, timeout = retry_bounds(db, retry_limit, timeout_ms)
+    # The store's clock, so a simulated store's manual time drives the deadline too.
+    clock = getattr(db, "clock", None)
+    now: Callable[[], float] = clock.now if clock is not None else time.monotonic
+    tr: KVTransaction = create()
+    if timeout > 0:
+        # Also bounds a single attempt that blocks (FDB reads wait for an unreachable
+        # cluster forever); the timeout counts from creation and survives on_error.
+        tr.set_timeout(timeout)
+    started = now()
+    attempts = 0
+    too_long = 0  # attempts in a row that outlived the transaction lifetime
+    while True:
+        attempts += 1
+        attempt_started = now()
+        try:
+            result = fn(tr)
+            tr.commit()
+            return result
+        except KVError as err:
+            elapsed = now() - started
+            attempt_s = now() - attempt_started
+            too_long = too_long + 1 if _outlived(err, attempt_s) else 0
+            hopeless = _hopeless(err, attempt_s, too_long, attempts, elapsed, timeout)
+            if hopeless is not None:
+                raise hopeless from err
+            if err.retryable and (attempts > limit or (timeout > 0 and elapsed * 1000 >= timeout)):
+                bound = {"retry_limit": limit} if attempts > limit else {}
+                raise RetryLimitExceeded(
+                    attempts, elapsed, err, timeout_s=timeout / 1000, **bound
+                ) from err
+            try:
+                tr.on_error(err)  # raises what is not retryable
+            except KVError as final:
+                if final.retryable:
+                    # The transaction's own retry limit (set_retry_limit, or an FDB
+                    # database option) ran out first.
+                    raise RetryLimitExceeded(
+                        attempts, now() - started, final, retry_limit=attempts - 1
+                    ) from final
+                raise
+            if on_retry is not None:
+                on_retry(err)
+
+
+class _OwnStore:
+    """The default of a :func:`transactional` function's ``tr``: the object's own store."""
+
+    def __repr__(self) -> str:
+        return "OWN_STORE"
+
+
+OWN_STORE: Any = _OwnStore()
+"""Default for the ``tr`` keyword of a :func:`transactional` method: leave ``tr`` out and
+the method runs in a transaction of its own on ``self.kv``."""
+
+
+class _Uncommitted:
+    """The result of :func:`attempt_once` when its one attempt failed retryably."""
+
+
+UNCOMMITTED = _Uncommitted()
+
+
+def attempt_once(db: KVStore, fn: Callable[[KVTransaction], T]) -> T | _Uncommitted:
+    """Run ``fn(tr)`` in one transaction of ``db`` and commit it, with no retry: a
+    retryable error (a conflict, most often) returns :data:`UNCOMMITTED` at once, without
+    the backoff :func:`run` sleeps, so the caller can take another way (a one-transaction
+    visit falls back to the paper's three). A commit_unknown_result may have committed.
+    Other errors, and exceptions ``fn`` raises, propagate; the transaction is reset."""
+    tr = db.create_transaction()
+    committed = False
+    try:
+        result = fn(tr)
+        tr.commit()
+        committed = True
+        return result
+    except KVError as err:
+        if err.retryable:
+            return UNCOMMITTED
+        raise
+    finally:
+        if not committed:
+            tr.reset()  # drops its snapshot (a pooled SQLite connection) now
+
+
+def transactional(fn: Callable[P, T]) -> Callable[P, T]:
+    """One spelling per storage operation, like the FoundationDB binding's
+    ``@fdb.transactional``: ``fn`` takes its transaction as the keyword-only ``tr``.
+
+    * given a :class:`KVStore` (``tr=store``), :func:`run` opens a transaction, re-runs
+      ``fn`` on retryable errors and commits;
+    * given a :class:`KVTransaction` (``tr=tr``), ``fn`` runs inside it and nothing is
+      committed, so operations compose into the caller's one atomic commit;
+    * on a method (first parameter ``self``), leaving ``tr`` out (or ``None``) means the
+      object's own store, ``self.kv``.
+
+    So ``zones.complete(zone, item_id, lease_id)`` and ``zones.complete(zone, item_id,
+    lease_id, tr=tr)`` are one operation, written once, instead of a ``complete_in(tr, ...)``
+    and a ``complete(...)`` that wraps it. ``fn`` may run more than once (see :func:`run`).
+    """
+    params = inspect.signature(fn).parameters
+    tr_param = params.get("tr")
+    if tr_param is None or tr_param.kind is not inspect.Parameter.KEYWORD_ONLY:
+        raise TypeError(
+            f"@transactional {fn.__qualname__}: needs a keyword-only parameter 'tr' "
+            "(def f(..., *, tr: KVTransaction = OWN_STORE))"
+        )
+    method = next(iter(params)) == "self"
+
+    @functools.wraps(fn)
+    def call(*args: P.args, **kwargs: P.kwargs) -> T:
+        db: Any = kwargs.get("tr")
+        if db is None or db is OWN_STORE:
+            if not method or not args:
+                raise TypeError(
+                    f"{fn.__qualname__}() needs tr=: a KVStore to run in a transaction of "
+                    "its own, or a KVTransaction to join"
+                )
+            db = args[0].kv  # type: ignore[attr-defined,unused-ignore]
+
+        def attempt(tr: KVTransaction) -> T:
+            kwargs["tr"] = tr
+            return fn(*args, **kwargs)
+
+        return run(db, attempt)  # a transaction: just called inside it
+
+    return call
+
+
+def _outlived(err: KVError, attempt_s: float) -> bool:
+    """Whether an attempt failed as too old because its own body ran past the lifetime
+    (not an injected or lagging 1007 on a quick body)."""
+    return err.code == TRANSACTION_TOO_OLD and attempt_s > TRANSACTION_LIFETIME_S
+
+
+def _hopeless(
+    err: KVError,
+    attempt_s: float,
+    too_long: int,
+    attempts: int,
+    elapsed_s: float,
+    timeout_ms: int,
+) -> StorageError | None:
+    """The clear error for a failure that retrying the same body cannot fix, or None."""
+    if err.code == TRANSACTION_TOO_LARGE:
+        return TransactionTooLarge(err.size, TRANSACTION_SIZE_LIMIT)
+    if too_long >= 2:
+        # One slow attempt is forgiven (a pause, a cold cache); a body that outlives the
+        # lifetime twice in a row would fail the same way every time.
+        return TransactionTooLong(attempt_s, TRANSACTION_LIFETIME_S)
+    if err.code == TRANSACTION_TIMED_OUT:
+        return RetryLimitExceeded(attempts, elapsed_s, err, timeout_s=timeout_ms / 1000)
+    return None
+
+
+def pack_i64(value: int) -> bytes:
+    """8-byte little-endian signed integer, the parameter shape of atomic add."""
+    return struct.pack("<q", value)
+
+
+def unpack_i64(raw: bytes | None) -> int:
+    """Reads a counter written by atomic add; absent means zero."""
+    if raw is None:
+        return 0
+    return int.from_bytes(raw.ljust(8, b"\x00")[:8], "little", signed=True)
+
+
+def strinc(prefix: bytes) -> bytes:
+    """First key after every key that starts with ``prefix`` (FDB's ``strinc``)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        raise ValueError("a key of only 0xff bytes has no successor prefix")
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def key_after(key: bytes) -> bytes:
+    """The smallest key greater than ``key``."""
+    return key + b"\x00"
+
+
+def get_many(tr: KVTransaction, keys: Sequence[bytes]) -> list[bytes | None]:
+    """Values of ``keys`` (read conflicts on each, as ``get``), in one call where the
+    store's transaction has a ``get_many`` method (FoundationDB sends the reads in
+    parallel, SQLite reads them in one statement); one ``get`` after another elsewhere."""
+    many = getattr(tr, "get_many", None)
+    if many is not None:
+        result: list[bytes | None] = many(keys)
+        return result
+    return [tr.get(k) for k in keys]
+
+
+def prefetch(tr: KVTransaction, keys: Sequence[bytes]) -> None:
+    """Warm ``tr``'s read cache with ``keys`` in one round trip where the store reads in
+    parallel (FoundationDB's transaction answers a key it read again locally); nothing
+    elsewhere. Adds the read conflicts the caller's own reads would."""
+    many = getattr(tr, "get_many", None)
+    if many is not None:
+        many(keys)
+
+
+def prefetch_range(tr: KVTransaction, begin: bytes, end: bytes, limit: int) -> None:
+    """Where the transaction can (a ``prefetch_range`` method: the SQLite and in-memory
+    backends), read ``[begin, end)`` in one storage read if it holds at most ``limit``
+    pairs, and answer the transaction's later reads inside it locally (each still adds
+    its read conflicts); elsewhere nothing (FoundationDB's client caches what it read)."""
+    ahead = getattr(tr, "prefetch_range", None)
+    if ahead is not None:
+        ahead(begin, end, limit)

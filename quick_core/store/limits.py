@@ -1,0 +1,198 @@
+"""Per-app rate limits and pool-wide concurrency caps, kept in the store itself so every
+consumer and producer of a deployment sees the same numbers.
+
+Rate limits count in fixed windows with atomic adds and snapshot reads: no transaction ever
+conflicts on a hot counter, at the price of a small overshoot when many producers race on
+the same window (each reads the count, then adds). Concurrency caps are exact: each
+consumer keeps a slot record per scope with an expiry it refreshes, so a crashed consumer's
+slots lapse; acquiring reads the scope's slots with a conflict, so two racing acquirers
+cannot both take the last slot.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import msgpack
+
+from quickzones.clock import Clock, now_ms
+from quickzones.errors import InvalidArgument, QuickError
+from quickzones.store.keys import KeySpace
+from quickzones.store.kv import KVStore, KVTransaction, pack_i64, run, unpack_i64
+
+
+class RateLimited(QuickError):
+    """An app exceeded its enqueue rate; retry after ``retry_after_s``."""
+
+    def __init__(self, app: str, limit: int, retry_after_s: float) -> None:
+        super().__init__(
+            f"app {app!r} exceeded its limit of {limit} enqueues per minute; "
+            f"retry in {retry_after_s:.1f}s"
+        )
+        self.app = app
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True, slots=True)
+class AppLimits:
+    """Limits of one app; None means unlimited."""
+
+    enqueues_per_minute: int | None = None
+    dispatches_per_second: int | None = None
+    max_concurrency: int | None = None  # items of this app running across the whole pool
+
+    @property
+    def limits_dispatch(self) -> bool:
+        """Whether a Manager must cut its visits for this app (rate or concurrency)."""
+        return self.dispatches_per_second is not None or self.max_concurrency is not None
+
+    def encode(self) -> bytes:
+        packed: bytes = msgpack.packb(
+            {
+                "v": 1,
+                "e": self.enqueues_per_minute,
+                "d": self.dispatches_per_second,
+                "c": self.max_concurrency,
+            }
+        )
+        return packed
+
+    @staticmethod
+    def decode(raw: bytes) -> AppLimits:
+        obj = msgpack.unpackb(raw)
+        return AppLimits(obj.get("e"), obj.get("d"), obj.get("c"))
+
+
+def _check_limit(name: str, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise InvalidArgument(name, value, "must be a positive integer or None")
+
+
+class Limits:
+    """Reads and enforces limits over the KV store."""
+
+    def __init__(self, kv: KVStore, keys: KeySpace, clock: Clock) -> None:
+        self.kv = kv
+        self.keys = keys
+        self.clock = clock
+        self._cache: dict[str, tuple[float, AppLimits]] = {}
+
+    # --- configuration -----------------------------------------------------------------
+
+    def set(self, app: str, limits: AppLimits) -> None:
+        _check_limit("enqueues_per_minute", limits.enqueues_per_minute)
+        _check_limit("dispatches_per_second", limits.dispatches_per_second)
+        _check_limit("max_concurrency", limits.max_concurrency)
+        run(self.kv, lambda tr: tr.set(self.keys.meta_key("limits", app), limits.encode()))
+        self._cache.pop(app, None)
+
+    def get(self, app: str, tr: KVTransaction | None = None) -> AppLimits:
+        """An app's limits, cached for a second so the hot path rarely reads them."""
+        cached = self._cache.get(app)
+        now = self.clock.now()
+        if cached is not None and now - cached[0] < 1.0:
+            return cached[1]
+
+        def read(t: KVTransaction) -> AppLimits:
+            raw = t.get(self.keys.meta_key("limits", app), snapshot=True)
+            return AppLimits() if raw is None else AppLimits.decode(raw)
+
+        limits = run(tr if tr is not None else self.kv, read)
+        self._cache[app] = (now, limits)
+        return limits
+
+    # --- rate limits -------------------------------------------------------------------
+
+    def charge_enqueue(self, tr: KVTransaction, app: str, n: int = 1) -> None:
+        """Count ``n`` enqueues in the caller's transaction, or raise RateLimited."""
+        limit = self.get(app, tr).enqueues_per_minute
+        if limit is None:
+            return
+        now = now_ms(self.clock)
+        window = now // 60_000
+        key = self.keys.meta_key("rate", "enqueue", app, window)
+        used = unpack_i64(tr.get(key, snapshot=True))
+        if used + n > limit:
+            raise RateLimited(app, limit, ((window + 1) * 60_000 - now) / 1000)
+        tr.add(key, pack_i64(n))
+
+    def grant_dispatch(self, app: str, wanted: int) -> tuple[int, int]:
+        """How many of ``wanted`` items the app may start now, and when its next window
+        opens (ms). Charges what it grants."""
+        limit = self.get(app).dispatches_per_second
+        now = now_ms(self.clock)
+        window = now // 1000
+        if limit is None:
+            return wanted, now
+        key = self.keys.meta_key("rate", "dispatch", app, window)
+
+        def grant(tr: KVTransaction) -> int:
+            used = unpack_i64(tr.get(key, snapshot=True))
+            granted = max(0, min(wanted, limit - used))
+            if granted:
+                tr.add(key, pack_i64(granted))
+            return granted
+
+        return run(self.kv, grant), (window + 1) * 1000
+
+    # --- pool-wide concurrency caps ----------------------------------------------------
+
+    def acquire_slots(
+        self, scope: str, name: str, holder: str, wanted: int, cap: int, ttl_ms: int
+    ) -> int:
+        """Take up to ``wanted`` of ``cap`` slots of (scope, name) for ``holder``; returns
+        how many. Reads every holder's slot record with a conflict, so concurrent
+        acquirers serialise and the cap holds exactly."""
+        begin, end = self.keys.meta_range("slots", scope, name)
+        mine = self.keys.meta_key("slots", scope, name, holder)
+
+        def take(tr: KVTransaction) -> int:
+            now = now_ms(self.clock)
+            used = 0
+            own = 0
+            for key, raw in tr.get_range(begin, end):
+                count, expires = msgpack.unpackb(raw)
+                if key == mine:
+                    own = count if expires > now else 0
+                elif expires > now:
+                    used += count
+            granted = max(0, min(wanted, cap - used - own))
+            if granted:
+                tr.set(mine, msgpack.packb((own + granted, now + ttl_ms)))
+            return granted
+
+        return run(self.kv, take)
+
+    def release_slots(self, scope: str, name: str, holder: str, n: int, ttl_ms: int) -> None:
+        mine = self.keys.meta_key("slots", scope, name, holder)
+
+        def give(tr: KVTransaction) -> None:
+            raw = tr.get(mine)
+            if raw is None:
+                return
+            count, _ = msgpack.unpackb(raw)
+            left = max(0, count - n)
+            if left:
+                tr.set(mine, msgpack.packb((left, now_ms(self.clock) + ttl_ms)))
+            else:
+                tr.clear(mine)
+
+        run(self.kv, give)
+
+    def refresh_slots(self, scope: str, name: str, holder: str, count: int, ttl_ms: int) -> None:
+        """Keep a holder's slots alive (called by the lease extender)."""
+        mine = self.keys.meta_key("slots", scope, name, holder)
+
+        def refresh(tr: KVTransaction) -> None:
+            if count > 0:
+                tr.set(mine, msgpack.packb((count, now_ms(self.clock) + ttl_ms)))
+            else:
+                tr.clear(mine)
+
+        run(self.kv, refresh)
+
+
+def next_window_ms(now: int, window_ms: int) -> int:
+    return int(math.floor(now / window_ms) + 1) * window_ms

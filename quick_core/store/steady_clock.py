@@ -1,0 +1,189 @@
+"""A clock that never runs backwards across the processes sharing a store.
+
+Vesting times are absolute wall-clock milliseconds stored in keys (the order index, the
+pointer vesting index). When a host's wall clock is set back by H (an administrator, an
+NTP step, a VM restored from a snapshot), everything stamped before the step looks H
+further away: a dead consumer's 30 s lease would last H + 30 s, a 5 s delay H + 5 s.
+
+:class:`SteadyClock` reads the time as ``max(wall clock, floor + elapsed since the floor
+was taken)``, where the floor is the highest time this process, or any process that shares
+the store, has read. The store keeps the cluster's floor under one key
+``(root, "m", "clock")`` (8-byte little-endian milliseconds, raised by atomic ``max``), so
+after a step back time goes on at the real rate from where it was, in every process, and a
+process started after the step reads the floor before it stamps anything.
+
+Cost: a lock and two clock readings per :meth:`SteadyClock.now`, and one exchange with the
+store per process per :data:`SYNC_PERIOD_S` of elapsed time: a snapshot read and an atomic
+``max`` of one key, which add no read conflict and so never conflict with anything.
+
+What it guarantees and what it does not: ``docs/guarantees.md#clock-steps``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import time
+import weakref
+from collections.abc import Callable
+
+from quickzones.clock import Clock, ElapsedClock, SystemClock
+from quickzones.errors import ConfigurationError, StorageError
+from quickzones.store.kv import KVStore, KVTransaction, run
+
+# How often, in elapsed seconds, a process reads the cluster's floor and publishes its own
+# time. It bounds how far a process started after a step back can lag the others.
+SYNC_PERIOD_S = 1.0
+
+_FLOOR = struct.Struct("<Q")
+_log = logging.getLogger(__name__)
+
+
+def _decode_floor(raw: bytes | None) -> int | None:
+    if raw is None or len(raw) != _FLOOR.size:
+        return None  # absent, or not written by us: ignore it rather than trust it
+    value: int = _FLOOR.unpack(raw)[0]
+    return value
+
+
+class SteadyClock:
+    """Wall time that never runs backwards, here or in any process sharing ``kv``.
+
+    ``base`` supplies the wall time (``now``) and the elapsed time (``monotonic``) that no
+    step of the wall clock changes; :class:`~quickzones.clock.SystemClock` and
+    :class:`~quickzones.clock.ManualClock` do. ``floor_key`` is where the store keeps the
+    cluster's floor. Thread-safe. A forward step is followed at once; a backward one is
+    absorbed: time keeps its real rate until the wall clock catches up.
+    """
+
+    def __init__(
+        self,
+        kv: KVStore,
+        floor_key: bytes,
+        base: ElapsedClock,
+        *,
+        sync_period_s: float = SYNC_PERIOD_S,
+    ) -> None:
+        self.base = base
+        # Bound once: now() is on every hot path. The system clock's methods only wrap the
+        # time module's functions, so call those directly.
+        plain = type(base) is SystemClock
+        self._wall: Callable[[], float] = time.time if plain else base.now
+        self._elapsed: Callable[[], float] = time.monotonic if plain else base.monotonic
+        self._kv = kv
+        self._key = floor_key
+        self._period = sync_period_s
+        self._lock = threading.Lock()  # guards the floor; held for microseconds
+        self._sync_lock = threading.Lock()  # one exchange with the store at a time
+        self._floor = base.now()
+        self._floor_at = base.monotonic()
+        # None until the first exchange: until the store's floor is known, no time is
+        # handed out, so a process started after a step back never stamps an hour early.
+        self._next_sync: float | None = None
+        _live.add(self)
+
+    def now(self) -> float:
+        with self._lock:  # _advance() inlined: this is the hot path
+            # Wall first: a pause between the two readings then makes the floor's pair
+            # lag (harmless: the wall wins), where the other order moved it ahead for good.
+            t = self._wall()
+            elapsed = self._elapsed()
+            projected = self._floor + (elapsed - self._floor_at)
+            if projected > t:
+                t = projected
+            self._floor, self._floor_at = t, elapsed
+            next_sync = self._next_sync
+        if next_sync is not None and elapsed < next_sync:
+            return t
+        self._sync(first=next_sync is None)
+        with self._lock:
+            return self._advance()[0]
+
+    def monotonic(self) -> float:
+        return self.base.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        self.base.sleep(seconds)
+
+    def _advance(self) -> tuple[float, float]:
+        """Move the floor to the current time; the caller holds ``_lock``."""
+        wall = self._wall()  # before the elapsed time, as in now()
+        elapsed = self._elapsed()
+        t = max(wall, self._floor + (elapsed - self._floor_at))
+        self._floor, self._floor_at = t, elapsed
+        return t, elapsed
+
+    def _sync(self, first: bool) -> None:
+        # Only one thread talks to the store; the others go on with the local floor. Before
+        # the first exchange they wait for it instead.
+        if not self._sync_lock.acquire(blocking=first):
+            return
+        try:
+            with self._lock:
+                t, elapsed = self._advance()
+                if self._next_sync is not None and elapsed < self._next_sync:
+                    return  # another thread exchanged while this one waited
+            mine = int(t * 1000)
+            try:
+                stored = run(self._kv, _exchange(self._key, mine))
+            except StorageError as err:
+                # Time must not stop because the store is unreachable: keep the local
+                # floor and try again next period (a closed store ends up here too).
+                _log.warning("cannot exchange the clock floor with the store: %s", err)
+                stored = None
+            with self._lock:
+                t, elapsed = self._advance()
+                if stored is not None and stored / 1000 > t:
+                    self._floor = stored / 1000
+                self._next_sync = elapsed + self._period
+        finally:
+            self._sync_lock.release()
+
+
+# A process forked while one of its threads held a clock's lock would wait forever on it
+# (gunicorn's preload, multiprocessing's fork): the child gets fresh locks.
+_live: weakref.WeakSet[SteadyClock] = weakref.WeakSet()
+
+
+def _fresh_locks_after_fork() -> None:
+    for clock in list(_live):
+        clock._lock = threading.Lock()
+        clock._sync_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_locks_after_fork)
+
+
+def _exchange(key: bytes, mine_ms: int) -> Callable[[KVTransaction], int | None]:
+    """Read the cluster's floor and raise it to ``mine_ms``: a snapshot read and a blind
+    atomic max, so the transaction never conflicts, and running it twice (after
+    ``commit_unknown_result``) changes nothing."""
+
+    def exchange(tr: KVTransaction) -> int | None:
+        stored = _decode_floor(tr.get(key, snapshot=True))
+        tr.max(key, _FLOOR.pack(mine_ms))
+        return stored
+
+    return exchange
+
+
+def clock_for(kv: KVStore, floor_key: bytes, clock: Clock | None, steady: bool | None) -> Clock:
+    """The clock a :class:`~quickzones.client.Quick` reads time through.
+
+    ``steady`` None (the default) means steady for the system clock (the default clock,
+    or one that subclasses it) and as given for any other clock a caller passes, such as a
+    test's ManualClock, whose steps are then the caller's to make.
+    """
+    base = clock if clock is not None else SystemClock()
+    if steady is None:
+        steady = isinstance(base, SystemClock)
+    if not steady:
+        return base
+    if not isinstance(base, ElapsedClock):
+        raise ConfigurationError(
+            f"steady_clock needs a clock with monotonic() (elapsed time that no step of the "
+            f"wall clock changes); {type(base).__name__} has none"
+        )
+    return SteadyClock(kv, floor_key, base)

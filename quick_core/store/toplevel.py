@@ -1,0 +1,371 @@
+"""The top-level queue (paper section 6): pointers to possibly non-empty zones.
+
+A top-level queue belongs to a cluster and is split into shards by a stable hash of
+(app, tenant). Per shard it keeps pointer records, a vesting index that scanners peek in
+vesting order, and a pointer index (app, tenant) -> pointer_id that enqueues read instead of
+the pointer record, so a consumer's pointer lease never aborts a user's enqueue
+(invariant 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from quickzones.clock import Clock, SystemClock, now_ms
+from quickzones.errors import StorageError, ZoneLeaseFailed
+from quickzones.store.ids import IdSource, random_ids
+from quickzones.store.keys import LOCAL_APP, KeySpace, shard_of
+from quickzones.store.kv import (
+    OWN_STORE,
+    KVError,
+    KVStore,
+    KVTransaction,
+    run,
+    strinc,
+    transactional,
+)
+from quickzones.store.pointer_gc import collect_pointer_if_inactive
+from quickzones.store.records import Pointer, ZoneId, decode_pointer, encode_pointer
+
+
+class Unread:
+    """The type of :data:`UNREAD`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNREAD"
+
+
+UNREAD = Unread()
+"""A value not read yet (``ensure_pointer(index=...)``); None means read and absent."""
+
+
+@dataclass(frozen=True, slots=True)
+class PointerRef:
+    """Where a pointer lives: its shard and id, as the scanner saw it."""
+
+    shard: int
+    pointer_id: str
+    vesting_ms: int
+    cluster: str = "default"
+
+
+class TopLevelQueue:
+    """Pointers of one cluster, over a KV store."""
+
+    def __init__(
+        self,
+        kv: KVStore,
+        *,
+        keys: KeySpace | None = None,
+        cluster: str = "default",
+        shards: int = 1,
+        clock: Clock | None = None,
+        ids: IdSource | None = None,
+    ) -> None:
+        if shards < 1:
+            raise ValueError("shards must be at least 1")
+        self.kv = kv
+        self.keys = keys or KeySpace()
+        self.cluster = cluster
+        self.shards = shards
+        self.clock = clock or SystemClock()
+        # Pointer and pointer-lease ids; pointer ids order a scanner's peek, so a replayable
+        # run passes a seeded source.
+        self.ids = ids or random_ids
+
+    def shard_for(self, zone: ZoneId) -> int:
+        if zone.app == LOCAL_APP:  # a shard's local zone lives in that shard
+            return int(zone.tenant.rpartition("/")[2])
+        return shard_of(zone, self.shards)
+
+    def local_zone(self, shard: int = 0) -> ZoneId:
+        """The zone of the local work items of one shard (cluster maintenance work)."""
+        if not 0 <= shard < self.shards:
+            raise ValueError(f"shard {shard} out of range 0..{self.shards - 1}")
+        return self.keys.local_zone(self.cluster, shard)
+
+    # --- enqueue side ------------------------------------------------------------------
+
+    def index_key(self, zone: ZoneId) -> bytes:
+        """The key of ``zone``'s pointer index entry (which part one reads)."""
+        return self.keys.pointer_index_key(self.cluster, self.shard_for(zone), zone)
+
+    def ensure_pointer(
+        self,
+        tr: KVTransaction,
+        zone: ZoneId,
+        vesting_ms: int,
+        *,
+        declare_conflict: bool = False,
+        index: bytes | Unread | None = UNREAD,
+    ) -> bool:
+        """Part one of the two-part enqueue, inside the caller's transaction.
+
+        Reads the pointer index entry (never the pointer record with a conflict). If it is
+        absent, creates the pointer vesting at ``vesting_ms``. If present and
+        ``declare_conflict`` (external-store mode), declares a write conflict on the index
+        key so a concurrent pointer deletion that read it aborts.
+
+        Returns True when the pointer already existed, so part two
+        (:meth:`pull_pointer_earlier`) must run after the commit. Part one cannot decide
+        that itself: whatever it read of the pointer record could be stale by its commit (a
+        consumer may lease and requeue the pointer in between without seeing this item),
+        and reading it with a conflict would let pointer leases abort user transactions.
+
+        ``index``: the entry's value as the caller already read it in ``tr`` (a
+        conflicting read, batched with its own reads; no write to it since), so it is not
+        read again.
+        """
+        shard = self.shard_for(zone)
+        index_key = self.keys.pointer_index_key(self.cluster, shard, zone)
+        if isinstance(index, Unread):
+            index = tr.get(index_key)
+        if index is not None:
+            if declare_conflict:
+                tr.add_write_conflict_key(index_key)
+            return True
+        pointer = Pointer(
+            pointer_id=self.ids(8),
+            zone=zone,
+            vesting_ms=vesting_ms,
+            last_active_ms=now_ms(self.clock),
+            local=zone.app == LOCAL_APP,
+        )
+        self._write_pointer(tr, shard, pointer)
+        tr.set(index_key, pointer.pointer_id.encode())
+        return False
+
+    def pull_pointer_earlier(self, zone: ZoneId, vesting_ms: int) -> None:
+        """Part two: in its own transaction, move an idle pointer's vesting earlier.
+
+        Best effort: never raises to the enqueuer. A leased pointer is left alone; its
+        holder requeues it at the zone's minimum vesting time in a transaction that reads
+        the zone, so it sees this item or conflicts with its enqueue.
+        """
+        shard = self.shard_for(zone)
+
+        def pull(tr: KVTransaction) -> None:
+            index = tr.get(self.keys.pointer_index_key(self.cluster, shard, zone), snapshot=True)
+            if index is None:
+                return
+            pointer = self._read_pointer(tr, shard, index.decode())
+            if pointer is None or pointer.lease_id is not None:
+                return
+            if pointer.vesting_ms > vesting_ms:
+                self._move_pointer(tr, shard, pointer, pointer.with_vesting(vesting_ms))
+
+        try:
+            run(self.kv, pull)
+        except StorageError:  # also bounded-retry failures: StoreBusy, RetryLimitExceeded
+            pass  # the pointer vests later anyway; the item is not lost
+
+    # --- consumer side -----------------------------------------------------------------
+
+    def peek_pointers(self, shard: int, max_pointers: int) -> list[PointerRef]:
+        """Vested pointers of one shard in vesting order: a snapshot read, no conflicts."""
+        return self.peek(shard, max_pointers)[0]
+
+    def peek(
+        self, shard: int, max_pointers: int, *, horizon_ms: int = 0
+    ) -> tuple[list[PointerRef], int | None]:
+        """Vested pointers of one shard in vesting order, and the vesting time of the
+        first one not yet vested when fewer than ``max_pointers`` are (else None): one
+        snapshot range read, no conflicts. A consumer sleeps until that time. With
+        ``horizon_ms``, "vested" means vesting within that many ms (a consumer's timer
+        lookahead)."""
+        now = now_ms(self.clock) + horizon_ms
+        begin, vested_end = self.keys.pointer_vested_range(self.cluster, shard, now)
+        end = strinc(self.keys.pointer_vesting_prefix(self.cluster, shard))
+
+        def peek(tr: KVTransaction) -> tuple[list[PointerRef], int | None]:
+            tr.set_causal_read_risky()
+            rows = tr.get_range(begin, end, limit=max_pointers + 1, snapshot=True)
+            out: list[PointerRef] = []
+            for key, _ in rows:
+                vesting, pointer_id = self.keys.unpack_pointer_vesting_key(self.cluster, shard, key)
+                if key >= vested_end:
+                    return out, vesting
+                if len(out) == max_pointers:
+                    break
+                out.append(PointerRef(shard, pointer_id, vesting, self.cluster))
+            return out, None
+
+        return run(self.kv, peek)
+
+    def obtain_pointer_lease(
+        self,
+        ref: PointerRef,
+        lease_ms: int,
+        *,
+        accept: Callable[[PointerRef, ZoneId], bool] | None = None,
+        horizon_ms: int = 0,
+    ) -> Pointer:
+        """Lease a pointer for ``lease_ms`` by moving its vesting time (paper Alg. 1), in a
+        transaction of its own. ``horizon_ms``: as :meth:`lease_pointer`.
+
+        Reads the pointer record, not the pointer index, so it never conflicts with an
+        enqueue. Raises ZoneLeaseFailed with reason "moved" if the pointer is gone or no
+        longer vested, "conflict" if another consumer leased it concurrently, and
+        "not_routed" (nothing written) if ``accept`` refuses the pointer's zone.
+        """
+        tr = self.kv.create_transaction()
+        try:
+            tr.set_causal_read_risky()
+            result = self.lease_pointer(ref, lease_ms, accept=accept, horizon_ms=horizon_ms, tr=tr)
+            tr.commit()
+            return result
+        except KVError as err:
+            if err.code == 1020:
+                raise ZoneLeaseFailed("conflict") from err
+            raise ZoneLeaseFailed(err.name) from err
+
+    @transactional
+    def lease_pointer(
+        self,
+        ref: PointerRef,
+        lease_ms: int,
+        *,
+        accept: Callable[[PointerRef, ZoneId], bool] | None = None,
+        horizon_ms: int = 0,
+        tr: KVTransaction = OWN_STORE,
+    ) -> Pointer:
+        """The pointer lease's writes inside ``tr`` (see :meth:`obtain_pointer_lease`);
+        raises ZoneLeaseFailed "gone", "moved" or "not_routed". With ``horizon_ms`` a
+        pointer vesting within that many ms is leased too, unless another consumer's lease
+        on it still runs."""
+        pointer = self._read_pointer(tr, ref.shard, ref.pointer_id)
+        now = now_ms(self.clock)
+        if pointer is None:
+            raise ZoneLeaseFailed("gone")
+        if pointer.vesting_ms > now and (
+            pointer.vesting_ms > now + horizon_ms or pointer.lease_id is not None
+        ):
+            raise ZoneLeaseFailed("moved")
+        if accept is not None and not accept(ref, pointer.zone):
+            raise ZoneLeaseFailed("not_routed")
+        leased = Pointer(
+            pointer.pointer_id,
+            pointer.zone,
+            now + lease_ms,
+            pointer.last_active_ms,
+            lease_id=self.ids(16),
+            local=pointer.local,
+        )
+        self._move_pointer(tr, ref.shard, pointer, leased)
+        return leased
+
+    @transactional
+    def requeue_pointer(
+        self,
+        pointer: Pointer,
+        zone_min_vesting: Callable[[KVTransaction], int | None],
+        zone_is_empty: Callable[[KVTransaction], bool],
+        *,
+        min_inactive_ms: int,
+        active: bool,
+        tr: KVTransaction = OWN_STORE,
+    ) -> str:
+        """Release a leased pointer (paper Alg. 2, end of a Manager's visit).
+
+        In one transaction that reads the zone: requeue the pointer at the zone's minimum
+        vesting time; or, when the zone has been empty for ``min_inactive_ms``, delete it,
+        reading the pointer index key so a concurrent enqueue's pointer check conflicts
+        (invariant 2). Returns "requeued", "deleted", or "lost" (lease taken by another).
+        """
+        shard = self.shard_for(pointer.zone)
+        current = self._read_pointer(tr, shard, pointer.pointer_id)
+        if current is None or current.lease_id != pointer.lease_id:
+            return "lost"
+        now = now_ms(self.clock)
+        last_active = now if active else current.last_active_ms
+        min_vesting = zone_min_vesting(tr)
+        if min_vesting is None:
+            if collect_pointer_if_inactive(
+                tr,
+                self,
+                shard,
+                current,
+                last_active_ms=last_active,
+                min_inactive_ms=min_inactive_ms,
+                zone_is_empty=zone_is_empty,
+                now=now,
+            ):
+                return "deleted"
+            vesting = last_active + min_inactive_ms
+        else:
+            # Never before now: a busy zone whose oldest item waits behind newer,
+            # higher-priority work would otherwise sort first forever and keep the
+            # in-order scanner from every other zone (invariant 10).
+            vesting = max(min_vesting, now)
+        updated = Pointer(
+            current.pointer_id, current.zone, vesting, last_active, None, current.local
+        )
+        self._move_pointer(tr, shard, current, updated)
+        return "requeued"
+
+    def extend_pointer_lease(self, pointer: Pointer, lease_ms: int) -> Pointer | None:
+        """Keep a pointer leased while its visit runs long; None if the lease was lost."""
+        shard = self.shard_for(pointer.zone)
+
+        def extend(tr: KVTransaction) -> Pointer | None:
+            current = self._read_pointer(tr, shard, pointer.pointer_id)
+            if current is None or current.lease_id != pointer.lease_id:
+                return None
+            updated = current.with_vesting(now_ms(self.clock) + lease_ms)
+            self._move_pointer(tr, shard, current, updated)
+            return updated
+
+        return run(self.kv, extend)
+
+    @transactional
+    def get_pointer(self, zone: ZoneId, *, tr: KVTransaction = OWN_STORE) -> Pointer | None:
+        """The zone's pointer, or None (snapshot reads: no conflict)."""
+        shard = self.shard_for(zone)
+        index = tr.get(self.keys.pointer_index_key(self.cluster, shard, zone), snapshot=True)
+        if index is None:
+            return None
+        return self._read_pointer(tr, shard, index.decode(), snapshot=True)
+
+    def list_pointers(self, shard: int, limit: int = 0) -> list[Pointer]:
+        begin, end = self.keys.pointers_range(self.cluster, shard)
+
+        def scan(tr: KVTransaction) -> list[Pointer]:
+            return [
+                decode_pointer(k, v)
+                for k, v in tr.get_range(begin, end, limit=limit, snapshot=True)
+            ]
+
+        return run(self.kv, scan)
+
+    def count_pointers(self, shard: int) -> int:
+        return len(self.list_pointers(shard))
+
+    # --- records -----------------------------------------------------------------------
+
+    def _read_pointer(
+        self, tr: KVTransaction, shard: int, pointer_id: str, *, snapshot: bool = False
+    ) -> Pointer | None:
+        key = self.keys.pointer_key(self.cluster, shard, pointer_id)
+        raw = tr.get(key, snapshot=snapshot)
+        return None if raw is None else decode_pointer(key, raw)
+
+    def _write_pointer(self, tr: KVTransaction, shard: int, pointer: Pointer) -> None:
+        tr.set(
+            self.keys.pointer_key(self.cluster, shard, pointer.pointer_id), encode_pointer(pointer)
+        )
+        tr.set(
+            self.keys.pointer_vesting_key(
+                self.cluster, shard, pointer.vesting_ms, pointer.pointer_id
+            ),
+            b"",
+        )
+
+    def _move_pointer(self, tr: KVTransaction, shard: int, old: Pointer, new: Pointer) -> None:
+        if old.vesting_ms != new.vesting_ms:
+            tr.clear(
+                self.keys.pointer_vesting_key(self.cluster, shard, old.vesting_ms, old.pointer_id)
+            )
+        self._write_pointer(tr, shard, new)
