@@ -32,9 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.common import run_folder
 from quickzones.client import Quick
-
-ROOT = Path(__file__).resolve().parent
 
 HANDLERS = """\
 import json, os, time
@@ -206,9 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             f"ms, p99 {summary['p99_ms']:.2f} ms, max {summary['max_ms']:.2f} ms, early "
             f"{summary['early']}"
         )
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    folder = Path(args.out) if args.out else ROOT / "results" / f"{stamp}-lateness"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = run_folder("lateness", args.out)
     document = {
         "command": "python -m bench.delayed_lateness " + " ".join(sys.argv[1:]),
         "label": args.label,
