@@ -1,7 +1,7 @@
 """A document the code cites is in the repository, under the path the code names (issue 27
 point 3): every ``*.md`` a docstring or comment of ``quick_core/``, ``backends/``,
-``adapters/`` or ``integration/`` names is a repository path that exists, so a reader can open it; no
-reference to a design note that only lived beside the checkout."""
+``adapters/`` or ``integration/`` names is a repository path that exists, so a reader can
+open it; no reference to a design note that only lived beside the checkout."""
 
 from __future__ import annotations
 
