@@ -1,7 +1,7 @@
 """``bench/results/`` is an index of the runs the documentation cites, not a scratch folder
-(issue 27 point 4): every ``bench/results/...`` path a page cites exists, every run it
-cites has an entry in ``bench/results/README.md``, and no probe script, patch or log is
-tracked there (history keeps those)."""
+(issue 27 point 4): every ``bench/results/...`` path that ``docs/``, ``README.md`` or
+``bench/`` cites exists, every run they cite has an entry in ``bench/results/README.md``,
+and no probe script, patch or log is tracked there (history keeps those)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,13 @@ RUN = re.compile(r"\b2026\d{4}T\d{4,6}Z(?:-[\w-]+)?", re.IGNORECASE)
 
 
 def _pages() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    """The docs, and the benchmarks' own pages and docstrings (outside the runs)."""
+    bench = [
+        p
+        for p in sorted((ROOT / "bench").rglob("*"))
+        if p.suffix in (".md", ".py") and RESULTS not in p.parents
+    ]
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *bench]
 
 
 def _anchors() -> set[str]:
