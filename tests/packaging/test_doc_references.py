@@ -46,3 +46,8 @@ def test_the_design_documents_are_published() -> None:
     for page in ("design.md", "fdb-semantics.md"):
         assert (ROOT / "docs" / page).is_file(), page
         assert page in nav, f"{page} is not in mkdocs.yml's nav"
+        # The repository paths they name, in this repo's layout.
+        text = (ROOT / "docs" / page).read_text()
+        named = re.findall(r"`((?:quick_core|backends|adapters)/[\w/.]*)`", text)
+        assert named, page
+        assert [n for n in named if not (ROOT / n).exists()] == [], page
