@@ -52,8 +52,10 @@ def demo(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
-    """Benchmarks against the peers; results go to bench/results/<timestamp>/ and the
-    report to bench/REPORT.md. Needs redis-server and PostgreSQL from Debian."""
+    """Benchmarks against the peers; each run goes to an untracked
+    bench/results/<timestamp>-<name>/ (``nox -s bench -- --publish`` also rewrites
+    bench/REPORT.md; bench/results/README.md says how a cited run is kept). Needs
+    redis-server and PostgreSQL from Debian."""
     missing = [b for b in ("redis-server", "pg_ctlcluster") if shutil.which(b) is None]
     if missing:
         session.run("apt-get", "update", "-qq", external=True)

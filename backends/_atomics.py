@@ -1,4 +1,4 @@
-"""FoundationDB's atomic operations, applied to a stored value (fdb-semantics.md section 3).
+"""FoundationDB's atomic operations, applied to a stored value (docs/fdb-semantics.md section 3).
 
 Shared by the memory and sqlite backends' transaction buffer, which stacks them until
 commit and evaluates them against the value at the commit version.

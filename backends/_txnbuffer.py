@@ -2,7 +2,7 @@
 
 FoundationDB keeps a transaction's writes in the client until commit and overlays them on
 every read (read-your-writes). This module is that client half, written once so every
-backend built on it behaves the same (``shared/fdb-semantics.md`` sections 1-3):
+backend built on it behaves the same (``docs/fdb-semantics.md`` sections 1-3):
 
 * writes are buffered: point writes (set, clear, atomic op stacks, versionstamped values)
   in a sorted map, ``clear_range`` as a set of disjoint ranges, versionstamped keys as a

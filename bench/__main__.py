@@ -1,9 +1,10 @@
-"""``python -m bench [--quick] [--runs N] [--only NAME]``.
+"""``python -m bench [--quick] [--runs N] [--only NAME] [--publish]``.
 
 Sections: core (throughput targets), scale (collected tenants, RSS), paper (section 8
 reproductions), peers (RQ, Dramatiq, Celery, Huey, procrastinate). Results go to
-``bench/results/<UTC timestamp>/`` (one JSON per section, PNG plots, report.md); the
-report is also copied to ``bench/REPORT.md``.
+``bench/results/<UTC timestamp>/`` (one JSON per section, PNG plots, report.md), which git
+leaves untracked; ``--publish`` also copies the report to ``bench/REPORT.md``, the tracked
+report (``bench/results/README.md`` says how a run the docs cite is kept).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT, fdb_available, log, machine
+from bench.common import ROOT, fdb_available, log, machine, run_folder
 
 SECTIONS = ("core", "scale", "paper", "peers", "fdb")
 
@@ -50,14 +51,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--report-only", default=None, metavar="DIR", help="rebuild report.md from DIR's JSON"
     )
+    ap.add_argument(
+        "--publish", action="store_true", help="also copy the report to bench/REPORT.md"
+    )
     args = ap.parse_args(argv)
     if args.report_only:
-        return _report(Path(args.report_only))
+        return _report(Path(args.report_only), args.publish)
     runs = args.runs or (1 if args.quick else 5)
     sections = args.only or list(SECTIONS)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out = Path(args.out) if args.out else ROOT / "results" / stamp
-    out.mkdir(parents=True, exist_ok=True)
+    out = run_folder("", args.out)
 
     # SIGTERM becomes SystemExit so context managers stop the servers we started.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -117,10 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         (out / f"{name}.json").write_text(json.dumps(results[name], indent=1, default=str))
     meta["durations_s"]["total"] = round(time.time() - t_all, 1)
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
-    return _report(out)
+    return _report(out, args.publish)
 
 
-def _report(out: Path) -> int:
+def _report(out: Path, publish: bool) -> int:
     from bench import report
 
     meta = json.loads((out / "meta.json").read_text())
@@ -130,6 +133,9 @@ def _report(out: Path) -> int:
         if (out / f"{name}.json").exists()
     }
     text = report.write(out, meta, results)
+    if not publish:
+        log(f"report: {out / 'report.md'}")
+        return 0
     (ROOT / "REPORT.md").write_text(
         re.sub(r"\]\(([\w.]+\.png)\)", rf"](results/{out.name}/\1)", text)
     )

@@ -24,6 +24,16 @@ ROOT = Path(__file__).resolve().parent
 REPO = ROOT.parent
 
 
+def run_folder(name: str, out: str | None = None) -> Path:
+    """Where one run writes its files: ``out`` when given, else a new
+    ``bench/results/<UTC timestamp>-<name>/``, which ``.gitignore`` leaves untracked (a
+    run cited by the docs is added by hand: ``bench/results/README.md``)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    folder = Path(out) if out else ROOT / "results" / (f"{stamp}-{name}" if name else stamp)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def summary(values: list[float]) -> dict[str, float]:
     """Median and spread of repeated runs."""
     if not values:

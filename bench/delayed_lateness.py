@@ -3,7 +3,9 @@
 ``python -m bench.delayed_lateness [--items 500] [--runs 3] [--tenants 20] [--out DIR]
 [--visits three|one|both] [--lookahead 0,0.05]``
 
-One ``quick worker`` process (4 worker threads) on a fresh SQLite file; this process
+One ``quick worker --workers 4`` process on a fresh SQLite file (with ``--visits one`` or
+``--lookahead``, a consumer process with those ConsumerConfig fields set from Python, as
+``quick worker`` has no option for them); this process
 enqueues ``--items`` items with delays uniform in [0.5, 4] s over ``--tenants`` tenants,
 as a producer in another process would (so no local wake-up helps). Each handler records
 when it started; lateness is that start minus the time the item was requested for: the
@@ -32,9 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.common import run_folder
 from quickzones.client import Quick
-
-ROOT = Path(__file__).resolve().parent
 
 HANDLERS = """\
 import json, os, time
@@ -50,6 +51,29 @@ def delayed(payload, ctx):
     due_ms = payload["due_ms"]  # requested: the producer's time.time() + delay
     OUT.write(json.dumps([ctx.item_id, store_ms - due_ms, due_ms, wall_ms - due_ms]) + "\\n")
 """
+
+
+# The worker when a setting differs from quick worker's: the same Consumer.run_forever(),
+# its ConsumerConfig from Python (argv[1], JSON), one line on stdout once it starts.
+CONSUMER = """\
+import json, sys
+sys.path.insert(0, ".")
+from quickzones.consumer import ConsumerConfig
+from lateness_handlers import quick
+config = ConsumerConfig(**json.loads(sys.argv[1]))
+print(f"consumer {config}", flush=True)
+quick.consumer(config).run_forever()
+"""
+
+
+def _worker_argv(visits: str, lookahead: str | None) -> list[str]:
+    if visits == "three" and lookahead is None:
+        quick = Path(sys.executable).with_name("quick")
+        return [str(quick), "worker", "--app-module", "lateness_handlers", "--workers", "4"]
+    config: dict[str, Any] = {"workers": 4, "one_transaction_visits": visits == "one"}
+    if lookahead is not None:
+        config["timer_lookahead_s"] = float(lookahead)
+    return [sys.executable, "-c", CONSUMER, json.dumps(config)]
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -73,18 +97,8 @@ def one_run(
         q = Quick.open(store)  # creates the store before the worker opens it
         env = {**os.environ, "LATENESS_STORE": store, "LATENESS_OUT": str(out)}
         env.pop("QUICK_STORE", None)
-        quick = Path(sys.executable).with_name("quick")
         worker = subprocess.Popen(
-            [
-                str(quick),
-                "worker",
-                "--app-module",
-                "lateness_handlers",
-                "--workers",
-                "4",
-                f"--{visits}-transaction-visits",
-                *(["--timer-lookahead", lookahead] if lookahead is not None else []),
-            ],
+            _worker_argv(visits, lookahead),
             cwd=tmp,
             env=env,
             stdout=subprocess.PIPE,
@@ -149,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--lookahead",
         default=None,
-        help="comma-separated --timer-lookahead values (seconds) to run side by side, "
+        help="comma-separated timer_lookahead_s values (seconds) to run side by side, "
         "e.g. 0,0.05 (default: the worker's default only)",
     )
     ap.add_argument(
@@ -206,9 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             f"ms, p99 {summary['p99_ms']:.2f} ms, max {summary['max_ms']:.2f} ms, early "
             f"{summary['early']}"
         )
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    folder = Path(args.out) if args.out else ROOT / "results" / f"{stamp}-lateness"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = run_folder("lateness", args.out)
     document = {
         "command": "python -m bench.delayed_lateness " + " ".join(sys.argv[1:]),
         "label": args.label,

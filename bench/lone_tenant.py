@@ -29,7 +29,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, ROOT, fdb_url, log, machine, read_records, summary, wait_for_lines
+from bench.common import (
+    REPO,
+    fdb_url,
+    log,
+    machine,
+    read_records,
+    run_folder,
+    summary,
+    wait_for_lines,
+)
 from bench.quickrun import JOB, config_to_json, open_quick, throughput_config
 
 TENANT = "alone"
@@ -188,9 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         res["ratio_to_huey"] = {
             k: v["median"] / huey for k, v in res["rates"].items() if k != "huey-sqlite"
         }
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out = Path(args.out) if args.out else ROOT / "results" / f"{stamp}-lone"
-    out.mkdir(parents=True, exist_ok=True)
+    out = run_folder("lone", args.out)
     (out / "lone_tenant.json").write_text(json.dumps(res, indent=1))
     for k, v in res["rates"].items():
         log(f"{k}: median {v['median']:.0f} items/s ({v['min']:.0f}-{v['max']:.0f})")

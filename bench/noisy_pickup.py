@@ -23,13 +23,12 @@ import importlib
 import json
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bench import peer_workloads as w
-from bench.common import ROOT, log, machine, summary
+from bench.common import log, machine, run_folder, summary
 from bench.peers.base import Peer
 
 TARGET_P99_MS = 20.0
@@ -102,9 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             q["small_p99"] / h["small_p99"]
             for q, h in zip(runs["quick-sqlite"], runs["huey-sqlite"], strict=True)
         ]
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out = Path(args.out) if args.out else ROOT / "results" / f"{stamp}-noisy"
-    out.mkdir(parents=True, exist_ok=True)
+    out = run_folder("noisy", args.out)
     (out / "noisy_pickup.json").write_text(json.dumps(res, indent=1))
     for name, m in medians.items():
         p99, after = m["small_p99"], m["small_p99_after_burst"]["median"]

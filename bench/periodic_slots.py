@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.common import REPO, ROOT, log, machine
+from bench.common import REPO, log, machine, run_folder
 from quickzones.testing.provision.process import terminate_all
 
 APP = textwrap.dedent(
@@ -81,8 +81,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=4)
     args = parser.parse_args()
     result = run(args.seconds, args.processes)
-    out = ROOT / "results" / (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-periodic")
-    out.mkdir(parents=True, exist_ok=True)
+    out = run_folder("periodic")
     (out / "periodic.json").write_text(json.dumps({"machine": machine(), **result}, indent=2))
     log(f"periodic: {json.dumps(result)} -> {out}")
 

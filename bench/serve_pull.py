@@ -7,7 +7,10 @@
 2. Throughput: items/s draining a preloaded backlog, same two set-ups.
 3. Enqueue latency at a fixed request rate: over HTTP and in-process.
 
-    python -m bench.serve_pull [--seconds 10] [--out bench/results/serve.json]
+    python -m bench.serve_pull [--seconds 10] [--out FILE]
+
+It prints its JSON; ``--out`` also writes it, e.g. to an untracked
+``bench/results/<UTC timestamp>-serve/serve_pull.json``.
 """
 
 from __future__ import annotations

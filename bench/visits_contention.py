@@ -41,7 +41,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, ROOT, fdb_url, log, machine, read_records, summary
+from bench.common import REPO, fdb_url, log, machine, read_records, run_folder, summary
 from bench.quickrun import JOB, config_to_json, open_quick, throughput_config
 
 LEAD_S = 4.0  # the items vest this long after the enqueue started (checked: after it ended)
@@ -288,9 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_one_to_three": ratios,
         "all_runs": runs,
     }
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out = Path(args.out) if args.out else ROOT / "results" / f"{stamp}-visits-contention"
-    out.mkdir(parents=True, exist_ok=True)
+    out = run_folder("visits-contention", args.out)
     path = out / f"visits_contention-{'-'.join(args.backends.split(','))}.json"
     path.write_text(json.dumps(res_all, indent=1))
     for name, m in medians.items():

@@ -9,8 +9,8 @@ Three ways to get a node, picked in this order (see ``LocalCassandra.__init__``)
 3. Otherwise run ``org.apache.cassandra.service.CassandraDaemon`` straight from the jars
    that ``integration/cassandra/pom.xml`` resolves into ``integration/cassandra/lib`` on
    the local JDK 17. The node listens on 127.0.0.1 only, on free ports, with its config,
-   data and logs in one temporary directory. /work/shared/cassandra-local.md has the facts
-   behind the flags and the yaml below.
+   data and logs in one temporary directory. ``integration/cassandra/README.md`` has the
+   facts behind the flags and the yaml below.
 
 Standard library only; cassandra-driver, when installed, is used for the readiness probe,
 and a minimal CQL v4 handshake written here stands in for it when it is not.

@@ -1,6 +1,6 @@
 """MemoryStore: a seeded, deterministic in-process simulator of FoundationDB.
 
-Semantics follow ``shared/fdb-semantics.md``: MVCC reads at the read version, read-your-
+Semantics follow ``docs/fdb-semantics.md``: MVCC reads at the read version, read-your-
 writes (``quickzones.backends._txnbuffer``), optimistic conflict checks at commit against the write
 conflict ranges of transactions that committed after the read version, the 5 s lifetime
 (1007) on the store's clock, and ``on_error`` backoff slept through that clock.

@@ -6,7 +6,7 @@ pointer and the store's version bookkeeping are written into the application's o
 transaction, so the application's COMMIT commits its rows and the item together and its
 ROLLBACK (or a crash before COMMIT) leaves neither.
 
-How it keeps the store's rules (``shared/fdb-semantics.md``):
+How it keeps the store's rules (``docs/fdb-semantics.md``):
 
 * :func:`join` first makes the application's transaction hold SQLite's write lock (a
   no-op write to ``quick_meta``; ``BEGIN IMMEDIATE`` if no transaction is open yet). From

@@ -4,7 +4,7 @@ Layout: ``kv(key BLOB PRIMARY KEY, value BLOB) WITHOUT ROWID`` (BLOBs compare wi
 so keys sort exactly as in FoundationDB), ``quick_meta`` holding the last commit version
 and ``quick_conflicts(version, ranges)`` holding each recent commit's write conflict ranges.
 
-How a transaction runs (``shared/fdb-semantics.md`` sections 1-2):
+How a transaction runs (``docs/fdb-semantics.md`` sections 1-2):
 
 * the first read opens a deferred read transaction (a WAL snapshot) and reads the version
   from ``quick_meta``; that is the read version, and every later read uses the snapshot;

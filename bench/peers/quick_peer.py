@@ -34,19 +34,19 @@ def peer_config(throughput: bool = False) -> ConsumerConfig:
     while the burst drains (its managers ~85% busy, each commit waiting ~2-3 ms for the
     store's write lock); one commit per visit instead of three about halved the small
     tenants' median pickup and lowered their p99 by a fifth or more, still far above
-    20 ms, and the burst drained sooner (bench/results/20261124T041424Z-noisy).
+    20 ms, and the burst drained sooner (bench/results/README.md#20261124t041424z-noisy).
     Up to 16 zones per visit transaction (``visits_per_transaction``) on one manager
     thread: while the burst drains, the small tenants' pointers vest a few at a time and
     one commit visits them all; one manager's batches beat four managers' smaller
     concurrent ones, which only contend for the GIL and the store's write lock (small
     tenants' p99 37.6 against 54.8 ms, against 61.0 ms one zone per transaction, 7
-    interleaved rounds, bench/results/20261124T075000Z-batched-visits).
+    interleaved rounds, bench/results/README.md#20261124t075000z-batched-visits).
     A scan passes over a zone holding 8 of the consumer's items (``skip_held_zones_at``,
     the number of workers): the noisy tenant's zone is not visited again while its items
     fill the workers, and the visits go to the small tenants (small tenants' p99 45.1 ->
     26.4 ms, better in 8 of 8 interleaved pairs; the noisy tenant's p50 634 -> 885 ms;
     ``dequeue_max`` 16 with it was worse, 28.1 -> 33.6 ms, and a mark of 4 no better,
-    bench/results/20261124T175500Z-visit-cpu).
+    bench/results/README.md#20261124t175500z-visit-cpu).
     Completions flushed every 10 ms (``completion_flush_s``) rather than as soon as any
     finished: a tenth of the commits competing with the visits (small tenants' p99 32.0
     -> 25.8 ms, better in 6 of 6 interleaved pairs, the consumer's CPU -6%; 20 ms was no
@@ -58,7 +58,7 @@ def peer_config(throughput: bool = False) -> ConsumerConfig:
     interleaved pairs: small tenants' p50 6.9 -> 4.65 ms (better in 10 of 10), p99 21.2
     -> 20.5 ms (5 of 10: not shown), the consumer's CPU +18%; small tenants alone, 6
     pairs: p50 6.35 -> 4.65 ms, p99 19.9 -> 16.6 ms (3 of 6)
-    (bench/results/20261124T212000Z-pickup).
+    (bench/results/README.md#20261124t212000z-pickup).
     Throughput (workload i, where the peers run their documented throughput setups too):
     large per-visit batches and a deep local queue, as in the core benchmark.
     """

@@ -1,8 +1,8 @@
-"""Batched visits in a real ``quick worker`` process: ``--one-transaction-visits
---visits-per-transaction 8`` over many small tenants runs every item exactly once while a
+"""Batched visits in a real consumer process, configured from Python
+(``ConsumerConfig(one_transaction_visits=True, visits_per_transaction=8)``: no ``quick
+worker`` option sets them), over many small tenants: every item runs exactly once while a
 producer in another process keeps enqueueing into the same zones (so some batches
-conflict and are tried again or split); without ``--one-transaction-visits`` the option is
-refused with its name, nothing started."""
+conflict and are tried again or split)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from integration.cli.workers import start_worker, stop_worker
+from integration.cli.workers import start_consumer, stop_worker
 from quickzones.client import Quick
 
 HANDLERS = textwrap.dedent(
@@ -37,16 +37,14 @@ def _ran(tmp_path: Path) -> Counter[str]:
 def test_a_batching_worker_runs_every_item_once(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'batched.db'}"
     q = Quick.open(store)
-    proc = start_worker(
+    proc = start_consumer(
         tmp_path,
         store,
         "batched_handlers",
         HANDLERS,
-        "--one-transaction-visits",
-        "--visits-per-transaction",
-        "8",
-        "--dequeue-max",
-        "2",
+        one_transaction_visits=True,
+        visits_per_transaction=8,
+        dequeue_max=2,
     )
     try:
         ids = []
@@ -65,13 +63,3 @@ def test_a_batching_worker_runs_every_item_once(tmp_path: Path) -> None:
     assert sorted(ran) == sorted(ids), err.decode()[-2000:]
     assert set(ran.values()) == {1}
     assert proc.returncode == 0, err.decode()[-2000:]
-
-
-def test_a_batch_size_without_one_transaction_visits_is_refused(tmp_path: Path) -> None:
-    store = f"sqlite:///{tmp_path / 'refused.db'}"
-    proc = start_worker(
-        tmp_path, store, "refused_handlers", HANDLERS, "--visits-per-transaction", "8"
-    )
-    _, err = proc.communicate(timeout=60)  # exits on its own: the option is refused
-    assert proc.returncode == 2
-    assert b"needs one_transaction_visits=True" in err and b"Traceback" not in err

@@ -1,4 +1,4 @@
-"""Exact timers in a real ``quick worker`` process (issue 15 point 5): an at-most-once item
+"""Exact timers in a real consumer process (issue 15 point 5): an at-most-once item
 the worker leased ahead of its vesting time and holds for its timer is put back, due at
 the same time, when the worker stops (SIGTERM), neither lost nor vested early; another
 worker then runs it at its time."""
@@ -11,7 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from integration.cli.workers import start_worker, stop_worker
+from integration.cli.workers import start_consumer, stop_worker
 from quickzones.client import Quick
 
 HANDLERS = textwrap.dedent(
@@ -29,8 +29,9 @@ HANDLERS = textwrap.dedent(
 )
 
 
-def _start_worker(tmp_path: Path, store: str, lookahead: str) -> subprocess.Popen[bytes]:
-    return start_worker(tmp_path, store, "timer_handlers", HANDLERS, "--timer-lookahead", lookahead)
+def _start_worker(tmp_path: Path, store: str, lookahead: float) -> subprocess.Popen[bytes]:
+    # timer_lookahead_s is a ConsumerConfig field set from Python (no quick worker option).
+    return start_consumer(tmp_path, store, "timer_handlers", HANDLERS, timer_lookahead_s=lookahead)
 
 
 def _ran(tmp_path: Path) -> dict[str, float]:
@@ -48,7 +49,7 @@ def test_sigterm_puts_back_an_item_held_for_its_timer_due_as_before(tmp_path: Pa
         assert status is not None and status.next_vesting_ms is not None
         due = status.next_vesting_ms
         # A lookahead longer than the delay: the worker leases it at once and holds it.
-        proc = _start_worker(tmp_path, store, "10")
+        proc = _start_worker(tmp_path, store, 10)
         try:
             deadline = time.time() + 60
             while time.time() < deadline:
@@ -65,7 +66,7 @@ def test_sigterm_puts_back_an_item_held_for_its_timer_due_as_before(tmp_path: Pa
         assert back is not None and back.state == "queued", back
         assert back.next_vesting_ms == due and back.error_count == 0
 
-        proc = _start_worker(tmp_path, store, "0.05")
+        proc = _start_worker(tmp_path, store, 0.05)
         try:
             deadline = time.time() + 60
             while time.time() < deadline and item_id not in _ran(tmp_path):

@@ -354,8 +354,10 @@ def _batched(visits_per_transaction: int) -> str:
 
 @main.command()
 @click.option("--app-module", "app_module", required=True, help="module[:attr] with a Quick.")
-@click.option("--workers", type=click.IntRange(min=1), default=8, show_default=True)
-@click.option("--managers", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Handler threads.")  # fmt: skip
+@click.option("--managers", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Zone visits at once.")  # fmt: skip
 @click.option(
     "--lease",
     "lease_s",
@@ -375,48 +377,6 @@ def _batched(visits_per_transaction: int) -> str:
     "dequeue_max",
     click.IntRange(min=1),
     "Items one visit takes from one zone.",
-)
-@click.option(
-    "--visit-max",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Work-conserving visits: when few zones compete a visit takes up to this many "
-    "(at least --dequeue-max); default: every visit takes --dequeue-max.",
-)
-@click.option(
-    "--one-transaction-visits/--three-transaction-visits",
-    default=_DEFAULTS.one_transaction_visits,
-    show_default=True,
-    help="Commit a visit's pointer lease, dequeue and pointer requeue together (zones in "
-    "the pointers' store; apps with dispatch limits keep three), or as the paper's three.",
-)
-@_config_option(
-    "--visits-per-transaction",
-    "visits_per_transaction",
-    int,
-    "With --one-transaction-visits: visit up to this many selected zones in one "
-    "transaction (fewer commits when many small zones each need a visit).",
-)
-@_config_option(
-    "--timer-lookahead",
-    "timer_lookahead_s",
-    float,
-    "Seconds ahead an item due soon is leased and then started on this worker's own "
-    "timer at its vesting time, never before (0: only once vested); at most half the lease.",
-)
-@_config_option(
-    "--commit-poll",
-    "commit_poll_s",
-    float,
-    "While idle, read the store's commit counter this often (seconds) and rescan when "
-    "another process committed (SQLite); 0: poll the store every idle sleep only.",
-)
-@_config_option(
-    "--completion-flush",
-    "completion_flush_s",
-    float,
-    "Seconds the completion flusher waits after each commit, so that under load one "
-    "commit carries more completions (0: flush at once).",
 )
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on this port.")  # fmt: skip
@@ -454,14 +414,12 @@ def worker(
     apps: str | None,
     job_types: str | None,
     unhandled_grace_s: float,
-    visit_max: int | None,
-    one_transaction_visits: bool,
-    visits_per_transaction: int,
-    timer_lookahead_s: float,
-    commit_poll_s: float,
-    completion_flush_s: float,
 ) -> None:
-    """Run a consumer until SIGTERM/SIGINT."""
+    """Run a consumer until SIGTERM/SIGINT.
+
+    Every other ConsumerConfig field is set from Python:
+    quick.consumer(ConsumerConfig(...)).run_forever() (docs/configuration.md).
+    """
     from quickzones.errors import ConfigurationError
     from quickzones.urls import open_election
 
@@ -485,12 +443,6 @@ def worker(
         item_lease_s=lease_s,
         shutdown_deadline_s=shutdown_deadline_s,
         dequeue_max=dequeue_max,
-        visit_max=visit_max,
-        one_transaction_visits=one_transaction_visits,
-        visits_per_transaction=visits_per_transaction,
-        timer_lookahead_s=timer_lookahead_s,
-        commit_poll_s=commit_poll_s or None,
-        completion_flush_s=completion_flush_s,
         apps=routed_apps,
         job_types=routed_types,
         unhandled_grace_s=unhandled_grace_s,

@@ -1,4 +1,4 @@
-"""The two-part enqueue (paper section 6; DESIGN.md "Enqueue and pointers"), composed here
+"""The two-part enqueue (paper section 6; docs/design.md "Enqueue and pointers"), composed here
 and nowhere else.
 
 Part one runs inside the enqueuing transaction: the zone store writes the item (record,

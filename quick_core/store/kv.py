@@ -2,7 +2,7 @@
 
 All of QuiCK's storage logic is written once against :class:`KVTransaction`. Each backend
 (``quickzones.backends.memory``, ``.sqlite``, ``.fdb``) implements it with the
-semantics of ``shared/fdb-semantics.md``:
+semantics of ``docs/fdb-semantics.md``:
 
 * a transaction reads at one read version and sees its own writes (including range reads
   over uncommitted sets and clears);
@@ -34,7 +34,7 @@ from quickzones.errors import (
 T = TypeVar("T")
 P = ParamSpec("P")
 
-# FoundationDB's limits (fdb-semantics.md section 1).
+# FoundationDB's limits (docs/fdb-semantics.md section 1).
 KEY_SIZE_LIMIT = 10_000
 VALUE_SIZE_LIMIT = 100_000
 TRANSACTION_SIZE_LIMIT = 10_000_000

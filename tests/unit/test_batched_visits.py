@@ -17,9 +17,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from quickzones.cli import main
 from quickzones.client import Quick
 from quickzones.consumer import ConsumerConfig
 from quickzones.errors import ConfigurationError, StorageError
@@ -279,28 +277,3 @@ def test_bad_batch_settings_are_refused(over: dict[str, Any], message: str) -> N
     settings: dict[str, Any] = {"one_transaction_visits": True, **over}
     with pytest.raises(ConfigurationError, match=message):
         ConsumerConfig(**settings).validate()
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--visits-per-transaction", "0"], "visits_per_transaction must be an integer"),
-        (["--visits-per-transaction", "4"], "needs one_transaction_visits=True"),
-    ],
-)
-def test_quick_worker_refuses_bad_batch_settings(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("QUICK_STORE", raising=False)
-    module = f"batched_handlers_{abs(hash(tmp_path.name))}"
-    (tmp_path / f"{module}.py").write_text(
-        "from quickzones import Quick\n"
-        f"q = Quick.open('sqlite:///{tmp_path / 'q.db'}')\n"
-        "@q.job('j')\n"
-        "def j(payload, ctx):\n"
-        "    return None\n"
-    )
-    result = CliRunner().invoke(main, ["worker", "--app-module", f"{module}:q", *args])
-    assert result.exit_code == 2, result.output
-    assert message in result.stderr and "Traceback" not in result.stderr

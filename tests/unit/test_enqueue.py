@@ -1,4 +1,4 @@
-"""The two-part enqueue (DESIGN.md "Enqueue and pointers") from a user's side.
+"""The two-part enqueue (docs/design.md "Enqueue and pointers") from a user's side.
 
 Part two pulls an existing pointer's vesting earlier after part one commits. Whatever runs
 the caller's transaction (``Quick.transact``, the KV ``run()``, a raw transaction committed

@@ -10,13 +10,10 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from click.testing import CliRunner
 
-from quickzones.cli import main
 from quickzones.client import Quick
 from quickzones.clock import ManualClock, now_ms
 from quickzones.consumer import Consumer, ConsumerConfig
@@ -238,21 +235,3 @@ def test_a_store_without_the_capability_is_not_looked_ahead(real_q: Quick) -> No
     assert real_q.consumer(config).scanner.lookahead_ms == 200
     plain = Consumer(_NoLookahead(real_q.zones), real_q.toplevel, real_q.registry, config=config)
     assert plain.scanner.lookahead_ms == 0
-
-
-def test_quick_worker_refuses_a_lookahead_beyond_half_the_lease(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    (tmp_path / "lookahead_handlers.py").write_text(
-        "from quickzones import Quick\n"
-        f"quick = Quick.open('sqlite:///{tmp_path / 'w.db'}')\n"
-        "@quick.job('j')\n"
-        "def j(payload, ctx):\n"
-        "    pass\n"
-    )
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("QUICK_STORE", raising=False)
-    for bad in (["--timer-lookahead", "-1"], ["--timer-lookahead", "20", "--lease", "30"]):
-        result = CliRunner().invoke(main, ["worker", "--app-module", "lookahead_handlers", *bad])
-        assert result.exit_code == 2, result.output
-        assert "timer_lookahead_s" in result.stderr and "Traceback" not in result.stderr

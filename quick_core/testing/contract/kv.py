@@ -1,4 +1,4 @@
-"""The KV conformance suite: the semantics of ``shared/fdb-semantics.md`` that every KV
+"""The KV conformance suite: the semantics of ``docs/fdb-semantics.md`` that every KV
 backend must have, shipped so an out-of-tree backend runs the same checks.
 
 Each ``test_*`` function takes its store from fixtures. To run the suite on a backend,

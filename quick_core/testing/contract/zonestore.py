@@ -1,5 +1,5 @@
 """The zone store contract: what every :class:`~quickzones.store.zonestore.ZoneStore` must do
-(paper section 5; DESIGN.md "Zone operations"), shipped so an out-of-tree store runs the
+(paper section 5; docs/design.md "Zone operations"), shipped so an out-of-tree store runs the
 same checks as the KV zones and Cassandra zones.
 
 Each ``test_*`` function takes one fixture, ``zone_store_env``: a :class:`ZoneStoreEnv`
