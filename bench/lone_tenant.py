@@ -4,13 +4,16 @@
 [--visits three|one|both] [--sizes paper,work_conserving]``
 
 5,000 no-op items of one tenant are stored first, then one worker process with 4 threads
-drains them: quick (``python -m bench.quickrun``, ``throughput_config(workers=4,
+drains them: quick as a user starts it (``quick worker --workers 4`` with every other
+setting at its default, :mod:`bench.user_app`; size ``user``, the figure the docs cite),
+quick's throughput profile (``python -m bench.quickrun``, ``throughput_config(workers=4,
 dequeue_max=10)``) with every visit at ``dequeue_max`` (paper, invariant 7) and with
 work-conserving visits (``visit_max``), and Huey on SQLite (``huey_consumer -w 4 -k
 thread``). The rate is (n - 1) / (end - first start), from the jobs' own start records
 (:func:`bench.common.record_start`), so process start-up counts for nobody; the end is
-the last start for Huey (no-op jobs, results off) and, stricter, the moment quick's
-``completed`` counter reached n (completions committed) for quick.
+the last start for Huey and for ``quick worker`` (no-op jobs, results off; the same
+measure for both) and, stricter, the moment quick's ``completed`` counter reached n
+(completions committed) for the profile.
 ``--visits``: the consumer's zone visits, the paper's three transactions
 (``one_transaction_visits=False``, the default), one, or both side by side; with both, each
 run has every system in both modes, the order of the two alternating from run to run.
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -103,6 +107,23 @@ def quick_rate(url: str, n: int, work: Path, visit_max: int | None, one: bool = 
     return (n - 1) / (done_at - first)
 
 
+def user_rate(url: str, n: int, work: Path, workers: int = 4) -> float:
+    """``quick worker --workers N`` with its defaults, drained like Huey."""
+    from bench.quickrun import user_worker_cmd as worker_cmd
+
+    out = work / "records.txt"
+    out.write_bytes(b"")
+    q = open_quick(url)
+    t = time.time()
+    for i in range(0, n, 100):
+        q.enqueue_many(
+            JOB, [{"t": TENANT, "e": t, "d": t}] * min(100, n - i), app="b", tenant=TENANT
+        )
+    q.close()
+    env = {**os.environ, "BENCH_OUT": str(out), "PYTHONPATH": str(REPO), "QUICK_STORE": url}
+    return _drain(worker_cmd(workers), env, out, n, work / "quick-worker.log")
+
+
 def huey_rate(n: int, work: Path) -> float:
     out = work / "records.txt"
     out.write_bytes(b"")
@@ -117,7 +138,8 @@ def huey_rate(n: int, work: Path) -> float:
     t = time.time()
     for _ in range(n):
         tasks.job(TENANT, t, t, 0.0)
-    consumer = str(Path(sys.executable).with_name("huey_consumer"))
+    beside = Path(sys.executable).with_name("huey_consumer")  # this interpreter's, else PATH's
+    consumer = str(beside) if beside.exists() else shutil.which("huey_consumer") or str(beside)
     cmd = [consumer, "bench.peers.huey_tasks.huey", "-w", "4", "-k", "thread"]
     cmd += ["-d", "0.01", "-m", "0.1", "-b", "1.15", "-q"]
     return _drain(cmd, env, out, n, work / "huey.log")
@@ -135,11 +157,20 @@ def main(argv: list[str] | None = None) -> int:
         default="three",
         help="quick's zone visits: the paper's three transactions, one, or both (interleaved)",
     )
-    ap.add_argument("--sizes", default="paper,work_conserving", help="visit sizes to run")
+    ap.add_argument(
+        "--sizes",
+        default="user,paper,work_conserving",
+        help="user (quick worker --workers 4, defaults), and the throughput profile's visit "
+        "sizes paper and work_conserving",
+    )
     ap.add_argument("--out", default="", help="results directory")
     args = ap.parse_args(argv)
     backends = args.backends.split(",")
-    sizes = [("paper", None), ("work_conserving", 1000)]
+    sizes: list[tuple[str, int | None]] = [
+        ("user", None),
+        ("paper", None),
+        ("work_conserving", 1000),
+    ]
     sizes = [(label, vm) for label, vm in sizes if label in args.sizes.split(",")]
     visits = ["three", "one"] if args.visits == "both" else [args.visits]
     rates: dict[str, list[float]] = {}
@@ -151,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
             order = visits if r % 2 == 0 else visits[::-1]
             for b in backends:
                 for label, vm in sizes:
+                    if label == "user":  # the defaults: no visit mode to choose
+                        systems.append((f"quick-{b}-user", (b, "user", False)))
+                        continue
                     for v in order:
                         tag = "" if args.visits == "three" else f"-{v}"
                         systems.append((f"quick-{b}-{label}{tag}", (b, vm, v == "one")))
@@ -165,8 +199,11 @@ def main(argv: list[str] | None = None) -> int:
                     b, vm, one = spec
                     url = fdb_url(f"lone{r}") if b == "fdb" else f"sqlite:///{work}/q.db"
                     last_events.clear()
-                    rate = quick_rate(url, args.n, work, vm, one)
-                    events.setdefault(name, []).append(dict(last_events))
+                    if vm == "user":
+                        rate = user_rate(url, args.n, work)
+                    else:
+                        rate = quick_rate(url, args.n, work, vm, one)
+                        events.setdefault(name, []).append(dict(last_events))
                 rates.setdefault(name, []).append(rate)
                 log(f"lone tenant run {r + 1}/{args.runs}: {name} {rate:.0f} items/s")
                 if spec is not None:

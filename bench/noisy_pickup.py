@@ -6,9 +6,12 @@ under 20 ms), repeated so the figure is a median of runs, not one run's luck.
 Peer workload (ii) (:func:`bench.peer_workloads.noisy_neighbour`): 100 small tenants
 enqueue 10 items each at random times over 5 s while one tenant enqueues 1,000 as a burst
 at t=0 (batches of 100); every job sleeps 5 ms; one worker process. quick runs on a fresh
-SQLite file with the committed fairness profile (:func:`bench.peers.quick_peer.peer_config`),
-Huey (the SQLite peer) with its documented setup; the two alternate which goes first run
-by run, so a noisy stretch of the shared host falls on both. A pickup is an item's start
+SQLite file as a user starts it (``quick worker --workers 4``, every other setting at its
+default: ``quick-sqlite``, the figure the docs cite) and, beside it, with the committed
+fairness profile (:func:`bench.peers.quick_peer.peer_config`, 8 workers:
+``quick-sqlite-profile``); Huey (the SQLite peer) with its documented setup and 4 worker
+threads like the user's worker (``--workers`` sets both). The systems take turns going
+first run by run, so a noisy stretch of the shared host falls on all. A pickup is an item's start
 minus the moment its producer called enqueue (the enqueue's own time counts).
 
 Per run: the small tenants' p50, p99 and max; the p99 of those enqueued after the burst's
@@ -35,28 +38,47 @@ TARGET_P99_MS = 20.0
 FIELDS = ("small_p50", "small_p99", "small_max", "small_p99_after_burst", "noisy_p50", "burst_s")
 
 
-def _quick(workdir: Path) -> Peer:
+WORKERS = 4  # the user's quick worker and Huey's threads (--workers)
+
+
+def _quick_user(workdir: Path, workers: int) -> Peer:
+    from bench.peers.quick_peer import QuickPeer
+    from bench.quickrun import user_worker_cmd as worker_cmd
+
+    def command(url: str, _config: str) -> list[str]:
+        return ["env", f"QUICK_STORE={url}", *worker_cmd(workers)]
+
+    peer = QuickPeer(workdir, "sqlite", consumer=command)
+    peer.config = f"quick worker --workers {workers} (defaults)"
+    return peer
+
+
+def _quick_profile(workdir: Path, _workers: int) -> Peer:
     from bench.peers.quick_peer import QuickPeer
 
     return QuickPeer(workdir, "sqlite")
 
 
-def _huey(workdir: Path) -> Peer:
+def _huey(workdir: Path, workers: int) -> Peer:
     from bench.peers.huey_peer import HueyPeer
 
-    peer = HueyPeer(workdir)
+    peer = HueyPeer(workdir, workers=workers)
     # A fresh SqliteHuey on this run's file: the module's storage keeps its connection
     # to the first run's file otherwise.
     peer.tasks = importlib.reload(peer.tasks)
     return peer
 
 
-SYSTEMS: dict[str, Callable[[Path], Peer]] = {"quick-sqlite": _quick, "huey-sqlite": _huey}
+SYSTEMS: dict[str, Callable[[Path, int], Peer]] = {
+    "quick-sqlite": _quick_user,
+    "quick-sqlite-profile": _quick_profile,
+    "huey-sqlite": _huey,
+}
 
 
-def one_run(make: Callable[[Path], Peer]) -> dict[str, float]:
+def one_run(make: Callable[[Path, int], Peer], workers: int = WORKERS) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="bench-noisy-") as tmp:
-        peer = make(Path(tmp))
+        peer = make(Path(tmp), workers)
         try:
             r = w.noisy_neighbour(peer, per_small=10, window_s=5.0, work_ms=5.0)
         finally:
@@ -70,13 +92,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.noisy_pickup")
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--no-huey", action="store_true", help="quick only")
+    ap.add_argument("--no-profile", action="store_true", help="not the tuned profile")
+    ap.add_argument(
+        "--workers", type=int, default=WORKERS, help="quick worker's --workers and Huey's -w"
+    )
     ap.add_argument("--out", default="", help="results directory")
     args = ap.parse_args(argv)
-    systems = ["quick-sqlite"] + ([] if args.no_huey else ["huey-sqlite"])
+    systems = ["quick-sqlite"]
+    systems += [] if args.no_profile else ["quick-sqlite-profile"]
+    systems += [] if args.no_huey else ["huey-sqlite"]
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in systems}
     for i in range(args.runs):
-        for name in systems if i % 2 == 0 else systems[::-1]:
-            one = one_run(SYSTEMS[name])
+        shift = i % len(systems)  # each system goes first in turn
+        for name in systems[shift:] + systems[:shift]:
+            one = one_run(SYSTEMS[name], args.workers)
             runs[name].append(one)
             log(
                 f"noisy run {i + 1}/{args.runs} {name}: small p50 {one['small_p50']:.1f} "
@@ -89,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     res: dict[str, Any] = {
         "workload": "peer workload (ii): 100 small tenants x 10 items over 5 s, one tenant's "
         "1,000-item burst at t=0, jobs sleep 5 ms, one worker process",
+        "quick_worker": f"quick worker --workers {args.workers} (defaults); Huey -w "
+        f"{args.workers}",
         "runs": args.runs,
         "machine": machine(),
         "command": "python -m bench.noisy_pickup " + " ".join(argv or sys.argv[1:]),

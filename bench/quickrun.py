@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import sys
 import threading
 import time
 from dataclasses import asdict
@@ -38,6 +39,21 @@ def open_quick(url: str, *, fifo: bool = False) -> Quick:
         return None
 
     return q
+
+
+def user_worker_cmd(workers: int) -> list[str]:
+    """``quick worker`` as the README starts it, ``--workers`` its only option, running the
+    handlers of :mod:`bench.user_app` on the store ``QUICK_STORE`` names."""
+    return [
+        sys.executable,
+        "-m",
+        "quickzones",
+        "worker",
+        "--app-module",
+        "bench.user_app:q",
+        "--workers",
+        str(workers),
+    ]
 
 
 def throughput_config(**over: Any) -> ConsumerConfig:

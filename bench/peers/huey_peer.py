@@ -1,4 +1,5 @@
-"""Huey on SQLite: one consumer process with 8 worker threads (``-w 8 -k thread``),
+"""Huey on SQLite: one consumer process with 8 worker threads (``-w 8 -k thread``; another
+count with ``workers``),
 polling from 10 ms backing off to 100 ms (``-d 0.01 -m 0.1``; the default backs off to
 10 s), results off; delayed jobs with ``schedule(delay=...)``, which the consumer's
 scheduler moves to the queue once per ``-s`` interval (1 s default, its minimum)."""
@@ -18,8 +19,10 @@ class HueyPeer(Peer):
     name = "huey"
     config = "huey_consumer -w 8 -k thread -d 0.01 -m 0.1 -b 1.15 (SqliteHuey, results=False)"
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, workers: int = 8) -> None:
         super().__init__(workdir)
+        self.workers = workers
+        self.config = self.config.replace("-w 8", f"-w {workers}")
         db = str(workdir / "huey.db")
         os.environ["BENCH_HUEY_DB"] = db
         self.env["BENCH_HUEY_DB"] = db
@@ -42,7 +45,7 @@ class HueyPeer(Peer):
             "huey_consumer",
             "bench.peers.huey_tasks.huey",
             "-w",
-            "8",
+            str(self.workers),
             "-k",
             "thread",
             "-d",
