@@ -143,10 +143,10 @@ class StoreElection:
     @transactional
     def release(self, lease: Leadership, *, tr: KVTransaction = OWN_STORE) -> bool:
         """End ``lease`` now, keeping its term for the next holder; False if it was no
-        longer the stored one."""
+        longer held (expired, released, or a successor's)."""
         key = self.lease_key(lease.name)
         cur = decode_lease(lease.name, tr.get(key))
-        if not self._is(cur, lease):
+        if cur is None or not self._is(cur, lease) or not cur.held_at(now_ms(self.clock)):
             return False
         tr.set(key, encode_lease(lease.term, 0, lease.holder))
         return True
