@@ -422,7 +422,9 @@ def _batched(visits_per_transaction: int) -> str:
               help="Serve Prometheus metrics on this port.")  # fmt: skip
 @click.option("--metrics-address", default="127.0.0.1", show_default=True,
               help="Address the metrics server listens on.")  # fmt: skip
-@click.option("--election", default=None, help="redis://... or memcached://... scanner lease.")
+@click.option("--election", default=None,
+              help="redis://... or memcached://... in front of the store's own in-order "
+              "scanner lease (default: the store's alone).")  # fmt: skip
 @click.option("--remote", default=None, metavar="URL",
               help="Pull items from a quick serve at URL instead of the store.")  # fmt: skip
 @click.option("--token", envvar="QUICK_TOKEN", default=None,
