@@ -22,6 +22,8 @@ from quickzones.consumer import ConsumerConfig
 from quickzones.consumer.runtime import Consumer
 from quickzones.store.admin import stats
 from quickzones.urls import open_election
+from tests.scanner_fleet import TTL_S as FLEET_TTL_S
+from tests.scanner_fleet import Fleet, started
 from tests.waiting import wait_for
 
 if TYPE_CHECKING:
@@ -116,3 +118,35 @@ def test_store_election_takes_over_while_the_configured_one_is_down_and_hands_ba
     assert gap < TTL_S, f"no in-order scanner for {gap:.1f}s after the server came back"
     assert wait_for(lambda: _one(trio) and trio.holder() == trio.in_order()[0])
     assert sum(TAKES_OVER in r.getMessage() for r in caplog.records) == 3
+
+
+# --- the same with real ``quick worker --election URL`` processes ------------------------
+
+
+def test_quick_workers_keep_one_in_order_scanner_while_the_election_server_is_down(
+    server_kit: Kit, tmp_path: Path
+) -> None:
+    assert server_kit.server is not None
+    fleet = Fleet(tmp_path, f"sqlite:///{tmp_path / 'q.db'}")
+    try:
+        workers = started(fleet, 3, "--election", server_kit.server.url)
+        assert [w.gauge() for w in fleet.claimants()] == [1.0]
+        holder = fleet.holder()
+
+        server_kit.server.stop()
+        assert wait_for(lambda: all(TAKES_OVER in w.text() for w in workers))
+        time.sleep(2 * FLEET_TTL_S)  # several refreshes each, the server still down
+        assert [w.name for w in fleet.claimants()] == [holder]
+        assert sorted(w.gauge() or 0.0 for w in workers) == [0.0, 0.0, 1.0]
+        assert fleet.holder() == holder
+        assert [w.text().count(TAKES_OVER) for w in workers] == [1, 1, 1]  # not per scan
+
+        server_kit.server.start()
+        assert wait_for(lambda: all(HANDS_BACK in w.text() for w in workers))
+        time.sleep(2 * FLEET_TTL_S)
+        (claimant,) = fleet.claimants()
+        assert fleet.holder() == claimant.name
+        assert sorted(w.gauge() or 0.0 for w in workers) == [0.0, 0.0, 1.0]
+        assert [w.text().count(HANDS_BACK) for w in workers] == [1, 1, 1]
+    finally:
+        fleet.stop()
