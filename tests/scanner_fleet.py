@@ -92,8 +92,13 @@ class Fleet:
         return [w for w in (among if among is not None else self.live()) if w.claims()]
 
     def stats(self) -> dict[str, object]:
+        parsed: dict[str, object] = json.loads(self.quick("stats", "--json"))
+        return parsed
+
+    def quick(self, *args: str) -> str:
+        """``quick ARGS`` on the fleet's store; its standard output."""
         out = subprocess.run(
-            [sys.executable, "-m", "quickzones", "stats", "--json"],
+            [sys.executable, "-m", "quickzones", *args],
             cwd=self.dir,
             env={**os.environ, "QUICK_STORE": self.url},
             capture_output=True,
@@ -101,8 +106,7 @@ class Fleet:
             timeout=60,
             check=True,
         )
-        parsed: dict[str, object] = json.loads(out.stdout)
-        return parsed
+        return out.stdout
 
     def holder(self) -> str | None:
         scanner = self.stats()["in_order_scanner"]

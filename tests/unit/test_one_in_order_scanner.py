@@ -38,6 +38,7 @@ def test_three_workers_on_one_store_have_one_in_order_scanner(fleet: Fleet) -> N
     claimants = fleet.claimants()
     assert len(claimants) == 1, f"{len(claimants)} of 3 workers scan in order"
     assert fleet.holder() == claimants[0].name
+    assert f"in-order scanner: {claimants[0].name} (term " in fleet.quick("stats")
     gauges = [w.gauge() for w in workers]
     assert sorted(gauges) == [0.0, 0.0, 1.0], gauges
     assert claimants[0].gauge() == 1.0
