@@ -34,7 +34,6 @@ from quickzones.consumer.scanner import Scanner
 from quickzones.consumer.scanner_election import ScannerElection
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Work
-from quickzones.consumer.store_election import StoreElection
 from quickzones.consumer.timers import DueTimers
 from quickzones.consumer.worker import Worker
 from quickzones.errors import ConfigurationError
@@ -94,19 +93,8 @@ class Consumer:
         # A routed consumer would starve the pointers it leaves alone if it scanned in
         # order (invariant 10): it stays out of the election unless forced.
         in_order = cfg.in_order if cfg.in_order is not None or not router.routed else False
-        # The lease lives in each cluster's own store, read through that store's clock.
-        stores = {
-            n: StoreElection(c.toplevel.kv, c.toplevel.keys, c.toplevel.clock)
-            for n, c in self.clusters.items()
-        }
-        self.scanner_election = ScannerElection(
-            stores,
-            self.name,
-            clock,
-            configured=election,
-            forced=in_order,
-            ttl_s=cfg.election_ttl_s,
-            emit=emit,
+        self.scanner_election = ScannerElection.in_stores(
+            self.clusters, self.name, clock, election, in_order, cfg.election_ttl_s, emit
         )
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []

@@ -25,6 +25,8 @@ from typing import Any
 
 from quickzones.clock import Clock
 from quickzones.consumer.election import Election, Leadership
+from quickzones.consumer.state import Cluster
+from quickzones.consumer.store_election import StoreElection
 from quickzones.errors import StorageError
 
 log = logging.getLogger("quick.consumer")
@@ -69,6 +71,27 @@ class ScannerElection:
         self._gates: dict[str, Leadership] = {}  # the configured election's leases held
         self._configured_down = False  # the store's election has taken over
         self._store_down = False
+
+    @classmethod
+    def in_stores(
+        cls,
+        clusters: Mapping[str, Cluster],
+        candidate: str,
+        clock: Clock,
+        configured: Election | None,
+        forced: bool | None,
+        ttl_s: float,
+        emit: Callable[..., Any],
+    ) -> ScannerElection:
+        """The election of a consumer of ``clusters``: each cluster's lease in its own
+        store, read through that store's clock."""
+        stores = {
+            name: StoreElection(c.toplevel.kv, c.toplevel.keys, c.toplevel.clock)
+            for name, c in clusters.items()
+        }
+        return cls(
+            stores, candidate, clock, configured=configured, forced=forced, ttl_s=ttl_s, emit=emit
+        )
 
     def holds(self, cluster: str) -> bool:
         """Whether this consumer is the in-order scanner of ``cluster`` now: a local
