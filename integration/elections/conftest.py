@@ -120,8 +120,12 @@ def _store_kit(path: Path) -> Kit:
         quicks.append(q)
         return StoreElection(q.kv, q.keys, q.clock)
 
+    def close_all() -> None:
+        for q in quicks:
+            q.close()
+
     kit = Kit("store", None, 0.0, open_one)
-    kit._cleanup.append(lambda: [q.close() for q in quicks] and None)
+    kit._cleanup.append(close_all)
     return kit
 
 
