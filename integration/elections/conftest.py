@@ -90,9 +90,13 @@ class Kit:
         self._opened.append(election)
         return election
 
+    _cleanup: list[Callable[[], None]] = field(default_factory=list)
+
     def close(self) -> None:
         for election in self._opened:
             election.close()
+        for done in self._cleanup:
+            done()
 
 
 def _kit(kind: str, server: Service | None) -> Kit:
@@ -101,6 +105,28 @@ def _kit(kind: str, server: Service | None) -> Kit:
         return Kit(kind, None, 0.0, lambda: shared)
     slack = 1.0 if kind == "memcached" else 0.0
     return Kit(kind, server, slack, lambda: _open(kind, server.url))
+
+
+def _store_kit(path: Path) -> Kit:
+    """The store's own election on one SQLite file, each candidate on its own Quick (its
+    own connection and clock, as a separate process has)."""
+    from quickzones.client import Quick
+    from quickzones.consumer.store_election import StoreElection
+
+    quicks: list[Quick] = []
+
+    def open_one() -> Election:
+        q = Quick.open(f"sqlite:///{path}")
+        quicks.append(q)
+        return StoreElection(q.kv, q.keys, q.clock)
+
+    def close_all() -> None:
+        for q in quicks:
+            q.close()
+
+    kit = Kit("store", None, 0.0, open_one)
+    kit._cleanup.append(close_all)
+    return kit
 
 
 @pytest.fixture(scope="session")
@@ -120,15 +146,19 @@ def memcached_server() -> Iterator[Service]:
 @pytest.fixture(
     params=[
         "local",
+        "store",
         pytest.param("redis", marks=pytest.mark.redis),
         pytest.param("memcached", marks=pytest.mark.memcached),
     ]
 )
-def kit(request: pytest.FixtureRequest) -> Iterator[Kit]:
+def kit(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Kit]:
     """Every implementation, on a session-wide server (tests use their own names)."""
     kind: str = request.param
-    server = None if kind == "local" else request.getfixturevalue(f"{kind}_server")
-    made = _kit(kind, server)
+    if kind == "store":
+        made = _store_kit(tmp_path / "election.db")
+    else:
+        server = None if kind == "local" else request.getfixturevalue(f"{kind}_server")
+        made = _kit(kind, server)
     yield made
     made.close()
 

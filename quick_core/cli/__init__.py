@@ -382,7 +382,9 @@ def _batched(visits_per_transaction: int) -> str:
               help="Serve Prometheus metrics on this port.")  # fmt: skip
 @click.option("--metrics-address", default="127.0.0.1", show_default=True,
               help="Address the metrics server listens on.")  # fmt: skip
-@click.option("--election", default=None, help="redis://... or memcached://... scanner lease.")
+@click.option("--election", default=None,
+              help="redis://... or memcached://... in front of the store's own in-order "
+              "scanner lease (default: the store's alone).")  # fmt: skip
 @click.option("--remote", default=None, metavar="URL",
               help="Pull items from a quick serve at URL instead of the store.")  # fmt: skip
 @click.option("--token", envvar="QUICK_TOKEN", default=None,
@@ -513,6 +515,7 @@ def stats(store: str, as_json: bool) -> None:
                     "corrupt": s.corrupt,
                     "active_zones": s.active_zones,
                     "dead_letters": s.dead_letters,
+                    "in_order_scanner": _scanner_json(s),
                 },
                 sort_keys=True,
             )
@@ -531,6 +534,31 @@ def stats(store: str, as_json: bool) -> None:
         f"vested {s.vested}, leased {s.leased}, corrupt {s.corrupt}, "
         f"active zones {s.active_zones}, dead letters {s.dead_letters}"
     )
+    console.print(_scanner_line(s), highlight=False)
+
+
+def _scanner_json(s: Any) -> dict[str, Any]:
+    """Who holds the top-level queue's in-order scanner lease (``quick stats --json``)."""
+    lease = s.in_order_scanner
+    if lease is None:
+        return {"held": False, "holder": None, "term": None, "expires": None}
+    return {
+        "held": lease.held_at(s.read_at_ms),
+        "holder": lease.holder,
+        "term": lease.term,
+        "expires": _when(lease.expires_ms) if lease.expires_ms else None,
+    }
+
+
+def _scanner_line(s: Any) -> str:
+    lease = s.in_order_scanner
+    if lease is None:
+        return "in-order scanner: none elected yet"
+    if lease.held_at(s.read_at_ms):
+        left = (lease.expires_ms - s.read_at_ms) / 1000
+        return f"in-order scanner: {lease.holder} (term {lease.term}, lease ends in {left:.1f}s)"
+    ended = _when(lease.expires_ms) if lease.expires_ms else "released"
+    return f"in-order scanner: none (last {lease.holder}, term {lease.term}, ended {ended})"
 
 
 def _when(ms: int | None) -> str | None:

@@ -1,9 +1,12 @@
 """The election seam: who runs the one in-order (sequential) scanner of a top-level queue.
 
 The paper keeps one scanner per top-level queue in order so no pointer starves; it is
-elected by a lease on a shared memory object. Implementations: :class:`LocalElection`
-(process-local, the default), ``quickzones.adapters.redis.RedisElection`` and
-``quickzones.adapters.memcached.MemcachedElection``.
+elected by a lease on a shared memory object. Implementations:
+:class:`~quickzones.consumer.store_election.StoreElection` (a record in the queue's own
+store, the default and the authority, see :mod:`quickzones.consumer.scanner_election`),
+``quickzones.adapters.redis.RedisElection`` and
+``quickzones.adapters.memcached.MemcachedElection`` (in front of it), and
+:class:`LocalElection` (one process's table: tests and the simulation).
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ def _prometheus() -> Any:
 
 
 class PrometheusObserver:
-    """Counts consumer events per app and job type, lease failures by cause, pickup lag."""
+    """Counts consumer events per app and job type, lease failures by cause, pickup lag;
+    whether this consumer is the in-order scanner, per cluster."""
 
     def __init__(self, registry: Any = None) -> None:
         prom = _prometheus()
@@ -57,7 +58,18 @@ class PrometheusObserver:
             registry=reg,
         )
 
+        self.in_order_scanner = prom.Gauge(
+            "quick_in_order_scanner",
+            "1 while this consumer is the in-order scanner of the cluster's top-level queue",
+            ["cluster"],
+            registry=reg,
+        )
+
     def __call__(self, event: str, fields: dict[str, Any]) -> None:
+        if event == "scanner_election":  # every election refresh, per cluster
+            held = 1 if fields.get("held") else 0
+            self.in_order_scanner.labels(cluster=str(fields.get("cluster"))).set(held)
+            return
         zone = fields.get("zone")
         app = zone.app if zone is not None else ""
         self.events.labels(event=event, app=app).inc()

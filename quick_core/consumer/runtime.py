@@ -21,7 +21,7 @@ from typing import Any
 from quickzones.clock import Clock, SystemClock
 from quickzones.consumer.completer import BatchedCompleter, Completer, InlineCompleter
 from quickzones.consumer.config import ConsumerConfig
-from quickzones.consumer.election import Election, LocalElection, new_candidate_id
+from quickzones.consumer.election import Election, new_candidate_id
 from quickzones.consumer.events import Events, Observer
 from quickzones.consumer.failure import Failures
 from quickzones.consumer.interrupt import HandlerInterrupted, ShutdownInterrupted
@@ -46,8 +46,6 @@ from quickzones.store.toplevel import PointerRef, TopLevelQueue
 from quickzones.store.zonestore import ZoneStore
 
 log = logging.getLogger("quick.consumer")
-
-_SHARED_LOCAL_ELECTION = LocalElection()
 
 
 class Consumer:
@@ -91,12 +89,12 @@ class Consumer:
         self._slots = Slots(limits, self.name, cfg.item_lease_s, flight.lock, emit)
         self.router = router = Router(cfg, registry, clock, emit)
         router.check()
-        self.election = election if election is not None else _SHARED_LOCAL_ELECTION
+        self.election = election  # Redis or memcached, in front of the store's own
         # A routed consumer would starve the pointers it leaves alone if it scanned in
         # order (invariant 10): it stays out of the election unless forced.
         in_order = cfg.in_order if cfg.in_order is not None or not router.routed else False
-        self.scanner_election = ScannerElection(
-            self.election, self.name, clock, forced=in_order, ttl_s=cfg.election_ttl_s
+        self.scanner_election = ScannerElection.in_stores(
+            self.clusters, self.name, clock, election, in_order, cfg.election_ttl_s, emit
         )
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []

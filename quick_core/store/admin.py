@@ -7,6 +7,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from quickzones.clock import now_ms
+from quickzones.consumer.scanner_election import lease_name
+from quickzones.consumer.store_election import LeaseRecord, StoreElection
 from quickzones.errors import CorruptRecord
 from quickzones.store import enqueue as two_part
 from quickzones.store.kv import KVTransaction, run, unpack_i64
@@ -37,6 +40,10 @@ class Stats:
     corrupt: int = 0
     active_zones: int = 0
     dead_letters: int = 0
+    # The top-level queue's in-order scanner lease as stored (held or last held), and
+    # the store time it was read at.
+    in_order_scanner: LeaseRecord | None = None
+    read_at_ms: int = 0
 
 
 def scan_range(q: Quick, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
@@ -98,6 +105,9 @@ def stats(q: Quick) -> Stats:
             result.vested += 1
     result.active_zones = sum(q.toplevel.count_pointers(s) for s in range(q.toplevel.shards))
     result.dead_letters = len(_letter_rows(q, None, None))
+    election = StoreElection(q.kv, q.keys, q.clock)
+    result.in_order_scanner = election.read(lease_name(q.toplevel.cluster))
+    result.read_at_ms = now_ms(q.clock)
     return result
 
 

@@ -1,0 +1,131 @@
+"""Real ``quick worker`` processes on one store, and what each says about the in-order
+scanner election from the outside, as an operator sees it: its log (``quick -v``), its
+Prometheus gauge ``quick_in_order_scanner``, and ``quick stats --json``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from quickzones.testing.provision.ports import free_port
+from tests.waiting import wait_for
+
+APP = "import os\nfrom quickzones import Quick\nq = Quick.open(os.environ['QUICK_STORE'])\n"
+
+CLAIM = "is the in-order scanner of"
+LOSS = "lost the in-order scanner lease"
+TTL_S = 5.0  # ConsumerConfig.election_ttl_s, what quick worker runs with
+
+
+class Worker:
+    """One ``quick -v worker`` process, its log file and its metrics port."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], log: Path, port: int) -> None:
+        self.proc = proc
+        self.log = log
+        self.port = port
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    @property
+    def name(self) -> str | None:
+        for line in self.text().splitlines():
+            if line.startswith("quick worker "):
+                return line.split()[2].rstrip(":")
+        return None
+
+    def claims(self) -> bool:
+        """Whether its log's last word on the lease is that it holds it."""
+        last = None
+        for line in self.text().splitlines():
+            if CLAIM in line:
+                last = True
+            elif LOSS in line:
+                last = False
+        return bool(last)
+
+    def gauge(self) -> float | None:
+        """``quick_in_order_scanner{cluster="default"}`` from its metrics endpoint."""
+        url = f"http://127.0.0.1:{self.port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            body = resp.read().decode()
+        for line in body.splitlines():
+            if line.startswith('quick_in_order_scanner{cluster="default"}'):
+                return float(line.split()[-1])
+        return None
+
+
+class Fleet:
+    """The app module, its store, and the worker processes started on them."""
+
+    def __init__(self, tmp_path: Path, url: str) -> None:
+        self.dir = tmp_path
+        self.url = url
+        (tmp_path / "scanapp.py").write_text(APP)
+        self.workers: list[Worker] = []
+
+    def start(self, *extra: str) -> Worker:
+        """Start ``quick -v worker`` with ``extra`` options (e.g. ``--election URL``)."""
+        n = len(self.workers)
+        log = self.dir / f"worker-{n}.log"
+        port = free_port()
+        env = {**os.environ, "QUICK_STORE": self.url}
+        cmd = [sys.executable, "-m", "quickzones", "-v", "worker", "--app-module", "scanapp:q"]
+        cmd += ["--managers", "1", "--workers", "1", "--metrics-port", str(port), *extra]
+        with log.open("wb") as out:
+            proc = subprocess.Popen(cmd, cwd=self.dir, env=env, stdout=out, stderr=out)
+        worker = Worker(proc, log, port)
+        self.workers.append(worker)
+        return worker
+
+    def live(self) -> list[Worker]:
+        return [w for w in self.workers if w.proc.poll() is None]
+
+    def claimants(self, among: list[Worker] | None = None) -> list[Worker]:
+        return [w for w in (among if among is not None else self.live()) if w.claims()]
+
+    def stats(self) -> dict[str, object]:
+        parsed: dict[str, object] = json.loads(self.quick("stats", "--json"))
+        return parsed
+
+    def quick(self, *args: str) -> str:
+        """``quick ARGS`` on the fleet's store; its standard output."""
+        out = subprocess.run(
+            [sys.executable, "-m", "quickzones", *args],
+            cwd=self.dir,
+            env={**os.environ, "QUICK_STORE": self.url},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return out.stdout
+
+    def holder(self) -> str | None:
+        scanner = self.stats()["in_order_scanner"]
+        assert isinstance(scanner, dict)
+        return scanner["holder"] if scanner["held"] else None
+
+    def stop(self) -> None:
+        for w in self.workers:
+            if w.proc.poll() is None:
+                w.proc.send_signal(signal.SIGCONT)
+                w.proc.kill()
+            w.proc.wait(10)
+
+
+def started(fleet: Fleet, n: int, *extra: str) -> list[Worker]:
+    """``n`` workers, once one of them holds the lease and a TTL more has passed (every
+    worker has refreshed its view a few times)."""
+    workers = [fleet.start(*extra) for _ in range(n)]
+    assert wait_for(lambda: all(w.name for w in workers)), [w.text() for w in workers]
+    assert wait_for(lambda: bool(fleet.claimants())), [w.text() for w in workers]
+    time.sleep(TTL_S)
+    return workers
