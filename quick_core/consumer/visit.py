@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any
 
 from quickzones.clock import Clock, now_ms
 from quickzones.consumer.config import ConsumerConfig
@@ -33,7 +33,7 @@ from quickzones.errors import StorageError, ZoneLeaseFailed
 from quickzones.store.kv import KVTransaction, _Uncommitted, attempt_once
 from quickzones.store.records import Pointer, WorkItem, ZoneId
 from quickzones.store.toplevel import PointerRef
-from quickzones.store.zonestore import CorruptItem, VisitTransactions
+from quickzones.store.zonestore import CorruptItem
 
 
 class NeedsThreeTransactions(Exception):
@@ -131,6 +131,12 @@ def visit_size(config: ConsumerConfig, share: int) -> int:
     return max(config.dequeue_max, min(config.visit_max, share))
 
 
+def _forget(visits: Sequence[ZoneVisit]) -> None:
+    """A transaction that did not commit left nothing: its visits took nothing."""
+    for v in visits:
+        v.clear()
+
+
 class ZoneVisitor:
     """Algorithm 2 for one consumer's managers (or one server's pull leases), which share
     its :class:`OneTransactionGate`."""
@@ -218,15 +224,18 @@ class ZoneVisitor:
                 self.emit("one_transaction_visit_conflict")
                 if not tries_left:
                     self.gate.conflicted()
-                    return self._written_off(visits)
+                    _forget(visits)
+                    return False
         except NeedsThreeTransactions:
-            return self._written_off(visits)
+            _forget(visits)
+            return False
         except _NothingLeased:
-            for v in visits:
-                v.clear()
+            _forget(visits)
         except StorageError as err:
+            # Nothing committed; the zones' pointers vest again for a later visit.
             self.emit("dequeue_error", error=str(err))
-            return not self._written_off(visits)
+            _forget(visits)
+            return True
         else:
             self.gate.committed()
         for reason in failed:
@@ -239,12 +248,6 @@ class ZoneVisitor:
             rules.dequeued(v)
             self.emit("pointer_" + v.outcome, zone=v.zone)
         return True
-
-    @staticmethod
-    def _written_off(visits: Sequence[ZoneVisit]) -> bool:
-        for v in visits:
-            v.clear()
-        return False
 
     def _visit_zone(
         self,
@@ -276,25 +279,16 @@ class ZoneVisitor:
         if admitted.room > 0:
             accept = None if rules.accept is None else rules.accept(v.reserved)
             try:
-                if tr is None:
-                    v.items, v.corrupt = zones.dequeue(
-                        zone,
-                        admitted.room,
-                        rules.item_lease_ms,
-                        accept=accept,
-                        resolve=rules.resolve,
-                        **ahead,
-                    )
-                else:
-                    v.items, v.corrupt = cast(VisitTransactions, zones).dequeue(
-                        zone,
-                        admitted.room,
-                        rules.item_lease_ms,
-                        accept=accept,
-                        resolve=rules.resolve,
-                        tr=tr,
-                        **ahead,
-                    )
+                # Inside ``tr`` only where the store can join it (one_transaction_visits).
+                v.items, v.corrupt = zones.dequeue(
+                    zone,
+                    admitted.room,
+                    rules.item_lease_ms,
+                    accept=accept,
+                    resolve=rules.resolve,
+                    **inside,
+                    **ahead,
+                )
             except StorageError as err:
                 if tr is not None:
                     raise
