@@ -111,11 +111,11 @@ def count_one_transaction_visits() -> dict[str, int]:
     """Count the one-transaction visits this process tries, commits and loses to a conflict
     (wraps the manager's ``attempt_once`` here, in the bench; the library is unchanged):
     how many visits the gate let try one transaction, and how many of those committed."""
-    import quickzones.consumer.fused_visits as fused_visits
+    import quickzones.consumer.visit as zone_visit
     from quickzones.store.kv import UNCOMMITTED
 
     counts = {"tried": 0, "committed": 0, "conflicted": 0}
-    original = fused_visits.attempt_once
+    original = zone_visit.attempt_once
 
     def counted(db: Any, fn: Any) -> Any:
         counts["tried"] += 1
@@ -123,7 +123,7 @@ def count_one_transaction_visits() -> dict[str, int]:
         counts["conflicted" if result is UNCOMMITTED else "committed"] += 1
         return result
 
-    fused_visits.attempt_once = counted  # type: ignore[assignment]
+    zone_visit.attempt_once = counted  # type: ignore[assignment]
     return counts
 
 

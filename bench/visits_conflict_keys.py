@@ -24,7 +24,7 @@ from typing import Any
 
 import fdb.tuple as fdbtuple
 
-import quickzones.consumer.fused_visits as fused_visits
+import quickzones.consumer.visit as zone_visit
 from bench.common import fdb_url, log
 from bench.quickrun import JOB, open_quick, throughput_config, wait_completed
 from quickzones.store.kv import UNCOMMITTED, KVError
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=3000)
     ap.add_argument("--tenants", type=int, default=1)
     args = ap.parse_args(argv)
-    fused_visits.attempt_once = attempt_once_reporting  # type: ignore[assignment]
+    zone_visit.attempt_once = attempt_once_reporting  # type: ignore[assignment]
     q = open_quick(fdb_url("conflict-keys"))
     t = time.time()
     per = args.n // args.tenants

@@ -45,6 +45,16 @@ def ms_up(seconds: float) -> int:
     return math.ceil(seconds * 1000 - 0.001)
 
 
+def vesting_after(clock: Clock, delay_ms: float) -> int:
+    """When an item delayed by ``delay_ms`` from now vests, in store milliseconds: the
+    clock's reading plus the delay, rounded up, so that a delayed enqueue, a retry's
+    backoff or a nack's delay never ends early (the truncated reading would lose up to a
+    millisecond); with no delay, now. Every zone store computes its delays here."""
+    if delay_ms <= 0:
+        return now_ms(clock)
+    return ms_up(clock.now() + delay_ms / 1000)
+
+
 class SystemClock:
     """Real time."""
 

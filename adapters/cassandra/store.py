@@ -26,7 +26,7 @@ from quickzones.adapters.cassandra.driver import (
 )
 from quickzones.adapters.cassandra.schema import ITEM_COLUMNS
 from quickzones.adapters.cassandra.table import ZoneTable
-from quickzones.clock import Clock, SystemClock, ms_up, now_ms
+from quickzones.clock import Clock, SystemClock, now_ms, vesting_after
 from quickzones.errors import (
     ConfigurationError,
     CorruptRecord,
@@ -297,8 +297,7 @@ class CassandraZoneStore:
             job_type=item.job_type,
             payload=item.payload,
             priority=item.priority,
-            # Delayed: from the clock's reading rounded up, never before now + delay.
-            vesting_ms=ms_up(self.clock.now() + item.delay_ms / 1000) if item.delay_ms else now,
+            vesting_ms=vesting_after(self.clock, item.delay_ms) if item.delay_ms else now,
             enqueued_ms=now,
             content_type=item.content_type,
             deadline_ms=None if item.ttl_ms is None else now + item.ttl_ms,
@@ -646,7 +645,7 @@ class CassandraZoneStore:
                 zone,
                 held,
                 held.with_(
-                    vesting_ms=max(now_ms(self.clock) + max(0, delay_ms), not_before_ms or 0),
+                    vesting_ms=max(vesting_after(self.clock, delay_ms), not_before_ms or 0),
                     lease_id=None,
                     error_count=held.error_count + (1 if count_error else 0),
                     last_error=error if error is not None else held.last_error,

@@ -22,6 +22,7 @@ from quickzones.adapters.http.api import ApiError, ServeState, router
 from quickzones.adapters.http.pull import PullConfig, PullLeaser
 from quickzones.adapters.http.tokens import TokenStore
 from quickzones.client import Quick
+from quickzones.consumer.config import ConsumerConfig
 from quickzones.errors import (
     InvalidArgument,
     ItemAlreadyQueued,
@@ -124,16 +125,19 @@ def create_app(
     q: Quick,
     *,
     tokens: TokenStore | None = None,
+    config: ConsumerConfig | None = None,
     pull: PullConfig | None = None,
     max_body: int = DEFAULT_MAX_BODY,
     dashboard: bool = True,
 ) -> FastAPI:
-    """The server's ASGI app over an open Quick."""
+    """The server's ASGI app over an open Quick. Its pull leases scan and visit zones
+    with ``config``'s parameters (a consumer's: ``dequeue_max``, ``visit_max``,
+    ``selection_frac``...); ``pull``: the long poll's own."""
     stopping = threading.Event()
     state = ServeState(
         q=q,
         tokens=tokens or TokenStore(q.kv, q.keys, q.clock, cache_s=TOKEN_CACHE_S),
-        leaser=PullLeaser(q, pull),
+        leaser=PullLeaser(q, config, pull),
         stopping=stopping,
     )
 

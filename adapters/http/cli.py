@@ -67,7 +67,7 @@ def serve_cmd(
     import uvicorn
 
     from quickzones.adapters.http.app import create_app
-    from quickzones.adapters.http.pull import PullConfig
+    from quickzones.consumer.config import ConsumerConfig
 
     q = Quick.open(store, create=False)
     try:
@@ -87,7 +87,7 @@ def serve_cmd(
             q,
             max_body=max_body,
             dashboard=not no_dashboard,
-            pull=PullConfig(one_transaction_visits=one_transaction_visits),
+            config=ConsumerConfig(one_transaction_visits=one_transaction_visits),
         )
         uvicorn.run(app, host=host, port=port, log_level=log_level, server_header=False)
     finally:

@@ -1,20 +1,23 @@
-"""Leases for pull consumers: the scanner's and manager's steps (paper Algorithms 1 and 2)
-run on behalf of a remote worker, through the same top-level queue and zone store calls
-the local consumer makes.
+"""Leases for pull consumers: paper Algorithms 1 and 2 run on behalf of remote workers,
+through the consumer's own selection and visit code.
 
 One :meth:`PullLeaser.lease` call scans the vested pointers of every shard (filtered to
-the caller's app), leases a pointer, dequeues at most ``dequeue_max`` items of its zone
-(water-filling, invariant 7), requeues or collects the pointer, and moves on to the next
-zone until it holds ``max_items`` items (or, if the caller gave ``fill_s``, holds some and
-``fill_s`` has passed since its scan began, so they do not wait behind many more visits).
-The oldest
-vested pointer is always among the zones visited, so no zone waits forever behind busier
-ones (invariant 10); the rest are a random sample, so concurrent pull consumers spread
-over zones.
+the caller's app) and chooses among them as a scanner does
+(:class:`~quickzones.consumer.selection.Selection`: a random ``selection_frac`` of each
+shard's window of ``peek_max``, at most ``selection_max``; the oldest first with
+``in_order=True``), so concurrent pull consumers spread over the zones instead of all
+contending for the oldest pointer. Each chosen zone is visited as a Manager visits it
+(:class:`~quickzones.consumer.visit.ZoneVisitor`: lease the pointer, dequeue at most
+``dequeue_max`` items, or the work-conserving share with ``visit_max``, requeue or collect
+the pointer) until the call holds ``max_items`` items; a scan that took items and left
+vested pointers unchosen is followed by another. If the caller gave ``fill_s``, once it
+holds some items and ``fill_s`` has passed since its first scan began, it visits no more
+zones, so they do not wait behind many more visits.
 
-When the consumer package exposes its scanner and manager as separate parts
-(``quickzones.consumer.scanner`` / ``manager``), this module should call them instead of
-repeating the visit.
+The server's leaser is configured by a :class:`~quickzones.consumer.config.ConsumerConfig`
+(the scanner's and visit's parameters, the same fields as a local consumer's; its worker,
+routing and timer fields do not apply) and a :class:`PullConfig` of what only a server
+has: the long poll's waits and how far a scan pages past other apps' pointers.
 """
 
 from __future__ import annotations
@@ -27,17 +30,20 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any
 
 from quickzones.clock import now_ms
+from quickzones.consumer.config import ConsumerConfig
+from quickzones.consumer.selection import Selection
+from quickzones.consumer.state import Cluster
+from quickzones.consumer.visit import VisitRules, ZoneVisit, ZoneVisitor, visit_size
 from quickzones.consumer.visit_gate import OneTransactionGate
-from quickzones.errors import StorageError, ZoneLeaseFailed
+from quickzones.errors import StorageError
 from quickzones.store.changes import watcher_for
 from quickzones.store.keys import LOCAL_APP
-from quickzones.store.kv import KVTransaction, _Uncommitted, attempt_once, run
+from quickzones.store.kv import KVTransaction, run
 from quickzones.store.records import WorkItem, ZoneId, decode_pointer
 from quickzones.store.toplevel import PointerRef
-from quickzones.store.zonestore import VisitTransactions
 
 if TYPE_CHECKING:
     from quickzones.client import Quick
@@ -45,21 +51,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class PullConfig:
-    """The scanner and manager parameters a server uses for its pull consumers."""
+    """What a server's pull leases have beyond a consumer's parameters."""
 
-    peek_max: int = 200  # vested pointers read per shard and page
-    pages_max: int = 5  # pages read past other apps' pointers to find the caller's
-    selection_frac: float = 0.3
-    dequeue_max: int = 10
-    pointer_lease_s: float = 1.0
-    min_inactive_s: float = 5.0
+    pages_max: int = 5  # windows of peek_max read past other apps' pointers to find the caller's
     # Long poll: the longest wait between empty scans, as a local consumer's idle_sleep_s;
     # an enqueue through this server, or (SQLite) a commit by another process, wakes it.
     poll_s: float = 0.02
     poll_max_s: float = 0.02
-    # As ConsumerConfig.one_transaction_visits: a visit's pointer lease, dequeue and
-    # requeue commit once where the zones live in the pointers' store.
-    one_transaction_visits: bool = False
 
 
 _ZONES_REMEMBERED = 100_000  # pointer ids whose zone a leaser keeps (then starts over)
@@ -74,11 +72,20 @@ class Leased:
 class PullLeaser:
     """Leases items for remote workers out of one Quick's top-level queue."""
 
-    def __init__(self, q: Quick, config: PullConfig | None = None) -> None:
+    def __init__(
+        self, q: Quick, config: ConsumerConfig | None = None, pull: PullConfig | None = None
+    ) -> None:
         self.q = q
-        self.config = config or PullConfig()
-        self.one_transaction = OneTransactionGate(self.config.one_transaction_visits)
-        self.rng = random.Random()
+        self.config = config or ConsumerConfig()
+        self.config.validate()
+        self.pull = pull or PullConfig()
+        self.rng = random.Random(self.config.seed)
+        self.cluster = Cluster(zones=q.items, toplevel=q.toplevel, kv=q.kv)
+        self.visitor = ZoneVisitor(
+            OneTransactionGate(self.config.one_transaction_visits), q.clock, self._count
+        )
+        # Pointer leases lost to another consumer (or a pointer that moved) since start.
+        self.lost_pointer_leases = 0
         self._stats_lock = threading.Lock()
         self.leased_total = 0
         # Pickup latency (lease time minus enqueue time) of recent first attempts, for
@@ -92,6 +99,12 @@ class PullLeaser:
         # Commits by other processes (quickzones.store.changes), on stores that can tell.
         self._changes = 0
         self._watcher = watcher_for(q.kv)
+
+    def _count(self, event: str, **_: Any) -> None:
+        """The visits' events: only lost pointer leases are kept (a measure of contention)."""
+        if event == "pointer_lease_failed":
+            with self._stats_lock:
+                self.lost_pointer_leases += 1
 
     def wake(self) -> None:
         with self._enqueued:
@@ -122,7 +135,7 @@ class PullLeaser:
         keys = self.q.keys
         begin, end = keys.pointer_vested_range(top.cluster, shard, now_ms(self.q.clock))
         out: list[tuple[PointerRef, ZoneId]] = []
-        for _ in range(self.config.pages_max):
+        for _ in range(self.pull.pages_max):
 
             def page(tr: KVTransaction, start: bytes = begin) -> list[tuple[PointerRef, ZoneId]]:
                 tr.set_causal_read_risky()
@@ -154,121 +167,61 @@ class PullLeaser:
             begin += b"\x00"
         return out
 
-    def _choose(self, app: str | None) -> list[PointerRef]:
-        candidates: list[tuple[PointerRef, ZoneId]] = []
-        for shard in range(self.q.toplevel.shards):
+    def _choose(
+        self, app: str | None, visited: set[tuple[int, str]]
+    ) -> tuple[list[PointerRef], int, bool]:
+        """Algorithm 1's choice among the vested pointers of ``app``'s zones but those
+        ``visited`` (shard, pointer id): the pointers, how many were seen vested, and
+        whether a window was full (more may be vested)."""
+        selection = Selection(self.config, self.rng)
+        in_order = self.config.in_order is True
+        seen, crowded = 0, False
+        shards = list(range(self.q.toplevel.shards))
+        self.rng.shuffle(shards)
+        for shard in shards:
+            if not in_order and selection.full:
+                crowded = True  # a shard not even peeked
+                continue
             try:
-                candidates.extend(self._vested(shard, app))
+                vested = [
+                    ref
+                    for ref, _ in self._vested(shard, app)
+                    if (ref.shard, ref.pointer_id) not in visited
+                ]
             except StorageError:
                 continue
-        if not candidates:
-            return []
-        candidates.sort(key=lambda c: c[0].vesting_ms)
-        oldest, rest = candidates[0][0], [c[0] for c in candidates[1:]]
-        k = min(len(rest), max(1, round(self.config.selection_frac * len(rest))))
-        return [oldest, *self.rng.sample(rest, k)]
+            seen += len(vested)
+            crowded = crowded or len(vested) >= self.config.peek_max
+            selection.add(vested, in_order)
+        return selection.chosen(), seen, crowded
 
     # --- the manager -----------------------------------------------------------------------
 
     def _visit(
-        self, ref: PointerRef, room: int, lease_ms: int, accept: Callable[[WorkItem], bool] | None
-    ) -> list[Leased] | None:
-        """The items leased in the zone; None if its pointer could not be leased (nothing
-        was committed)."""
-        cfg = self.config
-        zones = self.q.items
-        room = min(room, cfg.dequeue_max)
-        window = room
-        if accept is not None:
-            # A filter looks at the zone's first dequeue_max vested items (a local
-            # consumer's concurrency caps see the same window) and takes at most ``room``;
-            # the ids taken make a retried transaction take the same ones again.
-            window = cfg.dequeue_max
-            taken: set[str] = set()
-            wanted = accept
+        self, ref: PointerRef, room: int, size: int, lease_ms: int, job_types: frozenset[str] | None
+    ) -> ZoneVisit:
+        """A Manager's visit to ``ref``'s zone for at most ``room`` items. A job type
+        filter looks at the zone's first ``size`` vested items (a local consumer's
+        concurrency caps see the same window) and takes at most ``room``; the ids it took
+        make a retried transaction take the same ones again."""
+        accept: Callable[[dict[str, str]], Callable[[WorkItem], bool]] | None = None
+        if job_types is not None:
 
-            def accept_room(item: WorkItem) -> bool:
-                if item.item_id in taken:
+            def accept(taken: dict[str, str]) -> Callable[[WorkItem], bool]:
+                def take(item: WorkItem) -> bool:
+                    if item.item_id in taken:
+                        return True
+                    if len(taken) >= room or item.job_type not in job_types:
+                        return False
+                    taken[item.item_id] = item.job_type
                     return True
-                if len(taken) >= room or not wanted(item):
-                    return False
-                taken.add(item.item_id)
-                return True
 
-            accept = accept_room
-        if zones.capabilities.one_transaction_visits and self.one_transaction.try_one():
-            return self._visit_in_one_transaction(ref, window, lease_ms, accept)
-        return self._visit_in_three_transactions(ref, window, lease_ms, accept)
+                return take
 
-    def _visit_in_three_transactions(
-        self,
-        ref: PointerRef,
-        window: int,
-        lease_ms: int,
-        accept: Callable[[WorkItem], bool] | None,
-    ) -> list[Leased] | None:
-        """Pointer lease, dequeue, requeue: paper Algorithm 2's three transactions."""
-        cfg = self.config
-        top = self.q.toplevel
-        zones = self.q.items
-        try:
-            pointer = top.obtain_pointer_lease(ref, int(cfg.pointer_lease_s * 1000))
-        except ZoneLeaseFailed:
-            return None  # another consumer took it, or it moved
-        zone = pointer.zone
-        items: list[WorkItem] = []
-        try:
-            items, _corrupt = zones.dequeue(zone, window, lease_ms, accept=accept)
-        except StorageError:
-            pass  # the pointer is released below; the zone is tried again later
-        try:
-            top.requeue_pointer(
-                pointer,
-                lambda tr: zones.min_vesting_ms(zone, tr=tr),
-                lambda tr: zones.zone_is_empty(tr, zone),
-                min_inactive_ms=int(cfg.min_inactive_s * 1000),
-                active=bool(items),
-            )
-        except StorageError:
-            pass  # the pointer lease lapses and the pointer vests again
-        return [Leased(zone, item) for item in items]
-
-    def _visit_in_one_transaction(
-        self,
-        ref: PointerRef,
-        window: int,
-        lease_ms: int,
-        accept: Callable[[WorkItem], bool] | None,
-    ) -> list[Leased] | None:
-        """The same visit committed once (``one_transaction_visits``); None if the pointer
-        could not be leased or the visit failed (nothing was committed)."""
-        cfg = self.config
-        top = self.q.toplevel
-        zones = cast(VisitTransactions, self.q.items)
-
-        def visit(tr: KVTransaction) -> list[Leased]:
-            pointer = top.lease_pointer(ref, int(cfg.pointer_lease_s * 1000), tr=tr)
-            zone = pointer.zone
-            items, _corrupt = zones.dequeue(zone, window, lease_ms, accept=accept, tr=tr)
-            top.requeue_pointer(
-                pointer,
-                lambda t: self.q.items.min_vesting_ms(zone, tr=t),
-                lambda t: self.q.items.zone_is_empty(t, zone),
-                min_inactive_ms=int(cfg.min_inactive_s * 1000),
-                active=bool(items),
-                tr=tr,
-            )
-            return [Leased(zone, item) for item in items]
-
-        try:
-            done = attempt_once(top.kv, visit)
-        except (ZoneLeaseFailed, StorageError):
-            return None  # another consumer took it, it moved, or the store failed
-        if isinstance(done, _Uncommitted):
-            self.one_transaction.conflicted()
-            return self._visit_in_three_transactions(ref, window, lease_ms, accept)
-        self.one_transaction.committed()
-        return done
+        v = ZoneVisit(ref, min(room, size) if accept is None else size)
+        rules = VisitRules.of(self.config, item_lease_ms=lease_ms, accept=accept)
+        self.visitor.visit(self.cluster, [v], rules)
+        return v
 
     def lease_once(
         self,
@@ -278,8 +231,9 @@ class PullLeaser:
         job_types: frozenset[str] | None = None,
         fill_s: float | None = None,
     ) -> list[Leased]:
-        """One scan and the visits it chooses; may return nothing. With ``fill_s``, once
-        it holds items it visits no more zones ``fill_s`` after the scan began."""
+        """One scan and the visits it chooses (and more scans while they take items and
+        leave vested zones unchosen); may return nothing. With ``fill_s``, once it holds
+        items it visits no more zones ``fill_s`` after the first scan began."""
         return self._lease_once(app, max_items, lease_s, job_types, fill_s)[0]
 
     def _lease_once(
@@ -292,18 +246,34 @@ class PullLeaser:
     ) -> tuple[list[Leased], int]:
         """The items leased, and how many zones' pointers were leased (and released: two
         commits each) for them."""
-        accept = None if job_types is None else (lambda item: item.job_type in job_types)
         out: list[Leased] = []
         visited = 0
+        # The zones this call visited: not again, so that one call takes at most a
+        # visit's share of any zone while others wait (water-filling, invariant 7).
+        seen_zones: set[tuple[int, str]] = set()
         fill_until = math.inf if fill_s is None else time.monotonic() + fill_s
-        for ref in self._choose(app):
-            room = max_items - len(out)
-            if room <= 0 or (out and time.monotonic() >= fill_until):
+        while len(out) < max_items:
+            chosen, seen, crowded = self._choose(app, seen_zones)
+            # Work-conserving visits (visit_max): the request's room shared over the zones
+            # seen vested, as a consumer shares its free workers.
+            size = visit_size(self.config, 0 if crowded or not seen else max_items // seen)
+            took = 0
+            for ref in chosen:
+                room = max_items - len(out)
+                if room <= 0 or (out and time.monotonic() >= fill_until):
+                    break
+                v = self._visit(ref, room, size, int(lease_s * 1000), job_types)
+                seen_zones.add((ref.shard, ref.pointer_id))
+                if v.pointer is not None:
+                    visited += 1
+                    out.extend(Leased(v.zone, item) for item in v.items)
+                    took += len(v.items)
+            # Another scan only while the last one took items and left vested pointers
+            # unchosen (a scanner scans again while managers are free).
+            if not took or not (crowded or seen > len(chosen)):
                 break
-            got = self._visit(ref, room, int(lease_s * 1000), accept)
-            if got is not None:
-                visited += 1
-                out.extend(got)
+            if out and time.monotonic() >= fill_until:
+                break
         now = now_ms(self.q.clock)
         with self._stats_lock:
             self.leased_total += len(out)
@@ -338,7 +308,7 @@ class PullLeaser:
         so waiting polls cannot keep each other scanning. A poll that leases nothing
         waits for a change again."""
         deadline = time.monotonic() + wait_s
-        pause = self.config.poll_s
+        pause = self.pull.poll_s
         gap = 0.0  # how long after a scan store changes do not yet count
         watcher = self._watcher if wait_s > 0 else None
         while True:
@@ -360,7 +330,7 @@ class PullLeaser:
             )
             with watch:
                 self._wait(seen, scanned + gap, min(scanned + pause, deadline))
-            pause = min(pause * 2, self.config.poll_max_s)
+            pause = min(pause * 2, self.pull.poll_max_s)
 
     def _store_changed(self) -> None:
         with self._enqueued:

@@ -1,21 +1,21 @@
-"""A Manager's visit to one zone: paper Algorithm 2.
+"""A Manager: the consumer's side of paper Algorithm 2 (the visit itself, its lease,
+dequeue and requeue, is :mod:`quickzones.consumer.visit`).
 
-Lease the zone's pointer for ``pointer_lease`` (about 1 s), dequeue up to ``dequeue_max``
-vested items (invariant 7: water-filling fairness), cut to this consumer's free
-``processing_bound``, the app's limits and each job type's ``max_concurrency``; then
-requeue the pointer at the zone's minimum vesting time, or collect it when the zone has
-been empty for ``min_inactive`` (:mod:`quickzones.store.pointer_gc`).
+A visit dequeues up to ``dequeue_max`` vested items of a zone (invariant 7: water-filling
+fairness), cut to this consumer's free ``processing_bound``, the app's limits and each job
+type's ``max_concurrency``: the Manager decides that room, reserves the per-type places,
+counts the items in flight and hands them to Workers (Algorithm 3) as
+:class:`~quickzones.consumer.state.Work`; a Manager runs no handler.
 
 Work-conserving (``visit_max`` set, beyond the paper): a visit takes the water-filling
 share of the consumer's free capacity over the zones the last scan saw vested, when that
 is more than ``dequeue_max`` (at most ``visit_max``). A tenant alone in the queue then
 fills the free workers in one visit; when many zones compete the share falls below
-``dequeue_max`` and each visit stays at ``dequeue_max`` (invariant 7). The items go to Workers
-(Algorithm 3) as :class:`~quickzones.consumer.state.Work`; a Manager runs no handler.
+``dequeue_max`` and each visit stays at ``dequeue_max`` (invariant 7).
 
 One-transaction visits (``one_transaction_visits``) and batched ones
-(``visits_per_transaction``, :meth:`Manager.visit_many`), beyond the paper, commit the same
-steps once: :mod:`quickzones.consumer.fused_visits`.
+(``visits_per_transaction``, :meth:`Manager.visit_many`), beyond the paper, are forms of
+the same visit (:class:`~quickzones.consumer.visit.ZoneVisitor`).
 """
 
 from __future__ import annotations
@@ -27,12 +27,20 @@ from typing import Any
 
 from quickzones.clock import Clock, now_ms
 from quickzones.consumer.config import ConsumerConfig
-from quickzones.consumer.fused_visits import visit_in_one_batch, visit_in_one_transaction
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Work
+from quickzones.consumer.visit import (
+    Admission,
+    NeedsThreeTransactions,
+    VisitRules,
+    ZoneVisit,
+    ZoneVisitor,
+    visit_size,
+)
 from quickzones.consumer.visit_gate import OneTransactionGate
-from quickzones.errors import StorageError, ZoneLeaseFailed
+from quickzones.errors import StorageError
 from quickzones.registry import Registry
+from quickzones.store.kv import KVTransaction
 from quickzones.store.limits import Limits
 from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.toplevel import PointerRef
@@ -77,13 +85,11 @@ class Manager:
         self.accept_factory: AcceptFactory = accept or self.accept
         self.share = share  # the scanner's water-filling share of the free capacity
         self.one_transaction = OneTransactionGate(config.one_transaction_visits)
+        self.visitor = ZoneVisitor(self.one_transaction, clock, emit)
 
     def visit_size(self) -> int:
         """How many items a visit may take, before the free capacity and the limits."""
-        cfg = self.config
-        if cfg.visit_max is None:
-            return cfg.dequeue_max
-        return max(cfg.dequeue_max, min(cfg.visit_max, self.share()))
+        return visit_size(self.config, self.share())
 
     def resolve(self, item: WorkItem) -> WorkItem:
         """Apply this consumer's job type options to an item whose producer did not know
@@ -135,6 +141,36 @@ class Manager:
                 flight.per_type[job_type] -= 1
             reserved.clear()
 
+    def rules(
+        self, hand_out: Callable[[list[Work]], None] | None, horizon_ms: int, works: list[Work]
+    ) -> VisitRules:
+        """This consumer's side of a visit: its routing, job options and app limits; the
+        items each zone gives are counted in flight and handed out, into ``works``."""
+
+        def dequeued(v: ZoneVisit) -> None:
+            self.settle(v.reserved, v.items)
+            works.extend(
+                self.dequeued(
+                    self.clusters[v.ref.cluster],
+                    v.ref,
+                    v.zone,
+                    v.items,
+                    v.corrupt,
+                    v.app_slots,
+                    hand_out,
+                )
+            )
+
+        return VisitRules.of(
+            self.config,
+            horizon_ms=horizon_ms,
+            accept_pointer=self.accept_pointer,
+            resolve=self.resolve,
+            accept=self.accept_factory,
+            admit=self.admit,
+            dequeued=dequeued,
+        )
+
     def visit(
         self,
         ref: PointerRef,
@@ -142,8 +178,9 @@ class Manager:
         *,
         horizon_ms: int = 0,
     ) -> list[Work]:
-        """Lease the pointer, dequeue up to ``dequeue_max`` items, requeue the pointer at the
-        zone's minimum vesting time or collect it if the zone stayed empty.
+        """Lease the pointer, dequeue up to :meth:`visit_size` items (at most the free
+        capacity), requeue the pointer at the zone's minimum vesting time or collect it if
+        the zone stayed empty (:mod:`quickzones.consumer.visit`).
 
         ``hand_out`` (the threaded runtime's dispatch to workers) gets the items as soon
         as they are dequeued, before the pointer's requeue commits: the items' own leases
@@ -153,17 +190,7 @@ class Manager:
         ``horizon_ms`` (the runtime's timer lookahead; stores with ``lookahead_dequeue``):
         the pointer and items vesting within that many ms are taken too; such an item's
         :class:`Work` carries ``due_ms``, its vesting time, and must not start before."""
-        room = min(self.visit_size(), self.in_flight.capacity())
-        if room <= 0:
-            return []
-        cluster = self.clusters[ref.cluster]
-        if not cluster.zones.capabilities.lookahead_dequeue:
-            horizon_ms = 0
-        if cluster.zones.capabilities.one_transaction_visits and self.one_transaction.try_one():
-            works = visit_in_one_transaction(self, cluster, ref, room, hand_out, horizon_ms)
-            if works is not None:
-                return works
-        return self._visit_in_three_transactions(cluster, ref, room, hand_out, horizon_ms)
+        return self._visit([ref], hand_out, horizon_ms)
 
     def visit_many(
         self,
@@ -180,89 +207,45 @@ class Manager:
             by_cluster[ref.cluster].append(ref)
         works: list[Work] = []
         size = self.config.visits_per_transaction
-        for name, group in by_cluster.items():
+        for group in by_cluster.values():
             for start in range(0, len(group), size):
-                chunk = group[start : start + size]
-                batched = None
-                cluster = self.clusters[name]
-                if (
-                    len(chunk) > 1
-                    and cluster.zones.capabilities.one_transaction_visits
-                    and self.one_transaction.try_one()
-                ):
-                    ahead = horizon_ms if cluster.zones.capabilities.lookahead_dequeue else 0
-                    batched = visit_in_one_batch(self, cluster, chunk, hand_out, ahead)
-                if batched is None:
-                    for ref in chunk:
-                        works += self.visit(ref, hand_out, horizon_ms=horizon_ms)
-                else:
-                    works += batched
+                works += self._visit(group[start : start + size], hand_out, horizon_ms)
         return works
 
-    def _visit_in_three_transactions(
+    def _visit(
         self,
-        cluster: Cluster,
-        ref: PointerRef,
-        room: int,
+        refs: Sequence[PointerRef],
         hand_out: Callable[[list[Work]], None] | None,
-        horizon_ms: int = 0,
+        horizon_ms: int,
     ) -> list[Work]:
-        """Algorithm 2 as the paper has it: pointer lease, dequeue, requeue, each its own
-        transaction (the zones may live in another store than the pointers)."""
-        cfg = self.config
+        """One :class:`ZoneVisitor` visit of ``refs`` (one cluster's)."""
+        works: list[Work] = []
+        size = self.visit_size()
+        visits = [ZoneVisit(ref, size) for ref in refs]
         try:
-            pointer = cluster.toplevel.obtain_pointer_lease(
-                ref,
-                int(cfg.pointer_lease_s * 1000),
-                accept=self.accept_pointer,
-                horizon_ms=horizon_ms,
+            self.visitor.visit(
+                self.clusters[refs[0].cluster],
+                visits,
+                self.rules(hand_out, horizon_ms, works),
+                self.in_flight.capacity,
             )
-        except ZoneLeaseFailed as err:
-            self.emit("pointer_lease_failed", reason=err.reason)
-            return []
-        zone = pointer.zone
-        self.emit("pointer_leased", zone=zone, lag_ms=self.lag_ms(ref))
-        items: list[WorkItem] = []
-        corrupt: list[CorruptItem] = []
-        room, not_before, app_slots = self.apply_app_limits(zone, room)
-        reserved: dict[str, str] = {}
-        try:
-            if room > 0:
-                # Only a store with lookahead_dequeue is given a horizon (see visit()).
-                ahead = {"horizon_ms": horizon_ms} if horizon_ms else {}
-                items, corrupt = cluster.zones.dequeue(
-                    zone,
-                    room,
-                    int(cfg.item_lease_s * 1000),
-                    accept=self.accept_factory(reserved),
-                    resolve=self.resolve,
-                    **ahead,
-                )
-        except StorageError as err:
-            self.emit("dequeue_error", zone=zone, error=str(err))
         finally:
-            self.settle(reserved, items)
-        works = self.dequeued(cluster, ref, zone, items, corrupt, app_slots, hand_out)
-
-        def min_vesting(tr: Any) -> int | None:
-            earliest = cluster.zones.min_vesting_ms(zone, tr=tr)
-            if earliest is None or not_before is None:
-                return earliest
-            return max(earliest, not_before)  # a rate-limited app waits for its next window
-
-        try:
-            outcome = cluster.toplevel.requeue_pointer(
-                pointer,
-                min_vesting,
-                lambda tr: cluster.zones.zone_is_empty(tr, zone),
-                min_inactive_ms=int(cfg.min_inactive_s * 1000),
-                active=bool(items),
-            )
-            self.emit("pointer_" + outcome, zone=zone)
-        except StorageError as err:
-            # The pointer lease simply expires and the pointer vests again.
-            self.emit("pointer_requeue_error", zone=zone, error=str(err))
+            for v in visits:
+                self.settle(v.reserved, [])  # reservations no dequeue used
         return works
+
+    def admit(self, zone: ZoneId, room: int, tr: KVTransaction | None) -> Admission:
+        """The app's limits on a leased zone (:meth:`apply_app_limits`); inside a
+        transaction (a one-transaction visit) an app with limits sends the zone to the
+        three transactions."""
+        if self.limits is None:
+            return Admission(room)
+        if tr is not None:
+            if self.limits.get(zone.app, tr).limits_dispatch:
+                raise NeedsThreeTransactions
+            return Admission(room)
+        room, not_before, taken = self.apply_app_limits(zone, room)
+        return Admission(room, not_before, taken)
 
     def dequeued(
         self,
@@ -313,10 +296,6 @@ class Manager:
         if hand_out is not None and works:
             hand_out(works)
         return works
-
-    def lag_ms(self, ref: PointerRef) -> int:
-        """How long the pointer had been vested when leased (0 if leased ahead)."""
-        return max(0, now_ms(self.clock) - ref.vesting_ms)
 
     def apply_app_limits(self, zone: ZoneId, room: int) -> tuple[int, int | None, int]:
         """Cut ``room`` to the app's dispatch rate and pool-wide concurrency cap.

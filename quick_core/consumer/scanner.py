@@ -19,7 +19,6 @@ work-conserving visits (``visit_max``) take instead of ``dequeue_max`` when larg
 
 from __future__ import annotations
 
-import math
 import random
 import threading
 import time
@@ -33,6 +32,7 @@ from typing import Any
 from quickzones.clock import Clock, SystemClock
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.pool import DaemonPool
+from quickzones.consumer.selection import Selection
 from quickzones.consumer.state import Cluster
 from quickzones.errors import StorageError
 from quickzones.store.changes import CommitWatcher
@@ -135,8 +135,7 @@ class Scanner:
         self._versions = [watcher.version() for watcher in self.watchers]
         targets = [(c, shard) for c in self.clusters.values() for shard in range(c.toplevel.shards)]
         self.rng.shuffle(targets)
-        ordered: list[PointerRef] = []
-        sampled: list[PointerRef] = []
+        selection = Selection(cfg, self.rng)
         any_in_order = False
         competing, crowded = 0, False
         passed_over = False  # vested zones left out for what they hold
@@ -144,7 +143,7 @@ class Scanner:
         for cluster, shard in targets:
             in_order = self.in_order_for(cluster.name)
             any_in_order = any_in_order or in_order
-            if not in_order and len(sampled) >= cfg.selection_max:
+            if not in_order and selection.full:
                 crowded = True  # a shard not even peeked: competition unknown
                 continue
             try:
@@ -166,15 +165,8 @@ class Scanner:
                 continue
             competing += len(peeked)
             crowded = crowded or len(peeked) >= cfg.peek_max
-            if in_order:
-                ordered.extend(peeked)
-            else:
-                room = cfg.selection_max - len(sampled)
-                k = min(room, len(peeked), max(1, math.ceil(cfg.selection_frac * len(peeked))))
-                sampled.extend(self.rng.sample(peeked, k))
-        ordered.sort(key=lambda ref: ref.vesting_ms)
-        chosen = ordered[: cfg.selection_max]
-        chosen += sampled[: cfg.selection_max - len(chosen)]
+            selection.add(peeked, in_order)
+        chosen = selection.chosen()
         chosen.sort(key=self.held)
         # Vested pointers seen and not chosen (a random sample, or past selection_max).
         self.left_vested = crowded or passed_over or competing > len(chosen)

@@ -19,7 +19,7 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from quickzones.clock import Clock, SystemClock, ms_up, now_ms
+from quickzones.clock import Clock, SystemClock, now_ms, vesting_after
 from quickzones.errors import (
     CorruptRecord,
     InvalidArgument,
@@ -237,8 +237,7 @@ class KVZoneStore:
                 exists = False if item.fresh_id else self._exists(tr, zone, item_id)
             if exists:
                 return Written(item_id, now, False)
-        # Delayed: from the clock's reading rounded up, never before now + delay.
-        vesting = ms_up(self.clock.now() + item.delay_ms / 1000) if item.delay_ms else now
+        vesting = vesting_after(self.clock, item.delay_ms) if item.delay_ms else now
         fifo = item.fifo and item.delay_ms == 0
         record = WorkItem(
             item_id=item_id,
@@ -672,11 +671,8 @@ class KVZoneStore:
         tr: KVTransaction = OWN_STORE,
     ) -> WorkItem:
         item = self._check_holder(self._read_item(tr, zone, item_id), item_id, lease_id)
-        # Rounded up, as a delayed enqueue's: a nack's or a retry's delay is never cut
-        # short by the millisecond the truncated clock reading would lose.
-        again = ms_up(self.clock.now() + delay_ms / 1000) if delay_ms > 0 else now_ms(self.clock)
         updated = item.with_(
-            vesting_ms=max(again, not_before_ms or 0),
+            vesting_ms=max(vesting_after(self.clock, delay_ms), not_before_ms or 0),
             lease_id=None,
             error_count=item.error_count + (1 if count_error else 0),
             last_error=error if error is not None else item.last_error,

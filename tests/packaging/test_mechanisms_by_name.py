@@ -23,6 +23,7 @@ CORE = ROOT / "quick_core"
 CONSUMER_MODULES = {
     "scanner": "Algorithm 1",
     "manager": "Algorithm 2",
+    "visit": "Algorithm 2",
     "worker": "Algorithm 3",
     "completer": "complet",
     "lease_extender": "lease",

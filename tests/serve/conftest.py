@@ -18,8 +18,8 @@ pytest.importorskip("fastapi")
 import uvicorn
 
 from quickzones.adapters.http import TokenStore, create_app
-from quickzones.adapters.http.pull import PullConfig
 from quickzones.client import Quick
+from quickzones.consumer.config import ConsumerConfig
 from tests.conftest import HAVE_FDB, store_url
 
 
@@ -68,7 +68,7 @@ class Served:
     params=[
         "memory",
         "sqlite",
-        # The pull path with one-transaction visits (PullConfig.one_transaction_visits).
+        # The pull path with one-transaction visits (ConsumerConfig.one_transaction_visits).
         "sqlite-one-transaction",
         *([pytest.param("fdb", marks=pytest.mark.fdb)] if HAVE_FDB else []),
     ]
@@ -82,8 +82,8 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
     a_produce = tokens.create("a", ["produce"])[0]
     b_all = tokens.create("b", roles)[0]
     operator = tokens.create("*", roles)[0]
-    pull = PullConfig(min_inactive_s=0.5, one_transaction_visits=visits == "one-transaction")
-    app = create_app(q, pull=pull, max_body=64 * 1024)
+    config = ConsumerConfig(min_inactive_s=0.5, one_transaction_visits=visits == "one-transaction")
+    app = create_app(q, config=config, max_body=64 * 1024)
     try:
         with ServerThread(app) as server:
             yield Served(q, server.url, tokens, a_all, a_produce, b_all, operator)

@@ -22,7 +22,7 @@ from .conftest import Served, ServerThread
 def test_an_enqueue_through_the_server_wakes_a_waiting_long_poll() -> None:
     q = Quick.open("memory://")
     # Scans an hour apart: only the wake-up can answer the poll within the join below.
-    leaser = PullLeaser(q, PullConfig(poll_s=3600, poll_max_s=3600))
+    leaser = PullLeaser(q, pull=PullConfig(poll_s=3600, poll_max_s=3600))
     got: list[Leased] = []
     poll = threading.Thread(
         target=lambda: got.extend(leaser.lease(None, 10, lease_s=30, wait_s=7200)), daemon=True
@@ -73,7 +73,7 @@ def test_long_polls_do_not_keep_waking_each_other_on_items_they_refuse(tmp_path:
     lease), which wakes the other polls; they back off instead of rescanning per commit."""
     q = Quick.open(f"sqlite:///{tmp_path / 'q.db'}")
     q.enqueue("other", 1, app="a", tenant="t")
-    leaser = PullLeaser(q, PullConfig(poll_s=3600, poll_max_s=3600))
+    leaser = PullLeaser(q, pull=PullConfig(poll_s=3600, poll_max_s=3600))
     scans = 0
     scan = leaser._lease_once
 

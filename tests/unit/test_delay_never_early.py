@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from quickzones.client import Quick
-from quickzones.clock import ManualClock
+from quickzones.clock import ManualClock, vesting_after
 from quickzones.consumer import ConsumerConfig
 from quickzones.store.records import ZoneId
 from tests.waiting import wait_for
@@ -34,6 +34,19 @@ def test_a_delay_is_rounded_up_to_the_millisecond(
     assert item is not None
     # Never before; later by less than 1 ms (now + delay rounded up once).
     assert asked - 0.001 <= item.vesting_ms < asked + 1
+
+
+def test_every_zone_stores_delay_is_rounded_up_in_one_place() -> None:
+    """``vesting_after``, which the KV zones and the Cassandra zones both call for a delayed
+    enqueue and a requeue (retry, nack): now plus the delay rounded up; now without one.
+    Before it, the Cassandra zones truncated a requeue's delay: an item nacked for 1 ms
+    at 0.87 ms into a millisecond vested 0.87 ms early (the zone store contract's
+    test_a_requeue_delay_never_ends_early[cassandra])."""
+    clock = ManualClock(1_000.0004)
+    assert vesting_after(clock, 0) == 1_000_000
+    assert vesting_after(clock, 1) == 1_000_002
+    assert vesting_after(clock, 2_000) == 1_002_001
+    assert vesting_after(ManualClock(1_000.0), 1_100) == 1_001_100  # a float error is not a ms
 
 
 def test_enqueue_many_rounds_up_too(q: Quick, clock: ManualClock) -> None:

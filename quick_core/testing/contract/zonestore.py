@@ -261,18 +261,34 @@ def test_requeue_releases_and_delays(zone_store_env: ZoneStoreEnv) -> None:
     assert leased.lease_id is not None
     back = env.store.requeue(Z, a, leased.lease_id, 2_000, error="boom", meta={"k": "v"})
     assert back.lease_id is None and back.error_count == 1 and back.last_error == "boom"
-    assert back.vesting_ms == now(env) + 2_000
+    assert back.vesting_ms == ms_up(env.clock.now() + 2)  # rounded up, never early
     stored = env.store.get(Z, a)
     assert stored is not None and stored.error_count == 1 and stored.meta.get("k") == "v"
     with pytest.raises(LeaseLost):  # the released lease completes nothing
         env.store.complete(Z, a, leased.lease_id)
     assert env.store.peek(Z, 10) == []
-    env.clock.advance(2)
+    env.clock.advance(2.001)
     assert ids(env.store.peek(Z, 10)) == [a]
     again = env.store.obtain_lease(Z, a, LEASE_MS)
     assert again.lease_id is not None
     nacked = env.store.requeue(Z, a, again.lease_id, 0, count_error=False)
     assert nacked.error_count == 1
+
+
+def test_a_requeue_delay_never_ends_early(zone_store_env: ZoneStoreEnv) -> None:
+    """A requeue's delay (a retry's backoff, a nack's) is rounded up to the millisecond,
+    as a delayed enqueue's: the item never vests before the clock's reading plus the
+    delay, nor a millisecond or more after it."""
+    env = zone_store_env
+    a = add(env)
+    env.clock.advance(0.0004)  # into a millisecond, wherever the clock started
+    for delay_ms in (1, 2_000):
+        leased = env.store.obtain_lease(Z, a, LEASE_MS)
+        assert leased.lease_id is not None
+        asked = env.clock.now() * 1000 + delay_ms
+        back = env.store.requeue(Z, a, leased.lease_id, delay_ms)
+        assert asked - 0.001 <= back.vesting_ms < asked + 1, (delay_ms, asked, back.vesting_ms)
+        env.clock.advance(delay_ms / 1000 + 0.001)  # vested again, 0.4 ms into a ms
 
 
 def test_requeue_not_before_a_given_time(zone_store_env: ZoneStoreEnv) -> None:
@@ -290,7 +306,7 @@ def test_requeue_not_before_a_given_time(zone_store_env: ZoneStoreEnv) -> None:
     again = env.store.obtain_lease(Z, a, LEASE_MS)
     assert again.lease_id is not None
     later = env.store.requeue(Z, a, again.lease_id, 3_000, not_before_ms=now(env) + 1)
-    assert later.vesting_ms == now(env) + 3_000
+    assert later.vesting_ms == ms_up(env.clock.now() + 3)
 
 
 # --- dequeue ------------------------------------------------------------------------------

@@ -1,0 +1,326 @@
+"""A zone visit: paper Algorithm 2, written once.
+
+For each pointer a scan selected: lease the pointer for ``pointer_lease_s`` (about 1 s),
+dequeue a bounded batch of the zone's vested items with item leases, then requeue the
+pointer at the zone's minimum vesting time, or collect it when the zone has been empty
+for ``min_inactive_s`` (:mod:`quickzones.store.pointer_gc`).
+
+Those steps (:meth:`ZoneVisitor._visit_zone`) are written once and run in one of two
+forms: the paper's three transactions (lease, dequeue, requeue, each committed on its
+own; the zones may live in another store than the pointers), or, beyond the paper
+(``one_transaction_visits``), inside one transaction of the pointers' store, for one zone
+or for several selected zones at once (``visits_per_transaction``), each zone exactly as
+alone. A one-transaction visit that conflicts or meets an app with dispatch limits is
+written off (nothing committed) and its zones take the three transactions.
+
+The callers decide how much each zone may give and what becomes of its items: a
+consumer's :class:`~quickzones.consumer.manager.Manager` (free workers, per-type caps,
+app limits, hand-out to Workers) and the HTTP server's pull leaser (leases for remote
+workers) both visit through :class:`ZoneVisitor`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from quickzones.clock import Clock, now_ms
+from quickzones.consumer.config import ConsumerConfig
+from quickzones.consumer.state import Cluster
+from quickzones.consumer.visit_gate import OneTransactionGate
+from quickzones.errors import StorageError, ZoneLeaseFailed
+from quickzones.store.kv import KVTransaction, _Uncommitted, attempt_once
+from quickzones.store.records import Pointer, WorkItem, ZoneId
+from quickzones.store.toplevel import PointerRef
+from quickzones.store.zonestore import CorruptItem
+
+
+class NeedsThreeTransactions(Exception):
+    """Raised by an admission hook inside a transaction: this zone's app has dispatch
+    limits, whose slots and grants are taken outside any transaction, so the visit is
+    written off and takes the three transactions."""
+
+
+class _NothingLeased(Exception):
+    """Leaves a one-transaction visit uncommitted: it leased no pointer."""
+
+
+@dataclass(slots=True)
+class ZoneVisit:
+    """One zone's part of a visit: what its caller asks for, and what the visit left."""
+
+    ref: PointerRef
+    room: int  # the dequeue's window: at most this many items
+    # What the rules' ``accept`` reserved (item id -> job type): kept across the tries of
+    # a transaction and a fall back to three transactions, so an item seen again is
+    # reserved once; the caller settles it. A map per zone, as ids are unique per zone.
+    reserved: dict[str, str] = field(default_factory=dict)
+    pointer: Pointer | None = None
+    items: list[WorkItem] = field(default_factory=list)
+    corrupt: list[CorruptItem] = field(default_factory=list)
+    app_slots: int = 0  # the app's pool-wide concurrency slots the admission took
+    outcome: str = ""  # the pointer's requeue: "requeued", "deleted" or "lost"
+
+    @property
+    def zone(self) -> ZoneId:
+        assert self.pointer is not None, "the zone is known once its pointer is leased"
+        return self.pointer.zone
+
+    def clear(self) -> None:
+        """Forget a try that did not commit."""
+        self.pointer, self.items, self.corrupt, self.app_slots, self.outcome = None, [], [], 0, ""
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What a caller's admission hook lets a leased zone give."""
+
+    room: int
+    not_before_ms: int | None = None  # the pointer vests no earlier (an app's next window)
+    app_slots: int = 0
+
+
+# (zone, room, tr: None in three transactions) -> Admission; may raise
+# NeedsThreeTransactions when given a transaction.
+Admit = Callable[[ZoneId, int, KVTransaction | None], Admission]
+
+
+def _no_hand_out(visit: ZoneVisit) -> None:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class VisitRules:
+    """What one visit call needs beyond its zones."""
+
+    pointer_lease_ms: int
+    item_lease_ms: int
+    min_inactive_ms: int
+    # Items vesting within this many ms are taken too (stores with lookahead_dequeue).
+    horizon_ms: int = 0
+    accept_pointer: Callable[[PointerRef, ZoneId], bool] | None = None  # routing
+    resolve: Callable[[WorkItem], WorkItem] | None = None  # the consumer's job options
+    # Given a zone's reservations, as its dequeue starts (each try): the predicate the
+    # dequeue admits items with (per-type caps, job type filters). None: every item.
+    accept: Callable[[dict[str, str]], Callable[[WorkItem], bool]] | None = None
+    admit: Admit | None = None  # app limits; None: each zone may give its room
+    # A leased zone's items once its dequeue committed, once per zone: before the
+    # pointer's requeue in three transactions (a handler need not wait for one more
+    # commit), after the commit in one.
+    dequeued: Callable[[ZoneVisit], None] = _no_hand_out
+
+    @classmethod
+    def of(cls, config: ConsumerConfig, **options: Any) -> VisitRules:
+        """The rules of ``config``'s leases (``item_lease_ms`` may be given instead)."""
+        options.setdefault("item_lease_ms", int(config.item_lease_s * 1000))
+        return cls(
+            pointer_lease_ms=int(config.pointer_lease_s * 1000),
+            min_inactive_ms=int(config.min_inactive_s * 1000),
+            **options,
+        )
+
+
+def visit_size(config: ConsumerConfig, share: int) -> int:
+    """How many items a visit may take from one zone, before the room the caller has and
+    the limits: ``dequeue_max`` (invariant 7), or with ``visit_max`` (work-conserving,
+    beyond the paper) the water-filling ``share`` of the free capacity over the zones
+    competing, when that is more (at most ``visit_max``)."""
+    if config.visit_max is None:
+        return config.dequeue_max
+    return max(config.dequeue_max, min(config.visit_max, share))
+
+
+def _forget(visits: Sequence[ZoneVisit]) -> None:
+    """A transaction that did not commit left nothing: its visits took nothing."""
+    for v in visits:
+        v.clear()
+
+
+class ZoneVisitor:
+    """Algorithm 2 for one consumer's managers (or one server's pull leases), which share
+    its :class:`OneTransactionGate`."""
+
+    def __init__(self, gate: OneTransactionGate, clock: Clock, emit: Callable[..., Any]) -> None:
+        self.gate = gate
+        self.clock = clock
+        self.emit = emit
+
+    def visit(
+        self,
+        cluster: Cluster,
+        visits: Sequence[ZoneVisit],
+        rules: VisitRules,
+        capacity: Callable[[], int] | None = None,
+    ) -> None:
+        """Visit ``visits``' zones of ``cluster``: all in one transaction where the zones
+        live in the pointers' store and the gate allows it; else, or when that one is
+        written off, one at a time. ``capacity``: how many items they may take in all (a
+        zone there is no room left for is not leased); None: each its ``room``.
+
+        A pointer that cannot be leased (gone, moved, leased by another consumer, another
+        app's) is skipped; a storage error ends that zone's visit (the pointer lease
+        expires and the pointer vests again)."""
+        if capacity is not None and capacity() <= 0:
+            return
+        if not cluster.zones.capabilities.lookahead_dequeue:
+            rules = replace(rules, horizon_ms=0)
+        if cluster.zones.capabilities.one_transaction_visits and self.gate.try_one():
+            if self._in_one_transaction(cluster, visits, rules, capacity):
+                return
+            if len(visits) > 1:
+                for v in visits:  # each zone as a visit of its own
+                    self.visit(cluster, [v], rules, capacity)
+                return
+        for v in visits:
+            room = v.room if capacity is None else min(v.room, capacity())
+            if room <= 0:
+                return
+            try:
+                self._visit_zone(cluster, v, room, rules, None)
+            except ZoneLeaseFailed as err:
+                self.emit("pointer_lease_failed", reason=err.reason)
+
+    def _in_one_transaction(
+        self,
+        cluster: Cluster,
+        visits: Sequence[ZoneVisit],
+        rules: VisitRules,
+        capacity: Callable[[], int] | None,
+    ) -> bool:
+        """The visits committed once: no other consumer sees a zone between its pointer
+        lease and its requeue, and a crash mid-visit leaves nothing leased. False when
+        written off (nothing committed): a conflict, twice for several zones (most often
+        an enqueue into one of them, which the second try sees; a lone zone's conflict is
+        more likely another consumer's visit, which the three transactions' small pointer
+        lease loses to quickly, or wins), or an app with dispatch limits."""
+        budget = None if capacity is None else capacity()
+        failed: list[str] = []
+
+        def visit(tr: KVTransaction) -> None:
+            failed.clear()
+            left = budget
+            for v in visits:
+                v.clear()
+            for v in visits:
+                room = v.room if left is None else min(v.room, left)
+                if room <= 0:
+                    break  # not leased: vested for the next scan
+                try:
+                    self._visit_zone(cluster, v, room, rules, tr)
+                except ZoneLeaseFailed as err:
+                    failed.append(err.reason)
+                    continue
+                if left is not None:
+                    left -= len(v.items)
+            if all(v.pointer is None for v in visits):
+                raise _NothingLeased  # nothing to commit
+
+        try:
+            for tries_left in range(1 if len(visits) > 1 else 0, -1, -1):
+                done = attempt_once(cluster.toplevel.kv, visit)
+                if not isinstance(done, _Uncommitted):
+                    break
+                self.emit("one_transaction_visit_conflict")
+                if not tries_left:
+                    self.gate.conflicted()
+                    _forget(visits)
+                    return False
+        except NeedsThreeTransactions:
+            _forget(visits)
+            return False
+        except _NothingLeased:
+            _forget(visits)
+        except StorageError as err:
+            # Nothing committed; the zones' pointers vest again for a later visit.
+            self.emit("dequeue_error", error=str(err))
+            _forget(visits)
+            return True
+        else:
+            self.gate.committed()
+        for reason in failed:
+            self.emit("pointer_lease_failed", reason=reason)
+        leased = [v for v in visits if v.pointer is not None]
+        if len(visits) > 1:
+            self.emit("visits_batched", zones=len(leased), items=sum(len(v.items) for v in leased))
+        for v in leased:
+            self.emit("pointer_leased", zone=v.zone, lag_ms=self.lag_ms(v.ref))
+            rules.dequeued(v)
+            self.emit("pointer_" + v.outcome, zone=v.zone)
+        return True
+
+    def _visit_zone(
+        self,
+        cluster: Cluster,
+        v: ZoneVisit,
+        room: int,
+        rules: VisitRules,
+        tr: KVTransaction | None,
+    ) -> None:
+        """Lease ``v``'s pointer, dequeue up to ``room`` items, requeue or collect the
+        pointer: inside ``tr``, or (None) each step in its own transaction. Raises
+        ZoneLeaseFailed (nothing written); inside ``tr``, also the errors that write the
+        transaction off."""
+        top, zones = cluster.toplevel, cluster.zones
+        ahead: dict[str, Any] = {"horizon_ms": rules.horizon_ms} if rules.horizon_ms else {}
+        inside: dict[str, Any] = {} if tr is None else {"tr": tr}
+        if tr is None:
+            v.pointer = top.obtain_pointer_lease(
+                v.ref, rules.pointer_lease_ms, accept=rules.accept_pointer, **ahead
+            )
+            self.emit("pointer_leased", zone=v.zone, lag_ms=self.lag_ms(v.ref))
+        else:
+            v.pointer = top.lease_pointer(
+                v.ref, rules.pointer_lease_ms, accept=rules.accept_pointer, tr=tr, **ahead
+            )
+        zone = v.zone
+        admitted = Admission(room) if rules.admit is None else rules.admit(zone, room, tr)
+        v.app_slots = admitted.app_slots
+        if admitted.room > 0:
+            accept = None if rules.accept is None else rules.accept(v.reserved)
+            try:
+                # Inside ``tr`` only where the store can join it (one_transaction_visits).
+                v.items, v.corrupt = zones.dequeue(
+                    zone,
+                    admitted.room,
+                    rules.item_lease_ms,
+                    accept=accept,
+                    resolve=rules.resolve,
+                    **inside,
+                    **ahead,
+                )
+            except StorageError as err:
+                if tr is not None:
+                    raise
+                self.emit("dequeue_error", zone=zone, error=str(err))
+        if tr is None:
+            rules.dequeued(v)
+        not_before = admitted.not_before_ms
+
+        def min_vesting(t: KVTransaction) -> int | None:
+            earliest = zones.min_vesting_ms(zone, tr=t)
+            if earliest is None or not_before is None:
+                return earliest
+            return max(earliest, not_before)  # a rate-limited app waits for its next window
+
+        try:
+            v.outcome = top.requeue_pointer(
+                v.pointer,
+                min_vesting,
+                lambda t: zones.zone_is_empty(t, zone),
+                min_inactive_ms=rules.min_inactive_ms,
+                active=bool(v.items),
+                **inside,
+            )
+        except StorageError as err:
+            if tr is not None:
+                raise
+            # The pointer lease simply expires and the pointer vests again.
+            self.emit("pointer_requeue_error", zone=zone, error=str(err))
+            return
+        if tr is None:
+            self.emit("pointer_" + v.outcome, zone=zone)
+
+    def lag_ms(self, ref: PointerRef) -> int:
+        """How long the pointer had been vested when leased (0 if leased ahead)."""
+        return max(0, now_ms(self.clock) - ref.vesting_ms)
