@@ -36,7 +36,6 @@ import os
 import sqlite3
 from typing import Any
 
-from quickzones.backends._txnbuffer import BufferedTransaction, CommitRequest, KeyValue
 from quickzones.backends.sqlite.store import (
     _GET,
     _RANGE,
@@ -46,6 +45,7 @@ from quickzones.backends.sqlite.store import (
     _is_busy,
     _translate,
 )
+from quickzones.backends.txnbuffer import BufferedTransaction, CommitRequest, KeyValue
 from quickzones.errors import StoreBusy, UnusableConnection
 from quickzones.store.kv import NOT_COMMITTED, KVError
 

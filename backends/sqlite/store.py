@@ -8,7 +8,7 @@ How a transaction runs (``docs/fdb-semantics.md`` sections 1-2):
 
 * the first read opens a deferred read transaction (a WAL snapshot) and reads the version
   from ``quick_meta``; that is the read version, and every later read uses the snapshot;
-* writes are buffered client-side by ``quickzones.backends._txnbuffer``;
+* writes are buffered client-side by ``quickzones.backends.txnbuffer``;
 * commit ends the snapshot, takes the write lock (``BEGIN IMMEDIATE``), fails with 1020 if
   a commit newer than the read version wrote into one of the read conflict ranges, else
   applies the writes (atomic ops against the current value), records its write ranges
@@ -35,16 +35,16 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from quickzones.backends._ranges import decode_ranges, encode_ranges, merge_ranges, ranges_intersect
-from quickzones.backends._txnbuffer import (
+from quickzones.backends._versionstamps import make_versionstamp
+from quickzones.backends.sqlite.checkpointer import Checkpointer, PassResult
+from quickzones.backends.sqlite.foreign_commits import ForeignCommits
+from quickzones.backends.txnbuffer import (
     INTERNAL_ERROR,
     VERSIONS_PER_SECOND,
     BufferedTransaction,
     CommitRequest,
     KeyValue,
 )
-from quickzones.backends._versionstamps import make_versionstamp
-from quickzones.backends.sqlite.checkpointer import Checkpointer, PassResult
-from quickzones.backends.sqlite.foreign_commits import ForeignCommits
 from quickzones.clock import Clock, SystemClock
 from quickzones.errors import (
     InvalidStoreURL,
