@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import bisect
 
-from quickzones.backends._txnbuffer import KeyValue, ResolvedWrites
+from quickzones.backends.txnbuffer import KeyValue, ResolvedWrites
 
 # (commit version, value or None for a clear), oldest first.
 History = list[tuple[int, bytes | None]]

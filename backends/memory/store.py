@@ -1,7 +1,7 @@
 """MemoryStore: a seeded, deterministic in-process simulator of FoundationDB.
 
 Semantics follow ``docs/fdb-semantics.md``: MVCC reads at the read version, read-your-
-writes (``quickzones.backends._txnbuffer``), optimistic conflict checks at commit against the write
+writes (``quickzones.backends.txnbuffer``), optimistic conflict checks at commit against the write
 conflict ranges of transactions that committed after the read version, the 5 s lifetime
 (1007) on the store's clock, and ``on_error`` backoff slept through that clock.
 
@@ -22,15 +22,15 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from quickzones.backends._ranges import Range, merge_ranges, ranges_intersect
-from quickzones.backends._txnbuffer import (
+from quickzones.backends._versionstamps import make_versionstamp
+from quickzones.backends.memory.faults import FAULT_KINDS, FaultConfig, parse_memory_url
+from quickzones.backends.memory.mvcc import VersionedMap
+from quickzones.backends.txnbuffer import (
     VERSIONS_PER_SECOND,
     BufferedTransaction,
     CommitRequest,
     KeyValue,
 )
-from quickzones.backends._versionstamps import make_versionstamp
-from quickzones.backends.memory.faults import FAULT_KINDS, FaultConfig, parse_memory_url
-from quickzones.backends.memory.mvcc import VersionedMap
 from quickzones.clock import Clock, SystemClock
 from quickzones.errors import StorageError
 from quickzones.store.kv import (
@@ -239,7 +239,7 @@ class MemoryStore:
 
 
 class MemoryTransaction(BufferedTransaction):
-    """A transaction on a :class:`MemoryStore`; see :mod:`quickzones.backends._txnbuffer`."""
+    """A transaction on a :class:`MemoryStore`; see :mod:`quickzones.backends.txnbuffer`."""
 
     def __init__(self, store: MemoryStore) -> None:
         self._store = store

@@ -36,16 +36,10 @@ import os
 import sqlite3
 from typing import Any
 
-from quickzones.backends._txnbuffer import BufferedTransaction, CommitRequest, KeyValue
-from quickzones.backends.sqlite.store import (
-    _GET,
-    _RANGE,
-    _RANGE_REVERSE,
-    _VERSION,
-    SQLiteStore,
-    _is_busy,
-    _translate,
-)
+from quickzones.backends.sqlite.errors import _is_busy, _translate
+from quickzones.backends.sqlite.sql import _GET, _RANGE, _RANGE_REVERSE, _VERSION
+from quickzones.backends.sqlite.store import SQLiteStore
+from quickzones.backends.txnbuffer import BufferedTransaction, CommitRequest, KeyValue
 from quickzones.errors import StoreBusy, UnusableConnection
 from quickzones.store.kv import NOT_COMMITTED, KVError
 

@@ -50,19 +50,19 @@ INCREMENTER = textwrap.dedent(
 STALLED_COMMITTER = textwrap.dedent(
     """
     import sys, time
-    import quickzones.backends.sqlite.store as sqlite_store
+    import quickzones.backends.sqlite.resolver as sqlite_resolver
     from quickzones.backends.sqlite import SQLiteStore
     from quickzones.store.kv import pack_i64, run
 
     store = SQLiteStore(sys.argv[1])
     run(store, lambda tr: tr.add(b"counter", pack_i64(1)))
 
-    real_encode = sqlite_store.encode_ranges
+    real_encode = sqlite_resolver.encode_ranges
     def stall(ranges):
         print("in-commit", flush=True)
         time.sleep(60)
         return real_encode(ranges)
-    sqlite_store.encode_ranges = stall
+    sqlite_resolver.encode_ranges = stall
 
     def vandalise(tr):
         tr.clear_range(b"", b"\\xff")

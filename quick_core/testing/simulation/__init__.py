@@ -6,13 +6,7 @@ checked after every step (incrementally) and on the committed store state every 
 and at quiescence. ``python -m quickzones.testing.simulation --seeds 50 --steps 2000`` runs it.
 """
 
-from quickzones.testing.simulation.harness import (
-    SimConfig,
-    SimResult,
-    Simulation,
-    Violation,
-    effect_key,
-    run_seed,
-)
+from quickzones.testing.simulation.harness import Simulation, run_seed
+from quickzones.testing.simulation.model import SimConfig, SimResult, Violation, effect_key
 
 __all__ = ["SimConfig", "SimResult", "Simulation", "Violation", "effect_key", "run_seed"]

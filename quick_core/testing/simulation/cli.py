@@ -7,7 +7,8 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 
-from quickzones.testing.simulation.harness import SimResult, run_seed
+from quickzones.testing.simulation.harness import run_seed
+from quickzones.testing.simulation.model import SimResult
 
 DEFAULT_FAULTS = 0.01
 

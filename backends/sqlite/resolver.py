@@ -1,0 +1,119 @@
+"""The resolver's half of a commit, serialised by SQLite's write lock: take the lock,
+check the read conflict ranges against newer commits, apply the writes, record their
+conflict ranges under the new version; and prune conflict rows past the 5 s lifetime."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from quickzones.backends._ranges import decode_ranges, encode_ranges, merge_ranges, ranges_intersect
+from quickzones.backends._versionstamps import make_versionstamp
+from quickzones.backends.sqlite.errors import _is_full, _translate
+from quickzones.backends.sqlite.sql import (
+    _BUMP_VERSION,
+    _DELETE,
+    _DELETE_RANGE,
+    _EVERY_KEY,
+    _GET,
+    _NEWER_CONFLICTS,
+    _NEWEST_BEFORE,
+    _PRUNE_CONFLICTS,
+    _RECORD_CONFLICTS,
+    _UPSERT,
+    _VERSION,
+)
+from quickzones.backends.sqlite.state import SQLiteStoreState
+from quickzones.backends.txnbuffer import VERSIONS_PER_SECOND, CommitRequest
+from quickzones.store.kv import (
+    COMMIT_UNKNOWN_RESULT,
+    NOT_COMMITTED,
+    TRANSACTION_LIFETIME_S,
+    TRANSACTION_TOO_OLD,
+    KVError,
+)
+
+_PRUNE_EVERY = 64  # commits per process between prunes of old conflict rows
+
+
+class CommitResolver(SQLiteStoreState):
+    """How a store commits a :class:`~quickzones.backends.txnbuffer.CommitRequest`."""
+
+    def _commit_on(self, conn: sqlite3.Connection, request: CommitRequest) -> int:
+        self._begin_immediate(conn)
+        try:
+            commit_version = self._apply(conn, request)
+            self._foreign.made(commit_version)
+            self._commits += 1
+            if self._commits % _PRUNE_EVERY == 0:
+                _prune_conflicts(conn, self.clock.now())
+        except BaseException as err:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if isinstance(err, sqlite3.Error):
+                raise _translate(err, "commit", self.url) from err
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as err:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")  # COMMIT failed and left the transaction open
+                raise _translate(err, "COMMIT", self.url) from err
+            if _is_full(err):
+                # Out of space while appending to the WAL: SQLite rolled back and the
+                # frames were never marked committed, so nothing of it is visible.
+                raise _translate(err, "COMMIT", self.url) from err
+            raise KVError(COMMIT_UNKNOWN_RESULT, f"sqlite COMMIT failed: {err}") from err
+        return commit_version
+
+    def _apply(self, conn: sqlite3.Connection, request: CommitRequest) -> int:
+        """The resolver's half of a commit, on ``conn`` holding the write lock: the
+        conflict check, the writes, their conflict ranges and the new version; the caller
+        commits (or, for an application's connection, the application does)."""
+        version: int = conn.execute(_VERSION).fetchone()[0]
+        now = self.clock.now()
+        if request.too_old(now):
+            raise KVError(TRANSACTION_TOO_OLD, "read version older than 5 s at commit")
+        rv = request.read_version
+        if rv is not None and request.read_conflicts and version > rv:
+            for (raw,) in conn.execute(_NEWER_CONFLICTS, (rv,)):
+                if ranges_intersect(request.read_conflicts, decode_ranges(raw)):
+                    raise KVError(NOT_COMMITTED, "a read conflicts with a later commit")
+        commit_version = max(version + 1, int(now * VERSIONS_PER_SECOND))
+        writes = request.resolve(
+            make_versionstamp(commit_version, 0), lambda key: _current(conn, key)
+        )
+        if writes.clears:
+            conn.executemany(_DELETE_RANGE, writes.clears)
+        if writes.sets:
+            conn.executemany(_UPSERT, writes.sets)
+        if writes.deletes:
+            conn.executemany(_DELETE, [(key,) for key in writes.deletes])
+        conflict_ranges = request.write_conflicts
+        if writes.extra_write_conflicts:
+            conflict_ranges = merge_ranges(conflict_ranges + writes.extra_write_conflicts)
+        conn.execute(_RECORD_CONFLICTS, (commit_version, encode_ranges(conflict_ranges)))
+        conn.execute(_BUMP_VERSION, (commit_version,))
+        return commit_version
+
+
+def _prune_conflicts(conn: sqlite3.Connection, now: float) -> None:
+    """Delete conflict rows older than the 5 s lifetime (plus 1 s of slack), keeping in
+    their place one row, at the newest pruned version, that conflicts with every read.
+
+    A commit's version is normally its commit time, so no live transaction read before
+    a pruned row and the kept row conflicts with nothing live. An application's own
+    transaction (:meth:`SQLiteStore.transaction_on`) takes its version when it enqueues
+    but commits when the application does, possibly later: a transaction that read
+    before that commit then fails with a conflict (and is retried) instead of missing it.
+    """
+    horizon = int((now - TRANSACTION_LIFETIME_S - 1.0) * VERSIONS_PER_SECOND)
+    newest = conn.execute(_NEWEST_BEFORE, (horizon,)).fetchone()[0]
+    if newest is None:
+        return
+    conn.execute(_PRUNE_CONFLICTS, (horizon,))
+    conn.execute(_RECORD_CONFLICTS, (newest, _EVERY_KEY))
+
+
+def _current(conn: sqlite3.Connection, key: bytes) -> bytes | None:
+    row = conn.execute(_GET, (key,)).fetchone()
+    return None if row is None else bytes(row[0])

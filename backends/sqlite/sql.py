@@ -1,0 +1,37 @@
+"""The SQLite backend's schema and the SQL statements it runs."""
+
+from __future__ import annotations
+
+from quickzones.backends._ranges import encode_ranges
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS kv (key BLOB PRIMARY KEY NOT NULL, value BLOB NOT NULL)"
+    " WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS quick_meta"
+    " (id INTEGER PRIMARY KEY CHECK (id = 0), version INTEGER NOT NULL)",
+    "INSERT OR IGNORE INTO quick_meta (id, version) VALUES (0, 0)",
+    "CREATE TABLE IF NOT EXISTS quick_conflicts"
+    " (version INTEGER PRIMARY KEY, ranges BLOB NOT NULL)",
+)
+_VERSION = "SELECT version FROM quick_meta WHERE id = 0"
+_GET = "SELECT value FROM kv WHERE key = ?"
+# A batch of point reads in one statement (get_many); {} holds the placeholders.
+_GET_MANY = "SELECT key, value FROM kv WHERE key IN ({})"
+_KEYS_PER_SELECT = 500  # well under SQLite's limit on host parameters (999 before 3.32)
+_RANGE = "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key LIMIT ?"
+_RANGE_REVERSE = "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key DESC LIMIT ?"
+_UPSERT = (
+    "INSERT INTO kv (key, value) VALUES (?, ?)"
+    " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+)
+_DELETE = "DELETE FROM kv WHERE key = ?"
+_DELETE_RANGE = "DELETE FROM kv WHERE key >= ? AND key < ?"
+_NEWER_CONFLICTS = "SELECT ranges FROM quick_conflicts WHERE version > ?"
+_RECORD_CONFLICTS = "INSERT INTO quick_conflicts (version, ranges) VALUES (?, ?)"
+_BUMP_VERSION = "UPDATE quick_meta SET version = ? WHERE id = 0"
+_PRUNE_CONFLICTS = "DELETE FROM quick_conflicts WHERE version < ?"
+_NEWEST_BEFORE = "SELECT max(version) FROM quick_conflicts WHERE version < ?"
+# Conflict ranges covering every key a transaction can read (system keys are refused).
+_EVERY_KEY = encode_ranges([(b"", b"\xff")])
+# The tables that make a file a quick store (checked before anything is written).
+_QUICK_TABLES = frozenset({"kv", "quick_meta", "quick_conflicts"})

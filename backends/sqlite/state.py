@@ -1,0 +1,63 @@
+"""The state a SQLite store shares with the mixins its connection pool, its commit
+resolver and its WAL bound are written in, and the two helpers they all use: a random
+draw and taking the write lock."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import threading
+import time
+
+from quickzones.backends.sqlite.errors import _is_busy, _translate
+from quickzones.backends.sqlite.foreign_commits import ForeignCommits
+from quickzones.clock import Clock
+from quickzones.errors import StoreBusy
+
+
+class SQLiteStoreState:
+    """Attributes set by ``SQLiteStore.__init__``, read by its mixins."""
+
+    path: str
+    url: str
+    clock: Clock
+    _synchronous: str
+    busy_timeout_ms: int
+    _busy_timeout_s: float
+    _rng: random.Random
+    _lock: threading.Lock
+    _write_lock: threading.Lock
+    _pool: list[sqlite3.Connection]
+    _inherited: list[sqlite3.Connection]
+    _pid: int
+    _commits: int
+    _checkpoint_lock: threading.Lock
+    _checkpoint_at: int
+    checkpoints: int
+    _page_bytes: int | None
+    _closed: bool
+    _foreign: ForeignCommits
+
+    def _random(self) -> float:
+        with self._lock:
+            return self._rng.random()
+
+    def _begin_immediate(self, conn: sqlite3.Connection) -> None:
+        """Take the write lock, waiting up to ``busy_timeout_ms`` in short polls."""
+        deadline = time.monotonic() + self._busy_timeout_s
+        pause = 0.0005
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as err:
+                if not _is_busy(err):
+                    raise _translate(err, "BEGIN IMMEDIATE", self.url) from err
+                if time.monotonic() >= deadline:
+                    # Another connection held the lock all along: retrying at once would
+                    # only wait again, so the caller hears of it (not run()'s loop).
+                    raise StoreBusy(self.url, self.busy_timeout_ms) from err
+            except sqlite3.Error as err:
+                raise _translate(err, "BEGIN IMMEDIATE", self.url) from err
+            time.sleep(pause)
+            pause = min(pause * 2, 0.004)

@@ -1,0 +1,115 @@
+"""A transaction on a SQLite store: the storage half of a buffered transaction, read
+from a WAL snapshot and committed through the store's resolver."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from quickzones.backends.sqlite.errors import _translate
+from quickzones.backends.sqlite.sql import (
+    _GET,
+    _GET_MANY,
+    _KEYS_PER_SELECT,
+    _RANGE,
+    _RANGE_REVERSE,
+    _VERSION,
+)
+from quickzones.backends.txnbuffer import BufferedTransaction, CommitRequest, KeyValue
+from quickzones.errors import StoreBusy
+
+if TYPE_CHECKING:
+    from quickzones.backends.sqlite.store import SQLiteStore
+
+
+class SQLiteTransaction(BufferedTransaction):
+    """A transaction on a :class:`SQLiteStore`; holds a WAL snapshot while it reads."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self._store = store
+        self._conn: sqlite3.Connection | None = None
+        super().__init__(store.clock)
+
+    def _acquire_read_version(self) -> int:
+        conn = self._store._acquire()
+        try:
+            conn.execute("BEGIN")  # deferred: the snapshot starts with the next read
+            version: int = conn.execute(_VERSION).fetchone()[0]
+        except sqlite3.Error as err:
+            self._store._release(conn)
+            raise _translate(err, "read version") from err
+        self._conn = conn
+        return version
+
+    def _snapshot(self) -> sqlite3.Connection:
+        assert self._conn is not None, "read before the read version was acquired"
+        self._check_too_old(self._clock.now())
+        return self._conn
+
+    def _read_key(self, key: bytes) -> bytes | None:
+        conn = self._snapshot()
+        try:
+            row = conn.execute(_GET, (key,)).fetchone()
+        except sqlite3.Error as err:
+            raise _translate(err, "get") from err
+        return None if row is None else bytes(row[0])
+
+    def _read_keys(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        conn = self._snapshot()
+        found: dict[bytes, bytes] = {}
+        try:
+            for at in range(0, len(keys), _KEYS_PER_SELECT):
+                chunk = keys[at : at + _KEYS_PER_SELECT]
+                sql = _GET_MANY.format(", ".join("?" * len(chunk)))
+                found.update((bytes(k), bytes(v)) for k, v in conn.execute(sql, chunk))
+        except sqlite3.Error as err:
+            raise _translate(err, "get_many") from err
+        return [found.get(key) for key in keys]
+
+    def _read_range(self, begin: bytes, end: bytes, limit: int, reverse: bool) -> list[KeyValue]:
+        conn = self._snapshot()
+        sql = _RANGE_REVERSE if reverse else _RANGE
+        try:
+            rows = conn.execute(sql, (begin, end, limit or -1)).fetchall()
+        except sqlite3.Error as err:
+            raise _translate(err, "get_range") from err
+        return [(bytes(k), bytes(v)) for k, v in rows]
+
+    def _commit_request(self, request: CommitRequest) -> tuple[int, int]:
+        store = self._store
+        conn, self._conn = self._conn, None
+        if conn is None:
+            conn = store._acquire()
+        try:
+            if conn.in_transaction:
+                conn.execute("COMMIT")  # end the snapshot: the write lock needs the newest state
+            # Threads of one process queue on a Python lock rather than in SQLite's busy
+            # handler, whose sleeps (up to 100 ms each) would make a long latency tail.
+            if not store._write_lock.acquire(timeout=store._busy_timeout_s):
+                # Another thread of this process has been committing for that long.
+                raise StoreBusy(store.url, store.busy_timeout_ms)
+            try:
+                version = store._commit_on(conn, request)
+            finally:
+                store._write_lock.release()
+            store.checkpointer.committed()
+            return version, 0
+        except sqlite3.Error as err:
+            raise _translate(err, "commit", store.url) from err
+        finally:
+            store._release(conn)
+
+    def _release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._store._release(conn)
+
+    def _random(self) -> float:
+        return self._store._random()
+
+    def __del__(self) -> None:
+        # An abandoned transaction must not pin its WAL snapshot (and connection) forever.
+        with contextlib.suppress(Exception):
+            self._release()

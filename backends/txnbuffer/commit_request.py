@@ -1,0 +1,104 @@
+"""What a commit hands the backend (:class:`CommitRequest`), what it resolves to
+(:class:`ResolvedWrites`), and the versionstamp future that commit fills."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from quickzones.backends._atomics import apply_atomic_stack
+from quickzones.backends._ranges import Range, RangeSet
+from quickzones.backends._versionstamps import fill_versionstamp
+from quickzones.backends.txnbuffer.buffer import (
+    _ATOMIC,
+    _CLEAR,
+    _SET,
+    KeyValue,
+    _Point,
+    _VersionstampedKey,
+)
+from quickzones.backends.txnbuffer.checks import FUTURE_NOT_SET
+from quickzones.store.kv import TRANSACTION_LIFETIME_S, KVError, key_after
+
+
+@dataclass(slots=True)
+class ResolvedWrites:
+    """Final mutations of a commit: clear ranges first, then sets and point deletes."""
+
+    clears: list[Range]
+    sets: list[KeyValue]
+    deletes: list[bytes]
+    # Write conflict ranges of versionstamped keys, known only once the stamp is.
+    extra_write_conflicts: list[Range]
+
+
+@dataclass(slots=True)
+class CommitRequest:
+    """Everything a backend needs to commit one transaction."""
+
+    read_version: int | None
+    read_time: float
+    read_conflicts: list[Range]
+    write_conflicts: list[Range]
+    _points: dict[bytes, _Point]
+    _cleared: RangeSet
+    _clear_log: list[tuple[int, bytes, bytes]]
+    _vs_keys: list[_VersionstampedKey]
+
+    def too_old(self, now: float) -> bool:
+        """Whether the read version is past the 5 s lifetime (write-only txns never are)."""
+        return self.read_version is not None and now - self.read_time > TRANSACTION_LIFETIME_S
+
+    def resolve(self, stamp: bytes, current: Callable[[bytes], bytes | None]) -> ResolvedWrites:
+        """Final writes given the versionstamp and the committed value of a key.
+
+        ``current`` is only asked about keys with atomic ops over storage; it must return
+        the value as of the commit version (before this transaction's writes).
+        """
+        final: dict[bytes, bytes | None] = {}
+        for key, point in self._points.items():
+            if point.kind == _SET or point.kind == _CLEAR:
+                final[key] = point.value
+            elif point.kind == _ATOMIC:
+                final[key] = apply_atomic_stack(current(key), point.ops)
+            else:
+                assert point.value is not None
+                stamped = fill_versionstamp(point.value, point.vs_pos, stamp)
+                final[key] = apply_atomic_stack(stamped, point.ops)
+        extra: list[Range] = []
+        for vs in self._vs_keys:
+            key = fill_versionstamp(vs.body, vs.pos, stamp)
+            extra.append((key, key_after(key)))
+            # Applied in issue order: a later point write or clear_range of the final key wins.
+            later = self._points.get(key)
+            if later is not None and later.seq > vs.seq:
+                continue
+            if any(s > vs.seq and b <= key < e for s, b, e in self._clear_log):
+                continue
+            final[key] = vs.value
+        sets = [(k, v) for k, v in final.items() if v is not None]
+        deletes = [k for k, v in final.items() if v is None]
+        return ResolvedWrites(list(self._cleared), sets, deletes, extra)
+
+
+class _VersionstampFuture:
+    """``tr.get_versionstamp()``: ready once the transaction commits."""
+
+    __slots__ = ("_error", "_stamp")
+
+    def __init__(self) -> None:
+        self._stamp: bytes | None = None
+        self._error: KVError | None = None
+
+    def result(self) -> bytes:
+        if self._stamp is not None:
+            return self._stamp
+        if self._error is not None:
+            raise self._error
+        raise KVError(FUTURE_NOT_SET, "the versionstamp is ready only after commit")
+
+    def _set(self, stamp: bytes) -> None:
+        self._stamp = stamp
+
+    def _fail(self, error: KVError) -> None:
+        self._error = error
