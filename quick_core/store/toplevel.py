@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from quickzones.clock import Clock, SystemClock, now_ms
-from quickzones.errors import StorageError, ZoneLeaseFailed
+from quickzones.errors import CorruptRecord, StorageError, ZoneLeaseFailed
 from quickzones.store.ids import IdSource, random_ids
 from quickzones.store.keys import LOCAL_APP, KeySpace
 from quickzones.store.kv import (
@@ -419,6 +419,40 @@ class TopLevelQueue:
     def count_pointers(self, shard: int) -> int:
         return len(self.list_pointers(shard))
 
+    # --- resharding (quickzones.store.reshard) -----------------------------------------
+
+    @transactional
+    def move_pointer(
+        self, zone: ZoneId, src: int, dst: int, *, tr: KVTransaction = OWN_STORE
+    ) -> int:
+        """Move ``zone``'s pointer (record, vesting entry, index entry, lease) from shard
+        ``src`` to ``dst``; 1 if it moved, 0 if it had gone. Reads both index entries and
+        the record with conflicts, so a racing enqueue, lease, requeue or collection
+        commits first and is moved with it, or conflicts and retries. A record that cannot
+        be decoded is rebuilt vesting now: the zone is known from its index key."""
+        keys, cluster = self.keys, self.cluster
+        src_index = keys.pointer_index_key(cluster, src, zone)
+        pointer_id = tr.get(src_index)
+        if pointer_id is None:
+            return 0  # collected since the caller looked
+        pointer = self._read_or_rebuild(tr, src, pointer_id.decode(), zone)
+        tr.clear(src_index)
+        tr.clear(keys.pointer_key(cluster, src, pointer.pointer_id))
+        tr.clear(keys.pointer_vesting_key(cluster, src, pointer.vesting_ms, pointer.pointer_id))
+        dst_index = keys.pointer_index_key(cluster, dst, zone)
+        existing = tr.get(dst_index)
+        kept = None
+        if existing is not None:
+            kept = self._read_or_rebuild(tr, dst, existing.decode(), zone)
+        if kept is None:
+            tr.set(dst_index, pointer.pointer_id.encode())
+            self._write_pointer(tr, dst, pointer)
+        elif kept.lease_id is None and pointer.vesting_ms < kept.vesting_ms:
+            # Two pointers for one zone cannot arise (an enqueue during a reshard looks in
+            # both places); if they did, the one at home stays, vesting no later than either.
+            self._move_pointer(tr, dst, kept, kept.with_vesting(pointer.vesting_ms))
+        return 1
+
     # --- records -----------------------------------------------------------------------
 
     def _locate(self, tr: KVTransaction, pointer: Pointer) -> tuple[int, Pointer | None]:
@@ -444,6 +478,21 @@ class TopLevelQueue:
         key = self.keys.pointer_key(self.cluster, shard, pointer_id)
         raw = tr.get(key, snapshot=snapshot)
         return None if raw is None else decode_pointer(key, raw)
+
+    def _read_or_rebuild(
+        self, tr: KVTransaction, shard: int, pointer_id: str, zone: ZoneId
+    ) -> Pointer:
+        """The record of ``zone``'s pointer ``pointer_id`` (read with a conflict); one
+        vesting now in its place if it is missing or cannot be decoded (its zone is
+        known from the index key that named it)."""
+        try:
+            found = self._read_pointer(tr, shard, pointer_id)
+        except CorruptRecord:
+            found = None
+        if found is not None:
+            return found
+        now = now_ms(self.clock)
+        return Pointer(pointer_id, zone, now, now, local=zone.app == LOCAL_APP)
 
     def _write_pointer(self, tr: KVTransaction, shard: int, pointer: Pointer) -> None:
         tr.set(
