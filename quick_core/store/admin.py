@@ -11,6 +11,7 @@ from quickzones.errors import CorruptRecord
 from quickzones.store import enqueue as two_part
 from quickzones.store.kv import KVTransaction, run, unpack_i64
 from quickzones.store.records import DeadLetter, ZoneId, decode_dead_letter, decode_item
+from quickzones.store.toplevel import SetAsidePointer, decode_set_aside
 from quickzones.store.validation import check_name
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ class Stats:
     corrupt: int = 0
     active_zones: int = 0
     dead_letters: int = 0
+    corrupt_pointers: int = 0  # pointer records set aside (set_aside_pointers)
 
 
 def scan_range(q: Quick, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
@@ -98,7 +100,19 @@ def stats(q: Quick) -> Stats:
             result.vested += 1
     result.active_zones = sum(q.toplevel.count_pointers(s) for s in range(q.toplevel.shards))
     result.dead_letters = len(_letter_rows(q, None, None))
+    result.corrupt_pointers = len(scan_range(q, *q.keys.bad_pointers_range(q.toplevel.cluster)))
     return result
+
+
+def set_aside_pointers(q: Quick) -> list[SetAsidePointer]:
+    """Pointer records of ``q``'s cluster that could not be decoded and were set aside
+    (``TopLevelQueue.set_aside``), each with its bytes and the zone it was rebuilt for."""
+    cluster = q.toplevel.cluster
+    out = []
+    for key, value in scan_range(q, *q.keys.bad_pointers_range(cluster)):
+        shard, pointer_id = q.keys.unpack(key)[3:5]
+        out.append(decode_set_aside(cluster, int(str(shard)), str(pointer_id), value))
+    return out
 
 
 def zone_count(q: Quick, zone: ZoneId) -> int:

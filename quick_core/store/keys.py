@@ -14,6 +14,7 @@ the bytes are identical on every KV backend.
     (root, "d", app, tenant, item_id, n)                        -> dead item's record, chunk n
     (root, "m", name...)                                        -> metadata (checkpoints, limits)
     (root, "m", "layout", cluster)                              -> a top-level queue's layout
+    (root, "m", "bad_pointer", cluster, shard, pointer_id)      -> a pointer record set aside
     (root, "m", "periodic", schedule)                           -> last enqueued slot (LE i64)
     (root, "o", app, tenant, item_id)                           -> outcome of a finished item
     (root, "oe", expires_ms, app, tenant, item_id)              -> b""  (outcome expiry index)
@@ -227,6 +228,13 @@ class KeySpace:
 
     def shard_prefix(self, cluster: str, shard: int) -> bytes:
         return self._pack("c", cluster, shard)
+
+    def bad_pointer_key(self, cluster: str, shard: int, pointer_id: str) -> bytes:
+        # (root, "m", "bad_pointer", cluster, shard, pointer_id): undecodable, set aside
+        return self._pack("m", "bad_pointer", cluster, shard, pointer_id)
+
+    def bad_pointers_range(self, cluster: str) -> Range:
+        return tuple_range(self._pack("m", "bad_pointer", cluster))
 
     def layout_key(self, cluster: str) -> bytes:
         # (root, "m", "layout", cluster): the layout record (layout.py)

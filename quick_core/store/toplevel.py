@@ -9,8 +9,11 @@ the pointer record, so a consumer's pointer lease never aborts a user's enqueue
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import msgpack
 
 from quickzones.clock import Clock, SystemClock, now_ms
 from quickzones.errors import CorruptRecord, StorageError, ZoneLeaseFailed
@@ -29,6 +32,39 @@ from quickzones.store.kv import (
 from quickzones.store.layout import Layout, check_shards, decode_layout, open_layout
 from quickzones.store.pointer_gc import collect_pointer_if_inactive
 from quickzones.store.records import Pointer, ZoneId, decode_pointer, encode_pointer
+
+log = logging.getLogger(__name__)
+
+
+def encode_set_aside(raw: bytes, zone: ZoneId | None, at_ms: int, reason: str) -> bytes:
+    """A set-aside pointer record: its bytes, the zone that named it, when and why."""
+    obj = {"raw": raw, "at": at_ms, "why": reason}
+    if zone is not None:
+        obj.update(a=zone.app, tn=zone.tenant)
+    packed: bytes = msgpack.packb(obj)
+    return packed
+
+
+@dataclass(frozen=True, slots=True)
+class SetAsidePointer:
+    """A pointer record that could not be decoded, as set aside: where it was, its bytes,
+    the zone it was rebuilt for (None: no index entry named it), when and why."""
+
+    cluster: str
+    shard: int
+    pointer_id: str
+    raw: bytes
+    zone: ZoneId | None
+    at_ms: int
+    reason: str
+
+
+def decode_set_aside(cluster: str, shard: int, pointer_id: str, value: bytes) -> SetAsidePointer:
+    obj = msgpack.unpackb(value)
+    zone = ZoneId(str(obj["a"]), str(obj["tn"])) if "a" in obj else None
+    return SetAsidePointer(
+        cluster, shard, pointer_id, bytes(obj["raw"]), zone, int(obj["at"]), str(obj["why"])
+    )
 
 
 class Unread:
@@ -315,7 +351,13 @@ class TopLevelQueue:
         raises ZoneLeaseFailed "gone", "moved" or "not_routed". With ``horizon_ms`` a
         pointer vesting within that many ms is leased too, unless another consumer's lease
         on it still runs."""
-        pointer = self._read_pointer(tr, ref.shard, ref.pointer_id)
+        try:
+            pointer = self._read_pointer(tr, ref.shard, ref.pointer_id)
+        except CorruptRecord as err:
+            # Every visit would fail here and the zone would starve: set the record aside
+            # and rebuild it (its own commit), and lease the rebuilt pointer next round.
+            self.set_aside(ref, err.reason)
+            raise ZoneLeaseFailed("corrupt") from err
         now = now_ms(self.clock)
         if pointer is None:
             raise ZoneLeaseFailed("gone")
@@ -409,15 +451,82 @@ class TopLevelQueue:
         begin, end = self.keys.pointers_range(self.cluster, shard)
 
         def scan(tr: KVTransaction) -> list[Pointer]:
-            return [
-                decode_pointer(k, v)
-                for k, v in tr.get_range(begin, end, limit=limit, snapshot=True)
-            ]
+            out = []
+            for k, v in tr.get_range(begin, end, limit=limit, snapshot=True):
+                try:
+                    out.append(decode_pointer(k, v))
+                except CorruptRecord:
+                    continue  # set aside when a consumer meets it (set_aside)
+            return out
 
         return run(self.kv, scan)
 
     def count_pointers(self, shard: int) -> int:
-        return len(self.list_pointers(shard))
+        begin, end = self.keys.pointers_range(self.cluster, shard)
+        return len(run(self.kv, lambda tr: tr.get_range(begin, end, snapshot=True)))
+
+    # --- records that cannot be decoded ------------------------------------------------
+
+    def set_aside(self, ref: PointerRef, reason: str) -> Pointer | None:
+        """Set aside the undecodable pointer record ``ref`` names, in a transaction of its
+        own: its bytes go to ``(root, "m", "bad_pointer", cluster, shard, pointer_id)``
+        (``admin.set_aside_pointers`` lists them, ``admin.stats`` counts them) and, when
+        an index entry names it, it is rebuilt for that zone vesting now, so the zone's
+        items run; without one it is cleared. Logs a warning; returns the rebuilt pointer
+        (None if none, or if the record was fixed or gone meanwhile)."""
+        shard, pointer_id = ref.shard, ref.pointer_id
+        keys, cluster = self.keys, self.cluster
+        key = keys.pointer_key(cluster, shard, pointer_id)
+
+        def repair(tr: KVTransaction) -> tuple[bool, Pointer | None, ZoneId | None]:
+            raw = tr.get(key)
+            if raw is None:
+                # A vesting entry left by a record that is gone: scanners skip it for good.
+                tr.clear(keys.pointer_vesting_key(cluster, shard, ref.vesting_ms, pointer_id))
+                return False, None, None
+            try:
+                decode_pointer(key, raw)
+                return False, None, None  # rewritten meanwhile: nothing to repair
+            except CorruptRecord:
+                pass
+            now = now_ms(self.clock)
+            zone = self._zone_named(tr, shard, pointer_id)
+            tr.set(
+                keys.bad_pointer_key(cluster, shard, pointer_id),
+                encode_set_aside(raw, zone, now, reason),
+            )
+            tr.clear(keys.pointer_vesting_key(cluster, shard, ref.vesting_ms, pointer_id))
+            if zone is None:
+                tr.clear(key)
+                return True, None, None
+            rebuilt = Pointer(pointer_id, zone, now, now, local=zone.app == LOCAL_APP)
+            self._write_pointer(tr, shard, rebuilt)
+            return True, rebuilt, zone
+
+        done, rebuilt, zone = run(self.kv, repair)
+        if done:
+            log.warning(
+                "pointer %s in shard %d of cluster %r could not be decoded (%s): set aside "
+                "and %s",
+                pointer_id, shard, cluster, reason,
+                f"rebuilt for zone {zone}" if zone is not None else "cleared (no zone names it)",
+            )
+        return rebuilt
+
+    def _zone_named(self, tr: KVTransaction, shard: int, pointer_id: str) -> ZoneId | None:
+        """The zone whose index entry in ``shard`` names ``pointer_id``: a scan of the
+        shard's index (snapshot), then a conflicting read of the entry found. Only for a
+        record that cannot be decoded, which names its zone nowhere else."""
+        begin, end = self.keys.pointer_index_range(self.cluster, shard)
+        wanted = pointer_id.encode()
+        while True:
+            rows = tr.get_range(begin, end, limit=1000, snapshot=True)
+            for key, value in rows:
+                if value == wanted and tr.get(key) == wanted:
+                    return self.keys.unpack_pointer_index_key(self.cluster, shard, key)
+            if len(rows) < 1000:
+                return None
+            begin = rows[-1][0] + b"\x00"
 
     # --- resharding (quickzones.store.reshard) -----------------------------------------
 
