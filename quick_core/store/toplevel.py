@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import msgpack
 
@@ -266,7 +266,9 @@ class TopLevelQueue:
             if pointer is None or pointer.lease_id is not None:
                 return
             if pointer.vesting_ms > vesting_ms:
-                self._move_pointer(tr, shard, pointer, pointer.with_vesting(vesting_ms))
+                # This enqueue saw an item in the zone: it is active now.
+                earlier = replace(pointer, vesting_ms=vesting_ms, last_active_ms=now_ms(self.clock))
+                self._move_pointer(tr, shard, pointer, earlier)
 
         try:
             run(self.kv, pull)
@@ -395,13 +397,22 @@ class TopLevelQueue:
         vesting time; or, when the zone has been empty for ``min_inactive_ms``, delete it,
         reading the pointer index key so a concurrent enqueue's pointer check conflicts
         (invariant 2). Returns "requeued", "deleted", or "lost" (lease taken by another).
+
+        The pointer's last active time becomes now when the visit saw items in the zone:
+        ``active`` (it dequeued some) or a minimum vesting time (items are there, vested,
+        delayed or leased). So a zone is collected only ``min_inactive_ms`` after the last
+        visit or enqueue that saw an item in it.
         """
         shard, current = self._locate(tr, pointer)
         if current is None or current.lease_id != pointer.lease_id:
             return "lost"
         now = now_ms(self.clock)
-        last_active = now if active else current.last_active_ms
         min_vesting = zone_min_vesting(tr)
+        # Last active: the last time a visit saw items in the zone (the paper's measure for
+        # collection): it took some, or some are there (delayed, or leased by workers
+        # still running them), not only when this visit dequeued.
+        seen = active or min_vesting is not None
+        last_active = now if seen else current.last_active_ms
         if min_vesting is None:
             if collect_pointer_if_inactive(
                 tr,
