@@ -174,6 +174,14 @@ class TopLevelQueue:
         :meth:`ensure_pointer` as ``index_key``)."""
         return self.keys.pointer_index_key(self.cluster, self.shard_for(zone), zone)
 
+    def index_keys(self, zone: ZoneId) -> list[bytes]:
+        """Every key where ``zone``'s pointer index entry may be under the cached layout
+        (two during a reshard): what a reader that must conflict with enqueues covers."""
+        return [
+            self.keys.pointer_index_key(self.cluster, shard, zone)
+            for shard in self.layout.places(zone)
+        ]
+
     def ensure_pointer(
         self,
         tr: KVTransaction,
@@ -362,6 +370,7 @@ class TopLevelQueue:
             raise ZoneLeaseFailed("corrupt") from err
         now = now_ms(self.clock)
         if pointer is None:
+            self.set_aside(ref, "")  # clears the vesting entry if it names no record
             raise ZoneLeaseFailed("gone")
         if pointer.vesting_ms > now and (
             pointer.vesting_ms > now + horizon_ms or pointer.lease_id is not None
@@ -480,7 +489,7 @@ class TopLevelQueue:
 
     def set_aside(self, ref: PointerRef, reason: str) -> Pointer | None:
         """Set aside the undecodable pointer record ``ref`` names, in a transaction of its
-        own: its bytes go to ``(root, "m", "bad_pointer", cluster, shard, pointer_id)``
+        own (and clear ``ref``'s vesting entry if it names no record at all): its bytes go to ``(root, "m", "bad_pointer", cluster, shard, pointer_id)``
         (``admin.set_aside_pointers`` lists them, ``admin.stats`` counts them) and, when
         an index entry names it, it is rebuilt for that zone vesting now, so the zone's
         items run; without one it is cleared. Logs a warning; returns the rebuilt pointer

@@ -59,3 +59,12 @@ def test_a_garbage_pointer_no_index_names_is_set_aside(q: Quick) -> None:
     q.run_until_idle()
     assert q.toplevel.list_pointers(0) == []  # gone from the queue, kept aside
     assert [a.pointer_id for a in set_aside_pointers(q)] == [pointer_id]
+
+
+def test_a_vesting_entry_without_its_record_is_cleared(q: Quick) -> None:
+    stray = q.keys.pointer_vesting_key("default", 0, 1, "no-such-pointer")
+    q.transact(lambda tr: tr.set(stray, b""))  # vested since 1970, names no record
+    q.run_until_idle()
+    begin = q.keys.pointer_vesting_prefix("default", 0)
+    entries = q.transact(lambda tr: tr.get_range(begin + b"\x00", begin + b"\xff"))
+    assert entries == []  # not peeked and refused again every scan round
