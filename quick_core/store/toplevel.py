@@ -489,11 +489,12 @@ class TopLevelQueue:
 
     def set_aside(self, ref: PointerRef, reason: str) -> Pointer | None:
         """Set aside the undecodable pointer record ``ref`` names, in a transaction of its
-        own (and clear ``ref``'s vesting entry if it names no record at all): its bytes go to ``(root, "m", "bad_pointer", cluster, shard, pointer_id)``
+        own: its bytes go to ``(root, "m", "bad_pointer", cluster, shard, pointer_id)``
         (``admin.set_aside_pointers`` lists them, ``admin.stats`` counts them) and, when
         an index entry names it, it is rebuilt for that zone vesting now, so the zone's
-        items run; without one it is cleared. Logs a warning; returns the rebuilt pointer
-        (None if none, or if the record was fixed or gone meanwhile)."""
+        items run; without one it is cleared. A vesting entry that names no record at all
+        is cleared. Logs a warning; returns the rebuilt pointer (None if none, or if the
+        record was fixed or gone meanwhile)."""
         shard, pointer_id = ref.shard, ref.pointer_id
         keys, cluster = self.keys, self.cluster
         key = keys.pointer_key(cluster, shard, pointer_id)
