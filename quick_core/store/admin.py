@@ -61,6 +61,7 @@ def scan_range(q: Quick, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
 def active_zones(q: Quick) -> list[ZoneSummary]:
     """Zones that have a pointer, with their item counts."""
     out = []
+    q.toplevel.refresh_layout()  # a long-lived process (quick serve) sees a reshard
     for shard in range(q.toplevel.shards):
         for pointer in q.toplevel.list_pointers(shard):
             if pointer.local:
@@ -98,6 +99,7 @@ def stats(q: Quick) -> Stats:
             result.leased += 1
         elif item.vesting_ms <= now:
             result.vested += 1
+    q.toplevel.refresh_layout()
     result.active_zones = sum(q.toplevel.count_pointers(s) for s in range(q.toplevel.shards))
     result.dead_letters = len(_letter_rows(q, None, None))
     result.corrupt_pointers = len(scan_range(q, *q.keys.bad_pointers_range(q.toplevel.cluster)))

@@ -210,9 +210,11 @@ def enqueue_batch(
         index: bytes | Unread | None = UNREAD
         index_key = toplevel.index_key(zone)
         if many is not None:
-            # The pointer index entry is read with the items' ids: one round trip.
+            # The layout and the pointer index entry are read with the items' ids: one
+            # round trip (the pointer check's own read of the layout is answered locally).
             written: list[Written]
-            written, [index] = many(tr, zone, batch, read_also=[index_key])
+            read_also = [toplevel.layout_key, index_key]
+            written, [_, index] = many(tr, zone, batch, read_also=read_also)
         else:
             written = [zones.write_new_item(tr, zone, item) for item in batch]
         fresh = [w.vesting_ms for w in written if w.new]
