@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from quickzones.errors import CorruptRecord
 from quickzones.store import enqueue as two_part
 from quickzones.store.kv import KVTransaction, run, unpack_i64
+from quickzones.store.pointer_repair import SetAsidePointer, decode_set_aside
 from quickzones.store.records import DeadLetter, ZoneId, decode_dead_letter, decode_item
-from quickzones.store.toplevel import SetAsidePointer, decode_set_aside
 from quickzones.store.validation import check_name
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ def stats(q: Quick) -> Stats:
 
 def set_aside_pointers(q: Quick) -> list[SetAsidePointer]:
     """Pointer records of ``q``'s cluster that could not be decoded and were set aside
-    (``TopLevelQueue.set_aside``), each with its bytes and the zone it was rebuilt for."""
+    (``pointer_repair.set_aside``), each with its bytes and the zone it was rebuilt for."""
     cluster = q.toplevel.cluster
     out = []
     for key, value in scan_range(q, *q.keys.bad_pointers_range(cluster)):

@@ -9,11 +9,8 @@ the pointer record, so a consumer's pointer lease never aborts a user's enqueue
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-
-import msgpack
 
 from quickzones.clock import Clock, SystemClock, now_ms
 from quickzones.errors import CorruptRecord, StorageError, ZoneLeaseFailed
@@ -31,40 +28,8 @@ from quickzones.store.kv import (
 )
 from quickzones.store.layout import Layout, check_shards, decode_layout, open_layout
 from quickzones.store.pointer_gc import collect_pointer_if_inactive
+from quickzones.store.pointer_repair import set_aside
 from quickzones.store.records import Pointer, ZoneId, decode_pointer, encode_pointer
-
-log = logging.getLogger(__name__)
-
-
-def encode_set_aside(raw: bytes, zone: ZoneId | None, at_ms: int, reason: str) -> bytes:
-    """A set-aside pointer record: its bytes, the zone that named it, when and why."""
-    obj = {"raw": raw, "at": at_ms, "why": reason}
-    if zone is not None:
-        obj.update(a=zone.app, tn=zone.tenant)
-    packed: bytes = msgpack.packb(obj)
-    return packed
-
-
-@dataclass(frozen=True, slots=True)
-class SetAsidePointer:
-    """A pointer record that could not be decoded, as set aside: where it was, its bytes,
-    the zone it was rebuilt for (None: no index entry named it), when and why."""
-
-    cluster: str
-    shard: int
-    pointer_id: str
-    raw: bytes
-    zone: ZoneId | None
-    at_ms: int
-    reason: str
-
-
-def decode_set_aside(cluster: str, shard: int, pointer_id: str, value: bytes) -> SetAsidePointer:
-    obj = msgpack.unpackb(value)
-    zone = ZoneId(str(obj["a"]), str(obj["tn"])) if "a" in obj else None
-    return SetAsidePointer(
-        cluster, shard, pointer_id, bytes(obj["raw"]), zone, int(obj["at"]), str(obj["why"])
-    )
 
 
 class Unread:
@@ -235,7 +200,7 @@ class TopLevelQueue:
             local=zone.app == LOCAL_APP,
         )
         home = layout.home(zone)
-        self._write_pointer(tr, home, pointer)
+        self.write_pointer(tr, home, pointer)
         tr.set(self.keys.pointer_index_key(self.cluster, home, zone), pointer.pointer_id.encode())
         return False
 
@@ -366,11 +331,11 @@ class TopLevelQueue:
         except CorruptRecord as err:
             # Every visit would fail here and the zone would starve: set the record aside
             # and rebuild it (its own commit), and lease the rebuilt pointer next round.
-            self.set_aside(ref, err.reason)
+            set_aside(self, ref, err.reason)
             raise ZoneLeaseFailed("corrupt") from err
         now = now_ms(self.clock)
         if pointer is None:
-            self.set_aside(ref, "")  # clears the vesting entry if it names no record
+            set_aside(self, ref, "")  # clears the vesting entry if it names no record
             raise ZoneLeaseFailed("gone")
         if pointer.vesting_ms > now and (
             pointer.vesting_ms > now + horizon_ms or pointer.lease_id is not None
@@ -476,7 +441,7 @@ class TopLevelQueue:
                 try:
                     out.append(decode_pointer(k, v))
                 except CorruptRecord:
-                    continue  # set aside when a consumer meets it (set_aside)
+                    continue  # set aside when a consumer meets it (pointer_repair)
             return out
 
         return run(self.kv, scan)
@@ -484,70 +449,6 @@ class TopLevelQueue:
     def count_pointers(self, shard: int) -> int:
         begin, end = self.keys.pointers_range(self.cluster, shard)
         return len(run(self.kv, lambda tr: tr.get_range(begin, end, snapshot=True)))
-
-    # --- records that cannot be decoded ------------------------------------------------
-
-    def set_aside(self, ref: PointerRef, reason: str) -> Pointer | None:
-        """Set aside the undecodable pointer record ``ref`` names, in a transaction of its
-        own: its bytes go to ``(root, "m", "bad_pointer", cluster, shard, pointer_id)``
-        (``admin.set_aside_pointers`` lists them, ``admin.stats`` counts them) and, when
-        an index entry names it, it is rebuilt for that zone vesting now, so the zone's
-        items run; without one it is cleared. A vesting entry that names no record at all
-        is cleared. Logs a warning; returns the rebuilt pointer (None if none, or if the
-        record was fixed or gone meanwhile)."""
-        shard, pointer_id = ref.shard, ref.pointer_id
-        keys, cluster = self.keys, self.cluster
-        key = keys.pointer_key(cluster, shard, pointer_id)
-
-        def repair(tr: KVTransaction) -> tuple[bool, Pointer | None, ZoneId | None]:
-            raw = tr.get(key)
-            if raw is None:
-                # A vesting entry left by a record that is gone: scanners skip it for good.
-                tr.clear(keys.pointer_vesting_key(cluster, shard, ref.vesting_ms, pointer_id))
-                return False, None, None
-            try:
-                decode_pointer(key, raw)
-                return False, None, None  # rewritten meanwhile: nothing to repair
-            except CorruptRecord:
-                pass
-            now = now_ms(self.clock)
-            zone = self._zone_named(tr, shard, pointer_id)
-            tr.set(
-                keys.bad_pointer_key(cluster, shard, pointer_id),
-                encode_set_aside(raw, zone, now, reason),
-            )
-            tr.clear(keys.pointer_vesting_key(cluster, shard, ref.vesting_ms, pointer_id))
-            if zone is None:
-                tr.clear(key)
-                return True, None, None
-            rebuilt = Pointer(pointer_id, zone, now, now, local=zone.app == LOCAL_APP)
-            self._write_pointer(tr, shard, rebuilt)
-            return True, rebuilt, zone
-
-        done, rebuilt, zone = run(self.kv, repair)
-        if done:
-            log.warning(
-                "pointer %s in shard %d of cluster %r could not be decoded (%s): set aside "
-                "and %s",
-                pointer_id, shard, cluster, reason,
-                f"rebuilt for zone {zone}" if zone is not None else "cleared (no zone names it)",
-            )
-        return rebuilt
-
-    def _zone_named(self, tr: KVTransaction, shard: int, pointer_id: str) -> ZoneId | None:
-        """The zone whose index entry in ``shard`` names ``pointer_id``: a scan of the
-        shard's index (snapshot), then a conflicting read of the entry found. Only for a
-        record that cannot be decoded, which names its zone nowhere else."""
-        begin, end = self.keys.pointer_index_range(self.cluster, shard)
-        wanted = pointer_id.encode()
-        while True:
-            rows = tr.get_range(begin, end, limit=1000, snapshot=True)
-            for key, value in rows:
-                if value == wanted and tr.get(key) == wanted:
-                    return self.keys.unpack_pointer_index_key(self.cluster, shard, key)
-            if len(rows) < 1000:
-                return None
-            begin = rows[-1][0] + b"\x00"
 
     # --- resharding (quickzones.store.reshard) -----------------------------------------
 
@@ -576,7 +477,7 @@ class TopLevelQueue:
             kept = self._read_or_rebuild(tr, dst, existing.decode(), zone)
         if kept is None:
             tr.set(dst_index, pointer.pointer_id.encode())
-            self._write_pointer(tr, dst, pointer)
+            self.write_pointer(tr, dst, pointer)
         elif kept.lease_id is None and pointer.vesting_ms < kept.vesting_ms:
             # Two pointers for one zone cannot arise (an enqueue during a reshard looks in
             # both places); if they did, the one at home stays, vesting no later than either.
@@ -624,7 +525,8 @@ class TopLevelQueue:
         now = now_ms(self.clock)
         return Pointer(pointer_id, zone, now, now, local=zone.app == LOCAL_APP)
 
-    def _write_pointer(self, tr: KVTransaction, shard: int, pointer: Pointer) -> None:
+    def write_pointer(self, tr: KVTransaction, shard: int, pointer: Pointer) -> None:
+        """Write ``pointer``'s record and vesting entry in ``shard`` (not its index entry)."""
         tr.set(
             self.keys.pointer_key(self.cluster, shard, pointer.pointer_id), encode_pointer(pointer)
         )
@@ -640,4 +542,4 @@ class TopLevelQueue:
             tr.clear(
                 self.keys.pointer_vesting_key(self.cluster, shard, old.vesting_ms, old.pointer_id)
             )
-        self._write_pointer(tr, shard, new)
+        self.write_pointer(tr, shard, new)
