@@ -81,6 +81,11 @@ class Quick:
     time never runs backwards across processes (``steady_clock``, on by default for the
     system clock). A clock you pass otherwise, such as a test's ``ManualClock``, is used as
     given unless ``steady_clock=True``.
+
+    ``shards``: how many shards the top-level queue of ``cluster`` has. The first open of
+    a store stores it (default 1); later opens use the stored layout, and one asking for
+    another is refused with :class:`~quickzones.store.layout.LayoutMismatch` (change it
+    with ``quick reshard``). ``store_layout=False`` (tools that only read) writes nothing.
     """
 
     def __init__(
@@ -89,7 +94,7 @@ class Quick:
         *,
         clock: Clock | None = None,
         cluster: str = "default",
-        shards: int = 1,
+        shards: int | None = None,
         root: str = "quick",
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         strict_job_types: bool = False,
@@ -98,6 +103,7 @@ class Quick:
         zone_store: ZoneStoreFactory | None = None,
         ids: IdSource | None = None,
         keep_status_s: float = 0.0,
+        store_layout: bool = True,
     ) -> None:
         self.kv = kv
         self.keys = KeySpace(root)
@@ -105,8 +111,9 @@ class Quick:
         # wall clock set back does not stall leases and delays (docs/guarantees.md#clock-steps).
         self.clock = clock_for(kv, self.keys.meta_key("clock"), clock, steady_clock)
         self.toplevel = TopLevelQueue(
-            kv, keys=self.keys, cluster=cluster, shards=shards, clock=self.clock, ids=ids
+            kv, keys=self.keys, cluster=cluster, clock=self.clock, ids=ids
         )
+        self.toplevel.open_layout(shards, store=store_layout)
         self.ids = self.toplevel.ids
         # The KV zones: items, unless a zone store is injected; dead letters and admin.
         self.zones = KVZoneStore(kv, self.toplevel, keys=self.keys, clock=self.clock)
@@ -153,6 +160,7 @@ class Quick:
         writes nothing while opening: a missing file raises ``StoreNotFound``, a file that
         is not a quick store ``NotAQuickStore`` and is left untouched.
         """
+        options.setdefault("store_layout", create)
         return cls(open_kv(url, clock=clock, create=create), clock=clock, **options)
 
     def close(self) -> None:

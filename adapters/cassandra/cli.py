@@ -167,7 +167,8 @@ def cassandra_init(
 @click.option("--items", "items_url", required=True, help="cassandra://h1,h2:9042/keyspace")
 @click.option("--pointer-store", required=True, help="The deployment's pointer KV store URL.")
 @click.option("--cluster", default="default", show_default=True, help="Top-level queue name.")
-@click.option("--shards", type=int, default=1, show_default=True, help="Its shard count.")
+@click.option("--shards", type=int, default=None,
+              help="Its shard count; default: the layout stored with it.")
 @click.option("--app", default=None, help="Only this app's zones.")
 @click.option("--dry-run", is_flag=True, help="List zones without a pointer; change nothing.")
 @friendly
@@ -175,7 +176,7 @@ def cassandra_repair(
     items_url: str,
     pointer_store: str,
     cluster: str,
-    shards: int,
+    shards: int | None,
     app: str | None,
     dry_run: bool,
 ) -> None:

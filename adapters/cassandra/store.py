@@ -405,7 +405,8 @@ class CassandraZoneStore:
         """
         if tr is not None:
             tr.get_read_version()
-            tr.add_read_conflict_key(self._index_key(zone))
+            for key in self.toplevel.index_keys(zone):
+                tr.add_read_conflict_key(key)
         z = (zone.app, zone.tenant)
         best: int | None = None
         cursor = MIN_PRIORITY
@@ -416,10 +417,6 @@ class CassandraZoneStore:
             vesting = first[0].o_vesting
             best = vesting if best is None else min(best, vesting)
             cursor = first[0].o_priority + 1
-
-    def _index_key(self, zone: ZoneId) -> bytes:
-        tl = self.toplevel
-        return tl.keys.pointer_index_key(tl.cluster, tl.shard_for(zone), zone)
 
     def zone_is_empty(self, tr: KVTransaction, zone: ZoneId) -> bool:
         """Strong emptiness check inside the pointer-deleting transaction ``tr``.

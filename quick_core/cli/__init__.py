@@ -240,12 +240,12 @@ def main(ctx: click.Context, verbose: int, store: str | None) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
 
-def _open(store: str, *, create: bool = True) -> Any:
+def _open(store: str, *, create: bool = True, **options: Any) -> Any:
     """The store a command works on; commands that only read pass ``create=False`` so a
     typo or another application's file is refused, never created or converted."""
     from quickzones.client import Quick
 
-    return Quick.open(store, create=create)
+    return Quick.open(store, create=create, **options)
 
 
 @main.command()
@@ -934,3 +934,8 @@ def move_tenant_cmd(
 
 if __name__ == "__main__":
     main()
+
+
+from quickzones.cli.reshard import reshard as _reshard  # noqa: E402  (it imports this module)
+
+main.add_command(_reshard)

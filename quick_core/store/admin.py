@@ -13,6 +13,7 @@ from quickzones.consumer.store_election import LeaseRecord, StoreElection
 from quickzones.errors import CorruptRecord
 from quickzones.store import enqueue as two_part
 from quickzones.store.kv import KVTransaction, run, unpack_i64
+from quickzones.store.pointer_repair import SetAsidePointer, decode_set_aside
 from quickzones.store.records import DeadLetter, ZoneId, decode_dead_letter, decode_item
 from quickzones.store.validation import check_name
 
@@ -40,6 +41,7 @@ class Stats:
     corrupt: int = 0
     active_zones: int = 0
     dead_letters: int = 0
+    corrupt_pointers: int = 0  # pointer records set aside (set_aside_pointers)
     # The top-level queue's in-order scanner lease as stored (held or last held), and
     # the store time it was read at.
     in_order_scanner: LeaseRecord | None = None
@@ -66,6 +68,7 @@ def scan_range(q: Quick, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
 def active_zones(q: Quick) -> list[ZoneSummary]:
     """Zones that have a pointer, with their item counts."""
     out = []
+    q.toplevel.refresh_layout()  # a long-lived process (quick serve) sees a reshard
     for shard in range(q.toplevel.shards):
         for pointer in q.toplevel.list_pointers(shard):
             if pointer.local:
@@ -103,12 +106,25 @@ def stats(q: Quick) -> Stats:
             result.leased += 1
         elif item.vesting_ms <= now:
             result.vested += 1
+    q.toplevel.refresh_layout()
     result.active_zones = sum(q.toplevel.count_pointers(s) for s in range(q.toplevel.shards))
     result.dead_letters = len(_letter_rows(q, None, None))
+    result.corrupt_pointers = len(scan_range(q, *q.keys.bad_pointers_range(q.toplevel.cluster)))
     election = StoreElection(q.kv, q.keys, q.clock)
     result.in_order_scanner = election.read(lease_name(q.toplevel.cluster))
     result.read_at_ms = now_ms(q.clock)
     return result
+
+
+def set_aside_pointers(q: Quick) -> list[SetAsidePointer]:
+    """Pointer records of ``q``'s cluster that could not be decoded and were set aside
+    (``pointer_repair.set_aside``), each with its bytes and the zone it was rebuilt for."""
+    cluster = q.toplevel.cluster
+    out = []
+    for key, value in scan_range(q, *q.keys.bad_pointers_range(cluster)):
+        shard, pointer_id = q.keys.unpack(key)[3:5]
+        out.append(decode_set_aside(cluster, int(str(shard)), str(pointer_id), value))
+    return out
 
 
 def zone_count(q: Quick, zone: ZoneId) -> int:

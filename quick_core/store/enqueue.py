@@ -99,12 +99,14 @@ def pointer_check(
     *,
     declare_conflict: bool = False,
     index: bytes | Unread | None = UNREAD,
+    index_key: bytes | None = None,
 ) -> None:
     """Part one's pointer half, in ``tr``: create the zone's pointer if its index entry is
     absent; if present, register part two to run once ``tr`` commits. ``index``: the
-    entry as already read in ``tr`` (see :meth:`TopLevelQueue.ensure_pointer`)."""
+    entry as already read in ``tr`` from ``index_key`` (see
+    :meth:`TopLevelQueue.ensure_pointer`)."""
     if toplevel.ensure_pointer(
-        tr, zone, vesting_ms, declare_conflict=declare_conflict, index=index
+        tr, zone, vesting_ms, declare_conflict=declare_conflict, index=index, index_key=index_key
     ):
         tr.on_commit(lambda: part_two(toplevel, zone, vesting_ms))
 
@@ -206,15 +208,18 @@ def enqueue_batch(
             charge(tr)
         many = getattr(zones, "write_new_items", None)
         index: bytes | Unread | None = UNREAD
+        index_key = toplevel.index_key(zone)
         if many is not None:
-            # The pointer index entry is read with the items' ids: one round trip.
+            # The layout and the pointer index entry are read with the items' ids: one
+            # round trip (the pointer check's own read of the layout is answered locally).
             written: list[Written]
-            written, [index] = many(tr, zone, batch, read_also=[toplevel.index_key(zone)])
+            read_also = [toplevel.layout_key, index_key]
+            written, [_, index] = many(tr, zone, batch, read_also=read_also)
         else:
             written = [zones.write_new_item(tr, zone, item) for item in batch]
         fresh = [w.vesting_ms for w in written if w.new]
         if fresh:
-            pointer_check(tr, toplevel, zone, min(fresh), index=index)
+            pointer_check(tr, toplevel, zone, min(fresh), index=index, index_key=index_key)
         return [w.item_id for w in written]
 
     return run(db, write)

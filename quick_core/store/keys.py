@@ -13,6 +13,8 @@ the bytes are identical on every KV backend.
     (root, "d", app, tenant, item_id)                           -> dead letter record
     (root, "d", app, tenant, item_id, n)                        -> dead item's record, chunk n
     (root, "m", name...)                                        -> metadata (checkpoints, limits)
+    (root, "m", "layout", cluster)                              -> a top-level queue's layout
+    (root, "m", "bad_pointer", cluster, shard, pointer_id)      -> a pointer record set aside
     (root, "m", "periodic", schedule)                           -> last enqueued slot (LE i64)
     (root, "o", app, tenant, item_id)                           -> outcome of a finished item
     (root, "oe", expires_ms, app, tenant, item_id)              -> b""  (outcome expiry index)
@@ -220,8 +222,23 @@ class KeySpace:
 
     # --- top-level queue ---------------------------------------------------------------
 
+    def cluster_prefix(self, cluster: str) -> bytes:
+        # (root, "c", cluster): every shard of one top-level queue
+        return self._pack("c", cluster)
+
     def shard_prefix(self, cluster: str, shard: int) -> bytes:
         return self._pack("c", cluster, shard)
+
+    def bad_pointer_key(self, cluster: str, shard: int, pointer_id: str) -> bytes:
+        # (root, "m", "bad_pointer", cluster, shard, pointer_id): undecodable, set aside
+        return self._pack("m", "bad_pointer", cluster, shard, pointer_id)
+
+    def bad_pointers_range(self, cluster: str) -> Range:
+        return tuple_range(self._pack("m", "bad_pointer", cluster))
+
+    def layout_key(self, cluster: str) -> bytes:
+        # (root, "m", "layout", cluster): the layout record (layout.py)
+        return self._pack("m", "layout", cluster)
 
     def pointer_key(self, cluster: str, shard: int, pointer_id: str) -> bytes:
         # (root, "c", cluster, shard, "p", pointer_id)
@@ -255,6 +272,10 @@ class KeySpace:
     def pointer_index_key(self, cluster: str, shard: int, zone: ZoneId) -> bytes:
         # (root, "c", cluster, shard, "ix", app, tenant)
         return self._pack("c", cluster, shard, "ix", zone.app, zone.tenant)
+
+    def unpack_pointer_index_key(self, cluster: str, shard: int, key: bytes) -> ZoneId:
+        app, tenant = fdbtuple.unpack(key[len(self._pack("c", cluster, shard, "ix")) :])
+        return ZoneId(str(app), str(tenant))
 
     def pointer_index_range(self, cluster: str, shard: int) -> Range:
         return tuple_range(self._pack("c", cluster, shard, "ix"))

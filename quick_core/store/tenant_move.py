@@ -351,29 +351,30 @@ def drop_pointer_if_empty(
     the pointer index key and observes the zone empty (invariant 2). True if the zone has
     no pointer afterwards."""
     tl = quick.toplevel
-    shard = tl.shard_for(zone)
-    index_key = tl.keys.pointer_index_key(tl.cluster, shard, zone)
 
     def drop(tr: KVTransaction) -> bool:
-        index = tr.get(index_key)
-        if index is None:
-            return True
-        if not zone_is_empty(tr):
-            return False
-        pointer_key = tl.keys.pointer_key(tl.cluster, shard, index.decode())
-        raw = tr.get(pointer_key)
-        if raw is not None:
-            try:
-                pointer = decode_pointer(pointer_key, raw)
-                tr.clear(
-                    tl.keys.pointer_vesting_key(
-                        tl.cluster, shard, pointer.vesting_ms, pointer.pointer_id
+        # Every place the layout allows (two during a reshard), each read with a conflict.
+        for shard in tl.layout.places(zone):
+            index_key = tl.keys.pointer_index_key(tl.cluster, shard, zone)
+            index = tr.get(index_key)
+            if index is None:
+                continue
+            if not zone_is_empty(tr):
+                return False
+            pointer_key = tl.keys.pointer_key(tl.cluster, shard, index.decode())
+            raw = tr.get(pointer_key)
+            if raw is not None:
+                try:
+                    pointer = decode_pointer(pointer_key, raw)
+                    tr.clear(
+                        tl.keys.pointer_vesting_key(
+                            tl.cluster, shard, pointer.vesting_ms, pointer.pointer_id
+                        )
                     )
-                )
-            except CorruptRecord:
-                pass  # the record goes; a stray vesting entry is skipped by scanners
-            tr.clear(pointer_key)
-        tr.clear(index_key)
+                except CorruptRecord:
+                    pass  # the record goes; a stray vesting entry is skipped by scanners
+                tr.clear(pointer_key)
+            tr.clear(index_key)
         return True
 
     return run(quick.kv, drop)

@@ -10,22 +10,25 @@ the pointer record, so a consumer's pointer lease never aborts a user's enqueue
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from quickzones.clock import Clock, SystemClock, now_ms
-from quickzones.errors import StorageError, ZoneLeaseFailed
+from quickzones.errors import CorruptRecord, StorageError, ZoneLeaseFailed
 from quickzones.store.ids import IdSource, random_ids
-from quickzones.store.keys import LOCAL_APP, KeySpace, shard_of
+from quickzones.store.keys import LOCAL_APP, KeySpace
 from quickzones.store.kv import (
     OWN_STORE,
     KVError,
     KVStore,
     KVTransaction,
+    get_many,
     run,
     strinc,
     transactional,
 )
+from quickzones.store.layout import Layout, check_shards, decode_layout, open_layout
 from quickzones.store.pointer_gc import collect_pointer_if_inactive
+from quickzones.store.pointer_repair import set_aside
 from quickzones.store.records import Pointer, ZoneId, decode_pointer, encode_pointer
 
 
@@ -53,7 +56,14 @@ class PointerRef:
 
 
 class TopLevelQueue:
-    """Pointers of one cluster, over a KV store."""
+    """Pointers of one cluster, over a KV store.
+
+    Where a zone's pointer lives is decided by the cluster's :class:`Layout`, stored in
+    the store (:mod:`quickzones.store.layout`). ``shards`` is the layout used while none is
+    stored; :meth:`open_layout` adopts the stored one. The layout held here is a cache:
+    enqueues read the stored one in their own transaction, a scan round refreshes it, and
+    a pointer not found where the cache says is looked for under the stored one.
+    """
 
     def __init__(
         self,
@@ -70,16 +80,50 @@ class TopLevelQueue:
         self.kv = kv
         self.keys = keys or KeySpace()
         self.cluster = cluster
-        self.shards = shards
+        self.layout_key = self.keys.layout_key(cluster)
+        self._configured = Layout(shards)
+        self.layout = self._configured
         self.clock = clock or SystemClock()
         # Pointer and pointer-lease ids; pointer ids order a scanner's peek, so a replayable
         # run passes a seeded source.
         self.ids = ids or random_ids
 
+    @property
+    def shards(self) -> int:
+        """How many shards consumers poll: the layout's, and during a reshard the larger
+        of the old and the target count."""
+        return self.layout.polled
+
+    def open_layout(self, requested: int | None, *, store: bool = True) -> Layout:
+        """Adopt the stored layout (refusing a different ``requested`` one with
+        :class:`~quickzones.store.layout.LayoutMismatch`), or store ``requested`` (default
+        1) as the first; ``store=False`` writes nothing. See :func:`layout.open_layout`."""
+        if requested is not None:
+            check_shards(requested)
+        self.layout = run(
+            self.kv, lambda tr: open_layout(tr, self.keys, self.cluster, requested, store=store)
+        )
+        self._configured = self.layout
+        return self.layout
+
+    @transactional
+    def refresh_layout(self, *, tr: KVTransaction = OWN_STORE) -> Layout:
+        """Read the stored layout again (a snapshot read) and use it from now on."""
+        return self._layout_in(tr, snapshot=True)
+
+    def _layout_in(self, tr: KVTransaction, *, snapshot: bool) -> Layout:
+        return self._adopt(tr.get(self.layout_key, snapshot=snapshot))
+
+    def _adopt(self, raw: bytes | None) -> Layout:
+        """The layout a stored record says (the configured one if none), cached."""
+        layout = self._configured if raw is None else decode_layout(self.layout_key, raw)
+        if layout != self.layout:
+            self.layout = layout
+        return layout
+
     def shard_for(self, zone: ZoneId) -> int:
-        if zone.app == LOCAL_APP:  # a shard's local zone lives in that shard
-            return int(zone.tenant.rpartition("/")[2])
-        return shard_of(zone, self.shards)
+        """The shard where a new pointer of ``zone`` is made (the cached layout's)."""
+        return self.layout.home(zone)
 
     def local_zone(self, shard: int = 0) -> ZoneId:
         """The zone of the local work items of one shard (cluster maintenance work)."""
@@ -90,8 +134,18 @@ class TopLevelQueue:
     # --- enqueue side ------------------------------------------------------------------
 
     def index_key(self, zone: ZoneId) -> bytes:
-        """The key of ``zone``'s pointer index entry (which part one reads)."""
+        """The key of ``zone``'s pointer index entry where the cached layout makes new
+        pointers (what part one reads; a caller that reads it ahead passes it back to
+        :meth:`ensure_pointer` as ``index_key``)."""
         return self.keys.pointer_index_key(self.cluster, self.shard_for(zone), zone)
+
+    def index_keys(self, zone: ZoneId) -> list[bytes]:
+        """Every key where ``zone``'s pointer index entry may be under the cached layout
+        (two during a reshard): what a reader that must conflict with enqueues covers."""
+        return [
+            self.keys.pointer_index_key(self.cluster, shard, zone)
+            for shard in self.layout.places(zone)
+        ]
 
     def ensure_pointer(
         self,
@@ -101,13 +155,17 @@ class TopLevelQueue:
         *,
         declare_conflict: bool = False,
         index: bytes | Unread | None = UNREAD,
+        index_key: bytes | None = None,
     ) -> bool:
         """Part one of the two-part enqueue, inside the caller's transaction.
 
-        Reads the pointer index entry (never the pointer record with a conflict). If it is
-        absent, creates the pointer vesting at ``vesting_ms``. If present and
-        ``declare_conflict`` (external-store mode), declares a write conflict on the index
-        key so a concurrent pointer deletion that read it aborts.
+        Reads the stored layout and the pointer index entry (never the pointer record)
+        with conflicts: a reshard that changes the layout or moves this zone's pointer
+        before the commit aborts the transaction, which retries under the new layout. If
+        the entry is absent from every shard the layout allows, creates the pointer
+        vesting at ``vesting_ms`` in its home shard. If present and ``declare_conflict``
+        (external-store mode), declares a write conflict on the index key so a concurrent
+        pointer deletion that read it aborts.
 
         Returns True when the pointer already existed, so part two
         (:meth:`pull_pointer_earlier`) must run after the commit. Part one cannot decide
@@ -115,18 +173,25 @@ class TopLevelQueue:
         consumer may lease and requeue the pointer in between without seeing this item),
         and reading it with a conflict would let pointer leases abort user transactions.
 
-        ``index``: the entry's value as the caller already read it in ``tr`` (a
-        conflicting read, batched with its own reads; no write to it since), so it is not
-        read again.
+        ``index``, ``index_key``: the entry's value as the caller already read it in
+        ``tr`` from ``index_key`` (default: :meth:`index_key`), so it is not read again.
         """
-        shard = self.shard_for(zone)
-        index_key = self.keys.pointer_index_key(self.cluster, shard, zone)
+        home_key = self.index_key(zone)
         if isinstance(index, Unread):
-            index = tr.get(index_key)
-        if index is not None:
-            if declare_conflict:
-                tr.add_write_conflict_key(index_key)
-            return True
+            # The layout and the likely index entry in one round trip where the store
+            # reads in parallel; the cached layout is almost always the stored one.
+            raw_layout, index = get_many(tr, [self.layout_key, home_key])
+            index_key = home_key
+            layout = self._adopt(raw_layout)
+        else:
+            layout = self._layout_in(tr, snapshot=False)
+        for shard in layout.places(zone):
+            key = self.keys.pointer_index_key(self.cluster, shard, zone)
+            found = index if key == (index_key or home_key) else tr.get(key)
+            if found is not None:
+                if declare_conflict:
+                    tr.add_write_conflict_key(key)
+                return True
         pointer = Pointer(
             pointer_id=self.ids(8),
             zone=zone,
@@ -134,9 +199,29 @@ class TopLevelQueue:
             last_active_ms=now_ms(self.clock),
             local=zone.app == LOCAL_APP,
         )
-        self._write_pointer(tr, shard, pointer)
-        tr.set(index_key, pointer.pointer_id.encode())
+        home = layout.home(zone)
+        self.write_pointer(tr, home, pointer)
+        tr.set(self.keys.pointer_index_key(self.cluster, home, zone), pointer.pointer_id.encode())
         return False
+
+    def _find_index(
+        self, tr: KVTransaction, zone: ZoneId, *, snapshot: bool
+    ) -> tuple[int, bytes | None]:
+        """(shard, pointer id) of ``zone``'s index entry under the cached layout, else
+        under the stored one; (home shard, None) when it has none."""
+        tried: set[int] = set()
+        for layout in (self.layout, None):
+            if layout is None:
+                layout = self._layout_in(tr, snapshot=True)
+            for shard in layout.places(zone):
+                if shard in tried:
+                    continue
+                tried.add(shard)
+                key = self.keys.pointer_index_key(self.cluster, shard, zone)
+                found = tr.get(key, snapshot=snapshot)
+                if found is not None:
+                    return shard, found
+        return self.layout.home(zone), None
 
     def pull_pointer_earlier(self, zone: ZoneId, vesting_ms: int) -> None:
         """Part two: in its own transaction, move an idle pointer's vesting earlier.
@@ -145,17 +230,18 @@ class TopLevelQueue:
         holder requeues it at the zone's minimum vesting time in a transaction that reads
         the zone, so it sees this item or conflicts with its enqueue.
         """
-        shard = self.shard_for(zone)
 
         def pull(tr: KVTransaction) -> None:
-            index = tr.get(self.keys.pointer_index_key(self.cluster, shard, zone), snapshot=True)
+            shard, index = self._find_index(tr, zone, snapshot=True)
             if index is None:
                 return
             pointer = self._read_pointer(tr, shard, index.decode())
             if pointer is None or pointer.lease_id is not None:
                 return
             if pointer.vesting_ms > vesting_ms:
-                self._move_pointer(tr, shard, pointer, pointer.with_vesting(vesting_ms))
+                # This enqueue saw an item in the zone: it is active now.
+                earlier = replace(pointer, vesting_ms=vesting_ms, last_active_ms=now_ms(self.clock))
+                self._move_pointer(tr, shard, pointer, earlier)
 
         try:
             run(self.kv, pull)
@@ -182,6 +268,10 @@ class TopLevelQueue:
 
         def peek(tr: KVTransaction) -> tuple[list[PointerRef], int | None]:
             tr.set_causal_read_risky()
+            if shard == 0:
+                # Every scan round peeks shard 0: it brings the layout up to date, so a
+                # consumer polls a reshard's new shards soon after it starts.
+                self._layout_in(tr, snapshot=True)
             rows = tr.get_range(begin, end, limit=max_pointers + 1, snapshot=True)
             out: list[PointerRef] = []
             for key, _ in rows:
@@ -236,9 +326,16 @@ class TopLevelQueue:
         raises ZoneLeaseFailed "gone", "moved" or "not_routed". With ``horizon_ms`` a
         pointer vesting within that many ms is leased too, unless another consumer's lease
         on it still runs."""
-        pointer = self._read_pointer(tr, ref.shard, ref.pointer_id)
+        try:
+            pointer = self._read_pointer(tr, ref.shard, ref.pointer_id)
+        except CorruptRecord as err:
+            # Every visit would fail here and the zone would starve: set the record aside
+            # and rebuild it (its own commit), and lease the rebuilt pointer next round.
+            set_aside(self, ref, err.reason)
+            raise ZoneLeaseFailed("corrupt") from err
         now = now_ms(self.clock)
         if pointer is None:
+            set_aside(self, ref, "")  # clears the vesting entry if it names no record
             raise ZoneLeaseFailed("gone")
         if pointer.vesting_ms > now and (
             pointer.vesting_ms > now + horizon_ms or pointer.lease_id is not None
@@ -274,14 +371,22 @@ class TopLevelQueue:
         vesting time; or, when the zone has been empty for ``min_inactive_ms``, delete it,
         reading the pointer index key so a concurrent enqueue's pointer check conflicts
         (invariant 2). Returns "requeued", "deleted", or "lost" (lease taken by another).
+
+        The pointer's last active time becomes now when the visit saw items in the zone:
+        ``active`` (it dequeued some) or a minimum vesting time (items are there, vested,
+        delayed or leased). So a zone is collected only ``min_inactive_ms`` after the last
+        visit or enqueue that saw an item in it.
         """
-        shard = self.shard_for(pointer.zone)
-        current = self._read_pointer(tr, shard, pointer.pointer_id)
+        shard, current = self._locate(tr, pointer)
         if current is None or current.lease_id != pointer.lease_id:
             return "lost"
         now = now_ms(self.clock)
-        last_active = now if active else current.last_active_ms
         min_vesting = zone_min_vesting(tr)
+        # Last active: the last time a visit saw items in the zone (the paper's measure for
+        # collection): it took some, or some are there (delayed, or leased by workers
+        # still running them), not only when this visit dequeued.
+        seen = active or min_vesting is not None
+        last_active = now if seen else current.last_active_ms
         if min_vesting is None:
             if collect_pointer_if_inactive(
                 tr,
@@ -308,10 +413,9 @@ class TopLevelQueue:
 
     def extend_pointer_lease(self, pointer: Pointer, lease_ms: int) -> Pointer | None:
         """Keep a pointer leased while its visit runs long; None if the lease was lost."""
-        shard = self.shard_for(pointer.zone)
 
         def extend(tr: KVTransaction) -> Pointer | None:
-            current = self._read_pointer(tr, shard, pointer.pointer_id)
+            shard, current = self._locate(tr, pointer)
             if current is None or current.lease_id != pointer.lease_id:
                 return None
             updated = current.with_vesting(now_ms(self.clock) + lease_ms)
@@ -323,8 +427,7 @@ class TopLevelQueue:
     @transactional
     def get_pointer(self, zone: ZoneId, *, tr: KVTransaction = OWN_STORE) -> Pointer | None:
         """The zone's pointer, or None (snapshot reads: no conflict)."""
-        shard = self.shard_for(zone)
-        index = tr.get(self.keys.pointer_index_key(self.cluster, shard, zone), snapshot=True)
+        shard, index = self._find_index(tr, zone, snapshot=True)
         if index is None:
             return None
         return self._read_pointer(tr, shard, index.decode(), snapshot=True)
@@ -333,17 +436,72 @@ class TopLevelQueue:
         begin, end = self.keys.pointers_range(self.cluster, shard)
 
         def scan(tr: KVTransaction) -> list[Pointer]:
-            return [
-                decode_pointer(k, v)
-                for k, v in tr.get_range(begin, end, limit=limit, snapshot=True)
-            ]
+            out = []
+            for k, v in tr.get_range(begin, end, limit=limit, snapshot=True):
+                try:
+                    out.append(decode_pointer(k, v))
+                except CorruptRecord:
+                    continue  # set aside when a consumer meets it (pointer_repair)
+            return out
 
         return run(self.kv, scan)
 
     def count_pointers(self, shard: int) -> int:
-        return len(self.list_pointers(shard))
+        begin, end = self.keys.pointers_range(self.cluster, shard)
+        return len(run(self.kv, lambda tr: tr.get_range(begin, end, snapshot=True)))
+
+    # --- resharding (quickzones.store.reshard) -----------------------------------------
+
+    @transactional
+    def move_pointer(
+        self, zone: ZoneId, src: int, dst: int, *, tr: KVTransaction = OWN_STORE
+    ) -> int:
+        """Move ``zone``'s pointer (record, vesting entry, index entry, lease) from shard
+        ``src`` to ``dst``; 1 if it moved, 0 if it had gone. Reads both index entries and
+        the record with conflicts, so a racing enqueue, lease, requeue or collection
+        commits first and is moved with it, or conflicts and retries. A record that cannot
+        be decoded is rebuilt vesting now: the zone is known from its index key."""
+        keys, cluster = self.keys, self.cluster
+        src_index = keys.pointer_index_key(cluster, src, zone)
+        pointer_id = tr.get(src_index)
+        if pointer_id is None:
+            return 0  # collected since the caller looked
+        pointer = self._read_or_rebuild(tr, src, pointer_id.decode(), zone)
+        tr.clear(src_index)
+        tr.clear(keys.pointer_key(cluster, src, pointer.pointer_id))
+        tr.clear(keys.pointer_vesting_key(cluster, src, pointer.vesting_ms, pointer.pointer_id))
+        dst_index = keys.pointer_index_key(cluster, dst, zone)
+        existing = tr.get(dst_index)
+        kept = None
+        if existing is not None:
+            kept = self._read_or_rebuild(tr, dst, existing.decode(), zone)
+        if kept is None:
+            tr.set(dst_index, pointer.pointer_id.encode())
+            self.write_pointer(tr, dst, pointer)
+        elif kept.lease_id is None and pointer.vesting_ms < kept.vesting_ms:
+            # Two pointers for one zone cannot arise (an enqueue during a reshard looks in
+            # both places); if they did, the one at home stays, vesting no later than either.
+            self._move_pointer(tr, dst, kept, kept.with_vesting(pointer.vesting_ms))
+        return 1
 
     # --- records -----------------------------------------------------------------------
+
+    def _locate(self, tr: KVTransaction, pointer: Pointer) -> tuple[int, Pointer | None]:
+        """(shard, record) of ``pointer`` as stored now, read with a conflict: where the
+        cached layout puts its zone, else where the stored one does (a reshard may have
+        moved it while it was leased)."""
+        tried: set[int] = set()
+        for layout in (self.layout, None):
+            if layout is None:
+                layout = self._layout_in(tr, snapshot=True)
+            for shard in layout.places(pointer.zone):
+                if shard in tried:
+                    continue
+                tried.add(shard)
+                current = self._read_pointer(tr, shard, pointer.pointer_id)
+                if current is not None:
+                    return shard, current
+        return self.layout.home(pointer.zone), None
 
     def _read_pointer(
         self, tr: KVTransaction, shard: int, pointer_id: str, *, snapshot: bool = False
@@ -352,7 +510,23 @@ class TopLevelQueue:
         raw = tr.get(key, snapshot=snapshot)
         return None if raw is None else decode_pointer(key, raw)
 
-    def _write_pointer(self, tr: KVTransaction, shard: int, pointer: Pointer) -> None:
+    def _read_or_rebuild(
+        self, tr: KVTransaction, shard: int, pointer_id: str, zone: ZoneId
+    ) -> Pointer:
+        """The record of ``zone``'s pointer ``pointer_id`` (read with a conflict); one
+        vesting now in its place if it is missing or cannot be decoded (its zone is
+        known from the index key that named it)."""
+        try:
+            found = self._read_pointer(tr, shard, pointer_id)
+        except CorruptRecord:
+            found = None
+        if found is not None:
+            return found
+        now = now_ms(self.clock)
+        return Pointer(pointer_id, zone, now, now, local=zone.app == LOCAL_APP)
+
+    def write_pointer(self, tr: KVTransaction, shard: int, pointer: Pointer) -> None:
+        """Write ``pointer``'s record and vesting entry in ``shard`` (not its index entry)."""
         tr.set(
             self.keys.pointer_key(self.cluster, shard, pointer.pointer_id), encode_pointer(pointer)
         )
@@ -368,4 +542,4 @@ class TopLevelQueue:
             tr.clear(
                 self.keys.pointer_vesting_key(self.cluster, shard, old.vesting_ms, old.pointer_id)
             )
-        self._write_pointer(tr, shard, new)
+        self.write_pointer(tr, shard, new)

@@ -100,6 +100,7 @@ class Simulation(ProducerSteps, SimHandlers, ConsumerSteps, FifoOrderCheck, Inva
         open_memory = schemes.factory(schemes.STORES, "memory", url)
         self.store: Any = open_memory(url, clock=self.clock, commit_hook=self._commit_hook)
         shards = config.shards if config.shards is not None else self.rng.choice((1, 2))
+        self.depth = 1  # no step interleaves the client's opening (its layout's commit)
         self.q = Quick(
             self.store,
             clock=self.clock,
