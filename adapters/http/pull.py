@@ -38,10 +38,11 @@ from quickzones.consumer.selection import Selection
 from quickzones.consumer.state import Cluster
 from quickzones.consumer.visit import VisitRules, ZoneVisit, ZoneVisitor, visit_size
 from quickzones.consumer.visit_gate import OneTransactionGate
-from quickzones.errors import StorageError
+from quickzones.errors import CorruptRecord, StorageError
 from quickzones.store.changes import watcher_for
 from quickzones.store.keys import LOCAL_APP
 from quickzones.store.kv import KVTransaction, run
+from quickzones.store.pointer_repair import set_aside
 from quickzones.store.records import WorkItem, ZoneId, decode_pointer
 from quickzones.store.toplevel import PointerRef
 
@@ -137,24 +138,40 @@ class PullLeaser:
         out: list[tuple[PointerRef, ZoneId]] = []
         for _ in range(self.pull.pages_max):
 
-            def page(tr: KVTransaction, start: bytes = begin) -> list[tuple[PointerRef, ZoneId]]:
+            spoilt: list[tuple[PointerRef, str]] = []
+
+            def page(
+                tr: KVTransaction,
+                start: bytes = begin,
+                spoilt: list[tuple[PointerRef, str]] = spoilt,
+            ) -> list[tuple[PointerRef, ZoneId]]:
                 tr.set_causal_read_risky()
+                spoilt.clear()
                 rows = tr.get_range(start, end, limit=self.config.peek_max, snapshot=True)
                 found = []
                 for key, _ in rows:
                     vesting, pointer_id = keys.unpack_pointer_vesting_key(top.cluster, shard, key)
+                    ref = PointerRef(shard, pointer_id, vesting, top.cluster)
                     zone = self._zone_of.get((top.cluster, shard, pointer_id))
                     if zone is None:
                         pkey = keys.pointer_key(top.cluster, shard, pointer_id)
                         raw = tr.get(pkey, snapshot=True)
                         if raw is None:
                             continue
-                        zone = decode_pointer(pkey, raw).zone
+                        try:
+                            zone = decode_pointer(pkey, raw).zone
+                        except CorruptRecord as err:
+                            spoilt.append((ref, err.reason))
+                            continue
                         self._remember_zone(top.cluster, shard, pointer_id, zone)
-                    found.append((PointerRef(shard, pointer_id, vesting, top.cluster), zone))
+                    found.append((ref, zone))
                 return found
 
             rows = run(self.q.kv, page)
+            for ref, reason in spoilt:
+                # As a local consumer's pointer lease does: keep the bytes, rebuild the
+                # pointer for its zone (vesting now), so the next window leases it.
+                set_aside(top, ref, reason)
             out.extend(
                 (ref, zone)
                 for ref, zone in rows

@@ -78,3 +78,28 @@ def test_pull_leases_read_the_consumer_config_visit_max() -> None:
         assert len(conserving.lease_once("a", 20, 60)) == 20
     finally:
         q.close()
+
+
+def test_a_garbage_pointer_does_not_stop_pull_leases(served: Served) -> None:
+    """A pointer record that cannot be decoded (issue 27, point 1.5) through ``quick serve``:
+    the pull leaser's window read it and raised, so every lease of the app failed (500)
+    while the record stayed. Now it is set aside and rebuilt as a local consumer's lease
+    would, and the zone's items are leased."""
+    q = served.q
+    q.enqueue_many("j", [1, 2], app="a", tenant="spoilt")
+    q.enqueue("j", 3, app="a", tenant="fine")
+    zone = q.zone("a", "spoilt")
+    pointer = q.toplevel.get_pointer(zone)
+    assert pointer is not None
+    key = q.keys.pointer_key(q.toplevel.cluster, q.toplevel.shard_for(zone), pointer.pointer_id)
+    q.transact(lambda tr: tr.set(key, b"\xc1 not msgpack"))
+    client = RemoteQuick(served.url, served.a_all)
+    got: list[object] = []
+    try:
+        for _ in range(6):
+            got += [lease.payload for lease in client.lease(max_items=3, wait_s=0.5, lease_s=60)]
+            if len(got) == 3:
+                break
+    finally:
+        client.close()
+    assert sorted(got) == [1, 2, 3]  # type: ignore[type-var]
