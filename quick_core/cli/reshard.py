@@ -5,22 +5,23 @@ from __future__ import annotations
 
 import click
 
-from quickzones.cli import _friendly, _open, _store_option
+from quickzones.cli.group import main
+from quickzones.cli.options import friendly, open_store, store_option
 
 
-@click.command("reshard")
-@_store_option
+@main.command("reshard")
+@store_option
 @click.option("--shards", type=int, required=True, help="The shard count to move to.")
 @click.option("--cluster", default="default", show_default=True, help="Which top-level queue.")
 @click.option("--batch", type=click.IntRange(min=1), default=25, show_default=True,
-              help="Pointer index entries read per move transaction.")
-@_friendly
+              help="Pointer index entries read per move transaction.")  # fmt: skip
+@friendly
 def reshard(store: str, shards: int, cluster: str, batch: int) -> None:
     """Spread the top-level queue's pointers over SHARDS shards, online. Safe to stop
     and run again: a reshard under way is resumed."""
     from quickzones.store.reshard import reshard as run_reshard
 
-    q = _open(store, create=False, cluster=cluster)
+    q = open_store(store, create=False, cluster=cluster)
     try:
         before = q.toplevel.layout.describe()
 

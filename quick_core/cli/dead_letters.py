@@ -1,0 +1,168 @@
+"""``quick dead-letters list|requeue|purge``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from quickzones.cli.group import main
+from quickzones.cli.options import error_line, friendly, open_store, store_option
+from quickzones.cli.output import make_console, make_table, when
+from quickzones.errors import QuickError
+from quickzones.store.records import DeadLetter
+
+
+@main.group("dead-letters")
+def dead_letters() -> None:
+    """List, requeue or purge dead letters."""
+
+
+def _filters(app: str | None, tenant: str | None) -> tuple[str | None, str | None]:
+    from quickzones.store.validation import check_name
+
+    return (
+        None if app is None else check_name("app", app),
+        None if tenant is None else check_name("tenant", tenant),
+    )
+
+
+def _letter_doc(d: DeadLetter) -> dict[str, Any]:
+    """A dead letter as JSON, with stable field names."""
+    item = d.item
+    doc: dict[str, Any] = {
+        "app": d.zone.app,
+        "tenant": d.zone.tenant,
+        "item_id": d.item_id,
+        "reason": d.reason,
+        "dead_at_ms": d.dead_at_ms,
+        "dead_at": when(d.dead_at_ms),
+        "traceback": d.traceback,
+        "corrupt": item is None,
+        "job_type": None,
+        "attempts": None,
+        "error_count": None,
+        "last_error": None,
+        "enqueued_at_ms": None,
+        "enqueued_at": None,
+        "priority": None,
+        "content_type": None,
+        "payload_bytes": None,
+    }
+    if item is not None:
+        doc.update(
+            job_type=item.job_type,
+            attempts=item.attempts,
+            error_count=item.error_count,
+            last_error=item.last_error,
+            enqueued_at_ms=item.enqueued_ms,
+            enqueued_at=when(item.enqueued_ms),
+            priority=item.priority,
+            content_type=item.content_type,
+            payload_bytes=len(item.payload),
+        )
+    return doc
+
+
+@dead_letters.command("list")
+@store_option
+@click.option("--app", default=None, help="Only this app's dead letters.")
+@click.option("--tenant", default=None, help="Only this tenant's (in every app, or in --app).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document (a list).")
+@friendly
+def dead_letters_list(store: str, app: str | None, tenant: str | None, as_json: bool) -> None:
+    """Dead letters: zone, id, job type, attempts, errors, when, reason, traceback."""
+    from quickzones.store.admin import list_dead_letters
+
+    app, tenant = _filters(app, tenant)
+    q = open_store(store, create=False)
+    try:
+        letters = list_dead_letters(q, app, tenant)
+    finally:
+        q.close()
+    docs = [_letter_doc(d) for d in letters]
+    if as_json:
+        click.echo(json.dumps(docs, ensure_ascii=False))
+        return
+    columns = ["app", "tenant", "item id", "job type", "attempts", "errors", "dead at (UTC)",
+               "reason"]  # fmt: skip
+    rows = [
+        [
+            d["app"],
+            d["tenant"],
+            d["item_id"],
+            d["job_type"] or "(corrupt)",
+            "" if d["attempts"] is None else str(d["attempts"]),
+            "" if d["error_count"] is None else str(d["error_count"]),
+            d["dead_at"],
+            d["reason"],
+        ]
+        for d in docs
+    ]
+    console = make_console()
+    console.print(make_table(f"dead letters ({len(docs)})", columns, rows))
+    for d in docs:
+        if d["traceback"]:
+            console.rule(f"traceback of {d['app']}/{d['tenant']} {d['item_id']}")
+            console.print(d["traceback"].rstrip("\n"), markup=False, highlight=False)
+
+
+@dead_letters.command("requeue")
+@store_option
+@click.option("--app", required=True)
+@click.option("--tenant", required=True)
+@click.option("--id", "item_id", default=None, help="One item; default every dead letter.")
+@friendly
+def dead_letters_requeue(store: str, app: str, tenant: str, item_id: str | None) -> None:
+    """Put dead letters back into their zone. A dead letter whose id is already queued in
+    the zone is kept and reported (exit status 2)."""
+    from quickzones.errors import ItemAlreadyQueued
+    from quickzones.store.admin import list_dead_letters, requeue_dead_letter
+
+    q = open_store(store)
+    try:
+        zone = q.zone(app, tenant)
+        if item_id:
+            requeue_dead_letter(q, zone, item_id)
+            click.echo("requeued 1")
+            return
+        kept: list[str] = []
+        done = 0
+        for d in list_dead_letters(q, zone.app, zone.tenant):
+            if d.item is None:
+                continue  # corrupt: only purge can remove it
+            try:
+                requeue_dead_letter(q, zone, d.item_id)
+                done += 1
+            except ItemAlreadyQueued:
+                kept.append(d.item_id)
+        click.echo(f"requeued {done}")
+        if kept:
+            error_line(
+                QuickError(
+                    f"{len(kept)} dead letter(s) kept, their ids are already queued in "
+                    f"{zone}: {', '.join(kept)}"
+                )
+            )
+            sys.exit(2)
+    finally:
+        q.close()
+
+
+@dead_letters.command("purge")
+@store_option
+@click.option("--app", default=None, help="Only this app's dead letters.")
+@click.option("--tenant", default=None, help="Only this tenant's (in every app, or in --app).")
+@friendly
+def dead_letters_purge(store: str, app: str | None, tenant: str | None) -> None:
+    """Delete exactly the dead letters ``list`` shows with the same filters."""
+    from quickzones.store.admin import purge_dead_letters
+
+    app, tenant = _filters(app, tenant)
+    q = open_store(store)
+    try:
+        click.echo(f"purged {purge_dead_letters(q, app, tenant)}")
+    finally:
+        q.close()
