@@ -19,7 +19,8 @@ from typing import Any
 
 import msgpack
 
-from quickzones.adapters.cassandra.store import CassandraZoneStore, _Plan
+from quickzones.adapters.cassandra.plans import Plan
+from quickzones.adapters.cassandra.store import CassandraZoneStore
 from quickzones.client import Quick
 from quickzones.clock import Clock, SystemClock, now_ms
 from quickzones.errors import ConfigurationError
@@ -58,8 +59,8 @@ class CassandraMoveSource:
                 log.warning("corrupt item %s in %s not migrated: %s", item.item_id, zone, item)
 
     def _batch(
-        self, zone: ZoneId, plans: list[_Plan], retry_one: Callable[[_Plan], _Plan | None]
-    ) -> list[_Plan]:
+        self, zone: ZoneId, plans: list[Plan], retry_one: Callable[[Plan], Plan | None]
+    ) -> list[Plan]:
         """One conditional batch for the page; if refused or unknown, item by item."""
         if not plans:
             return []
@@ -87,8 +88,8 @@ class CassandraMoveSource:
                 fenced = fenced_copy(item, fence_id, now, DEFAULT_FENCE_MS)
                 plans.append(self.store._plan_update(zone, item, fenced))
 
-        def one(plan: _Plan) -> _Plan | None:
-            def decide(current: WorkItem | None) -> _Plan | None:
+        def one(plan: Plan) -> Plan | None:
+            def decide(current: WorkItem | None) -> Plan | None:
                 if current is None:
                     return None
                 if (current.lease_id, current.vesting_ms) != (
@@ -107,8 +108,8 @@ class CassandraMoveSource:
     def delete_fenced(self, zone: ZoneId, items: Sequence[WorkItem]) -> None:
         plans = [self.store._plan_delete(zone, item) for item in items]
 
-        def one(plan: _Plan) -> _Plan | None:
-            def decide(current: WorkItem | None) -> _Plan | None:
+        def one(plan: Plan) -> Plan | None:
+            def decide(current: WorkItem | None) -> Plan | None:
                 if current is None or current.lease_id != plan.item.lease_id:
                     return None
                 return self.store._plan_delete(zone, current)
