@@ -4,10 +4,14 @@ counts them, and the zone's items run (issue 27, point 1.5)."""
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from quickzones.cli import main
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.store.admin import set_aside_pointers, stats
@@ -68,3 +72,21 @@ def test_a_vesting_entry_without_its_record_is_cleared(q: Quick) -> None:
     begin = q.keys.pointer_vesting_prefix("default", 0)
     entries = q.transact(lambda tr: tr.get_range(begin + b"\x00", begin + b"\xff"))
     assert entries == []  # not peeked and refused again every scan round
+
+
+def test_quick_stats_counts_set_aside_pointers(tmp_path: Path) -> None:
+    """An operator sees set-aside pointer records in ``quick stats`` (text and JSON)."""
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    q = Quick.open(url)
+    try:
+        q.job("job")(lambda payload, ctx: None)
+        q.enqueue("job", b"", app="app", tenant="spoilt")
+        _spoil_pointer(q, q.zone("app", "spoilt"))
+        q.run_until_idle()
+    finally:
+        q.close()
+    text = CliRunner().invoke(main, ["--store", url, "stats"])
+    assert text.exit_code == 0, text.output
+    assert "pointers set aside 1" in text.output
+    js = CliRunner().invoke(main, ["--store", url, "stats", "--json"])
+    assert json.loads(js.output)["pointers_set_aside"] == 1
