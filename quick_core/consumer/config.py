@@ -15,7 +15,13 @@ class ConsumerConfig:
     peek_max: int = 100  # pointers peeked per shard visit
     selection_frac: float = 0.2  # share of peeked pointers a random scanner leases
     selection_max: int = 16  # at most this many per scan
-    processing_bound: int = 256  # items in flight per consumer (local queue + running)
+    # The most items this consumer holds at once: leased and waiting for a worker (or
+    # for their timer), or running. A scan comes only when some of it is free and a
+    # visit takes at most what is free (paper Algorithm 1, line 5). None: ``workers``,
+    # so everything leased can start at once and no lease waits on a busy worker. A
+    # larger bound prefetches: the lease extender keeps the leases of items waiting for
+    # a worker, so waiting costs no attempt, but they are held from other consumers.
+    processing_bound: int | None = None
     dequeue_max: int = 10  # items one visit takes from one zone (water-filling)
     # Work-conserving visits (beyond the paper): when set, a visit takes the water-filling
     # share of this consumer's free capacity over the zones its last scan saw competing,
@@ -88,12 +94,23 @@ class ConsumerConfig:
     job_types: tuple[str, ...] | None = None
     unhandled_grace_s: float | None = 600.0
 
+    def held_bound(self) -> int:
+        """``processing_bound``, or ``workers`` when it is None."""
+        return self.workers if self.processing_bound is None else self.processing_bound
+
     def validate(self) -> None:
         if not 0 < self.selection_frac <= 1:
             raise ConfigurationError("selection_frac must be in (0, 1]")
-        for name in ("peek_max", "selection_max", "processing_bound", "dequeue_max"):
+        for name in ("peek_max", "selection_max", "dequeue_max"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"{name} must be at least 1")
+        bound = self.processing_bound
+        whole = isinstance(bound, int) and not isinstance(bound, bool)
+        if bound is not None and not (whole and bound >= 1):
+            raise ConfigurationError(
+                f"processing_bound must be a whole number of at least 1, or None (workers), "
+                f"not {bound!r}"
+            )
         if self.visit_max is not None and self.visit_max < self.dequeue_max:
             raise ConfigurationError(
                 f"visit_max ({self.visit_max}) must be at least dequeue_max "

@@ -1,4 +1,4 @@
-"""The lease extender: keeps the item leases of running handlers alive.
+"""The lease extender: keeps the item leases of held items alive, running or waiting.
 
 A Worker (Algorithm 3) holds an item's lease while its handler runs; a lease lasts
 ``item_lease_s`` and the extender renews it when less than ``item_lease_s -
@@ -56,9 +56,25 @@ class LeaseExtender:
         self.emit = emit
 
     def extend_once(self) -> None:
-        """Extend the leases of running items near expiry; interrupt the handlers whose
-        lease was lost or whose execution bound passed."""
+        """Extend the leases of held items near expiry, running or waiting for a worker;
+        interrupt the handlers whose lease was lost or whose execution bound passed."""
         lease_ms = int(self.config.item_lease_s * 1000)
+        for work in self.in_flight.waiting():
+            # Held and not started (a prefetch beyond the free workers, or a worker slow
+            # to take it): its lease is kept, so waiting never lets it lapse.
+            if not due_for_extension(self.config, self.clock, work):
+                continue
+            try:
+                renewed = self.clusters[work.cluster].zones.extend_lease(
+                    work.zone, work.item.item_id, work.item.lease_id or "", lease_ms
+                )
+            except (LeaseLost, ItemNotFound):
+                continue  # cancelled, or taken over: its worker's start check says so
+            except StorageError as err:
+                self.emit("extend_error", error=str(err))
+                continue
+            self.in_flight.renewed(work, renewed)
+            self.emit("lease_extended", zone=work.zone, item_id=work.item.item_id)
         mono = time.monotonic()
         for r in self.in_flight.snapshot():
             if r.interrupted or r.done:

@@ -86,7 +86,8 @@ class Consumer:
         self.events = Events(observer)
         self.stats = self.events.stats
         emit = self._emit
-        self._flight = flight = InFlight(cfg.processing_bound)
+        # Room freeing up wakes a scanner that waits for a free worker (Algorithm 1).
+        self._flight = flight = InFlight(cfg.held_bound(), freed=lambda: self.scanner.room_freed())
         self._lock = flight.lock
         self._slots = Slots(limits, self.name, cfg.item_lease_s, flight.lock, emit)
         self.router = router = Router(cfg, registry, clock, emit)
@@ -198,7 +199,8 @@ class Consumer:
     # --- the three algorithms, one step at a time ----------------------------------------
 
     def capacity(self) -> int:
-        """How many more items this consumer may hold (``processing_bound``)."""
+        """How many more items this consumer may take now (``processing_bound``, less
+        what it holds and what visits in progress claimed)."""
         return self._flight.capacity()
 
     def in_flight(self) -> int:
@@ -319,9 +321,14 @@ class Consumer:
                     self.timers.add(work)  # leased ahead: started at its vesting time
 
         try:
-            return len(
-                self.manager.visit_many(refs, hand_out, horizon_ms=self.scanner.lookahead_ms)
-            )
+            # The room this visit may fill, claimed first: managers visit concurrently
+            # and together must not take more than free workers can start.
+            with self._flight.claim(self.manager.visit_size() * len(refs)) as room:
+                if room <= 0:
+                    return 0
+                return len(
+                    self.manager.visit_many(refs, hand_out, horizon_ms=self.scanner.lookahead_ms)
+                )
         except Exception:
             log.exception("manager visit failed")
             return 0

@@ -1,13 +1,16 @@
 """What the parts of a consumer share: the clusters it polls, the unit of work a Manager
 (Algorithm 2) hands to a Worker (Algorithm 3), and the in-flight bookkeeping under one
-lock: counts that bound a scan (``processing_bound``), per-type reservations, and the
-handler invocations running now, which the lease extender may interrupt.
+lock: counts that bound a scan (``processing_bound``), the room each visit in progress has
+claimed, per-type reservations, the items held and not started yet (whose leases the lease
+extender keeps), and the handler invocations running now, which it may interrupt.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,21 +75,74 @@ class Running:
     done: bool = False
 
 
-class InFlight:
-    """Items handed out and not finished, per consumer, under one lock."""
+@dataclass(slots=True)
+class _Claim:
+    """The room one visit in progress (on one manager thread) may fill."""
 
-    def __init__(self, processing_bound: int) -> None:
+    room: int
+    taken: int = 0
+
+    @property
+    def left(self) -> int:
+        return max(0, self.room - self.taken)
+
+
+class InFlight:
+    """Items handed out and not finished, per consumer, under one lock.
+
+    ``processing_bound`` caps :attr:`count`, the items this consumer holds: leased and
+    waiting for a worker or a timer, or running. Managers visit concurrently and each
+    reads :meth:`capacity` before its dequeue and counts what it took after it, so each
+    visit first claims its room (:meth:`claim`): inside a claim :meth:`capacity` is what
+    is left of this thread's claim, and the others' unfilled claims are not free to
+    anyone else. Together the visits never take more than the bound."""
+
+    def __init__(self, processing_bound: int, freed: Callable[[], None] = lambda: None) -> None:
         self.processing_bound = processing_bound
+        # Told when room frees up (an item finished, a claim ended): the scanner waits
+        # for it when the consumer is full (Algorithm 1: scan when a worker is free).
+        self.freed = freed
         self.lock = threading.Lock()
         self.count = 0
         self.per_type: Counter[str] = Counter()
         self.running: dict[int, Running] = {}
         self.unknown_types: set[str] = set()
         self.per_pointer: Counter[tuple[str, int, str]] = Counter()
+        self._claims: dict[int, _Claim] = {}
+        # Items handed out whose handler has not started (by id(work)): their leases are
+        # kept by the lease extender, so waiting for a worker never lets one lapse.
+        self._waiting: dict[int, Work] = {}
+
+    def _free(self, excluding: int | None) -> int:
+        """The bound less what is held and what other visits claimed (under the lock)."""
+        claimed = sum(c.left for t, c in self._claims.items() if t != excluding)
+        return max(0, self.processing_bound - self.count - claimed)
 
     def capacity(self) -> int:
+        """How many more items this consumer may take: within a visit's :meth:`claim`,
+        what is left of it; elsewhere, the room no visit has claimed."""
+        me = threading.get_ident()
         with self.lock:
-            return max(0, self.processing_bound - self.count)
+            claim = self._claims.get(me)
+            if claim is None:
+                return self._free(None)
+            return min(claim.left, self._free(me))
+
+    @contextmanager
+    def claim(self, wanted: int) -> Iterator[int]:
+        """Claim up to ``wanted`` of the free room for the visit this thread makes now;
+        yields the room claimed (0: none free). What the visit did not fill is free
+        again when it ends."""
+        me = threading.get_ident()
+        with self.lock:
+            self._claims[me] = claim = _Claim(min(max(0, wanted), self._free(None)))
+        try:
+            yield claim.room
+        finally:
+            with self.lock:
+                self._claims.pop(me, None)
+            if claim.left:
+                self.freed()
 
     def total(self) -> int:
         with self.lock:
@@ -98,6 +154,7 @@ class InFlight:
 
     def finished(self, work: Work) -> None:
         with self.lock:
+            self._waiting.pop(id(work), None)
             self.count -= 1
             self.per_type[work.item.job_type] -= 1
             key = work.pointer_key
@@ -107,14 +164,36 @@ class InFlight:
                     self.per_pointer[key] = left
                 else:
                     self.per_pointer.pop(key, None)
+        self.freed()
 
     def handed_out(self, works: list[Work]) -> None:
         """Count ``works`` (already in :attr:`count`) against the pointers they came
-        through."""
+        through and against this thread's claim, and hold their leases until they start."""
         with self.lock:
+            claim = self._claims.get(threading.get_ident())
+            if claim is not None:
+                claim.taken += len(works)
             for work in works:
+                self._waiting[id(work)] = work
                 if work.pointer_key is not None:
                     self.per_pointer[work.pointer_key] += 1
+
+    def waiting(self) -> list[Work]:
+        """Items held and not started: waiting for a worker or for their timer."""
+        with self.lock:
+            return list(self._waiting.values())
+
+    def renewed(self, work: Work, item: WorkItem) -> None:
+        """Keep the renewed ``item`` of ``work`` if it still waits: once its worker
+        started it, the worker's own copy (from its start check) is newer."""
+        with self.lock:
+            if id(work) in self._waiting:
+                work.item = item
+
+    def starting(self, work: Work) -> None:
+        """``work``'s worker takes over its lease (its start check is next)."""
+        with self.lock:
+            self._waiting.pop(id(work), None)
 
     def of_pointer(self, cluster: str, shard: int, pointer_id: str) -> int:
         """Items in flight that were dequeued through this pointer."""

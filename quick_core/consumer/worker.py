@@ -87,6 +87,7 @@ class Worker:
         """Run one leased item; returns the outcome ("completed", "requeued",
         "dead_lettered", "lease_lost", "released", "nacked", or "failed" for an
         at-most-once item whose handler started and did not complete)."""
+        self.in_flight.starting(work)  # its lease is this worker's to keep from now on
         try:
             return self._execute(work)
         finally:

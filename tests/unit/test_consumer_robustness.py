@@ -79,7 +79,8 @@ def test_stop_gives_back_items_waiting_behind_a_stuck_handler() -> None:
         release.wait(30)  # a blocking call: the interrupt lands only when it returns
 
     ids = [q.enqueue("b", b"", app="app", tenant="t1") for _ in range(4)]
-    consumer = q.consumer(ConsumerConfig(in_order=True, workers=1))
+    # A prefetch of 3 beyond the one worker: items wait behind the stuck handler.
+    consumer = q.consumer(ConsumerConfig(in_order=True, workers=1, processing_bound=4))
     consumer.start()
     try:
         assert started.wait(20)
