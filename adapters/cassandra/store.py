@@ -456,9 +456,8 @@ class CassandraZoneStore:
     # --- leases ------------------------------------------------------------------------
 
     def _lease_plan(self, zone: ZoneId, item: WorkItem, now: int, lease_ms: int) -> _Plan:
-        leased = item.with_(
-            vesting_ms=now + lease_ms, lease_id=new_lease_id(self.ids), attempts=item.attempts + 1
-        )
+        # A run is counted when a Worker starts it (start), not when it is leased.
+        leased = item.with_(vesting_ms=now + lease_ms, lease_id=new_lease_id(self.ids))
         return self._plan_update(zone, item, leased)
 
     def obtain_lease(self, zone: ZoneId, item_id: str, lease_ms: int) -> WorkItem:
@@ -623,6 +622,22 @@ class CassandraZoneStore:
             return self._plan_update(
                 zone, held, held.with_(vesting_ms=now_ms(self.clock) + lease_ms)
             )
+
+        result = self._apply(zone, item_id, decide)
+        assert result is not None
+        return result
+
+    def start(self, zone: ZoneId, item_id: str, lease_id: str, lease_ms: int) -> WorkItem:
+        """A Worker's check before it starts an item: the holder renews its lease and the
+        run is counted (``attempts`` + 1). Lapses of started runs are not tracked here."""
+        _check_duration(lease_ms)
+
+        def decide(item: WorkItem | None) -> _Plan:
+            held = self._check_holder(item, item_id, lease_id)
+            renewed = held.with_(
+                vesting_ms=now_ms(self.clock) + lease_ms, attempts=held.attempts + 1
+            )
+            return self._plan_update(zone, held, renewed)
 
         result = self._apply(zone, item_id, decide)
         assert result is not None

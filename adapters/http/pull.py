@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, cast
 
 from quickzones.clock import now_ms
 from quickzones.consumer.visit_gate import OneTransactionGate
-from quickzones.errors import StorageError, ZoneLeaseFailed
+from quickzones.errors import ItemNotFound, LeaseLost, StorageError, ZoneLeaseFailed
 from quickzones.store.changes import watcher_for
 from quickzones.store.keys import LOCAL_APP
 from quickzones.store.kv import KVTransaction, _Uncommitted, attempt_once, run
 from quickzones.store.records import WorkItem, ZoneId, decode_pointer
 from quickzones.store.toplevel import PointerRef
-from quickzones.store.zonestore import VisitTransactions
+from quickzones.store.zonestore import VisitTransactions, ZoneStore
 
 if TYPE_CHECKING:
     from quickzones.client import Quick
@@ -219,6 +219,9 @@ class PullLeaser:
         items: list[WorkItem] = []
         try:
             items, _corrupt = zones.dequeue(zone, window, lease_ms, accept=accept)
+            # The remote worker asks only for what its free workers start at once: each
+            # item's run starts now (counted, and a lapse of it counted as a lapse).
+            items = _start_each(zones, zone, items, lease_ms)
         except StorageError:
             pass  # the pointer is released below; the zone is tried again later
         try:
@@ -250,6 +253,8 @@ class PullLeaser:
             pointer = top.lease_pointer(ref, int(cfg.pointer_lease_s * 1000), tr=tr)
             zone = pointer.zone
             items, _corrupt = zones.dequeue(zone, window, lease_ms, accept=accept, tr=tr)
+            # Started at once by the remote worker's free workers (see above).
+            items = [zones.start(zone, i.item_id, i.lease_id or "", lease_ms, tr=tr) for i in items]
             top.requeue_pointer(
                 pointer,
                 lambda t: self.q.items.min_vesting_ms(zone, tr=t),
@@ -381,3 +386,16 @@ class PullLeaser:
                         return
                     timeout = min(timeout, changes_count_from - now)
                 self._enqueued.wait(timeout)
+
+
+def _start_each(
+    zones: ZoneStore, zone: ZoneId, items: list[WorkItem], lease_ms: int
+) -> list[WorkItem]:
+    """Mark each leased item's run started; one cancelled meanwhile is left out."""
+    started = []
+    for item in items:
+        try:
+            started.append(zones.start(zone, item.item_id, item.lease_id or "", lease_ms))
+        except (LeaseLost, ItemNotFound):
+            continue  # cancelled or taken over since the dequeue: never started
+    return started

@@ -1,8 +1,10 @@
 """A Worker runs one leased item: paper Algorithm 3.
 
-Before the handler starts, the item's lease is re-checked (an item that waited in the
-local queue near its lease end extends it first), an item past its TTL or out of attempts
-is failed without running, and an at-most-once item is deleted at the last moment. The
+An item past its TTL, out of attempts or whose runs lapsed ``max_lapses`` times is
+failed without running. Just before the handler starts, the item and its lease are
+checked in the store (:meth:`~quickzones.store.zones.KVZoneStore.start`): a cancelled or
+taken-over item never starts; else the lease is renewed and the run counted. An
+at-most-once item is deleted at that moment instead. The
 handler then runs under the lease extender's watch (:mod:`.lease_extender`); success goes
 to the completer (:mod:`.completer`), failure to a retry with backoff or a dead letter
 (:mod:`.failure`). A transactional handler's effects and its completion commit in one KV
@@ -85,8 +87,9 @@ class Worker:
 
     def execute(self, work: Work) -> str:
         """Run one leased item; returns the outcome ("completed", "requeued",
-        "dead_lettered", "lease_lost", "released", "nacked", or "failed" for an
-        at-most-once item whose handler started and did not complete)."""
+        "dead_lettered", "lease_lost", "released", "nacked", "cancelled" (gone before it
+        started), or "failed" for an at-most-once item whose handler started and did not
+        complete)."""
         self.in_flight.starting(work)  # its lease is this worker's to keep from now on
         try:
             return self._execute(work)
@@ -105,20 +108,25 @@ class Worker:
             # items alone; this one was leased anyway): give it back, no error counted.
             self.router.report(item, zone)
             return self.failures.give_back(work)
-        if item.delivery == "at_least_once" and not self._lease_still_held(work):
-            self.emit("lease_lost", zone=zone, item_id=item.item_id, where="before_start")
-            return "lease_lost"
         fail = self.failures.fail
         if item.deadline_ms is not None and now_ms(self.clock) > item.deadline_ms:
             # It waited past its TTL in this consumer's local queue: never run late.
             return fail(work, job, "expired: not started before its TTL", permanent=True)
         if job is not None and item.error_count >= job.retry.max_attempts:
-            # Its earlier attempts crashed or stalled their consumers (each expired lease
-            # counts as an error): running it again could crash this one too.
             return fail(
                 work,
                 job,
                 f"gave up after {item.error_count} attempts; last: {item.last_error}",
+                permanent=True,
+            )
+        if job is not None and item.lapses >= job.retry.max_lapses:
+            # Its earlier runs crashed or stalled their consumers: running it again could
+            # crash this one too.
+            return fail(
+                work,
+                job,
+                f"gave up: its lease lapsed {item.lapses} times while its handler ran (its "
+                f"consumer crashed or stalled each time)",
                 permanent=True,
             )
         self.emit("started", zone=zone, item_id=item.item_id, job_type=item.job_type)
@@ -159,6 +167,10 @@ class Worker:
                 self.emit("lease_lost", zone=work.zone, item_id=work.item.item_id, where="start")
                 return "lease_lost"
             work.started = True
+        else:
+            checked = self._start_check(work)
+            if checked is not None:
+                return checked
         with run_span(work.item, work.zone):
             return self._run_job(work, job)
 
@@ -200,7 +212,7 @@ class Worker:
                     return "completed"
                 self.completer().complete(work)
                 return "completed"
-            text = self._log_failure(work, job, error, attempt=item.error_count + 1 + attempt)
+            text = self._log_failure(work, job, error)
             if attempt < job.retry.inline_retries and not self.stopping.is_set():
                 attempt += 1
                 self.emit("retried_inline", zone=zone, item_id=item.item_id)
@@ -222,23 +234,31 @@ class Worker:
             job.name,
             work.item.item_id,
             str(work.zone),
-            work.item.error_count + 1 if attempt is None else attempt,
+            max(1, work.item.attempts) if attempt is None else attempt,
             text,
         )
         return text
 
-    def _lease_still_held(self, work: Work) -> bool:
-        """Re-check the lease before starting: an item that waited past its lease in the
-        local queue extends it first (which fails if someone else leased it since)."""
-        if work.item.vesting_ms - now_ms(self.clock) > 1000:
-            return True
+    def _start_check(self, work: Work) -> str | None:
+        """Algorithm 3's check just before the handler starts: the item is still stored
+        and its lease still ours (a cancelled or taken-over item never starts); the lease
+        is renewed and the run counted. Returns the outcome when it must not start."""
+        zone, item = work.zone, work.item
         try:
-            self._extend(work)
-            return True
-        except (LeaseLost, ItemNotFound):
-            return False
-        except StorageError:
-            return True  # the extender will retry; completing checks the lease anyway
+            work.item = self.clusters[work.cluster].zones.start(
+                zone, item.item_id, item.lease_id or "", int(self.config.item_lease_s * 1000)
+            )
+        except ItemNotFound:
+            self.emit("cancelled", zone=zone, item_id=item.item_id, where="before_start")
+            return "cancelled"
+        except LeaseLost:
+            self.emit("lease_lost", zone=zone, item_id=item.item_id, where="before_start")
+            return "lease_lost"
+        except StorageError as err:
+            # Whether it was cancelled is unknown: not started, given back.
+            self.emit("start_error", zone=zone, item_id=item.item_id, error=str(err))
+            return self.failures.give_back(work)
+        return None
 
     def _run_handler(self, work: Work, job: JobType, tr: Any) -> Any:
         running = Running(

@@ -49,8 +49,13 @@ class WorkItem:
     content_type: str = "bytes"  # "bytes" or "json"
     deadline_ms: int | None = None  # TTL: not started by then -> dead letter
     delivery: str = "at_least_once"  # or "at_most_once"
-    attempts: int = 0  # leases taken so far
+    attempts: int = 0  # runs started so far (Worker start checks, not leases)
     meta: dict[str, Any] = field(default_factory=dict)
+    # This lease's holder started the handler (its start check): a lapse of this lease
+    # is then a run that crashed or stalled, counted in ``lapses``; a lapse of a lease
+    # whose item never started counts nowhere (paper section 5).
+    started: bool = False
+    lapses: int = 0  # leases that ran out while their handler ran
     # (versionstamp, seq) of a FIFO item never leased: where its order entry is. None once
     # the item is keyed by vesting time (delayed, leased, requeued, imported).
     commit_order: tuple[bytes, int] | None = None
@@ -116,6 +121,10 @@ def encode_item(item: WorkItem, *, include_payload: bool = True) -> bytes:
         obj["dv"] = item.delivery
     if item.meta:
         obj["m"] = item.meta
+    if item.started:
+        obj["st"] = True
+    if item.lapses:
+        obj["lp"] = item.lapses
     if item.commit_order is None:
         return _pack(obj)
     stamp, obj["cq"] = item.commit_order
@@ -155,6 +164,8 @@ def decode_item(key: bytes, raw: bytes, payload: bytes | None = None) -> WorkIte
             deadline_ms=obj.get("dl"),
             delivery=str(obj.get("dv", "at_least_once")),
             attempts=int(obj.get("at", 0)),
+            started=bool(obj.get("st", False)),
+            lapses=int(obj.get("lp", 0)),
             meta=meta,
             commit_order=_commit_order(obj),
         )

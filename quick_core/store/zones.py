@@ -504,24 +504,51 @@ class KVZoneStore:
     def _grant_lease(
         self, tr: KVTransaction, zone: ZoneId, item: WorkItem, now: int, lease_ms: int
     ) -> WorkItem:
-        expired: dict[str, object] = {}
-        if item.lease_id is not None:
-            # The last lease ran out unreleased (a holder completing, requeueing or giving
-            # back clears it): its consumer died or stalled mid-attempt. That attempt
-            # counts as an error, so the next is attempt 2 and an item that crashes its
-            # consumer every time reaches max_attempts instead of looping forever.
-            expired = {
-                "error_count": item.error_count + 1,
-                "last_error": "lease expired: its consumer stopped or stalled while holding it",
+        lapsed: dict[str, object] = {}
+        if item.lease_id is not None and item.started:
+            # The last lease ran out unreleased (completing, requeueing or giving back
+            # clears it) after its handler started: its consumer crashed or stalled
+            # mid-run. Not a failed attempt (paper section 5), but counted apart, so an
+            # item that kills its consumer every time ends (RetryPolicy.max_lapses). A
+            # lease that lapsed before its item started counts nowhere.
+            lapsed = {
+                "lapses": item.lapses + 1,
+                "last_error": "lease lapsed while its handler ran: its consumer stopped or stalled",
             }
         leased = item.with_(
             vesting_ms=now + lease_ms,
             lease_id=new_lease_id(self.ids),
-            attempts=item.attempts + 1,
+            started=False,
             commit_order=None,
-            **expired,
+            **lapsed,
         )
         return self._move_vesting(tr, zone, item, leased)
+
+    @transactional
+    def start(
+        self,
+        zone: ZoneId,
+        item_id: str,
+        lease_id: str,
+        lease_ms: int,
+        *,
+        tr: KVTransaction = OWN_STORE,
+    ) -> WorkItem:
+        """A Worker's check just before it starts an item (Algorithm 3): raises
+        ``ItemNotFound`` (completed or cancelled meanwhile) or ``LeaseLost`` (another
+        holder), so such an item never starts; else renews the lease for ``lease_ms``,
+        counts the run (``attempts`` + 1) and marks it started, so that a lapse of this
+        lease counts as a lapse of a started run. Reads the item record (a conflict with
+        a concurrent cancel, extension or lease)."""
+        _check_duration(lease_ms)
+        item = self._check_holder(self._read_item(tr, zone, item_id), item_id, lease_id)
+        started = item.with_(
+            vesting_ms=now_ms(self.clock) + lease_ms,
+            started=True,
+            attempts=item.attempts + 1,
+            commit_order=None,
+        )
+        return self._move_vesting(tr, zone, item, started)
 
     def obtain_lease(self, zone: ZoneId, item_id: str, lease_ms: int) -> WorkItem:
         _check_duration(lease_ms)
@@ -678,6 +705,7 @@ class KVZoneStore:
         updated = item.with_(
             vesting_ms=max(again, not_before_ms or 0),
             lease_id=None,
+            started=False,
             error_count=item.error_count + (1 if count_error else 0),
             last_error=error if error is not None else item.last_error,
             meta={**item.meta, **meta} if meta else item.meta,
@@ -810,6 +838,7 @@ class KVZoneStore:
         self._delete_item(tr, zone, item)
         stored = item.with_(
             lease_id=None,
+            started=False,
             commit_order=None,
             meta={k: v for k, v in item.meta.items() if k != "_chunks"},
         )

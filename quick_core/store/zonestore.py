@@ -149,6 +149,12 @@ class ZoneStore(Protocol):
         """Holds while the caller holds the lease, or it expired and nobody leased since."""
         ...
 
+    def start(self, zone: ZoneId, item_id: str, lease_id: str, lease_ms: int) -> WorkItem:
+        """A Worker's check before it starts a leased item (Algorithm 3): ``ItemNotFound``
+        if it was completed or cancelled, ``LeaseLost`` if another holds it; else the lease
+        is renewed and the run counted (``attempts`` + 1, ``started``)."""
+        ...
+
     def requeue(
         self,
         zone: ZoneId,
@@ -242,3 +248,7 @@ class VisitTransactions(Protocol):
         horizon_ms: int = 0,
         tr: KVTransaction = ...,
     ) -> tuple[list[WorkItem], list[CorruptItem]]: ...
+
+    def start(
+        self, zone: ZoneId, item_id: str, lease_id: str, lease_ms: int, *, tr: KVTransaction = ...
+    ) -> WorkItem: ...

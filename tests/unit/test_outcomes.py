@@ -39,8 +39,14 @@ def test_status_follows_an_item_from_queued_to_completed(q: Quick, clock: Manual
     clock.advance(5)
     lease = q.items.dequeue(ZoneId("a", "t"), 10, 30_000)[0][0]
     leased = q.status("a", "t", item_id)
-    assert leased is not None and leased.state == "leased" and leased.attempts == 1
+    # Leased, not started: a run is counted when a worker starts it.
+    assert leased is not None and leased.state == "leased" and leased.attempts == 0
     assert leased.next_vesting_ms == lease.vesting_ms
+    clock.advance(1)
+    lease = q.items.start(ZoneId("a", "t"), item_id, lease.lease_id or "", 30_000)
+    running = q.status("a", "t", item_id)
+    assert running is not None and running.attempts == 1
+    assert running.next_vesting_ms == lease.vesting_ms  # renewed by its start
     q.items.complete(ZoneId("a", "t"), item_id, lease.lease_id)
     done = q.status("a", "t", item_id)
     assert done is not None and done.state == "completed" and done.finished
