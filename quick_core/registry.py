@@ -55,6 +55,7 @@ class JobContext:
     item: WorkItem
     tr: KVTransaction | None = None  # set for transactional handlers
     lease_lost: Any = None  # threading.Event set when the lease is lost
+    cancel_event: Any = None  # threading.Event set when the item is cancelled meanwhile
 
     @property
     def app(self) -> str:
@@ -72,6 +73,12 @@ class JobContext:
     def meta(self) -> dict[str, Any]:
         """The item's metadata as set by nacks; quick's own keys (``_``-prefixed) hidden."""
         return {k: v for k, v in self.item.meta.items() if not k.startswith("_")}
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the item was cancelled (``Quick.cancel``) while this handler runs,
+        seen within about a second: stop early if you can; nothing is completed."""
+        return self.cancel_event is not None and self.cancel_event.is_set()
 
     @property
     def attempt(self) -> int:

@@ -25,6 +25,9 @@ from quickzones.errors import ItemNotFound, LeaseLost, StorageError
 
 log = logging.getLogger("quick.consumer")
 
+# How often running items are checked for a cancel (and leases for extension).
+CANCEL_WATCH_S = 0.5
+
 
 def extend_s(config: ConsumerConfig) -> float:
     """How often a running item's lease is renewed."""
@@ -91,18 +94,44 @@ class LeaseExtender:
                     r.work.zone, r.work.item.item_id, r.work.item.lease_id or "", lease_ms
                 )
                 self.emit("lease_extended", zone=r.work.zone, item_id=r.work.item.item_id)
-            except (LeaseLost, ItemNotFound):
+            except ItemNotFound:
+                r.work.cancelled.set()  # cancelled: the handler was told (watch_cancels)
+                r.lease_lost.set()
+                self.in_flight.interrupt(r, LeaseInterrupted)
+            except LeaseLost:
                 r.lease_lost.set()
                 self.in_flight.interrupt(r, LeaseInterrupted)
             except StorageError as err:
                 self.emit("extend_error", error=str(err))
 
+    def watch_cancels_once(self) -> None:
+        """Tell each running handler whose item was cancelled (``Quick.cancel`` deletes
+        it): ``ctx.cancelled`` turns true, cooperatively (no interrupt), and its worker
+        completes nothing. One read per running item."""
+        for r in self.in_flight.snapshot():
+            work = r.work
+            if r.done or work.started or work.cancelled.is_set():
+                continue  # an at-most-once item is deleted when it starts: not a cancel
+            try:
+                gone = self.clusters[work.cluster].zones.get(work.zone, work.item.item_id) is None
+            except StorageError:
+                continue
+            if gone:
+                work.cancelled.set()
+                self.emit("cancel_seen", zone=work.zone, item_id=work.item.item_id)
+
     def run(self, stopping: threading.Event) -> None:
-        """The extender thread, until ``stopping``."""
-        period = min(1.0, extend_s(self.config) / 2)
+        """The extender thread, until ``stopping``: a running handler hears of its item's
+        cancel within ``CANCEL_WATCH_S``."""
+        period = min(CANCEL_WATCH_S, extend_s(self.config) / 2)
+        slots_every = min(1.0, extend_s(self.config) / 2)  # the slots' own pace, as before
+        slots_due = time.monotonic() + slots_every
         while not stopping.wait(period):
             try:
+                self.watch_cancels_once()
                 self.extend_once()
-                self.slots.refresh_once()
+                if time.monotonic() >= slots_due:
+                    slots_due = time.monotonic() + slots_every
+                    self.slots.refresh_once()
             except Exception:
                 log.exception("lease extender failed")

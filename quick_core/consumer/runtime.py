@@ -86,7 +86,6 @@ class Consumer:
         self.events = Events(observer)
         self.stats = self.events.stats
         emit = self._emit
-        # Room freeing up wakes a scanner that waits for a free worker (Algorithm 1).
         self._flight = flight = InFlight(cfg.held_bound(), freed=lambda: self.scanner.room_freed())
         self._lock = flight.lock
         self._slots = Slots(limits, self.name, cfg.item_lease_s, flight.lock, emit)
@@ -199,8 +198,7 @@ class Consumer:
     # --- the three algorithms, one step at a time ----------------------------------------
 
     def capacity(self) -> int:
-        """How many more items this consumer may take now (``processing_bound``, less
-        what it holds and what visits in progress claimed)."""
+        """How many more items this consumer may take now (``processing_bound``)."""
         return self._flight.capacity()
 
     def in_flight(self) -> int:
@@ -320,15 +318,10 @@ class Consumer:
                 else:
                     self.timers.add(work)  # leased ahead: started at its vesting time
 
-        try:
-            # The room this visit may fill, claimed first: managers visit concurrently
-            # and together must not take more than free workers can start.
+        try:  # Room claimed first: concurrent visits take no more than workers can start.
             with self._flight.claim(self.manager.visit_size() * len(refs)) as room:
-                if room <= 0:
-                    return 0
-                return len(
-                    self.manager.visit_many(refs, hand_out, horizon_ms=self.scanner.lookahead_ms)
-                )
+                ahead = self.scanner.lookahead_ms
+                return len(self.manager.visit_many(refs, hand_out, horizon_ms=ahead)) if room else 0
         except Exception:
             log.exception("manager visit failed")
             return 0

@@ -57,6 +57,9 @@ class Work:
     # The pointer it was dequeued through (cluster, shard, pointer id): the consumer's
     # count of items in flight per zone, by which a scan orders the zones it visits.
     pointer_key: tuple[str, int, str] | None = None
+    # Set when the item was found cancelled while its handler ran: the handler sees it
+    # (``ctx.cancelled``, cooperative) and the worker completes nothing.
+    cancelled: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass(slots=True)

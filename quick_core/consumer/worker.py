@@ -206,6 +206,10 @@ class Worker:
                 # SystemExit and KeyboardInterrupt too: raised by a handler they are its
                 # failure, counted toward max_attempts, not a silent endless redelivery.
                 error = err
+            if work.cancelled.is_set():
+                # Cancelled while it ran: the item is gone; neither completed nor retried.
+                self.emit("cancelled", zone=zone, item_id=item.item_id, where="running")
+                return "cancelled"
             if error is None:
                 if item.delivery == "at_most_once":
                     self.emit("completed", zone=zone, item_id=item.item_id)
@@ -268,7 +272,9 @@ class Worker:
             None if job.execution_bound_s is None else time.monotonic() + job.execution_bound_s,
             transactional=tr is not None,
         )
-        ctx = JobContext(work.zone, work.item, tr=tr, lease_lost=running.lease_lost)
+        ctx = JobContext(
+            work.zone, work.item, tr=tr, lease_lost=running.lease_lost, cancel_event=work.cancelled
+        )
         try:
             self.in_flight.begin(running)
             return job.call(ctx)

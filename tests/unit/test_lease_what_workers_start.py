@@ -125,3 +125,39 @@ def test_quick_worker_process_holds_only_what_its_workers_start(tmp_path: Path) 
     assert leased <= 8, f"a --workers 4 process held {leased} items leased"
     assert dead == [], f"{len(dead)} of {ITEMS} dead-lettered"
     assert max(attempts) == 1, f"{sum(a > 1 for a in attempts)} ran as attempt 2 or later"
+
+
+def test_async_consumer_leases_only_what_its_workers_start(tmp_path: Path) -> None:
+    """The same rule for ``AsyncQuick``'s consumer: 2 workers, 1 s lease, 0.1 s async
+    handlers, 60 items (on the unchanged code all 60 were leased at once)."""
+    import asyncio
+
+    from quickzones.aio import AsyncQuick
+
+    async def main() -> tuple[list[int], list[int]]:
+        aq = AsyncQuick.open(f"sqlite:///{tmp_path / 'q.db'}")
+        attempts: list[int] = []
+        held: list[int] = []
+        box: list[Any] = []
+
+        @aq.job("job")
+        async def job(payload: Any, ctx: JobContext) -> None:
+            attempts.append(ctx.attempt)
+            held.append(box[0].consumer.in_flight())
+            await asyncio.sleep(0.1)
+
+        for n in range(60):
+            await aq.enqueue("job", {"n": n}, app="a", tenant="t")
+        consumer = aq.consumer(ConsumerConfig(workers=2, item_lease_s=1.0))
+        box.append(consumer)
+        async with consumer:
+            for _ in range(600):
+                if len(attempts) >= 60 and _left(aq.quick, ["t"]) == 0:
+                    break
+                await asyncio.sleep(0.05)
+        await aq.aclose()
+        return attempts, held
+
+    attempts, held = asyncio.run(main())
+    assert sorted(attempts) == [1] * 60, f"{sum(a > 1 for a in attempts)} re-runs"
+    assert max(held) <= 2, f"held up to {max(held)} items with 2 workers"
