@@ -19,8 +19,9 @@ from typing import Any
 from quickzones.clock import Clock, now_ms
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.interrupt import ExecutionBoundExceeded, LeaseInterrupted
+from quickzones.consumer.item_ops import ItemOps
 from quickzones.consumer.slots import Slots
-from quickzones.consumer.state import Cluster, InFlight, Work
+from quickzones.consumer.state import InFlight, Work
 from quickzones.errors import ItemNotFound, LeaseLost, StorageError
 
 log = logging.getLogger("quick.consumer")
@@ -45,14 +46,14 @@ class LeaseExtender:
     def __init__(
         self,
         config: ConsumerConfig,
-        clusters: dict[str, Cluster],
+        ops: ItemOps,
         clock: Clock,
         in_flight: InFlight,
         slots: Slots,
         emit: Callable[..., Any],
     ) -> None:
         self.config = config
-        self.clusters = clusters
+        self.ops = ops  # the held items' operations (zone store, or HTTP)
         self.clock = clock
         self.in_flight = in_flight
         self.slots = slots
@@ -68,9 +69,7 @@ class LeaseExtender:
             if not due_for_extension(self.config, self.clock, work):
                 continue
             try:
-                renewed = self.clusters[work.cluster].zones.extend_lease(
-                    work.zone, work.item.item_id, work.item.lease_id or "", lease_ms
-                )
+                renewed = self.ops.extend(work, lease_ms)
             except (LeaseLost, ItemNotFound):
                 continue  # cancelled, or taken over: its worker's start check says so
             except StorageError as err:
@@ -90,9 +89,7 @@ class LeaseExtender:
             if not due_for_extension(self.config, self.clock, r.work):
                 continue
             try:
-                r.work.item = self.clusters[r.work.cluster].zones.extend_lease(
-                    r.work.zone, r.work.item.item_id, r.work.item.lease_id or "", lease_ms
-                )
+                r.work.item = self.ops.extend(r.work, lease_ms)
                 self.emit("lease_extended", zone=r.work.zone, item_id=r.work.item.item_id)
             except ItemNotFound:
                 r.work.cancelled.set()  # cancelled: the handler was told (watch_cancels)
@@ -113,7 +110,7 @@ class LeaseExtender:
             if r.done or work.started or work.cancelled.is_set():
                 continue  # an at-most-once item is deleted when it starts: not a cancel
             try:
-                gone = self.clusters[work.cluster].zones.get(work.zone, work.item.item_id) is None
+                gone = self.ops.gone(work)
             except StorageError:
                 continue
             if gone:

@@ -25,6 +25,7 @@ from quickzones.consumer.election import Election, LocalElection, new_candidate_
 from quickzones.consumer.events import Events, Observer
 from quickzones.consumer.failure import Failures
 from quickzones.consumer.interrupt import HandlerInterrupted, ShutdownInterrupted
+from quickzones.consumer.item_ops import StoreItemOps
 from quickzones.consumer.lease_extender import LeaseExtender
 from quickzones.consumer.maintenance import OutcomeCollector
 from quickzones.consumer.manager import Manager
@@ -145,6 +146,7 @@ class Consumer:
         self.failures = Failures(clusters, clock, self.rng, emit, lambda: self.scanner.wake())
         self.inline_completer = InlineCompleter(clusters, emit)
         self.batched_completer = BatchedCompleter(clusters, emit)
+        self.item_ops = ops = StoreItemOps(clusters, self.failures, self._completer)
         self.worker = Worker(
             cfg,
             clusters,
@@ -153,14 +155,13 @@ class Consumer:
             flight,
             self._slots,
             limits,
-            self.failures,
+            ops,
             emit=emit,
-            completer=self._completer,
             shutting_down=lambda: self._stopping.is_set() and self._workers is not None,
             stopping=self._stopping,
             router=router,
         )
-        self.lease_extender = LeaseExtender(cfg, clusters, clock, flight, self._slots, emit)
+        self.lease_extender = LeaseExtender(cfg, ops, clock, flight, self._slots, emit)
         self.outcome_collector = OutcomeCollector(
             lambda: [(c.kv, c.toplevel.keys) for c in clusters.values() if c.kv is not None],
             clock,

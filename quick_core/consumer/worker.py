@@ -20,9 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from quickzones.clock import Clock, now_ms
-from quickzones.consumer.completer import Completer
 from quickzones.consumer.config import ConsumerConfig
-from quickzones.consumer.failure import Failures, describe
+from quickzones.consumer.failure import describe
 from quickzones.consumer.failure_log import FailureLog, format_failure
 from quickzones.consumer.interrupt import (
     ExecutionBoundExceeded,
@@ -30,6 +29,7 @@ from quickzones.consumer.interrupt import (
     LeaseInterrupted,
     ShutdownInterrupted,
 )
+from quickzones.consumer.item_ops import ItemOps
 from quickzones.consumer.lease_extender import due_for_extension
 from quickzones.consumer.routing import Router
 from quickzones.consumer.slots import Slots
@@ -62,10 +62,9 @@ class Worker:
         in_flight: InFlight,
         slots: Slots,
         limits: Limits | None,
-        failures: Failures,
+        ops: ItemOps,
         *,
         emit: Callable[..., Any],
-        completer: Callable[[], Completer],
         shutting_down: Callable[[], bool],
         stopping: threading.Event,
         router: Router | None = None,
@@ -77,9 +76,8 @@ class Worker:
         self.in_flight = in_flight
         self.slots = slots
         self.limits = limits
-        self.failures = failures
+        self.ops = ops  # the item's operations: over the zone store, or over HTTP
         self.emit = emit
-        self.completer = completer  # which completer takes a success now
         self.shutting_down = shutting_down  # a threaded stop: give items back unstarted
         self.stopping = stopping
         self.failure_log = FailureLog(log)
@@ -101,14 +99,14 @@ class Worker:
     def _execute(self, work: Work) -> str:
         zone, item = work.zone, work.item
         if self.shutting_down():
-            return self.failures.give_back(work)
+            return self.ops.give_back(work)
         job = self.router.job_for(item.job_type)
         if job is None and not self.router.expired(item.item_id):
             # Not this consumer's type and not yet past its grace (dequeue leaves such
             # items alone; this one was leased anyway): give it back, no error counted.
             self.router.report(item, zone)
-            return self.failures.give_back(work)
-        fail = self.failures.fail
+            return self.ops.give_back(work)
+        fail = self.ops.fail
         if item.deadline_ms is not None and now_ms(self.clock) > item.deadline_ms:
             # It waited past its TTL in this consumer's local queue: never run late.
             return fail(work, job, "expired: not started before its TTL", permanent=True)
@@ -142,7 +140,7 @@ class Worker:
         if job.pool_max_concurrency is not None and self.limits is not None:
             if not self.slots.acquire("type", job.name, 1, job.pool_max_concurrency):
                 self.emit("throttled", zone=zone, reason="job type concurrency cap")
-                return self.failures.give_back(work, delay_ms=100)
+                return self.ops.give_back(work, delay_ms=100)
             try:
                 return self._start_job(work, job)
             finally:
@@ -153,16 +151,13 @@ class Worker:
         """Run the job; an at-most-once item is deleted (holding its lease) first, at the
         last moment, so one never started is still stored and can be given back."""
         if work.item.delivery == "at_most_once":
-            cluster = self.clusters[work.cluster]
             try:
-                [outcome] = cluster.zones.complete_many(
-                    work.zone, [(work.item.item_id, work.item.lease_id or "")]
-                )
+                outcome = self.ops.take_at_most_once(work)
             except StorageError as err:
                 # Deleted or not, unknown: not running it is what at-most-once allows;
                 # what may remain is given back.
                 self.emit("complete_error", zone=work.zone, error=str(err))
-                return self.failures.give_back(work)
+                return self.ops.give_back(work)
             if outcome is not None:
                 self.emit("lease_lost", zone=work.zone, item_id=work.item.item_id, where="start")
                 return "lease_lost"
@@ -189,7 +184,7 @@ class Worker:
                 self.emit("lease_lost", zone=zone, item_id=item.item_id, where="running")
                 return "lease_lost"
             except ShutdownInterrupted:
-                return self.failures.give_back(work)
+                return self.ops.give_back(work)
             except ExecutionBoundExceeded:
                 error = TimeoutError(f"exceeded execution bound of {job.execution_bound_s}s")
             except HandlerInterrupted as err:  # a kind added later: a failure, not a crash
@@ -199,9 +194,9 @@ class Worker:
                 return "lease_lost"
             except PermanentError as err:
                 text = self._log_failure(work, job, err)
-                return self.failures.fail(work, job, describe(err), permanent=True, failure=text)
+                return self.ops.fail(work, job, describe(err), permanent=True, failure=text)
             except Nack as nack:
-                return self.failures.nack(work, nack)
+                return self.ops.nack(work, nack)
             except BaseException as err:
                 # SystemExit and KeyboardInterrupt too: raised by a handler they are its
                 # failure, counted toward max_attempts, not a silent endless redelivery.
@@ -214,14 +209,14 @@ class Worker:
                 if item.delivery == "at_most_once":
                     self.emit("completed", zone=zone, item_id=item.item_id)
                     return "completed"
-                self.completer().complete(work)
+                self.ops.complete(work)
                 return "completed"
             text = self._log_failure(work, job, error)
             if attempt < job.retry.inline_retries and not self.stopping.is_set():
                 attempt += 1
                 self.emit("retried_inline", zone=zone, item_id=item.item_id)
                 continue
-            outcome = self.failures.fail(work, job, describe(error), permanent=False, failure=text)
+            outcome = self.ops.fail(work, job, describe(error), permanent=False, failure=text)
             if isinstance(error, (KeyboardInterrupt, SystemExit)) and (
                 threading.current_thread() is threading.main_thread()
             ):
@@ -249,9 +244,7 @@ class Worker:
         is renewed and the run counted. Returns the outcome when it must not start."""
         zone, item = work.zone, work.item
         try:
-            work.item = self.clusters[work.cluster].zones.start(
-                zone, item.item_id, item.lease_id or "", int(self.config.item_lease_s * 1000)
-            )
+            work.item = self.ops.start(work, int(self.config.item_lease_s * 1000))
         except ItemNotFound:
             self.emit("cancelled", zone=zone, item_id=item.item_id, where="before_start")
             return "cancelled"
@@ -261,7 +254,7 @@ class Worker:
         except StorageError as err:
             # Whether it was cancelled is unknown: not started, given back.
             self.emit("start_error", zone=zone, item_id=item.item_id, error=str(err))
-            return self.failures.give_back(work)
+            return self.ops.give_back(work)
         return None
 
     def _run_handler(self, work: Work, job: JobType, tr: Any) -> Any:
@@ -319,12 +312,7 @@ class Worker:
     def _extend(self, work: Work) -> None:
         """Extend ``work``'s lease to ``item_lease_s`` from now and keep the renewed item
         (raises LeaseLost/ItemNotFound if the lease is gone)."""
-        work.item = self.clusters[work.cluster].zones.extend_lease(
-            work.zone,
-            work.item.item_id,
-            work.item.lease_id or "",
-            int(self.config.item_lease_s * 1000),
-        )
+        work.item = self.ops.extend(work, int(self.config.item_lease_s * 1000))
 
     def _renew_lease(self, work: Work) -> None:
         """Extend the lease now if the extender would (raises LeaseLost/ItemNotFound)."""
