@@ -58,6 +58,11 @@ class RemoteLease:
     last_error: str | None = None
 
 
+class ItemGone(LeaseLost):
+    """The leased item was completed, cancelled or dead-lettered meanwhile (``item_gone``):
+    a lease lost that way, told apart so a remote worker sees a cancel as one."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Call:
     method: str
@@ -92,7 +97,9 @@ def _answer(response: httpx.Response) -> Any:
     error = str(body.get("error", "error")) if isinstance(body, dict) else "error"
     detail = str(body.get("detail", "")) if isinstance(body, dict) else str(body)
     item_id = body.get("item_id") if isinstance(body, dict) else None
-    if error in ("lease_lost", "item_gone"):
+    if error == "item_gone":
+        raise ItemGone(str(item_id or ""))
+    if error == "lease_lost":
         raise LeaseLost(str(item_id or ""))
     if error == "item_not_found":
         raise ItemNotFound(str(item_id or ""))

@@ -92,7 +92,11 @@ class LeaseExtender:
                 r.work.item = self.ops.extend(r.work, lease_ms)
                 self.emit("lease_extended", zone=r.work.zone, item_id=r.work.item.item_id)
             except ItemNotFound:
-                r.work.cancelled.set()  # cancelled: the handler was told (watch_cancels)
+                if not r.work.cancelled.is_set():
+                    # Cancelled: told first (ctx.cancelled); interrupted only if it still
+                    # runs at the next try.
+                    r.work.cancelled.set()
+                    continue
                 r.lease_lost.set()
                 self.in_flight.interrupt(r, LeaseInterrupted)
             except LeaseLost:

@@ -181,6 +181,15 @@ class InFlight:
                 if work.pointer_key is not None:
                     self.per_pointer[work.pointer_key] += 1
 
+    def hold(self, works: list[Work]) -> None:
+        """Count ``works``, leased by something other than a Manager's visit (a remote
+        worker's pull lease), as held; :meth:`finished` releases each."""
+        with self.lock:
+            self.count += len(works)
+            for work in works:
+                self.per_type[work.item.job_type] += 1
+        self.handed_out(works)
+
     def waiting(self) -> list[Work]:
         """Items held and not started: waiting for a worker or for their timer."""
         with self.lock:
