@@ -161,3 +161,32 @@ def test_async_consumer_leases_only_what_its_workers_start(tmp_path: Path) -> No
     attempts, held = asyncio.run(main())
     assert sorted(attempts) == [1] * 60, f"{sum(a > 1 for a in attempts)} re-runs"
     assert max(held) <= 2, f"held up to {max(held)} items with 2 workers"
+
+
+def test_a_prefetch_keeps_the_leases_of_items_waiting_for_a_worker(
+    backend: str, tmp_path: Path
+) -> None:
+    """A bound above the workers (a prefetch) is safe: an item waiting for a worker longer
+    than its lease keeps it (the lease extender renews it), so it is neither leased again
+    nor run twice. One worker, 4 held, 1 s lease, 0.6 s handlers: the last waits 1.8 s."""
+    if backend == "fdbsim":
+        pytest.skip("the FDB backend's code is covered on the real cluster and memory")
+    q = Quick.open(store_url(backend, tmp_path))
+    runs: list[tuple[str, int]] = []
+
+    @q.job("job")
+    def job(payload: Any, ctx: JobContext) -> None:
+        runs.append((ctx.item_id, ctx.attempt))
+        time.sleep(0.6)
+
+    ids = [q.enqueue("job", {"n": n}, app="a", tenant="t") for n in range(4)]
+    consumer = q.consumer(ConsumerConfig(workers=1, processing_bound=4, item_lease_s=1.0))
+    consumer.start()
+    try:
+        assert wait_for(lambda: _left(q, ["t"]) == 0, timeout=60)
+        held_most = consumer.stats["lease_extended"]
+    finally:
+        consumer.stop()
+    q.close()
+    assert sorted(runs) == sorted((i, 1) for i in ids), runs
+    assert held_most > 0  # the waiting items' leases were renewed
