@@ -99,3 +99,36 @@ def test_remote_attempts_count_runs_and_a_bound_interrupts(served: Served) -> No
     assert attempts == [1, 2]  # the nacked run was the first
     assert ended and set(ended) == {"interrupted"}  # each run, retried after its timeout
     assert served.q.get("a", "t", item_id) is None
+
+
+def test_a_remote_worker_leases_only_what_its_free_workers_start(served: Served) -> None:
+    """2 workers, 1 s lease, 0.1 s handlers, 30 items: each runs once, as attempt 1, and
+    the worker never holds more than its 2 workers start."""
+    handlers = Quick.open("memory://")
+    attempts: list[int] = []
+    held: list[int] = []
+    box: list[RemoteWorker] = []
+
+    @handlers.job("job")
+    def job(payload: Any, ctx: JobContext) -> None:
+        attempts.append(ctx.attempt)
+        held.append(box[0].in_flight.total())
+        time.sleep(0.1)
+
+    for n in range(30):
+        served.q.enqueue("job", n, app="a", tenant=f"t{n % 3}")
+    with RemoteQuick(served.url, served.a_all) as client:
+        worker = RemoteWorker(handlers.registry, client, workers=2, lease_s=1.0, wait_s=0.2)
+        box.append(worker)
+        thread = _run(worker)
+        try:
+            deadline = time.monotonic() + 60
+            while worker.stats.completed < 30 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            worker.request_stop()
+            thread.join(30)
+            worker.close()
+    handlers.close()
+    assert sorted(attempts) == [1] * 30
+    assert max(held) <= 2
