@@ -581,8 +581,15 @@ class Quick:
         return now_ms(self.clock)
 
     def cancel(self, app: str, tenant: str, item_id: str) -> None:
-        """Delete an item by id, leased or not; ItemNotFound if it is not there."""
-        self.items.complete(self.zone(app, tenant), check_name("item_id", item_id), None)
+        """Delete an item by id, leased or not; ItemNotFound if it is not there. A local
+        consumer holding it hears of it at once: it never starts it, and a handler that
+        runs it sees ``ctx.cancelled`` now (others' consumers find out by a read)."""
+        zone = self.zone(app, tenant)
+        self.items.complete(zone, check_name("item_id", item_id), None)
+        for consumer in list(self._consumers):
+            heard = getattr(consumer, "item_cancelled", None)  # consumers; not long polls
+            if heard is not None:
+                heard(zone, item_id)
 
     # --- consumers ---------------------------------------------------------------------
 

@@ -23,7 +23,10 @@ class RetryPolicy:
     ``inline_retries`` re-run the handler at once inside the same lease; after that the
     item is requeued with exponential backoff ``base * 2**errors`` capped at ``cap`` and
     scaled by full jitter; after ``max_attempts`` errors, or once the item is older than
-    ``max_age_s``, it goes to dead letters.
+    ``max_age_s``, it goes to dead letters. A lease that lapses is no error (paper
+    section 5); one that lapses while the handler runs (its consumer crashed or stalled)
+    counts as a lapse, and an item whose runs lapsed ``max_lapses`` times is dead-lettered
+    instead of started again: one that kills its consumer every time still ends.
     """
 
     inline_retries: int = 0
@@ -32,6 +35,7 @@ class RetryPolicy:
     max_attempts: int = 10
     max_age_s: float | None = None
     jitter: bool = True
+    max_lapses: int = 3
 
     def backoff_s(self, error_count: int, rng: random.Random) -> float:
         delay = min(self.backoff_cap_s, self.backoff_base_s * (2 ** max(0, error_count - 1)))
@@ -51,6 +55,7 @@ class JobContext:
     item: WorkItem
     tr: KVTransaction | None = None  # set for transactional handlers
     lease_lost: Any = None  # threading.Event set when the lease is lost
+    cancel_event: Any = None  # threading.Event set when the item is cancelled meanwhile
 
     @property
     def app(self) -> str:
@@ -70,8 +75,16 @@ class JobContext:
         return {k: v for k, v in self.item.meta.items() if not k.startswith("_")}
 
     @property
+    def cancelled(self) -> bool:
+        """True once the item was cancelled (``Quick.cancel``) while this handler runs,
+        seen within about a second: stop early if you can; nothing is completed."""
+        return self.cancel_event is not None and self.cancel_event.is_set()
+
+    @property
     def attempt(self) -> int:
-        return self.item.error_count + 1
+        """This run's number: the runs started so far, this one included (a lease that
+        lapsed before its run started is none; inline retries share their run's)."""
+        return max(1, self.item.attempts)
 
 
 Handler = Callable[..., Any]

@@ -21,10 +21,19 @@ class ItemLeases(ZoneReads, DeadLetters):
     """Leases on items: a lease moves the item's vesting time ahead with a fresh lease id."""
 
     def _lease_plan(self, zone: ZoneId, item: WorkItem, now: int, lease_ms: int) -> Plan:
+        # As KVZoneStore._grant_lease: a granted lease counts a run, unless the last lease
+        # lapsed unreleased (its consumer crashed or stalled), whose count this one takes
+        # over. Lapses themselves are not stored in the Cassandra table.
+        attempts = item.attempts if item.lease_id is not None else item.attempts + 1
         leased = item.with_(
-            vesting_ms=now + lease_ms, lease_id=new_lease_id(self.ids), attempts=item.attempts + 1
+            vesting_ms=now + lease_ms, lease_id=new_lease_id(self.ids), attempts=attempts
         )
         return self._plan_update(zone, item, leased)
+
+    def start(self, zone: ZoneId, item_id: str, lease_id: str) -> WorkItem:
+        """A Worker's check before it starts an item that waited for it: a read (the run
+        was counted when the lease was granted)."""
+        return self._check_holder(self.get(zone, item_id), item_id, lease_id)
 
     def obtain_lease(self, zone: ZoneId, item_id: str, lease_ms: int) -> WorkItem:
         _check_duration(lease_ms)
@@ -197,6 +206,7 @@ class ItemLeases(ZoneReads, DeadLetters):
         count_error: bool = True,
         meta: dict[str, object] | None = None,
         not_before_ms: int | None = None,
+        ran: bool = True,
     ) -> WorkItem:
         def decide(item: WorkItem | None) -> Plan:
             held = self._check_holder(item, item_id, lease_id)
@@ -206,6 +216,7 @@ class ItemLeases(ZoneReads, DeadLetters):
                 held.with_(
                     vesting_ms=max(vesting_after(self.clock, delay_ms), not_before_ms or 0),
                     lease_id=None,
+                    attempts=held.attempts if ran else max(0, held.attempts - 1),
                     error_count=held.error_count + (1 if count_error else 0),
                     last_error=error if error is not None else held.last_error,
                     meta={**held.meta, **meta} if meta else held.meta,

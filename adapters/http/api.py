@@ -330,6 +330,7 @@ def nack(
             int(body.delay_s * 1000),
             error=body.error,
             count_error=body.error is not None,
+            ran=body.ran,
         )
     except (LeaseLost, ItemNotFound) as err:
         raise _lost(item_id, err) from None

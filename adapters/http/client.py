@@ -58,6 +58,11 @@ class RemoteLease:
     last_error: str | None = None
 
 
+class ItemGone(LeaseLost):
+    """The leased item was completed, cancelled or dead-lettered meanwhile (``item_gone``):
+    a lease lost that way, told apart so a remote worker sees a cancel as one."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Call:
     method: str
@@ -92,7 +97,9 @@ def _answer(response: httpx.Response) -> Any:
     error = str(body.get("error", "error")) if isinstance(body, dict) else "error"
     detail = str(body.get("detail", "")) if isinstance(body, dict) else str(body)
     item_id = body.get("item_id") if isinstance(body, dict) else None
-    if error in ("lease_lost", "item_gone"):
+    if error == "item_gone":
+        raise ItemGone(str(item_id or ""))
+    if error == "lease_lost":
         raise LeaseLost(str(item_id or ""))
     if error == "item_not_found":
         raise ItemNotFound(str(item_id or ""))
@@ -297,8 +304,17 @@ class RemoteQuick:
         """Hold the lease ``lease_s`` more seconds; returns its new end (ms)."""
         return int(self._do(_Calls.on_lease(lease, "extend", lease_s=lease_s))["lease_expires_ms"])
 
-    def nack(self, lease: RemoteLease, delay_s: float = 0.0, error: str | None = None) -> None:
-        self._do(_Calls.on_lease(lease, "nack", delay_s=delay_s, error=error))
+    def nack(
+        self,
+        lease: RemoteLease,
+        delay_s: float = 0.0,
+        error: str | None = None,
+        *,
+        ran: bool = True,
+    ) -> None:
+        """Give the item back to run after ``delay_s``; ``error`` counts the run as an
+        error; ``ran=False``: it never started (the run is not counted)."""
+        self._do(_Calls.on_lease(lease, "nack", delay_s=delay_s, error=error, ran=ran))
 
     def fail(self, lease: RemoteLease, reason: str, traceback: str | None = None) -> None:
         self._do(_Calls.on_lease(lease, "fail", reason=reason, traceback=traceback))
@@ -397,9 +413,14 @@ class AsyncRemoteQuick:
         return int(body["lease_expires_ms"])
 
     async def nack(
-        self, lease: RemoteLease, delay_s: float = 0.0, error: str | None = None
+        self,
+        lease: RemoteLease,
+        delay_s: float = 0.0,
+        error: str | None = None,
+        *,
+        ran: bool = True,
     ) -> None:
-        await self._do(_Calls.on_lease(lease, "nack", delay_s=delay_s, error=error))
+        await self._do(_Calls.on_lease(lease, "nack", delay_s=delay_s, error=error, ran=ran))
 
     async def fail(self, lease: RemoteLease, reason: str, traceback: str | None = None) -> None:
         await self._do(_Calls.on_lease(lease, "fail", reason=reason, traceback=traceback))

@@ -165,6 +165,9 @@ class Extended(BaseModel):
 class NackRequest(LeaseRef):
     delay_s: float = _Seconds
     error: str | None = Field(default=None, max_length=2000)
+    # False: the item is given back unstarted (a worker stopping, a cap), so this lease
+    # was no run and its count is taken back.
+    ran: bool = True
 
 
 class FailRequest(LeaseRef):

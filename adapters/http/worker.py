@@ -1,12 +1,15 @@
 """A worker on another machine: runs a registry's handlers on items it leases through
 ``quick serve``'s pull API (``quick worker --remote URL``).
 
-The server does the scanning and zone leasing (:mod:`quickzones.adapters.http.pull`); this loop
-only leases up to its free slots, runs handlers on a thread pool, keeps their leases
-extended, and reports each outcome with the lease id: complete (batched, see
-:class:`RemoteWorker`), nack (a :class:`Nack`, or a failure its retry policy retries, with
-backoff), or fail (a :class:`PermanentError`, or the policy gives up). Transactional
-handlers need the store itself and are not leased.
+The server does the scanning and zone leasing (:mod:`quickzones.adapters.http.pull`); this
+loop leases only as many items as it has free workers and runs each through the
+consumer's one Worker (paper Algorithm 3, :class:`~quickzones.consumer.worker.Worker`),
+its lease kept by the consumer's lease extender. What the Worker does to an item goes
+over HTTP (:class:`RemoteItemOps`, the :class:`~quickzones.consumer.item_ops.ItemOps`
+seam): the start check (an extension: a cancelled or taken-over item never starts),
+extensions, completion (batched, see :class:`RemoteWorker`), a retry with backoff or a
+nack (``nack``), a dead letter (``fail``). Transactional handlers need the store itself
+and are not leased.
 """
 
 from __future__ import annotations
@@ -19,14 +22,33 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
-from quickzones.adapters.http.client import COMPLETE_BATCH_MAX, RemoteLease, RemoteQuick, backoff
-from quickzones.consumer.failure_log import format_failure
-from quickzones.errors import LeaseLost, Nack, PermanentError, QuickError
-from quickzones.registry import JobContext, Registry
+import httpx
+
+from quickzones.adapters.http.client import (
+    COMPLETE_BATCH_MAX,
+    ItemGone,
+    RemoteError,
+    RemoteLease,
+    RemoteQuick,
+    backoff,
+)
+from quickzones.clock import SystemClock
+from quickzones.consumer.config import ConsumerConfig
+from quickzones.consumer.lease_extender import LeaseExtender
+from quickzones.consumer.routing import Router
+from quickzones.consumer.slots import Slots
+from quickzones.consumer.state import InFlight, Work
+from quickzones.consumer.worker import Worker
+from quickzones.errors import ItemNotFound, LeaseLost, Nack, QuickError, StorageError
+from quickzones.registry import JobType, Registry, RetryPolicy
 from quickzones.store.records import WorkItem, ZoneId
 
 log = logging.getLogger("quick.remote_worker")
+
+# What a failed request raises: the API's answer, or the connection.
+_REQUEST_ERRORS = (RemoteError, httpx.HTTPError, OSError)
 
 
 @dataclass(slots=True)
@@ -60,13 +82,117 @@ def _item_of(lease: RemoteLease) -> WorkItem:
     )
 
 
+class RemoteItemOps:
+    """:class:`~quickzones.consumer.item_ops.ItemOps` over the pull API: the Worker's
+    operations on an item it leased through ``quick serve``."""
+
+    def __init__(self, client: RemoteQuick, stats: RemoteWorkerStats, lease_s: float) -> None:
+        self.client = client
+        self.stats = stats
+        self.lease_s = lease_s
+        self.rng = random.Random()
+        self.done: queue.Queue[RemoteLease | None] = queue.Queue()  # to complete
+        self._lock = threading.Lock()
+        self._leases: dict[int, RemoteLease] = {}  # by id(work): one per run
+
+    def hold(self, lease: RemoteLease) -> Work:
+        """The Work a Worker runs for ``lease``."""
+        work = Work(ZoneId(lease.app, lease.tenant), _item_of(lease), time.monotonic())
+        with self._lock:
+            self._leases[id(work)] = lease
+        return work
+
+    def lease_of(self, work: Work) -> RemoteLease:
+        with self._lock:
+            return self._leases[id(work)]
+
+    def forget(self, work: Work) -> None:
+        """The run is over (its outcome reported, or its success queued to complete)."""
+        with self._lock:
+            self._leases.pop(id(work), None)
+
+    def start(self, work: Work) -> WorkItem:
+        # Only an item that waited (this worker asks for what its free workers start at
+        # once, so rarely): the check is an extension, which fails for an item cancelled
+        # or taken over since.
+        return self.extend(work, int(self.lease_s * 1000))
+
+    def take_at_most_once(self, work: Work) -> Exception | None:
+        raise StorageError("at-most-once items are not leased to remote workers")
+
+    def extend(self, work: Work, lease_ms: int) -> WorkItem:
+        try:
+            until = self.client.extend(self.lease_of(work), lease_ms / 1000)
+        except ItemGone as err:  # cancelled (or finished elsewhere): as the store says it
+            raise ItemNotFound(work.item.item_id) from err
+        except _REQUEST_ERRORS as err:
+            raise StorageError(f"extending over HTTP failed: {err}") from err
+        return work.item.with_(vesting_ms=until)
+
+    def gone(self, work: Work) -> bool | None:
+        return None  # only a write could tell: a cancel is seen at the next extension
+
+    def complete(self, work: Work) -> None:
+        self.done.put(self.lease_of(work))
+
+    def fail(
+        self,
+        work: Work,
+        job: JobType | None,
+        reason: str,
+        *,
+        permanent: bool,
+        failure: str | None = None,
+    ) -> str:
+        lease = self.lease_of(work)
+        policy = job.retry if job is not None else RetryPolicy()
+        errors = lease.error_count + 1
+        age_s = time.time() - lease.enqueued_ms / 1000
+        if permanent or policy.gives_up(errors, age_s):
+            outcome = self._report(lambda: self.client.fail(lease, reason, failure))
+            if outcome is None:
+                self.stats.failed += 1
+            return outcome or "dead_lettered"
+        delay = policy.backoff_s(errors, self.rng)
+        outcome = self._report(lambda: self.client.nack(lease, delay_s=delay, error=reason))
+        if outcome is None:
+            self.stats.retried += 1
+        return outcome or "requeued"
+
+    def nack(self, work: Work, nack: Nack) -> str:
+        lease = self.lease_of(work)
+        outcome = self._report(lambda: self.client.nack(lease, delay_s=max(0.0, nack.delay_s)))
+        if outcome is None:
+            self.stats.nacked += 1
+        return outcome or "nacked"
+
+    def give_back(self, work: Work, delay_ms: int = 0) -> str:
+        lease = self.lease_of(work)
+        return (
+            self._report(lambda: self.client.nack(lease, delay_s=delay_ms / 1000, ran=False))
+            or "released"
+        )
+
+    def _report(self, call: Any) -> str | None:
+        """Send an outcome; None when it was taken, else why not."""
+        try:
+            call()
+        except (LeaseLost, ItemNotFound):
+            self.stats.lease_lost += 1
+            return "lease_lost"
+        except (QuickError, *_REQUEST_ERRORS) as err:
+            self.stats.errors += 1  # the lease lapses and the item runs again
+            log.warning("reporting an outcome failed: %s", err)
+            return "lease_lost"
+        return None
+
+
 class RemoteWorker:
     """Pulls and runs items of the registry's job types until stopped.
 
     A handler's slot is free again as soon as it returns: successful items are completed
     by a completer thread, together (``POST /v1/completions``, one commit per zone on the
-    server), while the next items are leased and run; their leases are kept extended
-    until the completion is in."""
+    server), while the next items are leased and run."""
 
     def __init__(
         self,
@@ -96,33 +222,57 @@ class RemoteWorker:
             if not registry.find(name).transactional  # type: ignore[union-attr]
         ]
         self.stats = RemoteWorkerStats()
-        self.rng = random.Random()
         self._stop = threading.Event()
-        self._lock = threading.Condition()  # also signals a handler slot freed
-        self._running: dict[str, RemoteLease] = {}  # leases held: running or completing
-        self._busy = 0  # handlers running
-        self._done: queue.Queue[RemoteLease | None] = queue.Queue()  # to complete
+        self._slot_freed = threading.Condition()
+        self.ops = RemoteItemOps(client, self.stats, lease_s)
+        # The consumer's Worker (Algorithm 3) and lease extender, over HTTP.
+        config = ConsumerConfig(workers=workers, item_lease_s=lease_s)
+        clock = SystemClock()
+        self.in_flight = InFlight(workers, freed=self._notify_free, workers=workers)
+        slots = Slots(None, "remote", lease_s, self.in_flight.lock, self._emit)
+        self.worker = Worker(
+            config,
+            {},
+            registry,
+            clock,
+            self.in_flight,
+            slots,
+            None,
+            self.ops,
+            emit=self._emit,
+            shutting_down=lambda: False,
+            stopping=self._stop,
+            router=Router(config, registry, clock, self._emit),
+        )
+        self.extender = LeaseExtender(config, self.ops, clock, self.in_flight, slots, self._emit)
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="quick-remote")
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        if event in ("lease_lost", "cancelled"):
+            self.stats.lease_lost += 1
+
+    def _notify_free(self) -> None:
+        with self._slot_freed:
+            self._slot_freed.notify_all()
 
     def request_stop(self) -> None:
         self._stop.set()
-        with self._lock:
-            self._lock.notify_all()
+        self._notify_free()
 
     def _free(self) -> int:
-        with self._lock:
-            return self.workers - self._busy
+        return self.in_flight.capacity()
 
     def _wait_for_slot(self) -> None:
-        with self._lock:
-            if self._busy >= self.workers and not self._stop.is_set():
-                self._lock.wait(0.1)
+        with self._slot_freed:
+            if self._free() <= 0 and not self._stop.is_set():
+                self._slot_freed.wait(0.1)
 
     def run_forever(self, *, idle_exit: bool = False) -> int:
         """Lease and run until :meth:`request_stop` (or, with ``idle_exit``, until a lease
         comes back empty and nothing runs); returns how many items ran. Items that ran
         are completed before it returns."""
-        extender = threading.Thread(target=self._extend_loop, daemon=True)
+        extending = threading.Event()
+        extender = threading.Thread(target=self.extender.run, args=(extending,), daemon=True)
         extender.start()
         completer = threading.Thread(target=self._complete_loop, daemon=True)
         completer.start()
@@ -146,7 +296,7 @@ class RemoteWorker:
                         fill_s=self.fill_s,
                     )
                     failures = 0
-                except (QuickError, OSError) as err:
+                except (QuickError, *_REQUEST_ERRORS) as err:
                     self.stats.errors += 1
                     log.warning("lease failed: %s", err)
                     failures += 1
@@ -157,75 +307,37 @@ class RemoteWorker:
                         break
                     continue
                 now = int(time.time() * 1000)
+                works = []
                 for lease in leases:
                     if lease.attempts <= 1:
                         self.stats.pickup_ms.append(max(0, now - lease.enqueued_ms))
-                    with self._lock:
-                        self._running[lease.item_id] = lease
-                        self._busy += 1
-                    pending.append(self._pool.submit(self._run, lease))
+                    works.append(self.ops.hold(lease))
+                self.in_flight.hold(works)
+                self.in_flight.mark_direct(works)
+                for work in works:
+                    pending.append(self._pool.submit(self._run, work))
                     ran += 1
         finally:
             for f in pending:
                 f.result()
-            self._done.put(None)  # complete what is queued, then stop
+            self.ops.done.put(None)  # complete what is queued, then stop
             completer.join()
             self._stop.set()
+            extending.set()
             extender.join(timeout=5)
         return ran
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
 
-    def _run(self, lease: RemoteLease) -> None:
-        completing = False
+    def _run(self, work: Work) -> None:
         try:
-            completing = self._execute(lease)
-        except LeaseLost:
-            self.stats.lease_lost += 1
-        except (QuickError, OSError) as err:
-            self.stats.errors += 1  # the lease lapses and the item runs again
-            log.warning("reporting %s failed: %s", lease.item_id, err)
+            self.worker.execute(work)  # Algorithm 3; its outcome went out through self.ops
+        except BaseException:  # a worker thread survives anything; the lease lapses
+            self.stats.errors += 1
+            log.exception("remote worker failed on item %s", work.item.item_id)
         finally:
-            with self._lock:
-                if not completing:
-                    self._running.pop(lease.item_id, None)
-                self._busy -= 1
-                self._lock.notify_all()
-            if completing:
-                self._done.put(lease)
-
-    def _execute(self, lease: RemoteLease) -> bool:
-        """Run the handler and report a failure; True when the item is to be completed."""
-        job = self.registry.find(lease.job_type)
-        if job is None:
-            self.client.nack(lease, delay_s=60, error=f"no handler for {lease.job_type!r}")
-            self.stats.nacked += 1
-            return False
-        ctx = JobContext(ZoneId(lease.app, lease.tenant), _item_of(lease))
-        try:
-            job.call(ctx)
-        except Nack as nack:
-            self.client.nack(lease, delay_s=max(0.0, nack.delay_s))
-            self.stats.nacked += 1
-            return False
-        except PermanentError as err:
-            self.client.fail(lease, f"{type(err).__name__}: {err}", format_failure(err))
-            self.stats.failed += 1
-            return False
-        except Exception as err:
-            reason = f"{type(err).__name__}: {err}"
-            errors = lease.error_count + 1
-            age_s = time.time() - lease.enqueued_ms / 1000
-            if job.retry.gives_up(errors, age_s):
-                self.client.fail(lease, reason, format_failure(err))
-                self.stats.failed += 1
-            else:
-                delay = job.retry.backoff_s(errors, self.rng)
-                self.client.nack(lease, delay_s=delay, error=reason)
-                self.stats.retried += 1
-            return False
-        return True
+            self.ops.forget(work)
 
     def _complete_loop(self) -> None:
         """Completes the items whose handler succeeded: those finishing within
@@ -234,7 +346,7 @@ class RemoteWorker:
         delays no handler: only the server's work per item goes down.)"""
         stopping = False
         while not stopping:
-            first = self._done.get()
+            first = self.ops.done.get()
             batch: list[RemoteLease] = []
             if first is None:
                 stopping = True
@@ -243,7 +355,7 @@ class RemoteWorker:
             until = time.monotonic() + self.complete_linger_s
             while not stopping and len(batch) < COMPLETE_BATCH_MAX:
                 try:
-                    more = self._done.get(timeout=max(0.0, until - time.monotonic()))
+                    more = self.ops.done.get(timeout=max(0.0, until - time.monotonic()))
                 except queue.Empty:
                     break
                 if more is None:
@@ -256,13 +368,10 @@ class RemoteWorker:
     def _complete(self, batch: list[RemoteLease]) -> None:
         try:
             outcomes = self.client.complete_many(batch)
-        except (QuickError, OSError) as err:
+        except (QuickError, *_REQUEST_ERRORS) as err:
             self.stats.errors += len(batch)  # the leases lapse and the items run again
             log.warning("completing %d items failed: %s", len(batch), err)
             outcomes = None
-        with self._lock:
-            for lease in batch:
-                self._running.pop(lease.item_id, None)
         if outcomes is None:
             return
         for lease, outcome in zip(batch, outcomes, strict=True):
@@ -273,17 +382,6 @@ class RemoteWorker:
             else:
                 self.stats.errors += 1
                 log.warning("completing %s failed: %s", lease.item_id, outcome)
-
-    def _extend_loop(self) -> None:
-        period = self.lease_s / 3
-        while not self._stop.wait(period):
-            with self._lock:
-                running = list(self._running.values())
-            for lease in running:
-                try:
-                    self.client.extend(lease, self.lease_s)
-                except (QuickError, OSError):
-                    pass  # finished meanwhile, or lost: its report says so
 
 
 def run_remote(q: object, url: str, token: str | None, *, workers: int, lease_s: float) -> None:

@@ -127,6 +127,7 @@ class Failures:
                 work.item.lease_id or "",
                 delay_ms,
                 count_error=False,
+                ran=False,  # never started: the lease's count is taken back
                 # Leased ahead of its vesting time: back as it was, not due before then.
                 not_before_ms=work.due_ms,
             )

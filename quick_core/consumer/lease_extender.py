@@ -1,4 +1,4 @@
-"""The lease extender: keeps the item leases of running handlers alive.
+"""The lease extender: keeps the item leases of held items alive, running or waiting.
 
 A Worker (Algorithm 3) holds an item's lease while its handler runs; a lease lasts
 ``item_lease_s`` and the extender renews it when less than ``item_lease_s -
@@ -19,11 +19,15 @@ from typing import Any
 from quickzones.clock import Clock, now_ms
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.interrupt import ExecutionBoundExceeded, LeaseInterrupted
+from quickzones.consumer.item_ops import ItemOps
 from quickzones.consumer.slots import Slots
-from quickzones.consumer.state import Cluster, InFlight, Work
+from quickzones.consumer.state import InFlight, Work
 from quickzones.errors import ItemNotFound, LeaseLost, StorageError
 
 log = logging.getLogger("quick.consumer")
+
+# How often running items are checked for a cancel (and leases for extension).
+CANCEL_WATCH_S = 0.5
 
 
 def extend_s(config: ConsumerConfig) -> float:
@@ -42,23 +46,37 @@ class LeaseExtender:
     def __init__(
         self,
         config: ConsumerConfig,
-        clusters: dict[str, Cluster],
+        ops: ItemOps,
         clock: Clock,
         in_flight: InFlight,
         slots: Slots,
         emit: Callable[..., Any],
     ) -> None:
         self.config = config
-        self.clusters = clusters
+        self.ops = ops  # the held items' operations (zone store, or HTTP)
         self.clock = clock
         self.in_flight = in_flight
         self.slots = slots
         self.emit = emit
 
     def extend_once(self) -> None:
-        """Extend the leases of running items near expiry; interrupt the handlers whose
-        lease was lost or whose execution bound passed."""
+        """Extend the leases of held items near expiry, running or waiting for a worker;
+        interrupt the handlers whose lease was lost or whose execution bound passed."""
         lease_ms = int(self.config.item_lease_s * 1000)
+        for work in self.in_flight.waiting():
+            # Held and not started (a prefetch beyond the free workers, or a worker slow
+            # to take it): its lease is kept, so waiting never lets it lapse.
+            if not due_for_extension(self.config, self.clock, work):
+                continue
+            try:
+                renewed = self.ops.extend(work, lease_ms)
+            except (LeaseLost, ItemNotFound):
+                continue  # cancelled, or taken over: its worker's start check says so
+            except StorageError as err:
+                self.emit("extend_error", error=str(err))
+                continue
+            self.in_flight.renewed(work, renewed)
+            self.emit("lease_extended", zone=work.zone, item_id=work.item.item_id)
         mono = time.monotonic()
         for r in self.in_flight.snapshot():
             if r.interrupted or r.done:
@@ -71,22 +89,50 @@ class LeaseExtender:
             if not due_for_extension(self.config, self.clock, r.work):
                 continue
             try:
-                r.work.item = self.clusters[r.work.cluster].zones.extend_lease(
-                    r.work.zone, r.work.item.item_id, r.work.item.lease_id or "", lease_ms
-                )
+                r.work.item = self.ops.extend(r.work, lease_ms)
                 self.emit("lease_extended", zone=r.work.zone, item_id=r.work.item.item_id)
-            except (LeaseLost, ItemNotFound):
+            except ItemNotFound:
+                if not r.work.cancelled.is_set():
+                    # Cancelled: told first (ctx.cancelled); interrupted only if it still
+                    # runs at the next try.
+                    r.work.cancelled.set()
+                    continue
+                r.lease_lost.set()
+                self.in_flight.interrupt(r, LeaseInterrupted)
+            except LeaseLost:
                 r.lease_lost.set()
                 self.in_flight.interrupt(r, LeaseInterrupted)
             except StorageError as err:
                 self.emit("extend_error", error=str(err))
 
+    def watch_cancels_once(self) -> None:
+        """Tell each running handler whose item was cancelled (``Quick.cancel`` deletes
+        it): ``ctx.cancelled`` turns true, cooperatively (no interrupt), and its worker
+        completes nothing. One read per running item."""
+        for r in self.in_flight.snapshot():
+            work = r.work
+            if r.done or work.started or work.cancelled.is_set():
+                continue  # an at-most-once item is deleted when it starts: not a cancel
+            try:
+                gone = self.ops.gone(work)
+            except StorageError:
+                continue
+            if gone:
+                work.cancelled.set()
+                self.emit("cancel_seen", zone=work.zone, item_id=work.item.item_id)
+
     def run(self, stopping: threading.Event) -> None:
-        """The extender thread, until ``stopping``."""
-        period = min(1.0, extend_s(self.config) / 2)
+        """The extender thread, until ``stopping``: a running handler hears of its item's
+        cancel within ``CANCEL_WATCH_S``."""
+        period = min(CANCEL_WATCH_S, extend_s(self.config) / 2)
+        slots_every = min(1.0, extend_s(self.config) / 2)  # the slots' own pace, as before
+        slots_due = time.monotonic() + slots_every
         while not stopping.wait(period):
             try:
+                self.watch_cancels_once()
                 self.extend_once()
-                self.slots.refresh_once()
+                if time.monotonic() >= slots_due:
+                    slots_due = time.monotonic() + slots_every
+                    self.slots.refresh_once()
             except Exception:
                 log.exception("lease extender failed")

@@ -1,11 +1,7 @@
 """The Consumer: wires the scanner (paper Algorithm 1), the managers (Algorithm 2), the
-workers (Algorithm 3), the completer and the lease extender, and starts them.
-
-Each step is a plain method (:meth:`Consumer.scan_once`, :meth:`Consumer.visit`,
-:meth:`Consumer.execute`) so a test or the simulator can drive them in one thread;
-:meth:`Consumer.start` runs them on threads: one scanner, a pool of managers, a pool of
-workers, a lease extender and a completion flusher.
-"""
+workers (Algorithm 3), the completer and the lease extender, and starts them. Each step is
+a plain method (``scan_once``, ``visit``, ``execute``) a test or the simulator can drive
+in one thread; ``start`` runs them on threads."""
 
 from __future__ import annotations
 
@@ -25,6 +21,7 @@ from quickzones.consumer.election import Election, new_candidate_id
 from quickzones.consumer.events import Events, Observer
 from quickzones.consumer.failure import Failures
 from quickzones.consumer.interrupt import HandlerInterrupted, ShutdownInterrupted
+from quickzones.consumer.item_ops import StoreItemOps
 from quickzones.consumer.lease_extender import LeaseExtender
 from quickzones.consumer.maintenance import OutcomeCollector
 from quickzones.consumer.manager import Manager
@@ -41,7 +38,7 @@ from quickzones.registry import Registry
 from quickzones.store.changes import watchers_for
 from quickzones.store.kv import KVStore
 from quickzones.store.limits import Limits
-from quickzones.store.records import WorkItem
+from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.toplevel import PointerRef, TopLevelQueue
 from quickzones.store.zonestore import ZoneStore
 
@@ -84,7 +81,7 @@ class Consumer:
         self.events = Events(observer)
         self.stats = self.events.stats
         emit = self._emit
-        self._flight = flight = InFlight(cfg.processing_bound)
+        self._flight = flight = InFlight(cfg.held_bound(), self._room_freed, workers=cfg.workers)
         self._lock = flight.lock
         self._slots = Slots(limits, self.name, cfg.item_lease_s, flight.lock, emit)
         self.router = router = Router(cfg, registry, clock, emit)
@@ -143,6 +140,7 @@ class Consumer:
         self.failures = Failures(clusters, clock, self.rng, emit, lambda: self.scanner.wake())
         self.inline_completer = InlineCompleter(clusters, emit)
         self.batched_completer = BatchedCompleter(clusters, emit)
+        self.item_ops = ops = StoreItemOps(clusters, self.failures, self._completer)
         self.worker = Worker(
             cfg,
             clusters,
@@ -151,14 +149,13 @@ class Consumer:
             flight,
             self._slots,
             limits,
-            self.failures,
+            ops,
             emit=emit,
-            completer=self._completer,
             shutting_down=lambda: self._stopping.is_set() and self._workers is not None,
             stopping=self._stopping,
             router=router,
         )
-        self.lease_extender = LeaseExtender(cfg, clusters, clock, flight, self._slots, emit)
+        self.lease_extender = LeaseExtender(cfg, ops, clock, flight, self._slots, emit)
         self.outcome_collector = OutcomeCollector(
             lambda: [(c.kv, c.toplevel.keys) for c in clusters.values() if c.kv is not None],
             clock,
@@ -186,7 +183,7 @@ class Consumer:
         """Whether this consumer is the in-order scanner of its first cluster."""
         return self.in_order_for(self.toplevel.cluster)
 
-    def in_order_for(self, cluster: str) -> bool:
+    def in_order_for(self, cluster: str) -> bool:  # holds that cluster's scanner lease
         return self.scanner_election.holds(cluster)
 
     def refresh_election(self) -> None:
@@ -196,10 +193,10 @@ class Consumer:
     # --- the three algorithms, one step at a time ----------------------------------------
 
     def capacity(self) -> int:
-        """How many more items this consumer may hold (``processing_bound``)."""
+        """How many more items this consumer may take now (``processing_bound``)."""
         return self._flight.capacity()
 
-    def in_flight(self) -> int:
+    def in_flight(self) -> int:  # items held: waiting for a worker or running
         return self._flight.total()
 
     def scan_once(self) -> list[PointerRef]:
@@ -211,8 +208,7 @@ class Consumer:
         return self.manager.visit(ref)
 
     def visit_many(self, refs: Sequence[PointerRef]) -> list[Work]:
-        """Algorithm 2 for several zones: with ``visits_per_transaction`` > 1, that many
-        zones per transaction (see :meth:`Manager.visit_many`)."""
+        """Algorithm 2 for several zones (``visits_per_transaction`` per transaction)."""
         return self.manager.visit_many(refs)
 
     def execute(self, work: Work) -> str:
@@ -228,8 +224,7 @@ class Consumer:
         """Complete every finished item, batched per zone in one transaction each."""
         return self.batched_completer.flush()
 
-    def extend_leases_once(self) -> None:
-        """Extend the leases of running items near expiry (see :class:`LeaseExtender`)."""
+    def extend_leases_once(self) -> None:  # held items' leases near expiry (LeaseExtender)
         self.lease_extender.extend_once()
 
     def _acquire_slots(self, scope: str, name: str, wanted: int, cap: int) -> int:
@@ -310,16 +305,17 @@ class Consumer:
 
     def _visit_and_dispatch(self, refs: list[PointerRef]) -> int:
         def hand_out(works: list[Work]) -> None:
+            self._flight.mark_direct(works)
             for work in works:
                 if work.due_ms is None:
                     self._post(work)
                 else:
                     self.timers.add(work)  # leased ahead: started at its vesting time
 
-        try:
-            return len(
-                self.manager.visit_many(refs, hand_out, horizon_ms=self.scanner.lookahead_ms)
-            )
+        try:  # Room claimed first: concurrent visits take no more than workers can start.
+            with self._flight.claim(self.manager.visit_size() * len(refs)) as room:
+                ahead = self.scanner.lookahead_ms
+                return len(self.manager.visit_many(refs, hand_out, horizon_ms=ahead)) if room else 0
         except Exception:
             log.exception("manager visit failed")
             return 0
@@ -389,6 +385,13 @@ class Consumer:
     def request_stop(self) -> None:
         self._stopping.set()
         self.scanner.wake()
+
+    def _room_freed(self) -> None:
+        self.scanner.room_freed()
+
+    def item_cancelled(self, zone: ZoneId, item_id: str) -> None:
+        """Cancelled through this process's Quick: held here, it never starts."""
+        self._flight.cancel_held(zone, item_id)
 
     def wake(self) -> None:
         """Scan now instead of at the next poll: work was just enqueued in this process

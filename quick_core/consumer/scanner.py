@@ -78,6 +78,7 @@ class Scanner:
         self.lookahead_ms = lookahead_ms
         self._looked_ahead_ms = 0  # the horizon of the last scan
         self._wake = threading.Event()
+        self._room = threading.Event()  # room freed up in a full consumer (room_freed)
         # The clusters' stores' commit watchers (``commit_poll_s``), and their commit
         # counters read just before the last scan began.
         self.watchers = list(watchers)
@@ -86,6 +87,13 @@ class Scanner:
     def wake(self) -> None:
         """Scan now (a local enqueue, or a stop): ends the scanner's idle wait."""
         self._wake.set()
+        self._room.set()
+
+    def room_freed(self) -> None:
+        """An item finished or a visit left room unfilled: ends a full consumer's wait
+        for a free worker, and no other wait (a visit that took less than it might does
+        not make an idle scanner rescan)."""
+        self._room.set()
 
     def idle_wait(self, stopping: threading.Event, *, on_commits: bool = False) -> None:
         """Sleep ``idle_sleep_s``, or less: until the earliest vesting time the last scan
@@ -207,6 +215,13 @@ class Scanner:
             for f in finished:
                 del visiting[f]
             took = [f.result() for f in finished if f.exception() is None]
+            if self.capacity() <= 0:
+                # Algorithm 1, line 5: everything this consumer may hold is held; scan
+                # again once a worker frees up (the in-flight count wakes it), so no
+                # item is leased only to wait for a worker while its lease runs.
+                self._room.wait(cfg.idle_sleep_s)
+                self._room.clear()
+                continue
             if finished and not visiting and not selected and not any(took):
                 self.idle_wait(stopping)
                 continue

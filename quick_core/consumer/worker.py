@@ -1,8 +1,10 @@
 """A Worker runs one leased item: paper Algorithm 3.
 
-Before the handler starts, the item's lease is re-checked (an item that waited in the
-local queue near its lease end extends it first), an item past its TTL or out of attempts
-is failed without running, and an at-most-once item is deleted at the last moment. The
+An item past its TTL, out of attempts or whose runs lapsed ``max_lapses`` times is
+failed without running. Just before the handler starts, the item and its lease are
+checked in the store (:meth:`~quickzones.store.zones.KVZoneStore.start`): a cancelled or
+taken-over item never starts; else the lease is renewed and the run counted. An
+at-most-once item is deleted at that moment instead. The
 handler then runs under the lease extender's watch (:mod:`.lease_extender`); success goes
 to the completer (:mod:`.completer`), failure to a retry with backoff or a dead letter
 (:mod:`.failure`). A transactional handler's effects and its completion commit in one KV
@@ -18,9 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from quickzones.clock import Clock, now_ms
-from quickzones.consumer.completer import Completer
 from quickzones.consumer.config import ConsumerConfig
-from quickzones.consumer.failure import Failures, describe
+from quickzones.consumer.failure import describe
 from quickzones.consumer.failure_log import FailureLog, format_failure
 from quickzones.consumer.interrupt import (
     ExecutionBoundExceeded,
@@ -28,6 +29,7 @@ from quickzones.consumer.interrupt import (
     LeaseInterrupted,
     ShutdownInterrupted,
 )
+from quickzones.consumer.item_ops import ItemOps
 from quickzones.consumer.lease_extender import due_for_extension
 from quickzones.consumer.routing import Router
 from quickzones.consumer.slots import Slots
@@ -60,10 +62,9 @@ class Worker:
         in_flight: InFlight,
         slots: Slots,
         limits: Limits | None,
-        failures: Failures,
+        ops: ItemOps,
         *,
         emit: Callable[..., Any],
-        completer: Callable[[], Completer],
         shutting_down: Callable[[], bool],
         stopping: threading.Event,
         router: Router | None = None,
@@ -75,9 +76,8 @@ class Worker:
         self.in_flight = in_flight
         self.slots = slots
         self.limits = limits
-        self.failures = failures
+        self.ops = ops  # the item's operations: over the zone store, or over HTTP
         self.emit = emit
-        self.completer = completer  # which completer takes a success now
         self.shutting_down = shutting_down  # a threaded stop: give items back unstarted
         self.stopping = stopping
         self.failure_log = FailureLog(log)
@@ -85,8 +85,10 @@ class Worker:
 
     def execute(self, work: Work) -> str:
         """Run one leased item; returns the outcome ("completed", "requeued",
-        "dead_lettered", "lease_lost", "released", "nacked", or "failed" for an
-        at-most-once item whose handler started and did not complete)."""
+        "dead_lettered", "lease_lost", "released", "nacked", "cancelled" (gone before it
+        started), or "failed" for an at-most-once item whose handler started and did not
+        complete)."""
+        self.in_flight.starting(work)  # its lease is this worker's to keep from now on
         try:
             return self._execute(work)
         finally:
@@ -97,27 +99,32 @@ class Worker:
     def _execute(self, work: Work) -> str:
         zone, item = work.zone, work.item
         if self.shutting_down():
-            return self.failures.give_back(work)
+            return self.ops.give_back(work)
         job = self.router.job_for(item.job_type)
         if job is None and not self.router.expired(item.item_id):
             # Not this consumer's type and not yet past its grace (dequeue leaves such
             # items alone; this one was leased anyway): give it back, no error counted.
             self.router.report(item, zone)
-            return self.failures.give_back(work)
-        if item.delivery == "at_least_once" and not self._lease_still_held(work):
-            self.emit("lease_lost", zone=zone, item_id=item.item_id, where="before_start")
-            return "lease_lost"
-        fail = self.failures.fail
+            return self.ops.give_back(work)
+        fail = self.ops.fail
         if item.deadline_ms is not None and now_ms(self.clock) > item.deadline_ms:
             # It waited past its TTL in this consumer's local queue: never run late.
             return fail(work, job, "expired: not started before its TTL", permanent=True)
         if job is not None and item.error_count >= job.retry.max_attempts:
-            # Its earlier attempts crashed or stalled their consumers (each expired lease
-            # counts as an error): running it again could crash this one too.
             return fail(
                 work,
                 job,
                 f"gave up after {item.error_count} attempts; last: {item.last_error}",
+                permanent=True,
+            )
+        if job is not None and item.lapses >= job.retry.max_lapses:
+            # Its earlier runs crashed or stalled their consumers: running it again could
+            # crash this one too.
+            return fail(
+                work,
+                job,
+                f"gave up: its lease lapsed {item.lapses} times, never released (its "
+                f"consumer crashed or stalled each time)",
                 permanent=True,
             )
         self.emit("started", zone=zone, item_id=item.item_id, job_type=item.job_type)
@@ -133,7 +140,7 @@ class Worker:
         if job.pool_max_concurrency is not None and self.limits is not None:
             if not self.slots.acquire("type", job.name, 1, job.pool_max_concurrency):
                 self.emit("throttled", zone=zone, reason="job type concurrency cap")
-                return self.failures.give_back(work, delay_ms=100)
+                return self.ops.give_back(work, delay_ms=100)
             try:
                 return self._start_job(work, job)
             finally:
@@ -144,20 +151,21 @@ class Worker:
         """Run the job; an at-most-once item is deleted (holding its lease) first, at the
         last moment, so one never started is still stored and can be given back."""
         if work.item.delivery == "at_most_once":
-            cluster = self.clusters[work.cluster]
             try:
-                [outcome] = cluster.zones.complete_many(
-                    work.zone, [(work.item.item_id, work.item.lease_id or "")]
-                )
+                outcome = self.ops.take_at_most_once(work)
             except StorageError as err:
                 # Deleted or not, unknown: not running it is what at-most-once allows;
                 # what may remain is given back.
                 self.emit("complete_error", zone=work.zone, error=str(err))
-                return self.failures.give_back(work)
+                return self.ops.give_back(work)
             if outcome is not None:
                 self.emit("lease_lost", zone=work.zone, item_id=work.item.item_id, where="start")
                 return "lease_lost"
             work.started = True
+        else:
+            checked = self._start_check(work)
+            if checked is not None:
+                return checked
         with run_span(work.item, work.zone):
             return self._run_job(work, job)
 
@@ -176,7 +184,7 @@ class Worker:
                 self.emit("lease_lost", zone=zone, item_id=item.item_id, where="running")
                 return "lease_lost"
             except ShutdownInterrupted:
-                return self.failures.give_back(work)
+                return self.ops.give_back(work)
             except ExecutionBoundExceeded:
                 error = TimeoutError(f"exceeded execution bound of {job.execution_bound_s}s")
             except HandlerInterrupted as err:  # a kind added later: a failure, not a crash
@@ -186,25 +194,29 @@ class Worker:
                 return "lease_lost"
             except PermanentError as err:
                 text = self._log_failure(work, job, err)
-                return self.failures.fail(work, job, describe(err), permanent=True, failure=text)
+                return self.ops.fail(work, job, describe(err), permanent=True, failure=text)
             except Nack as nack:
-                return self.failures.nack(work, nack)
+                return self.ops.nack(work, nack)
             except BaseException as err:
                 # SystemExit and KeyboardInterrupt too: raised by a handler they are its
                 # failure, counted toward max_attempts, not a silent endless redelivery.
                 error = err
+            if work.cancelled.is_set():
+                # Cancelled while it ran: the item is gone; neither completed nor retried.
+                self.emit("cancelled", zone=zone, item_id=item.item_id, where="running")
+                return "cancelled"
             if error is None:
                 if item.delivery == "at_most_once":
                     self.emit("completed", zone=zone, item_id=item.item_id)
                     return "completed"
-                self.completer().complete(work)
+                self.ops.complete(work)
                 return "completed"
-            text = self._log_failure(work, job, error, attempt=item.error_count + 1 + attempt)
+            text = self._log_failure(work, job, error)
             if attempt < job.retry.inline_retries and not self.stopping.is_set():
                 attempt += 1
                 self.emit("retried_inline", zone=zone, item_id=item.item_id)
                 continue
-            outcome = self.failures.fail(work, job, describe(error), permanent=False, failure=text)
+            outcome = self.ops.fail(work, job, describe(error), permanent=False, failure=text)
             if isinstance(error, (KeyboardInterrupt, SystemExit)) and (
                 threading.current_thread() is threading.main_thread()
             ):
@@ -221,23 +233,39 @@ class Worker:
             job.name,
             work.item.item_id,
             str(work.zone),
-            work.item.error_count + 1 if attempt is None else attempt,
+            max(1, work.item.attempts) if attempt is None else attempt,
             text,
         )
         return text
 
-    def _lease_still_held(self, work: Work) -> bool:
-        """Re-check the lease before starting: an item that waited past its lease in the
-        local queue extends it first (which fails if someone else leased it since)."""
-        if work.item.vesting_ms - now_ms(self.clock) > 1000:
-            return True
+    def _start_check(self, work: Work) -> str | None:
+        """Algorithm 3's check just before the handler starts: the item is still stored
+        and its lease still ours (a cancelled or taken-over item never starts). An item
+        handed to an idle worker as it was dequeued needs none: its dequeue read it.
+        Returns the outcome when it must not start."""
+        zone, item = work.zone, work.item
+        if work.cancelled.is_set():  # cancelled through this process (Quick.cancel)
+            self.emit("cancelled", zone=zone, item_id=item.item_id, where="before_start")
+            return "cancelled"
+        if work.direct or (
+            work.fresh_until is not None and time.monotonic() < work.fresh_until
+        ):
+            return None
         try:
-            self._extend(work)
-            return True
-        except (LeaseLost, ItemNotFound):
-            return False
-        except StorageError:
-            return True  # the extender will retry; completing checks the lease anyway
+            checked = self.ops.start(work)
+            if checked.vesting_ms > work.item.vesting_ms:  # the lease extender renewed it
+                work.item = checked
+        except ItemNotFound:
+            self.emit("cancelled", zone=zone, item_id=item.item_id, where="before_start")
+            return "cancelled"
+        except LeaseLost:
+            self.emit("lease_lost", zone=zone, item_id=item.item_id, where="before_start")
+            return "lease_lost"
+        except StorageError as err:
+            # Whether it was cancelled is unknown: not started, given back.
+            self.emit("start_error", zone=zone, item_id=item.item_id, error=str(err))
+            return self.ops.give_back(work)
+        return None
 
     def _run_handler(self, work: Work, job: JobType, tr: Any) -> Any:
         running = Running(
@@ -247,7 +275,9 @@ class Worker:
             None if job.execution_bound_s is None else time.monotonic() + job.execution_bound_s,
             transactional=tr is not None,
         )
-        ctx = JobContext(work.zone, work.item, tr=tr, lease_lost=running.lease_lost)
+        ctx = JobContext(
+            work.zone, work.item, tr=tr, lease_lost=running.lease_lost, cancel_event=work.cancelled
+        )
         try:
             self.in_flight.begin(running)
             return job.call(ctx)
@@ -292,12 +322,7 @@ class Worker:
     def _extend(self, work: Work) -> None:
         """Extend ``work``'s lease to ``item_lease_s`` from now and keep the renewed item
         (raises LeaseLost/ItemNotFound if the lease is gone)."""
-        work.item = self.clusters[work.cluster].zones.extend_lease(
-            work.zone,
-            work.item.item_id,
-            work.item.lease_id or "",
-            int(self.config.item_lease_s * 1000),
-        )
+        work.item = self.ops.extend(work, int(self.config.item_lease_s * 1000))
 
     def _renew_lease(self, work: Work) -> None:
         """Extend the lease now if the extender would (raises LeaseLost/ItemNotFound)."""

@@ -49,8 +49,11 @@ class WorkItem:
     content_type: str = "bytes"  # "bytes" or "json"
     deadline_ms: int | None = None  # TTL: not started by then -> dead letter
     delivery: str = "at_least_once"  # or "at_most_once"
-    attempts: int = 0  # leases taken so far
+    # Runs so far: leases granted, less those given back unstarted and those that lapsed
+    # (a lapse replaces its count with the next lease's; see KVZoneStore._grant_lease).
+    attempts: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
+    lapses: int = 0  # leases that ran out unreleased: its consumer crashed or stalled
     # (versionstamp, seq) of a FIFO item never leased: where its order entry is. None once
     # the item is keyed by vesting time (delayed, leased, requeued, imported).
     commit_order: tuple[bytes, int] | None = None
@@ -116,6 +119,8 @@ def encode_item(item: WorkItem, *, include_payload: bool = True) -> bytes:
         obj["dv"] = item.delivery
     if item.meta:
         obj["m"] = item.meta
+    if item.lapses:
+        obj["lp"] = item.lapses
     if item.commit_order is None:
         return _pack(obj)
     stamp, obj["cq"] = item.commit_order
@@ -155,6 +160,7 @@ def decode_item(key: bytes, raw: bytes, payload: bytes | None = None) -> WorkIte
             deadline_ms=obj.get("dl"),
             delivery=str(obj.get("dv", "at_least_once")),
             attempts=int(obj.get("at", 0)),
+            lapses=int(obj.get("lp", 0)),
             meta=meta,
             commit_order=_commit_order(obj),
         )

@@ -503,24 +503,43 @@ class KVZoneStore:
     def _grant_lease(
         self, tr: KVTransaction, zone: ZoneId, item: WorkItem, now: int, lease_ms: int
     ) -> WorkItem:
-        expired: dict[str, object] = {}
+        # A lease counts as a run (attempts + 1) when it is granted: a Manager leases only
+        # what its free workers start (Algorithm 1, line 5) and the lease extender keeps a
+        # waiting item's lease, so a granted lease is a run unless it is given back
+        # unstarted (requeue(ran=False) takes the count back). A lease that ran out
+        # unreleased (completing, requeueing or giving back clears it) means its consumer
+        # crashed or stalled while holding it: not a failed attempt (paper section 5), so
+        # this lease replaces that one's count, and the lapse is counted apart
+        # (RetryPolicy.max_lapses), so an item that kills its consumer every time ends.
         if item.lease_id is not None:
-            # The last lease ran out unreleased (a holder completing, requeueing or giving
-            # back clears it): its consumer died or stalled mid-attempt. That attempt
-            # counts as an error, so the next is attempt 2 and an item that crashes its
-            # consumer every time reaches max_attempts instead of looping forever.
-            expired = {
-                "error_count": item.error_count + 1,
-                "last_error": "lease expired: its consumer stopped or stalled while holding it",
+            counted: dict[str, object] = {
+                "lapses": item.lapses + 1,
+                "last_error": "lease lapsed: its consumer stopped or stalled while holding it",
             }
+        else:
+            counted = {"attempts": item.attempts + 1}
         leased = item.with_(
             vesting_ms=now + lease_ms,
             lease_id=new_lease_id(self.ids),
-            attempts=item.attempts + 1,
             commit_order=None,
-            **expired,
+            **counted,
         )
         return self._move_vesting(tr, zone, item, leased)
+
+    @transactional
+    def start(
+        self,
+        zone: ZoneId,
+        item_id: str,
+        lease_id: str,
+        *,
+        tr: KVTransaction = OWN_STORE,
+    ) -> WorkItem:
+        """A Worker's check just before it starts an item that waited for it (Algorithm
+        3): raises ``ItemNotFound`` (completed or cancelled meanwhile) or ``LeaseLost``
+        (another holder), so such an item never starts; else returns the stored item.
+        A read, no write: the run was counted when the lease was granted."""
+        return self._check_holder(self._read_item(tr, zone, item_id), item_id, lease_id)
 
     def obtain_lease(self, zone: ZoneId, item_id: str, lease_ms: int) -> WorkItem:
         _check_duration(lease_ms)
@@ -668,12 +687,15 @@ class KVZoneStore:
         count_error: bool = True,
         meta: dict[str, object] | None = None,
         not_before_ms: int | None = None,
+        ran: bool = True,
         tr: KVTransaction = OWN_STORE,
     ) -> WorkItem:
         item = self._check_holder(self._read_item(tr, zone, item_id), item_id, lease_id)
         updated = item.with_(
             vesting_ms=max(vesting_after(self.clock, delay_ms), not_before_ms or 0),
             lease_id=None,
+            # Given back unstarted: this lease was no run, so its count is taken back.
+            attempts=item.attempts if ran else max(0, item.attempts - 1),
             error_count=item.error_count + (1 if count_error else 0),
             last_error=error if error is not None else item.last_error,
             meta={**item.meta, **meta} if meta else item.meta,

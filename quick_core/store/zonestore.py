@@ -149,6 +149,14 @@ class ZoneStore(Protocol):
         """Holds while the caller holds the lease, or it expired and nobody leased since."""
         ...
 
+    def start(self, zone: ZoneId, item_id: str, lease_id: str) -> WorkItem:
+        """A Worker's check before it starts a leased item that waited for it (Algorithm
+        3): ``ItemNotFound`` if it was completed or cancelled, ``LeaseLost`` if another
+        holds it; else the stored item. A read: the run was counted when the lease was
+        granted (``attempts`` + 1; a lapsed lease's count goes to the next lease, and
+        ``lapses`` + 1)."""
+        ...
+
     def requeue(
         self,
         zone: ZoneId,
@@ -160,10 +168,12 @@ class ZoneStore(Protocol):
         count_error: bool = True,
         meta: dict[str, object] | None = None,
         not_before_ms: int | None = None,
+        ran: bool = True,
     ) -> WorkItem:
         """Release the lease and vest the item again after ``delay_ms``, and not before
         ``not_before_ms`` (store ms); error count + 1 unless ``count_error`` is False;
-        ``meta`` is merged into the item's metadata."""
+        ``meta`` is merged into the item's metadata; ``ran=False``: the item never
+        started under this lease, whose count (``attempts``) is taken back."""
         ...
 
     def complete(
@@ -242,3 +252,7 @@ class VisitTransactions(Protocol):
         horizon_ms: int = 0,
         tr: KVTransaction = ...,
     ) -> tuple[list[WorkItem], list[CorruptItem]]: ...
+
+    def start(
+        self, zone: ZoneId, item_id: str, lease_id: str, *, tr: KVTransaction = ...
+    ) -> WorkItem: ...

@@ -179,7 +179,7 @@ def test_transactional_handler_with_lost_lease_has_no_effect(aq: AsyncQuick) -> 
         [work] = await asyncio.to_thread(consumer.visit, ref)
         await aq.cancel("app", "t1", item_id)  # someone else takes the item away
         async with aq.consumer():  # binds this loop for the handler
-            assert await asyncio.to_thread(consumer.execute, work) == "lease_lost"
+            assert await asyncio.to_thread(consumer.execute, work) == "cancelled"
         assert await aq.transact(lambda tr: tr.get(b"effect")) is None
 
     arun(main)

@@ -24,8 +24,13 @@ from quickzones.errors import ConfigurationError, StorageError
 from quickzones.store.limits import AppLimits
 from quickzones.store.records import WorkItem, ZoneId
 
+# A bound above a batch's 8 x 2 items: the batch, not the bound, is what is measured.
 BATCH = ConsumerConfig(
-    in_order=True, dequeue_max=2, one_transaction_visits=True, visits_per_transaction=8
+    in_order=True,
+    dequeue_max=2,
+    one_transaction_visits=True,
+    visits_per_transaction=8,
+    processing_bound=32,
 )
 
 

@@ -124,6 +124,7 @@ def test_dead_letters_list_shows_times_attempts_errors_and_traceback(store: str)
         q.enqueue("j", {"n": 2}, app="a", tenant="t", item_id="y")
         zone = ZoneId("a", "t")
         (item,) = q.zones.dequeue(zone, 1, 30_000)[0]
+        # its run was counted when it was leased: attempt 1
         q.zones.dead_letter(zone, "y", item.lease_id, "ValueError: bad", traceback="TB-LINE\n")
     finally:
         q.close()

@@ -79,7 +79,8 @@ def test_stop_gives_back_items_waiting_behind_a_stuck_handler() -> None:
         release.wait(30)  # a blocking call: the interrupt lands only when it returns
 
     ids = [q.enqueue("b", b"", app="app", tenant="t1") for _ in range(4)]
-    consumer = q.consumer(ConsumerConfig(in_order=True, workers=1))
+    # A prefetch of 3 beyond the one worker: items wait behind the stuck handler.
+    consumer = q.consumer(ConsumerConfig(in_order=True, workers=1, processing_bound=4))
     consumer.start()
     try:
         assert started.wait(20)
@@ -307,31 +308,38 @@ def test_max_concurrency_one_with_default_managers_end_to_end() -> None:
     assert peak[0] == 1
 
 
-# --- point 17: a redelivery after a crash is the next attempt ---------------------------
+# --- point 17: a redelivery after a crash is a lapse, not an attempt -------------------
 
 
-def test_redelivery_after_crash_is_attempt_two_and_counts(q: Quick, clock: ManualClock) -> None:
+def _crash_mid_run(q: Quick, clock: ManualClock) -> None:
+    """A consumer leases the item and starts its run, then its process dies."""
+    dying = q.consumer(IN_ORDER)
+    works = [w for ref in dying.scan_once() for w in dying.visit(ref)]
+    assert works
+    for w in works:
+        q.zones.start(w.zone, w.item.item_id, w.item.lease_id or "")
+    clock.advance(31)  # past the 30 s item lease
+
+
+def test_redelivery_after_crash_counts_a_lapse_not_an_attempt(q: Quick, clock: ManualClock) -> None:
     attempts: list[int] = []
-    q.job("crashy", retry=RetryPolicy(max_attempts=3))(
+    q.job("crashy", retry=RetryPolicy(max_attempts=3, max_lapses=3))(
         lambda payload, ctx: attempts.append(ctx.attempt)
     )
     item_id = q.enqueue("crashy", b"", app="app", tenant="t1")
-    for _ in range(2):  # a consumer leases it, then its process dies
-        dying = q.consumer(IN_ORDER)
-        assert [w for ref in dying.scan_once() for w in dying.visit(ref)]
-        clock.advance(31)  # past the 30 s item lease
+    for _ in range(2):
+        _crash_mid_run(q, clock)
     q.consumer(IN_ORDER).run_until_idle()
-    assert attempts == [3]
+    assert attempts == [1]  # the two crashed runs were lapses, not attempts
+    assert q.dead_letters() == []  # two lapses: no failure counted, the run went on
 
     crash_id = q.enqueue("crashy", b"", app="app", tenant="t2")
     for _ in range(3):
-        dying = q.consumer(IN_ORDER)
-        assert [w for ref in dying.scan_once() for w in dying.visit(ref)]
-        clock.advance(31)
+        _crash_mid_run(q, clock)
     q.consumer(IN_ORDER).run_until_idle()
-    assert attempts == [3]  # not run a fourth time: its crashes used up max_attempts
+    assert attempts == [1]  # not run again: its crashes used up max_lapses
     [dead] = q.dead_letters()
-    assert dead.item_id == crash_id and "lease expired" in dead.reason
+    assert dead.item_id == crash_id and "lapsed 3 times, never released" in dead.reason
     assert q.get("app", "t1", item_id) is None
 
 

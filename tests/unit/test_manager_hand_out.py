@@ -10,7 +10,9 @@ from quickzones.consumer.state import Work
 
 # The three-transaction visit (one_transaction_visits=False) is the one with a hand-out
 # between its commits; a one-transaction visit hands out after its one commit.
-IN_ORDER = ConsumerConfig(in_order=True, dequeue_max=10, one_transaction_visits=False)
+IN_ORDER = ConsumerConfig(
+    in_order=True, dequeue_max=10, one_transaction_visits=False, processing_bound=20
+)
 
 
 def test_items_reach_workers_while_the_pointer_is_still_leased(q: Quick) -> None:

@@ -21,7 +21,10 @@ from quickzones.errors import StorageError
 from quickzones.store.limits import AppLimits
 from quickzones.store.records import WorkItem, ZoneId
 
-ONE = ConsumerConfig(in_order=True, dequeue_max=10, one_transaction_visits=True)
+# A bound above dequeue_max: the visit, not the bound, is what is measured.
+ONE = ConsumerConfig(
+    in_order=True, dequeue_max=10, one_transaction_visits=True, processing_bound=20
+)
 
 
 class _Versions:

@@ -39,8 +39,14 @@ def test_status_follows_an_item_from_queued_to_completed(q: Quick, clock: Manual
     clock.advance(5)
     lease = q.items.dequeue(ZoneId("a", "t"), 10, 30_000)[0][0]
     leased = q.status("a", "t", item_id)
+    # A run is counted when its lease is granted (taken back if given back unstarted).
     assert leased is not None and leased.state == "leased" and leased.attempts == 1
     assert leased.next_vesting_ms == lease.vesting_ms
+    clock.advance(1)
+    checked = q.items.start(ZoneId("a", "t"), item_id, lease.lease_id or "")
+    running = q.status("a", "t", item_id)
+    assert running is not None and running.attempts == 1  # the start check writes nothing
+    assert running.next_vesting_ms == lease.vesting_ms == checked.vesting_ms
     q.items.complete(ZoneId("a", "t"), item_id, lease.lease_id)
     done = q.status("a", "t", item_id)
     assert done is not None and done.state == "completed" and done.finished

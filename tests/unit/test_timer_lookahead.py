@@ -171,7 +171,8 @@ def test_items_leased_ahead_start_at_their_vesting_time_and_not_before(real_q: Q
 
     # A long lookahead: each item is leased at once, well before it vests, even on a
     # loaded machine.
-    consumer = real_q.consumer(ConsumerConfig(timer_lookahead_s=1.5, workers=2))
+    # Four held on timers at once by two workers: a prefetch (processing_bound).
+    consumer = real_q.consumer(ConsumerConfig(timer_lookahead_s=1.5, workers=2, processing_bound=4))
     consumer.observer = observe
     due: dict[str, int] = {}
     for ms in (700, 900, 1200, 1200):

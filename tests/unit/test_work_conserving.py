@@ -24,7 +24,9 @@ def _noop(q: Quick) -> None:
 def test_a_lone_tenant_gets_more_than_dequeue_max_when_workers_are_free(q: Quick) -> None:
     _noop(q)
     q.enqueue_many("job", [b""] * 60, app="app", tenant="alone")
-    consumer = q.consumer(ConsumerConfig(in_order=True, dequeue_max=10, visit_max=1000))
+    consumer = q.consumer(
+        ConsumerConfig(in_order=True, dequeue_max=10, visit_max=1000, processing_bound=256)
+    )
     [ref] = consumer.scan_once()
     works = consumer.visit(ref)
     assert len(works) == 60
@@ -41,7 +43,9 @@ def test_a_visit_never_takes_more_than_the_free_capacity_or_visit_max(q: Quick) 
     )
     [ref] = capped.scan_once()
     assert len(capped.visit(ref)) == 25  # the processing bound still holds
-    q2 = q.consumer(ConsumerConfig(in_order=True, dequeue_max=5, visit_max=20), name="b")
+    q2 = q.consumer(
+        ConsumerConfig(in_order=True, dequeue_max=5, visit_max=20, processing_bound=256), name="b"
+    )
     [ref] = q2.scan_once()
     assert len(q2.visit(ref)) == 20
 
@@ -79,7 +83,7 @@ def test_many_competing_tenants_keep_visits_at_dequeue_max(q: Quick) -> None:
 def test_without_visit_max_every_visit_stays_at_dequeue_max(q: Quick) -> None:
     _noop(q)
     q.enqueue_many("job", [b""] * 60, app="app", tenant="alone")
-    consumer = q.consumer(ConsumerConfig(in_order=True, dequeue_max=10))
+    consumer = q.consumer(ConsumerConfig(in_order=True, dequeue_max=10, processing_bound=256))
     [ref] = consumer.scan_once()
     assert len(consumer.visit(ref)) == 10
 
@@ -106,7 +110,10 @@ def test_a_lone_tenant_drains_in_big_visits_on_a_running_consumer(
                 sizes.append(fields["items"])
 
         consumer = q.consumer(
-            ConsumerConfig(dequeue_max=10, visit_max=1000, workers=4, in_order=False),
+            # A prefetch beyond the 4 workers: what a big visit is for.
+            ConsumerConfig(
+                dequeue_max=10, visit_max=1000, workers=4, in_order=False, processing_bound=256
+            ),
             observer=observe,
         )
         consumer.start()

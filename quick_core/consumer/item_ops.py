@@ -1,0 +1,121 @@
+"""What a Worker (paper Algorithm 3) does to the item it holds, wherever the item lives.
+
+Algorithm 3 is written once (:class:`~quickzones.consumer.worker.Worker`); the operations
+it needs on its item are this seam: the check just before a handler starts, the lease's
+extension, the completion, and what becomes of an item that did not complete (retry with
+backoff, dead letter, nack, give back). :class:`StoreItemOps` implements it over the zone
+store (a consumer of the store); a remote worker of ``quick serve`` implements it over the
+HTTP API (:mod:`quickzones.adapters.http.worker`), so the same rules hold on both paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from quickzones.consumer.completer import Completer
+from quickzones.consumer.failure import Failures
+from quickzones.consumer.state import Cluster, Work
+from quickzones.errors import Nack
+from quickzones.registry import JobType
+from quickzones.store.records import WorkItem
+
+
+class ItemOps(Protocol):
+    """A held item's operations, as a Worker and the lease extender use them."""
+
+    def start(self, work: Work) -> WorkItem:
+        """The check just before the handler of an item that waited starts: raises
+        ``ItemNotFound`` (completed or cancelled meanwhile) or ``LeaseLost`` (another holds
+        it), so such an item never starts. ``StorageError``: unknown."""
+        ...
+
+    def take_at_most_once(self, work: Work) -> Exception | None:
+        """Delete an at-most-once item as its handler starts (holding its lease); the
+        failure (``LeaseLost``...) or None. ``StorageError``: unknown."""
+        ...
+
+    def extend(self, work: Work, lease_ms: int) -> WorkItem:
+        """Renew the lease (``LeaseLost``/``ItemNotFound`` if it is gone)."""
+        ...
+
+    def gone(self, work: Work) -> bool | None:
+        """Whether the item was cancelled while it runs (None: this path cannot tell
+        without a write; a cancel is then seen at the next extension)."""
+        ...
+
+    def complete(self, work: Work) -> None:
+        """Hand a success to the completer."""
+        ...
+
+    def fail(
+        self,
+        work: Work,
+        job: JobType | None,
+        reason: str,
+        *,
+        permanent: bool,
+        failure: str | None = None,
+    ) -> str:
+        """Requeue with backoff (an error counted) or dead-letter; returns the outcome."""
+        ...
+
+    def nack(self, work: Work, nack: Nack) -> str:
+        """Requeue after ``nack.delay_s``, no error counted; returns the outcome."""
+        ...
+
+    def give_back(self, work: Work, delay_ms: int = 0) -> str:
+        """Release the lease unstarted, nothing counted; returns the outcome."""
+        ...
+
+
+class StoreItemOps:
+    """:class:`ItemOps` over the zone stores of a consumer's clusters."""
+
+    def __init__(
+        self,
+        clusters: dict[str, Cluster],
+        failures: Failures,
+        completer: Callable[[], Completer],
+    ) -> None:
+        self.clusters = clusters
+        self.failures = failures
+        self.completer = completer  # which completer takes a success now
+
+    def start(self, work: Work) -> WorkItem:
+        item = work.item
+        zones = self.clusters[work.cluster].zones
+        return zones.start(work.zone, item.item_id, item.lease_id or "")
+
+    def take_at_most_once(self, work: Work) -> Exception | None:
+        zones = self.clusters[work.cluster].zones
+        [outcome] = zones.complete_many(work.zone, [(work.item.item_id, work.item.lease_id or "")])
+        return outcome
+
+    def extend(self, work: Work, lease_ms: int) -> WorkItem:
+        item = work.item
+        zones = self.clusters[work.cluster].zones
+        return zones.extend_lease(work.zone, item.item_id, item.lease_id or "", lease_ms)
+
+    def gone(self, work: Work) -> bool | None:
+        return self.clusters[work.cluster].zones.get(work.zone, work.item.item_id) is None
+
+    def complete(self, work: Work) -> None:
+        self.completer().complete(work)
+
+    def fail(
+        self,
+        work: Work,
+        job: JobType | None,
+        reason: str,
+        *,
+        permanent: bool,
+        failure: str | None = None,
+    ) -> str:
+        return self.failures.fail(work, job, reason, permanent=permanent, failure=failure)
+
+    def nack(self, work: Work, nack: Nack) -> str:
+        return self.failures.nack(work, nack)
+
+    def give_back(self, work: Work, delay_ms: int = 0) -> str:
+        return self.failures.give_back(work, delay_ms)
