@@ -46,6 +46,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from quickzones.clock import Clock, SystemClock
 from quickzones.consumer.election import Leadership
+from quickzones.consumer.election import check_ids as _check_ids
 from quickzones.errors import (
     InvalidArgument,
     InvalidStoreURL,
@@ -104,13 +105,6 @@ def _import_pymemcache() -> Any:
     except ImportError as err:
         raise MissingDependency("pymemcache", "memcached", str(err)) from err
     return pymemcache
-
-
-def _check_ids(name: str, holder: str) -> None:
-    if not isinstance(name, str) or not name:
-        raise InvalidArgument("name", name, "must be a non-empty string")
-    if not isinstance(holder, str) or not holder:
-        raise InvalidArgument("holder", holder, "must be a non-empty string")
 
 
 def _parse(value: bytes | None) -> tuple[int, str] | None:

@@ -25,7 +25,6 @@ million new holders per second (each new holder needs a lease to expire or be re
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -33,8 +32,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from quickzones.clock import Clock, SystemClock
 from quickzones.consumer.election import Leadership
+from quickzones.consumer.election import check_ids as _check_ids
+from quickzones.consumer.election import ttl_ms as _ttl_ms
 from quickzones.errors import (
-    InvalidArgument,
     InvalidStoreURL,
     MissingDependency,
     StorageError,
@@ -126,19 +126,6 @@ def _import_redis() -> Any:
     except ImportError as err:
         raise MissingDependency("redis", "redis", str(err)) from err
     return redis
-
-
-def _ttl_ms(ttl: float) -> int:
-    if not (isinstance(ttl, int | float) and math.isfinite(ttl) and ttl > 0):
-        raise InvalidArgument("ttl", ttl, "must be a finite number of seconds > 0")
-    return max(1, math.ceil(ttl * 1000))
-
-
-def _check_ids(name: str, holder: str) -> None:
-    if not isinstance(name, str) or not name:
-        raise InvalidArgument("name", name, "must be a non-empty string")
-    if not isinstance(holder, str) or not holder:
-        raise InvalidArgument("holder", holder, "must be a non-empty string")
 
 
 class RedisElection:

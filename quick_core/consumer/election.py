@@ -11,12 +11,14 @@ store, the default and the authority, see :mod:`quickzones.consumer.scanner_elec
 
 from __future__ import annotations
 
+import math
 import secrets
 import threading
 from dataclasses import dataclass
 from typing import Protocol
 
 from quickzones.clock import Clock, SystemClock
+from quickzones.errors import InvalidArgument
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,3 +99,18 @@ class LocalElection:
 
     def close(self) -> None:
         pass
+
+
+def ttl_ms(ttl: float) -> int:
+    """An election's ``ttl`` (seconds) in whole ms, rounded up; bad values refused."""
+    if not (isinstance(ttl, int | float) and math.isfinite(ttl) and ttl > 0):
+        raise InvalidArgument("ttl", ttl, "must be a finite number of seconds > 0")
+    return max(1, math.ceil(ttl * 1000))
+
+
+def check_ids(name: str, holder: str) -> None:
+    """An election's lease ``name`` and ``holder`` must be non-empty strings."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgument("name", name, "must be a non-empty string")
+    if not isinstance(holder, str) or not holder:
+        raise InvalidArgument("holder", holder, "must be a non-empty string")

@@ -22,14 +22,14 @@ successor whose clock agrees with its own (as item leases already assume).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import fdb.tuple as fdbtuple
 
 from quickzones.clock import Clock, now_ms
 from quickzones.consumer.election import Leadership
-from quickzones.errors import InvalidArgument
+from quickzones.consumer.election import check_ids as _check_ids
+from quickzones.consumer.election import ttl_ms as _ttl_ms
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import OWN_STORE, KVStore, KVTransaction, transactional
 
@@ -69,19 +69,6 @@ def decode_lease(name: str, raw: bytes | None) -> LeaseRecord | None:
     if not (isinstance(term, int) and isinstance(expires_ms, int) and isinstance(holder, str)):
         return None
     return LeaseRecord(name, holder, term, expires_ms)
-
-
-def _ttl_ms(ttl: float) -> int:
-    if not (isinstance(ttl, int | float) and math.isfinite(ttl) and ttl > 0):
-        raise InvalidArgument("ttl", ttl, "must be a finite number of seconds > 0")
-    return max(1, math.ceil(ttl * 1000))
-
-
-def _check_ids(name: str, holder: str) -> None:
-    if not isinstance(name, str) or not name:
-        raise InvalidArgument("name", name, "must be a non-empty string")
-    if not isinstance(holder, str) or not holder:
-        raise InvalidArgument("holder", holder, "must be a non-empty string")
 
 
 class StoreElection:
