@@ -85,7 +85,8 @@ class Quick:
     ``shards``: how many shards the top-level queue of ``cluster`` has. The first open of
     a store stores it (default 1); later opens use the stored layout, and one asking for
     another is refused with :class:`~quickzones.store.layout.LayoutMismatch` (change it
-    with ``quick reshard``). ``store_layout=False`` (tools that only read) writes nothing.
+    with ``quick reshard``). ``create=False`` (tools that only read, as in :meth:`open`)
+    writes nothing.
     """
 
     def __init__(
@@ -103,7 +104,7 @@ class Quick:
         zone_store: ZoneStoreFactory | None = None,
         ids: IdSource | None = None,
         keep_status_s: float = 0.0,
-        store_layout: bool = True,
+        create: bool = True,
     ) -> None:
         self.kv = kv
         self.keys = KeySpace(root)
@@ -113,7 +114,7 @@ class Quick:
         self.toplevel = TopLevelQueue(
             kv, keys=self.keys, cluster=cluster, clock=self.clock, ids=ids
         )
-        self.toplevel.open_layout(shards, store=store_layout)
+        self.toplevel.open_layout(shards, store=create)
         self.ids = self.toplevel.ids
         # The KV zones: items, unless a zone store is injected; dead letters and admin.
         self.zones = KVZoneStore(kv, self.toplevel, keys=self.keys, clock=self.clock)
@@ -160,8 +161,7 @@ class Quick:
         writes nothing while opening: a missing file raises ``StoreNotFound``, a file that
         is not a quick store ``NotAQuickStore`` and is left untouched.
         """
-        options.setdefault("store_layout", create)
-        return cls(open_kv(url, clock=clock, create=create), clock=clock, **options)
+        return cls(open_kv(url, clock=clock, create=create), clock=clock, create=create, **options)
 
     def close(self) -> None:
         self.kv.close()

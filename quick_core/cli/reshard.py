@@ -13,10 +13,8 @@ from quickzones.cli.options import friendly, open_store, store_option
 @store_option
 @click.option("--shards", type=int, required=True, help="The shard count to move to.")
 @click.option("--cluster", default="default", show_default=True, help="Which top-level queue.")
-@click.option("--batch", type=click.IntRange(min=1), default=25, show_default=True,
-              help="Pointer index entries read per move transaction.")  # fmt: skip
 @friendly
-def reshard(store: str, shards: int, cluster: str, batch: int) -> None:
+def reshard(store: str, shards: int, cluster: str) -> None:
     """Spread the top-level queue's pointers over SHARDS shards, online. Safe to stop
     and run again: a reshard under way is resumed."""
     from quickzones.store.reshard import reshard as run_reshard
@@ -28,7 +26,7 @@ def reshard(store: str, shards: int, cluster: str, batch: int) -> None:
         def progress(number: int, moved: int) -> None:
             click.echo(f"pass {number}: moved {moved} pointers", err=True)
 
-        report = run_reshard(q.toplevel, shards, batch=batch, on_pass=progress)
+        report = run_reshard(q.toplevel, shards, on_pass=progress)
     finally:
         q.close()
     if report.passes == 0:
