@@ -75,10 +75,11 @@ last_events: dict[str, Any] = {}
 EVENTS = ("visited", "one_transaction_visit_conflict", "pointer_lease_failed", "completed")
 
 
-def quick_rate(url: str, n: int, work: Path, visit_max: int | None, one: bool = False) -> float:
+def _store_backlog(url: str, n: int, work: Path) -> Path:
+    """The lone tenant's ``n`` items, stored before any consumer starts; returns the
+    (emptied) file the jobs record their starts in."""
     out = work / "records.txt"
     out.write_bytes(b"")
-    env = {**os.environ, "BENCH_OUT": str(out), "PYTHONPATH": str(REPO)}
     q = open_quick(url)
     t = time.time()
     for i in range(0, n, 100):
@@ -86,6 +87,12 @@ def quick_rate(url: str, n: int, work: Path, visit_max: int | None, one: bool = 
             JOB, [{"t": TENANT, "e": t, "d": t}] * min(100, n - i), app="b", tenant=TENANT
         )
     q.close()
+    return out
+
+
+def quick_rate(url: str, n: int, work: Path, visit_max: int | None, one: bool = False) -> float:
+    out = _store_backlog(url, n, work)
+    env = {**os.environ, "BENCH_OUT": str(out), "PYTHONPATH": str(REPO)}
     cfg = throughput_config(
         workers=4, dequeue_max=10, visit_max=visit_max, one_transaction_visits=one
     )
@@ -111,15 +118,7 @@ def user_rate(url: str, n: int, work: Path, workers: int = 4) -> float:
     """``quick worker --workers N`` with its defaults, drained like Huey."""
     from bench.quickrun import user_worker_cmd as worker_cmd
 
-    out = work / "records.txt"
-    out.write_bytes(b"")
-    q = open_quick(url)
-    t = time.time()
-    for i in range(0, n, 100):
-        q.enqueue_many(
-            JOB, [{"t": TENANT, "e": t, "d": t}] * min(100, n - i), app="b", tenant=TENANT
-        )
-    q.close()
+    out = _store_backlog(url, n, work)
     env = {**os.environ, "BENCH_OUT": str(out), "PYTHONPATH": str(REPO), "QUICK_STORE": url}
     return _drain(worker_cmd(workers), env, out, n, work / "quick-worker.log")
 
