@@ -1,0 +1,133 @@
+"""Dequeue (the store's half of Algorithm 2's visit): peek and lease up to a batch of vested
+items in one transaction, sending expired and corrupt items to dead letters so neither can
+block the zone (invariant 8)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from quickzones.clock import now_ms
+from quickzones.errors import (
+    CorruptRecord,
+)
+from quickzones.store.kv import (
+    OWN_STORE,
+    KVTransaction,
+    get_many,
+    pack_i64,
+    prefetch_range,
+    transactional,
+)
+from quickzones.store.records import (
+    WorkItem,
+    ZoneId,
+)
+from quickzones.store.zones.dead_letters import ZoneDeadLetters
+from quickzones.store.zones.items import check_lease_duration
+from quickzones.store.zones.leases import ZoneLeases
+from quickzones.store.zones.reads import ZoneReads
+from quickzones.store.zonestore import CorruptItem
+
+# A dequeue reads a zone of at most this many keys (entries, records, count) in one
+# storage read first, where the store can answer later reads from it (kv.prefetch_range):
+# a zone with a few items, the common visit, costs one storage read instead of about eight.
+ZONE_PREFETCH_KEYS = 32
+
+
+class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
+    def _entries_to_take(
+        self, tr: KVTransaction, zone: ZoneId, max_items: int, now: int, horizon_ms: int
+    ) -> list[tuple[bytes, str]]:
+        """What a dequeue takes: vested entries first (invariant 6 among what is taken),
+        then, in the room left, those vesting within ``horizon_ms``.
+
+        One read to the horizon does for both when it leaves room or finds nothing ahead:
+        then it holds every vested entry (a full read without entries ahead is the vested
+        read's prefix). Only a full read with entries ahead falls back to two (a visit to a
+        zone with a few items, the common case, reads each range once, not twice).
+        """
+        if not horizon_ms:
+            return self._vested_entries(tr, zone, max_items, now, snapshot=False)
+        upto = self._vested_entries(tr, zone, max_items, now + horizon_ms, snapshot=False)
+        vested: list[tuple[bytes, str]] = []
+        ahead: list[tuple[bytes, str]] = []
+        for entry in upto:
+            vesting = self.keys.unpack_order_key(zone, entry[0])[1]
+            (vested if vesting is None or vesting <= now else ahead).append(entry)
+        if not ahead or len(upto) < max_items:
+            return vested + ahead
+        entries = self._vested_entries(tr, zone, max_items, now, snapshot=False)
+        seen = {item_id for _, item_id in entries}
+        more = self._vested_entries(
+            tr, zone, max_items + len(entries), now + horizon_ms, snapshot=False
+        )
+        return entries + [e for e in more if e[1] not in seen][: max_items - len(entries)]
+
+    @transactional
+    def dequeue(
+        self,
+        zone: ZoneId,
+        max_items: int,
+        lease_ms: int,
+        *,
+        accept: Callable[[WorkItem], bool] | None = None,
+        resolve: Callable[[WorkItem], WorkItem] | None = None,
+        horizon_ms: int = 0,
+        tr: KVTransaction = OWN_STORE,
+    ) -> tuple[list[WorkItem], list[CorruptItem]]:
+        """Peek and lease in one transaction (``tr``: a Manager's one-transaction visit).
+
+        Expired (TTL) and corrupt items go to dead letters here, so neither can block the
+        zone (invariant 8). With ``horizon_ms``, when the vested items leave room, items
+        vesting within that many ms that nobody holds are leased too, each lease counted
+        from its vesting time (its vesting is the returned ``vesting_ms`` minus
+        ``lease_ms``): the consumer starts them on its own timer, never before then. An
+        item leased by someone else is never taken before that lease runs out.
+        """
+        check_lease_duration(lease_ms)
+        if horizon_ms < 0:
+            raise ValueError(f"horizon_ms must be at least 0, not {horizon_ms}")
+
+        def take(tr: KVTransaction) -> tuple[list[WorkItem], list[CorruptItem]]:
+            now = now_ms(self.clock)
+            leased: list[WorkItem] = []
+            corrupt: list[CorruptItem] = []
+            # A small zone whole in one storage read: its order entries, records and count
+            # are read several times over by this dequeue and the pointer's requeue.
+            prefetch_range(tr, *self.keys.zone_range(zone), ZONE_PREFETCH_KEYS)
+            entries = self._entries_to_take(tr, zone, max_items, now, horizon_ms)
+            keys = [self.keys.item_key(zone, item_id) for _, item_id in entries]
+            # All item reads sent at once: a visit of many items is one round trip.
+            for (order_key, item_id), key, raw in zip(
+                entries, keys, get_many(tr, keys), strict=True
+            ):
+                if raw is None:
+                    # An order entry without its item: repair the index.
+                    tr.clear(order_key)
+                    continue
+                try:
+                    item = self._decode(tr, zone, key, raw)
+                except CorruptRecord as err:
+                    self._dead_letter_raw(tr, zone, item_id, raw, err.reason, now)
+                    tr.clear_range(*self.keys.items_range_of(zone, item_id))
+                    tr.clear(order_key)
+                    tr.add(self.keys.count_key(zone), pack_i64(-1))
+                    corrupt.append(CorruptItem(item_id, err.reason))
+                    continue
+                if resolve is not None:
+                    item = resolve(item)
+                if item.deadline_ms is not None and now > item.deadline_ms:
+                    self._bury(tr, zone, item, "expired: not started before its TTL")
+                    continue
+                if item.vesting_ms > now and item.lease_id is not None:
+                    continue  # ahead of time, but its holder's lease still runs
+                if accept is not None and not accept(item):
+                    continue  # e.g. its job type is at its concurrency cap: leave it vested
+                # At-most-once items are leased like any other: the consumer deletes one
+                # (holding its lease) only when its handler starts, so an item taken but
+                # never started (shutdown, a concurrency cap) is given back, not lost.
+                since = max(now, item.vesting_ms)  # an item taken ahead: from its vesting
+                leased.append(self._grant_lease(tr, zone, item, since, lease_ms))
+            return leased, corrupt
+
+        return take(tr)

@@ -1,0 +1,165 @@
+"""An item's keys in its zone: the record (with payload chunks when large), the order-index
+entry that says when it vests, and the zone's count; every zone operation reads and writes
+items through these, so each key is spelled once."""
+
+from __future__ import annotations
+
+from quickzones.clock import Clock, SystemClock
+from quickzones.errors import (
+    CorruptRecord,
+    InvalidArgument,
+)
+from quickzones.store.ids import IdSource, random_ids
+from quickzones.store.keys import KeySpace
+from quickzones.store.kv import (
+    ACCESSED_UNREADABLE,
+    VALUE_SIZE_LIMIT,
+    KVError,
+    KVStore,
+    KVTransaction,
+    pack_i64,
+)
+from quickzones.store.records import (
+    WorkItem,
+    ZoneId,
+    decode_item,
+    encode_item,
+    item_value_template,
+)
+from quickzones.store.toplevel import TopLevelQueue
+
+# Payloads above this are split into chunk keys so no value exceeds the KV value limit.
+INLINE_PAYLOAD_LIMIT = 64 * 1024
+CHUNK_SIZE = VALUE_SIZE_LIMIT - 1024
+
+
+def new_lease_id(ids: IdSource = random_ids) -> str:
+    """128 random bits (from ``secrets`` by default): unguessable, so no one completes by
+    guessing."""
+    return ids(16)
+
+
+def new_item_id(ids: IdSource = random_ids) -> str:
+    return ids(12)
+
+
+def check_lease_duration(lease_ms: int) -> None:
+    if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or lease_ms <= 0:
+        raise InvalidArgument("lease duration", lease_ms, "must be a positive number of ms")
+
+
+class ZoneItems:
+    """The KV zone store's state and its item-level reads and writes, in a caller's
+    transaction."""
+
+    def __init__(
+        self,
+        kv: KVStore,
+        toplevel: TopLevelQueue,
+        *,
+        keys: KeySpace | None = None,
+        clock: Clock | None = None,
+        ids: IdSource | None = None,
+    ) -> None:
+        self.kv = kv
+        self.toplevel = toplevel
+        self.keys = keys or toplevel.keys
+        self.clock = clock or SystemClock()
+        # Item and lease ids; by default the top-level queue's source (``secrets``).
+        self.ids = ids or toplevel.ids
+
+    def _write_item(
+        self, tr: KVTransaction, zone: ZoneId, item: WorkItem, *, stamped: bool = False
+    ) -> None:
+        """Write the record (and payload chunks); ``stamped``: the record of a new FIFO
+        item, whose commit versionstamp the commit writes into it."""
+        key = self.keys.item_key(zone, item.item_id)
+        chunks: list[bytes] = []
+        if len(item.payload) > INLINE_PAYLOAD_LIMIT:
+            chunks = [
+                item.payload[i : i + CHUNK_SIZE] for i in range(0, len(item.payload), CHUNK_SIZE)
+            ]
+            item = item.with_(meta={**item.meta, "_chunks": len(chunks)})
+        if stamped:
+            tr.set_versionstamped_value(key, item_value_template(item, include_payload=not chunks))
+        else:
+            tr.set(key, encode_item(item, include_payload=not chunks))
+        for n, chunk in enumerate(chunks):
+            tr.set(self.keys.item_chunk_key(zone, item.item_id, n), chunk)
+
+    def _order_key_of(self, zone: ZoneId, item: WorkItem) -> bytes:
+        """Where ``item``'s order entry is: by commit order (FIFO, never leased) or by
+        vesting time."""
+        if item.commit_order is None:
+            return self.keys.order_key(zone, item.priority, item.vesting_ms, item.item_id)
+        stamp, seq = item.commit_order
+        return self.keys.fifo_key(zone, item.priority, stamp, seq, item.item_id)
+
+    def _rewrite_header(
+        self, tr: KVTransaction, zone: ZoneId, old: WorkItem, new: WorkItem
+    ) -> None:
+        """Rewrite an item's record after a lease/requeue without touching its chunks."""
+        key = self.keys.item_key(zone, new.item_id)
+        if "_chunks" in old.meta:
+            tr.set(key, encode_item(new, include_payload=False))
+        else:
+            tr.set(key, encode_item(new))
+
+    def _read_item(
+        self, tr: KVTransaction, zone: ZoneId, item_id: str, *, snapshot: bool = False
+    ) -> WorkItem | None:
+        key = self.keys.item_key(zone, item_id)
+        raw = tr.get(key, snapshot=snapshot)
+        if raw is None:
+            return None
+        return self._decode(tr, zone, key, raw, snapshot=snapshot)
+
+    def _decode(
+        self, tr: KVTransaction, zone: ZoneId, key: bytes, raw: bytes, *, snapshot: bool = False
+    ) -> WorkItem:
+        head = decode_item(key, raw)
+        chunks = head.meta.get("_chunks")
+        if chunks is None:
+            return head
+        begin = self.keys.item_chunk_key(zone, head.item_id, 0)
+        end = self.keys.item_chunk_key(zone, head.item_id, int(chunks))
+        parts = tr.get_range(begin, end, snapshot=snapshot)
+        if len(parts) != int(chunks):
+            raise CorruptRecord(key, f"expected {chunks} payload chunks, found {len(parts)}")
+        return head.with_(payload=b"".join(v for _, v in parts))
+
+    def _delete_item(
+        self, tr: KVTransaction, zone: ZoneId, item: WorkItem, *, count: bool = True
+    ) -> None:
+        """Clear the record, its chunks and order entry; ``count``: and decrement the
+        zone's count (False: the caller adds the batch's total once)."""
+        tr.clear(self.keys.item_key(zone, item.item_id))
+        if "_chunks" in item.meta:
+            begin = self.keys.item_chunk_key(zone, item.item_id, 0)
+            end = self.keys.item_chunk_key(zone, item.item_id, int(item.meta["_chunks"]))
+            tr.clear_range(begin, end)
+        tr.clear(self._order_key_of(zone, item))
+        if count:
+            tr.add(self.keys.count_key(zone), pack_i64(-1))
+
+    def _move_vesting(
+        self, tr: KVTransaction, zone: ZoneId, old: WorkItem, new: WorkItem
+    ) -> WorkItem:
+        """Re-key ``old`` by ``new``'s vesting time (leaving commit order, if it had one);
+        returns the item as stored."""
+        if new.commit_order is not None:
+            new = new.with_(commit_order=None)
+        tr.clear(self._order_key_of(zone, old))
+        tr.set(self.keys.order_key(zone, new.priority, new.vesting_ms, new.item_id), b"")
+        self._rewrite_header(tr, zone, old, new)
+        return new
+
+    def _exists(self, tr: KVTransaction, zone: ZoneId, item_id: str) -> bool:
+        try:
+            return tr.get(self.keys.item_key(zone, item_id)) is not None
+        except KVError as err:
+            if err.code != ACCESSED_UNREADABLE:
+                raise
+            # This transaction wrote the id as a FIFO item, whose record holds a stamp
+            # that is unreadable until commit: it exists.
+            return True

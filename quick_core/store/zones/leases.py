@@ -1,0 +1,131 @@
+"""Per-item leases (paper section 5): a lease is the item's vesting time moved ahead with
+a fresh lease id; granting one counts a run, a lapsed one counts a lapse, not a failure.
+The Worker's start check, extension and requeue check the holder here."""
+
+from __future__ import annotations
+
+from quickzones.clock import now_ms, vesting_after
+from quickzones.errors import (
+    ItemNotFound,
+    ItemNotVested,
+    LeaseLost,
+)
+from quickzones.store.kv import (
+    OWN_STORE,
+    KVTransaction,
+    run,
+    transactional,
+)
+from quickzones.store.records import (
+    WorkItem,
+    ZoneId,
+)
+from quickzones.store.zones.items import ZoneItems, check_lease_duration, new_lease_id
+
+
+class ZoneLeases(ZoneItems):
+    def _grant_lease(
+        self, tr: KVTransaction, zone: ZoneId, item: WorkItem, now: int, lease_ms: int
+    ) -> WorkItem:
+        # A lease counts as a run (attempts + 1) when it is granted: a Manager leases only
+        # what its free workers start (Algorithm 1, line 5) and the lease extender keeps a
+        # waiting item's lease, so a granted lease is a run unless it is given back
+        # unstarted (requeue(ran=False) takes the count back). A lease that ran out
+        # unreleased (completing, requeueing or giving back clears it) means its consumer
+        # crashed or stalled while holding it: not a failed attempt (paper section 5), so
+        # this lease replaces that one's count, and the lapse is counted apart
+        # (RetryPolicy.max_lapses), so an item that kills its consumer every time ends.
+        if item.lease_id is not None:
+            counted: dict[str, object] = {
+                "lapses": item.lapses + 1,
+                "last_error": "lease lapsed: its consumer stopped or stalled while holding it",
+            }
+        else:
+            counted = {"attempts": item.attempts + 1}
+        leased = item.with_(
+            vesting_ms=now + lease_ms,
+            lease_id=new_lease_id(self.ids),
+            commit_order=None,
+            **counted,
+        )
+        return self._move_vesting(tr, zone, item, leased)
+
+    @transactional
+    def start(
+        self,
+        zone: ZoneId,
+        item_id: str,
+        lease_id: str,
+        *,
+        tr: KVTransaction = OWN_STORE,
+    ) -> WorkItem:
+        """A Worker's check just before it starts an item that waited for it (Algorithm
+        3): raises ``ItemNotFound`` (completed or cancelled meanwhile) or ``LeaseLost``
+        (another holder), so such an item never starts; else returns the stored item.
+        A read, no write: the run was counted when the lease was granted."""
+        return self._check_holder(self._read_item(tr, zone, item_id), item_id, lease_id)
+
+    def obtain_lease(self, zone: ZoneId, item_id: str, lease_ms: int) -> WorkItem:
+        check_lease_duration(lease_ms)
+
+        def lease(tr: KVTransaction) -> WorkItem:
+            item = self._read_item(tr, zone, item_id)
+            if item is None:
+                raise ItemNotFound(item_id)
+            now = now_ms(self.clock)
+            if item.vesting_ms > now:
+                raise ItemNotVested(item_id, item.vesting_ms)
+            return self._grant_lease(tr, zone, item, now, lease_ms)
+
+        return run(self.kv, lease)
+
+    def _check_holder(self, item: WorkItem | None, item_id: str, lease_id: str) -> WorkItem:
+        if item is None:
+            raise ItemNotFound(item_id)
+        if item.lease_id != lease_id:
+            raise LeaseLost(item_id)
+        return item
+
+    def extend_lease(self, zone: ZoneId, item_id: str, lease_id: str, lease_ms: int) -> WorkItem:
+        """Holds while the caller holds the lease, or it expired and nobody leased since
+        (the lease id is unchanged then)."""
+        check_lease_duration(lease_ms)
+
+        def extend(tr: KVTransaction) -> WorkItem:
+            item = self._check_holder(self._read_item(tr, zone, item_id), item_id, lease_id)
+            return self._move_vesting(
+                tr,
+                zone,
+                item,
+                item.with_(vesting_ms=now_ms(self.clock) + lease_ms, commit_order=None),
+            )
+
+        return run(self.kv, extend)
+
+    @transactional
+    def requeue(
+        self,
+        zone: ZoneId,
+        item_id: str,
+        lease_id: str,
+        delay_ms: int,
+        *,
+        error: str | None = None,
+        count_error: bool = True,
+        meta: dict[str, object] | None = None,
+        not_before_ms: int | None = None,
+        ran: bool = True,
+        tr: KVTransaction = OWN_STORE,
+    ) -> WorkItem:
+        item = self._check_holder(self._read_item(tr, zone, item_id), item_id, lease_id)
+        updated = item.with_(
+            vesting_ms=max(vesting_after(self.clock, delay_ms), not_before_ms or 0),
+            lease_id=None,
+            # Given back unstarted: this lease was no run, so its count is taken back.
+            attempts=item.attempts if ran else max(0, item.attempts - 1),
+            error_count=item.error_count + (1 if count_error else 0),
+            last_error=error if error is not None else item.last_error,
+            meta={**item.meta, **meta} if meta else item.meta,
+            commit_order=None,
+        )
+        return self._move_vesting(tr, zone, item, updated)
