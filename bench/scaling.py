@@ -38,6 +38,7 @@ from bench.quickrun import NOOP, SLEEP, open_quick
 from quickzones.testing.provision.ports import free_port
 
 MARGIN = 2.0  # backlog = bound x seconds x MARGIN
+STARTUP_S = 10.0  # seconds from the workers' start to the window's, sized for too
 LEFT_AT_LEAST = 0.1  # of the backlog at the window's end, or the run failed (drained)
 # A no-op item's bound is the consumer process itself: above any rate one has reached
 # (3,360 items/s with the throughput profile, 1,741 with the defaults, on the 16-core
@@ -126,7 +127,9 @@ def fill(url: str, job_type: str, work_ms: float, tenants: int, items: int) -> i
 
 def measure(workload: Workload, processes: int, seconds: float, warm_s: float, tenants: int) -> Row:
     url = fdb_url(f"scale-{workload.name}-{processes}")
-    backlog = math.ceil(workload.bound(processes) * (warm_s + seconds) * MARGIN)
+    # The processes' start and the scrapes (each reads every zone for the store's gauges)
+    # come on top of the window: STARTUP_S of them at the bound too.
+    backlog = math.ceil(workload.bound(processes) * (STARTUP_S + warm_s + seconds) * MARGIN)
     started = time.monotonic()
     backlog = fill(url, workload.job_type, workload.work_ms, tenants, backlog)
     log(f"{workload.name} x{processes}: {backlog:,} items in {time.monotonic() - started:.1f}s")
