@@ -167,6 +167,7 @@ def measure(workload: Workload, processes: int, seconds: float, warm_s: float, t
             proc.wait(120)
         except subprocess.TimeoutExpired:
             proc.kill()
+        _clear(url)  # the memory engine keeps everything in RAM: the next run starts empty
     leased = int(end["leased"] - begin["leased"])
     lost = int(end["lost"] - begin["lost"])
     left = backlog - int(end["completed"])
@@ -183,6 +184,17 @@ def measure(workload: Workload, processes: int, seconds: float, warm_s: float, t
         drained=left < LEFT_AT_LEAST * backlog,
         bound_items_per_s=workload.bound(processes),
     )
+
+
+def _clear(url: str) -> None:
+    """Every key of this run's store (its root prefix)."""
+    from quickzones.store.kv import run as transact
+
+    q = open_quick(url)
+    try:
+        transact(q.kv, lambda tr: tr.clear_range(b"", b"\xff"))
+    finally:
+        q.close()
 
 
 def table(rows: list[Row]) -> str:
@@ -202,9 +214,27 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def write(out: Path | None, rows: list[Row], meta: dict[str, object]) -> None:
+    """scaling.json and scaling.md in ``out``, rewritten after each run: a run cut short
+    (a time limit) still leaves the rows measured so far."""
+    if out is None:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {**meta, "cores": os.cpu_count(), "rows": [asdict(r) for r in rows]}
+    (out / "scaling.json").write_text(json.dumps(doc, indent=2))
+    (out / "scaling.md").write_text(table(rows) + "\n")
+
+
 def run(
-    processes: list[int], workloads: list[str], seconds: float, warm_s: float, tenants: int
+    processes: list[int],
+    workloads: list[str],
+    seconds: float,
+    warm_s: float,
+    tenants: int,
+    out: Path | None = None,
 ) -> list[Row]:
+    meta: dict[str, object] = {"argv": sys.argv, "seconds": seconds, "warm_s": warm_s,
+                               "tenants": tenants}  # fmt: skip
     rows: list[Row] = []
     for name in workloads:
         one: float | None = None
@@ -214,6 +244,7 @@ def run(
                 one = row.items_per_s
             row.ratio_to_one = row.items_per_s / one if one else None
             rows.append(row)
+            write(out, rows, meta)
             log(
                 f"{name} x{n}: {row.items_per_s:,.0f} items/s"
                 f"{f' (x{row.ratio_to_one:.2f})' if row.ratio_to_one else ''}, "
@@ -237,21 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown or any(n < 1 for n in counts):
         ap.error(f"unknown workloads {unknown}" if unknown else "processes must be >= 1")
-    rows = run(counts, names, args.seconds, args.warm, args.tenants)
-    text = table(rows)
-    print(text)
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        doc = {
-            "cores": os.cpu_count(),
-            "argv": sys.argv,
-            "seconds": args.seconds,
-            "warm_s": args.warm,
-            "tenants": args.tenants,
-            "rows": [asdict(r) for r in rows],
-        }
-        (args.out / "scaling.json").write_text(json.dumps(doc, indent=2))
-        (args.out / "scaling.md").write_text(text + "\n")
+    rows = run(counts, names, args.seconds, args.warm, args.tenants, args.out)
+    print(table(rows))
     drained = [r for r in rows if r.drained]
     if drained:
         log(f"{len(drained)} run(s) drained their backlog: their rates are not the consumers'")
