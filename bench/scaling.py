@@ -134,7 +134,10 @@ def measure(workload: Workload, processes: int, seconds: float, warm_s: float, t
     backlog = fill(url, workload.job_type, workload.work_ms, tenants, backlog)
     log(f"{workload.name} x{processes}: {backlog:,} items in {time.monotonic() - started:.1f}s")
     port = free_port()
-    env = {**os.environ, "QUICK_STORE": url, "PYTHONPATH": str(REPO)}
+    # The repository for bench.user_app, after whatever PYTHONPATH names (.dev/run.sh's
+    # installed wheel).
+    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO)) if p)
+    env = {**os.environ, "QUICK_STORE": url, "PYTHONPATH": path}
     cmd = [
         sys.executable, "-m", "quickzones", "worker", "--app-module", "bench.user_app:q",
         "--processes", str(processes), "--metrics-port", str(port), *workload.worker_args,
