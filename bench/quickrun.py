@@ -23,6 +23,7 @@ from quickzones.consumer import Consumer, ConsumerConfig
 
 JOB = "bench"
 NOOP = "noop"
+SLEEP = "sleep"  # payload {"w": ms}: sleeps that long, records nothing (bench.scaling)
 
 
 def open_quick(url: str, *, fifo: bool = False) -> Quick:
@@ -37,6 +38,10 @@ def open_quick(url: str, *, fifo: bool = False) -> Quick:
     @q.job(NOOP)
     def noop(payload: Any, ctx: Any) -> None:
         return None
+
+    @q.job(SLEEP)
+    def sleep(payload: Any, ctx: Any) -> None:
+        time.sleep(payload["w"] / 1000)
 
     return q
 

@@ -73,8 +73,12 @@ def _batched(visits_per_transaction: int) -> str:
     click.IntRange(min=1),
     "Items one visit takes from one zone.",
 )
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Consumer processes, kept running by a supervisor.")  # fmt: skip
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on this port.")  # fmt: skip
+@click.option("--metrics-shared", is_flag=True, hidden=True,
+              help="A supervised child: count metrics for the supervisor's endpoint.")  # fmt: skip
 @click.option("--metrics-address", default="127.0.0.1", show_default=True,
               help="Address the metrics server listens on.")  # fmt: skip
 @click.option("--election", default=None,
@@ -103,7 +107,9 @@ def worker(
     lease_s: float,
     shutdown_deadline_s: float,
     dequeue_max: int,
+    processes: int,
     metrics_port: int | None,
+    metrics_shared: bool,
     metrics_address: str,
     election: str | None,
     remote: str | None,
@@ -125,7 +131,19 @@ def worker(
     if unhandled_grace_s < 0:
         raise ConfigurationError(f"--unhandled-grace must be at least 0, not {unhandled_grace_s}")
     sys.path.insert(0, os.getcwd())
-    q = load_handlers(app_module)
+    q = load_handlers(app_module)  # in a supervisor too: a bad module fails before any child
+    if processes > 1:
+        child_args = [
+            "--workers", str(workers), "--managers", str(managers), "--lease", repr(lease_s),
+            "--shutdown-deadline", repr(shutdown_deadline_s), "--dequeue-max", str(dequeue_max),
+            "--unhandled-grace", repr(unhandled_grace_s),
+        ]  # fmt: skip
+        for flag, value in (("--election", election), ("--remote", remote), ("--apps", apps),
+                            ("--types", job_types)):  # fmt: skip
+            if value is not None:
+                child_args += [flag, value]
+        _supervise(q, app_module, child_args, processes, token, metrics_port, metrics_address)
+        return
     if remote is not None:  # the handlers run here; the store is behind quick serve
         from urllib.parse import urlsplit
 
@@ -146,7 +164,11 @@ def worker(
     )
     config.validate()
     observer = None
-    if metrics_port is not None:
+    if metrics_shared:
+        from quickzones.consumer.metrics import shared_observer
+
+        observer = shared_observer()
+    elif metrics_port is not None:
         from quickzones.consumer.metrics import serve_metrics
 
         try:
@@ -180,3 +202,49 @@ def worker(
     finally:
         if scheduler is not None:
             scheduler.stop()
+
+
+def _supervise(
+    q: Any,
+    app_module: str,
+    child_args: list[str],
+    processes: int,
+    token: str | None,
+    metrics_port: int | None,
+    metrics_address: str,
+) -> None:
+    """``--processes N``: N ``quick worker`` children with the same options under a
+    :class:`~quickzones.supervisor.Supervisor`, and one metrics endpoint for them all."""
+    from quickzones.errors import ConfigurationError
+    from quickzones.supervisor import Supervisor, worker_command
+
+    env = dict(os.environ)
+    if token is not None:
+        env["QUICK_TOKEN"] = token  # not on the children's command lines (ps shows those)
+    shared = None
+    if metrics_port is not None:
+        from quickzones.consumer.metrics import SharedMetrics
+
+        try:
+            shared = SharedMetrics(q, metrics_port, metrics_address)
+        except OSError as err:
+            raise ConfigurationError(
+                f"cannot serve metrics on {metrics_address}:{metrics_port}: {err.strerror or err}"
+            ) from err
+        env.update(shared.env)
+        child_args = [*child_args, "--metrics-shared"]
+    verbose = click.get_current_context().find_root().params.get("verbose") or 0
+    supervisor = Supervisor(
+        worker_command(app_module, child_args, verbose=verbose),
+        processes,
+        env=env,
+        on_exit=shared.process_gone if shared is not None else (lambda pid: None),
+        say=lambda line: click.echo(f"quick worker: {line}", err=True),
+    )
+    try:
+        code = supervisor.run()
+    finally:
+        if shared is not None:
+            shared.close()
+    if code:
+        sys.exit(code)

@@ -2,13 +2,20 @@
 
 The consumer reports what it does as events to an observer; :class:`PrometheusObserver`
 turns them into counters and histograms, and :func:`serve_metrics` exposes them over HTTP.
+Under a supervisor (``quick worker --processes N``), :class:`SharedMetrics` serves every
+child's metrics from one endpoint: each child counts into files of a folder
+(prometheus_client's multiprocess mode) and the supervisor sums them at scrape time.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
+import shutil
+import tempfile
 from typing import TYPE_CHECKING, Any
 
-from quickzones.errors import MissingDependency
+from quickzones.errors import ConfigurationError, MissingDependency
 
 if TYPE_CHECKING:
     from quickzones.client import Quick
@@ -63,6 +70,8 @@ class PrometheusObserver:
             "1 while this consumer is the in-order scanner of the cluster's top-level queue",
             ["cluster"],
             registry=reg,
+            # Under a supervisor (SharedMetrics): 1 when any live process holds it.
+            multiprocess_mode="livemax",
         )
 
     def __call__(self, event: str, fields: dict[str, Any]) -> None:
@@ -136,3 +145,52 @@ def serve_metrics(q: Quick, port: int, addr: str = "127.0.0.1") -> PrometheusObs
     prom.REGISTRY.register(StoreCollector(q))
     prom.start_http_server(port, addr=addr)
     return observer
+
+
+# Set in a child's environment by SharedMetrics: prometheus_client then keeps every metric
+# of that process in files of this folder (read when prometheus_client is imported).
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def shared_observer() -> PrometheusObserver:
+    """A supervised child's observer: its metrics go to the folder its supervisor serves
+    (:class:`SharedMetrics`), not to an endpoint of its own."""
+    if not os.environ.get(MULTIPROC_ENV):
+        raise ConfigurationError(
+            f"shared metrics need {MULTIPROC_ENV} set by the supervisor (quick worker --processes)"
+        )
+    return PrometheusObserver()
+
+
+class SharedMetrics:
+    """One metrics endpoint for all of a supervisor's children: a fresh folder their
+    counters are written to (:attr:`env` goes into their environment), summed with the
+    store's gauges at each scrape of ``addr:port``. :meth:`process_gone` after each child
+    exits (its counts stay; its live gauges go), :meth:`close` at the end."""
+
+    def __init__(self, q: Quick, port: int, addr: str = "127.0.0.1") -> None:
+        prom = _prometheus()
+        multiprocess: Any = importlib.import_module("prometheus_client.multiprocess")
+        self._multiprocess = multiprocess
+        self.folder = tempfile.mkdtemp(prefix="quick-metrics-")
+        registry = prom.CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=self.folder)
+        registry.register(StoreCollector(q))
+        try:
+            self._server = prom.start_http_server(port, addr=addr, registry=registry)
+        except OSError:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {MULTIPROC_ENV: self.folder}
+
+    def process_gone(self, pid: int) -> None:
+        self._multiprocess.mark_process_dead(pid, self.folder)
+
+    def close(self) -> None:
+        server = self._server[0] if isinstance(self._server, tuple) else None
+        if server is not None:
+            server.shutdown()
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -1,9 +1,10 @@
 """The Scanner: paper Algorithm 1 (choose which zones to visit).
 
 One scan peeks the vested pointers of every shard of every cluster (shuffled) and selects
-some: a random ``selection_frac`` of each shard's peek in random mode, so consumers spread
-over zones; the oldest first in order mode (the consumer that holds a cluster's scanner
-election, paper section 4.2), so no pointer starves (invariant 10). What a scan selects
+some: a random ``selection_frac`` of each shard's peek of ``peek_max`` in random mode, so
+consumers spread over zones; the oldest first in order mode (the consumer that holds a
+cluster's scanner election, paper section 4.2; it peeks ``in_order_peek_max``), so no
+pointer starves (invariant 10). What a scan selects
 is then ordered by how many of this consumer's items each zone holds, fewest first (a
 stable sort, so the order above breaks ties): a visit with less room than its zones want
 gives it to the tenants with nothing running before a backlog that holds the rest
@@ -155,7 +156,8 @@ class Scanner:
                 crowded = True  # a shard not even peeked: competition unknown
                 continue
             try:
-                peeked, later = cluster.toplevel.peek(shard, cfg.peek_max, horizon_ms=horizon_ms)
+                window = min(cfg.in_order_peek_max, cfg.peek_max) if in_order else cfg.peek_max
+                peeked, later = cluster.toplevel.peek(shard, window, horizon_ms=horizon_ms)
             except StorageError as err:
                 self.emit("scan_error", error=str(err))
                 continue
@@ -172,7 +174,7 @@ class Scanner:
             if not peeked:
                 continue
             competing += len(peeked)
-            crowded = crowded or len(peeked) >= cfg.peek_max
+            crowded = crowded or len(peeked) >= window
             selection.add(peeked, in_order)
         chosen = selection.chosen()
         chosen.sort(key=self.held)

@@ -17,6 +17,7 @@ KEPT = (
     "--lease",
     "--shutdown-deadline",
     "--dequeue-max",
+    "--processes",
     "--metrics-port",
     "--metrics-address",
     "--election",

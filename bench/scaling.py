@@ -1,0 +1,284 @@
+"""Throughput against consumer processes (issue 29 point 4; the paper's Figure 4).
+
+``python -m bench.scaling [--processes 1,2,4,8] [--workloads noop,sleep50] [--seconds S]``
+
+For each workload and process count: a backlog over ``--tenants`` zones on FoundationDB
+(``FDB_CLUSTER_FILE``, else a local ``fdbserver`` from ``FDB_BIN_DIR``), sized from the
+workers' bound (items/s the consumers could reach x the run's length x ``MARGIN``); then
+``quick worker --processes N`` as a user starts it, with ``--metrics-port``: its one
+endpoint counts every child's completions, pointer leases and lost pointer leases, read
+at the start and the end of a steady window. A run whose backlog ran low (less than
+``LEFT_AT_LEAST`` of it left at the window's end) reports the backlog's size, not the
+consumers' rate: it fails, and the benchmark exits 1.
+
+Workloads: ``noop`` (no-op items, ``quick worker``'s defaults: ``ConsumerConfig()``) and
+``sleep50`` (the paper's experiment (a): 50 ms items, 64 workers and 8 managers a
+consumer). Results: one JSON file and a Markdown table in ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bench.common import REPO, fdb_url, log
+from bench.quickrun import NOOP, SLEEP, open_quick
+from quickzones.testing.provision.ports import free_port
+
+MARGIN = 2.0  # backlog = bound x seconds x MARGIN
+STARTUP_S = 10.0  # seconds from the workers' start to the window's, sized for too
+LEFT_AT_LEAST = 0.1  # of the backlog at the window's end, or the run failed (drained)
+# A no-op item's bound is the consumer process itself: above any rate one has reached
+# (3,360 items/s with the throughput profile, 1,741 with the defaults, on the 16-core
+# machine of issue 29).
+NOOP_BOUND_PER_PROCESS = 4000.0
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    name: str
+    job_type: str
+    work_ms: float
+    worker_args: tuple[str, ...]
+    workers: int
+
+    def bound(self, processes: int) -> float:
+        """Items/s ``processes`` consumers could reach at most."""
+        if self.work_ms <= 0:
+            return NOOP_BOUND_PER_PROCESS * processes
+        return processes * self.workers * 1000.0 / self.work_ms
+
+
+WORKLOADS = {
+    "noop": Workload("noop", NOOP, 0.0, (), 8),
+    "sleep50": Workload("sleep50", SLEEP, 50.0, ("--workers", "64", "--managers", "8"), 64),
+}
+
+
+@dataclass(slots=True)
+class Row:
+    workload: str
+    processes: int
+    backlog: int
+    items_per_s: float
+    ratio_to_one: float | None
+    pointer_leases: int
+    pointer_leases_lost: int
+    lost_share: float
+    left_at_end: int
+    drained: bool
+    bound_items_per_s: float
+
+
+_SAMPLE = re.compile(r"^(\w+)(\{[^}]*\})? (\S+)$", re.M)
+
+
+def scrape(port: int) -> dict[str, float]:
+    """The endpoint's completions, pointer leases and lost pointer leases, summed over
+    every process and label."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as resp:
+        body = resp.read().decode()
+    out = {"completed": 0.0, "leased": 0.0, "lost": 0.0}
+    for name, labels, value in _SAMPLE.findall(body):
+        if name == "quick_events_total" and 'event="completed"' in labels:
+            out["completed"] += float(value)
+        elif name == "quick_events_total" and 'event="pointer_leased"' in labels:
+            out["leased"] += float(value)
+        elif name == "quick_pointer_lease_failures_total":
+            out["lost"] += float(value)
+    return out
+
+
+def _fill_tenants(url: str, job_type: str, work_ms: float, tenants: range, per: int) -> None:
+    q = open_quick(url)
+    payload = {"w": work_ms}
+    for t in tenants:
+        left = per
+        while left > 0:  # one transaction stays far below FoundationDB's 10 MB
+            n = min(left, 2000)
+            q.enqueue_many(job_type, [payload] * n, app="s", tenant=f"z{t}")
+            left -= n
+    q.close()
+
+
+def fill(url: str, job_type: str, work_ms: float, tenants: int, items: int) -> int:
+    """``items`` items spread evenly over ``tenants`` zones of app ``s``, written by a
+    process a core (spawned: a forked FoundationDB client is not safe)."""
+    per = math.ceil(items / tenants)
+    jobs = max(1, min(os.cpu_count() or 1, 16, tenants))
+    parts = [range(i, tenants, jobs) for i in range(jobs)]
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for done in [pool.submit(_fill_tenants, url, job_type, work_ms, r, per) for r in parts]:
+            done.result()
+    return per * tenants
+
+
+def measure(workload: Workload, processes: int, seconds: float, warm_s: float, tenants: int) -> Row:
+    url = fdb_url(f"scale-{workload.name}-{processes}")
+    # The processes' start and the scrapes (each reads every zone for the store's gauges)
+    # come on top of the window: STARTUP_S of them at the bound too.
+    backlog = math.ceil(workload.bound(processes) * (STARTUP_S + warm_s + seconds) * MARGIN)
+    started = time.monotonic()
+    backlog = fill(url, workload.job_type, workload.work_ms, tenants, backlog)
+    log(f"{workload.name} x{processes}: {backlog:,} items in {time.monotonic() - started:.1f}s")
+    port = free_port()
+    # The repository for bench.user_app, after whatever PYTHONPATH names (.dev/run.sh's
+    # installed wheel).
+    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO)) if p)
+    env = {**os.environ, "QUICK_STORE": url, "PYTHONPATH": path}
+    cmd = [
+        sys.executable, "-m", "quickzones", "worker", "--app-module", "bench.user_app:q",
+        "--processes", str(processes), "--metrics-port", str(port), *workload.worker_args,
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        first: dict[str, float] | None = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                first = scrape(port)
+            except OSError:
+                first = None
+            if first is not None and first["completed"] > 0:
+                break
+            time.sleep(0.2)
+        if first is None or proc.poll() is not None:
+            raise RuntimeError(f"quick worker --processes {processes} never completed an item")
+        time.sleep(warm_s)
+        # The counters are read first, the store's gauges (a read of every zone: seconds
+        # over a big backlog) after them: the time a count holds at is the request's.
+        t0 = time.monotonic()
+        begin = scrape(port)
+        time.sleep(max(0.0, t0 + seconds - time.monotonic()))
+        t1 = time.monotonic()
+        end = scrape(port)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        _clear(url)  # the memory engine keeps everything in RAM: the next run starts empty
+    leased = int(end["leased"] - begin["leased"])
+    lost = int(end["lost"] - begin["lost"])
+    left = backlog - int(end["completed"])
+    return Row(
+        workload=workload.name,
+        processes=processes,
+        backlog=backlog,
+        items_per_s=(end["completed"] - begin["completed"]) / (t1 - t0),
+        ratio_to_one=None,
+        pointer_leases=leased,
+        pointer_leases_lost=lost,
+        lost_share=lost / (leased + lost) if leased + lost else 0.0,
+        left_at_end=left,
+        drained=left < LEFT_AT_LEAST * backlog,
+        bound_items_per_s=workload.bound(processes),
+    )
+
+
+def _clear(url: str) -> None:
+    """Every key of this run's store (its root prefix)."""
+    from quickzones.store.kv import run as transact
+
+    q = open_quick(url)
+    try:
+        transact(q.kv, lambda tr: tr.clear_range(b"", b"\xff"))
+    finally:
+        q.close()
+
+
+def table(rows: list[Row]) -> str:
+    lines = [
+        "| workload | processes | items/s | x one | lost pointer leases | backlog | left | |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ratio = f"x{r.ratio_to_one:.2f}" if r.ratio_to_one is not None else ""
+        tries = r.pointer_leases + r.pointer_leases_lost
+        lost = f"{r.lost_share:.1%} ({r.pointer_leases_lost}/{tries})"
+        flag = "DRAINED: fails" if r.drained else ""
+        lines.append(
+            f"| {r.workload} | {r.processes} | {r.items_per_s:,.0f} | {ratio} | {lost} | "
+            f"{r.backlog:,} | {r.left_at_end:,} | {flag} |"
+        )
+    return "\n".join(lines)
+
+
+def write(out: Path | None, rows: list[Row], meta: dict[str, object]) -> None:
+    """scaling.json and scaling.md in ``out``, rewritten after each run: a run cut short
+    (a time limit) still leaves the rows measured so far."""
+    if out is None:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {**meta, "cores": os.cpu_count(), "rows": [asdict(r) for r in rows]}
+    (out / "scaling.json").write_text(json.dumps(doc, indent=2))
+    (out / "scaling.md").write_text(table(rows) + "\n")
+
+
+def run(
+    processes: list[int],
+    workloads: list[str],
+    seconds: float,
+    warm_s: float,
+    tenants: int,
+    out: Path | None = None,
+) -> list[Row]:
+    meta: dict[str, object] = {"argv": sys.argv, "seconds": seconds, "warm_s": warm_s,
+                               "tenants": tenants}  # fmt: skip
+    rows: list[Row] = []
+    for name in workloads:
+        one: float | None = None
+        for n in processes:
+            row = measure(WORKLOADS[name], n, seconds, warm_s, tenants)
+            if n == 1:
+                one = row.items_per_s
+            row.ratio_to_one = row.items_per_s / one if one else None
+            rows.append(row)
+            write(out, rows, meta)
+            log(
+                f"{name} x{n}: {row.items_per_s:,.0f} items/s"
+                f"{f' (x{row.ratio_to_one:.2f})' if row.ratio_to_one else ''}, "
+                f"lost pointer leases {row.lost_share:.1%}"
+                f"{'; DRAINED: the backlog ran low, not the consumers' if row.drained else ''}"
+            )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__)
+    ap.add_argument("--processes", default="1,2,4,8", help="comma-separated counts")
+    ap.add_argument("--workloads", default="noop,sleep50", help=f"of {', '.join(WORKLOADS)}")
+    ap.add_argument("--seconds", type=float, default=8.0, help="the measuring window")
+    ap.add_argument("--warm", type=float, default=2.0, help="seconds before the window")
+    ap.add_argument("--tenants", type=int, default=1000)
+    ap.add_argument("--out", type=Path, default=None, help="folder for scaling.json/.md")
+    args = ap.parse_args(argv)
+    counts = [int(n) for n in args.processes.split(",")]
+    names = args.workloads.split(",")
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown or any(n < 1 for n in counts):
+        ap.error(f"unknown workloads {unknown}" if unknown else "processes must be >= 1")
+    rows = run(counts, names, args.seconds, args.warm, args.tenants, args.out)
+    print(table(rows))
+    drained = [r for r in rows if r.drained]
+    if drained:
+        log(f"{len(drained)} run(s) drained their backlog: their rates are not the consumers'")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
