@@ -204,7 +204,7 @@ async def lease(body: m.LeaseRequest, request: Request, who: Consumer) -> Respon
     state = state_of(request)
     app = body.app if body.app is not None else who.app
     if app == ALL_APPS:
-        if who.app != ALL_APPS:
+        if not who.all_apps:
             raise ApiError(403, "forbidden_app", f"this token is for app {who.app!r} only")
         scope = None
     else:
@@ -486,8 +486,8 @@ def purge_dead_letters(app: str, body: m.DeadLetterFilter, request: Request, who
 @router.get("/shards", tags=["admin"])
 def shards(request: Request, who: Admin) -> m.Shards:
     """Pointers per shard of the cluster (a token for every app only)."""
-    if who.app != ALL_APPS:
-        raise ApiError(403, "forbidden_app", "pointers of every app need a token for app '*'")
+    if not who.all_apps:
+        raise ApiError(403, "forbidden_app", "pointers of every app need a token for every app")
     q = state_of(request).q
     return m.Shards(
         cluster=q.toplevel.cluster,

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import click
 
-from quickzones.adapters.http.tokens import ALL_APPS, ROLES, TokenStore
+from quickzones.adapters.http.tokens import ROLES, TokenStore
 from quickzones.cli import friendly, store_option
 from quickzones.client import Quick
 from quickzones.errors import ConfigurationError
@@ -127,9 +127,11 @@ def create_cmd(
         raise ConfigurationError("give exactly one of --app APP or --all-apps")
     q = Quick.open(store)
     try:
-        token, info = _tokens(q).create(
-            ALL_APPS if all_apps else str(app), list(roles), label=label
-        )
+        tokens = _tokens(q)
+        if all_apps:
+            token, info = tokens.create_for_all_apps(list(roles), label=label)
+        else:
+            token, info = tokens.create(str(app), list(roles), label=label)
     finally:
         q.close()
     if as_json:
@@ -139,6 +141,7 @@ def create_cmd(
                     "token": token,
                     "token_id": info.token_id,
                     "app": info.app,
+                    "all_apps": info.all_apps,
                     "roles": list(info.roles),
                 }
             )
@@ -170,6 +173,7 @@ def list_cmd(store: str, as_json: bool) -> None:
                     {
                         "token_id": t.token_id,
                         "app": t.app,
+                        "all_apps": t.all_apps,
                         "roles": list(t.roles),
                         "label": t.label,
                         "created_ms": t.created_ms,
