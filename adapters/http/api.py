@@ -9,6 +9,8 @@ pool, and each store call is a short transaction of its own.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -20,7 +22,7 @@ from pydantic import BaseModel
 
 from quickzones.adapters.http import models as m
 from quickzones.adapters.http import views
-from quickzones.adapters.http.pull import PullLeaser
+from quickzones.adapters.http.pull import Leased, PullLeaser
 from quickzones.adapters.http.tokens import ALL_APPS, TokenInfo, TokenStore
 from quickzones.client import Quick
 from quickzones.clock import now_ms
@@ -28,6 +30,8 @@ from quickzones.errors import ItemAlreadyQueued, ItemNotFound, LeaseLost
 from quickzones.store import admin
 from quickzones.store.outcomes import JobStatus
 from quickzones.store.validation import check_job_type, check_name
+
+log = logging.getLogger("quick.serve")
 
 
 class ApiError(Exception):
@@ -218,9 +222,25 @@ async def lease(body: m.LeaseRequest, request: Request, who: Consumer) -> Respon
         got = state.leaser.lease(
             scope, body.max_items, body.lease_s, body.wait_s, types, state.stopping, body.fill_s
         )
-        return _json(m.LeaseResponse(items=[m.leased_item(x.zone, x.item) for x in got]))
+        items = [one for one in (_deliverable(state.q, x) for x in got) if one is not None]
+        return Response('{"items":[' + ",".join(items) + "]}", media_type="application/json")
 
     return await anyio.to_thread.run_sync(leased)
+
+
+def _deliverable(q: Quick, x: Leased) -> str | None:
+    """A leased item as the response's JSON, or None when it cannot be sent (a payload
+    stored before enqueue refused what the API cannot encode, or an unreadable one): the
+    item is dead-lettered with the reason, so it neither breaks the response for the
+    others nor comes back to break the next one."""
+    try:
+        return m.leased_item(x.zone, x.item).model_dump_json()
+    except (ValueError, RecursionError) as err:
+        reason = f"its payload cannot be sent by the HTTP API: {type(err).__name__}: {err}"
+    log.warning("item %s of %s dead-lettered: %s", x.item.item_id, x.zone, reason)
+    with contextlib.suppress(LeaseLost, ItemNotFound):
+        q.items.dead_letter(x.zone, x.item.item_id, x.item.lease_id, reason[:2000])
+    return None
 
 
 _ITEM = "/apps/{app}/tenants/{tenant}/items/{item_id}"
