@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from quickzones.adapters.http import models as m
 from quickzones.adapters.http import views
+from quickzones.adapters.http.polls import RETRY_AFTER_S, PollLimits, TooManyPolls
 from quickzones.adapters.http.pull import Leased, PullLeaser
 from quickzones.adapters.http.tokens import ALL_APPS, TokenInfo, TokenStore
 from quickzones.client import Quick
@@ -37,12 +38,20 @@ log = logging.getLogger("quick.serve")
 class ApiError(Exception):
     """An HTTP error with a Problem body."""
 
-    def __init__(self, status: int, error: str, detail: str, item_id: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        error: str,
+        detail: str,
+        item_id: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(detail)
         self.status = status
         self.error = error
         self.detail = detail
         self.item_id = item_id
+        self.headers = headers
 
 
 @dataclass(slots=True)
@@ -53,6 +62,7 @@ class ServeState:
     tokens: TokenStore
     leaser: PullLeaser
     stopping: threading.Event
+    polls: PollLimits
 
 
 _bearer = HTTPBearer(auto_error=False, description="A token from `quick tokens create` (qz_...).")
@@ -110,7 +120,8 @@ router = APIRouter(prefix="/v1", responses=_PROBLEMS)
 
 
 @router.get("/health", tags=["meta"])
-def health() -> dict[str, str]:
+async def health() -> dict[str, str]:
+    # A coroutine: it answers from the event loop even while every thread is busy.
     return {"status": "ok"}
 
 
@@ -217,15 +228,26 @@ async def lease(body: m.LeaseRequest, request: Request, who: Consumer) -> Respon
     if body.job_types is not None:
         types = frozenset(check_job_type(t) for t in body.job_types)
 
-    def leased() -> Response:
-        # The long poll, and the response's serialization, on one worker thread.
-        got = state.leaser.lease(
-            scope, body.max_items, body.lease_s, body.wait_s, types, state.stopping, body.fill_s
-        )
+    try:
+        with contextlib.ExitStack() as held:
+            if body.wait_s > 0:
+                held.enter_context(state.polls.admit(who.token_id))
+            # Waits on the event loop between scans: an open poll holds no thread.
+            got = await state.leaser.lease_async(
+                scope, body.max_items, body.lease_s, body.wait_s, types, state.stopping, body.fill_s
+            )
+    except TooManyPolls as err:
+        raise ApiError(
+            429, "too_many_polls", err.detail, headers={"Retry-After": str(RETRY_AFTER_S)}
+        ) from None
+    if not got:
+        return Response('{"items":[]}', media_type="application/json")
+
+    def encoded() -> Response:
         items = [one for one in (_deliverable(state.q, x) for x in got) if one is not None]
         return Response('{"items":[' + ",".join(items) + "]}", media_type="application/json")
 
-    return await anyio.to_thread.run_sync(leased)
+    return await anyio.to_thread.run_sync(encoded)
 
 
 def _deliverable(q: Quick, x: Leased) -> str | None:

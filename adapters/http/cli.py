@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 import click
 
+from quickzones.adapters.http.polls import POLLS_MAX, POLLS_PER_TOKEN_MAX
 from quickzones.adapters.http.tokens import ROLES, TokenStore
 from quickzones.cli import friendly, store_option
 from quickzones.client import Quick
@@ -48,6 +49,22 @@ def _tokens(q: Quick) -> TokenStore:
     "or the paper's three (as quick worker's option of that name).",
 )
 @click.option(
+    "--long-polls",
+    "long_polls",
+    type=click.IntRange(min=1),
+    default=POLLS_MAX,
+    show_default=True,
+    help="Long polls (POST /v1/leases with wait_s) open at once; more get 429.",
+)
+@click.option(
+    "--long-polls-per-token",
+    "long_polls_per_token",
+    type=click.IntRange(min=1),
+    default=POLLS_PER_TOKEN_MAX,
+    show_default=True,
+    help="Long polls one token may hold open; more get 429.",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -61,12 +78,15 @@ def serve_cmd(
     max_body: int,
     no_dashboard: bool,
     one_transaction_visits: bool,
+    long_polls: int,
+    long_polls_per_token: int,
     log_level: str,
 ) -> None:
     """Serve the HTTP API (/v1, OpenAPI at /docs) and the dashboard (/) over a store."""
     import uvicorn
 
     from quickzones.adapters.http.app import create_app
+    from quickzones.adapters.http.pull import PullConfig
     from quickzones.consumer.config import ConsumerConfig
 
     q = Quick.open(store, create=False)
@@ -88,6 +108,7 @@ def serve_cmd(
             max_body=max_body,
             dashboard=not no_dashboard,
             config=ConsumerConfig(one_transaction_visits=one_transaction_visits),
+            pull=PullConfig(polls_max=long_polls, polls_per_token_max=long_polls_per_token),
         )
         uvicorn.run(app, host=host, port=port, log_level=log_level, server_header=False)
     finally:
