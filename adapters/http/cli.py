@@ -12,6 +12,12 @@ from datetime import UTC, datetime
 
 import click
 
+from quickzones.adapters.http.connections import (
+    ACCEPT_BACKLOG,
+    DEFAULT_HEADER_TIMEOUT_S,
+    default_max_connections,
+    guarded,
+)
 from quickzones.adapters.http.polls import POLLS_MAX, POLLS_PER_TOKEN_MAX
 from quickzones.adapters.http.tokens import ROLES, TokenStore
 from quickzones.cli import friendly, store_option
@@ -65,6 +71,22 @@ def _tokens(q: Quick) -> TokenStore:
     help="Long polls one token may hold open; more get 429.",
 )
 @click.option(
+    "--header-timeout",
+    "header_timeout",
+    type=click.FloatRange(min=0.1, max=3600),
+    default=DEFAULT_HEADER_TIMEOUT_S,
+    show_default=True,
+    help="Seconds a connection has to send its request's headers; then it is closed.",
+)
+@click.option(
+    "--max-connections",
+    "max_connections",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Connections held at once (default: 4096, and 192 below the open-file limit); "
+    "over it the oldest still sending its headers is closed, else the new one.",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -80,6 +102,8 @@ def serve_cmd(
     one_transaction_visits: bool,
     long_polls: int,
     long_polls_per_token: int,
+    header_timeout: float,
+    max_connections: int | None,
     log_level: str,
 ) -> None:
     """Serve the HTTP API (/v1, OpenAPI at /docs) and the dashboard (/) over a store."""
@@ -110,7 +134,22 @@ def serve_cmd(
             config=ConsumerConfig(one_transaction_visits=one_transaction_visits),
             pull=PullConfig(polls_max=long_polls, polls_per_token_max=long_polls_per_token),
         )
-        uvicorn.run(app, host=host, port=port, log_level=log_level, server_header=False)
+        from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+        http = guarded(
+            AutoHTTPProtocol,
+            header_timeout,
+            max_connections if max_connections is not None else default_max_connections(),
+        )
+        uvicorn.run(
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            server_header=False,
+            http=http,
+            backlog=ACCEPT_BACKLOG,
+        )
     finally:
         q.close()
 

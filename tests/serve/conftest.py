@@ -5,6 +5,7 @@ with tokens for two apps."""
 from __future__ import annotations
 
 import contextlib
+import resource
 import signal
 import socket
 import subprocess
@@ -98,16 +99,24 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
 
 
 @contextlib.contextmanager
-def serve_process(store: str, *options: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+def serve_process(
+    store: str, *options: str, open_files: int | None = None
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """A real ``quick serve`` process on a free loopback port: its URL and process; stopped
-    with SIGINT (as Ctrl-C) on the way out."""
+    with SIGINT (as Ctrl-C) on the way out. ``open_files``: its limit of open files."""
     port = free_port()
+
+    def limit_files() -> None:
+        if open_files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+
     proc = subprocess.Popen(
         [sys.executable, "-m", "quickzones", "serve", "--store", store, "--port", str(port),
          "--log-level", "warning", *options],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=limit_files,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
