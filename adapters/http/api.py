@@ -27,9 +27,10 @@ from quickzones.adapters.http.pull import Leased, PullLeaser
 from quickzones.adapters.http.tokens import ALL_APPS, TokenInfo, TokenStore
 from quickzones.client import Quick
 from quickzones.clock import now_ms
-from quickzones.errors import ItemAlreadyQueued, ItemNotFound, LeaseLost
+from quickzones.errors import ItemAlreadyQueued, ItemNotFound, LeaseLost, QuickError
 from quickzones.store import admin
 from quickzones.store.outcomes import JobStatus
+from quickzones.store.records import ZoneId
 from quickzones.store.validation import check_job_type, check_name
 
 log = logging.getLogger("quick.serve")
@@ -268,22 +269,21 @@ def _deliverable(q: Quick, x: Leased) -> str | None:
 _ITEM = "/apps/{app}/tenants/{tenant}/items/{item_id}"
 
 
-def _lost(item_id: str, err: Exception) -> ApiError:
+def _lost(q: Quick, zone: ZoneId, item_id: str, err: Exception) -> ApiError:
+    """The 409 for a settle whose lease is lost, saying what happened: from the zone
+    store's LeaseLost, or, for an item no longer there, from its outcome record or dead
+    letter where the store keeps one."""
     if isinstance(err, LeaseLost):
-        return ApiError(
-            409,
-            "lease_lost",
-            f"the lease on item {item_id!r} was lost: it expired and another consumer "
-            "leased the item, so this consumer must not act on it",
-            item_id,
-        )
-    return ApiError(
-        409,
-        "item_gone",
-        f"item {item_id!r} is gone: its lease expired and it was completed, cancelled or "
-        "dead-lettered meanwhile",
-        item_id,
-    )
+        return ApiError(409, "lease_lost", err.reason, item_id)
+    what = "it was completed, cancelled or dead-lettered (no record of which is kept)"
+    with contextlib.suppress(QuickError):
+        status = q.status(zone.app, zone.tenant, item_id)
+        if status is not None and status.state in _FINISHED:
+            what = f"it was {_FINISHED[status.state]}"
+    return ApiError(409, "item_gone", f"the item is gone: {what}", item_id)
+
+
+_FINISHED = {"completed": "completed", "cancelled": "cancelled", "dead_lettered": "dead-lettered"}
 
 
 @router.post(_ITEM + "/complete", status_code=204, tags=["consume"])
@@ -296,7 +296,7 @@ def complete(
     try:
         q.items.complete(zone, check_name("item_id", item_id), body.lease_id)
     except (LeaseLost, ItemNotFound) as err:
-        raise _lost(item_id, err) from None
+        raise _lost(q, zone, item_id, err) from None
     return Response(status_code=204)
 
 
@@ -352,7 +352,7 @@ def extend(
             zone, check_name("item_id", item_id), body.lease_id, int(body.lease_s * 1000)
         )
     except (LeaseLost, ItemNotFound) as err:
-        raise _lost(item_id, err) from None
+        raise _lost(q, zone, item_id, err) from None
     return m.Extended(lease_expires_ms=item.vesting_ms)
 
 
@@ -375,7 +375,7 @@ def nack(
             ran=body.ran,
         )
     except (LeaseLost, ItemNotFound) as err:
-        raise _lost(item_id, err) from None
+        raise _lost(q, zone, item_id, err) from None
     q.toplevel.pull_pointer_earlier(zone, item.vesting_ms)
     q.wake_waiters()  # waiting polls: it may be due now
     return Response(status_code=204)
@@ -397,7 +397,7 @@ def fail(
             traceback=body.traceback,
         )
     except (LeaseLost, ItemNotFound) as err:
-        raise _lost(item_id, err) from None
+        raise _lost(q, zone, item_id, err) from None
     return Response(status_code=204)
 
 

@@ -98,9 +98,9 @@ def _answer(response: httpx.Response) -> Any:
     detail = str(body.get("detail", "")) if isinstance(body, dict) else str(body)
     item_id = body.get("item_id") if isinstance(body, dict) else None
     if error == "item_gone":
-        raise ItemGone(str(item_id or ""))
+        raise ItemGone(str(item_id or ""), detail or None)
     if error == "lease_lost":
-        raise LeaseLost(str(item_id or ""))
+        raise LeaseLost(str(item_id or ""), detail or None)
     if error == "item_not_found":
         raise ItemNotFound(str(item_id or ""))
     raise RemoteError(response.status_code, error, detail)

@@ -88,6 +88,33 @@ def new_item_id(ids: IdSource = random_ids) -> str:
     return ids(12)
 
 
+# Meta of an item leased again after a lease lapsed: that lease's id, so its late holder
+# is told its lease expired rather than that its id is wrong.
+LAPSED_LEASE_META = "_lapsed_lease"
+
+
+def lease_lost(item: WorkItem, lease_id: str, now: int) -> LeaseLost:
+    """Why ``lease_id`` does not hold ``item`` (whose lease id is another), in words."""
+    item_id = item.item_id
+    if lease_id == item.meta.get(LAPSED_LEASE_META):
+        return LeaseLost(
+            item_id, "the lease expired and the item was leased again by another consumer"
+        )
+    if item.lease_id is None:
+        return LeaseLost(
+            item_id, "the item is not leased now: it was given back (nack) and waits to run"
+        )
+    if item.vesting_ms > now:
+        return LeaseLost(
+            item_id, "the lease id does not match the item's lease, which is live: another "
+            "consumer holds it, or the id is wrong",
+        )
+    return LeaseLost(
+        item_id, "the lease id does not match the item's lease, which expired: the item "
+        "waits to be leased again",
+    )
+
+
 class KVZoneStore:
     """Zones whose items live in the same KV store as their pointers.
 
@@ -515,6 +542,7 @@ class KVZoneStore:
             counted: dict[str, object] = {
                 "lapses": item.lapses + 1,
                 "last_error": "lease lapsed: its consumer stopped or stalled while holding it",
+                "meta": {**item.meta, LAPSED_LEASE_META: item.lease_id},
             }
         else:
             counted = {"attempts": item.attempts + 1}
@@ -656,7 +684,7 @@ class KVZoneStore:
         if item is None:
             raise ItemNotFound(item_id)
         if item.lease_id != lease_id:
-            raise LeaseLost(item_id)
+            raise lease_lost(item, lease_id, now_ms(self.clock))
         return item
 
     def extend_lease(self, zone: ZoneId, item_id: str, lease_id: str, lease_ms: int) -> WorkItem:
@@ -717,7 +745,7 @@ class KVZoneStore:
         if item is None:
             raise ItemNotFound(item_id)
         if lease_id is not None and item.lease_id != lease_id:
-            raise LeaseLost(item_id)
+            raise lease_lost(item, lease_id, now_ms(self.clock))
         self._delete_item(tr, zone, item)
         state = outcomes.COMPLETED if lease_id is not None else outcomes.CANCELLED
         outcomes.finished(tr, self.keys, zone, item, state, now_ms(self.clock), result=result)
@@ -783,7 +811,7 @@ class KVZoneStore:
                         zone_out.append(err)
                         continue
                     if lease_id is not None and item.lease_id != lease_id:
-                        zone_out.append(LeaseLost(item_id))
+                        zone_out.append(lease_lost(item, lease_id, now))
                         continue
                     self._delete_item(tr, zone, item, count=False)
                     deleted.add(key)
@@ -946,7 +974,7 @@ class KVZoneStore:
         if item is None:
             raise ItemNotFound(item_id)
         if lease_id is not None and item.lease_id != lease_id:
-            raise LeaseLost(item_id)
+            raise lease_lost(item, lease_id, now_ms(self.clock))
         self._bury(tr, zone, item, reason, count_error=lease_id is not None, traceback=traceback)
 
     def drop_corrupt(self, zone: ZoneId, item_id: str) -> None:
