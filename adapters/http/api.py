@@ -21,6 +21,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
 from quickzones.adapters.http import models as m
+from quickzones.adapters.http import paths as _paths  # noqa: F401  (registers {name:seg})
 from quickzones.adapters.http import views
 from quickzones.adapters.http.polls import RETRY_AFTER_S, PollLimits, TooManyPolls
 from quickzones.adapters.http.pull import Leased, PullLeaser
@@ -118,6 +119,8 @@ _PROBLEMS: dict[int | str, dict[str, Any]] = {
 }
 
 router = APIRouter(prefix="/v1", responses=_PROBLEMS)
+# Names in paths are {name:seg}: a "/" or "%" in one arrives whole (paths.PathSegments).
+_ITEM = "/apps/{app:seg}/tenants/{tenant:seg}/items/{item_id:seg}"
 
 
 @router.get("/health", tags=["meta"])
@@ -129,7 +132,7 @@ async def health() -> dict[str, str]:
 # --- producers -------------------------------------------------------------------------
 
 
-@router.post("/apps/{app}/tenants/{tenant}/items", status_code=201, tags=["produce"])
+@router.post("/apps/{app:seg}/tenants/{tenant:seg}/items", status_code=201, tags=["produce"])
 def enqueue(
     app: str, tenant: str, body: m.EnqueueRequest, request: Request, who: Producer
 ) -> m.Enqueued:
@@ -148,7 +151,7 @@ def enqueue(
     return m.Enqueued(item_id=str(item_id), duplicate=getattr(item_id, "duplicate", None))
 
 
-@router.post("/apps/{app}/tenants/{tenant}/batches", status_code=201, tags=["produce"])
+@router.post("/apps/{app:seg}/tenants/{tenant:seg}/batches", status_code=201, tags=["produce"])
 def enqueue_many(
     app: str, tenant: str, body: m.EnqueueManyRequest, request: Request, who: Producer
 ) -> m.EnqueuedMany:
@@ -165,7 +168,7 @@ def enqueue_many(
     return m.EnqueuedMany(item_ids=[str(i) for i in ids])
 
 
-@router.get("/apps/{app}/tenants/{tenant}/items/{item_id}", tags=["produce"])
+@router.get(_ITEM, tags=["produce"])
 def item_state(app: str, tenant: str, item_id: str, request: Request, who: Producer) -> m.ItemState:
     """What became of an item: queued, leased, completed, cancelled or dead_lettered."""
     q = state_of(request).q
@@ -191,7 +194,7 @@ def item_state(app: str, tenant: str, item_id: str, request: Request, who: Produ
     )
 
 
-@router.delete("/apps/{app}/tenants/{tenant}/items/{item_id}", status_code=204, tags=["produce"])
+@router.delete(_ITEM, status_code=204, tags=["produce"])
 def cancel(app: str, tenant: str, item_id: str, request: Request, who: Producer) -> Response:
     """Delete an item, leased or not."""
     state_of(request).q.cancel(allow_app(who, app), tenant, item_id)
@@ -264,9 +267,6 @@ def _deliverable(q: Quick, x: Leased) -> str | None:
     with contextlib.suppress(LeaseLost, ItemNotFound):
         q.items.dead_letter(x.zone, x.item.item_id, x.item.lease_id, reason[:2000])
     return None
-
-
-_ITEM = "/apps/{app}/tenants/{tenant}/items/{item_id}"
 
 
 def _lost(q: Quick, zone: ZoneId, item_id: str, err: Exception) -> ApiError:
@@ -407,7 +407,7 @@ _Offset = Annotated[int, Query(ge=0, le=10_000_000)]
 _Limit = Annotated[int, Query(ge=1, le=1000)]
 
 
-@router.get("/apps/{app}/stats", tags=["admin"])
+@router.get("/apps/{app:seg}/stats", tags=["admin"])
 def app_stats(app: str, request: Request, who: Admin) -> m.AppStats:
     """One app's items by state, job type and tenant (the 100 deepest tenants)."""
     q = state_of(request).q
@@ -425,7 +425,7 @@ def app_stats(app: str, request: Request, who: Admin) -> m.AppStats:
     )
 
 
-@router.get("/apps/{app}/zones", tags=["admin"])
+@router.get("/apps/{app:seg}/zones", tags=["admin"])
 def app_zones(
     app: str,
     request: Request,
@@ -441,7 +441,7 @@ def app_zones(
     return m.ZonesPage(app=app, total=total, zones=zones)
 
 
-@router.get("/apps/{app}/tenants/{tenant}/items", tags=["admin"])
+@router.get("/apps/{app:seg}/tenants/{tenant:seg}/items", tags=["admin"])
 def zone_items(
     app: str, tenant: str, request: Request, who: Admin, offset: _Offset = 0, limit: _Limit = 50
 ) -> m.ZoneItems:
@@ -482,7 +482,7 @@ def _letters(q: Quick, app: str, f: m.DeadLetterFilter) -> list[Any]:
     )
 
 
-@router.get("/apps/{app}/dead-letters", tags=["admin"])
+@router.get("/apps/{app:seg}/dead-letters", tags=["admin"])
 def list_dead_letters(
     app: str,
     request: Request,
@@ -501,7 +501,7 @@ def list_dead_letters(
     return m.DeadLettersPage(total=len(letters), dead_letters=[m.dead_letter_out(x) for x in page])
 
 
-@router.post("/apps/{app}/dead-letters/requeue", tags=["admin"])
+@router.post("/apps/{app:seg}/dead-letters/requeue", tags=["admin"])
 def requeue_dead_letters(
     app: str, body: m.DeadLetterFilter, request: Request, who: Admin
 ) -> m.Count:
@@ -518,7 +518,7 @@ def requeue_dead_letters(
     return m.Count(count=done, skipped=skipped)
 
 
-@router.post("/apps/{app}/dead-letters/purge", tags=["admin"])
+@router.post("/apps/{app:seg}/dead-letters/purge", tags=["admin"])
 def purge_dead_letters(app: str, body: m.DeadLetterFilter, request: Request, who: Admin) -> m.Count:
     """Delete the selected dead letters (all of the app's when no filter is given)."""
     q = state_of(request).q

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from quickzones.adapters.http.api import ApiError, ServeState, router
+from quickzones.adapters.http.paths import PathSegments
 from quickzones.adapters.http.polls import PollLimits
 from quickzones.adapters.http.pull import PullConfig, PullLeaser
 from quickzones.adapters.http.tokens import TokenStore
@@ -199,6 +200,7 @@ def create_app(
 
         mount_dashboard(app, state)
 
+    app.add_middleware(PathSegments)
     app.add_middleware(BodyLimit, limit=max_body)
     return app
 
