@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from quickzones.adapters.http.api import ApiError, ServeState, router
@@ -74,6 +75,10 @@ _ERRORS: list[tuple[type[Exception], int, str]] = [
     (DuplicateItemMismatch, 409, "duplicate_item_mismatch"),
     (UnsupportedByStore, 400, "unsupported_by_store"),
 ]
+
+
+# Starlette's own refusals, as the API's error codes.
+_HTTP_CODES = {400: "invalid_body", 404: "not_found", 405: "method_not_allowed"}
 
 
 class BodyLimit:
@@ -186,6 +191,12 @@ def create_app(
             return _problem(503, "storage_error", str(err))
         log.error("unmapped quick error", exc_info=err)
         return _problem(500, "internal", f"{type(err).__name__}: {err}")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, err: StarletteHTTPException) -> JSONResponse:
+        # Unknown routes, wrong methods and bodies that do not parse: the API's shape.
+        code = _HTTP_CODES.get(err.status_code, f"http_{err.status_code}")
+        return _problem(err.status_code, code, str(err.detail), headers=err.headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, err: RequestValidationError) -> JSONResponse:
