@@ -196,7 +196,8 @@ def create_app(
     async def http_error(_: Request, err: StarletteHTTPException) -> JSONResponse:
         # Unknown routes, wrong methods and bodies that do not parse: the API's shape.
         code = _HTTP_CODES.get(err.status_code, f"http_{err.status_code}")
-        return _problem(err.status_code, code, str(err.detail), headers=err.headers)
+        headers = None if err.headers is None else dict(err.headers)
+        return _problem(err.status_code, code, str(err.detail), headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, err: RequestValidationError) -> JSONResponse:

@@ -54,7 +54,7 @@ def guarded(base: type[asyncio.Protocol], header_timeout_s: float, max_connectio
         _deadline: asyncio.TimerHandle | None = None
         _refused = False
 
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        def connection_made(self, transport: asyncio.Transport) -> None:
             if len(held) >= max_connections:
                 oldest = next(iter(waiting), None)
                 if oldest is None:  # every connection is busy with a request
