@@ -41,7 +41,7 @@ def main() -> None:
 
             q.transact(fill)
         out["fill_s"] = round(time.monotonic() - started, 1)
-        token = TokenStore(q.kv, q.keys, q.clock).create("*", ["admin"])[0]
+        token = TokenStore(q.kv, q.keys, q.clock).create_for_all_apps(["admin"])[0]
         with ServerThread(create_app(q)) as server:
             client = httpx.Client(base_url=server.url, timeout=120)
             client.post("/login", data={"token": token})

@@ -99,7 +99,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = f"sqlite:///{Path(tmp) / 'bench.db'}"
         q = Quick.open(store)
-        token = TokenStore(q.kv, q.keys, q.clock).create("*", ["produce", "consume"])[0]
+        token = TokenStore(q.kv, q.keys, q.clock).create_for_all_apps(["produce", "consume"])[0]
         server, url = sp._serve(store)
         try:
             sp._noisy(q, args.noisy)

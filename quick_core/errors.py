@@ -101,10 +101,13 @@ class ItemNotFound(QuickError, LookupError):
 
 
 class LeaseLost(QuickError):
-    """The caller no longer holds the item's lease (another holder took it)."""
+    """The caller no longer holds the item's lease; ``reason`` says what happened (the
+    lease expired and the item was leased again, the lease id does not match a live
+    lease, the item was given back or is gone)."""
 
-    def __init__(self, item_id: str) -> None:
-        super().__init__(f"lease on item {item_id!r} is held by someone else")
+    def __init__(self, item_id: str, reason: str | None = None) -> None:
+        self.reason = reason or "another holder took it"
+        super().__init__(f"lease on item {item_id!r} is lost: {self.reason}")
         self.item_id = item_id
 
 

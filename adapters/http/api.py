@@ -9,6 +9,8 @@ pool, and each store call is a short transaction of its own.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -19,26 +21,39 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
 from quickzones.adapters.http import models as m
+from quickzones.adapters.http import paths as _paths  # noqa: F401  (registers {name:seg})
 from quickzones.adapters.http import views
-from quickzones.adapters.http.pull import PullLeaser
+from quickzones.adapters.http.polls import RETRY_AFTER_S, PollLimits, TooManyPolls
+from quickzones.adapters.http.pull import Leased, PullLeaser
 from quickzones.adapters.http.tokens import ALL_APPS, TokenInfo, TokenStore
 from quickzones.client import Quick
 from quickzones.clock import now_ms
-from quickzones.errors import ItemAlreadyQueued, ItemNotFound, LeaseLost
+from quickzones.errors import ItemAlreadyQueued, ItemNotFound, LeaseLost, QuickError
 from quickzones.store import admin
 from quickzones.store.outcomes import JobStatus
+from quickzones.store.records import ZoneId
 from quickzones.store.validation import check_job_type, check_name
+
+log = logging.getLogger("quick.serve")
 
 
 class ApiError(Exception):
     """An HTTP error with a Problem body."""
 
-    def __init__(self, status: int, error: str, detail: str, item_id: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        error: str,
+        detail: str,
+        item_id: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(detail)
         self.status = status
         self.error = error
         self.detail = detail
         self.item_id = item_id
+        self.headers = headers
 
 
 @dataclass(slots=True)
@@ -49,6 +64,7 @@ class ServeState:
     tokens: TokenStore
     leaser: PullLeaser
     stopping: threading.Event
+    polls: PollLimits
 
 
 _bearer = HTTPBearer(auto_error=False, description="A token from `quick tokens create` (qz_...).")
@@ -103,17 +119,20 @@ _PROBLEMS: dict[int | str, dict[str, Any]] = {
 }
 
 router = APIRouter(prefix="/v1", responses=_PROBLEMS)
+# Names in paths are {name:seg}: a "/" or "%" in one arrives whole (paths.PathSegments).
+_ITEM = "/apps/{app:seg}/tenants/{tenant:seg}/items/{item_id:seg}"
 
 
 @router.get("/health", tags=["meta"])
-def health() -> dict[str, str]:
+async def health() -> dict[str, str]:
+    # A coroutine: it answers from the event loop even while every thread is busy.
     return {"status": "ok"}
 
 
 # --- producers -------------------------------------------------------------------------
 
 
-@router.post("/apps/{app}/tenants/{tenant}/items", status_code=201, tags=["produce"])
+@router.post("/apps/{app:seg}/tenants/{tenant:seg}/items", status_code=201, tags=["produce"])
 def enqueue(
     app: str, tenant: str, body: m.EnqueueRequest, request: Request, who: Producer
 ) -> m.Enqueued:
@@ -132,7 +151,7 @@ def enqueue(
     return m.Enqueued(item_id=str(item_id), duplicate=getattr(item_id, "duplicate", None))
 
 
-@router.post("/apps/{app}/tenants/{tenant}/batches", status_code=201, tags=["produce"])
+@router.post("/apps/{app:seg}/tenants/{tenant:seg}/batches", status_code=201, tags=["produce"])
 def enqueue_many(
     app: str, tenant: str, body: m.EnqueueManyRequest, request: Request, who: Producer
 ) -> m.EnqueuedMany:
@@ -149,7 +168,7 @@ def enqueue_many(
     return m.EnqueuedMany(item_ids=[str(i) for i in ids])
 
 
-@router.get("/apps/{app}/tenants/{tenant}/items/{item_id}", tags=["produce"])
+@router.get(_ITEM, tags=["produce"])
 def item_state(app: str, tenant: str, item_id: str, request: Request, who: Producer) -> m.ItemState:
     """What became of an item: queued, leased, completed, cancelled or dead_lettered."""
     q = state_of(request).q
@@ -175,7 +194,7 @@ def item_state(app: str, tenant: str, item_id: str, request: Request, who: Produ
     )
 
 
-@router.delete("/apps/{app}/tenants/{tenant}/items/{item_id}", status_code=204, tags=["produce"])
+@router.delete(_ITEM, status_code=204, tags=["produce"])
 def cancel(app: str, tenant: str, item_id: str, request: Request, who: Producer) -> Response:
     """Delete an item, leased or not."""
     state_of(request).q.cancel(allow_app(who, app), tenant, item_id)
@@ -204,7 +223,7 @@ async def lease(body: m.LeaseRequest, request: Request, who: Consumer) -> Respon
     state = state_of(request)
     app = body.app if body.app is not None else who.app
     if app == ALL_APPS:
-        if who.app != ALL_APPS:
+        if not who.all_apps:
             raise ApiError(403, "forbidden_app", f"this token is for app {who.app!r} only")
         scope = None
     else:
@@ -213,35 +232,58 @@ async def lease(body: m.LeaseRequest, request: Request, who: Consumer) -> Respon
     if body.job_types is not None:
         types = frozenset(check_job_type(t) for t in body.job_types)
 
-    def leased() -> Response:
-        # The long poll, and the response's serialization, on one worker thread.
-        got = state.leaser.lease(
-            scope, body.max_items, body.lease_s, body.wait_s, types, state.stopping, body.fill_s
-        )
-        return _json(m.LeaseResponse(items=[m.leased_item(x.zone, x.item) for x in got]))
+    try:
+        with contextlib.ExitStack() as held:
+            if body.wait_s > 0:
+                held.enter_context(state.polls.admit(who.token_id))
+            # Waits on the event loop between scans: an open poll holds no thread.
+            got = await state.leaser.lease_async(
+                scope, body.max_items, body.lease_s, body.wait_s, types, state.stopping, body.fill_s
+            )
+    except TooManyPolls as err:
+        raise ApiError(
+            429, "too_many_polls", err.detail, headers={"Retry-After": str(RETRY_AFTER_S)}
+        ) from None
+    if not got:
+        return Response('{"items":[]}', media_type="application/json")
 
-    return await anyio.to_thread.run_sync(leased)
+    def encoded() -> Response:
+        items = [one for one in (_deliverable(state.q, x) for x in got) if one is not None]
+        return Response('{"items":[' + ",".join(items) + "]}", media_type="application/json")
+
+    return await anyio.to_thread.run_sync(encoded)
 
 
-_ITEM = "/apps/{app}/tenants/{tenant}/items/{item_id}"
+def _deliverable(q: Quick, x: Leased) -> str | None:
+    """A leased item as the response's JSON, or None when it cannot be sent (a payload
+    stored before enqueue refused what the API cannot encode, or an unreadable one): the
+    item is dead-lettered with the reason, so it neither breaks the response for the
+    others nor comes back to break the next one."""
+    try:
+        return m.leased_item(x.zone, x.item).model_dump_json()
+    except (ValueError, RecursionError) as err:
+        reason = f"its payload cannot be sent by the HTTP API: {type(err).__name__}: {err}"
+    log.warning("item %s of %s dead-lettered: %s", x.item.item_id, x.zone, reason)
+    with contextlib.suppress(LeaseLost, ItemNotFound):
+        q.items.dead_letter(x.zone, x.item.item_id, x.item.lease_id, reason[:2000])
+    return None
 
 
-def _lost(item_id: str, err: Exception) -> ApiError:
+def _lost(q: Quick, zone: ZoneId, item_id: str, err: Exception) -> ApiError:
+    """The 409 for a settle whose lease is lost, saying what happened: from the zone
+    store's LeaseLost, or, for an item no longer there, from its outcome record or dead
+    letter where the store keeps one."""
     if isinstance(err, LeaseLost):
-        return ApiError(
-            409,
-            "lease_lost",
-            f"the lease on item {item_id!r} was lost: it expired and another consumer "
-            "leased the item, so this consumer must not act on it",
-            item_id,
-        )
-    return ApiError(
-        409,
-        "item_gone",
-        f"item {item_id!r} is gone: its lease expired and it was completed, cancelled or "
-        "dead-lettered meanwhile",
-        item_id,
-    )
+        return ApiError(409, "lease_lost", err.reason, item_id)
+    what = "it was completed, cancelled or dead-lettered (no record of which is kept)"
+    with contextlib.suppress(QuickError):
+        status = q.status(zone.app, zone.tenant, item_id)
+        if status is not None and status.state in _FINISHED:
+            what = f"it was {_FINISHED[status.state]}"
+    return ApiError(409, "item_gone", f"the item is gone: {what}", item_id)
+
+
+_FINISHED = {"completed": "completed", "cancelled": "cancelled", "dead_lettered": "dead-lettered"}
 
 
 @router.post(_ITEM + "/complete", status_code=204, tags=["consume"])
@@ -254,7 +296,7 @@ def complete(
     try:
         q.items.complete(zone, check_name("item_id", item_id), body.lease_id)
     except (LeaseLost, ItemNotFound) as err:
-        raise _lost(item_id, err) from None
+        raise _lost(q, zone, item_id, err) from None
     return Response(status_code=204)
 
 
@@ -310,7 +352,7 @@ def extend(
             zone, check_name("item_id", item_id), body.lease_id, int(body.lease_s * 1000)
         )
     except (LeaseLost, ItemNotFound) as err:
-        raise _lost(item_id, err) from None
+        raise _lost(q, zone, item_id, err) from None
     return m.Extended(lease_expires_ms=item.vesting_ms)
 
 
@@ -333,7 +375,7 @@ def nack(
             ran=body.ran,
         )
     except (LeaseLost, ItemNotFound) as err:
-        raise _lost(item_id, err) from None
+        raise _lost(q, zone, item_id, err) from None
     q.toplevel.pull_pointer_earlier(zone, item.vesting_ms)
     q.wake_waiters()  # waiting polls: it may be due now
     return Response(status_code=204)
@@ -355,7 +397,7 @@ def fail(
             traceback=body.traceback,
         )
     except (LeaseLost, ItemNotFound) as err:
-        raise _lost(item_id, err) from None
+        raise _lost(q, zone, item_id, err) from None
     return Response(status_code=204)
 
 
@@ -365,7 +407,7 @@ _Offset = Annotated[int, Query(ge=0, le=10_000_000)]
 _Limit = Annotated[int, Query(ge=1, le=1000)]
 
 
-@router.get("/apps/{app}/stats", tags=["admin"])
+@router.get("/apps/{app:seg}/stats", tags=["admin"])
 def app_stats(app: str, request: Request, who: Admin) -> m.AppStats:
     """One app's items by state, job type and tenant (the 100 deepest tenants)."""
     q = state_of(request).q
@@ -383,7 +425,7 @@ def app_stats(app: str, request: Request, who: Admin) -> m.AppStats:
     )
 
 
-@router.get("/apps/{app}/zones", tags=["admin"])
+@router.get("/apps/{app:seg}/zones", tags=["admin"])
 def app_zones(
     app: str,
     request: Request,
@@ -399,7 +441,7 @@ def app_zones(
     return m.ZonesPage(app=app, total=total, zones=zones)
 
 
-@router.get("/apps/{app}/tenants/{tenant}/items", tags=["admin"])
+@router.get("/apps/{app:seg}/tenants/{tenant:seg}/items", tags=["admin"])
 def zone_items(
     app: str, tenant: str, request: Request, who: Admin, offset: _Offset = 0, limit: _Limit = 50
 ) -> m.ZoneItems:
@@ -440,7 +482,7 @@ def _letters(q: Quick, app: str, f: m.DeadLetterFilter) -> list[Any]:
     )
 
 
-@router.get("/apps/{app}/dead-letters", tags=["admin"])
+@router.get("/apps/{app:seg}/dead-letters", tags=["admin"])
 def list_dead_letters(
     app: str,
     request: Request,
@@ -459,7 +501,7 @@ def list_dead_letters(
     return m.DeadLettersPage(total=len(letters), dead_letters=[m.dead_letter_out(x) for x in page])
 
 
-@router.post("/apps/{app}/dead-letters/requeue", tags=["admin"])
+@router.post("/apps/{app:seg}/dead-letters/requeue", tags=["admin"])
 def requeue_dead_letters(
     app: str, body: m.DeadLetterFilter, request: Request, who: Admin
 ) -> m.Count:
@@ -476,7 +518,7 @@ def requeue_dead_letters(
     return m.Count(count=done, skipped=skipped)
 
 
-@router.post("/apps/{app}/dead-letters/purge", tags=["admin"])
+@router.post("/apps/{app:seg}/dead-letters/purge", tags=["admin"])
 def purge_dead_letters(app: str, body: m.DeadLetterFilter, request: Request, who: Admin) -> m.Count:
     """Delete the selected dead letters (all of the app's when no filter is given)."""
     q = state_of(request).q
@@ -486,8 +528,8 @@ def purge_dead_letters(app: str, body: m.DeadLetterFilter, request: Request, who
 @router.get("/shards", tags=["admin"])
 def shards(request: Request, who: Admin) -> m.Shards:
     """Pointers per shard of the cluster (a token for every app only)."""
-    if who.app != ALL_APPS:
-        raise ApiError(403, "forbidden_app", "pointers of every app need a token for app '*'")
+    if not who.all_apps:
+        raise ApiError(403, "forbidden_app", "pointers of every app need a token for every app")
     q = state_of(request).q
     return m.Shards(
         cluster=q.toplevel.cluster,

@@ -16,9 +16,12 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from quickzones.adapters.http.api import ApiError, ServeState, router
+from quickzones.adapters.http.paths import PathSegments
+from quickzones.adapters.http.polls import PollLimits
 from quickzones.adapters.http.pull import PullConfig, PullLeaser
 from quickzones.adapters.http.tokens import TokenStore
 from quickzones.client import Quick
@@ -45,11 +48,18 @@ DEFAULT_MAX_BODY = 4 * 1024 * 1024  # bytes of one request body
 TOKEN_CACHE_S = 1.0
 
 
-def _problem(status: int, error: str, detail: str, item_id: str | None = None) -> JSONResponse:
+def _problem(
+    status: int,
+    error: str,
+    detail: str,
+    item_id: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
     body: dict[str, Any] = {"error": error, "detail": detail}
     if item_id is not None:
         body["item_id"] = item_id
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if status == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -65,6 +75,10 @@ _ERRORS: list[tuple[type[Exception], int, str]] = [
     (DuplicateItemMismatch, 409, "duplicate_item_mismatch"),
     (UnsupportedByStore, 400, "unsupported_by_store"),
 ]
+
+
+# Starlette's own refusals, as the API's error codes.
+_HTTP_CODES = {400: "invalid_body", 404: "not_found", 405: "method_not_allowed"}
 
 
 class BodyLimit:
@@ -134,18 +148,21 @@ def create_app(
     with ``config``'s parameters (a consumer's: ``dequeue_max``, ``visit_max``,
     ``selection_frac``...); ``pull``: the long poll's own."""
     stopping = threading.Event()
+    pull = pull or PullConfig()
     state = ServeState(
         q=q,
         tokens=tokens or TokenStore(q.kv, q.keys, q.clock, cache_s=TOKEN_CACHE_S),
         leaser=PullLeaser(q, config, pull),
         stopping=stopping,
+        polls=PollLimits(pull.polls_max, pull.polls_per_token_max),
     )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         import anyio.to_thread
 
-        # Long polls hold a worker thread each: leave room for the other routes.
+        # Long polls wait on the loop and take a thread only for each scan; the routes'
+        # store calls and those scans share these threads.
         anyio.to_thread.current_default_thread_limiter().total_tokens = 200
         stopping.clear()
         yield
@@ -162,7 +179,7 @@ def create_app(
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, err: ApiError) -> JSONResponse:
-        return _problem(err.status, err.error, err.detail, err.item_id)
+        return _problem(err.status, err.error, err.detail, err.item_id, err.headers)
 
     @app.exception_handler(QuickError)
     async def quick_error(_: Request, err: QuickError) -> JSONResponse:
@@ -174,6 +191,13 @@ def create_app(
             return _problem(503, "storage_error", str(err))
         log.error("unmapped quick error", exc_info=err)
         return _problem(500, "internal", f"{type(err).__name__}: {err}")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, err: StarletteHTTPException) -> JSONResponse:
+        # Unknown routes, wrong methods and bodies that do not parse: the API's shape.
+        code = _HTTP_CODES.get(err.status_code, f"http_{err.status_code}")
+        headers = None if err.headers is None else dict(err.headers)
+        return _problem(err.status_code, code, str(err.detail), headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, err: RequestValidationError) -> JSONResponse:
@@ -188,6 +212,7 @@ def create_app(
 
         mount_dashboard(app, state)
 
+    app.add_middleware(PathSegments)
     app.add_middleware(BodyLimit, limit=max_body)
     return app
 

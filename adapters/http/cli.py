@@ -12,7 +12,14 @@ from datetime import UTC, datetime
 
 import click
 
-from quickzones.adapters.http.tokens import ALL_APPS, ROLES, TokenStore
+from quickzones.adapters.http.connections import (
+    ACCEPT_BACKLOG,
+    DEFAULT_HEADER_TIMEOUT_S,
+    default_max_connections,
+    guarded,
+)
+from quickzones.adapters.http.polls import POLLS_MAX, POLLS_PER_TOKEN_MAX
+from quickzones.adapters.http.tokens import ROLES, TokenStore
 from quickzones.cli import friendly, store_option
 from quickzones.client import Quick
 from quickzones.errors import ConfigurationError
@@ -48,6 +55,38 @@ def _tokens(q: Quick) -> TokenStore:
     "or the paper's three (as quick worker's option of that name).",
 )
 @click.option(
+    "--long-polls",
+    "long_polls",
+    type=click.IntRange(min=1),
+    default=POLLS_MAX,
+    show_default=True,
+    help="Long polls (POST /v1/leases with wait_s) open at once; more get 429.",
+)
+@click.option(
+    "--long-polls-per-token",
+    "long_polls_per_token",
+    type=click.IntRange(min=1),
+    default=POLLS_PER_TOKEN_MAX,
+    show_default=True,
+    help="Long polls one token may hold open; more get 429.",
+)
+@click.option(
+    "--header-timeout",
+    "header_timeout",
+    type=click.FloatRange(min=0.1, max=3600),
+    default=DEFAULT_HEADER_TIMEOUT_S,
+    show_default=True,
+    help="Seconds a connection has to send its request's headers; then it is closed.",
+)
+@click.option(
+    "--max-connections",
+    "max_connections",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Connections held at once (default: 4096, and 192 below the open-file limit); "
+    "over it the oldest still sending its headers is closed, else the new one.",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -61,12 +100,17 @@ def serve_cmd(
     max_body: int,
     no_dashboard: bool,
     one_transaction_visits: bool,
+    long_polls: int,
+    long_polls_per_token: int,
+    header_timeout: float,
+    max_connections: int | None,
     log_level: str,
 ) -> None:
     """Serve the HTTP API (/v1, OpenAPI at /docs) and the dashboard (/) over a store."""
     import uvicorn
 
     from quickzones.adapters.http.app import create_app
+    from quickzones.adapters.http.pull import PullConfig
     from quickzones.consumer.config import ConsumerConfig
 
     q = Quick.open(store, create=False)
@@ -88,8 +132,24 @@ def serve_cmd(
             max_body=max_body,
             dashboard=not no_dashboard,
             config=ConsumerConfig(one_transaction_visits=one_transaction_visits),
+            pull=PullConfig(polls_max=long_polls, polls_per_token_max=long_polls_per_token),
         )
-        uvicorn.run(app, host=host, port=port, log_level=log_level, server_header=False)
+        from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+        http = guarded(
+            AutoHTTPProtocol,
+            header_timeout,
+            max_connections if max_connections is not None else default_max_connections(),
+        )
+        uvicorn.run(
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            server_header=False,
+            http=http,
+            backlog=ACCEPT_BACKLOG,
+        )
     finally:
         q.close()
 
@@ -127,9 +187,11 @@ def create_cmd(
         raise ConfigurationError("give exactly one of --app APP or --all-apps")
     q = Quick.open(store)
     try:
-        token, info = _tokens(q).create(
-            ALL_APPS if all_apps else str(app), list(roles), label=label
-        )
+        tokens = _tokens(q)
+        if all_apps:
+            token, info = tokens.create_for_all_apps(list(roles), label=label)
+        else:
+            token, info = tokens.create(str(app), list(roles), label=label)
     finally:
         q.close()
     if as_json:
@@ -139,6 +201,7 @@ def create_cmd(
                     "token": token,
                     "token_id": info.token_id,
                     "app": info.app,
+                    "all_apps": info.all_apps,
                     "roles": list(info.roles),
                 }
             )
@@ -170,6 +233,7 @@ def list_cmd(store: str, as_json: bool) -> None:
                     {
                         "token_id": t.token_id,
                         "app": t.app,
+                        "all_apps": t.all_apps,
                         "roles": list(t.roles),
                         "label": t.label,
                         "created_ms": t.created_ms,

@@ -5,7 +5,10 @@ Both build the same requests (:class:`_Call`) and read the same answers
 (:func:`_answer`); only the transport differs. Errors come back as the library's own: a
 lost lease is :class:`~quickzones.errors.LeaseLost`, a missing item
 :class:`~quickzones.errors.ItemNotFound`, anything else a :class:`RemoteError` with the
-server's ``error`` code and sentence.
+server's ``error`` code and sentence; a server that cannot be reached or does not answer
+in time is :class:`RemoteUnavailable` (a RemoteError; httpx's error is its ``__cause__``),
+and an answer that is not the API's JSON a RemoteError ``bad_response``. No httpx error
+gets through.
 
     with RemoteQuick("http://127.0.0.1:8000", token) as rq:
         rq.enqueue("send_email", {"to": "a@example.com"}, app="mail", tenant="user-1")
@@ -38,6 +41,14 @@ class RemoteError(QuickError):
         self.status = status
         self.error = error
         self.detail = detail
+
+
+class RemoteUnavailable(RemoteError):
+    """The request got no answer: the server could not be reached, the connection broke,
+    or it did not answer within the timeout (``status`` 0, ``error`` "unavailable")."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(0, "unavailable", detail)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,19 +102,25 @@ def _answer(response: httpx.Response) -> Any:
     try:
         body = response.json()
     except ValueError:
-        body = {"error": "bad_response", "detail": response.text[:200]}
+        raise RemoteError(
+            response.status_code, "bad_response", f"not the API's JSON: {response.text[:200]}"
+        ) from None
     if response.status_code < 300:
         return body
     error = str(body.get("error", "error")) if isinstance(body, dict) else "error"
     detail = str(body.get("detail", "")) if isinstance(body, dict) else str(body)
     item_id = body.get("item_id") if isinstance(body, dict) else None
     if error == "item_gone":
-        raise ItemGone(str(item_id or ""))
+        raise ItemGone(str(item_id or ""), detail or None)
     if error == "lease_lost":
-        raise LeaseLost(str(item_id or ""))
+        raise LeaseLost(str(item_id or ""), detail or None)
     if error == "item_not_found":
         raise ItemNotFound(str(item_id or ""))
     raise RemoteError(response.status_code, error, detail)
+
+
+def _unavailable(call: _Call, err: httpx.HTTPError) -> RemoteUnavailable:
+    return RemoteUnavailable(f"{call.method} {call.path}: {type(err).__name__}: {err}")
 
 
 def _lease_of(raw: dict[str, Any]) -> RemoteLease:
@@ -242,13 +259,16 @@ class RemoteQuick:
         self._http.close()
 
     def _do(self, call: _Call, *, timeout_s: float | None = None) -> Any:
-        response = self._http.request(
-            call.method,
-            call.path,
-            json=call.json,
-            params=call.params or None,
-            timeout=timeout_s if timeout_s is not None else self.timeout_s,
-        )
+        try:
+            response = self._http.request(
+                call.method,
+                call.path,
+                json=call.json,
+                params=call.params or None,
+                timeout=timeout_s if timeout_s is not None else self.timeout_s,
+            )
+        except httpx.HTTPError as err:
+            raise _unavailable(call, err) from err
         return _answer(response)
 
     # producers
@@ -361,13 +381,16 @@ class AsyncRemoteQuick:
         await self._http.aclose()
 
     async def _do(self, call: _Call, *, timeout_s: float | None = None) -> Any:
-        response = await self._http.request(
-            call.method,
-            call.path,
-            json=call.json,
-            params=call.params or None,
-            timeout=timeout_s if timeout_s is not None else self.timeout_s,
-        )
+        try:
+            response = await self._http.request(
+                call.method,
+                call.path,
+                json=call.json,
+                params=call.params or None,
+                timeout=timeout_s if timeout_s is not None else self.timeout_s,
+            )
+        except httpx.HTTPError as err:
+            raise _unavailable(call, err) from err
         return _answer(response)
 
     async def enqueue(self, job_type: str, payload: Any = None, *, app: str, tenant: str,

@@ -27,7 +27,7 @@ from fastapi.templating import Jinja2Templates
 
 from quickzones.adapters.http import views
 from quickzones.adapters.http.api import ServeState
-from quickzones.adapters.http.tokens import ALL_APPS, TokenInfo
+from quickzones.adapters.http.tokens import TokenInfo
 from quickzones.clock import now_ms
 from quickzones.errors import ItemAlreadyQueued, ItemNotFound
 from quickzones.store import admin
@@ -96,7 +96,7 @@ class Dashboard:
             self.cache.clear()
 
     def apps_of(self, who: TokenInfo) -> list[str]:
-        if who.app != ALL_APPS:
+        if not who.all_apps:
             return [who.app]
         q = self.state.q
         return sorted(self.cached("apps", 2.0, lambda: views.all_apps(q)))
@@ -375,7 +375,7 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
         who = session(request)
         if who is None:
             return login_redirect(request)
-        if who.app != ALL_APPS:
+        if not who.all_apps:
             return templates.TemplateResponse(
                 request,
                 "error.html",

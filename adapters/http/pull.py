@@ -22,6 +22,7 @@ has: the long poll's waits and how far a scan pages past other apps' pointers.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import random
@@ -32,6 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import anyio.to_thread
+
+from quickzones.adapters.http.polls import POLLS_MAX, POLLS_PER_TOKEN_MAX
 from quickzones.clock import now_ms
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.selection import Selection
@@ -39,7 +43,7 @@ from quickzones.consumer.state import Cluster
 from quickzones.consumer.visit import VisitRules, ZoneVisit, ZoneVisitor, visit_size
 from quickzones.consumer.visit_gate import OneTransactionGate
 from quickzones.errors import CorruptRecord, StorageError
-from quickzones.store.changes import watcher_for
+from quickzones.store.changes import CommitWatcher, watcher_for
 from quickzones.store.keys import LOCAL_APP
 from quickzones.store.kv import KVTransaction, run
 from quickzones.store.pointer_repair import set_aside
@@ -59,6 +63,9 @@ class PullConfig:
     # an enqueue through this server, or (SQLite) a commit by another process, wakes it.
     poll_s: float = 0.02
     poll_max_s: float = 0.02
+    # Long polls (wait_s > 0) open at once: in all, and of one token; more are refused (429).
+    polls_max: int = POLLS_MAX
+    polls_per_token_max: int = POLLS_PER_TOKEN_MAX
 
 
 _ZONES_REMEMBERED = 100_000  # pointer ids whose zone a leaser keeps (then starts over)
@@ -95,11 +102,13 @@ class PullLeaser:
         # Set by an enqueue through this server's Quick: waiting long polls scan at once.
         self._enqueued = threading.Condition()
         self._generation = 0
+        # The waits of lease_async: their loops and events, woken with the Condition.
+        self._async_waits: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
         q.wake_on_enqueue(self)
         self._zone_of: dict[tuple[str, int, str], ZoneId] = {}  # see _remember_zone
         # Commits by other processes (quickzones.store.changes), on stores that can tell.
         self._changes = 0
-        self._watcher = watcher_for(q.kv)
+        self.watcher = watcher_for(q.kv)  # commits by other processes, where the store tells
 
     def _count(self, event: str, **_: Any) -> None:
         """The visits' events: only lost pointer leases are kept (a measure of contention)."""
@@ -111,6 +120,7 @@ class PullLeaser:
         with self._enqueued:
             self._generation += 1
             self._enqueued.notify_all()
+            self._wake_async()
 
     def pickup_percentiles(self) -> tuple[int | None, int | None]:
         """p50 and p99 pickup latency (ms) of the last 2000 first deliveries."""
@@ -323,48 +333,140 @@ class PullLeaser:
         wake it (a store's own commits wake nobody): after each such scan, store changes
         count only once a wait doubling from 1 ms up to ``poll_s`` has passed since it,
         so waiting polls cannot keep each other scanning. A poll that leases nothing
-        waits for a change again."""
-        deadline = time.monotonic() + wait_s
-        pause = self.pull.poll_s
-        gap = 0.0  # how long after a scan store changes do not yet count
-        watcher = self._watcher if wait_s > 0 else None
+        waits for a change again.
+
+        This waits on the calling thread; :meth:`lease_async` is the same poll that
+        holds no thread while it waits (the server's)."""
+        poll = _Poll(self, app, max_items, lease_s, wait_s, job_types, stopping, fill_s)
         while True:
-            seen = (self._generation, self._changes)
-            # Commits from here on count; the watcher is only asked to watch (a thread
-            # reading the counter every millisecond) while this poll waits.
-            version = None if watcher is None else watcher.version()
-            scanned = time.monotonic()
-            got, visited = self._lease_once(app, max_items, lease_s, job_types, fill_s)
-            now = time.monotonic()
-            if got or now >= deadline or (stopping is not None and stopping.is_set()):
-                return got
-            if visited:
-                gap = min(max(gap * 2, 0.001), pause)
-            watch = (
-                contextlib.nullcontext()
-                if watcher is None or version is None
-                else watcher.watching(self._store_changed, since=version)
-            )
-            with watch:
-                self._wait(seen, scanned + gap, min(scanned + pause, deadline))
-            pause = min(pause * 2, self.pull.poll_max_s)
+            step = self._step(poll)
+            if isinstance(step, list):
+                return step
+            with step.watch, self._enqueued:
+                while (timeout := self._due(step)) is not None:
+                    self._enqueued.wait(timeout)
+
+    async def lease_async(
+        self,
+        app: str | None,
+        max_items: int,
+        lease_s: float,
+        wait_s: float,
+        job_types: frozenset[str] | None = None,
+        stopping: threading.Event | None = None,
+        fill_s: float | None = None,
+    ) -> list[Leased]:
+        """:meth:`lease` for an event loop: each scan runs on a worker thread (a few
+        short transactions), and the waits between scans are the loop's, so a server's
+        waiting polls hold no thread each."""
+        poll = _Poll(self, app, max_items, lease_s, wait_s, job_types, stopping, fill_s)
+        while True:
+            step = await anyio.to_thread.run_sync(self._step, poll)
+            if isinstance(step, list):
+                return step
+            with step.watch:
+                await self._wait_async(step)
+
+    def _step(self, poll: _Poll) -> list[Leased] | _Wait:
+        """One scan of a long poll: the items to answer with, or (nothing leased and time
+        left) what to wait for before the next scan, the store's commits watched from
+        before the scan on."""
+        seen = (self._generation, self._changes)
+        # Commits from here on count; the watcher is only asked to watch (a thread
+        # reading the counter every millisecond) while this poll waits.
+        watcher = poll.watcher
+        version = None if watcher is None else watcher.version()
+        scanned = time.monotonic()
+        got, visited = self._lease_once(
+            poll.app, poll.max_items, poll.lease_s, poll.job_types, poll.fill_s
+        )
+        now = time.monotonic()
+        if got or now >= poll.deadline or (poll.stopping is not None and poll.stopping.is_set()):
+            return got
+        if visited:
+            poll.gap = min(max(poll.gap * 2, 0.001), poll.pause)
+        watch = contextlib.ExitStack()
+        if watcher is not None and version is not None:
+            watch.enter_context(watcher.watching(self._store_changed, since=version))
+        wait = _Wait(seen, scanned + poll.gap, min(scanned + poll.pause, poll.deadline), watch)
+        poll.pause = min(poll.pause * 2, self.pull.poll_max_s)
+        return wait
 
     def _store_changed(self) -> None:
         with self._enqueued:
             self._changes += 1
             self._enqueued.notify_all()
+            self._wake_async()
 
-    def _wait(self, seen: tuple[int, int], changes_count_from: float, until: float) -> None:
-        """Until a local enqueue, a store change seen after ``changes_count_from``, or
-        ``until`` (monotonic seconds)."""
+    def _wake_async(self) -> None:
+        """Wake the waits of :meth:`lease_async` (called holding ``_enqueued``)."""
+        for loop, event in self._async_waits:
+            with contextlib.suppress(RuntimeError):  # its loop closed meanwhile
+                loop.call_soon_threadsafe(event.set)
+
+    def _due(self, wait: _Wait) -> float | None:
+        """None once ``wait`` is over (a local enqueue, a store change seen after its
+        ``changes_count_from``, or its ``until``); else how long at most to wait before
+        asking again. Called holding ``_enqueued``."""
+        if self._generation != wait.seen[0]:
+            return None
+        now = time.monotonic()
+        if now >= wait.until:
+            return None
+        timeout = wait.until - now
+        if self._changes != wait.seen[1]:
+            if now >= wait.changes_count_from:
+                return None
+            timeout = min(timeout, wait.changes_count_from - now)
+        return timeout
+
+    async def _wait_async(self, wait: _Wait) -> None:
+        event = asyncio.Event()
+        waiter = (asyncio.get_running_loop(), event)
         with self._enqueued:
-            while self._generation == seen[0]:
-                now = time.monotonic()
-                if now >= until:
+            self._async_waits.add(waiter)
+        try:
+            while True:
+                event.clear()  # before _due: a wake from here on sets it again
+                with self._enqueued:
+                    timeout = self._due(wait)
+                if timeout is None:
                     return
-                timeout = until - now
-                if self._changes != seen[1]:
-                    if now >= changes_count_from:
-                        return
-                    timeout = min(timeout, changes_count_from - now)
-                self._enqueued.wait(timeout)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), timeout)
+        finally:
+            with self._enqueued:
+                self._async_waits.discard(waiter)
+
+
+class _Poll:
+    """One long poll: what it asks for, and its schedule of scans."""
+
+    def __init__(
+        self,
+        leaser: PullLeaser,
+        app: str | None,
+        max_items: int,
+        lease_s: float,
+        wait_s: float,
+        job_types: frozenset[str] | None,
+        stopping: threading.Event | None,
+        fill_s: float | None,
+    ) -> None:
+        self.app, self.max_items, self.lease_s = app, max_items, lease_s
+        self.job_types, self.stopping, self.fill_s = job_types, stopping, fill_s
+        self.deadline = time.monotonic() + wait_s
+        self.pause = leaser.pull.poll_s  # the longest wait to the next scan (doubling)
+        self.gap = 0.0  # how long after a scan store changes do not yet count
+        self.watcher: CommitWatcher | None = leaser.watcher if wait_s > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Wait:
+    """Between two scans of a poll: the wake-up counters at its scan, from when store
+    changes count, until when at most, and the commit watch to leave when it ends."""
+
+    seen: tuple[int, int]
+    changes_count_from: float
+    until: float
+    watch: contextlib.ExitStack

@@ -1,5 +1,11 @@
-"""Bearer tokens for ``quick serve``: each scoped to one app (or, made on purpose, to
-every app) and to roles, stored hashed in the quick store itself.
+"""Bearer tokens for ``quick serve``: each scoped to one app (or, made on purpose with
+:meth:`TokenStore.create_for_all_apps`, to every app) and to roles, stored hashed in the
+quick store itself.
+
+A token's app is an app name, checked as an enqueue checks one; ``*`` is refused as one
+(it reads as "every app" to people). Every-app tokens are marked by a field of their
+own (``all_apps``), so a ``*`` stored as a token's app, by a version before this rule,
+is never read as every app: such a token acts on no app.
 
 A token reads ``qz_<token_id>_<secret>``. The store keeps, under
 ``(root, "m", "serve-token", token_id)``, the SHA-256 of the whole token with its app,
@@ -31,7 +37,7 @@ from quickzones.store.kv import KVStore, KVTransaction, run
 from quickzones.store.validation import check_name
 
 ROLES = ("produce", "consume", "admin")
-ALL_APPS = "*"
+ALL_APPS = "*"  # how an every-app token's app is shown, and a lease asks for every app
 _PREFIX = "qz_"
 _META = "serve-token"
 _CACHED_MAX = 10_000  # tokens a cache keeps (then starts over)
@@ -54,9 +60,11 @@ class TokenInfo:
     roles: tuple[str, ...]
     label: str
     created_ms: int
+    all_apps: bool = False  # made with create_for_all_apps; then ``app`` is ALL_APPS
 
     def allows_app(self, app: str) -> bool:
-        return self.app == ALL_APPS or self.app == app
+        # A stored app "*" without the all_apps mark matches no app: not even one named "*".
+        return self.all_apps or (self.app == app and app != ALL_APPS)
 
     def has_role(self, role: str) -> bool:
         return role in self.roles
@@ -96,18 +104,35 @@ class TokenStore:
     def create(
         self, app: str, roles: list[str] | tuple[str, ...], *, label: str = ""
     ) -> tuple[str, TokenInfo]:
-        """A new token for ``app`` (``"*"``: every app) with ``roles``; returns the token
-        (shown once, never stored) and what is stored about it."""
-        if app != ALL_APPS:
-            check_name("app", app)
+        """A new token for the one app ``app`` with ``roles``; returns the token (shown
+        once, never stored) and what is stored about it. ``app`` is checked as an enqueue
+        checks it, and ``*`` is refused: :meth:`create_for_all_apps` makes such a token."""
+        if app == ALL_APPS:
+            raise InvalidArgument(
+                "app", app, "is not an app name; a token for every app is made with --all-apps"
+            )
+        return self._create(check_name("app", app), roles, label, all_apps=False)
+
+    def create_for_all_apps(
+        self, roles: list[str] | tuple[str, ...], *, label: str = ""
+    ) -> tuple[str, TokenInfo]:
+        """A new token for every app (an operator's) with ``roles``."""
+        return self._create(ALL_APPS, roles, label, all_apps=True)
+
+    def _create(
+        self, app: str, roles: list[str] | tuple[str, ...], label: str, *, all_apps: bool
+    ) -> tuple[str, TokenInfo]:
         if not isinstance(label, str) or len(label) > 200:
             raise InvalidArgument("label", label, "must be text of at most 200 characters")
-        info = TokenInfo(secrets.token_hex(8), app, check_roles(roles), label, now_ms(self.clock))
+        info = TokenInfo(
+            secrets.token_hex(8), app, check_roles(roles), label, now_ms(self.clock), all_apps
+        )
         token = f"{_PREFIX}{info.token_id}_{secrets.token_urlsafe(32)}"
         record = {
             "v": 1,
             "sha256": _digest(token),
             "app": info.app,
+            "all_apps": info.all_apps,
             "roles": list(info.roles),
             "label": info.label,
             "created_ms": info.created_ms,
@@ -199,4 +224,5 @@ def _info(token_id: str, record: dict[str, object]) -> TokenInfo:
         roles=tuple(str(r) for r in roles) if isinstance(roles, list) else (),
         label=str(record.get("label", "")),
         created_ms=created if isinstance(created, int) else 0,
+        all_apps=record.get("all_apps") is True,
     )

@@ -91,27 +91,64 @@ def check_seconds(kind: str, value: object, *, maximum: float = MAX_DELAY_S) -> 
     return float(value)
 
 
+# The deepest nesting of arrays and objects a JSON payload may have: what every reader
+# of a payload can give back, the HTTP API's encoder included (pydantic-core's stops near
+# 255 levels, and a lease response wraps the payload in three of its own).
+MAX_JSON_DEPTH = 200
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
 def encode_json(payload: Any) -> bytes:
     """Compact JSON as UTF-8, so non-ASCII text costs its UTF-8 size, not six bytes per
-    character. Text UTF-8 cannot hold (lone surrogates) keeps JSON's ASCII escapes, which
-    still decode to the same value. Records written with ASCII escapes read the same."""
-    text = json.dumps(payload, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    character. Records written with ASCII escapes read the same.
+
+    A payload must come back out of every reader, the HTTP API's included, so text UTF-8
+    cannot hold (a lone surrogate) and nesting deeper than :data:`MAX_JSON_DEPTH` are
+    refused with :class:`InvalidArgument`."""
     try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()
+        text = json.dumps(payload, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    except RecursionError:
+        raise InvalidArgument(
+            "payload", "...", f"is nested too deeply (at most {MAX_JSON_DEPTH} levels)"
+        ) from None
+    try:
+        body = text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise InvalidArgument(
+            "payload",
+            "...",
+            f"contains a lone surrogate (U+{ord(text[err.start]):04X}), which UTF-8, and so "
+            "the HTTP API, cannot carry",
+        ) from None
+    _check_depth(text)
+    return body
+
+
+def _check_depth(text: str) -> None:
+    """Refuse JSON ``text`` whose arrays and objects nest deeper than MAX_JSON_DEPTH."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return  # too few brackets to nest too deeply: the common case, at C speed
+    depth = 0
+    for c in _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)):
+        depth += 1 if c in "[{" else -1
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidArgument(
+                "payload", "...", f"is nested more than {MAX_JSON_DEPTH} levels deep"
+            )
 
 
 def encode_payload(payload: Any, max_bytes: int) -> tuple[bytes, str]:
-    """Bytes are stored as given; anything else must be JSON-serialisable and is stored as
-    JSON (UTF-8). Returns (body, content_type)."""
+    """Bytes are stored as given; anything else must be JSON-serialisable (and sendable
+    back: :func:`encode_json`) and is stored as JSON (UTF-8). Returns (body,
+    content_type)."""
     if isinstance(payload, bytes | bytearray | memoryview):
         body, content_type = bytes(payload), "bytes"
     else:
         try:
             body = encode_json(payload)
-        except RecursionError:
-            raise InvalidArgument("payload", "...", "nested too deeply to be JSON") from None
+        except InvalidArgument:
+            raise
         except TypeError as err:
             raise InvalidArgument("payload", payload, f"must be bytes or JSON: {err}") from err
         except ValueError as err:

@@ -4,7 +4,12 @@ with tokens for two apps."""
 
 from __future__ import annotations
 
+import contextlib
+import resource
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -15,11 +20,13 @@ import pytest
 
 pytest.importorskip("fastapi")
 
+import httpx
 import uvicorn
 
 from quickzones.adapters.http import TokenStore, create_app
 from quickzones.client import Quick
 from quickzones.consumer.config import ConsumerConfig
+from quickzones.testing.provision.ports import free_port
 from tests.conftest import HAVE_FDB, store_url
 
 
@@ -81,7 +88,7 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
     a_all = tokens.create("a", roles)[0]
     a_produce = tokens.create("a", ["produce"])[0]
     b_all = tokens.create("b", roles)[0]
-    operator = tokens.create("*", roles)[0]
+    operator = tokens.create_for_all_apps(roles)[0]
     config = ConsumerConfig(min_inactive_s=0.5, one_transaction_visits=visits == "one-transaction")
     app = create_app(q, config=config, max_body=64 * 1024)
     try:
@@ -89,3 +96,45 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
             yield Served(q, server.url, tokens, a_all, a_produce, b_all, operator)
     finally:
         q.close()
+
+
+@contextlib.contextmanager
+def serve_process(
+    store: str, *options: str, open_files: int | None = None
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """A real ``quick serve`` process on a free loopback port: its URL and process; stopped
+    with SIGINT (as Ctrl-C) on the way out. ``open_files``: its limit of open files."""
+    port = free_port()
+
+    def limit_files() -> None:
+        if open_files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "quickzones", "serve", "--store", store, "--port", str(port),
+         "--log-level", "warning", *options],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=limit_files,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/v1/health", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "quick serve did not start"
+            time.sleep(0.1)
+        yield url, proc
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -56,7 +56,7 @@ def test_dashboard_pages_and_dead_letter_requeue(tmp_path: Path, browser: Any) -
         ran.append(payload)
 
     tokens = TokenStore(q.kv, q.keys, q.clock)
-    operator = tokens.create("*", ["produce", "consume", "admin"])[0]
+    operator = tokens.create_for_all_apps(["produce", "consume", "admin"])[0]
     producer_only = tokens.create("a", ["produce"])[0]
     for n in range(12):
         q.enqueue("job", {"n": n}, app="a", tenant=f"tenant-{n:02d}")

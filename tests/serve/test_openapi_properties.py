@@ -25,7 +25,7 @@ _TOKEN: dict[str, str] = {}
 def api_schema() -> Iterator[Any]:
     q = Quick.open("memory://")
     tokens = TokenStore(q.kv, q.keys, q.clock)
-    _TOKEN["op"] = tokens.create("*", ["produce", "consume", "admin"])[0]
+    _TOKEN["op"] = tokens.create_for_all_apps(["produce", "consume", "admin"])[0]
     for n in range(5):
         q.enqueue("job", {"n": n}, app="a", tenant=f"t{n}", item_id=f"i{n}")
     q.enqueue("job", b"bytes", app="a", tenant="t0", item_id="dead")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from quickzones.client import Quick
 from quickzones.errors import InvalidArgument
 from quickzones.registry import JobContext
 from quickzones.store.records import ZoneId
+from quickzones.store.validation import MAX_JSON_DEPTH
 from quickzones.store.zonestore import NewItem
 
 QUICK = Path(sys.executable).with_name("quick")
@@ -81,17 +83,20 @@ def test_json_is_stored_as_utf8(q: Quick) -> None:
     assert seen == [text]
 
 
-def test_lone_surrogates_in_json_still_round_trip(q: Quick) -> None:
-    """UTF-8 cannot hold a lone surrogate; such a payload keeps JSON's ASCII escape."""
-    seen: list[object] = []
-
-    @q.job("job")
-    def job(payload: object, ctx: JobContext) -> None:
-        seen.append(payload)
-
-    q.enqueue("job", {"s": "a\ud800b", "t": "日本"}, app="a", tenant="t")
-    q.run_until_idle()
-    assert seen == [{"s": "a\ud800b", "t": "日本"}]
+def test_a_json_payload_that_could_not_be_sent_back_is_refused(q: Quick) -> None:
+    """UTF-8 cannot hold a lone surrogate, nor the HTTP API's encoder nesting past
+    MAX_JSON_DEPTH: such payloads are refused at enqueue (issue 28, point 2), not stored
+    to break every lease that hands them out."""
+    q.job("job")(lambda payload, ctx: None)
+    deep: object = 1
+    for _ in range(MAX_JSON_DEPTH + 1):
+        deep = [deep]
+    for payload, why in [({"s": "a\ud800b"}, "lone surrogate (U+D800)"), (deep, "nested")]:
+        with pytest.raises(InvalidArgument, match=re.escape(why)):
+            q.enqueue("job", payload, app="a", tenant="t")
+    assert q.run_until_idle() == 0
+    q.enqueue("job", {"t": "日本", "s": "[[[{" * 100}, app="a", tenant="t")  # text is no nesting
+    assert q.run_until_idle() == 1
 
 
 def test_old_ascii_escaped_records_still_read(q: Quick) -> None:

@@ -10,7 +10,6 @@ from quickzones.clock import now_ms
 from quickzones.errors import (
     CorruptRecord,
     ItemNotFound,
-    LeaseLost,
 )
 from quickzones.store import outcomes
 from quickzones.store.kv import (
@@ -25,7 +24,7 @@ from quickzones.store.kv import (
 from quickzones.store.records import (
     ZoneId,
 )
-from quickzones.store.zones.items import ZoneItems
+from quickzones.store.zones.items import ZoneItems, lease_lost
 
 
 class ZoneCompletion(ZoneItems):
@@ -43,7 +42,7 @@ class ZoneCompletion(ZoneItems):
         if item is None:
             raise ItemNotFound(item_id)
         if lease_id is not None and item.lease_id != lease_id:
-            raise LeaseLost(item_id)
+            raise lease_lost(item, lease_id, now_ms(self.clock))
         self._delete_item(tr, zone, item)
         state = outcomes.COMPLETED if lease_id is not None else outcomes.CANCELLED
         outcomes.finished(tr, self.keys, zone, item, state, now_ms(self.clock), result=result)
@@ -109,7 +108,7 @@ class ZoneCompletion(ZoneItems):
                         zone_out.append(err)
                         continue
                     if lease_id is not None and item.lease_id != lease_id:
-                        zone_out.append(LeaseLost(item_id))
+                        zone_out.append(lease_lost(item, lease_id, now))
                         continue
                     self._delete_item(tr, zone, item, count=False)
                     deleted.add(key)

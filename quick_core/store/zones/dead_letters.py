@@ -8,7 +8,6 @@ from quickzones.errors import (
     CorruptRecord,
     ItemAlreadyQueued,
     ItemNotFound,
-    LeaseLost,
 )
 from quickzones.store import outcomes
 from quickzones.store.kv import (
@@ -27,7 +26,12 @@ from quickzones.store.records import (
     encode_dead_letter,
     encode_item,
 )
-from quickzones.store.zones.items import CHUNK_SIZE, INLINE_PAYLOAD_LIMIT, ZoneItems
+from quickzones.store.zones.items import (
+    CHUNK_SIZE,
+    INLINE_PAYLOAD_LIMIT,
+    ZoneItems,
+    lease_lost,
+)
 from quickzones.store.zonestore import NewItem
 
 
@@ -168,7 +172,7 @@ class ZoneDeadLetters(ZoneItems):
         if item is None:
             raise ItemNotFound(item_id)
         if lease_id is not None and item.lease_id != lease_id:
-            raise LeaseLost(item_id)
+            raise lease_lost(item, lease_id, now_ms(self.clock))
         self._bury(tr, zone, item, reason, count_error=lease_id is not None, traceback=traceback)
 
     def drop_corrupt(self, zone: ZoneId, item_id: str) -> None:

@@ -8,6 +8,7 @@ from quickzones.clock import Clock, SystemClock
 from quickzones.errors import (
     CorruptRecord,
     InvalidArgument,
+    LeaseLost,
 )
 from quickzones.store.ids import IdSource, random_ids
 from quickzones.store.keys import KeySpace
@@ -41,6 +42,35 @@ def new_lease_id(ids: IdSource = random_ids) -> str:
 
 def new_item_id(ids: IdSource = random_ids) -> str:
     return ids(12)
+
+
+# Meta of an item leased again after a lease lapsed: that lease's id, so its late holder
+# is told its lease expired rather than that its id is wrong.
+LAPSED_LEASE_META = "_lapsed_lease"
+
+
+def lease_lost(item: WorkItem, lease_id: str, now: int) -> LeaseLost:
+    """Why ``lease_id`` does not hold ``item`` (whose lease id is another), in words."""
+    item_id = item.item_id
+    if lease_id == item.meta.get(LAPSED_LEASE_META):
+        return LeaseLost(
+            item_id, "the lease expired and the item was leased again by another consumer"
+        )
+    if item.lease_id is None:
+        return LeaseLost(
+            item_id, "the item is not leased now: it was given back (nack) and waits to run"
+        )
+    if item.vesting_ms > now:
+        return LeaseLost(
+            item_id,
+            "the lease id does not match the item's lease, which is live: another "
+            "consumer holds it, or the id is wrong",
+        )
+    return LeaseLost(
+        item_id,
+        "the lease id does not match the item's lease, which expired: the item "
+        "waits to be leased again",
+    )
 
 
 def check_lease_duration(lease_ms: int) -> None:

@@ -8,7 +8,6 @@ from quickzones.clock import now_ms, vesting_after
 from quickzones.errors import (
     ItemNotFound,
     ItemNotVested,
-    LeaseLost,
 )
 from quickzones.store.kv import (
     OWN_STORE,
@@ -20,7 +19,13 @@ from quickzones.store.records import (
     WorkItem,
     ZoneId,
 )
-from quickzones.store.zones.items import ZoneItems, check_lease_duration, new_lease_id
+from quickzones.store.zones.items import (
+    LAPSED_LEASE_META,
+    ZoneItems,
+    check_lease_duration,
+    lease_lost,
+    new_lease_id,
+)
 
 
 class ZoneLeases(ZoneItems):
@@ -39,6 +44,7 @@ class ZoneLeases(ZoneItems):
             counted: dict[str, object] = {
                 "lapses": item.lapses + 1,
                 "last_error": "lease lapsed: its consumer stopped or stalled while holding it",
+                "meta": {**item.meta, LAPSED_LEASE_META: item.lease_id},
             }
         else:
             counted = {"attempts": item.attempts + 1}
@@ -83,7 +89,7 @@ class ZoneLeases(ZoneItems):
         if item is None:
             raise ItemNotFound(item_id)
         if item.lease_id != lease_id:
-            raise LeaseLost(item_id)
+            raise lease_lost(item, lease_id, now_ms(self.clock))
         return item
 
     def extend_lease(self, zone: ZoneId, item_id: str, lease_id: str, lease_ms: int) -> WorkItem:

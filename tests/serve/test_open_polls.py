@@ -1,0 +1,113 @@
+"""Issue 28, point 3: long polls (``POST /v1/leases`` with ``wait_s``) hold no server
+thread while they wait, and open polls are limited per token and in all: one over a
+limit is answered at once with 429, the API's error code and Retry-After."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from quickzones.client import Quick
+
+from .conftest import serve_process
+
+
+def _token(store: str, *options: str) -> str:
+    made = subprocess.run(
+        [sys.executable, "-m", "quickzones", "tokens", "create", *options, "--json",
+         "--store", store],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return str(json.loads(made.stdout)["token"])
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def _open_polls(
+    url: str, token: str, n: int, wait_s: float
+) -> tuple[httpx.AsyncClient, list[asyncio.Task[httpx.Response]]]:
+    client = httpx.AsyncClient(
+        base_url=url,
+        headers=_bearer(token),
+        timeout=wait_s + 60,
+        limits=httpx.Limits(max_connections=n + 10, max_keepalive_connections=n + 10),
+    )
+    polls = [
+        asyncio.create_task(client.post("/v1/leases", json={"wait_s": wait_s})) for _ in range(n)
+    ]
+    await asyncio.sleep(2)  # the requests reach the server and start waiting
+    return client, polls
+
+
+def test_230_open_polls_leave_another_apps_enqueue_and_health_answering(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'q.db'}"
+    Quick.open(store).close()
+    consumer = _token(store, "--app", "photos", "--role", "consume", "--role", "produce")
+    billing = _token(store, "--app", "billing", "--role", "produce")
+
+    async def scenario(url: str) -> None:
+        client, polls = await _open_polls(url, consumer, 230, wait_s=20)
+        try:
+            async with httpx.AsyncClient(base_url=url, timeout=60) as other:
+                health = await other.get("/v1/health")
+                open_at_health = sum(not p.done() for p in polls)
+                enq = await other.post(
+                    "/v1/apps/billing/tenants/acme/items",
+                    json={"job_type": "charge"},
+                    headers=_bearer(billing),
+                )
+                open_at_enqueue = sum(not p.done() for p in polls)
+            assert health.status_code == 200 and enq.status_code == 201, enq.text
+            assert (open_at_health, open_at_enqueue) == (230, 230), (
+                "health and another app's enqueue answered only once polls had returned: "
+                f"{open_at_health} and {open_at_enqueue} of 230 still open"
+            )
+            # Work for the waiting polls: they wake and lease it, each item once.
+            work = {"job_type": "resize", "items": [{"payload": n} for n in range(50)]}
+            await client.post("/v1/apps/photos/tenants/t/batches", json=work)
+            answers = await asyncio.gather(*polls)
+        finally:
+            await client.aclose()
+        assert {r.status_code for r in answers} == {200}
+        payloads = [x["payload"] for r in answers for x in r.json()["items"]]
+        assert len(payloads) == len(set(payloads)) and len(payloads) > 0
+
+    with serve_process(store) as (url, _):
+        asyncio.run(scenario(url))
+
+
+def test_polls_over_the_limits_are_answered_at_once_with_429(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'q.db'}"
+    Quick.open(store).close()
+    a = _token(store, "--app", "a", "--role", "consume")
+    b = _token(store, "--app", "b", "--role", "consume")
+
+    async def scenario(url: str) -> None:
+        client_a, polls_a = await _open_polls(url, a, 3, wait_s=20)
+        client_b, polls_b = await _open_polls(url, b, 2, wait_s=20)
+        try:
+            # Token a holds its 3; the server holds its 5 in all.
+            over_a = await client_a.post("/v1/leases", json={"wait_s": 20})
+            over_b = await client_b.post("/v1/leases", json={"wait_s": 20})
+            now_a = await client_a.post("/v1/leases", json={"wait_s": 0})  # no long poll
+            assert not any(p.done() for p in polls_a + polls_b)
+        finally:
+            for p in polls_a + polls_b:
+                p.cancel()
+            await client_a.aclose()
+            await client_b.aclose()
+        for over in (over_a, over_b):
+            assert over.status_code == 429, over.text
+            assert over.json()["error"] == "too_many_polls", over.text
+            assert int(over.headers["retry-after"]) >= 1
+        assert now_a.status_code == 200 and now_a.json() == {"items": []}
+
+    with serve_process(store, "--long-polls", "5", "--long-polls-per-token", "3") as (url, _):
+        asyncio.run(scenario(url))
