@@ -1,0 +1,88 @@
+"""The resolver's half of a commit, serialised by the row lock on ``quick_meta``: take the
+lock, check the read conflict ranges against newer commits, apply the writes, record
+their conflict ranges under the new version, bump the version; and prune conflict rows
+past the 5 s lifetime.
+
+Commits are serialised, so versions (and the versionstamps made from them) follow commit
+order as FoundationDB's do: a commit takes the lock only after the one before it ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import psycopg
+
+from quickzones.backends._ranges import decode_ranges, encode_ranges, merge_ranges, ranges_intersect
+from quickzones.backends._versionstamps import make_versionstamp
+from quickzones.backends.postgres.sql import EVERY_KEY, Statements
+from quickzones.backends.txnbuffer import VERSIONS_PER_SECOND, CommitRequest
+from quickzones.store.kv import (
+    NOT_COMMITTED,
+    TRANSACTION_LIFETIME_S,
+    TRANSACTION_TOO_OLD,
+    KVError,
+)
+
+PRUNE_EVERY = 64  # commits per store object between prunes of old conflict rows
+
+
+def apply(
+    conn: psycopg.Connection[tuple[object, ...]],
+    sql: Statements,
+    request: CommitRequest,
+    now: float,
+) -> int:
+    """The conflict check, the writes, their conflict ranges and the new version, on
+    ``conn`` inside a transaction; takes the resolver's lock (held until that transaction
+    ends: the caller commits, or for an application's connection the application does).
+    Returns the commit version."""
+    row = conn.execute(sql.lock_version).fetchone()
+    assert row is not None, "quick_meta has its row"
+    version = int(row[0])  # type: ignore[call-overload]
+    if request.too_old(now):
+        raise KVError(TRANSACTION_TOO_OLD, "read version older than 5 s at commit")
+    rv = request.read_version
+    if rv is not None and request.read_conflicts and version > rv:
+        for (raw,) in conn.execute(sql.newer_conflicts, (rv,)):
+            if ranges_intersect(request.read_conflicts, decode_ranges(bytes(raw))):  # type: ignore[arg-type]
+                raise KVError(NOT_COMMITTED, "a read conflicts with a later commit")
+    commit_version = max(version + 1, int(now * VERSIONS_PER_SECOND))
+    writes = request.resolve(make_versionstamp(commit_version, 0), _current(conn, sql))
+    with conn.cursor() as cur:
+        if writes.clears:
+            cur.executemany(sql.delete_range, writes.clears)
+        if writes.sets:
+            cur.executemany(sql.upsert, writes.sets)
+        if writes.deletes:
+            cur.executemany(sql.delete, [(key,) for key in writes.deletes])
+    conflict_ranges = request.write_conflicts
+    if writes.extra_write_conflicts:
+        conflict_ranges = merge_ranges(conflict_ranges + writes.extra_write_conflicts)
+    conn.execute(sql.record_conflicts, (commit_version, encode_ranges(conflict_ranges)))
+    conn.execute(sql.bump_version, (commit_version,))
+    return commit_version
+
+
+def prune(conn: psycopg.Connection[tuple[object, ...]], sql: Statements, now: float) -> None:
+    """Delete conflict rows older than the 5 s lifetime (plus 1 s of slack), keeping in
+    their place one row, at the newest pruned version, that conflicts with every read
+    (an application's transaction may commit a version taken earlier: a reader from
+    before then fails and retries instead of missing it). Runs under the lock."""
+    horizon = int((now - TRANSACTION_LIFETIME_S - 1.0) * VERSIONS_PER_SECOND)
+    row = conn.execute(sql.newest_before, (horizon,)).fetchone()
+    newest = None if row is None else row[0]
+    if newest is None:
+        return
+    conn.execute(sql.prune_conflicts, (horizon,))
+    conn.execute(sql.record_conflicts, (newest, EVERY_KEY))
+
+
+def _current(
+    conn: psycopg.Connection[tuple[object, ...]], sql: Statements
+) -> Callable[[bytes], bytes | None]:
+    def current(key: bytes) -> bytes | None:
+        row = conn.execute(sql.get, (key,)).fetchone()
+        return None if row is None else bytes(row[0])  # type: ignore[arg-type]
+
+    return current
