@@ -10,6 +10,7 @@ order as FoundationDB's do: a commit takes the lock only after the one before it
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, TypeAlias
 
 import psycopg
 
@@ -24,11 +25,14 @@ from quickzones.store.kv import (
     KVError,
 )
 
+# A pooled or application connection; rows as tuples.
+Connection: TypeAlias = "psycopg.Connection[tuple[Any, ...]]"
+
 PRUNE_EVERY = 64  # commits per store object between prunes of old conflict rows
 
 
 def apply(
-    conn: psycopg.Connection[tuple[object, ...]],
+    conn: Connection,
     sql: Statements,
     request: CommitRequest,
     now: float,
@@ -39,13 +43,13 @@ def apply(
     Returns the commit version."""
     row = conn.execute(sql.lock_version).fetchone()
     assert row is not None, "quick_meta has its row"
-    version = int(row[0])  # type: ignore[call-overload]
+    version = int(row[0])
     if request.too_old(now):
         raise KVError(TRANSACTION_TOO_OLD, "read version older than 5 s at commit")
     rv = request.read_version
     if rv is not None and request.read_conflicts and version > rv:
         for (raw,) in conn.execute(sql.newer_conflicts, (rv,)):
-            if ranges_intersect(request.read_conflicts, decode_ranges(bytes(raw))):  # type: ignore[arg-type]
+            if ranges_intersect(request.read_conflicts, decode_ranges(bytes(raw))):
                 raise KVError(NOT_COMMITTED, "a read conflicts with a later commit")
     commit_version = max(version + 1, int(now * VERSIONS_PER_SECOND))
     writes = request.resolve(make_versionstamp(commit_version, 0), _current(conn, sql))
@@ -64,14 +68,14 @@ def apply(
     return commit_version
 
 
-def prune(conn: psycopg.Connection[tuple[object, ...]], sql: Statements, now: float) -> None:
+def prune(conn: Connection, sql: Statements, now: float) -> None:
     """Delete conflict rows older than the 5 s lifetime (plus 1 s of slack), keeping in
     their place one row, at the newest pruned version, that conflicts with every read
     (an application's transaction may commit a version taken earlier: a reader from
     before then fails and retries instead of missing it). Runs under the lock."""
     horizon = int((now - TRANSACTION_LIFETIME_S - 1.0) * VERSIONS_PER_SECOND)
     row = conn.execute(sql.newest_before, (horizon,)).fetchone()
-    newest = None if row is None else row[0]
+    newest: int | None = None if row is None else row[0]
     if newest is None:
         return
     conn.execute(sql.prune_conflicts, (horizon,))
@@ -79,10 +83,10 @@ def prune(conn: psycopg.Connection[tuple[object, ...]], sql: Statements, now: fl
 
 
 def _current(
-    conn: psycopg.Connection[tuple[object, ...]], sql: Statements
+    conn: Connection, sql: Statements
 ) -> Callable[[bytes], bytes | None]:
     def current(key: bytes) -> bytes | None:
         row = conn.execute(sql.get, (key,)).fetchone()
-        return None if row is None else bytes(row[0])  # type: ignore[arg-type]
+        return None if row is None else bytes(row[0])
 
     return current

@@ -30,13 +30,13 @@ import os
 import random
 import threading
 from collections.abc import Iterator
-from typing import Any, TypeAlias
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 
 from quickzones.backends.postgres.errors import translate
-from quickzones.backends.postgres.resolver import PRUNE_EVERY
+from quickzones.backends.postgres.resolver import PRUNE_EVERY, Connection
 from quickzones.backends.postgres.sql import (
     FORMAT,
     FORMAT_VERSION,
@@ -50,8 +50,6 @@ from quickzones.backends.txnbuffer import BufferedTransaction
 from quickzones.clock import Clock, SystemClock
 from quickzones.errors import InvalidStoreURL, NotAQuickStore, StorageError, StoreNotFound
 from quickzones.urls import RETRY_OPTIONS, parse_retry_option
-
-Connection: TypeAlias = "psycopg.Connection[tuple[Any, ...]]"
 
 _POOL_SIZE = 16
 DEFAULT_SCHEMA = "quick"
@@ -96,6 +94,7 @@ class PostgresStore:
         self._commits = 0
         self._closed = False
         self._bound = threading.local()
+        self._identity: tuple[Any, ...] | None = None
         self._open_schema(create)
 
     @classmethod
@@ -124,7 +123,8 @@ class PostgresStore:
                 try:
                     options["lock_timeout_ms"] = int(raw)
                 except ValueError as err:
-                    raise InvalidStoreURL(url, f"lock_timeout_ms={raw!r} is not an integer") from err
+                    reason = f"lock_timeout_ms={raw!r} is not an integer"
+                    raise InvalidStoreURL(url, reason) from err
             elif option in RETRY_OPTIONS:
                 options[option] = parse_retry_option(url, option, raw)
             else:
@@ -184,6 +184,19 @@ class PostgresStore:
             self._commits += 1
             return self._commits % PRUNE_EVERY == 0
 
+    def server_identity(self, query: str) -> tuple[Any, ...] | None:
+        """``query``'s row on one of this store's connections (asked once): how an
+        application's connection is checked to reach the same database."""
+        if self._identity is None:
+            conn = self._acquire()
+            try:
+                self._identity = conn.execute(query).fetchone()
+            except psycopg.Error as err:
+                raise translate(err, "identity", self.url) from err
+            finally:
+                self._release(conn)
+        return self._identity
+
     # --- the schema --------------------------------------------------------------------------
 
     def _open_schema(self, create: bool) -> None:
@@ -213,7 +226,7 @@ class PostgresStore:
         tables = {str(name) for (name,) in conn.execute(TABLES_IN_SCHEMA, (self.schema,))}
         if not tables:
             return "absent"
-        if not QUICK_TABLES <= tables:
+        if not tables >= QUICK_TABLES:
             missing = ", ".join(sorted(QUICK_TABLES - tables))
             raise NotAQuickStore(self.url, f"schema {self.schema!r} has no {missing} table")
         try:

@@ -16,7 +16,8 @@ from quickzones.backends.postgres.sql import KEYS_PER_SELECT
 from quickzones.backends.txnbuffer import BufferedTransaction, CommitRequest, KeyValue
 
 if TYPE_CHECKING:
-    from quickzones.backends.postgres.store import Connection, PostgresStore
+    from quickzones.backends.postgres.resolver import Connection
+    from quickzones.backends.postgres.store import PostgresStore
 
 
 class PostgresTransaction(BufferedTransaction):
@@ -42,7 +43,7 @@ class PostgresTransaction(BufferedTransaction):
             raise translate(err, "read version", store.url) from err
         self._conn = conn
         assert row is not None
-        return int(row[0])  # type: ignore[call-overload]
+        return int(row[0])
 
     def _snapshot(self) -> Connection:
         assert self._conn is not None, "read before the read version was acquired"
@@ -55,7 +56,7 @@ class PostgresTransaction(BufferedTransaction):
             row = conn.execute(self._store.sql.get, (key,)).fetchone()
         except psycopg.Error as err:
             raise translate(err, "get", self._store.url) from err
-        return None if row is None else bytes(row[0])  # type: ignore[arg-type]
+        return None if row is None else bytes(row[0])
 
     def _read_keys(self, keys: Sequence[bytes]) -> list[bytes | None]:
         conn = self._snapshot()
@@ -64,7 +65,7 @@ class PostgresTransaction(BufferedTransaction):
             for at in range(0, len(keys), KEYS_PER_SELECT):
                 chunk = list(keys[at : at + KEYS_PER_SELECT])
                 rows = conn.execute(self._store.sql.get_many, (chunk,)).fetchall()
-                found.update((bytes(k), bytes(v)) for k, v in rows)  # type: ignore[arg-type]
+                found.update((bytes(k), bytes(v)) for k, v in rows)
         except psycopg.Error as err:
             raise translate(err, "get_many", self._store.url) from err
         return [found.get(key) for key in keys]
@@ -76,7 +77,7 @@ class PostgresTransaction(BufferedTransaction):
             rows = conn.execute(sql + " LIMIT %s", (begin, end, limit or None)).fetchall()
         except psycopg.Error as err:
             raise translate(err, "get_range", self._store.url) from err
-        return [(bytes(k), bytes(v)) for k, v in rows]  # type: ignore[arg-type]
+        return [(bytes(k), bytes(v)) for k, v in rows]
 
     def _commit_request(self, request: CommitRequest) -> tuple[int, int]:
         store = self._store

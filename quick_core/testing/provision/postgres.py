@@ -49,9 +49,9 @@ def find_pg_bin() -> Path | None:
     versions = sorted(
         glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name)
     )
-    for folder in reversed(versions):
-        if (Path(folder) / "initdb").is_file() and (Path(folder) / "postgres").is_file():
-            return Path(folder)
+    for version_bin in reversed(versions):
+        if (Path(version_bin) / "initdb").is_file() and (Path(version_bin) / "postgres").is_file():
+            return Path(version_bin)
     initdb = find_binary("initdb")
     if initdb is None:
         return None

@@ -1,0 +1,96 @@
+"""The postgresql:// store's own promises: its tables live in the schema the URL names,
+quick creates them, and a schema quick does not recognise is refused and left untouched.
+(The KV contract suites and every suite over the ``backend`` fixture run on it too.)"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from quickzones.client import Quick
+from quickzones.errors import InvalidStoreURL, NotAQuickStore, StoreNotFound
+from quickzones.testing.provision.postgres import postgres_skip_reason, shared_postgres_url
+from tests.postgres import SESSION, postgres_store_url
+
+pytestmark = pytest.mark.skipif(
+    postgres_skip_reason() is not None, reason=str(postgres_skip_reason())
+)
+
+
+@pytest.fixture
+def admin() -> Iterator[object]:
+    import psycopg
+
+    with psycopg.connect(shared_postgres_url(), autocommit=True) as conn:
+        yield conn
+
+
+def _schema(name: str) -> str:
+    return f"{SESSION}_{name}"
+
+
+def _tables(admin: object, schema: str) -> set[str]:
+    rows = admin.execute(  # type: ignore[attr-defined]
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,)
+    ).fetchall()
+    return {name for (name,) in rows}
+
+
+def test_quick_creates_its_tables_in_the_named_schema(admin: object) -> None:
+    schema = _schema("made")
+    q = Quick.open(postgres_store_url(schema))
+    item = q.enqueue("job", {"n": 1}, app="a", tenant="t1")
+    q.close()
+    assert _tables(admin, schema) == {"kv", "quick_meta", "quick_conflicts"}
+    again = Quick.open(postgres_store_url(schema), create=False)  # reopens, writes nothing
+    assert again.status("a", "t1", item) is not None
+    again.close()
+
+
+def test_a_foreign_schema_is_refused_untouched(admin: object) -> None:
+    schema = _schema("app")
+    admin.execute(f'CREATE SCHEMA "{schema}"')  # type: ignore[attr-defined]
+    admin.execute(f'CREATE TABLE "{schema}".orders (id int PRIMARY KEY)')  # type: ignore[attr-defined]
+    admin.execute(f'INSERT INTO "{schema}".orders VALUES (7)')  # type: ignore[attr-defined]
+    with pytest.raises(NotAQuickStore, match="left untouched"):
+        Quick.open(postgres_store_url(schema))
+    assert _tables(admin, schema) == {"orders"}
+    rows = admin.execute(f'SELECT id FROM "{schema}".orders').fetchall()  # type: ignore[attr-defined]
+    assert rows == [(7,)]
+
+
+def test_a_schema_with_a_foreign_quick_meta_is_refused(admin: object) -> None:
+    schema = _schema("lookalike")
+    admin.execute(f'CREATE SCHEMA "{schema}"')  # type: ignore[attr-defined]
+    for table in ("kv", "quick_conflicts"):
+        admin.execute(f'CREATE TABLE "{schema}".{table} (id int)')  # type: ignore[attr-defined]
+    admin.execute(f'CREATE TABLE "{schema}".quick_meta (id int)')  # type: ignore[attr-defined]
+    with pytest.raises(NotAQuickStore, match="quick_meta"):
+        Quick.open(postgres_store_url(schema))
+
+
+def test_a_newer_layout_is_refused(admin: object) -> None:
+    schema = _schema("newer")
+    Quick.open(postgres_store_url(schema)).close()
+    admin.execute(f'UPDATE "{schema}".quick_meta SET format_version = 99')  # type: ignore[attr-defined]
+    with pytest.raises(NotAQuickStore, match="newer"):
+        Quick.open(postgres_store_url(schema))
+
+
+def test_read_only_open_of_a_missing_schema_creates_nothing(admin: object) -> None:
+    schema = _schema("absent")
+    with pytest.raises(StoreNotFound):
+        Quick.open(postgres_store_url(schema), create=False)
+    found = admin.execute(  # type: ignore[attr-defined]
+        "SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)
+    ).fetchone()
+    assert found is None
+
+
+def test_bad_url_options_are_named() -> None:
+    url = postgres_store_url(_schema("opts"))
+    with pytest.raises(InvalidStoreURL, match="lock_timeout_ms"):
+        Quick.open(url + "&lock_timeout_ms=soon")
+    with pytest.raises(InvalidStoreURL, match="schema"):
+        Quick.open(url.split("?")[0] + "?schema=" + "x" * 64)
