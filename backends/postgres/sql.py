@@ -8,7 +8,7 @@ quick's); ``quick_conflicts`` holds each recent commit's write conflict ranges.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
 
 from quickzones.backends._ranges import encode_ranges
 
@@ -27,16 +27,17 @@ def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-@dataclass(frozen=True, slots=True)
 class Statements:
-    """Every statement the backend runs, qualified by its schema."""
+    """Every statement the backend runs, qualified by its schema (each text built once,
+    on first use: they are on every transaction's path)."""
 
-    schema: str
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
 
     def _t(self, table: str) -> str:
         return f"{quote_ident(self.schema)}.{table}"
 
-    @property
+    @functools.cached_property
     def create(self) -> tuple[str, ...]:
         s = quote_ident(self.schema)
         return (
@@ -48,74 +49,74 @@ class Statements:
             f"CREATE TABLE {s}.quick_conflicts (version bigint PRIMARY KEY, ranges bytea NOT NULL)",
         )
 
-    @property
+    @functools.cached_property
     def version(self) -> str:
         return f"SELECT version FROM {self._t('quick_meta')} WHERE id = 0"
 
-    @property
+    @functools.cached_property
     def lock_version(self) -> str:
         # The resolver's lock: one commit at a time holds this row until it ends.
         return f"SELECT version FROM {self._t('quick_meta')} WHERE id = 0 FOR UPDATE"
 
-    @property
+    @functools.cached_property
     def meta(self) -> str:
         return f"SELECT format, format_version FROM {self._t('quick_meta')} WHERE id = 0"
 
-    @property
+    @functools.cached_property
     def get(self) -> str:
         return f"SELECT value FROM {self._t('kv')} WHERE key = %s"
 
-    @property
+    @functools.cached_property
     def get_many(self) -> str:
         return f"SELECT key, value FROM {self._t('kv')} WHERE key = ANY(%s)"
 
-    @property
+    @functools.cached_property
     def range(self) -> str:
         return f"SELECT key, value FROM {self._t('kv')} WHERE key >= %s AND key < %s ORDER BY key"
 
-    @property
+    @functools.cached_property
     def range_reverse(self) -> str:
         return (
             f"SELECT key, value FROM {self._t('kv')} WHERE key >= %s AND key < %s"
             " ORDER BY key DESC"
         )
 
-    @property
+    @functools.cached_property
     def upsert(self) -> str:
         return (
             f"INSERT INTO {self._t('kv')} (key, value) VALUES (%s, %s)"
             " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
         )
 
-    @property
+    @functools.cached_property
     def delete(self) -> str:
         return f"DELETE FROM {self._t('kv')} WHERE key = %s"
 
-    @property
+    @functools.cached_property
     def delete_range(self) -> str:
         return f"DELETE FROM {self._t('kv')} WHERE key >= %s AND key < %s"
 
-    @property
+    @functools.cached_property
     def newer_conflicts(self) -> str:
         return f"SELECT ranges FROM {self._t('quick_conflicts')} WHERE version > %s"
 
-    @property
+    @functools.cached_property
     def record_conflicts(self) -> str:
         return f"INSERT INTO {self._t('quick_conflicts')} (version, ranges) VALUES (%s, %s)"
 
-    @property
+    @functools.cached_property
     def bump_version(self) -> str:
         return f"UPDATE {self._t('quick_meta')} SET version = %s WHERE id = 0"
 
-    @property
+    @functools.cached_property
     def prune_conflicts(self) -> str:
         return f"DELETE FROM {self._t('quick_conflicts')} WHERE version < %s"
 
-    @property
+    @functools.cached_property
     def newest_before(self) -> str:
         return f"SELECT max(version) FROM {self._t('quick_conflicts')} WHERE version < %s"
 
-    @property
+    @functools.cached_property
     def everything(self) -> str:
         return f"SELECT key, value FROM {self._t('kv')} ORDER BY key"
 

@@ -137,7 +137,7 @@ class PostgresStore:
     def _connect(self) -> Connection:
         try:
             conn: Connection = psycopg.connect(
-                self.conninfo, autocommit=True, connect_timeout=10, prepare_threshold=0
+                self.conninfo, autocommit=True, connect_timeout=10, prepare_threshold=None
             )
             conn.execute(f"SET lock_timeout = {int(self.lock_timeout_ms)}")
         except psycopg.Error as err:

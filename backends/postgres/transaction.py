@@ -11,7 +11,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from quickzones.backends.postgres import resolver
-from quickzones.backends.postgres.errors import commit_unknown, translate
+from quickzones.backends.postgres.errors import translate
 from quickzones.backends.postgres.sql import KEYS_PER_SELECT
 from quickzones.backends.txnbuffer import BufferedTransaction, CommitRequest, KeyValue
 
@@ -35,9 +35,11 @@ class PostgresTransaction(BufferedTransaction):
         try:
             # The snapshot is taken by the first statement, which reads the version: the
             # data every later read sees is exactly that version's (commits bump it under
-            # the resolver's lock, in the transaction that writes).
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            row = conn.execute(store.sql.version).fetchone()
+            # the resolver's lock, in the transaction that writes). One round trip.
+            with conn.pipeline():
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                cur = conn.execute(store.sql.version)
+            row = cur.fetchone()
         except psycopg.Error as err:
             store._release(conn)
             raise translate(err, "read version", store.url) from err
@@ -84,28 +86,26 @@ class PostgresTransaction(BufferedTransaction):
         conn, self._conn = self._conn, None
         if conn is None:
             conn = store._acquire()
+        # End the snapshot (the resolver reads the newest state) and open the commit's
+        # READ COMMITTED transaction in the round trip that takes the lock.
+        reading = conn.info.transaction_status != TransactionStatus.IDLE
+        begin = ("COMMIT", "BEGIN") if reading else ("BEGIN",)
+        now = self._clock.now()
         try:
             try:
-                if conn.info.transaction_status != TransactionStatus.IDLE:
-                    conn.execute("COMMIT")  # end the snapshot; the resolver reads the newest
-                conn.execute("BEGIN")
-                now = self._clock.now()
-                version = resolver.apply(conn, store.sql, request, now)
-                if store._count_commit():
-                    resolver.prune(conn, store.sql, now)
+                version = resolver.apply(
+                    conn, store.sql, request, now, begin=begin, end=("COMMIT",)
+                )
             except BaseException as err:
-                with contextlib.suppress(psycopg.Error):
-                    conn.execute("ROLLBACK")
+                if not conn.broken:
+                    with contextlib.suppress(psycopg.Error):
+                        conn.execute("ROLLBACK")
                 if isinstance(err, psycopg.Error):
                     raise translate(err, "commit", store.url) from err
                 raise
-            try:
-                conn.execute("COMMIT")
-            except psycopg.Error as err:
-                if conn.broken:
-                    # COMMIT was sent and no answer came: it may have committed.
-                    raise commit_unknown(err) from err
-                raise translate(err, "COMMIT", store.url) from err
+            if store._count_commit():
+                with contextlib.suppress(psycopg.Error):
+                    resolver.prune(conn, store.sql, now)
             return version, 0
         finally:
             store._release(conn)
