@@ -34,12 +34,14 @@ How it keeps the store's rules (``docs/fdb-semantics.md``):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from quickzones.aio import OnLoop
 from quickzones.backends.postgres import resolver
+from quickzones.backends.postgres.async_connection import SyncOverAsync
 from quickzones.backends.postgres.errors import translate
 from quickzones.backends.postgres.resolver import Connection
 from quickzones.backends.postgres.sql import KEYS_PER_SELECT
@@ -56,11 +58,18 @@ _WHERE = "SELECT current_database(), current_setting('port')"
 
 
 def dbapi_connection(connection: object) -> Connection:
-    """The psycopg ``Connection`` behind what the application passed: itself, a
+    """The psycopg ``Connection`` behind what the application passed: itself (or, from
+    :meth:`AsyncQuick.enqueue_on`, an ``AsyncConnection`` driven on its loop), a
     SQLAlchemy ``Connection`` or ``Session`` (its connection's ``driver_connection``) or
     Django's ``django.db.connection`` (its ``.connection``, opened if need be)."""
     if isinstance(connection, psycopg.Connection):
         return connection
+    if isinstance(connection, OnLoop):
+        held = connection.connection
+        if isinstance(held, psycopg.AsyncConnection):
+            # AsyncQuick.enqueue_on: this thread sends, the application's loop runs.
+            return cast(Connection, SyncOverAsync(held, connection.loop))
+        connection = held
     if isinstance(connection, psycopg.AsyncConnection):
         raise UnusableConnection(
             "a psycopg AsyncConnection",

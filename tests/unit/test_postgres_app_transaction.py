@@ -283,3 +283,97 @@ def test_producer_and_consumer_processes_strand_and_lose_nothing(
         assert [zone_count(q, ZoneId("shop", f"t{t}")) for t in range(5)] == [0] * 5
     finally:
         q.close()
+
+
+DJANGO_APP = textwrap.dedent(
+    """
+    import sys
+    from urllib.parse import urlsplit
+
+    import django
+    from django.conf import settings
+
+    url, table = sys.argv[1], sys.argv[2]
+    server = urlsplit(url)
+    settings.configure(
+        DATABASES={"default": {
+            "ENGINE": "django.db.backends.postgresql", "NAME": server.path.lstrip("/"),
+            "USER": server.username, "HOST": server.hostname, "PORT": server.port,
+        }},
+        USE_TZ=True,
+    )
+    django.setup()
+    from django.db import connection, transaction
+
+    from quickzones.client import Quick
+    from quickzones.errors import UnusableConnection
+
+    q = Quick.open(url)
+    try:  # outside atomic(), Django runs in autocommit: refused
+        q.enqueue_on(connection, "ship", {"order": 0}, app="shop", tenant="t1")
+        sys.exit("autocommit was not refused")
+    except UnusableConnection as err:
+        assert "autocommit" in str(err), err
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute(f"INSERT INTO {table} VALUES (5, 'django')")
+        q.enqueue_on(connection, "ship", {"order": 5}, app="shop", tenant="t1")
+    try:
+        with transaction.atomic():
+            with connection.cursor() as cur:
+                cur.execute(f"INSERT INTO {table} VALUES (6, 'django')")
+            q.enqueue_on(connection, "ship", {"order": 6}, app="shop", tenant="t1")
+            raise RuntimeError("declined")
+    except RuntimeError:
+        pass
+    """
+)
+
+
+def test_django_connection_inside_atomic(q: Quick, url: str, orders: str, tmp_path: Any) -> None:
+    pytest.importorskip("django")
+    script = tmp_path / "django_app.py"
+    script.write_text(DJANGO_APP)
+    proc = subprocess.run(
+        [sys.executable, str(script), url, orders], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = _record_runs(q)
+    assert _rows(url, orders) == [(5, "django")]
+    assert q.run_until_idle() == 1 and runs == [{"order": 5}]
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_async_connection_through_async_quick(url: str, orders: str, isolation: str) -> None:
+    import asyncio
+
+    from quickzones.aio import AsyncQuick
+
+    async def app() -> tuple[str, str]:
+        aq = AsyncQuick.open(url)
+        try:
+            async with await psycopg.AsyncConnection.connect(_server(url)) as conn:
+                async with conn.transaction():
+                    await conn.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}")
+                    await conn.execute(f"INSERT INTO {orders} VALUES (1, 'async')")
+                    kept = await aq.enqueue_on(conn, "ship", {"order": 1}, app="shop", tenant="t1")
+                with pytest.raises(RuntimeError):
+                    async with conn.transaction():
+                        await conn.execute(f"INSERT INTO {orders} VALUES (2, 'async')")
+                        dropped = await aq.enqueue_on(
+                            conn, "ship", {"order": 2}, app="shop", tenant="t1"
+                        )
+                        raise RuntimeError("declined")
+            return kept, dropped
+        finally:
+            await aq.aclose()
+
+    kept, dropped = asyncio.run(app())
+    q = Quick.open(url)
+    try:
+        runs = _record_runs(q)
+        assert _rows(url, orders) == [(1, "async")]
+        assert q.get("shop", "t1", kept) is not None and q.get("shop", "t1", dropped) is None
+        assert q.run_until_idle() == 1 and runs == [{"order": 1}]
+    finally:
+        q.close()
