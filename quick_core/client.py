@@ -442,7 +442,7 @@ class Quick:
 
         From this call until the application commits or rolls back, its transaction holds
         the store's write lock (consumers' commits wait for it): commit soon. Errors and
-        conflict rules: docs/tutorial-sqlite-transaction.md, docs/postgres.md.
+        conflict rules: docs/tutorial-sqlite-transaction.md, docs/backends.md (PostgreSQL).
         """
         join = getattr(self.kv, "transaction_on", None)
         if join is None:
