@@ -26,9 +26,9 @@ def translate(err: psycopg.Error, during: str, store: str = "") -> StorageError:
     failure: StorageError
     if isinstance(err, pgerrors.DiskFull):
         failure = StoreFull(store or "postgresql", f"postgresql: {err} during {during}")
-    elif isinstance(err, pgerrors.SerializationFailure | pgerrors.DeadlockDetected):
+    elif isinstance(err, (pgerrors.SerializationFailure, pgerrors.DeadlockDetected)):
         failure = KVError(NOT_COMMITTED, f"postgresql conflict during {during}: {err}")
-    elif isinstance(err, pgerrors.LockNotAvailable | pgerrors.QueryCanceled | _UNAVAILABLE):
+    elif isinstance(err, (pgerrors.LockNotAvailable, pgerrors.QueryCanceled, *_UNAVAILABLE)):
         failure = KVError(DATABASE_LOCKED, f"postgresql unavailable during {during}: {err}")
     else:
         failure = KVError(INTERNAL_ERROR, f"postgresql error during {during}: {err}")
