@@ -1,9 +1,10 @@
 """Fixtures shared by the unit tests: a Quick over each KV backend with a manual clock.
 
-``postgres`` (a real PostgreSQL, ``tests/postgres.py``) joins them the same way.
 ``fdb`` (a real FoundationDB, see ``quickzones.testing.provision.provide_fdb_cluster_file``) is in
 ``BACKENDS`` only when a cluster can be had; one cluster serves the session, each store URL
 gets its own key prefix under a per-session root, cleared when the session ends.
+``postgres`` (a real PostgreSQL, ``tests/postgres.py``) joins them the same way: one server
+for the session, a schema of its own for each store URL.
 """
 
 from __future__ import annotations
@@ -100,10 +101,10 @@ def q(backend: str, tmp_path: Path, clock: ManualClock) -> Iterator[Quick]:
     quick.close()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", *(["postgres"] if HAVE_POSTGRES else [])])
 def real_q(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Quick]:
     """A client on the system clock: a started consumer's threads sleep in real time."""
-    url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'q.db'}"
+    url = store_url(str(request.param), tmp_path)
     quick = Quick.open(url)
     yield quick
     quick.close()
