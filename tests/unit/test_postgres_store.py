@@ -129,3 +129,19 @@ def test_versionstamps_follow_commit_order_across_store_objects() -> None:
     for store in stores:
         store.close()
     assert [int(v) for _, v in rows] == list(range(1, 61))  # key (stamp) order = commit order
+
+
+def test_the_cli_reads_and_writes_a_postgres_store() -> None:
+    from click.testing import CliRunner
+
+    from quickzones.cli import main
+
+    url = postgres_store_url(_schema("cli"))
+    missing = CliRunner().invoke(main, ["--store", url, "stats"])
+    assert missing.exit_code == 2 and "does not exist" in missing.output  # reads create nothing
+    made = CliRunner().invoke(
+        main, ["--store", url, "enqueue", "--job-type", "job", "--app", "a", "--tenant", "t"]
+    )
+    assert made.exit_code == 0, made.output
+    stats = CliRunner().invoke(main, ["--store", url, "stats"])
+    assert stats.exit_code == 0 and "t" in stats.output
