@@ -128,7 +128,7 @@ def join(store: PostgresStore, connection: object) -> Connection:
             " commit; roll it back and run it again",
         ) from err
     except psycopg.Error as err:
-        raise translate(err, "joining the application's transaction", store.url) from err
+        raise translate(err, "joining the application's transaction", store.shown) from err
     return conn
 
 
@@ -156,7 +156,7 @@ class AppTransaction(BufferedTransaction):
         try:
             row = self._checked().execute(self._store.sql.version).fetchone()
         except psycopg.Error as err:
-            raise translate(err, "read version", self._store.url) from err
+            raise translate(err, "read version", self._store.shown) from err
         assert row is not None
         return int(row[0])
 
@@ -165,7 +165,7 @@ class AppTransaction(BufferedTransaction):
         try:
             row = self._checked().execute(self._store.sql.get, (key,)).fetchone()
         except psycopg.Error as err:
-            raise translate(err, "get", self._store.url) from err
+            raise translate(err, "get", self._store.shown) from err
         return None if row is None else bytes(row[0])
 
     def _read_keys(self, keys: Sequence[bytes]) -> list[bytes | None]:
@@ -177,7 +177,7 @@ class AppTransaction(BufferedTransaction):
                 rows = self._checked().execute(self._store.sql.get_many, (chunk,)).fetchall()
                 found.update((bytes(k), bytes(v)) for k, v in rows)
         except psycopg.Error as err:
-            raise translate(err, "get_many", self._store.url) from err
+            raise translate(err, "get_many", self._store.shown) from err
         return [found.get(key) for key in keys]
 
     def _read_range(self, begin: bytes, end: bytes, limit: int, reverse: bool) -> list[KeyValue]:
@@ -187,7 +187,7 @@ class AppTransaction(BufferedTransaction):
             rows = self._checked().execute(sql + " LIMIT %s", (begin, end, limit or None))
             return [(bytes(k), bytes(v)) for k, v in rows.fetchall()]
         except psycopg.Error as err:
-            raise translate(err, "get_range", self._store.url) from err
+            raise translate(err, "get_range", self._store.shown) from err
 
     def _commit_request(self, request: CommitRequest) -> tuple[int, int]:
         conn = self._checked()
@@ -196,7 +196,7 @@ class AppTransaction(BufferedTransaction):
                 version = resolver.apply(conn, self._store.sql, request, self._clock.now())
         except psycopg.Error as err:
             raise translate(
-                err, "commit into the application's transaction", self._store.url
+                err, "commit into the application's transaction", self._store.shown
             ) from err
         return version, 0
 

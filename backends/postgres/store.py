@@ -59,6 +59,14 @@ _SCHEMES = ("postgresql", "postgres")
 _SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('quickzones schema ' || %s))"
 
 
+def _without_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
 class PostgresStore:
     """A KV store in one PostgreSQL schema: ``PostgresStore("postgresql://...", schema=...)``."""
 
@@ -79,6 +87,8 @@ class PostgresStore:
         self.conninfo = conninfo
         self.schema = schema
         self.url = url if url is not None else f"{conninfo}?schema={schema}"
+        # The URL as errors and logs show it: without its password.
+        self.shown = _without_password(self.url)
         self.sql = Statements(schema)
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.lock_timeout_ms = lock_timeout_ms
@@ -141,12 +151,12 @@ class PostgresStore:
             )
             conn.execute(f"SET lock_timeout = {int(self.lock_timeout_ms)}")
         except psycopg.Error as err:
-            raise translate(err, "connect", self.url) from err
+            raise translate(err, "connect", self.shown) from err
         return conn
 
     def _acquire(self) -> Connection:
         if self._closed:
-            raise StorageError(f"store {self.url} is closed")
+            raise StorageError(f"store {self.shown} is closed")
         if os.getpid() != self._pid:
             with self._lock:
                 self._inherited.extend(self._pool)
@@ -192,7 +202,7 @@ class PostgresStore:
             try:
                 self._identity = conn.execute(query).fetchone()
             except psycopg.Error as err:
-                raise translate(err, "identity", self.url) from err
+                raise translate(err, "identity", self.shown) from err
             finally:
                 self._release(conn)
         return self._identity
@@ -207,14 +217,14 @@ class PostgresStore:
             if self._schema_state(conn) == "ready":
                 return
             if not create:
-                raise StoreNotFound(self.url)
+                raise StoreNotFound(self.shown)
             with conn.transaction():
                 conn.execute(_SCHEMA_LOCK, (self.schema,))
                 if self._schema_state(conn) == "absent":  # another process may have made it
                     for statement in self.sql.create:
                         conn.execute(statement)
         except psycopg.Error as err:
-            raise StorageError(f"cannot open postgresql store {self.url}: {err}") from err
+            raise StorageError(f"cannot open postgresql store {self.shown}: {err}") from err
         finally:
             conn.close()
 
@@ -228,16 +238,16 @@ class PostgresStore:
             return "absent"
         if not tables >= QUICK_TABLES:
             missing = ", ".join(sorted(QUICK_TABLES - tables))
-            raise NotAQuickStore(self.url, f"schema {self.schema!r} has no {missing} table")
+            raise NotAQuickStore(self.shown, f"schema {self.schema!r} has no {missing} table")
         try:
             row = conn.execute(self.sql.meta).fetchone()
         except psycopg.Error as err:
-            raise NotAQuickStore(self.url, f"its quick_meta table is not quick's: {err}") from err
+            raise NotAQuickStore(self.shown, f"its quick_meta table is not quick's: {err}") from err
         if row is None or row[0] != FORMAT:
-            raise NotAQuickStore(self.url, "its quick_meta table names no quick layout")
+            raise NotAQuickStore(self.shown, "its quick_meta table names no quick layout")
         if int(row[1]) > FORMAT_VERSION:
             raise NotAQuickStore(
-                self.url,
+                self.shown,
                 f"layout version {row[1]} is newer than this quick's ({FORMAT_VERSION}):"
                 " upgrade quickzones",
             )
@@ -247,7 +257,7 @@ class PostgresStore:
 
     def create_transaction(self) -> BufferedTransaction:
         if self._closed:
-            raise StorageError(f"store {self.url} is closed")
+            raise StorageError(f"store {self.shown} is closed")
         bound: Connection | None = getattr(self._bound, "conn", None)
         if bound is not None:
             from quickzones.backends.postgres.app_transaction import AppTransaction

@@ -42,7 +42,7 @@ class PostgresTransaction(BufferedTransaction):
             row = cur.fetchone()
         except psycopg.Error as err:
             store._release(conn)
-            raise translate(err, "read version", store.url) from err
+            raise translate(err, "read version", store.shown) from err
         self._conn = conn
         assert row is not None
         return int(row[0])
@@ -57,7 +57,7 @@ class PostgresTransaction(BufferedTransaction):
         try:
             row = conn.execute(self._store.sql.get, (key,)).fetchone()
         except psycopg.Error as err:
-            raise translate(err, "get", self._store.url) from err
+            raise translate(err, "get", self._store.shown) from err
         return None if row is None else bytes(row[0])
 
     def _read_keys(self, keys: Sequence[bytes]) -> list[bytes | None]:
@@ -69,7 +69,7 @@ class PostgresTransaction(BufferedTransaction):
                 rows = conn.execute(self._store.sql.get_many, (chunk,)).fetchall()
                 found.update((bytes(k), bytes(v)) for k, v in rows)
         except psycopg.Error as err:
-            raise translate(err, "get_many", self._store.url) from err
+            raise translate(err, "get_many", self._store.shown) from err
         return [found.get(key) for key in keys]
 
     def _read_range(self, begin: bytes, end: bytes, limit: int, reverse: bool) -> list[KeyValue]:
@@ -78,7 +78,7 @@ class PostgresTransaction(BufferedTransaction):
         try:
             rows = conn.execute(sql + " LIMIT %s", (begin, end, limit or None)).fetchall()
         except psycopg.Error as err:
-            raise translate(err, "get_range", self._store.url) from err
+            raise translate(err, "get_range", self._store.shown) from err
         return [(bytes(k), bytes(v)) for k, v in rows]
 
     def _commit_request(self, request: CommitRequest) -> tuple[int, int]:
@@ -101,7 +101,7 @@ class PostgresTransaction(BufferedTransaction):
                     with contextlib.suppress(psycopg.Error):
                         conn.execute("ROLLBACK")
                 if isinstance(err, psycopg.Error):
-                    raise translate(err, "commit", store.url) from err
+                    raise translate(err, "commit", store.shown) from err
                 raise
             if store._count_commit():
                 with contextlib.suppress(psycopg.Error):

@@ -145,3 +145,10 @@ def test_the_cli_reads_and_writes_a_postgres_store() -> None:
     assert made.exit_code == 0, made.output
     stats = CliRunner().invoke(main, ["--store", url, "stats"])
     assert stats.exit_code == 0 and "t" in stats.output
+
+
+def test_errors_never_show_the_password() -> None:
+    url = postgres_store_url(_schema("secret")).replace("postgres@", "postgres:hunter2@", 1)
+    with pytest.raises(StoreNotFound) as caught:
+        Quick.open(url, create=False)
+    assert "hunter2" not in str(caught.value) and ":***@" in str(caught.value)
