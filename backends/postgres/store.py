@@ -288,6 +288,8 @@ class PostgresStore:
         with self._lock:
             self._closed = True
             pool, self._pool = self._pool, []
+        if os.getpid() != self._pid:
+            return  # a forked child: these are the parent's sessions, left to it
         for conn in pool:
             with contextlib.suppress(psycopg.Error):
                 conn.close()

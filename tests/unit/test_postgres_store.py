@@ -10,6 +10,7 @@ import pytest
 
 from quickzones.client import Quick
 from quickzones.errors import InvalidStoreURL, NotAQuickStore, StoreNotFound
+from quickzones.store.admin import zone_count
 from quickzones.testing.provision.postgres import postgres_skip_reason, shared_postgres_url
 from tests.postgres import SESSION, postgres_store_url
 
@@ -152,3 +153,28 @@ def test_errors_never_show_the_password() -> None:
     with pytest.raises(StoreNotFound) as caught:
         Quick.open(url, create=False)
     assert "hunter2" not in str(caught.value) and ":***@" in str(caught.value)
+
+
+def test_a_forked_child_leaves_the_parents_connections_alone() -> None:
+    """A child that inherits an open store (a forking worker pool) and closes it must not
+    end the parent's sessions on the sockets they share."""
+    import os
+
+    q = Quick.open(postgres_store_url(_schema("fork")))
+    q.enqueue("job", {}, app="a", tenant="t")  # the pool now holds a connection
+    pooled = q.kv._pool[-1]  # type: ignore[attr-defined]
+    pid = os.fork()
+    if pid == 0:
+        try:
+            q.close()
+            child = Quick.open(q.kv.url)  # the child opens its own
+            child.enqueue("job", {}, app="a", tenant="t")
+            child.close()
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0
+    assert pooled.execute("SELECT 1").fetchone() == (1,)  # the parent's session is alive
+    q.enqueue("job", {}, app="a", tenant="t")
+    assert zone_count(q, q.zone("a", "t")) == 3
+    q.close()
