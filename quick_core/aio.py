@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import functools
 import inspect
 import queue
@@ -268,6 +269,17 @@ def _on_store_thread(
     return call
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class OnLoop:
+    """An application's async connection (a psycopg ``AsyncConnection``) and the event
+    loop that drives it, handed to a store's ``transaction_on`` by
+    :meth:`AsyncQuick.enqueue_on`: the enqueue runs on a thread, and each statement it
+    sends is run on ``loop`` (free meanwhile: it awaits that thread)."""
+
+    connection: object
+    loop: asyncio.AbstractEventLoop
+
+
 class AsyncQuick:
     """A :class:`Quick` for asyncio code: the same store, registry and clock."""
 
@@ -404,6 +416,21 @@ class AsyncQuick:
         return await asyncio.to_thread(self.quick.transact, body)
 
     # --- zone operations and admin -------------------------------------------------------
+
+    async def enqueue_on(
+        self, connection: object, job_type: str, payload: Any = b"", **options: Any
+    ) -> str:
+        """:meth:`Quick.enqueue_on` from asyncio code: inside the application's own
+        transaction on ``connection``. An async connection (a psycopg ``AsyncConnection``
+        on a ``postgresql://`` store) is driven from this event loop while the enqueue
+        runs on a thread; a blocking one (sqlite3, psycopg ``Connection``) is used here,
+        in this thread, as it belongs to it (a short block of the loop)."""
+        if not inspect.iscoroutinefunction(getattr(connection, "execute", None)):
+            return self.quick.enqueue_on(connection, job_type, payload, **options)
+        on_loop = OnLoop(connection, asyncio.get_running_loop())
+        return await asyncio.to_thread(
+            self.quick.enqueue_on, on_loop, job_type, payload, **options
+        )
 
     async def get(self, app: str, tenant: str, item_id: str) -> WorkItem | None:
         return await asyncio.to_thread(self.quick.get, app, tenant, item_id)

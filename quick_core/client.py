@@ -433,23 +433,25 @@ class Quick:
         ttl: float | None = None,
         fifo: bool | None = None,
     ) -> str:
-        """Enqueue inside the application's own SQLite transaction, through its own
-        ``connection`` to the store's file (``sqlite:///...`` stores): a
-        ``sqlite3.Connection``, a SQLAlchemy ``Connection`` or Django's ``connection``.
-        The application's COMMIT commits its rows and the item together; its ROLLBACK
-        leaves neither. Options as :meth:`enqueue`.
+        """Enqueue inside the application's own transaction, through its own
+        ``connection`` to the store's database: on ``sqlite:///...`` a
+        ``sqlite3.Connection``, on ``postgresql://...`` a psycopg ``Connection`` (at any
+        isolation level); on both a SQLAlchemy ``Connection``/``Session`` or Django's
+        ``connection``. The application's COMMIT commits its rows and the item together;
+        its ROLLBACK leaves neither. Options as :meth:`enqueue`.
 
         From this call until the application commits or rolls back, its transaction holds
         the store's write lock (consumers' commits wait for it): commit soon. Errors and
-        conflict rules: docs/tutorial-sqlite-transaction.md.
+        conflict rules: docs/tutorial-sqlite-transaction.md, docs/backends.md (PostgreSQL).
         """
         join = getattr(self.kv, "transaction_on", None)
         if join is None:
             raise UnsupportedByStore(
-                "enqueue in the application's own SQLite transaction",
+                "enqueue in the application's own transaction",
                 "transaction_on",
                 type(self.kv).__name__,
-                "open the store with sqlite:///path, the file holding the application's tables",
+                "open the store with sqlite:///path (the file holding the application's"
+                " tables) or postgresql://... (the database holding them)",
             )
         with join(connection) as tr:
             return self.enqueue(

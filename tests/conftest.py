@@ -3,6 +3,8 @@
 ``fdb`` (a real FoundationDB, see ``quickzones.testing.provision.provide_fdb_cluster_file``) is in
 ``BACKENDS`` only when a cluster can be had; one cluster serves the session, each store URL
 gets its own key prefix under a per-session root, cleared when the session ends.
+``postgres`` (a real PostgreSQL, ``tests/postgres.py``) joins them the same way: one server
+for the session, a schema of its own for each store URL.
 """
 
 from __future__ import annotations
@@ -18,9 +20,20 @@ import pytest
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.testing.provision import fdb_skip_reason, shared_fdb_cluster_file
+from quickzones.testing.provision.postgres import postgres_skip_reason
+from tests.postgres import postgres_store_url
 
 HAVE_FDB = fdb_skip_reason() is None
-BACKENDS = ["memory", "sqlite", "fdbsim", *(["fdb"] if HAVE_FDB else [])]
+# PostgreSQL: a private cluster the session starts when initdb is here (QUICK_REQUIRE_POSTGRES
+# in CI makes its absence an error); every store gets a schema of its own.
+HAVE_POSTGRES = postgres_skip_reason() is None
+BACKENDS = [
+    "memory",
+    "sqlite",
+    "fdbsim",
+    *(["fdb"] if HAVE_FDB else []),
+    *(["postgres"] if HAVE_POSTGRES else []),
+]
 
 # Every fdb:// store of this session lives under this prefix (cleared at the end).
 FDB_SESSION_ROOT = f"quick-test-{uuid.uuid4().hex[:12]}/"
@@ -46,6 +59,8 @@ def store_url(backend: str, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'quick.db'}"
     if backend == "fdb":
         return fdb_store_url()
+    if backend == "postgres":
+        return postgres_store_url()
     raise ValueError(backend)
 
 
@@ -86,10 +101,10 @@ def q(backend: str, tmp_path: Path, clock: ManualClock) -> Iterator[Quick]:
     quick.close()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", *(["postgres"] if HAVE_POSTGRES else [])])
 def real_q(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Quick]:
     """A client on the system clock: a started consumer's threads sleep in real time."""
-    url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'q.db'}"
+    url = store_url(str(request.param), tmp_path)
     quick = Quick.open(url)
     yield quick
     quick.close()

@@ -49,6 +49,12 @@ class CommitRequest:
         """Whether the read version is past the 5 s lifetime (write-only txns never are)."""
         return self.read_version is not None and now - self.read_time > TRANSACTION_LIFETIME_S
 
+    def atomic_keys(self) -> list[bytes]:
+        """The keys whose final value needs the committed one (atomic ops over storage):
+        the only keys :meth:`resolve` asks ``current`` about, so a backend can read them
+        all at once beforehand."""
+        return [key for key, point in self._points.items() if point.kind == _ATOMIC]
+
     def resolve(self, stamp: bytes, current: Callable[[bytes], bytes | None]) -> ResolvedWrites:
         """Final writes given the versionstamp and the committed value of a key.
 

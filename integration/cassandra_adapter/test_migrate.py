@@ -147,3 +147,31 @@ def test_migration_killed_halfway_and_resumed(
     assert {q.zone(a, t) for a, t in expected} <= pointers
     q.close()
     print(f"\nmigrated {ITEMS} items over {zones} zones with one SIGKILL in {elapsed:.1f}s")
+
+
+def test_migration_into_postgres(
+    cassandra_node: LocalCassandra,
+    cassandra_session: Any,
+    cassandra_keyspace: str,
+) -> None:
+    """``quick migrate --to postgresql://...``: every item lands once, with its pointer."""
+    from quickzones.testing.provision.postgres import postgres_skip_reason
+    from tests.postgres import postgres_store_url
+
+    if postgres_skip_reason() is not None:
+        pytest.skip(str(postgres_skip_reason()))
+    url = cassandra_url(cassandra_node, cassandra_session, cassandra_keyspace)
+    expected = _seed(cassandra_session, cassandra_keyspace, 300, 30)
+    target = postgres_store_url()
+    moved = CliRunner().invoke(main, ["migrate", "--from", url, "--to", target])
+    assert moved.exit_code == 0, moved.output
+    q = Quick.open(target)
+    try:
+        found = _target_items(q)
+        assert {k: sorted(v) for k, v in found.items()} == {
+            k: sorted(v) for k, v in expected.items()
+        }
+        pointers = {p.zone for p in q.toplevel.list_pointers(0)}
+        assert {q.zone(a, t) for a, t in expected} <= pointers
+    finally:
+        q.close()

@@ -21,7 +21,8 @@ DEFAULT_STORE = "sqlite:///quick.db"
 
 
 STORE_HELP = (
-    f"Store URL: sqlite:///path, memory://, fdb:// [env QUICK_STORE; default {DEFAULT_STORE}]"
+    f"Store URL: sqlite:///path, postgresql://..., memory://, fdb:// [env QUICK_STORE;"
+    f" default {DEFAULT_STORE}]"
 )
 
 

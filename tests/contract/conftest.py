@@ -4,7 +4,8 @@ To add a backend, add an entry to ``BACKENDS``; every test in ``tests/contract``
 on it. A backend that cannot follow an injected clock (a real FDB cluster) sets
 ``follows_clock=False`` and the tests that step time skip on it, each with that reason.
 The real engine (``fdb``) is listed when a cluster can be had (``quickzones.testing.provision``; CI
-sets ``QUICK_REQUIRE_FDB=1`` so it must be).
+sets ``QUICK_REQUIRE_FDB=1`` so it must be), and ``postgres`` when a PostgreSQL server can be
+(``QUICK_REQUIRE_POSTGRES=1`` in CI).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import pytest
 from quickzones.clock import ManualClock
 from quickzones.store.kv import KVStore
 from quickzones.testing.provision import fdb_skip_reason, shared_fdb_cluster_file
+from quickzones.testing.provision.postgres import postgres_skip_reason
+from tests.postgres import postgres_store_url
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,14 @@ def _fdb(tmp_path: Path, clock: ManualClock) -> KVStore:
     return store
 
 
+def _postgres(tmp_path: Path, clock: ManualClock) -> KVStore:
+    # A fresh schema on the session's server; the store keeps the injected clock (its
+    # versions and the 5 s lifetime are the client's), so the time-stepping tests run.
+    from quickzones.backends.postgres import PostgresStore
+
+    return PostgresStore.from_url(postgres_store_url(), clock=clock)
+
+
 BACKENDS: dict[str, Backend] = {
     "memory": Backend("memory", _memory),
     "sqlite": Backend("sqlite", _sqlite),
@@ -78,6 +89,8 @@ BACKENDS: dict[str, Backend] = {
 }
 if fdb_skip_reason() is None:  # a real cluster can be had (required under CI)
     BACKENDS["fdb"] = Backend("fdb", _fdb, follows_clock=False)
+if postgres_skip_reason() is None:  # a server can be had (required under CI)
+    BACKENDS["postgres"] = Backend("postgres", _postgres)
 
 
 @pytest.fixture(

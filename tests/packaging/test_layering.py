@@ -28,6 +28,7 @@ FORBIDDEN = (
     "cassandra",
     "docker",
     "testcontainers",
+    "psycopg",
     "fdb",
     *HTTP,
 )
@@ -42,6 +43,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "testing/provision/docker.py": ("docker", "testcontainers"),
     "testing/provision/cassandra.py": ("cassandra",),
     "testing/provision/fdb.py": ("fdb",),
+    "testing/provision/postgres.py": ("testcontainers",),
 }
 
 

@@ -121,3 +121,42 @@ def test_a_server_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
     else:
         os.kill(child, signal.SIGKILL)
         pytest.fail("the child outlived the process that started it")
+
+
+def test_a_private_postgres_answers_and_dies_with_its_test_process(tmp_path: Path) -> None:
+    """The suites' PostgreSQL (quickzones.testing.provision.postgres): a cluster started by
+    a test process answers on its port, and goes when that process is SIGKILLed."""
+    from quickzones.testing.provision.postgres import find_pg_bin, postgres_required
+
+    if find_pg_bin() is None:
+        if postgres_required():
+            pytest.fail("QUICK_REQUIRE_POSTGRES is set but there is no initdb", pytrace=False)
+        pytest.skip("no PostgreSQL (initdb) here")
+    portfile = tmp_path / "port"
+    script = textwrap.dedent(
+        f"""
+        import time
+        from pathlib import Path
+        from quickzones.testing.provision.postgres import LocalPostgres
+        pg = LocalPostgres().start()
+        Path({str(portfile)!r}).write_text(str(pg.port))
+        time.sleep(300)
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        for _ in range(1200):
+            if portfile.exists() and portfile.read_text():
+                break
+            time.sleep(0.05)
+        port = int(portfile.read_text())
+        assert ports.answers("127.0.0.1", port)
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+    for _ in range(200):
+        if not ports.answers("127.0.0.1", port):
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the PostgreSQL server outlived the process that started it")

@@ -17,11 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import HAVE_FDB, store_url
+from tests.conftest import HAVE_FDB, HAVE_POSTGRES, store_url
 from tests.scanner_fleet import TTL_S, Fleet, started
 from tests.waiting import wait_for
 
-PROCESS_BACKENDS = ["sqlite", *([pytest.param("fdb", marks=pytest.mark.fdb)] if HAVE_FDB else [])]
+PROCESS_BACKENDS = [
+    "sqlite",
+    *([pytest.param("fdb", marks=pytest.mark.fdb)] if HAVE_FDB else []),
+    *(["postgres"] if HAVE_POSTGRES else []),
+]
 
 
 @pytest.fixture(params=PROCESS_BACKENDS)

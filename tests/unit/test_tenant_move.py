@@ -16,20 +16,38 @@ from quickzones.clock import ManualClock
 from quickzones.errors import LeaseLost
 from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.tenant_move import KVMoveSource, move_tenant, move_zone, read_done
+from tests.conftest import HAVE_POSTGRES
+from tests.postgres import postgres_store_url
+
+# Moves between stores of one kind, and to and from PostgreSQL (when a server can be had).
+PAIRS = [
+    "memory",
+    "sqlite",
+    *(["postgres", "sqlite-to-postgres", "postgres-to-sqlite"] if HAVE_POSTGRES else []),
+]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=PAIRS)
 def pair(
     request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock
 ) -> Iterator[tuple[Quick, Quick]]:
-    if request.param == "memory":
+    kinds = str(request.param).split("-to-")
+    source, target = kinds if len(kinds) == 2 else (kinds[0], kinds[0])
+    if source == "memory":
         urls = ("memory://", "memory://")
     else:
-        urls = (f"sqlite:///{tmp_path / 'src.db'}", f"sqlite:///{tmp_path / 'dst.db'}")
+        urls = (
+            _url(source, tmp_path / "src.db"),
+            _url(target, tmp_path / "dst.db"),
+        )
     src, dst = (Quick.open(u, clock=clock) for u in urls)
     yield src, dst
     src.close()
     dst.close()
+
+
+def _url(kind: str, path: Path) -> str:
+    return postgres_store_url() if kind == "postgres" else f"sqlite:///{path}"
 
 
 def _items(q: Quick, zone: ZoneId) -> list[WorkItem]:
@@ -167,8 +185,15 @@ def test_leased_items_wait_for_their_lease_unless_included(
     del held
 
 
-def test_cli_move_tenant(tmp_path: Path) -> None:
-    src_url, dst_url = f"sqlite:///{tmp_path / 's.db'}", f"sqlite:///{tmp_path / 'd.db'}"
+@pytest.mark.parametrize(
+    "kinds",
+    [
+        ("sqlite", "sqlite"),
+        *([("sqlite", "postgres"), ("postgres", "sqlite")] if HAVE_POSTGRES else []),
+    ],
+)
+def test_cli_move_tenant(tmp_path: Path, kinds: tuple[str, str]) -> None:
+    src_url, dst_url = _url(kinds[0], tmp_path / "s.db"), _url(kinds[1], tmp_path / "d.db")
     src = Quick.open(src_url)
     ids = {src.enqueue("job", {"n": i}, app="a", tenant="t") for i in range(5)}
     src.close()

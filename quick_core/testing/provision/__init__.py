@@ -11,7 +11,8 @@ both use it, so each piece exists once:
 * :mod:`.process`: ``find_binary``, ``die_with_parent``, :class:`Service` (a server process
   that can be stopped, killed, paused, restarted), ``provide_server``;
 * :mod:`.docker`: the Docker probe and containers;
-* :mod:`.redis`, :mod:`.memcached`, :mod:`.cassandra`, :mod:`.fdb`: one per service;
+* :mod:`.redis`, :mod:`.memcached`, :mod:`.cassandra`, :mod:`.fdb`, :mod:`.postgres`: one
+  per service;
 * :mod:`.errors`: :class:`ServiceUnavailable`.
 """
 
@@ -41,6 +42,14 @@ from quickzones.testing.provision.fdb import (
 )
 from quickzones.testing.provision.memcached import MemcachedServer, provide_memcached
 from quickzones.testing.provision.ports import HOST, answers, free_port, wait_until_answers
+from quickzones.testing.provision.postgres import (
+    NO_POSTGRES,
+    LocalPostgres,
+    postgres_required,
+    postgres_skip_reason,
+    provide_postgres_url,
+    shared_postgres_url,
+)
 from quickzones.testing.provision.process import (
     Service,
     TLSFiles,
@@ -56,10 +65,12 @@ SERVICES: dict[str, type[Service]] = {"redis": RedisServer, "memcached": Memcach
 __all__ = [
     "HOST",
     "NO_FDB",
+    "NO_POSTGRES",
     "SERVICES",
     "CassandraEndpoint",
     "FDBDist",
     "LocalFDB",
+    "LocalPostgres",
     "MemcachedServer",
     "RedisServer",
     "Service",
@@ -79,12 +90,16 @@ __all__ = [
     "in_ci",
     "libfdb_c_available",
     "parse_contact_points",
+    "postgres_required",
+    "postgres_skip_reason",
     "provide_cassandra",
     "provide_fdb_cluster_file",
     "provide_memcached",
+    "provide_postgres_url",
     "provide_redis",
     "provide_server",
     "shared_fdb_cluster_file",
+    "shared_postgres_url",
     "use_fdb_library",
     "wait_until_answers",
 ]

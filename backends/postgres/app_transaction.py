@@ -1,0 +1,204 @@
+"""Quick's writes inside the application's own PostgreSQL transaction (issue 30 point 2).
+
+An application whose tables live in the same database enqueues through its own connection
+(``Quick.enqueue_on(conn, ...)``, or :meth:`PostgresStore.transaction_on`): the item, its
+pointer and the store's version bookkeeping are written into the application's open
+transaction, so its COMMIT commits its rows and the item together and its ROLLBACK (or a
+crash, or a dropped connection before COMMIT) leaves neither.
+
+How it keeps the store's rules (``docs/fdb-semantics.md``):
+
+* :func:`join` makes the application's transaction take the resolver's lock (the
+  ``quick_meta`` row, ``FOR UPDATE``). From then until the application commits or rolls
+  back no other quick commit can happen, so what an :class:`AppTransaction` reads is the
+  newest state and cannot be invalidated: it needs no optimistic check and never aborts.
+  Other quick commits wait for the lock up to the store's ``lock_timeout_ms``: keep the
+  transaction short after enqueueing.
+* At READ COMMITTED (PostgreSQL's default) each statement sees the newest commits once
+  the lock is held. At REPEATABLE READ or SERIALIZABLE the application's snapshot may be
+  older than the last quick commit: PostgreSQL then refuses the lock with a serialization
+  failure, raised here as a retryable conflict (1020); roll back and run the transaction
+  again, as for any serialization failure.
+* Its commit applies the writes, records their conflict ranges under a new version and
+  bumps the version inside a savepoint of the application's transaction (a failure leaves
+  none of it). Quick transactions that read before the application's COMMIT and touch
+  what it wrote fail with a conflict and are retried, as after any commit; pruning keeps
+  a row that conflicts with every older reader, so a late COMMIT is never missed.
+* Part two of the enqueue (pulling an idle pointer's vesting earlier) runs in a
+  transaction of its own after a commit; here every transaction this thread starts
+  meanwhile joins the application's transaction, so part two commits with it, and the
+  pointer and the item can never be apart: no item without its pointer, and pointer
+  collection (which must take the lock to delete) cannot run between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from quickzones.aio import OnLoop
+from quickzones.backends.postgres import resolver
+from quickzones.backends.postgres.async_connection import SyncOverAsync
+from quickzones.backends.postgres.errors import translate
+from quickzones.backends.postgres.resolver import Connection
+from quickzones.backends.postgres.sql import KEYS_PER_SELECT
+from quickzones.backends.txnbuffer import BufferedTransaction, CommitRequest, KeyValue
+from quickzones.errors import UnusableConnection
+from quickzones.store.kv import NOT_COMMITTED, KVError
+
+if TYPE_CHECKING:
+    from quickzones.backends.postgres.store import PostgresStore
+
+_SAVEPOINT = "quick_enqueue"
+# The server and database a connection reaches, however it connected (TCP or socket).
+_WHERE = "SELECT current_database(), current_setting('port')"
+
+
+def dbapi_connection(connection: object) -> Connection:
+    """The psycopg ``Connection`` behind what the application passed: itself (or, from
+    :meth:`AsyncQuick.enqueue_on`, an ``AsyncConnection`` driven on its loop), a
+    SQLAlchemy ``Connection`` or ``Session`` (its connection's ``driver_connection``) or
+    Django's ``django.db.connection`` (its ``.connection``, opened if need be)."""
+    if isinstance(connection, psycopg.Connection):
+        return connection
+    if isinstance(connection, OnLoop):
+        held = connection.connection
+        if isinstance(held, psycopg.AsyncConnection):
+            # AsyncQuick.enqueue_on: this thread sends, the application's loop runs.
+            return cast(Connection, SyncOverAsync(held, connection.loop))
+        connection = held
+    if isinstance(connection, psycopg.AsyncConnection):
+        raise UnusableConnection(
+            "a psycopg AsyncConnection",
+            "use AsyncQuick.enqueue_on, which drives it from the event loop",
+        )
+    candidate: Any = connection
+    if callable(getattr(candidate, "ensure_connection", None)):  # Django's wrapper
+        candidate.ensure_connection()
+    elif callable(getattr(candidate, "get_bind", None)) and callable(
+        getattr(candidate, "connection", None)
+    ):  # a SQLAlchemy Session: the Connection of its current transaction
+        candidate = candidate.connection()
+    inner: Any = getattr(candidate, "connection", None)
+    driver = getattr(inner, "driver_connection", inner)  # SQLAlchemy's pool proxy
+    if isinstance(driver, psycopg.Connection):
+        return driver
+    raise UnusableConnection(
+        type(connection).__name__,
+        "expected a psycopg Connection, a SQLAlchemy Connection or Session (postgresql+psycopg)"
+        " or Django's connection to the store's database",
+    )
+
+
+def join(store: PostgresStore, connection: object) -> Connection:
+    """Check the application's connection and make its transaction take the resolver's
+    lock. Raises :class:`UnusableConnection` (not psycopg, closed, another database,
+    autocommit, a failed transaction), a retryable ``KVError`` 1020 (its snapshot is older
+    than the last quick commit: roll back and run it again) or 1038 (the lock was held
+    past ``lock_timeout``)."""
+    conn = dbapi_connection(connection)
+    if conn.closed or conn.broken:
+        raise UnusableConnection("the application's connection", "it is closed")
+    status = conn.info.transaction_status
+    if status == TransactionStatus.INERROR:
+        raise UnusableConnection(
+            "the application's connection", "its transaction failed; roll it back first"
+        )
+    if status == TransactionStatus.IDLE and conn.autocommit:
+        raise UnusableConnection(
+            "the application's connection",
+            "it is in autocommit mode with no transaction open, so the item would commit"
+            " on its own; use conn.transaction() (or BEGIN) first",
+        )
+    try:
+        where = conn.execute(_WHERE).fetchone()
+        if where != store.server_identity(_WHERE):
+            raise UnusableConnection(
+                f"a connection to database {where[0] if where else '?'!r}",
+                "the store's schema lives in another database; connect to the store's",
+            )
+        conn.execute(store.sql.lock_version)
+    except psycopg.errors.SerializationFailure as err:
+        raise KVError(
+            NOT_COMMITTED,
+            "the application's transaction reads a snapshot older than the last quick"
+            " commit; roll it back and run it again",
+        ) from err
+    except psycopg.Error as err:
+        raise translate(err, "joining the application's transaction", store.shown) from err
+    return conn
+
+
+class AppTransaction(BufferedTransaction):
+    """A KV transaction on a :class:`PostgresStore` whose reads and commit go through the
+    application's connection, inside its open transaction (which holds the resolver's
+    lock, see :func:`join`). Its commit writes into that transaction; the application's
+    COMMIT makes it durable. It never conflicts."""
+
+    def __init__(self, store: PostgresStore, conn: Connection) -> None:
+        self._store = store
+        self._conn = conn
+        super().__init__(store.clock)
+
+    def _checked(self) -> Connection:
+        if self._conn.info.transaction_status != TransactionStatus.INTRANS:
+            raise UnusableConnection(
+                "the application's connection",
+                "its transaction ended (committed, rolled back or failed) while quick was"
+                " writing into it",
+            )
+        return self._conn
+
+    def _acquire_read_version(self) -> int:
+        try:
+            row = self._checked().execute(self._store.sql.version).fetchone()
+        except psycopg.Error as err:
+            raise translate(err, "read version", self._store.shown) from err
+        assert row is not None
+        return int(row[0])
+
+    def _read_key(self, key: bytes) -> bytes | None:
+        self._check_too_old(self._clock.now())
+        try:
+            row = self._checked().execute(self._store.sql.get, (key,)).fetchone()
+        except psycopg.Error as err:
+            raise translate(err, "get", self._store.shown) from err
+        return None if row is None else bytes(row[0])
+
+    def _read_keys(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        self._check_too_old(self._clock.now())
+        found: dict[bytes, bytes] = {}
+        try:
+            for at in range(0, len(keys), KEYS_PER_SELECT):
+                chunk = list(keys[at : at + KEYS_PER_SELECT])
+                rows = self._checked().execute(self._store.sql.get_many, (chunk,)).fetchall()
+                found.update((bytes(k), bytes(v)) for k, v in rows)
+        except psycopg.Error as err:
+            raise translate(err, "get_many", self._store.shown) from err
+        return [found.get(key) for key in keys]
+
+    def _read_range(self, begin: bytes, end: bytes, limit: int, reverse: bool) -> list[KeyValue]:
+        self._check_too_old(self._clock.now())
+        sql = self._store.sql.range_reverse if reverse else self._store.sql.range
+        try:
+            rows = self._checked().execute(sql + " LIMIT %s", (begin, end, limit or None))
+            return [(bytes(k), bytes(v)) for k, v in rows.fetchall()]
+        except psycopg.Error as err:
+            raise translate(err, "get_range", self._store.shown) from err
+
+    def _commit_request(self, request: CommitRequest) -> tuple[int, int]:
+        conn = self._checked()
+        try:
+            with conn.transaction(_SAVEPOINT):  # a savepoint: a failure leaves none of it
+                version = resolver.apply(conn, self._store.sql, request, self._clock.now())
+        except psycopg.Error as err:
+            raise translate(
+                err, "commit into the application's transaction", self._store.shown
+            ) from err
+        return version, 0
+
+    def _random(self) -> float:
+        return self._store._random()

@@ -1,0 +1,319 @@
+"""PostgresStore: the KV seam over tables in one PostgreSQL schema, with the simulator's
+semantics (``docs/fdb-semantics.md`` sections 1-2), as SQLite's store has them:
+
+* the first read opens a REPEATABLE READ READ ONLY transaction on a pooled connection and
+  reads the version from ``quick_meta``: that is the read version, and every later read
+  uses the same snapshot;
+* writes are buffered client-side by ``quickzones.backends.txnbuffer``;
+* commit ends the snapshot, locks the ``quick_meta`` row (the resolver: one commit at a
+  time), fails with 1020 if a commit newer than the read version wrote into one of the
+  read conflict ranges, else applies the writes (atomic ops against the current value),
+  records its write ranges under the new version and bumps the version, and commits.
+
+Versions are ``max(last + 1, clock in microseconds)``, so conflict rows older than the 5 s
+lifetime (plus a second of slack) can be pruned. Versionstamps follow commit order (the
+resolver's lock), so the store has them.
+
+The tables live in the schema the URL names (``?schema=``, default ``quick``); opening
+creates it (or migrates an older layout), and refuses, untouched, a schema holding tables
+that are not quick's (:class:`NotAQuickStore`).
+
+One module each: the statements (``sql``), PostgreSQL's errors (``errors``), the commit
+resolver (``resolver``), the transaction (``transaction``), the application's own
+transaction (``app_transaction``); this module opens the store, its schema and its pool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import threading
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+
+from quickzones.backends.postgres.errors import translate
+from quickzones.backends.postgres.resolver import PRUNE_EVERY, Connection
+from quickzones.backends.postgres.sql import (
+    FORMAT,
+    FORMAT_VERSION,
+    QUICK_TABLES,
+    SCHEMA_EXISTS,
+    TABLES_IN_SCHEMA,
+    Statements,
+)
+from quickzones.backends.postgres.transaction import PostgresTransaction
+from quickzones.backends.txnbuffer import BufferedTransaction
+from quickzones.clock import Clock, SystemClock
+from quickzones.errors import InvalidStoreURL, NotAQuickStore, StorageError, StoreNotFound
+from quickzones.urls import RETRY_OPTIONS, parse_retry_option
+
+_POOL_SIZE = 16
+DEFAULT_SCHEMA = "quick"
+_SCHEMES = ("postgresql", "postgres")
+# Taken while a schema is created or migrated, so processes opening one store at once
+# wait for each other (an advisory lock: it touches no table).
+_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('quickzones schema ' || %s))"
+
+
+def _without_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+class PostgresStore:
+    """A KV store in one PostgreSQL schema: ``PostgresStore("postgresql://...", schema=...)``."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        clock: Clock | None = None,
+        url: str | None = None,
+        lock_timeout_ms: int = 10_000,
+        retry_limit: int | None = None,
+        timeout_ms: int | None = None,
+        create: bool = True,
+    ) -> None:
+        if not schema or len(schema) > 63:
+            raise InvalidStoreURL(url or conninfo, f"schema {schema!r} must be 1 to 63 characters")
+        self.conninfo = conninfo
+        self.schema = schema
+        self.url = url if url is not None else f"{conninfo}?schema={schema}"
+        # The URL as errors and logs show it: without its password.
+        self.shown = _without_password(self.url)
+        self.sql = Statements(schema)
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.lock_timeout_ms = lock_timeout_ms
+        self.retry_limit = retry_limit
+        self.timeout_ms = timeout_ms
+        self._rng = random.Random()
+        self._lock = threading.Lock()
+        self._pool: list[Connection] = []
+        # Connections inherited across fork() are never closed here: closing one would
+        # end the parent's session on the socket they share.
+        self._inherited: list[Connection] = []
+        self._pid = os.getpid()
+        self._commits = 0
+        self._closed = False
+        self._bound = threading.local()
+        self._identity: tuple[Any, ...] | None = None
+        self._open_schema(create)
+
+    @classmethod
+    def from_url(
+        cls, url: str, clock: Clock | None = None, *, create: bool = True
+    ) -> PostgresStore:
+        """``postgresql://user:password@host:port/database?schema=quick``.
+
+        Options: ``schema`` (default ``quick``), ``lock_timeout_ms`` (how long a commit
+        waits for the one before it, default 10000), run()'s bounds ``retry_limit`` and
+        ``timeout_ms``; the rest go to libpq. With ``create=False`` the schema must
+        already be a quick store and nothing is written while opening.
+        """
+        try:
+            parts = urlsplit(url)
+        except ValueError as err:
+            raise InvalidStoreURL(url, str(err)) from err
+        if parts.scheme.lower() not in _SCHEMES:
+            raise InvalidStoreURL(url, "expected the postgresql:// scheme")
+        options: dict[str, Any] = {}
+        libpq: list[tuple[str, str]] = []
+        for option, raw in parse_qsl(parts.query, keep_blank_values=True):
+            if option == "schema":
+                options["schema"] = raw
+            elif option == "lock_timeout_ms":
+                try:
+                    options["lock_timeout_ms"] = int(raw)
+                except ValueError as err:
+                    reason = f"lock_timeout_ms={raw!r} is not an integer"
+                    raise InvalidStoreURL(url, reason) from err
+            elif option in RETRY_OPTIONS:
+                options[option] = parse_retry_option(url, option, raw)
+            else:
+                libpq.append((option, raw))
+        conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(libpq), ""))
+        return cls(conninfo, clock=clock, url=url, create=create, **options)
+
+    # --- connections -----------------------------------------------------------------------
+
+    def _connect(self) -> Connection:
+        try:
+            conn: Connection = psycopg.connect(
+                self.conninfo, autocommit=True, connect_timeout=10, prepare_threshold=None
+            )
+            conn.execute(f"SET lock_timeout = {int(self.lock_timeout_ms)}")
+        except psycopg.Error as err:
+            raise translate(err, "connect", self.shown) from err
+        return conn
+
+    def _acquire(self) -> Connection:
+        if self._closed:
+            raise StorageError(f"store {self.shown} is closed")
+        if os.getpid() != self._pid:
+            with self._lock:
+                self._inherited.extend(self._pool)
+                self._pool = []
+                self._pid = os.getpid()
+        with self._lock:
+            while self._pool:
+                conn = self._pool.pop()
+                if not conn.closed:
+                    return conn
+        return self._connect()
+
+    def _release(self, conn: Connection) -> None:
+        if conn.closed or conn.broken:
+            return
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            try:
+                conn.execute("ROLLBACK")
+            except psycopg.Error:
+                conn.close()
+                return
+        with self._lock:
+            if not self._closed and len(self._pool) < _POOL_SIZE and os.getpid() == self._pid:
+                self._pool.append(conn)
+                return
+        conn.close()
+
+    def _random(self) -> float:
+        with self._lock:
+            return self._rng.random()
+
+    def _count_commit(self) -> bool:
+        """Count a commit; True every PRUNE_EVERY-th (time to prune conflict rows)."""
+        with self._lock:
+            self._commits += 1
+            return self._commits % PRUNE_EVERY == 0
+
+    def server_identity(self, query: str) -> tuple[Any, ...] | None:
+        """``query``'s row on one of this store's connections (asked once): how an
+        application's connection is checked to reach the same database."""
+        if self._identity is None:
+            conn = self._acquire()
+            try:
+                self._identity = conn.execute(query).fetchone()
+            except psycopg.Error as err:
+                raise translate(err, "identity", self.shown) from err
+            finally:
+                self._release(conn)
+        return self._identity
+
+    # --- the schema --------------------------------------------------------------------------
+
+    def _open_schema(self, create: bool) -> None:
+        """Check the schema is quick's; with ``create``, make it so if it is absent or
+        empty. A schema holding anything else is refused and left as it was."""
+        conn = self._connect()
+        try:
+            if self._schema_state(conn) == "ready":
+                return
+            if not create:
+                raise StoreNotFound(self.shown)
+            with conn.transaction():
+                conn.execute(_SCHEMA_LOCK, (self.schema,))
+                if self._schema_state(conn) == "absent":  # another process may have made it
+                    for statement in self.sql.create:
+                        conn.execute(statement)
+        except psycopg.Error as err:
+            raise StorageError(f"cannot open postgresql store {self.shown}: {err}") from err
+        finally:
+            conn.close()
+
+    def _schema_state(self, conn: Connection) -> str:
+        """``"ready"``, ``"absent"`` (no schema, or an empty one); raises
+        :class:`NotAQuickStore` for a schema quick does not recognise."""
+        if conn.execute(SCHEMA_EXISTS, (self.schema,)).fetchone() is None:
+            return "absent"
+        tables = {str(name) for (name,) in conn.execute(TABLES_IN_SCHEMA, (self.schema,))}
+        if not tables:
+            return "absent"
+        if not tables >= QUICK_TABLES:
+            missing = ", ".join(sorted(QUICK_TABLES - tables))
+            raise NotAQuickStore(self.shown, f"schema {self.schema!r} has no {missing} table")
+        try:
+            row = conn.execute(self.sql.meta).fetchone()
+        except psycopg.Error as err:
+            raise NotAQuickStore(self.shown, f"its quick_meta table is not quick's: {err}") from err
+        if row is None or row[0] != FORMAT:
+            raise NotAQuickStore(self.shown, "its quick_meta table names no quick layout")
+        if int(row[1]) > FORMAT_VERSION:
+            raise NotAQuickStore(
+                self.shown,
+                f"layout version {row[1]} is newer than this quick's ({FORMAT_VERSION}):"
+                " upgrade quickzones",
+            )
+        return "ready"
+
+    # --- the KVStore protocol --------------------------------------------------------------
+
+    def create_transaction(self) -> BufferedTransaction:
+        if self._closed:
+            raise StorageError(f"store {self.shown} is closed")
+        bound: Connection | None = getattr(self._bound, "conn", None)
+        if bound is not None:
+            from quickzones.backends.postgres.app_transaction import AppTransaction
+
+            return AppTransaction(self, bound)
+        return PostgresTransaction(self)
+
+    @contextlib.contextmanager
+    def transaction_on(self, connection: object) -> Iterator[BufferedTransaction]:
+        """A transaction that writes through the application's own connection to this
+        database, inside the application's own transaction: its COMMIT commits both, its
+        ROLLBACK neither. ``connection``: a psycopg ``Connection``, a SQLAlchemy
+        ``Connection``/``Session`` or Django's ``connection``
+        (:mod:`quickzones.backends.postgres.app_transaction`)."""
+        from quickzones.backends.postgres.app_transaction import AppTransaction, join
+
+        conn = join(self, connection)
+        previous = getattr(self._bound, "conn", None)
+        self._bound.conn = conn
+        try:
+            tr = AppTransaction(self, conn)
+            yield tr
+            tr.commit()  # writes into the application's transaction
+        finally:
+            self._bound.conn = previous
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, []
+        if os.getpid() != self._pid:
+            return  # a forked child: these are the parent's sessions, left to it
+        for conn in pool:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+
+    # --- inspection helpers ----------------------------------------------------------------
+
+    def snapshot_items(self) -> dict[bytes, bytes]:
+        """The whole committed state in key order (one consistent snapshot)."""
+        conn = self._acquire()
+        try:
+            rows = conn.execute(self.sql.everything).fetchall()
+            return {bytes(k): bytes(v) for k, v in rows}
+        finally:
+            self._release(conn)
+
+    @property
+    def committed_version(self) -> int:
+        conn = self._acquire()
+        try:
+            row = conn.execute(self.sql.version).fetchone()
+            assert row is not None
+            return int(row[0])
+        finally:
+            self._release(conn)
+
+
+__all__ = ["PostgresStore", "PostgresTransaction"]

@@ -1,0 +1,38 @@
+"""The tests' PostgreSQL: one server for the session (a private cluster the suite starts,
+``quickzones.testing.provision.postgres``), a fresh schema for every store URL, and every
+schema dropped when the session ends (a server the environment names outlives it)."""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import uuid
+from urllib.parse import quote
+
+from quickzones.testing.provision.postgres import shared_postgres_url
+
+SESSION = f"qt{uuid.uuid4().hex[:8]}"
+_schemas = itertools.count()
+_used: list[str] = []
+
+
+def postgres_store_url(schema: str | None = None) -> str:
+    """A store URL on the session's server with a schema no other test uses."""
+    server = shared_postgres_url()
+    if schema is None:
+        schema = f"{SESSION}_{next(_schemas)}"
+    if not _used:
+        atexit.register(_drop_schemas, server)
+    _used.append(schema)
+    sep = "&" if "?" in server else "?"
+    return f"{server}{sep}schema={quote(schema)}"
+
+
+def _drop_schemas(server: str) -> None:
+    import contextlib
+
+    import psycopg
+
+    with contextlib.suppress(psycopg.Error), psycopg.connect(server, autocommit=True) as conn:
+        for schema in _used:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -1,0 +1,180 @@
+"""The postgresql:// store's own promises: its tables live in the schema the URL names,
+quick creates them, and a schema quick does not recognise is refused and left untouched.
+(The KV contract suites and every suite over the ``backend`` fixture run on it too.)"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from quickzones.client import Quick
+from quickzones.errors import InvalidStoreURL, NotAQuickStore, StoreNotFound
+from quickzones.store.admin import zone_count
+from quickzones.testing.provision.postgres import postgres_skip_reason, shared_postgres_url
+from tests.postgres import SESSION, postgres_store_url
+
+pytestmark = pytest.mark.skipif(
+    postgres_skip_reason() is not None, reason=str(postgres_skip_reason())
+)
+
+
+@pytest.fixture
+def admin() -> Iterator[object]:
+    import psycopg
+
+    with psycopg.connect(shared_postgres_url(), autocommit=True) as conn:
+        yield conn
+
+
+def _schema(name: str) -> str:
+    return f"{SESSION}_{name}"
+
+
+def _tables(admin: object, schema: str) -> set[str]:
+    rows = admin.execute(  # type: ignore[attr-defined]
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,)
+    ).fetchall()
+    return {name for (name,) in rows}
+
+
+def test_quick_creates_its_tables_in_the_named_schema(admin: object) -> None:
+    schema = _schema("made")
+    q = Quick.open(postgres_store_url(schema))
+    item = q.enqueue("job", {"n": 1}, app="a", tenant="t1")
+    q.close()
+    assert _tables(admin, schema) == {"kv", "quick_meta", "quick_conflicts"}
+    again = Quick.open(postgres_store_url(schema), create=False)  # reopens, writes nothing
+    assert again.status("a", "t1", item) is not None
+    again.close()
+
+
+def test_a_foreign_schema_is_refused_untouched(admin: object) -> None:
+    schema = _schema("app")
+    admin.execute(f'CREATE SCHEMA "{schema}"')  # type: ignore[attr-defined]
+    admin.execute(f'CREATE TABLE "{schema}".orders (id int PRIMARY KEY)')  # type: ignore[attr-defined]
+    admin.execute(f'INSERT INTO "{schema}".orders VALUES (7)')  # type: ignore[attr-defined]
+    with pytest.raises(NotAQuickStore, match="left untouched"):
+        Quick.open(postgres_store_url(schema))
+    assert _tables(admin, schema) == {"orders"}
+    rows = admin.execute(f'SELECT id FROM "{schema}".orders').fetchall()  # type: ignore[attr-defined]
+    assert rows == [(7,)]
+
+
+def test_a_schema_with_a_foreign_quick_meta_is_refused(admin: object) -> None:
+    schema = _schema("lookalike")
+    admin.execute(f'CREATE SCHEMA "{schema}"')  # type: ignore[attr-defined]
+    for table in ("kv", "quick_conflicts"):
+        admin.execute(f'CREATE TABLE "{schema}".{table} (id int)')  # type: ignore[attr-defined]
+    admin.execute(f'CREATE TABLE "{schema}".quick_meta (id int)')  # type: ignore[attr-defined]
+    with pytest.raises(NotAQuickStore, match="quick_meta"):
+        Quick.open(postgres_store_url(schema))
+
+
+def test_a_newer_layout_is_refused(admin: object) -> None:
+    schema = _schema("newer")
+    Quick.open(postgres_store_url(schema)).close()
+    admin.execute(f'UPDATE "{schema}".quick_meta SET format_version = 99')  # type: ignore[attr-defined]
+    with pytest.raises(NotAQuickStore, match="newer"):
+        Quick.open(postgres_store_url(schema))
+
+
+def test_read_only_open_of_a_missing_schema_creates_nothing(admin: object) -> None:
+    schema = _schema("absent")
+    with pytest.raises(StoreNotFound):
+        Quick.open(postgres_store_url(schema), create=False)
+    found = admin.execute(  # type: ignore[attr-defined]
+        "SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)
+    ).fetchone()
+    assert found is None
+
+
+def test_bad_url_options_are_named() -> None:
+    url = postgres_store_url(_schema("opts"))
+    with pytest.raises(InvalidStoreURL, match="lock_timeout_ms"):
+        Quick.open(url + "&lock_timeout_ms=soon")
+    with pytest.raises(InvalidStoreURL, match="schema"):
+        Quick.open(url.split("?")[0] + "?schema=" + "x" * 64)
+
+
+def test_versionstamps_follow_commit_order_across_store_objects() -> None:
+    """Commit-ordered versionstamps, which PostgreSQL has no native form of: 4 threads on
+    2 store objects (separate connection pools, as two processes) each read a counter,
+    bump it and write a versionstamped key holding the new count; the conflicts order the
+    commits, and the stamps must sort in that same order."""
+    import struct
+    import threading
+
+    from quickzones.backends.postgres import PostgresStore
+    from quickzones.store.kv import KVTransaction, run
+
+    url = postgres_store_url(_schema("stamps"))
+    stores = [PostgresStore.from_url(url), PostgresStore.from_url(url)]
+    log = b"log/"
+
+    def bump(tr: KVTransaction) -> None:
+        n = int(tr.get(b"count") or b"0") + 1
+        tr.set(b"count", b"%d" % n)
+        tr.set_versionstamped_key(log + b"\x00" * 10 + struct.pack("<I", len(log)), b"%d" % n)
+
+    def worker(k: int) -> None:
+        for _ in range(15):
+            run(stores[k % 2], bump)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rows = run(stores[0], lambda tr: tr.get_range(log, log + b"\xff"))
+    for store in stores:
+        store.close()
+    assert [int(v) for _, v in rows] == list(range(1, 61))  # key (stamp) order = commit order
+
+
+def test_the_cli_reads_and_writes_a_postgres_store() -> None:
+    from click.testing import CliRunner
+
+    from quickzones.cli import main
+
+    url = postgres_store_url(_schema("cli"))
+    missing = CliRunner().invoke(main, ["--store", url, "stats"])
+    assert missing.exit_code == 2 and "does not exist" in missing.output  # reads create nothing
+    made = CliRunner().invoke(
+        main, ["--store", url, "enqueue", "--job-type", "job", "--app", "a", "--tenant", "t"]
+    )
+    assert made.exit_code == 0, made.output
+    stats = CliRunner().invoke(main, ["--store", url, "stats"])
+    assert stats.exit_code == 0 and "t" in stats.output
+
+
+def test_errors_never_show_the_password() -> None:
+    url = postgres_store_url(_schema("secret")).replace("postgres@", "postgres:hunter2@", 1)
+    with pytest.raises(StoreNotFound) as caught:
+        Quick.open(url, create=False)
+    assert "hunter2" not in str(caught.value) and ":***@" in str(caught.value)
+
+
+def test_a_forked_child_leaves_the_parents_connections_alone() -> None:
+    """A child that inherits an open store (a forking worker pool) and closes it must not
+    end the parent's sessions on the sockets they share."""
+    import os
+
+    q = Quick.open(postgres_store_url(_schema("fork")))
+    q.enqueue("job", {}, app="a", tenant="t")  # the pool now holds a connection
+    pooled = q.kv._pool[-1]  # type: ignore[attr-defined]
+    pid = os.fork()
+    if pid == 0:
+        try:
+            q.close()
+            child = Quick.open(q.kv.url)  # the child opens its own
+            child.enqueue("job", {}, app="a", tenant="t")
+            child.close()
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0
+    assert pooled.execute("SELECT 1").fetchone() == (1,)  # the parent's session is alive
+    q.enqueue("job", {}, app="a", tenant="t")
+    assert zone_count(q, q.zone("a", "t")) == 3
+    q.close()
