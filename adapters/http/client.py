@@ -17,7 +17,6 @@ server's ``error`` code and sentence.
 from __future__ import annotations
 
 import base64
-import random
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from urllib.parse import quote
 import httpx
 
 from quickzones.errors import ItemNotFound, LeaseLost, QuickError
+from quickzones.repeated_failure import backoff
 from quickzones.store.enqueue import Enqueued
 
 
@@ -424,11 +424,6 @@ class AsyncRemoteQuick:
 
     async def fail(self, lease: RemoteLease, reason: str, traceback: str | None = None) -> None:
         await self._do(_Calls.on_lease(lease, "fail", reason=reason, traceback=traceback))
-
-
-def backoff(attempt: int, base_s: float = 0.1, cap_s: float = 5.0) -> float:
-    """Seconds to wait before retrying after ``attempt`` failed requests (full jitter)."""
-    return random.uniform(0, min(cap_s, base_s * 2**attempt))
 
 
 def sleep_backoff(attempt: int) -> None:

@@ -32,7 +32,6 @@ from quickzones.adapters.http.client import (
     RemoteError,
     RemoteLease,
     RemoteQuick,
-    backoff,
 )
 from quickzones.clock import SystemClock
 from quickzones.consumer.config import ConsumerConfig
@@ -43,6 +42,7 @@ from quickzones.consumer.state import InFlight, Work
 from quickzones.consumer.worker import Worker
 from quickzones.errors import ItemNotFound, LeaseLost, Nack, QuickError, StorageError
 from quickzones.registry import JobType, Registry, RetryPolicy
+from quickzones.repeated_failure import backoff
 from quickzones.store.records import WorkItem, ZoneId
 
 log = logging.getLogger("quick.remote_worker")

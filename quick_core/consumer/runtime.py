@@ -312,13 +312,11 @@ class Consumer:
                 else:
                     self.timers.add(work)  # leased ahead: started at its vesting time
 
-        try:  # Room claimed first: concurrent visits take no more than workers can start.
-            with self._flight.claim(self.manager.visit_size() * len(refs)) as room:
-                ahead = self.scanner.lookahead_ms
-                return len(self.manager.visit_many(refs, hand_out, horizon_ms=ahead)) if room else 0
-        except Exception:
-            log.exception("manager visit failed")
-            return 0
+        # Room claimed first: concurrent visits take no more than workers can start. A
+        # visit that raises is counted, logged and backed off by the scanner.
+        with self._flight.claim(self.manager.visit_size() * len(refs)) as room:
+            ahead = self.scanner.lookahead_ms
+            return len(self.manager.visit_many(refs, hand_out, horizon_ms=ahead)) if room else 0
 
     def _execute_logged(self, work: Work) -> None:
         try:

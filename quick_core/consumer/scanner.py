@@ -19,6 +19,7 @@ work-conserving visits (``visit_max``) take instead of ``dequeue_max`` when larg
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -35,8 +36,11 @@ from quickzones.consumer.pool import DaemonPool
 from quickzones.consumer.selection import Selection
 from quickzones.consumer.state import Cluster
 from quickzones.errors import StorageError
+from quickzones.repeated_failure import RepeatedFailure, backoff
 from quickzones.store.changes import CommitWatcher
 from quickzones.store.toplevel import PointerRef
+
+log = logging.getLogger("quick.consumer")
 
 
 class Scanner:
@@ -83,6 +87,9 @@ class Scanner:
         # counters read just before the last scan began.
         self.watchers = list(watchers)
         self._versions: list[int | None] = [None] * len(self.watchers)
+        # Visits that raised (a full store, say): logged once per interval with a count,
+        # and the next scan waits a capped backoff instead of retrying at once.
+        self.visit_failures = RepeatedFailure(log, "manager visits")
 
     def wake(self) -> None:
         """Scan now (a local enqueue, or a stop): ends the scanner's idle wait."""
@@ -215,6 +222,9 @@ class Scanner:
             for f in finished:
                 del visiting[f]
             took = [f.result() for f in finished if f.exception() is None]
+            if self._visits_failed(finished, stopping):
+                selected.clear()  # chosen before the failure: scan afresh after the wait
+                continue
             if self.capacity() <= 0:
                 # Algorithm 1, line 5: everything this consumer may hold is held; scan
                 # again once a worker frees up (the in-flight count wakes it), so no
@@ -260,6 +270,23 @@ class Scanner:
                     continue  # managers still free and vested pointers left: scan again
                 timeout = cfg.idle_sleep_s if free <= 0 else self.until_next_vesting()
                 futures.wait(visiting, timeout, futures.FIRST_COMPLETED)
+
+
+    def _visits_failed(self, finished: list[Future[int]], stopping: threading.Event) -> bool:
+        """Count the finished visits that raised; after any, wait a backoff that grows
+        with the failures in a row (at most 5 s), so a store that refuses every commit
+        is not retried hot. True when it waited."""
+        for f in finished:
+            err = f.exception()
+            if err is None:
+                self.visit_failures.succeeded()
+            else:
+                self.visit_failures.failed(err)
+        in_a_row = self.visit_failures.failures
+        if not any(f.exception() is not None for f in finished) or not in_a_row:
+            return False
+        stopping.wait(backoff(in_a_row, base_s=0.05))
+        return True
 
 
 def _visit_key(ref: PointerRef) -> tuple[str, int, str]:
