@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import logging
 import random
-import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from types import FrameType
 from typing import Any
 
 from quickzones.clock import Clock, SystemClock
@@ -31,9 +29,10 @@ from quickzones.consumer.scanner import Scanner
 from quickzones.consumer.scanner_election import ScannerElection
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Work
+from quickzones.consumer.stop_request import StopRequest
 from quickzones.consumer.timers import DueTimers
 from quickzones.consumer.worker import Worker
-from quickzones.errors import ConfigurationError
+from quickzones.errors import ConfigurationError, StoreLost
 from quickzones.registry import Registry
 from quickzones.store.changes import watchers_for
 from quickzones.store.kv import KVStore
@@ -94,6 +93,10 @@ class Consumer:
             self.clusters, self.name, clock, election, in_order, cfg.election_ttl_s, emit
         )
         self._stopping = threading.Event()
+        self._stop_lock = threading.Lock()  # one shutdown at a time (stop() is idempotent)
+        self._run_request: StopRequest | None = None  # while run_forever runs
+        self.lost: StoreLost | None = None  # the store this consumer uses went away
+        self._lost_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._managers: DaemonPool | None = None
         self._workers: DaemonPool | None = None
@@ -119,6 +122,7 @@ class Consumer:
                 if cfg.commit_poll_s is not None
                 else ()
             ),
+            on_lost=self._store_lost,
         )
         self.manager = Manager(
             cfg,
@@ -328,7 +332,15 @@ class Consumer:
 
     def stop(self, deadline_s: float | None = None) -> None:
         """Stop taking work; let running handlers finish until the deadline, give back
-        the leases of everything not finished, flush completions."""
+        the leases of everything not finished, flush completions. From any thread:
+        :meth:`run_forever` then returns; a second call waits for the first."""
+        request = self._run_request
+        if request is not None:
+            request.request()
+        with self._stop_lock:
+            self._stop(deadline_s)
+
+    def _stop(self, deadline_s: float | None) -> None:
         deadline = time.monotonic() + (
             self.config.shutdown_deadline_s if deadline_s is None else deadline_s
         )
@@ -363,22 +375,33 @@ class Consumer:
         self._managers = self._workers = None
 
     def run_forever(self, *, install_signals: bool = True) -> None:
-        """Run until SIGTERM or SIGINT, then shut down gracefully."""
-        stop = threading.Event()
-        if install_signals:
+        """Run until SIGTERM or SIGINT, :meth:`stop` from any thread, or the loss of the
+        store, then shut down gracefully. A lost store (:class:`StoreLost`: its file
+        deleted or replaced) is raised once shut down, so the process exits non-zero
+        and its supervisor starts it again on the store there now."""
+        self._run_request = request = StopRequest()
+        with request.on_signals(install_signals):
+            try:
+                self.start()
+                while not request.wait(0.2) and self.lost is None:
+                    pass
+                if request.signum is not None:
+                    log.info("signal %d: shutting down", request.signum)
+            finally:
+                self._run_request = None
+                with self._stop_lock:
+                    self._stop(None)
+        if self.lost is not None:
+            raise self.lost
 
-            def on_signal(signum: int, frame: FrameType | None) -> None:
-                log.info("signal %d: shutting down", signum)
-                stop.set()
-
-            signal.signal(signal.SIGTERM, on_signal)
-            signal.signal(signal.SIGINT, on_signal)
-        self.start()
-        try:
-            while not stop.wait(0.2):
-                pass
-        finally:
-            self.stop()
+    def _store_lost(self, err: StoreLost) -> None:
+        """The store went away under this consumer: said once, at ERROR; run_forever
+        then stops and raises it."""
+        with self._lost_lock:
+            if self.lost is not None:
+                return
+            self.lost = err
+        log.error("%s", err)
 
     def request_stop(self) -> None:
         self._stopping.set()

@@ -35,7 +35,7 @@ from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.pool import DaemonPool
 from quickzones.consumer.selection import Selection
 from quickzones.consumer.state import Cluster
-from quickzones.errors import StorageError
+from quickzones.errors import StorageError, StoreLost
 from quickzones.repeated_failure import RepeatedFailure, backoff
 from quickzones.store.changes import CommitWatcher
 from quickzones.store.toplevel import PointerRef
@@ -61,6 +61,7 @@ class Scanner:
         lookahead_ms: int = 0,
         held: Callable[[PointerRef], int] = lambda ref: 0,
         watchers: Sequence[CommitWatcher] = (),
+        on_lost: Callable[[StoreLost], None] = lambda err: None,
     ) -> None:
         self.config = config
         self.clusters = clusters
@@ -90,6 +91,7 @@ class Scanner:
         # Visits that raised (a full store, say): logged once per interval with a count,
         # and the next scan waits a capped backoff instead of retrying at once.
         self.visit_failures = RepeatedFailure(log, "manager visits")
+        self.on_lost = on_lost  # the store went away (its file deleted): the consumer stops
 
     def wake(self) -> None:
         """Scan now (a local enqueue, or a stop): ends the scanner's idle wait."""
@@ -164,6 +166,8 @@ class Scanner:
             try:
                 peeked, later = cluster.toplevel.peek(shard, cfg.peek_max, horizon_ms=horizon_ms)
             except StorageError as err:
+                if isinstance(err, StoreLost):
+                    self.on_lost(err)
                 self.emit("scan_error", error=str(err))
                 continue
             if later is not None and (next_vesting is None or later < next_vesting):
@@ -280,6 +284,8 @@ class Scanner:
             err = f.exception()
             if err is None:
                 self.visit_failures.succeeded()
+            elif isinstance(err, StoreLost):
+                self.on_lost(err)
             else:
                 self.visit_failures.failed(err)
         in_a_row = self.visit_failures.failures
