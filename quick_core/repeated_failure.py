@@ -26,7 +26,9 @@ class RepeatedFailure:
     """Logs one kind of failure (``what``, e.g. "manager visits") at most once per
     ``interval_s``: the first with its error, later ones with how many failures the
     interval saw, and, once it succeeds again, one line saying so with the total.
-    ``failures`` counts the failures in a row (for :func:`backoff`). Thread-safe."""
+    ``failures`` counts the failures in a row (for :func:`backoff`). ``failing`` and
+    ``recovered`` say what the first and the last line say ("quick serve at ... is
+    unreachable"). Thread-safe."""
 
     def __init__(
         self,
@@ -36,9 +38,13 @@ class RepeatedFailure:
         interval_s: float = 10.0,
         level: int = logging.ERROR,
         monotonic: Callable[[], float] = time.monotonic,
+        failing: str | None = None,
+        recovered: str | None = None,
     ) -> None:
         self.logger = logger
         self.what = what
+        self.failing = failing or f"{what} failed"
+        self.recovered = recovered or f"{what} succeed again"
         self.interval_s = interval_s
         self.level = level
         self._monotonic = monotonic
@@ -67,9 +73,8 @@ class RepeatedFailure:
         if first:
             self.logger.log(
                 self.level,
-                "%s failed: %s (retried with backoff; logged again at most every %g s, "
-                "with a count)",
-                self.what,
+                "%s: %s (retried with backoff; logged again at most every %g s, with a count)",
+                self.failing,
                 error,
                 self.interval_s,
             )
@@ -97,8 +102,8 @@ class RepeatedFailure:
             lasted = now - self._streak_started
         if told and failures:
             self.logger.warning(
-                "%s succeed again after %d failures in a row over %.1f s",
-                self.what,
+                "%s after %d failures in a row over %.1f s",
+                self.recovered,
                 failures,
                 lasted,
             )

@@ -230,6 +230,7 @@ class RemoteQuick:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self._http = httpx.Client(**_http_options(url, token, timeout_s), transport=transport)
+        self.url = url.rstrip("/")  # the server, as messages name it
         self.timeout_s = timeout_s
 
     def __enter__(self) -> RemoteQuick:

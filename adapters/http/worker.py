@@ -42,7 +42,7 @@ from quickzones.consumer.state import InFlight, Work
 from quickzones.consumer.worker import Worker
 from quickzones.errors import ItemNotFound, LeaseLost, Nack, QuickError, StorageError
 from quickzones.registry import JobType, Registry, RetryPolicy
-from quickzones.repeated_failure import backoff
+from quickzones.repeated_failure import RepeatedFailure, backoff
 from quickzones.store.records import WorkItem, ZoneId
 
 log = logging.getLogger("quick.remote_worker")
@@ -222,6 +222,16 @@ class RemoteWorker:
             if not registry.find(name).transactional  # type: ignore[union-attr]
         ]
         self.stats = RemoteWorkerStats()
+        # The server restarting or gone: said once, then once per interval with a count,
+        # and once when it answers again; leases retried with a capped backoff.
+        server = client.url
+        self.lease_failures = RepeatedFailure(
+            log,
+            "leasing",
+            level=logging.WARNING,
+            failing=f"quick serve at {server} is unreachable",
+            recovered=f"quick serve at {server} is reachable again",
+        )
         self._stop = threading.Event()
         self._slot_freed = threading.Condition()
         self.ops = RemoteItemOps(client, self.stats, lease_s)
@@ -277,7 +287,6 @@ class RemoteWorker:
         completer = threading.Thread(target=self._complete_loop, daemon=True)
         completer.start()
         ran = 0
-        failures = 0
         pending: list[Future[None]] = []
         try:
             while not self._stop.is_set():
@@ -295,12 +304,11 @@ class RemoteWorker:
                         job_types=self.job_types,
                         fill_s=self.fill_s,
                     )
-                    failures = 0
+                    self.lease_failures.succeeded()
                 except (QuickError, *_REQUEST_ERRORS) as err:
                     self.stats.errors += 1
-                    log.warning("lease failed: %s", err)
-                    failures += 1
-                    time.sleep(backoff(failures))
+                    failures = self.lease_failures.failed(err)
+                    self._stop.wait(backoff(failures))
                     continue
                 if not leases:
                     if idle_exit and not pending:
