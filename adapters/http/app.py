@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from quickzones.adapters.http import cancels
 from quickzones.adapters.http.api import ApiError, ServeState, router
 from quickzones.adapters.http.pull import PullConfig, PullLeaser
 from quickzones.adapters.http.tokens import TokenStore
@@ -159,6 +160,7 @@ def create_app(
     )
     app.state.quick = state
     app.include_router(router)
+    app.include_router(cancels.router)  # running items' cancels, for remote workers
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, err: ApiError) -> JSONResponse:

@@ -7,9 +7,10 @@ consumer's one Worker (paper Algorithm 3, :class:`~quickzones.consumer.worker.Wo
 its lease kept by the consumer's lease extender. What the Worker does to an item goes
 over HTTP (:class:`RemoteItemOps`, the :class:`~quickzones.consumer.item_ops.ItemOps`
 seam): the start check (an extension: a cancelled or taken-over item never starts),
-extensions, completion (batched, see :class:`RemoteWorker`), a retry with backoff or a
-nack (``nack``), a dead letter (``fail``). Transactional handlers need the store itself
-and are not leased.
+extensions, a running item's cancel (one request for all running items, every half
+second: ``ctx.cancelled``), completion (batched, see :class:`RemoteWorker`), a retry
+with backoff or a nack (``nack``), a dead letter (``fail``). Transactional handlers need
+the store itself and are not leased.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import queue
 import random
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,8 +131,17 @@ class RemoteItemOps:
             raise StorageError(f"extending over HTTP failed: {err}") from err
         return work.item.with_(vesting_ms=until)
 
-    def gone(self, work: Work) -> bool | None:
-        return None  # only a write could tell: a cancel is seen at the next extension
+    def gone_many(self, works: Sequence[Work]) -> list[bool]:
+        with self._lock:  # a run that ended meanwhile is not asked about
+            leases = [self._leases.get(id(work)) for work in works]
+        held = [lease for lease in leases if lease is not None]
+        if not held:
+            return [False] * len(works)
+        try:  # one request for all running items (POST /v1/leases/cancelled)
+            answers = iter(self.client.cancelled(held))
+        except (QuickError, *_REQUEST_ERRORS) as err:
+            raise StorageError(f"asking for cancels over HTTP failed: {err}") from err
+        return [lease is not None and next(answers) for lease in leases]
 
     def complete(self, work: Work) -> None:
         self.done.put(self.lease_of(work))

@@ -29,7 +29,7 @@ from quickzones.consumer.scanner import Scanner
 from quickzones.consumer.scanner_election import ScannerElection
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Work
-from quickzones.consumer.stop_request import StopRequest
+from quickzones.consumer.stop_request import RunsForever, StopRequest
 from quickzones.consumer.timers import DueTimers
 from quickzones.consumer.worker import Worker
 from quickzones.errors import ConfigurationError, StoreLost
@@ -44,7 +44,7 @@ from quickzones.store.zonestore import ZoneStore
 log = logging.getLogger("quick.consumer")
 
 
-class Consumer:
+class Consumer(RunsForever):
     """Polls a top-level queue and runs the items of the zones it points to."""
 
     def __init__(
@@ -330,17 +330,9 @@ class Consumer:
         except BaseException:  # a worker thread must survive anything
             log.exception("worker failed on item %s", work.item.item_id)
 
-    def stop(self, deadline_s: float | None = None) -> None:
-        """Stop taking work; let running handlers finish until the deadline, give back
-        the leases of everything not finished, flush completions. From any thread:
-        :meth:`run_forever` then returns; a second call waits for the first."""
-        request = self._run_request
-        if request is not None:
-            request.request()
-        with self._stop_lock:
-            self._stop(deadline_s)
-
     def _stop(self, deadline_s: float | None) -> None:
+        """Stop taking work; let running handlers finish until the deadline, give back
+        the leases of everything not finished, flush completions (see :meth:`stop`)."""
         deadline = time.monotonic() + (
             self.config.shutdown_deadline_s if deadline_s is None else deadline_s
         )
@@ -373,35 +365,6 @@ class Consumer:
         self.scanner_election.release_all()
         self._threads.clear()
         self._managers = self._workers = None
-
-    def run_forever(self, *, install_signals: bool = True) -> None:
-        """Run until SIGTERM or SIGINT, :meth:`stop` from any thread, or the loss of the
-        store, then shut down gracefully. A lost store (:class:`StoreLost`: its file
-        deleted or replaced) is raised once shut down, so the process exits non-zero
-        and its supervisor starts it again on the store there now."""
-        self._run_request = request = StopRequest()
-        with request.on_signals(install_signals):
-            try:
-                self.start()
-                while not request.wait(0.2) and self.lost is None:
-                    pass
-                if request.signum is not None:
-                    log.info("signal %d: shutting down", request.signum)
-            finally:
-                self._run_request = None
-                with self._stop_lock:
-                    self._stop(None)
-        if self.lost is not None:
-            raise self.lost
-
-    def _store_lost(self, err: StoreLost) -> None:
-        """The store went away under this consumer: said once, at ERROR; run_forever
-        then stops and raises it."""
-        with self._lost_lock:
-            if self.lost is not None:
-                return
-            self.lost = err
-        log.error("%s", err)
 
     def request_stop(self) -> None:
         self._stopping.set()

@@ -1,5 +1,5 @@
 """How ``run_forever`` is asked to stop: by SIGTERM or SIGINT, by ``stop()`` from any
-thread, or by the consumer itself (its store was lost).
+thread, or by the consumer itself (its store was lost); and ``run_forever`` itself.
 
 A signal handler runs in the main thread between two bytecodes, possibly while that
 thread holds a lock, and a second signal can arrive while the first handler runs: a
@@ -11,13 +11,19 @@ happens in the main thread afterwards.
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
+
+from quickzones.errors import StoreLost
+
+log = logging.getLogger("quick.consumer")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -72,3 +78,59 @@ class StopRequest:
                 signal.signal(number, handler)
             os.close(self._read)
             os.close(self._write)
+
+
+class RunsForever:
+    """``run_forever`` and ``stop`` of a consumer whose ``start`` starts its threads and
+    ``_stop`` shuts them down; ``_store_lost`` is what its scanner calls on a lost
+    store."""
+
+    _stop_lock: threading.Lock
+    _run_request: StopRequest | None
+    lost: StoreLost | None
+    _lost_lock: threading.Lock
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def _stop(self, deadline_s: float | None) -> None:
+        raise NotImplementedError
+
+    def stop(self, deadline_s: float | None = None) -> None:
+        """Stop taking work; let running handlers finish until the deadline, give back
+        the leases of everything not finished, flush completions. From any thread:
+        :meth:`run_forever` then returns; a second call waits for the first."""
+        request = self._run_request
+        if request is not None:
+            request.request()
+        with self._stop_lock:
+            self._stop(deadline_s)
+
+    def run_forever(self, *, install_signals: bool = True) -> None:
+        """Run until SIGTERM or SIGINT, :meth:`stop` from any thread, or the loss of the
+        store, then shut down gracefully. A lost store (:class:`StoreLost`: its file
+        deleted or replaced) is raised once shut down, so the process exits non-zero
+        and its supervisor starts it again on the store there now."""
+        self._run_request = request = StopRequest()
+        with request.on_signals(install_signals):
+            try:
+                self.start()
+                while not request.wait(0.2) and self.lost is None:
+                    pass
+                if request.signum is not None:
+                    log.info("signal %d: shutting down", request.signum)
+            finally:
+                self._run_request = None
+                with self._stop_lock:
+                    self._stop(None)
+        if self.lost is not None:
+            raise self.lost
+
+    def _store_lost(self, err: StoreLost) -> None:
+        """The store went away under this consumer: said once, at ERROR; run_forever
+        then stops and raises it."""
+        with self._lost_lock:
+            if self.lost is not None:
+                return
+            self.lost = err
+        log.error("%s", err)
