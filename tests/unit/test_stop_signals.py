@@ -79,7 +79,9 @@ def test_a_burst_of_sigterms_never_deadlocks_quick_worker(tmp_path: Path) -> Non
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(30)
-    # Before: 4 or more of 10 rounds stuck in the signal handler, ended only by SIGKILL.
-    # Each ends: gracefully (0), or, for a signal of the burst arriving once run_forever
-    # has shut down and put the default handler back, by that signal.
-    assert all(rc in (0, -signal.SIGTERM) for rc in stopped), (stopped, out.read_text()[-3000:])
+    # Before: [None, None, -15, 0, -15, 0, -15, -15, 1, None]: 3 of 10 rounds stuck in
+    # the signal handler (ended only by SIGKILL), one exited 1. Each ends: gracefully (0),
+    # or, for a signal of the burst arriving once run_forever has shut down and put the
+    # default handler back, by that signal.
+    ended = all(rc in (0, -signal.SIGTERM) for rc in stopped)
+    assert ended, f"{stopped} {out.read_text()[-3000:]}"
