@@ -26,7 +26,7 @@ class SQLiteConnections(SQLiteStoreState):
         if uri is None:
             # Never create the file once open: a file deleted under this process is
             # reported (StoreLost), not silently replaced by an empty store.
-            uri = f"file:{quote(os.path.abspath(self.path))}?mode=rw"
+            uri = f"file:{quote(self._file.path)}?mode=rw"
             self._file.check(now=True)
         try:
             conn = sqlite3.connect(

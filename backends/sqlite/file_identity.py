@@ -24,7 +24,7 @@ class FileIdentity:
     """The (device, inode) of the file at ``path`` when the store opened it."""
 
     def __init__(self, path: str, url: str, *, interval_s: float = CHECK_INTERVAL_S) -> None:
-        self.path = path
+        self.path = os.path.abspath(path)  # as opened: a later chdir changes nothing
         self.url = url
         self.interval_s = interval_s
         self._opened: tuple[int, int] | None = None  # until opened(): nothing to compare
