@@ -267,6 +267,20 @@ class StoreFull(StorageError):
         self.detail = detail
 
 
+class StoreLost(StorageError):
+    """The store this process opened is no longer where it was opened (its file deleted,
+    or replaced by another): nothing more is read or written through it. Restart the
+    process to open the store there now."""
+
+    def __init__(self, store: str, detail: str) -> None:
+        super().__init__(
+            f"store {store} is lost: {detail}; this process stops using it: restart it"
+            " to open the store there now"
+        )
+        self.store = store
+        self.detail = detail
+
+
 class StoreBusy(StorageError):
     """Another connection held the store's write lock for longer than the busy timeout."""
 

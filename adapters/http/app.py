@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from quickzones.adapters.http import cancels
 from quickzones.adapters.http.api import ApiError, ServeState, router
 from quickzones.adapters.http.paths import PathSegments
 from quickzones.adapters.http.polls import PollLimits
@@ -176,6 +177,7 @@ def create_app(
     )
     app.state.quick = state
     app.include_router(router)
+    app.include_router(cancels.router)  # running items' cancels, for remote workers
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, err: ApiError) -> JSONResponse:

@@ -20,7 +20,6 @@ gets through.
 from __future__ import annotations
 
 import base64
-import random
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from urllib.parse import quote
 import httpx
 
 from quickzones.errors import ItemNotFound, LeaseLost, QuickError
+from quickzones.repeated_failure import backoff
 from quickzones.store.enqueue import Enqueued
 
 
@@ -194,6 +194,12 @@ class _Calls:
         return _Call("POST", "/v1/completions", {"items": items})
 
     @staticmethod
+    def cancelled(leases: Sequence[RemoteLease]) -> _Call:
+        items = [{"app": x.app, "tenant": x.tenant, "item_id": x.item_id,
+                  "lease_id": x.lease_id} for x in leases]  # fmt: skip
+        return _Call("POST", "/v1/leases/cancelled", {"items": items})
+
+    @staticmethod
     def dead_letters(app: str, filters: dict[str, Any], verb: str | None) -> _Call:
         path = f"/v1/apps/{_seg(app)}/dead-letters"
         if verb is None:
@@ -247,6 +253,7 @@ class RemoteQuick:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self._http = httpx.Client(**_http_options(url, token, timeout_s), transport=transport)
+        self.url = url.rstrip("/")  # the server, as messages name it
         self.timeout_s = timeout_s
 
     def __enter__(self) -> RemoteQuick:
@@ -318,6 +325,14 @@ class RemoteQuick:
         out: list[QuickError | None] = []
         for batch in _batches(leases):
             out.extend(_completed(self._do(_Calls.complete_many(batch))))
+        return out
+
+    def cancelled(self, leases: Sequence[RemoteLease]) -> list[bool]:
+        """Which of these leased items were cancelled (or went otherwise) meanwhile: one
+        request per 1,000, one answer per lease, in order."""
+        out: list[bool] = []
+        for batch in _batches(leases):
+            out.extend(bool(x) for x in self._do(_Calls.cancelled(batch))["cancelled"])
         return out
 
     def extend(self, lease: RemoteLease, lease_s: float = 30.0) -> int:
@@ -447,11 +462,6 @@ class AsyncRemoteQuick:
 
     async def fail(self, lease: RemoteLease, reason: str, traceback: str | None = None) -> None:
         await self._do(_Calls.on_lease(lease, "fail", reason=reason, traceback=traceback))
-
-
-def backoff(attempt: int, base_s: float = 0.1, cap_s: float = 5.0) -> float:
-    """Seconds to wait before retrying after ``attempt`` failed requests (full jitter)."""
-    return random.uniform(0, min(cap_s, base_s * 2**attempt))
 
 
 def sleep_backoff(attempt: int) -> None:

@@ -7,9 +7,10 @@ consumer's one Worker (paper Algorithm 3, :class:`~quickzones.consumer.worker.Wo
 its lease kept by the consumer's lease extender. What the Worker does to an item goes
 over HTTP (:class:`RemoteItemOps`, the :class:`~quickzones.consumer.item_ops.ItemOps`
 seam): the start check (an extension: a cancelled or taken-over item never starts),
-extensions, completion (batched, see :class:`RemoteWorker`), a retry with backoff or a
-nack (``nack``), a dead letter (``fail``). Transactional handlers need the store itself
-and are not leased.
+extensions, a running item's cancel (one request for all running items, every half
+second: ``ctx.cancelled``), completion (batched, see :class:`RemoteWorker`), a retry
+with backoff or a nack (``nack``), a dead letter (``fail``). Transactional handlers need
+the store itself and are not leased.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import queue
 import random
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +34,6 @@ from quickzones.adapters.http.client import (
     RemoteError,
     RemoteLease,
     RemoteQuick,
-    backoff,
 )
 from quickzones.clock import SystemClock
 from quickzones.consumer.config import ConsumerConfig
@@ -43,6 +44,7 @@ from quickzones.consumer.state import InFlight, Work
 from quickzones.consumer.worker import Worker
 from quickzones.errors import ItemNotFound, LeaseLost, Nack, QuickError, StorageError
 from quickzones.registry import JobType, Registry, RetryPolicy
+from quickzones.repeated_failure import RepeatedFailure, backoff
 from quickzones.store.records import WorkItem, ZoneId
 
 log = logging.getLogger("quick.remote_worker")
@@ -129,8 +131,17 @@ class RemoteItemOps:
             raise StorageError(f"extending over HTTP failed: {err}") from err
         return work.item.with_(vesting_ms=until)
 
-    def gone(self, work: Work) -> bool | None:
-        return None  # only a write could tell: a cancel is seen at the next extension
+    def gone_many(self, works: Sequence[Work]) -> list[bool]:
+        with self._lock:  # a run that ended meanwhile is not asked about
+            leases = [self._leases.get(id(work)) for work in works]
+        held = [lease for lease in leases if lease is not None]
+        if not held:
+            return [False] * len(works)
+        try:  # one request for all running items (POST /v1/leases/cancelled)
+            answers = iter(self.client.cancelled(held))
+        except (QuickError, *_REQUEST_ERRORS) as err:
+            raise StorageError(f"asking for cancels over HTTP failed: {err}") from err
+        return [lease is not None and next(answers) for lease in leases]
 
     def complete(self, work: Work) -> None:
         self.done.put(self.lease_of(work))
@@ -222,6 +233,16 @@ class RemoteWorker:
             if not registry.find(name).transactional  # type: ignore[union-attr]
         ]
         self.stats = RemoteWorkerStats()
+        # The server restarting or gone: said once, then once per interval with a count,
+        # and once when it answers again; leases retried with a capped backoff.
+        server = client.url
+        self.lease_failures = RepeatedFailure(
+            log,
+            "leasing",
+            level=logging.WARNING,
+            failing=f"quick serve at {server} is unreachable",
+            recovered=f"quick serve at {server} is reachable again",
+        )
         self._stop = threading.Event()
         self._slot_freed = threading.Condition()
         self.ops = RemoteItemOps(client, self.stats, lease_s)
@@ -277,7 +298,6 @@ class RemoteWorker:
         completer = threading.Thread(target=self._complete_loop, daemon=True)
         completer.start()
         ran = 0
-        failures = 0
         pending: list[Future[None]] = []
         try:
             while not self._stop.is_set():
@@ -295,12 +315,11 @@ class RemoteWorker:
                         job_types=self.job_types,
                         fill_s=self.fill_s,
                     )
-                    failures = 0
+                    self.lease_failures.succeeded()
                 except (QuickError, *_REQUEST_ERRORS) as err:
                     self.stats.errors += 1
-                    log.warning("lease failed: %s", err)
-                    failures += 1
-                    time.sleep(backoff(failures))
+                    failures = self.lease_failures.failed(err)
+                    self._stop.wait(backoff(failures))
                     continue
                 if not leases:
                     if idle_exit and not pending:

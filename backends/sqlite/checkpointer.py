@@ -29,6 +29,8 @@ import weakref
 from collections.abc import Callable
 from typing import NamedTuple
 
+from quickzones.errors import StorageError, StoreLost
+
 
 class PassResult(NamedTuple):
     """What ``PRAGMA wal_checkpoint`` returned: whether it was blocked, the frames in the
@@ -128,7 +130,9 @@ class Checkpointer:
                         ).fetchone()
                         self.passes += 1
                         self._after_pass(conn, PassResult(busy, log, copied))
-                except sqlite3.Error:
+                except StoreLost:
+                    return  # the file was deleted or replaced: nothing left to fold in
+                except (sqlite3.Error, StorageError):
                     # Best effort: another process's checkpoint, a full disk. The next
                     # pass (or _bound_wal's truncating one) catches up.
                     self.failures += 1

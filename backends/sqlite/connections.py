@@ -23,10 +23,15 @@ class SQLiteConnections(SQLiteStoreState):
 
     def _connect(self, uri: str | None = None) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = None
+        if uri is None:
+            # Never create the file once open: a file deleted under this process is
+            # reported (StoreLost), not silently replaced by an empty store.
+            uri = f"file:{quote(self._file.path)}?mode=rw"
+            self._file.check(now=True)
         try:
             conn = sqlite3.connect(
-                uri or self.path,
-                uri=uri is not None,
+                uri,
+                uri=True,
                 # SQLite's own busy handler sleeps in steps of up to 100 ms, which makes
                 # a latency tail whenever another process holds the write lock; it only
                 # covers the first few ms, and _begin_immediate polls finely after that.
@@ -48,12 +53,14 @@ class SQLiteConnections(SQLiteStoreState):
             if _is_busy(err):
                 # Another process is switching a new file to WAL: retryable (1038).
                 raise _translate(err, "connect", self.url) from err
+            self._file.check(now=True)  # deleted meanwhile: StoreLost
             raise StorageError(f"cannot open sqlite database {self.path!r}: {err}") from err
         return conn
 
     def _acquire(self) -> sqlite3.Connection:
         if self._closed:
             raise StorageError(f"store {self.url} is closed")
+        self._file.check()  # the file opened is still the one at the path (StoreLost)
         if os.getpid() != self._pid:
             self._forget_inherited_connections()
         with self._lock:

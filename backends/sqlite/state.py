@@ -10,6 +10,7 @@ import threading
 import time
 
 from quickzones.backends.sqlite.errors import _is_busy, _translate
+from quickzones.backends.sqlite.file_identity import FileIdentity
 from quickzones.backends.sqlite.foreign_commits import ForeignCommits
 from quickzones.clock import Clock
 from quickzones.errors import StoreBusy
@@ -37,6 +38,7 @@ class SQLiteStoreState:
     _page_bytes: int | None
     _closed: bool
     _foreign: ForeignCommits
+    _file: FileIdentity
 
     def _random(self) -> float:
         with self._lock:

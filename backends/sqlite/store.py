@@ -41,6 +41,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from quickzones.backends.sqlite.checkpointer import Checkpointer
 from quickzones.backends.sqlite.connections import SQLiteConnections
 from quickzones.backends.sqlite.errors import _translate
+from quickzones.backends.sqlite.file_identity import FileIdentity
 from quickzones.backends.sqlite.foreign_commits import ForeignCommits
 from quickzones.backends.sqlite.resolver import CommitResolver
 from quickzones.backends.sqlite.sql import _VERSION
@@ -103,7 +104,10 @@ class SQLiteStore(SQLiteConnections, CommitResolver, WalBound):
         self._watch_conn: sqlite3.Connection | None = None
         self._watch_pid = self._pid
         self._foreign = ForeignCommits()
+        # Deleted or replaced under this process: noticed within a second (StoreLost).
+        self._file = FileIdentity(self.path, self.url)
         self._open_schema(create)
+        self._file.opened()
 
     @classmethod
     def from_url(cls, url: str, clock: Clock | None = None, *, create: bool = True) -> SQLiteStore:

@@ -10,7 +10,7 @@ HTTP API (:mod:`quickzones.adapters.http.worker`), so the same rules hold on bot
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from quickzones.consumer.completer import Completer
@@ -39,9 +39,9 @@ class ItemOps(Protocol):
         """Renew the lease (``LeaseLost``/``ItemNotFound`` if it is gone)."""
         ...
 
-    def gone(self, work: Work) -> bool | None:
-        """Whether the item was cancelled while it runs (None: this path cannot tell
-        without a write; a cancel is then seen at the next extension)."""
+    def gone_many(self, works: Sequence[Work]) -> list[bool]:
+        """Which of these running items were cancelled meanwhile, in one call for all
+        (one request for a remote worker). ``StorageError``: unknown."""
         ...
 
     def complete(self, work: Work) -> None:
@@ -97,8 +97,10 @@ class StoreItemOps:
         zones = self.clusters[work.cluster].zones
         return zones.extend_lease(work.zone, item.item_id, item.lease_id or "", lease_ms)
 
-    def gone(self, work: Work) -> bool | None:
-        return self.clusters[work.cluster].zones.get(work.zone, work.item.item_id) is None
+    def gone_many(self, works: Sequence[Work]) -> list[bool]:
+        return [
+            self.clusters[w.cluster].zones.get(w.zone, w.item.item_id) is None for w in works
+        ]
 
     def complete(self, work: Work) -> None:
         self.completer().complete(work)

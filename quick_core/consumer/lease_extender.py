@@ -108,16 +108,22 @@ class LeaseExtender:
     def watch_cancels_once(self) -> None:
         """Tell each running handler whose item was cancelled (``Quick.cancel`` deletes
         it): ``ctx.cancelled`` turns true, cooperatively (no interrupt), and its worker
-        completes nothing. One read per running item."""
-        for r in self.in_flight.snapshot():
-            work = r.work
-            if r.done or work.started or work.cancelled.is_set():
-                continue  # an at-most-once item is deleted when it starts: not a cancel
-            try:
-                gone = self.ops.gone(work)
-            except StorageError:
-                continue
-            if gone:
+        completes nothing. One call for all running items (a read each; one request for
+        a remote worker)."""
+        watched = [
+            r.work
+            for r in self.in_flight.snapshot()
+            # An at-most-once item is deleted when it starts: not a cancel.
+            if not (r.done or r.work.started or r.work.cancelled.is_set())
+        ]
+        if not watched:
+            return
+        try:
+            gone = self.ops.gone_many(watched)
+        except StorageError:
+            return
+        for work, went in zip(watched, gone, strict=True):
+            if went:
                 work.cancelled.set()
                 self.emit("cancel_seen", zone=work.zone, item_id=work.item.item_id)
 

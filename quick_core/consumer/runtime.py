@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import logging
 import random
-import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from types import FrameType
 from typing import Any
 
 from quickzones.clock import Clock, SystemClock
@@ -31,9 +29,10 @@ from quickzones.consumer.scanner import Scanner
 from quickzones.consumer.scanner_election import ScannerElection
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Work
+from quickzones.consumer.stop_request import RunsForever, StopRequest
 from quickzones.consumer.timers import DueTimers
 from quickzones.consumer.worker import Worker
-from quickzones.errors import ConfigurationError
+from quickzones.errors import ConfigurationError, StoreLost
 from quickzones.registry import Registry
 from quickzones.store.changes import watchers_for
 from quickzones.store.kv import KVStore
@@ -45,7 +44,7 @@ from quickzones.store.zonestore import ZoneStore
 log = logging.getLogger("quick.consumer")
 
 
-class Consumer:
+class Consumer(RunsForever):
     """Polls a top-level queue and runs the items of the zones it points to."""
 
     def __init__(
@@ -94,6 +93,10 @@ class Consumer:
             self.clusters, self.name, clock, election, in_order, cfg.election_ttl_s, emit
         )
         self._stopping = threading.Event()
+        self._stop_lock = threading.Lock()  # one shutdown at a time (stop() is idempotent)
+        self._run_request: StopRequest | None = None  # while run_forever runs
+        self.lost: StoreLost | None = None  # the store this consumer uses went away
+        self._lost_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._managers: DaemonPool | None = None
         self._workers: DaemonPool | None = None
@@ -119,6 +122,7 @@ class Consumer:
                 if cfg.commit_poll_s is not None
                 else ()
             ),
+            on_lost=self._store_lost,
         )
         self.manager = Manager(
             cfg,
@@ -312,13 +316,11 @@ class Consumer:
                 else:
                     self.timers.add(work)  # leased ahead: started at its vesting time
 
-        try:  # Room claimed first: concurrent visits take no more than workers can start.
-            with self._flight.claim(self.manager.visit_size() * len(refs)) as room:
-                ahead = self.scanner.lookahead_ms
-                return len(self.manager.visit_many(refs, hand_out, horizon_ms=ahead)) if room else 0
-        except Exception:
-            log.exception("manager visit failed")
-            return 0
+        # Room claimed first: concurrent visits take no more than workers can start. A
+        # visit that raises is counted, logged and backed off by the scanner.
+        with self._flight.claim(self.manager.visit_size() * len(refs)) as room:
+            ahead = self.scanner.lookahead_ms
+            return len(self.manager.visit_many(refs, hand_out, horizon_ms=ahead)) if room else 0
 
     def _execute_logged(self, work: Work) -> None:
         try:
@@ -328,9 +330,9 @@ class Consumer:
         except BaseException:  # a worker thread must survive anything
             log.exception("worker failed on item %s", work.item.item_id)
 
-    def stop(self, deadline_s: float | None = None) -> None:
+    def _stop(self, deadline_s: float | None) -> None:
         """Stop taking work; let running handlers finish until the deadline, give back
-        the leases of everything not finished, flush completions."""
+        the leases of everything not finished, flush completions (see :meth:`stop`)."""
         deadline = time.monotonic() + (
             self.config.shutdown_deadline_s if deadline_s is None else deadline_s
         )
@@ -363,24 +365,6 @@ class Consumer:
         self.scanner_election.release_all()
         self._threads.clear()
         self._managers = self._workers = None
-
-    def run_forever(self, *, install_signals: bool = True) -> None:
-        """Run until SIGTERM or SIGINT, then shut down gracefully."""
-        stop = threading.Event()
-        if install_signals:
-
-            def on_signal(signum: int, frame: FrameType | None) -> None:
-                log.info("signal %d: shutting down", signum)
-                stop.set()
-
-            signal.signal(signal.SIGTERM, on_signal)
-            signal.signal(signal.SIGINT, on_signal)
-        self.start()
-        try:
-            while not stop.wait(0.2):
-                pass
-        finally:
-            self.stop()
 
     def request_stop(self) -> None:
         self._stopping.set()

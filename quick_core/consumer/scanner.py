@@ -20,6 +20,7 @@ work-conserving visits (``visit_max``) take instead of ``dequeue_max`` when larg
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -35,9 +36,12 @@ from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.pool import DaemonPool
 from quickzones.consumer.selection import Selection
 from quickzones.consumer.state import Cluster
-from quickzones.errors import StorageError
+from quickzones.errors import StorageError, StoreLost
+from quickzones.repeated_failure import RepeatedFailure, backoff
 from quickzones.store.changes import CommitWatcher
 from quickzones.store.toplevel import PointerRef
+
+log = logging.getLogger("quick.consumer")
 
 
 class Scanner:
@@ -58,6 +62,7 @@ class Scanner:
         lookahead_ms: int = 0,
         held: Callable[[PointerRef], int] = lambda ref: 0,
         watchers: Sequence[CommitWatcher] = (),
+        on_lost: Callable[[StoreLost], None] = lambda err: None,
     ) -> None:
         self.config = config
         self.clusters = clusters
@@ -84,6 +89,10 @@ class Scanner:
         # counters read just before the last scan began.
         self.watchers = list(watchers)
         self._versions: list[int | None] = [None] * len(self.watchers)
+        # Visits that raised (a full store, say): logged once per interval with a count,
+        # and the next scan waits a capped backoff instead of retrying at once.
+        self.visit_failures = RepeatedFailure(log, "manager visits")
+        self.on_lost = on_lost  # the store went away (its file deleted): the consumer stops
 
     def wake(self) -> None:
         """Scan now (a local enqueue, or a stop): ends the scanner's idle wait."""
@@ -159,6 +168,8 @@ class Scanner:
                 window = min(cfg.in_order_peek_max, cfg.peek_max) if in_order else cfg.peek_max
                 peeked, later = cluster.toplevel.peek(shard, window, horizon_ms=horizon_ms)
             except StorageError as err:
+                if isinstance(err, StoreLost):
+                    self.on_lost(err)
                 self.emit("scan_error", error=str(err))
                 continue
             if later is not None and (next_vesting is None or later < next_vesting):
@@ -217,6 +228,9 @@ class Scanner:
             for f in finished:
                 del visiting[f]
             took = [f.result() for f in finished if f.exception() is None]
+            if self._visits_failed(finished, stopping):
+                selected.clear()  # chosen before the failure: scan afresh after the wait
+                continue
             if self.capacity() <= 0:
                 # Algorithm 1, line 5: everything this consumer may hold is held; scan
                 # again once a worker frees up (the in-flight count wakes it), so no
@@ -262,6 +276,25 @@ class Scanner:
                     continue  # managers still free and vested pointers left: scan again
                 timeout = cfg.idle_sleep_s if free <= 0 else self.until_next_vesting()
                 futures.wait(visiting, timeout, futures.FIRST_COMPLETED)
+
+
+    def _visits_failed(self, finished: list[Future[int]], stopping: threading.Event) -> bool:
+        """Count the finished visits that raised; after any, wait a backoff that grows
+        with the failures in a row (at most 5 s), so a store that refuses every commit
+        is not retried hot. True when it waited."""
+        for f in finished:
+            err = f.exception()
+            if err is None:
+                self.visit_failures.succeeded()
+            elif isinstance(err, StoreLost):
+                self.on_lost(err)
+            else:
+                self.visit_failures.failed(err)
+        in_a_row = self.visit_failures.failures
+        if not any(f.exception() is not None for f in finished) or not in_a_row:
+            return False
+        stopping.wait(backoff(in_a_row, base_s=0.05))
+        return True
 
 
 def _visit_key(ref: PointerRef) -> tuple[str, int, str]:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 from quickzones.clock import Clock, ElapsedClock, SystemClock
 from quickzones.errors import ConfigurationError, StorageError
+from quickzones.repeated_failure import RepeatedFailure
 from quickzones.store.kv import KVStore, KVTransaction, run
 
 # How often, in elapsed seconds, a process reads the cluster's floor and publishes its own
@@ -82,6 +83,10 @@ class SteadyClock:
         # None until the first exchange: until the store's floor is known, no time is
         # handed out, so a process started after a step back never stamps an hour early.
         self._next_sync: float | None = None
+        # A store that refuses the exchange (full, unreachable) is said once per interval.
+        self._exchange_failures = RepeatedFailure(
+            _log, "exchanging the clock floor with the store", level=logging.WARNING
+        )
         _live.add(self)
 
     def now(self) -> float:
@@ -128,10 +133,11 @@ class SteadyClock:
             mine = int(t * 1000)
             try:
                 stored = run(self._kv, _exchange(self._key, mine))
+                self._exchange_failures.succeeded()
             except StorageError as err:
                 # Time must not stop because the store is unreachable: keep the local
                 # floor and try again next period (a closed store ends up here too).
-                _log.warning("cannot exchange the clock floor with the store: %s", err)
+                self._exchange_failures.failed(err)
                 stored = None
             with self._lock:
                 t, elapsed = self._advance()

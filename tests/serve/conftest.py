@@ -33,10 +33,10 @@ from tests.conftest import HAVE_FDB, store_url
 class ServerThread:
     """uvicorn serving ``app`` on a socket bound to 127.0.0.1:0, in a daemon thread."""
 
-    def __init__(self, app: object) -> None:
+    def __init__(self, app: object, port: int = 0) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.bind(("127.0.0.1", port))  # a given port: the same server restarted
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(app, log_level="warning", lifespan="on")  # type: ignore[arg-type]

@@ -33,6 +33,7 @@ from quickzones.store.kv import (
     KVTransaction,
     run,
 )
+from tests.unit.helpers import small_fs  # noqa: F401  (a fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -239,28 +240,9 @@ def test_a_writer_waits_for_a_short_lock_within_busy_timeout(
 # --- store full --------------------------------------------------------------------------
 
 
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 2 MB tmpfs (root only); skipped where mounting is not allowed."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def test_a_full_disk_gives_store_full_and_loses_nothing_committed(small_fs: Path) -> None:
+def test_a_full_disk_gives_store_full_and_loses_nothing_committed(
+    small_fs: Path,  # noqa: F811  (the fixture imported above)
+) -> None:
     path = str(small_fs / "full.db")
     store = SQLiteStore(path)
     committed = 0

@@ -1,0 +1,136 @@
+"""How ``run_forever`` is asked to stop: by SIGTERM or SIGINT, by ``stop()`` from any
+thread, or by the consumer itself (its store was lost); and ``run_forever`` itself.
+
+A signal handler runs in the main thread between two bytecodes, possibly while that
+thread holds a lock, and a second signal can arrive while the first handler runs: a
+handler that takes a lock (``Event.set``, logging) can deadlock the process (issue 28,
+point 14). So the handler only sets a flag and writes one byte to a pipe (the
+self-pipe), which wakes the main thread's wait; everything else (logging, the shutdown)
+happens in the main thread afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+from quickzones.errors import StoreLost
+
+log = logging.getLogger("quick.consumer")
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class StopRequest:
+    """A flag any thread or signal handler sets (:meth:`request`), and a wait on it."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.signum: int | None = None  # the first signal that asked, if one did
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+
+    def request(self) -> None:
+        """Ask to stop. Takes no lock: safe in a signal handler and from any thread."""
+        self.requested = True
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is None:
+            self.signum = signum
+        self.requested = True
+        try:
+            os.write(self._write, b"\0")  # wakes wait(); a full pipe is awake already
+        except OSError:
+            pass
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait until a stop is requested (a signal wakes it at once; a request from
+        another thread within ``timeout_s``); returns whether one was."""
+        if not self.requested:
+            select.select([self._read], [], [], timeout_s)
+            try:
+                while os.read(self._read, 512):
+                    pass
+            except OSError:
+                pass  # drained (EAGAIN)
+        return self.requested
+
+    @contextmanager
+    def on_signals(self, install: bool = True) -> Iterator[None]:
+        """SIGTERM and SIGINT request a stop while inside; the previous handlers are put
+        back on the way out, before the pipe closes."""
+        previous: dict[int, Any] = {}
+        try:
+            if install:
+                for signum in STOP_SIGNALS:
+                    previous[signum] = signal.signal(signum, self._on_signal)
+            yield
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+            os.close(self._read)
+            os.close(self._write)
+
+
+class RunsForever:
+    """``run_forever`` and ``stop`` of a consumer whose ``start`` starts its threads and
+    ``_stop`` shuts them down; ``_store_lost`` is what its scanner calls on a lost
+    store."""
+
+    _stop_lock: threading.Lock
+    _run_request: StopRequest | None
+    lost: StoreLost | None
+    _lost_lock: threading.Lock
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def _stop(self, deadline_s: float | None) -> None:
+        raise NotImplementedError
+
+    def stop(self, deadline_s: float | None = None) -> None:
+        """Stop taking work; let running handlers finish until the deadline, give back
+        the leases of everything not finished, flush completions. From any thread:
+        :meth:`run_forever` then returns; a second call waits for the first."""
+        request = self._run_request
+        if request is not None:
+            request.request()
+        with self._stop_lock:
+            self._stop(deadline_s)
+
+    def run_forever(self, *, install_signals: bool = True) -> None:
+        """Run until SIGTERM or SIGINT, :meth:`stop` from any thread, or the loss of the
+        store, then shut down gracefully. A lost store (:class:`StoreLost`: its file
+        deleted or replaced) is raised once shut down, so the process exits non-zero
+        and its supervisor starts it again on the store there now."""
+        self._run_request = request = StopRequest()
+        with request.on_signals(install_signals):
+            try:
+                self.start()
+                while not request.wait(0.2) and self.lost is None:
+                    pass
+                if request.signum is not None:
+                    log.info("signal %d: shutting down", request.signum)
+            finally:
+                self._run_request = None
+                with self._stop_lock:
+                    self._stop(None)
+        if self.lost is not None:
+            raise self.lost
+
+    def _store_lost(self, err: StoreLost) -> None:
+        """The store went away under this consumer: said once, at ERROR; run_forever
+        then stops and raises it."""
+        with self._lost_lock:
+            if self.lost is not None:
+                return
+            self.lost = err
+        log.error("%s", err)
