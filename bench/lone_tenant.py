@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -137,9 +136,10 @@ def huey_rate(n: int, work: Path) -> float:
     t = time.time()
     for _ in range(n):
         tasks.job(TENANT, t, t, 0.0)
-    beside = Path(sys.executable).with_name("huey_consumer")  # this interpreter's, else PATH's
-    consumer = str(beside) if beside.exists() else shutil.which("huey_consumer") or str(beside)
-    cmd = [consumer, "bench.peers.huey_tasks.huey", "-w", "4", "-k", "thread"]
+    # This interpreter runs Huey's consumer (huey_consumer on PATH may be another Python's,
+    # one that cannot import the bench's modules: every run then timed out as NaN).
+    cmd = [sys.executable, "-m", "huey.bin.huey_consumer", "bench.peers.huey_tasks.huey"]
+    cmd += ["-w", "4", "-k", "thread"]
     cmd += ["-d", "0.01", "-m", "0.1", "-b", "1.15", "-q"]
     return _drain(cmd, env, out, n, work / "huey.log")
 
