@@ -25,7 +25,7 @@ from quickzones.consumer.item_ops import StoreItemOps
 from quickzones.consumer.lease_extender import LeaseExtender
 from quickzones.consumer.maintenance import OutcomeCollector
 from quickzones.consumer.manager import Manager
-from quickzones.consumer.pool import DaemonPool
+from quickzones.consumer.pool import DaemonPool, Empty, FairQueue
 from quickzones.consumer.routing import Router
 from quickzones.consumer.scanner import Scanner
 from quickzones.consumer.scanner_election import ScannerElection
@@ -255,12 +255,23 @@ class Consumer:
             took = 0
             size = self.config.visits_per_transaction
             try:
+                # The round's items run as the worker pool takes them, one zone's in turn
+                # (its lanes): a visit may bring a lone backlog's whole free room, and a
+                # small tenant visited in the same round waits behind one of its items,
+                # not all of them.
+                lanes = FairQueue()
                 for start in range(0, len(refs), size):
                     for work in self.visit_many(refs[start : start + size]):
-                        took += 1
-                        self.execute(work)
-                        done += 1
-                    self.flush_completions()
+                        lanes.put(work, (work.cluster, work.zone))
+                while True:
+                    try:
+                        work = lanes.get_nowait()
+                    except Empty:
+                        break
+                    took += 1
+                    self.execute(work)
+                    done += 1
+                self.flush_completions()
             finally:
                 self._batching = False
             if took:
