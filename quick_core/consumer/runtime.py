@@ -25,7 +25,7 @@ from quickzones.consumer.item_ops import StoreItemOps
 from quickzones.consumer.lease_extender import LeaseExtender
 from quickzones.consumer.maintenance import OutcomeCollector
 from quickzones.consumer.manager import Manager
-from quickzones.consumer.pool import DaemonPool, Empty, FairQueue
+from quickzones.consumer.pool import DaemonPool, in_turn
 from quickzones.consumer.routing import Router
 from quickzones.consumer.scanner import Scanner
 from quickzones.consumer.scanner_election import ScannerElection
@@ -251,30 +251,19 @@ class Consumer:
             refs = self.scan_once()
             if not refs:
                 break
-            self._batching = True
-            took = 0
-            size = self.config.visits_per_transaction
+            self._batching, size = True, self.config.visits_per_transaction
             try:
-                # The round's items run as the worker pool takes them, one zone's in turn
-                # (its lanes): a visit may bring a lone backlog's whole free room, and a
-                # small tenant visited in the same round waits behind one of its items,
-                # not all of them.
-                lanes = FairQueue()
-                for start in range(0, len(refs), size):
-                    for work in self.visit_many(refs[start : start + size]):
-                        lanes.put(work, (work.cluster, work.zone))
-                while True:
-                    try:
-                        work = lanes.get_nowait()
-                    except Empty:
-                        break
-                    took += 1
+                # Run as the pool's lanes run them (zones in turn): a visit may bring a
+                # backlog's whole free room, and a small zone waits behind one of its items.
+                visits = (self.visit_many(refs[i : i + size]) for i in range(0, len(refs), size))
+                works = [work for visit in visits for work in visit]
+                for work in in_turn(works, lambda w: (w.cluster, w.zone)):
                     self.execute(work)
-                    done += 1
                 self.flush_completions()
             finally:
                 self._batching = False
-            if took:
+            done += len(works)
+            if works:
                 idle = None
                 continue
             seen = {(ref.cluster, ref.shard, ref.pointer_id) for ref in refs}
