@@ -13,7 +13,8 @@ thread``). The rate is (n - 1) / (end - first start), from the jobs' own start r
 (:func:`bench.common.record_start`), so process start-up counts for nobody; the end is
 the last start for Huey and for ``quick worker`` (no-op jobs, results off; the same
 measure for both) and, stricter, the moment quick's ``completed`` counter reached n
-(completions committed) for the profile.
+(completions committed) for the profile. For ``quick worker`` and Huey the worker
+process's CPU seconds per 1,000 items over the same span are reported too (Linux).
 ``--visits``: the consumer's zone visits, the paper's three transactions
 (``one_transaction_visits=False``, the default), one, or both side by side; with both, each
 run has every system in both modes, the order of the two alternating from run to run.
@@ -25,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,6 +35,7 @@ from typing import Any
 
 from bench.common import (
     REPO,
+    count_lines,
     fdb_url,
     log,
     machine,
@@ -55,11 +56,30 @@ def _rate(out: Path, n: int) -> float:
     return (n - 1) / (starts[-1] - starts[0])
 
 
+def _cpu_s(pid: int) -> float:
+    """A process's CPU seconds so far (user + system; Linux's /proc, else NaN)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# CPU seconds per 1,000 items of the last _drain's worker process, from its first job's
+# start to its n-th (start-up not counted, as for the rate).
+last_cpu: dict[str, float] = {}
+
+
 def _drain(cmd: list[str], env: dict[str, str], out: Path, n: int, logf: Path) -> float:
     with open(logf, "ab") as lf:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=lf, stderr=lf)
+    last_cpu.clear()
     try:
-        wait_for_lines(out, n, 120)
+        wait_for_lines(out, 1, 120, poll_s=0.002)
+        cpu0, k0 = _cpu_s(proc.pid), count_lines(out)
+        wait_for_lines(out, n, 120, poll_s=0.002)
+        k1 = count_lines(out)
+        last_cpu["per_1000"] = (_cpu_s(proc.pid) - cpu0) * 1000 / max(1, k1 - k0)
         return _rate(out, n)
     finally:
         proc.terminate()
@@ -137,9 +157,10 @@ def huey_rate(n: int, work: Path) -> float:
     t = time.time()
     for _ in range(n):
         tasks.job(TENANT, t, t, 0.0)
-    beside = Path(sys.executable).with_name("huey_consumer")  # this interpreter's, else PATH's
-    consumer = str(beside) if beside.exists() else shutil.which("huey_consumer") or str(beside)
-    cmd = [consumer, "bench.peers.huey_tasks.huey", "-w", "4", "-k", "thread"]
+    # This interpreter runs Huey's consumer (huey_consumer on PATH may be another Python's,
+    # one that cannot import the bench's modules: every run then timed out as NaN).
+    cmd = [sys.executable, "-m", "huey.bin.huey_consumer", "bench.peers.huey_tasks.huey"]
+    cmd += ["-w", "4", "-k", "thread"]
     cmd += ["-d", "0.01", "-m", "0.1", "-b", "1.15", "-q"]
     return _drain(cmd, env, out, n, work / "huey.log")
 
@@ -173,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [(label, vm) for label, vm in sizes if label in args.sizes.split(",")]
     visits = ["three", "one"] if args.visits == "both" else [args.visits]
     rates: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}  # CPU s per 1,000 items: quick worker's and Huey's
     events: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-lone-") as tmp:
         for r in range(args.runs):
@@ -192,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, spec in systems:
                 work = Path(tmp) / f"{name}-{r}"
                 work.mkdir()
+                last_cpu.clear()
                 if spec is None:
                     rate = huey_rate(args.n, work)
                 else:
@@ -204,7 +227,11 @@ def main(argv: list[str] | None = None) -> int:
                         rate = quick_rate(url, args.n, work, vm, one)
                         events.setdefault(name, []).append(dict(last_events))
                 rates.setdefault(name, []).append(rate)
-                log(f"lone tenant run {r + 1}/{args.runs}: {name} {rate:.0f} items/s")
+                per_1000 = last_cpu.get("per_1000")  # a drained worker process's
+                if per_1000 is not None:
+                    cpu.setdefault(name, []).append(per_1000)
+                took = "" if per_1000 is None else f", {per_1000:.3f} CPU s per 1,000 items"
+                log(f"lone tenant run {r + 1}/{args.runs}: {name} {rate:.0f} items/s{took}")
                 if spec is not None:
                     log(f"  events {last_events}")
     res: dict[str, Any] = {
@@ -213,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         "command": "python -m bench.lone_tenant " + " ".join(argv or sys.argv[1:]),
         "rates": {k: summary(v) for k, v in rates.items()},
+        "cpu_s_per_1000_items": {k: summary(v) for k, v in cpu.items()},
         "events": events,
     }
     huey = res["rates"].get("huey-sqlite", {}).get("median")

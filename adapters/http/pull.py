@@ -8,7 +8,7 @@ shard's window of ``peek_max``, at most ``selection_max``; the oldest first with
 ``in_order=True``), so concurrent pull consumers spread over the zones instead of all
 contending for the oldest pointer. Each chosen zone is visited as a Manager visits it
 (:class:`~quickzones.consumer.visit.ZoneVisitor`: lease the pointer, dequeue at most
-``dequeue_max`` items, or the work-conserving share with ``visit_max``, requeue or collect
+``dequeue_max`` items, or the work-conserving share (capped by ``visit_max``), requeue or collect
 the pointer) until the call holds ``max_items`` items; a scan that took items and left
 vested pointers unchosen is followed by another. If the caller gave ``fill_s``, once it
 holds some items and ``fill_s`` has passed since its first scan began, it visits no more

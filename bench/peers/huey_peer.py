@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,12 @@ class HueyPeer(Peer):
         self.tasks.huey.flush()
 
     def worker_cmd(self) -> list[str]:
+        # This interpreter runs Huey's consumer (huey_consumer on PATH may be another
+        # Python's, one that cannot import the bench's modules).
         return [
-            "huey_consumer",
+            sys.executable,
+            "-m",
+            "huey.bin.huey_consumer",
             "bench.peers.huey_tasks.huey",
             "-w",
             str(self.workers),

@@ -186,7 +186,7 @@ def worker(
         f"quick worker {consumer.name}: job types {', '.join(runs)}; "
         f"apps {', '.join(routed_apps) if routed_apps is not None else 'all'}; "
         f"lease {config.item_lease_s}s, dequeue_max {config.dequeue_max}, "
-        f"visit_max {config.visit_max or config.dequeue_max}, "
+        f"visit_max {config.visit_max or 'the free capacity'}, "
         f"{'one transaction' if config.one_transaction_visits else 'three transactions'} "
         f"per visit{_batched(config.visits_per_transaction)}, "
         f"timer lookahead {config.timer_lookahead_s:g}s, "

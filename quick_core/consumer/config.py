@@ -9,10 +9,14 @@ from quickzones.errors import ConfigurationError
 
 # processing_bound's default, per worker. The lease extender keeps the leases of items
 # waiting for a worker, so a prefetch costs no attempt; holding some lets a visit's commit
-# overlap the workers' runs. One tenant's 5,000 no-op items through quick worker --workers
-# 4 (bench.lone_tenant, sqlite): 1,255-1,591 items/s at 1 per worker, 2,203-2,330 at 4,
-# level with the 256 held before (2,308-2,640 in the same sitting); 8 and 16 no better.
-PREFETCH_PER_WORKER = 4
+# overlap the workers' runs, and with work-conserving visits (visit_max None) a backlog's
+# visit takes what is free, so the bound is how many items one visit can bring: about
+# half of a no-op item's CPU was its share of a visit's (scan, three commits, hand-out)
+# at 10 items a visit. quick worker --workers 4, one tenant's 5,000 no-op items on sqlite
+# (issue 29 point 3, bench/results/README.md#20261126t0900z-visits): 0.26-0.27 CPU-s per
+# 1,000 items at 4 per worker and 10-item visits, 0.195 at 4 with visits of the free
+# room, 0.172 at 8, 0.145-0.147 at 16.
+PREFETCH_PER_WORKER = 16
 
 
 @dataclass(slots=True)
@@ -39,9 +43,12 @@ class ConsumerConfig:
     # items held are kept from other consumers. ``workers``: nothing waits.
     processing_bound: int | None = None
     dequeue_max: int = 10  # items one visit takes from one zone (water-filling)
-    # Work-conserving visits (beyond the paper): when set, a visit takes the water-filling
-    # share of this consumer's free capacity over the zones its last scan saw competing,
-    # never less than dequeue_max nor more than this; None: always dequeue_max.
+    # Work-conserving visits (beyond the paper): a visit takes the water-filling share of
+    # this consumer's free capacity over the zones its last scan saw competing, never
+    # less than dequeue_max nor more than this; None: no cap but the free capacity (a
+    # tenant alone fills the free room in one visit; when many zones compete, or a scan
+    # could not see them all, visits stay at dequeue_max). dequeue_max: the paper's
+    # visits, always dequeue_max.
     visit_max: int | None = None
     pointer_lease_s: float = 1.0  # p_duration
     min_inactive_s: float = 5.0  # empty zone's pointer lives this long before GC

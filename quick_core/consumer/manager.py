@@ -7,10 +7,10 @@ type's ``max_concurrency``: the Manager decides that room, reserves the per-type
 counts the items in flight and hands them to Workers (Algorithm 3) as
 :class:`~quickzones.consumer.state.Work`; a Manager runs no handler.
 
-Work-conserving (``visit_max`` set, beyond the paper): a visit takes the water-filling
-share of the consumer's free capacity over the zones the last scan saw vested, when that
-is more than ``dequeue_max`` (at most ``visit_max``). A tenant alone in the queue then
-fills the free workers in one visit; when many zones compete the share falls below
+Work-conserving (beyond the paper; ``visit_max`` caps it, and ``visit_max=dequeue_max``
+turns it off): a visit takes the water-filling share of the consumer's free capacity over
+the zones the last scan saw vested, when that is more than ``dequeue_max``. A tenant alone
+in the queue then fills the free room in one visit; when many zones compete the share falls below
 ``dequeue_max`` and each visit stays at ``dequeue_max`` (invariant 7).
 
 One-transaction visits (``one_transaction_visits``) and batched ones

@@ -16,10 +16,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
 
+T = TypeVar("T")
 _STOP = object()
 _STOP_LANE = object()  # served only once every other lane is empty
 
@@ -66,6 +67,19 @@ class FairQueue:
         if queued:
             lanes[lane] = queued  # to the back: the next lane goes first
         return task
+
+
+def in_turn(tasks: Iterable[T], lane: Callable[[T], Hashable]) -> Iterator[T]:
+    """``tasks`` in the order a :class:`FairQueue` serves them: the lanes in turn, each in
+    the order given (a thread that runs a round's work itself, as the pool would)."""
+    queue = FairQueue()
+    for task in tasks:
+        queue.put(task, lane(task))
+    while True:
+        try:
+            yield queue.get_nowait()
+        except Empty:
+            return
 
 
 class DaemonPool:

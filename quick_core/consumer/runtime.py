@@ -23,7 +23,7 @@ from quickzones.consumer.item_ops import StoreItemOps
 from quickzones.consumer.lease_extender import LeaseExtender
 from quickzones.consumer.maintenance import OutcomeCollector
 from quickzones.consumer.manager import Manager
-from quickzones.consumer.pool import DaemonPool
+from quickzones.consumer.pool import DaemonPool, in_turn
 from quickzones.consumer.routing import Router
 from quickzones.consumer.scanner import Scanner
 from quickzones.consumer.scanner_election import ScannerElection
@@ -255,19 +255,19 @@ class Consumer(RunsForever):
             refs = self.scan_once()
             if not refs:
                 break
-            self._batching = True
-            took = 0
-            size = self.config.visits_per_transaction
+            self._batching, size = True, self.config.visits_per_transaction
             try:
-                for start in range(0, len(refs), size):
-                    for work in self.visit_many(refs[start : start + size]):
-                        took += 1
-                        self.execute(work)
-                        done += 1
-                    self.flush_completions()
+                # Run as the pool's lanes run them (zones in turn): a visit may bring a
+                # backlog's whole free room, and a small zone waits behind one of its items.
+                visits = (self.visit_many(refs[i : i + size]) for i in range(0, len(refs), size))
+                works = [work for visit in visits for work in visit]
+                for work in in_turn(works, lambda w: (w.cluster, w.zone)):
+                    self.execute(work)
+                self.flush_completions()
             finally:
                 self._batching = False
-            if took:
+            done += len(works)
+            if works:
                 idle = None
                 continue
             seen = {(ref.cluster, ref.shard, ref.pointer_id) for ref in refs}

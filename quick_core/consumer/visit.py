@@ -123,12 +123,12 @@ class VisitRules:
 
 def visit_size(config: ConsumerConfig, share: int) -> int:
     """How many items a visit may take from one zone, before the room the caller has and
-    the limits: ``dequeue_max`` (invariant 7), or with ``visit_max`` (work-conserving,
-    beyond the paper) the water-filling ``share`` of the free capacity over the zones
-    competing, when that is more (at most ``visit_max``)."""
-    if config.visit_max is None:
-        return config.dequeue_max
-    return max(config.dequeue_max, min(config.visit_max, share))
+    the limits: ``dequeue_max`` (invariant 7), or (work-conserving, beyond the paper) the
+    water-filling ``share`` of the free capacity over the zones competing, when that is
+    more, at most ``visit_max`` where set."""
+    if config.visit_max is not None:
+        share = min(config.visit_max, share)
+    return max(config.dequeue_max, share)
 
 
 def _forget(visits: Sequence[ZoneVisit]) -> None:

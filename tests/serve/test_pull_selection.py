@@ -68,14 +68,18 @@ def test_an_in_order_leaser_takes_the_oldest_pointer_first() -> None:
 def test_pull_leases_read_the_consumer_config_visit_max() -> None:
     """The leaser reads ``visit_max`` from its ConsumerConfig (before: PullConfig repeated
     ``dequeue_max`` and had no ``visit_max``, so a lone tenant's lease of 20 got 2 items
-    with dequeue_max=2): a lone tenant's zone gives the whole request in one visit."""
+    with dequeue_max=2): a lone tenant's zone gives the whole request in one visit, by
+    default and with a ``visit_max`` above it; ``visit_max=dequeue_max``, the paper's
+    visits, gives ``dequeue_max``."""
     q = Quick.open("memory://")
     try:
-        q.enqueue_many("j", list(range(30)), app="a", tenant="alone")
-        plain = PullLeaser(q, ConsumerConfig(dequeue_max=2))
-        assert len(plain.lease_once("a", 20, 60)) == 2
+        q.enqueue_many("j", list(range(60)), app="a", tenant="alone")
+        papers = PullLeaser(q, ConsumerConfig(dequeue_max=2, visit_max=2))
+        assert len(papers.lease_once("a", 20, 60)) == 2
         conserving = PullLeaser(q, ConsumerConfig(dequeue_max=2, visit_max=50))
         assert len(conserving.lease_once("a", 20, 60)) == 20
+        default = PullLeaser(q, ConsumerConfig(dequeue_max=2))
+        assert len(default.lease_once("a", 20, 60)) == 20
     finally:
         q.close()
 

@@ -28,6 +28,7 @@ from quickzones.store.records import WorkItem, ZoneId
 BATCH = ConsumerConfig(
     in_order=True,
     dequeue_max=2,
+    visit_max=2,  # the paper's visits: at most dequeue_max
     one_transaction_visits=True,
     visits_per_transaction=8,
     processing_bound=32,

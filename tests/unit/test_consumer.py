@@ -35,8 +35,11 @@ def test_one_visit_takes_at_most_dequeue_max(q: Quick) -> None:
     q.job("job")(lambda payload, ctx: None)
     for _ in range(25):
         q.enqueue("job", b"", app="app", tenant="t1")
-    # processing_bound above dequeue_max: the visit, not the bound, is what is measured.
-    consumer = q.consumer(ConsumerConfig(in_order=True, dequeue_max=10, processing_bound=20))
+    # processing_bound above dequeue_max: the visit, not the bound, is what is measured;
+    # visit_max=dequeue_max: the paper's visits (the default's take a lone zone's free room).
+    consumer = q.consumer(
+        ConsumerConfig(in_order=True, dequeue_max=10, visit_max=10, processing_bound=20)
+    )
     [ref] = consumer.scan_once()
     works = consumer.visit(ref)
     assert len(works) == 10  # invariant 7: water-filling

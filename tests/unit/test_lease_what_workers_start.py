@@ -22,6 +22,7 @@ import pytest
 
 from quickzones.client import Quick
 from quickzones.consumer import ConsumerConfig
+from quickzones.consumer.config import PREFETCH_PER_WORKER
 from quickzones.registry import JobContext
 from tests.conftest import store_url
 from tests.waiting import wait_for
@@ -123,7 +124,8 @@ def test_quick_worker_process_holds_only_what_its_workers_start(tmp_path: Path) 
     attempts = [int(a) for a in lines[1::2]]
     q.close()
     # Four running, and a few more finished but not yet completed by the flusher.
-    assert leased <= 16, f"a --workers 4 process held {leased} items leased (bound 16)"
+    bound = 4 * PREFETCH_PER_WORKER
+    assert leased <= bound, f"a --workers 4 process held {leased} items leased (bound {bound})"
     assert dead == [], f"{len(dead)} of {ITEMS} dead-lettered"
     assert max(attempts) == 1, f"{sum(a > 1 for a in attempts)} ran as attempt 2 or later"
 
@@ -161,7 +163,8 @@ def test_async_consumer_leases_only_what_its_workers_start(tmp_path: Path) -> No
 
     attempts, held = asyncio.run(main())
     assert sorted(attempts) == [1] * 60, f"{sum(a > 1 for a in attempts)} re-runs"
-    assert max(held) <= 8, f"held up to {max(held)} items with 2 workers (bound 8)"
+    bound = 2 * PREFETCH_PER_WORKER
+    assert max(held) <= bound, f"held up to {max(held)} items with 2 workers (bound {bound})"
 
 
 def test_a_prefetch_keeps_the_leases_of_items_waiting_for_a_worker(

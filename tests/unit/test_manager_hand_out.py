@@ -10,8 +10,12 @@ from quickzones.consumer.state import Work
 
 # The three-transaction visit (one_transaction_visits=False) is the one with a hand-out
 # between its commits; a one-transaction visit hands out after its one commit.
-IN_ORDER = ConsumerConfig(
-    in_order=True, dequeue_max=10, one_transaction_visits=False, processing_bound=20
+IN_ORDER = ConsumerConfig(  # the paper's visits: at most dequeue_max (visit_max)
+    in_order=True,
+    dequeue_max=10,
+    visit_max=10,
+    one_transaction_visits=False,
+    processing_bound=20,
 )
 
 

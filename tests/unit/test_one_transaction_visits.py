@@ -22,8 +22,12 @@ from quickzones.store.limits import AppLimits
 from quickzones.store.records import WorkItem, ZoneId
 
 # A bound above dequeue_max: the visit, not the bound, is what is measured.
-ONE = ConsumerConfig(
-    in_order=True, dequeue_max=10, one_transaction_visits=True, processing_bound=20
+ONE = ConsumerConfig(  # the paper's visits: at most dequeue_max (visit_max)
+    in_order=True,
+    dequeue_max=10,
+    visit_max=10,
+    one_transaction_visits=True,
+    processing_bound=20,
 )
 
 

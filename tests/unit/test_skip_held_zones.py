@@ -18,7 +18,8 @@ def test_a_zone_holding_enough_items_is_passed_over_until_some_finish(
 ) -> None:
     q.job("j")(lambda payload, ctx: None)
     q.enqueue_many("j", list(range(20)), app="app", tenant="big")
-    consumer = q.consumer(ConsumerConfig(dequeue_max=3, skip_held_zones_at=2, in_order=True))
+    config = ConsumerConfig(dequeue_max=3, visit_max=3, skip_held_zones_at=2, in_order=True)
+    consumer = q.consumer(config)
     held = consumer.visit_many(consumer.scan_once())
     assert [w.zone.tenant for w in held] == ["big"] * 3  # a visit still takes dequeue_max
     clock.advance(1.0)
@@ -38,7 +39,7 @@ def test_without_the_setting_a_zone_is_visited_however_many_it_holds(
 ) -> None:
     q.job("j")(lambda payload, ctx: None)
     q.enqueue_many("j", list(range(20)), app="app", tenant="big")
-    consumer = q.consumer(ConsumerConfig(dequeue_max=3, in_order=True))
+    consumer = q.consumer(ConsumerConfig(dequeue_max=3, visit_max=3, in_order=True))
     consumer.visit_many(consumer.scan_once())
     assert [w.zone.tenant for w in consumer.visit_many(consumer.scan_once())] == ["big"] * 3
 

@@ -1,8 +1,9 @@
 """Work-conserving visits (issue 15 point 7): a tenant alone in the queue drains at the
 consumer's full speed. With ``visit_max`` set, a visit takes the water-filling share of
 the consumer's free capacity (never less than ``dequeue_max``, never more than
-``visit_max``), so fairness holds when tenants compete and costs nothing when they do
-not. Without it, every visit stays at ``dequeue_max`` (invariant 7)."""
+``visit_max``, where set), so fairness holds when tenants compete and costs nothing when
+they do not. With ``visit_max=dequeue_max``, every visit stays at ``dequeue_max``
+(invariant 7)."""
 
 from __future__ import annotations
 
@@ -80,10 +81,12 @@ def test_many_competing_tenants_keep_visits_at_dequeue_max(q: Quick) -> None:
     assert sizes and set(sizes) == {5}  # 100 free slots over 40 zones: dequeue_max wins
 
 
-def test_without_visit_max_every_visit_stays_at_dequeue_max(q: Quick) -> None:
+def test_visit_max_at_dequeue_max_keeps_every_visit_at_dequeue_max(q: Quick) -> None:
     _noop(q)
     q.enqueue_many("job", [b""] * 60, app="app", tenant="alone")
-    consumer = q.consumer(ConsumerConfig(in_order=True, dequeue_max=10, processing_bound=256))
+    consumer = q.consumer(
+        ConsumerConfig(in_order=True, dequeue_max=10, visit_max=10, processing_bound=256)
+    )
     [ref] = consumer.scan_once()
     assert len(consumer.visit(ref)) == 10
 
