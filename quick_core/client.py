@@ -20,7 +20,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterable, Sequence, Sized
 from dataclasses import replace
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from quickzones.clock import Clock, now_ms
 from quickzones.consumer import Cluster, Consumer, ConsumerConfig, Observer
@@ -54,6 +54,9 @@ from quickzones.store.zones import KVZoneStore, new_item_id
 from quickzones.store.zonestore import NewItem, ZoneStore, ZoneStoreCapabilities
 from quickzones.tracing import TRACE_KEY, enqueue_span
 from quickzones.urls import open_kv
+
+if TYPE_CHECKING:
+    from quickzones.store.admin import Requeued
 
 T = TypeVar("T")
 
@@ -632,23 +635,55 @@ class Quick:
 
     # --- admin -------------------------------------------------------------------------
 
-    def dead_letters(self, app: str | None = None, tenant: str | None = None) -> list[DeadLetter]:
-        """Dead letters of every zone, one app, one tenant (of any app), or one zone."""
+    def dead_letters(
+        self,
+        app: str | None = None,
+        tenant: str | None = None,
+        *,
+        job_type: str | None = None,
+        limit: int | None = None,
+    ) -> list[DeadLetter]:
+        """Dead letters of every zone, one app, one tenant (of any app), or one zone, of
+        one job type, at most ``limit``: every filter given filters."""
         from quickzones.store.admin import list_dead_letters
 
-        return list_dead_letters(self, *_filters(app, tenant))
+        return list_dead_letters(self, *_filters(app, tenant), **_selection(job_type, limit))
 
-    def purge_dead_letters(self, app: str | None = None, tenant: str | None = None) -> int:
+    def purge_dead_letters(
+        self,
+        app: str | None = None,
+        tenant: str | None = None,
+        *,
+        job_type: str | None = None,
+        limit: int | None = None,
+    ) -> int:
         """Delete exactly the dead letters :meth:`dead_letters` lists with the same filters;
         returns how many."""
         from quickzones.store.admin import purge_dead_letters
 
-        return purge_dead_letters(self, *_filters(app, tenant))
+        return purge_dead_letters(self, *_filters(app, tenant), **_selection(job_type, limit))
 
     def requeue_dead_letter(self, app: str, tenant: str, item_id: str) -> str:
+        """Put one dead letter back into its zone (:class:`ItemAlreadyQueued` when its id
+        is queued there again: the letter is kept)."""
         from quickzones.store.admin import requeue_dead_letter
 
         return requeue_dead_letter(self, self.zone(app, tenant), item_id)
+
+    def requeue_dead_letters(
+        self,
+        app: str | None = None,
+        tenant: str | None = None,
+        *,
+        job_type: str | None = None,
+        limit: int | None = None,
+    ) -> Requeued:
+        """Put back into their zones the dead letters :meth:`dead_letters` lists with the
+        same filters, in bounded transactions; letters whose id is queued again are kept
+        and reported in the result, as are corrupt ones."""
+        from quickzones.store.admin import requeue_dead_letters
+
+        return requeue_dead_letters(self, *_filters(app, tenant), **_selection(job_type, limit))
 
 
 def _filters(app: str | None, tenant: str | None) -> tuple[str | None, str | None]:
@@ -667,3 +702,12 @@ def _check_flag(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise InvalidArgument(name, value, "must be True or False")
     return value
+
+
+def _selection(job_type: str | None, limit: int | None) -> dict[str, Any]:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InvalidArgument("limit", limit, "must be a whole number of at least 1")
+    return {
+        "job_type": None if job_type is None else check_job_type(job_type),
+        "limit": limit,
+    }

@@ -248,6 +248,13 @@ class DeadLetterFilter(_Strict):
     item_id: str | None = Field(default=None, max_length=200)
 
 
+class DeadLetterSelection(DeadLetterFilter):
+    """The dead letters a bulk requeue or purge acts on: the filters, and at most
+    ``limit`` of them."""
+
+    limit: int | None = Field(default=None, ge=1)
+
+
 class Count(BaseModel):
     count: int
     skipped: int = 0

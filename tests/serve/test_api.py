@@ -162,6 +162,24 @@ def test_dead_letters_filters_requeue_and_purge(served: Served) -> None:
         assert [x["item_id"] for x in rq.dead_letters("a")] == ["t1-x"]
 
 
+def test_dead_letters_requeue_and_purge_take_a_limit(served: Served) -> None:
+    """Issue 28 point 16: bulk requeue and purge through the HTTP API, at most ``limit``."""
+    q = served.q
+    with _client(served, served.a_all) as rq:
+        for n in range(5):
+            rq.enqueue("x", n, app="a", tenant=f"t{n % 2}", item_id=f"i{n}")
+        for lease in rq.lease(max_items=10, wait_s=1):
+            rq.fail(lease, "no")
+        assert len(rq.dead_letters("a")) == 5
+        assert rq.requeue_dead_letters("a", job_type="x", limit=2) == 2
+        assert len(rq.dead_letters("a")) == 3 and q.zones.count(q.zone("a", "t0")) >= 1
+        assert rq.purge_dead_letters("a", tenant="t0", limit=1) == 1
+        assert len(rq.dead_letters("a")) == 2
+        with pytest.raises(RemoteError):
+            rq.purge_dead_letters("a", limit=0)
+        assert len(rq.dead_letters("a")) == 2
+
+
 def test_admin_stats_zones_and_items(served: Served) -> None:
     with _client(served, served.a_all) as rq:
         rq.enqueue_many("job", [1, 2, 3], app="a", tenant="deep")
