@@ -125,6 +125,7 @@ def enqueue(
         app=allow_app(who, app),
         tenant=tenant,
         delay=body.delay_s,
+        run_at=body.run_at,
         priority=body.priority,
         item_id=body.item_id,
         ttl=body.ttl_s,
@@ -144,6 +145,7 @@ def enqueue_many(
         app=allow_app(who, app),
         tenant=tenant,
         delay=body.delay_s,
+        run_at=body.run_at,
         priority=body.priority,
     )
     return m.EnqueuedMany(item_ids=[str(i) for i in ids])

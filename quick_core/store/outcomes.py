@@ -132,10 +132,11 @@ def encode_result(value: Any) -> tuple[bytes | None, str, str | None]:
             return None, "bytes", f"result not stored: not bytes or JSON ({err})"
         ctype = "json"
     if len(body) > MAX_RESULT_BYTES:
-        return None, ctype, (
+        why = (
             f"result not stored: {len(body)} bytes > {MAX_RESULT_BYTES}, the most a kept "
             f"result holds (store it elsewhere and return where)"
         )
+        return None, ctype, why
     return body, ctype, None
 
 
