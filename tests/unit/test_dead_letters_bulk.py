@@ -253,3 +253,22 @@ def test_a_requeue_killed_midway_loses_nothing(tmp_path: Path) -> None:
         assert q.zones.count(zone) == len(queued) and len(queued) % 100 == 0
     finally:
         q.close()
+
+
+def test_requeue_of_letters_larger_together_than_one_transaction(q: Quick) -> None:
+    """12 letters of 1 MiB each (more than a 10 MB transaction holds): moved in several
+    transactions, every one back in its zone whole."""
+    payload = bytes(range(256)) * (1024 * 1024 // 256)
+
+    @q.job("big")
+    def big(body: bytes, ctx: JobContext) -> None:
+        raise PermanentError("no way")
+
+    ids = [q.enqueue("big", payload, app="a", tenant="t") for _ in range(12)]
+    q.consumer().run_until_idle()
+    assert len(q.dead_letters()) == 12
+    assert q.requeue_dead_letters("a").requeued == 12
+    assert q.dead_letters() == []
+    for item_id in ids:
+        item = q.get("a", "t", item_id)
+        assert item is not None and item.payload == payload
