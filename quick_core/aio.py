@@ -44,6 +44,7 @@ from quickzones.clock import Clock
 from quickzones.consumer import Consumer, ConsumerConfig
 from quickzones.errors import ConfigurationError
 from quickzones.registry import Handler, JobContext
+from quickzones.store.admin import Requeued
 from quickzones.store.kv import KVTransaction
 from quickzones.store.outcomes import JobStatus, ResultNotAvailable
 from quickzones.store.records import DeadLetter, WorkItem
@@ -460,16 +461,46 @@ class AsyncQuick:
         await asyncio.to_thread(self.quick.cancel, app, tenant, item_id)
 
     async def dead_letters(
-        self, app: str | None = None, tenant: str | None = None
+        self,
+        app: str | None = None,
+        tenant: str | None = None,
+        *,
+        job_type: str | None = None,
+        limit: int | None = None,
     ) -> list[DeadLetter]:
-        return await asyncio.to_thread(self.quick.dead_letters, app, tenant)
+        """:meth:`Quick.dead_letters`."""
+        return await asyncio.to_thread(
+            lambda: self.quick.dead_letters(app, tenant, job_type=job_type, limit=limit)
+        )
 
     async def requeue_dead_letter(self, app: str, tenant: str, item_id: str) -> str:
         return await asyncio.to_thread(self.quick.requeue_dead_letter, app, tenant, item_id)
 
-    async def purge_dead_letters(self, app: str | None = None, tenant: str | None = None) -> int:
+    async def requeue_dead_letters(
+        self,
+        app: str | None = None,
+        tenant: str | None = None,
+        *,
+        job_type: str | None = None,
+        limit: int | None = None,
+    ) -> Requeued:
+        """:meth:`Quick.requeue_dead_letters`."""
+        return await asyncio.to_thread(
+            lambda: self.quick.requeue_dead_letters(app, tenant, job_type=job_type, limit=limit)
+        )
+
+    async def purge_dead_letters(
+        self,
+        app: str | None = None,
+        tenant: str | None = None,
+        *,
+        job_type: str | None = None,
+        limit: int | None = None,
+    ) -> int:
         """Delete exactly the dead letters :meth:`dead_letters` lists with the same filters."""
-        return await asyncio.to_thread(self.quick.purge_dead_letters, app, tenant)
+        return await asyncio.to_thread(
+            lambda: self.quick.purge_dead_letters(app, tenant, job_type=job_type, limit=limit)
+        )
 
     # --- consumers ---------------------------------------------------------------------
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterable, Sequence, Sized
 from dataclasses import replace
-from typing import Any, Protocol, TypeVar
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from quickzones.clock import Clock, now_ms
 from quickzones.consumer import Cluster, Consumer, ConsumerConfig, Observer
@@ -40,6 +41,7 @@ from quickzones.store.keys import KeySpace
 from quickzones.store.kv import TRANSACTION_SIZE_LIMIT, KVStore, KVTransaction, run
 from quickzones.store.limits import AppLimits, Limits
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId
+from quickzones.store.run_at import delay_seconds
 from quickzones.store.steady_clock import clock_for
 from quickzones.store.toplevel import TopLevelQueue
 from quickzones.store.validation import (
@@ -54,6 +56,9 @@ from quickzones.store.zones import KVZoneStore, new_item_id
 from quickzones.store.zonestore import NewItem, ZoneStore, ZoneStoreCapabilities
 from quickzones.tracing import TRACE_KEY, enqueue_span
 from quickzones.urls import open_kv
+
+if TYPE_CHECKING:
+    from quickzones.store.admin import Requeued
 
 T = TypeVar("T")
 
@@ -300,17 +305,18 @@ class Quick:
         self,
         job_type: str,
         payload: Any,
-        delay: float,
+        delay: float | timedelta | None,
         priority: int,
         item_id: str | None,
         ttl: float | None,
         fifo: bool | None = None,
+        run_at: datetime | None = None,
     ) -> NewItem:
         check_job_type(job_type)
         job = self.registry.find(job_type)
         if job is None and self.strict_job_types:
             raise UnknownJobType(job_type)
-        delay_s = check_seconds("delay", delay)
+        delay_s = delay_seconds(delay, run_at, self.clock.now())
         check_priority(priority)
         chosen = item_id is not None
         if item_id is not None:
@@ -360,12 +366,13 @@ class Quick:
         *,
         app: str,
         tenant: str,
-        delay: float = 0.0,
+        delay: float | timedelta = 0.0,
         priority: int = 0,
         item_id: str | None = None,
         ttl: float | None = None,
         tr: KVTransaction | None = None,
         fifo: bool | None = None,
+        run_at: datetime | None = None,
     ) -> str:
         """Enqueue one item into the zone (app, tenant); returns its id.
 
@@ -379,7 +386,8 @@ class Quick:
         finished within its type's ``dedupe_s``; a different payload under a known id
         raises :class:`~quickzones.store.outcomes.DuplicateItemMismatch`. ``fifo`` (default: the
         client's) orders an item without a delay by its commit among the priority's other
-        FIFO items.
+        FIFO items. ``delay`` is seconds or a ``timedelta``; ``run_at`` instead, a
+        timezone-aware ``datetime``, is when it should run (one already past: now).
         """
         zone = ZoneId(check_name("app", app), check_name("tenant", tenant))
         if tr is not None:
@@ -388,7 +396,7 @@ class Quick:
                 "enqueue inside a KV transaction (tr=...)",
                 "call enqueue() without tr",
             )
-        new = self._new_item(job_type, payload, delay, priority, item_id, ttl, fifo)
+        new = self._new_item(job_type, payload, delay, priority, item_id, ttl, fifo, run_at)
         with enqueue_span(job_type, zone) as carrier:
             if carrier:
                 new = replace(new, meta={**new.meta, TRACE_KEY: carrier})
@@ -473,7 +481,7 @@ class Quick:
         self.limits.set(check_name("app", app), limits)
 
     def enqueue_local(
-        self, job_type: str, payload: Any = b"", *, shard: int = 0, delay: float = 0.0
+        self, job_type: str, payload: Any = b"", *, shard: int = 0, delay: float | timedelta = 0.0
     ) -> str:
         """Enqueue a local work item: work about the cluster itself (maintenance, sweeps)
         kept in the top-level queue's own key range, run by the same consumers."""
@@ -490,12 +498,14 @@ class Quick:
         *,
         app: str,
         tenant: str,
-        delay: float = 0.0,
+        delay: float | timedelta = 0.0,
         priority: int = 0,
         fifo: bool | None = None,
+        run_at: datetime | None = None,
     ) -> list[str]:
         """Enqueue several items into one zone in one transaction (with ``fifo``, in the
-        order given): all of them commit or none.
+        order given): all of them commit or none. ``delay`` and ``run_at`` as
+        :meth:`enqueue`'s, for every item.
 
         One transaction holds at most ``TRANSACTION_SIZE_LIMIT`` (10,000,000) bytes of
         writes and must commit within the 5 s lifetime; a batch certain to exceed the size
@@ -510,7 +520,7 @@ class Quick:
         # conflict range of each key (the key and its successor).
         at_least = 0
         for payload in payloads:
-            item = self._new_item(job_type, payload, delay, priority, None, None, fifo)
+            item = self._new_item(job_type, payload, delay, priority, None, None, fifo, run_at)
             items.append(item)
             item_id = item.item_id or ""  # always set by _new_item
             keys = len(self.keys.item_key(zone, item_id)) + len(
@@ -634,23 +644,55 @@ class Quick:
 
     # --- admin -------------------------------------------------------------------------
 
-    def dead_letters(self, app: str | None = None, tenant: str | None = None) -> list[DeadLetter]:
-        """Dead letters of every zone, one app, one tenant (of any app), or one zone."""
+    def dead_letters(
+        self,
+        app: str | None = None,
+        tenant: str | None = None,
+        *,
+        job_type: str | None = None,
+        limit: int | None = None,
+    ) -> list[DeadLetter]:
+        """Dead letters of every zone, one app, one tenant (of any app), or one zone, of
+        one job type, at most ``limit``: every filter given filters."""
         from quickzones.store.admin import list_dead_letters
 
-        return list_dead_letters(self, *_filters(app, tenant))
+        return list_dead_letters(self, *_filters(app, tenant), **_selection(job_type, limit))
 
-    def purge_dead_letters(self, app: str | None = None, tenant: str | None = None) -> int:
+    def purge_dead_letters(
+        self,
+        app: str | None = None,
+        tenant: str | None = None,
+        *,
+        job_type: str | None = None,
+        limit: int | None = None,
+    ) -> int:
         """Delete exactly the dead letters :meth:`dead_letters` lists with the same filters;
         returns how many."""
         from quickzones.store.admin import purge_dead_letters
 
-        return purge_dead_letters(self, *_filters(app, tenant))
+        return purge_dead_letters(self, *_filters(app, tenant), **_selection(job_type, limit))
 
     def requeue_dead_letter(self, app: str, tenant: str, item_id: str) -> str:
+        """Put one dead letter back into its zone (:class:`ItemAlreadyQueued` when its id
+        is queued there again: the letter is kept)."""
         from quickzones.store.admin import requeue_dead_letter
 
         return requeue_dead_letter(self, self.zone(app, tenant), item_id)
+
+    def requeue_dead_letters(
+        self,
+        app: str | None = None,
+        tenant: str | None = None,
+        *,
+        job_type: str | None = None,
+        limit: int | None = None,
+    ) -> Requeued:
+        """Put back into their zones the dead letters :meth:`dead_letters` lists with the
+        same filters, in bounded transactions; letters whose id is queued again are kept
+        and reported in the result, as are corrupt ones."""
+        from quickzones.store.admin import requeue_dead_letters
+
+        return requeue_dead_letters(self, *_filters(app, tenant), **_selection(job_type, limit))
 
 
 def _filters(app: str | None, tenant: str | None) -> tuple[str | None, str | None]:
@@ -669,3 +711,12 @@ def _check_flag(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise InvalidArgument(name, value, "must be True or False")
     return value
+
+
+def _selection(job_type: str | None, limit: int | None) -> dict[str, Any]:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InvalidArgument("limit", limit, "must be a whole number of at least 1")
+    return {
+        "job_type": None if job_type is None else check_job_type(job_type),
+        "limit": limit,
+    }

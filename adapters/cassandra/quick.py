@@ -15,6 +15,7 @@ from quickzones.adapters.cassandra.url import CassandraURL, parse_cassandra_url
 from quickzones.client import Quick
 from quickzones.clock import Clock
 from quickzones.errors import ConfigurationError, ItemNotFound, UnsupportedByStore
+from quickzones.store.admin import Requeued
 from quickzones.store.kv import KVStore
 from quickzones.store.records import DeadLetter
 from quickzones.urls import open_kv
@@ -70,10 +71,40 @@ class CassandraQuick(Quick):
     def count(self, app: str, tenant: str) -> int:
         return self.items.count(self.zone(app, tenant))
 
-    def dead_letters(self, app: str | None = None, tenant: str | None = None) -> list[DeadLetter]:
+    def dead_letters(
+        self,
+        app: str | None = None,
+        tenant: str | None = None,
+        *,
+        job_type: str | None = None,
+        limit: int | None = None,
+    ) -> list[DeadLetter]:
         if app is None or tenant is None:
             raise ConfigurationError("Cassandra dead letters are listed per zone (app, tenant)")
-        return self.items.dead_letters(self.zone(app, tenant))
+        letters = [
+            d
+            for d in self.items.dead_letters(self.zone(app, tenant))
+            if job_type is None or (d.item is not None and d.item.job_type == job_type)
+        ]
+        return letters[:limit]
+
+    def requeue_dead_letters(
+        self,
+        app: str | None = None,
+        tenant: str | None = None,
+        *,
+        job_type: str | None = None,
+        limit: int | None = None,
+    ) -> Requeued:
+        """One zone's dead letters, one at a time (each enqueued, then removed)."""
+        done = Requeued()
+        for d in self.dead_letters(app, tenant, job_type=job_type):
+            if d.item is None:
+                done.corrupt.append(d)
+            elif limit is None or done.requeued < limit:
+                self.requeue_dead_letter(d.zone.app, d.zone.tenant, d.item_id)
+                done.requeued += 1
+        return done
 
     def requeue_dead_letter(self, app: str, tenant: str, item_id: str) -> str:
         zone = self.zone(app, tenant)

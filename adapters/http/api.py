@@ -28,7 +28,7 @@ from quickzones.adapters.http.pull import Leased, PullLeaser
 from quickzones.adapters.http.tokens import ALL_APPS, TokenInfo, TokenStore
 from quickzones.client import Quick
 from quickzones.clock import now_ms
-from quickzones.errors import ItemAlreadyQueued, ItemNotFound, LeaseLost, QuickError
+from quickzones.errors import ItemNotFound, LeaseLost, QuickError
 from quickzones.store import admin
 from quickzones.store.outcomes import JobStatus
 from quickzones.store.records import ZoneId
@@ -144,6 +144,7 @@ def enqueue(
         app=allow_app(who, app),
         tenant=tenant,
         delay=body.delay_s,
+        run_at=body.run_at,
         priority=body.priority,
         item_id=body.item_id,
         ttl=body.ttl_s,
@@ -163,6 +164,7 @@ def enqueue_many(
         app=allow_app(who, app),
         tenant=tenant,
         delay=body.delay_s,
+        run_at=body.run_at,
         priority=body.priority,
     )
     return m.EnqueuedMany(item_ids=[str(i) for i in ids])
@@ -471,7 +473,7 @@ def zone_items(
     )
 
 
-def _letters(q: Quick, app: str, f: m.DeadLetterFilter) -> list[Any]:
+def _letters(q: Quick, app: str, f: m.DeadLetterFilter, limit: int | None = None) -> list[Any]:
     check_name("app", app)
     return views.dead_letters(
         q,
@@ -479,6 +481,7 @@ def _letters(q: Quick, app: str, f: m.DeadLetterFilter) -> list[Any]:
         tenant=None if f.tenant is None else check_name("tenant", f.tenant),
         job_type=f.job_type,
         item_id=f.item_id,
+        limit=limit,
     )
 
 
@@ -503,26 +506,24 @@ def list_dead_letters(
 
 @router.post("/apps/{app:seg}/dead-letters/requeue", tags=["admin"])
 def requeue_dead_letters(
-    app: str, body: m.DeadLetterFilter, request: Request, who: Admin
+    app: str, body: m.DeadLetterSelection, request: Request, who: Admin
 ) -> m.Count:
-    """Put the selected dead letters back into their zones with a clean error count; a
-    letter whose id is queued again meanwhile is kept and counted as skipped."""
+    """Put the selected dead letters (at most ``limit``) back into their zones with a clean
+    error count, in bounded transactions; a letter whose id is queued again meanwhile is
+    kept and counted as skipped, as is a corrupt one."""
     q = state_of(request).q
-    done = skipped = 0
-    for letter in _letters(q, allow_app(who, app), body):
-        try:
-            admin.requeue_dead_letter(q, letter.zone, letter.item_id)
-            done += 1
-        except (ItemAlreadyQueued, ItemNotFound):
-            skipped += 1
-    return m.Count(count=done, skipped=skipped)
+    done = admin.requeue(q, _letters(q, allow_app(who, app), body), body.limit)
+    return m.Count(count=done.requeued, skipped=len(done.kept) + len(done.corrupt) + done.gone)
 
 
 @router.post("/apps/{app:seg}/dead-letters/purge", tags=["admin"])
-def purge_dead_letters(app: str, body: m.DeadLetterFilter, request: Request, who: Admin) -> m.Count:
-    """Delete the selected dead letters (all of the app's when no filter is given)."""
+def purge_dead_letters(
+    app: str, body: m.DeadLetterSelection, request: Request, who: Admin
+) -> m.Count:
+    """Delete the selected dead letters, at most ``limit`` (all of the app's when no filter
+    is given)."""
     q = state_of(request).q
-    return m.Count(count=views.purge(q, _letters(q, allow_app(who, app), body)))
+    return m.Count(count=admin.purge(q, _letters(q, allow_app(who, app), body, body.limit)))
 
 
 @router.get("/shards", tags=["admin"])

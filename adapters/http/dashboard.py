@@ -29,7 +29,6 @@ from quickzones.adapters.http import views
 from quickzones.adapters.http.api import ServeState
 from quickzones.adapters.http.tokens import TokenInfo
 from quickzones.clock import now_ms
-from quickzones.errors import ItemAlreadyQueued, ItemNotFound
 from quickzones.store import admin
 from quickzones.store.validation import check_name
 
@@ -357,14 +356,10 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
         )  # fmt: skip
         done = skipped = 0
         if action == "purge":
-            done = views.purge(state.q, letters)
+            done = admin.purge(state.q, letters)
         else:
-            for letter in letters:
-                try:
-                    admin.requeue_dead_letter(state.q, letter.zone, letter.item_id)
-                    done += 1
-                except (ItemAlreadyQueued, ItemNotFound):
-                    skipped += 1
+            moved = admin.requeue(state.q, letters)
+            done, skipped = moved.requeued, len(moved.kept) + len(moved.corrupt) + moved.gone
         board.forget()
         note = f"{action}d {done}" + (f", skipped {skipped}" if skipped else "")
         target = f"/apps/{quote(app_name, safe='')}/dead-letters?" + urlencode({"done": note})

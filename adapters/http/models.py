@@ -10,7 +10,7 @@ import base64
 import binascii
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId
 from quickzones.store.validation import MAX_DELAY_S, MAX_PRIORITY, MIN_PRIORITY
@@ -44,9 +44,15 @@ class _Payload(_Strict):
         return self
 
 
+# When to run, instead of delay_s: an ISO 8601 time with its offset ("Z" or "+01:00"); a
+# time without one names no instant and is refused.
+_RunAt = Field(default=None, description="ISO 8601 time with offset; instead of delay_s")
+
+
 class EnqueueRequest(_Payload):
     job_type: str = Field(min_length=1, max_length=200, pattern=_JOB_TYPE)
     delay_s: float = _Seconds
+    run_at: AwareDatetime | None = _RunAt
     priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY)
     item_id: str | None = Field(default=None, description="caller-chosen id: idempotent")
     ttl_s: float | None = Field(default=None, gt=0.0, le=MAX_DELAY_S, allow_inf_nan=False)
@@ -60,6 +66,7 @@ class EnqueueManyRequest(_Strict):
     job_type: str = Field(min_length=1, max_length=200, pattern=_JOB_TYPE)
     items: list[BatchItem] = Field(min_length=1, max_length=10_000)
     delay_s: float = _Seconds
+    run_at: AwareDatetime | None = _RunAt
     priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY)
 
 
@@ -246,6 +253,13 @@ class DeadLetterFilter(_Strict):
     tenant: str | None = Field(default=None, max_length=200)
     job_type: str | None = Field(default=None, max_length=200)
     item_id: str | None = Field(default=None, max_length=200)
+
+
+class DeadLetterSelection(DeadLetterFilter):
+    """The dead letters a bulk requeue or purge acts on: the filters, and at most
+    ``limit`` of them."""
+
+    limit: int | None = Field(default=None, ge=1)
 
 
 class Count(BaseModel):

@@ -159,29 +159,13 @@ def dead_letters(
     tenant: str | None = None,
     job_type: str | None = None,
     item_id: str | None = None,
+    limit: int | None = None,
 ) -> list[DeadLetter]:
     """Dead letters of ``app``; every filter given filters."""
-    out = []
-    for letter in admin.list_dead_letters(q, app, tenant):
-        if job_type is not None and (letter.item is None or letter.item.job_type != job_type):
-            continue
-        if item_id is not None and letter.item_id != item_id:
-            continue
-        out.append(letter)
-    return out
-
-
-def purge(q: Quick, letters: list[DeadLetter]) -> int:
-    """Delete exactly these dead letters (each with its chunks)."""
-    for start in range(0, len(letters), _PAGE):
-        page = letters[start : start + _PAGE]
-
-        def clear(tr: KVTransaction, page: list[DeadLetter] = page) -> None:
-            for letter in page:
-                tr.clear_range(*q.keys.dead_letter_range_of(letter.zone, letter.item_id))
-
-        run(q.kv, clear)
-    return len(letters)
+    if item_id is None:
+        return admin.list_dead_letters(q, app, tenant, job_type=job_type, limit=limit)
+    letters = admin.list_dead_letters(q, app, tenant, job_type=job_type)
+    return [x for x in letters if x.item_id == item_id][:limit]
 
 
 def pointers_by_shard(q: Quick) -> list[tuple[int, int, int, int]]:

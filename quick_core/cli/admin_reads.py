@@ -14,7 +14,7 @@ from quickzones.cli.output import make_console, make_table, when
 
 @main.command()
 @store_option
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document (an object).")
 @friendly
 def stats(store: str, as_json: bool) -> None:
     """Counts per app, tenant and job type; active zones; dead letters."""
@@ -33,6 +33,12 @@ def stats(store: str, as_json: bool) -> None:
             json.dumps(
                 {
                     "by_app": dict(s.items_by_app),
+                    # by_tenant's "app/tenant" keys are ambiguous once a name holds a
+                    # "/": by_zone says which is which.
+                    "by_zone": [
+                        {"app": a, "tenant": t, "items": n}
+                        for (a, t), n in sorted(s.items_by_zone.items())
+                    ],
                     "by_tenant": {f"{a}/{t}": n for (a, t), n in s.items_by_zone.items()},
                     "by_job_type": dict(s.items_by_job_type),
                     "vested": s.vested,

@@ -109,60 +109,88 @@ def dead_letters_list(store: str, app: str | None, tenant: str | None, as_json: 
             console.print(d["traceback"].rstrip("\n"), markup=False, highlight=False)
 
 
+_job_type = click.option("--job-type", default=None, help="Only dead letters of this job type.")
+_limit = click.option(
+    "--limit", type=click.IntRange(min=1), default=None, help="At most this many dead letters."
+)
+
+
 @dead_letters.command("requeue")
 @store_option
-@click.option("--app", required=True)
-@click.option("--tenant", required=True)
-@click.option("--id", "item_id", default=None, help="One item; default every dead letter.")
+@click.option("--app", default=None, help="Only this app's dead letters.")
+@click.option("--tenant", default=None, help="Only this tenant's (in every app, or in --app).")
+@_job_type
+@click.option("--id", "item_id", default=None, help="One item (with --app and --tenant).")
+@_limit
 @friendly
-def dead_letters_requeue(store: str, app: str, tenant: str, item_id: str | None) -> None:
-    """Put dead letters back into their zone. A dead letter whose id is already queued in
-    the zone is kept and reported (exit status 2)."""
+def dead_letters_requeue(
+    store: str,
+    app: str | None,
+    tenant: str | None,
+    job_type: str | None,
+    item_id: str | None,
+    limit: int | None,
+) -> None:
+    """Put the dead letters ``list`` shows with the same filters back into their zones, in
+    bounded transactions. A dead letter whose id is already queued in its zone is kept and
+    reported (exit status 2)."""
     from quickzones.errors import ItemAlreadyQueued
-    from quickzones.store.admin import list_dead_letters, requeue_dead_letter
 
+    if item_id is not None:
+        if app is None or tenant is None or job_type is not None or limit is not None:
+            raise click.UsageError("--id names one item: give it with --app and --tenant only")
+        q = open_store(store)
+        try:
+            q.requeue_dead_letter(app, tenant, item_id)
+        except ItemAlreadyQueued as err:
+            error_line(err)
+            sys.exit(2)
+        finally:
+            q.close()
+        click.echo("requeued 1")
+        return
     q = open_store(store)
     try:
-        zone = q.zone(app, tenant)
-        if item_id:
-            requeue_dead_letter(q, zone, item_id)
-            click.echo("requeued 1")
-            return
-        kept: list[str] = []
-        done = 0
-        for d in list_dead_letters(q, zone.app, zone.tenant):
-            if d.item is None:
-                continue  # corrupt: only purge can remove it
-            try:
-                requeue_dead_letter(q, zone, d.item_id)
-                done += 1
-            except ItemAlreadyQueued:
-                kept.append(d.item_id)
-        click.echo(f"requeued {done}")
-        if kept:
-            error_line(
-                QuickError(
-                    f"{len(kept)} dead letter(s) kept, their ids are already queued in "
-                    f"{zone}: {', '.join(kept)}"
-                )
-            )
-            sys.exit(2)
+        done = q.requeue_dead_letters(app, tenant, job_type=job_type, limit=limit)
     finally:
         q.close()
+    click.echo(f"requeued {done.requeued}")
+    if done.corrupt:
+        click.echo(f"{len(done.corrupt)} corrupt dead letter(s) left (only purge removes them)",
+                   err=True)  # fmt: skip
+    if done.kept:
+        kept = ", ".join(f"{d.zone}:{d.item_id}" for d in done.kept)
+        error_line(
+            QuickError(
+                f"{len(done.kept)} dead letter(s) kept, their ids are already queued: {kept}"
+            )
+        )
+        sys.exit(2)
 
 
 @dead_letters.command("purge")
 @store_option
 @click.option("--app", default=None, help="Only this app's dead letters.")
 @click.option("--tenant", default=None, help="Only this tenant's (in every app, or in --app).")
+@_job_type
+@_limit
+@click.option("--yes", is_flag=True, help="Purge every dead letter without asking first.")
 @friendly
-def dead_letters_purge(store: str, app: str | None, tenant: str | None) -> None:
-    """Delete exactly the dead letters ``list`` shows with the same filters."""
-    from quickzones.store.admin import purge_dead_letters
-
+def dead_letters_purge(
+    store: str,
+    app: str | None,
+    tenant: str | None,
+    job_type: str | None,
+    limit: int | None,
+    yes: bool,
+) -> None:
+    """Delete exactly the dead letters ``list`` shows with the same filters. Without any
+    filter it asks first (or give --yes)."""
     app, tenant = _filters(app, tenant)
+    if app is None and tenant is None and job_type is None and not yes:
+        click.confirm("Purge every dead letter of every app?", abort=True, err=True)
     q = open_store(store)
     try:
-        click.echo(f"purged {purge_dead_letters(q, app, tenant)}")
+        click.echo(f"purged {q.purge_dead_letters(app, tenant, job_type=job_type, limit=limit)}")
     finally:
         q.close()

@@ -101,7 +101,7 @@ def _complete_groups(
     for (zone, group), zone_outcomes in zip(groups, outcomes, strict=True):
         for w, outcome in zip(group, zone_outcomes, strict=True):
             if outcome is None:
-                emit("completed", zone=zone, item_id=w.item.item_id)
+                emit("completed", zone=zone, item_id=w.item.item_id, job_type=w.item.job_type)
             else:
                 emit("lease_lost", zone=zone, item_id=w.item.item_id, where="complete")
 

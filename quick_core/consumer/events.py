@@ -12,6 +12,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from quickzones.store.records import ZoneId
+
 log = logging.getLogger("quick.consumer")
 
 # Consumer events that drop or delay work: each is logged once, at INFO, by name.
@@ -31,6 +33,8 @@ LOGGED_EVENTS = frozenset(
         # not "unknown_job_type": counted every time, logged once per type (routing.py)
     }
 )
+# ... and these at WARNING: work that will not run again unless an operator acts.
+WARNING_EVENTS = frozenset({"dead_lettered"})
 
 Observer = Callable[[str, dict[str, Any]], None]
 
@@ -46,9 +50,11 @@ class Events:
         self.stats[event] += 1
         if event in LOGGED_EVENTS:
             # One line per decision that drops or delays work, with a stable event name
-            # and fields (never payloads) in ``extra`` for structured log handlers.
-            shown = {k: str(v) for k, v in fields.items()}
-            log.info(
+            # and fields (never payloads) in ``extra`` for structured log handlers; a
+            # zone is shown as its app and tenant, what an operator filters by.
+            shown = _shown(fields)
+            log.log(
+                logging.WARNING if event in WARNING_EVENTS else logging.INFO,
                 "%s %s",
                 event,
                 " ".join(f"{k}={v}" for k, v in shown.items()),
@@ -59,3 +65,13 @@ class Events:
                 self.observer(event, fields)
             except Exception:  # an observer must never break the consumer
                 log.exception("observer failed on %s", event)
+
+
+def _shown(fields: dict[str, Any]) -> dict[str, str]:
+    shown: dict[str, str] = {}
+    for key, value in fields.items():
+        if key == "zone" and isinstance(value, ZoneId):
+            shown["app"], shown["tenant"] = value.app, value.tenant
+        else:
+            shown[key] = str(value)
+    return shown

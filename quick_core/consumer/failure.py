@@ -52,7 +52,14 @@ class Failures:
         letter."""
         zone, item = work.zone, work.item
         if work.started:
-            self.emit("failed", zone=zone, item_id=item.item_id, reason=reason, redelivered=False)
+            self.emit(
+                "failed",
+                zone=zone,
+                item_id=item.item_id,
+                job_type=item.job_type,
+                reason=reason,
+                redelivered=False,
+            )
             return "failed"
         cluster = self.clusters[work.cluster]
         policy = job.retry if job is not None else RetryPolicy()
@@ -63,7 +70,13 @@ class Failures:
                 cluster.zones.dead_letter(
                     zone, item.item_id, item.lease_id, reason, traceback=failure
                 )
-                self.emit("dead_lettered", zone=zone, item_id=item.item_id, reason=reason)
+                self.emit(
+                    "dead_lettered",
+                    zone=zone,
+                    item_id=item.item_id,
+                    job_type=item.job_type,
+                    reason=reason,
+                )
                 return "dead_lettered"
             delay = policy.backoff_s(errors, self.rng)
             requeued = cluster.zones.requeue(
@@ -72,7 +85,9 @@ class Failures:
             # The pointer was requeued at this item's lease end; bring it forward.
             cluster.toplevel.pull_pointer_earlier(zone, requeued.vesting_ms)
             self.requeued()
-            self.emit("requeued", zone=zone, item_id=item.item_id, delay_s=delay)
+            self.emit(
+                "requeued", zone=zone, item_id=item.item_id, job_type=item.job_type, delay_s=delay
+            )
             return "requeued"
         except (LeaseLost, ItemNotFound):
             self.emit("lease_lost", zone=zone, item_id=item.item_id, where="fail")
@@ -85,7 +100,14 @@ class Failures:
     def nack(self, work: Work, nack: Nack) -> str:
         zone, item = work.zone, work.item
         if work.started:
-            self.emit("failed", zone=zone, item_id=item.item_id, reason="nack", redelivered=False)
+            self.emit(
+                "failed",
+                zone=zone,
+                item_id=item.item_id,
+                job_type=item.job_type,
+                reason="nack",
+                redelivered=False,
+            )
             return "failed"
         cluster = self.clusters[work.cluster]
         try:
@@ -105,7 +127,9 @@ class Failures:
             return "lease_lost"
         cluster.toplevel.pull_pointer_earlier(zone, requeued.vesting_ms)
         self.requeued()
-        self.emit("nacked", zone=zone, item_id=item.item_id, delay_s=nack.delay_s)
+        self.emit(
+            "nacked", zone=zone, item_id=item.item_id, job_type=item.job_type, delay_s=nack.delay_s
+        )
         return "nacked"
 
     def give_back(self, work: Work, delay_ms: int = 0) -> str:
@@ -115,6 +139,7 @@ class Failures:
                 "failed",
                 zone=work.zone,
                 item_id=work.item.item_id,
+                job_type=work.item.job_type,
                 reason="interrupted",
                 redelivered=False,
             )

@@ -13,12 +13,27 @@ import importlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from quickzones.errors import ConfigurationError, MissingDependency
+from quickzones.registry import Registry
 
 if TYPE_CHECKING:
     from quickzones.client import Quick
+
+# The job-type label of every type that was not declared: items of any name can be
+# enqueued, and a label value per name would let producers grow the series without bound.
+OTHER_JOB_TYPE = "(other)"
+
+# Consumer events counted per job type, by the outcome they count as.
+_OUTCOMES = {
+    "completed": "completed",
+    "requeued": "retried",
+    "retried_inline": "retried",
+    "dead_lettered": "dead_lettered",
+    "nacked": "nacked",
+}
 
 
 def _prometheus() -> Any:
@@ -30,12 +45,31 @@ def _prometheus() -> Any:
 
 
 class PrometheusObserver:
-    """Counts consumer events per app and job type, lease failures by cause, pickup lag;
-    whether this consumer is the in-order scanner, per cluster."""
+    """Counts consumer events per app, and per job type what became of its runs and how
+    long they took; lease failures by cause, pickup lag; whether this consumer is the
+    in-order scanner, per cluster.
 
-    def __init__(self, registry: Any = None) -> None:
+    ``job_types``: the declared types (a :class:`~quickzones.registry.Registry`, read at
+    each event, or names); any other type is counted as :data:`OTHER_JOB_TYPE`."""
+
+    def __init__(self, registry: Any = None, *, job_types: Registry | Iterable[str] = ()) -> None:
         prom = _prometheus()
         reg = registry if registry is not None else prom.REGISTRY
+        self.declared = job_types if isinstance(job_types, Registry) else frozenset(job_types)
+        self.jobs = prom.Counter(
+            "quick_jobs_total",
+            "What became of items, per job type: completed, failed (a run that raised), "
+            "retried, nacked, dead_lettered",
+            ["job_type", "outcome"],
+            registry=reg,
+        )
+        self.run_seconds = prom.Histogram(
+            "quick_job_run_seconds",
+            "How long each run of a handler took, per job type",
+            ["job_type"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900),
+            registry=reg,
+        )
         self.events = prom.Counter(
             "quick_events_total", "Consumer events by kind and app", ["event", "app"], registry=reg
         )
@@ -82,6 +116,14 @@ class PrometheusObserver:
         zone = fields.get("zone")
         app = zone.app if zone is not None else ""
         self.events.labels(event=event, app=app).inc()
+        outcome = _OUTCOMES.get(event)
+        if outcome is not None:
+            self.jobs.labels(job_type=self._type(fields), outcome=outcome).inc()
+        elif event == "ran":
+            job_type = self._type(fields)
+            self.run_seconds.labels(job_type=job_type).observe(max(0.0, fields["seconds"]))
+            if not fields["ok"]:
+                self.jobs.labels(job_type=job_type, outcome="failed").inc()
         if event == "pointer_lease_failed":
             self.lease_failures.labels(reason=str(fields.get("reason"))).inc()
         elif event == "dequeued":
@@ -91,6 +133,14 @@ class PrometheusObserver:
             self.unknown_job_types.labels(job_type=str(fields.get("job_type"))).inc()
         elif event == "pointer_leased":
             self.scanner_lag.observe(max(0.0, fields.get("lag_ms", 0) / 1000))
+
+    def _type(self, fields: dict[str, Any]) -> str:
+        name = fields.get("job_type")
+        if not isinstance(name, str):
+            return OTHER_JOB_TYPE  # a corrupt item's type is unknown
+        if isinstance(self.declared, Registry):
+            return name if self.declared.find(name) is not None else OTHER_JOB_TYPE
+        return name if name in self.declared else OTHER_JOB_TYPE
 
 
 class StoreCollector:
@@ -141,7 +191,7 @@ class StoreCollector:
 def serve_metrics(q: Quick, port: int, addr: str = "127.0.0.1") -> PrometheusObserver:
     """Start the HTTP exporter and return the observer to hand to ``q.consumer``."""
     prom = _prometheus()
-    observer = PrometheusObserver()
+    observer = PrometheusObserver(job_types=q.registry)
     prom.REGISTRY.register(StoreCollector(q))
     prom.start_http_server(port, addr=addr)
     return observer

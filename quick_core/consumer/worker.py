@@ -174,10 +174,12 @@ class Worker:
         attempt = 0
         while True:
             error: BaseException | None = None
+            started = time.monotonic()
             try:
                 if job.transactional:
                     self._run_transactional(work, job)
-                    self.emit("completed", zone=zone, item_id=item.item_id)
+                    self._ran(work, job, started, ok=True)
+                    self.emit("completed", zone=zone, item_id=item.item_id, job_type=job.name)
                     return "completed"
                 work.result = self._run_handler(work, job, None)
             except LeaseInterrupted:
@@ -193,28 +195,31 @@ class Worker:
                 self.emit("lease_lost", zone=zone, item_id=item.item_id, where=type(err).__name__)
                 return "lease_lost"
             except PermanentError as err:
+                self._ran(work, job, started, ok=False)
                 text = self._log_failure(work, job, err)
                 return self.ops.fail(work, job, describe(err), permanent=True, failure=text)
             except Nack as nack:
+                self._ran(work, job, started, ok=True)
                 return self.ops.nack(work, nack)
             except BaseException as err:
                 # SystemExit and KeyboardInterrupt too: raised by a handler they are its
                 # failure, counted toward max_attempts, not a silent endless redelivery.
                 error = err
+            self._ran(work, job, started, ok=error is None)
             if work.cancelled.is_set():
                 # Cancelled while it ran: the item is gone; neither completed nor retried.
                 self.emit("cancelled", zone=zone, item_id=item.item_id, where="running")
                 return "cancelled"
             if error is None:
                 if item.delivery == "at_most_once":
-                    self.emit("completed", zone=zone, item_id=item.item_id)
+                    self.emit("completed", zone=zone, item_id=item.item_id, job_type=job.name)
                     return "completed"
                 self.ops.complete(work)
                 return "completed"
             text = self._log_failure(work, job, error)
             if attempt < job.retry.inline_retries and not self.stopping.is_set():
                 attempt += 1
-                self.emit("retried_inline", zone=zone, item_id=item.item_id)
+                self.emit("retried_inline", zone=zone, item_id=item.item_id, job_type=job.name)
                 continue
             outcome = self.ops.fail(work, job, describe(error), permanent=False, failure=text)
             if isinstance(error, (KeyboardInterrupt, SystemExit)) and (
@@ -222,6 +227,19 @@ class Worker:
             ):
                 raise error  # run_until_idle in the main thread: Ctrl-C still stops it
             return outcome
+
+    def _ran(self, work: Work, job: JobType, started: float, *, ok: bool) -> None:
+        """Report one run of the handler that ended by itself (not one interrupted by a
+        lost lease or a shutdown): its job type, how long it ran (steady time: a
+        measurement, never a decision) and whether it raised."""
+        self.emit(
+            "ran",
+            zone=work.zone,
+            item_id=work.item.item_id,
+            job_type=job.name,
+            seconds=time.monotonic() - started,
+            ok=ok,
+        )
 
     def _log_failure(
         self, work: Work, job: JobType, error: BaseException, *, attempt: int | None = None

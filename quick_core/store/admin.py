@@ -4,13 +4,14 @@ so none of them conflicts with producers or consumers."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from quickzones.clock import now_ms
 from quickzones.consumer.scanner_election import lease_name
 from quickzones.consumer.store_election import LeaseRecord, StoreElection
-from quickzones.errors import CorruptRecord
+from quickzones.errors import CorruptRecord, ItemAlreadyQueued, ItemNotFound
 from quickzones.store import enqueue as two_part
 from quickzones.store.kv import KVTransaction, run, unpack_i64
 from quickzones.store.pointer_repair import SetAsidePointer, decode_set_aside
@@ -156,21 +157,61 @@ def _letter_rows(q: Quick, app: str | None, tenant: str | None) -> list[_Row]:
 
 
 def list_dead_letters(
-    q: Quick, app: str | None = None, tenant: str | None = None
+    q: Quick,
+    app: str | None = None,
+    tenant: str | None = None,
+    *,
+    job_type: str | None = None,
+    limit: int | None = None,
 ) -> list[DeadLetter]:
-    """Dead letters, of one app, one tenant (in every app) or one zone; each with its whole
-    item. Every filter given filters."""
-    out = []
+    """Dead letters, of one app, one tenant (in every app) or one zone, of one job type,
+    at most ``limit`` of them; each with its whole item. Every filter given filters (a
+    corrupt letter has no job type: a job-type filter leaves it out)."""
+    out: list[DeadLetter] = []
     for zone, item_id, key, value, chunks in _letter_rows(q, app, tenant):
+        if limit is not None and len(out) >= limit:
+            break
         try:
-            out.append(decode_dead_letter(key, value, zone, item_id, chunks or None))
+            letter: DeadLetter | None = decode_dead_letter(
+                key, value, zone, item_id, chunks or None
+            )
         except CorruptRecord:
             # The scan pages are separate snapshots: a letter rewritten between two of
             # them is read again, whole, in one transaction.
-            again = q.zones.read_dead_letter(zone, item_id, snapshot=True)
-            if again is not None:
-                out.append(again)
+            letter = q.zones.read_dead_letter(zone, item_id, snapshot=True)
+        if letter is None:
+            continue
+        if job_type is not None and (letter.item is None or letter.item.job_type != job_type):
+            continue
+        out.append(letter)
     return out
+
+
+# A bulk requeue moves letters in transactions of at most this many letters and (a
+# letter past the first) this many payload bytes: far inside the 10 MB and 5 s limits, and
+# a crash between two of them leaves every letter either still dead or queued, never both
+# and never neither.
+_MOVE_LETTERS = 100
+_MOVE_BYTES = 1_000_000
+
+
+@dataclass(slots=True)
+class Requeued:
+    """What a bulk requeue did: how many letters went back into their zones, the letters
+    kept because their id is queued in the zone again, the corrupt ones (only a purge
+    removes those), and how many were requeued or purged by someone else meanwhile."""
+
+    requeued: int = 0
+    kept: list[DeadLetter] = field(default_factory=list)
+    corrupt: list[DeadLetter] = field(default_factory=list)
+    gone: int = 0
+
+
+def _move(q: Quick, tr: KVTransaction, zone: ZoneId, item_id: str) -> str:
+    """Take one dead letter and enqueue its item in ``tr``: both happen or neither. The
+    two-part enqueue's part two follows the commit."""
+    item = q.zones.take_dead_letter(zone, item_id, tr=tr)
+    return two_part.part_one(tr, q.toplevel, q.zones, zone, item).item_id
 
 
 def requeue_dead_letter(q: Quick, zone: ZoneId, item_id: str) -> str:
@@ -180,28 +221,90 @@ def requeue_dead_letter(q: Quick, zone: ZoneId, item_id: str) -> str:
     :class:`~quickzones.errors.ItemAlreadyQueued` if the zone already holds an item with
     this id (the dead letter is kept); corrupt records cannot be requeued."""
     check_name("item_id", item_id)
-
-    def move(tr: KVTransaction) -> str:
-        item = q.zones.take_dead_letter(zone, item_id, tr=tr)
-        # The two-part enqueue: part two follows this transaction's commit.
-        return two_part.part_one(tr, q.toplevel, q.zones, zone, item).item_id
-
-    requeued = run(q.kv, move)
+    requeued = run(q.kv, lambda tr: _move(q, tr, zone, item_id))
     q.wake_waiters()
     return requeued
 
 
-def purge_dead_letters(q: Quick, app: str | None = None, tenant: str | None = None) -> int:
+def _batches(letters: list[DeadLetter]) -> list[list[DeadLetter]]:
+    out: list[list[DeadLetter]] = []
+    size = 0
+    for letter in letters:
+        payload = 0 if letter.item is None else len(letter.item.payload)
+        if not out or len(out[-1]) >= _MOVE_LETTERS or size + payload > _MOVE_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(letter)
+        size += payload
+    return out
+
+
+def requeue(q: Quick, letters: Sequence[DeadLetter], limit: int | None = None) -> Requeued:
+    """Put these dead letters (at most ``limit`` of them, corrupt ones reported and not
+    counted) back into their zones, with a clean error count, in bounded transactions,
+    each moving its letters all or nothing. A letter whose id is queued in its zone again
+    is kept and reported; one requeued or purged meanwhile is counted as gone."""
+    result = Requeued(corrupt=[d for d in letters if d.item is None])
+    for batch in _batches([d for d in letters if d.item is not None][:limit]):
+
+        def move(tr: KVTransaction, batch: list[DeadLetter] = batch) -> Requeued:
+            done = Requeued()
+            for letter in batch:
+                try:
+                    _move(q, tr, letter.zone, letter.item_id)
+                except ItemAlreadyQueued:
+                    done.kept.append(letter)  # raised before anything was written
+                    continue
+                except (ItemNotFound, CorruptRecord):
+                    done.gone += 1  # requeued, purged or rewritten meanwhile
+                    continue
+                done.requeued += 1
+            return done
+
+        done = run(q.kv, move)
+        result.requeued += done.requeued
+        result.kept.extend(done.kept)
+        result.gone += done.gone
+        q.wake_waiters()
+    return result
+
+
+def requeue_dead_letters(
+    q: Quick,
+    app: str | None = None,
+    tenant: str | None = None,
+    *,
+    job_type: str | None = None,
+    limit: int | None = None,
+) -> Requeued:
+    """:func:`requeue` the dead letters :func:`list_dead_letters` selects with the same
+    filters, at most ``limit`` of them."""
+    return requeue(q, list_dead_letters(q, app, tenant, job_type=job_type), limit)
+
+
+def purge(q: Quick, letters: Sequence[DeadLetter]) -> int:
+    """Delete exactly these dead letters (each with its chunks), a page a transaction;
+    returns how many."""
+    for start in range(0, len(letters), _PAGE):
+        page = letters[start : start + _PAGE]
+
+        def clear(tr: KVTransaction, page: Sequence[DeadLetter] = page) -> None:
+            for letter in page:
+                tr.clear_range(*q.keys.dead_letter_range_of(letter.zone, letter.item_id))
+
+        run(q.kv, clear)
+    return len(letters)
+
+
+def purge_dead_letters(
+    q: Quick,
+    app: str | None = None,
+    tenant: str | None = None,
+    *,
+    job_type: str | None = None,
+    limit: int | None = None,
+) -> int:
     """Delete exactly the dead letters :func:`list_dead_letters` selects with the same
     filters (each with its chunks); returns how many. A letter that arrives meanwhile is
     not touched."""
-    rows = _letter_rows(q, app, tenant)
-    for start in range(0, len(rows), _PAGE):
-        page = rows[start : start + _PAGE]
-
-        def clear(tr: KVTransaction, page: list[_Row] = page) -> None:
-            for zone, item_id, *_ in page:
-                tr.clear_range(*q.keys.dead_letter_range_of(zone, item_id))
-
-        run(q.kv, clear)
-    return len(rows)
+    return purge(q, list_dead_letters(q, app, tenant, job_type=job_type, limit=limit))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,6 +32,8 @@ from quickzones.errors import CorruptRecord, InvalidArgument, QuickError
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, run
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId
+
+log = logging.getLogger("quick.outcomes")
 
 # A stored result fits one value on every backend (FoundationDB's value limit is 100 kB).
 MAX_RESULT_BYTES = 64 * 1024
@@ -129,7 +132,11 @@ def encode_result(value: Any) -> tuple[bytes | None, str, str | None]:
             return None, "bytes", f"result not stored: not bytes or JSON ({err})"
         ctype = "json"
     if len(body) > MAX_RESULT_BYTES:
-        return None, ctype, f"result not stored: {len(body)} bytes > {MAX_RESULT_BYTES}"
+        why = (
+            f"result not stored: {len(body)} bytes > {MAX_RESULT_BYTES}, the most a kept "
+            f"result holds (store it elsewhere and return where)"
+        )
+        return None, ctype, why
     return body, ctype, None
 
 
@@ -164,6 +171,17 @@ def finished(
     if state == COMPLETED and result_ms > 0 and result is not None:
         body, ctype, why = encode_result(result)
         if why is not None:
+            # The item completes (its handler's effects happened; running it again would
+            # repeat them), but its result is refused: said here, where the completion is
+            # written, and by q.result() for as long as the status is kept.
+            log.warning(
+                "result of job type %r item %s in %s refused: %s",
+                item.job_type,
+                item.item_id,
+                zone,
+                why,
+                extra={"quick_event": "result_refused"},
+            )
             reason = why
     expires = now_ms + max(status_ms, result_ms, dedupe_ms)
     record = {

@@ -167,6 +167,56 @@ def test_dead_letters_filters_requeue_and_purge(served: Served) -> None:
         assert [x["item_id"] for x in rq.dead_letters("a")] == ["t1-x"]
 
 
+def test_dead_letters_requeue_and_purge_take_a_limit(served: Served) -> None:
+    """Issue 28 point 16: bulk requeue and purge through the HTTP API, at most ``limit``."""
+    q = served.q
+    with _client(served, served.a_all) as rq:
+        for n in range(5):
+            rq.enqueue("x", n, app="a", tenant=f"t{n % 2}", item_id=f"i{n}")
+        for lease in rq.lease(max_items=10, wait_s=1):
+            rq.fail(lease, "no")
+        assert len(rq.dead_letters("a")) == 5
+        assert rq.requeue_dead_letters("a", job_type="x", limit=2) == 2
+        assert len(rq.dead_letters("a")) == 3 and q.zones.count(q.zone("a", "t0")) >= 1
+        assert rq.purge_dead_letters("a", tenant="t0", limit=1) == 1
+        assert len(rq.dead_letters("a")) == 2
+        with pytest.raises(RemoteError):
+            rq.purge_dead_letters("a", limit=0)
+        assert len(rq.dead_letters("a")) == 2
+
+
+def test_enqueue_takes_an_iso_run_at(served: Served) -> None:
+    """Issue 28 point 18: an absolute run-at time through the HTTP API, with its offset."""
+    q = served.q
+    headers = {"Authorization": f"Bearer {served.a_all}"}
+    soon = time.time() + 3600
+    iso = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(soon))
+    with httpx.Client(base_url=served.url, headers=headers) as http:
+        one = http.post(
+            "/v1/apps/a/tenants/t/items", json={"job_type": "j", "payload": 1, "run_at": iso}
+        )
+        assert one.status_code == 201, one.text
+        many = http.post(
+            "/v1/apps/a/tenants/t/batches",
+            json={"job_type": "j", "items": [{"payload": 2}], "run_at": iso.replace("+00:00", "Z")},
+        )
+        assert many.status_code == 201, many.text
+        for item_id in [one.json()["item_id"], *many.json()["item_ids"]]:
+            item = q.get("a", "t", item_id)
+            assert item is not None and abs(item.vesting_ms - int(soon) * 1000) < 60_000
+        naive = http.post(
+            "/v1/apps/a/tenants/t/items",
+            json={"job_type": "j", "payload": 3, "run_at": iso[:19], "item_id": "naive"},
+        )
+        both = http.post(
+            "/v1/apps/a/tenants/t/items",
+            json={"job_type": "j", "payload": 4, "run_at": iso, "delay_s": 5, "item_id": "both"},
+        )
+    assert naive.status_code == 422 and "timezone" in naive.text.lower()
+    assert both.status_code == 400 and "not both" in both.text
+    assert q.get("a", "t", "naive") is None and q.get("a", "t", "both") is None
+
+
 def test_admin_stats_zones_and_items(served: Served) -> None:
     with _client(served, served.a_all) as rq:
         rq.enqueue_many("job", [1, 2, 3], app="a", tenant="deep")

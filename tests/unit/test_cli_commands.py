@@ -102,7 +102,8 @@ def test_purge_deletes_exactly_what_list_shows(store: str, filters: list[str]) -
     shown = {(d["app"], d["tenant"]) for d in letters(store, *filters)}
     want = {z for z in ZONES if all(v in z for v in filters[1::2])}
     assert shown == want
-    code, out, _ = invoke("--store", store, "dead-letters", "purge", *filters)
+    sure = [] if filters else ["--yes"]  # without a filter purge asks first
+    code, out, _ = invoke("--store", store, "dead-letters", "purge", *filters, *sure)
     assert code == 0 and out.strip() == f"purged {len(want)}"
     assert {(d["app"], d["tenant"]) for d in letters(store)} == set(ZONES) - want
 
