@@ -50,14 +50,16 @@ DEAD_LETTERED = "dead_lettered"
 
 class DuplicateItemMismatch(QuickError):
     """An enqueue reused the id of a known item (queued, or finished within its dedupe
-    window) with a different payload: nothing was stored, and the caller is told."""
+    window) with a different job type or payload (``differs``): nothing was stored, and
+    the caller is told."""
 
-    def __init__(self, zone: str, item_id: str, state: str) -> None:
+    def __init__(self, zone: str, item_id: str, state: str, differs: str = "payload") -> None:
         self.zone = zone
         self.item_id = item_id
         self.state = state
+        self.differs = differs
         super().__init__(
-            f"item {item_id!r} in zone {zone} is already {state} with a different payload; "
+            f"item {item_id!r} in zone {zone} is already {state} with a different {differs}; "
             "nothing was enqueued (use a new id for different work)"
         )
 
@@ -98,6 +100,7 @@ class Outcome:
     result: bytes | None = None
     content_type: str = "bytes"
     reason: str | None = None  # why it was dead-lettered, or why no result was kept
+    job_type: str | None = None  # None in records written before it was kept
 
 
 def payload_digest(payload: bytes, content_type: str) -> str:
@@ -179,6 +182,7 @@ def finished(
         "r": body,
         "ct": ctype,
         "why": reason,
+        "j": item.job_type,
     }
     tr.set(keys.outcome_key(zone, item.item_id), msgpack.packb(record, use_bin_type=True))
     tr.set(keys.outcome_expiry_key(expires, zone, item.item_id), b"")
@@ -199,6 +203,7 @@ def _decode(key: bytes, raw: bytes) -> Outcome:
             result=d.get("r"),
             content_type=str(d.get("ct", "bytes")),
             reason=d.get("why"),
+            job_type=d.get("j"),
         )
     except Exception as err:  # msgpack and a missing field raise unrelated types
         raise CorruptRecord(key, f"outcome record: {err}") from err
@@ -231,16 +236,19 @@ def check_duplicate(
     payload: bytes,
     content_type: str,
     now_ms: int,
+    job_type: str | None = None,
 ) -> str | None:
     """Part one's dedupe check, in the caller's transaction: the state of an item of this
     id finished within its dedupe window (the enqueue is then a no-op), else None.
 
     A conflicting read of the outcome key: an enqueue racing the completion that writes it
     retries and sees it, so one of "still queued" or "finished" is always observed.
-    Raises :class:`DuplicateItemMismatch` when the payload differs."""
+    Raises :class:`DuplicateItemMismatch` when the job type or the payload differs."""
     outcome = read(tr, keys, zone, item_id, now_ms)
     if outcome is None or outcome.dedupe_until_ms <= now_ms:
         return None
+    if job_type is not None and outcome.job_type not in (None, job_type):
+        raise DuplicateItemMismatch(str(zone), item_id, outcome.state, "job type")
     if outcome.digest != payload_digest(payload, content_type):
         raise DuplicateItemMismatch(str(zone), item_id, outcome.state)
     return outcome.state

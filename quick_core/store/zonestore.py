@@ -105,7 +105,8 @@ class ZoneStore(Protocol):
         With ``tr`` (stores with ``caller_transactions`` only) the enqueue joins the
         caller's transaction and commits with it. ``in_pointer_txn`` runs inside the KV
         transaction that checks the pointer. A caller-chosen ``item_id`` makes the
-        enqueue idempotent.
+        enqueue idempotent: the same job (type and payload) again is a no-op, another job
+        under a queued id raises :class:`~quickzones.store.outcomes.DuplicateItemMismatch`.
         """
         ...
 
