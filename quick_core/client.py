@@ -17,6 +17,7 @@ q.consumer().run_forever()
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence, Sized
 from dataclasses import replace
@@ -579,14 +580,24 @@ class Quick:
             )
         return outcomes.finished_status(self.kv, self.keys, self.zones, zone, item_id, self._now())
 
-    def result(self, app: str, tenant: str, item_id: str) -> Any:
+    def result(self, app: str, tenant: str, item_id: str, *, timeout: float = 0.0) -> Any:
         """The return value of a completed item's handler (job types with
         ``keep_result_s``): bytes, or the JSON value. Raises
-        :class:`~quickzones.store.outcomes.ResultNotAvailable` saying why there is none."""
+        :class:`~quickzones.store.outcomes.ResultNotAvailable` saying why there is none.
+
+        ``timeout``: wait up to this many seconds for a queued or running item to finish,
+        reading again after 50 ms, then twice as long each time, up to 1 s."""
         self._require("outcome_records", "results of finished items")
         zone = self.zone(app, tenant)
         item_id = check_name("item_id", item_id)
-        return outcomes.read_result(self.kv, self.keys, self.items, zone, item_id, self._now())
+        wait = outcomes.ResultWait(check_seconds("timeout", timeout))
+        while True:
+            try:
+                return outcomes.read_result(
+                    self.kv, self.keys, self.items, zone, item_id, self._now()
+                )
+            except outcomes.ResultNotAvailable as missing:
+                time.sleep(wait.sleep_after(missing))
 
     def collect_outcomes(self, limit: int = outcomes.GC_BATCH) -> int:
         """Clear up to ``limit`` expired outcome records, oldest first, in one

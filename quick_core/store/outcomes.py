@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -65,12 +67,47 @@ class DuplicateItemMismatch(QuickError):
 
 
 class ResultNotAvailable(QuickError, LookupError):
-    """No result to return: the item is not finished, kept none, or its record expired."""
+    """No result to return: the item is not finished (``pending``: worth waiting for),
+    kept none, or its record expired."""
 
-    def __init__(self, item_id: str, reason: str) -> None:
+    def __init__(self, item_id: str, reason: str, *, pending: bool = False) -> None:
         self.item_id = item_id
         self.reason = reason
+        self.pending = pending
         super().__init__(f"no result for item {item_id!r}: {reason}")
+
+
+# A result waiter's reads: the first after 50 ms, each wait twice the last, up to 1 s.
+RESULT_POLL_FIRST_S = 0.05
+RESULT_POLL_MAX_S = 1.0
+
+
+class ResultWait:
+    """When a caller waiting ``timeout_s`` for a result reads again: one schedule for
+    ``Quick``, ``AsyncQuick`` and the HTTP clients. A read is one snapshot read (no
+    conflict with anything); backing off to 1 s keeps a long wait to about one a second."""
+
+    def __init__(
+        self,
+        timeout_s: float,
+        *,
+        first_s: float = RESULT_POLL_FIRST_S,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._monotonic = monotonic
+        self.deadline = monotonic() + timeout_s
+        self.delay = first_s
+
+    def sleep_after(self, missing: ResultNotAvailable) -> float:
+        """The seconds to sleep before reading again, after a read raised ``missing``;
+        raises ``missing`` when there is nothing to wait for (the item is not pending)
+        or the time is up."""
+        left = self.deadline - self._monotonic()
+        if not missing.pending or left <= 0:
+            raise missing
+        sleep = min(self.delay, left)
+        self.delay = min(RESULT_POLL_MAX_S, self.delay * 2)
+        return sleep
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,7 +438,8 @@ def read_result(
     later read. The other order calls an item completing between the reads unknown."""
     live = items.get(zone, item_id)
     if live is not None:
-        raise ResultNotAvailable(item_id, f"not finished yet ({live_status(live).state})")
+        state = live_status(live).state
+        raise ResultNotAvailable(item_id, f"not finished yet ({state})", pending=True)
     outcome = run(kv, lambda tr: read(tr, keys, zone, item_id, now_ms, snapshot=True))
     if outcome is None:
         raise ResultNotAvailable(item_id, "unknown item, or its record expired")
