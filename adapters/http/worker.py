@@ -136,6 +136,9 @@ class RemoteItemOps:
     def complete(self, work: Work) -> None:
         self.done.put((self.lease_of(work), work.result))
 
+    def finish_taken(self, work: Work) -> None:
+        raise StorageError("at-most-once items are not leased to remote workers")
+
     def fail(
         self,
         work: Work,

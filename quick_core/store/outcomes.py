@@ -48,6 +48,8 @@ POLICY_KEY = "_o"
 COMPLETED = "completed"
 CANCELLED = "cancelled"
 DEAD_LETTERED = "dead_lettered"
+# An at-most-once item whose handler raised: it never runs again (issue 28, point 10).
+FAILED = "failed"
 
 
 class DuplicateItemMismatch(QuickError):
@@ -353,7 +355,8 @@ class JobStatus:
     """What became of an item, and when.
 
     ``state``: "queued", "leased" (a consumer holds it: running, or about to),
-    "completed", "cancelled" or "dead_lettered". ``at_ms``: when it was enqueued (queued,
+    "completed", "cancelled", "dead_lettered" or "failed" (an at-most-once item whose
+    handler raised: it is not run again). ``at_ms``: when it was enqueued (queued,
     leased) or finished. ``next_vesting_ms``: when a queued item vests, or a leased item's
     lease ends (it becomes visible again then unless completed)."""
 
@@ -367,7 +370,7 @@ class JobStatus:
 
     @property
     def finished(self) -> bool:
-        return self.state in (COMPLETED, CANCELLED, DEAD_LETTERED)
+        return self.state in (COMPLETED, CANCELLED, DEAD_LETTERED, FAILED)
 
 
 def live_status(item: WorkItem) -> JobStatus:
@@ -406,7 +409,7 @@ def finished_status(
                 at_ms=outcome.finished_ms,
                 attempts=outcome.attempts,
                 error_count=outcome.error_count,
-                last_error=outcome.reason if outcome.state == DEAD_LETTERED else None,
+                last_error=outcome.reason if outcome.state in (DEAD_LETTERED, FAILED) else None,
                 has_result=outcome.result is not None and outcome.result_until_ms > now_ms,
             )
         letter = dead_letters.read_dead_letter(zone, item_id, snapshot=True, tr=tr)

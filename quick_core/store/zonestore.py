@@ -191,6 +191,21 @@ class ZoneStore(Protocol):
         the delete joins that transaction (transactional handlers; KV zones only)."""
         ...
 
+    def record_outcome(
+        self,
+        zone: ZoneId,
+        item: WorkItem,
+        state: str,
+        *,
+        result: Any = None,
+        reason: str | None = None,
+    ) -> None:
+        """Write the outcome record of an item already gone from its zone, if its type
+        keeps one: an at-most-once item, deleted as its handler started, whose run ended
+        (``state`` completed, with ``result``; or failed, with ``reason``). Stores without
+        ``outcome_records`` do nothing."""
+        ...
+
     def complete_many(
         self,
         zone: ZoneId,
