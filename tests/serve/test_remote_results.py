@@ -122,3 +122,22 @@ def test_quick_result_waits_sync_and_async(served: Served) -> None:
         assert asyncio.run(AsyncQuick(q).result("a", "t", other, timeout=30)) == "done"
     finally:
         consumer.stop()
+
+
+def test_a_pull_consumer_completes_with_a_result(served: Served) -> None:
+    _app_module(served)  # stores the types' policies
+    with RemoteQuick(served.url, served.a_all) as rq:
+        one = rq.enqueue("render", {"pages": 1}, app="a", tenant="t")
+        two = rq.enqueue("raw", 2, app="a", tenant="u")
+        leases = {x.item_id: x for x in rq.lease(max_items=2, wait_s=2)}
+        rq.complete(leases[one], {"pages": 1, "url": "/out/1.pdf"})
+        assert rq.complete_many([leases[two]], [b"\x01bytes"]) == [None]
+        assert rq.result("a", "t", one) == {"pages": 1, "url": "/out/1.pdf"}
+        assert rq.result("a", "u", two) == b"\x01bytes"
+        bad = {"lease_id": "x", "result": 1, "result_b64": "AA=="}
+        answer = httpx.post(
+            f"{served.url}/v1/apps/a/tenants/t/items/{one}/complete",
+            json=bad,
+            headers={"Authorization": f"Bearer {served.a_all}"},
+        )
+        assert answer.status_code in (400, 422)
