@@ -34,7 +34,6 @@ import inspect
 import queue
 import signal
 import threading
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -46,8 +45,9 @@ from quickzones.errors import ConfigurationError
 from quickzones.registry import Handler, JobContext
 from quickzones.store.admin import Requeued
 from quickzones.store.kv import KVTransaction
-from quickzones.store.outcomes import JobStatus, ResultNotAvailable
+from quickzones.store.outcomes import JobStatus, ResultNotAvailable, ResultWait
 from quickzones.store.records import DeadLetter, WorkItem
+from quickzones.store.validation import check_seconds
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -443,18 +443,14 @@ class AsyncQuick:
         self, app: str, tenant: str, item_id: str, *, timeout: float = 0.0, poll_s: float = 0.05
     ) -> Any:
         """The item's kept result (:meth:`Quick.result`), waiting up to ``timeout``
-        seconds for it to finish; polls with backoff up to 1 s (a status read is one
-        snapshot read, no conflict with anything)."""
-        deadline = time.monotonic() + timeout
-        delay = poll_s
+        seconds for it to finish; reads again after ``poll_s``, then twice as long each
+        time, up to 1 s (a read is one snapshot read, no conflict with anything)."""
+        wait = ResultWait(check_seconds("timeout", timeout), first_s=poll_s)
         while True:
             try:
                 return await asyncio.to_thread(self.quick.result, app, tenant, item_id)
-            except ResultNotAvailable as err:
-                if not err.reason.startswith("not finished") or time.monotonic() >= deadline:
-                    raise
-            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(1.0, delay * 2)
+            except ResultNotAvailable as missing:
+                await asyncio.sleep(wait.sleep_after(missing))
 
     async def cancel(self, app: str, tenant: str, item_id: str) -> None:
         """Delete an item by id, leased or not; ItemNotFound if it is not there."""

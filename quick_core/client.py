@@ -17,6 +17,7 @@ q.consumer().run_forever()
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence, Sized
 from dataclasses import replace
@@ -44,6 +45,7 @@ from quickzones.store.records import DeadLetter, WorkItem, ZoneId
 from quickzones.store.run_at import delay_seconds
 from quickzones.store.steady_clock import clock_for
 from quickzones.store.toplevel import TopLevelQueue
+from quickzones.store.type_policies import TypePolicies, TypePolicy
 from quickzones.store.validation import (
     DEFAULT_MAX_PAYLOAD,
     check_job_type,
@@ -145,6 +147,10 @@ class Quick:
         # completion costs nothing extra; docs/status.md says why).
         self.keep_status_s = check_seconds("keep_status_s", keep_status_s)
         self._policies: dict[str, outcomes.Policy] = {}
+        # Each registered type's policy is stored, so producers that never import the
+        # handler (a web process, quick serve) enqueue under it too (issue 28, point 7).
+        self.type_policies = TypePolicies(kv, self.keys)
+        self._create = create
         self._schedules: list[Schedule] = []
 
     @property
@@ -217,20 +223,21 @@ class Quick:
             )
 
         def register(fn: Handler) -> Handler:
-            self._policies[name] = policy
-            self.registry.register(
-                JobType(
-                    name=name,
-                    handler=fn,
-                    retry=retry or RetryPolicy(),
-                    max_concurrency=max_concurrency,
-                    pool_max_concurrency=pool_max_concurrency,
-                    execution_bound_s=execution_bound_s,
-                    transactional=transactional,
-                    delivery=delivery,
-                    ttl_s=ttl_s,
-                )
+            job = JobType(
+                name=name,
+                handler=fn,
+                retry=retry or RetryPolicy(),
+                max_concurrency=max_concurrency,
+                pool_max_concurrency=pool_max_concurrency,
+                execution_bound_s=execution_bound_s,
+                transactional=transactional,
+                delivery=delivery,
+                ttl_s=ttl_s,
             )
+            self.registry.register(job)
+            self._policies[name] = policy
+            if self._create:  # a read-only client (create=False) writes nothing
+                self.type_policies.declare(name, _type_policy(policy, job))
             return fn
 
         return register
@@ -316,6 +323,7 @@ class Quick:
         job = self.registry.find(job_type)
         if job is None and self.strict_job_types:
             raise UnknownJobType(job_type)
+        declared = self._declared(job_type)
         delay_s = delay_seconds(delay, run_at, self.clock.now())
         check_priority(priority)
         chosen = item_id is not None
@@ -325,11 +333,12 @@ class Quick:
             # Chosen before the transaction runs, so a retry after commit_unknown_result
             # finds the item it already wrote instead of writing a second one.
             item_id = new_item_id(self.ids)
-        ttl_s = ttl if ttl is not None else (job.ttl_s if job is not None else None)
-        if ttl_s is not None:
-            check_seconds("ttl", ttl_s)
+        if ttl is not None:
+            ttl_ms: int | None = int(check_seconds("ttl", ttl) * 1000)
+        else:
+            ttl_ms = None if declared is None else declared.ttl_ms
         body, content_type = encode_payload(payload, self.max_payload)
-        policy = self._policies.get(job_type)
+        policy = None if declared is None else declared.outcome
         if policy is None and self.keep_status_s and self.capabilities.outcome_records:
             policy = self._policy_of(None, None, None)
         meta: dict[str, Any] = {}
@@ -342,8 +351,8 @@ class Quick:
             priority=priority,
             item_id=item_id,
             content_type=content_type,
-            ttl_ms=None if ttl_s is None else int(ttl_s * 1000),
-            delivery=job.delivery if job is not None else "at_least_once",
+            ttl_ms=ttl_ms,
+            delivery=declared.delivery if declared is not None else "at_least_once",
             fifo=self._fifo(fifo),
             meta=meta,
             # Only a caller-chosen id can match a finished item's record: a random one
@@ -351,6 +360,15 @@ class Quick:
             check_outcome=chosen and self.capabilities.outcome_records,
             fresh_id=not chosen,
         )
+
+    def _declared(self, job_type: str) -> TypePolicy | None:
+        """The type's policy: this client's registration, else the one stored by the
+        process that registered the handler (None: no handler of it ever registered)."""
+        job = self.registry.find(job_type)
+        if job is None:
+            return self.type_policies.get(job_type)
+        policy = self._policies.get(job_type)  # None: put in the registry directly
+        return _type_policy(policy or self._policy_of(None, None, None), job)
 
     def _fifo(self, fifo: bool | None) -> bool:
         if fifo is None:
@@ -574,14 +592,24 @@ class Quick:
             )
         return outcomes.finished_status(self.kv, self.keys, self.zones, zone, item_id, self._now())
 
-    def result(self, app: str, tenant: str, item_id: str) -> Any:
+    def result(self, app: str, tenant: str, item_id: str, *, timeout: float = 0.0) -> Any:
         """The return value of a completed item's handler (job types with
         ``keep_result_s``): bytes, or the JSON value. Raises
-        :class:`~quickzones.store.outcomes.ResultNotAvailable` saying why there is none."""
+        :class:`~quickzones.store.outcomes.ResultNotAvailable` saying why there is none.
+
+        ``timeout``: wait up to this many seconds for a queued or running item to finish,
+        reading again after 50 ms, then twice as long each time, up to 1 s."""
         self._require("outcome_records", "results of finished items")
         zone = self.zone(app, tenant)
         item_id = check_name("item_id", item_id)
-        return outcomes.read_result(self.kv, self.keys, self.items, zone, item_id, self._now())
+        wait = outcomes.ResultWait(check_seconds("timeout", timeout))
+        while True:
+            try:
+                return outcomes.read_result(
+                    self.kv, self.keys, self.items, zone, item_id, self._now()
+                )
+            except outcomes.ResultNotAvailable as missing:
+                time.sleep(wait.sleep_after(missing))
 
     def collect_outcomes(self, limit: int = outcomes.GC_BATCH) -> int:
         """Clear up to ``limit`` expired outcome records, oldest first, in one
@@ -693,6 +721,11 @@ class Quick:
         from quickzones.store.admin import requeue_dead_letters
 
         return requeue_dead_letters(self, *_filters(app, tenant), **_selection(job_type, limit))
+
+
+def _type_policy(policy: outcomes.Policy, job: JobType) -> TypePolicy:
+    ttl_ms = None if job.ttl_s is None else int(job.ttl_s * 1000)
+    return TypePolicy(policy, job.delivery, ttl_ms)
 
 
 def _filters(app: str | None, tenant: str | None) -> tuple[str | None, str | None]:

@@ -167,9 +167,21 @@ class Scheduler:
     def _checkpoint_key(self, schedule: Schedule) -> bytes:
         return self.quick.keys.meta_key("periodic", schedule.name)
 
+    def _enqueued_key(self, schedule: Schedule) -> bytes:
+        return self.quick.keys.meta_key("periodic_enqueued", schedule.name)
+
     def last_slot(self, schedule: Schedule) -> int | None:
-        """The last slot enqueued (ms), or None before the first tick."""
+        """The schedule's checkpoint (ms): every slot up to it is handled; None before
+        the first tick. A first tick sets it to that moment, which is no slot: what was
+        last enqueued is :meth:`last_enqueued`."""
         key = self._checkpoint_key(schedule)
+        raw = run(self.quick.kv, lambda tr: tr.get(key, snapshot=True))
+        return None if raw is None else unpack_i64(raw)
+
+    def last_enqueued(self, schedule: Schedule) -> int | None:
+        """The last slot whose item was enqueued (ms), or None while none was (a new
+        schedule's first tick enqueues nothing; issue 28, point 12)."""
+        key = self._enqueued_key(schedule)
         raw = run(self.quick.kv, lambda tr: tr.get(key, snapshot=True))
         return None if raw is None else unpack_i64(raw)
 
@@ -225,6 +237,7 @@ class Scheduler:
                 tr=tr,
             )
         tr.set(key, pack_i64(due[-1]))
+        tr.set(self._enqueued_key(schedule), pack_i64(due[-1]))  # a blind write
         self._next[schedule.name] = schedule.slots_after(due[-1], 1)[0]
         return len(due)
 

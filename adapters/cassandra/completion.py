@@ -17,6 +17,17 @@ from quickzones.store.records import WorkItem, ZoneId
 class Completion(ZoneReads):
     """``complete``, ``cancel`` and ``complete_many`` of Cassandra zones."""
 
+    def record_outcome(
+        self,
+        zone: ZoneId,
+        item: WorkItem,
+        state: str,
+        *,
+        result: Any = None,
+        reason: str | None = None,
+    ) -> None:
+        """Nothing: Cassandra zones keep no outcome records (capabilities.outcome_records)."""
+
     def complete(
         self,
         zone: ZoneId,

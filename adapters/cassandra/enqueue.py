@@ -12,6 +12,7 @@ from quickzones.clock import now_ms, vesting_after
 from quickzones.errors import ConfigurationError
 from quickzones.store import enqueue as two_part
 from quickzones.store.kv import KVTransaction
+from quickzones.store.outcomes import DuplicateItemMismatch
 from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.validation import check_name
 from quickzones.store.zones import new_item_id
@@ -22,6 +23,15 @@ log = logging.getLogger("quick.cassandra")
 NO_FIFO = (
     "FIFO by commit versionstamp needs KV zones: Cassandra zones order items by vesting time only"
 )
+
+
+def _check_same_job(zone: ZoneId, queued: WorkItem, asked: WorkItem) -> None:
+    """Only the same job (type and payload) under a queued id is an idempotent repeat;
+    another is refused, never silently dropped (issue 28, point 8)."""
+    if queued.job_type != asked.job_type:
+        raise DuplicateItemMismatch(str(zone), asked.item_id, "queued", "job type")
+    if (queued.payload, queued.content_type) != (asked.payload, asked.content_type):
+        raise DuplicateItemMismatch(str(zone), asked.item_id, "queued")
 
 
 class ExternalEnqueue(ConditionalWrites):
@@ -54,9 +64,12 @@ class ExternalEnqueue(ConditionalWrites):
                 "written to Cassandra before the pointer transaction (paper section 6.1)"
             )
         record = self._new_record(item)
+        found: list[WorkItem] = []
 
         def write() -> tuple[int, bool]:
             stored, inserted = self._insert_new(zone, record)
+            if not inserted:
+                found.append(stored)
             return stored.vesting_ms, inserted
 
         two_part.enqueue_external(
@@ -67,6 +80,8 @@ class ExternalEnqueue(ConditionalWrites):
             collect_item=lambda: self._collect(zone, record),
             charge=in_pointer_txn,
         )
+        if found:  # after the pointer check: a queued item missing its pointer gets one
+            _check_same_job(zone, found[0], record)
         return record.item_id
 
     def enqueue_many(

@@ -9,9 +9,11 @@ pool, and each store call is a short transaction of its own.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import logging
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -30,7 +32,7 @@ from quickzones.client import Quick
 from quickzones.clock import now_ms
 from quickzones.errors import ItemNotFound, LeaseLost, QuickError
 from quickzones.store import admin
-from quickzones.store.outcomes import JobStatus
+from quickzones.store.outcomes import JobStatus, ResultNotAvailable
 from quickzones.store.records import ZoneId
 from quickzones.store.validation import check_job_type, check_name
 
@@ -193,7 +195,27 @@ def item_state(app: str, tenant: str, item_id: str, request: Request, who: Produ
         error_count=status.error_count,
         next_vesting_ms=status.next_vesting_ms,
         last_error=status.last_error,
+        has_result=status.has_result,
     )
+
+
+@router.get(_ITEM + "/result", tags=["produce"])
+def item_result(
+    app: str, tenant: str, item_id: str, request: Request, who: Producer
+) -> m.ItemResult:
+    """A completed item's kept result (job types with ``keep_result_s``). 404
+    ``result_pending``: not finished yet, ask again later; 404 ``result_not_available``:
+    there is none, and ``detail`` says why."""
+    q = state_of(request).q
+    try:
+        value = q.result(allow_app(who, app), tenant, item_id)
+    except ResultNotAvailable as err:
+        code = "result_pending" if err.pending else "result_not_available"
+        raise ApiError(404, code, err.reason, item_id) from None
+    if isinstance(value, bytes):
+        encoded = base64.b64encode(value).decode("ascii")
+        return m.ItemResult(app=app, tenant=tenant, item_id=item_id, result_b64=encoded)
+    return m.ItemResult(app=app, tenant=tenant, item_id=item_id, result=value)
 
 
 @router.delete(_ITEM, status_code=204, tags=["produce"])
@@ -290,16 +312,34 @@ _FINISHED = {"completed": "completed", "cancelled": "cancelled", "dead_lettered"
 
 @router.post(_ITEM + "/complete", status_code=204, tags=["consume"])
 def complete(
-    app: str, tenant: str, item_id: str, body: m.LeaseRef, request: Request, who: Consumer
+    app: str, tenant: str, item_id: str, body: m.CompleteRequest, request: Request, who: Consumer
 ) -> Response:
-    """Delete a leased item: the work is done (only the lease holder)."""
+    """Delete a leased item: the work is done (only the lease holder). ``result`` or
+    ``result_b64``: the handler's return value, kept as its job type's ``keep_result_s``
+    says."""
     q = state_of(request).q
     zone = q.zone(allow_app(who, app), tenant)
+    result = _result(body)
     try:
-        q.items.complete(zone, check_name("item_id", item_id), body.lease_id)
+        q.items.complete(zone, check_name("item_id", item_id), body.lease_id, result=result)
     except (LeaseLost, ItemNotFound) as err:
         raise _lost(q, zone, item_id, err) from None
     return Response(status_code=204)
+
+
+def _result(body: m.CompleteRequest) -> Any:
+    """The handler's return value sent with a completion (None: none sent)."""
+    try:
+        return body.value()
+    except ValueError as err:
+        raise ApiError(400, "invalid_result", str(err)) from None
+
+
+def _results(completions: Iterable[m.Completion]) -> dict[str, Any] | None:
+    """The return values sent with a zone's completions, by item id (None: none)."""
+    values = {c.item_id: _result(c) for c in completions}
+    kept = {item_id: v for item_id, v in values.items() if v is not None}
+    return kept or None
 
 
 @router.post("/completions", tags=["consume"], response_model=m.CompletedMany)
@@ -325,7 +365,9 @@ def complete_many(body: m.CompleteManyRequest, request: Request, who: Consumer) 
     outcomes: list[m.Outcome] = ["completed"] * len(body.items)
     for zone, indexes in by_zone.items():
         leased = [(body.items[n].item_id, body.items[n].lease_id) for n in indexes]
-        for n, err in zip(indexes, q.items.complete_many(zone, leased), strict=True):
+        results = _results(body.items[n] for n in indexes)
+        done = q.items.complete_many(zone, leased, results=results)
+        for n, err in zip(indexes, done, strict=True):
             if isinstance(err, LeaseLost):
                 outcomes[n] = "lease_lost"
             elif isinstance(err, ItemNotFound):

@@ -19,6 +19,7 @@ gets through.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 from collections.abc import Iterable, Sequence
@@ -31,6 +32,8 @@ import httpx
 from quickzones.errors import ItemNotFound, LeaseLost, QuickError
 from quickzones.repeated_failure import backoff
 from quickzones.store.enqueue import Enqueued
+from quickzones.store.outcomes import JobStatus, ResultNotAvailable, ResultWait
+from quickzones.store.validation import check_seconds
 
 
 class RemoteError(QuickError):
@@ -94,6 +97,42 @@ def _payload_fields(payload: Any) -> dict[str, Any]:
     if isinstance(payload, bytes | bytearray | memoryview):
         return {"payload_b64": base64.b64encode(bytes(payload)).decode("ascii")}
     return {"payload": payload}
+
+
+def _result_fields(value: Any) -> dict[str, Any]:
+    """A handler's return value as a completion carries it (none when None)."""
+    if value is None:
+        return {}
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"result_b64": base64.b64encode(bytes(value)).decode("ascii")}
+    return {"result": value}
+
+
+def _result_of(body: dict[str, Any]) -> Any:
+    b64 = body.get("result_b64")
+    return base64.b64decode(b64) if b64 is not None else body.get("result")
+
+
+def _status_of(body: dict[str, Any]) -> JobStatus:
+    """The API's item state as :meth:`Quick.status` returns it."""
+    return JobStatus(
+        state=body["state"],
+        at_ms=body["at_ms"],
+        attempts=body["attempts"],
+        error_count=body["error_count"],
+        next_vesting_ms=body.get("next_vesting_ms"),
+        last_error=body.get("last_error"),
+        has_result=bool(body.get("has_result", False)),
+    )
+
+
+# The API's answers when there is no result: wait (pending), or there will be none.
+_NO_RESULT = {"result_pending": True, "result_not_available": False}
+
+
+def _no_result(err: RemoteError, item_id: str) -> ResultNotAvailable | None:
+    pending = _NO_RESULT.get(err.error)
+    return None if pending is None else ResultNotAvailable(item_id, err.detail, pending=pending)
 
 
 def _answer(response: httpx.Response) -> Any:
@@ -188,9 +227,12 @@ class _Calls:
         return _Call("POST", path, {"lease_id": lease.lease_id, **fields})
 
     @staticmethod
-    def complete_many(leases: Sequence[RemoteLease]) -> _Call:
+    def complete_many(leases: Sequence[RemoteLease], results: Sequence[Any] | None = None) -> _Call:
         items = [{"app": x.app, "tenant": x.tenant, "item_id": x.item_id,
                   "lease_id": x.lease_id} for x in leases]  # fmt: skip
+        if results is not None:
+            for item, value in zip(items, results, strict=True):
+                item.update(_result_fields(value))
         return _Call("POST", "/v1/completions", {"items": items})
 
     @staticmethod
@@ -198,6 +240,10 @@ class _Calls:
         items = [{"app": x.app, "tenant": x.tenant, "item_id": x.item_id,
                   "lease_id": x.lease_id} for x in leases]  # fmt: skip
         return _Call("POST", "/v1/leases/cancelled", {"items": items})
+
+    @staticmethod
+    def result(app: str, tenant: str, item_id: str) -> _Call:
+        return _Call("GET", _item_path(app, tenant, item_id) + "/result")
 
     @staticmethod
     def dead_letters(app: str, filters: dict[str, Any], verb: str | None) -> _Call:
@@ -220,8 +266,10 @@ def _http_options(url: str, token: str, timeout_s: float) -> dict[str, Any]:
 COMPLETE_BATCH_MAX = 1000
 
 
-def _batches(leases: Sequence[RemoteLease]) -> list[Sequence[RemoteLease]]:
-    return [leases[i : i + COMPLETE_BATCH_MAX] for i in range(0, len(leases), COMPLETE_BATCH_MAX)]
+def _batches(leases: Sequence[RemoteLease]) -> list[tuple[int, Sequence[RemoteLease]]]:
+    """The requests' slices of ``leases``, each with where it starts."""
+    step = COMPLETE_BATCH_MAX
+    return [(i, leases[i : i + step]) for i in range(0, len(leases), step)]
 
 
 def _completed(body: dict[str, Any]) -> list[QuickError | None]:
@@ -292,13 +340,27 @@ class RemoteQuick:
         body = self._do(_Calls.enqueue_many(job_type, payloads, app, tenant, delay, priority))
         return list(body["item_ids"])
 
-    def status(self, app: str, tenant: str, item_id: str) -> dict[str, Any] | None:
-        """The item's state (queued, leased, completed, ...), or None if unknown."""
+    def status(self, app: str, tenant: str, item_id: str) -> JobStatus | None:
+        """The item's state (queued, leased, completed, ...) as :meth:`Quick.status`
+        gives it, or None if unknown."""
         try:
-            out: dict[str, Any] = self._do(_Call("GET", _item_path(app, tenant, item_id)))
+            return _status_of(self._do(_Call("GET", _item_path(app, tenant, item_id))))
         except ItemNotFound:
             return None
-        return out
+
+    def result(self, app: str, tenant: str, item_id: str, *, timeout: float = 0.0) -> Any:
+        """A completed item's kept result, as :meth:`Quick.result`: waits up to
+        ``timeout`` seconds for an unfinished item, reading again with backoff (50 ms
+        doubling to 1 s); raises :class:`ResultNotAvailable` saying why there is none."""
+        wait = ResultWait(check_seconds("timeout", timeout))
+        while True:
+            try:
+                return _result_of(self._do(_Calls.result(app, tenant, item_id)))
+            except RemoteError as err:
+                missing = _no_result(err, item_id)
+                if missing is None:
+                    raise
+            time.sleep(wait.sleep_after(missing))
 
     def cancel(self, app: str, tenant: str, item_id: str) -> None:
         self._do(_Call("DELETE", _item_path(app, tenant, item_id)))
@@ -314,17 +376,23 @@ class RemoteQuick:
         body = self._do(call, timeout_s=self.timeout_s + wait_s)
         return [_lease_of(x) for x in body["items"]]
 
-    def complete(self, lease: RemoteLease) -> None:
-        self._do(_Calls.on_lease(lease, "complete"))
+    def complete(self, lease: RemoteLease, result: Any = None) -> None:
+        """Complete the item; ``result``: the handler's return value, kept as its job
+        type's ``keep_result_s`` says."""
+        self._do(_Calls.on_lease(lease, "complete", **_result_fields(result)))
 
-    def complete_many(self, leases: Sequence[RemoteLease]) -> list[QuickError | None]:
+    def complete_many(
+        self, leases: Sequence[RemoteLease], results: Sequence[Any] | None = None
+    ) -> list[QuickError | None]:
         """Complete several leases in one request (one commit per zone on the server).
         One outcome per lease, in order: None when completed, :class:`LeaseLost` when the
         lease was lost or the item is gone (what :meth:`complete` raises); a lease that
-        was not completed is never retried here."""
+        was not completed is never retried here. ``results``: the handlers' return
+        values, one per lease."""
         out: list[QuickError | None] = []
-        for batch in _batches(leases):
-            out.extend(_completed(self._do(_Calls.complete_many(batch))))
+        for start, batch in _batches(leases):
+            kept = None if results is None else results[start : start + len(batch)]
+            out.extend(_completed(self._do(_Calls.complete_many(batch, kept))))
         return out
 
     def cancelled(self, leases: Sequence[RemoteLease]) -> list[bool]:
@@ -420,12 +488,23 @@ class AsyncRemoteQuick:
         call = _Calls.enqueue_many(job_type, payloads, app, tenant, delay, priority)
         return list((await self._do(call))["item_ids"])
 
-    async def status(self, app: str, tenant: str, item_id: str) -> dict[str, Any] | None:
+    async def status(self, app: str, tenant: str, item_id: str) -> JobStatus | None:
         try:
-            out: dict[str, Any] = await self._do(_Call("GET", _item_path(app, tenant, item_id)))
+            return _status_of(await self._do(_Call("GET", _item_path(app, tenant, item_id))))
         except ItemNotFound:
             return None
-        return out
+
+    async def result(self, app: str, tenant: str, item_id: str, *, timeout: float = 0.0) -> Any:
+        """:meth:`RemoteQuick.result`, waiting with ``asyncio.sleep``."""
+        wait = ResultWait(check_seconds("timeout", timeout))
+        while True:
+            try:
+                return _result_of(await self._do(_Calls.result(app, tenant, item_id)))
+            except RemoteError as err:
+                missing = _no_result(err, item_id)
+                if missing is None:
+                    raise
+            await asyncio.sleep(wait.sleep_after(missing))
 
     async def cancel(self, app: str, tenant: str, item_id: str) -> None:
         await self._do(_Call("DELETE", _item_path(app, tenant, item_id)))
@@ -437,13 +516,16 @@ class AsyncRemoteQuick:
         body = await self._do(call, timeout_s=self.timeout_s + wait_s)
         return [_lease_of(x) for x in body["items"]]
 
-    async def complete(self, lease: RemoteLease) -> None:
-        await self._do(_Calls.on_lease(lease, "complete"))
+    async def complete(self, lease: RemoteLease, result: Any = None) -> None:
+        await self._do(_Calls.on_lease(lease, "complete", **_result_fields(result)))
 
-    async def complete_many(self, leases: Sequence[RemoteLease]) -> list[QuickError | None]:
+    async def complete_many(
+        self, leases: Sequence[RemoteLease], results: Sequence[Any] | None = None
+    ) -> list[QuickError | None]:
         out: list[QuickError | None] = []
-        for batch in _batches(leases):
-            out.extend(_completed(await self._do(_Calls.complete_many(batch))))
+        for start, batch in _batches(leases):
+            kept = None if results is None else results[start : start + len(batch)]
+            out.extend(_completed(await self._do(_Calls.complete_many(batch, kept))))
         return out
 
     async def extend(self, lease: RemoteLease, lease_s: float = 30.0) -> int:

@@ -91,6 +91,17 @@ class ItemState(BaseModel):
     error_count: int
     next_vesting_ms: int | None = None
     last_error: str | None = None
+    has_result: bool = False
+
+
+class ItemResult(BaseModel):
+    """A completed item's kept result: ``result`` (JSON) or ``result_b64`` (bytes)."""
+
+    app: str
+    tenant: str
+    item_id: str
+    result: Any = None
+    result_b64: str | None = None
 
 
 class LeaseRequest(_Strict):
@@ -133,7 +144,33 @@ class LeaseRef(_Strict):
     lease_id: str = Field(min_length=1, max_length=200)
 
 
-class Completion(LeaseRef):
+class _Result(_Strict):
+    """A handler's return value sent with its completion: kept when the job type's
+    ``keep_result_s`` asks (``result``: a JSON value; ``result_b64``: bytes, base64)."""
+
+    result: Any = Field(default=None, description="the handler's return value (JSON)")
+    result_b64: str | None = Field(default=None, description="a bytes return value, base64")
+
+    def value(self) -> Any:
+        if self.result_b64 is None:
+            return self.result
+        try:
+            return base64.b64decode(self.result_b64, validate=True)
+        except (binascii.Error, ValueError) as err:
+            raise ValueError(f"result_b64 is not base64: {err}") from None
+
+    @model_validator(mode="after")
+    def _one_result(self) -> _Result:
+        if self.result_b64 is not None and self.result is not None:
+            raise ValueError("give result or result_b64, not both")
+        return self
+
+
+class CompleteRequest(_Result):
+    lease_id: str = Field(min_length=1, max_length=200)
+
+
+class Completion(CompleteRequest):
     app: str = Field(min_length=1, max_length=200)
     tenant: str = Field(min_length=1, max_length=200)
     item_id: str = Field(min_length=1, max_length=200)

@@ -93,7 +93,8 @@ class RemoteItemOps:
         self.stats = stats
         self.lease_s = lease_s
         self.rng = random.Random()
-        self.done: queue.Queue[RemoteLease | None] = queue.Queue()  # to complete
+        # To complete: each lease with its handler's return value (kept if its type asks).
+        self.done: queue.Queue[tuple[RemoteLease, Any] | None] = queue.Queue()
         self._lock = threading.Lock()
         self._leases: dict[int, RemoteLease] = {}  # by id(work): one per run
 
@@ -144,7 +145,10 @@ class RemoteItemOps:
         return [lease is not None and next(answers) for lease in leases]
 
     def complete(self, work: Work) -> None:
-        self.done.put(self.lease_of(work))
+        self.done.put((self.lease_of(work), work.result))
+
+    def finish_taken(self, work: Work) -> None:
+        raise StorageError("at-most-once items are not leased to remote workers")
 
     def fail(
         self,
@@ -366,7 +370,7 @@ class RemoteWorker:
         stopping = False
         while not stopping:
             first = self.ops.done.get()
-            batch: list[RemoteLease] = []
+            batch: list[tuple[RemoteLease, Any]] = []
             if first is None:
                 stopping = True
             else:
@@ -384,9 +388,11 @@ class RemoteWorker:
             if batch:
                 self._complete(batch)
 
-    def _complete(self, batch: list[RemoteLease]) -> None:
+    def _complete(self, done: list[tuple[RemoteLease, Any]]) -> None:
+        batch = [lease for lease, _ in done]
+        results = [result for _, result in done]
         try:
-            outcomes = self.client.complete_many(batch)
+            outcomes = self.client.complete_many(batch, results)
         except (QuickError, *_REQUEST_ERRORS) as err:
             self.stats.errors += len(batch)  # the leases lapse and the items run again
             log.warning("completing %d items failed: %s", len(batch), err)

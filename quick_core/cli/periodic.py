@@ -41,7 +41,7 @@ def periodic_list(app_module: str, count: int, as_json: bool) -> None:
                 "app": s.app,
                 "tenant": s.tenant,
                 "catch_up": s.catch_up,
-                "last_enqueued": when(scheduler.last_slot(s)),
+                "last_enqueued": when(scheduler.last_enqueued(s)),
                 "next_runs": [when(ms) for ms in runs],
                 "next_runs_local": [when_in(ms, s.tz) for ms in runs],
             }

@@ -17,6 +17,7 @@ from quickzones.clock import Clock
 from quickzones.consumer.state import Cluster, Work
 from quickzones.errors import ItemNotFound, LeaseLost, Nack, QuickError, StorageError
 from quickzones.registry import JobType, RetryPolicy
+from quickzones.store import outcomes
 
 
 class Failures:
@@ -52,6 +53,7 @@ class Failures:
         letter."""
         zone, item = work.zone, work.item
         if work.started:
+            self._taken_failed(work, reason)
             self.emit(
                 "failed",
                 zone=zone,
@@ -97,9 +99,23 @@ class Failures:
             self.emit("requeue_error", zone=zone, item_id=item.item_id, error=str(err))
             return "lease_lost"
 
+    def _taken_failed(self, work: Work, reason: str) -> None:
+        """An at-most-once item whose run failed was deleted as it started: its outcome
+        record (types that keep one) says failed, with the error counted, never
+        completed (issue 28, point 10)."""
+        item = work.item
+        failed = item.with_(error_count=item.error_count + 1, last_error=reason)
+        try:
+            self.clusters[work.cluster].zones.record_outcome(
+                work.zone, failed, outcomes.FAILED, reason=reason
+            )
+        except StorageError as err:
+            self.emit("complete_error", zone=work.zone, error=str(err))
+
     def nack(self, work: Work, nack: Nack) -> str:
         zone, item = work.zone, work.item
         if work.started:
+            self._taken_failed(work, "nack")
             self.emit(
                 "failed",
                 zone=zone,

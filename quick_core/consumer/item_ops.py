@@ -18,6 +18,7 @@ from quickzones.consumer.failure import Failures
 from quickzones.consumer.state import Cluster, Work
 from quickzones.errors import Nack
 from quickzones.registry import JobType
+from quickzones.store import outcomes
 from quickzones.store.records import WorkItem
 
 
@@ -46,6 +47,11 @@ class ItemOps(Protocol):
 
     def complete(self, work: Work) -> None:
         """Hand a success to the completer."""
+        ...
+
+    def finish_taken(self, work: Work) -> None:
+        """An at-most-once item (deleted as it started) ran to success: its outcome
+        record, if its type keeps one, says completed and keeps ``work.result``."""
         ...
 
     def fail(
@@ -104,6 +110,10 @@ class StoreItemOps:
 
     def complete(self, work: Work) -> None:
         self.completer().complete(work)
+
+    def finish_taken(self, work: Work) -> None:
+        zones = self.clusters[work.cluster].zones
+        zones.record_outcome(work.zone, work.item, outcomes.COMPLETED, result=work.result)
 
     def fail(
         self,

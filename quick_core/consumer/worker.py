@@ -212,6 +212,10 @@ class Worker:
                 return "cancelled"
             if error is None:
                 if item.delivery == "at_most_once":
+                    try:
+                        self.ops.finish_taken(work)  # its record keeps the result
+                    except StorageError as err:
+                        self.emit("complete_error", zone=zone, error=str(err))
                     self.emit("completed", zone=zone, item_id=item.item_id, job_type=job.name)
                     return "completed"
                 self.ops.complete(work)

@@ -28,8 +28,8 @@ from typing import Protocol
 
 from quickzones.clock import now_ms
 from quickzones.store import outcomes
-from quickzones.store.kv import KVError, KVStore, KVTransaction, run
-from quickzones.store.records import ZoneId, decode_item
+from quickzones.store.kv import KVStore, KVTransaction, run
+from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.toplevel import UNREAD, TopLevelQueue, Unread
 from quickzones.store.zonestore import NewItem
 
@@ -72,6 +72,11 @@ class ItemWriter(Protocol):
 
     def write_new_item(self, tr: KVTransaction, zone: ZoneId, item: NewItem) -> Written:
         """Write the item, its order entry and count in ``tr``; no pointer work."""
+        ...
+
+    def queued_item(self, tr: KVTransaction, zone: ZoneId, item_id: str) -> WorkItem | None:
+        """The queued item of this id as ``tr`` sees it (a snapshot read), payload
+        included; None when absent or unreadable until commit (written by ``tr``)."""
         ...
 
 
@@ -129,7 +134,14 @@ def part_one(
         # the outcome key with a conflict, so a racing completion is always seen.
         now = now_ms(toplevel.clock)
         state = outcomes.check_duplicate(
-            tr, toplevel.keys, zone, item.item_id, item.payload, item.content_type, now
+            tr,
+            toplevel.keys,
+            zone,
+            item.item_id,
+            item.payload,
+            item.content_type,
+            now,
+            item.job_type,
         )
         if state is not None:
             return Written(item.item_id, now, False, state)
@@ -137,29 +149,22 @@ def part_one(
     if written.new:
         pointer_check(tr, toplevel, zone, written.vesting_ms)
         return written
-    if item.check_outcome:
-        _check_same_payload(tr, toplevel, zone, item)
+    _check_same_job(tr, zones, zone, item, written.item_id)
     return Written(written.item_id, written.vesting_ms, False, "queued")
 
 
-def _check_same_payload(
-    tr: KVTransaction, toplevel: TopLevelQueue, zone: ZoneId, item: NewItem
+def _check_same_job(
+    tr: KVTransaction, zones: ItemWriter, zone: ZoneId, item: NewItem, item_id: str
 ) -> None:
-    """A caller-chosen id already queued: a different payload is reported, not dropped.
-    Compares the digest the queued item's dedupe policy stored (types with a policy)."""
-    assert item.item_id is not None
-    key = toplevel.keys.item_key(zone, item.item_id)
-    try:
-        raw = tr.get(key, snapshot=True)
-    except KVError:  # a FIFO record written by this transaction is unreadable until commit
+    """An id already queued: only the same job (type and payload) is an idempotent
+    repeat; a different one is reported, never silently dropped (issue 28, point 8)."""
+    queued = zones.queued_item(tr, zone, item_id)
+    if queued is None:
         return
-    if raw is None:
-        return
-    policy = decode_item(key, raw).meta.get(outcomes.POLICY_KEY)
-    if not policy:
-        return
-    if policy[3] != outcomes.payload_digest(item.payload, item.content_type):
-        raise outcomes.DuplicateItemMismatch(str(zone), item.item_id, "queued")
+    if queued.job_type != item.job_type:
+        raise outcomes.DuplicateItemMismatch(str(zone), item_id, "queued", "job type")
+    if (queued.payload, queued.content_type) != (item.payload, item.content_type):
+        raise outcomes.DuplicateItemMismatch(str(zone), item_id, "queued")
 
 
 def part_two(toplevel: TopLevelQueue, zone: ZoneId, vesting_ms: int) -> None:

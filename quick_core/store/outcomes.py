@@ -23,6 +23,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -49,29 +51,68 @@ POLICY_KEY = "_o"
 COMPLETED = "completed"
 CANCELLED = "cancelled"
 DEAD_LETTERED = "dead_lettered"
+# An at-most-once item whose handler raised: it never runs again (issue 28, point 10).
+FAILED = "failed"
 
 
 class DuplicateItemMismatch(QuickError):
     """An enqueue reused the id of a known item (queued, or finished within its dedupe
-    window) with a different payload: nothing was stored, and the caller is told."""
+    window) with a different job type or payload (``differs``): nothing was stored, and
+    the caller is told."""
 
-    def __init__(self, zone: str, item_id: str, state: str) -> None:
+    def __init__(self, zone: str, item_id: str, state: str, differs: str = "payload") -> None:
         self.zone = zone
         self.item_id = item_id
         self.state = state
+        self.differs = differs
         super().__init__(
-            f"item {item_id!r} in zone {zone} is already {state} with a different payload; "
+            f"item {item_id!r} in zone {zone} is already {state} with a different {differs}; "
             "nothing was enqueued (use a new id for different work)"
         )
 
 
 class ResultNotAvailable(QuickError, LookupError):
-    """No result to return: the item is not finished, kept none, or its record expired."""
+    """No result to return: the item is not finished (``pending``: worth waiting for),
+    kept none, or its record expired."""
 
-    def __init__(self, item_id: str, reason: str) -> None:
+    def __init__(self, item_id: str, reason: str, *, pending: bool = False) -> None:
         self.item_id = item_id
         self.reason = reason
+        self.pending = pending
         super().__init__(f"no result for item {item_id!r}: {reason}")
+
+
+# A result waiter's reads: the first after 50 ms, each wait twice the last, up to 1 s.
+RESULT_POLL_FIRST_S = 0.05
+RESULT_POLL_MAX_S = 1.0
+
+
+class ResultWait:
+    """When a caller waiting ``timeout_s`` for a result reads again: one schedule for
+    ``Quick``, ``AsyncQuick`` and the HTTP clients. A read is one snapshot read (no
+    conflict with anything); backing off to 1 s keeps a long wait to about one a second."""
+
+    def __init__(
+        self,
+        timeout_s: float,
+        *,
+        first_s: float = RESULT_POLL_FIRST_S,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._monotonic = monotonic
+        self.deadline = monotonic() + timeout_s
+        self.delay = first_s
+
+    def sleep_after(self, missing: ResultNotAvailable) -> float:
+        """The seconds to sleep before reading again, after a read raised ``missing``;
+        raises ``missing`` when there is nothing to wait for (the item is not pending)
+        or the time is up."""
+        left = self.deadline - self._monotonic()
+        if not missing.pending or left <= 0:
+            raise missing
+        sleep = min(self.delay, left)
+        self.delay = min(RESULT_POLL_MAX_S, self.delay * 2)
+        return sleep
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +142,7 @@ class Outcome:
     result: bytes | None = None
     content_type: str = "bytes"
     reason: str | None = None  # why it was dead-lettered, or why no result was kept
+    job_type: str | None = None  # None in records written before it was kept
 
 
 def payload_digest(payload: bytes, content_type: str) -> str:
@@ -197,6 +239,7 @@ def finished(
         "r": body,
         "ct": ctype,
         "why": reason,
+        "j": item.job_type,
     }
     tr.set(keys.outcome_key(zone, item.item_id), msgpack.packb(record, use_bin_type=True))
     tr.set(keys.outcome_expiry_key(expires, zone, item.item_id), b"")
@@ -217,6 +260,7 @@ def _decode(key: bytes, raw: bytes) -> Outcome:
             result=d.get("r"),
             content_type=str(d.get("ct", "bytes")),
             reason=d.get("why"),
+            job_type=d.get("j"),
         )
     except Exception as err:  # msgpack and a missing field raise unrelated types
         raise CorruptRecord(key, f"outcome record: {err}") from err
@@ -249,16 +293,19 @@ def check_duplicate(
     payload: bytes,
     content_type: str,
     now_ms: int,
+    job_type: str | None = None,
 ) -> str | None:
     """Part one's dedupe check, in the caller's transaction: the state of an item of this
     id finished within its dedupe window (the enqueue is then a no-op), else None.
 
     A conflicting read of the outcome key: an enqueue racing the completion that writes it
     retries and sees it, so one of "still queued" or "finished" is always observed.
-    Raises :class:`DuplicateItemMismatch` when the payload differs."""
+    Raises :class:`DuplicateItemMismatch` when the job type or the payload differs."""
     outcome = read(tr, keys, zone, item_id, now_ms)
     if outcome is None or outcome.dedupe_until_ms <= now_ms:
         return None
+    if job_type is not None and outcome.job_type not in (None, job_type):
+        raise DuplicateItemMismatch(str(zone), item_id, outcome.state, "job type")
     if outcome.digest != payload_digest(payload, content_type):
         raise DuplicateItemMismatch(str(zone), item_id, outcome.state)
     return outcome.state
@@ -326,7 +373,8 @@ class JobStatus:
     """What became of an item, and when.
 
     ``state``: "queued", "leased" (a consumer holds it: running, or about to),
-    "completed", "cancelled" or "dead_lettered". ``at_ms``: when it was enqueued (queued,
+    "completed", "cancelled", "dead_lettered" or "failed" (an at-most-once item whose
+    handler raised: it is not run again). ``at_ms``: when it was enqueued (queued,
     leased) or finished. ``next_vesting_ms``: when a queued item vests, or a leased item's
     lease ends (it becomes visible again then unless completed)."""
 
@@ -340,7 +388,7 @@ class JobStatus:
 
     @property
     def finished(self) -> bool:
-        return self.state in (COMPLETED, CANCELLED, DEAD_LETTERED)
+        return self.state in (COMPLETED, CANCELLED, DEAD_LETTERED, FAILED)
 
 
 def live_status(item: WorkItem) -> JobStatus:
@@ -379,7 +427,7 @@ def finished_status(
                 at_ms=outcome.finished_ms,
                 attempts=outcome.attempts,
                 error_count=outcome.error_count,
-                last_error=outcome.reason if outcome.state == DEAD_LETTERED else None,
+                last_error=outcome.reason if outcome.state in (DEAD_LETTERED, FAILED) else None,
                 has_result=outcome.result is not None and outcome.result_until_ms > now_ms,
             )
         letter = dead_letters.read_dead_letter(zone, item_id, snapshot=True, tr=tr)
@@ -411,7 +459,8 @@ def read_result(
     later read. The other order calls an item completing between the reads unknown."""
     live = items.get(zone, item_id)
     if live is not None:
-        raise ResultNotAvailable(item_id, f"not finished yet ({live_status(live).state})")
+        state = live_status(live).state
+        raise ResultNotAvailable(item_id, f"not finished yet ({state})", pending=True)
     outcome = run(kv, lambda tr: read(tr, keys, zone, item_id, now_ms, snapshot=True))
     if outcome is None:
         raise ResultNotAvailable(item_id, "unknown item, or its record expired")

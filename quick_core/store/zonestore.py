@@ -105,7 +105,8 @@ class ZoneStore(Protocol):
         With ``tr`` (stores with ``caller_transactions`` only) the enqueue joins the
         caller's transaction and commits with it. ``in_pointer_txn`` runs inside the KV
         transaction that checks the pointer. A caller-chosen ``item_id`` makes the
-        enqueue idempotent.
+        enqueue idempotent: the same job (type and payload) again is a no-op, another job
+        under a queued id raises :class:`~quickzones.store.outcomes.DuplicateItemMismatch`.
         """
         ...
 
@@ -188,6 +189,21 @@ class ZoneStore(Protocol):
         """Delete the item; with a lease id only for its holder, without one it cancels.
         ``result``: the handler's return value, kept if the item's type asks. With ``tr``
         the delete joins that transaction (transactional handlers; KV zones only)."""
+        ...
+
+    def record_outcome(
+        self,
+        zone: ZoneId,
+        item: WorkItem,
+        state: str,
+        *,
+        result: Any = None,
+        reason: str | None = None,
+    ) -> None:
+        """Write the outcome record of an item already gone from its zone, if its type
+        keeps one: an at-most-once item, deleted as its handler started, whose run ended
+        (``state`` completed, with ``result``; or failed, with ``reason``). Stores without
+        ``outcome_records`` do nothing."""
         ...
 
     def complete_many(

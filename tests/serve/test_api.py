@@ -21,13 +21,13 @@ def test_enqueue_lease_complete_round_trip(served: Served) -> None:
     with _client(served, served.a_all) as rq:
         item_id = rq.enqueue("email", {"to": "x@example.com"}, app="a", tenant="t1")
         raw_id = rq.enqueue("blob", b"\x00\xffbytes", app="a", tenant="t2", priority=-1)
-        assert rq.status("a", "t1", item_id)["state"] == "queued"
+        assert rq.status("a", "t1", item_id).state == "queued"
         leases = rq.lease(max_items=10, wait_s=2)
         assert {x.item_id for x in leases} == {item_id, raw_id}
         by_id = {x.item_id: x for x in leases}
         assert by_id[item_id].payload == {"to": "x@example.com"}
         assert by_id[raw_id].payload == b"\x00\xffbytes"
-        assert rq.status("a", "t1", item_id)["state"] == "leased"
+        assert rq.status("a", "t1", item_id).state == "leased"
         for lease in leases:
             rq.complete(lease)
         assert served.q.get("a", "t1", item_id) is None
@@ -96,7 +96,7 @@ def test_extend_nack_and_fail(served: Served) -> None:
         assert [x["item_id"] for x in letters] == [item_id]
         assert letters[0]["reason"] == "bad input"
         assert "ValueError" in letters[0]["traceback"]
-        assert rq.status("a", "t", item_id)["state"] == "dead_lettered"
+        assert rq.status("a", "t", item_id).state == "dead_lettered"
 
 
 def test_long_poll_returns_an_item_enqueued_while_waiting(served: Served) -> None:
@@ -303,7 +303,7 @@ def test_async_client_round_trip(served: Served) -> None:
         async with AsyncRemoteQuick(served.url, served.a_all) as rq:
             ids = await rq.enqueue_many("job", [1, 2], app="a", tenant="t")
             one = await rq.enqueue("job", b"raw", app="a", tenant="u")
-            assert (await rq.status("a", "u", one))["state"] == "queued"
+            assert (await rq.status("a", "u", one)).state == "queued"
             leases = await rq.lease(max_items=10, wait_s=2)
             assert {x.item_id for x in leases} == {*ids, one}
             first, second, third = sorted(leases, key=lambda x: x.item_id)

@@ -289,3 +289,47 @@ def test_four_worker_processes_run_each_slot_once(tmp_path: Path) -> None:
     # Exactly one item per slot: every slot from the first to the last, none skipped.
     slots = sorted(int(i.rsplit(":", 1)[1]) for i in runs + left)
     assert slots == list(range(slots[0], slots[-1] + 1000, 1000))
+
+
+NIGHTLY = (
+    "import os\nfrom quickzones.client import Quick\n"
+    "q = Quick.open(os.environ['QUICK_STORE'])\n"
+    "q.periodic('0 3 * * *', job='nightly', app='a', tenant='t', name='nightly')"
+    "(lambda payload, ctx: None)\n"
+)
+
+
+def test_periodic_list_does_not_show_a_first_tick_as_enqueued(tmp_path: Path) -> None:
+    """Issue 28 point 12: a new schedule's first tick enqueues nothing; `quick periodic
+    list` must not show it as "last enqueued" until a slot is enqueued."""
+    (tmp_path / "nightlyapp.py").write_text(NIGHTLY)
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    env = {"QUICK_STORE": url}
+
+    def listed() -> dict[str, object]:
+        old = os.getcwd()
+        os.chdir(tmp_path)
+        try:
+            sys.modules.pop("nightlyapp", None)
+            out = CliRunner(env=env).invoke(
+                main, ["periodic", "list", "--app-module", "nightlyapp:q", "--json"]
+            )
+        finally:
+            os.chdir(old)
+            sys.modules.pop("nightlyapp", None)
+        assert out.exit_code == 0, out.output
+        (doc,) = json.loads(out.output)
+        return dict(doc)
+
+    clock = ManualClock(datetime(2026, 1, 5, 12, 0, 0, 250_000, tzinfo=UTC).timestamp())
+    worker = Quick.open(url, clock=clock)
+    worker.periodic("0 3 * * *", job="nightly", app="a", tenant="t", name="nightly")(
+        lambda payload, ctx: None
+    )
+    scheduler = worker.scheduler()
+    assert scheduler.tick() == 0  # first sight: nothing enqueued
+    assert listed()["last_enqueued"] is None
+    _set(clock, datetime(2026, 1, 6, 3, 0, 1, tzinfo=UTC).timestamp())
+    assert scheduler.tick() == 1
+    assert listed()["last_enqueued"] == "2026-01-06T03:00:00.000Z"
+    worker.close()

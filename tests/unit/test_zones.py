@@ -13,6 +13,7 @@ from quickzones.errors import (
     LeaseLost,
     PayloadTooLarge,
 )
+from quickzones.store.outcomes import DuplicateItemMismatch
 from quickzones.store.records import ZoneId
 from tests.unit.helpers import count_range_rows
 
@@ -102,7 +103,10 @@ def test_dequeue_takes_at_most_max_and_counts(q: Quick) -> None:
 
 def test_idempotent_enqueue_with_caller_id(q: Quick) -> None:
     assert enqueue(q, item_id="order-42") == "order-42"
-    assert enqueue(q, b"other", item_id="order-42") == "order-42"
+    assert enqueue(q, item_id="order-42") == "order-42"  # the same job: a no-op
+    # Another payload under the id is another job: refused, not dropped (issue 28, point 8).
+    with pytest.raises(DuplicateItemMismatch):
+        enqueue(q, b"other", item_id="order-42")
     assert q.zones.count(Z) == 1
     assert q.get(Z.app, Z.tenant, "order-42").payload == b"x"  # type: ignore[union-attr]
 

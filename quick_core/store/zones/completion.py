@@ -21,9 +21,7 @@ from quickzones.store.kv import (
     run,
     transactional,
 )
-from quickzones.store.records import (
-    ZoneId,
-)
+from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.zones.items import ZoneItems, lease_lost
 
 
@@ -46,6 +44,27 @@ class ZoneCompletion(ZoneItems):
         self._delete_item(tr, zone, item)
         state = outcomes.COMPLETED if lease_id is not None else outcomes.CANCELLED
         outcomes.finished(tr, self.keys, zone, item, state, now_ms(self.clock), result=result)
+
+    def record_outcome(
+        self,
+        zone: ZoneId,
+        item: WorkItem,
+        state: str,
+        *,
+        result: Any = None,
+        reason: str | None = None,
+    ) -> None:
+        """The outcome record of an item already deleted (an at-most-once item whose run
+        ended), in a transaction of its own: blind writes, only if its type keeps one."""
+        if not item.meta.get(outcomes.POLICY_KEY):
+            return
+        now = now_ms(self.clock)
+        run(
+            self.kv,
+            lambda tr: outcomes.finished(
+                tr, self.keys, zone, item, state, now, result=result, reason=reason
+            ),
+        )
 
     def complete_many(
         self,

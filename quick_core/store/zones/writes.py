@@ -86,6 +86,17 @@ class ZoneWrites(ZoneItems):
             tr.add(self.keys.count_key(zone), pack_i64(1))
         return Written(item_id, vesting, True)
 
+    def queued_item(self, tr: KVTransaction, zone: ZoneId, item_id: str) -> WorkItem | None:
+        """The item of this id, read in ``tr`` without a conflict (an enqueue compares it
+        with the job it was asked to store); None when absent, or when ``tr`` wrote it as
+        a FIFO item whose record is unreadable until commit (the same job, then)."""
+        try:
+            return self._read_item(tr, zone, item_id, snapshot=True)
+        except KVError as err:
+            if err.code != ACCESSED_UNREADABLE:
+                raise
+            return None
+
     def write_new_items(
         self,
         tr: KVTransaction,

@@ -31,6 +31,7 @@ import pytest
 from quickzones.clock import ManualClock, ms_up, now_ms
 from quickzones.errors import ItemNotFound, ItemNotVested, LeaseLost
 from quickzones.store.kv import KVStore, KVTransaction, run
+from quickzones.store.outcomes import DuplicateItemMismatch
 from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.zonestore import NewItem, ZoneStore
 
@@ -123,7 +124,9 @@ def test_a_delayed_item_never_vests_before_its_time(zone_store_env: ZoneStoreEnv
 def test_caller_chosen_id_is_idempotent(zone_store_env: ZoneStoreEnv) -> None:
     env = zone_store_env
     assert add(env, b"first", item_id="fixed") == "fixed"
-    assert add(env, b"second", item_id="fixed") == "fixed"
+    assert add(env, b"first", item_id="fixed") == "fixed"  # the same job: a no-op
+    with pytest.raises(DuplicateItemMismatch):  # another job is refused, never dropped
+        add(env, b"second", item_id="fixed")
     assert env.store.count(Z) == 1
     item = env.store.get(Z, "fixed")
     assert item is not None and item.payload == b"first"
