@@ -399,7 +399,7 @@ class RemoteQuick:
         """Which of these leased items were cancelled (or went otherwise) meanwhile: one
         request per 1,000, one answer per lease, in order."""
         out: list[bool] = []
-        for batch in _batches(leases):
+        for _, batch in _batches(leases):
             out.extend(bool(x) for x in self._do(_Calls.cancelled(batch))["cancelled"])
         return out
 
