@@ -24,6 +24,14 @@ ROOT = Path(__file__).resolve().parent
 REPO = ROOT.parent
 
 
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment a bench child runs in: the caller's, with the repository on
+    PYTHONPATH after whatever that already names (an installed wheel, as the 16-core
+    machine's ``.dev/run.sh`` sets it), so both the bench modules and quickzones import."""
+    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO)) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
 def run_folder(name: str, out: str | None = None) -> Path:
     """Where one run writes its files: ``out`` when given, else a new
     ``bench/results/<UTC timestamp>-<name>/``, which ``.gitignore`` leaves untracked (a

@@ -35,6 +35,7 @@ from typing import Any
 
 from bench.common import (
     REPO,
+    child_env,
     count_lines,
     fdb_url,
     log,
@@ -112,7 +113,7 @@ def _store_backlog(url: str, n: int, work: Path) -> Path:
 
 def quick_rate(url: str, n: int, work: Path, visit_max: int | None, one: bool = False) -> float:
     out = _store_backlog(url, n, work)
-    env = {**os.environ, "BENCH_OUT": str(out), "PYTHONPATH": str(REPO)}
+    env = child_env(BENCH_OUT=str(out))
     cfg = throughput_config(
         workers=4, dequeue_max=10, visit_max=visit_max, one_transaction_visits=one
     )
@@ -139,7 +140,7 @@ def user_rate(url: str, n: int, work: Path, workers: int = 4) -> float:
     from bench.quickrun import user_worker_cmd as worker_cmd
 
     out = _store_backlog(url, n, work)
-    env = {**os.environ, "BENCH_OUT": str(out), "PYTHONPATH": str(REPO), "QUICK_STORE": url}
+    env = child_env(BENCH_OUT=str(out), QUICK_STORE=url)
     return _drain(worker_cmd(workers), env, out, n, work / "quick-worker.log")
 
 
@@ -149,7 +150,7 @@ def huey_rate(n: int, work: Path) -> float:
     db = str(work / "huey.db")
     os.environ["BENCH_OUT"] = str(out)
     os.environ["BENCH_HUEY_DB"] = db
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = child_env()
     import importlib
 
     # Reloaded: a fresh SqliteHuey on this run's file (the storage caches its connection).

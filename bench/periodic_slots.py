@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -21,7 +20,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.common import REPO, log, machine, run_folder
+from bench.common import child_env, log, machine, run_folder
 from quickzones.testing.provision.process import terminate_all
 
 APP = textwrap.dedent(
@@ -46,12 +45,7 @@ def run(seconds: int, processes: int) -> dict[str, object]:
         (work / "cronapp.py").write_text(APP)
         runs_log = work / "runs.log"
         runs_log.touch()
-        env = {
-            **os.environ,
-            "QUICK_STORE": f"sqlite:///{work / 'q.db'}",
-            "RUN_LOG": str(runs_log),
-            "PYTHONPATH": str(REPO),
-        }
+        env = child_env(QUICK_STORE=f"sqlite:///{work / 'q.db'}", RUN_LOG=str(runs_log))
         cmd = [sys.executable, "-m", "quickzones", "worker", "--app-module", "cronapp:q",
                "--workers", "2", "--managers", "1"]  # fmt: skip
         procs = [subprocess.Popen(cmd, cwd=work, env=env) for _ in range(processes)]

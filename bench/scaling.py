@@ -33,7 +33,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.common import REPO, fdb_url, log
+from bench.common import REPO, child_env, fdb_url, log
 from bench.quickrun import NOOP, SLEEP, open_quick
 from quickzones.testing.provision.ports import free_port
 
@@ -134,10 +134,7 @@ def measure(workload: Workload, processes: int, seconds: float, warm_s: float, t
     backlog = fill(url, workload.job_type, workload.work_ms, tenants, backlog)
     log(f"{workload.name} x{processes}: {backlog:,} items in {time.monotonic() - started:.1f}s")
     port = free_port()
-    # The repository for bench.user_app, after whatever PYTHONPATH names (.dev/run.sh's
-    # installed wheel).
-    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO)) if p)
-    env = {**os.environ, "QUICK_STORE": url, "PYTHONPATH": path}
+    env = child_env(QUICK_STORE=url)
     cmd = [
         sys.executable, "-m", "quickzones", "worker", "--app-module", "bench.user_app:q",
         "--processes", str(processes), "--metrics-port", str(port), *workload.worker_args,

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -41,7 +40,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, fdb_url, log, machine, read_records, run_folder, summary
+from bench.common import REPO, child_env, fdb_url, log, machine, read_records, run_folder, summary
 from bench.quickrun import JOB, config_to_json, open_quick, throughput_config
 
 LEAD_S = 4.0  # the items vest this long after the enqueue started (checked: after it ended)
@@ -85,7 +84,7 @@ def one_run(
 ) -> dict:
     out = work / "records.txt"
     out.write_bytes(b"")
-    env = {**os.environ, "BENCH_OUT": str(out), "PYTHONPATH": str(REPO)}
+    env = child_env(BENCH_OUT=str(out))
     cfg = throughput_config(
         workers=4, dequeue_max=10, one_transaction_visits=one, visits_per_transaction=batch
     )

@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, log
+from bench.common import REPO, child_env, log
 
 
 class Peer(ABC):
@@ -32,7 +32,7 @@ class Peer(ABC):
         self.workdir = workdir
         self.proc: subprocess.Popen[bytes] | None = None
         self.out = workdir / "records.txt"
-        self.env = {**os.environ, "BENCH_OUT": str(self.out), "PYTHONPATH": str(REPO)}
+        self.env = child_env(BENCH_OUT=str(self.out))
         os.environ["BENCH_OUT"] = str(self.out)
 
     # --- producer side (runs in the bench process) --------------------------------------
