@@ -1,0 +1,304 @@
+"""The Django tasks backend (issue 30 point 3), from a Django user's side: a tiny project
+(tests/django_project) whose ``@task`` functions are enqueued through quick into the zone
+of the tenant their ``customer`` keyword names, run by a real ``quick worker`` process
+pointed at ``quickzones.adapters.django.worker_app``, and read back through Django's
+``get_result``. Django's settings are process-wide, so each Django side runs in a process
+of its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quickzones.client import Quick
+from quickzones.testing.provision.postgres import postgres_skip_reason
+
+pytest.importorskip("django")
+pytest.importorskip("django_tasks")
+
+PROJECT = Path(__file__).resolve().parent.parent / "django_project"
+PRELUDE = textwrap.dedent(
+    """
+    import json, sys
+    import django
+    django.setup()
+    try:
+        from django.tasks import default_task_backend
+        from django.tasks.exceptions import TaskResultDoesNotExist
+    except ImportError:
+        from django_tasks import default_task_backend
+        from django_tasks.exceptions import TaskResultDoesNotExist
+    from django.db import connection, transaction
+    from shop.tasks import refund, send_receipt
+    out = {}
+    """
+)
+
+
+def _env(app_db: str, store: str, tmp_path: Path, **options: Any) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "settings",
+        "PYTHONPATH": os.pathsep.join([str(PROJECT), os.environ.get("PYTHONPATH", "")]),
+        "APP_DB": app_db,
+        "QUICK_STORE": store,
+        "RUN_LOG": str(tmp_path / "runs.log"),
+        "TASK_OPTIONS": json.dumps(options),
+    }
+
+
+def _django(env: dict[str, str], script: str) -> Any:
+    """Run ``script`` in a fresh process of the project; returns its ``out`` as JSON."""
+    code = PRELUDE + textwrap.dedent(script) + "\nprint(json.dumps(out))\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=PROJECT, env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+READ_RESULTS = """
+for rid in json.loads(sys.argv[1] if len(sys.argv) > 1 else "[]") or IDS:
+    try:
+        r = default_task_backend.get_result(rid)
+    except TaskResultDoesNotExist:
+        out[rid] = None
+        continue
+    out[rid] = {
+        "status": str(r.status), "task": r.task.name, "args": r.args, "kwargs": r.kwargs,
+        "return": r.return_value if r.status == "SUCCESSFUL" else None,
+        "errors": [e.exception_class_path for e in r.errors],
+        "traceback": "".join(e.traceback for e in r.errors),
+        "finished": r.finished_at is not None, "attempts": r.attempts,
+    }
+"""
+
+
+def _results(env: dict[str, str], ids: list[str]) -> dict[str, Any]:
+    found: dict[str, Any] = _django(env, f"IDS = {ids!r}\n" + READ_RESULTS)
+    return found
+
+
+@pytest.fixture()
+def worker_of(tmp_path: Path) -> Iterator[Any]:
+    """Start ``quick worker`` on the project's tasks, stopped (SIGTERM) at the end."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(env: dict[str, str]) -> subprocess.Popen[bytes]:
+        cmd = [sys.executable, "-m", "quickzones", "worker", "--managers", "1", "--app-module",
+               "quickzones.adapters.django.worker_app"]  # fmt: skip
+        proc = subprocess.Popen(cmd, cwd=PROJECT, env=env)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def _wait_finished(env: dict[str, str], ids: list[str], worker: Any) -> dict[str, Any]:
+    deadline = time.monotonic() + 90
+    while True:
+        found = _results(env, ids)
+        if all(r is not None and r["finished"] for r in found.values()):
+            return found
+        if time.monotonic() > deadline or worker.poll() is not None:
+            return found
+        time.sleep(0.3)
+
+
+def test_tasks_run_by_quick_worker_results_read_through_django(
+    tmp_path: Path, worker_of: Any
+) -> None:
+    store = f"sqlite:///{tmp_path / 'quick.db'}"
+    env = _env(str(tmp_path / "app.db"), store, tmp_path)
+    enqueued = _django(
+        env,
+        """
+        out["ann"] = [send_receipt.enqueue(n, customer="ann").id for n in (1, 2)]
+        out["bob"] = [send_receipt.enqueue(3, customer="bob").id]
+        out["refund"] = [refund.enqueue(4, customer="bob").id]
+        r = default_task_backend.get_result(out["ann"][0])
+        out["ready"] = [str(r.status), r.args, r.kwargs, r.task.name]
+        """,
+    )
+    assert enqueued["ready"] == ["READY", [1], {"customer": "ann"}, "send_receipt"]
+    # Each task sits in its tenant's zone of the app OPTIONS names.
+    q = Quick.open(store)
+    try:
+        for tenant in ("ann", "bob"):
+            for rid in enqueued[tenant]:
+                status = q.status("shop", tenant, rid.split(":", 1)[0])
+                assert status is not None and status.state == "queued"
+    finally:
+        q.close()
+
+    worker = worker_of(env)
+    ids = enqueued["ann"] + enqueued["bob"] + enqueued["refund"]
+    found = _wait_finished(env, ids, worker)
+    assert worker.poll() is None
+    receipts = [found[rid] for rid in enqueued["ann"] + enqueued["bob"]]
+    assert [(r["status"], r["return"]) for r in receipts] == [
+        ("SUCCESSFUL", {"order": 1, "sent_to": "ann"}),
+        ("SUCCESSFUL", {"order": 2, "sent_to": "ann"}),
+        ("SUCCESSFUL", {"order": 3, "sent_to": "bob"}),
+    ]
+    assert receipts[2]["args"] == [3] and receipts[2]["kwargs"] == {"customer": "bob"}
+    failed = found[enqueued["refund"][0]]
+    assert failed["status"] == "FAILED" and failed["task"] == "refund"
+    assert failed["errors"] == ["builtins.ValueError"]
+    assert "order 4 was never paid (attempt 1)" in failed["traceback"]
+    assert sorted((tmp_path / "runs.log").read_text().splitlines()) == ["ann 1", "ann 2", "bob 3"]
+    assert _results(env, ["nosuchitem:ann"]) == {"nosuchitem:ann": None}
+
+
+def test_enqueue_on_commit_on_a_store_outside_djangos_database(tmp_path: Path) -> None:
+    """SQLite store, Django's own SQLite file: not one database, so the item cannot commit
+    with Django's transaction; ``enqueue_on_commit`` (default) enqueues it after COMMIT,
+    never after ROLLBACK; off, it enqueues at once."""
+    store = f"sqlite:///{tmp_path / 'quick.db'}"
+    script = """
+    try:
+        with transaction.atomic():
+            out["rolled_back"] = send_receipt.enqueue(1, customer="ann").id
+            raise RuntimeError("declined")
+    except RuntimeError:
+        pass
+    with transaction.atomic():
+        out["committed"] = send_receipt.enqueue(2, customer="ann").id
+        try:
+            default_task_backend.get_result(out["committed"])
+            out["seen_before_commit"] = True
+        except TaskResultDoesNotExist:
+            out["seen_before_commit"] = False
+    """
+    on = _django(_env(str(tmp_path / "app.db"), store, tmp_path), script)
+    off = _django(_env(str(tmp_path / "app.db"), store, tmp_path, enqueue_on_commit=False), script)
+    q = Quick.open(store)
+    try:
+
+        def queued(rid: str) -> bool:
+            return q.status("shop", "ann", rid.split(":", 1)[0]) is not None
+
+        assert on["seen_before_commit"] is False
+        assert (queued(on["rolled_back"]), queued(on["committed"])) == (False, True)
+        assert off["seen_before_commit"] is True
+        assert (queued(off["rolled_back"]), queued(off["committed"])) == (True, True)
+    finally:
+        q.close()
+
+
+def test_tenant_from_a_callable_and_bad_options_refused(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'quick.db'}"
+    env = _env(str(tmp_path / "app.db"), store, tmp_path)
+    found = _django(
+        env,
+        """
+        try:
+            send_receipt.enqueue(1)
+        except Exception as err:
+            out["missing"] = [type(err).__name__, str(err)]
+        """,
+    )
+    assert found["missing"][0] in ("InvalidTaskError", "InvalidTask")
+    assert "customer" in found["missing"][1] and "send_receipt" in found["missing"][1]
+
+    by_callable = _env(str(tmp_path / "app.db"), store, tmp_path, tenant_kwarg=None,
+                       tenant="shop.tenants.from_order")  # fmt: skip
+    (PROJECT / "shop" / "tenants.py").exists() or pytest.fail("shop/tenants.py is missing")
+    found = _django(by_callable, 'out["id"] = send_receipt.enqueue(7, customer="x").id')
+    q = Quick.open(store)
+    try:
+        assert q.status("shop", "odd", found["id"].split(":", 1)[0]) is not None
+    finally:
+        q.close()
+
+    for bad, says in [
+        ({"colour": "blue"}, "colour"),
+        ({"tenant": "shop.tenants.from_order", "tenant_kwarg": "customer"}, "tenant_kwarg"),
+        ({"keep_result_s": -1}, "keep_result_s"),
+    ]:
+        found = _django(
+            _env(str(tmp_path / "app.db"), store, tmp_path, **bad),
+            """
+            try:
+                send_receipt.enqueue(1, customer="ann")
+            except Exception as err:
+                out["err"] = [type(err).__name__, str(err)]
+            """,
+        )
+        assert found["err"][0] == "ImproperlyConfigured" and says in found["err"][1], found
+
+
+@pytest.mark.skipif(postgres_skip_reason() is not None, reason=str(postgres_skip_reason()))
+def test_postgres_rows_and_task_commit_together(tmp_path: Path, worker_of: Any) -> None:
+    """Django and quick in one PostgreSQL database: inside ``transaction.atomic()`` the
+    order row and its task commit together (neither visible before COMMIT), and roll back
+    together; the worker runs only the committed one."""
+    psycopg = pytest.importorskip("psycopg")
+    from tests.postgres import postgres_store_url
+
+    store = postgres_store_url()
+    server = store.split("?")[0]
+    schema = store.split("schema=")[1]
+    table = f'"{schema}".orders'
+    with psycopg.connect(server, autocommit=True) as c:
+        c.execute(f"CREATE SCHEMA IF NOT EXISTS \"{schema}\"")
+        c.execute(f"CREATE TABLE {table} (id int PRIMARY KEY)")
+    env = _env(server, store, tmp_path)
+    found = _django(
+        env,
+        f"""
+        import psycopg
+        from quickzones.client import Quick
+        q = Quick.open({store!r})
+        TABLE = {table!r}
+
+        def outside():
+            with psycopg.connect({server!r}, autocommit=True) as other:
+                rows = other.execute(f"SELECT id FROM {{TABLE}} ORDER BY id").fetchall()
+            return [r[0] for r in rows]
+
+        with transaction.atomic():
+            with connection.cursor() as cur:
+                cur.execute(f"INSERT INTO {{TABLE}} VALUES (1)")
+            out["kept"] = send_receipt.enqueue(1, customer="ann").id
+            out["before_commit"] = [outside(), q.status("shop", "ann", out["kept"].split(":")[0])]
+        out["after_commit"] = [outside(), q.status("shop", "ann", out["kept"].split(":")[0]).state]
+        try:
+            with transaction.atomic():
+                with connection.cursor() as cur:
+                    cur.execute(f"INSERT INTO {{TABLE}} VALUES (2)")
+                out["dropped"] = send_receipt.enqueue(2, customer="ann").id
+                raise RuntimeError("declined")
+        except RuntimeError:
+            pass
+        out["after_rollback"] = [outside(), q.status("shop", "ann", out["dropped"].split(":")[0])]
+        """,
+    )
+    assert found["before_commit"] == [[], None]
+    assert found["after_commit"] == [[1], "queued"]
+    assert found["after_rollback"] == [[1], None]
+
+    worker = worker_of(env)
+    results = _wait_finished(env, [found["kept"]], worker)
+    assert results[found["kept"]]["status"] == "SUCCESSFUL"
+    assert results[found["kept"]]["return"] == {"order": 1, "sent_to": "ann"}
+    assert _results(env, [found["dropped"]]) == {found["dropped"]: None}
+    assert (tmp_path / "runs.log").read_text().splitlines() == ["ann 1"]
