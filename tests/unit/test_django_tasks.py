@@ -57,9 +57,9 @@ def _env(app_db: str, store: str, tmp_path: Path, **options: Any) -> dict[str, s
     }
 
 
-def _django(env: dict[str, str], script: str) -> Any:
+def _django(env: dict[str, str], script: str, prelude: str = PRELUDE) -> Any:
     """Run ``script`` in a fresh process of the project; returns its ``out`` as JSON."""
-    code = PRELUDE + textwrap.dedent(script) + "\nprint(json.dumps(out))\n"
+    code = prelude + textwrap.dedent(script) + "\nprint(json.dumps(out))\n"
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=PROJECT, env=env, capture_output=True, text=True,
         timeout=120,
@@ -237,11 +237,13 @@ def test_tenant_from_a_callable_and_bad_options_refused(tmp_path: Path) -> None:
         found = _django(
             _env(str(tmp_path / "app.db"), store, tmp_path, **bad),
             """
-            try:
+            try:  # the backend is built when the first @task is declared
+                from shop.tasks import send_receipt
                 send_receipt.enqueue(1, customer="ann")
             except Exception as err:
                 out["err"] = [type(err).__name__, str(err)]
             """,
+            prelude="import json, sys\nimport django\ndjango.setup()\nout = {}\n",
         )
         assert found["err"][0] == "ImproperlyConfigured" and says in found["err"][1], found
 
@@ -258,8 +260,8 @@ def test_postgres_rows_and_task_commit_together(tmp_path: Path, worker_of: Any) 
     server = store.split("?")[0]
     schema = store.split("schema=")[1]
     table = f'"{schema}".orders'
+    Quick.open(store).close()  # quick's schema first: it refuses one holding other tables
     with psycopg.connect(server, autocommit=True) as c:
-        c.execute(f"CREATE SCHEMA IF NOT EXISTS \"{schema}\"")
         c.execute(f"CREATE TABLE {table} (id int PRIMARY KEY)")
     env = _env(server, store, tmp_path)
     found = _django(
