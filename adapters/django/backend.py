@@ -157,4 +157,4 @@ class QuickTaskBackend(BaseTaskBackend):  # type: ignore[misc]
 def _delay_s(run_after: datetime | None) -> float:
     if run_after is None:
         return 0.0
-    return max(0.0, (run_after - timezone.now()).total_seconds())
+    return max(0.0, float((run_after - timezone.now()).total_seconds()))

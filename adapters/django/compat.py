@@ -36,9 +36,8 @@ except ImportError:
     from django_tasks.utils import get_exception_traceback, normalize_json
 
 # Django 6 renamed django-tasks' InvalidTaskError to InvalidTask.
-InvalidTask: type[Exception] = getattr(_exceptions, "InvalidTask", None) or getattr(
-    _exceptions, "InvalidTaskError"
-)
+_names = vars(_exceptions)
+InvalidTask: type[Exception] = _names.get("InvalidTask") or _names["InvalidTaskError"]
 TaskResultDoesNotExist: type[Exception] = _exceptions.TaskResultDoesNotExist
 
 

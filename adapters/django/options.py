@@ -74,9 +74,7 @@ def read_options(alias: str, params: Mapping[str, Any]) -> BackendOptions:
             app=check_name("app", raw.get("app", "django")),
             tenant_kwarg=_optional_str(where, "tenant_kwarg", raw.get("tenant_kwarg")),
             tenant=_callable(where, raw.get("tenant")),
-            default_tenant=check_name(
-                "default_tenant", raw.get("default_tenant", DEFAULT_TENANT)
-            ),
+            default_tenant=check_name("default_tenant", raw.get("default_tenant", DEFAULT_TENANT)),
             database=str(raw.get("database", "default")),
             enqueue_on_commit=_flag(where, "enqueue_on_commit", raw.get("enqueue_on_commit", True)),
             keep_result_s=check_seconds(
@@ -107,7 +105,9 @@ def _callable(where: str, value: object) -> TenantOf | None:
         try:
             value = import_string(value)
         except ImportError as err:
-            raise ImproperlyConfigured(f"{where}['tenant']: cannot import {value!r}: {err}") from err
+            raise ImproperlyConfigured(
+                f"{where}['tenant']: cannot import {value!r}: {err}"
+            ) from err
     if value is None or callable(value):
         return value
     raise ImproperlyConfigured(
