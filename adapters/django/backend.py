@@ -48,25 +48,15 @@ class QuickTaskBackend(BaseTaskBackend):  # type: ignore[misc]
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self.settings: BackendOptions = read_options(alias, params)
-        self._quick: Quick | None = None
-        self._opening = threading.Lock()
         # Whether Django's connection reaches quick's store; None until the first
         # enqueue inside a transaction finds out.
         self._joins: bool | None = None
 
     @property
     def quick(self) -> Quick:
-        """The Quick of ``OPTIONS["store"]``, opened on first use (not at settings time)."""
-        with self._opening:
-            if self._quick is None:
-                self._quick = Quick.open(self.settings.store, **self.settings.quick)
-            return self._quick
-
-    def close(self) -> None:
-        with self._opening:
-            if self._quick is not None:
-                self._quick.close()
-                self._quick = None
+        """The Quick of ``OPTIONS["store"]``, opened on first use (not at settings time)
+        and shared by this process's threads: Django builds a backend per thread."""
+        return _shared_quick(self.alias, self.settings)
 
     def tenant_of(self, task: Any, args: Any, kwargs: Any) -> str:
         """The tenant whose zone the task goes to (``tenant_kwarg``, ``tenant`` or
@@ -152,6 +142,21 @@ class QuickTaskBackend(BaseTaskBackend):  # type: ignore[misc]
 
     def get_result(self, result_id: str) -> Any:
         return read_result(self.quick, self.settings.app, self.alias, result_id)
+
+
+# One Quick per backend alias and settings in a process (its connection pool and store
+# checks are not per thread); Quick is thread-safe.
+_quicks: dict[tuple[str, str], Quick] = {}
+_opening = threading.Lock()
+
+
+def _shared_quick(alias: str, settings: BackendOptions) -> Quick:
+    key = (alias, repr((settings.store, sorted(settings.quick.items()))))
+    with _opening:
+        quick = _quicks.get(key)
+        if quick is None:
+            quick = _quicks[key] = Quick.open(settings.store, **settings.quick)
+        return quick
 
 
 def _delay_s(run_after: datetime | None) -> float:

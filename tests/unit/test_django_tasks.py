@@ -307,3 +307,32 @@ def test_postgres_rows_and_task_commit_together(tmp_path: Path, worker_of: Any) 
     assert results[found["kept"]]["return"] == {"order": 1, "sent_to": "ann"}
     assert _results(env, [found["dropped"]]) == {found["dropped"]: None}
     assert (tmp_path / "runs.log").read_text().splitlines() == ["ann 1"]
+
+
+def test_threads_share_one_quick(tmp_path: Path) -> None:
+    """Django builds a backend per thread; they share one Quick (one pool, one open)."""
+    env = _env(str(tmp_path / "app.db"), f"sqlite:///{tmp_path / 'quick.db'}", tmp_path)
+    found = _django(
+        env,
+        """
+        import threading
+        try:
+            from django.tasks import task_backends
+        except ImportError:
+            from django_tasks import task_backends
+        seen = []
+
+        def enqueue():
+            send_receipt.enqueue(1, customer="ann")
+            seen.append((id(task_backends["default"]), id(task_backends["default"].quick)))
+
+        threads = [threading.Thread(target=enqueue) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        out["backends"] = len({b for b, _ in seen})
+        out["quicks"] = len({q for _, q in seen})
+        """,
+    )
+    assert (found["backends"], found["quicks"]) == (4, 1)
