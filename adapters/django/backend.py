@@ -43,7 +43,7 @@ class QuickTaskBackend(BaseTaskBackend):  # type: ignore[misc]
     supports_defer = True
     supports_priority = True
     supports_get_result = True
-    supports_async_task = False
+    supports_async_task = True  # the worker runs a coroutine to completion (Task.call)
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)

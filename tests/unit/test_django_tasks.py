@@ -358,3 +358,37 @@ def test_one_tenants_burst_does_not_starve_another(tmp_path: Path, worker_of: An
     position = ran.index("small 0") + 1
     print(f"small tenant's task ran {position} of {len(ran)} so far")
     assert position <= 50, position
+
+
+def test_async_task_priority_and_run_after(tmp_path: Path, worker_of: Any) -> None:
+    """An ``async def`` task runs; Django's priority (higher first) becomes quick's (lower
+    first) and ``run_after`` the item's delay."""
+    store = f"sqlite:///{tmp_path / 'quick.db'}"
+    env = _env(str(tmp_path / "app.db"), store, tmp_path, task_modules=["shop.async_tasks"])
+    found = _django(
+        env,
+        """
+        from datetime import timedelta
+        from django.utils import timezone
+        from shop.async_tasks import total
+        out["async"] = total.enqueue(2, 3, customer="ann").id
+        out["urgent"] = send_receipt.enqueue(1, customer="ann").id
+        later = send_receipt.using(run_after=timezone.now() + timedelta(hours=1))
+        out["later"] = later.enqueue(2, customer="ann").id
+        """,
+    )
+    q = Quick.open(store)
+    try:
+        urgent = q.get("shop", "ann", found["urgent"].split(":", 1)[0])
+        later = q.get("shop", "ann", found["later"].split(":", 1)[0])
+        assert urgent is not None and urgent.priority == -10  # @task(priority=10)
+        assert later is not None and later.vesting_ms - later.enqueued_ms >= 3_500_000
+    finally:
+        q.close()
+    worker = worker_of(env)
+    results = _wait_finished(env, [found["async"], found["urgent"]], worker)
+    assert (results[found["async"]]["status"], results[found["async"]]["return"]) == (
+        "SUCCESSFUL",
+        5,
+    )
+    assert _results(env, [found["later"]])[found["later"]]["status"] == "READY"
