@@ -129,8 +129,9 @@ class QuickTaskBackend(BaseTaskBackend):  # type: ignore[misc]
     ) -> bool:
         """Write the item into Django's open transaction; False (nothing written) when
         quick's store is not the database Django's connection reaches."""
-        if not hasattr(self.quick.kv, "transaction_on"):
-            self._joins = False
+        scheme = self.settings.store.partition(":")[0].lower()
+        if _VENDOR.get(scheme) != conn.vendor or not hasattr(self.quick.kv, "transaction_on"):
+            self._joins = False  # another kind of database altogether
             return False
         try:
             self.quick.enqueue_on(conn, job_type, body, **options)
@@ -143,6 +144,9 @@ class QuickTaskBackend(BaseTaskBackend):  # type: ignore[misc]
     def get_result(self, result_id: str) -> Any:
         return read_result(self.quick, self.settings.app, self.alias, result_id)
 
+
+# The Django database vendor whose connection a store's scheme can join.
+_VENDOR = {"postgresql": "postgresql", "postgres": "postgresql", "sqlite": "sqlite"}
 
 # One Quick per backend alias and settings in a process (its connection pool and store
 # checks are not per thread); Quick is thread-safe.

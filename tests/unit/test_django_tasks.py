@@ -392,3 +392,70 @@ def test_async_task_priority_and_run_after(tmp_path: Path, worker_of: Any) -> No
         5,
     )
     assert _results(env, [found["later"]])[found["later"]]["status"] == "READY"
+
+
+@pytest.mark.skipif(postgres_skip_reason() is not None, reason=str(postgres_skip_reason()))
+def test_django_on_postgres_store_on_sqlite_enqueues_on_commit(tmp_path: Path) -> None:
+    """Django's database is PostgreSQL, quick's store a SQLite file: the item cannot join
+    Django's transaction, so it is enqueued after COMMIT and never after ROLLBACK."""
+    from tests.postgres import postgres_store_url
+
+    server = postgres_store_url().split("?")[0]
+    store = f"sqlite:///{tmp_path / 'quick.db'}"
+    found = _django(
+        _env(server, store, tmp_path),
+        """
+        try:
+            with transaction.atomic():
+                out["rolled_back"] = send_receipt.enqueue(1, customer="ann").id
+                raise RuntimeError("declined")
+        except RuntimeError:
+            pass
+        with transaction.atomic():
+            out["committed"] = send_receipt.enqueue(2, customer="ann").id
+        """,
+    )
+    q = Quick.open(store)
+    try:
+        assert q.status("shop", "ann", found["rolled_back"].split(":", 1)[0]) is None
+        assert q.status("shop", "ann", found["committed"].split(":", 1)[0]) is not None
+    finally:
+        q.close()
+
+
+def test_django_and_quick_in_one_sqlite_file_commit_together(tmp_path: Path) -> None:
+    """Django's SQLite database is quick's store file: the task is written into Django's
+    transaction (its row and the item commit or roll back together)."""
+    db = tmp_path / "one.db"
+    # quick's tables first (a worker or any open creates them): creating them inside
+    # Django's write transaction on the same file would wait for that transaction's lock.
+    Quick.open(f"sqlite:///{db}").close()
+    found = _django(
+        _env(str(db), f"sqlite:///{db}", tmp_path),
+        """
+        with connection.cursor() as cur:
+            cur.execute("CREATE TABLE orders (id integer PRIMARY KEY)")
+        try:
+            with transaction.atomic():
+                with connection.cursor() as cur:
+                    cur.execute("INSERT INTO orders VALUES (1)")
+                out["rolled_back"] = send_receipt.enqueue(1, customer="ann").id
+                raise RuntimeError("declined")
+        except RuntimeError:
+            pass
+        with transaction.atomic():
+            out["committed"] = send_receipt.enqueue(2, customer="ann").id
+            with connection.cursor() as cur:
+                cur.execute("INSERT INTO orders VALUES (2)")
+        out["joined"] = default_task_backend._joins
+        with connection.cursor() as cur:
+            out["rows"] = [r[0] for r in cur.execute("SELECT id FROM orders").fetchall()]
+        """,
+    )
+    assert found["joined"] is True and found["rows"] == [2]
+    q = Quick.open(f"sqlite:///{db}")
+    try:
+        assert q.status("shop", "ann", found["rolled_back"].split(":", 1)[0]) is None
+        assert q.status("shop", "ann", found["committed"].split(":", 1)[0]) is not None
+    finally:
+        q.close()
