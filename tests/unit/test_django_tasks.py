@@ -459,3 +459,13 @@ def test_django_and_quick_in_one_sqlite_file_commit_together(tmp_path: Path) -> 
         assert q.status("shop", "ann", found["committed"].split(":", 1)[0]) is not None
     finally:
         q.close()
+
+
+def test_worker_app_without_django_settings_says_so(tmp_path: Path) -> None:
+    env = _env(str(tmp_path / "app.db"), f"sqlite:///{tmp_path / 'quick.db'}", tmp_path)
+    del env["DJANGO_SETTINGS_MODULE"]
+    cmd = [sys.executable, "-m", "quickzones", "worker", "--app-module",
+           "quickzones.adapters.django.worker_app"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "DJANGO_SETTINGS_MODULE" in proc.stderr and "Traceback" not in proc.stderr
