@@ -361,3 +361,10 @@ class UnusableConnection(ConfigurationError):
         super().__init__(f"cannot enqueue through {connection}: {reason}; nothing was written")
         self.connection = connection
         self.reason = reason
+
+
+class OtherDatabase(UnusableConnection):
+    """The application's connection reaches another database (or SQLite file) than the
+    store's, so its transaction cannot carry the item; checked before anything is read
+    or written, so the caller may enqueue another way (the Django backend then waits for
+    the COMMIT)."""

@@ -46,7 +46,7 @@ from quickzones.backends.postgres.errors import translate
 from quickzones.backends.postgres.resolver import Connection
 from quickzones.backends.postgres.sql import KEYS_PER_SELECT
 from quickzones.backends.txnbuffer import BufferedTransaction, CommitRequest, KeyValue
-from quickzones.errors import UnusableConnection
+from quickzones.errors import OtherDatabase, UnusableConnection
 from quickzones.store.kv import NOT_COMMITTED, KVError
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def join(store: PostgresStore, connection: object) -> Connection:
     try:
         where = conn.execute(_WHERE).fetchone()
         if where != store.server_identity(_WHERE):
-            raise UnusableConnection(
+            raise OtherDatabase(
                 f"a connection to database {where[0] if where else '?'!r}",
                 "the store's schema lives in another database; connect to the store's",
             )

@@ -40,7 +40,7 @@ from quickzones.backends.sqlite.errors import _is_busy, _translate
 from quickzones.backends.sqlite.sql import _GET, _RANGE, _RANGE_REVERSE, _VERSION
 from quickzones.backends.sqlite.store import SQLiteStore
 from quickzones.backends.txnbuffer import BufferedTransaction, CommitRequest, KeyValue
-from quickzones.errors import StoreBusy, UnusableConnection
+from quickzones.errors import OtherDatabase, StoreBusy, UnusableConnection
 from quickzones.store.kv import NOT_COMMITTED, KVError
 
 # A write that changes nothing: it makes the transaction hold SQLite's write lock.
@@ -98,7 +98,7 @@ def join(store: SQLiteStore, connection: object) -> tuple[sqlite3.Connection, bo
     main = _main_file(conn)
     expected = _realpath(store.path)
     if not main or (main != expected and _realpath(main) != expected):
-        raise UnusableConnection(
+        raise OtherDatabase(
             f"a connection to {main or 'an in-memory database'!r}",
             f"the store is {expected!r}; connect to the store's file",
         )

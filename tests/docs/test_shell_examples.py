@@ -30,6 +30,9 @@ SHELLS = {"bash", "sh", "shell", "console"}
 NOT_RUN: dict[tuple[str, str], str] = {
     ("tutorial.md", "quick worker"): "runs until SIGTERM; needs the user's module and Redis",
     ("tutorial-sqlite-transaction.md", "quick worker"): "runs until SIGTERM; needs shop.py",
+    ("tutorial-django.md", "quick worker"): (
+        "runs until SIGTERM; needs the Django project (tests/unit/test_django_tutorial.py runs it)"
+    ),
     ("cassandra.md", "quick cassandra init"): "needs a Cassandra cluster",
     ("cassandra.md", "quick cassandra repair"): "needs Cassandra and FoundationDB",
     ("cassandra.md", "quick migrate"): "needs Cassandra; shows optional flags in brackets",

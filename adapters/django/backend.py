@@ -1,0 +1,169 @@
+"""``QuickTaskBackend``: Django's tasks framework over quick. Each ``@task`` call becomes a
+work item in the zone (app, tenant) of quick's store, run by ``quick worker`` (see
+``worker_app``), so one tenant's burst cannot starve the others (the paper's fairness).
+
+Enqueue and Django's transactions: with ``enqueue_on_commit`` (the default) a task
+enqueued inside ``transaction.atomic()`` exists only if that transaction commits. When
+quick's store is the database Django's connection reaches (PostgreSQL, or one SQLite
+file) the item is written *into* Django's transaction (``Quick.enqueue_on``): rows and
+task commit together or not at all, and a crash after COMMIT loses neither. Otherwise it
+is enqueued from ``transaction.on_commit``. Without ``enqueue_on_commit``, or outside a
+transaction, it commits at once on its own."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from typing import Any
+
+from django.db import connections, transaction
+from django.utils import timezone
+
+from quickzones.adapters.django.compat import (
+    BaseTaskBackend,
+    InvalidTask,
+    TaskResult,
+    TaskResultStatus,
+    task_enqueued,
+)
+from quickzones.adapters.django.jobs import payload, register_task
+from quickzones.adapters.django.options import BackendOptions, read_options
+from quickzones.adapters.django.results import read_result, result_id
+from quickzones.client import Quick
+from quickzones.errors import OtherDatabase
+from quickzones.store.validation import check_name
+from quickzones.store.zones.items import new_item_id
+
+
+class QuickTaskBackend(BaseTaskBackend):  # type: ignore[misc]
+    """``TASKS = {"default": {"BACKEND": "quickzones.adapters.django.QuickTaskBackend",
+    "OPTIONS": {"store": "postgresql://...", "app": "shop", "tenant_kwarg": "customer"}}}``
+    (every option: :class:`~quickzones.adapters.django.options.BackendOptions`)."""
+
+    supports_defer = True
+    supports_priority = True
+    supports_get_result = True
+    supports_async_task = True  # the worker runs a coroutine to completion (Task.call)
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.settings: BackendOptions = read_options(alias, params)
+        # Whether Django's connection reaches quick's store; None until the first
+        # enqueue inside a transaction finds out.
+        self._joins: bool | None = None
+
+    @property
+    def quick(self) -> Quick:
+        """The Quick of ``OPTIONS["store"]``, opened on first use (not at settings time)
+        and shared by this process's threads: Django builds a backend per thread."""
+        return _shared_quick(self.alias, self.settings)
+
+    def tenant_of(self, task: Any, args: Any, kwargs: Any) -> str:
+        """The tenant whose zone the task goes to (``tenant_kwarg``, ``tenant`` or
+        ``default_tenant``); InvalidTask when it is missing or not a usable name."""
+        options = self.settings
+        if options.tenant is not None:
+            tenant = options.tenant(task, tuple(args), dict(kwargs))
+        elif options.tenant_kwarg is not None:
+            if options.tenant_kwarg not in kwargs:
+                raise InvalidTask(
+                    f"task {task.name} ({task.module_path}) was enqueued without its tenant:"
+                    f" pass {options.tenant_kwarg}=... (the backend's 'tenant_kwarg')"
+                )
+            tenant = kwargs[options.tenant_kwarg]
+        else:
+            tenant = options.default_tenant
+        try:
+            return check_name("tenant", tenant if isinstance(tenant, str) else str(tenant))
+        except ValueError as err:
+            raise InvalidTask(f"task {task.name}: {err}") from err
+
+    def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        self.validate_task(task)
+        tenant = self.tenant_of(task, args, kwargs)
+        quick = self.quick
+        job_type = register_task(quick, task, self.settings, self.alias)
+        item_id = new_item_id(quick.ids)
+        result = TaskResult(
+            task=task,
+            id=result_id(item_id, tenant),
+            status=TaskResultStatus.READY,
+            enqueued_at=timezone.now(),
+            started_at=None,
+            last_attempted_at=None,
+            finished_at=None,
+            args=args,
+            kwargs=kwargs,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        options: dict[str, Any] = {
+            "app": self.settings.app,
+            "tenant": tenant,
+            "item_id": item_id,
+            # Django: higher priority runs first; quick: lower numbers first.
+            "priority": -int(task.priority),
+            "delay": _delay_s(task.run_after),
+        }
+        body = payload(task, result.args, result.kwargs)
+
+        def announce() -> None:
+            task_enqueued.send(type(self), task_result=result)
+
+        def enqueue_now() -> None:
+            quick.enqueue(job_type, body, **options)
+            announce()
+
+        conn = connections[self.settings.database]
+        if not (self.settings.enqueue_on_commit and conn.in_atomic_block):
+            enqueue_now()
+        elif self._joins is not False and self._enqueue_in(conn, job_type, body, options):
+            transaction.on_commit(announce, using=self.settings.database)
+        else:
+            transaction.on_commit(enqueue_now, using=self.settings.database)
+        return result
+
+    def _enqueue_in(
+        self, conn: Any, job_type: str, body: dict[str, Any], options: dict[str, Any]
+    ) -> bool:
+        """Write the item into Django's open transaction; False (nothing written) when
+        quick's store is not the database Django's connection reaches."""
+        scheme = self.settings.store.partition(":")[0].lower()
+        if _VENDOR.get(scheme) != conn.vendor or not hasattr(self.quick.kv, "transaction_on"):
+            self._joins = False  # another kind of database altogether
+            return False
+        try:
+            self.quick.enqueue_on(conn, job_type, body, **options)
+        except OtherDatabase:
+            self._joins = False
+            return False
+        self._joins = True
+        return True
+
+    def get_result(self, result_id: str) -> Any:
+        return read_result(self.quick, self.settings.app, self.alias, result_id)
+
+
+# The Django database vendor whose connection a store's scheme can join.
+_VENDOR = {"postgresql": "postgresql", "postgres": "postgresql", "sqlite": "sqlite"}
+
+# One Quick per backend alias and settings in a process (its connection pool and store
+# checks are not per thread); Quick is thread-safe.
+_quicks: dict[tuple[str, str], Quick] = {}
+_opening = threading.Lock()
+
+
+def _shared_quick(alias: str, settings: BackendOptions) -> Quick:
+    key = (alias, repr((settings.store, sorted(settings.quick.items()))))
+    with _opening:
+        quick = _quicks.get(key)
+        if quick is None:
+            quick = _quicks[key] = Quick.open(settings.store, **settings.quick)
+        return quick
+
+
+def _delay_s(run_after: datetime | None) -> float:
+    if run_after is None:
+        return 0.0
+    return max(0.0, float((run_after - timezone.now()).total_seconds()))

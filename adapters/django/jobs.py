@@ -1,0 +1,108 @@
+"""A Django task as a quick job type: its name, its item's payload and the handler that
+runs it. The producer (the backend, at enqueue) and the worker (``worker_app``) register
+tasks through :func:`register_task` alone, so both agree on the job type, its retry policy
+and how long its outcome is kept (the enqueue stores that policy in the item)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.db import close_old_connections
+from django.utils.module_loading import import_string
+
+from quickzones.adapters.django.compat import (
+    Task,
+    TaskContext,
+    TaskResult,
+    TaskResultStatus,
+    normalize_json,
+)
+from quickzones.adapters.django.options import BackendOptions
+from quickzones.client import Quick
+from quickzones.registry import JobContext
+from quickzones.store.records import WorkItem
+
+# The item's payload: {"task": module path, "args": [...], "kwargs": {...}}; the kept
+# result: the same with "return_value" added, so a finished task's result needs no item.
+TASK, ARGS, KWARGS, RETURN_VALUE = "task", "args", "kwargs", "return_value"
+# Django's TaskResult lists the workers that ran a task; quick's items count attempts.
+WORKER_ID = "quick"
+
+
+def job_type(task: Any) -> str:
+    """The quick job type of a task: its module path (``shop.tasks.send_receipt``)."""
+    return str(task.module_path)
+
+
+def payload(task: Any, args: Any, kwargs: Any) -> dict[str, Any]:
+    return {TASK: task.module_path, ARGS: args, KWARGS: kwargs}
+
+
+def item_payload(item: WorkItem) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(item.payload) if item.content_type == "json" else {}
+    return body
+
+
+def load_task(path: str) -> Any:
+    """The ``Task`` a module path names (the module-level name ``@task`` bound)."""
+    found = import_string(path)
+    if not isinstance(found, Task):
+        raise TypeError(f"{path} is not a Django task (decorate it with @task)")
+    return found
+
+
+def register_task(quick: Quick, task: Any, options: BackendOptions, alias: str) -> str:
+    """Make ``task`` a job type of ``quick`` (once): its handler runs the task; its
+    outcome (status, return value) is kept ``keep_result_s``."""
+    name = job_type(task)
+    if quick.registry.find(name) is None:
+        quick.job(
+            name,
+            retry=options.retry,
+            keep_status_s=options.keep_result_s,
+            keep_result_s=options.keep_result_s,
+        )(_runner(alias))
+    return name
+
+
+def _runner(alias: str) -> Any:
+    def run(body: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+        task = load_task(body[TASK])
+        args, kwargs = list(body[ARGS]), dict(body[KWARGS])
+        # A long-running worker is Django's request loop here: drop connections that
+        # died or outlived CONN_MAX_AGE before and after each task.
+        close_old_connections()
+        try:
+            if task.takes_context:
+                running = running_result(task, alias, ctx, args, kwargs)
+                value = task.call(TaskContext(task_result=running), *args, **kwargs)
+            else:
+                value = task.call(*args, **kwargs)
+        finally:
+            close_old_connections()
+        return {**body, RETURN_VALUE: normalize_json(value)}
+
+    return run
+
+
+def running_result(
+    task: Any, alias: str, ctx: JobContext, args: list[Any], kwargs: dict[str, Any]
+) -> Any:
+    """The TaskResult a ``takes_context`` task sees while it runs (``context.attempt``)."""
+    from quickzones.adapters.django.results import result_id, timestamp
+
+    return TaskResult(
+        task=task,
+        id=result_id(ctx.item_id, ctx.tenant),
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=timestamp(ctx.item.enqueued_ms),
+        started_at=None,
+        finished_at=None,
+        last_attempted_at=None,
+        args=args,
+        kwargs=kwargs,
+        backend=alias,
+        errors=[],
+        worker_ids=[WORKER_ID] * max(1, ctx.item.attempts),
+    )

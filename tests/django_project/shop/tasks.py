@@ -1,0 +1,20 @@
+"""The shop's tasks: each takes its tenant as the ``customer`` keyword."""
+
+import os
+
+try:
+    from django.tasks import TaskContext, task  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # Django before 6: the reference implementation
+    from django_tasks import TaskContext, task
+
+
+@task(priority=10)
+def send_receipt(order: int, *, customer: str) -> dict[str, object]:
+    with open(os.environ["RUN_LOG"], "a") as log:
+        log.write(f"{customer} {order}\n")
+    return {"order": order, "sent_to": customer}
+
+
+@task(takes_context=True)
+def refund(context: TaskContext, order: int, *, customer: str) -> None:
+    raise ValueError(f"order {order} was never paid (attempt {context.attempt})")
