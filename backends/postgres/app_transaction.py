@@ -43,6 +43,7 @@ from quickzones.aio import OnLoop
 from quickzones.backends.postgres import resolver
 from quickzones.backends.postgres.async_connection import SyncOverAsync
 from quickzones.backends.postgres.errors import translate
+from quickzones.backends.postgres.joined import Joined
 from quickzones.backends.postgres.resolver import Connection
 from quickzones.backends.postgres.sql import KEYS_PER_SELECT
 from quickzones.backends.txnbuffer import BufferedTransaction, CommitRequest, KeyValue
@@ -93,12 +94,12 @@ def dbapi_connection(connection: object) -> Connection:
     )
 
 
-def join(store: PostgresStore, connection: object) -> Connection:
+def join(store: PostgresStore, connection: object) -> Joined:
     """Check the application's connection and make its transaction take the resolver's
-    lock. Raises :class:`UnusableConnection` (not psycopg, closed, another database,
-    autocommit, a failed transaction), a retryable ``KVError`` 1020 (its snapshot is older
-    than the last quick commit: roll back and run it again) or 1038 (the lock was held
-    past ``lock_timeout``)."""
+    lock; returns it with the version the lock read. Raises :class:`UnusableConnection`
+    (not psycopg, closed, another database, autocommit, a failed transaction), a retryable
+    ``KVError`` 1020 (its snapshot is older than the last quick commit: roll back and run
+    it again) or 1038 (the lock was held past ``lock_timeout``)."""
     conn = dbapi_connection(connection)
     if conn.closed or conn.broken:
         raise UnusableConnection("the application's connection", "it is closed")
@@ -114,13 +115,15 @@ def join(store: PostgresStore, connection: object) -> Connection:
             " on its own; use conn.transaction() (or BEGIN) first",
         )
     try:
-        where = conn.execute(_WHERE).fetchone()
-        if where != store.server_identity(_WHERE):
-            raise UnusableConnection(
-                f"a connection to database {where[0] if where else '?'!r}",
-                "the store's schema lives in another database; connect to the store's",
-            )
-        conn.execute(store.sql.lock_version)
+        if conn not in store.same_database:
+            where = conn.execute(_WHERE).fetchone()
+            if where != store.server_identity(_WHERE):
+                raise UnusableConnection(
+                    f"a connection to database {where[0] if where else '?'!r}",
+                    "the store's schema lives in another database; connect to the store's",
+                )
+            store.same_database.add(conn)
+        row = conn.execute(store.sql.lock_version).fetchone()
     except psycopg.errors.SerializationFailure as err:
         raise KVError(
             NOT_COMMITTED,
@@ -129,7 +132,8 @@ def join(store: PostgresStore, connection: object) -> Connection:
         ) from err
     except psycopg.Error as err:
         raise translate(err, "joining the application's transaction", store.shown) from err
-    return conn
+    assert row is not None, "quick_meta has its row"
+    return Joined(conn, int(row[0]))
 
 
 class AppTransaction(BufferedTransaction):
@@ -138,9 +142,10 @@ class AppTransaction(BufferedTransaction):
     lock, see :func:`join`). Its commit writes into that transaction; the application's
     COMMIT makes it durable. It never conflicts."""
 
-    def __init__(self, store: PostgresStore, conn: Connection) -> None:
+    def __init__(self, store: PostgresStore, joined: Joined) -> None:
         self._store = store
-        self._conn = conn
+        self._joined = joined
+        self._conn = joined.conn
         super().__init__(store.clock)
 
     def _checked(self) -> Connection:
@@ -153,12 +158,8 @@ class AppTransaction(BufferedTransaction):
         return self._conn
 
     def _acquire_read_version(self) -> int:
-        try:
-            row = self._checked().execute(self._store.sql.version).fetchone()
-        except psycopg.Error as err:
-            raise translate(err, "read version", self._store.shown) from err
-        assert row is not None
-        return int(row[0])
+        self._checked()
+        return self._joined.version  # the lock is held: the newest version, no round trip
 
     def _read_key(self, key: bytes) -> bytes | None:
         self._check_too_old(self._clock.now())
@@ -198,6 +199,7 @@ class AppTransaction(BufferedTransaction):
             raise translate(
                 err, "commit into the application's transaction", self._store.shown
             ) from err
+        self._joined.version = version
         return version, 0
 
     def _random(self) -> float:
