@@ -1,6 +1,7 @@
 """quick on PostgreSQL against procrastinate on the same server (issue 30's targets).
 
-``python -m bench.postgres_peer [--rounds 3] [--n 5000] [--workers 4] [--tx 300] [--out DIR]``
+``python -m bench.postgres_peer [--rounds 3] [--n 5000] [--workers 4] [--tx 300]
+[--dequeue-max N] [--out DIR]``
 
 One private PostgreSQL cluster (:func:`bench.servers.postgres_server`: ``initdb`` in a
 temporary folder, fsync on as a deployment has it) holds both systems. Each round runs,
@@ -13,6 +14,7 @@ falls on both:
     --concurrency 4`` (:mod:`bench.peers.procrastinate_peer`: LISTEN/NOTIFY, finished
     jobs deleted). The rate is (n - 1) / (last start - first start) from the jobs' own
     start records, the same measure for both (:func:`bench.lone_tenant.user_rate`);
+    ``--dequeue-max N`` adds quick worker with that one option changed (after the two);
 (b) **noisy neighbour** (peer workload (ii), :func:`bench.peer_workloads.noisy_neighbour`,
     as ``bench.noisy_pickup`` runs it on SQLite): 100 small tenants x 10 items over 5 s
     beside one tenant's 1,000-item burst, jobs sleep 5 ms; the small tenants' pickup p99.
@@ -45,8 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import peer_workloads as w
-from bench.common import log, machine, run_folder, summary
-from bench.lone_tenant import TENANT, _drain, user_rate
+from bench.common import REPO, log, machine, run_folder, summary
+from bench.lone_tenant import TENANT, _drain, _store_backlog, user_rate
 from bench.peers.quick_peer import QuickPeer
 from bench.quickrun import JOB, open_quick, user_worker_cmd
 from bench.servers import postgres_server
@@ -92,8 +94,19 @@ def _procrastinate(workdir: Path, dsn: str, workers: int) -> Any:
 # --- (a) one tenant's backlog drained ----------------------------------------------------
 
 
-def lone_quick(dsn: str, n: int, work: Path, workers: int, tag: str) -> float:
-    return user_rate(_schema_url(dsn, tag), n, work, workers)
+def lone_quick(
+    dsn: str, n: int, work: Path, workers: int, tag: str, dequeue_max: int | None = None
+) -> float:
+    """``quick worker --workers N`` with its defaults; with ``dequeue_max``, that one
+    option changed too (how many items one visit of the zone takes: one tenant's zone is
+    visited by one manager at a time, so the visit's size bounds the rate)."""
+    url = _schema_url(dsn, tag)
+    if dequeue_max is None:
+        return user_rate(url, n, work, workers)
+    out = _store_backlog(url, n, work)
+    env = {**os.environ, "BENCH_OUT": str(out), "PYTHONPATH": str(REPO), "QUICK_STORE": url}
+    cmd = [*user_worker_cmd(workers), "--dequeue-max", str(dequeue_max)]
+    return _drain(cmd, env, out, n, work / "quick-worker.log")
 
 
 def lone_procrastinate(dsn: str, n: int, work: Path, workers: int) -> float:
@@ -183,9 +196,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=5000, help="the lone tenant's items")
     ap.add_argument("--workers", type=int, default=4, help="quick's --workers, procrastinate's -c")
     ap.add_argument("--tx", type=int, default=300, help="application transactions of each kind")
+    ap.add_argument(
+        "--dequeue-max",
+        type=int,
+        default=0,
+        help="(a) also runs quick worker with this --dequeue-max (0: not)",
+    )
     ap.add_argument("--out", default="", help="results directory")
     args = ap.parse_args(argv)
     lone: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+    tuned = f"quick-dequeue-max-{args.dequeue_max}"
+    if args.dequeue_max:
+        lone[tuned] = []
     noisy_runs: dict[str, list[dict[str, float]]] = {s: [] for s in SYSTEMS}
     tx_runs: list[dict[str, Any]] = []
     with postgres_server() as dsn, tempfile.TemporaryDirectory(prefix="bench-pg-peer-") as tmp:
@@ -200,6 +222,14 @@ def main(argv: list[str] | None = None) -> int:
                     rate = lone_procrastinate(dsn, args.n, work, args.workers)
                 lone[name].append(rate)
                 log(f"round {r + 1}/{args.rounds} lone tenant {name}: {rate:.0f} items/s")
+            if args.dequeue_max:
+                work = Path(tmp) / f"lone-tuned-{r}"
+                work.mkdir()
+                rate = lone_quick(
+                    dsn, args.n, work, args.workers, f"lone_tuned_{r}", args.dequeue_max
+                )
+                lone[tuned].append(rate)
+                log(f"round {r + 1}/{args.rounds} lone tenant {tuned}: {rate:.0f} items/s")
             for name in order:
                 work = Path(tmp) / f"noisy-{name}-{r}"
                 work.mkdir()
@@ -265,7 +295,12 @@ def main(argv: list[str] | None = None) -> int:
         f"(a) lone tenant {args.n} no-op items/s: quick {q['median']:.0f} ({q['min']:.0f}-"
         f"{q['max']:.0f}), procrastinate {p['median']:.0f} ({p['min']:.0f}-{p['max']:.0f}); "
         f"ratio {ratio:.2f} (target >= {TARGET_RATIO:.0f}: "
-        f"{met[res['targets']['lone_ratio_at_least_2']]})",
+        f"{met[res['targets']['lone_ratio_at_least_2']]})"
+        + (
+            f"; quick worker --dequeue-max {args.dequeue_max} {rates[tuned]['median']:.0f}"
+            if args.dequeue_max
+            else ""
+        ),
         f"(b) noisy neighbour, small tenants' p99: quick {pq['median']:.1f} ms "
         f"({pq['min']:.1f}-{pq['max']:.1f}), procrastinate {pp['median']:.1f} ms "
         f"({pp['min']:.1f}-{pp['max']:.1f}) (target <= {TARGET_P99_MS:.0f} ms: "
