@@ -33,6 +33,7 @@ How it keeps the store's rules (``docs/fdb-semantics.md``):
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -53,7 +54,12 @@ from quickzones.store.kv import NOT_COMMITTED, KVError
 if TYPE_CHECKING:
     from quickzones.backends.postgres.store import PostgresStore
 
-_SAVEPOINT = "quick_enqueue"
+# The savepoint each commit into the application's transaction writes under, opened and
+# released in the commit's own two round trips: a failure rolls back to it, leaving none
+# of quick's writes and the application's transaction usable.
+_SAVEPOINT = "SAVEPOINT quick_enqueue"
+_RELEASE = "RELEASE SAVEPOINT quick_enqueue"
+_ROLLBACK_TO = "ROLLBACK TO SAVEPOINT quick_enqueue"
 # The server and database a connection reaches, however it connected (TCP or socket).
 _WHERE = "SELECT current_database(), current_setting('port')"
 
@@ -193,14 +199,37 @@ class AppTransaction(BufferedTransaction):
     def _commit_request(self, request: CommitRequest) -> tuple[int, int]:
         conn = self._checked()
         try:
-            with conn.transaction(_SAVEPOINT):  # a savepoint: a failure leaves none of it
-                version = resolver.apply(conn, self._store.sql, request, self._clock.now())
-        except psycopg.Error as err:
-            raise translate(
-                err, "commit into the application's transaction", self._store.shown
-            ) from err
+            version = resolver.apply(
+                conn,
+                self._store.sql,
+                request,
+                self._clock.now(),
+                begin=(_SAVEPOINT,),
+                end=(_RELEASE,),
+                end_commits=False,
+            )
+        except BaseException as err:
+            self._roll_back_to_savepoint(conn)
+            if isinstance(err, psycopg.Error):
+                raise translate(
+                    err, "commit into the application's transaction", self._store.shown
+                ) from err
+            raise
         self._joined.version = version
         return version, 0
+
+    @staticmethod
+    def _roll_back_to_savepoint(conn: Connection) -> None:
+        """Undo a failed commit's writes, leaving the application's transaction as it was
+        (and usable, if a statement failed); a connection already lost stays lost."""
+        if conn.broken or conn.closed:
+            return
+        status = conn.info.transaction_status
+        if status not in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+            return
+        with contextlib.suppress(psycopg.Error):
+            conn.execute(_ROLLBACK_TO)
+            conn.execute(_RELEASE)
 
     def _random(self) -> float:
         return self._store._random()

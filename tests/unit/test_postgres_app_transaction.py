@@ -385,8 +385,8 @@ def test_an_enqueue_on_a_connection_seen_before_asks_the_server_only_what_it_mus
     """Each round trip to the server is time added to the application's transaction
     (issue 30's target: at most 1 ms at the median, bench/postgres_peer.py). Once the
     connection is known to reach the store's database, and with the resolver's lock
-    read once per transaction, an enqueue is 8 round trips: the lock, part one's reads,
-    its commit (two pipelines, in a savepoint: three more), part two's two reads.
+    read once per transaction, an enqueue is 6 round trips: the lock, part one's reads,
+    its commit (two pipelines, which open and release its savepoint), part two's two reads.
     libpq's own trace counts them: one ReadyForQuery per round trip."""
     import tempfile
 
@@ -401,7 +401,7 @@ def test_an_enqueue_on_a_connection_seen_before_asks_the_server_only_what_it_mus
             conn.pgconn.untrace()
             trace.seek(0)
             round_trips = sum("\tB\t" in line and "ReadyForQuery" in line for line in trace)
-    assert round_trips <= 8
+    assert round_trips <= 6
     assert [row[0] for row in _rows(url, orders)] == [2]
     assert q.run_until_idle() == 2
     assert sorted(r["order"] for r in runs) == [1, 2]  # type: ignore[index]
