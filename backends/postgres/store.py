@@ -20,7 +20,8 @@ that are not quick's (:class:`NotAQuickStore`).
 
 One module each: the statements (``sql``), PostgreSQL's errors (``errors``), the commit
 resolver (``resolver``), the transaction (``transaction``), the application's own
-transaction (``app_transaction``); this module opens the store, its schema and its pool.
+transaction (``app_transaction``, its connection and version held in ``joined``); this
+module opens the store, its schema and its pool.
 """
 
 from __future__ import annotations
