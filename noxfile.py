@@ -67,6 +67,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "bench.delayed_lateness")
     # Small tenants' pickup under a noisy neighbour, 10 runs: bench/results/<ts>-noisy/.
     session.run("python", "-m", "bench.noisy_pickup")
+    # quick on PostgreSQL against procrastinate on one server: bench/results/<ts>-postgres-peer/.
+    session.run("python", "-m", "bench.postgres_peer")
 
 
 @nox.session(python="3.11")

@@ -33,6 +33,7 @@ How it keeps the store's rules (``docs/fdb-semantics.md``):
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -43,6 +44,7 @@ from quickzones.aio import OnLoop
 from quickzones.backends.postgres import resolver
 from quickzones.backends.postgres.async_connection import SyncOverAsync
 from quickzones.backends.postgres.errors import translate
+from quickzones.backends.postgres.joined import Joined
 from quickzones.backends.postgres.resolver import Connection
 from quickzones.backends.postgres.sql import KEYS_PER_SELECT
 from quickzones.backends.txnbuffer import BufferedTransaction, CommitRequest, KeyValue
@@ -52,7 +54,12 @@ from quickzones.store.kv import NOT_COMMITTED, KVError
 if TYPE_CHECKING:
     from quickzones.backends.postgres.store import PostgresStore
 
-_SAVEPOINT = "quick_enqueue"
+# The savepoint each commit into the application's transaction writes under, opened and
+# released in the commit's own two round trips: a failure rolls back to it, leaving none
+# of quick's writes and the application's transaction usable.
+_SAVEPOINT = "SAVEPOINT quick_enqueue"
+_RELEASE = "RELEASE SAVEPOINT quick_enqueue"
+_ROLLBACK_TO = "ROLLBACK TO SAVEPOINT quick_enqueue"
 # The server and database a connection reaches, however it connected (TCP or socket).
 _WHERE = "SELECT current_database(), current_setting('port')"
 
@@ -93,12 +100,12 @@ def dbapi_connection(connection: object) -> Connection:
     )
 
 
-def join(store: PostgresStore, connection: object) -> Connection:
+def join(store: PostgresStore, connection: object) -> Joined:
     """Check the application's connection and make its transaction take the resolver's
-    lock. Raises :class:`UnusableConnection` (not psycopg, closed, another database,
-    autocommit, a failed transaction), a retryable ``KVError`` 1020 (its snapshot is older
-    than the last quick commit: roll back and run it again) or 1038 (the lock was held
-    past ``lock_timeout``)."""
+    lock; returns it with the version the lock read. Raises :class:`UnusableConnection`
+    (not psycopg, closed, another database, autocommit, a failed transaction), a retryable
+    ``KVError`` 1020 (its snapshot is older than the last quick commit: roll back and run
+    it again) or 1038 (the lock was held past ``lock_timeout``)."""
     conn = dbapi_connection(connection)
     if conn.closed or conn.broken:
         raise UnusableConnection("the application's connection", "it is closed")
@@ -114,13 +121,15 @@ def join(store: PostgresStore, connection: object) -> Connection:
             " on its own; use conn.transaction() (or BEGIN) first",
         )
     try:
-        where = conn.execute(_WHERE).fetchone()
-        if where != store.server_identity(_WHERE):
-            raise OtherDatabase(
-                f"a connection to database {where[0] if where else '?'!r}",
-                "the store's schema lives in another database; connect to the store's",
-            )
-        conn.execute(store.sql.lock_version)
+        if conn not in store.same_database:
+            where = conn.execute(_WHERE).fetchone()
+            if where != store.server_identity(_WHERE):
+                raise OtherDatabase(
+                    f"a connection to database {where[0] if where else '?'!r}",
+                    "the store's schema lives in another database; connect to the store's",
+                )
+            store.same_database.add(conn)
+        row = conn.execute(store.sql.lock_version).fetchone()
     except psycopg.errors.SerializationFailure as err:
         raise KVError(
             NOT_COMMITTED,
@@ -129,7 +138,8 @@ def join(store: PostgresStore, connection: object) -> Connection:
         ) from err
     except psycopg.Error as err:
         raise translate(err, "joining the application's transaction", store.shown) from err
-    return conn
+    assert row is not None, "quick_meta has its row"
+    return Joined(conn, int(row[0]))
 
 
 class AppTransaction(BufferedTransaction):
@@ -138,9 +148,10 @@ class AppTransaction(BufferedTransaction):
     lock, see :func:`join`). Its commit writes into that transaction; the application's
     COMMIT makes it durable. It never conflicts."""
 
-    def __init__(self, store: PostgresStore, conn: Connection) -> None:
+    def __init__(self, store: PostgresStore, joined: Joined) -> None:
         self._store = store
-        self._conn = conn
+        self._joined = joined
+        self._conn = joined.conn
         super().__init__(store.clock)
 
     def _checked(self) -> Connection:
@@ -153,12 +164,8 @@ class AppTransaction(BufferedTransaction):
         return self._conn
 
     def _acquire_read_version(self) -> int:
-        try:
-            row = self._checked().execute(self._store.sql.version).fetchone()
-        except psycopg.Error as err:
-            raise translate(err, "read version", self._store.shown) from err
-        assert row is not None
-        return int(row[0])
+        self._checked()
+        return self._joined.version  # the lock is held: the newest version, no round trip
 
     def _read_key(self, key: bytes) -> bytes | None:
         self._check_too_old(self._clock.now())
@@ -192,13 +199,37 @@ class AppTransaction(BufferedTransaction):
     def _commit_request(self, request: CommitRequest) -> tuple[int, int]:
         conn = self._checked()
         try:
-            with conn.transaction(_SAVEPOINT):  # a savepoint: a failure leaves none of it
-                version = resolver.apply(conn, self._store.sql, request, self._clock.now())
-        except psycopg.Error as err:
-            raise translate(
-                err, "commit into the application's transaction", self._store.shown
-            ) from err
+            version = resolver.apply(
+                conn,
+                self._store.sql,
+                request,
+                self._clock.now(),
+                begin=(_SAVEPOINT,),
+                end=(_RELEASE,),
+                end_commits=False,
+            )
+        except BaseException as err:
+            self._roll_back_to_savepoint(conn)
+            if isinstance(err, psycopg.Error):
+                raise translate(
+                    err, "commit into the application's transaction", self._store.shown
+                ) from err
+            raise
+        self._joined.version = version
         return version, 0
+
+    @staticmethod
+    def _roll_back_to_savepoint(conn: Connection) -> None:
+        """Undo a failed commit's writes, leaving the application's transaction as it was
+        (and usable, if a statement failed); a connection already lost stays lost."""
+        if conn.broken or conn.closed:
+            return
+        status = conn.info.transaction_status
+        if status not in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+            return
+        with contextlib.suppress(psycopg.Error):
+            conn.execute(_ROLLBACK_TO)
+            conn.execute(_RELEASE)
 
     def _random(self) -> float:
         return self._store._random()

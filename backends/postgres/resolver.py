@@ -45,11 +45,13 @@ def apply(
     *,
     begin: tuple[str, ...] = (),
     end: tuple[str, ...] = (),
+    end_commits: bool = True,
 ) -> int:
     """The conflict check, the writes, their conflict ranges and the new version, on
     ``conn``; takes the resolver's lock (held until the transaction ends). ``begin`` are
-    statements sent first (ending a snapshot, BEGIN), ``end`` statements sent last
-    (COMMIT): each batch is one round trip. Returns the commit version."""
+    statements sent first (ending a snapshot, BEGIN, a SAVEPOINT), ``end`` statements sent
+    last (COMMIT, or with ``end_commits=False`` a savepoint's RELEASE): each batch is one
+    round trip. Returns the commit version."""
     rv = request.read_version
     atomic = request.atomic_keys()
     with conn.pipeline():
@@ -88,7 +90,7 @@ def apply(
             for statement in end:
                 cur.execute(statement)
     except psycopg.Error as err:
-        if end and conn.broken:
+        if end and end_commits and conn.broken:
             # COMMIT went out with the writes and no answer came: it may have committed.
             raise commit_unknown(err) from err
         raise

@@ -20,7 +20,8 @@ that are not quick's (:class:`NotAQuickStore`).
 
 One module each: the statements (``sql``), PostgreSQL's errors (``errors``), the commit
 resolver (``resolver``), the transaction (``transaction``), the application's own
-transaction (``app_transaction``); this module opens the store, its schema and its pool.
+transaction (``app_transaction``, its connection and version held in ``joined``); this
+module opens the store, its schema and its pool.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import contextlib
 import os
 import random
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -36,6 +38,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 
 from quickzones.backends.postgres.errors import translate
+from quickzones.backends.postgres.joined import Joined
 from quickzones.backends.postgres.resolver import PRUNE_EVERY, Connection
 from quickzones.backends.postgres.sql import (
     FORMAT,
@@ -105,6 +108,9 @@ class PostgresStore:
         self._closed = False
         self._bound = threading.local()
         self._identity: tuple[Any, ...] | None = None
+        # Application connections already seen to reach this database (a session never
+        # moves to another one): join() asks each only once.
+        self.same_database: weakref.WeakSet[object] = weakref.WeakSet()
         self._open_schema(create)
 
     @classmethod
@@ -258,11 +264,11 @@ class PostgresStore:
     def create_transaction(self) -> BufferedTransaction:
         if self._closed:
             raise StorageError(f"store {self.shown} is closed")
-        bound: Connection | None = getattr(self._bound, "conn", None)
-        if bound is not None:
+        joined: Joined | None = getattr(self._bound, "joined", None)
+        if joined is not None:
             from quickzones.backends.postgres.app_transaction import AppTransaction
 
-            return AppTransaction(self, bound)
+            return AppTransaction(self, joined)
         return PostgresTransaction(self)
 
     @contextlib.contextmanager
@@ -274,15 +280,15 @@ class PostgresStore:
         (:mod:`quickzones.backends.postgres.app_transaction`)."""
         from quickzones.backends.postgres.app_transaction import AppTransaction, join
 
-        conn = join(self, connection)
-        previous = getattr(self._bound, "conn", None)
-        self._bound.conn = conn
+        joined = join(self, connection)
+        previous = getattr(self._bound, "joined", None)
+        self._bound.joined = joined
         try:
-            tr = AppTransaction(self, conn)
+            tr = AppTransaction(self, joined)
             yield tr
             tr.commit()  # writes into the application's transaction
         finally:
-            self._bound.conn = previous
+            self._bound.joined = previous
 
     def close(self) -> None:
         with self._lock:

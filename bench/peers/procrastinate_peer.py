@@ -1,4 +1,5 @@
-"""Procrastinate on PostgreSQL: one worker process, ``--concurrency 8``, LISTEN/NOTIFY on
+"""Procrastinate on PostgreSQL: one worker process, ``--concurrency 8`` (another count
+with ``concurrency``), LISTEN/NOTIFY on
 (its default) so new jobs are pushed, job polling every 0.1 s for scheduled jobs
 (``-p 0.1``; the default is 5 s), finished jobs deleted (``--delete-jobs successful``)
 so the jobs table does not grow; ``batch_defer`` for batches, ``schedule_in`` for delays."""
@@ -24,8 +25,10 @@ class ProcrastinatePeer(Peer):
     )
     batch_api = "Task.batch_defer (one statement)"
 
-    def __init__(self, workdir: Path, dsn: str) -> None:
+    def __init__(self, workdir: Path, dsn: str, concurrency: int = 8) -> None:
         super().__init__(workdir)
+        self.concurrency = concurrency
+        self.config = self.config.replace("--concurrency 8", f"--concurrency {concurrency}")
         os.environ["BENCH_PG_DSN"] = dsn
         self.env["BENCH_PG_DSN"] = dsn
         self.dsn = dsn
@@ -69,7 +72,7 @@ class ProcrastinatePeer(Peer):
             "bench.peers.procrastinate_tasks.app",
             "worker",
             "--concurrency",
-            "8",
+            str(self.concurrency),
             "-p",
             "0.1",
             "--delete-jobs",

@@ -377,3 +377,31 @@ def test_async_connection_through_async_quick(url: str, orders: str, isolation: 
         assert q.run_until_idle() == 1 and runs == [{"order": 1}]
     finally:
         q.close()
+
+
+def test_an_enqueue_on_a_connection_seen_before_asks_the_server_only_what_it_must(
+    url: str, q: Quick, orders: str
+) -> None:
+    """Each round trip to the server is time added to the application's transaction
+    (issue 30's target: at most 1 ms at the median, bench/postgres_peer.py). Once the
+    connection is known to reach the store's database, and with the resolver's lock
+    read once per transaction, an enqueue is 6 round trips: the lock, part one's reads,
+    its commit (two pipelines, which open and release its savepoint), part two's two reads.
+    libpq's own trace counts them: one ReadyForQuery per round trip."""
+    import tempfile
+
+    runs = _record_runs(q)
+    with psycopg.connect(_server(url), autocommit=True) as conn:
+        with conn.transaction():
+            q.enqueue_on(conn, "ship", {"order": 1}, app="shop", tenant="t1")
+        with tempfile.TemporaryFile("w+") as trace, conn.transaction():
+            conn.execute(f"INSERT INTO {orders} VALUES (2, 'book')")
+            conn.pgconn.trace(trace.fileno())
+            q.enqueue_on(conn, "ship", {"order": 2}, app="shop", tenant="t1")
+            conn.pgconn.untrace()
+            trace.seek(0)
+            round_trips = sum("\tB\t" in line and "ReadyForQuery" in line for line in trace)
+    assert round_trips <= 6
+    assert [row[0] for row in _rows(url, orders)] == [2]
+    assert q.run_until_idle() == 2
+    assert sorted(r["order"] for r in runs) == [1, 2]  # type: ignore[index]
