@@ -193,6 +193,7 @@ class Quick:
         keep_status_s: float | None = None,
         keep_result_s: float | None = None,
         dedupe_s: float | None = None,
+        store_policy: bool = True,
     ) -> Callable[[Handler], Handler]:
         """Register ``handler(payload, ctx)`` for a job type.
 
@@ -205,6 +206,11 @@ class Quick:
         kept this long for :meth:`result`; ``dedupe_s``: an enqueue reusing the id of an
         item that finished within this window is a no-op that says so (a caller-chosen
         ``item_id``). Each writes one small record when an item finishes.
+
+        The type's policy is also stored, so producers that never register the handler
+        (a web process, ``quick serve``) honour it; ``store_policy=False`` registers in
+        this process only, for a registration made inside an application's open
+        transaction on the store's own SQLite file (the worker's registration stores it).
         """
         policy = self._policy_of(keep_status_s, keep_result_s, dedupe_s)
         if (policy.wanted() or self.keep_status_s) and not self.capabilities.outcome_records:
@@ -236,7 +242,8 @@ class Quick:
             )
             self.registry.register(job)
             self._policies[name] = policy
-            if self._create:  # a read-only client (create=False) writes nothing
+            # A read-only client (create=False) writes nothing.
+            if self._create and store_policy:
                 self.type_policies.declare(name, _type_policy(policy, job))
             return fn
 

@@ -52,7 +52,9 @@ def load_task(path: str) -> Any:
     return found
 
 
-def register_task(quick: Quick, task: Any, options: BackendOptions, alias: str) -> str:
+def register_task(
+    quick: Quick, task: Any, options: BackendOptions, alias: str, *, worker: bool = False
+) -> str:
     """Make ``task`` a job type of ``quick`` (once): its handler runs the task; its
     outcome (status, return value) is kept ``keep_result_s``."""
     name = job_type(task)
@@ -62,6 +64,10 @@ def register_task(quick: Quick, task: Any, options: BackendOptions, alias: str) 
             retry=options.retry,
             keep_status_s=options.keep_result_s,
             keep_result_s=options.keep_result_s,
+            # A producer registers at enqueue, inside Django's transaction: on one SQLite
+            # file shared with Django a write of its own would wait for Django's lock.
+            # worker_app's registration stores the policy.
+            store_policy=worker,
         )(_runner(alias))
     return name
 
