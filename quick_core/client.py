@@ -656,6 +656,8 @@ class Quick:
         """A consumer of this store's top-level queue and, with ``also``, of other
         clusters' too: the scanner visits every cluster's shards in shuffled order. The
         handlers are this Quick's."""
+        if self._create:
+            self.type_policies.store_pending()  # those a full store refused at registration
         consumer = Consumer(
             self.item_store(),
             self.toplevel,

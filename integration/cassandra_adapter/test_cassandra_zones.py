@@ -35,6 +35,7 @@ from quickzones.consumer import ConsumerConfig
 from quickzones.errors import ConfigurationError, ItemNotFound, LeaseLost
 from quickzones.registry import JobContext
 from quickzones.store.kv import TRANSACTION_TIMED_OUT, KVError, KVTransaction
+from quickzones.store.outcomes import DuplicateItemMismatch
 from quickzones.store.zonestore import NewItem
 
 pytest_plugins = ["integration.cassandra_fixtures"]
@@ -154,8 +155,11 @@ def test_kv_transactions_are_refused(cq: CassandraQuick) -> None:
 
 def test_enqueue_with_same_id_is_idempotent(cq: CassandraQuick) -> None:
     a = cq.enqueue("job", b"1", app="app", tenant="t", item_id="fixed")
-    b = cq.enqueue("job", b"2", app="app", tenant="t", item_id="fixed")
+    b = cq.enqueue("job", b"1", app="app", tenant="t", item_id="fixed")
     assert a == b == "fixed"
+    # Another job under the queued id is refused, not silently dropped (issue 28 point 8).
+    with pytest.raises(DuplicateItemMismatch):
+        cq.enqueue("job", b"2", app="app", tenant="t", item_id="fixed")
     assert cq.count("app", "t") == 1
     item = cq.get("app", "t", "fixed")
     assert item is not None and item.payload == b"1"

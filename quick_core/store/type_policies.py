@@ -15,11 +15,12 @@ registered has no record: its items get the defaults, as before.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from quickzones.errors import CorruptRecord
+from quickzones.errors import CorruptRecord, StorageError
 from quickzones.store import outcomes
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, run
@@ -64,6 +65,8 @@ class TypePolicy:
         except (ValueError, KeyError, TypeError) as err:
             raise CorruptRecord(key, f"job type policy: {err}") from err
 
+log = logging.getLogger("quick.type_policies")
+
 
 class TypePolicies:
     """The store's job-type policies, written by registrations and read by producers."""
@@ -81,22 +84,46 @@ class TypePolicies:
         self.cache_s = cache_s
         self._monotonic = monotonic
         self._cache: dict[str, tuple[float, TypePolicy | None]] = {}
+        # Declared but not stored yet: the store refused the write (full, unreachable).
+        self._pending: dict[str, TypePolicy] = {}
 
     def key(self, job_type: str) -> bytes:
         return self.keys.meta_key("type_policy", job_type)
 
     def declare(self, job_type: str, policy: TypePolicy) -> None:
         """Store ``policy`` as the type's (the last registration wins); writes only when
-        it differs from the stored one, so every worker's start costs one read."""
-        key = self.key(job_type)
-        value = policy.encode()
+        it differs from the stored one, so every worker's start costs one read.
 
-        def write(tr: KVTransaction) -> None:
-            if tr.get(key) != value:
-                tr.set(key, value)
-
-        run(self.kv, write)
+        A store that refuses the write (full, unreachable) does not stop the registration
+        (a worker must still start and drain a full store): the policy is kept pending,
+        said once at WARNING, and stored by :meth:`store_pending` (each consumer's start).
+        """
         self._cache[job_type] = (self._monotonic(), policy)
+        self._pending[job_type] = policy
+        self.store_pending()
+
+    def store_pending(self) -> None:
+        """Store the declared policies the store refused before; what it refuses again
+        stays pending."""
+        for job_type, policy in list(self._pending.items()):
+            key = self.key(job_type)
+            value = policy.encode()
+
+            def write(tr: KVTransaction, key: bytes = key, value: bytes = value) -> None:
+                if tr.get(key) != value:
+                    tr.set(key, value)
+
+            try:
+                run(self.kv, write)
+            except StorageError as err:
+                log.warning(
+                    "job type %s: its policy (status, result, dedupe) is not stored yet (%s);"
+                    " producers that do not register its handler use none until it is",
+                    job_type,
+                    err,
+                )
+                continue
+            del self._pending[job_type]
 
     def get(self, job_type: str) -> TypePolicy | None:
         """The type's stored policy (None: no handler of it ever registered)."""
