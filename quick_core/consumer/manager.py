@@ -42,7 +42,7 @@ from quickzones.errors import StorageError
 from quickzones.registry import Registry
 from quickzones.store.kv import KVTransaction
 from quickzones.store.limits import Limits
-from quickzones.store.pauses import PauseSet, Pauses
+from quickzones.store.pauses import Pauses, PauseSet
 from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.toplevel import PointerRef
 from quickzones.store.zonestore import CorruptItem

@@ -355,9 +355,7 @@ class _Hold:
         recheck = now_ms(clock) + int(REFRESH_S * 1000)
         return cls(paused.zone_paused(zone), paused.paused_types(zone), recheck)
 
-    def accept(
-        self, inner: Callable[[WorkItem], bool] | None
-    ) -> Callable[[WorkItem], bool] | None:
+    def accept(self, inner: Callable[[WorkItem], bool] | None) -> Callable[[WorkItem], bool] | None:
         """``inner`` with the paused job types left out (before it: no place reserved)."""
         if not self.types:
             return inner

@@ -41,7 +41,9 @@ def _record(q: Quick, ran: list[tuple[str, str]], *types: str) -> None:
         q.job(job_type)(handler)
 
 
-def test_a_paused_tenant_starts_nothing_others_run_and_resume_runs_it(q: Quick, clock: ManualClock) -> None:
+def test_a_paused_tenant_starts_nothing_others_run_and_resume_runs_it(
+    q: Quick, clock: ManualClock
+) -> None:
     ran: list[tuple[str, str]] = []
     _record(q, ran, "j")
     q.pause(app="a", tenant="t1")
@@ -77,7 +79,9 @@ def test_a_paused_app_holds_every_tenant_and_other_apps_run(q: Quick, clock: Man
     assert sorted(ran) == [("t1", "j"), ("t2", "j"), ("t3", "j")]
 
 
-def test_a_paused_job_type_is_left_vested_and_the_zones_other_items_run(q: Quick, clock: ManualClock) -> None:
+def test_a_paused_job_type_is_left_vested_and_the_zones_other_items_run(
+    q: Quick, clock: ManualClock
+) -> None:
     ran: list[tuple[str, str]] = []
     _record(q, ran, "report", "email")
     q.pause(job_type="report")  # every app's
