@@ -641,9 +641,9 @@ class Quick:
             observer=observer,
             name=name,
             limits=self.limits,
-            pauses=self.pauses,
             more_clusters=[Cluster(o.items, o.toplevel, o.kv) for o in also],
         )
+        consumer.manager.pauses = self.pauses  # every visit holds back what is paused
         for source in (self, *also):
             source.wake_on_enqueue(consumer)  # their enqueues wake it
         return consumer

@@ -380,6 +380,11 @@ def app_stats(app: str, request: Request, who: Admin) -> m.AppStats:
         dead_letters=len(admin.list_dead_letters(q, app)),
         by_job_type=dict(figures.by_job_type),
         by_tenant=dict(figures.by_tenant.most_common(100)),
+        paused=[
+            m.PauseOut(app=p.app, tenant=p.tenant, job_type=p.job_type, since_ms=p.since_ms)
+            for p in q.paused()
+            if p.app in (app, None)
+        ],
     )
 
 

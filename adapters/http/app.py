@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from quickzones.adapters.http.api import ApiError, ServeState, router
+from quickzones.adapters.http.pauses_api import router as pauses_router
 from quickzones.adapters.http.pull import PullConfig, PullLeaser
 from quickzones.adapters.http.tokens import TokenStore
 from quickzones.client import Quick
@@ -159,6 +160,7 @@ def create_app(
     )
     app.state.quick = state
     app.include_router(router)
+    app.include_router(pauses_router)
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, err: ApiError) -> JSONResponse:

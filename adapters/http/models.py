@@ -196,6 +196,26 @@ class ZonesPage(BaseModel):
     zones: list[ZoneDepth]
 
 
+class PauseTarget(_Strict):
+    """What to pause in the route's app: the whole app (neither), one tenant, one job
+    type, or one job type of one tenant."""
+
+    tenant: str | None = None
+    job_type: str | None = None
+
+
+class PauseOut(BaseModel):
+    app: str | None  # None: the job type is paused in every app
+    tenant: str | None
+    job_type: str | None
+    since_ms: int
+
+
+class Pauses(BaseModel):
+    app: str
+    pauses: list[PauseOut]
+
+
 class AppStats(BaseModel):
     app: str
     items: int
@@ -205,6 +225,7 @@ class AppStats(BaseModel):
     dead_letters: int
     by_job_type: dict[str, int]
     by_tenant: dict[str, int]
+    paused: list[PauseOut] = []  # the pauses that hold back some of this app
 
 
 class ZoneItem(BaseModel):

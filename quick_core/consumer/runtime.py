@@ -38,7 +38,6 @@ from quickzones.registry import Registry
 from quickzones.store.changes import watchers_for
 from quickzones.store.kv import KVStore
 from quickzones.store.limits import Limits
-from quickzones.store.pauses import Pauses
 from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.toplevel import PointerRef, TopLevelQueue
 from quickzones.store.zonestore import ZoneStore
@@ -63,7 +62,6 @@ class Consumer:
         name: str | None = None,
         limits: Limits | None = None,
         more_clusters: Sequence[Cluster] = (),
-        pauses: Pauses | None = None,
     ) -> None:
         self.zones = zones
         self.toplevel = toplevel
@@ -134,7 +132,6 @@ class Consumer:
             # Looked up late (a test hook); routing first, then the manager's caps.
             accept=lambda reserved: router.accept(self._accept(reserved)),
             share=lambda: self.scanner.share,
-            pauses=pauses,
         )
         self._accept: Callable[[dict[str, str]], Callable[[WorkItem], bool]]
         self._accept = self.manager.accept

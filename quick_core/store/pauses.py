@@ -21,7 +21,7 @@ from quickzones.errors import InvalidArgument
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, run
 from quickzones.store.records import ZoneId
-from quickzones.store.validation import check_name
+from quickzones.store.validation import check_job_type, check_name
 
 # How long a reader keeps the pause set before reading it again: a pause or a resume takes
 # effect within about this long, and a held-back zone's pointer is looked at again then.
@@ -48,7 +48,7 @@ class Pause:
         return Pause(
             None if app is None else check_name("app", app),
             None if tenant is None else check_name("tenant", tenant),
-            None if job_type is None else check_name("job_type", job_type),
+            None if job_type is None else check_job_type(job_type),
         )
 
     @property

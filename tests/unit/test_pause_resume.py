@@ -141,7 +141,7 @@ def test_running_items_finish_when_their_tenant_is_paused(q: Quick) -> None:
         ({}, "name an app"),
         ({"tenant": "t1"}, "with its app"),
         ({"app": ""}, "must not be empty"),
-        ({"app": "a", "job_type": 3}, "must be a string"),
+        ({"app": "a", "job_type": 3}, "must be an identifier"),
     ],
 )
 def test_a_bad_pause_is_refused_and_stores_nothing(
