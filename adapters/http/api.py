@@ -27,6 +27,7 @@ from quickzones.clock import now_ms
 from quickzones.errors import ItemAlreadyQueued, ItemNotFound, LeaseLost
 from quickzones.store import admin
 from quickzones.store.outcomes import JobStatus
+from quickzones.store.progress import ProgressStore
 from quickzones.store.validation import check_job_type, check_name
 
 
@@ -172,6 +173,8 @@ def item_state(app: str, tenant: str, item_id: str, request: Request, who: Produ
         error_count=status.error_count,
         next_vesting_ms=status.next_vesting_ms,
         last_error=status.last_error,
+        progress=status.progress,
+        progress_note=status.progress_note,
     )
 
 
@@ -312,6 +315,24 @@ def extend(
     except (LeaseLost, ItemNotFound) as err:
         raise _lost(item_id, err) from None
     return m.Extended(lease_expires_ms=item.vesting_ms)
+
+
+@router.post(_ITEM + "/progress", status_code=204, tags=["consume"])
+def progress(
+    app: str, tenant: str, item_id: str, body: m.ProgressReport, request: Request, who: Consumer
+) -> Response:
+    """Keep the running handler's progress with the item (only the lease holder); the
+    status route shows it, and after completion the status record keeps it."""
+    q = state_of(request).q
+    zone = q.zone(allow_app(who, app), tenant)
+    if isinstance(q.items, ProgressStore):
+        try:
+            q.items.record_progress(
+                zone, check_name("item_id", item_id), body.lease_id, body.fraction, body.note
+            )
+        except (LeaseLost, ItemNotFound) as err:
+            raise _lost(item_id, err) from None
+    return Response(status_code=204)
 
 
 @router.post(_ITEM + "/nack", status_code=204, tags=["consume"])

@@ -327,6 +327,10 @@ class RemoteQuick:
     def fail(self, lease: RemoteLease, reason: str, traceback: str | None = None) -> None:
         self._do(_Calls.on_lease(lease, "fail", reason=reason, traceback=traceback))
 
+    def progress(self, lease: RemoteLease, fraction: float, note: str | None = None) -> None:
+        """Keep the running handler's progress with the item (``ctx.progress``)."""
+        self._do(_Calls.on_lease(lease, "progress", fraction=fraction, note=note))
+
     # admin
     def stats(self, app: str) -> dict[str, Any]:
         out: dict[str, Any] = self._do(_Call("GET", f"/v1/apps/{_seg(app)}/stats"))

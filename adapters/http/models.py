@@ -84,6 +84,8 @@ class ItemState(BaseModel):
     error_count: int
     next_vesting_ms: int | None = None
     last_error: str | None = None
+    progress: float | None = None  # the handler's last ctx.progress, 0..1
+    progress_note: str | None = None
 
 
 class LeaseRequest(_Strict):
@@ -124,6 +126,11 @@ class LeaseResponse(BaseModel):
 
 class LeaseRef(_Strict):
     lease_id: str = Field(min_length=1, max_length=200)
+
+
+class ProgressReport(LeaseRef):
+    fraction: float = Field(ge=0.0, le=1.0, allow_inf_nan=False)
+    note: str | None = Field(default=None, max_length=500)
 
 
 class Completion(LeaseRef):
