@@ -46,6 +46,7 @@ from quickzones.registry import Handler, JobContext
 from quickzones.store.admin import Requeued
 from quickzones.store.kv import KVTransaction
 from quickzones.store.outcomes import JobStatus, ResultNotAvailable, ResultWait
+from quickzones.store.pauses import Pause
 from quickzones.store.records import DeadLetter, WorkItem
 from quickzones.store.validation import check_seconds
 
@@ -432,6 +433,22 @@ class AsyncQuick:
         return await asyncio.to_thread(
             self.quick.enqueue_on, on_loop, job_type, payload, **options
         )
+
+    async def pause(
+        self, app: str | None = None, tenant: str | None = None, job_type: str | None = None
+    ) -> Pause:
+        """:meth:`Quick.pause`."""
+        return await asyncio.to_thread(self.quick.pause, app, tenant, job_type)
+
+    async def resume(
+        self, app: str | None = None, tenant: str | None = None, job_type: str | None = None
+    ) -> bool:
+        """:meth:`Quick.resume`."""
+        return await asyncio.to_thread(self.quick.resume, app, tenant, job_type)
+
+    async def paused(self) -> list[Pause]:
+        """:meth:`Quick.paused`."""
+        return await asyncio.to_thread(self.quick.paused)
 
     async def get(self, app: str, tenant: str, item_id: str) -> WorkItem | None:
         return await asyncio.to_thread(self.quick.get, app, tenant, item_id)

@@ -41,6 +41,7 @@ from quickzones.store.ids import IdSource
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import TRANSACTION_SIZE_LIMIT, KVStore, KVTransaction, run
 from quickzones.store.limits import AppLimits, Limits
+from quickzones.store.pauses import Pause, Pauses
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId
 from quickzones.store.run_at import delay_seconds
 from quickzones.store.steady_clock import clock_for
@@ -142,6 +143,7 @@ class Quick:
         if fifo:
             self._require("fifo", "FIFO ordering (fifo=True)")
         self.limits = Limits(kv, self.keys, self.clock)
+        self.pauses = Pauses(kv, self.keys, self.clock)
         # Outcome records (status after completion, results, dedupe window) per job type;
         # ``keep_status_s`` is the default for types that set none (0: no record, so a
         # completion costs nothing extra; docs/status.md says why).
@@ -505,6 +507,25 @@ class Quick:
         across every producer and consumer of this store."""
         self.limits.set(check_name("app", app), limits)
 
+    def pause(
+        self, app: str | None = None, tenant: str | None = None, job_type: str | None = None
+    ) -> Pause:
+        """Hold back an app, a tenant of an app (``app`` and ``tenant``), or a job type (of
+        ``app``, or of every app): nothing of it starts on any consumer or remote worker
+        within about a second; running items finish, enqueues are accepted, and a held
+        back item counts no attempt. Pausing twice is one pause (docs/pause.md)."""
+        return self.pauses.pause(app, tenant, job_type)
+
+    def resume(
+        self, app: str | None = None, tenant: str | None = None, job_type: str | None = None
+    ) -> bool:
+        """Lift the pause named exactly so; False when there was none."""
+        return self.pauses.resume(app, tenant, job_type)
+
+    def paused(self) -> list[Pause]:
+        """Every pause in force."""
+        return self.pauses.list()
+
     def enqueue_local(
         self, job_type: str, payload: Any = b"", *, shard: int = 0, delay: float | timedelta = 0.0
     ) -> str:
@@ -671,6 +692,7 @@ class Quick:
             limits=self.limits,
             more_clusters=[Cluster(o.items, o.toplevel, o.kv) for o in also],
         )
+        consumer.manager.pauses = self.pauses  # every visit holds back what is paused
         for source in (self, *also):
             source.wake_on_enqueue(consumer)  # their enqueues wake it
         return consumer

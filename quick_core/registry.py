@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from quickzones.errors import ConfigurationError, UnknownJobType
+from quickzones.store.progress import check_progress
 from quickzones.store.validation import check_job_type
 
 if TYPE_CHECKING:
@@ -56,6 +57,19 @@ class JobContext:
     tr: KVTransaction | None = None  # set for transactional handlers
     lease_lost: Any = None  # threading.Event set when the lease is lost
     cancel_event: Any = None  # threading.Event set when the item is cancelled meanwhile
+    # Where ctx.progress goes (a consumer's throttled writer); None: nowhere.
+    progress_to: Callable[[float, str | None], None] | None = None
+
+    def progress(self, fraction: float, note: str | None = None) -> None:
+        """Report how far this item is, from 0 to 1, with an optional short note (at most
+        500 characters): ``Quick.status`` shows it while the item runs and keeps it with
+        the status record after it finishes. Cheap to call often: at most one store write
+        per item each 0.5 s, the last report always kept. A bad value raises
+        ``InvalidArgument``."""
+        if self.progress_to is None:
+            check_progress(fraction, note)
+            return
+        self.progress_to(fraction, note)
 
     @property
     def app(self) -> str:

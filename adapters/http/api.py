@@ -33,6 +33,7 @@ from quickzones.clock import now_ms
 from quickzones.errors import ItemNotFound, LeaseLost, QuickError
 from quickzones.store import admin
 from quickzones.store.outcomes import JobStatus, ResultNotAvailable
+from quickzones.store.progress import ProgressStore
 from quickzones.store.records import ZoneId
 from quickzones.store.validation import check_job_type, check_name
 
@@ -196,6 +197,8 @@ def item_state(app: str, tenant: str, item_id: str, request: Request, who: Produ
         next_vesting_ms=status.next_vesting_ms,
         last_error=status.last_error,
         has_result=status.has_result,
+        progress=status.progress,
+        progress_note=status.progress_note,
     )
 
 
@@ -400,6 +403,24 @@ def extend(
     return m.Extended(lease_expires_ms=item.vesting_ms)
 
 
+@router.post(_ITEM + "/progress", status_code=204, tags=["consume"])
+def progress(
+    app: str, tenant: str, item_id: str, body: m.ProgressReport, request: Request, who: Consumer
+) -> Response:
+    """Keep the running handler's progress with the item (only the lease holder); the
+    status route shows it, and after completion the status record keeps it."""
+    q = state_of(request).q
+    zone = q.zone(allow_app(who, app), tenant)
+    if isinstance(q.items, ProgressStore):
+        try:
+            q.items.record_progress(
+                zone, check_name("item_id", item_id), body.lease_id, body.fraction, body.note
+            )
+        except (LeaseLost, ItemNotFound) as err:
+            raise _lost(q, zone, item_id, err) from None
+    return Response(status_code=204)
+
+
 @router.post(_ITEM + "/nack", status_code=204, tags=["consume"])
 def nack(
     app: str, tenant: str, item_id: str, body: m.NackRequest, request: Request, who: Consumer
@@ -466,6 +487,11 @@ def app_stats(app: str, request: Request, who: Admin) -> m.AppStats:
         dead_letters=len(admin.list_dead_letters(q, app)),
         by_job_type=dict(figures.by_job_type),
         by_tenant=dict(figures.by_tenant.most_common(100)),
+        paused=[
+            m.PauseOut(app=p.app, tenant=p.tenant, job_type=p.job_type, since_ms=p.since_ms)
+            for p in q.paused()
+            if p.app in (app, None)
+        ],
     )
 
 

@@ -246,6 +246,14 @@ class _Calls:
         return _Call("GET", _item_path(app, tenant, item_id) + "/result")
 
     @staticmethod
+    def pauses(app: str, method: str, tenant: str | None, job_type: str | None) -> _Call:
+        path = f"/v1/apps/{_seg(app)}/pauses"
+        target = {k: v for k, v in (("tenant", tenant), ("job_type", job_type)) if v is not None}
+        if method == "POST":
+            return _Call(method, path, target)
+        return _Call(method, path, params=target)
+
+    @staticmethod
     def dead_letters(app: str, filters: dict[str, Any], verb: str | None) -> _Call:
         path = f"/v1/apps/{_seg(app)}/dead-letters"
         if verb is None:
@@ -422,6 +430,10 @@ class RemoteQuick:
     def fail(self, lease: RemoteLease, reason: str, traceback: str | None = None) -> None:
         self._do(_Calls.on_lease(lease, "fail", reason=reason, traceback=traceback))
 
+    def progress(self, lease: RemoteLease, fraction: float, note: str | None = None) -> None:
+        """Keep the running handler's progress with the item (``ctx.progress``)."""
+        self._do(_Calls.on_lease(lease, "progress", fraction=fraction, note=note))
+
     # admin
     def stats(self, app: str) -> dict[str, Any]:
         out: dict[str, Any] = self._do(_Call("GET", f"/v1/apps/{_seg(app)}/stats"))
@@ -438,6 +450,28 @@ class RemoteQuick:
 
     def purge_dead_letters(self, app: str, **filters: Any) -> int:
         return int(self._do(_Calls.dead_letters(app, filters, "purge"))["count"])
+
+    def pause(
+        self, app: str, *, tenant: str | None = None, job_type: str | None = None
+    ) -> dict[str, Any]:
+        """Hold back the app, one tenant or one job type (:meth:`Quick.pause`)."""
+        out: dict[str, Any] = self._do(_Calls.pauses(app, "POST", tenant, job_type))
+        return out
+
+    def resume(self, app: str, *, tenant: str | None = None, job_type: str | None = None) -> bool:
+        """Lift the pause named exactly so; False when there was none."""
+        try:
+            self._do(_Calls.pauses(app, "DELETE", tenant, job_type))
+        except RemoteError as err:
+            if err.error == "not_paused":
+                return False
+            raise
+        return True
+
+    def paused(self, app: str) -> list[dict[str, Any]]:
+        """The pauses that hold back some of ``app``."""
+        out: list[dict[str, Any]] = self._do(_Calls.pauses(app, "GET", None, None))["pauses"]
+        return out
 
 
 class AsyncRemoteQuick:

@@ -92,6 +92,8 @@ class ItemState(BaseModel):
     next_vesting_ms: int | None = None
     last_error: str | None = None
     has_result: bool = False
+    progress: float | None = None  # the handler's last ctx.progress, 0..1
+    progress_note: str | None = None
 
 
 class ItemResult(BaseModel):
@@ -170,6 +172,11 @@ class CompleteRequest(_Result):
     lease_id: str = Field(min_length=1, max_length=200)
 
 
+class ProgressReport(LeaseRef):
+    fraction: float = Field(ge=0.0, le=1.0, allow_inf_nan=False)
+    note: str | None = Field(default=None, max_length=500)
+
+
 class Completion(CompleteRequest):
     app: str = Field(min_length=1, max_length=200)
     tenant: str = Field(min_length=1, max_length=200)
@@ -240,6 +247,26 @@ class ZonesPage(BaseModel):
     zones: list[ZoneDepth]
 
 
+class PauseTarget(_Strict):
+    """What to pause in the route's app: the whole app (neither), one tenant, one job
+    type, or one job type of one tenant."""
+
+    tenant: str | None = None
+    job_type: str | None = None
+
+
+class PauseOut(BaseModel):
+    app: str | None  # None: the job type is paused in every app
+    tenant: str | None
+    job_type: str | None
+    since_ms: int
+
+
+class Pauses(BaseModel):
+    app: str
+    pauses: list[PauseOut]
+
+
 class AppStats(BaseModel):
     app: str
     items: int
@@ -249,6 +276,7 @@ class AppStats(BaseModel):
     dead_letters: int
     by_job_type: dict[str, int]
     by_tenant: dict[str, int]
+    paused: list[PauseOut] = []  # the pauses that hold back some of this app
 
 
 class ZoneItem(BaseModel):

@@ -46,6 +46,7 @@ from quickzones.errors import CorruptRecord, StorageError
 from quickzones.store.changes import CommitWatcher, watcher_for
 from quickzones.store.keys import LOCAL_APP
 from quickzones.store.kv import KVTransaction, run
+from quickzones.store.pauses import PauseSet
 from quickzones.store.pointer_repair import set_aside
 from quickzones.store.records import WorkItem, ZoneId, decode_pointer
 from quickzones.store.toplevel import PointerRef
@@ -246,9 +247,19 @@ class PullLeaser:
                 return take
 
         v = ZoneVisit(ref, min(room, size) if accept is None else size)
-        rules = VisitRules.of(self.config, item_lease_ms=lease_ms, accept=accept)
+        rules = VisitRules.of(
+            self.config, item_lease_ms=lease_ms, accept=accept, paused=self._paused()
+        )
         self.visitor.visit(self.cluster, [v], rules)
         return v
+
+    def _paused(self) -> PauseSet | None:
+        """The store's pauses, as every consumer reads them (at most once a second);
+        while the store cannot be read, the last ones read."""
+        try:
+            return self.q.pauses.current()
+        except StorageError:
+            return self.q.pauses.last
 
     def lease_once(
         self,

@@ -181,6 +181,12 @@ class RemoteItemOps:
             self.stats.nacked += 1
         return outcome or "nacked"
 
+    def progress(self, work: Work, fraction: float, note: str | None, tr: Any = None) -> None:
+        try:
+            self.client.progress(self.lease_of(work), fraction, note)
+        except _REQUEST_ERRORS as err:
+            raise StorageError(f"reporting progress over HTTP failed: {err}") from err
+
     def give_back(self, work: Work, delay_ms: int = 0) -> str:
         lease = self.lease_of(work)
         return (

@@ -48,6 +48,7 @@ def stats(store: str, as_json: bool) -> None:
                     "dead_letters": s.dead_letters,
                     "pointers_set_aside": s.corrupt_pointers,
                     "in_order_scanner": _scanner_json(s),
+                    "paused": [p.as_dict() for p in s.paused],
                 },
                 sort_keys=True,
             )
@@ -70,6 +71,8 @@ def stats(store: str, as_json: bool) -> None:
     # zones were rebuilt and still run.
     console.print(f"pointers set aside {s.corrupt_pointers}", highlight=False)
     console.print(_scanner_line(s), highlight=False)
+    held = "; ".join(p.describe() for p in s.paused) or "nothing"
+    console.print(f"paused: {held}", highlight=False)
 
 
 def _scanner_json(s: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ HTTP API (:mod:`quickzones.adapters.http.worker`), so the same rules hold on bot
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from quickzones.consumer.completer import Completer
 from quickzones.consumer.failure import Failures
@@ -19,6 +19,7 @@ from quickzones.consumer.state import Cluster, Work
 from quickzones.errors import Nack
 from quickzones.registry import JobType
 from quickzones.store import outcomes
+from quickzones.store.progress import ProgressStore
 from quickzones.store.records import WorkItem
 
 
@@ -72,6 +73,11 @@ class ItemOps(Protocol):
 
     def give_back(self, work: Work, delay_ms: int = 0) -> str:
         """Release the lease unstarted, nothing counted; returns the outcome."""
+        ...
+
+    def progress(self, work: Work, fraction: float, note: str | None, tr: Any = None) -> None:
+        """Keep the handler's progress with the item (``tr``: a transactional handler's
+        transaction); a store that keeps none ignores it."""
         ...
 
 
@@ -131,3 +137,12 @@ class StoreItemOps:
 
     def give_back(self, work: Work, delay_ms: int = 0) -> str:
         return self.failures.give_back(work, delay_ms)
+
+    def progress(self, work: Work, fraction: float, note: str | None, tr: Any = None) -> None:
+        zones = self.clusters[work.cluster].zones
+        if isinstance(zones, ProgressStore):
+            item = work.item
+            inside = {} if tr is None else {"tr": tr}
+            zones.record_progress(
+                work.zone, item.item_id, item.lease_id or "", fraction, note, **inside
+            )

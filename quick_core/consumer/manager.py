@@ -42,6 +42,7 @@ from quickzones.errors import StorageError
 from quickzones.registry import Registry
 from quickzones.store.kv import KVTransaction
 from quickzones.store.limits import Limits
+from quickzones.store.pauses import Pauses, PauseSet
 from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.toplevel import PointerRef
 from quickzones.store.zonestore import CorruptItem
@@ -72,6 +73,7 @@ class Manager:
         emit: Callable[..., Any],
         accept: AcceptFactory | None = None,
         share: Callable[[], int] = lambda: 0,
+        pauses: Pauses | None = None,
     ) -> None:
         self.config = config
         self.clusters = clusters
@@ -84,6 +86,7 @@ class Manager:
         # A test hook: the admission predicate factory, injected (default: self.accept).
         self.accept_factory: AcceptFactory = accept or self.accept
         self.share = share  # the scanner's water-filling share of the free capacity
+        self.pauses = pauses  # paused apps, tenants, job types (read at most once a second)
         self.one_transaction = OneTransactionGate(config.one_transaction_visits)
         self.visitor = ZoneVisitor(self.one_transaction, clock, emit)
 
@@ -168,8 +171,19 @@ class Manager:
             resolve=self.resolve,
             accept=self.accept_factory,
             admit=self.admit,
+            paused=None if self.pauses is None else self.paused(),
             dequeued=dequeued,
         )
+
+    def paused(self) -> PauseSet | None:
+        """The pauses in force; while the store cannot be read, the last ones read (the
+        error is reported, and the next visit reads again)."""
+        assert self.pauses is not None
+        try:
+            return self.pauses.current()
+        except StorageError as err:
+            self.emit("limits_error", error=str(err))
+            return self.pauses.last
 
     def visit(
         self,

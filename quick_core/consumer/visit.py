@@ -31,6 +31,7 @@ from quickzones.consumer.state import Cluster
 from quickzones.consumer.visit_gate import OneTransactionGate
 from quickzones.errors import StorageError, ZoneLeaseFailed
 from quickzones.store.kv import KVTransaction, _Uncommitted, attempt_once
+from quickzones.store.pauses import REFRESH_S, PauseSet
 from quickzones.store.records import Pointer, WorkItem, ZoneId
 from quickzones.store.toplevel import PointerRef
 from quickzones.store.zonestore import CorruptItem
@@ -105,6 +106,9 @@ class VisitRules:
     # dequeue admits items with (per-type caps, job type filters). None: every item.
     accept: Callable[[dict[str, str]], Callable[[WorkItem], bool]] | None = None
     admit: Admit | None = None  # app limits; None: each zone may give its room
+    # The pauses in force (quickzones.store.pauses), read before the visit: a paused
+    # zone gives nothing, items of a paused job type stay vested. None: nothing paused.
+    paused: PauseSet | None = None
     # A leased zone's items once its dequeue committed, once per zone: before the
     # pointer's requeue in three transactions (a handler need not wait for one more
     # commit), after the commit in one.
@@ -274,10 +278,15 @@ class ZoneVisitor:
                 v.ref, rules.pointer_lease_ms, accept=rules.accept_pointer, tr=tr, **ahead
             )
         zone = v.zone
-        admitted = Admission(room) if rules.admit is None else rules.admit(zone, room, tr)
+        hold = _Hold.of(rules.paused, zone, self.clock)
+        if hold.zone_paused:
+            admitted = Admission(0, hold.recheck_ms)  # before the app's limits: none taken
+            self.emit("throttled", zone=zone, reason="paused")
+        else:
+            admitted = Admission(room) if rules.admit is None else rules.admit(zone, room, tr)
         v.app_slots = admitted.app_slots
         if admitted.room > 0:
-            accept = None if rules.accept is None else rules.accept(v.reserved)
+            accept = hold.accept(None if rules.accept is None else rules.accept(v.reserved))
             try:
                 # Inside ``tr`` only where the store can join it (one_transaction_visits).
                 v.items, v.corrupt = zones.dequeue(
@@ -296,6 +305,10 @@ class ZoneVisitor:
         if tr is None:
             rules.dequeued(v)
         not_before = admitted.not_before_ms
+        if hold.held_back and len(v.items) < admitted.room:
+            # Only paused items were left: look again when a resume can have been read,
+            # not at once (their vesting time is now, and they would be visited in a loop).
+            not_before = max(not_before or 0, hold.recheck_ms)
 
         def min_vesting(t: KVTransaction) -> int | None:
             earliest = zones.min_vesting_ms(zone, tr=t)
@@ -324,3 +337,34 @@ class ZoneVisitor:
     def lag_ms(self, ref: PointerRef) -> int:
         """How long the pointer had been vested when leased (0 if leased ahead)."""
         return max(0, now_ms(self.clock) - ref.vesting_ms)
+
+
+@dataclass(slots=True)
+class _Hold:
+    """What the pauses in force hold back of one zone's visit."""
+
+    zone_paused: bool = False
+    types: frozenset[str] = frozenset()
+    recheck_ms: int = 0  # a held-back zone's pointer vests again then
+    held_back: bool = False  # the dequeue left an item of a paused type
+
+    @classmethod
+    def of(cls, paused: PauseSet | None, zone: ZoneId, clock: Clock) -> _Hold:
+        if paused is None or not paused.pauses:
+            return cls()
+        recheck = now_ms(clock) + int(REFRESH_S * 1000)
+        return cls(paused.zone_paused(zone), paused.paused_types(zone), recheck)
+
+    def accept(self, inner: Callable[[WorkItem], bool] | None) -> Callable[[WorkItem], bool] | None:
+        """``inner`` with the paused job types left out (before it: no place reserved)."""
+        if not self.types:
+            return inner
+        types = self.types
+
+        def accept(item: WorkItem) -> bool:
+            if item.job_type in types:
+                self.held_back = True
+                return False
+            return inner is None or inner(item)
+
+        return accept

@@ -31,6 +31,7 @@ from quickzones.consumer.interrupt import (
 )
 from quickzones.consumer.item_ops import ItemOps
 from quickzones.consumer.lease_extender import due_for_extension
+from quickzones.consumer.progress import reporter_for
 from quickzones.consumer.routing import Router
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Running, Work
@@ -297,13 +298,20 @@ class Worker:
             None if job.execution_bound_s is None else time.monotonic() + job.execution_bound_s,
             transactional=tr is not None,
         )
+        progress = reporter_for(lambda f, n: self.ops.progress(work, f, n, tr), tr is not None)
         ctx = JobContext(
-            work.zone, work.item, tr=tr, lease_lost=running.lease_lost, cancel_event=work.cancelled
+            work.zone,
+            work.item,
+            tr=tr,
+            lease_lost=running.lease_lost,
+            cancel_event=work.cancelled,
+            progress_to=progress.report,
         )
         try:
             self.in_flight.begin(running)
             return job.call(ctx)
         finally:
+            progress.close()  # a held report is kept before the completion reads the item
             self.in_flight.end(running)
 
     def _run_transactional(self, work: Work, job: JobType) -> None:

@@ -14,6 +14,7 @@ from quickzones.consumer.store_election import LeaseRecord, StoreElection
 from quickzones.errors import CorruptRecord, ItemAlreadyQueued, ItemNotFound
 from quickzones.store import enqueue as two_part
 from quickzones.store.kv import KVTransaction, run, unpack_i64
+from quickzones.store.pauses import Pause
 from quickzones.store.pointer_repair import SetAsidePointer, decode_set_aside
 from quickzones.store.records import DeadLetter, ZoneId, decode_dead_letter, decode_item
 from quickzones.store.validation import check_name
@@ -47,6 +48,7 @@ class Stats:
     # the store time it was read at.
     in_order_scanner: LeaseRecord | None = None
     read_at_ms: int = 0
+    paused: list[Pause] = field(default_factory=list)  # the pauses in force
 
 
 def scan_range(q: Quick, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
@@ -114,6 +116,7 @@ def stats(q: Quick) -> Stats:
     election = StoreElection(q.kv, q.keys, q.clock)
     result.in_order_scanner = election.read(lease_name(q.toplevel.cluster))
     result.read_at_ms = now_ms(q.clock)
+    result.paused = q.paused()
     return result
 
 

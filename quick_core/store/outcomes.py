@@ -33,6 +33,7 @@ import msgpack
 from quickzones.errors import CorruptRecord, InvalidArgument, QuickError
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, run
+from quickzones.store.progress import PROGRESS_KEY, progress_of
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId
 
 log = logging.getLogger("quick.outcomes")
@@ -143,6 +144,7 @@ class Outcome:
     content_type: str = "bytes"
     reason: str | None = None  # why it was dead-lettered, or why no result was kept
     job_type: str | None = None  # None in records written before it was kept
+    progress: list[Any] | None = None  # the handler's last progress (store/progress.py)
 
 
 def payload_digest(payload: bytes, content_type: str) -> str:
@@ -241,6 +243,8 @@ def finished(
         "why": reason,
         "j": item.job_type,
     }
+    if PROGRESS_KEY in item.meta:
+        record[PROGRESS_KEY] = item.meta[PROGRESS_KEY]
     tr.set(keys.outcome_key(zone, item.item_id), msgpack.packb(record, use_bin_type=True))
     tr.set(keys.outcome_expiry_key(expires, zone, item.item_id), b"")
 
@@ -261,6 +265,7 @@ def _decode(key: bytes, raw: bytes) -> Outcome:
             content_type=str(d.get("ct", "bytes")),
             reason=d.get("why"),
             job_type=d.get("j"),
+            progress=d.get(PROGRESS_KEY),
         )
     except Exception as err:  # msgpack and a missing field raise unrelated types
         raise CorruptRecord(key, f"outcome record: {err}") from err
@@ -385,6 +390,8 @@ class JobStatus:
     next_vesting_ms: int | None = None
     last_error: str | None = None
     has_result: bool = False
+    progress: float | None = None  # the handler's last ctx.progress (0..1), if any
+    progress_note: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -399,7 +406,13 @@ def live_status(item: WorkItem) -> JobStatus:
         error_count=item.error_count,
         next_vesting_ms=item.vesting_ms,
         last_error=item.last_error,
+        **_progress_fields(item.meta),
     )
+
+
+def _progress_fields(meta: dict[str, Any] | None) -> dict[str, Any]:
+    kept = progress_of(meta)
+    return {} if kept is None else {"progress": kept.fraction, "progress_note": kept.note}
 
 
 class _DeadLetters(Protocol):
@@ -429,6 +442,7 @@ def finished_status(
                 error_count=outcome.error_count,
                 last_error=outcome.reason if outcome.state in (DEAD_LETTERED, FAILED) else None,
                 has_result=outcome.result is not None and outcome.result_until_ms > now_ms,
+                **_progress_fields({PROGRESS_KEY: outcome.progress}),
             )
         letter = dead_letters.read_dead_letter(zone, item_id, snapshot=True, tr=tr)
         if letter is None:
@@ -440,6 +454,7 @@ def finished_status(
             attempts=0 if item is None else item.attempts,
             error_count=0 if item is None else item.error_count,
             last_error=letter.reason,
+            **_progress_fields(None if item is None else item.meta),
         )
 
     return run(kv, read_both)

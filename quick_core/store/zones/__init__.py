@@ -14,7 +14,7 @@ time, as any lease does.
 
 One class, :class:`KVZoneStore`, written in parts by job: :mod:`.items` (an item's keys),
 :mod:`.writes` (the enqueue's item half), :mod:`.reads`, :mod:`.leases`, :mod:`.dequeue`,
-:mod:`.completion` and :mod:`.dead_letters`.
+:mod:`.completion`, :mod:`.dead_letters` and :mod:`.progress` (a handler's progress).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from quickzones.store.zones.items import (
     new_item_id,
     new_lease_id,
 )
+from quickzones.store.zones.progress import ZoneProgress
 from quickzones.store.zones.writes import ZoneWrites
 from quickzones.store.zonestore import ZoneStoreCapabilities
 
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 
-class KVZoneStore(ZoneWrites, ZoneDequeue, ZoneCompletion):
+class KVZoneStore(ZoneWrites, ZoneDequeue, ZoneCompletion, ZoneProgress):
     """Zones whose items live in the same KV store as their pointers.
 
     Every method that takes ``tr`` runs inside it and never commits; without one it runs in

@@ -1,0 +1,59 @@
+"""``/v1/apps/{app}/pauses``: pause and resume an app, a tenant or a job type through
+``quick serve`` (admin role, for the route's app). The pauses live in the store
+(:mod:`quickzones.store.pauses`): every consumer and this server's pull leaser hold back
+the same work."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+
+from quickzones.adapters.http import models as m
+from quickzones.adapters.http.api import Admin, ApiError, allow_app, state_of
+from quickzones.client import Quick
+from quickzones.store.pauses import Pause
+from quickzones.store.validation import check_name
+
+router = APIRouter(prefix="/v1", tags=["admin"])
+
+
+def pause_out(p: Pause) -> m.PauseOut:
+    return m.PauseOut(app=p.app, tenant=p.tenant, job_type=p.job_type, since_ms=p.since_ms)
+
+
+def app_pauses(q: Quick, app: str) -> list[m.PauseOut]:
+    """The pauses that hold back some of ``app``: its own and every app's job types."""
+    return [pause_out(p) for p in q.paused() if p.app in (app, None)]
+
+
+@router.get("/apps/{app:seg}/pauses")
+def list_pauses(app: str, request: Request, who: Admin) -> m.Pauses:
+    """The pauses in force for the app."""
+    q = state_of(request).q
+    check_name("app", allow_app(who, app))
+    return m.Pauses(app=app, pauses=app_pauses(q, app))
+
+
+@router.post("/apps/{app:seg}/pauses", status_code=201)
+def pause(app: str, body: m.PauseTarget, request: Request, who: Admin) -> m.PauseOut:
+    """Hold back the app, one tenant or one job type: nothing of it starts on any
+    consumer within about a second; running items finish, enqueues are accepted."""
+    q = state_of(request).q
+    return pause_out(q.pause(allow_app(who, app), body.tenant, body.job_type))
+
+
+@router.delete("/apps/{app:seg}/pauses", status_code=204)
+def resume(
+    app: str,
+    request: Request,
+    who: Admin,
+    tenant: Annotated[str | None, Query(max_length=200)] = None,
+    job_type: Annotated[str | None, Query(max_length=200)] = None,
+) -> Response:
+    """Lift the pause named exactly so; 404 when there was none."""
+    q = state_of(request).q
+    if not q.resume(allow_app(who, app), tenant, job_type):
+        target = Pause.of(app, tenant, job_type).describe()
+        raise ApiError(404, "not_paused", f"{target} is not paused")
+    return Response(status_code=204)
