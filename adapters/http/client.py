@@ -123,6 +123,8 @@ def _status_of(body: dict[str, Any]) -> JobStatus:
         next_vesting_ms=body.get("next_vesting_ms"),
         last_error=body.get("last_error"),
         has_result=bool(body.get("has_result", False)),
+        progress=body.get("progress"),
+        progress_note=body.get("progress_note"),
     )
 
 

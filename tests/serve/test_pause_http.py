@@ -18,7 +18,7 @@ def test_a_paused_tenant_is_not_leased_to_pull_consumers_until_resumed(served: S
         other = rq.enqueue("job", 2, app="a", tenant="t2")
         got = rq.lease(max_items=10, wait_s=1)
         assert [x.item_id for x in got] == [other]
-        assert rq.status("a", "t1", held)["state"] == "queued"
+        assert rq.status("a", "t1", held).state == "queued"
         assert [(p["tenant"], p["job_type"]) for p in rq.paused("a")] == [("t1", None)]
         assert rq.stats("a")["paused"][0]["tenant"] == "t1"
         assert rq.resume("a", tenant="t1") is True

@@ -70,7 +70,7 @@ def test_bad_progress_over_http_is_refused_and_stores_nothing(served: Served) ->
             assert r.status_code == 422, (body, r.text)
         r = httpx.post(url, json={"lease_id": "not-mine", "fraction": 0.5}, headers=h)
         assert r.status_code == 409
-        assert rq.status("a", "t", lease.item_id)["progress"] is None
+        assert rq.status("a", "t", lease.item_id).progress is None
 
 
 class _CountingTransport(httpx.HTTPTransport):
