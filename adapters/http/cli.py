@@ -48,13 +48,6 @@ def _tokens(q: Quick) -> TokenStore:
 )
 @click.option("--no-dashboard", "no_dashboard", is_flag=True, help="Serve the API only.")
 @click.option(
-    "--one-transaction-visits/--three-transaction-visits",
-    default=False,
-    show_default=True,
-    help="Pull consumers' zone visits: pointer lease, dequeue and requeue in one commit, "
-    "or the paper's three (as quick worker's option of that name).",
-)
-@click.option(
     "--long-polls",
     "long_polls",
     type=click.IntRange(min=1),
@@ -99,7 +92,6 @@ def serve_cmd(
     port: int,
     max_body: int,
     no_dashboard: bool,
-    one_transaction_visits: bool,
     long_polls: int,
     long_polls_per_token: int,
     header_timeout: float,
@@ -131,7 +123,7 @@ def serve_cmd(
             q,
             max_body=max_body,
             dashboard=not no_dashboard,
-            config=ConsumerConfig(one_transaction_visits=one_transaction_visits),
+            config=ConsumerConfig(),
             pull=PullConfig(polls_max=long_polls, polls_per_token_max=long_polls_per_token),
         )
         from uvicorn.protocols.http.auto import AutoHTTPProtocol

@@ -67,16 +67,20 @@ class ConsumerConfig:
     pipelined_scans: bool = True
     # One commit per visit (beyond the paper): where the zones live in the pointers' KV
     # store, a Manager leases the pointer, dequeues and requeues the pointer in one
-    # transaction instead of three; apps with dispatch limits keep the three. False: the
-    # paper's three transactions everywhere.
-    one_transaction_visits: bool = False
+    # transaction instead of three; apps with dispatch limits keep the three, and a visit
+    # that conflicts falls back to them (visit_gate). False: the paper's three transactions
+    # everywhere. The default since a quiet 2-core A/B (bench/results/README.md,
+    # 20261126T1215Z-defaults): with the three settings below, small tenants' p99 pickup
+    # under the noisy neighbour 78 -> 40 ms (lower in 28 of 30 pairs), throughput level.
+    one_transaction_visits: bool = True
     # Batched visits (beyond the paper, with one_transaction_visits): a manager that frees
     # up takes up to this many of the zones a scan selected and visits them all in one
     # transaction, each still taking at most its dequeue_max; under load (many small
     # zones, each needing a visit of its own) the store makes one commit for them instead
     # of one each. A batch that conflicts, or meets an app with dispatch limits, is
-    # written off and its zones visited one by one. 1: one zone per visit.
-    visits_per_transaction: int = 1
+    # written off and its zones visited one by one. 1: one zone per visit. Without
+    # one_transaction_visits every visit is one zone's (visits_at_once).
+    visits_per_transaction: int = 4
     # Exact timers (beyond the paper): a running consumer leases items that vest within
     # this many seconds ahead, where the zone store can (every KV backend), and starts each
     # on its own timer at its vesting time, never before; the visit's commits are then
@@ -99,15 +103,15 @@ class ConsumerConfig:
     # span instead of a handful each; every commit competes with the visits for the
     # store's write lock and the interpreter. A completion (its status, result, dedupe
     # record) is then committed up to this much later; a stop completes what finished at
-    # once. 0: flush as soon as anything finished.
-    completion_flush_s: float = 0.0
+    # once. 0: flush as soon as anything finished (each commit then carries a handful).
+    completion_flush_s: float = 0.01
     # Beyond the paper: a scan passes over a zone of which this consumer already holds at
     # least this many items (queued locally or running); a visit still takes up to
     # dequeue_max. While a backlog fills the workers, visiting its zone each scan costs
     # the visit (about 1 ms of CPU per zone on sqlite) and only queues more of its items
-    # locally; the scan's visits go to the zones holding fewer. Set it to about the
-    # number of workers; below that a lone tenant's workers wait for its next visit.
-    # None: every vested zone may be visited.
+    # locally; the scan's visits go to the zones holding fewer. None: the number of
+    # workers (below that a lone tenant's workers wait for its next visit); a larger
+    # number lets a scan visit such zones more often.
     skip_held_zones_at: int | None = None
     seed: int | None = None
     # Routing (beyond the paper): only zones of these apps and items of these job types
@@ -116,6 +120,15 @@ class ConsumerConfig:
     apps: tuple[str, ...] | None = None
     job_types: tuple[str, ...] | None = None
     unhandled_grace_s: float | None = 600.0
+
+    def visits_at_once(self) -> int:
+        """Zones one manager visits in one transaction: ``visits_per_transaction`` where
+        visits are one transaction, else 1 (the paper's three transactions are per zone)."""
+        return self.visits_per_transaction if self.one_transaction_visits else 1
+
+    def skip_held_mark(self) -> int:
+        """``skip_held_zones_at``, or ``workers`` when it is None."""
+        return self.workers if self.skip_held_zones_at is None else self.skip_held_zones_at
 
     def held_bound(self) -> int:
         """``processing_bound``, or ``PREFETCH_PER_WORKER`` x ``workers`` when it is None."""
@@ -147,11 +160,6 @@ class ConsumerConfig:
             raise ConfigurationError(
                 f"visits_per_transaction must be an integer of at least 1, "
                 f"not {self.visits_per_transaction!r}"
-            )
-        if self.visits_per_transaction > 1 and not self.one_transaction_visits:
-            raise ConfigurationError(
-                f"visits_per_transaction={self.visits_per_transaction} needs "
-                "one_transaction_visits=True (a batch of visits is one transaction)"
             )
         if self.managers < 1 or self.workers < 1:
             raise ConfigurationError("managers and workers must be at least 1")

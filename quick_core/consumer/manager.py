@@ -220,7 +220,7 @@ class Manager:
         for ref in refs:
             by_cluster[ref.cluster].append(ref)
         works: list[Work] = []
-        size = self.config.visits_per_transaction
+        size = self.config.visits_at_once()
         for group in by_cluster.values():
             for start in range(0, len(group), size):
                 works += self._visit(group[start : start + size], hand_out, horizon_ms)

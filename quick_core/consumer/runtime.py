@@ -255,7 +255,7 @@ class Consumer(RunsForever):
             refs = self.scan_once()
             if not refs:
                 break
-            self._batching, size = True, self.config.visits_per_transaction
+            self._batching, size = True, self.config.visits_at_once()
             try:
                 # Run as the pool's lanes run them (zones in turn): a visit may bring a
                 # backlog's whole free room, and a small zone waits behind one of its items.

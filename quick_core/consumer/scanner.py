@@ -175,13 +175,13 @@ class Scanner:
             if later is not None and (next_vesting is None or later < next_vesting):
                 next_vesting = later
             peeked = [ref for ref in peeked if not self.skip(ref)]  # another app's (routing)
-            if cfg.skip_held_zones_at is not None:
-                # Zones holding enough of this consumer's items are passed over, as if
-                # crowded out: still vested (left_vested), not in the share.
-                enough = [ref for ref in peeked if self.held(ref) >= cfg.skip_held_zones_at]
-                if enough:
-                    passed_over = True
-                    peeked = [ref for ref in peeked if ref not in enough]
+            # Zones holding enough of this consumer's items are passed over, as if
+            # crowded out: still vested (left_vested), not in the share.
+            mark = cfg.skip_held_mark()
+            enough = [ref for ref in peeked if self.held(ref) >= mark]
+            if enough:
+                passed_over = True
+                peeked = [ref for ref in peeked if ref not in enough]
             if not peeked:
                 continue
             competing += len(peeked)
@@ -256,7 +256,7 @@ class Scanner:
                 while selected and submitted < free:
                     # Batched visits: up to visits_per_transaction pointers per manager.
                     batch: list[PointerRef] = []
-                    while selected and len(batch) < cfg.visits_per_transaction:
+                    while selected and len(batch) < cfg.visits_at_once():
                         ref = selected.popleft()
                         if _visit_key(ref) not in busy:
                             busy.add(_visit_key(ref))

@@ -236,10 +236,12 @@ class ZoneVisitor:
         except _NothingLeased:
             _forget(visits)
         except StorageError as err:
-            # Nothing committed; the zones' pointers vest again for a later visit.
+            # Nothing committed; the zones' pointers vest again for a later visit. Raised
+            # on, as the three transactions' errors are, so the scanner backs off (a full
+            # disk refuses every commit: a visit returning as if done was retried hot).
             self.emit("dequeue_error", error=str(err))
             _forget(visits)
-            return True
+            raise
         else:
             self.gate.committed()
         for reason in failed:

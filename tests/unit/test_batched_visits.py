@@ -273,13 +273,18 @@ def test_a_running_consumer_batches_and_runs_every_item_once(real_q: Quick) -> N
     [
         ({"visits_per_transaction": 0}, "visits_per_transaction must be an integer of at least 1"),
         ({"visits_per_transaction": 2.5}, "visits_per_transaction must be an integer"),
-        (
-            {"visits_per_transaction": 4, "one_transaction_visits": False},
-            "needs one_transaction_visits=True",
-        ),
     ],
 )
 def test_bad_batch_settings_are_refused(over: dict[str, Any], message: str) -> None:
     settings: dict[str, Any] = {"one_transaction_visits": True, **over}
     with pytest.raises(ConfigurationError, match=message):
         ConsumerConfig(**settings).validate()
+
+
+def test_three_transaction_visits_take_one_zone_each() -> None:
+    """Turning one-transaction visits off needs nothing else changed: the batch size of
+    the default applies only to one-transaction visits."""
+    config = ConsumerConfig(one_transaction_visits=False)
+    config.validate()
+    assert config.visits_per_transaction == 4 and config.visits_at_once() == 1
+    assert ConsumerConfig().visits_at_once() == 4

@@ -291,7 +291,7 @@ def test_quick_worker_picks_up_another_processes_enqueue_without_waiting_for_its
     try:
         assert proc.stdout is not None
         banner = proc.stdout.readline()
-        assert "commit poll 0.005s, completion flush off" in banner, banner
+        assert "commit poll 0.005s, completion flush 0.01s" in banner, banner
         time.sleep(0.5)  # idle, between polls
         enqueue_from_another_process(url, "t", "j")
         assert wait_for(marker.exists, timeout=30)

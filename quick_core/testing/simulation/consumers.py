@@ -116,7 +116,7 @@ class ConsumerSteps(SimWorld):
     def step_visit(self, sc: SimConsumer) -> str:
         if not sc.refs:
             return f"visit {sc.consumer.name} idle"
-        size = sc.consumer.config.visits_per_transaction
+        size = sc.consumer.config.visits_at_once()
         refs, sc.refs = sc.refs[:size], sc.refs[size:]
         works = self._visit(sc, refs)
         sc.works.extend(works)

@@ -303,7 +303,7 @@ class Simulation(ProducerSteps, SimHandlers, ConsumerSteps, FifoOrderCheck, Inva
         """Stop producers and drain: time moves on in 1 s rounds in which every consumer
         refreshes its election, runs what it holds, scans and runs what it finds."""
         for sc in self.consumers:
-            size = sc.consumer.config.visits_per_transaction
+            size = sc.consumer.config.visits_at_once()
             for start in range(0, len(sc.refs), size):
                 sc.works.extend(self._visit(sc, sc.refs[start : start + size]))
             sc.refs.clear()
@@ -314,7 +314,7 @@ class Simulation(ProducerSteps, SimHandlers, ConsumerSteps, FifoOrderCheck, Inva
                 while sc.works:
                     self._execute(sc, sc.works.pop(0))
                 refs = sc.consumer.scan_once()
-                size = sc.consumer.config.visits_per_transaction
+                size = sc.consumer.config.visits_at_once()
                 for start in range(0, len(refs), size):
                     for work in self._visit(sc, refs[start : start + size]):
                         self._execute(sc, work)
