@@ -1,34 +1,53 @@
-"""Medians per variant of the A/B runs .dev/ab.sh wrote."""
-import json, statistics as st, sys
+"""Medians per variant of the A/B runs scripts/ab16/run.sh wrote: ``python3
+scripts/ab16/summary.py OUT`` prints a Markdown table (small tenants' pickup under the noisy
+neighbour, the lone tenant's rate and CPU per 1,000 items, Huey beside variant A) and the
+FoundationDB scaling runs."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
 from pathlib import Path
-O = Path(sys.argv[1])
-rows: dict = {}
-for f in O.glob("n-*/noisy_pickup.json"):
-    v = f.parent.name.split("-")[1]
-    s = json.loads(f.read_text())["summary"].get("quick-sqlite", {})
-    for k in ("small_p99", "small_p50", "small_p99_after_burst"):
-        if k in s:
-            rows.setdefault(v, {}).setdefault(k, []).append(s[k]["median"])
-for f in O.glob("l-*/lone_tenant.json"):
-    v = f.parent.name.split("-")[1]
-    d = json.loads(f.read_text())
-    for name, key in (("quick-sqlite-user", "rate"), ("huey", "huey")):
-        for k2, r in d.get("rates", {}).items():
-            if k2.startswith(name) and r["median"] == r["median"]:
-                rows.setdefault(v, {}).setdefault(key, []).append(r["median"])
-    c = d.get("cpu_s_per_1000_items", {}).get("quick-sqlite-user")
-    if c:
-        rows.setdefault(v, {}).setdefault("cpu", []).append(c["median"])
-def med(x): return f"{st.median(x):.1f} (n={len(x)})" if x else "-"
-print("| variant | small p99 ms | small p50 ms | p99 after burst | lone items/s | CPU s/1000 | Huey items/s |")
-print("|---|---|---|---|---|---|---|")
-for v in sorted(rows, key=lambda v: (v != "A", v)):
-    r = rows[v]
-    print(f"| {v} | {med(r.get('small_p99', []))} | {med(r.get('small_p50', []))} | {med(r.get('small_p99_after_burst', []))} | {med(r.get('rate', []))} | {med([c*1000 for c in r.get('cpu', [])])} | {med(r.get('huey', []))} |")
-print("\nCPU column in ms per 1000 items. FDB scaling runs:")
-for f in sorted(O.glob("fdb-*/scaling.json")):
-    try:
-        d = json.loads(f.read_text())
-        print(f.parent.name, "; ".join(f"{r['processes']}p {r['items_per_s']:.0f}/s x{r['ratio_to_one']:.2f} lost {r['pointer_leases_lost']}/{r['pointer_leases']}" for r in d["rows"]))
-    except Exception as e:
-        print(f, e)
+
+
+def _median(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.1f} (n={len(xs)})" if xs else "-"
+
+
+def main(out: Path) -> None:
+    rows: dict[str, dict[str, list[float]]] = {}
+    for f in out.glob("n-*/noisy_pickup.json"):
+        got = rows.setdefault(f.parent.name.split("-")[1], {})
+        summary = json.loads(f.read_text())["summary"].get("quick-sqlite", {})
+        for key in ("small_p99", "small_p50", "small_p99_after_burst"):
+            if key in summary:
+                got.setdefault(key, []).append(summary[key]["median"])
+    for f in out.glob("l-*/lone_tenant.json"):
+        got = rows.setdefault(f.parent.name.split("-")[1], {})
+        run = json.loads(f.read_text())
+        for system, rate in run.get("rates", {}).items():
+            key = "rate" if system.startswith("quick-sqlite-user") else "huey"
+            measured = rate["median"] == rate["median"]  # NaN: the run failed
+            if system.startswith(("quick-sqlite-user", "huey")) and measured:
+                got.setdefault(key, []).append(rate["median"])
+        cpu = run.get("cpu_s_per_1000_items", {}).get("quick-sqlite-user")
+        if cpu:
+            got.setdefault("cpu", []).append(cpu["median"] * 1000)
+    print("| variant | small p99 ms | small p50 ms | p99 after burst | lone items/s "
+          "| CPU ms / 1,000 | Huey items/s |")
+    print("|---|---|---|---|---|---|---|")
+    for name in sorted(rows, key=lambda v: (v != "A", v)):
+        r = rows[name]
+        cells = ("small_p99", "small_p50", "small_p99_after_burst", "rate", "cpu", "huey")
+        print(f"| {name} | " + " | ".join(_median(r.get(c, [])) for c in cells) + " |")
+    print("\nFoundationDB, quick worker --processes 1 and 2 on two cores:")
+    for f in sorted(out.glob("fdb-*/scaling.json")):
+        rows_ = json.loads(f.read_text())["rows"]
+        print(f.parent.name, "; ".join(
+            f"{r['processes']}p {r['items_per_s']:.0f}/s x{r['ratio_to_one']:.2f} "
+            f"lost {r['pointer_leases_lost']}/{r['pointer_leases']}" for r in rows_))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
