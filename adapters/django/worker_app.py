@@ -50,7 +50,7 @@ def registered(alias: str) -> Quick:
     for module in task_modules(backend):
         for value in vars(module).values():
             if isinstance(value, Task) and value.backend == alias:
-                register_task(backend.quick, value, backend.settings, alias, worker=True)
+                register_task(backend.quick, value, backend.settings, alias)
     return backend.quick
 
 

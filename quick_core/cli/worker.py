@@ -147,6 +147,7 @@ def worker(
         from quickzones import schemes
 
         run_remote = schemes.factory(schemes.REMOTE_WORKERS, urlsplit(remote).scheme, remote)
+        q.store_type_policies()  # for producers without the handlers, as a consumer's start
         run_remote(q, remote, token, workers=workers, lease_s=lease_s)
         return
     config = ConsumerConfig(
