@@ -107,6 +107,7 @@ def test_a_type_registered_inside_an_application_transaction_writes_nothing_ther
     runs: list[Any] = []
     try:
         conn.execute("INSERT INTO orders (id) VALUES (1)")  # the application's transaction
+
         # Registered lazily, at the first enqueue, as the Django backend does.
         @web.job("ship", keep_result_s=3600)
         def ship(payload: Any, ctx: JobContext) -> Any:
