@@ -440,32 +440,43 @@ def test_django_on_postgres_store_on_sqlite_enqueues_on_commit(tmp_path: Path) -
         q.close()
 
 
-def test_django_and_quick_in_one_sqlite_file_commit_together(tmp_path: Path) -> None:
-    """Django's SQLite database is quick's store file: the task is written into Django's
-    transaction (its row and the item commit or roll back together)."""
+@pytest.mark.parametrize("alias", ["default", "other"])
+def test_django_and_quick_in_one_sqlite_file_commit_together(tmp_path: Path, alias: str) -> None:
+    """One of Django's SQLite databases is quick's store file (its only one, or its second,
+    alias ``other``): the backend finds that alias by the store's file, and a task
+    enqueued in its ``transaction.atomic(using=alias)`` is written into the transaction
+    (its row and the item commit or roll back together). Before the alias was derived,
+    the second database's enqueue committed on its own and waited 10 s for Django's lock
+    on the file (StoreBusy)."""
     db = tmp_path / "one.db"
     # quick's tables first (a worker or any open creates them): creating them inside
     # Django's write transaction on the same file would wait for that transaction's lock.
     Quick.open(f"sqlite:///{db}").close()
+    if alias == "default":
+        env = _env(str(db), f"sqlite:///{db}", tmp_path)
+    else:
+        env = _env(str(tmp_path / "app.db"), f"sqlite:///{db}", tmp_path, other_db=str(db))
     found = _django(
-        _env(str(db), f"sqlite:///{db}", tmp_path),
-        """
-        with connection.cursor() as cur:
+        env,
+        f"""
+        from django.db import connections
+        ALIAS = {alias!r}
+        with connections[ALIAS].cursor() as cur:
             cur.execute("CREATE TABLE orders (id integer PRIMARY KEY)")
         try:
-            with transaction.atomic():
-                with connection.cursor() as cur:
+            with transaction.atomic(using=ALIAS):
+                with connections[ALIAS].cursor() as cur:
                     cur.execute("INSERT INTO orders VALUES (1)")
                 out["rolled_back"] = send_receipt.enqueue(1, customer="ann").id
                 raise RuntimeError("declined")
         except RuntimeError:
             pass
-        with transaction.atomic():
+        with transaction.atomic(using=ALIAS):
             out["committed"] = send_receipt.enqueue(2, customer="ann").id
-            with connection.cursor() as cur:
+            with connections[ALIAS].cursor() as cur:
                 cur.execute("INSERT INTO orders VALUES (2)")
         out["joined"] = default_task_backend._joins
-        with connection.cursor() as cur:
+        with connections[ALIAS].cursor() as cur:
             out["rows"] = [r[0] for r in cur.execute("SELECT id FROM orders").fetchall()]
         """,
     )
@@ -476,40 +487,6 @@ def test_django_and_quick_in_one_sqlite_file_commit_together(tmp_path: Path) -> 
         assert q.status("shop", "ann", found["committed"].split(":", 1)[0]) is not None
     finally:
         q.close()
-
-
-def test_the_store_in_a_second_django_database_joins_its_transactions(tmp_path: Path) -> None:
-    """quick's store is Django's second database (alias ``other``, one SQLite file): the
-    backend finds the alias by the store's file, so a task enqueued in
-    ``transaction.atomic(using="other")`` commits and rolls back with its rows."""
-    db = tmp_path / "other.db"
-    Quick.open(f"sqlite:///{db}").close()  # quick's tables first, as the tutorial says
-    found = _django(
-        _env(str(tmp_path / "app.db"), f"sqlite:///{db}", tmp_path, other_db=str(db)),
-        """
-        from django.db import connections
-        with connections["other"].cursor() as cur:
-            cur.execute("CREATE TABLE orders (id integer PRIMARY KEY)")
-        try:
-            with transaction.atomic(using="other"):
-                with connections["other"].cursor() as cur:
-                    cur.execute("INSERT INTO orders VALUES (1)")
-                out["rolled_back"] = send_receipt.enqueue(1, customer="ann").id
-                raise RuntimeError("declined")
-        except RuntimeError:
-            pass
-        with transaction.atomic(using="other"):
-            out["committed"] = send_receipt.enqueue(2, customer="ann").id
-        out["joined"] = default_task_backend._joins
-        """,
-    )
-    q = Quick.open(f"sqlite:///{db}")
-    try:
-        assert q.status("shop", "ann", found["rolled_back"].split(":", 1)[0]) is None
-        assert q.status("shop", "ann", found["committed"].split(":", 1)[0]) is not None
-    finally:
-        q.close()
-    assert found["joined"] is True
 
 
 def test_the_default_tenant_is_the_tenant_keyword_else_default(tmp_path: Path) -> None:
