@@ -195,7 +195,6 @@ class Quick:
         keep_status_s: float | None = None,
         keep_result_s: float | None = None,
         dedupe_s: float | None = None,
-        store_policy: bool = True,
     ) -> Callable[[Handler], Handler]:
         """Register ``handler(payload, ctx)`` for a job type.
 
@@ -210,9 +209,9 @@ class Quick:
         ``item_id``). Each writes one small record when an item finishes.
 
         The type's policy is also stored, so producers that never register the handler
-        (a web process, ``quick serve``) honour it; ``store_policy=False`` registers in
-        this process only, for a registration made inside an application's open
-        transaction on the store's own SQLite file (the worker's registration stores it).
+        (a web process, ``quick serve``) honour it: when a consumer of this client starts,
+        and with its first enqueue that commits in quick's own transaction. A registration
+        writes nothing itself, so it may come inside an application's open transaction.
         """
         policy = self._policy_of(keep_status_s, keep_result_s, dedupe_s)
         if (policy.wanted() or self.keep_status_s) and not self.capabilities.outcome_records:
@@ -245,11 +244,18 @@ class Quick:
             self.registry.register(job)
             self._policies[name] = policy
             # A read-only client (create=False) writes nothing.
-            if self._create and store_policy:
+            if self._create:
                 self.type_policies.declare(name, _type_policy(policy, job))
             return fn
 
         return register
+
+    def store_type_policies(self) -> None:
+        """Store the policies of the types registered here and not stored yet, so
+        producers that never register their handlers honour them. A consumer's start and
+        an enqueue committing in quick's own transaction call it; ``quick worker --remote``
+        at its start. A store that refuses keeps them pending (said once at WARNING)."""
+        self.type_policies.store_pending()
 
     def _policy_of(
         self, status_s: float | None, result_s: float | None, dedupe_s: float | None
@@ -423,6 +429,8 @@ class Quick:
                 "enqueue inside a KV transaction (tr=...)",
                 "call enqueue() without tr",
             )
+        if tr is None:
+            self.store_type_policies()  # never in a caller's transaction
         new = self._new_item(job_type, payload, delay, priority, item_id, ttl, fifo, run_at)
         with enqueue_span(job_type, zone) as carrier:
             if carrier:
@@ -559,6 +567,7 @@ class Quick:
         large batches into several calls (each one atomic).
         """
         zone = ZoneId(check_name("app", app), check_name("tenant", tenant))
+        self.store_type_policies()
         items: list[NewItem] = []
         # A lower bound of the commit's size, checked as the items are built so a batch
         # that could only fail at commit (after seconds of work) fails at once instead:
@@ -677,8 +686,7 @@ class Quick:
         """A consumer of this store's top-level queue and, with ``also``, of other
         clusters' too: the scanner visits every cluster's shards in shuffled order. The
         handlers are this Quick's."""
-        if self._create:
-            self.type_policies.store_pending()  # those a full store refused at registration
+        self.store_type_policies()
         consumer = Consumer(
             self.item_store(),
             self.toplevel,

@@ -2,12 +2,13 @@
 work item in the zone (app, tenant) of quick's store, run by ``quick worker`` (see
 ``worker_app``), so one tenant's burst cannot starve the others (the paper's fairness).
 
-Enqueue and Django's transactions: with ``enqueue_on_commit`` (the default) a task
+Enqueue and Django's transactions: with ``ENQUEUE_ON_COMMIT`` (the default) a task
 enqueued inside ``transaction.atomic()`` exists only if that transaction commits. When
-quick's store is the database Django's connection reaches (PostgreSQL, or one SQLite
-file) the item is written *into* Django's transaction (``Quick.enqueue_on``): rows and
-task commit together or not at all, and a crash after COMMIT loses neither. Otherwise it
-is enqueued from ``transaction.on_commit``. Without ``enqueue_on_commit``, or outside a
+quick's store is one of Django's databases (PostgreSQL, or one SQLite file: the alias is
+derived, :mod:`~quickzones.adapters.django.databases`) the item is written *into* that
+database's transaction (``Quick.enqueue_on``): rows and task commit together or not at
+all, and a crash after COMMIT loses neither. Otherwise it is enqueued from the default
+database's ``transaction.on_commit``. Without ``ENQUEUE_ON_COMMIT``, or outside a
 transaction, it commits at once on its own."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import threading
 from datetime import datetime
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
 from quickzones.adapters.django.compat import (
@@ -26,6 +27,7 @@ from quickzones.adapters.django.compat import (
     TaskResultStatus,
     task_enqueued,
 )
+from quickzones.adapters.django.databases import store_alias
 from quickzones.adapters.django.jobs import payload, register_task
 from quickzones.adapters.django.options import BackendOptions, read_options
 from quickzones.adapters.django.results import read_result, result_id
@@ -37,8 +39,8 @@ from quickzones.store.zones.items import new_item_id
 
 class QuickTaskBackend(BaseTaskBackend):  # type: ignore[misc]
     """``TASKS = {"default": {"BACKEND": "quickzones.adapters.django.QuickTaskBackend",
-    "OPTIONS": {"store": "postgresql://...", "app": "shop", "tenant_kwarg": "customer"}}}``
-    (every option: :class:`~quickzones.adapters.django.options.BackendOptions`)."""
+    "OPTIONS": {"store": "postgresql://...", "app": "shop"}}}`` (every option:
+    :class:`~quickzones.adapters.django.options.BackendOptions`)."""
 
     supports_defer = True
     supports_priority = True
@@ -48,9 +50,11 @@ class QuickTaskBackend(BaseTaskBackend):  # type: ignore[misc]
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self.settings: BackendOptions = read_options(alias, params)
-        # Whether Django's connection reaches quick's store; None until the first
-        # enqueue inside a transaction finds out.
-        self._joins: bool | None = None
+        # The Django database that is quick's store (None: none of them is).
+        self.database = store_alias(self.settings.store)
+        # Whether that connection reaches quick's store; None until the first enqueue
+        # inside a transaction finds out.
+        self._joins: bool | None = None if self.database is not None else False
 
     @property
     def quick(self) -> Quick:
@@ -59,20 +63,15 @@ class QuickTaskBackend(BaseTaskBackend):  # type: ignore[misc]
         return _shared_quick(self.alias, self.settings)
 
     def tenant_of(self, task: Any, args: Any, kwargs: Any) -> str:
-        """The tenant whose zone the task goes to (``tenant_kwarg``, ``tenant`` or
-        ``default_tenant``); InvalidTask when it is missing or not a usable name."""
-        options = self.settings
-        if options.tenant is not None:
-            tenant = options.tenant(task, tuple(args), dict(kwargs))
-        elif options.tenant_kwarg is not None:
-            if options.tenant_kwarg not in kwargs:
-                raise InvalidTask(
-                    f"task {task.name} ({task.module_path}) was enqueued without its tenant:"
-                    f" pass {options.tenant_kwarg}=... (the backend's 'tenant_kwarg')"
-                )
-            tenant = kwargs[options.tenant_kwarg]
-        else:
-            tenant = options.default_tenant
+        """The tenant whose zone the task goes to (the ``tenant`` option's callable);
+        InvalidTask when the callable fails or names no usable tenant."""
+        try:
+            tenant = self.settings.tenant(task, tuple(args), dict(kwargs))
+        except Exception as err:  # the user's callable: a missing keyword, a lookup
+            raise InvalidTask(
+                f"task {task.name} ({task.module_path}): the backend's 'tenant' callable "
+                f"found no tenant in its arguments: {type(err).__name__}: {err}"
+            ) from err
         try:
             return check_name("tenant", tenant if isinstance(tenant, str) else str(tenant))
         except ValueError as err:
@@ -115,23 +114,22 @@ class QuickTaskBackend(BaseTaskBackend):  # type: ignore[misc]
             quick.enqueue(job_type, body, **options)
             announce()
 
-        conn = connections[self.settings.database]
+        conn = connections[self.database or DEFAULT_DB_ALIAS]
         if not (self.settings.enqueue_on_commit and conn.in_atomic_block):
             enqueue_now()
         elif self._joins is not False and self._enqueue_in(conn, job_type, body, options):
-            transaction.on_commit(announce, using=self.settings.database)
+            transaction.on_commit(announce, using=conn.alias)
         else:
-            transaction.on_commit(enqueue_now, using=self.settings.database)
+            transaction.on_commit(enqueue_now, using=conn.alias)
         return result
 
     def _enqueue_in(
         self, conn: Any, job_type: str, body: dict[str, Any], options: dict[str, Any]
     ) -> bool:
         """Write the item into Django's open transaction; False (nothing written) when
-        quick's store is not the database Django's connection reaches."""
-        scheme = self.settings.store.partition(":")[0].lower()
-        if _VENDOR.get(scheme) != conn.vendor or not hasattr(self.quick.kv, "transaction_on"):
-            self._joins = False  # another kind of database altogether
+        quick's store turns out not to be the database Django's connection reaches."""
+        if not hasattr(self.quick.kv, "transaction_on"):
+            self._joins = False
             return False
         try:
             self.quick.enqueue_on(conn, job_type, body, **options)
@@ -144,9 +142,6 @@ class QuickTaskBackend(BaseTaskBackend):  # type: ignore[misc]
     def get_result(self, result_id: str) -> Any:
         return read_result(self.quick, self.settings.app, self.alias, result_id)
 
-
-# The Django database vendor whose connection a store's scheme can join.
-_VENDOR = {"postgresql": "postgresql", "postgres": "postgresql", "sqlite": "sqlite"}
 
 # One Quick per backend alias and settings in a process (its connection pool and store
 # checks are not per thread); Quick is thread-safe.

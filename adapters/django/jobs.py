@@ -52,9 +52,7 @@ def load_task(path: str) -> Any:
     return found
 
 
-def register_task(
-    quick: Quick, task: Any, options: BackendOptions, alias: str, *, worker: bool = False
-) -> str:
+def register_task(quick: Quick, task: Any, options: BackendOptions, alias: str) -> str:
     """Make ``task`` a job type of ``quick`` (once): its handler runs the task; its
     outcome (status, return value) is kept ``keep_result_s``."""
     name = job_type(task)
@@ -64,10 +62,8 @@ def register_task(
             retry=options.retry,
             keep_status_s=options.keep_result_s,
             keep_result_s=options.keep_result_s,
-            # A producer registers at enqueue, inside Django's transaction: on one SQLite
-            # file shared with Django a write of its own would wait for Django's lock.
-            # worker_app's registration stores the policy.
-            store_policy=worker,
+            # A producer registers at enqueue, maybe inside Django's transaction: the
+            # registration writes nothing (the policy is stored by the worker's start).
         )(_runner(alias))
     return name
 

@@ -1,6 +1,9 @@
-"""The backend's settings: ``TASKS[alias]["OPTIONS"]`` (and Django's ``ENQUEUE_ON_COMMIT``)
-read once into a frozen value, every unknown or bad entry refused with an
-``ImproperlyConfigured`` naming it (docs/tutorial-django.md lists them)."""
+"""The backend's settings: ``TASKS[alias]["OPTIONS"]`` and Django's ``ENQUEUE_ON_COMMIT``
+beside them, read once into a frozen value, every unknown or bad entry refused with an
+``ImproperlyConfigured`` naming it (docs/tutorial-django.md lists them). What a user could
+not judge is not an option: the Django database an enqueue joins is the one that is the
+store (:mod:`quickzones.adapters.django.databases`), the worker finds the tasks in each
+installed app's ``tasks`` module."""
 
 from __future__ import annotations
 
@@ -22,76 +25,84 @@ DEFAULT_TENANT = "default"
 DEFAULT_KEEP_RESULT_S = 86_400.0
 
 
+def tenant_keyword(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
+    """The default ``tenant``: the task's ``tenant`` keyword when given, else
+    ``"default"`` (every task in one zone, as a FIFO queue)."""
+    return kwargs.get("tenant", DEFAULT_TENANT)
+
+
+_TENANT = (
+    "give 'tenant' a callable (task, args, kwargs) -> tenant, or its dotted path (default: "
+    "the task's 'tenant' keyword, else 'default')"
+)
+# Options that went (issue 27 point 5), each refused with what replaced it.
+_REPLACED = {
+    "tenant_kwarg": _TENANT,
+    "default_tenant": _TENANT,
+    "database": "the Django database an enqueue joins is derived: the DATABASES alias whose "
+    "NAME, HOST and PORT are the store's (the SQLite file's path), else none",
+    "enqueue_on_commit": "set Django's ENQUEUE_ON_COMMIT beside OPTIONS instead",
+    "task_modules": "the worker imports each installed app's tasks module: import the tasks "
+    "of other modules there",
+}
+
+
 @dataclass(frozen=True)
 class BackendOptions:
     """``store``: quick's store URL; ``app``: the quick app the tasks' zones belong to;
-    the tenant from the keyword ``tenant_kwarg`` names or from ``tenant`` (a callable or
-    its dotted path), else ``default_tenant``; ``database``: Django's connection an
-    enqueue joins or waits for; ``keep_result_s``: how long a finished task's status and
-    return value stay readable; ``retry``: RetryPolicy fields (default one attempt, as
-    Django's API expects: an exception fails the task); ``task_modules``: modules the
-    worker imports besides each installed app's ``tasks``; ``quick``: keyword arguments
-    for ``Quick.open``."""
+    ``tenant``: the callable that names a task's tenant (:func:`tenant_keyword` unless
+    set); ``enqueue_on_commit``: Django's ``ENQUEUE_ON_COMMIT``; ``keep_result_s``: how
+    long a finished task's status and return value stay readable; ``retry``: RetryPolicy
+    fields (default one attempt, as Django's API expects: an exception fails the task);
+    ``quick``: keyword arguments for ``Quick.open``."""
 
     store: str
     app: str = "django"
-    tenant_kwarg: str | None = None
-    tenant: TenantOf | None = None
-    default_tenant: str = DEFAULT_TENANT
-    database: str = "default"
+    tenant: TenantOf = tenant_keyword
     enqueue_on_commit: bool = True
     keep_result_s: float = DEFAULT_KEEP_RESULT_S
     retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(max_attempts=1))
-    task_modules: tuple[str, ...] = ()
     quick: Mapping[str, Any] = field(default_factory=dict)
 
 
-_KNOWN = set(BackendOptions.__dataclass_fields__)
+# enqueue_on_commit is Django's ENQUEUE_ON_COMMIT, beside OPTIONS, not in them.
+_KNOWN = set(BackendOptions.__dataclass_fields__) - {"enqueue_on_commit"}
 
 
 def read_options(alias: str, params: Mapping[str, Any]) -> BackendOptions:
     """The backend's options from its ``TASKS`` entry, or ``ImproperlyConfigured``."""
     raw = dict(params.get("OPTIONS", {}))
     where = f"TASKS[{alias!r}]['OPTIONS']"
+    gone = sorted(set(raw) & set(_REPLACED))
+    if gone:
+        raise ImproperlyConfigured(
+            f"{where}[{gone[0]!r}] is no longer an option: {_REPLACED[gone[0]]}"
+        )
     unknown = sorted(set(raw) - _KNOWN)
     if unknown:
         raise ImproperlyConfigured(
             f"{where}: unknown option(s) {', '.join(map(repr, unknown))}; known: "
             + ", ".join(sorted(_KNOWN))
         )
-    if "ENQUEUE_ON_COMMIT" in params:  # Django's own name for it, beside the OPTIONS
-        raw.setdefault("enqueue_on_commit", params["ENQUEUE_ON_COMMIT"])
     store = raw.get("store")
     if not isinstance(store, str) or not store:
         raise ImproperlyConfigured(f"{where}['store'] must be quick's store URL")
-    if raw.get("tenant") is not None and raw.get("tenant_kwarg") is not None:
-        raise ImproperlyConfigured(
-            f"{where}: set 'tenant' (a callable) or 'tenant_kwarg' (a keyword), not both"
-        )
     try:
         return BackendOptions(
             store=store,
             app=check_name("app", raw.get("app", "django")),
-            tenant_kwarg=_optional_str(where, "tenant_kwarg", raw.get("tenant_kwarg")),
-            tenant=_callable(where, raw.get("tenant")),
-            default_tenant=check_name("default_tenant", raw.get("default_tenant", DEFAULT_TENANT)),
-            database=str(raw.get("database", "default")),
-            enqueue_on_commit=_flag(where, "enqueue_on_commit", raw.get("enqueue_on_commit", True)),
+            tenant=_callable(where, raw.get("tenant", tenant_keyword)),
+            enqueue_on_commit=_flag(
+                f"TASKS[{alias!r}]", "ENQUEUE_ON_COMMIT", params.get("ENQUEUE_ON_COMMIT", True)
+            ),
             keep_result_s=check_seconds(
                 "keep_result_s", raw.get("keep_result_s", DEFAULT_KEEP_RESULT_S)
             ),
             retry=RetryPolicy(**{"max_attempts": 1, **dict(raw.get("retry", {}))}),
-            task_modules=tuple(raw.get("task_modules", ())),
             quick=dict(raw.get("quick", {})),
         )
     except (InvalidArgument, TypeError, ValueError) as err:
         raise ImproperlyConfigured(f"{where}: {err}") from err
-
-
-def _optional_str(where: str, name: str, value: object) -> str | None:
-    if value is None or (isinstance(value, str) and value.isidentifier()):
-        return value
-    raise ImproperlyConfigured(f"{where}[{name!r}] must be a keyword name, not {value!r}")
 
 
 def _flag(where: str, name: str, value: object) -> bool:
@@ -100,7 +111,7 @@ def _flag(where: str, name: str, value: object) -> bool:
     raise ImproperlyConfigured(f"{where}[{name!r}] must be True or False, not {value!r}")
 
 
-def _callable(where: str, value: object) -> TenantOf | None:
+def _callable(where: str, value: object) -> TenantOf:
     if isinstance(value, str):
         try:
             value = import_string(value)
@@ -108,7 +119,7 @@ def _callable(where: str, value: object) -> TenantOf | None:
             raise ImproperlyConfigured(
                 f"{where}['tenant']: cannot import {value!r}: {err}"
             ) from err
-    if value is None or callable(value):
+    if callable(value):
         return value
     raise ImproperlyConfigured(
         f"{where}['tenant'] must be a callable (task, args, kwargs) -> tenant, or its path"

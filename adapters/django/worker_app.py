@@ -3,9 +3,10 @@
     DJANGO_SETTINGS_MODULE=mysite.settings \\
         quick worker --app-module quickzones.adapters.django.worker_app
 
-Importing it sets Django up, finds the tasks (each installed app's ``tasks`` module and
-the backend's ``task_modules``) and registers every task of the backend as a job type of
-the backend's Quick, exported as ``quick``. ``QUICK_DJANGO_BACKEND`` names the backend
+Importing it sets Django up, finds the tasks (each installed app's ``tasks`` module, as
+Celery's ``autodiscover_tasks``: a task defined elsewhere is imported there) and
+registers every task of the backend as a job type of the backend's Quick, exported as
+``quick``. ``QUICK_DJANGO_BACKEND`` names the backend
 alias (default ``default``)."""
 
 from __future__ import annotations
@@ -31,13 +32,11 @@ from quickzones.adapters.django.jobs import register_task  # noqa: E402
 from quickzones.client import Quick  # noqa: E402
 
 
-def task_modules(backend: QuickTaskBackend) -> Iterator[ModuleType]:
-    """Each installed app's ``tasks`` module, then the backend's ``task_modules``."""
+def task_modules() -> Iterator[ModuleType]:
+    """Each installed app's ``tasks`` module."""
     for config in apps.get_app_configs():
         if module_has_submodule(config.module, "tasks"):
             yield importlib.import_module(f"{config.name}.tasks")
-    for name in backend.settings.task_modules:
-        yield importlib.import_module(name)
 
 
 def registered(alias: str) -> Quick:
@@ -47,10 +46,10 @@ def registered(alias: str) -> Quick:
         raise ConfigurationError(
             f"TASKS[{alias!r}] is {type(backend).__name__}, not QuickTaskBackend"
         )
-    for module in task_modules(backend):
+    for module in task_modules():
         for value in vars(module).values():
             if isinstance(value, Task) and value.backend == alias:
-                register_task(backend.quick, value, backend.settings, alias, worker=True)
+                register_task(backend.quick, value, backend.settings, alias)
     return backend.quick
 
 

@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from quickzones.adapters.http import cancels
 from quickzones.adapters.http.api import ApiError, ServeState, router
+from quickzones.adapters.http.connections import Budget
 from quickzones.adapters.http.paths import PathSegments
 from quickzones.adapters.http.pauses_api import router as pauses_router
 from quickzones.adapters.http.polls import PollLimits
@@ -145,18 +146,21 @@ def create_app(
     pull: PullConfig | None = None,
     max_body: int = DEFAULT_MAX_BODY,
     dashboard: bool = True,
+    open_files: int | None = None,
 ) -> FastAPI:
     """The server's ASGI app over an open Quick. Its pull leases scan and visit zones
     with ``config``'s parameters (a consumer's: ``dequeue_max``, ``visit_max``,
-    ``selection_frac``...); ``pull``: the long poll's own."""
+    ``selection_frac``...); ``pull``: the long poll's own. The long polls it holds open
+    are limited by the process's open-file limit (``open_files``: another's, in tests)."""
     stopping = threading.Event()
     pull = pull or PullConfig()
+    budget = Budget.of(open_files)
     state = ServeState(
         q=q,
         tokens=tokens or TokenStore(q.kv, q.keys, q.clock, cache_s=TOKEN_CACHE_S),
         leaser=PullLeaser(q, config, pull),
         stopping=stopping,
-        polls=PollLimits(pull.polls_max, pull.polls_per_token_max),
+        polls=PollLimits(budget.long_polls, budget.long_polls_per_token),
     )
 
     @contextlib.asynccontextmanager

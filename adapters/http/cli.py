@@ -12,13 +12,7 @@ from datetime import UTC, datetime
 
 import click
 
-from quickzones.adapters.http.connections import (
-    ACCEPT_BACKLOG,
-    DEFAULT_HEADER_TIMEOUT_S,
-    default_max_connections,
-    guarded,
-)
-from quickzones.adapters.http.polls import POLLS_MAX, POLLS_PER_TOKEN_MAX
+from quickzones.adapters.http.connections import ACCEPT_BACKLOG, Budget, guarded
 from quickzones.adapters.http.tokens import ROLES, TokenStore
 from quickzones.cli import friendly, store_option
 from quickzones.client import Quick
@@ -48,38 +42,6 @@ def _tokens(q: Quick) -> TokenStore:
 )
 @click.option("--no-dashboard", "no_dashboard", is_flag=True, help="Serve the API only.")
 @click.option(
-    "--long-polls",
-    "long_polls",
-    type=click.IntRange(min=1),
-    default=POLLS_MAX,
-    show_default=True,
-    help="Long polls (POST /v1/leases with wait_s) open at once; more get 429.",
-)
-@click.option(
-    "--long-polls-per-token",
-    "long_polls_per_token",
-    type=click.IntRange(min=1),
-    default=POLLS_PER_TOKEN_MAX,
-    show_default=True,
-    help="Long polls one token may hold open; more get 429.",
-)
-@click.option(
-    "--header-timeout",
-    "header_timeout",
-    type=click.FloatRange(min=0.1, max=3600),
-    default=DEFAULT_HEADER_TIMEOUT_S,
-    show_default=True,
-    help="Seconds a connection has to send its request's headers; then it is closed.",
-)
-@click.option(
-    "--max-connections",
-    "max_connections",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Connections held at once (default: 4096, and 192 below the open-file limit); "
-    "over it the oldest still sending its headers is closed, else the new one.",
-)
-@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -92,17 +54,15 @@ def serve_cmd(
     port: int,
     max_body: int,
     no_dashboard: bool,
-    long_polls: int,
-    long_polls_per_token: int,
-    header_timeout: float,
-    max_connections: int | None,
     log_level: str,
 ) -> None:
-    """Serve the HTTP API (/v1, OpenAPI at /docs) and the dashboard (/) over a store."""
+    """Serve the HTTP API (/v1, OpenAPI at /docs) and the dashboard (/) over a store.
+
+    The connections and long polls it holds follow the open-file limit (ulimit -n).
+    """
     import uvicorn
 
     from quickzones.adapters.http.app import create_app
-    from quickzones.adapters.http.pull import PullConfig
     from quickzones.consumer.config import ConsumerConfig
 
     q = Quick.open(store, create=False)
@@ -124,15 +84,17 @@ def serve_cmd(
             max_body=max_body,
             dashboard=not no_dashboard,
             config=ConsumerConfig(),
-            pull=PullConfig(polls_max=long_polls, polls_per_token_max=long_polls_per_token),
         )
         from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-        http = guarded(
-            AutoHTTPProtocol,
-            header_timeout,
-            max_connections if max_connections is not None else default_max_connections(),
+        budget = Budget.of()  # as create_app's: this process's open-file limit
+        click.echo(
+            f"quick serve: at most {budget.connections} connections, {budget.long_polls} "
+            f"long polls ({budget.long_polls_per_token} of one token), from the open-file "
+            "limit (ulimit -n)",
+            err=True,
         )
+        http = guarded(AutoHTTPProtocol, budget.connections)
         uvicorn.run(
             app,
             host=host,

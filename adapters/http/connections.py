@@ -1,6 +1,7 @@
-"""Slow clients: a connection must send its request's headers within ``header_timeout_s``
+"""Slow clients: a connection must send its request's headers within ``HEADER_TIMEOUT_S``
 of connecting (or, kept alive, of the first byte of its next request), and a server
-holds at most ``max_connections`` connections.
+holds at most :attr:`Budget.connections` connections, derived with its long-poll limits
+from the process's open-file limit (:meth:`Budget.of`).
 
 uvicorn times out only idle keep-alive connections, after a response; a client that
 connects and sends half its headers (slowloris) is kept for ever, and enough of them
@@ -16,11 +17,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
+from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger("quick.serve")
 
-DEFAULT_HEADER_TIMEOUT_S = 10.0
+# Seconds a connection has to send its request's headers. A client's headers are one
+# packet or a few: even a slow mobile link with a retransmission or two sends them in well
+# under a second, so 10 s never closes an honest client, while a slowloris connection is
+# closed and its descriptor freed within 10 s (the connection cap below bounds how many it
+# can hold meanwhile). Not an option: no deployment has a reason to judge it otherwise.
+HEADER_TIMEOUT_S = 10.0
 CONNECTIONS_MAX = 4096
 # The listen backlog, which is also how many connections asyncio accepts in one go before
 # any of them is seen by the protocol (and so by the cap): uvicorn's 2,048 would let one
@@ -30,17 +37,40 @@ ACCEPT_BACKLOG = 128
 _FILES_KEPT = 64  # descriptors left for the store, logs and the like
 
 
-def default_max_connections() -> int:
-    """At most CONNECTIONS_MAX, and below the process's open-file limit by an accept
-    burst and a margin."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return CONNECTIONS_MAX
-    return max(16, min(CONNECTIONS_MAX, soft - _FILES_KEPT - ACCEPT_BACKLOG))
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """What one server holds open, all from its open-file limit: a connection and a long
+    poll each hold a descriptor, and a process out of descriptors answers no one."""
+
+    connections: int
+    long_polls: int  # POST /v1/leases with wait_s > 0, open at once; more get 429
+    long_polls_per_token: int  # of one token; more get 429
+
+    @classmethod
+    def of(cls, open_files: int | None = None) -> Budget:
+        """The budget of a process allowed ``open_files`` descriptors (None: this one's
+        soft RLIMIT_NOFILE). Connections: at most CONNECTIONS_MAX, below the limit by an
+        accept burst and a margin. Long polls: a quarter of the connections, so the rest
+        answer enqueues, health checks and the dashboard at once; of one token a quarter
+        of those, so one client cannot hold them all. At 4,288 descriptors or more: 4,096
+        connections, 1,024 polls, 256 of a token (the limits' fixed values before they
+        were derived); at Linux's usual 1,024: 832, 208 and 52."""
+        if open_files is None:
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            open_files = None if soft == resource.RLIM_INFINITY else soft
+        if open_files is None:
+            connections = CONNECTIONS_MAX
+        else:
+            connections = max(16, min(CONNECTIONS_MAX, open_files - _FILES_KEPT - ACCEPT_BACKLOG))
+        polls = max(1, connections // 4)
+        return cls(connections, polls, max(1, polls // 4))
 
 
-def guarded(base: type[asyncio.Protocol], header_timeout_s: float, max_connections: int) -> Any:
-    """uvicorn's protocol class ``base`` with the header deadline and connection cap."""
+def guarded(
+    base: type[asyncio.Protocol], max_connections: int, header_timeout_s: float = HEADER_TIMEOUT_S
+) -> Any:
+    """uvicorn's protocol class ``base`` with the header deadline and connection cap
+    (``header_timeout_s``: a test's shorter deadline)."""
     if not header_timeout_s > 0 or max_connections < 1:
         raise ValueError(
             f"header_timeout_s must be positive and max_connections at least 1, not "

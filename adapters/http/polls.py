@@ -1,7 +1,8 @@
 """How many long polls one server holds open: at most ``per_token`` for one token and
-``total`` in all. A poll over either limit is refused at once (429, ``too_many_polls``,
-Retry-After) rather than queued, so one client cannot fill the server with waits and no
-client waits behind another's.
+``total`` in all (from the process's open-file limit: ``connections.Budget``). A poll
+over either limit is refused at once (429, ``too_many_polls``, Retry-After) rather than
+queued, so one client cannot fill the server with waits and no client waits behind
+another's.
 
 The counts live on the event loop's thread (the lease route is a coroutine), so they need
 no lock.
@@ -14,8 +15,6 @@ from collections import Counter
 from collections.abc import Iterator
 
 RETRY_AFTER_S = 1  # what a refused poll is told to wait before asking again
-POLLS_MAX = 1024  # a server's default limits (PullConfig, quick serve's options)
-POLLS_PER_TOKEN_MAX = 256
 
 
 class TooManyPolls(Exception):

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
-from quickzones.adapters.http.polls import POLLS_MAX, POLLS_PER_TOKEN_MAX
 from quickzones.clock import now_ms
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.selection import Selection
@@ -64,9 +63,6 @@ class PullConfig:
     # an enqueue through this server, or (SQLite) a commit by another process, wakes it.
     poll_s: float = 0.02
     poll_max_s: float = 0.02
-    # Long polls (wait_s > 0) open at once: in all, and of one token; more are refused (429).
-    polls_max: int = POLLS_MAX
-    polls_per_token_max: int = POLLS_PER_TOKEN_MAX
 
 
 _ZONES_REMEMBERED = 100_000  # pointer ids whose zone a leaser keeps (then starts over)

@@ -13,21 +13,20 @@ from psycopg.pq import TransactionStatus
 from quickzones.backends.postgres import resolver
 from quickzones.backends.postgres.errors import translate
 from quickzones.backends.postgres.sql import KEYS_PER_SELECT
-from quickzones.backends.txnbuffer import BufferedTransaction, CommitRequest, KeyValue
+from quickzones.backends.txnbuffer import CommitRequest, KeyValue
+from quickzones.backends.txnbuffer.pooled import PooledTransaction
 
 if TYPE_CHECKING:
-    from quickzones.backends.postgres.resolver import Connection
     from quickzones.backends.postgres.store import PostgresStore
 
 
-class PostgresTransaction(BufferedTransaction):
+class PostgresTransaction(PooledTransaction[resolver.Connection]):
     """A transaction on a :class:`PostgresStore`; holds a pooled connection (and its
     snapshot) from its first read until it commits or is reset."""
 
     def __init__(self, store: PostgresStore) -> None:
         self._store = store
-        self._conn: Connection | None = None
-        super().__init__(store.clock)
+        super().__init__(store)
 
     def _acquire_read_version(self) -> int:
         store = self._store
@@ -46,11 +45,6 @@ class PostgresTransaction(BufferedTransaction):
         self._conn = conn
         assert row is not None
         return int(row[0])
-
-    def _snapshot(self) -> Connection:
-        assert self._conn is not None, "read before the read version was acquired"
-        self._check_too_old(self._clock.now())
-        return self._conn
 
     def _read_key(self, key: bytes) -> bytes | None:
         conn = self._snapshot()
@@ -83,9 +77,7 @@ class PostgresTransaction(BufferedTransaction):
 
     def _commit_request(self, request: CommitRequest) -> tuple[int, int]:
         store = self._store
-        conn, self._conn = self._conn, None
-        if conn is None:
-            conn = store._acquire()
+        conn = self._take_connection()
         # End the snapshot (the resolver reads the newest state) and open the commit's
         # READ COMMITTED transaction in the round trip that takes the lock.
         reading = conn.info.transaction_status != TransactionStatus.IDLE
@@ -109,16 +101,3 @@ class PostgresTransaction(BufferedTransaction):
             return version, 0
         finally:
             store._release(conn)
-
-    def _release(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            self._store._release(conn)
-
-    def _random(self) -> float:
-        return self._store._random()
-
-    def __del__(self) -> None:
-        # An abandoned transaction must not hold its snapshot (and connection) forever.
-        with contextlib.suppress(Exception):
-            self._release()

@@ -3,7 +3,6 @@ from a WAL snapshot and committed through the store's resolver."""
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -17,20 +16,20 @@ from quickzones.backends.sqlite.sql import (
     _RANGE_REVERSE,
     _VERSION,
 )
-from quickzones.backends.txnbuffer import BufferedTransaction, CommitRequest, KeyValue
+from quickzones.backends.txnbuffer import CommitRequest, KeyValue
+from quickzones.backends.txnbuffer.pooled import PooledTransaction
 from quickzones.errors import StoreBusy
 
 if TYPE_CHECKING:
     from quickzones.backends.sqlite.store import SQLiteStore
 
 
-class SQLiteTransaction(BufferedTransaction):
+class SQLiteTransaction(PooledTransaction[sqlite3.Connection]):
     """A transaction on a :class:`SQLiteStore`; holds a WAL snapshot while it reads."""
 
     def __init__(self, store: SQLiteStore) -> None:
         self._store = store
-        self._conn: sqlite3.Connection | None = None
-        super().__init__(store.clock)
+        super().__init__(store)
 
     def _acquire_read_version(self) -> int:
         conn = self._store._acquire()
@@ -42,11 +41,6 @@ class SQLiteTransaction(BufferedTransaction):
             raise _translate(err, "read version") from err
         self._conn = conn
         return version
-
-    def _snapshot(self) -> sqlite3.Connection:
-        assert self._conn is not None, "read before the read version was acquired"
-        self._check_too_old(self._clock.now())
-        return self._conn
 
     def _read_key(self, key: bytes) -> bytes | None:
         conn = self._snapshot()
@@ -79,9 +73,7 @@ class SQLiteTransaction(BufferedTransaction):
 
     def _commit_request(self, request: CommitRequest) -> tuple[int, int]:
         store = self._store
-        conn, self._conn = self._conn, None
-        if conn is None:
-            conn = store._acquire()
+        conn = self._take_connection()
         try:
             if conn.in_transaction:
                 conn.execute("COMMIT")  # end the snapshot: the write lock needs the newest state
@@ -100,16 +92,3 @@ class SQLiteTransaction(BufferedTransaction):
             raise _translate(err, "commit", store.url) from err
         finally:
             store._release(conn)
-
-    def _release(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            self._store._release(conn)
-
-    def _random(self) -> float:
-        return self._store._random()
-
-    def __del__(self) -> None:
-        # An abandoned transaction must not pin its WAL snapshot (and connection) forever.
-        with contextlib.suppress(Exception):
-            self._release()

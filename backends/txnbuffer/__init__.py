@@ -19,7 +19,8 @@ backend built on it behaves the same (``docs/fdb-semantics.md`` sections 1-3):
 One module each: the argument checks and error codes (``checks``), the buffered writes
 (``buffer``), what a commit hands the backend (``commit_request``), the transaction's
 state and its storage half (``state``), conflict ranges (``conflicts``), reads
-(``reads``), writes (``writes``), and versions, commit and retry (``transaction``).
+(``reads``), writes (``writes``), versions, commit and retry (``transaction``), and the
+pooled connection a SQLite or PostgreSQL transaction holds while it reads (``pooled``).
 
 A backend subclasses :class:`BufferedTransaction` and supplies the storage half: take a
 read snapshot, read a key or a range at it, and commit a :class:`CommitRequest` (conflict

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
 import textwrap
 import time
 from collections import Counter
@@ -17,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from integration.faults.fleet import ConsumerFleet
 from integration.services import SERVICES, ServiceUnavailable
 from quickzones.client import Quick
 
@@ -60,24 +58,11 @@ def test_consumers_killed_and_paused_under_load(tmp_path: Path, election: str) -
     server = _server(election)
     url = f"sqlite:///{tmp_path / 'faults.db'}"
     producer = Quick.open(url)
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    procs: dict[int, subprocess.Popen[bytes]] = {}
-
-    def spawn(slot: int) -> None:
-        log = tmp_path / f"ran-{slot}-{time.monotonic_ns()}.log"
-        procs[slot] = subprocess.Popen(
-            [sys.executable, "-c", CONSUMER, url, str(log), server.url],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
     alo: set[str] = set()
     amo: set[str] = set()
     faults: Counter[str] = Counter()
+    fleet = ConsumerFleet(tmp_path, CONSUMER, url, 3, [server.url])
     try:
-        for slot in range(3):
-            spawn(slot)
         end = time.time() + 12
         while time.time() < end:
             for _ in range(rng.randint(5, 15)):
@@ -88,14 +73,10 @@ def test_consumers_killed_and_paused_under_load(tmp_path: Path, election: str) -
             fault = rng.random()
             slot = rng.randrange(3)
             if fault < 0.08:
-                procs[slot].kill()  # SIGKILL mid-whatever
-                procs[slot].wait()
-                spawn(slot)
+                fleet.kill(slot)
                 faults["sigkill"] += 1
             elif fault < 0.14:
-                procs[slot].send_signal(signal.SIGSTOP)
-                time.sleep(rng.uniform(0.5, 2.0))  # past its leases
-                procs[slot].send_signal(signal.SIGCONT)
+                fleet.pause(slot, rng.uniform(0.5, 2.0))  # past its leases
                 faults["sigstop"] += 1
             elif fault < 0.16:
                 server.restart()  # the election store loses everything
@@ -104,23 +85,13 @@ def test_consumers_killed_and_paused_under_load(tmp_path: Path, election: str) -
         # Quiesce: no more faults; everything must drain.
         deadline = time.time() + 60
         while time.time() < deadline:
-            ran = Counter(
-                line for log in tmp_path.glob("ran-*.log") for line in log.read_text().split()
-            )
-            if alo <= set(ran) and producer.zones.count(producer.zone("app", "t0")) == 0:
+            if alo <= set(fleet.ran()) and producer.zones.count(producer.zone("app", "t0")) == 0:
                 break
             time.sleep(0.5)
     finally:
-        for p in procs.values():
-            p.send_signal(signal.SIGCONT)
-            p.terminate()
-        for p in procs.values():
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        fleet.stop()
         server.close()
-    ran = Counter(line for log in tmp_path.glob("ran-*.log") for line in log.read_text().split())
+    ran = fleet.ran()
     lost = alo - set(ran)
     twice = [i for i in amo if ran[i] > 1]
     print(

@@ -6,11 +6,7 @@ and every transactional handler's write committed exactly once."""
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import sys
 import textwrap
 import time
 from collections import Counter
@@ -19,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from integration.faults.fleet import ConsumerFleet
 from quickzones.client import Quick
 from quickzones.store.kv import KVTransaction, run, unpack_i64
 from quickzones.testing.provision.postgres import LocalPostgres, find_pg_bin, postgres_required
@@ -76,24 +73,11 @@ def test_workers_killed_paused_and_server_restarted(tmp_path: Path, server: Loca
     rng = random.Random(30)
     url = f"{server.url}?schema=faults"
     producer = Quick.open(url)
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    procs: dict[int, subprocess.Popen[bytes]] = {}
-
-    def spawn(slot: int) -> None:
-        log = tmp_path / f"ran-{slot}-{time.monotonic_ns()}.log"
-        procs[slot] = subprocess.Popen(
-            [sys.executable, "-c", CONSUMER, url, str(log)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
     alo: set[str] = set()
     tx: set[str] = set()
     faults: Counter[str] = Counter()
+    fleet = ConsumerFleet(tmp_path, CONSUMER, url, 3)
     try:
-        for slot in range(3):
-            spawn(slot)
         # One fault a second, in this order, while the producer keeps enqueueing.
         schedule = ["sigkill", "sigstop", "restart", "drop", "sigkill", "sigstop", "restart",
                     "drop", "sigkill", "sigstop"]  # fmt: skip
@@ -114,35 +98,20 @@ def test_workers_killed_paused_and_server_restarted(tmp_path: Path, server: Loca
                 time.sleep(rng.uniform(0.2, 1.0))
                 server.start()
             elif fault == "sigkill":
-                procs[slot].kill()
-                procs[slot].wait()
-                spawn(slot)
+                fleet.kill(slot)
             elif fault == "sigstop":
-                procs[slot].send_signal(signal.SIGSTOP)
-                time.sleep(rng.uniform(1.2, 2.0))  # past its item leases
-                procs[slot].send_signal(signal.SIGCONT)
+                fleet.pause(slot, rng.uniform(1.2, 2.0))  # past its item leases
             else:
                 _drop_connections(server)
             faults[fault] += 1
         deadline = time.time() + 90
         while time.time() < deadline:
-            ran = Counter(
-                line for log in tmp_path.glob("ran-*.log") for line in log.read_text().split()
-            )
-            counts = _tx_counts(producer)
-            if alo <= set(ran) and tx <= set(counts):
+            if alo <= set(fleet.ran()) and tx <= set(_tx_counts(producer)):
                 break
             time.sleep(0.5)
     finally:
-        for p in procs.values():
-            p.send_signal(signal.SIGCONT)
-            p.terminate()
-        for p in procs.values():
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-    ran = Counter(line for log in tmp_path.glob("ran-*.log") for line in log.read_text().split())
+        fleet.stop()
+    ran = fleet.ran()
     counts = _tx_counts(producer)
     producer.close()
     lost = alo - set(ran)

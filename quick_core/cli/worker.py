@@ -77,8 +77,6 @@ def _batched(visits_per_transaction: int) -> str:
               help="Consumer processes, kept running by a supervisor.")  # fmt: skip
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on this port.")  # fmt: skip
-@click.option("--metrics-shared", is_flag=True, hidden=True,
-              help="A supervised child: count metrics for the supervisor's endpoint.")  # fmt: skip
 @click.option("--metrics-address", default="127.0.0.1", show_default=True,
               help="Address the metrics server listens on.")  # fmt: skip
 @click.option("--election", default=None,
@@ -109,7 +107,6 @@ def worker(
     dequeue_max: int,
     processes: int,
     metrics_port: int | None,
-    metrics_shared: bool,
     metrics_address: str,
     election: str | None,
     remote: str | None,
@@ -150,6 +147,7 @@ def worker(
         from quickzones import schemes
 
         run_remote = schemes.factory(schemes.REMOTE_WORKERS, urlsplit(remote).scheme, remote)
+        q.store_type_policies()  # for producers without the handlers, as a consumer's start
         run_remote(q, remote, token, workers=workers, lease_s=lease_s)
         return
     config = ConsumerConfig(
@@ -163,12 +161,11 @@ def worker(
         unhandled_grace_s=unhandled_grace_s,
     )
     config.validate()
-    observer = None
-    if metrics_shared:
-        from quickzones.consumer.metrics import shared_observer
+    from quickzones.consumer.metrics import shared_observer
 
-        observer = shared_observer()
-    elif metrics_port is not None:
+    # A child of --processes: its supervisor serves the metrics (SHARED_ENV in metrics.py).
+    observer = shared_observer()
+    if observer is None and metrics_port is not None:
         from quickzones.consumer.metrics import serve_metrics
 
         try:
@@ -231,8 +228,7 @@ def _supervise(
             raise ConfigurationError(
                 f"cannot serve metrics on {metrics_address}:{metrics_port}: {err.strerror or err}"
             ) from err
-        env.update(shared.env)
-        child_args = [*child_args, "--metrics-shared"]
+        env.update(shared.env)  # the children count into its folder; it serves them
     verbose = click.get_current_context().find_root().params.get("verbose") or 0
     supervisor = Supervisor(
         worker_command(app_module, child_args, verbose=verbose),

@@ -32,9 +32,6 @@ class ConsumerConfig:
     peek_max: int = 1000  # pointers peeked per shard visit (random mode)
     selection_frac: float = 0.01  # share of peeked pointers a random scanner leases
     selection_max: int = 16  # at most this many per scan
-    # The in-order scanner takes the oldest selection_max pointers: it peeks this many a
-    # shard (at most peek_max), enough to see the competition, not a random-mode window.
-    in_order_peek_max: int = 100
     # The most items this consumer holds at once: leased and waiting for a worker (or
     # for their timer), or running. A scan comes only when some of it is free and a
     # visit takes at most what is free (paper Algorithm 1, line 5). None: 4 x
@@ -139,7 +136,7 @@ class ConsumerConfig:
     def validate(self) -> None:
         if not 0 < self.selection_frac <= 1:
             raise ConfigurationError("selection_frac must be in (0, 1]")
-        for name in ("peek_max", "in_order_peek_max", "selection_max", "dequeue_max"):
+        for name in ("peek_max", "selection_max", "dequeue_max"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"{name} must be at least 1")
         bound = self.processing_bound

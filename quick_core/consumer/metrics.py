@@ -200,11 +200,19 @@ def serve_metrics(q: Quick, port: int, addr: str = "127.0.0.1") -> PrometheusObs
 # Set in a child's environment by SharedMetrics: prometheus_client then keeps every metric
 # of that process in files of this folder (read when prometheus_client is imported).
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# Internal, never typed by a user: set by SharedMetrics in the children of
+# ``quick worker --processes N --metrics-port P`` (in their environment, not on their command
+# lines), so each counts its metrics into the folder the supervisor serves on P instead of
+# serving an endpoint of its own. PROMETHEUS_MULTIPROC_DIR alone would not do: an
+# application may set it for its own reasons.
+SHARED_ENV = "QUICK_METRICS_SHARED"
 
 
-def shared_observer() -> PrometheusObserver:
+def shared_observer() -> PrometheusObserver | None:
     """A supervised child's observer: its metrics go to the folder its supervisor serves
-    (:class:`SharedMetrics`), not to an endpoint of its own."""
+    (:class:`SharedMetrics`), not to an endpoint of its own. None outside such a child."""
+    if not os.environ.get(SHARED_ENV):
+        return None
     if not os.environ.get(MULTIPROC_ENV):
         raise ConfigurationError(
             f"shared metrics need {MULTIPROC_ENV} set by the supervisor (quick worker --processes)"
@@ -234,7 +242,8 @@ class SharedMetrics:
 
     @property
     def env(self) -> dict[str, str]:
-        return {MULTIPROC_ENV: self.folder}
+        """What goes into the children's environment: the folder, and :data:`SHARED_ENV`."""
+        return {MULTIPROC_ENV: self.folder, SHARED_ENV: "1"}
 
     def process_gone(self, pid: int) -> None:
         self._multiprocess.mark_process_dead(pid, self.folder)

@@ -3,7 +3,7 @@
 One scan peeks the vested pointers of every shard of every cluster (shuffled) and selects
 some: a random ``selection_frac`` of each shard's peek of ``peek_max`` in random mode, so
 consumers spread over zones; the oldest first in order mode (the consumer that holds a
-cluster's scanner election, paper section 4.2; it peeks ``in_order_peek_max``), so no
+cluster's scanner election, paper section 4.2; it peeks ``IN_ORDER_PEEK_MAX``), so no
 pointer starves (invariant 10). What a scan selects
 is then ordered by how many of this consumer's items each zone holds, fewest first (a
 stable sort, so the order above breaks ties): a visit with less room than its zones want
@@ -42,6 +42,16 @@ from quickzones.store.changes import CommitWatcher
 from quickzones.store.toplevel import PointerRef
 
 log = logging.getLogger("quick.consumer")
+
+# Pointers the in-order scanner (the election's holder) peeks a shard, at most ``peek_max``.
+# It takes the oldest ``selection_max``, so it needs no random-mode window: only enough to
+# count the competing zones for the work-conserving share. Past held_bound / dequeue_max
+# zones that share falls below dequeue_max and visits are dequeue_max whatever the count,
+# so 100 is exact for held bounds up to 1,000 (62 workers at 16 a worker); more zones than
+# it sees only mark the scan crowded (share 0, visits of dequeue_max: the same visits).
+# Each in-order scan reads this many pointer keys a shard; 100 was the window before issue
+# 29 widened random mode's to 1,000, kept here so the one scanner's scans stay that cheap.
+IN_ORDER_PEEK_MAX = 100
 
 
 class Scanner:
@@ -165,7 +175,7 @@ class Scanner:
                 crowded = True  # a shard not even peeked: competition unknown
                 continue
             try:
-                window = min(cfg.in_order_peek_max, cfg.peek_max) if in_order else cfg.peek_max
+                window = min(IN_ORDER_PEEK_MAX, cfg.peek_max) if in_order else cfg.peek_max
                 peeked, later = cluster.toplevel.peek(shard, window, horizon_ms=horizon_ms)
             except StorageError as err:
                 if isinstance(err, StoreLost):

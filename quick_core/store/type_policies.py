@@ -3,7 +3,9 @@
 A type's outcome records (``keep_status_s``, ``keep_result_s``, ``dedupe_s``), its
 delivery and its ``ttl_s`` are copied into each item when it is enqueued, so they must be
 known to every producer, not only to the processes that import the handler (a web
-process, ``quick serve``). Registering a handler stores its type's policy here:
+process, ``quick serve``). Registering a handler declares its type's policy, and the
+process stores it here when a consumer starts and with its first enqueue that commits in
+quick's own transaction (never in an application's):
 
     (root, "meta", "type_policy", job_type) -> JSON record
 
@@ -86,25 +88,27 @@ class TypePolicies:
         self._cache: dict[str, tuple[float, TypePolicy | None]] = {}
         # Declared but not stored yet: the store refused the write (full, unreachable).
         self._pending: dict[str, TypePolicy] = {}
+        self._warned: set[str] = set()  # pending types whose refused write was logged
 
     def key(self, job_type: str) -> bytes:
         return self.keys.meta_key("type_policy", job_type)
 
     def declare(self, job_type: str, policy: TypePolicy) -> None:
-        """Store ``policy`` as the type's (the last registration wins); writes only when
-        it differs from the stored one, so every worker's start costs one read.
-
-        A store that refuses the write (full, unreachable) does not stop the registration
-        (a worker must still start and drain a full store): the policy is kept pending,
-        said once at WARNING, and stored by :meth:`store_pending` (each consumer's start).
-        """
+        """The type's policy, as its registration says (the last one wins): known to this
+        process at once, stored by :meth:`store_pending`. A registration writes nothing:
+        it may come inside an application's open transaction (the Django backend registers
+        a task at its first enqueue), where a write of quick's own would wait for the
+        application's lock on a shared SQLite file."""
         self._cache[job_type] = (self._monotonic(), policy)
         self._pending[job_type] = policy
-        self.store_pending()
 
     def store_pending(self) -> None:
-        """Store the declared policies the store refused before; what it refuses again
-        stays pending."""
+        """Store the declared policies not stored yet, each in a transaction of its own
+        that writes only when the stored one differs (so every worker's start costs one
+        read a type). Called when a consumer starts and before an enqueue that commits in
+        quick's own transaction; a no-op once nothing is pending. A store that refuses
+        the write (full, unreachable) does not stop the caller (a worker must still start
+        and drain a full store): the policy stays pending, said once at WARNING."""
         for job_type, policy in list(self._pending.items()):
             key = self.key(job_type)
             value = policy.encode()
@@ -116,14 +120,18 @@ class TypePolicies:
             try:
                 run(self.kv, write)
             except StorageError as err:
-                log.warning(
-                    "job type %s: its policy (status, result, dedupe) is not stored yet (%s);"
-                    " producers that do not register its handler use none until it is",
-                    job_type,
-                    err,
-                )
+                if job_type not in self._warned:
+                    self._warned.add(job_type)
+                    log.warning(
+                        "job type %s: its policy (status, result, dedupe) is not stored yet"
+                        " (%s); producers that do not register its handler use none until"
+                        " it is",
+                        job_type,
+                        err,
+                    )
                 continue
-            del self._pending[job_type]
+            self._pending.pop(job_type, None)
+            self._warned.discard(job_type)
 
     def get(self, job_type: str) -> TypePolicy | None:
         """The type's stored policy (None: no handler of it ever registered)."""

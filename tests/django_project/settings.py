@@ -1,8 +1,10 @@
 """A tiny Django project for the tasks backend's tests (tests/unit/test_django_tasks.py).
 
 Its database and quick's store come from the environment: ``APP_DB`` (a SQLite path, or a
-``postgresql://`` URL), ``QUICK_STORE`` (quick's store URL) and ``TASK_OPTIONS`` (JSON
-merged into the backend's OPTIONS)."""
+``postgresql://`` URL), ``OTHER_DB`` (a second database, alias ``other``, when set),
+``QUICK_STORE`` (quick's store URL), ``TASK_OPTIONS`` (JSON merged into the backend's
+OPTIONS; an option set to null is left out) and ``TASK_PARAMS`` (JSON merged into the
+backend's entry beside OPTIONS, as ``ENQUEUE_ON_COMMIT``)."""
 
 import json
 import os
@@ -27,14 +29,18 @@ SECRET_KEY = "tests"
 USE_TZ = True
 INSTALLED_APPS = ["shop"]
 DATABASES = {"default": _database(os.environ["APP_DB"])}
+if os.environ.get("OTHER_DB"):
+    DATABASES["other"] = _database(os.environ["OTHER_DB"])
+_OPTIONS = {
+    "store": os.environ["QUICK_STORE"],
+    "app": "shop",
+    "tenant": "shop.tenants.customer",
+    **json.loads(os.environ.get("TASK_OPTIONS", "{}")),
+}
 TASKS = {
     "default": {
         "BACKEND": "quickzones.adapters.django.QuickTaskBackend",
-        "OPTIONS": {
-            "store": os.environ["QUICK_STORE"],
-            "app": "shop",
-            "tenant_kwarg": "customer",
-            **json.loads(os.environ.get("TASK_OPTIONS", "{}")),
-        },
+        "OPTIONS": {name: value for name, value in _OPTIONS.items() if value is not None},
+        **json.loads(os.environ.get("TASK_PARAMS", "{}")),
     }
 }

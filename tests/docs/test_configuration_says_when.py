@@ -47,7 +47,6 @@ def test_every_worker_option_is_in_its_table_with_when_to_change_it() -> None:
     flags = [
         max(p.opts, key=len)
         for p in command.params
-        # Hidden: a supervised child's own flag (--metrics-shared), never typed by a user.
         if isinstance(p, click.Option) and p.name != "help" and not p.hidden
     ]
     assert len(flags) >= 10, flags

@@ -5,6 +5,7 @@ with nothing started."""
 
 from __future__ import annotations
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -36,6 +37,9 @@ REMOVED = (
     ("--completion-flush", ["0.01"]),
     ("--timer-lookahead", ["0"]),
     ("--visit-max", ["200"]),
+    # A supervised child's switch: the supervisor sets QUICK_METRICS_SHARED in the
+    # children's environment instead (issue 27 point 5, review).
+    ("--metrics-shared", []),
 )
 
 
@@ -65,3 +69,11 @@ def test_a_removed_worker_option_is_clicks_clear_error(flag: str, value: list[st
         result.output
     ), result.output
     assert "Traceback" not in result.output
+
+
+def test_worker_has_no_hidden_options() -> None:
+    """Every option of ``quick worker`` is one a user may type: what only the supervisor
+    tells its children travels in their environment, not on their command lines."""
+    command = main.commands["worker"]
+    hidden = [p.opts[0] for p in command.params if isinstance(p, click.Option) and p.hidden]
+    assert hidden == []

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import httpx
 
+from quickzones.adapters.http import TokenStore, create_app
 from quickzones.client import Quick
 
-from .conftest import serve_process
+from .conftest import ServerThread, serve_process
 
 
 def _token(store: str, *options: str) -> str:
@@ -83,31 +84,52 @@ def test_230_open_polls_leave_another_apps_enqueue_and_health_answering(tmp_path
         asyncio.run(scenario(url))
 
 
-def test_polls_over_the_limits_are_answered_at_once_with_429(tmp_path: Path) -> None:
-    store = f"sqlite:///{tmp_path / 'q.db'}"
-    Quick.open(store).close()
-    a = _token(store, "--app", "a", "--role", "consume")
-    b = _token(store, "--app", "b", "--role", "consume")
+def test_polls_past_the_servers_descriptor_budget_are_answered_at_once_with_429(
+    tmp_path: Path,
+) -> None:
+    """The limits come from the process's open-file limit (``quick serve`` reads it; here
+    passed to the app factory): at 256 descriptors the server holds 64 connections, a
+    quarter of them (16) in long polls, a quarter of those (4) of one token."""
+    q = Quick.open(f"sqlite:///{tmp_path / 'q.db'}")
+    tokens = TokenStore(q.kv, q.keys, q.clock)
+    a, b, c, d, e = (tokens.create(app, ["consume"])[0] for app in "abcde")
 
     async def scenario(url: str) -> None:
-        client_a, polls_a = await _open_polls(url, a, 3, wait_s=20)
-        client_b, polls_b = await _open_polls(url, b, 2, wait_s=20)
+        opened = [await _open_polls(url, token, 4, wait_s=20) for token in (a, b, c, d)]
+        client_a, client_e = opened[0][0], httpx.AsyncClient(base_url=url, headers=_bearer(e))
+        polls = [p for _, ps in opened for p in ps]
         try:
-            # Token a holds its 3; the server holds its 5 in all.
-            over_a = await client_a.post("/v1/leases", json={"wait_s": 20})
-            over_b = await client_b.post("/v1/leases", json={"wait_s": 20})
+            over_a = await client_a.post("/v1/leases", json={"wait_s": 20})  # a's fifth
+            over_all = await client_e.post("/v1/leases", json={"wait_s": 20})  # the 17th
             now_a = await client_a.post("/v1/leases", json={"wait_s": 0})  # no long poll
-            assert not any(p.done() for p in polls_a + polls_b)
+            assert not any(p.done() for p in polls)
         finally:
-            for p in polls_a + polls_b:
+            for p in polls:
                 p.cancel()
-            await client_a.aclose()
-            await client_b.aclose()
-        for over in (over_a, over_b):
+            for client, _ in opened:
+                await client.aclose()
+            await client_e.aclose()
+        for over, which in ((over_a, "this token"), (over_all, "the server")):
             assert over.status_code == 429, over.text
             assert over.json()["error"] == "too_many_polls", over.text
+            assert which in over.json()["detail"], over.text
             assert int(over.headers["retry-after"]) >= 1
         assert now_a.status_code == 200 and now_a.json() == {"items": []}
 
-    with serve_process(store, "--long-polls", "5", "--long-polls-per-token", "3") as (url, _):
-        asyncio.run(scenario(url))
+    try:
+        with ServerThread(create_app(q, open_files=256)) as server:
+            asyncio.run(scenario(server.url))
+    finally:
+        q.close()
+
+
+def test_the_poll_limits_are_no_quick_serve_options(tmp_path: Path) -> None:
+    for option in ("--long-polls", "--long-polls-per-token", "--max-connections",
+                   "--header-timeout"):  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "quickzones", "serve", "--store",
+             f"sqlite:///{tmp_path / 'q.db'}", option, "5"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 2, (option, done.stderr)
+        assert "No such option" in done.stderr, done.stderr

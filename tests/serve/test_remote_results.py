@@ -22,8 +22,9 @@ from .conftest import Served
 
 
 def _app_module(served: Served) -> Quick:
-    """The worker's app module: its Quick opens the deployment's store, so registering
-    the handlers stores their types' policies there."""
+    """The worker's app module: its Quick opens the deployment's store, so the worker's
+    start (``quick worker --remote`` calls ``store_type_policies``) stores their types'
+    policies there."""
     app = Quick(served.q.kv)
 
     @app.job("render", keep_result_s=600, keep_status_s=600)
@@ -39,6 +40,7 @@ def _app_module(served: Served) -> Quick:
         time.sleep(payload)
         return "done"
 
+    app.store_type_policies()  # the remote worker starts, before the producers enqueue
     return app
 
 

@@ -41,7 +41,7 @@ def test_300_half_open_connections_are_timed_out_and_health_answers(tmp_path: Pa
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     token = json.loads(made.stdout)["token"]
-    with serve_process(store, "--header-timeout", "2", open_files=256) as (url, proc):
+    with serve_process(store, open_files=256) as (url, proc):
         before = _fds(proc.pid)
         port = int(url.rsplit(":", 1)[1])
         attackers = []

@@ -24,6 +24,7 @@ def test_dedupe_holds_for_an_http_producer(served: Served) -> None:
     def charge(payload: Any, ctx: JobContext) -> None:
         runs.append(payload)
 
+    worker.consumer()  # the worker starts: its types' policies are stored
     body = {"job_type": "charge", "payload": {"amount": 5}, "item_id": "order-42"}
     answers = []
     with httpx.Client(

@@ -45,15 +45,26 @@ PRELUDE = textwrap.dedent(
 )
 
 
-def _env(app_db: str, store: str, tmp_path: Path, **options: Any) -> dict[str, str]:
+def _env(
+    app_db: str,
+    store: str,
+    tmp_path: Path,
+    params: dict[str, Any] | None = None,
+    other_db: str = "",
+    **options: Any,
+) -> dict[str, str]:
+    """The project's environment: its database(s), quick's store, the backend's OPTIONS
+    (``options``) and the entries beside them (``params``: ``ENQUEUE_ON_COMMIT``)."""
     return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "settings",
         "PYTHONPATH": os.pathsep.join([str(PROJECT), os.environ.get("PYTHONPATH", "")]),
         "APP_DB": app_db,
+        "OTHER_DB": other_db,
         "QUICK_STORE": store,
         "RUN_LOG": str(tmp_path / "runs.log"),
         "TASK_OPTIONS": json.dumps(options),
+        "TASK_PARAMS": json.dumps(params or {}),
     }
 
 
@@ -171,7 +182,7 @@ def test_tasks_run_by_quick_worker_results_read_through_django(
 def test_enqueue_on_commit_on_a_store_outside_djangos_database(tmp_path: Path) -> None:
     """SQLite store, Django's own SQLite file: not one database, so the item cannot commit
     with Django's transaction; ``enqueue_on_commit`` (default) enqueues it after COMMIT,
-    never after ROLLBACK; off, it enqueues at once."""
+    never after ROLLBACK; with Django's ``ENQUEUE_ON_COMMIT: False``, at once."""
     store = f"sqlite:///{tmp_path / 'quick.db'}"
     script = """
     try:
@@ -189,7 +200,8 @@ def test_enqueue_on_commit_on_a_store_outside_djangos_database(tmp_path: Path) -
             out["seen_before_commit"] = False
     """
     on = _django(_env(str(tmp_path / "app.db"), store, tmp_path), script)
-    off = _django(_env(str(tmp_path / "app.db"), store, tmp_path, enqueue_on_commit=False), script)
+    off_env = _env(str(tmp_path / "app.db"), store, tmp_path, {"ENQUEUE_ON_COMMIT": False})
+    off = _django(off_env, script)
     q = Quick.open(store)
     try:
 
@@ -219,8 +231,7 @@ def test_tenant_from_a_callable_and_bad_options_refused(tmp_path: Path) -> None:
     assert found["missing"][0] in ("InvalidTaskError", "InvalidTask")
     assert "customer" in found["missing"][1] and "send_receipt" in found["missing"][1]
 
-    by_callable = _env(str(tmp_path / "app.db"), store, tmp_path, tenant_kwarg=None,
-                       tenant="shop.tenants.from_order")  # fmt: skip
+    by_callable = _env(str(tmp_path / "app.db"), store, tmp_path, tenant="shop.tenants.from_order")
     (PROJECT / "shop" / "tenants.py").exists() or pytest.fail("shop/tenants.py is missing")
     found = _django(by_callable, 'out["id"] = send_receipt.enqueue(7, customer="x").id')
     q = Quick.open(store)
@@ -231,8 +242,14 @@ def test_tenant_from_a_callable_and_bad_options_refused(tmp_path: Path) -> None:
 
     for bad, says in [
         ({"colour": "blue"}, "colour"),
-        ({"tenant": "shop.tenants.from_order", "tenant_kwarg": "customer"}, "tenant_kwarg"),
         ({"keep_result_s": -1}, "keep_result_s"),
+        ({"tenant": "shop.tenants.nowhere"}, "cannot import"),
+        # Options that went (issue 27 point 5): each refused with what replaced it.
+        ({"tenant_kwarg": "customer"}, "'tenant' a callable"),
+        ({"default_tenant": "t"}, "'tenant' a callable"),
+        ({"database": "default"}, "NAME, HOST and PORT"),
+        ({"enqueue_on_commit": False}, "ENQUEUE_ON_COMMIT"),
+        ({"task_modules": ["shop.async_tasks"]}, "installed app's tasks module"),
     ]:
         found = _django(
             _env(str(tmp_path / "app.db"), store, tmp_path, **bad),
@@ -364,7 +381,7 @@ def test_async_task_priority_and_run_after(tmp_path: Path, worker_of: Any) -> No
     """An ``async def`` task runs; Django's priority (higher first) becomes quick's (lower
     first) and ``run_after`` the item's delay."""
     store = f"sqlite:///{tmp_path / 'quick.db'}"
-    env = _env(str(tmp_path / "app.db"), store, tmp_path, task_modules=["shop.async_tasks"])
+    env = _env(str(tmp_path / "app.db"), store, tmp_path)  # shop.tasks imports the async one
     found = _django(
         env,
         """
@@ -423,32 +440,43 @@ def test_django_on_postgres_store_on_sqlite_enqueues_on_commit(tmp_path: Path) -
         q.close()
 
 
-def test_django_and_quick_in_one_sqlite_file_commit_together(tmp_path: Path) -> None:
-    """Django's SQLite database is quick's store file: the task is written into Django's
-    transaction (its row and the item commit or roll back together)."""
+@pytest.mark.parametrize("alias", ["default", "other"])
+def test_django_and_quick_in_one_sqlite_file_commit_together(tmp_path: Path, alias: str) -> None:
+    """One of Django's SQLite databases is quick's store file (its only one, or its second,
+    alias ``other``): the backend finds that alias by the store's file, and a task
+    enqueued in its ``transaction.atomic(using=alias)`` is written into the transaction
+    (its row and the item commit or roll back together). Before the alias was derived,
+    the second database's enqueue committed on its own and waited 10 s for Django's lock
+    on the file (StoreBusy)."""
     db = tmp_path / "one.db"
     # quick's tables first (a worker or any open creates them): creating them inside
     # Django's write transaction on the same file would wait for that transaction's lock.
     Quick.open(f"sqlite:///{db}").close()
+    if alias == "default":
+        env = _env(str(db), f"sqlite:///{db}", tmp_path)
+    else:
+        env = _env(str(tmp_path / "app.db"), f"sqlite:///{db}", tmp_path, other_db=str(db))
     found = _django(
-        _env(str(db), f"sqlite:///{db}", tmp_path),
-        """
-        with connection.cursor() as cur:
+        env,
+        f"""
+        from django.db import connections
+        ALIAS = {alias!r}
+        with connections[ALIAS].cursor() as cur:
             cur.execute("CREATE TABLE orders (id integer PRIMARY KEY)")
         try:
-            with transaction.atomic():
-                with connection.cursor() as cur:
+            with transaction.atomic(using=ALIAS):
+                with connections[ALIAS].cursor() as cur:
                     cur.execute("INSERT INTO orders VALUES (1)")
                 out["rolled_back"] = send_receipt.enqueue(1, customer="ann").id
                 raise RuntimeError("declined")
         except RuntimeError:
             pass
-        with transaction.atomic():
+        with transaction.atomic(using=ALIAS):
             out["committed"] = send_receipt.enqueue(2, customer="ann").id
-            with connection.cursor() as cur:
+            with connections[ALIAS].cursor() as cur:
                 cur.execute("INSERT INTO orders VALUES (2)")
         out["joined"] = default_task_backend._joins
-        with connection.cursor() as cur:
+        with connections[ALIAS].cursor() as cur:
             out["rows"] = [r[0] for r in cur.execute("SELECT id FROM orders").fetchall()]
         """,
     )
@@ -457,6 +485,24 @@ def test_django_and_quick_in_one_sqlite_file_commit_together(tmp_path: Path) -> 
     try:
         assert q.status("shop", "ann", found["rolled_back"].split(":", 1)[0]) is None
         assert q.status("shop", "ann", found["committed"].split(":", 1)[0]) is not None
+    finally:
+        q.close()
+
+
+def test_the_default_tenant_is_the_tenant_keyword_else_default(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'quick.db'}"
+    found = _django(
+        _env(str(tmp_path / "app.db"), store, tmp_path, tenant=None),  # no 'tenant' option
+        """
+        from shop.tasks import note
+        out["acme"] = note.enqueue("hi", tenant="acme").id
+        out["default"] = note.enqueue("hi").id
+        """,
+    )
+    q = Quick.open(store)
+    try:
+        for tenant in ("acme", "default"):
+            assert q.status("shop", tenant, found[tenant].split(":", 1)[0]) is not None, tenant
     finally:
         q.close()
 

@@ -19,12 +19,15 @@ from tests.conftest import store_url
 
 
 def _worker(q: Quick, runs: list[Any]) -> None:
-    """The worker process's module: the handler and its type's policy."""
+    """The worker process: its module (the handler and its type's policy), then its
+    consumer's start, which stores the policy for producers without the handler."""
 
     @q.job("charge", dedupe_s=3600, keep_status_s=3600, keep_result_s=3600)
     def charge(payload: Any, ctx: JobContext) -> Any:
         runs.append(payload)
         return {"charged": payload["amount"]}
+
+    q.consumer()
 
 
 def test_dedupe_status_and_result_hold_for_a_producer_without_the_handler(q: Quick) -> None:
@@ -45,6 +48,7 @@ def test_at_most_once_and_ttl_of_the_type_hold_for_a_producer_without_it(q: Quic
     @q.job("once", delivery="at_most_once", ttl_s=60)
     def once(payload: Any, ctx: JobContext) -> None: ...
 
+    q.consumer()  # the worker starts
     web = Quick(q.kv, clock=q.clock)
     item_id = web.enqueue("once", 1, app="a", tenant="t")
     item = q.get("a", "t", item_id)

@@ -1,6 +1,11 @@
-"""The shop's tasks: each takes its tenant as the ``customer`` keyword."""
+"""The shop's tasks: each takes its tenant as the ``customer`` keyword (the settings'
+``tenant`` callable reads it), but ``note``, whose tenant is the backend's default: its
+``tenant`` keyword, else "default". The worker finds each installed app's ``tasks``
+module, so the async task another module defines is imported here."""
 
 import os
+
+from shop.async_tasks import total
 
 try:
     from django.tasks import TaskContext, task  # type: ignore[import-not-found,unused-ignore]
@@ -18,3 +23,11 @@ def send_receipt(order: int, *, customer: str) -> dict[str, object]:
 @task(takes_context=True)
 def refund(context: TaskContext, order: int, *, customer: str) -> None:
     raise ValueError(f"order {order} was never paid (attempt {context.attempt})")
+
+
+@task
+def note(text: str, *, tenant: str = "") -> str:
+    return text
+
+
+__all__ = ["note", "refund", "send_receipt", "total"]

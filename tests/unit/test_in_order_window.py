@@ -1,0 +1,61 @@
+"""The in-order scanner's window (issue 27 point 5, review): how many pointers a shard the
+consumer holding the scanner election peeks is the module constant
+``quickzones.consumer.scanner.IN_ORDER_PEEK_MAX``, not a ``ConsumerConfig`` field. From the
+user's side: the in-order consumer still takes the oldest vested zones first, counts the
+competing zones it can see for the work-conserving share, and knows when there are more
+than it could see (share 0: visits stay at ``dequeue_max``); ``peek_max`` still caps it."""
+
+from __future__ import annotations
+
+import pytest
+
+from quickzones.client import Quick
+from quickzones.clock import ManualClock, now_ms
+from quickzones.consumer import ConsumerConfig
+from quickzones.consumer.scanner import IN_ORDER_PEEK_MAX
+
+
+def _zones(tenants: int) -> tuple[Quick, list[int]]:
+    """One shard, one item in each of ``tenants`` zones, each vested 1 ms after the last;
+    the zones' vesting times, oldest first."""
+    clock = ManualClock()
+    q = Quick.open("memory://", clock=clock, shards=1)
+    q.job("j")(lambda payload, ctx: None)
+    vesting = []
+    for t in range(tenants):
+        vesting.append(now_ms(clock))
+        q.enqueue("j", b"", app="a", tenant=f"t{t:04d}")
+        clock.advance(0.001)
+    return q, vesting
+
+
+def test_in_order_scanner_takes_the_oldest_and_counts_the_zones_it_sees() -> None:
+    q, vesting = _zones(50)
+    consumer = q.consumer(ConsumerConfig(in_order=True))
+    refs = consumer.scan_once()
+    assert [ref.vesting_ms for ref in refs] == vesting[: ConsumerConfig().selection_max]
+    # All 50 seen: the free room (8 workers x 16) is shared over them.
+    assert consumer.scanner.share == consumer.config.held_bound() // 50
+    q.close()
+
+
+def test_more_zones_than_the_window_leave_the_share_unknown() -> None:
+    q, vesting = _zones(IN_ORDER_PEEK_MAX + 20)
+    consumer = q.consumer(ConsumerConfig(in_order=True))
+    refs = consumer.scan_once()
+    assert [ref.vesting_ms for ref in refs] == vesting[: ConsumerConfig().selection_max]
+    assert consumer.scanner.share == 0  # could not see them all: visits of dequeue_max
+    q.close()
+
+
+def test_peek_max_caps_the_in_order_window() -> None:
+    q, _ = _zones(30)
+    consumer = q.consumer(ConsumerConfig(in_order=True, peek_max=20))
+    consumer.scan_once()
+    assert consumer.scanner.share == 0
+    q.close()
+
+
+def test_in_order_peek_max_is_no_longer_a_setting() -> None:
+    with pytest.raises(TypeError, match="in_order_peek_max"):
+        ConsumerConfig(in_order_peek_max=100)  # type: ignore[call-arg]
