@@ -72,7 +72,7 @@ class Heartbeats:
         clusters: Callable[[], Iterable[tuple[str, KVStore, KeySpace]]],
         consumer_id: str,
         config: ConsumerConfig,
-        busy: Callable[[], int],
+        busy: Callable[[], tuple[int, int]],  # (workers running a handler, items held)
         holds: Callable[[str], bool],
         clock: Clock,
     ) -> None:
@@ -90,7 +90,7 @@ class Heartbeats:
         cfg = self._config
         return Heartbeat(
             self.consumer_id, self._host, os.getpid(), self._started_ms, now,
-            int(cfg.heartbeat_s * 1000), cfg.workers, self._busy(),
+            int(cfg.heartbeat_s * 1000), cfg.workers, *self._busy(),
             None if cfg.apps is None else tuple(cfg.apps),
             None if cfg.job_types is None else tuple(cfg.job_types),
             scanner,

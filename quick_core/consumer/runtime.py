@@ -167,9 +167,8 @@ class Consumer(RunsForever):
             self.rng,
         )
         stores = [(c.name, c.kv, c.toplevel.keys) for c in clusters.values() if c.kv is not None]
-        self.heartbeats = Heartbeats(
-            lambda: stores, self.name, cfg, flight.total, self.in_order_for, clock
-        )
+        busy = lambda: (len(flight.running), flight.total())  # noqa: E731
+        self.heartbeats = Heartbeats(lambda: stores, self.name, cfg, busy, self.in_order_for, clock)
 
     # --- observation -------------------------------------------------------------------
 

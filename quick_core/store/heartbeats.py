@@ -33,7 +33,8 @@ class Heartbeat:
     beat_ms: int
     interval_ms: int
     workers: int
-    busy: int  # items held: running or waiting for a worker
+    busy: int  # workers running a handler
+    held: int  # items leased and not finished: running, or waiting for a worker
     apps: tuple[str, ...] | None  # routed to these apps; None: every app
     job_types: tuple[str, ...] | None
     scanner: tuple[str, ...]  # clusters whose in-order scanner lease it holds
@@ -56,6 +57,7 @@ def _encode(b: Heartbeat) -> bytes:
             "interval": b.interval_ms,
             "workers": b.workers,
             "busy": b.busy,
+            "held": b.held,
             "apps": None if b.apps is None else list(b.apps),
             "types": None if b.job_types is None else list(b.job_types),
             "scanner": list(b.scanner),
@@ -72,6 +74,7 @@ def _decode(consumer_id: str, raw: bytes) -> Heartbeat | None:
         return Heartbeat(
             consumer_id, str(o["host"]), int(o["pid"]), int(o["started"]), int(o["beat"]),
             int(o["interval"]), int(o["workers"]), int(o["busy"]),
+            int(o["held"]),
             None if o["apps"] is None else tuple(map(str, o["apps"])),
             None if o["types"] is None else tuple(map(str, o["types"])),
             tuple(map(str, o["scanner"])),

@@ -44,7 +44,7 @@ def test_heartbeats_expire_on_their_own(q: Quick, clock: ManualClock) -> None:
     now = now_ms(clock)
 
     def record(name: str, at: int) -> Heartbeat:
-        return Heartbeat(name, "host", 1, at, at, 1000, 8, 2, None, ("ping",), ())
+        return Heartbeat(name, "host", 1, at, at, 1000, 8, 2, 5, None, ("ping",), ())
 
     heartbeats.beat(q.kv, q.keys, record("gone", now), now)
     later = now + heartbeats.EXPIRE_AFTER_MS + 1
