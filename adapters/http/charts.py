@@ -5,6 +5,7 @@ never style attributes). Every text drawn is escaped."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from markupsafe import Markup, escape
@@ -67,10 +68,11 @@ def latency_chart(points: list[MinutePoint]) -> Markup:
     """Pickup latency p50 and p99 per minute (log scale; a point is its bucket's bound)."""
     step = (_W - _LEFT) / max(1, len(points))
     body = []
-    for name, colour, pick in (
+    series: tuple[tuple[str, str, Callable[[MinutePoint], int | None]], ...] = (
         ("p50", "#3a6ea5", lambda p: p.p50_ms),
         ("p99", "#c0392b", lambda p: p.p99_ms),
-    ):
+    )
+    for name, colour, pick in series:
         coords = [
             (f"{_LEFT + (i + 0.5) * step:.1f}", f"{_H - _BOTTOM - _log_y(v):.1f}", p.minute, v)
             for i, p in enumerate(points)

@@ -118,7 +118,8 @@ def tenant_pickups(
     begin = keys.meta_key(_TENANT, app, last - minutes + 1)
     for key, value in _rows(kv, begin, keys.meta_key(_TENANT, app, last + 1)):
         *_, tenant, bucket = keys.unpack(key)
-        out.setdefault(str(tenant), Histogram()).add(int(bucket), unpack_i64(value))
+        if isinstance(bucket, int):  # (a key of another shape is not this module's)
+            out.setdefault(str(tenant), Histogram()).add(bucket, unpack_i64(value))
     return out
 
 
@@ -133,7 +134,8 @@ def app_history(
     rows = _rows(kv, keys.meta_key(_APP, app, first), keys.meta_key(_APP, app, last + 1))
     for key, value in rows:
         *_, minute, bucket = keys.unpack(key)
-        by_minute[int(minute)].add(int(bucket), unpack_i64(value))
+        if isinstance(minute, int) and isinstance(bucket, int) and minute in by_minute:
+            by_minute[minute].add(bucket, unpack_i64(value))
     return sorted(by_minute.items())
 
 

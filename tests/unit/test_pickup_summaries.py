@@ -4,6 +4,7 @@ fairness view, history charts and workers page, read back through the store modu
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from quickzones.client import Quick
@@ -82,3 +83,21 @@ def test_a_running_consumer_beats_and_counts_its_pickups(real_q: Quick) -> None:
     finally:
         consumer.stop()
     assert heartbeats.heartbeats(q.kv, q.keys) == [], "a clean stop clears its record"
+
+
+def test_concurrent_flushes_lose_no_count(q: Quick, clock: ManualClock) -> None:
+    """Consumers flushing the same tenant's minute at once: atomic adds, nothing lost."""
+    now = now_ms(clock)
+    key = ("app", "t", pickups.minute_of(now), pickups.bucket_of(5))
+
+    def flush() -> None:
+        for _ in range(25):
+            pickups.add_counts(q.kv, q.keys, {key: 1}, now)
+
+    threads = [threading.Thread(target=flush) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert pickups.tenant_pickups(q.kv, q.keys, "app", now)["t"].total == 200
+    assert pickups.app_history(q.kv, q.keys, "app", now)[-1][1].total == 200
