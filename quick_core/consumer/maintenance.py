@@ -19,7 +19,7 @@ from quickzones.clock import Clock, now_ms
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.pickups import PickupCounts
 from quickzones.errors import StorageError
-from quickzones.store import heartbeats, pickups
+from quickzones.store import heartbeats
 from quickzones.store.heartbeats import Heartbeat
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore
@@ -63,7 +63,7 @@ class OutcomeCollector:
 
 
 class Heartbeats:
-    """Every ``interval_s``: this consumer's heartbeat record (the workers page of ``quick
+    """Every ``heartbeat_s``: this consumer's heartbeat record (the workers page of ``quick
     serve``) and its pickup counts (the fairness view and history charts), written to
     each store it serves; a stopping consumer clears its record."""
 
@@ -98,21 +98,14 @@ class Heartbeats:
 
     def beat_once(self) -> None:
         now = now_ms(self._clock)
-        counts = self.pickups.take()
         stores = list(self._clusters())
         record = self._record(now, tuple(name for name, _, _ in stores if self._holds(name)))
-        for name, kv, keys in stores:
+        for _, kv, keys in stores:
             try:
                 heartbeats.beat(kv, keys, record, now)
             except StorageError as err:  # the next beat tries again
                 log.warning("writing the consumer heartbeat failed: %s", err)
-            mine = counts.pop(name, None)
-            if mine:
-                try:
-                    pickups.add_counts(kv, keys, mine, now)
-                except StorageError as err:
-                    self.pickups.give_back(name, mine)
-                    log.warning("writing pickup counts failed: %s", err)
+        self.pickups.flush(stores, now)
 
     def forget(self) -> None:
         for _, kv, keys in self._clusters():
@@ -125,4 +118,6 @@ class Heartbeats:
         while True:
             self.beat_once()
             if stopping.wait(self._config.heartbeat_s):
+                # What was counted since the last beat (the record itself is cleared).
+                self.pickups.flush(list(self._clusters()), now_ms(self._clock))
                 return
