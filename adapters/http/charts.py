@@ -67,7 +67,13 @@ def _log_y(ms: int) -> float:
 def latency_chart(points: list[MinutePoint]) -> Markup:
     """Pickup latency p50 and p99 per minute (log scale; a point is its bucket's bound)."""
     step = (_W - _LEFT) / max(1, len(points))
-    body = []
+    body: list[str] = []
+    for ms, label in ((100, "100 ms"), (1_000, "1 s"), (10_000, "10 s")):
+        y = f"{_H - _BOTTOM - _log_y(ms):.1f}"
+        body.append(
+            f'<line x1="{_LEFT}" y1="{y}" x2="{_W}" y2="{y}" stroke="#eee"/>'
+            f'<text x="{_LEFT - 4}" y="{y}" text-anchor="end" font-size="10">{label}</text>'
+        )
     series: tuple[tuple[str, str, Callable[[MinutePoint], int | None]], ...] = (
         ("p50", "#3a6ea5", lambda p: p.p50_ms),
         ("p99", "#c0392b", lambda p: p.p99_ms),
