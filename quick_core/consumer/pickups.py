@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
 from collections.abc import Iterable
 
 from quickzones.errors import StorageError
@@ -29,30 +28,38 @@ MAX_KEYS = 100_000
 class PickupCounts:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: dict[str, Counter[tuple[str, str, int, int]]] = {}
+        # (cluster, app, tenant, minute, bucket) -> count: one flat dict, the cheapest
+        # increment (a few microseconds a dequeue on a loaded machine).
+        self._counts: dict[tuple[str, str, str, int, int], int] = {}
 
     def dequeued(
         self, *, zone: ZoneId, enqueued_ms: int, pickup_ms: int, cluster: str, **_: object
     ) -> None:
         """One item dequeued (the manager's ``dequeued`` event's fields)."""
-        key = (zone.app, zone.tenant, minute_of(pickup_ms), bucket_of(pickup_ms - enqueued_ms))
+        wait_ms = pickup_ms - enqueued_ms
+        key = (cluster, zone.app, zone.tenant, minute_of(pickup_ms), bucket_of(wait_ms))
         with self._lock:
-            counts = self._counts.setdefault(cluster, Counter())
-            if key in counts or len(counts) < MAX_KEYS:
-                counts[key] += 1
+            n = self._counts.get(key)
+            if n is not None or len(self._counts) < MAX_KEYS:
+                self._counts[key] = (n or 0) + 1
 
     def flush(self, stores: Iterable[tuple[str, KVStore, KeySpace]], now_ms: int) -> None:
         """Add the counts gathered since the last flush to each cluster's store; what a
         store refused is kept for the next flush."""
         with self._lock:
             taken, self._counts = self._counts, {}
+        by_cluster: dict[str, dict[tuple[str, str, int, int], int]] = {}
+        for (cluster, app, tenant, minute, bucket), n in taken.items():
+            by_cluster.setdefault(cluster, {})[(app, tenant, minute, bucket)] = n
         for cluster, kv, keys in stores:
-            mine = taken.pop(cluster, None)
+            mine = by_cluster.get(cluster)
             if not mine:
                 continue
             try:
                 pickups.add_counts(kv, keys, mine, now_ms)
             except StorageError as err:
                 with self._lock:
-                    self._counts.setdefault(cluster, Counter()).update(mine)
+                    for (app, tenant, minute, bucket), n in mine.items():
+                        key = (cluster, app, tenant, minute, bucket)
+                        self._counts[key] = self._counts.get(key, 0) + n
                 log.warning("writing pickup counts failed: %s", err)
