@@ -116,8 +116,22 @@ def test_fairness_view_workers_page_and_pause_under_a_noisy_neighbour(
             sync_api.expect(page.locator("#done")).to_have_text("resumed app=a tenant=noisy")
             assert wait_for(lambda: started["noisy"] > before)
 
-            # A POST without the page's CSRF token is refused, cookie or not.
+            # A job type of the app, paused from the form under the table and resumed
+            # from the list of pauses.
+            page.select_option("#pause-type select", "work")
+            page.click("#pause-type button")
+            page.click("#confirm")
+            sync_api.expect(page.locator("#done")).to_have_text("paused app=a job_type=work")
+            assert [p.describe() for p in q.paused()] == ["app=a job_type=work"]
+            page.click("#pauses a.control")
+            page.click("#confirm")
+            sync_api.expect(page.locator("#done")).to_have_text("resumed app=a job_type=work")
+
+            # A POST without the page's CSRF token is refused, cookie or not; a control
+            # that names no known action is a 400 that says so.
             cookies = {c["name"]: c["value"] for c in page.context.cookies()}
+            odd = httpx.get(url + "/apps/a/pauses/confirm?action=explode", cookies=cookies)
+            assert odd.status_code == 400 and "unknown action 'explode'" in odd.json()["detail"]
             forged = httpx.post(
                 url + "/apps/a/pauses/pause",
                 data={"confirm": "yes", "tenant": "small-1"},
