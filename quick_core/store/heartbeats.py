@@ -88,6 +88,8 @@ def beat(kv: KVStore, keys: KeySpace, record: Heartbeat, now_ms: int) -> None:
 
     def write(tr: KVTransaction) -> None:
         tr.set(keys.meta_key(_NAME, record.consumer_id), _encode(record))
+        # A snapshot read: beats never conflict. A consumer that beats again just as its
+        # expired record is cleared loses that one record, and writes it at its next beat.
         for key, raw in tr.get_range(*keys.meta_range(_NAME), limit=1000, snapshot=True):
             other = _decode(str(keys.unpack(key)[-1]), raw)
             if other is None or other.expires_ms < now_ms:

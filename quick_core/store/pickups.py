@@ -12,7 +12,8 @@ A consumer counts its dequeues in memory and adds its counts every few seconds, 
 transaction of atomic adds and range clears: no reads, so it conflicts with nothing, and
 an item costs a dictionary increment, never a write of its own. The same flush clears the
 app's minutes older than :data:`KEEP_MINUTES`, so the size stays bounded (tenants x
-buckets x an hour) whatever the traffic.
+buckets x an hour) whatever the traffic; an app nothing is picked up from any more keeps
+its last hour.
 """
 
 from __future__ import annotations
