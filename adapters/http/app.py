@@ -171,8 +171,13 @@ def create_app(
         # store calls and those scans share these threads.
         anyio.to_thread.current_default_thread_limiter().total_tokens = 200
         stopping.clear()
+        flusher = threading.Thread(
+            target=state.leaser.flush_pickups_until, args=(stopping,), name="quick-pickups"
+        )
+        flusher.start()
         yield
         stopping.set()  # long polls return what they have
+        await anyio.to_thread.run_sync(flusher.join)
 
     app = FastAPI(
         title="quick serve",

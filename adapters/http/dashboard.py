@@ -1,9 +1,11 @@
 """The dashboard: server-rendered pages (Jinja2 templates and one small script shipped as
 package data, nothing built or downloaded) over the same reads as the admin API.
 
-Sign-in takes an admin token once and keeps it in an HttpOnly, SameSite=Strict cookie.
-Every action that changes data is a POST that carries a CSRF token (an HMAC of the
-session's token id under a per-process secret) and follows a confirmation page. Pages
+Sign-in takes an admin token (or a read-only ``view`` token) once and keeps it in an
+HttpOnly, SameSite=Strict cookie. Every action that changes data needs the admin role: a
+view token is shown no control, and its confirmation pages and POSTs are refused. Every
+such action is a POST that carries a CSRF token (an HMAC of the session's token id under a
+per-process secret) and follows a confirmation page. Pages
 refresh their live region by polling (``static/live.js``).
 """
 
@@ -27,6 +29,7 @@ from fastapi.templating import Jinja2Templates
 
 from quickzones.adapters.http import views
 from quickzones.adapters.http.api import ServeState
+from quickzones.adapters.http.fairness_pages import mount_fairness_pages
 from quickzones.adapters.http.tokens import TokenInfo
 from quickzones.clock import now_ms
 from quickzones.store import admin
@@ -150,7 +153,8 @@ def _when(ms: int | None) -> str:
 
 
 def mount_dashboard(app: FastAPI, state: ServeState) -> None:
-    """Add the dashboard's pages (``/``, ``/apps/...``, ``/shards``, ``/login``) to ``app``."""
+    """Add the dashboard's pages (``/``, ``/apps/...``, ``/shards``, ``/workers``,
+    ``/login``) to ``app``."""
     board = Dashboard(state)
     templates = Jinja2Templates(directory=str(_HERE / "templates"))
     templates.env.globals["when"] = _when
@@ -162,9 +166,21 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
         if not token:
             return None
         info = state.tokens.check(token)
-        if info is None or not info.has_role("admin"):
+        if info is None or not _may_sign_in(info):
             return None
         return info
+
+    def read_only(request: Request, who: TokenInfo) -> Response | None:
+        """The 403 page for a view token at a control (None for an admin)."""
+        if who.has_role("admin"):
+            return None
+        return templates.TemplateResponse(
+            request,
+            "error.html",
+            {"message": "this token may view, not act: acting needs the admin role", "who": who},
+            status_code=403,
+            headers=_SECURE_HEADERS,
+        )
 
     def page(request: Request, name: str, who: TokenInfo, **context: Any) -> HTMLResponse:
         context.update(who=who, csrf=board.csrf(who), apps=board.apps_of(who))
@@ -208,11 +224,11 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
         request: Request, token: str = Form(..., max_length=300), next: str = Form("/")
     ) -> Response:
         info = state.tokens.check(token.strip())
-        if info is None or not info.has_role("admin"):
+        if info is None or not _may_sign_in(info):
             return templates.TemplateResponse(
                 request,
                 "login.html",
-                {"next": _local(next), "error": "not a valid admin token"},
+                {"next": _local(next), "error": "not a valid admin or view token"},
                 status_code=401,
                 headers=_SECURE_HEADERS,
             )
@@ -318,6 +334,9 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
         if refused is not None:
             return refused
         assert who is not None
+        refused = read_only(request, who)
+        if refused is not None:
+            return refused
         if action not in ("requeue", "purge"):
             return _bad_request(f"unknown action {action!r}")
         letters = views.dead_letters(
@@ -345,7 +364,7 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
             return JSONResponse({"error": "unauthenticated"}, 401)
         if not board.check_csrf(who, csrf):
             return _bad_csrf()
-        denied = forbidden(request, who, app_name)
+        denied = forbidden(request, who, app_name) or read_only(request, who)
         if denied is not None:
             return denied
         if action not in ("requeue", "purge") or confirm != "yes":
@@ -364,6 +383,11 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
         note = f"{action}d {done}" + (f", skipped {skipped}" if skipped else "")
         target = f"/apps/{quote(app_name, safe='')}/dead-letters?" + urlencode({"done": note})
         return RedirectResponse(target, 303)
+
+    mount_fairness_pages(
+        app, board, session=session, page=page, admit=admit, forbidden=forbidden,
+        read_only=read_only, login_redirect=login_redirect, bad_csrf=_bad_csrf,
+    )  # fmt: skip
 
     @app.get("/shards", include_in_schema=False)
     def shards_page(request: Request) -> Response:
@@ -391,6 +415,10 @@ _SECURE_HEADERS = {
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
+
+
+def _may_sign_in(info: TokenInfo) -> bool:
+    return info.has_role("admin") or info.has_role("view")
 
 
 def _local(target: str) -> str:

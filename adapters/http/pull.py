@@ -37,6 +37,7 @@ import anyio.to_thread
 
 from quickzones.clock import now_ms
 from quickzones.consumer.config import ConsumerConfig
+from quickzones.consumer.pickups import PickupCounts
 from quickzones.consumer.selection import Selection
 from quickzones.consumer.state import Cluster
 from quickzones.consumer.visit import VisitRules, ZoneVisit, ZoneVisitor, visit_size
@@ -96,6 +97,8 @@ class PullLeaser:
         # Pickup latency (lease time minus enqueue time) of recent first attempts, for
         # the dashboard (a delayed item counts its delay too).
         self._pickups: deque[int] = deque(maxlen=2000)
+        # Every lease's pickup, per tenant, for the fairness view (flushed by the server).
+        self.pickup_counts = PickupCounts()
         # Set by an enqueue through this server's Quick: waiting long polls scan at once.
         self._enqueued = threading.Condition()
         self._generation = 0
@@ -144,7 +147,6 @@ class PullLeaser:
         begin, end = keys.pointer_vested_range(top.cluster, shard, now_ms(self.q.clock))
         out: list[tuple[PointerRef, ZoneId]] = []
         for _ in range(self.pull.pages_max):
-
             spoilt: list[tuple[PointerRef, str]] = []
 
             def page(
@@ -314,7 +316,22 @@ class PullLeaser:
             for x in out:
                 if x.item.attempts <= 1:
                     self._pickups.append(max(0, now - x.item.enqueued_ms))
+        for x in out:
+            self.pickup_counts.dequeued(
+                zone=x.zone,
+                enqueued_ms=x.item.enqueued_ms,
+                pickup_ms=now,
+                cluster=self.cluster.name,
+            )
         return out, visited
+
+    def flush_pickups_until(self, stopping: threading.Event) -> None:
+        """Add the pickup counts to the store every ``heartbeat_s`` until ``stopping``, and
+        once more then (the fairness view reads them from the store)."""
+        store = [(self.cluster.name, self.q.kv, self.q.keys)]
+        while not stopping.wait(self.config.heartbeat_s):
+            self.pickup_counts.flush(store, now_ms(self.q.clock))
+        self.pickup_counts.flush(store, now_ms(self.q.clock))
 
     def lease(
         self,

@@ -36,7 +36,8 @@ from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, run
 from quickzones.store.validation import check_name
 
-ROLES = ("produce", "consume", "admin")
+# "view": signs in to the dashboard read-only (every page, no control); "admin" acts.
+ROLES = ("produce", "consume", "admin", "view")
 ALL_APPS = "*"  # how an every-app token's app is shown, and a lease asks for every app
 _PREFIX = "qz_"
 _META = "serve-token"

@@ -1,5 +1,6 @@
 """Maintenance a running consumer does besides the paper's algorithms: collecting expired
-outcome records (status, results, dedupe windows; :mod:`quickzones.store.outcomes`).
+outcome records (status, results, dedupe windows; :mod:`quickzones.store.outcomes`), and
+its heartbeat with its pickup counts (:class:`Heartbeats`, for ``quick serve``'s pages).
 
 Every consumer collects, each on its own jittered period: the collection reads only the
 expired start of the expiry index, so a dozen consumers cost a dozen tiny reads, and two
@@ -8,12 +9,18 @@ that take the same batch conflict and the loser moves on to what is left."""
 from __future__ import annotations
 
 import logging
+import os
 import random
+import socket
 import threading
 from collections.abc import Callable, Iterable
 
 from quickzones.clock import Clock, now_ms
+from quickzones.consumer.config import ConsumerConfig
+from quickzones.consumer.pickups import PickupCounts
 from quickzones.errors import StorageError
+from quickzones.store import heartbeats
+from quickzones.store.heartbeats import Heartbeat
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore
 from quickzones.store.outcomes import collect_expired_outcomes
@@ -53,3 +60,64 @@ class OutcomeCollector:
         while not stopping.wait(wait):
             self.collect_once()
             wait = self._interval_s * self._rng.uniform(0.8, 1.2)
+
+
+class Heartbeats:
+    """Every ``heartbeat_s``: this consumer's heartbeat record (the workers page of ``quick
+    serve``) and its pickup counts (the fairness view and history charts), written to
+    each store it serves; a stopping consumer clears its record."""
+
+    def __init__(
+        self,
+        clusters: Callable[[], Iterable[tuple[str, KVStore, KeySpace]]],
+        consumer_id: str,
+        config: ConsumerConfig,
+        busy: Callable[[], tuple[int, int]],  # (workers running a handler, items held)
+        holds: Callable[[str], bool],
+        clock: Clock,
+    ) -> None:
+        self._clusters = clusters
+        self.consumer_id = consumer_id
+        self._config = config
+        self._busy = busy
+        self._holds = holds
+        self._clock = clock
+        self._started_ms = now_ms(clock)
+        self._host = socket.gethostname()
+        self.pickups = PickupCounts()
+
+    def _record(self, now: int, scanner: tuple[str, ...]) -> Heartbeat:
+        cfg = self._config
+        return Heartbeat(
+            self.consumer_id, self._host, os.getpid(), self._started_ms, now,
+            int(cfg.heartbeat_s * 1000), cfg.workers, *self._busy(),
+            None if cfg.apps is None else tuple(cfg.apps),
+            None if cfg.job_types is None else tuple(cfg.job_types),
+            scanner,
+        )  # fmt: skip
+
+    def beat_once(self) -> None:
+        now = now_ms(self._clock)
+        stores = list(self._clusters())
+        record = self._record(now, tuple(name for name, _, _ in stores if self._holds(name)))
+        for _, kv, keys in stores:
+            try:
+                heartbeats.beat(kv, keys, record, now)
+            except StorageError as err:  # the next beat tries again
+                log.warning("writing the consumer heartbeat failed: %s", err)
+        self.pickups.flush(stores, now)
+
+    def forget(self) -> None:
+        for _, kv, keys in self._clusters():
+            try:
+                heartbeats.forget(kv, keys, self.consumer_id)
+            except StorageError as err:  # it expires on its own
+                log.warning("clearing the consumer heartbeat failed: %s", err)
+
+    def run(self, stopping: threading.Event) -> None:
+        while True:
+            self.beat_once()
+            if stopping.wait(self._config.heartbeat_s):
+                # What was counted since the last beat (the record itself is cleared).
+                self.pickups.flush(list(self._clusters()), now_ms(self._clock))
+                return

@@ -306,6 +306,7 @@ class Manager:
                 job_type=w.item.job_type,
                 enqueued_ms=w.item.enqueued_ms,
                 pickup_ms=now_ms(self.clock),
+                cluster=cluster.name,
             )
         if hand_out is not None and works:
             hand_out(works)

@@ -21,7 +21,7 @@ from quickzones.consumer.failure import Failures
 from quickzones.consumer.interrupt import HandlerInterrupted, ShutdownInterrupted
 from quickzones.consumer.item_ops import StoreItemOps
 from quickzones.consumer.lease_extender import LeaseExtender
-from quickzones.consumer.maintenance import OutcomeCollector
+from quickzones.consumer.maintenance import Heartbeats, OutcomeCollector
 from quickzones.consumer.manager import Manager
 from quickzones.consumer.pool import DaemonPool, in_turn
 from quickzones.consumer.routing import Router
@@ -166,6 +166,9 @@ class Consumer(RunsForever):
             cfg.outcome_gc_interval_s,
             self.rng,
         )
+        stores = [(c.name, c.kv, c.toplevel.keys) for c in clusters.values() if c.kv is not None]
+        busy = lambda: (len(flight.running), flight.total())  # noqa: E731
+        self.heartbeats = Heartbeats(lambda: stores, self.name, cfg, busy, self.in_order_for, clock)
 
     # --- observation -------------------------------------------------------------------
 
@@ -178,6 +181,8 @@ class Consumer(RunsForever):
         self.events.observer = observer
 
     def _emit(self, event: str, **fields: Any) -> None:
+        if event == "dequeued":  # the fairness view's pickup latencies (maintenance.py)
+            self.heartbeats.pickups.dequeued(**fields)
         self.events.emit(event, **fields)
 
     # --- election ----------------------------------------------------------------------
@@ -294,6 +299,7 @@ class Consumer(RunsForever):
                 "flusher",
             ),
             (lambda: self.outcome_collector.run(stopping), "outcome-gc"),
+            (lambda: self.heartbeats.run(stopping), "heartbeat"),
         ):
             t = threading.Thread(target=target, name=f"quick-{name}", daemon=True)
             t.start()
@@ -363,6 +369,7 @@ class Consumer(RunsForever):
                 self.failures.give_back(r.work)
         self.flush_completions()
         self.scanner_election.release_all()
+        self.heartbeats.forget()
         self._threads.clear()
         self._managers = self._workers = None
 

@@ -74,7 +74,7 @@ def test_dashboard_pages_and_dead_letter_requeue(tmp_path: Path, browser: Any) -
             assert "/login" in page.url
             page.fill("#token", producer_only)
             page.click("#sign-in")
-            assert page.locator(".error").inner_text() == "not a valid admin token"
+            assert page.locator(".error").inner_text() == "not a valid admin or view token"
             _shot(page, "login-refused")
             page.fill("#token", operator)
             page.click("#sign-in")

@@ -1,0 +1,139 @@
+"""The dashboard's fairness view, history charts, workers page and pause controls (issue
+31 point 6), mounted by :func:`quickzones.adapters.http.dashboard.mount_dashboard` with
+its session and page helpers, so they keep its rules: signed in with an admin or view
+token, scoped to the token's apps, and every change an admin's POST with the session's
+CSRF token that follows a confirmation page (a view token sees no control)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+from urllib.parse import quote, urlencode
+
+from fastapi import FastAPI, Form, Request
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+
+from quickzones.adapters.http import charts, fairness
+from quickzones.clock import now_ms
+from quickzones.errors import InvalidArgument
+from quickzones.store.pauses import Pause
+from quickzones.store.pickups import percentile_label
+from quickzones.store.validation import check_name
+
+if TYPE_CHECKING:
+    from quickzones.adapters.http.dashboard import Dashboard
+    from quickzones.adapters.http.tokens import TokenInfo
+
+_ACTIONS = ("pause", "resume")
+
+
+def mount_fairness_pages(
+    app: FastAPI,
+    board: Dashboard,
+    *,
+    session: Callable[[Request], TokenInfo | None],
+    page: Callable[..., Response],
+    admit: Callable[[Request, str], tuple[TokenInfo | None, Response | None]],
+    forbidden: Callable[[Request, TokenInfo, str], Response | None],
+    read_only: Callable[[Request, TokenInfo], Response | None],
+    login_redirect: Callable[[Request], Response],
+    bad_csrf: Callable[[], Response],
+) -> None:
+    q = board.state.q
+
+    @app.get("/apps/{app_name}/fairness", include_in_schema=False)
+    def fairness_page(request: Request, app_name: str, done: str = "") -> Response:
+        who, refused = admit(request, app_name)
+        if refused is not None:
+            return refused
+        assert who is not None
+        check_name("app", app_name)
+        view = board.cached(
+            f"fairness:{app_name}", 2.0, lambda: fairness.fairness(q, app_name, q.pauses.current())
+        )
+        points = board.cached(f"history:{app_name}", 5.0, lambda: fairness.history(q, app_name))
+        return page(
+            request, "fairness.html", who, app=app_name, view=view, done=done,
+            pauses=[p for p in q.pauses.current().pauses if p.app in (None, app_name)],
+            throughput=charts.throughput_chart(points), latency=charts.latency_chart(points),
+            started_hour=sum(p.started for p in points), label=percentile_label,
+            now_ms=view.now_ms,
+        )  # fmt: skip
+
+    @app.get("/workers", include_in_schema=False)
+    def workers_page(request: Request) -> Response:
+        who = session(request)
+        if who is None:
+            return login_redirect(request)
+        allowed = None if who.all_apps else {who.app}
+        found = board.cached(f"workers:{allowed}", 2.0, lambda: fairness.consumers(q, allowed))
+        return page(request, "workers.html", who, consumers=found, now_ms=now_ms(q.clock))
+
+    @app.get("/apps/{app_name}/pauses/confirm", include_in_schema=False)
+    def pause_confirm(
+        request: Request, app_name: str, action: str, tenant: str = "", job_type: str = ""
+    ) -> Response:
+        who, refused = admit(request, app_name)
+        if refused is not None:
+            return refused
+        assert who is not None
+        refused = read_only(request, who)
+        if refused is not None:
+            return refused
+        target = _pause_of(action, app_name, tenant, job_type)
+        if isinstance(target, Response):
+            return target
+        return page(
+            request, "pause_confirm.html", who, app=app_name, action=action,
+            tenant=tenant, job_type=job_type, target=target,
+        )  # fmt: skip
+
+    @app.post("/apps/{app_name}/pauses/{action}", include_in_schema=False)
+    def pause_act(
+        request: Request,
+        app_name: str,
+        action: str,
+        csrf: str = Form(""),
+        confirm: str = Form(""),
+        tenant: str = Form(""),
+        job_type: str = Form(""),
+    ) -> Response:
+        who = session(request)
+        if who is None:
+            return JSONResponse({"error": "unauthenticated"}, 401)
+        if not board.check_csrf(who, csrf):
+            return bad_csrf()
+        denied = forbidden(request, who, app_name) or read_only(request, who)
+        if denied is not None:
+            return denied
+        target = _pause_of(action, app_name, tenant, job_type)
+        if isinstance(target, Response):
+            return target
+        if confirm != "yes":
+            return _bad_request("confirm the action on its confirmation page")
+        if action == "pause":
+            q.pause(target.app, target.tenant, target.job_type)
+            note = f"paused {target.describe()}"
+        else:
+            lifted = q.resume(target.app, target.tenant, target.job_type)
+            note = (
+                f"resumed {target.describe()}" if lifted else f"{target.describe()} was not paused"
+            )
+        board.forget()
+        where = f"/apps/{quote(app_name, safe='')}/fairness?" + urlencode({"done": note})
+        return RedirectResponse(where, 303)
+
+
+def _pause_of(action: str, app: str, tenant: str, job_type: str) -> Pause | Response:
+    """The pause a control names (the app, a tenant, a job type, or both), or the 400
+    that says what is wrong with it; nothing is changed before this is checked."""
+    if action not in _ACTIONS:
+        return _bad_request(f"unknown action {action!r}: pause or resume")
+    try:
+        return Pause.of(app, tenant or None, job_type or None)
+    except InvalidArgument as err:
+        return _bad_request(str(err))
+
+
+def _bad_request(detail: str) -> Response:
+    return JSONResponse({"error": "bad_request", "detail": detail}, 400)

@@ -1,0 +1,149 @@
+"""Per-tenant pickup summaries (issue 31 point 6): how long items waited from enqueue to
+dequeue, per minute, kept in the store so a dashboard in another process (``quick
+serve``) can show each tenant's pickup latency and the app's throughput history.
+
+A summary is a histogram: one counter per (app, minute, tenant, bucket) and one per
+(app, minute, bucket) for the whole app, under::
+
+    (root, "m", "pickup", app, minute, tenant, bucket) -> i64 (atomic add)
+    (root, "m", "pickup-app", app, minute, bucket)     -> i64 (atomic add)
+
+A consumer counts its dequeues in memory and adds its counts every few seconds, in one
+transaction of atomic adds and range clears: no reads, so it conflicts with nothing, and
+an item costs a dictionary increment, never a write of its own. The same flush clears the
+app's minutes older than :data:`KEEP_MINUTES`, so the size stays bounded (tenants x
+buckets x an hour) whatever the traffic; an app nothing is picked up from any more keeps
+its last hour.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from quickzones.store.keys import KeySpace
+from quickzones.store.kv import KVStore, KVTransaction, pack_i64, run, unpack_i64
+
+# Upper bounds of the histogram's buckets, in ms; the last bucket holds everything slower.
+BOUNDS_MS = (10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 300_000)
+OVER = BOUNDS_MS[-1] + 1  # a percentile in the last bucket: slower than every bound
+KEEP_MINUTES = 61  # an hour of history, and the minute under way
+_TENANT = "pickup"
+_APP = "pickup-app"
+
+# (app, tenant, minute, bucket) -> count, as a consumer gathers them between flushes.
+Counts = Mapping[tuple[str, str, int, int], int]
+
+
+def bucket_of(wait_ms: int) -> int:
+    """The index of the bucket a wait of ``wait_ms`` falls in."""
+    return bisect.bisect_left(BOUNDS_MS, max(0, wait_ms))
+
+
+def minute_of(at_ms: int) -> int:
+    return at_ms // 60_000
+
+
+@dataclass(slots=True)
+class Histogram:
+    """Counts per bucket; percentiles are a bucket's upper bound (:data:`OVER`: slower
+    than the last bound; None: no pickups)."""
+
+    counts: Counter[int] = field(default_factory=Counter)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def add(self, bucket: int, n: int) -> None:
+        self.counts[bucket] += n
+
+    def percentile(self, fraction: float) -> int | None:
+        total = self.total
+        if total == 0:
+            return None
+        seen = 0
+        for bucket in sorted(self.counts):
+            seen += self.counts[bucket]
+            if seen >= fraction * total:
+                return BOUNDS_MS[bucket] if bucket < len(BOUNDS_MS) else OVER
+        return OVER
+
+
+def add_counts(kv: KVStore, keys: KeySpace, counts: Counts, now_ms: int) -> None:
+    """Add a consumer's gathered counts and clear its apps' minutes past the hour kept:
+    atomic adds and blind clears only, one transaction."""
+    if not counts:
+        return
+    per_app: Counter[tuple[str, int, int]] = Counter()
+    for (app, _, minute, bucket), n in counts.items():
+        per_app[(app, minute, bucket)] += n
+    cutoff = minute_of(now_ms) - KEEP_MINUTES
+
+    def write(tr: KVTransaction) -> None:
+        for (app, tenant, minute, bucket), n in counts.items():
+            tr.add(keys.meta_key(_TENANT, app, minute, tenant, bucket), pack_i64(n))
+        for (app, minute, bucket), n in per_app.items():
+            tr.add(keys.meta_key(_APP, app, minute, bucket), pack_i64(n))
+        for app in {app for app, _, _ in per_app}:
+            tr.clear_range(keys.meta_key(_TENANT, app, 0), keys.meta_key(_TENANT, app, cutoff))
+            tr.clear_range(keys.meta_key(_APP, app, 0), keys.meta_key(_APP, app, cutoff))
+
+    run(kv, write)
+
+
+def _rows(
+    kv: KVStore, begin: bytes, end: bytes, limit: int = 10_000
+) -> Iterable[tuple[bytes, bytes]]:
+    cursor = begin
+    while True:
+
+        def page(tr: KVTransaction, start: bytes = cursor) -> list[tuple[bytes, bytes]]:
+            return tr.get_range(start, end, limit=limit, snapshot=True)
+
+        rows = run(kv, page)
+        yield from rows
+        if len(rows) < limit:
+            return
+        cursor = rows[-1][0] + b"\x00"
+
+
+def tenant_pickups(
+    kv: KVStore, keys: KeySpace, app: str, now_ms: int, minutes: int = 5
+) -> dict[str, Histogram]:
+    """Each tenant's pickup histogram over the last ``minutes`` (the current one too)."""
+    last = minute_of(now_ms)
+    out: dict[str, Histogram] = {}
+    begin = keys.meta_key(_TENANT, app, last - minutes + 1)
+    for key, value in _rows(kv, begin, keys.meta_key(_TENANT, app, last + 1)):
+        *_, tenant, bucket = keys.unpack(key)
+        if isinstance(bucket, int):  # (a key of another shape is not this module's)
+            out.setdefault(str(tenant), Histogram()).add(bucket, unpack_i64(value))
+    return out
+
+
+def app_history(
+    kv: KVStore, keys: KeySpace, app: str, now_ms: int, minutes: int = 60
+) -> list[tuple[int, Histogram]]:
+    """The app's histogram for each of the last ``minutes`` minutes, oldest first (minute
+    numbers since the epoch; a minute without pickups has an empty histogram)."""
+    last = minute_of(now_ms)
+    first = last - minutes + 1
+    by_minute = {m: Histogram() for m in range(first, last + 1)}
+    rows = _rows(kv, keys.meta_key(_APP, app, first), keys.meta_key(_APP, app, last + 1))
+    for key, value in rows:
+        *_, minute, bucket = keys.unpack(key)
+        if isinstance(minute, int) and isinstance(bucket, int) and minute in by_minute:
+            by_minute[minute].add(bucket, unpack_i64(value))
+    return sorted(by_minute.items())
+
+
+def percentile_label(ms: int | None) -> str:
+    """A percentile as shown: the bucket's bound ("≤ 250 ms"), or "-" without pickups."""
+    if ms is None:
+        return "-"
+    if ms == OVER:
+        return f"> {BOUNDS_MS[-1] // 1000} s"
+    return f"≤ {ms} ms" if ms < 1000 else f"≤ {ms / 1000:g} s"

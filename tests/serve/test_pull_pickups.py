@@ -1,0 +1,42 @@
+"""Issue 31 point 6: items leased by remote workers through ``quick serve`` count in the
+fairness view's pickup latencies as a local consumer's do (the server adds its pull
+leases' pickup counts to the store every ``heartbeat_s``, and once more as it stops)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from quickzones.adapters.http import TokenStore, create_app
+from quickzones.adapters.http.client import RemoteQuick
+from quickzones.client import Quick
+from quickzones.clock import now_ms
+from quickzones.consumer.config import ConsumerConfig
+from quickzones.store import pickups
+from tests.waiting import wait_for
+
+from .conftest import ServerThread
+
+
+def _picked(q: Quick) -> dict[str, int]:
+    found = pickups.tenant_pickups(q.kv, q.keys, "a", now_ms(q.clock))
+    return {tenant: h.total for tenant, h in found.items()}
+
+
+def test_pull_leases_reach_the_pickup_summaries(tmp_path: Path) -> None:
+    q = Quick.open(f"sqlite:///{tmp_path / 'pull.db'}")
+    token = TokenStore(q.kv, q.keys, q.clock).create("a", ["produce", "consume"])[0]
+    for tenant in ("t1", "t2", "t2"):
+        q.enqueue("job", tenant, app="a", tenant=tenant)
+    try:
+        app = create_app(q, config=ConsumerConfig(heartbeat_s=0.2))
+        with ServerThread(app) as server, RemoteQuick(server.url, token) as rq:
+            leased = []
+            while len(leased) < 3:
+                leased += rq.lease(app="a", job_types=["job"], max_items=3, wait_s=2)
+            assert wait_for(lambda: _picked(q) == {"t1": 1, "t2": 2})
+            rq.enqueue("job", "late", app="a", tenant="t3")
+            assert rq.lease(app="a", job_types=["job"], wait_s=2)
+        # Counted by the time the server stopped (its last flush runs as it stops).
+        assert _picked(q) == {"t1": 1, "t2": 2, "t3": 1}
+    finally:
+        q.close()

@@ -1,0 +1,103 @@
+"""Issue 31 point 6: what a running consumer leaves in the store for ``quick serve``'s
+fairness view, history charts and workers page, read back through the store modules
+(the dashboard's own tests, in Chromium, are in tests/serve/test_dashboard_fairness.py)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from quickzones.client import Quick
+from quickzones.clock import ManualClock, now_ms
+from quickzones.consumer.config import ConsumerConfig
+from quickzones.store import heartbeats, pickups
+from quickzones.store.heartbeats import Heartbeat
+from tests.waiting import wait_for
+
+
+def test_pickups_per_tenant_and_history_are_summed_atomically(q: Quick, clock: ManualClock) -> None:
+    """Two consumers' counts for the same minute add up (atomic adds); minutes past the
+    hour kept are cleared by the next flush, so the size stays bounded."""
+    now = now_ms(clock)
+    m = pickups.minute_of(now)
+    fast, slow = pickups.bucket_of(40), pickups.bucket_of(3_000)
+    a = {("app", "big", m, fast): 90, ("app", "small", m, slow): 1}
+    b = {("app", "big", m, fast): 10, ("app", "small", m, slow): 1}
+    pickups.add_counts(q.kv, q.keys, a, now)
+    pickups.add_counts(q.kv, q.keys, b, now)
+    by_tenant = pickups.tenant_pickups(q.kv, q.keys, "app", now)
+    assert by_tenant["big"].total == 100 and by_tenant["big"].percentile(0.99) == 50
+    assert by_tenant["small"].total == 2 and by_tenant["small"].percentile(0.5) == 5_000
+    history = pickups.app_history(q.kv, q.keys, "app", now)
+    assert len(history) == 60 and history[-1] == (m, history[-1][1])
+    assert history[-1][1].total == 102 and sum(h.total for _, h in history[:-1]) == 0
+
+    later = now + (pickups.KEEP_MINUTES + 2) * 60_000
+    pickups.add_counts(q.kv, q.keys, {("app", "big", pickups.minute_of(later), 0): 1}, later)
+    old = pickups.tenant_pickups(q.kv, q.keys, "app", now)
+    assert old == {}, "the minutes past the hour kept were cleared"
+    assert pickups.percentile_label(None) == "-"
+    assert pickups.percentile_label(pickups.OVER) == "> 300 s"
+    assert pickups.percentile_label(250) == "≤ 250 ms"
+
+
+def test_heartbeats_expire_on_their_own(q: Quick, clock: ManualClock) -> None:
+    now = now_ms(clock)
+
+    def record(name: str, at: int) -> Heartbeat:
+        return Heartbeat(name, "host", 1, at, at, 1000, 8, 2, 5, None, ("ping",), ())
+
+    heartbeats.beat(q.kv, q.keys, record("gone", now), now)
+    later = now + heartbeats.EXPIRE_AFTER_MS + 1
+    assert [h.consumer_id for h in heartbeats.heartbeats(q.kv, q.keys)] == ["gone"]
+    assert heartbeats.heartbeats(q.kv, q.keys)[0].stale(now + 3001)
+    heartbeats.beat(q.kv, q.keys, record("alive", later), later)
+    assert [h.consumer_id for h in heartbeats.heartbeats(q.kv, q.keys)] == ["alive"]
+
+
+def test_a_running_consumer_beats_and_counts_its_pickups(real_q: Quick) -> None:
+    q = real_q
+    ran: list[Any] = []
+
+    @q.job("ping")
+    def ping(payload: Any, ctx: Any) -> None:
+        ran.append(payload)
+
+    for n in range(20):
+        q.enqueue("ping", n, app="app", tenant=f"t{n % 4}")
+    consumer = q.consumer(ConsumerConfig(heartbeat_s=0.2, in_order=True), name="c-1")
+    consumer.start()
+    try:
+        assert wait_for(lambda: len(ran) == 20)
+
+        def picked() -> int:
+            found = pickups.tenant_pickups(q.kv, q.keys, "app", now_ms(q.clock))
+            return sum(h.total for h in found.values())
+
+        assert wait_for(lambda: picked() == 20)
+        by_tenant = pickups.tenant_pickups(q.kv, q.keys, "app", now_ms(q.clock))
+        assert sorted(by_tenant) == ["t0", "t1", "t2", "t3"]
+        assert wait_for(lambda: any(h.scanner for h in heartbeats.heartbeats(q.kv, q.keys)))
+        [beat] = heartbeats.heartbeats(q.kv, q.keys)
+        assert (beat.consumer_id, beat.workers, beat.scanner) == ("c-1", 8, ("default",))
+    finally:
+        consumer.stop()
+    assert heartbeats.heartbeats(q.kv, q.keys) == [], "a clean stop clears its record"
+
+
+def test_concurrent_flushes_lose_no_count(q: Quick, clock: ManualClock) -> None:
+    """Consumers flushing the same tenant's minute at once: atomic adds, nothing lost."""
+    now = now_ms(clock)
+    key = ("app", "t", pickups.minute_of(now), pickups.bucket_of(5))
+
+    def flush() -> None:
+        for _ in range(25):
+            pickups.add_counts(q.kv, q.keys, {key: 1}, now)
+
+    threads = [threading.Thread(target=flush) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert pickups.tenant_pickups(q.kv, q.keys, "app", now)["t"].total == 200
+    assert pickups.app_history(q.kv, q.keys, "app", now)[-1][1].total == 200
