@@ -24,6 +24,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from quickzones import batches
+from quickzones.batches import Batch, Chain, Job
 from quickzones.clock import Clock, now_ms
 from quickzones.consumer import Cluster, Consumer, ConsumerConfig, Observer
 from quickzones.consumer.election import Election
@@ -37,6 +39,7 @@ from quickzones.errors import (
 from quickzones.periodic import Schedule, Scheduler, schedule_decorator
 from quickzones.registry import Handler, JobType, Registry, RetryPolicy
 from quickzones.store import outcomes
+from quickzones.store.batches import BatchStatus
 from quickzones.store.ids import IdSource
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import TRANSACTION_SIZE_LIMIT, KVStore, KVTransaction, run
@@ -585,6 +588,37 @@ class Quick:
         )
         self._wake_consumers()
         return ids
+
+    def enqueue_batch(
+        self,
+        jobs: Sequence[Job],
+        *,
+        app: str,
+        callback: Job,
+        fail_fast: bool = False,
+        batch_id: str | None = None,
+    ) -> Batch:
+        """Enqueue ``jobs`` (any tenants of ``app``) in one transaction, and ``callback``
+        once every one of them has finished: in the transaction that completes or
+        dead-letters the last, so it is enqueued exactly once. The callback's payload (JSON)
+        arrives inside a report: ``{"batch_id", "total", "completed", "dead_lettered",
+        "cancelled", "failed": [{"tenant", "item_id", "state", "reason"}], "payload"}``.
+        ``fail_fast``: call back at the first job that is dead-lettered or cancelled
+        instead. Returns the batch's id, its items' ids and the callback's id
+        (docs/batches.md)."""
+        return batches.enqueue_batch(
+            self, jobs, app=app, callback=callback, fail_fast=fail_fast, batch_id=batch_id
+        )
+
+    def chain(self, *steps: Job, app: str) -> Chain:
+        """Enqueue ``steps[0]``; each later step is enqueued in the transaction that
+        completes the one before it. A step dead-lettered or cancelled stops the chain."""
+        return batches.chain(self, steps, app=app)
+
+    def batch_status(self, app: str, batch_id: str) -> BatchStatus | None:
+        """A batch's counts (total, completed, dead-lettered, cancelled, pending), its
+        callback's id and whether it was enqueued; None when there is no such batch."""
+        return batches.batch_status(self, app, batch_id)
 
     def transact(self, fn: Callable[[KVTransaction], T]) -> T:
         """Run ``fn(tr)`` in one transaction with retries; enqueues made inside it commit

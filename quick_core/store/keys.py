@@ -332,6 +332,27 @@ class KeySpace:
         assert isinstance(expires, int)
         return expires, str(app), str(tenant), str(item_id)
 
+    # --- batches (store/batches.py) ----------------------------------------------------
+
+    def batch_key(self, app: str, batch_id: str) -> bytes:
+        # (root, "b", app, batch_id, "r"): the batch's record (counts, callback)
+        return self._pack("b", app, batch_id, "r")
+
+    def batch_member_key(self, app: str, batch_id: str, tenant: str, item_id: str) -> bytes:
+        # (root, "b", app, batch_id, "m", tenant, item_id): an item not yet finished
+        return self._pack("b", app, batch_id, "m", tenant, item_id)
+
+    def batch_failed_key(self, app: str, batch_id: str, tenant: str, item_id: str) -> bytes:
+        # (root, "b", app, batch_id, "f", tenant, item_id): an item that did not complete
+        return self._pack("b", app, batch_id, "f", tenant, item_id)
+
+    def batch_failed_range(self, app: str, batch_id: str) -> Range:
+        return tuple_range(self._pack("b", app, batch_id, "f"))
+
+    def unpack_batch_failed_key(self, key: bytes) -> tuple[str, str]:
+        tenant, item_id = self.unpack(key)[4:]
+        return str(tenant), str(item_id)
+
     def meta_key(self, *name: object) -> bytes:
         # (root, "m", name...)
         return self._pack("m", *name)

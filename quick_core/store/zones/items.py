@@ -4,6 +4,8 @@ items through these, so each key is spelled once."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 from quickzones.clock import Clock, SystemClock
 from quickzones.errors import (
     CorruptRecord,
@@ -28,6 +30,9 @@ from quickzones.store.records import (
     item_value_template,
 )
 from quickzones.store.toplevel import TopLevelQueue
+
+if TYPE_CHECKING:
+    from quickzones.store.batches import BatchWriter
 
 # Payloads above this are split into chunk keys so no value exceeds the KV value limit.
 INLINE_PAYLOAD_LIMIT = 64 * 1024
@@ -97,6 +102,11 @@ class ZoneItems:
         self.clock = clock or SystemClock()
         # Item and lease ids; by default the top-level queue's source (``secrets``).
         self.ids = ids or toplevel.ids
+
+    def _batches(self) -> BatchWriter:
+        """This store as the batches' item writer: the parts of :class:`KVZoneStore` are
+        mixed into one class, whose writes part is what :mod:`..batches` calls."""
+        return cast("BatchWriter", self)
 
     def _write_item(
         self, tr: KVTransaction, zone: ZoneId, item: WorkItem, *, stamped: bool = False

@@ -1,0 +1,413 @@
+"""Batches and chains (issue 31, point 5): a callback item enqueued in the transaction that
+finishes a batch's last item, the paper's transactional style (docs/batches.md).
+
+Per batch, outside every zone's range (so no key of it keeps a pointer alive, invariant 2):
+
+    (root, "b", app, batch_id, "r")                   -> the record: counts, callback, chain
+    (root, "b", app, batch_id, "m", tenant, item_id)  -> b""  (a member not yet finished)
+    (root, "b", app, batch_id, "f", tenant, item_id)  -> [state, reason]  (did not complete)
+
+Each member item carries ``[batch_id, tenant]`` in its metadata (``_b``); the tenant is the
+one its member key was written under. The transaction that completes, cancels or
+dead-letters a member (:func:`item_finished`, called by the zone store next to the outcome
+record) reads and clears the member key, then reads and rewrites the record. Reading both
+makes "I was the last" a decision the store serialises: two finishing transactions of one
+batch conflict on the record, one retries and sees the other's count (atomic adds alone
+would not conflict, and both could decide they were last). The member key makes counting
+idempotent: a second finish of the same item (a dead letter requeued and run again, a
+late holder) finds it gone and counts nothing; a lease lost or a completion retried after
+``commit_unknown_result`` never reaches here twice, as the item's own record is gone.
+
+The callback is written by the two-part enqueue's part one (:func:`enqueue.part_one`) in
+that same transaction, under an id chosen when the batch was enqueued: a crash before the
+commit loses neither the last completion nor the callback, one after it has both.
+
+A chain is batches of one item each: step n's batch has step n+1 as its callback, and the
+callback's enqueue writes step n+1's batch (whose callback is step n+2) with it. A chain's
+batches call back only when their item completed (``on_failure`` "stop").
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import msgpack
+
+from quickzones.errors import CorruptRecord, InvalidArgument
+from quickzones.store import enqueue as two_part
+from quickzones.store import outcomes
+from quickzones.store.keys import KeySpace
+from quickzones.store.kv import KVStore, KVTransaction, run
+from quickzones.store.records import WorkItem, ZoneId
+from quickzones.store.toplevel import TopLevelQueue
+from quickzones.store.zonestore import NewItem
+
+# An item's metadata: [batch_id, tenant] of the batch it belongs to.
+BATCH_KEY = "_b"
+# How many failed items a callback's report and a status list; the counts are exact.
+MAX_LISTED_FAILURES = 100
+# What a batch's callback does when an item did not complete: run with the failures
+# listed ("report", a batch's default), or not run at all ("stop", a chain's step).
+REPORT = "report"
+STOP = "stop"
+
+
+class BatchWriter(two_part.ItemWriter, Protocol):
+    """The zone store's part the batch needs: its keys, clock-free item writes and the
+    top-level queue for the callback's pointer."""
+
+    keys: KeySpace
+    toplevel: TopLevelQueue
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """An item of a batch, in its zone, ready for part one (its id chosen)."""
+
+    zone: ZoneId
+    item: NewItem
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStatus:
+    """Where a batch stands: counts of its items, and its callback."""
+
+    batch_id: str
+    app: str
+    total: int
+    completed: int
+    dead_lettered: int
+    cancelled: int
+    callback_id: str | None
+    callback_tenant: str | None
+    # True once the callback item was enqueued (in the last finishing transaction).
+    callback_enqueued: bool
+    # (tenant, item_id, state, reason) of items that did not complete, at most
+    # MAX_LISTED_FAILURES of them.
+    failed: list[tuple[str, str, str, str | None]]
+
+    @property
+    def pending(self) -> int:
+        return self.total - self.completed - self.dead_lettered - self.cancelled
+
+    @property
+    def state(self) -> str:
+        """ "running" (items pending, no callback yet), "done" (the callback was
+        enqueued), or "failed" (a chain's step did not complete: the chain stopped)."""
+        if self.callback_enqueued:
+            return "done"
+        return "running" if self.pending else "failed"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "batch_id": self.batch_id,
+            "app": self.app,
+            "state": self.state,
+            "total": self.total,
+            "completed": self.completed,
+            "dead_lettered": self.dead_lettered,
+            "cancelled": self.cancelled,
+            "pending": self.pending,
+            "callback_id": self.callback_id,
+            "callback_tenant": self.callback_tenant,
+            "callback_enqueued": self.callback_enqueued,
+            "failed": [
+                {"tenant": t, "item_id": i, "state": s, "reason": r} for t, i, s, r in self.failed
+            ],
+        }
+
+
+# --- the stored forms ----------------------------------------------------------------
+
+
+def _spec(zone: ZoneId, item: NewItem) -> list[Any]:
+    """A callback or chain step as stored in a batch record, enqueued later as is."""
+    return [
+        zone.tenant,
+        item.job_type,
+        item.payload,
+        item.content_type,
+        item.item_id,
+        item.priority,
+        item.delay_ms,
+        item.ttl_ms,
+        item.delivery,
+        item.meta,
+        item.fifo,
+    ]
+
+
+def _unspec(app: str, spec: list[Any]) -> Member:
+    tenant, job_type, payload, ctype, item_id, priority, delay, ttl, delivery, meta, fifo = spec
+    item = NewItem(
+        job_type=job_type,
+        payload=payload,
+        delay_ms=delay,
+        priority=priority,
+        item_id=item_id,
+        content_type=ctype,
+        ttl_ms=ttl,
+        delivery=delivery,
+        meta=dict(meta),
+        fifo=fifo,
+    )
+    return Member(ZoneId(app, tenant), item)
+
+
+def _pack(record: dict[str, Any]) -> bytes:
+    out: bytes = msgpack.packb(record, use_bin_type=True)
+    return out
+
+
+def _unpack(key: bytes, raw: bytes) -> dict[str, Any]:
+    try:
+        record = msgpack.unpackb(raw, raw=False)
+    except Exception as err:
+        raise CorruptRecord(key, f"batch record: {err}") from err
+    if not isinstance(record, dict):
+        raise CorruptRecord(key, "batch record is not a map")
+    return record
+
+
+def _record(
+    total: int,
+    callback: Member,
+    on_failure: str,
+    fail_fast: bool,
+    chain: Sequence[Member],
+    chain_id: str | None,
+    step: int,
+) -> dict[str, Any]:
+    return {
+        "v": 1,
+        "n": total,
+        "c": 0,  # completed
+        "d": 0,  # dead-lettered (or failed)
+        "x": 0,  # cancelled
+        "cb": _spec(callback.zone, callback.item),
+        "on": on_failure,
+        "ff": fail_fast,
+        "rest": [_spec(m.zone, m.item) for m in chain],
+        "chain": chain_id,
+        "step": step,
+        "fired": False,
+    }
+
+
+# --- writing a batch -------------------------------------------------------------------
+
+
+def chain_batch_id(chain_id: str, step: int) -> str:
+    """The batch whose one item is step ``step`` of a chain."""
+    return f"{chain_id}.{step}"
+
+
+def _write(
+    tr: KVTransaction,
+    zones: BatchWriter,
+    app: str,
+    batch_id: str,
+    members: Sequence[Member],
+    record: dict[str, Any],
+) -> None:
+    """The batch's record and member keys, and its items through part one, in ``tr``."""
+    keys = zones.keys
+    tr.set(keys.batch_key(app, batch_id), _pack(record))
+    for member in members:
+        item_id = member.item.item_id
+        if item_id is None:
+            raise InvalidArgument("item_id", None, "a batch's items need their ids chosen")
+        tagged = replace(
+            member.item, meta={**member.item.meta, BATCH_KEY: [batch_id, member.zone.tenant]}
+        )
+        written = two_part.part_one(tr, zones.toplevel, zones, member.zone, tagged)
+        if not written.new:
+            # Its finish would never be counted: refuse the whole batch (nothing commits).
+            raise InvalidArgument(
+                "item_id",
+                item_id,
+                f"is already {written.duplicate} in zone {member.zone}; a batch's items "
+                "must be new",
+            )
+        tr.set(keys.batch_member_key(app, batch_id, member.zone.tenant, item_id), b"")
+
+
+def enqueue_batch(
+    db: KVStore | KVTransaction,
+    zones: BatchWriter,
+    app: str,
+    batch_id: str,
+    members: Sequence[Member],
+    callback: Member,
+    *,
+    fail_fast: bool = False,
+    charge: two_part.Charge | None = None,
+) -> bool:
+    """Write a batch and its items in one transaction (all or nothing). False: a batch of
+    this id exists already (a retry after ``commit_unknown_result``, or a caller's id
+    used twice), and nothing was written."""
+
+    def write(tr: KVTransaction) -> bool:
+        if tr.get(zones.keys.batch_key(app, batch_id)) is not None:
+            return False
+        if charge is not None:
+            charge(tr)
+        record = _record(len(members), callback, REPORT, fail_fast, (), None, 0)
+        _write(tr, zones, app, batch_id, members, record)
+        return True
+
+    return run(db, write)
+
+
+def enqueue_chain(
+    db: KVStore | KVTransaction,
+    zones: BatchWriter,
+    app: str,
+    chain_id: str,
+    steps: Sequence[Member],
+    *,
+    charge: two_part.Charge | None = None,
+) -> bool:
+    """Write a chain's first step and its batch; the later steps wait in its record."""
+
+    def write(tr: KVTransaction) -> bool:
+        first = chain_batch_id(chain_id, 0)
+        if tr.get(zones.keys.batch_key(app, first)) is not None:
+            return False
+        if charge is not None:
+            charge(tr)
+        record = _record(1, steps[1], STOP, False, steps[2:], chain_id, 0)
+        _write(tr, zones, app, first, steps[:1], record)
+        return True
+
+    return run(db, write)
+
+
+# --- a member finishes -----------------------------------------------------------------
+
+
+def item_finished(
+    tr: KVTransaction,
+    zones: BatchWriter,
+    zone: ZoneId,
+    item: WorkItem,
+    state: str,
+    reason: str | None = None,
+) -> None:
+    """Called in the transaction that completes, cancels or dead-letters ``item``: count
+    it in its batch and, if that finishes the batch, enqueue the callback in ``tr``. An
+    item of no batch costs one dict lookup."""
+    tag = item.meta.get(BATCH_KEY)
+    if not tag:
+        return
+    batch_id, tenant = str(tag[0]), str(tag[1])
+    keys = zones.keys
+    member = keys.batch_member_key(zone.app, batch_id, tenant, item.item_id)
+    if tr.get(member) is None:
+        return  # counted already: this item finished before (a dead letter run again)
+    tr.clear(member)
+    key = keys.batch_key(zone.app, batch_id)
+    raw = tr.get(key)
+    if raw is None:
+        return  # the batch was deleted
+    record = _unpack(key, raw)
+    if state == outcomes.COMPLETED:
+        record["c"] += 1
+    else:
+        if state == outcomes.CANCELLED:
+            record["x"] += 1
+        else:
+            record["d"] += 1
+        failed = keys.batch_failed_key(zone.app, batch_id, tenant, item.item_id)
+        tr.set(failed, _pack({"st": state, "why": reason}))
+    done = record["c"] + record["d"] + record["x"]
+    failures = record["d"] + record["x"]
+    finished = done >= record["n"] or (record["ff"] and failures > 0)
+    if finished and not record["fired"] and (record["on"] == REPORT or failures == 0):
+        record["fired"] = True
+        _call_back(tr, zones, zone.app, batch_id, record)
+    tr.set(key, _pack(record))
+
+
+def _failures(
+    tr: KVTransaction, keys: KeySpace, app: str, batch_id: str, *, snapshot: bool = False
+) -> list[tuple[str, str, str, str | None]]:
+    """The first MAX_LISTED_FAILURES items of the batch that did not complete."""
+    rows = tr.get_range(
+        *keys.batch_failed_range(app, batch_id), limit=MAX_LISTED_FAILURES, snapshot=snapshot
+    )
+    out: list[tuple[str, str, str, str | None]] = []
+    for key, raw in rows:
+        tenant, item_id = keys.unpack_batch_failed_key(key)
+        value = _unpack(key, raw)
+        out.append((tenant, item_id, str(value["st"]), value.get("why")))
+    return out
+
+
+def _call_back(
+    tr: KVTransaction, zones: BatchWriter, app: str, batch_id: str, record: dict[str, Any]
+) -> None:
+    callback = _unspec(app, record["cb"])
+    item = callback.item
+    if record["chain"] is None:
+        # A batch's callback learns what became of the items, with its own payload.
+        failed = _failures(tr, zones.keys, app, batch_id)
+        report = {
+            "batch_id": batch_id,
+            "total": record["n"],
+            "completed": record["c"],
+            "dead_lettered": record["d"],
+            "cancelled": record["x"],
+            "failed": [
+                {"tenant": t, "item_id": i, "state": s, "reason": r} for t, i, s, r in failed
+            ],
+            "failed_more": record["d"] + record["x"] - len(failed),
+            "payload": json.loads(item.payload) if item.content_type == "json" else None,
+        }
+        body = json.dumps(report, separators=(",", ":")).encode()
+        item = replace(item, payload=body, content_type="json")
+        callback = Member(callback.zone, item)
+    if record["chain"] is not None and record["rest"]:
+        # The next step is itself a chain's batch of one, calling back the step after it.
+        rest = [_unspec(app, spec) for spec in record["rest"]]
+        step = int(record["step"]) + 1
+        nxt = _record(1, rest[0], STOP, False, rest[1:], record["chain"], step)
+        _write(tr, zones, app, chain_batch_id(record["chain"], step), [callback], nxt)
+        return
+    two_part.part_one(tr, zones.toplevel, zones, callback.zone, callback.item)
+
+
+# --- reading -----------------------------------------------------------------------------
+
+
+def status(
+    db: KVStore | KVTransaction, keys: KeySpace, app: str, batch_id: str
+) -> BatchStatus | None:
+    """A batch's counts and callback, read in one transaction (snapshot reads: no
+    conflict with the consumers finishing its items); None when no such batch."""
+
+    def read(tr: KVTransaction) -> BatchStatus | None:
+        key = keys.batch_key(app, batch_id)
+        raw = tr.get(key, snapshot=True)
+        if raw is None:
+            return None
+        record = _unpack(key, raw)
+        callback = _unspec(app, record["cb"])
+        failed = _failures(tr, keys, app, batch_id, snapshot=True)
+        return BatchStatus(
+            batch_id=batch_id,
+            app=app,
+            total=int(record["n"]),
+            completed=int(record["c"]),
+            dead_lettered=int(record["d"]),
+            cancelled=int(record["x"]),
+            callback_id=callback.item.item_id,
+            callback_tenant=callback.zone.tenant,
+            callback_enqueued=bool(record["fired"]),
+            failed=failed,
+        )
+
+    return run(db, read)

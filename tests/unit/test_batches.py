@@ -1,0 +1,221 @@
+"""Batches and chains from the user's side (issue 31, point 5): a batch's callback is
+enqueued once, in the transaction that finishes its last item; a chain's next step runs
+only after the step before it completed. On every backend of the ``backend`` fixture."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from quickzones import InvalidArgument, ItemNotFound, Job, LeaseLost, RetryPolicy
+from quickzones.client import Quick
+from quickzones.clock import ManualClock
+from quickzones.registry import JobContext
+
+APP = "app"
+
+
+def _record(q: Quick, seen: list[tuple[str, Any]], *types: str) -> None:
+    for name in types:
+
+        def handler(payload: Any, ctx: JobContext, name: str = name) -> None:
+            seen.append((name, payload))
+
+        q.job(name)(handler)
+
+
+def test_callback_runs_once_after_all_hundred_items(q: Quick) -> None:
+    seen: list[tuple[str, Any]] = []
+    _record(q, seen, "item", "done")
+    items = [Job("item", {"n": n}, tenant=f"t{n % 10}") for n in range(100)]
+    batch = q.enqueue_batch(items, app=APP, callback=Job("done", {"album": 7}, tenant="t0"))
+    assert len(batch.item_ids) == 100 and batch.callback_id
+    status = q.batch_status(APP, batch.id)
+    assert status is not None and (status.total, status.completed) == (100, 0)
+    assert status.callback_id == batch.callback_id and not status.callback_enqueued
+
+    while q.run_until_idle():
+        pass
+
+    names = [name for name, _ in seen]
+    assert names.count("done") == 1
+    assert names.index("done") == 100  # after every item
+    report = seen[100][1]
+    assert report["batch_id"] == batch.id and report["payload"] == {"album": 7}
+    assert (report["total"], report["completed"], report["dead_lettered"]) == (100, 100, 0)
+    assert report["failed"] == []
+    status = q.batch_status(APP, batch.id)
+    assert status is not None
+    assert (status.total, status.completed, status.dead_lettered, status.pending) == (
+        100,
+        100,
+        0,
+        0,
+    )
+    assert status.callback_enqueued and status.state == "done"
+
+
+def test_dead_lettered_item_is_listed_and_the_callback_runs_once(q: Quick) -> None:
+    seen: list[tuple[str, Any]] = []
+    _record(q, seen, "done")
+
+    @q.job("item", retry=RetryPolicy(max_attempts=1))
+    def item(payload: Any, ctx: JobContext) -> None:
+        if payload["n"] == 3:
+            raise RuntimeError("bad input 3")
+        seen.append(("item", payload))
+
+    batch = q.enqueue_batch(
+        [Job("item", {"n": n}, tenant=f"t{n % 2}") for n in range(5)],
+        app=APP,
+        callback=Job("done", None, tenant="t0"),
+    )
+    while q.run_until_idle():
+        pass
+    done = [p for name, p in seen if name == "done"]
+    assert len(done) == 1
+    report = done[0]
+    assert (report["completed"], report["dead_lettered"]) == (4, 1)
+    [failed] = report["failed"]
+    assert failed["item_id"] == batch.item_ids[3] and failed["tenant"] == "t1"
+    assert failed["state"] == "dead_lettered" and "bad input 3" in failed["reason"]
+    status = q.batch_status(APP, batch.id)
+    assert (
+        status is not None
+        and status.dead_lettered == 1
+        and status.failed
+        == [(failed["tenant"], failed["item_id"], "dead_lettered", failed["reason"])]
+    )
+
+    # The dead letter requeued and run again is no second finish of the batch.
+    @q.job("item")
+    def fixed(payload: Any, ctx: JobContext) -> None:
+        seen.append(("item", payload))
+
+    q.requeue_dead_letter(APP, "t1", batch.item_ids[3])
+    while q.run_until_idle():
+        pass
+    assert [name for name, _ in seen].count("done") == 1
+
+
+def test_fail_fast_batch_calls_back_at_the_first_dead_letter(q: Quick) -> None:
+    seen: list[tuple[str, Any]] = []
+    _record(q, seen, "done", "ok")
+
+    @q.job("bad", retry=RetryPolicy(max_attempts=1))
+    def bad(payload: Any, ctx: JobContext) -> None:
+        raise RuntimeError("no")
+
+    batch = q.enqueue_batch(
+        [Job("bad", None, tenant="t"), Job("ok", None, tenant="t", delay=3600)],
+        app=APP,
+        callback=Job("done", None, tenant="t"),
+        fail_fast=True,
+    )
+    while q.run_until_idle():
+        pass
+    done = [p for name, p in seen if name == "done"]
+    assert len(done) == 1 and done[0]["dead_lettered"] == 1 and done[0]["completed"] == 0
+    status = q.batch_status(APP, batch.id)
+    assert status is not None and status.pending == 1 and status.callback_enqueued
+
+
+def test_chain_of_three_runs_in_order(q: Quick, clock: ManualClock) -> None:
+    order: list[str] = []
+    for name in ("a", "b", "c"):
+
+        def step(payload: Any, ctx: JobContext, name: str = name) -> None:
+            order.append(f"{name}:{payload['x']}")
+
+        q.job(name)(step)
+    chain = q.chain(
+        Job("a", {"x": 1}, tenant="t1"),
+        Job("b", {"x": 2}, tenant="t2"),
+        Job("c", {"x": 3}, tenant="t1"),
+        app=APP,
+    )
+    assert len(chain.item_ids) == 3
+    # Only the first step is queued: the others wait for the step before them.
+    assert q.get(APP, "t1", chain.item_ids[0]) is not None
+    assert q.get(APP, "t2", chain.item_ids[1]) is None
+    while q.run_until_idle():
+        pass
+    assert order == ["a:1", "b:2", "c:3"]
+
+
+def test_chain_stops_at_a_dead_lettered_step(q: Quick) -> None:
+    order: list[str] = []
+    _record_order = order.append
+
+    @q.job("a", retry=RetryPolicy(max_attempts=1))
+    def a(payload: Any, ctx: JobContext) -> None:
+        raise RuntimeError("a failed")
+
+    @q.job("b")
+    def b(payload: Any, ctx: JobContext) -> None:
+        _record_order("b")
+
+    chain = q.chain(Job("a", None, tenant="t"), Job("b", None, tenant="t"), app=APP)
+    while q.run_until_idle():
+        pass
+    assert order == []
+    status = q.batch_status(APP, chain.batch_ids[0])
+    assert status is not None and status.dead_lettered == 1 and not status.callback_enqueued
+    assert status.state == "failed"
+
+
+def test_a_retried_last_item_enqueues_the_callback_once(q: Quick, clock: ManualClock) -> None:
+    batch = q.enqueue_batch(
+        [Job("item", None, tenant="t")], app=APP, callback=Job("done", None, tenant="t")
+    )
+    zone = q.zone(APP, "t")
+    [first], _ = q.zones.dequeue(zone, 1, 1000)
+    clock.advance(2.0)  # the first holder's lease lapses; another consumer leases it
+    [second], _ = q.zones.dequeue(zone, 1, 1000)
+    assert first.item_id == second.item_id == batch.item_ids[0]
+    with pytest.raises(LeaseLost):  # the late holder: its lease was lost
+        q.zones.complete(zone, first.item_id, first.lease_id)
+    q.zones.complete(zone, second.item_id, second.lease_id)
+    with pytest.raises(ItemNotFound):  # the late holder again, after the completion
+        q.zones.complete(zone, first.item_id, first.lease_id)
+    with pytest.raises(ItemNotFound):  # completed twice by its holder: not found
+        q.zones.complete(zone, second.item_id, second.lease_id)
+    queued = q.zones.peek(zone, 10)
+    assert [i.job_type for i in queued] == ["done"]
+    status = q.batch_status(APP, batch.id)
+    assert status is not None and status.completed == 1 and status.callback_enqueued
+
+
+def test_last_completion_after_commit_unknown_result_enqueues_one_callback() -> None:
+    from quickzones.backends.memory import MemoryStore
+    from quickzones.backends.memory.faults import FaultConfig
+
+    clock = ManualClock()
+    store = MemoryStore(seed=0, clock=clock)
+    q = Quick(store, clock=clock)
+    batch = q.enqueue_batch(
+        [Job("item", None, tenant="t")], app=APP, callback=Job("done", None, tenant="t")
+    )
+    zone = q.zone(APP, "t")
+    [item], _ = q.zones.dequeue(zone, 1, 1000)
+    # The completion commits, is reported unknown, and is retried.
+    store.faults = FaultConfig(unknown_result=1.0, unknown_result_applied=1.0)
+    q.zones.complete_many(zone, [(item.item_id, str(item.lease_id))])
+    store.faults = FaultConfig()
+    assert [i.job_type for i in q.zones.peek(zone, 10)] == ["done"]
+    status = q.batch_status(APP, batch.id)
+    assert status is not None and status.completed == 1
+
+
+def test_bad_batches_are_refused_and_store_nothing(q: Quick) -> None:
+    with pytest.raises(InvalidArgument, match="at least one"):
+        q.enqueue_batch([], app=APP, callback=Job("done", None, tenant="t"))
+    with pytest.raises(InvalidArgument, match="JSON"):
+        q.enqueue_batch(
+            [Job("x", None, tenant="t")], app=APP, callback=Job("done", b"raw", tenant="t")
+        )
+    with pytest.raises(InvalidArgument, match="at least two"):
+        q.chain(Job("a", None, tenant="t"), app=APP)
+    assert q.zones.peek(q.zone(APP, "t"), 10) == []
+    assert q.batch_status(APP, "nope") is None
