@@ -219,3 +219,59 @@ def test_bad_batches_are_refused_and_store_nothing(q: Quick) -> None:
         q.chain(Job("a", None, tenant="t"), app=APP)
     assert q.zones.peek(q.zone(APP, "t"), 10) == []
     assert q.batch_status(APP, "nope") is None
+
+
+def test_a_cancelled_item_is_listed_and_the_callback_still_runs(q: Quick) -> None:
+    seen: list[tuple[str, Any]] = []
+    _record(q, seen, "item", "done")
+    batch = q.enqueue_batch(
+        [Job("item", n, tenant="t") for n in range(3)],
+        app=APP,
+        callback=Job("done", None, tenant="t"),
+    )
+    q.cancel(APP, "t", batch.item_ids[0])
+    while q.run_until_idle():
+        pass
+    [report] = [p for name, p in seen if name == "done"]
+    assert (report["completed"], report["cancelled"]) == (2, 1)
+    assert report["failed"][0]["state"] == "cancelled"
+
+
+def test_async_quick_enqueues_a_batch_and_a_chain(q: Quick) -> None:
+    import asyncio
+
+    from quickzones import AsyncQuick
+
+    async def go() -> None:
+        aq = AsyncQuick(q)
+        batch = await aq.enqueue_batch(
+            [Job("item", 1, tenant="t")], app=APP, callback=Job("done", None, tenant="t")
+        )
+        status = await aq.batch_status(APP, batch.id)
+        assert status is not None and status.total == 1
+        chain = await aq.chain(Job("a", None, tenant="t"), Job("b", None, tenant="t"), app=APP)
+        assert len(chain.item_ids) == 2
+
+    asyncio.run(go())
+
+
+def test_a_zone_store_without_batches_refuses_them_clearly() -> None:
+    from quickzones.backends.memory import MemoryStore
+    from quickzones.errors import UnsupportedByStore
+    from quickzones.store.zones import KVZoneStore
+    from quickzones.store.zonestore import ZoneStoreCapabilities
+
+    class NoBatches(KVZoneStore):
+        capabilities = ZoneStoreCapabilities()
+
+    clock = ManualClock()
+    q = Quick(
+        MemoryStore(clock=clock),
+        clock=clock,
+        zone_store=lambda q: NoBatches(q.kv, q.toplevel, keys=q.keys, clock=q.clock),
+    )
+    with pytest.raises(UnsupportedByStore) as err:
+        q.enqueue_batch([Job("x", None, tenant="t")], app=APP, callback=Job("d", None, tenant="t"))
+    assert err.value.capability == "batches" and "NoBatches" in str(err.value)
+    with pytest.raises(UnsupportedByStore):
+        q.chain(Job("a", None, tenant="t"), Job("b", None, tenant="t"), app=APP)
