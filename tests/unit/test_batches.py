@@ -275,3 +275,42 @@ def test_a_zone_store_without_batches_refuses_them_clearly() -> None:
     assert err.value.capability == "batches" and "NoBatches" in str(err.value)
     with pytest.raises(UnsupportedByStore):
         q.chain(Job("a", None, tenant="t"), Job("b", None, tenant="t"), app=APP)
+
+
+def test_an_item_expired_before_it_ran_is_listed_as_dead_lettered(
+    q: Quick, clock: ManualClock
+) -> None:
+    seen: list[tuple[str, Any]] = []
+    _record(q, seen, "item", "done")
+    batch = q.enqueue_batch(
+        [Job("item", 1, tenant="t", ttl=1.0), Job("item", 2, tenant="u")],
+        app=APP,
+        callback=Job("done", None, tenant="u"),
+    )
+    clock.advance(5.0)  # the first item's TTL passes before any consumer runs
+    while q.run_until_idle():
+        pass
+    [report] = [p for name, p in seen if name == "done"]
+    assert (report["completed"], report["dead_lettered"]) == (1, 1)
+    assert report["failed"][0]["item_id"] == batch.item_ids[0]
+    assert "expired" in report["failed"][0]["reason"]
+
+
+def test_a_transactional_handler_finishes_its_batch_in_its_own_transaction(q: Quick) -> None:
+    seen: list[tuple[str, Any]] = []
+    _record(q, seen, "done")
+
+    @q.job("item", transactional=True)
+    def item(payload: Any, ctx: JobContext) -> None:
+        assert ctx.tr is not None
+        ctx.tr.set(b"effect-" + str(payload).encode(), b"1")
+
+    q.enqueue_batch(
+        [Job("item", n, tenant="t") for n in range(3)],
+        app=APP,
+        callback=Job("done", None, tenant="t"),
+    )
+    while q.run_until_idle():
+        pass
+    [report] = [p for name, p in seen if name == "done"]
+    assert report["completed"] == 3
