@@ -3,20 +3,29 @@ finishes a batch's last item, the paper's transactional style (docs/batches.md).
 
 Per batch, outside every zone's range (so no key of it keeps a pointer alive, invariant 2):
 
-    (root, "b", app, batch_id, "r")                   -> the record: counts, callback, chain
+    (root, "b", app, batch_id, "r")                   -> the record: zones left, callback
+    (root, "b", app, batch_id, "t", tenant)           -> members of the zone not finished
     (root, "b", app, batch_id, "m", tenant, item_id)  -> b""  (a member not yet finished)
-    (root, "b", app, batch_id, "f", tenant, item_id)  -> [state, reason]  (did not complete)
+    (root, "b", app, batch_id, "n", state)            -> items finished so (atomic add)
+    (root, "b", app, batch_id, "f", tenant, item_id)  -> {st, why}  (did not complete)
 
 Each member item carries ``[batch_id, tenant]`` in its metadata (``_b``); the tenant is the
-one its member key was written under. The transaction that completes, cancels or
-dead-letters a member (:func:`item_finished`, called by the zone store next to the outcome
-record) reads and clears the member key, then reads and rewrites the record. Reading both
-makes "I was the last" a decision the store serialises: two finishing transactions of one
-batch conflict on the record, one retries and sees the other's count (atomic adds alone
-would not conflict, and both could decide they were last). The member key makes counting
-idempotent: a second finish of the same item (a dead letter requeued and run again, a
-late holder) finds it gone and counts nothing; a lease lost or a completion retried after
-``commit_unknown_result`` never reaches here twice, as the item's own record is gone.
+one its keys were written under. The transaction that completes, cancels or dead-letters a
+member (:func:`item_finished`, called by the zone store next to the outcome record) reads
+and clears its member key, adds one to its state's count (a blind atomic add: no
+conflict), and reads and rewrites its zone's count of members left. Only the transaction
+that finishes a zone's last member (or a member that did not complete) reads and rewrites
+the batch's record, whose count of zones left reaching zero finishes the batch.
+
+Reading the counts decides "I was the last" in the store: two transactions finishing the
+last members of one zone conflict on the zone's count, two finishing the last members of
+two zones conflict on the record, and the one that retries sees the other's write (atomic
+adds alone would not conflict: both could decide they were last). Counting per zone keeps
+that serialisation local: completions in different zones of a batch never conflict until
+their zones' last members. The member key makes counting idempotent: a second finish of an
+item (a dead letter requeued and run again) finds it gone and counts nothing; a late
+holder whose lease was lost, or a completion retried after ``commit_unknown_result``,
+never gets here twice, as the item's own record is gone.
 
 The callback is written by the two-part enqueue's part one (:func:`enqueue.part_one`) in
 that same transaction, under an id chosen when the batch was enqueued: a crash before the
@@ -24,7 +33,7 @@ commit loses neither the last completion nor the callback, one after it has both
 
 A chain is batches of one item each: step n's batch has step n+1 as its callback, and the
 callback's enqueue writes step n+1's batch (whose callback is step n+2) with it. A chain's
-batches call back only when their item completed (``on_failure`` "stop").
+batches call back only when their item completed (``on`` "stop").
 """
 
 from __future__ import annotations
@@ -40,13 +49,15 @@ from quickzones.errors import CorruptRecord, InvalidArgument
 from quickzones.store import enqueue as two_part
 from quickzones.store import outcomes
 from quickzones.store.keys import KeySpace
-from quickzones.store.kv import KVStore, KVTransaction, run
-from quickzones.store.records import WorkItem, ZoneId
+from quickzones.store.kv import KVStore, KVTransaction, pack_i64, run, unpack_i64
+from quickzones.store.kv import prefetch as kv_prefetch
+from quickzones.store.records import WorkItem, ZoneId, decode_item
 from quickzones.store.toplevel import TopLevelQueue
 from quickzones.store.zonestore import NewItem
 
 # An item's metadata: [batch_id, tenant] of the batch it belongs to.
 BATCH_KEY = "_b"
+_TAG = msgpack.packb(BATCH_KEY)
 # How many failed items a callback's report and a status list; the counts are exact.
 MAX_LISTED_FAILURES = 100
 # What a batch's callback does when an item did not complete: run with the failures
@@ -184,9 +195,8 @@ def _record(
     return {
         "v": 1,
         "n": total,
-        "c": 0,  # completed
-        "d": 0,  # dead-lettered (or failed)
-        "x": 0,  # cancelled
+        "zones": 0,  # zones with members not finished: set by _write
+        "f": 0,  # members that did not complete, as far as the record heard
         "cb": _spec(callback.zone, callback.item),
         "on": on_failure,
         "ff": fail_fast,
@@ -215,7 +225,13 @@ def _write(
 ) -> None:
     """The batch's record and member keys, and its items through part one, in ``tr``."""
     keys = zones.keys
+    per_zone: dict[str, int] = {}
+    for member in members:
+        per_zone[member.zone.tenant] = per_zone.get(member.zone.tenant, 0) + 1
+    record["zones"] = len(per_zone)
     tr.set(keys.batch_key(app, batch_id), _pack(record))
+    for tenant, left in per_zone.items():
+        tr.set(keys.batch_zone_key(app, batch_id, tenant), pack_i64(left))
     for member in members:
         item_id = member.item.item_id
         if item_id is None:
@@ -289,6 +305,29 @@ def enqueue_chain(
 # --- a member finishes -----------------------------------------------------------------
 
 
+def prefetch(
+    tr: KVTransaction, keys: KeySpace, found: Sequence[tuple[ZoneId, bytes, bytes]]
+) -> None:
+    """Before a batched completion finishes several items, (zone, item key, raw record)
+    each: read the batch keys their finishes will read in one round trip
+    (:func:`kv.prefetch`), not two reads an item one after another."""
+    wanted: list[bytes] = []
+    for zone, key, raw in found:
+        if _TAG not in raw:  # cheap: most items are in no batch
+            continue
+        try:
+            item = decode_item(key, raw)
+        except CorruptRecord:
+            continue
+        tag = item.meta.get(BATCH_KEY)
+        if tag:
+            batch_id, tenant = str(tag[0]), str(tag[1])
+            wanted.append(keys.batch_member_key(zone.app, batch_id, tenant, item.item_id))
+            wanted.append(keys.batch_zone_key(zone.app, batch_id, tenant))
+    if wanted:
+        kv_prefetch(tr, list(dict.fromkeys(wanted)))
+
+
 def item_finished(
     tr: KVTransaction,
     zones: BatchWriter,
@@ -309,27 +348,41 @@ def item_finished(
     if tr.get(member) is None:
         return  # counted already: this item finished before (a dead letter run again)
     tr.clear(member)
-    key = keys.batch_key(zone.app, batch_id)
+    app = zone.app
+    failure = state != outcomes.COMPLETED
+    tr.add(keys.batch_count_key(app, batch_id, state), pack_i64(1))
+    if failure:
+        failed = keys.batch_failed_key(app, batch_id, tenant, item.item_id)
+        tr.set(failed, _pack({"st": state, "why": reason}))
+    zone_key = keys.batch_zone_key(app, batch_id, tenant)
+    left = unpack_i64(tr.get(zone_key)) - 1
+    tr.set(zone_key, pack_i64(left))
+    if left > 0 and not failure:
+        return  # not its zone's last member: the batch's record is not touched
+    key = keys.batch_key(app, batch_id)
     raw = tr.get(key)
     if raw is None:
         return  # the batch was deleted
     record = _unpack(key, raw)
-    if state == outcomes.COMPLETED:
-        record["c"] += 1
-    else:
-        if state == outcomes.CANCELLED:
-            record["x"] += 1
-        else:
-            record["d"] += 1
-        failed = keys.batch_failed_key(zone.app, batch_id, tenant, item.item_id)
-        tr.set(failed, _pack({"st": state, "why": reason}))
-    done = record["c"] + record["d"] + record["x"]
-    failures = record["d"] + record["x"]
-    finished = done >= record["n"] or (record["ff"] and failures > 0)
-    if finished and not record["fired"] and (record["on"] == REPORT or failures == 0):
+    if left <= 0:
+        record["zones"] -= 1
+    if failure:
+        record["f"] += 1
+    finished = record["zones"] <= 0 or (record["ff"] and record["f"] > 0)
+    if finished and not record["fired"] and (record["on"] == REPORT or record["f"] == 0):
         record["fired"] = True
-        _call_back(tr, zones, zone.app, batch_id, record)
+        _call_back(tr, zones, app, batch_id, record)
     tr.set(key, _pack(record))
+
+
+def _counts(
+    tr: KVTransaction, keys: KeySpace, app: str, batch_id: str, *, snapshot: bool = False
+) -> dict[str, int]:
+    """Items of the batch finished so far, by state."""
+    return {
+        state: unpack_i64(tr.get(keys.batch_count_key(app, batch_id, state), snapshot=snapshot))
+        for state in (outcomes.COMPLETED, outcomes.DEAD_LETTERED, outcomes.CANCELLED)
+    }
 
 
 def _failures(
@@ -355,16 +408,18 @@ def _call_back(
     if record["chain"] is None:
         # A batch's callback learns what became of the items, with its own payload.
         failed = _failures(tr, zones.keys, app, batch_id)
+        counts = _counts(tr, zones.keys, app, batch_id)
+        dead, cancelled = counts[outcomes.DEAD_LETTERED], counts[outcomes.CANCELLED]
         report = {
             "batch_id": batch_id,
             "total": record["n"],
-            "completed": record["c"],
-            "dead_lettered": record["d"],
-            "cancelled": record["x"],
+            "completed": counts[outcomes.COMPLETED],
+            "dead_lettered": dead,
+            "cancelled": cancelled,
             "failed": [
                 {"tenant": t, "item_id": i, "state": s, "reason": r} for t, i, s, r in failed
             ],
-            "failed_more": record["d"] + record["x"] - len(failed),
+            "failed_more": dead + cancelled - len(failed),
             "payload": json.loads(item.payload) if item.content_type == "json" else None,
         }
         body = json.dumps(report, separators=(",", ":")).encode()
@@ -397,13 +452,14 @@ def status(
         record = _unpack(key, raw)
         callback = _unspec(app, record["cb"])
         failed = _failures(tr, keys, app, batch_id, snapshot=True)
+        counts = _counts(tr, keys, app, batch_id, snapshot=True)
         return BatchStatus(
             batch_id=batch_id,
             app=app,
             total=int(record["n"]),
-            completed=int(record["c"]),
-            dead_lettered=int(record["d"]),
-            cancelled=int(record["x"]),
+            completed=counts[outcomes.COMPLETED],
+            dead_lettered=counts[outcomes.DEAD_LETTERED],
+            cancelled=counts[outcomes.CANCELLED],
             callback_id=callback.item.item_id,
             callback_tenant=callback.zone.tenant,
             callback_enqueued=bool(record["fired"]),

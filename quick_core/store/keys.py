@@ -342,6 +342,14 @@ class KeySpace:
         # (root, "b", app, batch_id, "m", tenant, item_id): an item not yet finished
         return self._pack("b", app, batch_id, "m", tenant, item_id)
 
+    def batch_zone_key(self, app: str, batch_id: str, tenant: str) -> bytes:
+        # (root, "b", app, batch_id, "t", tenant): the zone's members not yet finished
+        return self._pack("b", app, batch_id, "t", tenant)
+
+    def batch_count_key(self, app: str, batch_id: str, state: str) -> bytes:
+        # (root, "b", app, batch_id, "n", state): items finished so, by atomic add
+        return self._pack("b", app, batch_id, "n", state)
+
     def batch_failed_key(self, app: str, batch_id: str, tenant: str, item_id: str) -> bytes:
         # (root, "b", app, batch_id, "f", tenant, item_id): an item that did not complete
         return self._pack("b", app, batch_id, "f", tenant, item_id)

@@ -106,7 +106,11 @@ class ZoneCompletion(ZoneItems):
                 for zone, leased, _ in groups
                 for item_id, _ in leased
             ]
-            raws = iter(get_many(tr, keys))
+            found = get_many(tr, keys)
+            zone_of = [zone for zone, leased, _ in groups for _ in leased]
+            batch_items = [(z, k, r) for z, k, r in zip(zone_of, keys, found, strict=True) if r]
+            batches.prefetch(tr, self.keys, batch_items)
+            raws = iter(found)
             key_iter = iter(keys)
             now = now_ms(self.clock)
             out: list[list[Exception | None]] = []
