@@ -314,3 +314,51 @@ def test_a_transactional_handler_finishes_its_batch_in_its_own_transaction(q: Qu
         pass
     [report] = [p for name, p in seen if name == "done"]
     assert report["completed"] == 3
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_callbacks_come_once_under_injected_commit_faults(seed: int) -> None:
+    """Commits refused (not_committed) and commits whose outcome is unknown, applied or
+    not, on every transaction with writes, enqueue included: each batch's and chain's
+    callback is enqueued once, with every item counted once."""
+    from quickzones.backends.memory import MemoryStore
+    from quickzones.backends.memory.faults import FaultConfig
+
+    clock = ManualClock()
+    store = MemoryStore(seed=seed, clock=clock)
+    q = Quick(store, clock=clock)
+    seen: list[tuple[str, str, Any]] = []
+
+    def record(payload: Any, ctx: JobContext) -> None:
+        seen.append((ctx.item.job_type, ctx.item_id, payload))
+
+    for name in ("item", "done", "a", "b", "c"):
+        q.job(name)(record)
+    store.faults = FaultConfig(not_committed=0.2, unknown_result=0.2, unknown_result_applied=0.5)
+    batch = q.enqueue_batch(
+        [Job("item", n, tenant=f"t{n % 5}") for n in range(30)],
+        app=APP,
+        callback=Job("done", None, tenant="t0"),
+    )
+    q.chain(*(Job(step, None, tenant="t9") for step in ("a", "b", "c")), app=APP)
+    for _ in range(100):
+        q.run_until_idle()
+        if {"done", "c"} <= {job for job, _, _ in seen}:
+            break
+        clock.advance(60.0)  # leases of completions that failed lapse; backoffs pass
+    store.faults = FaultConfig()
+    assert store.fault_counts["unknown_result_applied"] > 0  # retried commits that applied
+    callbacks = {item_id for job, item_id, _ in seen if job == "done"}
+    assert callbacks == {batch.callback_id}
+    [report] = {json_key(p) for job, _, p in seen if job == "done"}
+    assert '"total":30' in report and '"completed":30' in report
+    steps = [job for job, _, _ in seen if job in ("a", "b", "c")]
+    assert list(dict.fromkeys(steps)) == ["a", "b", "c"]  # first runs in order
+    status = q.batch_status(APP, batch.id)
+    assert status is not None and (status.completed, status.pending) == (30, 0)
+
+
+def json_key(payload: Any) -> str:
+    import json
+
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"))
