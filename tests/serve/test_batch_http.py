@@ -6,6 +6,7 @@ from __future__ import annotations
 import httpx
 
 from quickzones import Job
+from quickzones.adapters.http.client import RemoteQuick
 
 from .conftest import Served
 
@@ -48,3 +49,13 @@ def test_an_unknown_batch_is_404_and_another_apps_token_is_403(served: Served) -
     assert r.status_code == 404 and r.json()["error"] == "batch_not_found"
     other = {"Authorization": f"Bearer {served.b_all}"}
     assert httpx.get(f"{served.url}/v1/apps/a/batches/{batch.id}", headers=other).status_code == 403
+
+
+def test_remote_quick_reads_a_batch_status(served: Served) -> None:
+    batch = served.q.enqueue_batch(
+        [Job("item", 1, tenant="t")], app="a", callback=Job("done", None, tenant="t")
+    )
+    with RemoteQuick(served.url, served.a_produce) as rq:
+        status = rq.batch_status("a", batch.id)
+        assert status is not None and status["total"] == 1 and status["state"] == "running"
+        assert rq.batch_status("a", "nope") is None
