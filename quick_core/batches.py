@@ -142,6 +142,24 @@ def chain(q: Quick, steps: Sequence[Job], *, app: str) -> Chain:
     )
 
 
+def enqueue_after(q: Quick, after: str | tuple[str, str], app: str, then: stored.Member) -> str:
+    """:meth:`Quick.enqueue` with ``after``: ``then`` waits for the job ``after`` names (its
+    id in ``then``'s tenant, or (tenant, id)) to complete."""
+    zones = _batch_writer(q)
+    if isinstance(after, str):
+        tenant, first_id = then.zone.tenant, after
+    elif isinstance(after, tuple) and len(after) == 2:
+        tenant, first_id = after
+    else:
+        raise InvalidArgument("after", after, "must be a job id or a (tenant, job id) pair")
+    first = ZoneId(app, check_name("tenant", tenant))
+    check_name("after", first_id)
+    batch_id = new_item_id(q.ids)
+    stored.enqueue_after(q.kv, zones, first, first_id, then, batch_id, q._now())
+    q._wake_consumers()
+    return str(then.item.item_id)
+
+
 def batch_status(q: Quick, app: str, batch_id: str) -> stored.BatchStatus | None:
     """:meth:`Quick.batch_status`."""
     return stored.status(q.kv, q.keys, check_name("app", app), check_name("batch_id", batch_id))

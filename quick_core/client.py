@@ -39,7 +39,7 @@ from quickzones.errors import (
 from quickzones.periodic import Schedule, Scheduler, schedule_decorator
 from quickzones.registry import Handler, JobType, Registry, RetryPolicy
 from quickzones.store import outcomes
-from quickzones.store.batches import BatchStatus
+from quickzones.store.batches import BatchStatus, Member
 from quickzones.store.ids import IdSource
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import TRANSACTION_SIZE_LIMIT, KVStore, KVTransaction, run
@@ -403,6 +403,7 @@ class Quick:
         tr: KVTransaction | None = None,
         fifo: bool | None = None,
         run_at: datetime | None = None,
+        after: str | tuple[str, str] | None = None,
     ) -> str:
         """Enqueue one item into the zone (app, tenant); returns its id.
 
@@ -418,6 +419,9 @@ class Quick:
         client's) orders an item without a delay by its commit among the priority's other
         FIFO items. ``delay`` is seconds or a ``timedelta``; ``run_at`` instead, a
         timezone-aware ``datetime``, is when it should run (one already past: now).
+        ``after``: a job's id (in ``tenant``, or a (tenant, id) pair) this one waits for: it
+        is enqueued in the transaction that completes that job, and never if that job is
+        dead-lettered or cancelled (docs/batches.md).
         """
         zone = ZoneId(check_name("app", app), check_name("tenant", tenant))
         if tr is not None:
@@ -427,6 +431,10 @@ class Quick:
                 "call enqueue() without tr",
             )
         new = self._new_item(job_type, payload, delay, priority, item_id, ttl, fifo, run_at)
+        if after is not None:
+            if tr is not None:
+                raise InvalidArgument("after", after, "cannot be given with tr")
+            return batches.enqueue_after(self, after, zone.app, Member(zone, new))
         with enqueue_span(job_type, zone) as carrier:
             if carrier:
                 new = replace(new, meta={**new.meta, TRACE_KEY: carrier})

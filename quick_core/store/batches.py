@@ -73,6 +73,10 @@ class BatchWriter(two_part.ItemWriter, Protocol):
     keys: KeySpace
     toplevel: TopLevelQueue
 
+    def tag_item(
+        self, tr: KVTransaction, zone: ZoneId, item_id: str, key: str, value: Any
+    ) -> WorkItem | None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class Member:
@@ -225,13 +229,9 @@ def _write(
 ) -> None:
     """The batch's record and member keys, and its items through part one, in ``tr``."""
     keys = zones.keys
-    per_zone: dict[str, int] = {}
-    for member in members:
-        per_zone[member.zone.tenant] = per_zone.get(member.zone.tenant, 0) + 1
-    record["zones"] = len(per_zone)
-    tr.set(keys.batch_key(app, batch_id), _pack(record))
-    for tenant, left in per_zone.items():
-        tr.set(keys.batch_zone_key(app, batch_id, tenant), pack_i64(left))
+    _write_keys(
+        tr, keys, app, batch_id, [(m.zone.tenant, str(m.item.item_id)) for m in members], record
+    )
     for member in members:
         item_id = member.item.item_id
         if item_id is None:
@@ -248,7 +248,26 @@ def _write(
                 f"is already {written.duplicate} in zone {member.zone}; a batch's items "
                 "must be new",
             )
-        tr.set(keys.batch_member_key(app, batch_id, member.zone.tenant, item_id), b"")
+
+
+def _write_keys(
+    tr: KVTransaction,
+    keys: KeySpace,
+    app: str,
+    batch_id: str,
+    members: Sequence[tuple[str, str]],
+    record: dict[str, Any],
+) -> None:
+    """The batch's record, its zones' counts and its members' keys, (tenant, item_id)
+    each, in ``tr``."""
+    per_zone: dict[str, int] = {}
+    for tenant, item_id in members:
+        per_zone[tenant] = per_zone.get(tenant, 0) + 1
+        tr.set(keys.batch_member_key(app, batch_id, tenant, item_id), b"")
+    record["zones"] = len(per_zone)
+    tr.set(keys.batch_key(app, batch_id), _pack(record))
+    for tenant, left in per_zone.items():
+        tr.set(keys.batch_zone_key(app, batch_id, tenant), pack_i64(left))
 
 
 def enqueue_batch(
@@ -298,6 +317,58 @@ def enqueue_chain(
         record = _record(1, steps[1], STOP, False, steps[2:], chain_id, 0)
         _write(tr, zones, app, first, steps[:1], record)
         return True
+
+    return run(db, write)
+
+
+def enqueue_after(
+    db: KVStore | KVTransaction,
+    zones: BatchWriter,
+    first: ZoneId,
+    first_id: str,
+    then: Member,
+    batch_id: str,
+    now_ms: int,
+) -> bool:
+    """Enqueue ``then`` once the queued or running item ``first_id`` of zone ``first``
+    completes: ``first`` becomes the one member of a batch (``batch_id``) whose callback is
+    ``then``, as a chain's step, in one transaction. A ``first`` already completed (its
+    status kept) enqueues ``then`` at once (True); one that did not complete, or is not
+    known, is refused, nothing written."""
+
+    def write(tr: KVTransaction) -> bool:
+        if tr.get(zones.keys.batch_key(first.app, batch_id)) is not None:
+            return False  # a retry after commit_unknown_result: that attempt committed
+        tagged = zones.tag_item(tr, first, first_id, BATCH_KEY, [batch_id, first.tenant])
+        if tagged is None:
+            outcome = outcomes.read(tr, zones.keys, first, first_id, now_ms)
+            if outcome is None:
+                raise InvalidArgument(
+                    "after",
+                    first_id,
+                    f"names no job queued or running in zone {first}, nor one whose status is"
+                    " kept (keep_status_s) as completed",
+                )
+            if outcome.state != outcomes.COMPLETED:
+                raise InvalidArgument(
+                    "after", first_id, f"is {outcome.state}: the job after it would never run"
+                )
+            two_part.part_one(tr, zones.toplevel, zones, then.zone, then.item)
+            return True
+        if BATCH_KEY in tagged.meta:
+            raise InvalidArgument(
+                "after",
+                first_id,
+                "is already in a batch or chain, or has a job after it already",
+            )
+        if tagged.delivery == "at_most_once":
+            # Deleted when it starts: no transaction finishes it (raising writes nothing).
+            raise InvalidArgument(
+                "after", first_id, "is at-most-once; only an at-least-once job can be waited for"
+            )
+        record = _record(1, then, STOP, False, (), None, 0)
+        _write_keys(tr, zones.keys, first.app, batch_id, [(first.tenant, first_id)], record)
+        return False
 
     return run(db, write)
 

@@ -362,3 +362,67 @@ def json_key(payload: Any) -> str:
     import json
 
     return json.dumps(payload, sort_keys=True, separators=(",", ":"))
+
+
+def test_enqueue_after_runs_b_once_a_completed(q: Quick) -> None:
+    order: list[str] = []
+    for name in ("a", "b"):
+        q.job(name)(lambda payload, ctx, name=name: order.append(name))
+    a = q.enqueue("a", None, app=APP, tenant="t1")
+    b = q.enqueue("b", {"x": 1}, app=APP, tenant="t2", after=("t1", a))
+    assert q.get(APP, "t2", b) is None  # waits for a
+    while q.run_until_idle():
+        pass
+    assert order == ["a", "b"]
+
+
+def test_enqueue_after_a_job_of_the_same_tenant_by_its_id(q: Quick) -> None:
+    order: list[str] = []
+    for name in ("a", "b"):
+        q.job(name)(lambda payload, ctx, name=name: order.append(name))
+    a = q.enqueue("a", None, app=APP, tenant="t")
+    q.enqueue("b", None, app=APP, tenant="t", after=a)
+    while q.run_until_idle():
+        pass
+    assert order == ["a", "b"]
+
+
+def test_enqueue_after_a_finished_or_unknown_job(q: Quick) -> None:
+    q.job("a", keep_status_s=60)(lambda payload, ctx: None)
+    q.job("b")(lambda payload, ctx: None)
+    a = q.enqueue("a", None, app=APP, tenant="t")
+    while q.run_until_idle():
+        pass
+    b = q.enqueue("b", None, app=APP, tenant="t", after=a)  # a completed: b is queued now
+    assert q.get(APP, "t", b) is not None
+    with pytest.raises(InvalidArgument, match="after"):
+        q.enqueue("b", None, app=APP, tenant="t", after="nope")
+    a2 = q.enqueue("a", None, app=APP, tenant="t")
+    q.enqueue("b", None, app=APP, tenant="t", after=a2)
+    with pytest.raises(InvalidArgument, match="already"):  # one successor a job
+        q.enqueue("b", None, app=APP, tenant="t", after=a2)
+
+
+def test_at_most_once_jobs_cannot_be_waited_for(q: Quick) -> None:
+    q.job("once", delivery="at_most_once")(lambda payload, ctx: None)
+    with pytest.raises(InvalidArgument, match="at-most-once"):
+        q.enqueue_batch(
+            [Job("once", None, tenant="t")], app=APP, callback=Job("d", None, tenant="t")
+        )
+    first = q.enqueue("once", None, app=APP, tenant="t")
+    with pytest.raises(InvalidArgument, match="at-most-once"):
+        q.enqueue("b", None, app=APP, tenant="t", after=first)
+    item = q.get(APP, "t", first)
+    assert item is not None and "_b" not in item.meta  # nothing written
+
+
+def test_enqueue_after_a_running_job_enqueues_it_when_its_holder_completes(q: Quick) -> None:
+    a = q.enqueue("a", None, app=APP, tenant="t")
+    zone = q.zone(APP, "t")
+    [held], _ = q.zones.dequeue(zone, 1, 30_000)  # a consumer runs it now
+    b = q.enqueue("b", None, app=APP, tenant="t", after=a)
+    q.zones.extend_lease(zone, a, str(held.lease_id), 30_000)  # its lease kept alive
+    assert q.get(APP, "t", b) is None
+    q.zones.complete(zone, a, held.lease_id)
+    queued = q.get(APP, "t", b)
+    assert queued is not None and queued.job_type == "b"
