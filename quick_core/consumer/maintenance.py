@@ -1,5 +1,6 @@
 """Maintenance a running consumer does besides the paper's algorithms: collecting expired
-outcome records (status, results, dedupe windows; :mod:`quickzones.store.outcomes`).
+outcome records (status, results, dedupe windows; :mod:`quickzones.store.outcomes`), and
+the keys of batches finished a week ago (:mod:`quickzones.store.batches`).
 
 Every consumer collects, each on its own jittered period: the collection reads only the
 expired start of the expiry index, so a dozen consumers cost a dozen tiny reads, and two
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterable
 
 from quickzones.clock import Clock, now_ms
 from quickzones.errors import StorageError
+from quickzones.store import batches
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore
 from quickzones.store.outcomes import collect_expired_outcomes
@@ -42,6 +44,8 @@ class OutcomeCollector:
         for kv, keys in self._stores():
             try:
                 cleared += collect_expired_outcomes(kv, keys, now_ms(self._clock))
+                # Finished batches kept past their week (docs/batches.md), the same way.
+                cleared += batches.collect_expired(kv, keys, now_ms(self._clock))
             except StorageError as err:  # the next period tries again
                 log.warning("collecting expired outcome records failed: %s", err)
         return cleared

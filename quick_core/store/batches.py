@@ -45,6 +45,7 @@ from typing import Any, Protocol
 
 import msgpack
 
+from quickzones.clock import Clock, now_ms
 from quickzones.errors import CorruptRecord, InvalidArgument
 from quickzones.store import enqueue as two_part
 from quickzones.store import outcomes
@@ -60,6 +61,10 @@ BATCH_KEY = "_b"
 _TAG = msgpack.packb(BATCH_KEY)
 # How many failed items a callback's report and a status list; the counts are exact.
 MAX_LISTED_FAILURES = 100
+# How long a batch's keys are kept after its last item finished (for batch_status), and how
+# many expired batches one collection transaction clears.
+KEEP_MS = 7 * 86_400_000
+GC_BATCH = 100
 # What a batch's callback does when an item did not complete: run with the failures
 # listed ("report", a batch's default), or not run at all ("stop", a chain's step).
 REPORT = "report"
@@ -72,6 +77,7 @@ class BatchWriter(two_part.ItemWriter, Protocol):
 
     keys: KeySpace
     toplevel: TopLevelQueue
+    clock: Clock
 
     def tag_item(
         self, tr: KVTransaction, zone: ZoneId, item_id: str, key: str, value: Any
@@ -437,6 +443,9 @@ def item_finished(
     record = _unpack(key, raw)
     if left <= 0:
         record["zones"] -= 1
+        if record["zones"] <= 0:
+            # Every item finished: the batch's keys are collected KEEP_MS from now.
+            tr.set(keys.batch_expiry_key(now_ms(zones.clock) + KEEP_MS, app, batch_id), b"")
     if failure:
         record["f"] += 1
     finished = record["zones"] <= 0 or (record["ff"] and record["f"] > 0)
@@ -504,6 +513,24 @@ def _call_back(
         _write(tr, zones, app, chain_batch_id(record["chain"], step), [callback], nxt)
         return
     two_part.part_one(tr, zones.toplevel, zones, callback.zone, callback.item)
+
+
+# --- collection ----------------------------------------------------------------------
+
+
+def collect_expired(kv: KVStore, keys: KeySpace, now: int, limit: int = GC_BATCH) -> int:
+    """Clear, in one transaction, the keys of up to ``limit`` batches whose items all
+    finished KEEP_MS before ``now``; reads only the expired start of the expiry index.
+    A consumer's maintenance calls it with the outcome records' collection."""
+
+    def collect(tr: KVTransaction) -> int:
+        rows = tr.get_range(*keys.batch_expiry_range(now), limit=limit)
+        for index_key, _ in rows:
+            tr.clear_range(*keys.batch_range(*keys.unpack_batch_expiry_key(index_key)))
+            tr.clear(index_key)
+        return len(rows)
+
+    return run(kv, collect)
 
 
 # --- reading -----------------------------------------------------------------------------

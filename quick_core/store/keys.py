@@ -354,6 +354,22 @@ class KeySpace:
         # (root, "b", app, batch_id, "f", tenant, item_id): an item that did not complete
         return self._pack("b", app, batch_id, "f", tenant, item_id)
 
+    def batch_range(self, app: str, batch_id: str) -> Range:
+        """Every key of one batch."""
+        return tuple_range(self._pack("b", app, batch_id))
+
+    def batch_expiry_key(self, expires_ms: int, app: str, batch_id: str) -> bytes:
+        # (root, "be", expires_ms, app, batch_id): a finished batch's keys go then
+        return self._pack("be", expires_ms, app, batch_id)
+
+    def batch_expiry_range(self, now_ms: int) -> Range:
+        """Expiry entries with expires_ms <= ``now_ms``, oldest first."""
+        return self._pack("be") + b"\x00", self._pack("be", now_ms + 1)
+
+    def unpack_batch_expiry_key(self, key: bytes) -> tuple[str, str]:
+        _, app, batch_id = self.unpack(key)[1:]
+        return str(app), str(batch_id)
+
     def batch_failed_range(self, app: str, batch_id: str) -> Range:
         return tuple_range(self._pack("b", app, batch_id, "f"))
 

@@ -426,3 +426,34 @@ def test_enqueue_after_a_running_job_enqueues_it_when_its_holder_completes(q: Qu
     q.zones.complete(zone, a, held.lease_id)
     queued = q.get(APP, "t", b)
     assert queued is not None and queued.job_type == "b"
+
+
+def test_a_finished_batch_is_collected_by_the_consumers_maintenance_after_a_week(
+    q: Quick, clock: ManualClock
+) -> None:
+    _record(q, [], "item", "done")
+    finished = q.enqueue_batch(
+        [Job("item", n, tenant=f"t{n}") for n in range(3)],
+        app=APP,
+        callback=Job("done", None, tenant="t0"),
+    )
+    while q.run_until_idle():
+        pass
+    running = q.enqueue_batch(
+        [Job("item", 1, tenant="t", delay=30 * 86400)],
+        app=APP,
+        callback=Job("done", None, tenant="t"),
+    )
+    collector = q.consumer().outcome_collector
+    clock.advance(6 * 86400.0)
+    collector.collect_once()
+    assert q.batch_status(APP, finished.id) is not None  # kept for a week
+    clock.advance(2 * 86400.0)
+    collector.collect_once()
+    assert q.batch_status(APP, finished.id) is None
+    begin, end = q.keys.everything()
+    left = [
+        k for k, _ in q.kv.create_transaction().get_range(begin, end) if finished.id.encode() in k
+    ]
+    assert left == []  # its counts, member and failure keys went too
+    assert q.batch_status(APP, running.id) is not None  # not finished: kept
