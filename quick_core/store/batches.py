@@ -334,7 +334,7 @@ def enqueue_after(
     first_id: str,
     then: Member,
     batch_id: str,
-    now_ms: int,
+    now: int,
 ) -> bool:
     """Enqueue ``then`` once the queued or running item ``first_id`` of zone ``first``
     completes: ``first`` becomes the one member of a batch (``batch_id``) whose callback is
@@ -347,7 +347,7 @@ def enqueue_after(
             return False  # a retry after commit_unknown_result: that attempt committed
         tagged = zones.tag_item(tr, first, first_id, BATCH_KEY, [batch_id, first.tenant])
         if tagged is None:
-            outcome = outcomes.read(tr, zones.keys, first, first_id, now_ms)
+            outcome = outcomes.read(tr, zones.keys, first, first_id, now)
             if outcome is None:
                 raise InvalidArgument(
                     "after",
