@@ -12,6 +12,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from quickzones.aio import AsyncQuick
+from quickzones.batches import Batch, Chain, Job
 from quickzones.client import Quick
 from quickzones.clock import Clock, ManualClock, SystemClock
 from quickzones.consumer.config import ConsumerConfig
@@ -45,6 +46,8 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 
 __all__ = [
     "AsyncQuick",
+    "Batch",
+    "Chain",
     "Clock",
     "ConfigurationError",
     "ConsumerConfig",
@@ -54,6 +57,7 @@ __all__ = [
     "InvalidStoreURL",
     "ItemNotFound",
     "ItemNotVested",
+    "Job",
     "JobContext",
     "LeaseLost",
     "ManualClock",

@@ -34,16 +34,18 @@ import inspect
 import queue
 import signal
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from quickzones.batches import Batch, Chain, Job
 from quickzones.client import Quick
 from quickzones.clock import Clock
 from quickzones.consumer import Consumer, ConsumerConfig
 from quickzones.errors import ConfigurationError
 from quickzones.registry import Handler, JobContext
 from quickzones.store.admin import Requeued
+from quickzones.store.batches import BatchStatus
 from quickzones.store.kv import KVTransaction
 from quickzones.store.outcomes import JobStatus, ResultNotAvailable, ResultWait
 from quickzones.store.pauses import Pause
@@ -430,9 +432,7 @@ class AsyncQuick:
         if not inspect.iscoroutinefunction(getattr(connection, "execute", None)):
             return self.quick.enqueue_on(connection, job_type, payload, **options)
         on_loop = OnLoop(connection, asyncio.get_running_loop())
-        return await asyncio.to_thread(
-            self.quick.enqueue_on, on_loop, job_type, payload, **options
-        )
+        return await asyncio.to_thread(self.quick.enqueue_on, on_loop, job_type, payload, **options)
 
     async def pause(
         self, app: str | None = None, tenant: str | None = None, job_type: str | None = None
@@ -449,6 +449,35 @@ class AsyncQuick:
     async def paused(self) -> list[Pause]:
         """:meth:`Quick.paused`."""
         return await asyncio.to_thread(self.quick.paused)
+
+    async def enqueue_batch(
+        self,
+        jobs: Sequence[Job],
+        *,
+        app: str,
+        callback: Job,
+        fail_fast: bool = False,
+        batch_id: str | None = None,
+    ) -> Batch:
+        """:meth:`Quick.enqueue_batch`."""
+        return await asyncio.to_thread(
+            functools.partial(
+                self.quick.enqueue_batch,
+                jobs,
+                app=app,
+                callback=callback,
+                fail_fast=fail_fast,
+                batch_id=batch_id,
+            )
+        )
+
+    async def chain(self, *steps: Job, app: str) -> Chain:
+        """:meth:`Quick.chain`."""
+        return await asyncio.to_thread(functools.partial(self.quick.chain, *steps, app=app))
+
+    async def batch_status(self, app: str, batch_id: str) -> BatchStatus | None:
+        """:meth:`Quick.batch_status`."""
+        return await asyncio.to_thread(self.quick.batch_status, app, batch_id)
 
     async def get(self, app: str, tenant: str, item_id: str) -> WorkItem | None:
         return await asyncio.to_thread(self.quick.get, app, tenant, item_id)

@@ -24,6 +24,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from quickzones import batches
+from quickzones.batches import Batch, Chain, Job
 from quickzones.clock import Clock, now_ms
 from quickzones.consumer import Cluster, Consumer, ConsumerConfig, Observer
 from quickzones.consumer.election import Election
@@ -37,6 +39,7 @@ from quickzones.errors import (
 from quickzones.periodic import Schedule, Scheduler, schedule_decorator
 from quickzones.registry import Handler, JobType, Registry, RetryPolicy
 from quickzones.store import outcomes
+from quickzones.store.batches import BatchStatus, Member
 from quickzones.store.ids import IdSource
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import TRANSACTION_SIZE_LIMIT, KVStore, KVTransaction, run
@@ -406,6 +409,7 @@ class Quick:
         tr: KVTransaction | None = None,
         fifo: bool | None = None,
         run_at: datetime | None = None,
+        after: str | tuple[str, str] | None = None,
     ) -> str:
         """Enqueue one item into the zone (app, tenant); returns its id.
 
@@ -421,6 +425,9 @@ class Quick:
         client's) orders an item without a delay by its commit among the priority's other
         FIFO items. ``delay`` is seconds or a ``timedelta``; ``run_at`` instead, a
         timezone-aware ``datetime``, is when it should run (one already past: now).
+        ``after``: a job's id (in ``tenant``, or a (tenant, id) pair) this one waits for: it
+        is enqueued in the transaction that completes that job, and never if that job is
+        dead-lettered or cancelled (docs/batches.md).
         """
         zone = ZoneId(check_name("app", app), check_name("tenant", tenant))
         if tr is not None:
@@ -432,6 +439,10 @@ class Quick:
         if tr is None:
             self.store_type_policies()  # never in a caller's transaction
         new = self._new_item(job_type, payload, delay, priority, item_id, ttl, fifo, run_at)
+        if after is not None:
+            if tr is not None:
+                raise InvalidArgument("after", after, "cannot be given with tr")
+            return batches.enqueue_after(self, after, zone.app, Member(zone, new))
         with enqueue_span(job_type, zone) as carrier:
             if carrier:
                 new = replace(new, meta={**new.meta, TRACE_KEY: carrier})
@@ -594,6 +605,37 @@ class Quick:
         )
         self._wake_consumers()
         return ids
+
+    def enqueue_batch(
+        self,
+        jobs: Sequence[Job],
+        *,
+        app: str,
+        callback: Job,
+        fail_fast: bool = False,
+        batch_id: str | None = None,
+    ) -> Batch:
+        """Enqueue ``jobs`` (any tenants of ``app``) in one transaction, and ``callback``
+        once every one of them has finished: in the transaction that completes or
+        dead-letters the last, so it is enqueued exactly once. The callback's payload (JSON)
+        arrives inside a report: ``{"batch_id", "total", "completed", "dead_lettered",
+        "cancelled", "failed": [{"tenant", "item_id", "state", "reason"}], "payload"}``.
+        ``fail_fast``: call back at the first job that is dead-lettered or cancelled
+        instead. Returns the batch's id, its items' ids and the callback's id
+        (docs/batches.md)."""
+        return batches.enqueue_batch(
+            self, jobs, app=app, callback=callback, fail_fast=fail_fast, batch_id=batch_id
+        )
+
+    def chain(self, *steps: Job, app: str) -> Chain:
+        """Enqueue ``steps[0]``; each later step is enqueued in the transaction that
+        completes the one before it. A step dead-lettered or cancelled stops the chain."""
+        return batches.chain(self, steps, app=app)
+
+    def batch_status(self, app: str, batch_id: str) -> BatchStatus | None:
+        """A batch's counts (total, completed, dead-lettered, cancelled, pending), its
+        callback's id and whether it was enqueued; None when there is no such batch."""
+        return batches.batch_status(self, app, batch_id)
 
     def transact(self, fn: Callable[[KVTransaction], T]) -> T:
         """Run ``fn(tr)`` in one transaction with retries; enqueues made inside it commit

@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from quickzones.adapters.http import cancels
 from quickzones.adapters.http.api import ApiError, ServeState, router
+from quickzones.adapters.http.batches_api import router as batches_router
 from quickzones.adapters.http.connections import Budget
 from quickzones.adapters.http.paths import PathSegments
 from quickzones.adapters.http.pauses_api import router as pauses_router
@@ -189,6 +190,7 @@ def create_app(
     app.include_router(router)
     app.include_router(cancels.router)  # running items' cancels, for remote workers
     app.include_router(pauses_router)
+    app.include_router(batches_router)
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, err: ApiError) -> JSONResponse:

@@ -475,6 +475,19 @@ class RemoteQuick:
         out: list[dict[str, Any]] = self._do(_Calls.pauses(app, "GET", None, None))["pauses"]
         return out
 
+    def batch_status(self, app: str, batch_id: str) -> dict[str, Any] | None:
+        """A batch's state as ``GET /v1/apps/{app}/batches/{id}`` gives it (the fields of
+        :meth:`Quick.batch_status`), or None when the app has no such batch."""
+        try:
+            out: dict[str, Any] = self._do(
+                _Call("GET", f"/v1/apps/{_seg(app)}/batches/{_seg(batch_id)}")
+            )
+        except RemoteError as err:
+            if err.error == "batch_not_found":
+                return None
+            raise
+        return out
+
 
 class AsyncRemoteQuick:
     """The API from asyncio code (one ``httpx.AsyncClient``)."""

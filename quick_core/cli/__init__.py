@@ -16,6 +16,7 @@ from quickzones.cli.plugins import COMMANDS_GROUP
 # The built-in commands, registered here and nowhere else: importing a module adds its
 # commands to ``main`` (each is ``@main.command()``). A new one is one more line here.
 from quickzones.cli import admin_reads as admin_reads  # stats, zones
+from quickzones.cli import batch as batch  # batch show
 from quickzones.cli import dead_letters as dead_letters  # dead-letters list|requeue|purge
 from quickzones.cli import demo_command as demo_command  # demo
 from quickzones.cli import enqueue as enqueue  # enqueue

@@ -1,6 +1,7 @@
 """Maintenance a running consumer does besides the paper's algorithms: collecting expired
-outcome records (status, results, dedupe windows; :mod:`quickzones.store.outcomes`), and
-its heartbeat with its pickup counts (:class:`Heartbeats`, for ``quick serve``'s pages).
+outcome records (status, results, dedupe windows; :mod:`quickzones.store.outcomes`) and
+the keys of batches finished a week ago (:mod:`quickzones.store.batches`), and its
+heartbeat with its pickup counts (:class:`Heartbeats`, for ``quick serve``'s pages).
 
 Every consumer collects, each on its own jittered period: the collection reads only the
 expired start of the expiry index, so a dozen consumers cost a dozen tiny reads, and two
@@ -19,7 +20,7 @@ from quickzones.clock import Clock, now_ms
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.pickups import PickupCounts
 from quickzones.errors import StorageError
-from quickzones.store import heartbeats
+from quickzones.store import batches, heartbeats
 from quickzones.store.heartbeats import Heartbeat
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore
@@ -49,6 +50,8 @@ class OutcomeCollector:
         for kv, keys in self._stores():
             try:
                 cleared += collect_expired_outcomes(kv, keys, now_ms(self._clock))
+                # Finished batches kept past their week (docs/batches.md), the same way.
+                cleared += batches.collect_expired(kv, keys, now_ms(self._clock))
             except StorageError as err:  # the next period tries again
                 log.warning("collecting expired outcome records failed: %s", err)
         return cleared

@@ -332,6 +332,51 @@ class KeySpace:
         assert isinstance(expires, int)
         return expires, str(app), str(tenant), str(item_id)
 
+    # --- batches (store/batches.py) ----------------------------------------------------
+
+    def batch_key(self, app: str, batch_id: str) -> bytes:
+        # (root, "b", app, batch_id, "r"): the batch's record (counts, callback)
+        return self._pack("b", app, batch_id, "r")
+
+    def batch_member_key(self, app: str, batch_id: str, tenant: str, item_id: str) -> bytes:
+        # (root, "b", app, batch_id, "m", tenant, item_id): an item not yet finished
+        return self._pack("b", app, batch_id, "m", tenant, item_id)
+
+    def batch_zone_key(self, app: str, batch_id: str, tenant: str) -> bytes:
+        # (root, "b", app, batch_id, "t", tenant): the zone's members not yet finished
+        return self._pack("b", app, batch_id, "t", tenant)
+
+    def batch_count_key(self, app: str, batch_id: str, state: str) -> bytes:
+        # (root, "b", app, batch_id, "n", state): items finished so, by atomic add
+        return self._pack("b", app, batch_id, "n", state)
+
+    def batch_failed_key(self, app: str, batch_id: str, tenant: str, item_id: str) -> bytes:
+        # (root, "b", app, batch_id, "f", tenant, item_id): an item that did not complete
+        return self._pack("b", app, batch_id, "f", tenant, item_id)
+
+    def batch_range(self, app: str, batch_id: str) -> Range:
+        """Every key of one batch."""
+        return tuple_range(self._pack("b", app, batch_id))
+
+    def batch_expiry_key(self, expires_ms: int, app: str, batch_id: str) -> bytes:
+        # (root, "be", expires_ms, app, batch_id): a finished batch's keys go then
+        return self._pack("be", expires_ms, app, batch_id)
+
+    def batch_expiry_range(self, now_ms: int) -> Range:
+        """Expiry entries with expires_ms <= ``now_ms``, oldest first."""
+        return self._pack("be") + b"\x00", self._pack("be", now_ms + 1)
+
+    def unpack_batch_expiry_key(self, key: bytes) -> tuple[str, str]:
+        _, app, batch_id = self.unpack(key)[1:]
+        return str(app), str(batch_id)
+
+    def batch_failed_range(self, app: str, batch_id: str) -> Range:
+        return tuple_range(self._pack("b", app, batch_id, "f"))
+
+    def unpack_batch_failed_key(self, key: bytes) -> tuple[str, str]:
+        tenant, item_id = self.unpack(key)[4:]
+        return str(tenant), str(item_id)
+
     def meta_key(self, *name: object) -> bytes:
         # (root, "m", name...)
         return self._pack("m", *name)

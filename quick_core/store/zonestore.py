@@ -73,6 +73,10 @@ class ZoneStoreCapabilities:
     # leases counted from their vesting time (:class:`VisitTransactions`): a consumer
     # leases an item due soon ahead and starts it on its own timer.
     lookahead_dequeue: bool = field(default=False, compare=False)
+    # Batches and chains: a batch's callback item is written in the transaction that
+    # finishes its last item (quickzones.store.batches), so items and the top-level queue
+    # share one KV store.
+    batches: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,4 +59,5 @@ class KVZoneStore(ZoneWrites, ZoneDequeue, ZoneCompletion, ZoneProgress):
         outcome_records=True,
         one_transaction_visits=True,
         lookahead_dequeue=True,
+        batches=True,
     )

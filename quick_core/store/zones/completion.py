@@ -11,7 +11,7 @@ from quickzones.errors import (
     CorruptRecord,
     ItemNotFound,
 )
-from quickzones.store import outcomes
+from quickzones.store import batches, outcomes
 from quickzones.store.kv import (
     OWN_STORE,
     KVError,
@@ -44,6 +44,7 @@ class ZoneCompletion(ZoneItems):
         self._delete_item(tr, zone, item)
         state = outcomes.COMPLETED if lease_id is not None else outcomes.CANCELLED
         outcomes.finished(tr, self.keys, zone, item, state, now_ms(self.clock), result=result)
+        batches.item_finished(tr, self._batches(), zone, item, state)
 
     def record_outcome(
         self,
@@ -105,7 +106,11 @@ class ZoneCompletion(ZoneItems):
                 for zone, leased, _ in groups
                 for item_id, _ in leased
             ]
-            raws = iter(get_many(tr, keys))
+            found = get_many(tr, keys)
+            zone_of = [zone for zone, leased, _ in groups for _ in leased]
+            batch_items = [(z, k, r) for z, k, r in zip(zone_of, keys, found, strict=True) if r]
+            batches.prefetch(tr, self.keys, batch_items)
+            raws = iter(found)
             key_iter = iter(keys)
             now = now_ms(self.clock)
             out: list[list[Exception | None]] = []
@@ -135,6 +140,7 @@ class ZoneCompletion(ZoneItems):
                     state = outcomes.COMPLETED if lease_id is not None else outcomes.CANCELLED
                     result = None if results is None else results.get(item_id)
                     outcomes.finished(tr, self.keys, zone, item, state, now, result=result)
+                    batches.item_finished(tr, self._batches(), zone, item, state)
                     attempt.append((zone, item_id))
                     zone_out.append(None)
                 if done:

@@ -9,7 +9,7 @@ from quickzones.errors import (
     ItemAlreadyQueued,
     ItemNotFound,
 )
-from quickzones.store import outcomes
+from quickzones.store import batches, outcomes
 from quickzones.store.kv import (
     OWN_STORE,
     KVTransaction,
@@ -62,6 +62,7 @@ class ZoneDeadLetters(ZoneItems):
         outcomes.finished(
             tr, self.keys, zone, stored, outcomes.DEAD_LETTERED, now_ms(self.clock), reason=reason
         )
+        batches.item_finished(tr, self._batches(), zone, stored, outcomes.DEAD_LETTERED, reason)
         self._dead_letter_raw(
             tr,
             zone,

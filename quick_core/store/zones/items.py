@@ -4,6 +4,8 @@ items through these, so each key is spelled once."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, cast
+
 from quickzones.clock import Clock, SystemClock
 from quickzones.errors import (
     CorruptRecord,
@@ -28,6 +30,9 @@ from quickzones.store.records import (
     item_value_template,
 )
 from quickzones.store.toplevel import TopLevelQueue
+
+if TYPE_CHECKING:
+    from quickzones.store.batches import BatchWriter
 
 # Payloads above this are split into chunk keys so no value exceeds the KV value limit.
 INLINE_PAYLOAD_LIMIT = 64 * 1024
@@ -97,6 +102,23 @@ class ZoneItems:
         self.clock = clock or SystemClock()
         # Item and lease ids; by default the top-level queue's source (``secrets``).
         self.ids = ids or toplevel.ids
+
+    def tag_item(
+        self, tr: KVTransaction, zone: ZoneId, item_id: str, key: str, value: Any
+    ) -> WorkItem | None:
+        """Add ``meta[key] = value`` to a queued or running item's record, in ``tr`` (its
+        record read with a conflict, so a lease, completion or other write of it racing
+        this one aborts one of them), unless its meta has ``key`` already. Returns the
+        item as read (None: no such item)."""
+        item = self._read_item(tr, zone, item_id)
+        if item is not None and key not in item.meta:
+            self._rewrite_header(tr, zone, item, item.with_(meta={**item.meta, key: value}))
+        return item
+
+    def _batches(self) -> BatchWriter:
+        """This store as the batches' item writer: the parts of :class:`KVZoneStore` are
+        mixed into one class, whose writes part is what :mod:`..batches` calls."""
+        return cast("BatchWriter", self)
 
     def _write_item(
         self, tr: KVTransaction, zone: ZoneId, item: WorkItem, *, stamped: bool = False
