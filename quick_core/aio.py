@@ -49,6 +49,7 @@ from quickzones.store.outcomes import JobStatus, ResultNotAvailable, ResultWait
 from quickzones.store.pauses import Pause
 from quickzones.store.records import DeadLetter, WorkItem
 from quickzones.store.validation import check_seconds
+from quickzones.store.weights import TenantWeight
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -449,6 +450,18 @@ class AsyncQuick:
     async def paused(self) -> list[Pause]:
         """:meth:`Quick.paused`."""
         return await asyncio.to_thread(self.quick.paused)
+
+    async def set_weight(self, app: str, tenant: str | None, weight: float) -> TenantWeight:
+        """:meth:`Quick.set_weight`."""
+        return await asyncio.to_thread(self.quick.set_weight, app, tenant, weight)
+
+    async def clear_weight(self, app: str, tenant: str | None) -> bool:
+        """:meth:`Quick.clear_weight`."""
+        return await asyncio.to_thread(self.quick.clear_weight, app, tenant)
+
+    async def weights(self) -> list[TenantWeight]:
+        """:meth:`Quick.weights`."""
+        return await asyncio.to_thread(self.quick.weights)
 
     async def get(self, app: str, tenant: str, item_id: str) -> WorkItem | None:
         return await asyncio.to_thread(self.quick.get, app, tenant, item_id)

@@ -38,6 +38,7 @@ from quickzones.consumer.visit import (
     visit_size,
 )
 from quickzones.consumer.visit_gate import OneTransactionGate
+from quickzones.consumer.weighing import Weighing
 from quickzones.errors import StorageError
 from quickzones.registry import Registry
 from quickzones.store.kv import KVTransaction
@@ -74,6 +75,7 @@ class Manager:
         accept: AcceptFactory | None = None,
         share: Callable[[], int] = lambda: 0,
         pauses: Pauses | None = None,
+        weighing: Weighing | None = None,
     ) -> None:
         self.config = config
         self.clusters = clusters
@@ -87,12 +89,23 @@ class Manager:
         self.accept_factory: AcceptFactory = accept or self.accept
         self.share = share  # the scanner's water-filling share of the free capacity
         self.pauses = pauses  # paused apps, tenants, job types (read at most once a second)
+        # Tenant weights (Quick.consumer gives the store's), shared with the scanner.
+        self.weighing = weighing or Weighing(emit)
         self.one_transaction = OneTransactionGate(config.one_transaction_visits)
         self.visitor = ZoneVisitor(self.one_transaction, clock, emit)
 
     def visit_size(self) -> int:
         """How many items a visit may take, before the free capacity and the limits."""
         return visit_size(self.config, self.share())
+
+    def claim_size(self, refs: Sequence[PointerRef]) -> int:
+        """The room to claim for visiting ``refs``: :meth:`visit_size` each, times the
+        tenant's weight where more than 1 (consumer.weighing)."""
+        size = self.visit_size()
+        weight = self.weighing.by_pointer()
+        if weight is None:
+            return size * len(refs)
+        return sum(max(size, round(size * weight(ref))) for ref in refs)
 
     def resolve(self, item: WorkItem) -> WorkItem:
         """Apply this consumer's job type options to an item whose producer did not know
@@ -172,6 +185,7 @@ class Manager:
             accept=self.accept_factory,
             admit=self.admit,
             paused=None if self.pauses is None else self.paused(),
+            weight=self.weighing.visit_rule(),
             dequeued=dequeued,
         )
 
@@ -283,6 +297,7 @@ class Manager:
         lease_ms = int(self.config.item_lease_s * 1000)
         works = []
         pointer_key = (ref.cluster, ref.shard, ref.pointer_id)
+        self.weighing.took(pointer_key, zone, len(items))  # its turn (consumer.weighing)
         for item in items:
             # A lease taken ahead runs from the item's vesting time (KVZoneStore.dequeue).
             due = item.vesting_ms - lease_ms

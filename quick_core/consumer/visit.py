@@ -29,6 +29,7 @@ from quickzones.clock import Clock, now_ms
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.state import Cluster
 from quickzones.consumer.visit_gate import OneTransactionGate
+from quickzones.consumer.weighing import VisitWeight
 from quickzones.errors import StorageError, ZoneLeaseFailed
 from quickzones.store.kv import KVTransaction, _Uncommitted, attempt_once
 from quickzones.store.pauses import REFRESH_S, PauseSet
@@ -109,6 +110,9 @@ class VisitRules:
     # The pauses in force (quickzones.store.pauses), read before the visit: a paused
     # zone gives nothing, items of a paused job type stay vested. None: nothing paused.
     paused: PauseSet | None = None
+    # Tenant weights (quickzones.consumer.weighing): a zone's room by its weight, at most
+    # the free capacity. None: every zone weighs 1.
+    weight: VisitWeight | None = None
     # A leased zone's items once its dequeue committed, once per zone: before the
     # pointer's requeue in three transactions (a handler need not wait for one more
     # commit), after the commit in one.
@@ -177,11 +181,12 @@ class ZoneVisitor:
                     self.visit(cluster, [v], rules, capacity)
                 return
         for v in visits:
-            room = v.room if capacity is None else min(v.room, capacity())
+            free = None if capacity is None else capacity()
+            room = v.room if free is None else min(v.room, free)
             if room <= 0:
                 return
             try:
-                self._visit_zone(cluster, v, room, rules, None)
+                self._visit_zone(cluster, v, room, rules, None, free)
             except ZoneLeaseFailed as err:
                 self.emit("pointer_lease_failed", reason=err.reason)
 
@@ -211,7 +216,7 @@ class ZoneVisitor:
                 if room <= 0:
                     break  # not leased: vested for the next scan
                 try:
-                    self._visit_zone(cluster, v, room, rules, tr)
+                    self._visit_zone(cluster, v, room, rules, tr, left)
                 except ZoneLeaseFailed as err:
                     failed.append(err.reason)
                     continue
@@ -260,9 +265,11 @@ class ZoneVisitor:
         room: int,
         rules: VisitRules,
         tr: KVTransaction | None,
+        free: int | None = None,
     ) -> None:
-        """Lease ``v``'s pointer, dequeue up to ``room`` items, requeue or collect the
-        pointer: inside ``tr``, or (None) each step in its own transaction. Raises
+        """Lease ``v``'s pointer, dequeue up to ``room`` items (a weighted zone: its
+        weight times ``v.room``, at most ``free``), requeue or collect the pointer:
+        inside ``tr``, or (None) each step in its own transaction. Raises
         ZoneLeaseFailed (nothing written); inside ``tr``, also the errors that write the
         transaction off."""
         top, zones = cluster.toplevel, cluster.zones
@@ -278,6 +285,8 @@ class ZoneVisitor:
                 v.ref, rules.pointer_lease_ms, accept=rules.accept_pointer, tr=tr, **ahead
             )
         zone = v.zone
+        if rules.weight is not None:
+            room = rules.weight(v.ref, zone, v.room, free)
         hold = _Hold.of(rules.paused, zone, self.clock)
         if hold.zone_paused:
             admitted = Admission(0, hold.recheck_ms)  # before the app's limits: none taken
