@@ -45,6 +45,7 @@ from quickzones.store.pauses import Pause, Pauses
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId
 from quickzones.store.run_at import delay_seconds
 from quickzones.store.steady_clock import clock_for
+from quickzones.store.tenant_limits import TenantLimit, TenantLimits
 from quickzones.store.toplevel import TopLevelQueue
 from quickzones.store.type_policies import TypePolicies, TypePolicy
 from quickzones.store.validation import (
@@ -146,6 +147,7 @@ class Quick:
         self.limits = Limits(kv, self.keys, self.clock)
         self.pauses = Pauses(kv, self.keys, self.clock)
         self.tenant_weights = Weights(kv, self.keys, self.clock)
+        self.tenant_limit_store = TenantLimits(kv, self.keys, self.clock)
         # Outcome records (status after completion, results, dedupe window) per job type;
         # ``keep_status_s`` is the default for types that set none (0: no record, so a
         # completion costs nothing extra; docs/status.md says why).
@@ -543,6 +545,31 @@ class Quick:
         """Every stored weight (a tenant's, or with tenant None an app's default)."""
         return self.tenant_weights.list()
 
+    def set_tenant_limit(
+        self,
+        app: str,
+        tenant: str,
+        job_type: str | None = None,
+        *,
+        max_running: int | None = None,
+        rate: int | None = None,
+        per: float = 1.0,
+    ) -> TenantLimit:
+        """Limit ``tenant`` of ``app`` (or its items of ``job_type``) on every consumer:
+        at most ``max_running`` running at once, at most ``rate`` starts per ``per``
+        seconds (evenly spaced). Replaces its earlier limit; what is held back waits,
+        counting no attempt, and other tenants run (docs/fairness.md)."""
+        limit = TenantLimit.of(app, tenant, job_type, max_running=max_running, rate=rate, per=per)
+        return self.tenant_limit_store.set(limit)
+
+    def clear_tenant_limit(self, app: str, tenant: str, job_type: str | None = None) -> bool:
+        """Lift the limit named exactly so; False when there was none."""
+        return self.tenant_limit_store.clear(app, tenant, job_type)
+
+    def tenant_limits(self) -> list[TenantLimit]:
+        """Every per-tenant limit in force."""
+        return self.tenant_limit_store.list()
+
     def enqueue_local(
         self, job_type: str, payload: Any = b"", *, shard: int = 0, delay: float | timedelta = 0.0
     ) -> str:
@@ -711,6 +738,7 @@ class Quick:
         )
         consumer.manager.pauses = self.pauses  # every visit holds back what is paused
         consumer.manager.weighing.weights = self.tenant_weights  # and weighs the tenants
+        consumer.manager.tenant_admission.limits = self.tenant_limit_store  # and limits them
         for source in (self, *also):
             source.wake_on_enqueue(consumer)  # their enqueues wake it
         return consumer

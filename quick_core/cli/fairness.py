@@ -1,5 +1,6 @@
-"""``quick weight set|show|clear``: tenant weights on every consumer
-(:mod:`quickzones.store.weights`, docs/fairness.md)."""
+"""``quick weight set|show|clear`` and ``quick limit set|show|clear``: tenant weights and
+per-tenant limits on every consumer (:mod:`quickzones.store.weights`,
+:mod:`quickzones.store.tenant_limits`, docs/fairness.md)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import click
 
 from quickzones.cli.group import main
 from quickzones.cli.options import friendly, open_store, store_option
+from quickzones.store.tenant_limits import TenantLimit
 from quickzones.store.weights import TenantWeight
 
 
@@ -84,3 +86,89 @@ def weight_show(store: str, as_json: bool) -> None:
 
 def weight_json(w: TenantWeight) -> dict[str, Any]:
     return {"app": w.app, "tenant": w.tenant, "weight": w.weight}
+
+
+@main.group("limit")
+def limit_group() -> None:
+    """Per-tenant limits: items running at once, starts per period, across every
+    consumer."""
+
+
+_limit_tenant = click.option("--tenant", required=True, help="A tenant of --app.")
+_job_type = click.option(
+    "--job-type", default=None, help="Only its items of this job type (default: all)."
+)
+
+
+@limit_group.command("set")
+@store_option
+@_app
+@_limit_tenant
+@_job_type
+@click.option("--max-running", type=int, default=None, help="Items running at once.")
+@click.option("--rate", type=int, default=None, help="Starts per --per seconds.")
+@click.option("--per", type=float, default=1.0, show_default=True, help="The rate's period (s).")
+@friendly
+def limit_set(
+    store: str,
+    app: str,
+    tenant: str,
+    job_type: str | None,
+    max_running: int | None,
+    rate: int | None,
+    per: float,
+) -> None:
+    """Limit a tenant (or its items of one job type), replacing its earlier limit; what
+    is held back waits, counting no attempt."""
+    q = open_store(store, create=False)
+    try:
+        limit = q.set_tenant_limit(
+            app, tenant, job_type, max_running=max_running, rate=rate, per=per
+        )
+    finally:
+        q.close()
+    click.echo(f"set {limit.describe()}")
+
+
+@limit_group.command("clear")
+@store_option
+@_app
+@_limit_tenant
+@_job_type
+@friendly
+def limit_clear(store: str, app: str, tenant: str, job_type: str | None) -> None:
+    """Lift the limit named exactly so (exit status 1 when there was none)."""
+    q = open_store(store, create=False)
+    try:
+        lifted = q.clear_tenant_limit(app, tenant, job_type)
+    finally:
+        q.close()
+    who = f"app={app} tenant={tenant}" + ("" if job_type is None else f" job_type={job_type}")
+    if not lifted:
+        click.echo(f"{who} had no limit", err=True)
+        sys.exit(1)
+    click.echo(f"cleared {who}")
+
+
+@limit_group.command("show")
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON document (a list).")
+@friendly
+def limit_show(store: str, as_json: bool) -> None:
+    """Every per-tenant limit in force."""
+    q = open_store(store, create=False)
+    try:
+        limits = q.tenant_limits()
+    finally:
+        q.close()
+    if as_json:
+        click.echo(json.dumps([limit_json(lim) for lim in limits], sort_keys=True))
+        return
+    if not limits:
+        click.echo("no tenant limits")
+    for lim in limits:
+        click.echo(lim.describe())
+
+
+def limit_json(limit: TenantLimit) -> dict[str, Any]:
+    return limit.as_dict()

@@ -29,6 +29,7 @@ from quickzones.clock import Clock, now_ms
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Work
+from quickzones.consumer.tenant_admission import TenantAdmission, TenantHold, slots_of
 from quickzones.consumer.visit import (
     Admission,
     NeedsThreeTransactions,
@@ -91,6 +92,7 @@ class Manager:
         self.pauses = pauses  # paused apps, tenants, job types (read at most once a second)
         # Tenant weights (Quick.consumer gives the store's), shared with the scanner.
         self.weighing = weighing or Weighing(emit)
+        self.tenant_admission = TenantAdmission(limits, slots, clock, emit)  # per-tenant
         self.one_transaction = OneTransactionGate(config.one_transaction_visits)
         self.visitor = ZoneVisitor(self.one_transaction, clock, emit)
 
@@ -174,6 +176,7 @@ class Manager:
                     v.corrupt,
                     v.app_slots,
                     hand_out,
+                    v.tenant_hold,
                 )
             )
 
@@ -268,12 +271,22 @@ class Manager:
         three transactions."""
         if self.limits is None:
             return Admission(room)
+        tenant_limits = self.tenant_admission.of(zone)
         if tr is not None:
-            if self.limits.get(zone.app, tr).limits_dispatch:
+            if tenant_limits or self.limits.get(zone.app, tr).limits_dispatch:
                 raise NeedsThreeTransactions
             return Admission(room)
         room, not_before, taken = self.apply_app_limits(zone, room)
-        return Admission(room, not_before, taken)
+        if not tenant_limits or room <= 0:
+            return Admission(room, not_before, taken)
+        try:
+            room, later, hold = self.tenant_admission.admit(zone, room, tenant_limits)
+        except StorageError as err:
+            self.emit("limits_error", zone=zone, error=str(err))
+            return Admission(0, not_before, taken)  # its unused app slots are released
+        if later is not None:
+            not_before = later if not_before is None else max(not_before, later)
+        return Admission(room, not_before, taken, hold)
 
     def dequeued(
         self,
@@ -284,8 +297,10 @@ class Manager:
         corrupt: list[CorruptItem],
         app_slots: int,
         hand_out: Callable[[list[Work]], None] | None,
+        tenant_hold: TenantHold | None = None,
     ) -> list[Work]:
         """Report a visit's dequeue and hand its items out to workers."""
+        held = [] if tenant_hold is None else self.tenant_admission.settle(zone, tenant_hold, items)
         for bad in corrupt:
             log.warning("dead-lettered corrupt item %s in %s: %s", bad.item_id, zone, bad.reason)
             self.emit("dead_lettered", zone=zone, item_id=bad.item_id, reason="corrupt")
@@ -310,6 +325,7 @@ class Manager:
                     cluster=cluster.name,
                     due_ms=due if due > now_at else None,
                     pointer_key=pointer_key,
+                    tenant_slots=slots_of(item, held) if held else (),
                 )
             )
         self.in_flight.handed_out(works)

@@ -28,6 +28,7 @@ from typing import Any
 from quickzones.clock import Clock, now_ms
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.state import Cluster
+from quickzones.consumer.tenant_admission import TenantHold
 from quickzones.consumer.visit_gate import OneTransactionGate
 from quickzones.consumer.weighing import VisitWeight
 from quickzones.errors import StorageError, ZoneLeaseFailed
@@ -62,6 +63,7 @@ class ZoneVisit:
     items: list[WorkItem] = field(default_factory=list)
     corrupt: list[CorruptItem] = field(default_factory=list)
     app_slots: int = 0  # the app's pool-wide concurrency slots the admission took
+    tenant_hold: TenantHold | None = None  # what it took of its tenant's limits
     outcome: str = ""  # the pointer's requeue: "requeued", "deleted" or "lost"
 
     @property
@@ -72,6 +74,7 @@ class ZoneVisit:
     def clear(self) -> None:
         """Forget a try that did not commit."""
         self.pointer, self.items, self.corrupt, self.app_slots, self.outcome = None, [], [], 0, ""
+        self.tenant_hold = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,7 @@ class Admission:
     room: int
     not_before_ms: int | None = None  # the pointer vests no earlier (an app's next window)
     app_slots: int = 0
+    tenant_hold: TenantHold | None = None  # per-tenant limits: settled after the dequeue
 
 
 # (zone, room, tr: None in three transactions) -> Admission; may raise
@@ -294,8 +298,11 @@ class ZoneVisitor:
         else:
             admitted = Admission(room) if rules.admit is None else rules.admit(zone, room, tr)
         v.app_slots = admitted.app_slots
+        v.tenant_hold = limited = admitted.tenant_hold
         if admitted.room > 0:
             accept = hold.accept(None if rules.accept is None else rules.accept(v.reserved))
+            if limited is not None:
+                accept = limited.accept(accept)  # a limited job type's room
             try:
                 # Inside ``tr`` only where the store can join it (one_transaction_visits).
                 v.items, v.corrupt = zones.dequeue(
@@ -318,6 +325,9 @@ class ZoneVisitor:
             # Only paused items were left: look again when a resume can have been read,
             # not at once (their vesting time is now, and they would be visited in a loop).
             not_before = max(not_before or 0, hold.recheck_ms)
+        if limited is not None and limited.held_back and len(v.items) < admitted.room:
+            # Only items of a job type at its tenant's limit were left: as paused ones.
+            not_before = max(not_before or 0, limited.type_recheck_ms)
 
         def min_vesting(t: KVTransaction) -> int | None:
             earliest = zones.min_vesting_ms(zone, tr=t)

@@ -17,6 +17,7 @@ from quickzones.store.kv import KVTransaction, run, unpack_i64
 from quickzones.store.pauses import Pause
 from quickzones.store.pointer_repair import SetAsidePointer, decode_set_aside
 from quickzones.store.records import DeadLetter, ZoneId, decode_dead_letter, decode_item
+from quickzones.store.tenant_limits import TenantLimit
 from quickzones.store.validation import check_name
 from quickzones.store.weights import TenantWeight
 
@@ -51,6 +52,7 @@ class Stats:
     read_at_ms: int = 0
     paused: list[Pause] = field(default_factory=list)  # the pauses in force
     weights: list[TenantWeight] = field(default_factory=list)  # tenant weights stored
+    tenant_limits: list[TenantLimit] = field(default_factory=list)  # per-tenant limits
 
 
 def scan_range(q: Quick, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
@@ -120,6 +122,7 @@ def stats(q: Quick) -> Stats:
     result.read_at_ms = now_ms(q.clock)
     result.paused = q.paused()
     result.weights = q.weights()
+    result.tenant_limits = q.tenant_limits()
     return result
 
 

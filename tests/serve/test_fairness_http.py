@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 
+from quickzones.store.tenant_limits import TenantLimit
 from quickzones.store.weights import TenantWeight
 
 from .conftest import Served
@@ -48,3 +49,30 @@ def test_weight_routes_need_the_admin_role_for_the_app(served: Served) -> None:
         assert httpx.get(url, headers=h).status_code == status
         assert httpx.delete(url, params={"tenant": "t"}, headers=h).status_code == status
     assert served.q.weights() == []
+
+
+def test_tenant_limits_are_set_listed_and_cleared_by_an_admin(served: Served) -> None:
+    url = served.url + "/v1/apps/a/tenant-limits"
+    h = _h(served.a_all)
+    body = {"tenant": "t", "max_running": 2, "rate": 10, "per_s": 1}
+    r = httpx.put(url, json=body, headers=h)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"app": "a", "tenant": "t", "job_type": None, "max_running": 2,
+                        "rate": 10, "per_s": 1.0}  # fmt: skip
+    assert served.q.tenant_limits() == [TenantLimit("a", "t", None, 2, 10, 1.0)]
+    assert [x["tenant"] for x in httpx.get(url, headers=h).json()["limits"]] == ["t"]
+    assert httpx.delete(url, params={"tenant": "t"}, headers=h).status_code == 204
+    assert httpx.delete(url, params={"tenant": "t"}, headers=h).status_code == 404
+    assert served.q.tenant_limits() == []
+
+
+def test_a_bad_tenant_limit_is_a_clear_400_and_stores_nothing(served: Served) -> None:
+    url = served.url + "/v1/apps/a/tenant-limits"
+    h = _h(served.a_all)
+    for bad in ({"tenant": "t", "max_running": 0}, {"tenant": "t"},
+                {"tenant": "t", "rate": 5, "per_s": 0}, {"tenant": "", "rate": 5}):  # fmt: skip
+        r = httpx.put(url, json=bad, headers=h)
+        assert r.status_code == 400, (bad, r.text)
+    producer = _h(served.a_produce)
+    assert httpx.put(url, json={"tenant": "t", "rate": 1}, headers=producer).status_code == 403
+    assert served.q.tenant_limits() == []
