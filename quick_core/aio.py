@@ -48,8 +48,8 @@ from quickzones.store.kv import KVTransaction
 from quickzones.store.outcomes import JobStatus, ResultNotAvailable, ResultWait
 from quickzones.store.pauses import Pause
 from quickzones.store.records import DeadLetter, WorkItem
-from quickzones.store.validation import check_seconds
 from quickzones.store.tenant_limits import TenantLimit
+from quickzones.store.validation import check_seconds
 from quickzones.store.weights import TenantWeight
 
 T = TypeVar("T")
