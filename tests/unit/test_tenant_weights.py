@@ -19,9 +19,11 @@ from click.testing import CliRunner
 from quickzones.aio import AsyncQuick
 from quickzones.cli import main
 from quickzones.client import Quick
+from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
 from quickzones.errors import InvalidArgument
-from quickzones.store.weights import REFRESH_S, TenantWeight
+from quickzones.store.tenant_limits import TenantLimit, TenantLimits
+from quickzones.store.weights import REFRESH_S, TenantWeight, Weights
 from tests.conftest import HAVE_FDB, store_url
 from tests.waiting import wait_for
 
@@ -198,3 +200,34 @@ def test_the_cli_sets_shows_and_clears_weights(tmp_path: Any) -> None:
     assert "app=app weight=2" in invoke("weight", "show", "--store", url).output
     stats = json.loads(invoke("stats", "--store", url, "--json").output)
     assert stats["weights"] == [{"app": "app", "tenant": None, "weight": 2.0}]
+
+
+def test_with_no_weight_stored_visits_read_the_weights_once_a_refresh(
+    q: Quick, clock: ManualClock
+) -> None:
+    """The unweighted path's cost: 40 zones visited, one read of the (empty) weights and
+    of the (empty) tenant limits, not one per visit; one more after REFRESH_S."""
+    reads = {"weights": 0, "limits": 0}
+
+    class CountingWeights(Weights):
+        def list(self) -> list[TenantWeight]:
+            reads["weights"] += 1
+            return super().list()
+
+    class CountingLimits(TenantLimits):
+        def list(self) -> list[TenantLimit]:
+            reads["limits"] += 1
+            return super().list()
+
+    q.tenant_weights = CountingWeights(q.kv, q.keys, q.clock)
+    q.tenant_limit_store = CountingLimits(q.kv, q.keys, q.clock)
+    ran: list[str] = []
+    q.job("j")(lambda payload, ctx: ran.append(ctx.tenant))
+    for i in range(40):
+        q.enqueue("j", b"", app="app", tenant=f"t{i}")
+    q.run_until_idle()
+    assert len(ran) == 40 and reads == {"weights": 1, "limits": 1}
+    clock.advance(REFRESH_S)
+    q.enqueue("j", b"", app="app", tenant="t0")
+    q.run_until_idle()
+    assert reads == {"weights": 2, "limits": 2}
