@@ -180,6 +180,7 @@ class Manager:
                 )
             )
 
+        self.tenant_admission.prepare()  # read before any visit's transaction
         return VisitRules.of(
             self.config,
             horizon_ms=horizon_ms,

@@ -81,17 +81,23 @@ class TenantAdmission:
         self.clock = clock
         self.emit = emit
         self.limits: TenantLimits | None = None  # set by Quick.consumer: the store's
+        self._found: TenantLimitSet | None = None  # as :meth:`prepare` read them
+
+    def prepare(self) -> None:
+        """Read the limits in force (at most once a ``REFRESH_S``) before a visit, so that
+        :meth:`of` reads nothing inside a one-transaction visit's transaction; while the
+        store cannot be read, the last ones read."""
+        if self.limits is None or self.kv_limits is None:
+            return
+        try:
+            self._found = self.limits.current()
+        except StorageError as err:
+            self.emit("limits_error", error=str(err))
+            self._found = self.limits.last
 
     def of(self, zone: ZoneId) -> tuple[TenantLimit, ...]:
-        """``zone``'s tenant's limits in force (none when none is stored); while the store
-        cannot be read, the last ones read."""
-        if self.limits is None or self.kv_limits is None:
-            return ()
-        try:
-            found: TenantLimitSet | None = self.limits.current()
-        except StorageError as err:
-            self.emit("limits_error", zone=zone, error=str(err))
-            found = self.limits.last
+        """``zone``'s tenant's limits as :meth:`prepare` last read them."""
+        found = self._found
         return () if found is None else found.of(zone)
 
     def admit(

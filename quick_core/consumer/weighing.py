@@ -47,6 +47,7 @@ MAX_REMEMBERED = 100_000
 # A zone not visited for this long is no longer competing: its pass no longer holds the
 # others back, and it starts again level with them.
 HORIZON_S = 1.0
+LOW_EVERY_S = 0.02
 
 
 class Weighing:
@@ -65,6 +66,8 @@ class Weighing:
         self._seen: dict[PointerKey, float] = {}
         self._idle: set[PointerKey] = set()
         self._turns: dict[PointerKey, tuple[int, float]] = {}
+        self._low: float | None = None  # the lowest pass, as worked out at _low_at
+        self._low_at = 0.0
 
     def current(self) -> WeightSet | None:
         """The weights in force, None when none is stored (the unweighted path); while
@@ -95,12 +98,9 @@ class Weighing:
             now = time.monotonic()
             with self._lock:
                 self._seen[key] = now
-                low = self._lowest_pass(now, key)
-                own = max(self._pass.get(key, low), low)  # no credit for time away
-                self._pass[key] = own
-                turn = max(0, math.floor((low + room - own) * w + 1e-9))
-                if own <= low:
-                    turn = max(1, turn)  # the furthest behind always moves (w < 1)
+                turn = self._turn(now, key, room, w, fresh=False)
+                if turn == 0:  # refused on a lowest pass that may be old: look again
+                    turn = self._turn(now, key, room, w, fresh=True)
                 if free is not None:
                     turn = min(turn, free)
                 self._turns[key] = (turn, w)
@@ -126,9 +126,20 @@ class Weighing:
             else:
                 self._idle.discard(pointer_key)
 
-    def _lowest_pass(self, now: float, key: PointerKey) -> float:
+    def _turn(self, now: float, key: PointerKey, room: int, w: float, *, fresh: bool) -> int:
+        low = self._lowest_pass(now, key, fresh)
+        own = max(self._pass.get(key, low), low)  # no credit for time away
+        self._pass[key] = own
+        turn = max(0, math.floor((low + room - own) * w + 1e-9))
+        return max(1, turn) if own <= low else turn  # the furthest behind always moves
+
+    def _lowest_pass(self, now: float, key: PointerKey, fresh: bool) -> float:
         """The lowest pass among the zones visited within HORIZON_S that took all they
-        might at their last visit (``key``'s own when there is none)."""
+        might at their last visit (``key``'s own when there is none). Worked out at most
+        once each LOW_EVERY_S: it is a walk over every zone visited in the last second,
+        and a slightly old lowest pass only lets a zone run a little further ahead."""
+        if not fresh and now - self._low_at < LOW_EVERY_S and self._low is not None:
+            return self._low
         since = now - HORIZON_S
         stale = [k for k, at in self._seen.items() if at < since]
         for k in stale:
@@ -136,11 +147,13 @@ class Weighing:
             self._pass.pop(k, None)
             self._idle.discard(k)
         passes = [self._pass[k] for k in self._seen if k in self._pass and k not in self._idle]
-        if passes:
-            return min(passes)
-        return self._pass.get(key, 0.0)
+        if not passes:
+            return self._pass.get(key, 0.0)
+        self._low, self._low_at = min(passes), now
+        return self._low
 
     def _forget(self) -> None:
+        self._low = None
         self._zones.clear()
         self._pass.clear()
         self._seen.clear()

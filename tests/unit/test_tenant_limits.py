@@ -282,3 +282,16 @@ def test_the_cli_sets_shows_and_clears_limits(tmp_path: Path) -> None:
     cleared = invoke("limit", "clear", "--store", url, "--app", "a", "--tenant", "t")
     assert cleared.exit_code == 0, cleared.output
     assert "no tenant limits" in invoke("limit", "show", "--store", url).output
+
+
+def test_one_transaction_visits_hold_a_limited_tenant_too(q: Quick, clock: ManualClock) -> None:
+    """A one-transaction visit to a limited zone takes the three transactions: the limit
+    holds, and the other tenant's zone is visited as before."""
+    ran: list[str] = []
+    q.job("j")(lambda payload, ctx: ran.append(ctx.tenant))
+    q.set_tenant_limit("a", "t", max_running=1, rate=1, per=60.0)
+    q.enqueue_many("j", list(range(3)), app="a", tenant="t")
+    q.enqueue_many("j", list(range(3)), app="a", tenant="u")
+    config = ConsumerConfig(in_order=True, one_transaction_visits=True, visits_per_transaction=4)
+    q.consumer(config).run_until_idle()
+    assert sorted(ran) == ["t", "u", "u", "u"]
