@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 
+from quickzones.adapters.http.client import RemoteError, RemoteQuick
 from quickzones.store.tenant_limits import TenantLimit
 from quickzones.store.weights import TenantWeight
 
@@ -76,3 +77,18 @@ def test_a_bad_tenant_limit_is_a_clear_400_and_stores_nothing(served: Served) ->
     producer = _h(served.a_produce)
     assert httpx.put(url, json={"tenant": "t", "rate": 1}, headers=producer).status_code == 403
     assert served.q.tenant_limits() == []
+
+
+def test_the_python_client_sets_and_lists_weights_and_limits(served: Served) -> None:
+    with RemoteQuick(served.url, served.a_all) as rq:
+        assert rq.set_weight("a", "gold", 3)["weight"] == 3.0
+        assert [w["tenant"] for w in rq.weights("a")] == ["gold"]
+        rq.set_tenant_limit("a", "t", max_running=2)
+        assert [x["max_running"] for x in rq.tenant_limits("a")] == [2]
+        try:
+            rq.set_weight("a", "gold", 0)
+        except RemoteError as err:
+            assert err.status == 400
+        else:
+            raise AssertionError("a weight of 0 was stored")
+    assert served.q.weights() == [TenantWeight("a", "gold", 3.0)]
