@@ -50,7 +50,9 @@ from quickzones.store.kv import KVTransaction
 from quickzones.store.outcomes import JobStatus, ResultNotAvailable, ResultWait
 from quickzones.store.pauses import Pause
 from quickzones.store.records import DeadLetter, WorkItem
+from quickzones.store.tenant_limits import TenantLimit
 from quickzones.store.validation import check_seconds
+from quickzones.store.weights import TenantWeight
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -478,6 +480,43 @@ class AsyncQuick:
     async def batch_status(self, app: str, batch_id: str) -> BatchStatus | None:
         """:meth:`Quick.batch_status`."""
         return await asyncio.to_thread(self.quick.batch_status, app, batch_id)
+
+    async def set_weight(self, app: str, tenant: str | None, weight: float) -> TenantWeight:
+        """:meth:`Quick.set_weight`."""
+        return await asyncio.to_thread(self.quick.set_weight, app, tenant, weight)
+
+    async def clear_weight(self, app: str, tenant: str | None) -> bool:
+        """:meth:`Quick.clear_weight`."""
+        return await asyncio.to_thread(self.quick.clear_weight, app, tenant)
+
+    async def weights(self) -> list[TenantWeight]:
+        """:meth:`Quick.weights`."""
+        return await asyncio.to_thread(self.quick.weights)
+
+    async def set_tenant_limit(
+        self,
+        app: str,
+        tenant: str,
+        job_type: str | None = None,
+        *,
+        max_running: int | None = None,
+        rate: int | None = None,
+        per: float = 1.0,
+    ) -> TenantLimit:
+        """:meth:`Quick.set_tenant_limit`."""
+        return await asyncio.to_thread(
+            lambda: self.quick.set_tenant_limit(
+                app, tenant, job_type, max_running=max_running, rate=rate, per=per
+            )
+        )
+
+    async def clear_tenant_limit(self, app: str, tenant: str, job_type: str | None = None) -> bool:
+        """:meth:`Quick.clear_tenant_limit`."""
+        return await asyncio.to_thread(self.quick.clear_tenant_limit, app, tenant, job_type)
+
+    async def tenant_limits(self) -> list[TenantLimit]:
+        """:meth:`Quick.tenant_limits`."""
+        return await asyncio.to_thread(self.quick.tenant_limits)
 
     async def get(self, app: str, tenant: str, item_id: str) -> WorkItem | None:
         return await asyncio.to_thread(self.quick.get, app, tenant, item_id)

@@ -48,6 +48,7 @@ from quickzones.store.pauses import Pause, Pauses
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId
 from quickzones.store.run_at import delay_seconds
 from quickzones.store.steady_clock import clock_for
+from quickzones.store.tenant_limits import TenantLimit, TenantLimits
 from quickzones.store.toplevel import TopLevelQueue
 from quickzones.store.type_policies import TypePolicies, TypePolicy
 from quickzones.store.validation import (
@@ -58,6 +59,7 @@ from quickzones.store.validation import (
     check_seconds,
     encode_payload,
 )
+from quickzones.store.weights import TenantWeight, Weights
 from quickzones.store.zones import KVZoneStore, new_item_id
 from quickzones.store.zonestore import NewItem, ZoneStore, ZoneStoreCapabilities
 from quickzones.tracing import TRACE_KEY, enqueue_span
@@ -147,6 +149,8 @@ class Quick:
             self._require("fifo", "FIFO ordering (fifo=True)")
         self.limits = Limits(kv, self.keys, self.clock)
         self.pauses = Pauses(kv, self.keys, self.clock)
+        self.tenant_weights = Weights(kv, self.keys, self.clock)
+        self.tenant_limit_store = TenantLimits(kv, self.keys, self.clock)
         # Outcome records (status after completion, results, dedupe window) per job type;
         # ``keep_status_s`` is the default for types that set none (0: no record, so a
         # completion costs nothing extra; docs/status.md says why).
@@ -545,6 +549,46 @@ class Quick:
         """Every pause in force."""
         return self.pauses.list()
 
+    def set_weight(self, app: str, tenant: str | None, weight: float) -> TenantWeight:
+        """Give ``tenant`` of ``app`` (None: every tenant of the app without a weight of
+        its own) ``weight``: where tenants contend, one of weight w starts w times as
+        many items as one of weight 1; idle capacity still goes to whoever has work.
+        Every consumer sees it within about a second (docs/fairness.md)."""
+        return self.tenant_weights.set(app, tenant, weight)
+
+    def clear_weight(self, app: str, tenant: str | None) -> bool:
+        """Drop the weight named exactly so; False when there was none."""
+        return self.tenant_weights.clear(app, tenant)
+
+    def weights(self) -> list[TenantWeight]:
+        """Every stored weight (a tenant's, or with tenant None an app's default)."""
+        return self.tenant_weights.list()
+
+    def set_tenant_limit(
+        self,
+        app: str,
+        tenant: str,
+        job_type: str | None = None,
+        *,
+        max_running: int | None = None,
+        rate: int | None = None,
+        per: float = 1.0,
+    ) -> TenantLimit:
+        """Limit ``tenant`` of ``app`` (or its items of ``job_type``) on every consumer:
+        at most ``max_running`` running at once, at most ``rate`` starts per ``per``
+        seconds (evenly spaced). Replaces its earlier limit; what is held back waits,
+        counting no attempt, and other tenants run (docs/fairness.md)."""
+        limit = TenantLimit.of(app, tenant, job_type, max_running=max_running, rate=rate, per=per)
+        return self.tenant_limit_store.set(limit)
+
+    def clear_tenant_limit(self, app: str, tenant: str, job_type: str | None = None) -> bool:
+        """Lift the limit named exactly so; False when there was none."""
+        return self.tenant_limit_store.clear(app, tenant, job_type)
+
+    def tenant_limits(self) -> list[TenantLimit]:
+        """Every per-tenant limit in force."""
+        return self.tenant_limit_store.list()
+
     def enqueue_local(
         self, job_type: str, payload: Any = b"", *, shard: int = 0, delay: float | timedelta = 0.0
     ) -> str:
@@ -743,6 +787,8 @@ class Quick:
             more_clusters=[Cluster(o.items, o.toplevel, o.kv) for o in also],
         )
         consumer.manager.pauses = self.pauses  # every visit holds back what is paused
+        consumer.manager.weighing.weights = self.tenant_weights  # and weighs the tenants
+        consumer.manager.tenant_admission.limits = self.tenant_limit_store  # and limits them
         for source in (self, *also):
             source.wake_on_enqueue(consumer)  # their enqueues wake it
         return consumer

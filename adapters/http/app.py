@@ -23,6 +23,7 @@ from quickzones.adapters.http import cancels
 from quickzones.adapters.http.api import ApiError, ServeState, router
 from quickzones.adapters.http.batches_api import router as batches_router
 from quickzones.adapters.http.connections import Budget
+from quickzones.adapters.http.fairness_api import router as fairness_router
 from quickzones.adapters.http.paths import PathSegments
 from quickzones.adapters.http.pauses_api import router as pauses_router
 from quickzones.adapters.http.polls import PollLimits
@@ -191,6 +192,7 @@ def create_app(
     app.include_router(cancels.router)  # running items' cancels, for remote workers
     app.include_router(pauses_router)
     app.include_router(batches_router)
+    app.include_router(fairness_router)  # tenant weights and limits
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, err: ApiError) -> JSONResponse:

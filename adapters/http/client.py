@@ -488,6 +488,32 @@ class RemoteQuick:
             raise
         return out
 
+    def set_weight(self, app: str, tenant: str | None, weight: float) -> dict[str, Any]:
+        """A tenant's weight, or the app's default (:meth:`Quick.set_weight`)."""
+        body = {"tenant": tenant, "weight": weight}
+        out: dict[str, Any] = self._do(_Call("PUT", f"/v1/apps/{_seg(app)}/weights", body))
+        return out
+
+    def weights(self, app: str) -> list[dict[str, Any]]:
+        """The app's stored weights."""
+        out: list[dict[str, Any]] = self._do(_Call("GET", f"/v1/apps/{_seg(app)}/weights"))[
+            "weights"
+        ]
+        return out
+
+    def set_tenant_limit(self, app: str, tenant: str, **limit: Any) -> dict[str, Any]:
+        """A tenant's limits: ``job_type``, ``max_running``, ``rate``, ``per_s``
+        (:meth:`Quick.set_tenant_limit`)."""
+        path = f"/v1/apps/{_seg(app)}/tenant-limits"
+        out: dict[str, Any] = self._do(_Call("PUT", path, {"tenant": tenant, **limit}))
+        return out
+
+    def tenant_limits(self, app: str) -> list[dict[str, Any]]:
+        """The app's per-tenant limits."""
+        path = f"/v1/apps/{_seg(app)}/tenant-limits"
+        out: list[dict[str, Any]] = self._do(_Call("GET", path))["limits"]
+        return out
+
 
 class AsyncRemoteQuick:
     """The API from asyncio code (one ``httpx.AsyncClient``)."""

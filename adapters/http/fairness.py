@@ -21,6 +21,7 @@ from quickzones.store import admin, heartbeats, pickups
 from quickzones.store.heartbeats import Heartbeat
 from quickzones.store.pauses import PauseSet
 from quickzones.store.records import ZoneId, decode_item
+from quickzones.store.tenant_limits import TenantLimit
 
 if TYPE_CHECKING:
     from quickzones.client import Quick
@@ -42,8 +43,24 @@ class TenantPolicy:
 
 def tenant_policy(q: Quick, app: str, tenant: str) -> TenantPolicy:
     """The weight and limits the fairness view shows for a tenant: the one place that
-    reads them. This build stores neither, so every tenant shows weight 1 and no limit."""
-    return TenantPolicy()
+    reads them, from the sets the consumers read (each cached for about a second, so a
+    page of many tenants reads each once)."""
+    zone = ZoneId(app, tenant)
+    weight = q.tenant_weights.current().weight(zone)
+    limits = q.tenant_limit_store.current().of(zone)
+    return TenantPolicy(
+        weight=f"{weight:g}", limits="; ".join(_limit_text(lim) for lim in limits) or "none"
+    )
+
+
+def _limit_text(lim: TenantLimit) -> str:
+    parts = []
+    if lim.max_running is not None:
+        parts.append(f"{lim.max_running} running")
+    if lim.rate is not None:
+        parts.append(f"{lim.rate} per {lim.per_s:g} s")
+    text = ", ".join(parts) or "none"
+    return f"{lim.job_type}: {text}" if lim.job_type else text
 
 
 @dataclass(slots=True)

@@ -1,4 +1,4 @@
-"""The dashboard's fairness view, history charts, workers page and pause controls (issue
+"""The dashboard's fairness view, history charts, workers page, pause and weight controls (issue
 31 point 6), mounted by :func:`quickzones.adapters.http.dashboard.mount_dashboard` with
 its session and page helpers, so they keep its rules: signed in with an admin or view
 token, scoped to the token's apps, and every change an admin's POST with the session's
@@ -122,6 +122,68 @@ def mount_fairness_pages(
         board.forget()
         where = f"/apps/{quote(app_name, safe='')}/fairness?" + urlencode({"done": note})
         return RedirectResponse(where, 303)
+
+    @app.get("/apps/{app_name}/weights/confirm", include_in_schema=False)
+    def weight_confirm(
+        request: Request, app_name: str, weight: str = "", tenant: str = ""
+    ) -> Response:
+        who, refused = admit(request, app_name)
+        if refused is not None:
+            return refused
+        assert who is not None
+        refused = read_only(request, who)
+        if refused is not None:
+            return refused
+        target = _weight_of(tenant, weight)
+        if isinstance(target, Response):
+            return target
+        return page(
+            request, "weight_confirm.html", who, app=app_name, tenant=tenant, weight=target[1]
+        )
+
+    @app.post("/apps/{app_name}/weights/set", include_in_schema=False)
+    def weight_act(
+        request: Request,
+        app_name: str,
+        csrf: str = Form(""),
+        confirm: str = Form(""),
+        tenant: str = Form(""),
+        weight: str = Form(""),
+    ) -> Response:
+        who = session(request)
+        if who is None:
+            return JSONResponse({"error": "unauthenticated"}, 401)
+        if not board.check_csrf(who, csrf):
+            return bad_csrf()
+        denied = forbidden(request, who, app_name) or read_only(request, who)
+        if denied is not None:
+            return denied
+        target = _weight_of(tenant, weight)
+        if isinstance(target, Response):
+            return target
+        if confirm != "yes":
+            return _bad_request("confirm the action on its confirmation page")
+        try:
+            q.set_weight(app_name, target[0], target[1])
+        except InvalidArgument as err:
+            return _bad_request(str(err))
+        board.forget()
+        who_is = f"tenant {tenant}" if tenant else "the app's default"
+        note = f"weight of {who_is} set to {target[1]:g}"
+        where = f"/apps/{quote(app_name, safe='')}/fairness?" + urlencode({"done": note})
+        return RedirectResponse(where, 303)
+
+
+def _weight_of(tenant: str, weight: str) -> tuple[str | None, float] | Response:
+    """The tenant (empty: the app's default) and weight a control names, or the 400 that
+    says what is wrong; the store's own checks (positive, finite, bounded) come after."""
+    try:
+        value = float(weight)
+        if tenant:
+            check_name("tenant", tenant)
+    except (ValueError, InvalidArgument) as err:
+        return _bad_request(f"weight must be a number and tenant a name: {err}")
+    return (tenant or None, value)
 
 
 def _pause_of(action: str, app: str, tenant: str, job_type: str) -> Pause | Response:

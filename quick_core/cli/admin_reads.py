@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from quickzones.cli.fairness import limit_json, weight_json
 from quickzones.cli.group import main
 from quickzones.cli.options import friendly, open_store, store_option
 from quickzones.cli.output import make_console, make_table, when
@@ -49,6 +50,8 @@ def stats(store: str, as_json: bool) -> None:
                     "pointers_set_aside": s.corrupt_pointers,
                     "in_order_scanner": _scanner_json(s),
                     "paused": [p.as_dict() for p in s.paused],
+                    "weights": [weight_json(w) for w in s.weights],
+                    "tenant_limits": [limit_json(lim) for lim in s.tenant_limits],
                 },
                 sort_keys=True,
             )
@@ -73,6 +76,10 @@ def stats(store: str, as_json: bool) -> None:
     console.print(_scanner_line(s), highlight=False)
     held = "; ".join(p.describe() for p in s.paused) or "nothing"
     console.print(f"paused: {held}", highlight=False)
+    weights = "; ".join(w.describe() for w in s.weights) or "none (every tenant weighs 1)"
+    console.print(f"weights: {weights}", highlight=False)
+    limits = "; ".join(lim.describe() for lim in s.tenant_limits) or "none"
+    console.print(f"tenant limits: {limits}", highlight=False)
 
 
 def _scanner_json(s: Any) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from quickzones.clock import Clock, now_ms
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Work
+from quickzones.consumer.tenant_admission import TenantAdmission, TenantHold, slots_of
 from quickzones.consumer.visit import (
     Admission,
     NeedsThreeTransactions,
@@ -38,6 +39,7 @@ from quickzones.consumer.visit import (
     visit_size,
 )
 from quickzones.consumer.visit_gate import OneTransactionGate
+from quickzones.consumer.weighing import Weighing
 from quickzones.errors import StorageError
 from quickzones.registry import Registry
 from quickzones.store.kv import KVTransaction
@@ -74,6 +76,7 @@ class Manager:
         accept: AcceptFactory | None = None,
         share: Callable[[], int] = lambda: 0,
         pauses: Pauses | None = None,
+        weighing: Weighing | None = None,
     ) -> None:
         self.config = config
         self.clusters = clusters
@@ -87,12 +90,24 @@ class Manager:
         self.accept_factory: AcceptFactory = accept or self.accept
         self.share = share  # the scanner's water-filling share of the free capacity
         self.pauses = pauses  # paused apps, tenants, job types (read at most once a second)
+        # Tenant weights (Quick.consumer gives the store's), shared with the scanner.
+        self.weighing = weighing or Weighing(emit)
+        self.tenant_admission = TenantAdmission(limits, slots, clock, emit)  # per-tenant
         self.one_transaction = OneTransactionGate(config.one_transaction_visits)
         self.visitor = ZoneVisitor(self.one_transaction, clock, emit)
 
     def visit_size(self) -> int:
         """How many items a visit may take, before the free capacity and the limits."""
         return visit_size(self.config, self.share())
+
+    def claim_size(self, refs: Sequence[PointerRef]) -> int:
+        """The room to claim for visiting ``refs``: :meth:`visit_size` each, times the
+        tenant's weight where more than 1 (consumer.weighing)."""
+        size = self.visit_size()
+        weight = self.weighing.by_pointer()
+        if weight is None:
+            return size * len(refs)
+        return sum(max(size, round(size * weight(ref))) for ref in refs)
 
     def resolve(self, item: WorkItem) -> WorkItem:
         """Apply this consumer's job type options to an item whose producer did not know
@@ -161,9 +176,11 @@ class Manager:
                     v.corrupt,
                     v.app_slots,
                     hand_out,
+                    v.tenant_hold,
                 )
             )
 
+        self.tenant_admission.prepare()  # read before any visit's transaction
         return VisitRules.of(
             self.config,
             horizon_ms=horizon_ms,
@@ -172,6 +189,7 @@ class Manager:
             accept=self.accept_factory,
             admit=self.admit,
             paused=None if self.pauses is None else self.paused(),
+            weight=self.weighing.visit_rule(),
             dequeued=dequeued,
         )
 
@@ -254,12 +272,22 @@ class Manager:
         three transactions."""
         if self.limits is None:
             return Admission(room)
+        tenant_limits = self.tenant_admission.of(zone)
         if tr is not None:
-            if self.limits.get(zone.app, tr).limits_dispatch:
+            if tenant_limits or self.limits.get(zone.app, tr).limits_dispatch:
                 raise NeedsThreeTransactions
             return Admission(room)
         room, not_before, taken = self.apply_app_limits(zone, room)
-        return Admission(room, not_before, taken)
+        if not tenant_limits or room <= 0:
+            return Admission(room, not_before, taken)
+        try:
+            room, later, hold = self.tenant_admission.admit(zone, room, tenant_limits)
+        except StorageError as err:
+            self.emit("limits_error", zone=zone, error=str(err))
+            return Admission(0, not_before, taken)  # its unused app slots are released
+        if later is not None:
+            not_before = later if not_before is None else max(not_before, later)
+        return Admission(room, not_before, taken, hold)
 
     def dequeued(
         self,
@@ -270,8 +298,10 @@ class Manager:
         corrupt: list[CorruptItem],
         app_slots: int,
         hand_out: Callable[[list[Work]], None] | None,
+        tenant_hold: TenantHold | None = None,
     ) -> list[Work]:
         """Report a visit's dequeue and hand its items out to workers."""
+        held = [] if tenant_hold is None else self.tenant_admission.settle(zone, tenant_hold, items)
         for bad in corrupt:
             log.warning("dead-lettered corrupt item %s in %s: %s", bad.item_id, zone, bad.reason)
             self.emit("dead_lettered", zone=zone, item_id=bad.item_id, reason="corrupt")
@@ -283,6 +313,7 @@ class Manager:
         lease_ms = int(self.config.item_lease_s * 1000)
         works = []
         pointer_key = (ref.cluster, ref.shard, ref.pointer_id)
+        self.weighing.took(pointer_key, zone, len(items))  # its turn (consumer.weighing)
         for item in items:
             # A lease taken ahead runs from the item's vesting time (KVZoneStore.dequeue).
             due = item.vesting_ms - lease_ms
@@ -295,6 +326,7 @@ class Manager:
                     cluster=cluster.name,
                     due_ms=due if due > now_at else None,
                     pointer_key=pointer_key,
+                    tenant_slots=slots_of(item, held) if held else (),
                 )
             )
         self.in_flight.handed_out(works)

@@ -8,7 +8,9 @@ Tasks posted with a ``lane`` (the consumer's workers use the item's zone) wait i
 queue per lane and threads take from the lanes in turn: a zone whose visit brought many
 items into the local queue cannot make a small tenant's item, leased just after, wait
 behind all of them (the paper's water-filling fairness, kept inside one consumer).
-Within a lane, tasks run in the order posted.
+Within a lane, tasks run in the order posted. A lane posted with a weight (a tenant's,
+:mod:`quickzones.consumer.weighing`) takes that many turns to a weight-1 lane's (deficit
+round robin), so a weighted tenant's share holds inside the consumer too.
 """
 
 from __future__ import annotations
@@ -35,13 +37,21 @@ class FairQueue:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._lanes: OrderedDict[Hashable, deque[Any]] = OrderedDict()
+        # Lanes of a weight other than 1, and the turns each has banked (deficit round
+        # robin); both empty while no lane is weighted: plain round robin.
+        self._weights: dict[Hashable, float] = {}
+        self._deficits: dict[Hashable, float] = {}
 
-    def put(self, task: Any, lane: Hashable = None) -> None:
+    def put(self, task: Any, lane: Hashable = None, weight: float = 1.0) -> None:
         with self._cond:
             queued = self._lanes.get(lane)
             if queued is None:
                 queued = self._lanes[lane] = deque()
             queued.append(task)
+            if weight != 1.0:
+                self._weights[lane] = weight
+            elif self._weights:
+                self._weights.pop(lane, None)
             self._cond.notify()
 
     def get(self) -> Any:
@@ -57,6 +67,8 @@ class FairQueue:
             return self._take()
 
     def _take(self) -> Any:
+        if self._weights:
+            return self._take_weighted()
         lanes = self._lanes
         lane = next(iter(lanes))
         if lane is _STOP_LANE and len(lanes) > 1:
@@ -67,6 +79,36 @@ class FairQueue:
         if queued:
             lanes[lane] = queued  # to the back: the next lane goes first
         return task
+
+    def _take_weighted(self) -> Any:
+        """Deficit round robin: the lane in front banks its weight in turns and runs
+        while it has a whole one; a lane alone runs at once."""
+        lanes, weights, deficits = self._lanes, self._weights, self._deficits
+        while True:
+            lane = next(iter(lanes))
+            if lane is _STOP_LANE and len(lanes) > 1:
+                lanes.move_to_end(lane)
+                continue
+            banked = deficits.get(lane, 0.0)
+            if banked < 1.0:
+                banked += weights.get(lane, 1.0)
+                if banked < 1.0 and len(lanes) > 1:
+                    deficits[lane] = banked
+                    lanes.move_to_end(lane)
+                    continue
+            queued = lanes[lane]
+            task = queued.popleft()
+            banked -= 1.0
+            if not queued:
+                del lanes[lane]
+                deficits.pop(lane, None)  # an emptied lane banks nothing
+                weights.pop(lane, None)
+            elif banked >= 1.0:
+                deficits[lane] = banked  # more turns: stays in front
+            else:
+                deficits[lane] = max(0.0, banked)
+                lanes.move_to_end(lane)
+            return task
 
 
 def in_turn(tasks: Iterable[T], lane: Callable[[T], Hashable]) -> Iterator[T]:
@@ -130,11 +172,13 @@ class DaemonPool:
         self._queue.put((future, fn, args))
         return future
 
-    def post(self, fn: Callable[..., Any], *args: Any, lane: Hashable = None) -> None:
+    def post(
+        self, fn: Callable[..., Any], *args: Any, lane: Hashable = None, weight: float = 1.0
+    ) -> None:
         """Run ``fn(*args)`` on the pool without a Future: the cheap path for the
         per-item hand-off from managers to workers. Queued tasks of different lanes are
-        taken in turn."""
-        self._queue.put((None, fn, args), lane)
+        taken in turn, ``weight`` turns for this lane to one of a weight-1 lane."""
+        self._queue.put((None, fn, args), lane, weight)
 
     def drain(self) -> list[tuple[Callable[..., Any], tuple[Any, ...]]]:
         """Take back the posted tasks no thread has started yet, as (fn, args)."""

@@ -31,6 +31,7 @@ from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Work
 from quickzones.consumer.stop_request import RunsForever, StopRequest
 from quickzones.consumer.timers import DueTimers
+from quickzones.consumer.weighing import Weighing
 from quickzones.consumer.worker import Worker
 from quickzones.errors import ConfigurationError, StoreLost
 from quickzones.registry import Registry
@@ -117,6 +118,7 @@ class Consumer(RunsForever):
             clock=clock,
             lookahead_ms=int(cfg.timer_lookahead_s * 1000) if lookahead else 0,
             held=lambda ref: flight.of_pointer(ref.cluster, ref.shard, ref.pointer_id),
+            weighing=(weighing := Weighing(emit)),
             watchers=(
                 watchers_for(c.toplevel.kv for c in clusters.values())
                 if cfg.commit_poll_s is not None
@@ -136,6 +138,7 @@ class Consumer(RunsForever):
             # Looked up late (a test hook); routing first, then the manager's caps.
             accept=lambda reserved: router.accept(self._accept(reserved)),
             share=lambda: self.scanner.share,
+            weighing=weighing,
         )
         self._accept: Callable[[dict[str, str]], Callable[[WorkItem], bool]]
         self._accept = self.manager.accept
@@ -311,7 +314,8 @@ class Consumer(RunsForever):
         if workers is None:  # stopped meanwhile: give it back
             self._execute_logged(work)
             return
-        workers.post(self._execute_logged, work, lane=(work.cluster, work.zone))
+        weight = self.manager.weighing.of_zone(work.zone)  # 1 while no weight is stored
+        workers.post(self._execute_logged, work, lane=(work.cluster, work.zone), weight=weight)
 
     def _visit_and_dispatch(self, refs: list[PointerRef]) -> int:
         def hand_out(works: list[Work]) -> None:
@@ -324,7 +328,7 @@ class Consumer(RunsForever):
 
         # Room claimed first: concurrent visits take no more than workers can start. A
         # visit that raises is counted, logged and backed off by the scanner.
-        with self._flight.claim(self.manager.visit_size() * len(refs)) as room:
+        with self._flight.claim(self.manager.claim_size(refs)) as room:
             ahead = self.scanner.lookahead_ms
             return len(self.manager.visit_many(refs, hand_out, horizon_ms=ahead)) if room else 0
 

@@ -36,6 +36,7 @@ from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.pool import DaemonPool
 from quickzones.consumer.selection import Selection
 from quickzones.consumer.state import Cluster
+from quickzones.consumer.weighing import Weighing
 from quickzones.errors import StorageError, StoreLost
 from quickzones.repeated_failure import RepeatedFailure, backoff
 from quickzones.store.changes import CommitWatcher
@@ -71,6 +72,7 @@ class Scanner:
         clock: Clock | None = None,
         lookahead_ms: int = 0,
         held: Callable[[PointerRef], int] = lambda ref: 0,
+        weighing: Weighing | None = None,
         watchers: Sequence[CommitWatcher] = (),
         on_lost: Callable[[StoreLost], None] = lambda err: None,
     ) -> None:
@@ -83,6 +85,9 @@ class Scanner:
         self.emit = emit
         self.skip = skip  # pointers not to visit (another app's, when routed)
         self.held = held  # items this consumer holds from a pointer's zone now
+        # Each pointer's tenant weight for this scan (quickzones.consumer.weighing), or
+        # None when no weight is stored: the unweighted scan.
+        self.weighing = weighing
         self.share = 0  # free capacity per vested zone at the last scan
         self.clock = clock or SystemClock()
         # The earliest vesting time (store ms) of the pointers the last scan saw not yet
@@ -163,7 +168,8 @@ class Scanner:
         self._versions = [watcher.version() for watcher in self.watchers]
         targets = [(c, shard) for c in self.clusters.values() for shard in range(c.toplevel.shards)]
         self.rng.shuffle(targets)
-        selection = Selection(cfg, self.rng)
+        weight = None if self.weighing is None else self.weighing.by_pointer()
+        selection = Selection(cfg, self.rng, weight)
         any_in_order = False
         competing, crowded = 0, False
         passed_over = False  # vested zones left out for what they hold
@@ -188,7 +194,7 @@ class Scanner:
             # Zones holding enough of this consumer's items are passed over, as if
             # crowded out: still vested (left_vested), not in the share.
             mark = cfg.skip_held_mark()
-            enough = [ref for ref in peeked if self.held(ref) >= mark]
+            enough = [ref for ref in peeked if self.held(ref) >= _weighed(mark, ref, weight)]
             if enough:
                 passed_over = True
                 peeked = [ref for ref in peeked if ref not in enough]
@@ -198,7 +204,10 @@ class Scanner:
             crowded = crowded or len(peeked) >= window
             selection.add(peeked, in_order)
         chosen = selection.chosen()
-        chosen.sort(key=self.held)
+        if weight is None:
+            chosen.sort(key=self.held)
+        else:  # water-filling by weight: furthest below its weighted share first
+            chosen.sort(key=lambda ref: self.held(ref) / weight(ref))
         # Vested pointers seen and not chosen (a random sample, or past selection_max).
         self.left_vested = crowded or passed_over or competing > len(chosen)
         self.share = 0 if crowded or not competing else self.capacity() // competing
@@ -305,6 +314,10 @@ class Scanner:
             return False
         stopping.wait(backoff(in_a_row, base_s=0.05))
         return True
+
+
+def _weighed(held: int, ref: PointerRef, weight: Callable[[PointerRef], float] | None) -> float:
+    return held if weight is None else held * weight(ref)
 
 
 def _visit_key(ref: PointerRef) -> tuple[str, int, str]:

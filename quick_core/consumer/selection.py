@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.store.toplevel import PointerRef
@@ -24,9 +24,15 @@ from quickzones.store.toplevel import PointerRef
 class Selection:
     """One scan's choice, fed one shard's peek at a time."""
 
-    def __init__(self, config: ConsumerConfig, rng: random.Random) -> None:
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        rng: random.Random,
+        weight: Callable[[PointerRef], float] | None = None,
+    ) -> None:
         self.config = config
         self.rng = rng
+        self.weight = weight  # tenant weights (consumer.weighing); None: a uniform draw
         self.ordered: list[PointerRef] = []  # in-order shards' peeks, whole
         self.sampled: list[PointerRef] = []  # random samples of the other shards' peeks
 
@@ -45,7 +51,17 @@ class Selection:
         room = cfg.selection_max - len(self.sampled)
         k = min(room, len(peeked), max(1, math.ceil(cfg.selection_frac * len(peeked))))
         if k > 0:
-            self.sampled.extend(self.rng.sample(list(peeked), k))
+            self.sampled.extend(self._sample(peeked, k))
+
+    def _sample(self, peeked: Sequence[PointerRef], k: int) -> list[PointerRef]:
+        """``k`` of ``peeked`` at random; weighted, a pointer of weight w is drawn as if it
+        were w pointers (Efraimidis-Spirakis: the k largest of u ** (1 / w))."""
+        weight = self.weight
+        if weight is None:
+            return self.rng.sample(list(peeked), k)
+        rng = self.rng
+        keyed = sorted(peeked, key=lambda ref: rng.random() ** (1.0 / weight(ref)), reverse=True)
+        return keyed[:k]
 
     def chosen(self) -> list[PointerRef]:
         """At most ``selection_max`` pointers: the in-order ones oldest first, then the

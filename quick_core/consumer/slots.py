@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from quickzones.errors import StorageError
-from quickzones.store.limits import Limits
+from quickzones.store.limits import Limits, SlotName
 
 
 class Slots:
@@ -33,12 +33,12 @@ class Slots:
         self.owner = owner
         self.item_lease_s = item_lease_s
         self.lock = lock
-        self.held: Counter[tuple[str, str]] = Counter()
+        self.held: Counter[tuple[str, SlotName]] = Counter()
 
     def ttl_ms(self) -> int:
         return int(max(10.0, self.item_lease_s) * 1000)
 
-    def acquire(self, scope: str, name: str, wanted: int, cap: int) -> int:
+    def acquire(self, scope: str, name: SlotName, wanted: int, cap: int) -> int:
         assert self.limits is not None
         got = self.limits.acquire_slots(scope, name, self.owner, wanted, cap, self.ttl_ms())
         if got:
@@ -46,7 +46,7 @@ class Slots:
                 self.held[(scope, name)] += got
         return got
 
-    def release(self, scope: str, name: str, n: int) -> None:
+    def release(self, scope: str, name: SlotName, n: int) -> None:
         if self.limits is None or n <= 0:
             return
         with self.lock:

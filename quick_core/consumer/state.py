@@ -53,6 +53,8 @@ class Work:
     item: WorkItem
     dequeued_at: float
     app_slot: bool = False  # holds one of its app's pool-wide concurrency slots
+    # The per-tenant slots it holds (consumer.tenant_admission), released when it ends.
+    tenant_slots: tuple[tuple[str, ...], ...] = ()
     cluster: str = "default"
     # At-most-once: the item was deleted because its handler started; nothing is left to
     # give back or requeue.

@@ -28,7 +28,9 @@ from typing import Any
 from quickzones.clock import Clock, now_ms
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.state import Cluster
+from quickzones.consumer.tenant_admission import TenantHold
 from quickzones.consumer.visit_gate import OneTransactionGate
+from quickzones.consumer.weighing import VisitWeight
 from quickzones.errors import StorageError, ZoneLeaseFailed
 from quickzones.store.kv import KVTransaction, _Uncommitted, attempt_once
 from quickzones.store.pauses import REFRESH_S, PauseSet
@@ -61,6 +63,7 @@ class ZoneVisit:
     items: list[WorkItem] = field(default_factory=list)
     corrupt: list[CorruptItem] = field(default_factory=list)
     app_slots: int = 0  # the app's pool-wide concurrency slots the admission took
+    tenant_hold: TenantHold | None = None  # what it took of its tenant's limits
     outcome: str = ""  # the pointer's requeue: "requeued", "deleted" or "lost"
 
     @property
@@ -71,6 +74,7 @@ class ZoneVisit:
     def clear(self) -> None:
         """Forget a try that did not commit."""
         self.pointer, self.items, self.corrupt, self.app_slots, self.outcome = None, [], [], 0, ""
+        self.tenant_hold = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +84,7 @@ class Admission:
     room: int
     not_before_ms: int | None = None  # the pointer vests no earlier (an app's next window)
     app_slots: int = 0
+    tenant_hold: TenantHold | None = None  # per-tenant limits: settled after the dequeue
 
 
 # (zone, room, tr: None in three transactions) -> Admission; may raise
@@ -109,6 +114,9 @@ class VisitRules:
     # The pauses in force (quickzones.store.pauses), read before the visit: a paused
     # zone gives nothing, items of a paused job type stay vested. None: nothing paused.
     paused: PauseSet | None = None
+    # Tenant weights (quickzones.consumer.weighing): a zone's room by its weight, at most
+    # the free capacity. None: every zone weighs 1.
+    weight: VisitWeight | None = None
     # A leased zone's items once its dequeue committed, once per zone: before the
     # pointer's requeue in three transactions (a handler need not wait for one more
     # commit), after the commit in one.
@@ -177,11 +185,12 @@ class ZoneVisitor:
                     self.visit(cluster, [v], rules, capacity)
                 return
         for v in visits:
-            room = v.room if capacity is None else min(v.room, capacity())
+            free = None if capacity is None else capacity()
+            room = v.room if free is None else min(v.room, free)
             if room <= 0:
                 return
             try:
-                self._visit_zone(cluster, v, room, rules, None)
+                self._visit_zone(cluster, v, room, rules, None, free)
             except ZoneLeaseFailed as err:
                 self.emit("pointer_lease_failed", reason=err.reason)
 
@@ -211,7 +220,7 @@ class ZoneVisitor:
                 if room <= 0:
                     break  # not leased: vested for the next scan
                 try:
-                    self._visit_zone(cluster, v, room, rules, tr)
+                    self._visit_zone(cluster, v, room, rules, tr, left)
                 except ZoneLeaseFailed as err:
                     failed.append(err.reason)
                     continue
@@ -262,9 +271,11 @@ class ZoneVisitor:
         room: int,
         rules: VisitRules,
         tr: KVTransaction | None,
+        free: int | None = None,
     ) -> None:
-        """Lease ``v``'s pointer, dequeue up to ``room`` items, requeue or collect the
-        pointer: inside ``tr``, or (None) each step in its own transaction. Raises
+        """Lease ``v``'s pointer, dequeue up to ``room`` items (a weighted zone: its
+        weight times ``v.room``, at most ``free``), requeue or collect the pointer:
+        inside ``tr``, or (None) each step in its own transaction. Raises
         ZoneLeaseFailed (nothing written); inside ``tr``, also the errors that write the
         transaction off."""
         top, zones = cluster.toplevel, cluster.zones
@@ -280,6 +291,8 @@ class ZoneVisitor:
                 v.ref, rules.pointer_lease_ms, accept=rules.accept_pointer, tr=tr, **ahead
             )
         zone = v.zone
+        if rules.weight is not None:
+            room = rules.weight(v.ref, zone, v.room, free)
         hold = _Hold.of(rules.paused, zone, self.clock)
         if hold.zone_paused:
             admitted = Admission(0, hold.recheck_ms)  # before the app's limits: none taken
@@ -287,8 +300,11 @@ class ZoneVisitor:
         else:
             admitted = Admission(room) if rules.admit is None else rules.admit(zone, room, tr)
         v.app_slots = admitted.app_slots
+        v.tenant_hold = limited = admitted.tenant_hold
         if admitted.room > 0:
             accept = hold.accept(None if rules.accept is None else rules.accept(v.reserved))
+            if limited is not None:
+                accept = limited.accept(accept)  # a limited job type's room
             try:
                 # Inside ``tr`` only where the store can join it (one_transaction_visits).
                 v.items, v.corrupt = zones.dequeue(
@@ -311,6 +327,9 @@ class ZoneVisitor:
             # Only paused items were left: look again when a resume can have been read,
             # not at once (their vesting time is now, and they would be visited in a loop).
             not_before = max(not_before or 0, hold.recheck_ms)
+        if limited is not None and limited.held_back and len(v.items) < admitted.room:
+            # Only items of a job type at its tenant's limit were left: as paused ones.
+            not_before = max(not_before or 0, limited.type_recheck_ms)
 
         def min_vesting(t: KVTransaction) -> int | None:
             earliest = zones.min_vesting_ms(zone, tr=t)

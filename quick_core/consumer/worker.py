@@ -96,6 +96,8 @@ class Worker:
             self.in_flight.finished(work)
             if work.app_slot:
                 self.slots.release("app", work.zone.app, 1)
+            for name in work.tenant_slots:
+                self.slots.release("tenant", name, 1)
 
     def _execute(self, work: Work) -> str:
         zone, item = work.zone, work.item

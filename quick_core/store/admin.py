@@ -17,7 +17,9 @@ from quickzones.store.kv import KVTransaction, run, unpack_i64
 from quickzones.store.pauses import Pause
 from quickzones.store.pointer_repair import SetAsidePointer, decode_set_aside
 from quickzones.store.records import DeadLetter, ZoneId, decode_dead_letter, decode_item
+from quickzones.store.tenant_limits import TenantLimit
 from quickzones.store.validation import check_name
+from quickzones.store.weights import TenantWeight
 
 if TYPE_CHECKING:
     from quickzones.client import Quick
@@ -49,6 +51,8 @@ class Stats:
     in_order_scanner: LeaseRecord | None = None
     read_at_ms: int = 0
     paused: list[Pause] = field(default_factory=list)  # the pauses in force
+    weights: list[TenantWeight] = field(default_factory=list)  # tenant weights stored
+    tenant_limits: list[TenantLimit] = field(default_factory=list)  # per-tenant limits
 
 
 def scan_range(q: Quick, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
@@ -117,6 +121,8 @@ def stats(q: Quick) -> Stats:
     result.in_order_scanner = election.read(lease_name(q.toplevel.cluster))
     result.read_at_ms = now_ms(q.clock)
     result.paused = q.paused()
+    result.weights = q.weights()
+    result.tenant_limits = q.tenant_limits()
     return result
 
 

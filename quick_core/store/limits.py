@@ -70,6 +70,15 @@ def _check_limit(name: str, value: int | None) -> None:
         raise InvalidArgument(name, value, "must be a positive integer or None")
 
 
+# A concurrency cap's name: an app or a job type, or (per-tenant caps,
+# quickzones.store.tenant_limits) the (app, tenant) or (app, tenant, job type) it caps.
+SlotName = str | tuple[str, ...]
+
+
+def _name(name: SlotName) -> tuple[str, ...]:
+    return (name,) if isinstance(name, str) else name
+
+
 class Limits:
     """Reads and enforces limits over the KV store."""
 
@@ -137,16 +146,54 @@ class Limits:
 
         return run(self.kv, grant), (window + 1) * 1000
 
+    def grant_starts(
+        self, name: tuple[str, ...], wanted: int, rate: int, per_ms: int
+    ) -> tuple[int, int]:
+        """How many of ``wanted`` items ``name`` (a tenant, or a tenant's job type) may
+        start now under ``rate`` starts per ``per_ms``, and when the next may (store
+        ms). Exact across consumers: the generic cell rate algorithm over one stored
+        time (its "theoretical arrival time"), read with a conflict, so two consumers
+        granting at once serialise. Starts are spaced evenly, ``per_ms / rate`` apart,
+        with a burst of a tenth of ``rate`` (at least one) when the tenant was idle:
+        in any window of T ms at most rate x T / per_ms + burst start."""
+        interval = per_ms / rate
+        burst = max(1, math.ceil(rate / 10))
+        key = self.keys.meta_key("rate", "starts", *name)
+
+        def grant(tr: KVTransaction) -> tuple[int, int]:
+            now = now_ms(self.clock)
+            raw = tr.get(key)
+            stored = None if raw is None else float(msgpack.unpackb(raw))
+            t = now - burst * interval if stored is None else max(stored, now - burst * interval)
+            granted = max(0, min(wanted, math.floor((now - t) / interval + 1e-9)))
+            if granted:
+                t += granted * interval
+                tr.set(key, msgpack.packb(t))
+            return granted, math.ceil(t + interval)
+
+        return run(self.kv, grant)
+
+    def refund_starts(self, name: tuple[str, ...], n: int, rate: int, per_ms: int) -> None:
+        """Give back ``n`` starts :meth:`grant_starts` granted and no item used."""
+        key = self.keys.meta_key("rate", "starts", *name)
+
+        def refund(tr: KVTransaction) -> None:
+            raw = tr.get(key)
+            if raw is not None:
+                tr.set(key, msgpack.packb(float(msgpack.unpackb(raw)) - n * per_ms / rate))
+
+        run(self.kv, refund)
+
     # --- pool-wide concurrency caps ----------------------------------------------------
 
     def acquire_slots(
-        self, scope: str, name: str, holder: str, wanted: int, cap: int, ttl_ms: int
+        self, scope: str, name: SlotName, holder: str, wanted: int, cap: int, ttl_ms: int
     ) -> int:
         """Take up to ``wanted`` of ``cap`` slots of (scope, name) for ``holder``; returns
         how many. Reads every holder's slot record with a conflict, so concurrent
         acquirers serialise and the cap holds exactly."""
-        begin, end = self.keys.meta_range("slots", scope, name)
-        mine = self.keys.meta_key("slots", scope, name, holder)
+        begin, end = self.keys.meta_range("slots", scope, *_name(name))
+        mine = self.keys.meta_key("slots", scope, *_name(name), holder)
 
         def take(tr: KVTransaction) -> int:
             now = now_ms(self.clock)
@@ -165,8 +212,10 @@ class Limits:
 
         return run(self.kv, take)
 
-    def release_slots(self, scope: str, name: str, holder: str, n: int, ttl_ms: int) -> None:
-        mine = self.keys.meta_key("slots", scope, name, holder)
+    def release_slots(
+        self, scope: str, name: SlotName, holder: str, n: int, ttl_ms: int
+    ) -> None:
+        mine = self.keys.meta_key("slots", scope, *_name(name), holder)
 
         def give(tr: KVTransaction) -> None:
             raw = tr.get(mine)
@@ -181,9 +230,11 @@ class Limits:
 
         run(self.kv, give)
 
-    def refresh_slots(self, scope: str, name: str, holder: str, count: int, ttl_ms: int) -> None:
+    def refresh_slots(
+        self, scope: str, name: SlotName, holder: str, count: int, ttl_ms: int
+    ) -> None:
         """Keep a holder's slots alive (called by the lease extender)."""
-        mine = self.keys.meta_key("slots", scope, name, holder)
+        mine = self.keys.meta_key("slots", scope, *_name(name), holder)
 
         def refresh(tr: KVTransaction) -> None:
             if count > 0:

@@ -81,7 +81,7 @@ def test_fairness_view_workers_page_and_pause_under_a_noisy_neighbour(
                     page.locator(f"tr[data-tenant='{tenant}'] td[data-col='p99']")
                 ).to_have_text(_bound_pattern(), timeout=30_000)
             assert int(_cell(page, "noisy", "queued")) > 0
-            assert _cell(page, "noisy", "weight") == "1"
+            assert _cell(page, "noisy", "weight") == "1"  # no weight stored yet
             assert page.locator("svg.chart").count() == 2
             assert page.locator("svg.chart rect[data-started]").count() >= 1
             page.screenshot(path=str(DOCS_IMG / "serve-fairness.png"), full_page=True)
@@ -127,9 +127,32 @@ def test_fairness_view_workers_page_and_pause_under_a_noisy_neighbour(
             page.click("#confirm")
             sync_api.expect(page.locator("#done")).to_have_text("resumed app=a job_type=work")
 
+            # Weigh the noisy tenant from its row: stored, shown, and what the consumers
+            # read; a weight that is no number is a 400 and changes nothing.
+            page.fill("[data-weigh='noisy'] input[name=weight]", "3")
+            page.click("[data-weigh='noisy'] button")
+            page.wait_for_selector("h1:has-text('Set the weight of tenant noisy to 3?')")
+            page.click("#confirm")
+            sync_api.expect(page.locator("#done")).to_have_text("weight of tenant noisy set to 3")
+            assert [(w.tenant, w.weight) for w in q.weights()] == [("noisy", 3.0)]
+            sync_api.expect(
+                page.locator("tr[data-tenant='noisy'] td[data-col='weight']")
+            ).to_have_text("3", timeout=10_000)
+
             # A POST without the page's CSRF token is refused, cookie or not; a control
             # that names no known action is a 400 that says so.
             cookies = {c["name"]: c["value"] for c in page.context.cookies()}
+            nan = httpx.get(
+                url + "/apps/a/weights/confirm?tenant=noisy&weight=abc", cookies=cookies
+            )
+            assert nan.status_code == 400 and "weight must be a number" in nan.json()["detail"]
+            forged_weight = httpx.post(
+                url + "/apps/a/weights/set",
+                data={"confirm": "yes", "tenant": "noisy", "weight": "9"},
+                cookies=cookies,
+            )
+            assert forged_weight.status_code == 403
+            assert [(w.tenant, w.weight) for w in q.weights()] == [("noisy", 3.0)]
             odd = httpx.get(url + "/apps/a/pauses/confirm?action=explode", cookies=cookies)
             assert odd.status_code == 400 and "unknown action 'explode'" in odd.json()["detail"]
             forged = httpx.post(
@@ -156,6 +179,8 @@ def test_fairness_view_workers_page_and_pause_under_a_noisy_neighbour(
                 cookies=cookies,
             )
             assert refused.status_code == 403 and q.paused() == []
+            response = seen.goto(url + "/apps/a/weights/confirm?tenant=noisy&weight=2")
+            assert response is not None and response.status == 403
             seen.goto(url + "/workers")
             assert seen.locator("tr[data-consumer='consumer-1']").count() == 1
             seen.close()

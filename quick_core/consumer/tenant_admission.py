@@ -1,0 +1,171 @@
+"""Per-tenant limits at a visit (issue 31 point 2; :mod:`quickzones.store.tenant_limits`):
+how many items of a leased zone its tenant's limits let the visit take.
+
+Enforced where the app's limits are (:meth:`Manager.apply_app_limits`), through the same
+store: a tenant's ``max_running`` is slots in :class:`~quickzones.store.limits.Limits`
+(scope ``"tenant"``, named (app, tenant) or (app, tenant, job type)), taken for the room
+before the dequeue, kept by each item until its handler ends, and refreshed by the lease
+extender like every other slot; ``rate`` is granted by
+:meth:`~quickzones.store.limits.Limits.grant_starts`. What the dequeue does not use is
+given back at once. Only one consumer visits a zone at a time (its pointer lease), so a
+visit's slots taken ahead of the dequeue hold no other consumer back.
+
+What the limits hold back stays vested, counts no attempt, and the zone's pointer is
+requeued no earlier than when a start may be allowed (the next evenly spaced start, or
+``RECHECK_MS`` for a concurrency cap): never visited in a loop, and no other tenant waits.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from quickzones.clock import Clock, now_ms
+from quickzones.consumer.slots import Slots
+from quickzones.errors import StorageError
+from quickzones.store.limits import Limits
+from quickzones.store.records import WorkItem, ZoneId
+from quickzones.store.tenant_limits import TenantLimit, TenantLimits, TenantLimitSet
+
+SCOPE = "tenant"  # the slots' scope in Limits
+# A zone held at a concurrency cap is looked at again this soon: a slot frees when one of
+# its items ends, on any consumer, and nothing tells this one.
+RECHECK_MS = 250
+
+Name = tuple[str, ...]
+
+
+@dataclass(slots=True)
+class TenantHold:
+    """What one zone's visit took of its tenant's limits."""
+
+    slots: dict[Name, int] = field(default_factory=dict)  # slots taken, by limit name
+    starts: dict[Name, tuple[int, TenantLimit]] = field(default_factory=dict)  # granted
+    budget: dict[str, int] = field(default_factory=dict)  # a limited job type's room
+    taken: dict[str, str] = field(default_factory=dict)  # item id -> job type, admitted
+    type_recheck_ms: int = 0  # when a job type held back may be allowed again
+    held_back: bool = False  # the dequeue left an item of a limited job type
+
+    def accept(self, inner: Callable[[WorkItem], bool] | None) -> Callable[[WorkItem], bool] | None:
+        """``inner`` with each limited job type cut to its room. Retried dequeue tries
+        see an item again: it is counted once (by id)."""
+        if not self.budget:
+            return inner
+
+        def accept(item: WorkItem) -> bool:
+            room = self.budget.get(item.job_type)
+            if room is not None and item.item_id not in self.taken:
+                used = sum(1 for t in self.taken.values() if t == item.job_type)
+                if used >= room:
+                    self.held_back = True
+                    return False
+            if inner is not None and not inner(item):
+                return False
+            if room is not None:
+                self.taken[item.item_id] = item.job_type
+            return True
+
+        return accept
+
+
+class TenantAdmission:
+    """A consumer's enforcement of per-tenant limits (one per Manager)."""
+
+    def __init__(
+        self, limits: Limits | None, slots: Slots, clock: Clock, emit: Callable[..., Any]
+    ) -> None:
+        self.kv_limits = limits  # slots and start grants
+        self.slots = slots
+        self.clock = clock
+        self.emit = emit
+        self.limits: TenantLimits | None = None  # set by Quick.consumer: the store's
+        self._found: TenantLimitSet | None = None  # as :meth:`prepare` read them
+
+    def prepare(self) -> None:
+        """Read the limits in force (at most once a ``REFRESH_S``) before a visit, so that
+        :meth:`of` reads nothing inside a one-transaction visit's transaction; while the
+        store cannot be read, the last ones read."""
+        if self.limits is None or self.kv_limits is None:
+            return
+        try:
+            self._found = self.limits.current()
+        except StorageError as err:
+            self.emit("limits_error", error=str(err))
+            self._found = self.limits.last
+
+    def of(self, zone: ZoneId) -> tuple[TenantLimit, ...]:
+        """``zone``'s tenant's limits as :meth:`prepare` last read them."""
+        found = self._found
+        return () if found is None else found.of(zone)
+
+    def admit(
+        self, zone: ZoneId, room: int, limits: Sequence[TenantLimit]
+    ) -> tuple[int, int | None, TenantHold]:
+        """Cut ``room`` to the tenant-wide limit and give each limited job type its room;
+        returns (room, not_before_ms or None, the hold to settle after the dequeue)."""
+        assert self.kv_limits is not None
+        hold = TenantHold()
+        not_before: int | None = None
+        # The tenant-wide limit first: a job type's room is within the tenant's.
+        for limit in sorted(limits, key=lambda lim: lim.job_type is not None):
+            name = limit.name()
+            n = room
+            wait: int | None = None
+            if limit.max_running is not None and n > 0:
+                n = self.slots.acquire(SCOPE, name, n, limit.max_running)
+                hold.slots[name] = n
+                if n == 0:
+                    wait = now_ms(self.clock) + RECHECK_MS
+                    self.emit("throttled", zone=zone, reason="tenant concurrency cap")
+            if limit.rate is not None and n > 0:
+                granted, next_ms = self.kv_limits.grant_starts(
+                    name, n, limit.rate, limit.per_ms
+                )
+                if granted < n:
+                    wait = next_ms
+                    self.emit("throttled", zone=zone, reason="tenant start rate")
+                    if name in hold.slots:
+                        self.slots.release(SCOPE, name, n - granted)
+                        hold.slots[name] = granted
+                    n = granted
+                hold.starts[name] = (granted, limit)
+            if limit.job_type is None:
+                room = n
+                if wait is not None:
+                    not_before = wait if not_before is None else max(not_before, wait)
+            else:
+                hold.budget[limit.job_type] = n
+                if wait is not None:
+                    hold.type_recheck_ms = max(hold.type_recheck_ms, wait)
+        return room, not_before, hold
+
+    def settle(self, zone: ZoneId, hold: TenantHold, items: Sequence[WorkItem]) -> list[Name]:
+        """Give back what the dequeue did not use; returns the slot names each of the
+        ``items`` holds until its handler ends (the same for every item of a type)."""
+        by_type = Counter(item.job_type for item in items)
+
+        def used(name: Name) -> int:
+            return len(items) if len(name) == 2 else by_type[name[2]]
+
+        try:
+            for name, got in hold.slots.items():
+                if got > used(name):
+                    self.slots.release(SCOPE, name, got - used(name))
+            for name, (granted, limit) in hold.starts.items():
+                if granted > used(name):
+                    assert self.kv_limits is not None and limit.rate is not None
+                    self.kv_limits.refund_starts(
+                        name, granted - used(name), limit.rate, limit.per_ms
+                    )
+        except StorageError as err:
+            # Slots lapse after their TTL; an unrefunded start only delays the next.
+            self.emit("limits_error", zone=zone, error=str(err))
+        return [name for name, got in hold.slots.items() if got]
+
+
+def slots_of(item: WorkItem, held: Sequence[Name]) -> tuple[Name, ...]:
+    """The tenant slots ``item`` holds of those a visit kept: the tenant's, and its job
+    type's."""
+    return tuple(name for name in held if len(name) == 2 or name[2] == item.job_type)
