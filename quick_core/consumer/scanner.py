@@ -198,6 +198,8 @@ class Scanner:
             if enough:
                 passed_over = True
                 peeked = [ref for ref in peeked if ref not in enough]
+                for ref in enough:  # served by what this consumer holds, not starved
+                    self.emit("zone_held_passed_over", pointer_id=ref.pointer_id)
             if not peeked:
                 continue
             competing += len(peeked)

@@ -26,6 +26,10 @@ class ConsumerSteps(SimWorld):
             self._log(f"  {name} {event} {item_id or ''}")
             if event == "pointer_leased":
                 sc.leased_zones.append(fields["zone"])
+            if event == "zone_held_passed_over":
+                # Invariant 10 holds for it: the scan passed it over because this consumer
+                # holds enough of its items (skip_held_zones_at), which will run.
+                self.pointer_leased[fields["pointer_id"]] = (self.clock.now(), self.in_order_rounds)
             if not isinstance(item_id, str):
                 return
             model = self.items.get(item_id)
