@@ -83,6 +83,7 @@ class PostgresTransaction(BufferedTransaction):
 
     def _commit_request(self, request: CommitRequest) -> tuple[int, int]:
         store = self._store
+        store.check_not_held_here()
         conn, self._conn = self._conn, None
         if conn is None:
             conn = store._acquire()
