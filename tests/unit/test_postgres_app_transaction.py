@@ -385,8 +385,9 @@ def test_an_enqueue_on_a_connection_seen_before_asks_the_server_only_what_it_mus
     """Each round trip to the server is time added to the application's transaction
     (issue 30's target: at most 1 ms at the median, bench/postgres_peer.py). Once the
     connection is known to reach the store's database, and with the resolver's lock
-    read once per transaction, an enqueue is 6 round trips: the lock, part one's reads,
-    its commit (two pipelines, which open and release its savepoint), part two's two reads.
+    read once per transaction, an enqueue is 5 round trips: the lock, part one's reads,
+    its commit (one pipeline: its savepoint, the server's resolver, the writes, the
+    savepoint's release), part two's two reads (6 before the resolver ran in the server).
     libpq's own trace counts them: one ReadyForQuery per round trip."""
     import tempfile
 
