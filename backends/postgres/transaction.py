@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -27,46 +27,25 @@ class PostgresTransaction(BufferedTransaction):
     def __init__(self, store: PostgresStore) -> None:
         self._store = store
         self._conn: Connection | None = None
-        # A connection taken, its snapshot not yet opened: the first read opens it and
-        # reads the version in the same round trip as itself (_execute).
-        self._opening = False
         super().__init__(store.clock)
 
     def _acquire_read_version(self) -> int:
-        # Every read version is followed by a read (or by get_read_version, which opens
-        # the snapshot on its own): the version comes back with that read's answer, and
-        # until then it is provisionally 0.
-        self._conn = self._store._acquire()
-        self._opening = True
-        return 0
-
-    def get_read_version(self) -> int:
-        self._ensure_read_version()
-        if self._opening:
-            store = self._store
-            try:
-                self._execute(store.sql.version, None)
-            except psycopg.Error as err:
-                raise translate(err, "read version", store.shown) from err
-        return super().get_read_version()
-
-    def _execute(self, statement: str, params: Any) -> psycopg.Cursor[tuple[Any, ...]]:
-        """``statement`` in the snapshot; the first one opens it too, in one round trip
-        (the snapshot is taken by the first statement after BEGIN, which reads the
-        version: the data every later read sees is exactly that version's, as commits
-        bump it under the resolver's lock in the transaction that writes)."""
-        conn = self._snapshot()
-        if not self._opening:
-            return conn.execute(statement, params)
-        with conn.pipeline():
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            version = conn.execute(self._store.sql.version)
-            cur = conn.execute(statement, params)
-        row = version.fetchone()
-        assert row is not None, "quick_meta has its row"
-        self._read_version = int(row[0])
-        self._opening = False
-        return cur
+        store = self._store
+        conn = store._acquire()
+        try:
+            # The snapshot is taken by the first statement, which reads the version: the
+            # data every later read sees is exactly that version's (commits bump it under
+            # the resolver's lock, in the transaction that writes). One round trip.
+            with conn.pipeline():
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                cur = conn.execute(store.sql.version)
+            row = cur.fetchone()
+        except psycopg.Error as err:
+            store._release(conn)
+            raise translate(err, "read version", store.shown) from err
+        self._conn = conn
+        assert row is not None
+        return int(row[0])
 
     def _snapshot(self) -> Connection:
         assert self._conn is not None, "read before the read version was acquired"
@@ -74,27 +53,30 @@ class PostgresTransaction(BufferedTransaction):
         return self._conn
 
     def _read_key(self, key: bytes) -> bytes | None:
+        conn = self._snapshot()
         try:
-            row = self._execute(self._store.sql.get, (key,)).fetchone()
+            row = conn.execute(self._store.sql.get, (key,)).fetchone()
         except psycopg.Error as err:
             raise translate(err, "get", self._store.shown) from err
         return None if row is None else bytes(row[0])
 
     def _read_keys(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        conn = self._snapshot()
         found: dict[bytes, bytes] = {}
         try:
             for at in range(0, len(keys), KEYS_PER_SELECT):
                 chunk = list(keys[at : at + KEYS_PER_SELECT])
-                rows = self._execute(self._store.sql.get_many, (chunk,)).fetchall()
+                rows = conn.execute(self._store.sql.get_many, (chunk,)).fetchall()
                 found.update((bytes(k), bytes(v)) for k, v in rows)
         except psycopg.Error as err:
             raise translate(err, "get_many", self._store.shown) from err
         return [found.get(key) for key in keys]
 
     def _read_range(self, begin: bytes, end: bytes, limit: int, reverse: bool) -> list[KeyValue]:
+        conn = self._snapshot()
         sql = self._store.sql.range_reverse if reverse else self._store.sql.range
         try:
-            rows = self._execute(sql + " LIMIT %s", (begin, end, limit or None)).fetchall()
+            rows = conn.execute(sql + " LIMIT %s", (begin, end, limit or None)).fetchall()
         except psycopg.Error as err:
             raise translate(err, "get_range", self._store.shown) from err
         return [(bytes(k), bytes(v)) for k, v in rows]
@@ -103,7 +85,6 @@ class PostgresTransaction(BufferedTransaction):
         store = self._store
         store.check_not_held_here()
         conn, self._conn = self._conn, None
-        self._opening = False
         if conn is None:
             conn = store._acquire()
         # End the snapshot (the resolver reads the newest state) and open the commit's
@@ -131,7 +112,6 @@ class PostgresTransaction(BufferedTransaction):
             store._release(conn)
 
     def _release(self) -> None:
-        self._opening = False
         conn, self._conn = self._conn, None
         if conn is not None:
             self._store._release(conn)
