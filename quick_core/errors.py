@@ -152,6 +152,21 @@ class StorageError(QuickError):
         self.retryable = retryable
 
 
+class HeldByOwnTransaction(StorageError):
+    """A quick call would commit on its own while this thread's application transaction
+    (an ``enqueue_on`` into it) holds the store's commit lock until it ends: it could
+    only wait for its own thread. Raised at once; nothing was written. Commit or roll
+    back the application's transaction first, or write through it (``enqueue_on``)."""
+
+    def __init__(self, store: str) -> None:
+        super().__init__(
+            f"store {store}: this thread's application transaction holds quick's commit"
+            " lock since its enqueue_on, so a commit of its own would wait for it: commit"
+            " or roll back that transaction first, or enqueue through it with enqueue_on"
+        )
+        self.store = store
+
+
 class CorruptRecord(StorageError):
     """A stored record cannot be decoded."""
 

@@ -23,10 +23,23 @@ try:  # Django 6
         task_finished,
         task_started,
     )
-    from django.tasks.utils import (  # type: ignore[import-not-found,unused-ignore]
-        get_exception_traceback,
-        normalize_json,
-    )
+
+    try:  # Django 6.0
+        from django.tasks.utils import (  # type: ignore[import-not-found,unused-ignore]
+            get_exception_traceback,
+            normalize_json,
+        )
+    except ImportError:  # Django 6.1 moved normalize_json and dropped the other
+        from django.utils.json import (  # type: ignore[import-not-found,unused-ignore]
+            normalize_json,
+        )
+
+        def get_exception_traceback(exc: BaseException) -> str:
+            """The traceback as Django 6.1's own backends keep it."""
+            import traceback
+
+            return "".join(traceback.format_exception(exc))
+
 except ImportError:
     from django_tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
     from django_tasks import exceptions as _exceptions

@@ -129,7 +129,7 @@ def join(store: PostgresStore, connection: object) -> Joined:
                     "the store's schema lives in another database; connect to the store's",
                 )
             store.same_database.add(conn)
-        row = conn.execute(store.sql.lock_version).fetchone()
+        row = conn.execute(store.sql.join_lock).fetchone()
     except psycopg.errors.SerializationFailure as err:
         raise KVError(
             NOT_COMMITTED,
@@ -139,6 +139,8 @@ def join(store: PostgresStore, connection: object) -> Joined:
     except psycopg.Error as err:
         raise translate(err, "joining the application's transaction", store.shown) from err
     assert row is not None, "quick_meta has its row"
+    if isinstance(conn, psycopg.Connection):  # not an AsyncConnection driven from here
+        store.held_here(conn, str(row[1]))
     return Joined(conn, int(row[0]))
 
 
@@ -207,6 +209,8 @@ class AppTransaction(BufferedTransaction):
                 begin=(_SAVEPOINT,),
                 end=(_RELEASE,),
                 end_commits=False,
+                undo=(_ROLLBACK_TO, _RELEASE),
+                again=(_SAVEPOINT,),
             )
         except BaseException as err:
             self._roll_back_to_savepoint(conn)

@@ -1,16 +1,22 @@
-"""The resolver's half of a commit, serialised by the row lock on ``quick_meta``: take the
-lock, check the read conflict ranges against newer commits, apply the writes, record
-their conflict ranges under the new version, bump the version; and prune conflict rows
-past the 5 s lifetime.
+"""The resolver's half of a commit, serialised by the row lock on ``quick_meta``: the
+server's ``quick_resolve`` (``sql.py``) takes the lock, checks the read conflict ranges
+against newer commits, records the write conflict ranges under the new version and bumps
+it; the writes follow in the same round trip; and old conflict rows are pruned past the
+5 s lifetime.
 
 Commits are serialised, so versions (and the versionstamps made from them) follow commit
 order as FoundationDB's do: a commit takes the lock only after the one before it ended.
 
-A commit is two round trips to the server (psycopg's pipeline mode): one takes the lock
-and reads what the check and the atomic ops need (the newer commits' conflict ranges, the
-current values of atomically updated keys); the other sends the writes, the conflict row
-and the new version (and, for quick's own transactions, COMMIT). On a loaded machine a
-round trip costs about a millisecond, so their number is the commit's cost.
+The lock is held only while the server works: the check, the writes and COMMIT go out in
+one pipeline (psycopg's pipeline mode), so no commit waits on another's round trip to its
+client or on that client's CPU (a thread that must also win its process's GIL). A commit
+whose writes need the committed state (atomic operations other than adds, whose operands
+are the current values; versionstamps, made from the commit version) reads it first
+without the lock, in one statement, computes its writes, and sends with them what it read
+them at: ``quick_resolve`` refuses (``MOVED_STATE``) if a newer commit wrote one of those
+keys or took the version the stamp was made from, and the commit reads again and retries.
+Adds (quick's counts) are applied by the server (``quick_add``). So a commit is one round
+trip, or two with versionstamps or atomic operations other than adds.
 """
 
 from __future__ import annotations
@@ -19,22 +25,35 @@ from typing import Any, TypeAlias
 
 import psycopg
 
-from quickzones.backends._ranges import decode_ranges, encode_ranges, merge_ranges, ranges_intersect
+from quickzones.backends._ranges import merge_ranges
 from quickzones.backends._versionstamps import make_versionstamp
 from quickzones.backends.postgres.errors import commit_unknown
-from quickzones.backends.postgres.sql import EVERY_KEY, Statements
+from quickzones.backends.postgres.sql import CONFLICT_STATE, EVERY_KEY, MOVED_STATE, Statements
 from quickzones.backends.txnbuffer import VERSIONS_PER_SECOND, CommitRequest
+from quickzones.backends.txnbuffer.commit_request import ResolvedWrites
 from quickzones.store.kv import (
     NOT_COMMITTED,
     TRANSACTION_LIFETIME_S,
     TRANSACTION_TOO_OLD,
     KVError,
+    key_after,
 )
 
 # A pooled or application connection; rows as tuples.
 Connection: TypeAlias = "psycopg.Connection[tuple[Any, ...]]"
 
 PRUNE_EVERY = 64  # commits per store object between prunes of old conflict rows
+# Reads of the committed state one commit makes at most before it gives up with a
+# retryable conflict (each retry means another commit wrote its atomic keys meanwhile).
+MOVED_RETRIES = 20
+_NO_STAMP = bytes(10)
+# How far ahead of the clock a commit that makes a versionstamp takes its version
+# (versions stay within this of the clock: pruning goes by the clock).
+STAMP_AHEAD_S = 0.05
+
+
+def _columns(ranges: list[tuple[bytes, bytes]]) -> tuple[list[bytes], list[bytes]]:
+    return [b for b, _ in ranges], [e for _, e in ranges]
 
 
 def apply(
@@ -46,55 +65,103 @@ def apply(
     begin: tuple[str, ...] = (),
     end: tuple[str, ...] = (),
     end_commits: bool = True,
+    undo: tuple[str, ...] = ("ROLLBACK",),
+    again: tuple[str, ...] = ("BEGIN",),
 ) -> int:
-    """The conflict check, the writes, their conflict ranges and the new version, on
-    ``conn``; takes the resolver's lock (held until the transaction ends). ``begin`` are
-    statements sent first (ending a snapshot, BEGIN, a SAVEPOINT), ``end`` statements sent
-    last (COMMIT, or with ``end_commits=False`` a savepoint's RELEASE): each batch is one
-    round trip. Returns the commit version."""
-    rv = request.read_version
-    atomic = request.atomic_keys()
-    with conn.pipeline():
-        for statement in begin:
-            conn.execute(statement)
-        locked = conn.execute(sql.lock_version)
-        newer = conn.execute(sql.newer_conflicts, (rv,)) if rv is not None else None
-        current = conn.execute(sql.get_many, (atomic,)) if atomic else None
-    row = locked.fetchone()
-    assert row is not None, "quick_meta has its row"
-    version = int(row[0])
+    """Commit ``request`` on ``conn`` through the resolver (whose lock is held until the
+    transaction ends). ``begin`` are statements sent first (ending a snapshot, BEGIN, a
+    SAVEPOINT), ``end`` statements sent last (COMMIT, or with ``end_commits=False`` a
+    savepoint's RELEASE); ``undo`` ends a try whose operands moved and ``again`` begins
+    the next. Returns the commit version."""
     if request.too_old(now):
         raise KVError(TRANSACTION_TOO_OLD, "read version older than 5 s at commit")
-    if newer is not None and request.read_conflicts and version > (rv or 0):
-        for (raw,) in newer.fetchall():
-            if ranges_intersect(request.read_conflicts, decode_ranges(bytes(raw))):
-                raise KVError(NOT_COMMITTED, "a read conflicts with a later commit")
-    values: dict[bytes, bytes] = {}
-    if current is not None:
-        values = {bytes(k): bytes(v) for k, v in current.fetchall()}
-    commit_version = max(version + 1, int(now * VERSIONS_PER_SECOND))
-    writes = request.resolve(make_versionstamp(commit_version, 0), values.get)
+    adds = request.plain_adds()
+    atomic = [key for key in request.atomic_keys() if key not in adds]
+    if not atomic and not request.needs_version():
+        writes = request.resolve(_NO_STAMP, _no_current, skip=adds)
+        at_least = int(now * VERSIONS_PER_SECOND)
+        return _send(conn, sql, request, writes, adds, begin, end, end_commits, None, [], at_least)
+    for _ in range(MOVED_RETRIES):
+        with conn.pipeline():
+            for statement in begin:
+                conn.execute(statement)
+            cur = conn.execute(sql.version_and_values, (atomic,))
+        rows = cur.fetchall()
+        since = int(rows[0][0])
+        values = {bytes(k): bytes(v) for _, k, v in rows if k is not None}
+        # The stamp's version a little ahead of the clock, so that the commits other
+        # clients make meanwhile (which take the clock's) leave it free.
+        at_least = max(since + 1, int((now + STAMP_AHEAD_S) * VERSIONS_PER_SECOND))
+        writes = request.resolve(make_versionstamp(at_least, 0), values.get, skip=adds)
+        try:
+            return _send(
+                conn, sql, request, writes, adds, (), end, end_commits, since, atomic, at_least
+            )
+        except _Moved:
+            for statement in undo:
+                conn.execute(statement)
+            begin = again
+    raise KVError(NOT_COMMITTED, "other commits kept writing this commit's atomic keys")
+
+
+class _Moved(Exception):
+    """quick_resolve refused: the state the writes were computed from is no longer the
+    newest (the transaction is aborted; the caller's ``undo`` ends it)."""
+
+
+def _no_current(key: bytes) -> bytes | None:
+    raise AssertionError(f"no atomic operation was buffered, yet {key!r} was asked for")
+
+
+def _send(
+    conn: Connection,
+    sql: Statements,
+    request: CommitRequest,
+    writes: ResolvedWrites,
+    adds: dict[bytes, bytes],
+    begin: tuple[str, ...],
+    end: tuple[str, ...],
+    end_commits: bool,
+    since: int | None,
+    atomic: list[bytes],
+    at_least: int,
+) -> int:
+    """One round trip: ``begin``, quick_resolve, the writes, ``end``."""
     conflict_ranges = request.write_conflicts
     if writes.extra_write_conflicts:
         conflict_ranges = merge_ranges(conflict_ranges + writes.extra_write_conflicts)
+    rb, re_ = _columns(request.read_conflicts)
+    wb, we = _columns(conflict_ranges)
+    ae = [key_after(k) for k in atomic]
+    args = (request.read_version, rb, re_, since, atomic, ae, wb, we, at_least)
     try:
         with conn.pipeline(), conn.cursor() as cur:
+            for statement in begin:
+                cur.execute(statement)
+            resolved = conn.execute(sql.resolve, args)
             if writes.clears:
                 cur.executemany(sql.delete_range, writes.clears)
             if writes.sets:
                 cur.executemany(sql.upsert, writes.sets)
             if writes.deletes:
                 cur.executemany(sql.delete, [(key,) for key in writes.deletes])
-            cur.execute(sql.record_conflicts, (commit_version, encode_ranges(conflict_ranges)))
-            cur.execute(sql.bump_version, (commit_version,))
+            if adds:
+                cur.executemany(sql.upsert_add, list(adds.items()))
             for statement in end:
                 cur.execute(statement)
     except psycopg.Error as err:
+        state = getattr(err, "sqlstate", None)
+        if state == CONFLICT_STATE:
+            raise KVError(NOT_COMMITTED, "a read conflicts with a later commit") from err
+        if state == MOVED_STATE:
+            raise _Moved() from err
         if end and end_commits and conn.broken:
             # COMMIT went out with the writes and no answer came: it may have committed.
             raise commit_unknown(err) from err
         raise
-    return commit_version
+    row = resolved.fetchone()
+    assert row is not None, "quick_resolve returns the commit version"
+    return int(row[0])
 
 
 def prune(conn: Connection, sql: Statements, now: float) -> None:
@@ -111,4 +178,4 @@ def prune(conn: Connection, sql: Statements, now: float) -> None:
         if newest is None:
             return
         conn.execute(sql.prune_conflicts, (horizon,))
-        conn.execute(sql.record_conflicts, (newest, EVERY_KEY))
+        conn.execute(sql.record_conflicts, (newest, *EVERY_KEY))

@@ -51,7 +51,13 @@ from quickzones.backends.postgres.sql import (
 from quickzones.backends.postgres.transaction import PostgresTransaction
 from quickzones.backends.txnbuffer import BufferedTransaction
 from quickzones.clock import Clock, SystemClock
-from quickzones.errors import InvalidStoreURL, NotAQuickStore, StorageError, StoreNotFound
+from quickzones.errors import (
+    HeldByOwnTransaction,
+    InvalidStoreURL,
+    NotAQuickStore,
+    StorageError,
+    StoreNotFound,
+)
 from quickzones.urls import RETRY_OPTIONS, parse_retry_option
 
 _POOL_SIZE = 16
@@ -122,7 +128,8 @@ class PostgresStore:
         Options: ``schema`` (default ``quick``), ``lock_timeout_ms`` (how long a commit
         waits for the one before it, default 10000), run()'s bounds ``retry_limit`` and
         ``timeout_ms``; the rest go to libpq. With ``create=False`` the schema must
-        already be a quick store and nothing is written while opening.
+        already be a quick store and nothing is written while opening but the migration of
+        an older layout.
         """
         try:
             parts = urlsplit(url)
@@ -213,6 +220,37 @@ class PostgresStore:
                 self._release(conn)
         return self._identity
 
+    # --- this thread's application transaction --------------------------------------------
+
+    def held_here(self, conn: Connection, xid: str) -> None:
+        """Note that this thread's application transaction ``xid`` on ``conn`` took the
+        resolver's lock (:func:`~quickzones.backends.postgres.app_transaction.join`)."""
+        self._bound.held = (weakref.ref(conn), xid)
+
+    def check_not_held_here(self) -> None:
+        """Raise :class:`HeldByOwnTransaction` if this thread's application transaction
+        still holds the resolver's lock: a commit of this thread's own would wait for
+        it until ``lock_timeout`` and run()'s retries gave up (60 s). Free when this
+        thread never joined one; one round trip on the application's connection while
+        its transaction is open (it may be a later one, which holds nothing)."""
+        held: tuple[weakref.ref[Connection], str] | None = getattr(self._bound, "held", None)
+        if held is None:
+            return
+        conn, xid = held[0](), held[1]
+        if conn is not None and not conn.closed and not conn.broken:
+            status = conn.info.transaction_status
+            if status == psycopg.pq.TransactionStatus.INERROR:
+                raise HeldByOwnTransaction(self.shown)  # its locks last until the ROLLBACK
+            if status == psycopg.pq.TransactionStatus.INTRANS:
+                try:
+                    row = conn.execute("SELECT pg_current_xact_id_if_assigned()::text")
+                    current = row.fetchone()
+                except psycopg.Error:
+                    current = None
+                if current is not None and current[0] == xid:
+                    raise HeldByOwnTransaction(self.shown)
+        self._bound.held = None
+
     # --- the schema --------------------------------------------------------------------------
 
     def _open_schema(self, create: bool) -> None:
@@ -220,14 +258,19 @@ class PostgresStore:
         empty. A schema holding anything else is refused and left as it was."""
         conn = self._connect()
         try:
-            if self._schema_state(conn) == "ready":
+            state = self._schema_state(conn)
+            if state == "ready":
                 return
-            if not create:
+            if state == "absent" and not create:
                 raise StoreNotFound(self.shown)
             with conn.transaction():
                 conn.execute(_SCHEMA_LOCK, (self.schema,))
-                if self._schema_state(conn) == "absent":  # another process may have made it
+                state = self._schema_state(conn)  # another process may have done it
+                if state == "absent":
                     for statement in self.sql.create:
+                        conn.execute(statement)
+                elif state == "layout 1":
+                    for statement in self.sql.migrate_from_1:
                         conn.execute(statement)
         except psycopg.Error as err:
             raise StorageError(f"cannot open postgresql store {self.shown}: {err}") from err
@@ -235,7 +278,9 @@ class PostgresStore:
             conn.close()
 
     def _schema_state(self, conn: Connection) -> str:
-        """``"ready"``, ``"absent"`` (no schema, or an empty one); raises
+        """``"ready"``, ``"absent"`` (no schema, or an empty one), ``"layout 1"`` (an
+        older layout, migrated on opening, even with ``create=False``: the stored items
+        are kept, the conflict table replaced); raises
         :class:`NotAQuickStore` for a schema quick does not recognise."""
         if conn.execute(SCHEMA_EXISTS, (self.schema,)).fetchone() is None:
             return "absent"
@@ -257,7 +302,7 @@ class PostgresStore:
                 f"layout version {row[1]} is newer than this quick's ({FORMAT_VERSION}):"
                 " upgrade quickzones",
             )
-        return "ready"
+        return "ready" if int(row[1]) == FORMAT_VERSION else "layout 1"
 
     # --- the KVStore protocol --------------------------------------------------------------
 

@@ -77,6 +77,7 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
 
     def _commit_request(self, request: CommitRequest) -> tuple[int, int]:
         store = self._store
+        store.check_not_held_here()
         conn = self._take_connection()
         # End the snapshot (the resolver reads the newest state) and open the commit's
         # READ COMMITTED transaction in the round trip that takes the lock.

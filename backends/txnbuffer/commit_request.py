@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from quickzones.backends._atomics import apply_atomic_stack
+from quickzones.backends._atomics import AtomicOp, apply_atomic_stack
 from quickzones.backends._ranges import Range, RangeSet
 from quickzones.backends._versionstamps import fill_versionstamp
 from quickzones.backends.txnbuffer.buffer import (
@@ -55,14 +55,45 @@ class CommitRequest:
         all at once beforehand."""
         return [key for key, point in self._points.items() if point.kind == _ATOMIC]
 
-    def resolve(self, stamp: bytes, current: Callable[[bytes], bytes | None]) -> ResolvedWrites:
+    def needs_version(self) -> bool:
+        """Whether :meth:`resolve` needs the real versionstamp (a versionstamped key or
+        value was written): without, a backend can resolve before knowing its version."""
+        return bool(self._vs_keys) or any(
+            point.kind not in (_SET, _CLEAR, _ATOMIC) for point in self._points.values()
+        )
+
+    def plain_adds(self) -> dict[bytes, bytes]:
+        """The keys whose atomic ops over storage are all adds of one width, each with
+        the sum of its operands (modulo that width): one add a backend can apply to the
+        stored value itself, without reading it first."""
+        adds: dict[bytes, bytes] = {}
+        for key, point in self._points.items():
+            if point.kind != _ATOMIC:
+                continue
+            widths = {len(param) for _, param in point.ops}
+            if len(widths) != 1 or any(op is not AtomicOp.ADD for op, _ in point.ops):
+                continue
+            n = widths.pop()
+            total = sum(int.from_bytes(param, "little") for _, param in point.ops)
+            adds[key] = (total % (1 << (8 * n))).to_bytes(n, "little")
+        return adds
+
+    def resolve(
+        self,
+        stamp: bytes,
+        current: Callable[[bytes], bytes | None],
+        skip: Collection[bytes] = (),
+    ) -> ResolvedWrites:
         """Final writes given the versionstamp and the committed value of a key.
 
         ``current`` is only asked about keys with atomic ops over storage; it must return
-        the value as of the commit version (before this transaction's writes).
+        the value as of the commit version (before this transaction's writes). Keys in
+        ``skip`` (atomic ones the backend applies itself, :meth:`plain_adds`) are left out.
         """
         final: dict[bytes, bytes | None] = {}
         for key, point in self._points.items():
+            if key in skip:
+                continue
             if point.kind == _SET or point.kind == _CLEAR:
                 final[key] = point.value
             elif point.kind == _ATOMIC:

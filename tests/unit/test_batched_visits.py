@@ -196,7 +196,8 @@ def test_a_failed_batch_leaves_nothing_leased(q: Quick) -> None:
 
     consumer.manager.accept_factory = failing_accept
     refs = consumer.scan_once()
-    assert consumer.visit_many(refs) == []
+    with pytest.raises(StorageError, match="disk went away"):  # the scanner backs off on it
+        consumer.visit_many(refs)
     assert {r.pointer_id for r in consumer.scan_once()} == {r.pointer_id for r in refs}
     for z, item_id in enumerate(ids):
         item = q.items.get(ZoneId("app", f"t{z}"), item_id)

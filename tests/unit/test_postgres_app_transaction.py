@@ -385,8 +385,9 @@ def test_an_enqueue_on_a_connection_seen_before_asks_the_server_only_what_it_mus
     """Each round trip to the server is time added to the application's transaction
     (issue 30's target: at most 1 ms at the median, bench/postgres_peer.py). Once the
     connection is known to reach the store's database, and with the resolver's lock
-    read once per transaction, an enqueue is 6 round trips: the lock, part one's reads,
-    its commit (two pipelines, which open and release its savepoint), part two's two reads.
+    read once per transaction, an enqueue is 5 round trips: the lock, part one's reads,
+    its commit (one pipeline: its savepoint, the server's resolver, the writes, the
+    savepoint's release), part two's two reads (6 before the resolver ran in the server).
     libpq's own trace counts them: one ReadyForQuery per round trip."""
     import tempfile
 
@@ -401,7 +402,66 @@ def test_an_enqueue_on_a_connection_seen_before_asks_the_server_only_what_it_mus
             conn.pgconn.untrace()
             trace.seek(0)
             round_trips = sum("\tB\t" in line and "ReadyForQuery" in line for line in trace)
-    assert round_trips <= 6
+    assert round_trips <= 5, round_trips
     assert [row[0] for row in _rows(url, orders)] == [2]
     assert q.run_until_idle() == 2
     assert sorted(r["order"] for r in runs) == [1, 2]  # type: ignore[index]
+
+
+def _within(seconds: float, call: Any) -> Any:
+    """``call()`` on a thread of its own; fails if it has not returned after ``seconds``
+    (far past any honest answer: the fault it guards against is a 60 s wait)."""
+    import threading
+
+    out: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            out["value"] = call()
+        except BaseException as err:  # handed to the test
+            out["error"] = err
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting after {seconds} s"
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+def test_quick_calls_inside_the_open_app_transaction_never_wait_for_it(
+    url: str, orders: str
+) -> None:
+    """From an ``enqueue_on`` until the application's COMMIT, its transaction holds the
+    store's commit lock. A quick call in that same thread that commits on its own could
+    only wait for its own thread: a status read (whose steady clock publishes its time,
+    a commit, once a second) used to wait 60 s; it returns at once, and a call that
+    must commit on its own (``Quick.enqueue``) fails at once naming the cause."""
+    from quickzones.errors import HeldByOwnTransaction
+
+    q = Quick.open(url + "&lock_timeout_ms=120000")  # the lock wait alone outlasts _within
+    found: dict[str, Any] = {}
+
+    def in_one_thread() -> None:  # the app's transaction and quick's calls share a thread
+        with psycopg.connect(_server(url), autocommit=True) as conn:
+            with conn.transaction():
+                conn.execute(f"INSERT INTO {orders} VALUES (1, 'book')")
+                item = q.enqueue_on(conn, "ship", {"order": 1}, app="shop", tenant="t1")
+                time.sleep(1.2)  # past the steady clock's 1 s between publications
+                found["inside"] = q.status("shop", "t1", item)
+                try:
+                    q.enqueue("ship", {"order": 2}, app="shop", tenant="t1")
+                except HeldByOwnTransaction as err:
+                    found["enqueue"] = err
+            found["after"] = q.status("shop", "t1", item)
+            found["again"] = q.enqueue("ship", {"order": 3}, app="shop", tenant="t1")
+
+    try:
+        _within(45, in_one_thread)
+    finally:
+        q.close()
+    assert found["inside"] is None  # not committed yet: no other transaction sees it
+    assert "commit or roll back" in str(found["enqueue"])
+    assert found["after"] is not None  # committed with the app's row
+    assert found["again"]  # the lock went with the COMMIT

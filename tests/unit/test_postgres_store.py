@@ -178,3 +178,104 @@ def test_a_forked_child_leaves_the_parents_connections_alone() -> None:
     q.enqueue("job", {}, app="a", tenant="t")
     assert zone_count(q, q.zone("a", "t")) == 3
     q.close()
+
+
+def _commit_round_trips(store: object, work: object) -> int:
+    """Round trips of one transaction's commit (libpq's trace: one ReadyForQuery each) on
+    the pooled connection the transaction takes; ``work(tr)`` reads and writes first."""
+    import tempfile
+
+    from quickzones.backends.postgres.store import PostgresStore
+
+    assert isinstance(store, PostgresStore)
+    conn = store._acquire()
+    store._release(conn)  # the pool's only connection: the next transaction takes it
+    tr = store.create_transaction()
+    work(tr)  # type: ignore[operator]
+    with tempfile.TemporaryFile("w+") as trace:
+        conn.pgconn.trace(trace.fileno())
+        tr.commit()
+        conn.pgconn.untrace()
+        trace.seek(0)
+        return sum("\tB\t" in line and "ReadyForQuery" in line for line in trace)
+
+
+def test_a_commit_holds_the_resolvers_lock_for_one_round_trip_at_most() -> None:
+    """Every commit is serialised by the resolver's lock, so the time it holds it is the
+    store's commit rate (issue 30's noisy neighbour: managers' commits queue behind it).
+    The check, the writes and COMMIT go out in one round trip, so the lock never waits on
+    the client (its CPU, its GIL); the server applies adds itself, and a commit with other
+    atomic operations or versionstamps reads their operands first, without the lock, in
+    one round trip more."""
+    from quickzones.backends.postgres.store import PostgresStore
+    from quickzones.store.kv import pack_i64
+
+    store = PostgresStore.from_url(postgres_store_url(_schema("trips")))
+    try:
+
+        def read_write(tr: object) -> None:
+            tr.get(b"a")  # type: ignore[attr-defined]
+            tr.set(b"a", b"1")  # type: ignore[attr-defined]
+
+        def with_add(tr: object) -> None:
+            read_write(tr)
+            tr.add(b"n", pack_i64(1))  # type: ignore[attr-defined]
+
+        def with_max(tr: object) -> None:
+            read_write(tr)
+            tr.max(b"m", pack_i64(7))  # type: ignore[attr-defined]
+
+        def with_stamp(tr: object) -> None:
+            read_write(tr)
+            tr.set_versionstamped_value(b"v", bytes(10) + (0).to_bytes(4, "little"))  # type: ignore[attr-defined]
+
+        trips = {
+            "read-write": _commit_round_trips(store, read_write),
+            "atomic add": _commit_round_trips(store, with_add),
+            "atomic add again": _commit_round_trips(store, with_add),
+            "atomic max": _commit_round_trips(store, with_max),
+            "versionstamp": _commit_round_trips(store, with_stamp),
+        }
+        assert trips == {
+            "read-write": 1,
+            "atomic add": 1,
+            "atomic add again": 1,
+            "atomic max": 2,
+            "versionstamp": 2,
+        }
+        tr = store.create_transaction()
+        values = [tr.get(key) for key in (b"a", b"n", b"m")]  # type: ignore[attr-defined]
+        assert values == [b"1", pack_i64(2), pack_i64(7)]
+    finally:
+        store.close()
+
+
+def test_a_layout_1_schema_is_migrated_keeping_its_items(admin: object) -> None:
+    """A store quick made before the resolver moved into the server (layout 1: one
+    encoded column of conflict ranges) opens as layout 2 with every item kept."""
+    schema = _schema("layout1")
+    q = Quick.open(postgres_store_url(schema))
+    q.enqueue("job", {"n": 1}, app="a", tenant="t1")
+    q.close()
+    s = f'"{schema}"'
+    admin.execute(f"DROP TABLE {s}.quick_conflicts")  # type: ignore[attr-defined]
+    admin.execute(f"DROP FUNCTION IF EXISTS {s}.quick_resolve")  # type: ignore[attr-defined]
+    admin.execute(  # type: ignore[attr-defined]
+        f"CREATE TABLE {s}.quick_conflicts (version bigint PRIMARY KEY, ranges bytea NOT NULL)"
+    )
+    admin.execute(f"UPDATE {s}.quick_meta SET format_version = 1")  # type: ignore[attr-defined]
+    q = Quick.open(postgres_store_url(schema))
+    try:
+        q.enqueue("job", {"n": 2}, app="a", tenant="t1")
+        ran: list[int] = []
+
+        @q.job("job")
+        def job(payload: dict[str, int], ctx: object) -> None:
+            ran.append(payload["n"])
+
+        assert q.run_until_idle() == 2
+        assert sorted(ran) == [1, 2]
+    finally:
+        q.close()
+    row = admin.execute(f"SELECT format_version FROM {s}.quick_meta").fetchone()  # type: ignore[attr-defined]
+    assert row == (2,)
