@@ -17,6 +17,13 @@ from quickzones.client import Quick
 from .conftest import serve_process
 
 
+# How long the open polls wait. Each test lasts about this long whatever it checks: the polls
+# that get no work in the first return only then, and quick serve's shutdown waits for the
+# cancelled ones in the second. 10 s leaves 8 s after _open_polls' 2 s for the few requests
+# made while the polls must still be open (20 s before: both tests took 24 s).
+POLL_WAIT_S = 10
+
+
 def _token(store: str, *options: str) -> str:
     made = subprocess.run(
         [sys.executable, "-m", "quickzones", "tokens", "create", *options, "--json",
@@ -53,7 +60,7 @@ def test_230_open_polls_leave_another_apps_enqueue_and_health_answering(tmp_path
     billing = _token(store, "--app", "billing", "--role", "produce")
 
     async def scenario(url: str) -> None:
-        client, polls = await _open_polls(url, consumer, 230, wait_s=20)
+        client, polls = await _open_polls(url, consumer, 230, wait_s=POLL_WAIT_S)
         try:
             async with httpx.AsyncClient(base_url=url, timeout=60) as other:
                 health = await other.get("/v1/health")
@@ -90,12 +97,12 @@ def test_polls_over_the_limits_are_answered_at_once_with_429(tmp_path: Path) -> 
     b = _token(store, "--app", "b", "--role", "consume")
 
     async def scenario(url: str) -> None:
-        client_a, polls_a = await _open_polls(url, a, 3, wait_s=20)
-        client_b, polls_b = await _open_polls(url, b, 2, wait_s=20)
+        client_a, polls_a = await _open_polls(url, a, 3, wait_s=POLL_WAIT_S)
+        client_b, polls_b = await _open_polls(url, b, 2, wait_s=POLL_WAIT_S)
         try:
             # Token a holds its 3; the server holds its 5 in all.
-            over_a = await client_a.post("/v1/leases", json={"wait_s": 20})
-            over_b = await client_b.post("/v1/leases", json={"wait_s": 20})
+            over_a = await client_a.post("/v1/leases", json={"wait_s": POLL_WAIT_S})
+            over_b = await client_b.post("/v1/leases", json={"wait_s": POLL_WAIT_S})
             now_a = await client_a.post("/v1/leases", json={"wait_s": 0})  # no long poll
             assert not any(p.done() for p in polls_a + polls_b)
         finally:
