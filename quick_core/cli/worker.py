@@ -88,7 +88,7 @@ def _batched(visits_per_transaction: int) -> str:
 # in docs/configuration.md's table. Tests of worker fleets pass a short one to wait less.
 @click.option("--election-ttl", "election_ttl_s", type=click.FloatRange(min=0, min_open=True),
               default=_DEFAULTS.election_ttl_s, hidden=True,
-              help="Seconds the in-order scanner lease lasts, renewed every third of it.")  # fmt: skip
+              help="In-order scanner lease in seconds, renewed every third of it.")  # fmt: skip
 @click.option("--remote", default=None, metavar="URL",
               help="Pull items from a quick serve at URL instead of the store.")  # fmt: skip
 @click.option("--token", envvar="QUICK_TOKEN", default=None,

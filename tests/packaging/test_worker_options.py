@@ -70,7 +70,9 @@ def test_a_removed_worker_option_is_clicks_clear_error(flag: str, value: list[st
 @pytest.mark.parametrize("value", ["0", "-1", "soon"])
 def test_a_bad_election_ttl_is_clicks_clear_error(value: str) -> None:
     # --election-ttl (hidden: the fleet tests pass a short lease) takes positive seconds.
-    result = CliRunner().invoke(main, ["worker", "--app-module", "nowhere", "--election-ttl", value])
+    result = CliRunner().invoke(
+        main, ["worker", "--app-module", "nowhere", "--election-ttl", value]
+    )
     assert result.exit_code == 2, result.output
     assert "Invalid value for '--election-ttl'" in result.output, result.output
     assert "Traceback" not in result.output

@@ -16,7 +16,6 @@ from quickzones.client import Quick
 
 from .conftest import serve_process
 
-
 # How long the open polls wait. Each test lasts about this long whatever it checks: the polls
 # that get no work in the first return only then, and quick serve's shutdown waits for the
 # cancelled ones in the second. 10 s leaves 8 s after _open_polls' 2 s for the few requests
