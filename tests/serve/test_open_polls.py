@@ -17,6 +17,12 @@ from quickzones.client import Quick
 
 from .conftest import ServerThread, serve_process
 
+# How long the open polls wait. Each test lasts about this long whatever it checks: the polls
+# that get no work in the first return only then, and quick serve's shutdown waits for the
+# cancelled ones in the second. 10 s leaves 8 s after _open_polls' 2 s for the few requests
+# made while the polls must still be open (20 s before: both tests took 24 s).
+POLL_WAIT_S = 10
+
 
 def _token(store: str, *options: str) -> str:
     made = subprocess.run(
@@ -54,7 +60,7 @@ def test_230_open_polls_leave_another_apps_enqueue_and_health_answering(tmp_path
     billing = _token(store, "--app", "billing", "--role", "produce")
 
     async def scenario(url: str) -> None:
-        client, polls = await _open_polls(url, consumer, 230, wait_s=20)
+        client, polls = await _open_polls(url, consumer, 230, wait_s=POLL_WAIT_S)
         try:
             async with httpx.AsyncClient(base_url=url, timeout=60) as other:
                 health = await other.get("/v1/health")
@@ -95,12 +101,12 @@ def test_polls_past_the_servers_descriptor_budget_are_answered_at_once_with_429(
     a, b, c, d, e = (tokens.create(app, ["consume"])[0] for app in "abcde")
 
     async def scenario(url: str) -> None:
-        opened = [await _open_polls(url, token, 4, wait_s=20) for token in (a, b, c, d)]
+        opened = [await _open_polls(url, token, 4, wait_s=POLL_WAIT_S) for token in (a, b, c, d)]
         client_a, client_e = opened[0][0], httpx.AsyncClient(base_url=url, headers=_bearer(e))
         polls = [p for _, ps in opened for p in ps]
         try:
-            over_a = await client_a.post("/v1/leases", json={"wait_s": 20})  # a's fifth
-            over_all = await client_e.post("/v1/leases", json={"wait_s": 20})  # the 17th
+            over_a = await client_a.post("/v1/leases", json={"wait_s": POLL_WAIT_S})  # a's fifth
+            over_all = await client_e.post("/v1/leases", json={"wait_s": POLL_WAIT_S})  # the 17th
             now_a = await client_a.post("/v1/leases", json={"wait_s": 0})  # no long poll
             assert not any(p.done() for p in polls)
         finally:
