@@ -188,15 +188,16 @@ class Manager:
             resolve=self.resolve,
             accept=self.accept_factory,
             admit=self.admit,
-            paused=None if self.pauses is None else self.paused(),
+            paused=self.paused(),
             weight=self.weighing.visit_rule(),
             dequeued=dequeued,
         )
 
     def paused(self) -> PauseSet | None:
-        """The pauses in force; while the store cannot be read, the last ones read (the
-        error is reported, and the next visit reads again)."""
-        assert self.pauses is not None
+        """The pauses in force (None: none kept in a store); while the store cannot be
+        read, the last ones read (the error is reported, and the next visit reads again)."""
+        if self.pauses is None:
+            return None
         try:
             return self.pauses.current()
         except StorageError as err:
