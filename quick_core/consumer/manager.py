@@ -279,13 +279,8 @@ class Manager:
                 raise NeedsThreeTransactions
             return Admission(room)
         room, not_before, taken = self.apply_app_limits(zone, room)
-        if not tenant_limits or room <= 0:
-            return Admission(room, not_before, taken)
-        try:
-            room, later, hold = self.tenant_admission.admit(zone, room, tenant_limits)
-        except StorageError as err:
-            self.emit("limits_error", zone=zone, error=str(err))
-            return Admission(0, not_before, taken)  # its unused app slots are released
+        # No room when the limits cannot be read: its unused app slots are released.
+        room, later, hold = self.tenant_admission.limit(zone, room)
         if later is not None:
             not_before = later if not_before is None else max(not_before, later)
         return Admission(room, not_before, taken, hold)
