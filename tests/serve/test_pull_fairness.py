@@ -80,3 +80,22 @@ def test_weights_3_to_1_give_pull_leases_3_to_1(served: Served) -> None:
             leased.update(x.tenant for x in got)
     ratio = leased["gold"] / leased["plain"]
     assert 2.7 <= ratio <= 3.3, f"gold:plain {dict(leased)} = {ratio:.2f}"
+
+
+def test_a_remote_items_tenant_slot_is_freed_by_its_completion_or_its_lapsed_lease(
+    served: Served,
+) -> None:
+    """Under max_running=1: a second item is leased only once the first is completed, and
+    an item whose remote worker vanished (its lease lapsed) frees the slot for the next."""
+    served.q.set_tenant_limit("a", "t", max_running=1)
+    ids = {served.q.enqueue("job", n, app="a", tenant="t") for n in range(3)}
+    with RemoteQuick(served.url, served.a_all) as client:
+        [first] = client.lease(5, lease_s=30.0, wait_s=1.0)
+        assert client.lease(5, lease_s=30.0, wait_s=0.5) == []  # at its limit
+        client.complete(first)
+        [second] = client.lease(5, lease_s=1.0, wait_s=5.0)
+        # Its worker never comes back: once its lease lapses, its item (or the third)
+        # may be leased, never two at once.
+        got = client.lease(5, lease_s=30.0, wait_s=15.0)
+        assert len(got) == 1
+        assert {first.item_id, second.item_id, got[0].item_id} <= ids
