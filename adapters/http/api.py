@@ -320,13 +320,15 @@ def complete(
     """Delete a leased item: the work is done (only the lease holder). ``result`` or
     ``result_b64``: the handler's return value, kept as its job type's ``keep_result_s``
     says."""
-    q = state_of(request).q
+    state = state_of(request)
+    q = state.q
     zone = q.zone(allow_app(who, app), tenant)
     result = _result(body)
     try:
         q.items.complete(zone, check_name("item_id", item_id), body.lease_id, result=result)
     except (LeaseLost, ItemNotFound) as err:
         raise _lost(q, zone, item_id, err) from None
+    state.leaser.held_slots.ended(zone, item_id)  # its tenant's slots (pull.py)
     return Response(status_code=204)
 
 
@@ -350,7 +352,8 @@ def complete_many(body: m.CompleteManyRequest, request: Request, who: Consumer) 
     """Complete several leased items in one request, with one commit per zone: each
     item's outcome is reported (``lease_lost``, ``item_gone``), none fails the rest. The
     token must allow every item's app; an item given twice is refused (400)."""
-    q = state_of(request).q
+    state = state_of(request)
+    q = state.q
     by_zone: dict[Any, list[int]] = {}
     seen: set[tuple[str, str, str]] = set()
     for n, c in enumerate(body.items):
@@ -377,6 +380,8 @@ def complete_many(body: m.CompleteManyRequest, request: Request, who: Consumer) 
                 outcomes[n] = "item_gone"
             elif err is not None:
                 outcomes[n] = "corrupt"
+            else:
+                state.leaser.held_slots.ended(zone, body.items[n].item_id)
     return _json(
         m.CompletedMany(
             results=[
@@ -392,7 +397,8 @@ def extend(
     app: str, tenant: str, item_id: str, body: m.ExtendRequest, request: Request, who: Consumer
 ) -> m.Extended:
     """Keep holding a lease for ``lease_s`` more seconds from now."""
-    q = state_of(request).q
+    state = state_of(request)
+    q = state.q
     zone = q.zone(allow_app(who, app), tenant)
     try:
         item = q.items.extend_lease(
@@ -400,6 +406,7 @@ def extend(
         )
     except (LeaseLost, ItemNotFound) as err:
         raise _lost(q, zone, item_id, err) from None
+    state.leaser.held_slots.extended(zone, item_id, item.vesting_ms)
     return m.Extended(lease_expires_ms=item.vesting_ms)
 
 
@@ -427,7 +434,8 @@ def nack(
 ) -> Response:
     """Give the item back to run again after ``delay_s``; with ``error``, the failed run
     counts as an error."""
-    q = state_of(request).q
+    state = state_of(request)
+    q = state.q
     zone = q.zone(allow_app(who, app), tenant)
     try:
         item = q.items.requeue(
@@ -441,6 +449,7 @@ def nack(
         )
     except (LeaseLost, ItemNotFound) as err:
         raise _lost(q, zone, item_id, err) from None
+    state.leaser.held_slots.ended(zone, item_id)
     q.toplevel.pull_pointer_earlier(zone, item.vesting_ms)
     q.wake_waiters()  # waiting polls: it may be due now
     return Response(status_code=204)
@@ -451,7 +460,8 @@ def fail(
     app: str, tenant: str, item_id: str, body: m.FailRequest, request: Request, who: Consumer
 ) -> Response:
     """Fail permanently: the item moves to the dead letters with the reason and traceback."""
-    q = state_of(request).q
+    state = state_of(request)
+    q = state.q
     zone = q.zone(allow_app(who, app), tenant)
     try:
         q.items.dead_letter(
@@ -463,6 +473,7 @@ def fail(
         )
     except (LeaseLost, ItemNotFound) as err:
         raise _lost(q, zone, item_id, err) from None
+    state.leaser.held_slots.ended(zone, item_id)
     return Response(status_code=204)
 
 

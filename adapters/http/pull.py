@@ -9,7 +9,12 @@ shard's window of ``peek_max``, at most ``selection_max``; the oldest first with
 contending for the oldest pointer. Each chosen zone is visited as a Manager visits it
 (:class:`~quickzones.consumer.visit.ZoneVisitor`: lease the pointer, dequeue at most
 ``dequeue_max`` items, or the work-conserving share (capped by ``visit_max``), requeue or collect
-the pointer) until the call holds ``max_items`` items; a scan that took items and left
+the pointer) until the call holds ``max_items`` items, under the same rules as a local
+consumer's visits: the pauses, the tenant weights
+(:class:`~quickzones.consumer.weighing.Weighing`: the scan's weighted draw and each
+visit's weighted turn) and the per-tenant limits
+(:class:`~quickzones.consumer.tenant_admission.TenantAdmission`; the concurrency slots an
+item takes are kept for its remote worker by :mod:`.held_slots`); a scan that took items and left
 vested pointers unchosen is followed by another. If the caller gave ``fill_s``, once it
 holds some items and ``fill_s`` has passed since its first scan began, it visits no more
 zones, so they do not wait behind many more visits.
@@ -28,6 +33,7 @@ import math
 import random
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,13 +41,24 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
+from quickzones.adapters.http.held_slots import HeldSlots
 from quickzones.clock import now_ms
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.pickups import PickupCounts
 from quickzones.consumer.selection import Selection
+from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster
-from quickzones.consumer.visit import VisitRules, ZoneVisit, ZoneVisitor, visit_size
+from quickzones.consumer.tenant_admission import TenantAdmission, slots_of
+from quickzones.consumer.visit import (
+    Admission,
+    NeedsThreeTransactions,
+    VisitRules,
+    ZoneVisit,
+    ZoneVisitor,
+    visit_size,
+)
 from quickzones.consumer.visit_gate import OneTransactionGate
+from quickzones.consumer.weighing import Weighing
 from quickzones.errors import CorruptRecord, StorageError
 from quickzones.store.changes import CommitWatcher, watcher_for
 from quickzones.store.keys import LOCAL_APP
@@ -109,6 +126,19 @@ class PullLeaser:
         # Commits by other processes (quickzones.store.changes), on stores that can tell.
         self._changes = 0
         self.watcher = watcher_for(q.kv)  # commits by other processes, where the store tells
+        # The visits' fairness rules, as a local consumer's Manager has them: the tenant
+        # weights and the per-tenant limits, with the slots this server holds for them.
+        self.weighing = Weighing(self._count, q.tenant_weights)
+        self.slots = Slots(
+            q.limits,
+            f"serve-{uuid.uuid4().hex[:12]}",
+            self.config.item_lease_s,
+            threading.Lock(),
+            self._count,
+        )
+        self.tenant_admission = TenantAdmission(q.limits, self.slots, q.clock, self._count)
+        self.tenant_admission.limits = q.tenant_limit_store
+        self.held_slots = HeldSlots(self.slots, q.clock)
 
     def _count(self, event: str, **_: Any) -> None:
         """The visits' events: only lost pointer leases are kept (a measure of contention)."""
@@ -199,7 +229,7 @@ class PullLeaser:
         """Algorithm 1's choice among the vested pointers of ``app``'s zones but those
         ``visited`` (shard, pointer id): the pointers, how many were seen vested, and
         whether a window was full (more may be vested)."""
-        selection = Selection(self.config, self.rng)
+        selection = Selection(self.config, self.rng, self.weighing.by_pointer())
         in_order = self.config.in_order is True
         seen, crowded = 0, False
         shards = list(range(self.q.toplevel.shards))
@@ -246,10 +276,37 @@ class PullLeaser:
 
         v = ZoneVisit(ref, min(room, size) if accept is None else size)
         rules = VisitRules.of(
-            self.config, item_lease_ms=lease_ms, accept=accept, paused=self._paused()
+            self.config,
+            item_lease_ms=lease_ms,
+            accept=accept,
+            admit=self._admit,
+            paused=self._paused(),
+            weight=self.weighing.visit_rule(),
+            dequeued=self._dequeued,
         )
-        self.visitor.visit(self.cluster, [v], rules)
+        # A weighted zone's turn is its weight times the visit's size, at most the room.
+        self.visitor.visit(self.cluster, [v], rules, capacity=lambda: room)
         return v
+
+    def _admit(self, zone: ZoneId, room: int, tr: KVTransaction | None) -> Admission:
+        """The tenant's limits on a leased zone, as a Manager's visit takes them; a zone
+        with limits takes the three transactions (its slots are taken outside any)."""
+        if tr is not None:
+            if self.tenant_admission.of(zone):
+                raise NeedsThreeTransactions
+            return Admission(room)
+        room, not_before, hold = self.tenant_admission.limit(zone, room)
+        return Admission(room, not_before, 0, hold)
+
+    def _dequeued(self, v: ZoneVisit) -> None:
+        """Settle the tenant limits the visit took (the unused back; each item's slots
+        kept until its remote worker ends it) and count the zone's weighted turn."""
+        if v.tenant_hold is not None:
+            held = self.tenant_admission.settle(v.zone, v.tenant_hold, v.items)
+            for item in v.items:
+                names = slots_of(item, held)
+                self.held_slots.hold(v.zone, item.item_id, names, item.vesting_ms)
+        self.weighing.took((v.ref.cluster, v.ref.shard, v.ref.pointer_id), v.zone, len(v.items))
 
     def _paused(self) -> PauseSet | None:
         """The store's pauses, as every consumer reads them (at most once a second);
@@ -284,6 +341,8 @@ class PullLeaser:
         commits each) for them."""
         out: list[Leased] = []
         visited = 0
+        self.tenant_admission.prepare()  # read before any visit's transaction
+        self.held_slots.tidy()
         # The zones this call visited: not again, so that one call takes at most a
         # visit's share of any zone while others wait (water-filling, invariant 7).
         seen_zones: set[tuple[int, str]] = set()
@@ -331,6 +390,7 @@ class PullLeaser:
         store = [(self.cluster.name, self.q.kv, self.q.keys)]
         while not stopping.wait(self.config.heartbeat_s):
             self.pickup_counts.flush(store, now_ms(self.q.clock))
+            self.held_slots.tidy()  # held slots kept while no lease call comes
         self.pickup_counts.flush(store, now_ms(self.q.clock))
 
     def lease(

@@ -188,15 +188,16 @@ class Manager:
             resolve=self.resolve,
             accept=self.accept_factory,
             admit=self.admit,
-            paused=None if self.pauses is None else self.paused(),
+            paused=self.paused(),
             weight=self.weighing.visit_rule(),
             dequeued=dequeued,
         )
 
     def paused(self) -> PauseSet | None:
-        """The pauses in force; while the store cannot be read, the last ones read (the
-        error is reported, and the next visit reads again)."""
-        assert self.pauses is not None
+        """The pauses in force (None: none kept in a store); while the store cannot be
+        read, the last ones read (the error is reported, and the next visit reads again)."""
+        if self.pauses is None:
+            return None
         try:
             return self.pauses.current()
         except StorageError as err:
@@ -278,13 +279,8 @@ class Manager:
                 raise NeedsThreeTransactions
             return Admission(room)
         room, not_before, taken = self.apply_app_limits(zone, room)
-        if not tenant_limits or room <= 0:
-            return Admission(room, not_before, taken)
-        try:
-            room, later, hold = self.tenant_admission.admit(zone, room, tenant_limits)
-        except StorageError as err:
-            self.emit("limits_error", zone=zone, error=str(err))
-            return Admission(0, not_before, taken)  # its unused app slots are released
+        # No room when the limits cannot be read: its unused app slots are released.
+        room, later, hold = self.tenant_admission.limit(zone, room)
         if later is not None:
             not_before = later if not_before is None else max(not_before, later)
         return Admission(room, not_before, taken, hold)

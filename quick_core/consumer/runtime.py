@@ -161,6 +161,7 @@ class Consumer(RunsForever):
             shutting_down=lambda: self._stopping.is_set() and self._workers is not None,
             stopping=self._stopping,
             router=router,
+            paused=self.manager.paused,  # the visits' cached pauses
         )
         self.lease_extender = LeaseExtender(cfg, ops, clock, flight, self._slots, emit)
         self.outcome_collector = OutcomeCollector(

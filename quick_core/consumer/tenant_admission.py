@@ -100,6 +100,21 @@ class TenantAdmission:
         found = self._found
         return () if found is None else found.of(zone)
 
+    def limit(self, zone: ZoneId, room: int) -> tuple[int, int | None, TenantHold | None]:
+        """A visit's ``room`` for ``zone`` cut to its tenant's limits (as :meth:`prepare`
+        read them): (room, not_before_ms or None, the hold to :meth:`settle` after the
+        dequeue, None when no limit applies). The visits of a consumer's Manager and of
+        ``quick serve``'s pull leaser both take it; a store that cannot be read gives no
+        room (nothing is taken)."""
+        limits = self.of(zone)
+        if not limits or room <= 0 or self.kv_limits is None:
+            return room, None, None
+        try:
+            return self.admit(zone, room, limits)
+        except StorageError as err:
+            self.emit("limits_error", zone=zone, error=str(err))
+            return 0, None, None
+
     def admit(
         self, zone: ZoneId, room: int, limits: Sequence[TenantLimit]
     ) -> tuple[int, int | None, TenantHold]:

@@ -1,6 +1,8 @@
 """A Worker runs one leased item: paper Algorithm 3.
 
-An item past its TTL, out of attempts or whose runs lapsed ``max_lapses`` times is
+An item whose app, tenant or job type was paused after it was leased (a consumer holds
+items ahead of its workers) is given back unstarted, no attempt counted, to run after the
+resume. An item past its TTL, out of attempts or whose runs lapsed ``max_lapses`` times is
 failed without running. Just before the handler starts, the item and its lease are
 checked in the store (:meth:`~quickzones.store.zones.KVZoneStore.start`): a cancelled or
 taken-over item never starts; else the lease is renewed and the run counted. An
@@ -46,6 +48,7 @@ from quickzones.errors import (
 from quickzones.registry import JobContext, JobType, Registry
 from quickzones.store.kv import KVError, run
 from quickzones.store.limits import Limits
+from quickzones.store.pauses import PauseSet
 from quickzones.tracing import run_span
 
 log = logging.getLogger("quick.consumer")
@@ -69,6 +72,7 @@ class Worker:
         shutting_down: Callable[[], bool],
         stopping: threading.Event,
         router: Router | None = None,
+        paused: Callable[[], PauseSet | None] = lambda: None,
     ) -> None:
         self.config = config
         self.clusters = clusters
@@ -83,6 +87,8 @@ class Worker:
         self.stopping = stopping
         self.failure_log = FailureLog(log)
         self.router = router or Router(config, registry, clock, emit)
+        # The pauses in force as the visits read them (cached: no store read per item).
+        self.paused = paused
 
     def execute(self, work: Work) -> str:
         """Run one leased item; returns the outcome ("completed", "requeued",
@@ -102,6 +108,11 @@ class Worker:
     def _execute(self, work: Work) -> str:
         zone, item = work.zone, work.item
         if self.shutting_down():
+            return self.ops.give_back(work)
+        pauses = self.paused()
+        if pauses is not None and pauses.holds(zone, item.job_type):
+            # Paused since its visit leased it: nothing new starts (issue 31 point 3).
+            self.emit("throttled", zone=zone, reason="paused")
             return self.ops.give_back(work)
         job = self.router.job_for(item.job_type)
         if job is None and not self.router.expired(item.item_id):

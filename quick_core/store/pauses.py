@@ -79,6 +79,10 @@ class PauseSet:
         """Nothing of ``zone`` may start: its app or the tenant itself is paused."""
         return any(p.whole_zones and p.covers(zone) for p in self.pauses)
 
+    def holds(self, zone: ZoneId, job_type: str) -> bool:
+        """An item of ``job_type`` in ``zone`` may not start (a Worker's start check)."""
+        return self.zone_paused(zone) or job_type in self.paused_types(zone)
+
     def paused_types(self, zone: ZoneId) -> frozenset[str]:
         """The job types whose items of ``zone`` may not start."""
         return frozenset(

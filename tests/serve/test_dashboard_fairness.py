@@ -100,8 +100,9 @@ def test_fairness_view_workers_page_and_pause_under_a_noisy_neighbour(
             page.click("#confirm")
             sync_api.expect(page.locator("#done")).to_have_text("paused app=a tenant=noisy")
             assert _cell(page, "noisy", "paused") == "tenant"
-            # Once what it held leased has run, its starts stop: a small tenant's new item
-            # runs meanwhile, and the noisy count has not moved.
+            # Once what was running has finished (what it held leased ahead is given back
+            # unstarted), its starts stop: a small tenant's new item runs meanwhile, and
+            # the noisy count has not moved.
             assert wait_for(lambda: _leased(q, "noisy") == 0)
             with lock:
                 before = started["noisy"]

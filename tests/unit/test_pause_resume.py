@@ -27,6 +27,7 @@ from quickzones.consumer import ConsumerConfig
 from quickzones.errors import InvalidArgument
 from quickzones.registry import JobContext
 from quickzones.store.pauses import REFRESH_S, Pause
+from tests.conftest import store_url
 from tests.waiting import wait_for
 
 QUICK = Path(sys.executable).with_name("quick")
@@ -133,6 +134,60 @@ def test_running_items_finish_when_their_tenant_is_paused(q: Quick) -> None:
         consumer.stop()
     status = q.status("a", "t1", first)
     assert status is None or status.state == "completed"
+
+
+def test_items_a_consumer_holds_do_not_start_once_their_tenant_is_paused(
+    backend: str, tmp_path: Path
+) -> None:
+    """A consumer leases items ahead of its workers (up to 16 a worker); a pause must hold
+    those back too, not only the items still in their zone: only what was running at the
+    pause finishes, the held items go back unstarted with no attempt counted, and all run
+    after the resume."""
+    q = Quick.open(store_url(backend, tmp_path))  # the system clock: handlers sleep for real
+    lock = threading.Lock()
+    starts: list[str] = []
+    after_pause: list[str] = []
+    paused = threading.Event()
+
+    @q.job("slow")
+    def slow(payload: object, ctx: JobContext) -> None:
+        with lock:
+            starts.append(ctx.item_id)
+            if paused.is_set():
+                after_pause.append(ctx.item_id)
+        time.sleep(0.2)
+
+    ids = [q.enqueue("slow", b"", app="a", tenant="t1") for _ in range(100)]
+    consumer = q.consumer(ConsumerConfig(workers=2))
+    consumer.start()
+    try:
+        assert wait_for(lambda: len(starts) >= 2, 60)
+        q.pause(app="a", tenant="t1")
+        paused.set()
+        # Another process's pause is read within REFRESH_S; this one's at once. Either
+        # way, wait past it and past the 0.2 s runs of what was running.
+        time.sleep(REFRESH_S * 2)
+        with lock:
+            started = set(starts)
+        # At most the two workers' items that had passed their start check as it paused.
+        assert len(after_pause) <= 2, f"{len(after_pause)} started after the pause"
+        held = [i for i in ids if i not in started]
+
+        def given_back() -> bool:
+            statuses = [q.status("a", "t1", i) for i in held]
+            return all(s is not None and s.state == "queued" for s in statuses)
+
+        assert wait_for(given_back, 60)
+        assert all(q.status("a", "t1", i).attempts == 0 for i in held)  # type: ignore[union-attr]
+        with lock:
+            assert set(starts) == started  # nothing more started while paused
+        q.resume(app="a", tenant="t1")
+        assert wait_for(lambda: len(set(starts)) == 100, 120)
+    finally:
+        consumer.stop()
+    assert sorted(starts) == sorted(ids)  # each ran once
+    assert q.dead_letters() == []
+    q.close()
 
 
 @pytest.mark.parametrize(
