@@ -31,8 +31,8 @@ from quickzones.consumer.slots import Slots
 from quickzones.errors import StorageError
 from quickzones.store.limits import Limits
 from quickzones.store.records import WorkItem, ZoneId
-from quickzones.store.toplevel import TopLevelQueue
 from quickzones.store.tenant_limits import TenantLimit, TenantLimits, TenantLimitSet
+from quickzones.store.toplevel import TopLevelQueue
 
 SCOPE = "tenant"  # the slots' scope in Limits
 # A zone held at a concurrency cap is looked at again this soon: a slot frees when one of
@@ -149,9 +149,7 @@ class TenantAdmission:
                 elif n < wanted and limit.job_type is None:
                     hold.full_recheck_ms = now_ms(self.clock) + RECHECK_MS
             if limit.rate is not None and n > 0:
-                granted, next_ms = self.kv_limits.grant_starts(
-                    name, n, limit.rate, limit.per_ms
-                )
+                granted, next_ms = self.kv_limits.grant_starts(name, n, limit.rate, limit.per_ms)
                 if granted < n:
                     wait = next_ms
                     hold.capped.pop(name, None)  # the rate holds it, not the cap
@@ -195,7 +193,6 @@ class TenantAdmission:
             # Slots lapse after their TTL; an unrefunded start only delays the next.
             self.emit("limits_error", zone=zone, error=str(err))
         return [name for name, got in hold.slots.items() if got]
-
 
     def requeued(self, toplevel: TopLevelQueue, zone: ZoneId, hold: TenantHold | None) -> None:
         """``zone``'s pointer was requeued after a visit: if a cap held it back, it waits

@@ -9,13 +9,17 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from quickzones.client import Quick
+from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
+from quickzones.consumer.cap_wake import CapWake
 from quickzones.consumer.tenant_admission import RECHECK_MS
+from quickzones.store.records import ZoneId
+from quickzones.store.toplevel import TopLevelQueue
 from tests.conftest import HAVE_FDB, store_url
 from tests.waiting import wait_for
 
@@ -83,3 +87,36 @@ def test_a_tenant_capped_at_2_runs_at_2_not_at_the_recheck_pace(real_q: Quick) -
     assert stalls <= 10, (stalls, drained_s)
     for tenant, ids in (("noisy", noisy), ("quiet", quiet)):
         assert all(q.status("a", tenant, i).attempts == 1 for i in ids)  # type: ignore[union-attr]
+
+
+class _Pulls:
+    """A top-level queue's part two, recorded (CapWake needs no other operation)."""
+
+    def __init__(self) -> None:
+        self.pulled: list[tuple[ZoneId, int]] = []
+
+    def pull_pointer_earlier(self, zone: ZoneId, vesting_ms: int) -> None:
+        self.pulled.append((zone, vesting_ms))
+
+
+def test_an_end_between_the_cap_count_and_the_requeue_still_wakes_the_zone() -> None:
+    """The item ends after the visit counted the full cap and before its pointer's
+    requeue committed: the zone is woken as soon as it is requeued, not RECHECK_MS on.
+    An end with nothing waiting wakes nothing; an app slot's end is not a tenant's."""
+    clock = ManualClock(1_000.0)
+    woken: list[int] = []
+    wake = CapWake(clock, lambda: woken.append(1))
+    top, zone, name = _Pulls(), ZoneId("a", "t"), ("a", "t")
+    queue = cast(TopLevelQueue, top)
+    wake.ended("tenant", name)  # nothing waits: nothing pulled
+    seen = wake.seen(name)
+    wake.ended("tenant", name)  # between the count and the requeue
+    wake.wait(name, seen, queue, zone)
+    assert top.pulled == [(zone, 1_000_000)] and woken == [1]
+    wake.wait(name, wake.seen(name), queue, zone)  # waits now
+    wake.ended("app", "a")
+    assert len(top.pulled) == 1
+    wake.ended("tenant", name)
+    assert top.pulled[-1] == (zone, 1_000_000) and len(top.pulled) == 2
+    wake.ended("tenant", name)  # woken once per wait
+    assert len(top.pulled) == 2
