@@ -77,6 +77,7 @@ class Manager:
         share: Callable[[], int] = lambda: 0,
         pauses: Pauses | None = None,
         weighing: Weighing | None = None,
+        wake_scanner: Callable[[], None] = lambda: None,
     ) -> None:
         self.config = config
         self.clusters = clusters
@@ -92,7 +93,8 @@ class Manager:
         self.pauses = pauses  # paused apps, tenants, job types (read at most once a second)
         # Tenant weights (Quick.consumer gives the store's), shared with the scanner.
         self.weighing = weighing or Weighing(emit)
-        self.tenant_admission = TenantAdmission(limits, slots, clock, emit)  # per-tenant
+        # Per-tenant limits; a zone held at a cap is woken when an item of it ends here.
+        self.tenant_admission = TenantAdmission(limits, slots, clock, emit, wake_scanner)
         self.one_transaction = OneTransactionGate(config.one_transaction_visits)
         self.visitor = ZoneVisitor(self.one_transaction, clock, emit)
 
@@ -255,9 +257,11 @@ class Manager:
         works: list[Work] = []
         size = self.visit_size()
         visits = [ZoneVisit(ref, size) for ref in refs]
+        cluster = self.clusters[refs[0].cluster]
+        top = cluster.toplevel
         try:
             self.visitor.visit(
-                self.clusters[refs[0].cluster],
+                cluster,
                 visits,
                 self.rules(hand_out, horizon_ms, works),
                 self.in_flight.capacity,
@@ -265,6 +269,8 @@ class Manager:
         finally:
             for v in visits:
                 self.settle(v.reserved, [])  # reservations no dequeue used
+                if v.outcome == "requeued":
+                    self.tenant_admission.requeued(top, v.zone, v.tenant_hold)
         return works
 
     def admit(self, zone: ZoneId, room: int, tr: KVTransaction | None) -> Admission:

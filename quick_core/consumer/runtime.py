@@ -139,6 +139,7 @@ class Consumer(RunsForever):
             accept=lambda reserved: router.accept(self._accept(reserved)),
             share=lambda: self.scanner.share,
             weighing=weighing,
+            wake_scanner=lambda: self.scanner.wake(),
         )
         self._accept: Callable[[dict[str, str]], Callable[[WorkItem], bool]]
         self._accept = self.manager.accept

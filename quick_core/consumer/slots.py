@@ -3,7 +3,8 @@ consumers), held by a consumer in the shared ``Limits`` store.
 
 A Manager (Algorithm 2) takes app slots for the items it dequeues, a Worker (Algorithm 3)
 takes a job type's slot while its handler runs, and the lease extender keeps the held ones
-from lapsing.
+from lapsing. When a running item's slot is released, the watchers are told
+(:mod:`quickzones.consumer.cap_wake`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class Slots:
         self.item_lease_s = item_lease_s
         self.lock = lock
         self.held: Counter[tuple[str, SlotName]] = Counter()
+        # Told when a running item's slot is released (consumer.cap_wake).
+        self.watchers: list[Callable[[str, SlotName], None]] = []
 
     def ttl_ms(self) -> int:
         return int(max(10.0, self.item_lease_s) * 1000)
@@ -55,6 +58,13 @@ class Slots:
             self.limits.release_slots(scope, name, self.owner, n, self.ttl_ms())
         except StorageError:
             pass  # the slot record lapses after its TTL
+
+    def ended(self, scope: str, name: SlotName) -> None:
+        """Release the slot of an item whose handler ended, and tell the watchers: a zone
+        held back at that cap can be visited again."""
+        self.release(scope, name, 1)
+        for watcher in self.watchers:
+            watcher(scope, name)
 
     def refresh_once(self) -> None:
         """Keep this consumer's pool-wide concurrency slots from lapsing."""

@@ -12,7 +12,10 @@ visit's slots taken ahead of the dequeue hold no other consumer back.
 
 What the limits hold back stays vested, counts no attempt, and the zone's pointer is
 requeued no earlier than when a start may be allowed (the next evenly spaced start, or
-``RECHECK_MS`` for a concurrency cap): never visited in a loop, and no other tenant waits.
+``RECHECK_MS`` for a concurrency cap that the visit found or left full): never visited in
+a loop, and no other tenant waits. A cap's ``RECHECK_MS`` is the fallback for slots that
+free on other consumers: when one of the tenant's items ends on this one, the zone is
+woken at once (:mod:`quickzones.consumer.cap_wake`).
 """
 
 from __future__ import annotations
@@ -23,15 +26,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quickzones.clock import Clock, now_ms
+from quickzones.consumer.cap_wake import CapWake
 from quickzones.consumer.slots import Slots
 from quickzones.errors import StorageError
 from quickzones.store.limits import Limits
 from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.tenant_limits import TenantLimit, TenantLimits, TenantLimitSet
+from quickzones.store.toplevel import TopLevelQueue
 
 SCOPE = "tenant"  # the slots' scope in Limits
 # A zone held at a concurrency cap is looked at again this soon: a slot frees when one of
-# its items ends, on any consumer, and nothing tells this one.
+# its items ends, on any consumer, and only an end on this one tells it (CapWake).
 RECHECK_MS = 250
 
 Name = tuple[str, ...]
@@ -47,6 +52,18 @@ class TenantHold:
     taken: dict[str, str] = field(default_factory=dict)  # item id -> job type, admitted
     type_recheck_ms: int = 0  # when a job type held back may be allowed again
     held_back: bool = False  # the dequeue left an item of a limited job type
+    capped: dict[Name, int] = field(default_factory=dict)  # caps found full: ends seen
+    full_recheck_ms: int = 0  # the tenant's cap was filled: look again then, or when woken
+
+    def not_before(self, not_before: int | None, took: int, room: int) -> int | None:
+        """When the zone's pointer may vest again after a dequeue that took ``took`` of
+        ``room``: only items of a job type at its tenant's limit left (as paused ones), or
+        the tenant's cap filled by this visit (its pointer waits for a wake)."""
+        if self.held_back and took < room:
+            not_before = max(not_before or 0, self.type_recheck_ms)
+        if self.full_recheck_ms and took >= room:
+            not_before = max(not_before or 0, self.full_recheck_ms)
+        return not_before
 
     def accept(self, inner: Callable[[WorkItem], bool] | None) -> Callable[[WorkItem], bool] | None:
         """``inner`` with each limited job type cut to its room. Retried dequeue tries
@@ -74,12 +91,19 @@ class TenantAdmission:
     """A consumer's enforcement of per-tenant limits (one per Manager)."""
 
     def __init__(
-        self, limits: Limits | None, slots: Slots, clock: Clock, emit: Callable[..., Any]
+        self,
+        limits: Limits | None,
+        slots: Slots,
+        clock: Clock,
+        emit: Callable[..., Any],
+        wake_scanner: Callable[[], None] = lambda: None,
     ) -> None:
         self.kv_limits = limits  # slots and start grants
         self.slots = slots
         self.clock = clock
         self.emit = emit
+        self.wake = CapWake(clock, wake_scanner)  # zones held at a cap, woken by an end
+        slots.watchers.append(self.wake.ended)
         self.limits: TenantLimits | None = None  # set by Quick.consumer: the store's
         self._found: TenantLimitSet | None = None  # as :meth:`prepare` read them
 
@@ -129,17 +153,23 @@ class TenantAdmission:
             n = room
             wait: int | None = None
             if limit.max_running is not None and n > 0:
+                seen, wanted = self.wake.seen(name), n
                 n = self.slots.acquire(SCOPE, name, n, limit.max_running)
                 hold.slots[name] = n
+                if n < wanted:  # the cap is full now: wait for a wake (CapWake)
+                    hold.capped[name] = seen
                 if n == 0:
                     wait = now_ms(self.clock) + RECHECK_MS
                     self.emit("throttled", zone=zone, reason="tenant concurrency cap")
+                elif n < wanted and limit.job_type is None:
+                    hold.full_recheck_ms = now_ms(self.clock) + RECHECK_MS
             if limit.rate is not None and n > 0:
-                granted, next_ms = self.kv_limits.grant_starts(
-                    name, n, limit.rate, limit.per_ms
-                )
+                granted, next_ms = self.kv_limits.grant_starts(name, n, limit.rate, limit.per_ms)
                 if granted < n:
                     wait = next_ms
+                    hold.capped.pop(name, None)  # the rate holds it, not the cap
+                    if limit.job_type is None:
+                        hold.full_recheck_ms = 0
                     self.emit("throttled", zone=zone, reason="tenant start rate")
                     if name in hold.slots:
                         self.slots.release(SCOPE, name, n - granted)
@@ -178,6 +208,12 @@ class TenantAdmission:
             # Slots lapse after their TTL; an unrefunded start only delays the next.
             self.emit("limits_error", zone=zone, error=str(err))
         return [name for name, got in hold.slots.items() if got]
+
+    def requeued(self, toplevel: TopLevelQueue, zone: ZoneId, hold: TenantHold | None) -> None:
+        """``zone``'s pointer was requeued after a visit: if a cap held it back, it waits
+        for the next end of one of the tenant's items here."""
+        for name, seen in ({} if hold is None else hold.capped).items():
+            self.wake.wait(name, seen, toplevel, zone)
 
 
 def slots_of(item: WorkItem, held: Sequence[Name]) -> tuple[Name, ...]:

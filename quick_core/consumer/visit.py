@@ -327,9 +327,8 @@ class ZoneVisitor:
             # Only paused items were left: look again when a resume can have been read,
             # not at once (their vesting time is now, and they would be visited in a loop).
             not_before = max(not_before or 0, hold.recheck_ms)
-        if limited is not None and limited.held_back and len(v.items) < admitted.room:
-            # Only items of a job type at its tenant's limit were left: as paused ones.
-            not_before = max(not_before or 0, limited.type_recheck_ms)
+        if limited is not None:  # a job type or the tenant at its limit
+            not_before = limited.not_before(not_before, len(v.items), admitted.room)
 
         def min_vesting(t: KVTransaction) -> int | None:
             earliest = zones.min_vesting_ms(zone, tr=t)

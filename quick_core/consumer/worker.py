@@ -103,7 +103,7 @@ class Worker:
             if work.app_slot:
                 self.slots.release("app", work.zone.app, 1)
             for name in work.tenant_slots:
-                self.slots.release("tenant", name, 1)
+                self.slots.ended("tenant", name)  # wakes a zone held at the cap
 
     def _execute(self, work: Work) -> str:
         zone, item = work.zone, work.item
