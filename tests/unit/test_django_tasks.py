@@ -23,8 +23,9 @@ import pytest
 from quickzones.client import Quick
 from quickzones.testing.provision.postgres import postgres_skip_reason
 
-pytest.importorskip("django")
-pytest.importorskip("django_tasks")
+django = pytest.importorskip("django")
+if django.VERSION < (6, 0):  # Django 6 has django.tasks; before it, the reference package
+    pytest.importorskip("django_tasks")
 
 PROJECT = Path(__file__).resolve().parent.parent / "django_project"
 PRELUDE = textwrap.dedent(
