@@ -284,8 +284,11 @@ class PullLeaser:
             weight=self.weighing.visit_rule(),
             dequeued=self._dequeued,
         )
-        # A weighted zone's turn is its weight times the visit's size, at most the room.
-        self.visitor.visit(self.cluster, [v], rules, capacity=lambda: room)
+        # A weighted zone's turn is its weight times the visit's size, at most the room;
+        # with a job-type filter, ``accept`` keeps to the room, and the dequeue must see
+        # past the items it skips (a room of 1 would peek only the first, maybe unwanted).
+        capacity = None if accept is not None else (lambda: room)
+        self.visitor.visit(self.cluster, [v], rules, capacity=capacity)
         return v
 
     def _admit(self, zone: ZoneId, room: int, tr: KVTransaction | None) -> Admission:
