@@ -12,6 +12,7 @@ second without a read per visit.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgpack
@@ -20,6 +21,7 @@ from quickzones.clock import Clock, now_ms
 from quickzones.errors import InvalidArgument
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, run
+from quickzones.store.meta_sets import CachedRecordSet
 from quickzones.store.records import ZoneId
 from quickzones.store.validation import check_job_type, check_name
 
@@ -98,18 +100,14 @@ def _unfield(value: object) -> str | None:
     return None if value == "" else str(value)
 
 
-class Pauses:
+class Pauses(CachedRecordSet[Pause, PauseSet]):
     """Sets, clears and reads pauses over the KV store; :meth:`current` is the cached read
     consumers take each visit."""
 
     def __init__(
         self, kv: KVStore, keys: KeySpace, clock: Clock, refresh_s: float = REFRESH_S
     ) -> None:
-        self.kv = kv
-        self.keys = keys
-        self.clock = clock
-        self.refresh_s = refresh_s
-        self._cached: tuple[float, PauseSet] | None = None
+        super().__init__(kv, keys, clock, refresh_s)
 
     def _key(self, p: Pause) -> bytes:
         return self.keys.meta_key("pause", _field(p.app), _field(p.tenant), _field(p.job_type))
@@ -141,15 +139,7 @@ class Pauses:
         was none (a tenant's pause is not lifted by resuming its app, nor the reverse)."""
         key = self._key(Pause.of(app, tenant, job_type))
 
-        def clear(tr: KVTransaction) -> bool:
-            if tr.get(key) is None:
-                return False
-            tr.clear(key)
-            return True
-
-        lifted = run(self.kv, clear)
-        self._cached = None
-        return lifted
+        return self._drop(key)
 
     def list(self) -> list[Pause]:
         """Every pause in force, read now."""
@@ -165,17 +155,5 @@ class Pauses:
 
         return run(self.kv, read)
 
-    @property
-    def last(self) -> PauseSet | None:
-        """The pauses last read, however old (None before the first read)."""
-        return None if self._cached is None else self._cached[1]
-
-    def current(self) -> PauseSet:
-        """The pauses in force, read at most once each ``refresh_s``: a visit's view."""
-        now = self.clock.now()
-        cached = self._cached
-        if cached is not None and now - cached[0] < self.refresh_s:
-            return cached[1]
-        found = PauseSet(tuple(self.list()))
-        self._cached = (now, found)
-        return found
+    def _set_of(self, records: Sequence[Pause]) -> PauseSet:
+        return PauseSet(tuple(records))

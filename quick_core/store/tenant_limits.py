@@ -16,6 +16,7 @@ at again when a start is allowed, not in a loop. Readers keep the set for ``refr
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgpack
@@ -24,6 +25,7 @@ from quickzones.clock import Clock
 from quickzones.errors import InvalidArgument
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, run
+from quickzones.store.meta_sets import CachedRecordSet
 from quickzones.store.records import ZoneId
 from quickzones.store.validation import check_job_type, check_name
 
@@ -130,18 +132,14 @@ def limit_of(
     return TenantLimit(target.app, target.tenant, target.job_type, max_running, rate, per_s)
 
 
-class TenantLimits:
+class TenantLimits(CachedRecordSet[TenantLimit, TenantLimitSet]):
     """Sets, clears and reads per-tenant limits over the KV store; :meth:`current` is the
     cached read each visit takes."""
 
     def __init__(
         self, kv: KVStore, keys: KeySpace, clock: Clock, refresh_s: float = REFRESH_S
     ) -> None:
-        self.kv = kv
-        self.keys = keys
-        self.clock = clock
-        self.refresh_s = refresh_s
-        self._cached: tuple[float, TenantLimitSet] | None = None
+        super().__init__(kv, keys, clock, refresh_s)
 
     def _key(self, app: str, tenant: str, job_type: str | None) -> bytes:
         return self.keys.meta_key("tenant_limit", app, tenant, job_type or "")
@@ -165,15 +163,7 @@ class TenantLimits:
             None if job_type is None else check_job_type(job_type),
         )
 
-        def drop(tr: KVTransaction) -> bool:
-            if tr.get(key) is None:
-                return False
-            tr.clear(key)
-            return True
-
-        dropped = run(self.kv, drop)
-        self._cached = None
-        return dropped
+        return self._drop(key)
 
     def list(self) -> list[TenantLimit]:
         """Every limit in force, read now."""
@@ -190,21 +180,9 @@ class TenantLimits:
 
         return run(self.kv, read)
 
-    @property
-    def last(self) -> TenantLimitSet | None:
-        """The limits last read, however old (None before the first read)."""
-        return None if self._cached is None else self._cached[1]
-
-    def current(self) -> TenantLimitSet:
-        """The limits in force, read at most once each ``refresh_s``."""
-        now = self.clock.now()
-        cached = self._cached
-        if cached is not None and now - cached[0] < self.refresh_s:
-            return cached[1]
+    def _set_of(self, records: Sequence[TenantLimit]) -> TenantLimitSet:
         by_zone: dict[tuple[str, str], tuple[TenantLimit, ...]] = {}
-        for limit in self.list():
+        for limit in records:
             zone = (limit.app, limit.tenant)
             by_zone[zone] = (*by_zone.get(zone, ()), limit)
-        found = TenantLimitSet(by_zone)
-        self._cached = (now, found)
-        return found
+        return TenantLimitSet(by_zone)

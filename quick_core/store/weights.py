@@ -16,6 +16,7 @@ a second, none per visit, and a change takes effect within about a second.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgpack
@@ -24,6 +25,7 @@ from quickzones.clock import Clock
 from quickzones.errors import InvalidArgument
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, run
+from quickzones.store.meta_sets import CachedRecordSet
 from quickzones.store.records import ZoneId
 from quickzones.store.validation import check_name
 
@@ -89,18 +91,14 @@ class WeightSet:
 NO_WEIGHTS = WeightSet({}, {})
 
 
-class Weights:
+class Weights(CachedRecordSet[TenantWeight, WeightSet]):
     """Sets, clears and reads weights over the KV store; :meth:`current` is the cached
     read consumers weigh their scans and visits by."""
 
     def __init__(
         self, kv: KVStore, keys: KeySpace, clock: Clock, refresh_s: float = REFRESH_S
     ) -> None:
-        self.kv = kv
-        self.keys = keys
-        self.clock = clock
-        self.refresh_s = refresh_s
-        self._cached: tuple[float, WeightSet] | None = None
+        super().__init__(kv, keys, clock, refresh_s)
 
     def _key(self, app: str, tenant: str | None) -> bytes:
         return self.keys.meta_key("weight", app, "" if tenant is None else tenant)
@@ -123,15 +121,7 @@ class Weights:
         named = None if tenant is None else check_name("tenant", tenant)
         key = self._key(check_name("app", app), named)
 
-        def drop(tr: KVTransaction) -> bool:
-            if tr.get(key) is None:
-                return False
-            tr.clear(key)
-            return True
-
-        dropped = run(self.kv, drop)
-        self._cached = None
-        return dropped
+        return self._drop(key)
 
     def list(self) -> list[TenantWeight]:
         """Every stored weight, read now."""
@@ -147,17 +137,5 @@ class Weights:
 
         return run(self.kv, read)
 
-    @property
-    def last(self) -> WeightSet | None:
-        """The weights last read, however old (None before the first read)."""
-        return None if self._cached is None else self._cached[1]
-
-    def current(self) -> WeightSet:
-        """The weights in force, read at most once each ``refresh_s``."""
-        now = self.clock.now()
-        cached = self._cached
-        if cached is not None and now - cached[0] < self.refresh_s:
-            return cached[1]
-        found = WeightSet.of(self.list())
-        self._cached = (now, found)
-        return found
+    def _set_of(self, records: Sequence[TenantWeight]) -> WeightSet:
+        return WeightSet.of(list(records))
