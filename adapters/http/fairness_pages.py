@@ -41,6 +41,25 @@ def mount_fairness_pages(
 ) -> None:
     q = board.state.q
 
+    def admin_page(request: Request, app_name: str) -> TokenInfo | Response:
+        """The signed-in admin of ``app_name`` a confirmation page is for, or the answer
+        that refuses it (sign in, another app's token, a view token)."""
+        who, refused = admit(request, app_name)
+        if refused is not None:
+            return refused
+        assert who is not None
+        return read_only(request, who) or who
+
+    def admin_post(request: Request, app_name: str, csrf: str) -> TokenInfo | Response:
+        """The admin of ``app_name`` a control's POST comes from, with the session's CSRF
+        token, or the answer that refuses it; nothing is changed before this is checked."""
+        who = session(request)
+        if who is None:
+            return JSONResponse({"error": "unauthenticated"}, 401)
+        if not board.check_csrf(who, csrf):
+            return bad_csrf()
+        return forbidden(request, who, app_name) or read_only(request, who) or who
+
     @app.get("/apps/{app_name}/fairness", include_in_schema=False)
     def fairness_page(request: Request, app_name: str, done: str = "") -> Response:
         who, refused = admit(request, app_name)
@@ -73,13 +92,9 @@ def mount_fairness_pages(
     def pause_confirm(
         request: Request, app_name: str, action: str, tenant: str = "", job_type: str = ""
     ) -> Response:
-        who, refused = admit(request, app_name)
-        if refused is not None:
-            return refused
-        assert who is not None
-        refused = read_only(request, who)
-        if refused is not None:
-            return refused
+        who = admin_page(request, app_name)
+        if isinstance(who, Response):
+            return who
         target = _pause_of(action, app_name, tenant, job_type)
         if isinstance(target, Response):
             return target
@@ -98,14 +113,9 @@ def mount_fairness_pages(
         tenant: str = Form(""),
         job_type: str = Form(""),
     ) -> Response:
-        who = session(request)
-        if who is None:
-            return JSONResponse({"error": "unauthenticated"}, 401)
-        if not board.check_csrf(who, csrf):
-            return bad_csrf()
-        denied = forbidden(request, who, app_name) or read_only(request, who)
-        if denied is not None:
-            return denied
+        who = admin_post(request, app_name, csrf)
+        if isinstance(who, Response):
+            return who
         target = _pause_of(action, app_name, tenant, job_type)
         if isinstance(target, Response):
             return target
@@ -127,13 +137,9 @@ def mount_fairness_pages(
     def weight_confirm(
         request: Request, app_name: str, weight: str = "", tenant: str = ""
     ) -> Response:
-        who, refused = admit(request, app_name)
-        if refused is not None:
-            return refused
-        assert who is not None
-        refused = read_only(request, who)
-        if refused is not None:
-            return refused
+        who = admin_page(request, app_name)
+        if isinstance(who, Response):
+            return who
         target = _weight_of(tenant, weight)
         if isinstance(target, Response):
             return target
@@ -150,14 +156,9 @@ def mount_fairness_pages(
         tenant: str = Form(""),
         weight: str = Form(""),
     ) -> Response:
-        who = session(request)
-        if who is None:
-            return JSONResponse({"error": "unauthenticated"}, 401)
-        if not board.check_csrf(who, csrf):
-            return bad_csrf()
-        denied = forbidden(request, who, app_name) or read_only(request, who)
-        if denied is not None:
-            return denied
+        who = admin_post(request, app_name, csrf)
+        if isinstance(who, Response):
+            return who
         target = _weight_of(tenant, weight)
         if isinstance(target, Response):
             return target
