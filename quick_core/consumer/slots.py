@@ -35,6 +35,12 @@ class Slots:
         self.item_lease_s = item_lease_s
         self.lock = lock
         self.held: Counter[tuple[str, SlotName]] = Counter()
+        # Each change to this owner's count in the store and to ``held`` is made under it,
+        # so a refresh (which writes ``held`` as the count) never lands between an acquire's
+        # write and its update of ``held``: it would write the count before the acquire,
+        # and another consumer could take the slot this one holds (3 running under a cap
+        # of 2, seen under load).
+        self._sync = threading.Lock()
         # Told when a running item's slot is released (consumer.cap_wake).
         self.watchers: list[Callable[[str, SlotName], None]] = []
 
@@ -43,21 +49,23 @@ class Slots:
 
     def acquire(self, scope: str, name: SlotName, wanted: int, cap: int) -> int:
         assert self.limits is not None
-        got = self.limits.acquire_slots(scope, name, self.owner, wanted, cap, self.ttl_ms())
-        if got:
-            with self.lock:
-                self.held[(scope, name)] += got
+        with self._sync:
+            got = self.limits.acquire_slots(scope, name, self.owner, wanted, cap, self.ttl_ms())
+            if got:
+                with self.lock:
+                    self.held[(scope, name)] += got
         return got
 
     def release(self, scope: str, name: SlotName, n: int) -> None:
         if self.limits is None or n <= 0:
             return
-        with self.lock:
-            self.held[(scope, name)] -= n
-        try:
-            self.limits.release_slots(scope, name, self.owner, n, self.ttl_ms())
-        except StorageError:
-            pass  # the slot record lapses after its TTL
+        with self._sync:
+            with self.lock:
+                self.held[(scope, name)] -= n
+            try:
+                self.limits.release_slots(scope, name, self.owner, n, self.ttl_ms())
+            except StorageError:
+                pass  # the slot record lapses after its TTL
 
     def ended(self, scope: str, name: SlotName) -> None:
         """Release the slot of an item whose handler ended, and tell the watchers: a zone
@@ -71,9 +79,14 @@ class Slots:
         if self.limits is None:
             return
         with self.lock:
-            held = [(k, n) for k, n in self.held.items() if n > 0]
-        for (scope, name), n in held:
-            try:
-                self.limits.refresh_slots(scope, name, self.owner, n, self.ttl_ms())
-            except StorageError as err:
-                self.emit("limits_error", error=str(err))
+            names = [k for k, n in self.held.items() if n > 0]
+        for scope, name in names:
+            with self._sync:  # the count as it is now, not as it was before an acquire
+                with self.lock:
+                    n = self.held[(scope, name)]
+                if n <= 0:
+                    continue
+                try:
+                    self.limits.refresh_slots(scope, name, self.owner, n, self.ttl_ms())
+                except StorageError as err:
+                    self.emit("limits_error", error=str(err))

@@ -117,6 +117,10 @@ class TenantAdmission:
             self._found = self.limits.current()
         except StorageError as err:
             self.emit("limits_error", error=str(err))
+            if self.limits.last is None:
+                # Nothing read yet: visiting now would take items as if no tenant had a
+                # limit. The visit fails instead, and the scanner backs off and tries again.
+                raise
             self._found = self.limits.last
 
     def of(self, zone: ZoneId) -> tuple[TenantLimit, ...]:
