@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -57,11 +58,7 @@ def weight_clear(store: str, app: str, tenant: str | None) -> None:
         dropped = q.clear_weight(app, tenant)
     finally:
         q.close()
-    who = f"app={app}" + ("" if tenant is None else f" tenant={tenant}")
-    if not dropped:
-        click.echo(f"{who} had no weight", err=True)
-        sys.exit(1)
-    click.echo(f"cleared {who}")
+    _cleared(f"app={app}" + ("" if tenant is None else f" tenant={tenant}"), dropped, "weight")
 
 
 @weight_group.command("show")
@@ -75,13 +72,7 @@ def weight_show(store: str, as_json: bool) -> None:
         weights = q.weights()
     finally:
         q.close()
-    if as_json:
-        click.echo(json.dumps([weight_json(w) for w in weights], sort_keys=True))
-        return
-    if not weights:
-        click.echo("no weights: every tenant weighs 1")
-    for w in weights:
-        click.echo(w.describe())
+    _show(weights, as_json, weight_json, "no weights: every tenant weighs 1")
 
 
 def weight_json(w: TenantWeight) -> dict[str, Any]:
@@ -144,10 +135,7 @@ def limit_clear(store: str, app: str, tenant: str, job_type: str | None) -> None
     finally:
         q.close()
     who = f"app={app} tenant={tenant}" + ("" if job_type is None else f" job_type={job_type}")
-    if not lifted:
-        click.echo(f"{who} had no limit", err=True)
-        sys.exit(1)
-    click.echo(f"cleared {who}")
+    _cleared(who, lifted, "limit")
 
 
 @limit_group.command("show")
@@ -161,14 +149,27 @@ def limit_show(store: str, as_json: bool) -> None:
         limits = q.tenant_limits()
     finally:
         q.close()
-    if as_json:
-        click.echo(json.dumps([limit_json(lim) for lim in limits], sort_keys=True))
-        return
-    if not limits:
-        click.echo("no tenant limits")
-    for lim in limits:
-        click.echo(lim.describe())
+    _show(limits, as_json, limit_json, "no tenant limits")
 
 
 def limit_json(limit: TenantLimit) -> dict[str, Any]:
     return limit.as_dict()
+
+
+def _cleared(who: str, dropped: bool, what: str) -> None:
+    """A clear's answer: exit status 1 when there was nothing to clear."""
+    if not dropped:
+        click.echo(f"{who} had no {what}", err=True)
+        sys.exit(1)
+    click.echo(f"cleared {who}")
+
+
+def _show(records: Sequence[Any], as_json: bool, to_json: Callable[[Any], Any], none: str) -> None:
+    """A show's answer: one JSON list, or a line each (``none`` when there is none)."""
+    if as_json:
+        click.echo(json.dumps([to_json(r) for r in records], sort_keys=True))
+        return
+    if not records:
+        click.echo(none)
+    for r in records:
+        click.echo(r.describe())
