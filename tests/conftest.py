@@ -101,6 +101,17 @@ def q(backend: str, tmp_path: Path, clock: ManualClock) -> Iterator[Quick]:
     quick.close()
 
 
+@pytest.fixture(
+    params=["memory", "sqlite", *([pytest.param("fdb", marks=pytest.mark.fdb)] if HAVE_FDB else [])]
+)
+def live_q(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Quick]:
+    """A client on the system clock, on the stores where a started consumer's timing
+    differs most (in process, a file, a real cluster): fairness, weights and limits."""
+    quick = Quick.open(store_url(str(request.param), tmp_path))
+    yield quick
+    quick.close()
+
+
 @pytest.fixture(params=["memory", "sqlite", *(["postgres"] if HAVE_POSTGRES else [])])
 def real_q(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Quick]:
     """A client on the system clock: a started consumer's threads sleep in real time."""

@@ -7,11 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, cast
-
-import pytest
 
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
@@ -20,27 +16,8 @@ from quickzones.consumer.cap_wake import CapWake
 from quickzones.consumer.tenant_admission import RECHECK_MS
 from quickzones.store.records import ZoneId
 from quickzones.store.toplevel import TopLevelQueue
-from tests.conftest import HAVE_FDB, store_url
+from tests.unit.helpers import most_at_once
 from tests.waiting import wait_for
-
-REAL = ["memory", "sqlite", *([pytest.param("fdb", marks=pytest.mark.fdb)] if HAVE_FDB else [])]
-
-
-@pytest.fixture(params=REAL)
-def real_q(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Quick]:
-    """A client on the system clock (a started consumer's threads run in real time)."""
-    quick = Quick.open(store_url(str(request.param), tmp_path))
-    yield quick
-    quick.close()
-
-
-def _most_at_once(spans: list[tuple[float, float]]) -> int:
-    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
-    most = now = 0
-    for _, step in edges:
-        now += step
-        most = max(most, now)
-    return most
 
 
 def _stalls(spans: list[tuple[float, float]], cap: int, gap_s: float) -> int:
@@ -51,13 +28,13 @@ def _stalls(spans: list[tuple[float, float]], cap: int, gap_s: float) -> int:
     return sum(1 for k in range(cap, len(starts)) if starts[k] - ends[k - cap] > gap_s)
 
 
-def test_a_tenant_capped_at_2_runs_at_2_not_at_the_recheck_pace(real_q: Quick) -> None:
+def test_a_tenant_capped_at_2_runs_at_2_not_at_the_recheck_pace(live_q: Quick) -> None:
     """200 items of 10 ms, max_running=2, one consumer of 4 workers: never 3 at once,
     and a freed slot is taken again without a ``RECHECK_MS`` stall (unchanged code: 99 of
     198 starts waited more than RECHECK_MS / 2 behind a free slot on memory, 99 on
     sqlite; the drain took 25 s against 1 s of work a slot). Another tenant's 50 items
     all ran; every item ran once."""
-    q = real_q
+    q = live_q
     spans: dict[str, list[tuple[float, float]]] = {"noisy": [], "quiet": []}
     lock = threading.Lock()
 
@@ -81,7 +58,7 @@ def test_a_tenant_capped_at_2_runs_at_2_not_at_the_recheck_pace(real_q: Quick) -
     finally:
         consumer.stop()
     assert len(spans["noisy"]) == 200 and len(spans["quiet"]) == 50
-    assert _most_at_once(spans["noisy"]) <= 2
+    assert most_at_once(spans["noisy"]) <= 2
     stalls = _stalls(spans["noisy"], 2, RECHECK_MS / 2000)
     # A noisy machine may stall a few starts; the recheck pace stalls every other one.
     assert stalls <= 10, (stalls, drained_s)

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,31 +25,10 @@ from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
 from quickzones.errors import InvalidArgument
 from quickzones.store.tenant_limits import TenantLimit
-from tests.conftest import HAVE_FDB, store_url
+from tests.unit.helpers import most_at_once
 from tests.waiting import wait_for
 
 QUICK = Path(sys.executable).with_name("quick")
-
-
-REAL = ["memory", "sqlite", *([pytest.param("fdb", marks=pytest.mark.fdb)] if HAVE_FDB else [])]
-
-
-@pytest.fixture(params=REAL)
-def real_q(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Quick]:
-    """A client on the system clock (a started consumer's threads run in real time)."""
-    quick = Quick.open(store_url(str(request.param), tmp_path))
-    yield quick
-    quick.close()
-
-
-def _most_at_once(spans: list[tuple[float, float]]) -> int:
-    """The most spans (start, end) open at one moment."""
-    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
-    most = now = 0
-    for _, step in edges:
-        now += step
-        most = max(most, now)
-    return most
 
 
 # --- concurrency ------------------------------------------------------------------------
@@ -113,16 +91,16 @@ def test_a_tenant_limited_to_2_running_never_runs_3_across_2_worker_processes(
                 p.wait(timeout=60)
         spans = _spans(tmp_path)
         assert len(spans["noisy"]) == 60 and len(spans["quiet"]) == 20
-        assert _most_at_once(spans["noisy"]) == 2
-        assert _most_at_once(spans["quiet"]) > 2  # others are not held to it
+        assert most_at_once(spans["noisy"]) == 2
+        assert most_at_once(spans["quiet"]) > 2  # others are not held to it
         # The quiet tenant was not held behind the noisy one's backlog.
         assert max(e for _, e in spans["quiet"]) < max(e for _, e in spans["noisy"])
     finally:
         q.close()
 
 
-def test_a_tenant_and_job_type_limit_holds_only_that_type(real_q: Quick) -> None:
-    q = real_q
+def test_a_tenant_and_job_type_limit_holds_only_that_type(live_q: Quick) -> None:
+    q = live_q
     running = {"report": 0, "mail": 0}
     most = {"report": 0, "mail": 0}
     lock = threading.Lock()
@@ -158,11 +136,11 @@ def _state(q: Quick, item_id: str) -> str | None:
 # --- rate -------------------------------------------------------------------------------
 
 
-def test_a_rate_limit_of_10_a_second_holds_and_counts_no_attempt(real_q: Quick) -> None:
+def test_a_rate_limit_of_10_a_second_holds_and_counts_no_attempt(live_q: Quick) -> None:
     """61 items at 10/s over two consumers: the first to the last start take at least
     6 s less 5 % (unchanged code, no limit: all 61 started within 0.002 s); each ran once;
     another tenant's 50 items are not held behind them."""
-    q = real_q
+    q = live_q
     starts: dict[str, list[float]] = {"slow": [], "other": []}
     lock = threading.Lock()
 

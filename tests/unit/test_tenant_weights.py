@@ -9,8 +9,6 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,24 +22,12 @@ from quickzones.consumer import ConsumerConfig
 from quickzones.errors import InvalidArgument
 from quickzones.store.tenant_limits import TenantLimit, TenantLimits
 from quickzones.store.weights import REFRESH_S, TenantWeight, Weights
-from tests.conftest import HAVE_FDB, store_url
 from tests.waiting import wait_for
 
 BACKLOG = 4000
 # Counted past the first 300 starts, over 3,000: long against a visit's size (up to 32 here),
 # the most one tenant's dequeues run ahead of its weighted share at any moment.
 WINDOW = (300, 3300)
-
-
-REAL = ["memory", "sqlite", *([pytest.param("fdb", marks=pytest.mark.fdb)] if HAVE_FDB else [])]
-
-
-@pytest.fixture(params=REAL)
-def real_q(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Quick]:
-    """A client on the system clock (a started consumer's threads run in real time)."""
-    quick = Quick.open(store_url(str(request.param), tmp_path))
-    yield quick
-    quick.close()
 
 
 class _Starts:
@@ -85,12 +71,12 @@ def _run(q: Quick, config: ConsumerConfig, until: int, starts: _Starts) -> None:
 
 @pytest.mark.parametrize("in_order", [True, False])
 def test_weights_3_and_1_start_in_ratio_3_to_1_on_one_consumer(
-    real_q: Quick, in_order: bool
+    live_q: Quick, in_order: bool
 ) -> None:
     """Two unbounded backlogs, one consumer (the in-order scanner, or a random one): past
     the first 300 starts, the next 3,000 are 3:1 within 10 %. (Unchanged code, weights ignored: 1.04
     in order, 1.27 random, over starts 300 to 1,500.)"""
-    q = real_q
+    q = live_q
     starts = _Starts(q)
     q.set_weight("app", "gold", 3)
     _run(q, _contended(q, in_order=in_order), WINDOW[1], starts)
@@ -99,8 +85,8 @@ def test_weights_3_and_1_start_in_ratio_3_to_1_on_one_consumer(
     assert 2.7 <= ratio <= 3.3, seen
 
 
-def test_an_apps_default_weight_is_every_tenants_without_their_own(real_q: Quick) -> None:
-    q = real_q
+def test_an_apps_default_weight_is_every_tenants_without_their_own(live_q: Quick) -> None:
+    q = live_q
     starts = _Starts(q)
     q.set_weight("app", None, 3)  # the class: every tenant of "app"
     q.set_weight("app", "basic", 1)  # but this one
@@ -113,10 +99,10 @@ def test_an_apps_default_weight_is_every_tenants_without_their_own(real_q: Quick
     assert 2.7 <= seen["gold"] / seen["basic"] <= 3.3, seen
 
 
-def test_a_lone_weighted_down_tenant_still_gets_the_idle_capacity(real_q: Quick) -> None:
+def test_a_lone_weighted_down_tenant_still_gets_the_idle_capacity(live_q: Quick) -> None:
     """Work-conserving: weight divides what is contended, it caps nothing. A tenant of
     weight 0.01 alone in the queue runs its backlog as fast as one of weight 1."""
-    q = real_q
+    q = live_q
     starts = _Starts(q, sleep_s=0)
     q.set_weight("app", "slow", 0.01)
     q.enqueue_many("j", list(range(400)), app="app", tenant="slow")
@@ -124,10 +110,10 @@ def test_a_lone_weighted_down_tenant_still_gets_the_idle_capacity(real_q: Quick)
     assert starts.window(0, 400) == {"slow": 400}
 
 
-def test_a_running_consumer_sees_a_weight_change(real_q: Quick) -> None:
+def test_a_running_consumer_sees_a_weight_change(live_q: Quick) -> None:
     """Unweighted at first (about even: 1.0 on sqlite, up to 1.7 on FoundationDB); set
     gold to 3 while the consumer runs: within about REFRESH_S its starts turn 3:1."""
-    q = real_q
+    q = live_q
     starts = _Starts(q)
     consumer = q.consumer(_contended(q, 2 * BACKLOG, in_order=True))
     consumer.start()
