@@ -151,6 +151,11 @@ END $$""",
         return f"SELECT version FROM {self._t('quick_meta')} WHERE id = 0"
 
     @functools.cached_property
+    def versions_after(self) -> str:
+        # The commits after a version (the commit counter: whose they were).
+        return f"SELECT version FROM {self._t('quick_conflicts')} WHERE version > %s"
+
+    @functools.cached_property
     def lock_version(self) -> str:
         # The resolver's lock: one commit at a time holds this row until it ends.
         return f"SELECT version FROM {self._t('quick_meta')} WHERE id = 0 FOR UPDATE"

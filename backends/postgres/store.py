@@ -37,6 +37,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 
+from quickzones.backends._foreign_commits import ForeignCommits
 from quickzones.backends.postgres.errors import translate
 from quickzones.backends.postgres.joined import Joined
 from quickzones.backends.postgres.resolver import PRUNE_EVERY, Connection
@@ -61,6 +62,9 @@ from quickzones.errors import (
 from quickzones.urls import RETRY_OPTIONS, parse_retry_option
 
 _POOL_SIZE = 16
+# The shortest tick a commit watcher reads data_version at: each read is a round trip to
+# the server (SQLite's is a read of shared memory, every millisecond).
+DATA_VERSION_TICK_S = 0.005
 DEFAULT_SCHEMA = "quick"
 _SCHEMES = ("postgresql", "postgres")
 # Taken while a schema is created or migrated, so processes opening one store at once
@@ -117,6 +121,9 @@ class PostgresStore:
         # Application connections already seen to reach this database (a session never
         # moves to another one): join() asks each only once.
         self.same_database: weakref.WeakSet[object] = weakref.WeakSet()
+        self.foreign = ForeignCommits()
+        self._watch_lock = threading.Lock()
+        self.data_version_tick_s = DATA_VERSION_TICK_S
         self._open_schema(create)
 
     @classmethod
@@ -250,6 +257,31 @@ class PostgresStore:
                 if current is not None and current[0] == xid:
                     raise HeldByOwnTransaction(self.shown)
         self._bound.held = None
+
+    # --- change detection (quickzones.store.kv.CommitCounter) -----------------------------
+
+    def data_version(self) -> int:
+        """A number that changes after a commit to this schema that this store object did
+        not make: another process's, another store's, an application's own connection's
+        (:mod:`~quickzones.backends._foreign_commits`). One query of the commit versions
+        newer than the last one looked at (the conflict table's primary key): a round
+        trip, so a watcher reads it no more often than ``data_version_tick_s``."""
+        with self._watch_lock:
+            if os.getpid() != self._pid:
+                self.foreign = ForeignCommits()  # a forked child's commits are its own
+            conn = self._acquire()
+            try:
+                seen = self.foreign.seen
+                if seen is None:
+                    row = conn.execute(self.sql.version).fetchone()
+                    assert row is not None, "quick_meta has its row"
+                    return self.foreign.start(int(row[0]))
+                rows = conn.execute(self.sql.versions_after, (seen,)).fetchall()
+                return self.foreign.saw([int(v) for (v,) in rows])
+            except psycopg.Error as err:
+                raise translate(err, "data_version", self.shown) from err
+            finally:
+                self._release(conn)
 
     # --- the schema --------------------------------------------------------------------------
 

@@ -89,6 +89,7 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
                 version = resolver.apply(
                     conn, store.sql, request, now, begin=begin, end=("COMMIT",)
                 )
+                store.foreign.made(version)  # made known only by COMMIT's answer
             except BaseException as err:
                 if not conn.broken:
                     with contextlib.suppress(psycopg.Error):

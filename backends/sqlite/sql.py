@@ -14,6 +14,8 @@ _SCHEMA = (
     " (version INTEGER PRIMARY KEY, ranges BLOB NOT NULL)",
 )
 _VERSION = "SELECT version FROM quick_meta WHERE id = 0"
+# The commits after a version (the commit counter: whose they were).
+_VERSIONS_AFTER = "SELECT version FROM quick_conflicts WHERE version > ?"
 _GET = "SELECT value FROM kv WHERE key = ?"
 # A batch of point reads in one statement (get_many); {} holds the placeholders.
 _GET_MANY = "SELECT key, value FROM kv WHERE key IN ({})"

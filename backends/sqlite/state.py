@@ -9,9 +9,9 @@ import sqlite3
 import threading
 import time
 
+from quickzones.backends._foreign_commits import ForeignCommits
 from quickzones.backends.sqlite.errors import _is_busy, _translate
 from quickzones.backends.sqlite.file_identity import FileIdentity
-from quickzones.backends.sqlite.foreign_commits import ForeignCommits
 from quickzones.clock import Clock
 from quickzones.errors import StoreBusy
 

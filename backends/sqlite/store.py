@@ -38,13 +38,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from quickzones.backends._foreign_commits import ForeignCommits
 from quickzones.backends.sqlite.checkpointer import Checkpointer
 from quickzones.backends.sqlite.connections import SQLiteConnections
 from quickzones.backends.sqlite.errors import _translate
 from quickzones.backends.sqlite.file_identity import FileIdentity
-from quickzones.backends.sqlite.foreign_commits import ForeignCommits
 from quickzones.backends.sqlite.resolver import CommitResolver
-from quickzones.backends.sqlite.sql import _VERSION
+from quickzones.backends.sqlite.sql import _VERSION, _VERSIONS_AFTER
 from quickzones.backends.sqlite.transaction import SQLiteTransaction
 from quickzones.backends.sqlite.wal import WAL_CHECKPOINT_BYTES, WalBound
 from quickzones.backends.txnbuffer import BufferedTransaction
@@ -104,6 +104,7 @@ class SQLiteStore(SQLiteConnections, CommitResolver, WalBound):
         self._watch_conn: sqlite3.Connection | None = None
         self._watch_pid = self._pid
         self._foreign = ForeignCommits()
+        self._watch_data_version: int | None = None  # PRAGMA data_version when last read
         # Deleted or replaced under this process: noticed within a second (StoreLost).
         self._file = FileIdentity(self.path, self.url)
         self._open_schema(create)
@@ -226,10 +227,24 @@ class SQLiteStore(SQLiteConnections, CommitResolver, WalBound):
                 self._watch_conn = self._connect()
                 self._watch_pid = os.getpid()
                 self._foreign = ForeignCommits()  # a forked child's commits are its own
+                self._watch_data_version = None
             try:
-                return self._foreign.poll(self._watch_conn)
+                return self._foreign_count(self._watch_conn)
             except sqlite3.Error as err:
                 raise _translate(err, "data_version", self.url) from err
+
+    def _foreign_count(self, conn: sqlite3.Connection) -> int:
+        # The pragma changes on any other connection's commit, read from shared memory:
+        # the commits' versions are read only when it did.
+        data_version: int = conn.execute("PRAGMA data_version").fetchone()[0]
+        if data_version == self._watch_data_version:
+            return self._foreign.count
+        first = self._watch_data_version is None
+        self._watch_data_version = data_version
+        if first or self._foreign.seen is None:
+            return self._foreign.start(conn.execute(_VERSION).fetchone()[0])
+        after = conn.execute(_VERSIONS_AFTER, (self._foreign.seen,))
+        return self._foreign.saw([v for (v,) in after])
 
     # --- inspection helpers ----------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 from quickzones.errors import StorageError
-from quickzones.store.kv import commit_counter_of
+from quickzones.store.kv import commit_counter_of, commit_counter_tick_of
 
 log = logging.getLogger("quick.changes")
 
@@ -38,16 +38,20 @@ TICK_S = 0.001  # how often the counter is read while someone waits
 
 class CommitWatcher:
     """Calls back whoever is :meth:`watching` when the store's commit counter changes;
-    reads it every ``tick_s`` (or the shortest tick a current watcher asked for) while
-    anyone watches, not at all otherwise (its thread ends after a second with no one
-    watching)."""
+    reads it every ``tick_s`` (or the shortest tick a current watcher asked for, never
+    below the store's ``floor_s``) while anyone watches, not at all otherwise (its
+    thread ends after a second with no one watching)."""
 
-    def __init__(self, counter: Callable[[], int], tick_s: float = TICK_S) -> None:
+    def __init__(
+        self, counter: Callable[[], int], tick_s: float = TICK_S, floor_s: float = 0.0
+    ) -> None:
         # Weakly: the watcher (kept per store in a weak mapping) must not keep it alive.
         self._counter: Callable[[], Callable[[], int] | None] = (
             weakref.WeakMethod(counter) if inspect.ismethod(counter) else lambda: counter
         )
-        self.tick_s = tick_s
+        self.tick_s = max(tick_s, floor_s)
+        # The store's own shortest tick (a round trip per read): no watcher polls faster.
+        self.floor_s = floor_s
         self._cond = threading.Condition()
         # (callback, tick) of each current watcher: equal entries are interchangeable.
         self._callbacks: list[tuple[Callable[[], None], float]] = []
@@ -131,7 +135,7 @@ class CommitWatcher:
                         self._thread = None  # the next watching() starts another
                         return
                 callbacks = [callback for callback, _ in self._callbacks]
-                tick = min(tick for _, tick in self._callbacks)
+                tick = max(self.floor_s, min(tick for _, tick in self._callbacks))
                 last = self._last
             try:
                 version = self._read()
@@ -166,7 +170,8 @@ def watcher_for(kv: object) -> CommitWatcher | None:
     with _watchers_lock:
         watcher = _watchers.get(kv)
         if watcher is None or not watcher.alive:
-            watcher = _watchers[kv] = CommitWatcher(counter)
+            floor = commit_counter_tick_of(kv)
+            watcher = _watchers[kv] = CommitWatcher(counter, floor_s=floor)
         return watcher
 
 

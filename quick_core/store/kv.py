@@ -213,7 +213,9 @@ class CommitCounter(Protocol):
     another connection's); its own commits wake their waiters directly, if at all.
 
     ``data_version()`` must be cheap enough to call every millisecond (SQLite reads it
-    from the WAL index in shared memory); it may also change when nothing visible did.
+    from the WAL index in shared memory), or the store says in ``data_version_tick_s``
+    how often at most (PostgreSQL: a round trip); it may also change when nothing
+    visible did.
     The core finds it with :func:`commit_counter_of`, never by importing a backend:
     :mod:`quickzones.store.changes` turns it into wake-ups for long polls that would otherwise
     rescan at a fixed period to see another process's enqueues. A store whose commits all
@@ -228,6 +230,12 @@ def commit_counter_of(db: object) -> Callable[[], int] | None:
     """The store's :meth:`CommitCounter.data_version`, or None without the capability."""
     counter = getattr(db, "data_version", None)
     return counter if callable(counter) else None
+
+
+def commit_counter_tick_of(db: object) -> float:
+    """The shortest tick the store's commit counter may be read at (0: any)."""
+    tick = getattr(db, "data_version_tick_s", 0.0)
+    return float(tick) if isinstance(tick, int | float) else 0.0
 
 
 def retry_bounds(

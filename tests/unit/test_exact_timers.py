@@ -18,6 +18,7 @@ from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
 from quickzones.errors import ConfigurationError, Nack, PermanentError
 from quickzones.registry import JobContext
+from tests.conftest import HAVE_POSTGRES, store_url
 from tests.other_process import enqueue_from_another_process
 from tests.waiting import wait_for
 
@@ -116,13 +117,16 @@ def test_enqueue_in_a_transaction_wakes_after_the_commit(real_q: Quick) -> None:
         consumer.stop(5)
 
 
-# --- other processes' commits (stores that can tell cheaply: SQLite) ---------------------
+# --- other processes' commits (stores that can tell cheaply: SQLite, PostgreSQL) ----------
+
+SHARED_STORES = ["sqlite", *(["postgres"] if HAVE_POSTGRES else [])]
 
 
-def _hears_another_process(tmp_path: Path, config: ConsumerConfig, wait_s: float) -> bool:
-    """Whether an idle consumer on a SQLite file runs an item another process enqueued
-    within ``wait_s``."""
-    url = f"sqlite:///{tmp_path / 'q.db'}"
+def _hears_another_process(
+    tmp_path: Path, config: ConsumerConfig, wait_s: float, backend: str = "sqlite"
+) -> bool:
+    """Whether an idle consumer runs an item another process enqueued within ``wait_s``."""
+    url = store_url(backend, tmp_path)
     q = Quick.open(url)
     ran = threading.Event()
     q.job("j")(lambda payload, ctx: ran.set())
@@ -138,11 +142,13 @@ def _hears_another_process(tmp_path: Path, config: ConsumerConfig, wait_s: float
         q.close()
 
 
-def test_an_enqueue_by_another_process_wakes_an_idle_consumer_on_sqlite(tmp_path: Path) -> None:
-    """The web app enqueues in its own process, the worker runs in another: on SQLite the
-    idle consumer hears of the commit (PRAGMA data_version) and does not wait for its
-    next poll (an hour away here)."""
-    assert _hears_another_process(tmp_path, ConsumerConfig(idle_sleep_s=3600), 30), (
+@pytest.mark.parametrize("backend", SHARED_STORES)
+def test_an_enqueue_by_another_process_wakes_an_idle_consumer(tmp_path: Path, backend: str) -> None:
+    """The web app enqueues in its own process, the worker runs in another: the idle
+    consumer hears of the commit (SQLite's PRAGMA data_version, PostgreSQL's commit
+    version) and does not wait for its next poll (an hour away here)."""
+    config = ConsumerConfig(idle_sleep_s=3600)
+    assert _hears_another_process(tmp_path, config, 30, backend), (
         "the consumer slept through another process's enqueue"
     )
 
