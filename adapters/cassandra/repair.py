@@ -50,7 +50,7 @@ def repair_pointers(
 
         def create(tr: KVTransaction, zone: ZoneId = zone, vesting: int = vesting) -> bool:
             # False: this transaction created it (an enqueue may have beaten us to it).
-            return not toplevel.ensure_pointer(tr, zone, vesting, declare_conflict=True)
+            return toplevel.ensure_pointer(tr, zone, vesting, declare_conflict=True) is None
 
         if run(store.kv, create):
             report.repaired.append(zone)

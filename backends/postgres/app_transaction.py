@@ -8,10 +8,12 @@ crash, or a dropped connection before COMMIT) leaves neither.
 
 How it keeps the store's rules (``docs/fdb-semantics.md``):
 
-* :func:`join` makes the application's transaction take the resolver's lock (the
-  ``quick_meta`` row, ``FOR UPDATE``). From then until the application commits or rolls
-  back no other quick commit can happen, so what an :class:`AppTransaction` reads is the
-  newest state and cannot be invalidated: it needs no optimistic check and never aborts.
+* The application's transaction takes the resolver's lock (the ``quick_meta`` row,
+  ``FOR UPDATE``) in quick's first round trip through it, pipelined before that first
+  read (:func:`join` only checks the connection). The server runs them in order, so from
+  then until the application commits or rolls back no other quick commit can happen, and
+  what an :class:`AppTransaction` reads is the newest state and cannot be invalidated: it
+  needs no optimistic check and never aborts.
   Other quick commits wait for the lock up to the store's ``lock_timeout_ms``: keep the
   transaction short after enqueueing.
 * At READ COMMITTED (PostgreSQL's default) each statement sees the newest commits once
@@ -25,17 +27,19 @@ How it keeps the store's rules (``docs/fdb-semantics.md``):
   what it wrote fail with a conflict and are retried, as after any commit; pruning keeps
   a row that conflicts with every older reader, so a late COMMIT is never missed.
 * Part two of the enqueue (pulling an idle pointer's vesting earlier) runs in a
-  transaction of its own after a commit; here every transaction this thread starts
-  meanwhile joins the application's transaction, so part two commits with it, and the
-  pointer and the item can never be apart: no item without its pointer, and pointer
-  collection (which must take the lock to delete) cannot run between them.
+  transaction of its own after a commit elsewhere; here it joins part one
+  (``holds_commit_lock``: reading the pointer record cannot abort a transaction nothing
+  else can commit beside), and every transaction this thread starts meanwhile joins the
+  application's transaction too, so the pointer and the item can never be apart: no
+  item without its pointer, and pointer collection (which must take the lock to delete)
+  cannot run between them.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -43,7 +47,7 @@ from psycopg.pq import TransactionStatus
 from quickzones.aio import OnLoop
 from quickzones.backends.postgres import resolver
 from quickzones.backends.postgres.async_connection import SyncOverAsync
-from quickzones.backends.postgres.errors import translate
+from quickzones.backends.postgres.errors import pipeline, translate
 from quickzones.backends.postgres.joined import Joined
 from quickzones.backends.postgres.resolver import Connection
 from quickzones.backends.postgres.sql import KEYS_PER_SELECT
@@ -60,6 +64,22 @@ if TYPE_CHECKING:
 _SAVEPOINT = "SAVEPOINT quick_enqueue"
 _RELEASE = "RELEASE SAVEPOINT quick_enqueue"
 _ROLLBACK_TO = "ROLLBACK TO SAVEPOINT quick_enqueue"
+
+
+class Rows(Protocol):
+    """A statement's answer (a psycopg cursor, or rows read from the event loop)."""
+
+    def fetchone(self) -> tuple[Any, ...] | None: ...
+
+    def fetchall(self) -> list[tuple[Any, ...]]: ...
+
+
+_STALE_SNAPSHOT = (
+    "the application's transaction reads a snapshot older than the last quick commit;"
+    " roll it back and run it again"
+)
+# The read version of an application transaction whose lock its first read will take.
+_PENDING = -1
 # The server and database a connection reaches, however it connected (TCP or socket).
 _WHERE = "SELECT current_database(), current_setting('port')"
 
@@ -101,11 +121,10 @@ def dbapi_connection(connection: object) -> Connection:
 
 
 def join(store: PostgresStore, connection: object) -> Joined:
-    """Check the application's connection and make its transaction take the resolver's
-    lock; returns it with the version the lock read. Raises :class:`UnusableConnection`
-    (not psycopg, closed, another database, autocommit, a failed transaction), a retryable
-    ``KVError`` 1020 (its snapshot is older than the last quick commit: roll back and run
-    it again) or 1038 (the lock was held past ``lock_timeout``)."""
+    """Check the application's connection; its transaction takes the resolver's lock with
+    the first read through it (:meth:`AppTransaction._locked`). Raises
+    :class:`UnusableConnection` (not psycopg, closed, another database, autocommit, a
+    failed transaction)."""
     conn = dbapi_connection(connection)
     if conn.closed or conn.broken:
         raise UnusableConnection("the application's connection", "it is closed")
@@ -129,19 +148,9 @@ def join(store: PostgresStore, connection: object) -> Joined:
                     "the store's schema lives in another database; connect to the store's",
                 )
             store.same_database.add(conn)
-        row = conn.execute(store.sql.join_lock).fetchone()
-    except psycopg.errors.SerializationFailure as err:
-        raise KVError(
-            NOT_COMMITTED,
-            "the application's transaction reads a snapshot older than the last quick"
-            " commit; roll it back and run it again",
-        ) from err
     except psycopg.Error as err:
         raise translate(err, "joining the application's transaction", store.shown) from err
-    assert row is not None, "quick_meta has its row"
-    if isinstance(conn, psycopg.Connection):  # not an AsyncConnection driven from here
-        store.held_here(conn, str(row[1]))
-    return Joined(conn, int(row[0]))
+    return Joined(conn)
 
 
 class AppTransaction(BufferedTransaction):
@@ -150,6 +159,9 @@ class AppTransaction(BufferedTransaction):
     lock, see :func:`join`). Its commit writes into that transaction; the application's
     COMMIT makes it durable. It never conflicts."""
 
+    # Its connection's transaction holds the store's commit lock (see join()).
+    holds_commit_lock = True
+
     def __init__(self, store: PostgresStore, joined: Joined) -> None:
         self._store = store
         self._joined = joined
@@ -157,6 +169,10 @@ class AppTransaction(BufferedTransaction):
         super().__init__(store.clock)
 
     def _checked(self) -> Connection:
+        if self._joined.stale_snapshot:
+            # Said again to every quick call in it (one that swallowed it, such as the
+            # steady clock's, left the application's transaction failed all the same).
+            raise KVError(NOT_COMMITTED, _STALE_SNAPSHOT)
         if self._conn.info.transaction_status != TransactionStatus.INTRANS:
             raise UnusableConnection(
                 "the application's connection",
@@ -167,39 +183,67 @@ class AppTransaction(BufferedTransaction):
 
     def _acquire_read_version(self) -> int:
         self._checked()
+        if self._joined.version is None:
+            # Not locked yet: the read that follows takes the lock in its round trip and
+            # sets the read version to the lock's (_locked); read_version() alone locks.
+            return _PENDING
         return self._joined.version  # the lock is held: the newest version, no round trip
+
+    def get_read_version(self) -> int:
+        if self._joined.version is None:
+            self._locked("read version", "SELECT 1", ())
+        return super().get_read_version()
+
+    def _locked(self, what: str, sql: str, params: Sequence[Any]) -> Rows:
+        """``sql``'s rows, read under the resolver's lock: taken first, in the same
+        round trip, if this application transaction does not hold it yet."""
+        conn = self._checked()
+        joined = self._joined
+        try:
+            if joined.version is not None:
+                return conn.execute(sql, params)
+            with pipeline(conn):
+                lock = conn.execute(self._store.sql.join_lock)
+                rows = conn.execute(sql, params)
+            row = lock.fetchone()
+        except psycopg.errors.SerializationFailure as err:
+            joined.stale_snapshot = True
+            raise KVError(NOT_COMMITTED, _STALE_SNAPSHOT) from err
+        except psycopg.Error as err:
+            raise translate(err, what, self._store.shown) from err
+        assert row is not None, "quick_meta has its row"
+        joined.version = int(row[0])
+        self._read_version = joined.version
+        if isinstance(conn, psycopg.Connection):  # not an AsyncConnection driven from here
+            self._store.held_here(conn, str(row[1]))
+        return rows
 
     def _read_key(self, key: bytes) -> bytes | None:
         self._check_too_old(self._clock.now())
-        try:
-            row = self._checked().execute(self._store.sql.get, (key,)).fetchone()
-        except psycopg.Error as err:
-            raise translate(err, "get", self._store.shown) from err
+        row = self._locked("get", self._store.sql.get, (key,)).fetchone()
         return None if row is None else bytes(row[0])
 
     def _read_keys(self, keys: Sequence[bytes]) -> list[bytes | None]:
         self._check_too_old(self._clock.now())
         found: dict[bytes, bytes] = {}
-        try:
-            for at in range(0, len(keys), KEYS_PER_SELECT):
-                chunk = list(keys[at : at + KEYS_PER_SELECT])
-                rows = self._checked().execute(self._store.sql.get_many, (chunk,)).fetchall()
-                found.update((bytes(k), bytes(v)) for k, v in rows)
-        except psycopg.Error as err:
-            raise translate(err, "get_many", self._store.shown) from err
+        for at in range(0, len(keys), KEYS_PER_SELECT):
+            chunk = list(keys[at : at + KEYS_PER_SELECT])
+            rows = self._locked("get_many", self._store.sql.get_many, (chunk,)).fetchall()
+            found.update((bytes(k), bytes(v)) for k, v in rows)
         return [found.get(key) for key in keys]
 
     def _read_range(self, begin: bytes, end: bytes, limit: int, reverse: bool) -> list[KeyValue]:
         self._check_too_old(self._clock.now())
         sql = self._store.sql.range_reverse if reverse else self._store.sql.range
-        try:
-            rows = self._checked().execute(sql + " LIMIT %s", (begin, end, limit or None))
-            return [(bytes(k), bytes(v)) for k, v in rows.fetchall()]
-        except psycopg.Error as err:
-            raise translate(err, "get_range", self._store.shown) from err
+        rows = self._locked("get_range", sql + " LIMIT %s", (begin, end, limit or None))
+        return [(bytes(k), bytes(v)) for k, v in rows.fetchall()]
 
     def _commit_request(self, request: CommitRequest) -> tuple[int, int]:
         conn = self._checked()
+        if self._joined.version is None:
+            # Nothing was read (every read takes the lock first), so nothing to check:
+            # the resolver takes the lock itself.
+            request.read_version = None
         try:
             version = resolver.apply(
                 conn,

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
 import psycopg
 from psycopg import errors as pgerrors
 
@@ -41,3 +45,23 @@ def commit_unknown(err: psycopg.Error) -> KVError:
     failure = KVError(COMMIT_UNKNOWN_RESULT, f"postgresql COMMIT unanswered: {err}")
     failure.__cause__ = err
     return failure
+
+
+@contextlib.contextmanager
+def pipeline(conn: Any) -> Iterator[None]:
+    """``conn.pipeline()`` that raises its statements' first error. psycopg raises an
+    answer's error inside the block when it arrives while later statements are sent (a
+    fast refusal, such as a serialization failure), then logs a warning that it ignored
+    the pipeline's own abort on leaving it; here the block always ends normally, so the
+    abort is raised and replaced by the error that caused it: nothing is logged."""
+    first: psycopg.Error | None = None
+    try:
+        with conn.pipeline():
+            try:
+                yield
+            except psycopg.Error as err:
+                first = err
+    except psycopg.Error as err:
+        raise (first or err) from None
+    if first is not None:
+        raise first

@@ -27,7 +27,7 @@ import psycopg
 
 from quickzones.backends._ranges import merge_ranges
 from quickzones.backends._versionstamps import make_versionstamp
-from quickzones.backends.postgres.errors import commit_unknown
+from quickzones.backends.postgres.errors import commit_unknown, pipeline
 from quickzones.backends.postgres.sql import CONFLICT_STATE, EVERY_KEY, MOVED_STATE, Statements
 from quickzones.backends.txnbuffer import VERSIONS_PER_SECOND, CommitRequest
 from quickzones.backends.txnbuffer.commit_request import ResolvedWrites
@@ -82,7 +82,7 @@ def apply(
         at_least = int(now * VERSIONS_PER_SECOND)
         return _send(conn, sql, request, writes, adds, begin, end, end_commits, None, [], at_least)
     for _ in range(MOVED_RETRIES):
-        with conn.pipeline():
+        with pipeline(conn):
             for statement in begin:
                 conn.execute(statement)
             cur = conn.execute(sql.version_and_values, (atomic,))
@@ -135,7 +135,7 @@ def _send(
     ae = [key_after(k) for k in atomic]
     args = (request.read_version, rb, re_, since, atomic, ae, wb, we, at_least)
     try:
-        with conn.pipeline(), conn.cursor() as cur:
+        with pipeline(conn), conn.cursor() as cur:
             for statement in begin:
                 cur.execute(statement)
             resolved = conn.execute(sql.resolve, args)

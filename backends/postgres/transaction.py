@@ -11,7 +11,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from quickzones.backends.postgres import resolver
-from quickzones.backends.postgres.errors import translate
+from quickzones.backends.postgres.errors import pipeline, translate
 from quickzones.backends.postgres.sql import KEYS_PER_SELECT
 from quickzones.backends.txnbuffer import CommitRequest, KeyValue
 from quickzones.backends.txnbuffer.pooled import PooledTransaction
@@ -35,7 +35,7 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
             # The snapshot is taken by the first statement, which reads the version: the
             # data every later read sees is exactly that version's (commits bump it under
             # the resolver's lock, in the transaction that writes). One round trip.
-            with conn.pipeline():
+            with pipeline(conn):
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 cur = conn.execute(store.sql.version)
             row = cur.fetchone()

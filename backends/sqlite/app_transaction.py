@@ -141,6 +141,9 @@ class AppTransaction(BufferedTransaction):
     see :func:`join`). Its commit writes into that transaction; the application's COMMIT
     makes it durable. It never conflicts."""
 
+    # Its connection's transaction holds the store's commit lock (see join()).
+    holds_commit_lock = True
+
     def __init__(self, store: SQLiteStore, conn: sqlite3.Connection) -> None:
         self._store = store
         self._conn = conn

@@ -28,7 +28,7 @@ from typing import Protocol
 
 from quickzones.clock import now_ms
 from quickzones.store import outcomes
-from quickzones.store.kv import KVStore, KVTransaction, run
+from quickzones.store.kv import KVStore, KVTransaction, holds_commit_lock, run
 from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.toplevel import UNREAD, TopLevelQueue, Unread
 from quickzones.store.zonestore import NewItem
@@ -110,9 +110,17 @@ def pointer_check(
     absent; if present, register part two to run once ``tr`` commits. ``index``: the
     entry as already read in ``tr`` from ``index_key`` (see
     :meth:`TopLevelQueue.ensure_pointer`)."""
-    if toplevel.ensure_pointer(
+    found = toplevel.ensure_pointer(
         tr, zone, vesting_ms, declare_conflict=declare_conflict, index=index, index_key=index_key
-    ):
+    )
+    if found is None:
+        return
+    if holds_commit_lock(tr):
+        # Part two is apart only so that a consumer's pointer lease cannot abort the
+        # enqueue (invariant 3); nothing commits while ``tr`` holds the lock, so it joins
+        # part one: one read of the pointer record, no transaction of its own.
+        toplevel.pull_pointer_earlier(zone, vesting_ms, tr=tr, found=found)
+    else:
         tr.on_commit(lambda: part_two(toplevel, zone, vesting_ms))
 
 

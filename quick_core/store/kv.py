@@ -232,6 +232,14 @@ def commit_counter_of(db: object) -> Callable[[], int] | None:
     return counter if callable(counter) else None
 
 
+def holds_commit_lock(tr: object) -> bool:
+    """Whether ``tr`` holds the store's commit lock from its first read to its commit (an
+    application's own transaction on SQLite or PostgreSQL, ``Quick.enqueue_on``): nothing
+    else commits meanwhile, so what it reads cannot change before it commits and no read
+    of it can make it abort."""
+    return getattr(tr, "holds_commit_lock", False) is True
+
+
 def commit_counter_tick_of(db: object) -> float:
     """The shortest tick the store's commit counter may be read at (0: any)."""
     tick = getattr(db, "data_version_tick_s", 0.0)
@@ -306,6 +314,10 @@ def run(
             tr.commit()
             return result
         except KVError as err:
+            if holds_commit_lock(tr):
+                # The application's own transaction (it failed, or its snapshot is too
+                # old): only the application can roll it back and run it again.
+                raise
             elapsed = now() - started
             attempt_s = now() - attempt_started
             too_long = too_long + 1 if _outlived(err, attempt_s) else 0

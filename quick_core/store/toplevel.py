@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from quickzones.clock import Clock, SystemClock, now_ms
 from quickzones.errors import CorruptRecord, StorageError, ZoneLeaseFailed
@@ -43,6 +44,13 @@ class Unread:
 
 UNREAD = Unread()
 """A value not read yet (``ensure_pointer(index=...)``); None means read and absent."""
+
+
+class IndexEntry(NamedTuple):
+    """A zone's pointer index entry as part one found it: its shard and pointer id."""
+
+    shard: int
+    pointer_id: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +164,7 @@ class TopLevelQueue:
         declare_conflict: bool = False,
         index: bytes | Unread | None = UNREAD,
         index_key: bytes | None = None,
-    ) -> bool:
+    ) -> IndexEntry | None:
         """Part one of the two-part enqueue, inside the caller's transaction.
 
         Reads the stored layout and the pointer index entry (never the pointer record)
@@ -167,8 +175,8 @@ class TopLevelQueue:
         (external-store mode), declares a write conflict on the index key so a concurrent
         pointer deletion that read it aborts.
 
-        Returns True when the pointer already existed, so part two
-        (:meth:`pull_pointer_earlier`) must run after the commit. Part one cannot decide
+        Returns the index entry found when the pointer already existed, so part two
+        (:meth:`pull_pointer_earlier`) must run after the commit (None: created). Part one cannot decide
         that itself: whatever it read of the pointer record could be stale by its commit (a
         consumer may lease and requeue the pointer in between without seeing this item),
         and reading it with a conflict would let pointer leases abort user transactions.
@@ -191,7 +199,7 @@ class TopLevelQueue:
             if found is not None:
                 if declare_conflict:
                     tr.add_write_conflict_key(key)
-                return True
+                return IndexEntry(shard, found)
         pointer = Pointer(
             pointer_id=self.ids(8),
             zone=zone,
@@ -202,7 +210,7 @@ class TopLevelQueue:
         home = layout.home(zone)
         self.write_pointer(tr, home, pointer)
         tr.set(self.keys.pointer_index_key(self.cluster, home, zone), pointer.pointer_id.encode())
-        return False
+        return None
 
     def _find_index(
         self, tr: KVTransaction, zone: ZoneId, *, snapshot: bool
@@ -223,16 +231,31 @@ class TopLevelQueue:
                     return shard, found
         return self.layout.home(zone), None
 
-    def pull_pointer_earlier(self, zone: ZoneId, vesting_ms: int) -> None:
+    def pull_pointer_earlier(
+        self,
+        zone: ZoneId,
+        vesting_ms: int,
+        *,
+        tr: KVTransaction | None = None,
+        found: IndexEntry | None = None,
+    ) -> None:
         """Part two: in its own transaction, move an idle pointer's vesting earlier.
 
         Best effort: never raises to the enqueuer. A leased pointer is left alone; its
         holder requeues it at the zone's minimum vesting time in a transaction that reads
         the zone, so it sees this item or conflicts with its enqueue.
+
+        ``tr``: run inside it instead, errors raised (part one's transaction where it
+        holds the store's commit lock, see :func:`~quickzones.store.kv.holds_commit_lock`),
+        with ``found``, the index entry part one read there.
         """
 
         def pull(tr: KVTransaction) -> None:
-            shard, index = self._find_index(tr, zone, snapshot=True)
+            shard, index = (
+                (found.shard, found.pointer_id)
+                if found is not None
+                else self._find_index(tr, zone, snapshot=True)
+            )
             if index is None:
                 return
             pointer = self._read_pointer(tr, shard, index.decode())
@@ -243,6 +266,9 @@ class TopLevelQueue:
                 earlier = replace(pointer, vesting_ms=vesting_ms, last_active_ms=now_ms(self.clock))
                 self._move_pointer(tr, shard, pointer, earlier)
 
+        if tr is not None:
+            pull(tr)
+            return
         try:
             run(self.kv, pull)
         except StorageError:  # also bounded-retry failures: StoreBusy, RetryLimitExceeded
