@@ -8,11 +8,13 @@ fork-per-job horse, and costs each system the same few microseconds.
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +42,23 @@ def run_folder(name: str, out: str | None = None) -> Path:
     folder = Path(out) if out else ROOT / "results" / (f"{stamp}-{name}" if name else stamp)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def store_run_parser(doc: str) -> argparse.ArgumentParser:
+    """The command line of a timed run over one store (``bench.weights``,
+    ``bench.tenant_rate``): ``--seconds``, ``--store`` (read with :func:`store_url`) and
+    ``--out`` (:func:`run_folder`); the run adds its own options. ``doc``: the run's module
+    docstring, whose first line describes it."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--store", default=None, help="a store URL (default: a new SQLite file)")
+    ap.add_argument("--out", default=None)
+    return ap
+
+
+def store_url(given: str | None, db_name: str) -> str:
+    """``--store`` as given, or a new SQLite file ``db_name`` in a fresh temporary folder."""
+    return given or f"sqlite:///{Path(tempfile.mkdtemp()) / db_name}"
 
 
 def summary(values: list[float]) -> dict[str, float]:

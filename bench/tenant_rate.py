@@ -14,29 +14,31 @@ most starts in any one-second window. Results:
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
-import tempfile
 import time
-from pathlib import Path
 
-from bench.common import child_env, log, machine, read_records, run_folder
+from bench.common import (
+    child_env,
+    log,
+    machine,
+    read_records,
+    run_folder,
+    store_run_parser,
+    store_url,
+)
 from bench.quickrun import JOB, user_worker_cmd
 from quickzones.client import Quick
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=60.0)
+    ap = store_run_parser(__doc__)
     ap.add_argument("--rate", type=int, default=10)
     ap.add_argument("--processes", type=int, default=4)
-    ap.add_argument("--store", default=None, help="a store URL (default: a new SQLite file)")
-    ap.add_argument("--out", default=None)
     args = ap.parse_args()
     folder = run_folder("tenant-rate", args.out)
     out = folder / "starts.txt"
-    url = args.store or f"sqlite:///{Path(tempfile.mkdtemp()) / 'rate.db'}"
+    url = store_url(args.store, "rate.db")
     q = Quick.open(url)
     q.set_tenant_limit("bench", "limited", rate=args.rate, per=1.0)
     n = int(args.rate * (args.seconds + 10) * 1.5)

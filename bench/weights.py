@@ -14,15 +14,20 @@ first 5 s (the worker's start-up), to the end. Results:
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-from bench.common import child_env, log, machine, read_records, run_folder
+from bench.common import (
+    child_env,
+    log,
+    machine,
+    read_records,
+    run_folder,
+    store_run_parser,
+    store_url,
+)
 from bench.quickrun import JOB, user_worker_cmd
 from quickzones.client import Quick
 
@@ -42,17 +47,14 @@ def _top_up(q: Quick, enqueued: dict[str, int], started: dict[str, int], keep: i
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=60.0)
+    ap = store_run_parser(__doc__)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--work-ms", type=float, default=2.0, help="each job sleeps this long")
     ap.add_argument("--keep", type=int, default=3000, help="items kept queued per tenant")
-    ap.add_argument("--store", default=None, help="a store URL (default: a new SQLite file)")
-    ap.add_argument("--out", default=None)
     args = ap.parse_args()
     folder = run_folder("weights", args.out)
     out = folder / "starts.txt"
-    url = args.store or f"sqlite:///{Path(tempfile.mkdtemp()) / 'weights.db'}"
+    url = store_url(args.store, "weights.db")
     q = Quick.open(url)
     q.set_weight("bench", "gold", WEIGHTS["gold"])
     enqueued = dict.fromkeys(WEIGHTS, 0)

@@ -29,6 +29,7 @@ from quickzones.batches import Batch, Chain, Job
 from quickzones.clock import Clock, now_ms
 from quickzones.consumer import Cluster, Consumer, ConsumerConfig, Observer
 from quickzones.consumer.election import Election
+from quickzones.consumer.maintenance import HEARTBEAT_S
 from quickzones.errors import (
     ConfigurationError,
     InvalidArgument,
@@ -768,10 +769,12 @@ class Quick:
         observer: Observer | None = None,
         name: str | None = None,
         also: Sequence[Quick] = (),
+        heartbeat_s: float = HEARTBEAT_S,
     ) -> Consumer:
         """A consumer of this store's top-level queue and, with ``also``, of other
         clusters' too: the scanner visits every cluster's shards in shuffled order. The
-        handlers are this Quick's."""
+        handlers are this Quick's. ``heartbeat_s`` is for tests: how often the consumer
+        writes its heartbeat and pickup counts (``HEARTBEAT_S``, 5 s, otherwise)."""
         self.store_type_policies()
         consumer = Consumer(
             self.item_store(),
@@ -785,6 +788,7 @@ class Quick:
             name=name,
             limits=self.limits,
             more_clusters=[Cluster(o.items, o.toplevel, o.kv) for o in also],
+            heartbeat_s=heartbeat_s,
         )
         consumer.manager.pauses = self.pauses  # every visit holds back what is paused
         consumer.manager.weighing.weights = self.tenant_weights  # and weighs the tenants

@@ -113,6 +113,14 @@ def allow_app(info: TokenInfo, app: str) -> str:
     return app
 
 
+def cleared(found: bool, code: str, detail: str) -> Response:
+    """The answer of a DELETE of a setting named exactly so (a weight, a tenant limit, a
+    pause): 204 when it was stored and is gone, else the 404 ``code`` that names it."""
+    if not found:
+        raise ApiError(404, code, detail)
+    return Response(status_code=204)
+
+
 Producer = Annotated[TokenInfo, Depends(Role("produce"))]
 Consumer = Annotated[TokenInfo, Depends(Role("consume"))]
 Admin = Annotated[TokenInfo, Depends(Role("admin"))]

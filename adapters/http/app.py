@@ -31,6 +31,7 @@ from quickzones.adapters.http.pull import PullConfig, PullLeaser
 from quickzones.adapters.http.tokens import TokenStore
 from quickzones.client import Quick
 from quickzones.consumer.config import ConsumerConfig
+from quickzones.consumer.maintenance import HEARTBEAT_S
 from quickzones.errors import (
     InvalidArgument,
     ItemAlreadyQueued,
@@ -149,18 +150,21 @@ def create_app(
     max_body: int = DEFAULT_MAX_BODY,
     dashboard: bool = True,
     open_files: int | None = None,
+    heartbeat_s: float = HEARTBEAT_S,
 ) -> FastAPI:
     """The server's ASGI app over an open Quick. Its pull leases scan and visit zones
     with ``config``'s parameters (a consumer's: ``dequeue_max``, ``visit_max``,
     ``selection_frac``...); ``pull``: the long poll's own. The long polls it holds open
-    are limited by the process's open-file limit (``open_files``: another's, in tests)."""
+    are limited by the process's open-file limit (``open_files``: another's, in tests).
+    Its pull leases' pickup counts reach the store every ``heartbeat_s`` (shorter in
+    tests)."""
     stopping = threading.Event()
     pull = pull or PullConfig()
     budget = Budget.of(open_files)
     state = ServeState(
         q=q,
         tokens=tokens or TokenStore(q.kv, q.keys, q.clock, cache_s=TOKEN_CACHE_S),
-        leaser=PullLeaser(q, config, pull),
+        leaser=PullLeaser(q, config, pull, heartbeat_s),
         stopping=stopping,
         polls=PollLimits(budget.long_polls, budget.long_polls_per_token),
     )

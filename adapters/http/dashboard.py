@@ -213,6 +213,35 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
             return None, login_redirect(request)
         return who, forbidden(request, who, app)
 
+    # The one guard of every control that changes data (dead letters here, pauses and
+    # weights in fairness_pages.py): its confirmation page, then its POST.
+    def admin_page(request: Request, app_name: str) -> TokenInfo | Response:
+        """The signed-in admin of ``app_name`` a confirmation page is for, or the answer
+        that refuses it (sign in, another app's token, a view token)."""
+        who, refused = admit(request, app_name)
+        if refused is not None:
+            return refused
+        assert who is not None
+        return read_only(request, who) or who
+
+    def admin_post(
+        request: Request, app_name: str, csrf: str, confirm: str
+    ) -> TokenInfo | Response:
+        """The admin of ``app_name`` a control's POST comes from, with the session's CSRF
+        token and its confirmation page's "yes", or the answer that refuses it; nothing is
+        changed before this is checked."""
+        who = session(request)
+        if who is None:
+            return JSONResponse({"error": "unauthenticated"}, 401)
+        if not board.check_csrf(who, csrf):
+            return _bad_csrf()
+        refused = forbidden(request, who, app_name) or read_only(request, who)
+        if refused is not None:
+            return refused
+        if confirm != "yes":
+            return _bad_request("confirm the action on its confirmation page")
+        return who
+
     @app.get("/login", include_in_schema=False)
     def login_form(request: Request, next: str = "/") -> HTMLResponse:
         return templates.TemplateResponse(
@@ -330,13 +359,9 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
         job_type: str = "",
         item_id: str = "",
     ) -> Response:
-        who, refused = admit(request, app_name)
-        if refused is not None:
-            return refused
-        assert who is not None
-        refused = read_only(request, who)
-        if refused is not None:
-            return refused
+        who = admin_page(request, app_name)
+        if isinstance(who, Response):
+            return who
         if action not in ("requeue", "purge"):
             return _bad_request(f"unknown action {action!r}")
         letters = views.dead_letters(
@@ -359,15 +384,10 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
         job_type: str = Form(""),
         item_id: str = Form(""),
     ) -> Response:
-        who = session(request)
-        if who is None:
-            return JSONResponse({"error": "unauthenticated"}, 401)
-        if not board.check_csrf(who, csrf):
-            return _bad_csrf()
-        denied = forbidden(request, who, app_name) or read_only(request, who)
-        if denied is not None:
-            return denied
-        if action not in ("requeue", "purge") or confirm != "yes":
+        who = admin_post(request, app_name, csrf, confirm)
+        if isinstance(who, Response):
+            return who
+        if action not in ("requeue", "purge"):
             return _bad_request("confirm the action on its confirmation page")
         letters = views.dead_letters(
             state.q, app_name, tenant=tenant or None, job_type=job_type or None,
@@ -385,8 +405,8 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
         return RedirectResponse(target, 303)
 
     mount_fairness_pages(
-        app, board, session=session, page=page, admit=admit, forbidden=forbidden,
-        read_only=read_only, login_redirect=login_redirect, bad_csrf=_bad_csrf,
+        app, board, session=session, page=page, admit=admit, admin_page=admin_page,
+        admin_post=admin_post, login_redirect=login_redirect,
     )  # fmt: skip
 
     @app.get("/shards", include_in_schema=False)

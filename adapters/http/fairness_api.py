@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 
-from quickzones.adapters.http.api import Admin, ApiError, allow_app, state_of
+from quickzones.adapters.http.api import Admin, allow_app, cleared, state_of
 from quickzones.adapters.http.models import _Strict
 from quickzones.store.tenant_limits import TenantLimit
 from quickzones.store.validation import check_name
@@ -64,10 +64,8 @@ def clear_weight(
     tenant: Annotated[str | None, Query(max_length=200)] = None,
 ) -> Response:
     """Drop the weight named exactly so; 404 when there was none."""
-    q = state_of(request).q
-    if not q.clear_weight(allow_app(who, app), tenant):
-        raise ApiError(404, "no_weight", f"app={app} tenant={tenant} has no weight")
-    return Response(status_code=204)
+    found = state_of(request).q.clear_weight(allow_app(who, app), tenant)
+    return cleared(found, "no_weight", f"app={app} tenant={tenant} has no weight")
 
 
 # --- per-tenant limits: /v1/apps/{app}/tenant-limits -------------------------------------
@@ -140,7 +138,5 @@ def clear_limit(
     job_type: Annotated[str | None, Query(max_length=200)] = None,
 ) -> Response:
     """Lift the limit named exactly so; 404 when there was none."""
-    q = state_of(request).q
-    if not q.clear_tenant_limit(allow_app(who, app), tenant, job_type):
-        raise ApiError(404, "no_limit", f"app={app} tenant={tenant} has no such limit")
-    return Response(status_code=204)
+    found = state_of(request).q.clear_tenant_limit(allow_app(who, app), tenant, job_type)
+    return cleared(found, "no_limit", f"app={app} tenant={tenant} has no such limit")

@@ -34,31 +34,13 @@ def mount_fairness_pages(
     session: Callable[[Request], TokenInfo | None],
     page: Callable[..., Response],
     admit: Callable[[Request, str], tuple[TokenInfo | None, Response | None]],
-    forbidden: Callable[[Request, TokenInfo, str], Response | None],
-    read_only: Callable[[Request, TokenInfo], Response | None],
+    admin_page: Callable[[Request, str], TokenInfo | Response],
+    admin_post: Callable[[Request, str, str, str], TokenInfo | Response],
     login_redirect: Callable[[Request], Response],
-    bad_csrf: Callable[[], Response],
 ) -> None:
+    """``admin_page`` and ``admin_post``: the dashboard's one guard of every control
+    (admin role, CSRF token, confirmation), written in ``mount_dashboard``."""
     q = board.state.q
-
-    def admin_page(request: Request, app_name: str) -> TokenInfo | Response:
-        """The signed-in admin of ``app_name`` a confirmation page is for, or the answer
-        that refuses it (sign in, another app's token, a view token)."""
-        who, refused = admit(request, app_name)
-        if refused is not None:
-            return refused
-        assert who is not None
-        return read_only(request, who) or who
-
-    def admin_post(request: Request, app_name: str, csrf: str) -> TokenInfo | Response:
-        """The admin of ``app_name`` a control's POST comes from, with the session's CSRF
-        token, or the answer that refuses it; nothing is changed before this is checked."""
-        who = session(request)
-        if who is None:
-            return JSONResponse({"error": "unauthenticated"}, 401)
-        if not board.check_csrf(who, csrf):
-            return bad_csrf()
-        return forbidden(request, who, app_name) or read_only(request, who) or who
 
     @app.get("/apps/{app_name}/fairness", include_in_schema=False)
     def fairness_page(request: Request, app_name: str, done: str = "") -> Response:
@@ -113,14 +95,12 @@ def mount_fairness_pages(
         tenant: str = Form(""),
         job_type: str = Form(""),
     ) -> Response:
-        who = admin_post(request, app_name, csrf)
+        who = admin_post(request, app_name, csrf, confirm)
         if isinstance(who, Response):
             return who
         target = _pause_of(action, app_name, tenant, job_type)
         if isinstance(target, Response):
             return target
-        if confirm != "yes":
-            return _bad_request("confirm the action on its confirmation page")
         if action == "pause":
             q.pause(target.app, target.tenant, target.job_type)
             note = f"paused {target.describe()}"
@@ -156,14 +136,12 @@ def mount_fairness_pages(
         tenant: str = Form(""),
         weight: str = Form(""),
     ) -> Response:
-        who = admin_post(request, app_name, csrf)
+        who = admin_post(request, app_name, csrf, confirm)
         if isinstance(who, Response):
             return who
         target = _weight_of(tenant, weight)
         if isinstance(target, Response):
             return target
-        if confirm != "yes":
-            return _bad_request("confirm the action on its confirmation page")
         try:
             q.set_weight(app_name, target[0], target[1])
         except InvalidArgument as err:

@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from quickzones.adapters.http import models as m
-from quickzones.adapters.http.api import Admin, ApiError, allow_app, state_of
+from quickzones.adapters.http.api import Admin, allow_app, cleared, state_of
 from quickzones.client import Quick
 from quickzones.store.pauses import Pause
 from quickzones.store.validation import check_name
@@ -52,8 +52,6 @@ def resume(
     job_type: Annotated[str | None, Query(max_length=200)] = None,
 ) -> Response:
     """Lift the pause named exactly so; 404 when there was none."""
-    q = state_of(request).q
-    if not q.resume(allow_app(who, app), tenant, job_type):
-        target = Pause.of(app, tenant, job_type).describe()
-        raise ApiError(404, "not_paused", f"{target} is not paused")
-    return Response(status_code=204)
+    found = state_of(request).q.resume(allow_app(who, app), tenant, job_type)
+    target = Pause.of(app, tenant, job_type).describe()
+    return cleared(found, "not_paused", f"{target} is not paused")

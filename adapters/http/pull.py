@@ -44,6 +44,7 @@ import anyio.to_thread
 from quickzones.adapters.http.held_slots import HeldSlots
 from quickzones.clock import now_ms
 from quickzones.consumer.config import ConsumerConfig
+from quickzones.consumer.maintenance import HEARTBEAT_S
 from quickzones.consumer.pickups import PickupCounts
 from quickzones.consumer.selection import Selection
 from quickzones.consumer.slots import Slots
@@ -96,9 +97,14 @@ class PullLeaser:
     """Leases items for remote workers out of one Quick's top-level queue."""
 
     def __init__(
-        self, q: Quick, config: ConsumerConfig | None = None, pull: PullConfig | None = None
+        self,
+        q: Quick,
+        config: ConsumerConfig | None = None,
+        pull: PullConfig | None = None,
+        heartbeat_s: float = HEARTBEAT_S,  # how often pickups are flushed; shorter in tests
     ) -> None:
         self.q = q
+        self.heartbeat_s = heartbeat_s
         self.config = config or ConsumerConfig()
         self.config.validate()
         self.pull = pull or PullConfig()
@@ -388,10 +394,11 @@ class PullLeaser:
         return out, visited
 
     def flush_pickups_until(self, stopping: threading.Event) -> None:
-        """Add the pickup counts to the store every ``heartbeat_s`` until ``stopping``, and
+        """Add the pickup counts to the store every ``heartbeat_s`` (a consumer's
+        :data:`~quickzones.consumer.maintenance.HEARTBEAT_S`) until ``stopping``, and
         once more then (the fairness view reads them from the store)."""
         store = [(self.cluster.name, self.q.kv, self.q.keys)]
-        while not stopping.wait(self.config.heartbeat_s):
+        while not stopping.wait(self.heartbeat_s):
             self.pickup_counts.flush(store, now_ms(self.q.clock))
             self.held_slots.tidy()  # held slots kept while no lease call comes
         self.pickup_counts.flush(store, now_ms(self.q.clock))

@@ -58,9 +58,6 @@ class ConsumerConfig:
     election_ttl_s: float = 5.0
     # Expired outcome records (status, results, dedupe) are cleared about this often.
     outcome_gc_interval_s: float = 10.0
-    # The consumer's heartbeat and pickup counts are written this often (maintenance.py):
-    # what quick serve's workers page and fairness view show.
-    heartbeat_s: float = 5.0
     in_order: bool | None = None  # None: take part in the election; True/False: force
     # Scan again whenever a manager is free (lower latency), or only once the last scan's
     # visits all finished (False: bigger batches per visit, a few % more throughput).
@@ -165,8 +162,6 @@ class ConsumerConfig:
             raise ConfigurationError("managers and workers must be at least 1")
         if not self.outcome_gc_interval_s > 0:
             raise ConfigurationError("outcome_gc_interval_s must be positive")
-        if not self.heartbeat_s > 0:
-            raise ConfigurationError("heartbeat_s must be positive")
         for name in ("apps", "job_types"):
             names = getattr(self, name)
             if names is None:

@@ -21,7 +21,7 @@ from quickzones.consumer.failure import Failures
 from quickzones.consumer.interrupt import HandlerInterrupted, ShutdownInterrupted
 from quickzones.consumer.item_ops import StoreItemOps
 from quickzones.consumer.lease_extender import LeaseExtender
-from quickzones.consumer.maintenance import Heartbeats, OutcomeCollector
+from quickzones.consumer.maintenance import HEARTBEAT_S, Heartbeats, OutcomeCollector
 from quickzones.consumer.manager import Manager
 from quickzones.consumer.pool import DaemonPool, in_turn
 from quickzones.consumer.routing import Router
@@ -62,6 +62,7 @@ class Consumer(RunsForever):
         name: str | None = None,
         limits: Limits | None = None,
         more_clusters: Sequence[Cluster] = (),
+        heartbeat_s: float = HEARTBEAT_S,  # for tests: dashboards that follow sooner
     ) -> None:
         self.zones = zones
         self.toplevel = toplevel
@@ -173,7 +174,9 @@ class Consumer(RunsForever):
         )
         stores = [(c.name, c.kv, c.toplevel.keys) for c in clusters.values() if c.kv is not None]
         busy = lambda: (len(flight.running), flight.total())  # noqa: E731
-        self.heartbeats = Heartbeats(lambda: stores, self.name, cfg, busy, self.in_order_for, clock)
+        self.heartbeats = Heartbeats(
+            lambda: stores, self.name, cfg, busy, self.in_order_for, clock, heartbeat_s
+        )
 
     # --- observation -------------------------------------------------------------------
 

@@ -60,6 +60,19 @@ class ServerThread:
         self.sock.close()
 
 
+class CountingTransport(httpx.HTTPTransport):
+    """A client transport that keeps the path of every request it sends (how many
+    requests a remote worker or client makes, by route)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paths: list[str] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.paths.append(request.url.path)
+        return super().handle_request(request)
+
+
 @dataclass
 class Served:
     q: Quick

@@ -67,7 +67,7 @@ def test_fairness_view_workers_page_and_pause_under_a_noisy_neighbour(
     q.enqueue_many("work", [{"tenant": "noisy"}] * 500, app="a", tenant="noisy")
     for tenant in SMALL:
         q.enqueue_many("work", [{"tenant": tenant}] * 4, app="a", tenant=tenant)
-    consumer = q.consumer(ConsumerConfig(workers=8, heartbeat_s=0.5), name="consumer-1")
+    consumer = q.consumer(ConsumerConfig(workers=8), name="consumer-1", heartbeat_s=0.5)
     consumer.start()
     try:
         with serve_process(store) as (url, _):

@@ -92,3 +92,25 @@ def test_the_python_client_sets_and_lists_weights_and_limits(served: Served) -> 
         else:
             raise AssertionError("a weight of 0 was stored")
     assert served.q.weights() == [TenantWeight("a", "gold", 3.0)]
+
+
+def test_clearing_a_setting_not_stored_is_a_404_that_names_it(served: Served) -> None:
+    """The weight, tenant limit and pause DELETEs answer alike: 204 when it was stored,
+    then a 404 whose code and detail name what is not there."""
+    h = _h(served.a_all)
+    base = served.url + "/v1/apps/a/"
+    served.q.set_weight("a", "gold", 2)
+    served.q.set_tenant_limit("a", "t", "mail", max_running=1)
+    served.q.pause("a", "t")
+    for path, params, code, detail in (
+        ("weights", {"tenant": "gold"}, "no_weight", "app=a tenant=gold has no weight"),
+        ("tenant-limits", {"tenant": "t", "job_type": "mail"}, "no_limit",
+         "app=a tenant=t has no such limit"),
+        ("pauses", {"tenant": "t"}, "not_paused", "app=a tenant=t is not paused"),
+    ):  # fmt: skip
+        first = httpx.delete(base + path, params=params, headers=h)
+        assert (first.status_code, first.content) == (204, b""), path
+        again = httpx.delete(base + path, params=params, headers=h)
+        assert again.status_code == 404, path
+        assert (again.json()["error"], again.json()["detail"]) == (code, detail)
+    assert (served.q.weights(), served.q.tenant_limits(), served.q.paused()) == ([], [], [])

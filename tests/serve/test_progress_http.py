@@ -19,7 +19,7 @@ from quickzones.adapters.http.worker import RemoteWorker
 from quickzones.client import Quick
 from tests.waiting import wait_for
 
-from .conftest import Served
+from .conftest import CountingTransport, Served
 
 
 def test_a_remote_handlers_progress_is_in_the_status_route_and_kept(served: Served) -> None:
@@ -73,16 +73,6 @@ def test_bad_progress_over_http_is_refused_and_stores_nothing(served: Served) ->
         assert rq.status("a", "t", lease.item_id).progress is None
 
 
-class _CountingTransport(httpx.HTTPTransport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.paths: list[str] = []
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self.paths.append(request.url.path)
-        return super().handle_request(request)
-
-
 def test_a_remote_handler_reporting_in_a_tight_loop_sends_few_requests(served: Served) -> None:
     handlers = Quick.open("memory://")
 
@@ -93,7 +83,7 @@ def test_a_remote_handler_reporting_in_a_tight_loop_sends_few_requests(served: S
 
     served.q.job("busy", keep_status_s=3600)(busy)
     item_id = served.q.enqueue("busy", b"", app="a", tenant="t")
-    transport = _CountingTransport()
+    transport = CountingTransport()
     try:
         with RemoteQuick(served.url, served.a_all, transport=transport) as client:
             worker = RemoteWorker(handlers.registry, client, workers=1, lease_s=30)

@@ -1,6 +1,7 @@
 """Issue 31 point 6: items leased by remote workers through ``quick serve`` count in the
 fairness view's pickup latencies as a local consumer's do (the server adds its pull
-leases' pickup counts to the store every ``heartbeat_s``, and once more as it stops)."""
+leases' pickup counts to the store every ``HEARTBEAT_S``, passed in as 0.2 s here, and
+once more as it stops)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from quickzones.adapters.http import TokenStore, create_app
 from quickzones.adapters.http.client import RemoteQuick
 from quickzones.client import Quick
 from quickzones.clock import now_ms
-from quickzones.consumer.config import ConsumerConfig
 from quickzones.store import pickups
 from tests.waiting import wait_for
 
@@ -28,7 +28,7 @@ def test_pull_leases_reach_the_pickup_summaries(tmp_path: Path) -> None:
     for tenant in ("t1", "t2", "t2"):
         q.enqueue("job", tenant, app="a", tenant=tenant)
     try:
-        app = create_app(q, config=ConsumerConfig(heartbeat_s=0.2))
+        app = create_app(q, heartbeat_s=0.2)
         with ServerThread(app) as server, RemoteQuick(server.url, token) as rq:
             leased = []
             while len(leased) < 3:

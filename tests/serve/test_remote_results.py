@@ -18,7 +18,7 @@ from quickzones.aio import AsyncQuick
 from quickzones.client import Quick
 from quickzones.store.outcomes import JobStatus, ResultNotAvailable
 
-from .conftest import Served
+from .conftest import CountingTransport, Served
 
 
 def _app_module(served: Served) -> Quick:
@@ -66,19 +66,9 @@ def test_a_remote_worker_keeps_results(served: Served) -> None:
     assert served.q.result("a", "t", a) == {"pages": 3}
 
 
-class _CountingTransport(httpx.HTTPTransport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.paths: list[str] = []
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self.paths.append(request.url.path)
-        return super().handle_request(request)
-
-
 def test_remote_result_waits_without_polling_fast(served: Served) -> None:
     app = _app_module(served)
-    counting = _CountingTransport()
+    counting = CountingTransport()
     with (
         RemoteQuick(served.url, served.a_all) as rq,
         RemoteQuick(served.url, served.a_all, transport=counting) as waiter,

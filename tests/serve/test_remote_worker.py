@@ -11,8 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from quickzones.adapters.http.client import RemoteQuick
 from quickzones.adapters.http.worker import RemoteWorker
 from quickzones.client import Quick
@@ -20,7 +18,7 @@ from quickzones.errors import Nack, PermanentError
 from quickzones.registry import RetryPolicy
 from quickzones.store.admin import zone_count
 
-from .conftest import Served
+from .conftest import CountingTransport, Served
 
 
 def test_remote_worker_runs_handlers_and_reports_outcomes(served: Served) -> None:
@@ -123,16 +121,6 @@ def test_quick_worker_remote_process(served: Served, tmp_path: Path) -> None:
     assert served.q.run_until_idle() == 0
 
 
-class _CountingTransport(httpx.HTTPTransport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.paths: list[str] = []
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self.paths.append(request.url.path)
-        return super().handle_request(request)
-
-
 def test_remote_worker_completes_finished_items_together(served: Served) -> None:
     """Items whose handlers finish within complete_linger_s of each other are completed
     by one POST /v1/completions, not one request each."""
@@ -144,7 +132,7 @@ def test_remote_worker_completes_finished_items_together(served: Served) -> None
         ran.append(payload)
 
     served.q.enqueue_many("ok", list(range(5)), app="a", tenant="t")
-    transport = _CountingTransport()
+    transport = CountingTransport()
     try:
         with RemoteQuick(served.url, served.a_all, transport=transport) as client:
             worker = RemoteWorker(

@@ -4,11 +4,13 @@ fairness view, history charts and workers page, read back through the store modu
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any
 
 from quickzones.client import Quick
 from quickzones.clock import ManualClock, now_ms
+from quickzones.consumer import maintenance
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.store import heartbeats, pickups
 from quickzones.store.heartbeats import Heartbeat
@@ -65,7 +67,7 @@ def test_a_running_consumer_beats_and_counts_its_pickups(real_q: Quick) -> None:
 
     for n in range(20):
         q.enqueue("ping", n, app="app", tenant=f"t{n % 4}")
-    consumer = q.consumer(ConsumerConfig(heartbeat_s=0.2, in_order=True), name="c-1")
+    consumer = q.consumer(ConsumerConfig(in_order=True), name="c-1", heartbeat_s=0.2)
     consumer.start()
     try:
         assert wait_for(lambda: len(ran) == 20)
@@ -83,6 +85,17 @@ def test_a_running_consumer_beats_and_counts_its_pickups(real_q: Quick) -> None:
     finally:
         consumer.stop()
     assert heartbeats.heartbeats(q.kv, q.keys) == [], "a clean stop clears its record"
+
+
+def test_the_heartbeat_period_is_a_constant_and_a_test_hook_not_a_setting(q: Quick) -> None:
+    """Users have no reason to change how often a consumer beats (review point 1): it is
+    ``HEARTBEAT_S``, not a ``ConsumerConfig`` field; a test passes a shorter one in."""
+    assert "heartbeat_s" not in {f.name for f in dataclasses.fields(ConsumerConfig)}
+    assert maintenance.HEARTBEAT_S == 5.0
+    q.consumer(name="default").heartbeats.beat_once()
+    q.consumer(name="fast", heartbeat_s=0.2).heartbeats.beat_once()
+    beats = {h.consumer_id: h.interval_ms for h in heartbeats.heartbeats(q.kv, q.keys)}
+    assert beats == {"default": 5000, "fast": 200}
 
 
 def test_concurrent_flushes_lose_no_count(q: Quick, clock: ManualClock) -> None:
