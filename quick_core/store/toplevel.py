@@ -175,11 +175,13 @@ class TopLevelQueue:
         (external-store mode), declares a write conflict on the index key so a concurrent
         pointer deletion that read it aborts.
 
-        Returns the index entry found when the pointer already existed, so part two
-        (:meth:`pull_pointer_earlier`) must run after the commit (None: created). Part one cannot decide
-        that itself: whatever it read of the pointer record could be stale by its commit (a
-        consumer may lease and requeue the pointer in between without seeing this item),
-        and reading it with a conflict would let pointer leases abort user transactions.
+        Returns the index entry found when the pointer already existed (None: created
+        now), so part two (:meth:`pull_pointer_earlier`) must run after the commit. Part
+        one cannot decide that itself: whatever it read of the pointer record could be
+        stale by its commit (a consumer may lease and requeue the pointer in between
+        without seeing this item), and reading it with a conflict would let pointer leases
+        abort user transactions; unless ``tr`` holds the store's commit lock, when part
+        two runs inside it (:func:`~quickzones.store.enqueue.pointer_check`).
 
         ``index``, ``index_key``: the entry's value as the caller already read it in
         ``tr`` from ``index_key`` (default: :meth:`index_key`), so it is not read again.
