@@ -1,7 +1,7 @@
 """The resolver's half of a commit, serialised by the row lock on ``quick_meta``: the
-server's ``quick_resolve`` (``sql.py``) takes the lock, checks the read conflict ranges
-against newer commits, records the write conflict ranges under the new version and bumps
-it; the writes follow in the same round trip; and old conflict rows are pruned past the
+server's ``quick_commit`` (``sql.py``) takes the lock, checks the read conflict ranges
+against newer commits, records the write conflict ranges under the new version, bumps it
+and applies the writes, all in one statement; and old conflict rows are pruned past the
 5 s lifetime.
 
 Commits are serialised, so versions (and the versionstamps made from them) follow commit
@@ -126,27 +126,24 @@ def _send(
     atomic: list[bytes],
     at_least: int,
 ) -> int:
-    """One round trip: ``begin``, quick_resolve, the writes, ``end``."""
+    """One round trip: ``begin``, quick_commit (the check and the writes), ``end``."""
     conflict_ranges = request.write_conflicts
     if writes.extra_write_conflicts:
         conflict_ranges = merge_ranges(conflict_ranges + writes.extra_write_conflicts)
     rb, re_ = _columns(request.read_conflicts)
     wb, we = _columns(conflict_ranges)
     ae = [key_after(k) for k in atomic]
-    args = (request.read_version, rb, re_, since, atomic, ae, wb, we, at_least)
+    cb, ce = _columns(writes.clears)
+    sk, sv = [k for k, _ in writes.sets], [v for _, v in writes.sets]
+    args = (
+        *(request.read_version, rb, re_, since, atomic, ae, wb, we, at_least),
+        *(cb, ce, sk, sv, writes.deletes, list(adds), list(adds.values())),
+    )
     try:
         with pipeline(conn), conn.cursor() as cur:
             for statement in begin:
                 cur.execute(statement)
-            resolved = conn.execute(sql.resolve, args)
-            if writes.clears:
-                cur.executemany(sql.delete_range, writes.clears)
-            if writes.sets:
-                cur.executemany(sql.upsert, writes.sets)
-            if writes.deletes:
-                cur.executemany(sql.delete, [(key,) for key in writes.deletes])
-            if adds:
-                cur.executemany(sql.upsert_add, list(adds.items()))
+            resolved = conn.execute(sql.commit, args)
             for statement in end:
                 cur.execute(statement)
     except psycopg.Error as err:
@@ -160,7 +157,7 @@ def _send(
             raise commit_unknown(err) from err
         raise
     row = resolved.fetchone()
-    assert row is not None, "quick_resolve returns the commit version"
+    assert row is not None, "quick_commit returns the commit version"
     return int(row[0])
 
 

@@ -304,6 +304,9 @@ class PostgresStore:
                 elif state == "layout 1":
                     for statement in self.sql.migrate_from_1:
                         conn.execute(statement)
+                elif state == "no quick_commit":
+                    for statement in self.sql.commit_function:
+                        conn.execute(statement)
         except psycopg.Error as err:
             raise StorageError(f"cannot open postgresql store {self.shown}: {err}") from err
         finally:
@@ -312,7 +315,8 @@ class PostgresStore:
     def _schema_state(self, conn: Connection) -> str:
         """``"ready"``, ``"absent"`` (no schema, or an empty one), ``"layout 1"`` (an
         older layout, migrated on opening, even with ``create=False``: the stored items
-        are kept, the conflict table replaced); raises
+        are kept, the conflict table replaced), ``"no quick_commit"`` (layout 2 made by an
+        older quick: the function is added on opening, the tables untouched); raises
         :class:`NotAQuickStore` for a schema quick does not recognise."""
         if conn.execute(SCHEMA_EXISTS, (self.schema,)).fetchone() is None:
             return "absent"
@@ -334,7 +338,10 @@ class PostgresStore:
                 f"layout version {row[1]} is newer than this quick's ({FORMAT_VERSION}):"
                 " upgrade quickzones",
             )
-        return "ready" if int(row[1]) == FORMAT_VERSION else "layout 1"
+        if int(row[1]) < FORMAT_VERSION:
+            return "layout 1"
+        (has_commit,) = conn.execute(self.sql.has_commit_function).fetchone() or (False,)
+        return "ready" if has_commit else "no quick_commit"
 
     # --- the KVStore protocol --------------------------------------------------------------
 

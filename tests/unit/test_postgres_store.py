@@ -279,3 +279,32 @@ def test_a_layout_1_schema_is_migrated_keeping_its_items(admin: object) -> None:
         q.close()
     row = admin.execute(f"SELECT format_version FROM {s}.quick_meta").fetchone()  # type: ignore[attr-defined]
     assert row == (2,)
+
+
+def test_a_layout_2_schema_without_quick_commit_gains_it_keeping_its_items(
+    admin: object,
+) -> None:
+    """A store the previous quick made (layout 2, commits as a statement per written key)
+    opens with the one-statement commit function added and every item kept; the tables
+    and the layout version stay, so that quick still opens it."""
+    schema = _schema("layout2")
+    q = Quick.open(postgres_store_url(schema))
+    q.enqueue("job", {"n": 1}, app="a", tenant="t1")
+    q.close()
+    s = f'"{schema}"'
+    admin.execute(f"DROP FUNCTION {s}.quick_commit")  # type: ignore[attr-defined]
+    q = Quick.open(postgres_store_url(schema))
+    try:
+        q.enqueue("job", {"n": 2}, app="a", tenant="t1")
+        ran: list[int] = []
+
+        @q.job("job")
+        def job(payload: dict[str, int], ctx: object) -> None:
+            ran.append(payload["n"])
+
+        assert q.run_until_idle() == 2
+        assert sorted(ran) == [1, 2]
+    finally:
+        q.close()
+    row = admin.execute(f"SELECT format_version FROM {s}.quick_meta").fetchone()  # type: ignore[attr-defined]
+    assert row == (2,)
