@@ -109,6 +109,10 @@ class _Moved(Exception):
     newest (the transaction is aborted; the caller's ``undo`` ends it)."""
 
 
+def _or_null(values: list[bytes]) -> list[bytes] | None:
+    return values or None
+
+
 def _no_current(key: bytes) -> bytes | None:
     raise AssertionError(f"no atomic operation was buffered, yet {key!r} was asked for")
 
@@ -135,9 +139,12 @@ def _send(
     ae = [key_after(k) for k in atomic]
     cb, ce = _columns(writes.clears)
     sk, sv = [k for k, _ in writes.sets], [v for _, v in writes.sets]
-    args = (
-        *(request.read_version, rb, re_, since, atomic, ae, wb, we, at_least),
-        *(cb, ce, sk, sv, writes.deletes, list(adds), list(adds.values())),
+    # An empty array goes as NULL (the functions read both as none): most of a commit's
+    # arrays are empty, and psycopg's dump of each costs more than the statement's send.
+    n = _or_null
+    args: tuple[object, ...] = (
+        *(request.read_version, n(rb), n(re_), since, n(atomic), n(ae), wb, we, at_least),
+        *(n(cb), n(ce), n(sk), n(sv), n(writes.deletes), n(list(adds)), n(list(adds.values()))),
     )
     try:
         with pipeline(conn), conn.cursor() as cur:

@@ -186,7 +186,8 @@ class TopLevelQueue:
         ``index``, ``index_key``: the entry's value as the caller already read it in
         ``tr`` from ``index_key`` (default: :meth:`index_key`), so it is not read again.
         """
-        home_key = self.index_key(zone)
+        home_shard = self.shard_for(zone)
+        home_key = self.keys.pointer_index_key(self.cluster, home_shard, zone)
         if isinstance(index, Unread):
             # The layout and the likely index entry in one round trip where the store
             # reads in parallel; the cached layout is almost always the stored one.
@@ -196,7 +197,11 @@ class TopLevelQueue:
         else:
             layout = self._layout_in(tr, snapshot=False)
         for shard in layout.places(zone):
-            key = self.keys.pointer_index_key(self.cluster, shard, zone)
+            key = (
+                home_key
+                if shard == home_shard
+                else self.keys.pointer_index_key(self.cluster, shard, zone)
+            )
             found = index if key == (index_key or home_key) else tr.get(key)
             if found is not None:
                 if declare_conflict:
