@@ -250,20 +250,14 @@ def test_a_commit_holds_the_resolvers_lock_for_one_round_trip_at_most() -> None:
         store.close()
 
 
-def test_a_layout_1_schema_is_migrated_keeping_its_items(admin: object) -> None:
-    """A store quick made before the resolver moved into the server (layout 1: one
-    encoded column of conflict ranges) opens as layout 2 with every item kept."""
-    schema = _schema("layout1")
+def _store_with_one_item(schema: str) -> None:
     q = Quick.open(postgres_store_url(schema))
     q.enqueue("job", {"n": 1}, app="a", tenant="t1")
     q.close()
-    s = f'"{schema}"'
-    admin.execute(f"DROP TABLE {s}.quick_conflicts")  # type: ignore[attr-defined]
-    admin.execute(f"DROP FUNCTION IF EXISTS {s}.quick_resolve")  # type: ignore[attr-defined]
-    admin.execute(  # type: ignore[attr-defined]
-        f"CREATE TABLE {s}.quick_conflicts (version bigint PRIMARY KEY, ranges bytea NOT NULL)"
-    )
-    admin.execute(f"UPDATE {s}.quick_meta SET format_version = 1")  # type: ignore[attr-defined]
+
+
+def _reopened_runs_both_items(schema: str) -> None:
+    """Opened again (brought up to date), the store takes a second item and runs both."""
     q = Quick.open(postgres_store_url(schema))
     try:
         q.enqueue("job", {"n": 2}, app="a", tenant="t1")
@@ -277,6 +271,21 @@ def test_a_layout_1_schema_is_migrated_keeping_its_items(admin: object) -> None:
         assert sorted(ran) == [1, 2]
     finally:
         q.close()
+
+
+def test_a_layout_1_schema_is_migrated_keeping_its_items(admin: object) -> None:
+    """A store quick made before the resolver moved into the server (layout 1: one
+    encoded column of conflict ranges) opens as layout 2 with every item kept."""
+    schema = _schema("layout1")
+    _store_with_one_item(schema)
+    s = f'"{schema}"'
+    admin.execute(f"DROP TABLE {s}.quick_conflicts")  # type: ignore[attr-defined]
+    admin.execute(f"DROP FUNCTION IF EXISTS {s}.quick_resolve")  # type: ignore[attr-defined]
+    admin.execute(  # type: ignore[attr-defined]
+        f"CREATE TABLE {s}.quick_conflicts (version bigint PRIMARY KEY, ranges bytea NOT NULL)"
+    )
+    admin.execute(f"UPDATE {s}.quick_meta SET format_version = 1")  # type: ignore[attr-defined]
+    _reopened_runs_both_items(schema)
     row = admin.execute(f"SELECT format_version FROM {s}.quick_meta").fetchone()  # type: ignore[attr-defined]
     assert row == (2,)
 
@@ -288,23 +297,9 @@ def test_a_layout_2_schema_without_quick_commit_gains_it_keeping_its_items(
     opens with the one-statement commit function added and every item kept; the tables
     and the layout version stay, so that quick still opens it."""
     schema = _schema("layout2")
-    q = Quick.open(postgres_store_url(schema))
-    q.enqueue("job", {"n": 1}, app="a", tenant="t1")
-    q.close()
+    _store_with_one_item(schema)
     s = f'"{schema}"'
     admin.execute(f"DROP FUNCTION {s}.quick_commit")  # type: ignore[attr-defined]
-    q = Quick.open(postgres_store_url(schema))
-    try:
-        q.enqueue("job", {"n": 2}, app="a", tenant="t1")
-        ran: list[int] = []
-
-        @q.job("job")
-        def job(payload: dict[str, int], ctx: object) -> None:
-            ran.append(payload["n"])
-
-        assert q.run_until_idle() == 2
-        assert sorted(ran) == [1, 2]
-    finally:
-        q.close()
+    _reopened_runs_both_items(schema)
     row = admin.execute(f"SELECT format_version FROM {s}.quick_meta").fetchone()  # type: ignore[attr-defined]
     assert row == (2,)
