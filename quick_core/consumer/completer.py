@@ -13,7 +13,6 @@ keeps the handler's result when its job type asks. One interface, two implementa
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -121,23 +120,28 @@ class InlineCompleter:
 
 
 class BatchedCompleter:
-    """Collects finished items; :meth:`flush` completes them, batched per zone."""
+    """Collects finished items; :meth:`flush` completes them, batched per zone.
+
+    A finished item is appended to a list under a lock; only the first of a batch (the
+    list was empty) wakes the flusher, so a batch costs one wake-up, not one per item."""
 
     def __init__(self, clusters: dict[str, Cluster], emit: Callable[..., Any]) -> None:
         self.clusters = clusters
         self.emit = emit
-        self._pending: queue.Queue[Work] = queue.Queue()
+        self._lock = threading.Lock()
+        self._pending: list[Work] = []
+        self._ready = threading.Event()  # set when the list turned non-empty
 
     def complete(self, work: Work) -> None:
-        self._pending.put(work)
+        with self._lock:
+            self._pending.append(work)
+            first = len(self._pending) == 1
+        if first:
+            self._ready.set()
 
     def flush(self) -> int:
-        batch: list[Work] = []
-        while True:
-            try:
-                batch.append(self._pending.get_nowait())
-            except queue.Empty:
-                break
+        with self._lock:
+            batch, self._pending = self._pending, []
         if batch:
             complete_batch(self.clusters, batch, self.emit)
             self.emit("completions_flushed", items=len(batch))
@@ -147,11 +151,11 @@ class BatchedCompleter:
         """The flusher thread: flush whenever something is pending, until ``stopping``;
         after each flush, wait ``pace_s`` (``completion_flush_s``) or until ``stopping``."""
         while not stopping.is_set():
-            try:
-                first = self._pending.get(timeout=0.05)
-            except queue.Empty:
+            # Cleared before the flush takes the list: an item added after the take sets
+            # it again. The timeout also covers a flush that raised with items pending.
+            if not self._ready.wait(0.05) and not self._pending:
                 continue
-            self._pending.put(first)
+            self._ready.clear()
             try:
                 self.flush()
             except Exception:

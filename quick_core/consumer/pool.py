@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -43,16 +43,24 @@ class FairQueue:
         self._deficits: dict[Hashable, float] = {}
 
     def put(self, task: Any, lane: Hashable = None, weight: float = 1.0) -> None:
+        self.put_many((task,), lane, weight)
+
+    def put_many(self, tasks: Sequence[Any], lane: Hashable = None, weight: float = 1.0) -> None:
+        """Queue ``tasks`` at the back of ``lane``, in order, under one lock, and wake as
+        many waiting threads as there are tasks: a visit's batch costs one wake-up per
+        idle thread, not one per item (a thread awake takes the next task unwoken)."""
+        if not tasks:
+            return
         with self._cond:
             queued = self._lanes.get(lane)
             if queued is None:
                 queued = self._lanes[lane] = deque()
-            queued.append(task)
+            queued.extend(tasks)
             if weight != 1.0:
                 self._weights[lane] = weight
             elif self._weights:
                 self._weights.pop(lane, None)
-            self._cond.notify()
+            self._cond.notify(len(tasks))
 
     def get(self) -> Any:
         with self._cond:
@@ -175,10 +183,22 @@ class DaemonPool:
     def post(
         self, fn: Callable[..., Any], *args: Any, lane: Hashable = None, weight: float = 1.0
     ) -> None:
-        """Run ``fn(*args)`` on the pool without a Future: the cheap path for the
-        per-item hand-off from managers to workers. Queued tasks of different lanes are
-        taken in turn, ``weight`` turns for this lane to one of a weight-1 lane."""
-        self._queue.put((None, fn, args), lane, weight)
+        """Run ``fn(*args)`` on the pool without a Future. Queued tasks of different
+        lanes are taken in turn, ``weight`` turns for this lane to one of a weight-1 lane."""
+        self.post_many(fn, (args,), lane=lane, weight=weight)
+
+    def post_many(
+        self,
+        fn: Callable[..., Any],
+        args: Iterable[tuple[Any, ...]],
+        *,
+        lane: Hashable = None,
+        weight: float = 1.0,
+    ) -> None:
+        """:meth:`post` ``fn(*a)`` for each ``a`` of ``args``, queued in that order in one
+        call: the hand-off of a Manager's batch to the workers, one lock and one wake-up
+        per idle thread for the whole batch, not one per item."""
+        self._queue.put_many([(None, fn, a) for a in args], lane, weight)
 
     def drain(self) -> list[tuple[Callable[..., Any], tuple[Any, ...]]]:
         """Take back the posted tasks no thread has started yet, as (fn, args)."""

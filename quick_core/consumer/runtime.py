@@ -300,7 +300,7 @@ class Consumer(RunsForever):
         stopping = self._stopping
         for target, name in (
             (lambda: self.scanner.run(managers, self._visit_and_dispatch, stopping), "scanner"),
-            (lambda: self.timers.run(self._post, stopping), "timers"),
+            (lambda: self.timers.run(lambda w: self._post([w]), stopping), "timers"),
             (lambda: self.lease_extender.run(stopping), "extender"),
             (
                 lambda: self.batched_completer.run(stopping, self.config.completion_flush_s),
@@ -313,23 +313,26 @@ class Consumer(RunsForever):
             t.start()
             self._threads.append(t)
 
-    def _post(self, work: Work) -> None:
-        """Queue ``work`` for a worker (fair across zones: :class:`DaemonPool` lanes)."""
-        workers = self._workers
-        if workers is None:  # stopped meanwhile: give it back
-            self._execute_logged(work)
-            return
-        weight = self.manager.weighing.of_zone(work.zone)  # 1 while no weight is stored
-        workers.post(self._execute_logged, work, lane=(work.cluster, work.zone), weight=weight)
+    def _post(self, works: list[Work]) -> None:
+        """Queue ``works`` for the workers, each zone's in one post to its lane (fair)."""
+        lanes: dict[tuple[str, ZoneId], list[tuple[Work]]] = {}
+        for work in works:
+            lanes.setdefault((work.cluster, work.zone), []).append((work,))
+        for lane, args in lanes.items():
+            if (workers := self._workers) is not None:  # weight 1 while no weight is stored
+                weight = self.manager.weighing.of_zone(lane[1])
+                workers.post_many(self._execute_logged, args, lane=lane, weight=weight)
+            else:  # stopped meanwhile: give them back
+                for (work,) in args:
+                    self._execute_logged(work)
 
     def _visit_and_dispatch(self, refs: list[PointerRef]) -> int:
         def hand_out(works: list[Work]) -> None:
             self._flight.mark_direct(works)
             for work in works:
-                if work.due_ms is None:
-                    self._post(work)
-                else:
+                if work.due_ms is not None:
                     self.timers.add(work)  # leased ahead: started at its vesting time
+            self._post([work for work in works if work.due_ms is None])
 
         # Room claimed first: concurrent visits take no more than workers can start. A
         # visit that raises is counted, logged and backed off by the scanner.

@@ -122,9 +122,9 @@ class NewestFirstZoneStore(KVZoneStore):
 
     def _vested_entries(
         self, tr: KVTransaction, zone: ZoneId, max_items: int, now: int, *, snapshot: bool
-    ) -> list[tuple[bytes, str]]:
+    ) -> list[tuple[bytes, str, int | None]]:
         entries = super()._vested_entries(tr, zone, max_items, now, snapshot=snapshot)
-        fifo = [e for e in entries if self.keys.unpack_order_key(zone, e[0])[1] is None]
+        fifo = [e for e in entries if e[2] is None]
         rest = [e for e in entries if e not in fifo]
         return rest + fifo[::-1]
 

@@ -67,3 +67,13 @@ def test_a_stop_completes_what_finished_without_waiting_for_the_pace(real_q: Qui
 def test_a_negative_or_unbounded_pace_is_refused(bad: float) -> None:
     with pytest.raises(ConfigurationError, match="completion_flush_s"):
         ConsumerConfig(completion_flush_s=bad).validate()
+
+
+def test_completions_handed_over_together_by_many_workers_all_commit_in_batches(
+    real_q: Quick,
+) -> None:
+    """Workers hand finished items to the flusher, which a batch wakes once (issue 29
+    point 3): none may be left waiting for a wake-up that never comes, and they still
+    commit in batches, not one commit each."""
+    flushes, _ = _run(real_q, 400, ConsumerConfig(workers=8))
+    assert 0 < flushes < 400

@@ -91,3 +91,23 @@ def test_a_small_tenants_item_does_not_wait_behind_a_noisy_batch(tmp_path: Path)
     assert started[0] == "noisy"
     # Round-robin: at most one more noisy item goes first (FIFO would put it 21st).
     assert started.index("small") <= 2, started
+
+
+def test_a_batch_posted_at_once_wakes_every_idle_thread_and_keeps_its_lane_order() -> None:
+    """A Manager hands a visit's items to the workers in one post (one lock, one wake-up
+    per idle thread, issue 29 point 3): every idle thread must still wake, so four items
+    that each wait for the other three all run; and the batch keeps its order in its lane,
+    in turn with the other lanes."""
+    pool = DaemonPool(4, "t")
+    together = threading.Barrier(4, timeout=10)
+    done: list[int] = []
+    time.sleep(0.05)  # the four threads wait on the queue
+    pool.post_many(lambda n: (together.wait(), done.append(n)), [(n,) for n in range(4)])
+    assert wait_for(lambda: len(done) == 4, timeout=15)
+    assert not together.broken
+    assert pool.shutdown(time.monotonic() + 5)
+    q = FairQueue()
+    q.put_many([("noisy", n) for n in range(3)], "noisy")
+    q.put(("small", 0), "small")
+    got = [q.get_nowait() for _ in range(4)]
+    assert got == [("noisy", 0), ("small", 0), ("noisy", 1), ("noisy", 2)]

@@ -37,7 +37,7 @@ ZONE_PREFETCH_KEYS = 32
 class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
     def _entries_to_take(
         self, tr: KVTransaction, zone: ZoneId, max_items: int, now: int, horizon_ms: int
-    ) -> list[tuple[bytes, str]]:
+    ) -> list[tuple[bytes, str, int | None]]:
         """What a dequeue takes: vested entries first (invariant 6 among what is taken),
         then, in the room left, those vesting within ``horizon_ms``.
 
@@ -49,15 +49,15 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
         if not horizon_ms:
             return self._vested_entries(tr, zone, max_items, now, snapshot=False)
         upto = self._vested_entries(tr, zone, max_items, now + horizon_ms, snapshot=False)
-        vested: list[tuple[bytes, str]] = []
-        ahead: list[tuple[bytes, str]] = []
+        vested: list[tuple[bytes, str, int | None]] = []
+        ahead: list[tuple[bytes, str, int | None]] = []
         for entry in upto:
-            vesting = self.keys.unpack_order_key(zone, entry[0])[1]
+            vesting = entry[2]
             (vested if vesting is None or vesting <= now else ahead).append(entry)
         if not ahead or len(upto) < max_items:
             return vested + ahead
         entries = self._vested_entries(tr, zone, max_items, now, snapshot=False)
-        seen = {item_id for _, item_id in entries}
+        seen = {item_id for _, item_id, _ in entries}
         more = self._vested_entries(
             tr, zone, max_items + len(entries), now + horizon_ms, snapshot=False
         )
@@ -96,9 +96,9 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
             # are read several times over by this dequeue and the pointer's requeue.
             prefetch_range(tr, *self.keys.zone_range(zone), ZONE_PREFETCH_KEYS)
             entries = self._entries_to_take(tr, zone, max_items, now, horizon_ms)
-            keys = [self.keys.item_key(zone, item_id) for _, item_id in entries]
+            keys = [self.keys.item_key(zone, item_id) for _, item_id, _ in entries]
             # All item reads sent at once: a visit of many items is one round trip.
-            for (order_key, item_id), key, raw in zip(
+            for (order_key, item_id, _), key, raw in zip(
                 entries, keys, get_many(tr, keys), strict=True
             ):
                 if raw is None:

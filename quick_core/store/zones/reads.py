@@ -25,15 +25,17 @@ from quickzones.store.zones.items import ZoneItems
 class ZoneReads(ZoneItems):
     def _vested_entries(
         self, tr: KVTransaction, zone: ZoneId, max_items: int, now: int, *, snapshot: bool
-    ) -> list[tuple[bytes, str]]:
-        """(order key, item_id) of up to ``max_items`` vested items, in order.
+    ) -> list[tuple[bytes, str, int | None]]:
+        """(order key, item_id, vesting: None for a FIFO entry) of up to ``max_items``
+        vested items, in order: each key unpacked once, here (the dequeue sorts by the
+        vesting without unpacking again).
 
         Per priority in use: one short read finds it, one range read takes its vested
         vesting-keyed entries and, if there is room, one more its FIFO entries. The cost is
         proportional to what is returned plus the priorities present.
         """
         begin, end = self.keys.order_range(zone)
-        out: list[tuple[bytes, str]] = []
+        out: list[tuple[bytes, str, int | None]] = []
         cursor = begin
         while len(out) < max_items:
             first = tr.get_range(cursor, end, limit=1, snapshot=snapshot)
@@ -47,7 +49,9 @@ class ZoneReads(ZoneItems):
                 if len(out) >= max_items:
                     break
                 rows = tr.get_range(rbegin, rend, limit=max_items - len(out), snapshot=snapshot)
-                out.extend((k, self.keys.unpack_order_key(zone, k)[2]) for k, _ in rows)
+                for k, _ in rows:
+                    _, at, item_id = self.keys.unpack_order_key(zone, k)
+                    out.append((k, item_id, at))
             # Skip the rest of this priority (not vested) in one hop.
             cursor = self.keys.order_priority_start(zone, priority + 1)
         return out
@@ -56,7 +60,7 @@ class ZoneReads(ZoneItems):
         def read(tr: KVTransaction) -> list[WorkItem]:
             now = now_ms(self.clock)
             items = []
-            for _, item_id in self._vested_entries(tr, zone, max_items, now, snapshot=True):
+            for _, item_id, _ in self._vested_entries(tr, zone, max_items, now, snapshot=True):
                 try:
                     item = self._read_item(tr, zone, item_id, snapshot=True)
                 except CorruptRecord:
