@@ -23,6 +23,7 @@ from quickzones.store.kv import (
     KVStore,
     KVTransaction,
     get_many,
+    holds_commit_lock,
     run,
     strinc,
     transactional,
@@ -44,6 +45,10 @@ class Unread:
 
 UNREAD = Unread()
 """A value not read yet (``ensure_pointer(index=...)``); None means read and absent."""
+
+
+# Zones whose pointer id a top-level queue remembers (a few hundred kB at most).
+KNOWN_POINTERS = 4096
 
 
 class IndexEntry(NamedTuple):
@@ -95,6 +100,10 @@ class TopLevelQueue:
         # Pointer and pointer-lease ids; pointer ids order a scanner's peek, so a replayable
         # run passes a seeded source.
         self.ids = ids or random_ids
+        # The pointer each zone's index entry named when this process last read or made
+        # it: a transaction holding the commit lock reads that record with the index
+        # entry, so part two (which then joins part one) needs no round trip of its own.
+        self._known_pointers: dict[ZoneId, IndexEntry] = {}
 
     @property
     def shards(self) -> int:
@@ -191,7 +200,15 @@ class TopLevelQueue:
         if isinstance(index, Unread):
             # The layout and the likely index entry in one round trip where the store
             # reads in parallel; the cached layout is almost always the stored one.
-            raw_layout, index = get_many(tr, [self.layout_key, home_key])
+            wanted = [self.layout_key, home_key]
+            known = self._known_pointers.get(zone) if holds_commit_lock(tr) else None
+            if known is not None:
+                # Read now, it answers part two's read from the transaction's cache if the
+                # entry still names it (nothing can commit meanwhile: no conflict to add).
+                wanted.append(
+                    self.keys.pointer_key(self.cluster, known.shard, known.pointer_id.decode())
+                )
+            raw_layout, index, *_ = get_many(tr, wanted)
             index_key = home_key
             layout = self._adopt(raw_layout)
         else:
@@ -206,7 +223,7 @@ class TopLevelQueue:
             if found is not None:
                 if declare_conflict:
                     tr.add_write_conflict_key(key)
-                return IndexEntry(shard, found)
+                return self._knew(zone, IndexEntry(shard, found))
         pointer = Pointer(
             pointer_id=self.ids(8),
             zone=zone,
@@ -217,7 +234,15 @@ class TopLevelQueue:
         home = layout.home(zone)
         self.write_pointer(tr, home, pointer)
         tr.set(self.keys.pointer_index_key(self.cluster, home, zone), pointer.pointer_id.encode())
+        self._knew(zone, IndexEntry(home, pointer.pointer_id.encode()))
         return None
+
+    def _knew(self, zone: ZoneId, entry: IndexEntry) -> IndexEntry:
+        """Remember ``entry`` as ``zone``'s (a hint, never trusted: see ensure_pointer)."""
+        if len(self._known_pointers) >= KNOWN_POINTERS:
+            self._known_pointers.clear()
+        self._known_pointers[zone] = entry
+        return entry
 
     def _find_index(
         self, tr: KVTransaction, zone: ZoneId, *, snapshot: bool
