@@ -174,9 +174,8 @@ class Consumer(RunsForever):
         )
         stores = [(c.name, c.kv, c.toplevel.keys) for c in clusters.values() if c.kv is not None]
         busy = lambda: (len(flight.running), flight.total())  # noqa: E731
-        self.heartbeats = Heartbeats(
-            lambda: stores, self.name, cfg, busy, self.in_order_for, clock, heartbeat_s
-        )
+        beats = (lambda: stores, self.name, cfg, busy, self.in_order_for, clock, heartbeat_s)
+        self.heartbeats = Heartbeats(*beats)
 
     # --- observation -------------------------------------------------------------------
 
@@ -257,10 +256,10 @@ class Consumer(RunsForever):
     # --- single-threaded driving ---------------------------------------------------------
 
     def run_until_idle(self, *, max_rounds: int = 10_000) -> int:
-        """Scan, visit and execute in this thread until no vested pointer is left; returns
-        the number of items run. For tests and the simulator. Two rounds in a row that
-        visit the same pointers and take nothing end it too: what is left vested is not
-        this consumer's to take now (another consumer's job types, a cap held elsewhere)."""
+        """Scan, visit and execute in this thread until no vested pointer is left, or two
+        rounds in a row visit the same pointers and take nothing (what is left is not this
+        consumer's to take now: other job types, a cap held elsewhere); returns the count
+        of items run. For tests and the simulator."""
         done = 0
         idle: set[tuple[str, int, str]] | None = None
         for _ in range(max_rounds):
@@ -292,8 +291,7 @@ class Consumer(RunsForever):
     # --- threaded runtime ----------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the scanner, extender, flusher and outcome-collector threads and the
-        manager/worker pools."""
+        """Start the scanner, extender, flusher, collector threads and the pools."""
         self._stopping.clear()
         self._managers = managers = DaemonPool(self.config.managers, "quick-mgr")
         self._workers = DaemonPool(self.config.workers, "quick-wrk")
@@ -319,19 +317,18 @@ class Consumer(RunsForever):
         for work in works:
             lanes.setdefault((work.cluster, work.zone), []).append((work,))
         for lane, args in lanes.items():
-            if (workers := self._workers) is not None:  # weight 1 while no weight is stored
-                weight = self.manager.weighing.of_zone(lane[1])
-                workers.post_many(self._execute_logged, args, lane=lane, weight=weight)
-            else:  # stopped meanwhile: give them back
+            if (workers := self._workers) is None:  # stopped meanwhile: give them back
                 for (work,) in args:
                     self._execute_logged(work)
+                continue
+            weight = self.manager.weighing.of_zone(lane[1])  # 1 while no weight is stored
+            workers.post_many(self._execute_logged, args, lane=lane, weight=weight)
 
     def _visit_and_dispatch(self, refs: list[PointerRef]) -> int:
         def hand_out(works: list[Work]) -> None:
             self._flight.mark_direct(works)
-            for work in works:
-                if work.due_ms is not None:
-                    self.timers.add(work)  # leased ahead: started at its vesting time
+            for work in (w for w in works if w.due_ms is not None):
+                self.timers.add(work)  # leased ahead: started at its vesting time
             self._post([work for work in works if work.due_ms is None])
 
         # Room claimed first: concurrent visits take no more than workers can start. A
