@@ -13,6 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from quickzones.consumer import ConsumerConfig
 from quickzones.testing.provision.ports import free_port
 from tests.waiting import wait_for
 
@@ -20,10 +21,9 @@ APP = "import os\nfrom quickzones import Quick\nq = Quick.open(os.environ['QUICK
 
 CLAIM = "is the in-order scanner of"
 LOSS = "lost the in-order scanner lease"
-# The in-order scanner lease every worker of a fleet runs with (quick worker --election-ttl;
-# the default is 5 s). The tests wait for it to lapse or be renewed several times; 3 s still
-# leaves 2 s of slack past each renewal (every third of it) for a loaded host.
-TTL_S = 3.0
+# The in-order scanner lease every worker of a fleet runs with: the default a user gets
+# (ConsumerConfig.election_ttl_s). The tests wait for it to lapse or be renewed.
+TTL_S = ConsumerConfig().election_ttl_s
 
 
 class Worker:
@@ -82,7 +82,7 @@ class Fleet:
         env = {**os.environ, "QUICK_STORE": self.url}
         cmd = [sys.executable, "-m", "quickzones", "-v", "worker", "--app-module", "scanapp:q"]
         cmd += ["--managers", "1", "--workers", "1", "--metrics-port", str(port)]
-        cmd += ["--election-ttl", str(TTL_S), *extra]
+        cmd += [*extra]
         with log.open("wb") as out:
             proc = subprocess.Popen(cmd, cwd=self.dir, env=env, stdout=out, stderr=out)
         worker = Worker(proc, log, port)

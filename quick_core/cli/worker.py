@@ -81,11 +81,6 @@ def _batched(visits_per_transaction: int) -> str:
               help="Address the metrics server listens on.")  # fmt: skip
 @click.option("--election", default=None,
               help="redis:// or memcached:// URL gating the in-order scanner lease.")  # fmt: skip
-# The election's lease: a stopped scanner's role moves to another process within about
-# this long (tests of worker fleets pass a short one to wait less).
-@click.option("--election-ttl", "election_ttl_s", type=click.FloatRange(min=0, min_open=True),
-              default=_DEFAULTS.election_ttl_s,
-              help="In-order scanner lease (s): how soon a lost scanner is replaced.")  # fmt: skip
 @click.option("--remote", default=None, metavar="URL",
               help="Pull items from a quick serve at URL instead of the store.")  # fmt: skip
 @click.option("--token", envvar="QUICK_TOKEN", default=None,
@@ -112,7 +107,6 @@ def worker(
     metrics_port: int | None,
     metrics_address: str,
     election: str | None,
-    election_ttl_s: float,
     remote: str | None,
     token: str | None,
     apps: str | None,
@@ -137,7 +131,7 @@ def worker(
         child_args = [
             "--workers", str(workers), "--managers", str(managers), "--lease", repr(lease_s),
             "--shutdown-deadline", repr(shutdown_deadline_s), "--dequeue-max", str(dequeue_max),
-            "--unhandled-grace", repr(unhandled_grace_s), "--election-ttl", repr(election_ttl_s),
+            "--unhandled-grace", repr(unhandled_grace_s),
         ]  # fmt: skip
         for flag, value in (("--election", election), ("--remote", remote), ("--apps", apps),
                             ("--types", job_types)):  # fmt: skip
@@ -163,7 +157,6 @@ def worker(
         apps=routed_apps,
         job_types=routed_types,
         unhandled_grace_s=unhandled_grace_s,
-        election_ttl_s=election_ttl_s,
     )
     config.validate()
     from quickzones.consumer.metrics import shared_observer

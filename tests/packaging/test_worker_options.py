@@ -22,7 +22,6 @@ KEPT = (
     "--metrics-port",
     "--metrics-address",
     "--election",
-    "--election-ttl",
     "--remote",
     "--token",
     "--apps",
@@ -78,14 +77,3 @@ def test_worker_has_no_hidden_options() -> None:
     command = main.commands["worker"]
     hidden = [p.opts[0] for p in command.params if isinstance(p, click.Option) and p.hidden]
     assert hidden == []
-
-
-@pytest.mark.parametrize("value", ["0", "-1", "soon"])
-def test_a_bad_election_ttl_is_clicks_clear_error(value: str) -> None:
-    # --election-ttl (how soon a stopped in-order scanner's role moves) takes positive seconds.
-    result = CliRunner().invoke(
-        main, ["worker", "--app-module", "nowhere", "--election-ttl", value]
-    )
-    assert result.exit_code == 2, result.output
-    assert "Invalid value for '--election-ttl'" in result.output, result.output
-    assert "Traceback" not in result.output
