@@ -291,16 +291,8 @@ def enqueue_batch(
     this id exists already (a retry after ``commit_unknown_result``, or a caller's id
     used twice), and nothing was written."""
 
-    def write(tr: KVTransaction) -> bool:
-        if tr.get(zones.keys.batch_key(app, batch_id)) is not None:
-            return False
-        if charge is not None:
-            charge(tr)
-        record = _record(len(members), callback, REPORT, fail_fast, (), None, 0)
-        _write(tr, zones, app, batch_id, members, record)
-        return True
-
-    return run(db, write)
+    record = _record(len(members), callback, REPORT, fail_fast, (), None, 0)
+    return _create(db, zones, app, batch_id, members, record, charge)
 
 
 def enqueue_chain(
@@ -314,14 +306,28 @@ def enqueue_chain(
 ) -> bool:
     """Write a chain's first step and its batch; the later steps wait in its record."""
 
+    record = _record(1, steps[1], STOP, False, steps[2:], chain_id, 0)
+    return _create(db, zones, app, chain_batch_id(chain_id, 0), steps[:1], record, charge)
+
+
+def _create(
+    db: KVStore | KVTransaction,
+    zones: BatchWriter,
+    app: str,
+    batch_id: str,
+    members: Sequence[Member],
+    record: dict[str, Any],
+    charge: two_part.Charge | None,
+) -> bool:
+    """Write a batch's record and its members in one transaction, unless a batch of this
+    id exists (False, nothing written)."""
+
     def write(tr: KVTransaction) -> bool:
-        first = chain_batch_id(chain_id, 0)
-        if tr.get(zones.keys.batch_key(app, first)) is not None:
+        if tr.get(zones.keys.batch_key(app, batch_id)) is not None:
             return False
         if charge is not None:
             charge(tr)
-        record = _record(1, steps[1], STOP, False, steps[2:], chain_id, 0)
-        _write(tr, zones, app, first, steps[:1], record)
+        _write(tr, zones, app, batch_id, members, record)
         return True
 
     return run(db, write)
