@@ -187,6 +187,12 @@ class Quick:
     def close(self) -> None:
         self.kv.close()
 
+    def __enter__(self) -> Quick:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # --- handlers ----------------------------------------------------------------------
 
     def job(

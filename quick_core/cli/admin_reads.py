@@ -24,11 +24,8 @@ def stats(store: str, as_json: bool) -> None:
 
     from quickzones.store.admin import stats as compute
 
-    q = open_store(store, create=False)
-    try:
+    with open_store(store, create=False) as q:
         s = compute(q)
-    finally:
-        q.close()
     if as_json:
         click.echo(
             json.dumps(
@@ -114,11 +111,8 @@ def zones(store: str, as_json: bool) -> None:
     """Zones that have a pointer (active zones): items, lease state, next visit."""
     from quickzones.store.admin import active_zones
 
-    q = open_store(store, create=False)
-    try:
+    with open_store(store, create=False) as q:
         found = active_zones(q)
-    finally:
-        q.close()
     docs = [
         {
             "app": z.zone.app,

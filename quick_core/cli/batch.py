@@ -26,11 +26,8 @@ def batch() -> None:
 def show(store: str, batch_id: str, app: str, as_json: bool) -> None:
     """Where batch BATCH_ID stands: completed, dead-lettered, cancelled and pending
     items, its callback's id and whether it was enqueued (exit status 1: no such batch)."""
-    q = open_store(store, create=False)
-    try:
+    with open_store(store, create=False) as q:
         status = q.batch_status(app, batch_id)
-    finally:
-        q.close()
     if status is None:
         click.echo(f"no batch {batch_id!r} in app {app}", err=True)
         sys.exit(1)

@@ -77,11 +77,8 @@ def dead_letters_list(store: str, app: str | None, tenant: str | None, as_json: 
     from quickzones.store.admin import list_dead_letters
 
     app, tenant = _filters(app, tenant)
-    q = open_store(store, create=False)
-    try:
+    with open_store(store, create=False) as q:
         letters = list_dead_letters(q, app, tenant)
-    finally:
-        q.close()
     docs = [_letter_doc(d) for d in letters]
     if as_json:
         click.echo(json.dumps(docs, ensure_ascii=False))
@@ -149,11 +146,8 @@ def dead_letters_requeue(
             q.close()
         click.echo("requeued 1")
         return
-    q = open_store(store)
-    try:
+    with open_store(store) as q:
         done = q.requeue_dead_letters(app, tenant, job_type=job_type, limit=limit)
-    finally:
-        q.close()
     click.echo(f"requeued {done.requeued}")
     if done.corrupt:
         click.echo(f"{len(done.corrupt)} corrupt dead letter(s) left (only purge removes them)",
@@ -189,8 +183,5 @@ def dead_letters_purge(
     app, tenant = _filters(app, tenant)
     if app is None and tenant is None and job_type is None and not yes:
         click.confirm("Purge every dead letter of every app?", abort=True, err=True)
-    q = open_store(store)
-    try:
+    with open_store(store) as q:
         click.echo(f"purged {q.purge_dead_letters(app, tenant, job_type=job_type, limit=limit)}")
-    finally:
-        q.close()

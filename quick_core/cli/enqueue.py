@@ -37,8 +37,7 @@ def enqueue(
 ) -> None:
     """Enqueue one item and print its id."""
     body = _parse_json("payload", payload)
-    q = open_store(store)
-    try:
+    with open_store(store) as q:
         click.echo(
             q.enqueue(
                 job_type,
@@ -51,8 +50,6 @@ def enqueue(
                 fifo=fifo,
             )
         )
-    finally:
-        q.close()
 
 
 def _parse_json(name: str, text: str) -> Any:

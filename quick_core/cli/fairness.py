@@ -38,11 +38,8 @@ _tenant = click.option(
 def weight_set(store: str, app: str, tenant: str | None, weight: float) -> None:
     """Give a tenant (or every tenant of the app without its own) WEIGHT, from 0.001 to
     1000; every consumer uses it within about a second."""
-    q = open_store(store, create=False)
-    try:
+    with open_store(store, create=False) as q:
         w = q.set_weight(app, tenant, weight)
-    finally:
-        q.close()
     click.echo(f"set {w.describe()}")
 
 
@@ -53,11 +50,8 @@ def weight_set(store: str, app: str, tenant: str | None, weight: float) -> None:
 @friendly
 def weight_clear(store: str, app: str, tenant: str | None) -> None:
     """Drop the weight named exactly so (exit status 1 when there was none)."""
-    q = open_store(store, create=False)
-    try:
+    with open_store(store, create=False) as q:
         dropped = q.clear_weight(app, tenant)
-    finally:
-        q.close()
     _cleared(f"app={app}" + ("" if tenant is None else f" tenant={tenant}"), dropped, "weight")
 
 
@@ -67,11 +61,8 @@ def weight_clear(store: str, app: str, tenant: str | None) -> None:
 @friendly
 def weight_show(store: str, as_json: bool) -> None:
     """Every stored weight; tenants without one weigh their app's default, or 1."""
-    q = open_store(store, create=False)
-    try:
+    with open_store(store, create=False) as q:
         weights = q.weights()
-    finally:
-        q.close()
     _show(weights, as_json, weight_json, "no weights: every tenant weighs 1")
 
 
@@ -111,13 +102,10 @@ def limit_set(
 ) -> None:
     """Limit a tenant (or its items of one job type), replacing its earlier limit; what
     is held back waits, counting no attempt."""
-    q = open_store(store, create=False)
-    try:
+    with open_store(store, create=False) as q:
         limit = q.set_tenant_limit(
             app, tenant, job_type, max_running=max_running, rate=rate, per=per
         )
-    finally:
-        q.close()
     click.echo(f"set {limit.describe()}")
 
 
@@ -129,11 +117,8 @@ def limit_set(
 @friendly
 def limit_clear(store: str, app: str, tenant: str, job_type: str | None) -> None:
     """Lift the limit named exactly so (exit status 1 when there was none)."""
-    q = open_store(store, create=False)
-    try:
+    with open_store(store, create=False) as q:
         lifted = q.clear_tenant_limit(app, tenant, job_type)
-    finally:
-        q.close()
     who = f"app={app} tenant={tenant}" + ("" if job_type is None else f" job_type={job_type}")
     _cleared(who, lifted, "limit")
 
@@ -144,11 +129,8 @@ def limit_clear(store: str, app: str, tenant: str, job_type: str | None) -> None
 @friendly
 def limit_show(store: str, as_json: bool) -> None:
     """Every per-tenant limit in force."""
-    q = open_store(store, create=False)
-    try:
+    with open_store(store, create=False) as q:
         limits = q.tenant_limits()
-    finally:
-        q.close()
     _show(limits, as_json, limit_json, "no tenant limits")
 
 

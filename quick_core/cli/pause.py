@@ -33,11 +33,8 @@ def _target(fn: Callable[..., Any]) -> Callable[..., Any]:
 def pause(store: str, app: str | None, tenant: str | None, job_type: str | None) -> None:
     """Hold back an app, a tenant or a job type: nothing of it starts (within about a
     second), running items finish, enqueues are still accepted."""
-    q = open_store(store, create=False)
-    try:
+    with open_store(store, create=False) as q:
         p = q.pause(app=app, tenant=tenant, job_type=job_type)
-    finally:
-        q.close()
     click.echo(f"paused {p.describe()}")
 
 
@@ -47,11 +44,8 @@ def pause(store: str, app: str | None, tenant: str | None, job_type: str | None)
 @friendly
 def resume(store: str, app: str | None, tenant: str | None, job_type: str | None) -> None:
     """Lift the pause named exactly so (exit status 1 when there was none)."""
-    q = open_store(store, create=False)
-    try:
+    with open_store(store, create=False) as q:
         lifted = q.resume(app=app, tenant=tenant, job_type=job_type)
-    finally:
-        q.close()
     target = Pause.of(app, tenant, job_type).describe()
     if not lifted:
         click.echo(f"{target} was not paused", err=True)
@@ -65,11 +59,8 @@ def resume(store: str, app: str | None, tenant: str | None, job_type: str | None
 @friendly
 def paused(store: str, as_json: bool) -> None:
     """Every pause in force."""
-    q = open_store(store, create=False)
-    try:
+    with open_store(store, create=False) as q:
         pauses = q.paused()
-    finally:
-        q.close()
     if as_json:
         click.echo(json.dumps([pause_json(p) for p in pauses], sort_keys=True))
         return

@@ -19,16 +19,13 @@ def reshard(store: str, shards: int, cluster: str) -> None:
     and run again: a reshard under way is resumed."""
     from quickzones.store.reshard import reshard as run_reshard
 
-    q = open_store(store, create=False, cluster=cluster)
-    try:
+    with open_store(store, create=False, cluster=cluster) as q:
         before = q.toplevel.layout.describe()
 
         def progress(number: int, moved: int) -> None:
             click.echo(f"pass {number}: moved {moved} pointers", err=True)
 
         report = run_reshard(q.toplevel, shards, on_pass=progress)
-    finally:
-        q.close()
     if report.passes == 0:
         click.echo(f"cluster {cluster!r} already has {before}: nothing to do")
         return
