@@ -36,6 +36,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
+from psycopg import generators
 
 from quickzones.backends._foreign_commits import ForeignCommits
 from quickzones.backends.postgres.errors import translate
@@ -70,6 +71,21 @@ _SCHEMES = ("postgresql", "postgres")
 # Taken while a schema is created or migrated, so processes opening one store at once
 # wait for each other (an advisory lock: it touches no table).
 _SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('quickzones schema ' || %s))"
+
+
+def _answered(conn: Connection) -> bool:
+    """Read the answer of a ROLLBACK :meth:`PostgresStore._release` sent without waiting;
+    False (the connection closed) when it failed."""
+    if conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.ACTIVE:
+        return True
+    try:
+        results = conn.wait(generators.fetch_many(conn.pgconn))
+    except psycopg.Error:
+        results = []
+    if results and all(r.status == psycopg.pq.ExecStatus.COMMAND_OK for r in results):
+        return True
+    conn.close()
+    return False
 
 
 def _without_password(url: str) -> str:
@@ -182,22 +198,30 @@ class PostgresStore:
                 self._inherited.extend(self._pool)
                 self._pool = []
                 self._pid = os.getpid()
-        with self._lock:
-            while self._pool:
-                conn = self._pool.pop()
-                if not conn.closed:
-                    return conn
-        return self._connect()
+        while True:
+            with self._lock:
+                conn = self._pool.pop() if self._pool else None
+            if conn is None:
+                return self._connect()
+            if not conn.closed and _answered(conn):
+                return conn
 
     def _release(self, conn: Connection) -> None:
         if conn.closed or conn.broken:
             return
-        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            try:
+        status = conn.info.transaction_status
+        try:
+            if status == psycopg.pq.TransactionStatus.INTRANS:
+                # A snapshot ends (a read-only transaction, a scan): the server ends it as
+                # ROLLBACK arrives, and its answer is read by the connection's next user
+                # (_answered), not waited for here: a round trip off every read.
+                conn.pgconn.send_query(b"ROLLBACK")
+                conn.wait(generators.send(conn.pgconn))
+            elif status != psycopg.pq.TransactionStatus.IDLE:
                 conn.execute("ROLLBACK")
-            except psycopg.Error:
-                conn.close()
-                return
+        except psycopg.Error:
+            conn.close()
+            return
         with self._lock:
             if not self._closed and len(self._pool) < _POOL_SIZE and os.getpid() == self._pid:
                 self._pool.append(conn)

@@ -250,6 +250,63 @@ def test_a_commit_holds_the_resolvers_lock_for_one_round_trip_at_most() -> None:
         store.close()
 
 
+def test_a_read_only_transaction_ends_without_waiting_and_holds_no_snapshot(
+    admin: object,
+) -> None:
+    """A scan, a part two that finds its pointer vested, a status read: each is a
+    read-only transaction, and waiting for its ROLLBACK's answer was one round trip of
+    every pickup's path (issue 30 (b)). Its end sends ROLLBACK and waits for nothing; the
+    server ends the snapshot at once (the connection is idle, not idle in transaction,
+    so VACUUM is never held back by a pooled connection), and the next transaction on
+    the connection reads the answer before its own statements and sees newer data."""
+    import tempfile
+    import time
+
+    from quickzones.backends.postgres.store import PostgresStore
+
+    store = PostgresStore.from_url(postgres_store_url(_schema("ro_end")))
+    try:
+        conn = store._acquire()
+        store._release(conn)  # the pool's only connection: every transaction takes it
+        pid = conn.info.backend_pid
+        writer = store.create_transaction()
+        writer.set(b"k", b"1")
+        writer.commit()
+        tr = store.create_transaction()
+        assert tr.get(b"k") == b"1"
+        with tempfile.TemporaryFile("w+") as trace:
+            conn.pgconn.trace(trace.fileno())
+            tr.commit()  # nothing written: the snapshot ends
+            conn.pgconn.untrace()
+            trace.seek(0)
+            lines = trace.readlines()
+        assert sum("\tB\t" in line and "ReadyForQuery" in line for line in lines) == 0
+        assert any("\tF\t" in line and "ROLLBACK" in line for line in lines), lines
+        deadline = time.monotonic() + 5
+        state = None
+        while time.monotonic() < deadline:
+            (state,) = admin.execute(  # type: ignore[attr-defined]
+                "SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)
+            ).fetchone()
+            if state == "idle":
+                break
+            time.sleep(0.01)
+        assert state == "idle"
+        other = PostgresStore.from_url(postgres_store_url(_schema("ro_end")))
+        try:
+            w = other.create_transaction()
+            w.set(b"k", b"2")
+            w.commit()
+        finally:
+            other.close()
+        again = store.create_transaction()
+        assert again.get(b"k") == b"2"
+        again.commit()
+        assert store._acquire() is conn  # the same connection, answered and reused
+    finally:
+        store.close()
+
+
 def _store_with_one_item(schema: str) -> None:
     q = Quick.open(postgres_store_url(schema))
     q.enqueue("job", {"n": 1}, app="a", tenant="t1")
