@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -49,7 +49,7 @@ from quickzones.backends.postgres import resolver
 from quickzones.backends.postgres.async_connection import SyncOverAsync
 from quickzones.backends.postgres.errors import pipeline, translate
 from quickzones.backends.postgres.joined import Joined
-from quickzones.backends.postgres.resolver import Connection
+from quickzones.backends.postgres.resolver import Connection, Rows
 from quickzones.backends.postgres.sql import KEYS_PER_SELECT
 from quickzones.backends.txnbuffer import BufferedTransaction, CommitRequest, KeyValue
 from quickzones.errors import OtherDatabase, UnusableConnection
@@ -64,14 +64,6 @@ if TYPE_CHECKING:
 _SAVEPOINT = "SAVEPOINT quick_enqueue"
 _RELEASE = "RELEASE SAVEPOINT quick_enqueue"
 _ROLLBACK_TO = "ROLLBACK TO SAVEPOINT quick_enqueue"
-
-
-class Rows(Protocol):
-    """A statement's answer (a psycopg cursor, or rows read from the event loop)."""
-
-    def fetchone(self) -> tuple[Any, ...] | None: ...
-
-    def fetchall(self) -> list[tuple[Any, ...]]: ...
 
 
 _STALE_SNAPSHOT = (

@@ -21,7 +21,7 @@ trip, or two with versionstamps or atomic operations other than adds.
 
 from __future__ import annotations
 
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 import psycopg
 
@@ -41,6 +41,15 @@ from quickzones.store.kv import (
 
 # A pooled or application connection; rows as tuples.
 Connection: TypeAlias = "psycopg.Connection[tuple[Any, ...]]"
+
+
+class Rows(Protocol):
+    """A statement's answer (a psycopg cursor, or rows read from the event loop)."""
+
+    def fetchone(self) -> tuple[Any, ...] | None: ...
+
+    def fetchall(self) -> list[tuple[Any, ...]]: ...
+
 
 PRUNE_EVERY = 64  # commits per store object between prunes of old conflict rows
 # Reads of the committed state one commit makes at most before it gives up with a

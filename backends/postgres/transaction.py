@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
 from quickzones.backends.postgres import resolver
 from quickzones.backends.postgres.errors import pipeline, translate
+from quickzones.backends.postgres.resolver import Rows
 from quickzones.backends.postgres.sql import KEYS_PER_SELECT
 from quickzones.backends.txnbuffer import CommitRequest, KeyValue
 from quickzones.backends.txnbuffer.pooled import PooledTransaction
@@ -20,64 +21,79 @@ if TYPE_CHECKING:
     from quickzones.backends.postgres.store import PostgresStore
 
 
+# The read version until the first read brings the real one with its answer.
+_PENDING = -1
+
+
 class PostgresTransaction(PooledTransaction[resolver.Connection]):
     """A transaction on a :class:`PostgresStore`; holds a pooled connection (and its
     snapshot) from its first read until it commits or is reset."""
 
     def __init__(self, store: PostgresStore) -> None:
         self._store = store
+        # A connection taken, its snapshot not opened yet: the first read opens it.
+        self._opening = False
         super().__init__(store)
 
     def _acquire_read_version(self) -> int:
-        store = self._store
-        conn = store._acquire()
-        try:
-            # The snapshot is taken by the first statement, which reads the version: the
-            # data every later read sees is exactly that version's (commits bump it under
-            # the resolver's lock, in the transaction that writes). One round trip.
-            with pipeline(conn):
-                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                cur = conn.execute(store.sql.version)
-            row = cur.fetchone()
-        except psycopg.Error as err:
-            store._release(conn)
-            raise translate(err, "read version", store.shown) from err
-        self._conn = conn
-        assert row is not None
-        return int(row[0])
+        # Every read version is followed by a read, which opens the snapshot and reads the
+        # version in its own round trip (_read); get_read_version() alone opens it too.
+        self._conn = self._store._acquire()
+        self._opening = True
+        return _PENDING
 
-    def _read_key(self, key: bytes) -> bytes | None:
+    def get_read_version(self) -> int:
+        self._ensure_read_version()
+        if self._opening:
+            self._read("read version", "SELECT 1", ())
+        return super().get_read_version()
+
+    def _read(self, what: str, sql: str, params: Sequence[Any]) -> Rows:
+        """``sql``'s rows in the snapshot; the first read opens it as well, in the same
+        round trip: BEGIN, the version (the snapshot is taken by that first statement, so
+        every later read sees exactly that version's data: commits bump it under the
+        resolver's lock, in the transaction that writes), then ``sql``."""
         conn = self._snapshot()
         try:
-            row = conn.execute(self._store.sql.get, (key,)).fetchone()
+            if not self._opening:
+                return conn.execute(sql, params)
+            with pipeline(conn):
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                version = conn.execute(self._store.sql.version)
+                rows = conn.execute(sql, params)
         except psycopg.Error as err:
-            raise translate(err, "get", self._store.shown) from err
+            raise translate(err, what, self._store.shown) from err
+        row = version.fetchone()
+        assert row is not None, "quick_meta has its row"
+        self._read_version = int(row[0])
+        self._opening = False
+        return rows
+
+    def _read_key(self, key: bytes) -> bytes | None:
+        row = self._read("get", self._store.sql.get, (key,)).fetchone()
         return None if row is None else bytes(row[0])
 
     def _read_keys(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        conn = self._snapshot()
         found: dict[bytes, bytes] = {}
-        try:
-            for at in range(0, len(keys), KEYS_PER_SELECT):
-                chunk = list(keys[at : at + KEYS_PER_SELECT])
-                rows = conn.execute(self._store.sql.get_many, (chunk,)).fetchall()
-                found.update((bytes(k), bytes(v)) for k, v in rows)
-        except psycopg.Error as err:
-            raise translate(err, "get_many", self._store.shown) from err
+        for at in range(0, len(keys), KEYS_PER_SELECT):
+            chunk = list(keys[at : at + KEYS_PER_SELECT])
+            rows = self._read("get_many", self._store.sql.get_many, (chunk,)).fetchall()
+            found.update((bytes(k), bytes(v)) for k, v in rows)
         return [found.get(key) for key in keys]
 
     def _read_range(self, begin: bytes, end: bytes, limit: int, reverse: bool) -> list[KeyValue]:
-        conn = self._snapshot()
         sql = self._store.sql.range_reverse if reverse else self._store.sql.range
-        try:
-            rows = conn.execute(sql + " LIMIT %s", (begin, end, limit or None)).fetchall()
-        except psycopg.Error as err:
-            raise translate(err, "get_range", self._store.shown) from err
-        return [(bytes(k), bytes(v)) for k, v in rows]
+        rows = self._read("get_range", sql + " LIMIT %s", (begin, end, limit or None))
+        return [(bytes(k), bytes(v)) for k, v in rows.fetchall()]
 
     def _commit_request(self, request: CommitRequest) -> tuple[int, int]:
         store = self._store
         store.check_not_held_here()
+        if self._opening:
+            # Nothing was read from storage (a read version taken, no read sent): like
+            # FoundationDB's read version taken at commit, no newer commit to check.
+            request.read_version = None
+            self._opening = False
         conn = self._take_connection()
         # End the snapshot (the resolver reads the newest state) and open the commit's
         # READ COMMITTED transaction in the round trip that takes the lock.

@@ -360,3 +360,33 @@ def test_a_layout_2_schema_without_quick_commit_gains_it_keeping_its_items(
     _reopened_runs_both_items(schema)
     row = admin.execute(f"SELECT format_version FROM {s}.quick_meta").fetchone()  # type: ignore[attr-defined]
     assert row == (2,)
+
+
+def test_a_transactions_first_read_opens_its_snapshot_in_the_same_round_trip() -> None:
+    """The read version (BEGIN, the version row) goes out with the first read: a
+    transaction that reads one key is one round trip (two before; py-spy put a third of
+    quick worker's waits on PostgreSQL in the separate read-version round trip)."""
+    import tempfile
+
+    from quickzones.backends.postgres.store import PostgresStore
+
+    store = PostgresStore.from_url(postgres_store_url(_schema("first_read")))
+    try:
+        tr = store.create_transaction()
+        tr.set(b"k", b"v")
+        tr.commit()
+        conn = store._acquire()
+        store._release(conn)  # the pool's only connection: the next transaction takes it
+        tr = store.create_transaction()
+        with tempfile.TemporaryFile("w+") as trace:
+            conn.pgconn.trace(trace.fileno())
+            value = tr.get(b"k")
+            conn.pgconn.untrace()
+            trace.seek(0)
+            trips = sum("\tB\t" in line and "ReadyForQuery" in line for line in trace)
+        assert (value, trips) == (b"v", 1)
+        assert tr.get_read_version() >= 1
+        fresh = store.create_transaction()
+        assert fresh.get_read_version() == tr.get_read_version()  # before any read too
+    finally:
+        store.close()
