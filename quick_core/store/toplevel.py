@@ -263,6 +263,27 @@ class TopLevelQueue:
                     return shard, found
         return self.layout.home(zone), None
 
+    def _index_and_pointer(self, tr: KVTransaction, zone: ZoneId) -> tuple[int, Pointer | None]:
+        """(shard, record read with a conflict) of ``zone``'s pointer; (home shard, None)
+        when it has none. The index entry and the record of the pointer this process last
+        saw for the zone are read together (one round trip where the store reads in
+        parallel); the record is trusted only while the entry still names it."""
+        known = self._known_pointers.get(zone)
+        if known is not None:
+            index_key = self.keys.pointer_index_key(self.cluster, known.shard, zone)
+            pointer_id = known.pointer_id.decode()
+            index, raw = get_many(
+                tr, [index_key, self.keys.pointer_key(self.cluster, known.shard, pointer_id)]
+            )
+            if index == known.pointer_id:
+                key = self.keys.pointer_key(self.cluster, known.shard, pointer_id)
+                return known.shard, None if raw is None else decode_pointer(key, raw)
+        shard, index = self._find_index(tr, zone, snapshot=True)
+        if index is None:
+            return shard, None
+        self._knew(zone, IndexEntry(shard, index))
+        return shard, self._read_pointer(tr, shard, index.decode())
+
     def pull_pointer_earlier(
         self,
         zone: ZoneId,
@@ -283,14 +304,11 @@ class TopLevelQueue:
         """
 
         def pull(tr: KVTransaction) -> None:
-            shard, index = (
-                (found.shard, found.pointer_id)
-                if found is not None
-                else self._find_index(tr, zone, snapshot=True)
-            )
-            if index is None:
-                return
-            pointer = self._read_pointer(tr, shard, index.decode())
+            if found is not None:
+                shard = found.shard
+                pointer = self._read_pointer(tr, shard, found.pointer_id.decode())
+            else:
+                shard, pointer = self._index_and_pointer(tr, zone)
             if pointer is None or pointer.lease_id is not None:
                 return
             if pointer.vesting_ms > vesting_ms:

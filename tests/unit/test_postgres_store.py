@@ -307,6 +307,50 @@ def test_a_read_only_transaction_ends_without_waiting_and_holds_no_snapshot(
         store.close()
 
 
+def test_an_enqueue_into_a_zone_seen_before_asks_the_server_only_what_it_must() -> None:
+    """A small tenant's item is picked up only after both parts of its enqueue committed:
+    part two pulls the zone's pointer (requeued to vest later when the last visit emptied
+    the zone) to the item's vesting time (issue 30 (b): the noisy neighbour's small
+    tenants). Each part is a read, its read version going out with it, and a commit:
+    part two reads the index entry and the pointer record together, under the id this
+    process last saw for the zone. 4 round trips (libpq's trace: the requests sent), with
+    the pointer pulled; the item is then picked up at once."""
+    import tempfile
+
+    from quickzones.backends.postgres.store import PostgresStore
+
+    q = Quick.open(postgres_store_url(_schema("enqueue_trips")))
+    try:
+        ran: list[object] = []
+        q.job("j")(lambda payload, ctx: ran.append(payload))
+        q.enqueue("j", {"n": 1}, app="a", tenant="small")
+        assert q.run_until_idle() == 1  # the zone is empty: its pointer vests later now
+        store = q.kv
+        assert isinstance(store, PostgresStore)
+        conns = list(store._pool)
+        with tempfile.TemporaryFile("w+") as trace:
+            for conn in conns:
+                conn.pgconn.trace(trace.fileno())
+            item_id = q.enqueue("j", {"n": 2}, app="a", tenant="small")
+            for conn in conns:
+                conn.pgconn.untrace()
+            assert list(store._pool) == conns  # no connection was opened meanwhile
+            trace.seek(0)
+            # Requests sent (a pipeline's Sync, a simple Query): an answer read late (a
+            # ROLLBACK sent by the last transaction) is no round trip of this enqueue.
+            round_trips = sum(
+                "\tF\t" in line and ("\tSync" in line or "\tQuery\t" in line) for line in trace
+            )
+        pointer = q.toplevel.get_pointer(q.zone("a", "small"))
+        item = q.get("a", "small", item_id)
+        assert pointer is not None and item is not None
+        assert pointer.vesting_ms <= item.vesting_ms  # pulled: the item is picked up now
+        assert round_trips <= 4, round_trips
+        assert q.run_until_idle() == 1 and ran == [{"n": 1}, {"n": 2}]
+    finally:
+        q.close()
+
+
 def _store_with_one_item(schema: str) -> None:
     q = Quick.open(postgres_store_url(schema))
     q.enqueue("job", {"n": 1}, app="a", tenant="t1")
