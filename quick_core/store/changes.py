@@ -58,6 +58,8 @@ class CommitWatcher:
         self._last: int | None = None  # the counter when last read while watched
         self._thread: threading.Thread | None = None
         self._failed = False
+        # The last value read and when (time.monotonic()), by any caller.
+        self._fresh: tuple[int, float] | None = None
 
     @property
     def alive(self) -> bool:
@@ -69,13 +71,23 @@ class CommitWatcher:
         counter = self._counter()
         if counter is None:
             raise StorageError("the store is gone")
-        return counter()
+        value = counter()
+        self._fresh = (value, time.monotonic())
+        return value
 
     def version(self) -> int | None:
         """The counter now (None once the watcher failed): pass it to :meth:`watching`
-        as ``since`` to hear of commits made from now on."""
+        as ``since`` to hear of commits made from now on.
+
+        Where each read is a round trip (a store's ``floor_s``), a value read less than
+        that long ago is reused: the scan a wake-up starts asks nothing more. A commit
+        made since that read then calls the next :meth:`watching` back at once: a rescan
+        to spare, never a commit missed."""
         if self._failed:
             return None
+        fresh = self._fresh
+        if fresh is not None and time.monotonic() - fresh[1] < self.floor_s:
+            return fresh[0]
         try:
             return self._read()
         except StorageError:

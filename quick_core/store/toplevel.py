@@ -49,6 +49,11 @@ UNREAD = Unread()
 
 # Zones whose pointer id a top-level queue remembers (a few hundred kB at most).
 KNOWN_POINTERS = 4096
+# Peeks of shard 0 per read of the layout that comes with one: a read of its own on stores
+# that read one key at a time (PostgreSQL: a round trip of every scan, on each small
+# tenant's pickup). A reshard's new shards are polled within this many scan rounds (an
+# idle consumer's: about 0.2 s).
+LAYOUT_READ_EVERY = 8
 
 
 class IndexEntry(NamedTuple):
@@ -100,6 +105,7 @@ class TopLevelQueue:
         # Pointer and pointer-lease ids; pointer ids order a scanner's peek, so a replayable
         # run passes a seeded source.
         self.ids = ids or random_ids
+        self._peeks_since_layout = LAYOUT_READ_EVERY  # the first peek reads it
         # The pointer each zone's index entry named when this process last read or made
         # it: a transaction holding the commit lock reads that record with the index
         # entry, so part two (which then joins part one) needs no round trip of its own.
@@ -345,9 +351,12 @@ class TopLevelQueue:
         def peek(tr: KVTransaction) -> tuple[list[PointerRef], int | None]:
             tr.set_causal_read_risky()
             if shard == 0:
-                # Every scan round peeks shard 0: it brings the layout up to date, so a
-                # consumer polls a reshard's new shards soon after it starts.
-                self._layout_in(tr, snapshot=True)
+                # Every scan round peeks shard 0: every few bring the layout up to date,
+                # so a consumer polls a reshard's new shards soon after it starts.
+                self._peeks_since_layout += 1
+                if self._peeks_since_layout >= LAYOUT_READ_EVERY:
+                    self._layout_in(tr, snapshot=True)
+                    self._peeks_since_layout = 0
             rows = tr.get_range(begin, end, limit=max_pointers + 1, snapshot=True)
             out: list[PointerRef] = []
             for key, _ in rows:
