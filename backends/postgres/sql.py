@@ -35,6 +35,17 @@ def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def quote_literal(text: str) -> str:
+    """``text`` as a SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def channel(schema: str) -> str:
+    """The schema's NOTIFY channel (an identifier: at most 63 bytes), on which each
+    commit notifies (backends/postgres/notifications.py)."""
+    return f"quick:{schema}".encode()[:63].decode(errors="ignore")
+
+
 class Statements:
     """Every statement the backend runs, qualified by its schema (each text built once,
     on first use: they are on every transaction's path)."""
@@ -161,8 +172,11 @@ END $$""",
     def commit(self) -> str:
         # Keys and ranges (bytea arrays) go in binary: psycopg's text form escapes each
         # element with a regular expression, most of a commit's client CPU.
+        # The NOTIFY goes out with the commit (delivered when its transaction commits):
+        # watchers in other processes wake at once (backends/postgres/notifications.py).
         marks = "%s, %b, %b, %s, %b, %b, %b, %b, %s, %b, %b, %b, %b, %b, %b, %b"
-        return f"SELECT {quote_ident(self.schema)}.quick_commit({marks})"
+        notify = f"pg_notify({quote_literal(channel(self.schema))}, '')"
+        return f"SELECT {quote_ident(self.schema)}.quick_commit({marks}), {notify}"
 
     @functools.cached_property
     def has_commit_function(self) -> str:

@@ -41,6 +41,7 @@ from psycopg import generators
 from quickzones.backends._foreign_commits import ForeignCommits
 from quickzones.backends.postgres.errors import translate
 from quickzones.backends.postgres.joined import Joined
+from quickzones.backends.postgres.notifications import CommitNotifications
 from quickzones.backends.postgres.resolver import PRUNE_EVERY, Connection
 from quickzones.backends.postgres.sql import (
     FORMAT,
@@ -140,6 +141,7 @@ class PostgresStore:
         self.foreign = ForeignCommits()
         self._watch_lock = threading.Lock()
         self.data_version_tick_s = DATA_VERSION_TICK_S
+        self._notifications = CommitNotifications(self._connect, schema)
         self._open_schema(create)
 
     @classmethod
@@ -307,6 +309,12 @@ class PostgresStore:
             finally:
                 self._release(conn)
 
+    def wait_for_commits(self, timeout_s: float) -> None:
+        """Return when a commit to this schema (anyone's, this store's too) was notified
+        since the last call, or after ``timeout_s`` (the commit watcher's wait between
+        reads of :meth:`data_version`)."""
+        self._notifications.wait(timeout_s)
+
     # --- the schema --------------------------------------------------------------------------
 
     def _open_schema(self, create: bool) -> None:
@@ -399,6 +407,7 @@ class PostgresStore:
             self._bound.joined = previous
 
     def close(self) -> None:
+        self._notifications.close()
         with self._lock:
             self._closed = True
             pool, self._pool = self._pool, []

@@ -27,13 +27,16 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from quickzones.errors import StorageError
-from quickzones.store.kv import commit_counter_of, commit_counter_tick_of
+from quickzones.store.kv import commit_counter_of, commit_counter_tick_of, commit_waiter_of
 
 log = logging.getLogger("quick.changes")
 
 TICK_S = 0.001  # how often the counter is read while someone waits
+# Where commits are notified: at most one read per this, however many commits there are.
+MIN_READ_GAP_S = 0.001
 
 
 class CommitWatcher:
@@ -43,11 +46,18 @@ class CommitWatcher:
     thread ends after a second with no one watching)."""
 
     def __init__(
-        self, counter: Callable[[], int], tick_s: float = TICK_S, floor_s: float = 0.0
+        self,
+        counter: Callable[[], int],
+        tick_s: float = TICK_S,
+        floor_s: float = 0.0,
+        waiter: Callable[[float], None] | None = None,
     ) -> None:
         # Weakly: the watcher (kept per store in a weak mapping) must not keep it alive.
-        self._counter: Callable[[], Callable[[], int] | None] = (
-            weakref.WeakMethod(counter) if inspect.ismethod(counter) else lambda: counter
+        self._counter: Callable[[], Callable[[], int] | None] = _weakly(counter)
+        # The store's wait for a commit notification (kv.commit_waiter_of), else a sleep:
+        # between reads, the watcher waits a tick or until a commit is notified.
+        self._waiter: Callable[[], Callable[[float], None] | None] | None = (
+            None if waiter is None else _weakly(waiter)
         )
         self.tick_s = max(tick_s, floor_s)
         # The store's own shortest tick (a round trip per read): no watcher polls faster.
@@ -166,7 +176,27 @@ class CommitWatcher:
             if last is not None and version != last:
                 for callback in callbacks:
                     callback()
+            self._wait(tick)
+
+    def _wait(self, tick: float) -> None:
+        """A tick, or less: until a commit is notified (never less than MIN_READ_GAP_S
+        from this read to the next, however many are)."""
+        waiter = None if self._waiter is None else self._waiter()
+        if waiter is None:
             time.sleep(tick)
+            return
+        began = time.monotonic()
+        waiter(tick)
+        rest = MIN_READ_GAP_S - (time.monotonic() - began)
+        if rest > 0:
+            time.sleep(rest)
+
+
+def _weakly(method: Callable[..., Any]) -> Callable[[], Callable[..., Any] | None]:
+    """A bound method held weakly (a store's), anything else as it is."""
+    if inspect.ismethod(method):
+        return weakref.WeakMethod(method)
+    return lambda: method
 
 
 _watchers: weakref.WeakKeyDictionary[object, CommitWatcher] = weakref.WeakKeyDictionary()
@@ -183,7 +213,9 @@ def watcher_for(kv: object) -> CommitWatcher | None:
         watcher = _watchers.get(kv)
         if watcher is None or not watcher.alive:
             floor = commit_counter_tick_of(kv)
-            watcher = _watchers[kv] = CommitWatcher(counter, floor_s=floor)
+            watcher = _watchers[kv] = CommitWatcher(
+                counter, floor_s=floor, waiter=commit_waiter_of(kv)
+            )
         return watcher
 
 

@@ -240,6 +240,15 @@ def holds_commit_lock(tr: object) -> bool:
     return getattr(tr, "holds_commit_lock", False) is True
 
 
+def commit_waiter_of(db: object) -> Callable[[float], None] | None:
+    """The store's ``wait_for_commits(timeout_s)``, or None: an optional part of the
+    :class:`CommitCounter` capability that blocks up to ``timeout_s`` and returns early
+    when a commit may have been made (PostgreSQL: a NOTIFY each commit sends), so a
+    watcher reads the counter then instead of at its next tick."""
+    waiter = getattr(db, "wait_for_commits", None)
+    return waiter if callable(waiter) else None
+
+
 def commit_counter_tick_of(db: object) -> float:
     """The shortest tick the store's commit counter may be read at (0: any)."""
     tick = getattr(db, "data_version_tick_s", 0.0)

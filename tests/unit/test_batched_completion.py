@@ -196,12 +196,12 @@ def test_enqueue_many_checks_its_ids_in_one_batch(q: Quick) -> None:
     if batched:
         # One batch for the 31 distinct ids, the zone's pointer index entry and the
         # queue's stored layout; the repeated id-3 is checked on its own; part two (the
-        # pointer exists) reads the index and the pointer in a transaction of its own:
-        # nothing per item.
-        assert calls["get_many"] == 1 and calls["get_many_keys"] == 33
+        # pointer exists) reads the index and the pointer together in a transaction of
+        # its own: nothing per item.
+        assert calls["get_many"] == 2 and calls["get_many_keys"] == 33 + 2
         # The pointer check (toplevel.ensure_pointer) reads the layout once more in the
         # same transaction: one read a batch, not one an item.
-        assert calls["get"] == 1 + 1 + 2
+        assert calls["get"] == 1 + 1
     assert q.zones.count(A) == 31  # "kept" and the second id-3 wrote nothing
     kept = q.get(A.app, A.tenant, "kept")
     assert kept is not None and kept.payload == b"first"

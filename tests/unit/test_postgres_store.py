@@ -351,6 +351,39 @@ def test_an_enqueue_into_a_zone_seen_before_asks_the_server_only_what_it_must() 
         q.close()
 
 
+def test_an_idle_watcher_hears_another_process_commit_before_its_tick() -> None:
+    """An idle consumer or long poll waiting on PostgreSQL is woken by another process's
+    commit when it commits (a NOTIFY in the commit's statement, delivered by its COMMIT),
+    not at its next read of the commit counter: with a tick of a minute, the enqueue of
+    another store object still wakes it (issue 30 (b): the tick's wait was half of it on
+    every pickup). An application's own transaction notifies at its COMMIT, not before."""
+    import threading
+
+    import psycopg
+
+    from quickzones.store.changes import watcher_for
+
+    url = postgres_store_url(_schema("notified"))
+    waiting, other = Quick.open(url), Quick.open(url)
+    try:
+        watcher = watcher_for(waiting.kv)
+        assert watcher is not None
+        woke = threading.Event()
+        with watcher.watching(woke.set, watcher.version(), tick_s=60.0):
+            other.enqueue("j", {}, app="a", tenant="t")
+            assert woke.wait(10)
+            while woke.wait(0.5):  # the enqueue's part two commits after its part one
+                woke.clear()
+            with psycopg.connect(url.split("?")[0], autocommit=True) as conn:
+                with conn.transaction():
+                    other.enqueue_on(conn, "j", {}, app="a", tenant="t")
+                    assert not woke.wait(1.0)  # nothing committed yet
+                assert woke.wait(10)
+    finally:
+        waiting.close()
+        other.close()
+
+
 def _store_with_one_item(schema: str) -> None:
     q = Quick.open(postgres_store_url(schema))
     q.enqueue("job", {"n": 1}, app="a", tenant="t1")
