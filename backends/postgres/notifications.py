@@ -26,8 +26,11 @@ SLICE_S = 0.1  # the longest close() waits for a waiting thread
 class CommitNotifications:
     """Waits on one connection that LISTENs to a schema's channel."""
 
-    def __init__(self, connect: Callable[[], Connection], schema: str) -> None:
+    def __init__(self, connect: Callable[[], Connection], schema: str, own: str) -> None:
         self._connect = connect
+        # The payload of this store object's own commits: they wake nobody here (its
+        # process's consumers hear of them directly, and data_version leaves them out).
+        self._own = own
         self._listen = sql.SQL("LISTEN {}").format(sql.Identifier(channel(schema)))
         self._lock = threading.Lock()
         self._conn: Connection | None = None
@@ -57,13 +60,12 @@ class CommitNotifications:
             except psycopg.Error:
                 self._drop()
 
-    @staticmethod
-    def _notified(conn: Connection, timeout_s: float) -> bool:
+    def _notified(self, conn: Connection, timeout_s: float) -> bool:
         notified = False
-        for _ in conn.notifies(timeout=timeout_s, stop_after=1):
-            notified = True
-        for _ in conn.notifies(timeout=0.0):
-            notified = True
+        for n in conn.notifies(timeout=timeout_s, stop_after=1):
+            notified = notified or n.payload != self._own
+        for n in conn.notifies(timeout=0.0):
+            notified = notified or n.payload != self._own
         return notified
 
     def _listening(self) -> Connection | None:

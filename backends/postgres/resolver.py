@@ -159,7 +159,8 @@ def _send(
         with pipeline(conn), conn.cursor() as cur:
             for statement in begin:
                 cur.execute(statement)
-            resolved = conn.execute(sql.commit, args)
+            commit = sql.commit_waking if request.wakes_watchers else sql.commit
+            resolved = conn.execute(commit, args)
             for statement in end:
                 cur.execute(statement)
     except psycopg.Error as err:

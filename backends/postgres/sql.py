@@ -50,8 +50,11 @@ class Statements:
     """Every statement the backend runs, qualified by its schema (each text built once,
     on first use: they are on every transaction's path)."""
 
-    def __init__(self, schema: str) -> None:
+    def __init__(self, schema: str, sender: str = "") -> None:
         self.schema = schema
+        # Who commits (a store object's token): the payload of its commits' NOTIFY, so
+        # its own listener passes over them (backends/postgres/notifications.py).
+        self.sender = sender
 
     def _t(self, table: str) -> str:
         return f"{quote_ident(self.schema)}.{table}"
@@ -172,11 +175,17 @@ END $$""",
     def commit(self) -> str:
         # Keys and ranges (bytea arrays) go in binary: psycopg's text form escapes each
         # element with a regular expression, most of a commit's client CPU.
-        # The NOTIFY goes out with the commit (delivered when its transaction commits):
-        # watchers in other processes wake at once (backends/postgres/notifications.py).
         marks = "%s, %b, %b, %s, %b, %b, %b, %b, %s, %b, %b, %b, %b, %b, %b, %b"
-        notify = f"pg_notify({quote_literal(channel(self.schema))}, '')"
-        return f"SELECT {quote_ident(self.schema)}.quick_commit({marks}), {notify}"
+        return f"SELECT {quote_ident(self.schema)}.quick_commit({marks})"
+
+    @functools.cached_property
+    def commit_waking(self) -> str:
+        # A commit that made a zone's pointer vest earlier (kv.wake_watchers) notifies
+        # with it, delivered when its transaction commits: watchers in other processes
+        # wake at once (backends/postgres/notifications.py). Only those: every commit's
+        # NOTIFY woke idle consumers for visits and completions they need not see.
+        notify = f"pg_notify({quote_literal(channel(self.schema))}, {quote_literal(self.sender)})"
+        return f"{self.commit}, {notify}"
 
     @functools.cached_property
     def has_commit_function(self) -> str:

@@ -119,7 +119,9 @@ class PostgresStore:
         self.url = url if url is not None else f"{conninfo}?schema={schema}"
         # The URL as errors and logs show it: without its password.
         self.shown = _without_password(self.url)
-        self.sql = Statements(schema)
+        # This object's commits' NOTIFY payload: its own listener passes over them.
+        self.sender = os.urandom(8).hex()
+        self.sql = Statements(schema, self.sender)
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.lock_timeout_ms = lock_timeout_ms
         self.retry_limit = retry_limit
@@ -141,7 +143,7 @@ class PostgresStore:
         self.foreign = ForeignCommits()
         self._watch_lock = threading.Lock()
         self.data_version_tick_s = DATA_VERSION_TICK_S
-        self._notifications = CommitNotifications(self._connect, schema)
+        self._notifications = CommitNotifications(self._connect, schema, self.sender)
         self._open_schema(create)
 
     @classmethod

@@ -44,6 +44,9 @@ class CommitRequest:
     _cleared: RangeSet
     _clear_log: list[tuple[int, bytes, bytes]]
     _vs_keys: list[_VersionstampedKey]
+    # Other processes' commit watchers are to hear of this commit at once, where the
+    # store can tell them (kv.wake_watchers: a zone's pointer vests earlier).
+    wakes_watchers: bool = False
 
     def too_old(self, now: float) -> bool:
         """Whether the read version is past the 5 s lifetime (write-only txns never are)."""

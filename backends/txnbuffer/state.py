@@ -70,6 +70,7 @@ class TxnState(ABC):
     def _reset_state(self) -> None:
         self._state = _OPEN
         self._on_commit: list[Callable[[], None]] = []
+        self._wakes_watchers = False
         self._error: KVError | None = None
         self._points: dict[bytes, _Point] = {}
         self._point_keys: list[bytes] = []

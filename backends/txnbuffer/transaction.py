@@ -95,6 +95,7 @@ class BufferedTransaction(BufferedReads, BufferedWrites):
             _cleared=self._cleared,
             _clear_log=self._clear_log,
             _vs_keys=self._vs_keys,
+            wakes_watchers=self._wakes_watchers,
         )
         try:
             version, batch_order = self._commit_request(request)
@@ -109,6 +110,10 @@ class BufferedTransaction(BufferedReads, BufferedWrites):
         self._versionstamp._set(make_versionstamp(version, batch_order))
         self._state = _COMMITTED
         self._run_on_commit()
+
+    def wake_watchers_on_commit(self) -> None:
+        """See :func:`quickzones.store.kv.wake_watchers`."""
+        self._wakes_watchers = True
 
     def on_commit(self, callback: Callable[[], None]) -> None:
         self._check_open()

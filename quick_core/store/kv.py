@@ -249,6 +249,16 @@ def commit_waiter_of(db: object) -> Callable[[float], None] | None:
     return waiter if callable(waiter) else None
 
 
+def wake_watchers(tr: object) -> None:
+    """Ask that other processes' commit watchers hear of ``tr``'s commit at once (a
+    zone's pointer was made or moved to vest earlier: an idle consumer or long poll
+    elsewhere has work), where the store can tell them (PostgreSQL: a NOTIFY with the
+    commit, :func:`commit_waiter_of`); elsewhere nothing."""
+    wake = getattr(tr, "wake_watchers_on_commit", None)
+    if callable(wake):
+        wake()
+
+
 def commit_counter_tick_of(db: object) -> float:
     """The shortest tick the store's commit counter may be read at (0: any)."""
     tick = getattr(db, "data_version_tick_s", 0.0)

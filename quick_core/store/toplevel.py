@@ -27,6 +27,7 @@ from quickzones.store.kv import (
     run,
     strinc,
     transactional,
+    wake_watchers,
 )
 from quickzones.store.layout import Layout, check_shards, decode_layout, open_layout
 from quickzones.store.pointer_gc import collect_pointer_if_inactive
@@ -239,6 +240,7 @@ class TopLevelQueue:
         )
         home = layout.home(zone)
         self.write_pointer(tr, home, pointer)
+        wake_watchers(tr)  # a new zone has work: consumers elsewhere hear of it at once
         tr.set(self.keys.pointer_index_key(self.cluster, home, zone), pointer.pointer_id.encode())
         self._knew(zone, IndexEntry(home, pointer.pointer_id.encode()))
         return None
@@ -321,6 +323,7 @@ class TopLevelQueue:
                 # This enqueue saw an item in the zone: it is active now.
                 earlier = replace(pointer, vesting_ms=vesting_ms, last_active_ms=now_ms(self.clock))
                 self._move_pointer(tr, shard, pointer, earlier)
+                wake_watchers(tr)
 
         if tr is not None:
             pull(tr)

@@ -353,10 +353,11 @@ def test_an_enqueue_into_a_zone_seen_before_asks_the_server_only_what_it_must() 
 
 def test_an_idle_watcher_hears_another_process_commit_before_its_tick() -> None:
     """An idle consumer or long poll waiting on PostgreSQL is woken by another process's
-    commit when it commits (a NOTIFY in the commit's statement, delivered by its COMMIT),
-    not at its next read of the commit counter: with a tick of a minute, the enqueue of
-    another store object still wakes it (issue 30 (b): the tick's wait was half of it on
-    every pickup). An application's own transaction notifies at its COMMIT, not before."""
+    enqueue when it commits (a NOTIFY in the statement of a commit that makes a zone's
+    pointer vest earlier, delivered by its COMMIT), not at its next read of the commit
+    counter: with a tick of a minute, the enqueue of another store object still wakes it
+    (issue 30 (b): the tick's wait was half of it on every pickup). An application's own
+    transaction notifies at its COMMIT, not before."""
     import threading
 
     import psycopg
@@ -374,9 +375,12 @@ def test_an_idle_watcher_hears_another_process_commit_before_its_tick() -> None:
             assert woke.wait(10)
             while woke.wait(0.5):  # the enqueue's part two commits after its part one
                 woke.clear()
+            other.job("j")(lambda payload, ctx: None)
+            assert other.run_until_idle() == 1
+            assert not woke.wait(1.0)  # visits and completions wake no one
             with psycopg.connect(url.split("?")[0], autocommit=True) as conn:
                 with conn.transaction():
-                    other.enqueue_on(conn, "j", {}, app="a", tenant="t")
+                    other.enqueue_on(conn, "j", {}, app="a", tenant="t2")
                     assert not woke.wait(1.0)  # nothing committed yet
                 assert woke.wait(10)
     finally:
