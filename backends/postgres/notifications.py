@@ -1,10 +1,15 @@
-"""Commit notifications: every commit to a schema's quick tables sends a NOTIFY on the
-schema's channel (in the commit's own statement, ``Statements.commit``), which PostgreSQL
-delivers when that transaction commits, an application's included. One listening
+"""Commit notifications: a commit that makes a zone's pointer vest earlier sends a NOTIFY
+on the schema's channel in its own statement (``Statements.commit_waking``), which
+PostgreSQL delivers when that transaction commits, an application's included. One listening
 connection per store object lets its commit watcher (``quickzones.store.changes``) wake at
 once instead of at its next read of the commit counter. A hint only: the watcher still reads
 the counter (whose commit it was), and still polls it at its tick, so commits made by a quick
-that sends no NOTIFY are heard as before."""
+that sends no NOTIFY are heard as before.
+
+A thread reads the connection's notifications as they come, whether anyone waits or not:
+a listening session whose client stops reading keeps the server's notification queue from
+being trimmed (it grows until every NOTIFY fails). It stops, closing the connection, after
+``idle_s`` without a wait; the next wait starts it again."""
 
 from __future__ import annotations
 
@@ -20,76 +25,76 @@ from psycopg import sql
 from quickzones.backends.postgres.resolver import Connection
 from quickzones.backends.postgres.sql import channel
 
-SLICE_S = 0.1  # the longest close() waits for a waiting thread
+IDLE_S = 10.0  # without a wait this long, the listening connection is closed
+SLICE_S = 0.5  # how often the reading thread looks whether it should stop
 
 
 class CommitNotifications:
-    """Waits on one connection that LISTENs to a schema's channel."""
+    """Waits for NOTIFYs on a schema's channel from other store objects."""
 
-    def __init__(self, connect: Callable[[], Connection], schema: str, own: str) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], Connection],
+        schema: str,
+        own: str,
+        *,
+        idle_s: float = IDLE_S,
+    ) -> None:
         self._connect = connect
+        self._listen = sql.SQL("LISTEN {}").format(sql.Identifier(channel(schema)))
         # The payload of this store object's own commits: they wake nobody here (its
         # process's consumers hear of them directly, and data_version leaves them out).
         self._own = own
-        self._listen = sql.SQL("LISTEN {}").format(sql.Identifier(channel(schema)))
+        self._idle_s = idle_s
         self._lock = threading.Lock()
-        self._conn: Connection | None = None
+        self._notified = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_wait = 0.0
         self._pid = os.getpid()
         self._closed = False
 
     def wait(self, timeout_s: float) -> None:
         """Return when a commit to the schema was notified since the last call, or after
-        ``timeout_s``. Without a listening connection (it failed; it is made again at the
-        next call), sleeps ``timeout_s``."""
+        ``timeout_s`` (at once after the listening connection was made: a commit before
+        its LISTEN took effect was not notified)."""
         with self._lock:
-            fresh = self._conn is None or self._conn.closed
-            conn = self._listening()
-            if conn is None:
-                time.sleep(timeout_s)
-                return
-            if fresh:
-                return  # a commit before LISTEN took effect was not notified: read now
-            deadline = time.monotonic() + timeout_s
-            try:
-                # Every notification already here and the first to come: one wake-up.
-                # In slices, so that close() never waits long for this lock.
-                while not self._closed:
-                    left = deadline - time.monotonic()
-                    if left <= 0 or self._notified(conn, min(left, SLICE_S)):
-                        break
-            except psycopg.Error:
-                self._drop()
+            if os.getpid() != self._pid:  # a forked child: the parent's thread is not here
+                self._thread, self._pid = None, os.getpid()
+            self._last_wait = time.monotonic()
+            if self._thread is None and not self._closed:
+                self._notified.clear()
+                self._thread = threading.Thread(
+                    target=self._read, name="quick-commit-notifications", daemon=True
+                )
+                self._thread.start()
+        self._notified.wait(timeout_s)
+        self._notified.clear()
 
-    def _notified(self, conn: Connection, timeout_s: float) -> bool:
-        notified = False
-        for n in conn.notifies(timeout=timeout_s, stop_after=1):
-            notified = notified or n.payload != self._own
-        for n in conn.notifies(timeout=0.0):
-            notified = notified or n.payload != self._own
-        return notified
+    def _read(self) -> None:
+        conn: Connection | None = None
+        try:
+            conn = self._connect()
+            conn.execute(self._listen)
+            self._notified.set()  # listening now: whoever waits reads the counter again
+            while not self._stopping():
+                for n in conn.notifies(timeout=SLICE_S):
+                    if n.payload != self._own:
+                        self._notified.set()
+        except psycopg.Error:
+            self._notified.set()  # the waiter polls at its tick; the next wait starts anew
+        finally:
+            if conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    conn.close()
+            with self._lock:
+                if self._thread is threading.current_thread():
+                    self._thread = None
 
-    def _listening(self) -> Connection | None:
-        if os.getpid() != self._pid:
-            self._conn, self._pid = None, os.getpid()  # the parent's session: not ours
-        if self._closed:
-            return None
-        if self._conn is None or self._conn.closed:
-            try:
-                conn = self._connect()
-                conn.execute(self._listen)
-            except psycopg.Error:
-                return None
-            self._conn = conn
-        return self._conn
-
-    def _drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                conn.close()
+    def _stopping(self) -> bool:
+        with self._lock:
+            return self._closed or time.monotonic() - self._last_wait > self._idle_s
 
     def close(self) -> None:
-        self._closed = True
-        if os.getpid() == self._pid:
-            with self._lock:
-                self._drop()
+        """The reading thread ends within ``SLICE_S``, closing its connection."""
+        with self._lock:
+            self._closed = True

@@ -388,6 +388,41 @@ def test_an_idle_watcher_hears_another_process_commit_before_its_tick() -> None:
         other.close()
 
 
+def test_a_store_that_stops_waiting_stops_listening(admin: object) -> None:
+    """A listening session whose client reads nothing keeps the server's notification
+    queue from being trimmed until every NOTIFY fails: the listening connection is read
+    by a thread of its own while anyone waits, and closed after a while without a wait
+    (``idle_s``)."""
+    import time
+
+    from quickzones.backends.postgres.notifications import CommitNotifications
+    from quickzones.backends.postgres.sql import channel
+    from quickzones.backends.postgres.store import PostgresStore
+
+    store = PostgresStore.from_url(postgres_store_url(_schema("listen_idle")))
+    listens = f'LISTEN "{channel(store.schema)}"'
+
+    def listening() -> int:
+        (n,) = admin.execute(  # type: ignore[attr-defined]
+            "SELECT count(*) FROM pg_stat_activity WHERE query = %s", (listens,)
+        ).fetchone()
+        return int(n)
+
+    notifications = CommitNotifications(store._connect, store.schema, "mine", idle_s=0.3)
+    try:
+        notifications.wait(5.0)  # returns once listening
+        assert listening() == 1
+        deadline = time.monotonic() + 10
+        while listening() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert listening() == 0
+        notifications.wait(5.0)  # a wait listens again
+        assert listening() == 1
+    finally:
+        notifications.close()
+        store.close()
+
+
 def _store_with_one_item(schema: str) -> None:
     q = Quick.open(postgres_store_url(schema))
     q.enqueue("job", {"n": 1}, app="a", tenant="t1")
