@@ -27,6 +27,7 @@ from quickzones.backends.postgres.sql import channel
 
 IDLE_S = 10.0  # without a wait this long, the listening connection is closed
 SLICE_S = 0.5  # how often the reading thread looks whether it should stop
+RETRY_S = 1.0  # after the listening connection failed, waits only sleep this long
 
 
 class CommitNotifications:
@@ -50,6 +51,7 @@ class CommitNotifications:
         self._notified = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_wait = 0.0
+        self._retry_at = 0.0  # no listening before then (the last connection failed)
         self._pid = os.getpid()
         self._closed = False
 
@@ -60,8 +62,8 @@ class CommitNotifications:
         with self._lock:
             if os.getpid() != self._pid:  # a forked child: the parent's thread is not here
                 self._thread, self._pid = None, os.getpid()
-            self._last_wait = time.monotonic()
-            if self._thread is None and not self._closed:
+            self._last_wait = now = time.monotonic()
+            if self._thread is None and not self._closed and now >= self._retry_at:
                 self._notified.clear()
                 self._thread = threading.Thread(
                     target=self._read, name="quick-commit-notifications", daemon=True
@@ -81,7 +83,11 @@ class CommitNotifications:
                     if n.payload != self._own:
                         self._notified.set()
         except psycopg.Error:
-            self._notified.set()  # the waiter polls at its tick; the next wait starts anew
+            # The waiter polls at its tick meanwhile (a server restarting, no connection
+            # to spare): no new connection for a while.
+            with self._lock:
+                self._retry_at = time.monotonic() + RETRY_S
+            self._notified.set()
         finally:
             if conn is not None:
                 with contextlib.suppress(psycopg.Error):

@@ -423,6 +423,32 @@ def test_a_store_that_stops_waiting_stops_listening(admin: object) -> None:
         store.close()
 
 
+def test_a_listener_that_cannot_connect_does_not_hammer_the_server() -> None:
+    """No connection to spare (max_connections reached, a server restarting): the waits
+    go on at the watcher's tick without a new connection attempt each time."""
+    import time
+
+    import psycopg
+
+    from quickzones.backends.postgres.notifications import RETRY_S, CommitNotifications
+
+    attempts = 0
+
+    def refused() -> object:
+        nonlocal attempts
+        attempts += 1
+        raise psycopg.OperationalError("too many clients already")
+
+    notifications = CommitNotifications(refused, "s", "mine")  # type: ignore[arg-type]
+    try:
+        began = time.monotonic()
+        while time.monotonic() - began < RETRY_S / 2:
+            notifications.wait(0.005)
+        assert attempts == 1
+    finally:
+        notifications.close()
+
+
 def _store_with_one_item(schema: str) -> None:
     q = Quick.open(postgres_store_url(schema))
     q.enqueue("job", {"n": 1}, app="a", tenant="t1")
