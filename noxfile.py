@@ -69,6 +69,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "bench.noisy_pickup")
     # quick on PostgreSQL against procrastinate on one server: bench/results/<ts>-postgres-peer/.
     session.run("python", "-m", "bench.postgres_peer")
+    # Where a pickup's time goes on PostgreSQL: bench/results/<ts>-postgres-pickup/.
+    session.run("python", "-m", "bench.postgres_pickup")
 
 
 @nox.session(python="3.11")
