@@ -18,7 +18,7 @@ _MAKING = threading.Lock()
 class Flag:
     """``threading.Event``'s interface (``is_set``, ``set``, ``clear``, ``wait``)."""
 
-    __slots__ = ("_set", "_event")
+    __slots__ = ("_event", "_set")
 
     def __init__(self) -> None:
         self._set = False

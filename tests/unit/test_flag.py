@@ -40,7 +40,9 @@ def test_many_waiters_racing_one_set_are_all_woken() -> None:
     for _ in range(50):
         flag = Flag()
         woke: list[bool] = []
-        threads = [threading.Thread(target=lambda: woke.append(flag.wait(30))) for _ in range(4)]
+        threads = [
+            threading.Thread(target=lambda f=flag, w=woke: w.append(f.wait(30))) for _ in range(4)
+        ]
         for t in threads:
             t.start()
         flag.set()
