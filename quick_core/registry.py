@@ -55,8 +55,8 @@ class JobContext:
     zone: ZoneId
     item: WorkItem
     tr: KVTransaction | None = None  # set for transactional handlers
-    lease_lost: Any = None  # threading.Event set when the lease is lost
-    cancel_event: Any = None  # threading.Event set when the item is cancelled meanwhile
+    lease_lost: Any = None  # an Event (is_set, wait) set when the lease is lost
+    cancel_event: Any = None  # an Event set when the item is cancelled meanwhile
     # Where ctx.progress goes (a consumer's throttled writer); None: nowhere.
     progress_to: Callable[[float, str | None], None] | None = None
 

@@ -332,14 +332,14 @@ class Manager:
                 )
             )
         self.in_flight.handed_out(works)
-        for w in works:
+        for w in works:  # picked up when the visit's items were (one clock read a visit)
             self.emit(
                 "dequeued",
                 zone=zone,
                 item_id=w.item.item_id,
                 job_type=w.item.job_type,
                 enqueued_ms=w.item.enqueued_ms,
-                pickup_ms=now_ms(self.clock),
+                pickup_ms=now_at,
                 cluster=cluster.name,
             )
         if hand_out is not None and works:

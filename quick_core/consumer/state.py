@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from quickzones.consumer.flag import Flag
 from quickzones.consumer.interrupt import (
     HandlerInterrupted,
     clear_pending_interrupt,
@@ -68,7 +69,7 @@ class Work:
     pointer_key: tuple[str, int, str] | None = None
     # Set when the item was found cancelled while its handler ran: the handler sees it
     # (``ctx.cancelled``, cooperative) and the worker completes nothing.
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    cancelled: Flag = field(default_factory=Flag)
     # Handed out while a worker was idle, so it starts as it is dequeued: the dequeue's
     # read of the item is its start check (Algorithm 3), and the worker makes no other.
     direct: bool = False
@@ -86,7 +87,7 @@ class Running:
     thread_id: int
     started: float
     deadline: float | None
-    lease_lost: threading.Event = field(default_factory=threading.Event)
+    lease_lost: Flag = field(default_factory=Flag)
     interrupted: bool = False
     transactional: bool = False  # its lease is extended by its worker, between attempts
     # Set (under the consumer's lock) when this invocation ends: from then on no interrupt

@@ -92,3 +92,34 @@ def test_a_running_handler_sees_its_cancel(backend: str, tmp_path: Path) -> None
     assert completed == 0
     assert q.get("a", "t", item_id) is None
     q.close()
+
+
+def test_a_handler_waiting_on_its_cancel_event_wakes_when_cancelled(
+    backend: str, tmp_path: Path
+) -> None:
+    """``ctx.cancel_event`` is waited on, not polled: the cancel wakes the wait (the event
+    is made only when a handler waits, issue 29 point 3; it must still be woken)."""
+    q = Quick.open(store_url(backend, tmp_path))
+    started = threading.Event()
+    woke: list[bool] = []
+
+    @q.job("job", keep_status_s=3600)
+    def job(payload: Any, ctx: JobContext) -> None:
+        started.set()
+        woke.append(ctx.cancel_event.wait(8))  # under the 10 s to the first extension
+
+    item_id = q.enqueue("job", b"", app="a", tenant="t")
+    consumer = q.consumer(ConsumerConfig(workers=1))
+    consumer.start()
+    try:
+        assert started.wait(30)
+        q.cancel("a", "t", item_id)
+        assert wait_for(lambda: consumer.in_flight() == 0, 30)
+        consumer.flush_completions()
+    finally:
+        consumer.stop()
+    status = q.status("a", "t", item_id)
+    assert woke == [True], "the handler's wait was not woken by its cancel"
+    assert status is not None and status.state == "cancelled"
+    assert consumer.stats["completed"] == 0
+    q.close()

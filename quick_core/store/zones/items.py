@@ -37,6 +37,11 @@ if TYPE_CHECKING:
 # Payloads above this are split into chunk keys so no value exceeds the KV value limit.
 INLINE_PAYLOAD_LIMIT = 64 * 1024
 CHUNK_SIZE = VALUE_SIZE_LIMIT - 1024
+# Records written at a lease that this store keeps, by their bytes, until it reads them
+# back (ZoneItems._leased): at most this many, each at most this long, so what is kept
+# stays small beside the items held.
+LEASED_KEPT = 1024
+LEASED_RECORD_MAX = 2048
 
 
 def new_lease_id(ids: IdSource = random_ids) -> str:
@@ -102,6 +107,12 @@ class ZoneItems:
         self.clock = clock or SystemClock()
         # Item and lease ids; by default the top-level queue's source (``secrets``).
         self.ids = ids or toplevel.ids
+        # The records this store wrote at a lease, by their bytes, each taken back by the
+        # first read that finds exactly those bytes stored (the completion's lease check,
+        # a start check): the same bytes are the same item, so it is not decoded again.
+        # A lease id is new at each lease, so other bytes (a record extended, requeued or
+        # leased by another holder since) never match and are decoded as read.
+        self._leased: dict[bytes, WorkItem] = {}
 
     def tag_item(
         self, tr: KVTransaction, zone: ZoneId, item_id: str, key: str, value: Any
@@ -149,13 +160,26 @@ class ZoneItems:
 
     def _rewrite_header(
         self, tr: KVTransaction, zone: ZoneId, old: WorkItem, new: WorkItem
-    ) -> None:
-        """Rewrite an item's record after a lease/requeue without touching its chunks."""
+    ) -> bytes | None:
+        """Rewrite an item's record after a lease/requeue without touching its chunks;
+        returns the record written when it is the whole item (no chunks)."""
         key = self.keys.item_key(zone, new.item_id)
         if "_chunks" in old.meta:
             tr.set(key, encode_item(new, include_payload=False))
-        else:
-            tr.set(key, encode_item(new))
+            return None
+        raw = encode_item(new)
+        tr.set(key, raw)
+        return raw
+
+    def _keep_leased(self, raw: bytes | None, item: WorkItem) -> None:
+        """Keep the record ``raw`` just written at a lease as ``item`` (see ``_leased``);
+        a lease whose transaction did not commit leaves bytes no read will find, dropped
+        with the rest when the store keeps too many."""
+        if raw is None or len(raw) > LEASED_RECORD_MAX:
+            return
+        if len(self._leased) >= LEASED_KEPT:
+            self._leased.clear()
+        self._leased[raw] = item
 
     def _read_item(
         self, tr: KVTransaction, zone: ZoneId, item_id: str, *, snapshot: bool = False
@@ -169,6 +193,9 @@ class ZoneItems:
     def _decode(
         self, tr: KVTransaction, zone: ZoneId, key: bytes, raw: bytes, *, snapshot: bool = False
     ) -> WorkItem:
+        kept = self._leased.pop(raw, None)
+        if kept is not None:
+            return kept
         head = decode_item(key, raw)
         chunks = head.meta.get("_chunks")
         if chunks is None:
@@ -195,15 +222,24 @@ class ZoneItems:
             tr.add(self.keys.count_key(zone), pack_i64(-1))
 
     def _move_vesting(
-        self, tr: KVTransaction, zone: ZoneId, old: WorkItem, new: WorkItem
+        self,
+        tr: KVTransaction,
+        zone: ZoneId,
+        old: WorkItem,
+        new: WorkItem,
+        *,
+        leased: bool = False,
     ) -> WorkItem:
         """Re-key ``old`` by ``new``'s vesting time (leaving commit order, if it had one);
-        returns the item as stored."""
+        returns the item as stored. ``leased``: a new lease's record, kept (``_leased``)
+        for its holder's completion to read back undecoded."""
         if new.commit_order is not None:
             new = new.with_(commit_order=None)
         tr.clear(self._order_key_of(zone, old))
         tr.set(self.keys.order_key(zone, new.priority, new.vesting_ms, new.item_id), b"")
-        self._rewrite_header(tr, zone, old, new)
+        raw = self._rewrite_header(tr, zone, old, new)
+        if leased:
+            self._keep_leased(raw, new)
         return new
 
     def _exists(self, tr: KVTransaction, zone: ZoneId, item_id: str) -> bool:

@@ -54,7 +54,7 @@ class ZoneLeases(ZoneItems):
             commit_order=None,
             **counted,
         )
-        return self._move_vesting(tr, zone, item, leased)
+        return self._move_vesting(tr, zone, item, leased, leased=True)
 
     @transactional
     def start(
