@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,20 +59,20 @@ def test_an_item_cancelled_while_it_waits_for_a_worker_never_starts(
     assert completed == 1  # the blocker only
 
 
-def test_a_running_handler_sees_its_cancel(backend: str, tmp_path: Path) -> None:
+def _cancelled_while_running(
+    backend: str, tmp_path: Path, body: Callable[[JobContext], None]
+) -> tuple[float, int]:
+    """Run one item whose handler runs ``body(ctx)`` once started, cancel it while it
+    runs, and let the consumer let it go; returns when the cancel was made (monotonic)
+    and the consumer's completed count, having checked the item is recorded cancelled
+    and gone."""
     q = Quick.open(store_url(backend, tmp_path))
     started = threading.Event()
-    saw: list[float] = []
 
     @q.job("job", keep_status_s=3600)
     def job(payload: Any, ctx: JobContext) -> None:
         started.set()
-        end = time.monotonic() + 8  # under the 10 s to the lease's first extension
-        while time.monotonic() < end:
-            if ctx.cancelled:
-                saw.append(time.monotonic())
-                return
-            time.sleep(0.01)
+        body(ctx)
 
     item_id = q.enqueue("job", b"", app="a", tenant="t")
     consumer = q.consumer(ConsumerConfig(workers=1))
@@ -85,13 +86,27 @@ def test_a_running_handler_sees_its_cancel(backend: str, tmp_path: Path) -> None
     finally:
         consumer.stop()
     status = q.status("a", "t", item_id)
-    completed = consumer.stats["completed"]
-    assert saw, "the handler never saw its cancel"
-    print(f"seen {saw[0] - cancelled_at:.2f}s after the cancel")
     assert status is not None and status.state == "cancelled"
-    assert completed == 0
     assert q.get("a", "t", item_id) is None
     q.close()
+    return cancelled_at, consumer.stats["completed"]
+
+
+def test_a_running_handler_sees_its_cancel(backend: str, tmp_path: Path) -> None:
+    saw: list[float] = []
+
+    def poll(ctx: JobContext) -> None:
+        end = time.monotonic() + 8  # under the 10 s to the lease's first extension
+        while time.monotonic() < end:
+            if ctx.cancelled:
+                saw.append(time.monotonic())
+                return
+            time.sleep(0.01)
+
+    cancelled_at, completed = _cancelled_while_running(backend, tmp_path, poll)
+    assert saw, "the handler never saw its cancel"
+    print(f"seen {saw[0] - cancelled_at:.2f}s after the cancel")
+    assert completed == 0
 
 
 def test_a_handler_waiting_on_its_cancel_event_wakes_when_cancelled(
@@ -99,27 +114,11 @@ def test_a_handler_waiting_on_its_cancel_event_wakes_when_cancelled(
 ) -> None:
     """``ctx.cancel_event`` is waited on, not polled: the cancel wakes the wait (the event
     is made only when a handler waits, issue 29 point 3; it must still be woken)."""
-    q = Quick.open(store_url(backend, tmp_path))
-    started = threading.Event()
     woke: list[bool] = []
 
-    @q.job("job", keep_status_s=3600)
-    def job(payload: Any, ctx: JobContext) -> None:
-        started.set()
+    def wait(ctx: JobContext) -> None:
         woke.append(ctx.cancel_event.wait(8))  # under the 10 s to the first extension
 
-    item_id = q.enqueue("job", b"", app="a", tenant="t")
-    consumer = q.consumer(ConsumerConfig(workers=1))
-    consumer.start()
-    try:
-        assert started.wait(30)
-        q.cancel("a", "t", item_id)
-        assert wait_for(lambda: consumer.in_flight() == 0, 30)
-        consumer.flush_completions()
-    finally:
-        consumer.stop()
-    status = q.status("a", "t", item_id)
+    _, completed = _cancelled_while_running(backend, tmp_path, wait)
     assert woke == [True], "the handler's wait was not woken by its cancel"
-    assert status is not None and status.state == "cancelled"
-    assert consumer.stats["completed"] == 0
-    q.close()
+    assert completed == 0
