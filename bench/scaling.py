@@ -33,6 +33,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import psutil
+
 from bench.common import REPO, child_env, fdb_url, log
 from bench.quickrun import NOOP, SLEEP, open_quick
 from quickzones.testing.provision.ports import free_port
@@ -80,6 +82,11 @@ class Row:
     left_at_end: int
     drained: bool
     bound_items_per_s: float
+    # Cores busy over the window: the consumer processes (the supervisor and its children)
+    # and every fdbserver on the machine, so a ratio short of linear says where the cores went.
+    consumer_cores: float = 0.0
+    server_cores: float = 0.0
+    busiest_server_core: float = 0.0  # one fdbserver near 1.0 is the cluster's bottleneck
 
 
 _SAMPLE = re.compile(r"^(\w+)(\{[^}]*\})? (\S+)$", re.M)
@@ -99,6 +106,30 @@ def scrape(port: int) -> dict[str, float]:
         elif name == "quick_pointer_lease_failures_total":
             out["lost"] += float(value)
     return out
+
+
+def _cpu_seconds(procs: list[psutil.Process]) -> list[float]:
+    out = []
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:  # one that ended in the window counts nothing
+            out.append(0.0)
+            continue
+        out.append(t.user + t.system)
+    return out
+
+
+def _consumers(root: int) -> list[psutil.Process]:
+    try:
+        me = psutil.Process(root)
+        return [me, *me.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _servers() -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["name"]) if p.info["name"] == "fdbserver"]
 
 
 def _fill_tenants(url: str, job_type: str, work_ms: float, tenants: range, per: int) -> None:
@@ -156,10 +187,13 @@ def measure(workload: Workload, processes: int, seconds: float, warm_s: float, t
         time.sleep(warm_s)
         # The counters are read first, the store's gauges (a read of every zone: seconds
         # over a big backlog) after them: the time a count holds at is the request's.
+        consumers, servers = _consumers(proc.pid), _servers()
         t0 = time.monotonic()
+        cpu0 = _cpu_seconds(consumers), _cpu_seconds(servers)
         begin = scrape(port)
         time.sleep(max(0.0, t0 + seconds - time.monotonic()))
         t1 = time.monotonic()
+        cpu1 = _cpu_seconds(consumers), _cpu_seconds(servers)
         end = scrape(port)
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -183,6 +217,9 @@ def measure(workload: Workload, processes: int, seconds: float, warm_s: float, t
         left_at_end=left,
         drained=left < LEFT_AT_LEAST * backlog,
         bound_items_per_s=workload.bound(processes),
+        consumer_cores=(sum(cpu1[0]) - sum(cpu0[0])) / (t1 - t0),
+        server_cores=(sum(cpu1[1]) - sum(cpu0[1])) / (t1 - t0),
+        busiest_server_core=max(map(float.__sub__, cpu1[1], cpu0[1]), default=0.0) / (t1 - t0),
     )
 
 
@@ -199,8 +236,9 @@ def _clear(url: str) -> None:
 
 def table(rows: list[Row]) -> str:
     lines = [
-        "| workload | processes | items/s | x one | lost pointer leases | backlog | left | |",
-        "|---|---|---|---|---|---|---|---|",
+        "| workload | processes | items/s | x one | lost pointer leases | consumer cores |"
+        " fdbserver cores | backlog | left | |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ratio = f"x{r.ratio_to_one:.2f}" if r.ratio_to_one is not None else ""
@@ -209,6 +247,8 @@ def table(rows: list[Row]) -> str:
         flag = "DRAINED: fails" if r.drained else ""
         lines.append(
             f"| {r.workload} | {r.processes} | {r.items_per_s:,.0f} | {ratio} | {lost} | "
+            f"{r.consumer_cores:.2f} | {r.server_cores:.2f}"
+            f" (busiest {r.busiest_server_core:.2f}) | "
             f"{r.backlog:,} | {r.left_at_end:,} | {flag} |"
         )
     return "\n".join(lines)
@@ -248,7 +288,8 @@ def run(
             log(
                 f"{name} x{n}: {row.items_per_s:,.0f} items/s"
                 f"{f' (x{row.ratio_to_one:.2f})' if row.ratio_to_one else ''}, "
-                f"lost pointer leases {row.lost_share:.1%}"
+                f"lost pointer leases {row.lost_share:.1%}, cores: consumers "
+                f"{row.consumer_cores:.2f}, fdbserver {row.server_cores:.2f}"
                 f"{'; DRAINED: the backlog ran low, not the consumers' if row.drained else ''}"
             )
     return rows

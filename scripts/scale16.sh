@@ -24,6 +24,7 @@ LIMIT_S=${LIMIT_S:-450}  # bench.scaling's own limit: 8 minutes less the cluster
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "cores: $(nproc)"
+  lscpu 2>/dev/null | grep -E "^(Model name|Thread|Core|Socket|NUMA node\(s\))" || true
   echo "python: $($PY --version 2>&1)"
   echo "fdb cluster file: ${FDB_CLUSTER_FILE:-none} (${FDB_PROCS:-7} fdbserver processes)"
   echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
