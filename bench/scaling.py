@@ -24,6 +24,7 @@ import math
 import multiprocessing
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -156,7 +157,14 @@ def fill(url: str, job_type: str, work_ms: float, tenants: int, items: int) -> i
     return per * tenants
 
 
-def measure(workload: Workload, processes: int, seconds: float, warm_s: float, tenants: int) -> Row:
+def measure(
+    workload: Workload,
+    processes: int,
+    seconds: float,
+    warm_s: float,
+    tenants: int,
+    extra_args: tuple[str, ...] = (),
+) -> Row:
     url = fdb_url(f"scale-{workload.name}-{processes}")
     # The processes' start and the scrapes (each reads every zone for the store's gauges)
     # come on top of the window: STARTUP_S of them at the bound too.
@@ -169,6 +177,7 @@ def measure(workload: Workload, processes: int, seconds: float, warm_s: float, t
     cmd = [
         sys.executable, "-m", "quickzones", "worker", "--app-module", "bench.user_app:q",
         "--processes", str(processes), "--metrics-port", str(port), *workload.worker_args,
+        *extra_args,
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL)
     try:
@@ -272,14 +281,15 @@ def run(
     warm_s: float,
     tenants: int,
     out: Path | None = None,
+    extra_args: tuple[str, ...] = (),
 ) -> list[Row]:
     meta: dict[str, object] = {"argv": sys.argv, "seconds": seconds, "warm_s": warm_s,
-                               "tenants": tenants}  # fmt: skip
+                               "tenants": tenants, "worker_args": extra_args}  # fmt: skip
     rows: list[Row] = []
     for name in workloads:
         one: float | None = None
         for n in processes:
-            row = measure(WORKLOADS[name], n, seconds, warm_s, tenants)
+            row = measure(WORKLOADS[name], n, seconds, warm_s, tenants, extra_args)
             if n == 1:
                 one = row.items_per_s
             row.ratio_to_one = row.items_per_s / one if one else None
@@ -303,13 +313,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warm", type=float, default=2.0, help="seconds before the window")
     ap.add_argument("--tenants", type=int, default=1000)
     ap.add_argument("--out", type=Path, default=None, help="folder for scaling.json/.md")
+    ap.add_argument("--worker-args", default="", help="more `quick worker` options, one string")
     args = ap.parse_args(argv)
     counts = [int(n) for n in args.processes.split(",")]
     names = args.workloads.split(",")
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown or any(n < 1 for n in counts):
         ap.error(f"unknown workloads {unknown}" if unknown else "processes must be >= 1")
-    rows = run(counts, names, args.seconds, args.warm, args.tenants, args.out)
+    extra = tuple(shlex.split(args.worker_args))
+    rows = run(counts, names, args.seconds, args.warm, args.tenants, args.out, extra)
     print(table(rows))
     drained = [r for r in rows if r.drained]
     if drained:
