@@ -111,7 +111,7 @@ class PullLeaser:
         self.rng = random.Random(self.config.seed)
         self.cluster = Cluster(zones=q.items, toplevel=q.toplevel, kv=q.kv)
         self.visitor = ZoneVisitor(
-            OneTransactionGate(self.config.one_transaction_visits), q.clock, self._count
+            OneTransactionGate(self.config.one_transaction_visits, q.clock), q.clock, self._count
         )
         # Pointer leases lost to another consumer (or a pointer that moved) since start.
         self.lost_pointer_leases = 0

@@ -95,7 +95,7 @@ class Manager:
         self.weighing = weighing or Weighing(emit)
         # Per-tenant limits; a zone held at a cap is woken when an item of it ends here.
         self.tenant_admission = TenantAdmission(limits, slots, clock, emit, wake_scanner)
-        self.one_transaction = OneTransactionGate(config.one_transaction_visits)
+        self.one_transaction = OneTransactionGate(config.one_transaction_visits, clock)
         self.visitor = ZoneVisitor(self.one_transaction, clock, emit)
 
     def visit_size(self) -> int:

@@ -157,7 +157,9 @@ def test_job_type_cap_with_and_without_one_transaction_visits(q: Quick, one: boo
     assert consumer.manager.in_flight.per_type["limited"] == 2
 
 
-def test_a_conflicting_visit_falls_back_to_three_transactions_at_once(q: Quick) -> None:
+def test_a_conflicting_visit_falls_back_to_three_transactions_at_once(
+    q: Quick, clock: ManualClock
+) -> None:
     """An enqueue into the zone commits while the visit's transaction is open: its commit
     conflicts, and instead of a retry after a backoff the visit takes the paper's three
     transactions straight away and still hands the items out."""
@@ -185,25 +187,44 @@ def test_a_conflicting_visit_falls_back_to_three_transactions_at_once(q: Quick) 
     assert "one_transaction_visit_conflict" in events
     assert {w.item.item_id for w in works} == {first, *raced}
     assert consumer.in_flight() == 2
-    # Competing for the zone: the next visits take the three transactions.
-    assert not consumer.manager.one_transaction.try_one()
-
-
-def test_the_gate_backs_off_while_conflicts_go_on_and_recovers() -> None:
-    gate = OneTransactionGate(True, first_hold=2, max_hold=8)
+    # Competing for the zone: the next visits take the three transactions...
+    gate = consumer.manager.one_transaction
+    assert not any(gate.try_one() for _ in range(100))
+    # ...for a stretch of time, not of visits: a burst of enqueues into one tenant's zone
+    # made three-transaction visits (three commits a zone: on PostgreSQL, whose commits
+    # queue on one lock, 40-90 ms for a batch of four zones) the rule for the next
+    # hundreds of visits, long after the burst, and small tenants' pickups waited on them.
+    clock.advance(gate.first_hold_s)
     assert gate.try_one()
-    gate.conflicted()  # three transactions for the next 2 visits
-    assert [gate.try_one() for _ in range(3)] == [False, False, True]
-    gate.conflicted()  # again: 4
-    assert [gate.try_one() for _ in range(5)] == [False] * 4 + [True]
+
+
+def test_the_gate_backs_off_while_conflicts_go_on_and_recovers(clock: ManualClock) -> None:
+    gate = OneTransactionGate(True, clock, first_hold_s=0.01, max_hold_s=0.04)
+    assert gate.try_one()
+    gate.conflicted()  # three transactions for the next 10 ms, however many visits
+    assert not any(gate.try_one() for _ in range(50))
+    clock.advance(0.01)
+    assert gate.try_one()
+    gate.conflicted()  # again: 20 ms
+    clock.advance(0.019)
+    assert not gate.try_one()
+    clock.advance(0.001)
+    assert gate.try_one()
     for _ in range(3):
         gate.conflicted()
-        while not gate.try_one():
-            pass
-    gate.conflicted()  # capped at 8
-    assert sum(1 for _ in range(20) if not gate.try_one()) == 8
+        clock.advance(0.04)
+    gate.conflicted()  # capped at 40 ms
+    clock.advance(0.039)
+    assert not gate.try_one()
+    clock.advance(0.001)
+    assert gate.try_one()
     gate.committed()
     gate.committed()
-    gate.conflicted()  # halved twice: 2
-    assert [gate.try_one() for _ in range(3)] == [False, False, True]
-    assert not OneTransactionGate(False).try_one()
+    gate.conflicted()  # halved twice: 10 ms
+    clock.advance(0.01)
+    assert gate.try_one()
+    gate.conflicted()  # 20 ms
+    clock.step_back(3600)  # the wall clock set back an hour: the hold is still 20 ms
+    clock.advance(0.02)
+    assert gate.try_one()
+    assert not OneTransactionGate(False, clock).try_one()
