@@ -88,6 +88,10 @@ class Row:
     consumer_cores: float = 0.0
     server_cores: float = 0.0
     busiest_server_core: float = 0.0  # one fdbserver near 1.0 is the cluster's bottleneck
+    # The cluster's latency probe at the window's end (status json), in ms, and what its
+    # ratekeeper says limits it: consumers that wait on a slower cluster show it here.
+    probe_ms: dict[str, float] | None = None
+    limited_by: str | None = None
 
 
 _SAMPLE = re.compile(r"^(\w+)(\{[^}]*\})? (\S+)$", re.M)
@@ -131,6 +135,28 @@ def _consumers(root: int) -> list[psutil.Process]:
 
 def _servers() -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["name"]) if p.info["name"] == "fdbserver"]
+
+
+def _cluster_status(url: str) -> tuple[dict[str, float] | None, str | None]:
+    """The latency probe (start, read, commit, ms) and the ratekeeper's limit, read from
+    the cluster's status json through the store's own FoundationDB connection."""
+    q = open_quick(url)
+    try:
+        db = getattr(q.kv, "db", None)
+        if db is None:
+            return None, None
+        cluster = json.loads(bytes(db[b"\xff\xff/status/json"]))["cluster"]
+        probe = cluster.get("latency_probe", {})
+        names = {"transaction_start_seconds": "start", "read_seconds": "read",
+                 "commit_seconds": "commit"}  # fmt: skip
+        ms = {short: float(probe[k]) * 1000 for k, short in names.items() if k in probe}
+        limit = cluster.get("qos", {}).get("performance_limited_by", {}).get("name")
+        return ms or None, limit
+    except Exception as err:  # a figure to report, never a reason to fail the run
+        log(f"status json unreadable: {err}")
+        return None, None
+    finally:
+        q.close()
 
 
 def _fill_tenants(url: str, job_type: str, work_ms: float, tenants: range, per: int) -> None:
@@ -204,6 +230,7 @@ def measure(
         t1 = time.monotonic()
         cpu1 = _cpu_seconds(consumers), _cpu_seconds(servers)
         end = scrape(port)
+        probe, limited_by = _cluster_status(url)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -229,6 +256,8 @@ def measure(
         consumer_cores=(sum(cpu1[0]) - sum(cpu0[0])) / (t1 - t0),
         server_cores=(sum(cpu1[1]) - sum(cpu0[1])) / (t1 - t0),
         busiest_server_core=max(map(float.__sub__, cpu1[1], cpu0[1]), default=0.0) / (t1 - t0),
+        probe_ms=probe,
+        limited_by=limited_by,
     )
 
 
@@ -246,8 +275,8 @@ def _clear(url: str) -> None:
 def table(rows: list[Row]) -> str:
     lines = [
         "| workload | processes | items/s | x one | lost pointer leases | consumer cores |"
-        " fdbserver cores | backlog | left | |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        " fdbserver cores | cluster latency ms (start/read/commit) | backlog | left | |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ratio = f"x{r.ratio_to_one:.2f}" if r.ratio_to_one is not None else ""
@@ -257,10 +286,17 @@ def table(rows: list[Row]) -> str:
         lines.append(
             f"| {r.workload} | {r.processes} | {r.items_per_s:,.0f} | {ratio} | {lost} | "
             f"{r.consumer_cores:.2f} | {r.server_cores:.2f}"
-            f" (busiest {r.busiest_server_core:.2f}) | "
+            f" (busiest {r.busiest_server_core:.2f}) | {_probe(r)} | "
             f"{r.backlog:,} | {r.left_at_end:,} | {flag} |"
         )
     return "\n".join(lines)
+
+
+def _probe(r: Row) -> str:
+    if not r.probe_ms:
+        return ""
+    ms = "/".join(f"{r.probe_ms.get(k, float('nan')):.1f}" for k in ("start", "read", "commit"))
+    return f"{ms} ({r.limited_by})" if r.limited_by else ms
 
 
 def write(out: Path | None, rows: list[Row], meta: dict[str, object]) -> None:
