@@ -79,7 +79,11 @@ def test_weights_3_to_1_give_pull_leases_3_to_1(served: Served) -> None:
             assert got, f"nothing leased after {dict(leased)}"
             leased.update(x.tenant for x in got)
     ratio = leased["gold"] / leased["plain"]
-    assert 2.7 <= ratio <= 3.3, f"gold:plain {dict(leased)} = {ratio:.2f}"
+    # 2,000 leases taken ten at a time from weighted random draws: the ratio's spread is
+    # about 0.15 either side, so +-10 % failed about one run in sixteen with the code right
+    # (2.68 and 3.37 among 32 runs, before and after the one-transaction gate's change).
+    # The 3:1-within-10 % target is measured over a minute by bench.weights.
+    assert 2.55 <= ratio <= 3.45, f"gold:plain {dict(leased)} = {ratio:.2f}"
 
 
 def test_a_remote_items_tenant_slot_is_freed_by_its_completion_or_its_lapsed_lease(
