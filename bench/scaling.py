@@ -26,6 +26,7 @@ import os
 import re
 import shlex
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -92,18 +93,36 @@ class Row:
     # ratekeeper says limits it: consumers that wait on a slower cluster show it here.
     probe_ms: dict[str, float] | None = None
     limited_by: str | None = None
+    # Work an item costs over the window, summed over every consumer: each consumer event
+    # (visits, pointer leases, batched visits...) and the cluster's transactions, conflicts,
+    # reads and writes (status json's counters), per item completed. A count that grows
+    # with the processes is work they add by contending, not by doing more items.
+    per_item: dict[str, float] | None = None
+    # CPU ms a fixed piece of pure-Python work took in this process during the window
+    # (the median of a few samples): higher with more processes, the machine itself ran
+    # slower with the consumers busy (clock, caches, a shared host), which raises their
+    # CPU an item as much without any extra work of quick's.
+    reference_ms: float | None = None
 
 
 _SAMPLE = re.compile(r"^(\w+)(\{[^}]*\})? (\S+)$", re.M)
 
 
+_EVENT = re.compile(r'event="(\w+)"')
+
+
 def scrape(port: int) -> dict[str, float]:
-    """The endpoint's completions, pointer leases and lost pointer leases, summed over
-    every process and label."""
+    """The endpoint's completions, pointer leases and lost pointer leases, and every
+    consumer event by kind (``event:<kind>``), summed over every process and label."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as resp:
         body = resp.read().decode()
     out = {"completed": 0.0, "leased": 0.0, "lost": 0.0}
     for name, labels, value in _SAMPLE.findall(body):
+        if name == "quick_events_total":
+            kind = _EVENT.search(labels or "")
+            if kind is not None:
+                key = f"event:{kind.group(1)}"
+                out[key] = out.get(key, 0.0) + float(value)
         if name == "quick_events_total" and 'event="completed"' in labels:
             out["completed"] += float(value)
         elif name == "quick_events_total" and 'event="pointer_leased"' in labels:
@@ -111,6 +130,49 @@ def scrape(port: int) -> dict[str, float]:
         elif name == "quick_pointer_lease_failures_total":
             out["lost"] += float(value)
     return out
+
+
+# status json's rates of the cluster's work, by the names this reports.
+_CLUSTER_RATES = {
+    "tx_started": ("transactions", "started"),
+    "tx_committed": ("transactions", "committed"),
+    "tx_conflicted": ("transactions", "conflicted"),
+    "reads": ("operations", "reads"),
+    "writes": ("operations", "writes"),
+}
+
+
+def per_item(begin: dict[str, float], end: dict[str, float], completed: float) -> dict[str, float]:
+    """Each count's growth from ``begin`` to ``end`` per item completed."""
+    if completed <= 0:
+        return {}
+    return {
+        k: (end[k] - begin.get(k, 0.0)) / completed
+        for k in sorted(end)
+        if k not in ("completed", "leased", "lost") and end[k] != begin.get(k, 0.0)
+    }
+
+
+REFERENCE_SAMPLES = 5
+
+
+def reference_ms() -> float:
+    """CPU ms (this thread's) of a fixed piece of pure-Python work: the interpreter's
+    own speed on this machine now, whatever else runs (a wait for a core is not CPU)."""
+    started = time.thread_time()
+    total = 0
+    for n in range(200_000):
+        total += n % 7
+    return (time.thread_time() - started) * 1000
+
+
+def _sleep_sampling(until: float, samples: list[float]) -> None:
+    """Sleep until ``until`` (monotonic), taking REFERENCE_SAMPLES of :func:`reference_ms`
+    spread over the time."""
+    for k in range(REFERENCE_SAMPLES):
+        time.sleep(max(0.0, (until - time.monotonic()) / (REFERENCE_SAMPLES - k)))
+        samples.append(reference_ms())
+    time.sleep(max(0.0, until - time.monotonic()))
 
 
 def _cpu_seconds(procs: list[psutil.Process]) -> list[float]:
@@ -137,24 +199,35 @@ def _servers() -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["name"]) if p.info["name"] == "fdbserver"]
 
 
-def _cluster_status(url: str) -> tuple[dict[str, float] | None, str | None]:
-    """The latency probe (start, read, commit, ms) and the ratekeeper's limit, read from
-    the cluster's status json through the store's own FoundationDB connection."""
+def _cluster_status(
+    url: str,
+) -> tuple[dict[str, float] | None, str | None, dict[str, float]]:
+    """The latency probe (start, read, commit, ms), the ratekeeper's limit and the
+    cluster's work a second (transactions, reads, writes: status json's ``hz``, over the
+    few seconds before; its counters move only every five seconds or so, too coarse for
+    a window this short), read from the cluster's status json through the store's own
+    FoundationDB connection."""
     q = open_quick(url)
     try:
         db = getattr(q.kv, "db", None)
         if db is None:
-            return None, None
+            return None, None, {}
         cluster = json.loads(bytes(db[b"\xff\xff/status/json"]))["cluster"]
         probe = cluster.get("latency_probe", {})
         names = {"transaction_start_seconds": "start", "read_seconds": "read",
                  "commit_seconds": "commit"}  # fmt: skip
         ms = {short: float(probe[k]) * 1000 for k, short in names.items() if k in probe}
         limit = cluster.get("qos", {}).get("performance_limited_by", {}).get("name")
-        return ms or None, limit
+        work = cluster.get("workload", {})
+        rates = {}
+        for name, (group, field) in _CLUSTER_RATES.items():
+            hz = work.get(group, {}).get(field, {}).get("hz")
+            if hz is not None:
+                rates[name] = float(hz)
+        return ms or None, limit, rates
     except Exception as err:  # a figure to report, never a reason to fail the run
         log(f"status json unreadable: {err}")
-        return None, None
+        return None, None, {}
     finally:
         q.close()
 
@@ -226,11 +299,12 @@ def measure(
         t0 = time.monotonic()
         cpu0 = _cpu_seconds(consumers), _cpu_seconds(servers)
         begin = scrape(port)
-        time.sleep(max(0.0, t0 + seconds - time.monotonic()))
+        reference: list[float] = []
+        _sleep_sampling(t0 + seconds, reference)
         t1 = time.monotonic()
         cpu1 = _cpu_seconds(consumers), _cpu_seconds(servers)
         end = scrape(port)
-        probe, limited_by = _cluster_status(url)
+        probe, limited_by, rates = _cluster_status(url)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -241,11 +315,12 @@ def measure(
     leased = int(end["leased"] - begin["leased"])
     lost = int(end["lost"] - begin["lost"])
     left = backlog - int(end["completed"])
+    items_per_s = (end["completed"] - begin["completed"]) / (t1 - t0)
     return Row(
         workload=workload.name,
         processes=processes,
         backlog=backlog,
-        items_per_s=(end["completed"] - begin["completed"]) / (t1 - t0),
+        items_per_s=items_per_s,
         ratio_to_one=None,
         pointer_leases=leased,
         pointer_leases_lost=lost,
@@ -258,6 +333,11 @@ def measure(
         busiest_server_core=max(map(float.__sub__, cpu1[1], cpu0[1]), default=0.0) / (t1 - t0),
         probe_ms=probe,
         limited_by=limited_by,
+        reference_ms=statistics.median(reference),
+        per_item={
+            **per_item(begin, end, end["completed"] - begin["completed"]),
+            **{k: hz / items_per_s for k, hz in rates.items() if items_per_s > 0},
+        },
     )
 
 
@@ -292,6 +372,28 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def work_table(rows: list[Row]) -> str:
+    """What an item cost in each run: one line a count (consumer events, the cluster's
+    transactions and operations), one column a run, per item completed; consumer CPU
+    an item (ms) first."""
+    runs = [r for r in rows if r.per_item]
+    if not runs:
+        return ""
+    names = sorted({k for r in runs for k in r.per_item or {}})
+    head = " | ".join(f"{r.workload} x{r.processes}" for r in runs)
+    lines = [f"| per item | {head} |", "|---" * (len(runs) + 1) + "|"]
+    cpu = " | ".join(
+        f"{1000 * r.consumer_cores / r.items_per_s:.3f}" if r.items_per_s else "" for r in runs
+    )
+    lines.append(f"| consumer CPU ms | {cpu} |")
+    ref = " | ".join(f"{r.reference_ms:.2f}" if r.reference_ms else "" for r in runs)
+    lines.append(f"| reference work, CPU ms (the machine's speed: not an item's) | {ref} |")
+    for name in names:
+        cells = " | ".join(f"{(r.per_item or {}).get(name, 0.0):.3f}" for r in runs)
+        lines.append(f"| {name} | {cells} |")
+    return "\n".join(lines)
+
+
 def _probe(r: Row) -> str:
     if not r.probe_ms:
         return ""
@@ -307,7 +409,7 @@ def write(out: Path | None, rows: list[Row], meta: dict[str, object]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     doc = {**meta, "cores": os.cpu_count(), "rows": [asdict(r) for r in rows]}
     (out / "scaling.json").write_text(json.dumps(doc, indent=2))
-    (out / "scaling.md").write_text(table(rows) + "\n")
+    (out / "scaling.md").write_text(table(rows) + "\n\n" + work_table(rows) + "\n")
 
 
 def run(
@@ -359,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
     extra = tuple(shlex.split(args.worker_args))
     rows = run(counts, names, args.seconds, args.warm, args.tenants, args.out, extra)
     print(table(rows))
+    print()
+    print(work_table(rows))
     drained = [r for r in rows if r.drained]
     if drained:
         log(f"{len(drained)} run(s) drained their backlog: their rates are not the consumers'")
