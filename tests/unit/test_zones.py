@@ -38,6 +38,21 @@ def test_peek_orders_by_priority_then_vesting(q: Quick, clock: ManualClock) -> N
     assert [i.item_id for i in q.zones.peek(Z, 2)] == [d, b]
 
 
+def test_a_zone_of_default_priority_items_reads_its_order_index_once(q: Quick) -> None:
+    """A visit to a backlog zone takes its vested entries in one read, and a zone whose
+    other items are leased (its own consumer's, running) reads none of their entries."""
+    ids = q.enqueue_many("job", range(30), app=Z.app, tenant=Z.tenant)
+    reads = count_range_rows(q)
+    first = [i.item_id for i in q.zones.peek(Z, 10)]
+    assert len(first) == 10 and set(first) <= set(ids)
+    assert reads == [10]
+    for item_id in set(ids) - set(first[:5]):
+        q.zones.obtain_lease(Z, item_id, 60_000)
+    reads.clear()
+    assert [i.item_id for i in q.zones.peek(Z, 10)] == first[:5]
+    assert reads == [5, 0]  # the vested entries; then no FIFO entry nor other priority
+
+
 def test_lease_moves_vesting_and_expires(q: Quick, clock: ManualClock) -> None:
     item_id = enqueue(q)
     leased = q.zones.obtain_lease(Z, item_id, 5_000)

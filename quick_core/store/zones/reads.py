@@ -30,13 +30,27 @@ class ZoneReads(ZoneItems):
         vested items, in order: each key unpacked once, here (the dequeue sorts by the
         vesting without unpacking again).
 
-        Per priority in use: one short read finds it, one range read takes its vested
-        vesting-keyed entries and, if there is room, one more its FIFO entries. The cost is
-        proportional to what is returned plus the priorities present.
+        The default priority, 0, first: one read takes its vested vesting-keyed entries
+        (with every entry of a priority below it, if any, to tell whether there are some),
+        which in a zone of one priority is the whole dequeue when they fill it. Then, or
+        from the start when some priority below 0 is in use, per priority: one short read
+        finds it, one range read takes its vested vesting-keyed entries and, if there is
+        room, one more its FIFO entries. The cost is proportional to what is returned plus
+        the priorities present.
         """
+        if max_items <= 0:
+            return []
         begin, end = self.keys.order_range(zone)
+        default_vested_end = self.keys.order_priority_range(zone, 0, now)[1]
+        rows = tr.get_range(begin, default_vested_end, limit=max_items, snapshot=snapshot)
         out: list[tuple[bytes, str, int | None]] = []
-        cursor = begin
+        cursor = self.keys.fifo_range(zone, 0)[0]  # after priority 0's vested entries
+        for k, _ in rows:
+            priority, at, item_id = self.keys.unpack_order_key(zone, k)
+            if priority != 0:  # a priority below the default is in use: read in order
+                out, cursor = [], begin
+                break
+            out.append((k, item_id, at))
         while len(out) < max_items:
             first = tr.get_range(cursor, end, limit=1, snapshot=snapshot)
             if not first:
