@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from quickzones.backends.fdb import waits
 from quickzones.backends.fdb.loader import import_binding, select_api_version
 from quickzones.backends.fdb.url import FDBOptions, parse_fdb_url
 from quickzones.clock import Clock
@@ -460,6 +461,7 @@ class FDBStore:
         fdb = fdb_module if fdb_module is not None else import_binding()
         self.fdb: Any = fdb
         self.api_version = select_api_version(fdb, self.options.api_version)
+        waits.install(fdb)  # after the version: that loads fdb.impl
         self._translate = _Translate(fdb.FDBError)
         self.cluster_file = self.options.cluster_file
         with self._translate():
