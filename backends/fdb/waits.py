@@ -26,9 +26,9 @@ def install(fdb: Any) -> None:
     """Make ``fdb``'s futures wait in libfdb_c from any thread but the main one; once per
     process (a second call changes nothing). A binding without ``fdb.impl.Future`` (the
     simulator standing in for it) is left as it is."""
-    future = getattr(getattr(fdb, "impl", None), "Future", None)
+    future: Any = getattr(getattr(fdb, "impl", None), "Future", None)
     binding_wait = getattr(future, "block_until_ready", None)
-    if binding_wait is None or getattr(binding_wait, _MARK, False):
+    if future is None or binding_wait is None or getattr(binding_wait, _MARK, False):
         return
     main = threading.main_thread().ident
     get_ident = threading.get_ident
