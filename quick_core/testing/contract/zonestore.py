@@ -23,6 +23,7 @@ Nothing here knows which store it runs on. Imports pytest: only tests import thi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -110,7 +111,11 @@ def test_a_delayed_item_never_vests_before_its_time(zone_store_env: ZoneStoreEnv
     """Stored times are whole milliseconds: a delayed item's vesting time is rounded up, so
     a clock reading between two milliseconds cannot make it vest before now + delay."""
     env = zone_store_env
-    env.clock.advance(0.0004)  # 0.4 ms into a millisecond
+    # 0.4 ms into a millisecond, wherever the clock starts (a store on real time starts
+    # at time.time(): a reading within a microsecond past a millisecond is what ms_up's
+    # float tolerance rounds down, which is not this test's case).
+    start_ms = env.clock.now() * 1000
+    env.clock.advance((math.ceil(start_ms) - start_ms) / 1000 + 0.0004)
     asked_at = env.clock.now() * 1000
     a = add(env, delay_ms=10)
     item = env.store.get(Z, a)
