@@ -235,7 +235,7 @@ class PullLeaser:
         """Algorithm 1's choice among the vested pointers of ``app``'s zones but those
         ``visited`` (shard, pointer id): the pointers, how many were seen vested, and
         whether a window was full (more may be vested)."""
-        selection = Selection(self.config, self.rng, self.weighing.by_pointer())
+        selection = Selection(self.config, self.rng, self.weighing.by_pointer(self._zone_of.get))
         in_order = self.config.in_order is True
         seen, crowded = 0, False
         shards = list(range(self.q.toplevel.shards))

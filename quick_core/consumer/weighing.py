@@ -20,10 +20,13 @@ A tenant of weight w gets w times the share of a tenant of weight 1 where they c
 * a random scan samples its fraction of each peek weighted (Efraimidis-Spirakis keys), so
   consumers that each see only some pointers still favour the heavy ones.
 
-A pointer's zone is known once it is leased, so a scan weighs the pointers this consumer
-has visited before (their zones are remembered here) and any other as 1. With no weight
-stored nothing of this runs: the scan and the visit are the unweighted ones, and the only
-cost is the weight set's read once a ``REFRESH_S``.
+A scanner learns a pointer's zone once it leases it, so its scan weighs the pointers
+this consumer has visited before (their zones are remembered here) and any other as 1; a
+pull leaser reads every vested pointer's record, so its scan weighs each by its zone from
+the first (otherwise a heavy zone met late would start level with the light ones that
+took a lead meanwhile, the stride's rule for a newcomer, and never get that lead back).
+With no weight stored nothing of this runs: the scan and the visit are the unweighted
+ones, and the only cost is the weight set's read once a ``REFRESH_S``.
 """
 
 from __future__ import annotations
@@ -164,16 +167,22 @@ class Weighing:
         zone = self._zones.get(key)
         return 1.0 if zone is None else found.weight(zone)
 
-    def by_pointer(self) -> Callable[[PointerRef], float] | None:
-        """A scan's weight of each pointer (1 for a zone not visited yet); None when no
-        weight is stored."""
+    def by_pointer(
+        self, zone_of: Callable[[PointerKey], ZoneId | None] | None = None
+    ) -> Callable[[PointerRef], float] | None:
+        """A scan's weight of each pointer; None when no weight is stored. A pointer's
+        zone is the one ``zone_of`` gives (a scan that read the pointers' records knows
+        every zone), else the one remembered from a visit; a zone not known weighs 1."""
         found = self.current()
         if found is None:
             return None
         zones = self._zones
 
         def weight(ref: PointerRef) -> float:
-            zone = zones.get((ref.cluster, ref.shard, ref.pointer_id))
+            key = (ref.cluster, ref.shard, ref.pointer_id)
+            zone = None if zone_of is None else zone_of(key)
+            if zone is None:
+                zone = zones.get(key)
             return 1.0 if zone is None else found.weight(zone)
 
         return weight
