@@ -195,10 +195,13 @@ def test_a_stop_gives_back_held_items_due_at_the_same_time(real_q: Quick) -> Non
     leased = threading.Event()
     consumer = real_q.consumer(ConsumerConfig(timer_lookahead_s=5.0))
     consumer.observer = lambda event, fields: leased.set() if event == "dequeued" else None
+    # Its vesting time read before the consumer starts: once leased ahead, the stored
+    # vesting is the lease's end (the clean-clone CI run at 4125acb read it after the
+    # consumer's lease, 30 s late).
+    item_id = real_q.enqueue("timed", b"", app="a", tenant="t", delay=3.0)
+    vesting = real_q.zones.get(ZoneId("a", "t"), item_id).vesting_ms  # type: ignore[union-attr]
     consumer.start()
     try:
-        item_id = real_q.enqueue("timed", b"", app="a", tenant="t", delay=3.0)
-        vesting = real_q.zones.get(ZoneId("a", "t"), item_id).vesting_ms  # type: ignore[union-attr]
         assert leased.wait(20)
         status = real_q.status("a", "t", item_id)
         assert status is not None and status.state == "leased"
