@@ -7,17 +7,6 @@ from dataclasses import dataclass
 
 from quickzones.errors import ConfigurationError
 
-# processing_bound's default, per worker. The lease extender keeps the leases of items
-# waiting for a worker, so a prefetch costs no attempt; holding some lets a visit's commit
-# overlap the workers' runs, and with work-conserving visits (visit_max None) a backlog's
-# visit takes what is free, so the bound is how many items one visit can bring: about
-# half of a no-op item's CPU was its share of a visit's (scan, three commits, hand-out)
-# at 10 items a visit. quick worker --workers 4, one tenant's 5,000 no-op items on sqlite
-# (issue 29 point 3, bench/results/README.md#20261126t0900z-visits): 0.26-0.27 CPU-s per
-# 1,000 items at 4 per worker and 10-item visits, 0.195 at 4 with visits of the free
-# room, 0.172 at 8, 0.145-0.147 at 16.
-PREFETCH_PER_WORKER = 16
-
 
 @dataclass(slots=True)
 class ConsumerConfig:
@@ -34,10 +23,12 @@ class ConsumerConfig:
     selection_max: int = 16  # at most this many per scan
     # The most items this consumer holds at once: leased and waiting for a worker (or
     # for their timer), or running. A scan comes only when some of it is free and a
-    # visit takes at most what is free (paper Algorithm 1, line 5). None: 4 x
-    # ``workers`` (PREFETCH_PER_WORKER): the lease extender keeps the leases of items
-    # waiting for a worker, so waiting costs no attempt and never lets a lease lapse; the
-    # items held are kept from other consumers. ``workers``: nothing waits.
+    # visit takes at most what is free (paper Algorithm 1, line 5). None: ``workers``,
+    # so nothing waits for a worker (only a timer's look-ahead waits, timer_lookahead_s)
+    # and no item is kept from another consumer with idle workers (issue 40 point 2).
+    # Larger: a look-ahead; what waits beyond the free workers is leased held (its run
+    # counted only when it starts, so a crash charges it nothing) and its lease is
+    # renewed while it waits, kept from every other consumer meanwhile.
     processing_bound: int | None = None
     dequeue_max: int = 10  # items one visit takes from one zone (water-filling)
     # Work-conserving visits (beyond the paper): a visit takes the water-filling share of
@@ -128,9 +119,9 @@ class ConsumerConfig:
         return self.workers if self.skip_held_zones_at is None else self.skip_held_zones_at
 
     def held_bound(self) -> int:
-        """``processing_bound``, or ``PREFETCH_PER_WORKER`` x ``workers`` when it is None."""
+        """``processing_bound``, or ``workers`` when it is None."""
         if self.processing_bound is None:
-            return self.workers * PREFETCH_PER_WORKER
+            return self.workers
         return self.processing_bound
 
     def validate(self) -> None:

@@ -193,6 +193,8 @@ class Manager:
             paused=self.paused(),
             weight=self.weighing.visit_rule(),
             dequeued=dequeued,
+            # Workers take what is handed out; what waits for one is leased held.
+            start_now=None if hand_out is None else self.in_flight.startable,
         )
 
     def paused(self) -> PauseSet | None:

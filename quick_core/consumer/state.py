@@ -173,6 +173,16 @@ class InFlight:
             if claim.left:
                 self.freed()
 
+    def startable(self) -> int:
+        """Workers free to start an item now, less what other visits in progress claimed:
+        how many items this thread's visit may lease to start at once (their runs counted
+        at the grant). What it takes beyond them waits, leased held (``WorkItem.held``),
+        its run counted when it starts."""
+        me = threading.get_ident()
+        with self.lock:
+            others = sum(c.left for t, c in self._claims.items() if t != me)
+            return max(0, self.workers - self.count - others)
+
     def total(self) -> int:
         with self.lock:
             return self.count

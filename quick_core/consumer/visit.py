@@ -121,6 +121,10 @@ class VisitRules:
     # pointer's requeue in three transactions (a handler need not wait for one more
     # commit), after the commit in one.
     dequeued: Callable[[ZoneVisit], None] = _no_hand_out
+    # How many items the visit may lease to start at once (the consumer's free workers),
+    # read as it starts: what a zone gives beyond them is leased held (WorkItem.held, no
+    # run counted until it starts). None: every item starts at once.
+    start_now: Callable[[], int] | None = None
 
     @classmethod
     def of(cls, config: ConsumerConfig, **options: Any) -> VisitRules:
@@ -189,8 +193,9 @@ class ZoneVisitor:
             room = v.room if free is None else min(v.room, free)
             if room <= 0:
                 return
+            starting = None if rules.start_now is None else rules.start_now()
             try:
-                self._visit_zone(cluster, v, room, rules, None, free)
+                self._visit_zone(cluster, v, room, rules, None, free, starting)
             except ZoneLeaseFailed as err:
                 self.emit("pointer_lease_failed", reason=err.reason)
 
@@ -208,11 +213,12 @@ class ZoneVisitor:
         more likely another consumer's visit, which the three transactions' small pointer
         lease loses to quickly, or wins), or an app with dispatch limits."""
         budget = None if capacity is None else capacity()
+        idle = None if rules.start_now is None else rules.start_now()
         failed: list[str] = []
 
         def visit(tr: KVTransaction) -> None:
             failed.clear()
-            left = budget
+            left, starting = budget, idle
             for v in visits:
                 v.clear()
             for v in visits:
@@ -220,12 +226,14 @@ class ZoneVisitor:
                 if room <= 0:
                     break  # not leased: vested for the next scan
                 try:
-                    self._visit_zone(cluster, v, room, rules, tr, left)
+                    self._visit_zone(cluster, v, room, rules, tr, left, starting)
                 except ZoneLeaseFailed as err:
                     failed.append(err.reason)
                     continue
                 if left is not None:
                     left -= len(v.items)
+                if starting is not None:
+                    starting = max(0, starting - len(v.items))
             if all(v.pointer is None for v in visits):
                 raise _NothingLeased  # nothing to commit
 
@@ -272,12 +280,14 @@ class ZoneVisitor:
         rules: VisitRules,
         tr: KVTransaction | None,
         free: int | None = None,
+        starting: int | None = None,
     ) -> None:
         """Lease ``v``'s pointer, dequeue up to ``room`` items (a weighted zone: its
         weight times ``v.room``, at most ``free``), requeue or collect the pointer:
         inside ``tr``, or (None) each step in its own transaction. Raises
         ZoneLeaseFailed (nothing written); inside ``tr``, also the errors that write the
-        transaction off."""
+        transaction off. ``starting``: how many of its items start at once (the rest are
+        leased held); None: all."""
         top, zones = cluster.toplevel, cluster.zones
         ahead: dict[str, Any] = {"horizon_ms": rules.horizon_ms} if rules.horizon_ms else {}
         inside: dict[str, Any] = {} if tr is None else {"tr": tr}
@@ -305,6 +315,8 @@ class ZoneVisitor:
             accept = hold.accept(None if rules.accept is None else rules.accept(v.reserved))
             if limited is not None:
                 accept = limited.accept(accept)  # a limited job type's room
+            # Told only when some of its items wait: a store need not know it otherwise.
+            waits = {} if starting is None or starting >= admitted.room else {"start_now": starting}
             try:
                 # Inside ``tr`` only where the store can join it (one_transaction_visits).
                 v.items, v.corrupt = zones.dequeue(
@@ -315,6 +327,7 @@ class ZoneVisitor:
                     resolve=rules.resolve,
                     **inside,
                     **ahead,
+                    **waits,
                 )
             except StorageError as err:
                 if tr is not None:

@@ -5,7 +5,7 @@ items ahead of its workers) is given back unstarted, no attempt counted, to run 
 resume. An item past its TTL, out of attempts or whose runs lapsed ``max_lapses`` times is
 failed without running. Just before the handler starts, the item and its lease are
 checked in the store (:meth:`~quickzones.store.zones.KVZoneStore.start`): a cancelled or
-taken-over item never starts; else the lease is renewed and the run counted. An
+taken-over item never starts; an item leased to wait (held) has its run counted there. An
 at-most-once item is deleted at that moment instead. The
 handler then runs under the lease extender's watch (:mod:`.lease_extender`); success goes
 to the completer (:mod:`.completer`), failure to a retry with backoff or a dead letter
@@ -283,13 +283,14 @@ class Worker:
         if work.cancelled.is_set():  # cancelled through this process (Quick.cancel)
             self.emit("cancelled", zone=zone, item_id=item.item_id, where="before_start")
             return "cancelled"
-        if work.direct or (
-            work.fresh_until is not None and time.monotonic() < work.fresh_until
+        if not item.held and (
+            work.direct or (work.fresh_until is not None and time.monotonic() < work.fresh_until)
         ):
             return None
         try:
+            # A held lease (leased to wait) becomes a started one here: its run counted.
             checked = self.ops.start(work)
-            if checked.vesting_ms > work.item.vesting_ms:  # the lease extender renewed it
+            if item.held or checked.vesting_ms > item.vesting_ms:  # started, or renewed
                 work.item = checked
         except ItemNotFound:
             self.emit("cancelled", zone=zone, item_id=item.item_id, where="before_start")

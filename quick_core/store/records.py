@@ -49,14 +49,19 @@ class WorkItem:
     content_type: str = "bytes"  # "bytes" or "json"
     deadline_ms: int | None = None  # TTL: not started by then -> dead letter
     delivery: str = "at_least_once"  # or "at_most_once"
-    # Runs so far: leases granted, less those given back unstarted and those that lapsed
-    # (a lapse replaces its count with the next lease's; see KVZoneStore._grant_lease).
+    # Runs so far: handlers started (a lease counted at its grant, or a held one at its
+    # start), less those that lapsed (a lapse replaces its count with the next run's; see
+    # ZoneLeases._grant_lease) and those given back unstarted.
     attempts: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
     lapses: int = 0  # leases that ran out unreleased: its consumer crashed or stalled
     # (versionstamp, seq) of a FIFO item never leased: where its order entry is. None once
     # the item is keyed by vesting time (delayed, leased, requeued, imported).
     commit_order: tuple[bytes, int] | None = None
+    # Leased to wait (a timer's look-ahead, a consumer's look-ahead beyond its free
+    # workers), not started: no run counted yet. The start check counts it (attempts + 1,
+    # held False) before the handler runs; a held lease that lapses counts nothing.
+    held: bool = False
 
     def with_(self, **changes: Any) -> WorkItem:
         return replace(self, **changes)
@@ -121,6 +126,8 @@ def encode_item(item: WorkItem, *, include_payload: bool = True) -> bytes:
         obj["m"] = item.meta
     if item.lapses:
         obj["lp"] = item.lapses
+    if item.held:
+        obj["hd"] = True
     if item.commit_order is None:
         return _pack(obj)
     stamp, obj["cq"] = item.commit_order
@@ -162,6 +169,7 @@ def decode_item(key: bytes, raw: bytes, payload: bytes | None = None) -> WorkIte
             attempts=int(obj.get("at", 0)),
             lapses=int(obj.get("lp", 0)),
             meta=meta,
+            held=bool(obj.get("hd", False)),
             commit_order=_commit_order(obj),
         )
     except (KeyError, TypeError, ValueError) as err:

@@ -139,12 +139,16 @@ class ZoneStore(Protocol):
         *,
         accept: Callable[[WorkItem], bool] | None = None,
         resolve: Callable[[WorkItem], WorkItem] | None = None,
+        start_now: int | None = None,
     ) -> tuple[list[WorkItem], list[CorruptItem]]:
         """Peek and lease up to ``max_items`` vested items ``accept`` takes; returned items
         carry lease ids. Corrupt and expired items are dead-lettered on the way.
 
         ``resolve`` lets the consumer apply its job types' delivery and TTL to items whose
         producer did not know them, before the store decides what to do with each.
+        ``start_now``: the first this many leases start at once (attempts + 1 at the
+        grant); the rest are leased held (``WorkItem.held``: no run counted, nothing
+        counted if the lease lapses) until :meth:`start` counts the run. None: all.
         """
         ...
 
@@ -157,9 +161,10 @@ class ZoneStore(Protocol):
     def start(self, zone: ZoneId, item_id: str, lease_id: str) -> WorkItem:
         """A Worker's check before it starts a leased item that waited for it (Algorithm
         3): ``ItemNotFound`` if it was completed or cancelled, ``LeaseLost`` if another
-        holds it; else the stored item. A read: the run was counted when the lease was
-        granted (``attempts`` + 1; a lapsed lease's count goes to the next lease, and
-        ``lapses`` + 1)."""
+        holds it; else the stored item. A read where the run was counted when the lease
+        was granted (``attempts`` + 1; a lapsed lease's count goes to the next lease, and
+        ``lapses`` + 1); a write for a held lease (``WorkItem.held``), which it turns into
+        a started one, counting the run."""
         ...
 
     def requeue(
@@ -270,6 +275,7 @@ class VisitTransactions(Protocol):
         accept: Callable[[WorkItem], bool] | None = None,
         resolve: Callable[[WorkItem], WorkItem] | None = None,
         horizon_ms: int = 0,
+        start_now: int | None = None,
         tr: KVTransaction = ...,
     ) -> tuple[list[WorkItem], list[CorruptItem]]: ...
 

@@ -93,7 +93,7 @@ def test_three_crashes_charge_only_the_item_that_ran(tmp_path: Path, bound: str)
             # Its lease was renewed: the consumer has been up a while since the blocking
             # item started, time enough for its scans to lease whatever they would.
             assert wait_for(
-                lambda: (i := q.get("a", "t", blocker)) is not None and i.vesting_ms > first,
+                lambda f=first: (i := q.get("a", "t", blocker)) is not None and i.vesting_ms > f,
                 timeout=30,
             )
             if bound != "default":

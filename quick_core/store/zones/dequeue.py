@@ -73,6 +73,7 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
         accept: Callable[[WorkItem], bool] | None = None,
         resolve: Callable[[WorkItem], WorkItem] | None = None,
         horizon_ms: int = 0,
+        start_now: int | None = None,
         tr: KVTransaction = OWN_STORE,
     ) -> tuple[list[WorkItem], list[CorruptItem]]:
         """Peek and lease in one transaction (``tr``: a Manager's one-transaction visit).
@@ -83,6 +84,12 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
         from its vesting time (its vesting is the returned ``vesting_ms`` minus
         ``lease_ms``): the consumer starts them on its own timer, never before then. An
         item leased by someone else is never taken before that lease runs out.
+
+        ``start_now``: how many of the vested items leased start at once (the consumer's
+        free workers): their runs are counted at the grant; the rest, and every item taken
+        ahead of its vesting time, are leased held (``WorkItem.held``), their runs counted
+        by the start check (:meth:`start`), so a crash of their consumer counts nothing
+        against them. None: all vested items start at once.
         """
         check_lease_duration(lease_ms)
         if horizon_ms < 0:
@@ -92,6 +99,7 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
             now = now_ms(self.clock)
             leased: list[WorkItem] = []
             corrupt: list[CorruptItem] = []
+            starting = max_items if start_now is None else start_now
             # A small zone whole in one storage read: its order entries, records and count
             # are read several times over by this dequeue and the pointer's requeue.
             prefetch_range(tr, *self.keys.zone_range(zone), ZONE_PREFETCH_KEYS)
@@ -127,7 +135,11 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
                 # (holding its lease) only when its handler starts, so an item taken but
                 # never started (shutdown, a concurrency cap) is given back, not lost.
                 since = max(now, item.vesting_ms)  # an item taken ahead: from its vesting
-                leased.append(self._grant_lease(tr, zone, item, since, lease_ms))
+                # Held: taken ahead (it waits for its timer) or beyond the free workers.
+                held = since > now or starting <= 0
+                if not held:
+                    starting -= 1
+                leased.append(self._grant_lease(tr, zone, item, since, lease_ms, held=held))
             return leased, corrupt
 
         return take(tr)

@@ -1,5 +1,6 @@
 """Per-item leases (paper section 5): a lease is the item's vesting time moved ahead with
-a fresh lease id; granting one counts a run, a lapsed one counts a lapse, not a failure.
+a fresh lease id; granting one counts a run (a held one, leased to wait, counts it at its
+start check), a lapsed one counts a lapse, not a failure (a held one that lapsed: nothing).
 The Worker's start check, extension and requeue check the holder here."""
 
 from __future__ import annotations
@@ -30,28 +31,44 @@ from quickzones.store.zones.items import (
 
 class ZoneLeases(ZoneItems):
     def _grant_lease(
-        self, tr: KVTransaction, zone: ZoneId, item: WorkItem, now: int, lease_ms: int
+        self,
+        tr: KVTransaction,
+        zone: ZoneId,
+        item: WorkItem,
+        now: int,
+        lease_ms: int,
+        *,
+        held: bool = False,
     ) -> WorkItem:
-        # A lease counts as a run (attempts + 1) when it is granted: a Manager leases only
-        # what its free workers start (Algorithm 1, line 5) and the lease extender keeps a
-        # waiting item's lease, so a granted lease is a run unless it is given back
-        # unstarted (requeue(ran=False) takes the count back). A lease that ran out
-        # unreleased (completing, requeueing or giving back clears it) means its consumer
-        # crashed or stalled while holding it: not a failed attempt (paper section 5), so
-        # this lease replaces that one's count, and the lapse is counted apart
-        # (RetryPolicy.max_lapses), so an item that kills its consumer every time ends.
+        """Lease ``item`` for ``lease_ms`` from ``now``. A lease to start at once counts
+        the run here (attempts + 1); a ``held`` one (leased to wait: a timer's look-ahead,
+        a consumer's look-ahead beyond its free workers) counts nothing until the worker's
+        start check (:meth:`start`) turns it into a run, so a crash charges only what it
+        interrupted (issue 40 point 1)."""
+        counted: dict[str, object] = {}
+        attempts = item.attempts
         if item.lease_id is not None:
-            counted: dict[str, object] = {
-                "lapses": item.lapses + 1,
-                "last_error": "lease lapsed: its consumer stopped or stalled while holding it",
-                "meta": {**item.meta, LAPSED_LEASE_META: item.lease_id},
-            }
-        else:
-            counted = {"attempts": item.attempts + 1}
+            # A lease that ran out unreleased (completing, requeueing or giving back
+            # clears it): its consumer crashed or stalled while holding it. Its late
+            # holder is told its lease expired (LAPSED_LEASE_META).
+            counted["meta"] = {**item.meta, LAPSED_LEASE_META: item.lease_id}
+            if not item.held:
+                # A started run lapsed: not a failed attempt (paper section 5), counted
+                # apart (RetryPolicy.max_lapses), so an item that kills its consumer every
+                # time ends; the next run replaces its count (taken back here, counted
+                # again below or at the start). A held lease that lapsed never ran:
+                # nothing to count.
+                counted["lapses"] = item.lapses + 1
+                counted["last_error"] = (
+                    "lease lapsed: its consumer stopped or stalled while holding it"
+                )
+                attempts -= 1
         leased = item.with_(
             vesting_ms=now + lease_ms,
             lease_id=new_lease_id(self.ids),
             commit_order=None,
+            attempts=max(0, attempts + (0 if held else 1)),
+            held=held,
             **counted,
         )
         return self._move_vesting(tr, zone, item, leased, leased=True)
@@ -68,8 +85,14 @@ class ZoneLeases(ZoneItems):
         """A Worker's check just before it starts an item that waited for it (Algorithm
         3): raises ``ItemNotFound`` (completed or cancelled meanwhile) or ``LeaseLost``
         (another holder), so such an item never starts; else returns the stored item.
-        A read, no write: the run was counted when the lease was granted."""
-        return self._check_holder(self._read_item(tr, zone, item_id), item_id, lease_id)
+        A read where the run was counted when the lease was granted; a held lease (leased
+        to wait) is turned into a started one here, its run counted (a write)."""
+        item = self._check_holder(self._read_item(tr, zone, item_id), item_id, lease_id)
+        if not item.held:
+            return item
+        started = item.with_(attempts=item.attempts + 1, held=False, commit_order=None)
+        self._keep_leased(self._rewrite_header(tr, zone, item, started), started)
+        return started
 
     def obtain_lease(self, zone: ZoneId, item_id: str, lease_ms: int) -> WorkItem:
         check_lease_duration(lease_ms)
@@ -127,8 +150,10 @@ class ZoneLeases(ZoneItems):
         updated = item.with_(
             vesting_ms=max(vesting_after(self.clock, delay_ms), not_before_ms or 0),
             lease_id=None,
-            # Given back unstarted: this lease was no run, so its count is taken back.
-            attempts=item.attempts if ran else max(0, item.attempts - 1),
+            held=False,
+            # Given back unstarted: this lease was no run, so its count is taken back (a
+            # held lease counted none).
+            attempts=item.attempts if ran or item.held else max(0, item.attempts - 1),
             error_count=item.error_count + (1 if count_error else 0),
             last_error=error if error is not None else item.last_error,
             meta={**item.meta, **meta} if meta else item.meta,
