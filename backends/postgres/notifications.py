@@ -9,11 +9,20 @@ that sends no NOTIFY are heard as before.
 A thread reads the connection's notifications as they come, whether anyone waits or not:
 a listening session whose client stops reading keeps the server's notification queue from
 being trimmed (it grows until every NOTIFY fails). It stops, closing the connection, after
-``idle_s`` without a wait; the next wait starts it again."""
+``idle_s`` without a wait; the next wait starts it again.
+
+When the listening connection fails (terminated by ``pg_terminate_backend``, the server
+restarting or down) the next wait after a backoff makes a new one: ``connects`` counts
+them. Connecting is a storage error, not a psycopg one (``PostgresStore._connect``
+translates it): before, that escaped the reading thread, Python printed its traceback,
+and the next wait started another thread at once, a traceback per wait while the server
+was down (issue 40 point 8). A streak of failures is logged once per interval with a
+count, and once on recovery."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -24,10 +33,15 @@ from psycopg import sql
 
 from quickzones.backends.postgres.resolver import Connection
 from quickzones.backends.postgres.sql import channel
+from quickzones.errors import StorageError
+from quickzones.repeated_failure import RepeatedFailure, backoff
+
+log = logging.getLogger("quick.postgres")
 
 IDLE_S = 10.0  # without a wait this long, the listening connection is closed
 SLICE_S = 0.5  # how often the reading thread looks whether it should stop
-RETRY_S = 1.0  # after the listening connection failed, waits only sleep this long
+RETRY_S = 1.0  # after the listening connection failed, waits only sleep about this long
+RETRY_CAP_S = 10.0  # ... growing with each failure in a row up to this
 
 
 class CommitNotifications:
@@ -54,6 +68,14 @@ class CommitNotifications:
         self._retry_at = 0.0  # no listening before then (the last connection failed)
         self._pid = os.getpid()
         self._closed = False
+        self.connects = 0  # listening connections made (a reconnect makes one more)
+        self.failures = RepeatedFailure(
+            log,
+            "listening for commit notifications",
+            level=logging.WARNING,
+            failing=f"listening for commit notifications on {schema!r} failed",
+            recovered=f"listening for commit notifications on {schema!r} again",
+        )
 
     def wait(self, timeout_s: float) -> None:
         """Return when a commit to the schema was notified since the last call, or after
@@ -77,16 +99,20 @@ class CommitNotifications:
         try:
             conn = self._connect()
             conn.execute(self._listen)
+            self.connects += 1
+            self.failures.succeeded()
             self._notified.set()  # listening now: whoever waits reads the counter again
             while not self._stopping():
                 for n in conn.notifies(timeout=SLICE_S):
                     if n.payload != self._own:
                         self._notified.set()
-        except psycopg.Error:
+        except (psycopg.Error, StorageError) as err:
             # The waiter polls at its tick meanwhile (a server restarting, no connection
-            # to spare): no new connection for a while.
+            # to spare): no new connection for a while, longer after each failure.
+            failures = self.failures.failed(err)
+            wait_s = RETRY_S + backoff(failures, base_s=RETRY_S / 2, cap_s=RETRY_CAP_S)
             with self._lock:
-                self._retry_at = time.monotonic() + RETRY_S
+                self._retry_at = time.monotonic() + wait_s
             self._notified.set()
         finally:
             if conn is not None:

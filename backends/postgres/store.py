@@ -311,6 +311,12 @@ class PostgresStore:
             finally:
                 self._release(conn)
 
+    @property
+    def listens(self) -> int:
+        """The listening connections for commit notifications this store object made: one
+        more after each reconnect (the last one terminated, the server restarted)."""
+        return self._notifications.connects
+
     def wait_for_commits(self, timeout_s: float) -> None:
         """Return when a commit to this schema (anyone's, this store's too) was notified
         since the last call, or after ``timeout_s`` (the commit watcher's wait between

@@ -85,7 +85,7 @@ class LeaseExtender:
                 self.in_flight.interrupt(r, ExecutionBoundExceeded)
                 continue
             if r.work.started or r.transactional:
-                continue  # deleted already / extended by its worker between attempts
+                continue  # deleted already / held by its worker for each transaction's life
             if not due_for_extension(self.config, self.clock, r.work):
                 continue
             try:

@@ -16,6 +16,14 @@ it does not yet, and its long polls rescan at their period.
 A local consumer's idle wait (``Scanner.idle_wait``) watches the same way, at its own,
 slower tick (``ConsumerConfig.commit_poll_s``): it waits for hours between enqueues,
 where a 1 ms tick would cost several % of a core.
+
+A read that fails for a while (a PostgreSQL server restarting, its connections
+terminated) does not end the watcher: it is logged once per interval with a count
+(:class:`~quickzones.repeated_failure.RepeatedFailure`), retried with a capped backoff,
+and once a read works again the waiters are called back (they rescan: a commit made
+meanwhile is not missed). Before, one failed read ended it for good, and a consumer fell
+back to polling at ``idle_sleep_s`` for the rest of its life (issue 40 point 8). Only a
+store that is gone (closed, ``StoreLost``, or an error no retry helps) ends it.
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from quickzones.errors import StorageError
+from quickzones.errors import StorageError, StoreLost
+from quickzones.repeated_failure import RepeatedFailure, backoff
 from quickzones.store.kv import commit_counter_of, commit_counter_tick_of, commit_waiter_of
 
 log = logging.getLogger("quick.changes")
@@ -37,6 +46,13 @@ log = logging.getLogger("quick.changes")
 TICK_S = 0.001  # how often the counter is read while someone waits
 # Where commits are notified: at most one read per this, however many commits there are.
 MIN_READ_GAP_S = 0.001
+RETRY_CAP_S = 2.0  # the longest wait between reads of a counter that keeps failing
+
+
+def _transient(err: StorageError) -> bool:
+    """A failure that a later read may not meet (the server unreachable for a while),
+    as opposed to a store that is gone."""
+    return err.retryable and not isinstance(err, StoreLost)
 
 
 class CommitWatcher:
@@ -70,6 +86,17 @@ class CommitWatcher:
         self._failed = False
         # The last value read and when (time.monotonic()), by any caller.
         self._fresh: tuple[int, float] | None = None
+        # Reads that failed for a while: logged once per interval, and the number of
+        # times reading resumed after such a streak (the waiters were called back).
+        self.failures = RepeatedFailure(
+            log,
+            "commit watcher reads",
+            level=logging.WARNING,
+            failing="the commit watcher cannot read the store's commit counter",
+            recovered="the commit watcher reads the store's commit counter again",
+        )
+        self.resumed = 0
+        self._missed = False  # a read failed since the last one that worked
 
     @property
     def alive(self) -> bool:
@@ -87,7 +114,9 @@ class CommitWatcher:
 
     def version(self) -> int | None:
         """The counter now (None once the watcher failed): pass it to :meth:`watching`
-        as ``since`` to hear of commits made from now on.
+        as ``since`` to hear of commits made from now on. While reads fail for a while,
+        the last value read (a stale one calls the next :meth:`watching` back at once: a
+        rescan to spare), or None if none was.
 
         Where each read is a round trip (a store's ``floor_s``), a value read less than
         that long ago is reused: the scan a wake-up starts asks nothing more. A commit
@@ -100,7 +129,10 @@ class CommitWatcher:
             return fresh[0]
         try:
             return self._read()
-        except StorageError:
+        except StorageError as err:
+            if _transient(err):
+                self._missed = True
+                return None if fresh is None else fresh[0]
             self._failed = True
             return None
 
@@ -121,17 +153,21 @@ class CommitWatcher:
             raise ValueError(f"tick_s must be positive, not {tick_s!r}")
         with self._cond:
             watched = not self._failed
+            current: int | None = None
             if watched:
                 # Read now, so a commit made after this returns is seen even if the
                 # thread has not run yet.
                 try:
                     current = self._read()
-                except StorageError:
-                    self._failed, watched = True, False
+                except StorageError as err:
+                    if _transient(err):
+                        self._missed = True  # called back once a read works again
+                    else:
+                        self._failed, watched = True, False
             if watched:
                 if not self._callbacks:
                     self._last = current
-                if since is not None and current != since:
+                if current is not None and since is not None and current != since:
                     callback()
                 entry = (callback, tick)
                 self._callbacks.append(entry)
@@ -162,6 +198,12 @@ class CommitWatcher:
             try:
                 version = self._read()
             except StorageError as err:
+                if _transient(err):
+                    self._missed = True
+                    failures = self.failures.failed(err)
+                    with self._cond:  # a new watcher ends the wait early
+                        self._cond.wait(backoff(failures, base_s=0.05, cap_s=RETRY_CAP_S))
+                    continue
                 log.debug("commit watcher stops: %s", err)
                 with self._cond:
                     self._failed = True
@@ -170,10 +212,16 @@ class CommitWatcher:
                 for callback in callbacks:
                     callback()  # waiters rescan, and from then on poll at their period
                 return
+            self.failures.succeeded()
             with self._cond:
                 if self._callbacks:
                     self._last = version
-            if last is not None and version != last:
+                missed, self._missed = self._missed, False
+            if missed:
+                self.resumed += 1
+            if missed or (last is not None and version != last):
+                # After failed reads, a commit made meanwhile may have gone unseen: the
+                # waiters rescan.
                 for callback in callbacks:
                     callback()
             self._wait(tick)
