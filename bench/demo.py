@@ -2,7 +2,8 @@
 small tenants' p99 at most 10 ms and the producers keeping their rate (at least 13,000
 items in its 20 s; issue 40 point 9).
 
-``python -m bench.demo [--runs 5] [--baseline PYTHON] [--pin CPU] [--out DIR] [-- DEMO ARGS]``
+``python -m bench.demo [--runs 5] [--baseline PYTHON] [--pin CPU] [--realtime] [--check]
+[--out DIR] [-- DEMO ARGS]``
 
 Each run is a fresh ``python -m quickzones demo`` process with the demo's defaults (or
 DEMO ARGS), read from the summary line it prints, so the same bench measures any tree:
@@ -15,9 +16,11 @@ average before it started (the demo is one Python process: on a loaded host its
 producers fall behind and its tail grows whatever the code, so a figure from a busy host
 is marked ``quiet: false`` and is no verdict on the code).
 
-``--pin CPU`` runs every demo on that one CPU (``taskset``-like affinity): on a 2-core
-host the demo's threads spread over both cores contend for the GIL, and its figures then
-measure the scheduler more than the code.
+``--pin CPU`` runs every demo on that one CPU (``taskset``-like affinity) and
+``--realtime`` at SCHED_FIFO priority: on a shared 2-core host, ``--pin 1 --realtime`` was
+the one setting where both trees gave the full rate run after run (issue 40 point 9,
+docs/performance.md); spread over both cores the demo's threads contend for the GIL, and
+its figures then measure the scheduler more than the code.
 
 Results: ``bench/results/<UTC timestamp>-demo/demo.json``.
 """
@@ -31,6 +34,7 @@ import re
 import resource
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -93,7 +97,25 @@ def load_average() -> float:
         return float("nan")
 
 
-def one_run(python: str, demo_args: list[str], pin: int | None = None) -> DemoRun:
+def _placement(pin: int | None, realtime: bool) -> Callable[[], None] | None:
+    """What the child does before it execs: keep to one CPU, and/or run at real-time
+    priority (SCHED_FIFO; needs root or CAP_SYS_NICE) so other processes on a shared host
+    cannot preempt it."""
+    if pin is None and not realtime:
+        return None
+
+    def place() -> None:
+        if pin is not None:
+            os.sched_setaffinity(0, {pin})
+        if realtime:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+
+    return place
+
+
+def one_run(
+    python: str, demo_args: list[str], pin: int | None = None, realtime: bool = False
+) -> DemoRun:
     """One ``python -m quickzones demo`` in a fresh process; its CPU time from the
     kernel's accounting of the finished child."""
     env = {**os.environ, "COLUMNS": "240", "TERM": "dumb"}
@@ -104,7 +126,7 @@ def one_run(python: str, demo_args: list[str], pin: int | None = None) -> DemoRu
         env=env,
         capture_output=True,
         text=True,
-        preexec_fn=(lambda: os.sched_setaffinity(0, {pin})) if pin is not None else None,
+        preexec_fn=_placement(pin, realtime),
     )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = proc.stdout + proc.stderr
@@ -159,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         help="another tree's python (its own virtualenv): its demo runs alternately with this one",
     )
     ap.add_argument("--pin", type=int, default=None, help="run each demo on this one CPU")
+    ap.add_argument(
+        "--realtime",
+        action="store_true",
+        help="run each demo at SCHED_FIFO priority (root; with --pin, one core stays for the rest)",
+    )
     ap.add_argument("--out", default="", help="results directory")
     ap.add_argument(
         "--check",
@@ -175,13 +202,14 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.runs):
         order = list(systems) if i % 2 == 0 else list(reversed(systems))  # each goes first
         for name in order:
-            r = one_run(systems[name], args.demo_args, args.pin)
+            r = one_run(systems[name], args.demo_args, args.pin, args.realtime)
             runs[name].append(r)
             log(f"demo run {i + 1}/{args.runs} " + _describe(name, r))
     res: dict[str, Any] = {
         "workload": "python -m quickzones demo " + (" ".join(args.demo_args) or "(defaults)"),
         "runs": args.runs,
         "pin": args.pin,
+        "realtime": args.realtime,
         "machine": machine(),
         "command": "python -m bench.demo " + " ".join(argv or sys.argv[1:]),
         "interpreters": systems,
