@@ -56,9 +56,10 @@ def test_fairness_view_workers_page_and_pause_under_a_noisy_neighbour(
     # The noisy backlog must outlast the browser steps before the pause, however slow the
     # machine: once every small tenant's first items have started (the fairness view needs
     # their pickups), a noisy item that starts holds its worker until the pause is set.
-    # So at most one more noisy item per worker starts before the pause, never all 500
-    # (under load the browser steps took longer than the 500 x 0.3 s / 8 workers the
-    # backlog lasted, and the pause came after the last noisy item had run).
+    # So at most one more noisy item per worker starts before the pause, never all 500,
+    # and the noisy tenant keeps items running for the fairness view's noisy tag (under
+    # load the browser steps took longer than the 500 x 0.3 s / 8 workers the backlog
+    # lasted: the tag never showed, or the pause came after the last noisy item had run).
     smalls_in = threading.Event()
     paused_noisy = threading.Event()
 
