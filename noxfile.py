@@ -67,6 +67,9 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "bench.delayed_lateness")
     # Small tenants' pickup under a noisy neighbour, 10 runs: bench/results/<ts>-noisy/.
     session.run("python", "-m", "bench.noisy_pickup")
+    # quick demo as a user runs it, 5 runs, against its figures (>= 13,000 items, small
+    # tenants' p99 <= 10 ms): bench/results/<ts>-demo/. With --baseline, A/B against a tree.
+    session.run("python", "-m", "bench.demo")
     # quick on PostgreSQL against procrastinate on one server: bench/results/<ts>-postgres-peer/.
     session.run("python", "-m", "bench.postgres_peer")
     # Where a pickup's time goes on PostgreSQL: bench/results/<ts>-postgres-pickup/.

@@ -53,12 +53,26 @@ def test_fairness_view_workers_page_and_pause_under_a_noisy_neighbour(
     q = Quick.open(store)
     started: Counter[str] = Counter()
     lock = threading.Lock()
+    # The noisy backlog must outlast the browser steps before the pause, however slow the
+    # machine: once every small tenant's first items have started (the fairness view needs
+    # their pickups), a noisy item that starts holds its worker until the pause is set.
+    # So at most one more noisy item per worker starts before the pause, never all 500,
+    # and the noisy tenant keeps items running for the fairness view's noisy tag (under
+    # load the browser steps took longer than the 500 x 0.3 s / 8 workers the backlog
+    # lasted: the tag never showed, or the pause came after the last noisy item had run).
+    smalls_in = threading.Event()
+    paused_noisy = threading.Event()
 
     @q.job("work")
     def work(payload: Any, ctx: Any) -> None:
+        tenant = payload["tenant"]
         with lock:
-            started[payload["tenant"]] += 1
-        if payload["tenant"] == "noisy":
+            started[tenant] += 1
+            if sum(started[t] for t in SMALL) >= 4 * len(SMALL):
+                smalls_in.set()
+        if tenant == "noisy":
+            if smalls_in.is_set():
+                paused_noisy.wait(timeout=120)
             time.sleep(0.3)  # the noisy tenant's backlog keeps the workers busy
 
     tokens = TokenStore(q.kv, q.keys, q.clock)
@@ -100,15 +114,17 @@ def test_fairness_view_workers_page_and_pause_under_a_noisy_neighbour(
             page.click("#confirm")
             sync_api.expect(page.locator("#done")).to_have_text("paused app=a tenant=noisy")
             assert _cell(page, "noisy", "paused") == "tenant"
-            # Once what was running has finished (what it held leased ahead is given back
-            # unstarted), its starts stop: a small tenant's new item runs meanwhile, and
-            # the noisy count has not moved.
+            paused_noisy.set()  # the noisy items holding workers finish
+            # Once the consumer has read the pause (its pause set is cached for a second)
+            # and what was running has finished (what it held leased ahead is given back
+            # unstarted at its start check), its starts stop: a small tenant's new item
+            # runs meanwhile, and the noisy count has not moved.
+            assert wait_for(lambda: _pause_seen(q, "noisy"))
             assert wait_for(lambda: _leased(q, "noisy") == 0)
             with lock:
                 before = started["noisy"]
             q.enqueue("work", {"tenant": "small-0"}, app="a", tenant="small-0")
             assert wait_for(lambda: started["small-0"] == 5)
-            time.sleep(2.5)  # past the pause set's 1 s refresh, with the consumer polling
             with lock:
                 assert started["noisy"] == before < 500
 
@@ -186,12 +202,20 @@ def test_fairness_view_workers_page_and_pause_under_a_noisy_neighbour(
             assert seen.locator("tr[data-consumer='consumer-1']").count() == 1
             seen.close()
     finally:
+        paused_noisy.set()  # no handler left waiting if the test failed before the pause
         consumer.stop()
         q.close()
 
 
 def _bound_pattern() -> re.Pattern[str]:
     return re.compile(r"^(≤ \d+(\.\d+)? m?s|> \d+ s)$")
+
+
+def _pause_seen(q: Quick, tenant: str) -> bool:
+    """The consumer's cached pause set (``q.pauses``, which its visits and start checks
+    read) holds ``tenant`` back: from now on no item of it starts."""
+    seen = q.pauses.last
+    return seen is not None and seen.zone_paused(q.zone("a", tenant))
 
 
 def _leased(q: Quick, tenant: str) -> int:

@@ -1,0 +1,284 @@
+"""``quick demo`` as a user runs it, repeated, against the figures it is known for: the
+small tenants' p99 at most 10 ms and the producers keeping their rate (at least 13,000
+items in its 20 s; issue 40 point 9).
+
+``python -m bench.demo [--runs 5] [--baseline PYTHON] [--pin CPU] [--realtime] [--check]
+[--out DIR] [-- DEMO ARGS]``
+
+Each run is a fresh ``python -m quickzones demo`` process with the demo's defaults (or
+DEMO ARGS), read from the summary line it prints, so the same bench measures any tree:
+``--baseline`` names another checkout's interpreter (a worktree of an older commit with
+its own virtualenv) whose demo runs alternately with this one, A then B then A, so a busy
+stretch of a shared host falls on both and the pairwise differences say what the code
+changed. Per run: items enqueued and run, the small tenants' p50 and p99, the worst small
+tenant's p99/p50, the child's CPU seconds and CPU ms per item, and the host's load
+average before it started (the demo is one Python process: on a loaded host its
+producers fall behind and its tail grows whatever the code, so a figure from a busy host
+is marked ``quiet: false`` and is no verdict on the code).
+
+``--pin CPU`` runs every demo on that one CPU (``taskset``-like affinity) and
+``--realtime`` at SCHED_FIFO priority: on a shared 2-core host, ``--pin 1 --realtime`` was
+the one setting where both trees gave the full rate run after run (issue 40 point 9,
+docs/performance.md); spread over both cores the demo's threads contend for the GIL, and
+its figures then measure the scheduler more than the code.
+
+Results: ``bench/results/<UTC timestamp>-demo/demo.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from bench.common import log, machine, run_folder, summary
+
+TARGET_ITEMS = 13_000  # the producers keep their rate: 20 s x (20 x 5 + 500)/s + 1,500
+TARGET_SMALL_P99_MS = 10.0
+QUIET_LOAD_PER_CPU = 0.5  # a 1-minute load average under this share of the CPUs: quiet
+
+# The demo's closing line (quick_core/cli/demo.py; the same text since af6155e):
+# "13565/13565 items run in 20.3s; small tenants overall p50 3.1 ms, p99 9.6 ms; worst
+# small-tenant p99/p50 4.2". Rich wraps it on a narrow console; the child gets a wide one.
+SUMMARY = re.compile(
+    r"(?P<run>\d+)/(?P<enqueued>\d+) items run in (?P<elapsed>[\d.]+)s; small tenants "
+    r"overall p50 (?P<p50>[\d.]+|nan) ms, p99 (?P<p99>[\d.]+|nan) ms; worst small-tenant "
+    r"p99/p50 (?P<ratio>[\d.]+)"
+)
+
+
+class DemoOutputUnreadable(RuntimeError):
+    """The demo printed no summary line this bench can read: a changed demo must fail the
+    bench, never yield a figure read from the wrong place."""
+
+
+@dataclass(frozen=True, slots=True)
+class DemoRun:
+    enqueued: int
+    run: int
+    elapsed_s: float
+    small_p50_ms: float
+    small_p99_ms: float
+    worst_ratio: float
+    cpu_s: float = float("nan")
+    load_before: float = float("nan")
+
+    @property
+    def cpu_ms_per_item(self) -> float:
+        return self.cpu_s * 1000 / max(self.run, 1)
+
+
+def parse_summary(output: str) -> DemoRun:
+    """The demo's closing line as figures (whitespace and wrapping tolerated)."""
+    found = SUMMARY.search(" ".join(output.split()))
+    if found is None:
+        raise DemoOutputUnreadable(f"no summary line in the demo's output: {output[-500:]!r}")
+    return DemoRun(
+        enqueued=int(found["enqueued"]),
+        run=int(found["run"]),
+        elapsed_s=float(found["elapsed"]),
+        small_p50_ms=float(found["p50"]),
+        small_p99_ms=float(found["p99"]),
+        worst_ratio=float(found["ratio"]),
+    )
+
+
+def load_average() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
+def _placement(pin: int | None, realtime: bool) -> Callable[[], None] | None:
+    """What the child does before it execs: keep to one CPU, and/or run at real-time
+    priority (SCHED_FIFO; needs root or CAP_SYS_NICE) so other processes on a shared host
+    cannot preempt it."""
+    if pin is None and not realtime:
+        return None
+
+    def place() -> None:
+        if pin is not None:
+            os.sched_setaffinity(0, {pin})
+        if realtime:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+
+    return place
+
+
+def one_run(
+    python: str, demo_args: list[str], pin: int | None = None, realtime: bool = False
+) -> DemoRun:
+    """One ``python -m quickzones demo`` in a fresh process; its CPU time from the
+    kernel's accounting of the finished child."""
+    env = {**os.environ, "COLUMNS": "240", "TERM": "dumb"}
+    load = load_average()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(
+        [python, "-m", "quickzones", "demo", *demo_args],
+        env=env,
+        capture_output=True,
+        text=True,
+        preexec_fn=_placement(pin, realtime),
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = proc.stdout + proc.stderr
+    if proc.returncode != 0 and "items run in" not in out:
+        raise DemoOutputUnreadable(f"the demo exited {proc.returncode}: {out[-500:]!r}")
+    r = parse_summary(out)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return DemoRun(**{**asdict(r), "cpu_s": round(cpu, 2), "load_before": load})
+
+
+def verdict(runs: list[DemoRun]) -> dict[str, Any]:
+    """The medians against the demo's figures, and whether the host was quiet enough for
+    them to say anything about the code."""
+    items = summary([float(r.enqueued) for r in runs])["median"]
+    p99 = summary([r.small_p99_ms for r in runs])["median"]
+    load = max((r.load_before for r in runs), default=float("nan"))
+    return {
+        "items_at_least": TARGET_ITEMS,
+        "small_p99_ms_at_most": TARGET_SMALL_P99_MS,
+        "items_met": items >= TARGET_ITEMS,
+        "small_p99_met": p99 <= TARGET_SMALL_P99_MS,
+        "quiet": load < QUIET_LOAD_PER_CPU * (os.cpu_count() or 1),
+        "highest_load_before_a_run": load,
+    }
+
+
+def figures(runs: list[DemoRun]) -> dict[str, Any]:
+    return {
+        "items": summary([float(r.enqueued) for r in runs]),
+        "small_p50_ms": summary([r.small_p50_ms for r in runs]),
+        "small_p99_ms": summary([r.small_p99_ms for r in runs]),
+        "worst_ratio": summary([r.worst_ratio for r in runs]),
+        "cpu_ms_per_item": summary([round(r.cpu_ms_per_item, 3) for r in runs]),
+        "verdict": verdict(runs),
+        "per_run": [{**asdict(r), "cpu_ms_per_item": round(r.cpu_ms_per_item, 3)} for r in runs],
+    }
+
+
+def _describe(name: str, r: DemoRun) -> str:
+    return (
+        f"{name}: {r.run}/{r.enqueued} items, small p50 {r.small_p50_ms:.1f} p99 "
+        f"{r.small_p99_ms:.1f} ms, {r.cpu_ms_per_item:.2f} CPU ms/item, load {r.load_before:.1f}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.demo", description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument(
+        "--baseline",
+        default=None,
+        help="another tree's python (its own virtualenv): its demo runs alternately with this one",
+    )
+    ap.add_argument("--pin", type=int, default=None, help="run each demo on this one CPU")
+    ap.add_argument(
+        "--realtime",
+        action="store_true",
+        help="run each demo at SCHED_FIFO priority (root; with --pin, one core stays for the rest)",
+    )
+    ap.add_argument("--out", default="", help="results directory")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 when this tree misses a figure on a quiet host, or does worse than "
+        "--baseline on any host",
+    )
+    ap.add_argument("demo_args", nargs="*", help="passed to quick demo (after --)")
+    args = ap.parse_args(argv)
+    systems = {"this": sys.executable}
+    if args.baseline:
+        systems["baseline"] = args.baseline
+    runs: dict[str, list[DemoRun]] = {name: [] for name in systems}
+    for i in range(args.runs):
+        order = list(systems) if i % 2 == 0 else list(reversed(systems))  # each goes first
+        for name in order:
+            r = one_run(systems[name], args.demo_args, args.pin, args.realtime)
+            runs[name].append(r)
+            log(f"demo run {i + 1}/{args.runs} " + _describe(name, r))
+    res: dict[str, Any] = {
+        "workload": "python -m quickzones demo " + (" ".join(args.demo_args) or "(defaults)"),
+        "runs": args.runs,
+        "pin": args.pin,
+        "realtime": args.realtime,
+        "machine": machine(),
+        "command": "python -m bench.demo " + " ".join(argv or sys.argv[1:]),
+        "interpreters": systems,
+        "summary": {name: figures(rs) for name, rs in runs.items()},
+    }
+    if args.baseline:
+        res["pairwise_this_minus_baseline"] = {
+            "small_p99_ms": [
+                round(a.small_p99_ms - b.small_p99_ms, 1)
+                for a, b in zip(runs["this"], runs["baseline"], strict=True)
+            ],
+            "items": [
+                a.enqueued - b.enqueued for a, b in zip(runs["this"], runs["baseline"], strict=True)
+            ],
+        }
+    out = run_folder("demo", args.out)
+    (out / "demo.json").write_text(json.dumps(res, indent=1))
+    for name, s in res["summary"].items():
+        v = s["verdict"]
+        log(
+            f"{name}: median of {args.runs}: {s['items']['median']:.0f} items "
+            f"({'met' if v['items_met'] else 'NOT met'}: >= {TARGET_ITEMS:,}), small p50 "
+            f"{s['small_p50_ms']['median']:.1f} ms, p99 {s['small_p99_ms']['median']:.1f} ms "
+            f"({'met' if v['small_p99_met'] else 'NOT met'}: <= {TARGET_SMALL_P99_MS:.0f} ms), "
+            f"{s['cpu_ms_per_item']['median']:.2f} CPU ms/item"
+            + (
+                ""
+                if v["quiet"]
+                else f"; host NOT quiet (load {v['highest_load_before_a_run']:.1f})"
+            )
+        )
+    log(f"results in {out}")
+    failures = check(runs)
+    for failure in failures:
+        log("CHECK FAILED: " + failure)
+    return 1 if args.check and failures else 0
+
+
+# Worse than the baseline: a median p99 above it by more than both of these (a 20 s run's
+# p99 is its 20 slowest of ~2,000 pickups, so one run's differs from the next by a few ms),
+# or a median item count this far below it.
+P99_WORSE_MS, P99_WORSE_RATIO, ITEMS_WORSE_RATIO = 5.0, 1.25, 0.95
+
+
+def check(runs: dict[str, list[DemoRun]]) -> list[str]:
+    """What ``--check`` fails on: this tree's medians against the demo's figures (only on a
+    quiet host: a busy one misses them whatever the code), and against the baseline's
+    medians from the same interleaved sitting (on any host)."""
+    failures = []
+    this = runs["this"]
+    v = verdict(this)
+    if v["quiet"] and not v["items_met"]:
+        failures.append(f"fewer than {TARGET_ITEMS:,} items on a quiet host")
+    if v["quiet"] and not v["small_p99_met"]:
+        failures.append(f"small tenants' p99 above {TARGET_SMALL_P99_MS:.0f} ms on a quiet host")
+    if "baseline" in runs:
+        base = runs["baseline"]
+        p99, base_p99 = (summary([r.small_p99_ms for r in rs])["median"] for rs in (this, base))
+        if p99 > base_p99 + P99_WORSE_MS and p99 > base_p99 * P99_WORSE_RATIO:
+            failures.append(
+                f"small tenants' p99 {p99:.1f} ms against the baseline's {base_p99:.1f}"
+            )
+        items, base_items = (
+            summary([float(r.enqueued) for r in rs])["median"] for rs in (this, base)
+        )
+        if items < base_items * ITEMS_WORSE_RATIO:
+            failures.append(f"{items:.0f} items against the baseline's {base_items:.0f}")
+    return failures
+
+
+if __name__ == "__main__":
+    sys.exit(main())

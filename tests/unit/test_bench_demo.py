@@ -1,0 +1,53 @@
+"""The demo benchmark (issue 40 point 9) itself: it reads the figures of a real ``quick
+demo`` process, fails rather than guess when the demo's summary cannot be read, and flags a
+tree that does worse than its baseline, while a busy host's misses are no verdict."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import pytest
+
+from bench import demo
+
+
+def test_the_bench_reads_a_real_demo_runs_figures() -> None:
+    r = demo.one_run(sys.executable, ["--duration", "1", "--tenants", "2", "--noisy-factor", "4"])
+
+    assert r.run == r.enqueued > 60  # the noisy tenant's backlog alone is 60
+    assert 0 <= r.small_p50_ms <= r.small_p99_ms and math.isfinite(r.small_p99_ms)
+    assert r.cpu_s > 0
+
+
+def test_an_unreadable_summary_fails_the_bench() -> None:
+    with pytest.raises(demo.DemoOutputUnreadable):
+        demo.parse_summary("13565 items run; small tenants fine")
+    wrapped = (
+        "13565/13565 items run in 20.3s; small tenants overall p50 3.1 ms, p99\n9.6 ms; "
+        "worst small-tenant\np99/p50 4.2\n"
+    )
+    assert demo.parse_summary(wrapped).small_p99_ms == 9.6
+
+
+def _run(items: int, p99: float, load: float = 0.0) -> demo.DemoRun:
+    return demo.DemoRun(items, items, 20.0, p99 / 3, p99, 3.0, load_before=load)
+
+
+def test_check_fails_a_tree_worse_than_its_baseline_and_not_a_busy_host() -> None:
+    good = [_run(13_565, 9.6)] * 3
+    assert demo.check({"this": good}) == []
+    slow = [_run(13_565, 60.0)] * 3
+    assert "small tenants' p99 60.0 ms against the baseline's 9.6" in demo.check(
+        {"this": slow, "baseline": good}
+    )
+    assert "8990 items against the baseline's 13565" in demo.check(
+        {"this": [_run(8_990, 9.6)] * 3, "baseline": good}
+    )
+    # A busy host misses the figures whatever the code: only the baseline comparison counts.
+    busy = [_run(8_990, 60.0, load=50.0)] * 3
+    assert demo.check({"this": busy}) == []
+    assert demo.check({"this": busy, "baseline": busy}) == []
+    assert demo.check({"this": [_run(13_000, 60.0)] * 3}) == [
+        "small tenants' p99 above 10 ms on a quiet host"
+    ]
