@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -126,10 +125,27 @@ class Fleet:
 
 
 def started(fleet: Fleet, n: int, *extra: str) -> list[Worker]:
-    """``n`` workers, once one of them holds the lease and a TTL more has passed (every
-    worker has refreshed its view a few times)."""
+    """``n`` workers, once one of them holds the lease and every one has taken part in
+    the election since (its gauge is published at its first refresh: a worker that
+    refreshed while another held the lease did not get it)."""
     workers = [fleet.start(*extra) for _ in range(n)]
     assert wait_for(lambda: all(w.name for w in workers)), [w.text() for w in workers]
     assert wait_for(lambda: bool(fleet.claimants())), [w.text() for w in workers]
-    time.sleep(TTL_S)
+    assert wait_for(lambda: all(w.gauge() is not None for w in workers)), [
+        w.text() for w in workers
+    ]
     return workers
+
+
+def renewals_seen(fleet: Fleet, count: int) -> bool:
+    """Wait until the lease's holder has renewed it ``count`` times (each renewal, every
+    ``TTL_S / 3``, moves its end; every other worker refreshes its view as often)."""
+    ends: set[object] = set()
+
+    def renewed() -> bool:
+        scanner = fleet.stats()["in_order_scanner"]
+        assert isinstance(scanner, dict)
+        ends.add(scanner["expires"])
+        return len(ends) > count
+
+    return wait_for(renewed)

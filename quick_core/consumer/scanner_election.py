@@ -107,8 +107,12 @@ class ScannerElection:
         if self.forced is not None:
             return
         for cluster in clusters:
-            self._hold_store_lease(cluster, may_hold=self._passes_gate(cluster))
+            change = self._hold_store_lease(cluster, may_hold=self._passes_gate(cluster))
+            # The gauge first, then the log line that announces the change: whoever reads
+            # the line and then the gauge (an operator, a test) sees them agree.
             self.emit("scanner_election", cluster=cluster, held=self.holds(cluster))
+            if change is not None:
+                log.info(*change)
 
     def release_all(self) -> None:
         """Give up every lease (shutdown): the next in-order scanner need not wait out the
@@ -153,37 +157,43 @@ class ScannerElection:
         self._gates[cluster] = lease
         return True
 
-    def _hold_store_lease(self, cluster: str, *, may_hold: bool) -> None:
+    def _hold_store_lease(
+        self, cluster: str, *, may_hold: bool
+    ) -> tuple[str, ...] | None:
+        """Take, keep or give up the store's lease of ``cluster``; the log line (format
+        and arguments) announcing a change of holder, for :meth:`refresh` to write once
+        the gauge says the same."""
         store = self.stores[cluster]
         lease = self._leadership.get(cluster)
+        lost = ("consumer %s lost the in-order scanner lease", self.candidate)
         try:
             if not may_hold:
                 if lease is not None:
                     del self._leadership[cluster]
-                    store.release(lease)
-                    log.info("consumer %s lost the in-order scanner lease", self.candidate)
-                return
+                    _release(store, lease)  # best effort: unreleased, it lapses
+                    return lost
+                return None
+            change: tuple[str, ...] | None = None
             if lease is not None:
                 lease = store.renew(lease, self.ttl_s)
                 if lease is None:
-                    log.info("consumer %s lost the in-order scanner lease", self.candidate)
+                    change = lost
             if lease is None:
                 lease = store.try_acquire(lease_name(cluster), self.candidate, self.ttl_s)
                 if lease is not None:
-                    log.info(
-                        "consumer %s is the in-order scanner of %s (term %d)",
+                    change = (
+                        "consumer %s is the in-order scanner of %s (term %s)",
                         self.candidate,
                         cluster,
-                        lease.term,
+                        str(lease.term),
                     )
         except _FAILURES as err:
             # Unknown whether the lease is still ours: stop scanning in order; it lapses.
-            if self._leadership.pop(cluster, None) is not None:
-                log.info("consumer %s lost the in-order scanner lease", self.candidate)
+            change = lost if self._leadership.pop(cluster, None) is not None else None
             if not self._store_down:
                 log.warning("store election unreachable, scanning in random mode: %s", err)
                 self._store_down = True
-            return
+            return change
         if self._store_down:
             log.warning("store election reachable again")
             self._store_down = False
@@ -191,6 +201,7 @@ class ScannerElection:
             self._leadership.pop(cluster, None)
         else:
             self._leadership[cluster] = lease
+        return change
 
 
 def _release(election: Election, lease: Leadership) -> None:
