@@ -34,9 +34,27 @@ log = logging.getLogger("quick.consumer")
 _FAILURES = (StorageError, OSError)
 
 
-def lease_name(cluster: str) -> str:
-    """The election name of a cluster's in-order scanner lease."""
-    return f"quick-scanner:{cluster}"
+def lease_name(cluster: str, route: str = "") -> str:
+    """The election name of a cluster's in-order scanner lease; with ``route``
+    (:func:`route_of`), that of the consumers routed alike."""
+    return f"quick-scanner:{cluster}" + (f"|{route}" if route else "")
+
+
+def route_of(apps: Iterable[str] | None, job_types: Iterable[str] | None) -> str:
+    """The name of a routing (``ConsumerConfig.apps`` and ``job_types``), the same for
+    every consumer routed alike; "" for a consumer that takes everything.
+
+    Consumers routed alike elect an in-order scanner of their own: one of them holding
+    the cluster's lease would leave the pointers it does not take without one (invariant
+    10), and a fleet routed entirely would have none. So every set of zones a fleet serves
+    has exactly one in-order scanner: the cluster's, held by a consumer that takes
+    everything, and one per routing."""
+    parts = []
+    if apps is not None:
+        parts.append("apps=" + ",".join(sorted(set(apps))))
+    if job_types is not None:
+        parts.append("types=" + ",".join(sorted(set(job_types))))
+    return ";".join(parts)
 
 
 class ScannerElection:
@@ -58,8 +76,10 @@ class ScannerElection:
         forced: bool | None = None,
         ttl_s: float = 5.0,
         emit: Callable[..., Any] = lambda event, **fields: None,
+        route: str = "",
     ) -> None:
         self.stores = dict(stores)
+        self.route = route  # route_of(apps, job_types): whose lease this consumer seeks
         self.configured = configured
         self.candidate = candidate
         self.clock = clock
@@ -82,6 +102,7 @@ class ScannerElection:
         forced: bool | None,
         ttl_s: float,
         emit: Callable[..., Any],
+        route: str = "",
     ) -> ScannerElection:
         """The election of a consumer of ``clusters``: each cluster's lease in its own
         store, read through that store's clock."""
@@ -90,7 +111,14 @@ class ScannerElection:
             for name, c in clusters.items()
         }
         return cls(
-            stores, candidate, clock, configured=configured, forced=forced, ttl_s=ttl_s, emit=emit
+            stores,
+            candidate,
+            clock,
+            configured=configured,
+            forced=forced,
+            ttl_s=ttl_s,
+            emit=emit,
+            route=route,
         )
 
     def holds(self, cluster: str) -> bool:
@@ -139,7 +167,8 @@ class ScannerElection:
             if lease is not None:
                 lease = configured.renew(lease, self.ttl_s)
             if lease is None:
-                lease = configured.try_acquire(lease_name(cluster), self.candidate, self.ttl_s)
+                name = lease_name(cluster, self.route)
+                lease = configured.try_acquire(name, self.candidate, self.ttl_s)
         except _FAILURES as err:
             self._gates.pop(cluster, None)
             if not self._configured_down:
@@ -179,12 +208,14 @@ class ScannerElection:
                 if lease is None:
                     change = lost
             if lease is None:
-                lease = store.try_acquire(lease_name(cluster), self.candidate, self.ttl_s)
+                name = lease_name(cluster, self.route)
+                lease = store.try_acquire(name, self.candidate, self.ttl_s)
                 if lease is not None:
                     change = (
-                        "consumer %s is the in-order scanner of %s (term %s)",
+                        "consumer %s is the in-order scanner of %s%s (term %s)",
                         self.candidate,
                         cluster,
+                        f" for {self.route}" if self.route else "",
                         str(lease.term),
                     )
         except _FAILURES as err:
