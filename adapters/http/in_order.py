@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("quick.serve")
 
 # The holder's in-order scans are at least this far apart (see the module's text).
-IN_ORDER_EVERY_S = 0.25
+IN_ORDER_EVERY_S = 1.0
 
 
 class ServeInOrder:
