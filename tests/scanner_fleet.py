@@ -12,7 +12,10 @@ import sys
 import urllib.request
 from pathlib import Path
 
+from quickzones.client import Quick
 from quickzones.consumer import ConsumerConfig
+from quickzones.consumer.scanner_election import lease_name
+from quickzones.consumer.store_election import StoreElection
 from quickzones.testing.provision.ports import free_port
 from tests.waiting import wait_for
 
@@ -137,12 +140,21 @@ def started(fleet: Fleet, n: int, *extra: str) -> list[Worker]:
     return workers
 
 
-def renewals_seen(fleet: Fleet, count: int) -> bool:
+def renewals_seen(fleet: Fleet, count: int, *, route: str = "") -> bool:
     """Wait until the lease's holder has renewed it ``count`` times (each renewal, every
-    ``TTL_S / 3``, moves its end; every other worker refreshes its view as often)."""
+    ``TTL_S / 3``, moves its end; every other worker refreshes its view as often); with
+    ``route``, the lease of the consumers routed so (read from the store)."""
     ends: set[object] = set()
 
     def renewed() -> bool:
+        if route:
+            q = Quick.open(fleet.url, create=False)
+            try:
+                lease = StoreElection(q.kv, q.keys, q.clock).read(lease_name("default", route))
+            finally:
+                q.close()
+            ends.add(None if lease is None else lease.expires_ms)
+            return lease is not None and len(ends) > count
         scanner = fleet.stats()["in_order_scanner"]
         assert isinstance(scanner, dict)
         ends.add(scanner["expires"])
