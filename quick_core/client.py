@@ -101,6 +101,12 @@ class Quick:
     another is refused with :class:`~quickzones.store.layout.LayoutMismatch` (change it
     with ``quick reshard``). ``create=False`` (tools that only read, as in :meth:`open`)
     writes nothing.
+
+    ``cluster``: which top-level queue of the store. An open of a cluster the store does
+    not have, while it has others, is refused with
+    :class:`~quickzones.store.layout.UnknownCluster` naming them (a producer and a
+    consumer of different clusters would never see each other's work);
+    ``new_cluster=True`` starts it beside them.
     """
 
     def __init__(
@@ -119,6 +125,7 @@ class Quick:
         ids: IdSource | None = None,
         keep_status_s: float = 0.0,
         create: bool = True,
+        new_cluster: bool = False,
     ) -> None:
         self.kv = kv
         self.keys = KeySpace(root)
@@ -128,7 +135,7 @@ class Quick:
         self.toplevel = TopLevelQueue(
             kv, keys=self.keys, cluster=cluster, clock=self.clock, ids=ids
         )
-        self.toplevel.open_layout(shards, store=create)
+        self.toplevel.open_layout(shards, store=create, new_cluster=new_cluster)
         self.ids = self.toplevel.ids
         # The KV zones: items, unless a zone store is injected; dead letters and admin.
         self.zones = KVZoneStore(kv, self.toplevel, keys=self.keys, clock=self.clock)

@@ -9,11 +9,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
+from quickzones.client import Quick
 from quickzones.consumer import ConsumerConfig
+from quickzones.consumer.scanner_election import lease_name
+from quickzones.consumer.store_election import StoreElection
 from quickzones.testing.provision.ports import free_port
 from tests.waiting import wait_for
 
@@ -126,10 +128,36 @@ class Fleet:
 
 
 def started(fleet: Fleet, n: int, *extra: str) -> list[Worker]:
-    """``n`` workers, once one of them holds the lease and a TTL more has passed (every
-    worker has refreshed its view a few times)."""
+    """``n`` workers, once one of them holds the lease and every one has taken part in
+    the election since (its gauge is published at its first refresh: a worker that
+    refreshed while another held the lease did not get it)."""
     workers = [fleet.start(*extra) for _ in range(n)]
     assert wait_for(lambda: all(w.name for w in workers)), [w.text() for w in workers]
     assert wait_for(lambda: bool(fleet.claimants())), [w.text() for w in workers]
-    time.sleep(TTL_S)
+    assert wait_for(lambda: all(w.gauge() is not None for w in workers)), [
+        w.text() for w in workers
+    ]
     return workers
+
+
+def renewals_seen(fleet: Fleet, count: int, *, route: str = "") -> bool:
+    """Wait until the lease's holder has renewed it ``count`` times (each renewal, every
+    ``TTL_S / 3``, moves its end; every other worker refreshes its view as often); with
+    ``route``, the lease of the consumers routed so (read from the store)."""
+    ends: set[object] = set()
+
+    def renewed() -> bool:
+        if route:
+            q = Quick.open(fleet.url, create=False)
+            try:
+                lease = StoreElection(q.kv, q.keys, q.clock).read(lease_name("default", route))
+            finally:
+                q.close()
+            ends.add(None if lease is None else lease.expires_ms)
+            return lease is not None and len(ends) > count
+        scanner = fleet.stats()["in_order_scanner"]
+        assert isinstance(scanner, dict)
+        ends.add(scanner["expires"])
+        return len(ends) > count
+
+    return wait_for(renewed)

@@ -24,6 +24,7 @@ from quickzones.adapters.http.api import ApiError, ServeState, router
 from quickzones.adapters.http.batches_api import router as batches_router
 from quickzones.adapters.http.connections import Budget
 from quickzones.adapters.http.fairness_api import router as fairness_router
+from quickzones.adapters.http.in_order import ServeInOrder
 from quickzones.adapters.http.paths import PathSegments
 from quickzones.adapters.http.pauses_api import router as pauses_router
 from quickzones.adapters.http.polls import PollLimits
@@ -161,10 +162,12 @@ def create_app(
     stopping = threading.Event()
     pull = pull or PullConfig()
     budget = Budget.of(open_files)
+    # A candidate for the in-order scanner, so remote workers alone have one too.
+    in_order = ServeInOrder(q, config or ConsumerConfig())
     state = ServeState(
         q=q,
         tokens=tokens or TokenStore(q.kv, q.keys, q.clock, cache_s=TOKEN_CACHE_S),
-        leaser=PullLeaser(q, config, pull, heartbeat_s),
+        leaser=PullLeaser(q, config, pull, heartbeat_s, in_order=in_order.holds),
         stopping=stopping,
         polls=PollLimits(budget.long_polls, budget.long_polls_per_token),
     )
@@ -181,9 +184,15 @@ def create_app(
             target=state.leaser.flush_pickups_until, args=(stopping,), name="quick-pickups"
         )
         flusher.start()
+        electing = threading.Thread(
+            target=in_order.run_until, args=(stopping,), name="quick-in-order", daemon=True
+        )
+        electing.start()
         yield
         stopping.set()  # long polls return what they have
+        in_order.stop()
         await anyio.to_thread.run_sync(flusher.join)
+        await anyio.to_thread.run_sync(electing.join)
 
     app = FastAPI(
         title="quick serve",

@@ -102,6 +102,7 @@ class PullLeaser:
         config: ConsumerConfig | None = None,
         pull: PullConfig | None = None,
         heartbeat_s: float = HEARTBEAT_S,  # how often pickups are flushed; shorter in tests
+        in_order: Callable[[], bool] | None = None,
     ) -> None:
         self.q = q
         self.heartbeat_s = heartbeat_s
@@ -109,6 +110,9 @@ class PullLeaser:
         self.config.validate()
         self.pull = pull or PullConfig()
         self.rng = random.Random(self.config.seed)
+        # Whether a scan takes the oldest pointers first: the server holds its cluster's
+        # in-order scanner lease (adapters/http/in_order.py), or config.in_order is True.
+        self.in_order = in_order or (lambda: self.config.in_order is True)
         self.cluster = Cluster(zones=q.items, toplevel=q.toplevel, kv=q.kv)
         self.visitor = ZoneVisitor(
             OneTransactionGate(self.config.one_transaction_visits, q.clock), q.clock, self._count
@@ -236,7 +240,7 @@ class PullLeaser:
         ``visited`` (shard, pointer id): the pointers, how many were seen vested, and
         whether a window was full (more may be vested)."""
         selection = Selection(self.config, self.rng, self.weighing.by_pointer(self._zone_of.get))
-        in_order = self.config.in_order is True
+        in_order = self.in_order()
         seen, crowded = 0, False
         shards = list(range(self.q.toplevel.shards))
         self.rng.shuffle(shards)

@@ -188,7 +188,8 @@ def worker(
         f"commit poll {_seconds_or_off(config.commit_poll_s)}, "
         f"completion flush {_seconds_or_off(config.completion_flush_s or None)}, "
         f"shutdown deadline {config.shutdown_deadline_s}s, "
-        f"unhandled grace {config.unhandled_grace_s:g}s"
+        f"unhandled grace {config.unhandled_grace_s:g}s; "
+        f"cluster {q.toplevel.cluster!r}"
     )
     if scheduler is not None:
         scheduler.start()

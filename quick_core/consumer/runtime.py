@@ -26,7 +26,7 @@ from quickzones.consumer.manager import Manager
 from quickzones.consumer.pool import DaemonPool, in_turn
 from quickzones.consumer.routing import Router
 from quickzones.consumer.scanner import Scanner
-from quickzones.consumer.scanner_election import ScannerElection
+from quickzones.consumer.scanner_election import ScannerElection, route_of
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Work
 from quickzones.consumer.stop_request import RunsForever, StopRequest
@@ -88,11 +88,18 @@ class Consumer(RunsForever):
         self.router = router = Router(cfg, registry, clock, emit)
         router.check()
         self.election = election  # Redis or memcached, in front of the store's own
-        # A routed consumer would starve the pointers it leaves alone if it scanned in
-        # order (invariant 10): it stays out of the election unless forced.
-        in_order = cfg.in_order if cfg.in_order is not None or not router.routed else False
+        # A routed consumer stands in the election of the consumers routed alike, never
+        # in the cluster's: holding that one, it would leave the pointers it does not
+        # take without an in-order scanner (invariant 10).
         self.scanner_election = ScannerElection.in_stores(
-            self.clusters, self.name, clock, election, in_order, cfg.election_ttl_s, emit
+            self.clusters,
+            self.name,
+            clock,
+            election,
+            cfg.in_order,
+            cfg.election_ttl_s,
+            emit,
+            route=route_of(cfg.apps, cfg.job_types),
         )
         self._stopping = threading.Event()
         self._stop_lock = threading.Lock()  # one shutdown at a time (stop() is idempotent)

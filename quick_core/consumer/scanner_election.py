@@ -34,9 +34,27 @@ log = logging.getLogger("quick.consumer")
 _FAILURES = (StorageError, OSError)
 
 
-def lease_name(cluster: str) -> str:
-    """The election name of a cluster's in-order scanner lease."""
-    return f"quick-scanner:{cluster}"
+def lease_name(cluster: str, route: str = "") -> str:
+    """The election name of a cluster's in-order scanner lease; with ``route``
+    (:func:`route_of`), that of the consumers routed alike."""
+    return f"quick-scanner:{cluster}" + (f"|{route}" if route else "")
+
+
+def route_of(apps: Iterable[str] | None, job_types: Iterable[str] | None) -> str:
+    """The name of a routing (``ConsumerConfig.apps`` and ``job_types``), the same for
+    every consumer routed alike; "" for a consumer that takes everything.
+
+    Consumers routed alike elect an in-order scanner of their own: one of them holding
+    the cluster's lease would leave the pointers it does not take without one (invariant
+    10), and a fleet routed entirely would have none. So every set of zones a fleet serves
+    has exactly one in-order scanner: the cluster's, held by a consumer that takes
+    everything, and one per routing."""
+    parts = []
+    if apps is not None:
+        parts.append("apps=" + ",".join(sorted(set(apps))))
+    if job_types is not None:
+        parts.append("types=" + ",".join(sorted(set(job_types))))
+    return ";".join(parts)
 
 
 class ScannerElection:
@@ -58,8 +76,10 @@ class ScannerElection:
         forced: bool | None = None,
         ttl_s: float = 5.0,
         emit: Callable[..., Any] = lambda event, **fields: None,
+        route: str = "",
     ) -> None:
         self.stores = dict(stores)
+        self.route = route  # route_of(apps, job_types): whose lease this consumer seeks
         self.configured = configured
         self.candidate = candidate
         self.clock = clock
@@ -82,6 +102,7 @@ class ScannerElection:
         forced: bool | None,
         ttl_s: float,
         emit: Callable[..., Any],
+        route: str = "",
     ) -> ScannerElection:
         """The election of a consumer of ``clusters``: each cluster's lease in its own
         store, read through that store's clock."""
@@ -90,7 +111,14 @@ class ScannerElection:
             for name, c in clusters.items()
         }
         return cls(
-            stores, candidate, clock, configured=configured, forced=forced, ttl_s=ttl_s, emit=emit
+            stores,
+            candidate,
+            clock,
+            configured=configured,
+            forced=forced,
+            ttl_s=ttl_s,
+            emit=emit,
+            route=route,
         )
 
     def holds(self, cluster: str) -> bool:
@@ -107,8 +135,12 @@ class ScannerElection:
         if self.forced is not None:
             return
         for cluster in clusters:
-            self._hold_store_lease(cluster, may_hold=self._passes_gate(cluster))
+            change = self._hold_store_lease(cluster, may_hold=self._passes_gate(cluster))
+            # The gauge first, then the log line that announces the change: whoever reads
+            # the line and then the gauge (an operator, a test) sees them agree.
             self.emit("scanner_election", cluster=cluster, held=self.holds(cluster))
+            if change is not None:
+                log.info(*change)
 
     def release_all(self) -> None:
         """Give up every lease (shutdown): the next in-order scanner need not wait out the
@@ -135,7 +167,8 @@ class ScannerElection:
             if lease is not None:
                 lease = configured.renew(lease, self.ttl_s)
             if lease is None:
-                lease = configured.try_acquire(lease_name(cluster), self.candidate, self.ttl_s)
+                name = lease_name(cluster, self.route)
+                lease = configured.try_acquire(name, self.candidate, self.ttl_s)
         except _FAILURES as err:
             self._gates.pop(cluster, None)
             if not self._configured_down:
@@ -153,37 +186,45 @@ class ScannerElection:
         self._gates[cluster] = lease
         return True
 
-    def _hold_store_lease(self, cluster: str, *, may_hold: bool) -> None:
+    def _hold_store_lease(
+        self, cluster: str, *, may_hold: bool
+    ) -> tuple[str, ...] | None:
+        """Take, keep or give up the store's lease of ``cluster``; the log line (format
+        and arguments) announcing a change of holder, for :meth:`refresh` to write once
+        the gauge says the same."""
         store = self.stores[cluster]
         lease = self._leadership.get(cluster)
+        lost = ("consumer %s lost the in-order scanner lease", self.candidate)
         try:
             if not may_hold:
                 if lease is not None:
                     del self._leadership[cluster]
-                    store.release(lease)
-                    log.info("consumer %s lost the in-order scanner lease", self.candidate)
-                return
+                    _release(store, lease)  # best effort: unreleased, it lapses
+                    return lost
+                return None
+            change: tuple[str, ...] | None = None
             if lease is not None:
                 lease = store.renew(lease, self.ttl_s)
                 if lease is None:
-                    log.info("consumer %s lost the in-order scanner lease", self.candidate)
+                    change = lost
             if lease is None:
-                lease = store.try_acquire(lease_name(cluster), self.candidate, self.ttl_s)
+                name = lease_name(cluster, self.route)
+                lease = store.try_acquire(name, self.candidate, self.ttl_s)
                 if lease is not None:
-                    log.info(
-                        "consumer %s is the in-order scanner of %s (term %d)",
+                    change = (
+                        "consumer %s is the in-order scanner of %s%s (term %s)",
                         self.candidate,
                         cluster,
-                        lease.term,
+                        f" for {self.route}" if self.route else "",
+                        str(lease.term),
                     )
         except _FAILURES as err:
             # Unknown whether the lease is still ours: stop scanning in order; it lapses.
-            if self._leadership.pop(cluster, None) is not None:
-                log.info("consumer %s lost the in-order scanner lease", self.candidate)
+            change = lost if self._leadership.pop(cluster, None) is not None else None
             if not self._store_down:
                 log.warning("store election unreachable, scanning in random mode: %s", err)
                 self._store_down = True
-            return
+            return change
         if self._store_down:
             log.warning("store election reachable again")
             self._store_down = False
@@ -191,6 +232,7 @@ class ScannerElection:
             self._leadership.pop(cluster, None)
         else:
             self._leadership[cluster] = lease
+        return change
 
 
 def _release(election: Election, lease: Leadership) -> None:

@@ -6,7 +6,16 @@ zone's pointer lives.
 Every process on one store must agree on it: a producer that puts a zone's pointer in
 shard 3 of 4 and a consumer that polls only shard 0 of 1 would leave the zone's items
 unrun forever. So the first open stores it, an open that asks for another is refused
-(:class:`LayoutMismatch`), and an open that asks for nothing uses it.
+(:class:`LayoutMismatch`), and an open that asks for nothing uses it. An open that asks
+for nothing on a cluster with no layout stores 1 shard as *assumed* (``"a"``): a later
+open that asks for a count stores that one instead, if the cluster's pointers allow it.
+
+The layout records are also the store's list of clusters, so they must agree on the
+cluster too: a producer of cluster "default" and a consumer of "prod" on one store would
+each see an empty queue, and nothing would run. An open of a cluster that has no layout
+while the store already has others is refused (:class:`UnknownCluster`, naming them)
+unless it asks for a new cluster (``Quick(..., new_cluster=True)``); a fresh store just
+opens, with any cluster name.
 
 ``quick reshard`` (:mod:`quickzones.store.reshard`) changes it online. While it runs the
 layout has a ``target``: a zone's pointer is in its shard under the old count or under the
@@ -21,10 +30,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import fdb.tuple as fdbtuple
 import msgpack
 
 from quickzones.errors import ConfigurationError, CorruptRecord
-from quickzones.store.keys import LOCAL_APP, KeySpace, shard_of
+from quickzones.store.keys import LOCAL_APP, KeySpace, shard_of, tuple_range
 from quickzones.store.kv import KVTransaction, strinc
 from quickzones.store.records import ZoneId
 
@@ -42,6 +52,9 @@ class Layout:
     shards: int
     epoch: int = 0
     target: int | None = None  # set while a reshard moves pointers to this count
+    # Stored by an open that asked for no count (1 shard): an open that asks for one
+    # replaces it.
+    assumed: bool = False
 
     @property
     def moving(self) -> bool:
@@ -98,6 +111,22 @@ class LayoutMismatch(ConfigurationError):
         self.requested = requested
 
 
+class UnknownCluster(ConfigurationError):
+    """An open of a cluster the store does not have, while it has others."""
+
+    def __init__(self, cluster: str, stored: list[str]) -> None:
+        names = ", ".join(repr(name) for name in stored)
+        super().__init__(
+            f"this store has no cluster {cluster!r}; its clusters: {names}. A producer and "
+            f"a consumer of different clusters never see each other's work: open it with "
+            f"cluster={stored[0]!r} (Quick.open(url, cluster=...), in the app module for "
+            f"quick worker), or pass new_cluster=True to start cluster {cluster!r} beside "
+            f"{'it' if len(stored) == 1 else 'them'}"
+        )
+        self.cluster = cluster
+        self.stored = stored
+
+
 class UnrecordedShards(ConfigurationError):
     """A store without a stored layout holds pointers placed for another shard count."""
 
@@ -117,6 +146,8 @@ def encode_layout(layout: Layout) -> bytes:
     obj: dict[str, Any] = {"v": LAYOUT_VERSION, "s": layout.shards, "e": layout.epoch}
     if layout.target is not None:
         obj["t"] = layout.target
+    if layout.assumed:
+        obj["a"] = True
     packed: bytes = msgpack.packb(obj)
     return packed
 
@@ -125,7 +156,12 @@ def decode_layout(key: bytes, raw: bytes) -> Layout:
     try:
         obj = msgpack.unpackb(raw)
         target = obj.get("t")
-        layout = Layout(int(obj["s"]), int(obj["e"]), None if target is None else int(target))
+        layout = Layout(
+            int(obj["s"]),
+            int(obj["e"]),
+            None if target is None else int(target),
+            bool(obj.get("a", False)),
+        )
     except Exception as err:  # msgpack raises several types; all mean the same here
         raise CorruptRecord(key, f"bad layout record: {err}") from err
     if layout.shards < 1 or (layout.target is not None and layout.target < 1):
@@ -155,30 +191,63 @@ def check_shards(shards: object) -> int:
 
 
 def open_layout(
-    tr: KVTransaction, keys: KeySpace, cluster: str, requested: int | None, *, store: bool
+    tr: KVTransaction,
+    keys: KeySpace,
+    cluster: str,
+    requested: int | None,
+    *,
+    store: bool,
+    new_cluster: bool = False,
 ) -> Layout:
     """The layout an opening client uses, in ``tr``: the stored one (refused with
-    :class:`LayoutMismatch` if ``requested`` differs).
+    :class:`LayoutMismatch` if ``requested`` differs; an assumed one is replaced).
 
-    With none stored: ``requested``, written when ``store``; an open that asks for nothing
-    writes nothing and uses 1 shard, what every release before stored layouts assumed (a
-    layout stored later is adopted by its next enqueue or scan). Before the first layout
-    is written, every pointer in the cluster is checked to be where it says
+    With none stored: refused with :class:`UnknownCluster` when the store has other
+    clusters, unless ``new_cluster``; else ``requested``, or 1 shard assumed (what every
+    release before stored layouts assumed), written when ``store``. Before a first
+    layout is written, every pointer in the cluster is checked to be where it says
     (:class:`UnrecordedShards`): a store used by an earlier release records its shard
     count nowhere else.
     """
     stored = read_layout(tr, keys, cluster)
-    if stored is not None:
+    if stored is not None and not stored.assumed:
         if requested is not None and not stored.accepts(requested):
             raise LayoutMismatch(cluster, stored, requested)
         return stored
-    layout = Layout(requested or 1)
+    if stored is None and not new_cluster:
+        known = stored_clusters(tr, keys)
+        if known and cluster not in known:  # (its keys without a layout: an old store)
+            raise UnknownCluster(cluster, known)
+    if stored is not None and requested is None:
+        return stored  # assumed, and still nobody asked for a count
+    layout = Layout(requested or 1, assumed=requested is None)
+    if stored is not None:  # an assumed layout, replaced by the count asked for
+        layout = Layout(layout.shards, stored.epoch + (stored.shards != layout.shards))
     misplaced = find_misplaced(tr, keys, cluster, layout.shards)
     if misplaced is not None:
         raise UnrecordedShards(cluster, layout.shards, *misplaced)
-    if store and requested is not None:
+    if store:
         write_layout(tr, keys, cluster, layout)
     return layout
+
+
+def stored_clusters(tr: KVTransaction, keys: KeySpace, *, most: int = 1000) -> list[str]:
+    """The clusters of a store, sorted: those with a stored layout (a read that conflicts
+    with another cluster's first layout, so two first opens of different clusters cannot
+    both pass), and those with keys but none (a store from before layouts)."""
+    names = set()
+    begin, end = keys.meta_range("layout")
+    for key, _ in tr.get_range(begin, end, limit=most):
+        names.add(str(keys.unpack(key)[2]))
+    begin, end = tuple_range(fdbtuple.pack((keys.root, "c")))
+    for _ in range(most):
+        rows = tr.get_range(begin, end, limit=1, snapshot=True)
+        if not rows:
+            break
+        name = str(keys.unpack(rows[0][0])[1])
+        names.add(name)
+        begin = strinc(keys.cluster_prefix(name))
+    return sorted(names)
 
 
 def find_misplaced(

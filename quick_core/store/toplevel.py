@@ -118,14 +118,19 @@ class TopLevelQueue:
         of the old and the target count."""
         return self.layout.polled
 
-    def open_layout(self, requested: int | None, *, store: bool = True) -> Layout:
+    def open_layout(
+        self, requested: int | None, *, store: bool = True, new_cluster: bool = False
+    ) -> Layout:
         """Adopt the stored layout (refusing a different ``requested`` one with
         :class:`~quickzones.store.layout.LayoutMismatch`), or store ``requested`` (default
         1) as the first; ``store=False`` writes nothing. See :func:`layout.open_layout`."""
         if requested is not None:
             check_shards(requested)
         self.layout = run(
-            self.kv, lambda tr: open_layout(tr, self.keys, self.cluster, requested, store=store)
+            self.kv,
+            lambda tr: open_layout(
+                tr, self.keys, self.cluster, requested, store=store, new_cluster=new_cluster
+            ),
         )
         self._configured = self.layout
         return self.layout

@@ -10,15 +10,18 @@ Prometheus gauge ``quick_in_order_scanner``; who holds the lease from ``quick st
 
 from __future__ import annotations
 
+import logging
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from quickzones.clock import ManualClock
+from quickzones.consumer.election import LocalElection
+from quickzones.consumer.scanner_election import ScannerElection, lease_name
 from tests.conftest import HAVE_FDB, HAVE_POSTGRES, store_url
-from tests.scanner_fleet import TTL_S, Fleet, started
+from tests.scanner_fleet import Fleet, renewals_seen, started
 from tests.waiting import wait_for
 
 PROCESS_BACKENDS = [
@@ -72,8 +75,43 @@ def test_stopped_holder_that_wakes_deposed_stops_scanning_in_order(fleet: Fleet)
     successor_name = fleet.holder()
     holder.proc.send_signal(signal.SIGCONT)
     assert wait_for(lambda: not holder.claims()), holder.text()
+    # The gauge is set before the log line that says the lease was lost is written.
     assert holder.gauge() == 0.0
-    time.sleep(TTL_S)  # the woken one has refreshed its view more than once
+    # The successor renews three times (a TTL): the woken one refreshed its view as often.
+    assert renewals_seen(fleet, 3), fleet.stats()
     claimants = fleet.claimants()
     assert [w.name for w in claimants] == [successor_name]
     assert fleet.holder() == successor_name
+
+
+def test_the_gauge_says_lost_before_the_log_line_does(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 40 point 0: the lost-lease log line was written before the gauge was set, so
+    an operator (or the test above) who read the line and then the gauge could see 1."""
+    clock = ManualClock()
+    table = LocalElection(clock)
+    order: list[str] = []
+
+    def emit(event: str, **fields: object) -> None:
+        order.append(f"gauge {int(bool(fields['held']))}")
+
+    class Lines(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            order.append(record.getMessage().split(" ", 2)[2])
+
+    lines = Lines()
+    logging.getLogger("quick.consumer").addHandler(lines)
+    caplog.set_level(logging.INFO, "quick.consumer")
+    try:
+        holder = ScannerElection({"default": table}, "a", clock, ttl_s=5, emit=emit)
+        holder.refresh(["default"])
+        clock.advance(6)  # a holder stopped past its lease
+        assert table.try_acquire(lease_name("default"), "b", 5) is not None
+        holder.refresh(["default"])
+    finally:
+        logging.getLogger("quick.consumer").removeHandler(lines)
+    assert order == [
+        "gauge 1",
+        "is the in-order scanner of default (term 1)",
+        "gauge 0",
+        "lost the in-order scanner lease",
+    ]

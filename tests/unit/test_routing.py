@@ -147,10 +147,16 @@ def test_consumer_limited_to_apps_does_not_lease_other_apps_zones(q: Quick) -> N
     assert q.consumer(RANDOM).run_until_idle() == 1 and seen[-1][0] == theirs
 
 
-def test_routed_consumer_stays_out_of_the_in_order_election(q: Quick) -> None:
+def test_routed_consumer_stays_out_of_the_clusters_in_order_election(q: Quick) -> None:
+    """A routed consumer scans in order only for the consumers routed alike (issue 40
+    point 5, tests/unit/test_in_order_fleets.py), never as the cluster's in-order scanner:
+    a consumer that takes everything is elected for that one at the same time."""
     routed = q.consumer(ConsumerConfig(apps=("a",)))
     routed.refresh_election()
-    assert not routed.in_order
+    assert routed.in_order  # the only consumer routed to "a"
+    everything = q.consumer(ConsumerConfig())
+    everything.refresh_election()
+    assert everything.in_order
 
 
 @pytest.mark.parametrize(

@@ -170,9 +170,11 @@ def test_collected_zone_leaves_no_key_behind(q: Quick, clock: ManualClock) -> No
     consumer.run_until_idle()
     assert q.toplevel.count_pointers(0) == 0
     begin, end = q.keys.everything()
-    # What stays is the job type's policy (one record per type, not per tenant).
+    # What stays is the cluster's layout (one record per cluster: issue 40 point 6) and
+    # the job type's policy (one record per type), nothing per tenant.
+    layout = q.keys.layout_key("default")
     policy = q.keys.meta_key("type_policy", "job")
-    assert [k for k, _ in q.transact(lambda tr: tr.get_range(begin, end))] == [policy]
+    assert [k for k, _ in q.transact(lambda tr: tr.get_range(begin, end))] == [layout, policy]
 
 
 def test_enqueue_racing_a_visit_is_not_stranded_behind_a_lease(q: Quick) -> None:
