@@ -20,20 +20,43 @@ from quickzones.store.zonestore import CorruptItem
 class ItemLeases(ZoneReads, DeadLetters):
     """Leases on items: a lease moves the item's vesting time ahead with a fresh lease id."""
 
-    def _lease_plan(self, zone: ZoneId, item: WorkItem, now: int, lease_ms: int) -> Plan:
-        # As KVZoneStore._grant_lease: a granted lease counts a run, unless the last lease
-        # lapsed unreleased (its consumer crashed or stalled), whose count this one takes
-        # over. Lapses themselves are not stored in the Cassandra table.
-        attempts = item.attempts if item.lease_id is not None else item.attempts + 1
+    def _lease_plan(
+        self, zone: ZoneId, item: WorkItem, now: int, lease_ms: int, *, held: bool = False
+    ) -> Plan:
+        # As ZoneLeases._grant_lease: a lease to start at once counts a run; a held one
+        # (leased to wait) counts it at its start. A started run whose lease lapsed
+        # unreleased (its consumer crashed or stalled) has its count taken over by the
+        # next run; a held lease that lapsed counted nothing. Lapses themselves are not
+        # stored in the Cassandra table.
+        lapsed_run = item.lease_id is not None and not item.held
+        attempts = item.attempts - (1 if lapsed_run else 0) + (0 if held else 1)
         leased = item.with_(
-            vesting_ms=now + lease_ms, lease_id=new_lease_id(self.ids), attempts=attempts
+            vesting_ms=now + lease_ms,
+            lease_id=new_lease_id(self.ids),
+            attempts=max(0, attempts),
+            held=held,
         )
         return self._plan_update(zone, item, leased)
 
     def start(self, zone: ZoneId, item_id: str, lease_id: str) -> WorkItem:
-        """A Worker's check before it starts an item that waited for it: a read (the run
-        was counted when the lease was granted)."""
-        return self._check_holder(self.get(zone, item_id), item_id, lease_id)
+        """A Worker's check before it starts an item that waited for it: a read where the
+        run was counted when the lease was granted; a held lease is turned into a started
+        one, its run counted (a conditional write)."""
+        item = self._check_holder(self.get(zone, item_id), item_id, lease_id)
+        if not item.held:
+            return item
+
+        def decide(current: WorkItem | None) -> Plan:
+            held = self._check_holder(current, item_id, lease_id)
+            if not held.held:
+                return self._plan_update(zone, held, held)  # started meanwhile: as it is
+            return self._plan_update(
+                zone, held, held.with_(attempts=held.attempts + 1, held=False)
+            )
+
+        started = self._apply(zone, item_id, decide, first=item)
+        assert started is not None
+        return started
 
     def obtain_lease(self, zone: ZoneId, item_id: str, lease_ms: int) -> WorkItem:
         _check_duration(lease_ms)
@@ -58,6 +81,7 @@ class ItemLeases(ZoneReads, DeadLetters):
         lease_ms: int,
         accept: Callable[[WorkItem], bool] | None,
         resolve: Callable[[WorkItem], WorkItem] | None = None,
+        held: bool = False,
     ) -> tuple[Plan | None, str]:
         """What a dequeue does to one vested item: ("lease" | "at_most_once" | "expired" |
         "skip", plan)."""
@@ -71,7 +95,7 @@ class ItemLeases(ZoneReads, DeadLetters):
             return None, "skip"
         # At-most-once items are leased too: the consumer deletes one when its handler
         # starts, so one taken but never started is given back, not lost.
-        return self._lease_plan(zone, item, now, lease_ms), "lease"
+        return self._lease_plan(zone, item, now, lease_ms, held=held), "lease"
 
     def dequeue(
         self,
@@ -81,19 +105,22 @@ class ItemLeases(ZoneReads, DeadLetters):
         *,
         accept: Callable[[WorkItem], bool] | None = None,
         resolve: Callable[[WorkItem], WorkItem] | None = None,
+        start_now: int | None = None,
     ) -> tuple[list[WorkItem], list[CorruptItem]]:
         """Peek and lease in one conditional batch (one Paxos round for the whole visit).
 
         If the batch is refused (another consumer changed an item) each item is retried on
         its own. Expired and corrupt items are dead-lettered on the way, so neither
-        blocks the zone.
+        blocks the zone. ``start_now``: as the KV zones' dequeue, leases beyond the first
+        this many are held (their runs counted at their start checks).
         """
         _check_duration(lease_ms)
         now = now_ms(self.clock)
         entries = self._vested_entries(zone, max_items, now)
         rows = self._read_many(zone, [e[2] for e in entries])
         z = (zone.app, zone.tenant)
-        plans: list[tuple[Plan, str]] = []
+        plans: list[tuple[Plan, str, bool]] = []
+        starting = max_items if start_now is None else start_now
         corrupt: list[CorruptItem] = []
         repairs: list[tuple[Any, tuple[Any, ...]]] = []
         for priority, vesting, item_id in entries:
@@ -111,9 +138,12 @@ class ItemLeases(ZoneReads, DeadLetters):
                 continue
             if item.vesting_ms != vesting:
                 continue  # moved since the index read; its current entry is elsewhere
-            plan, kind = self._dequeue_plan(zone, item, now, lease_ms, accept, resolve)
+            held = starting <= 0
+            plan, kind = self._dequeue_plan(zone, item, now, lease_ms, accept, resolve, held)
             if plan is not None:
-                plans.append((plan, kind))
+                plans.append((plan, kind, held))
+                if kind == "lease" and not held:
+                    starting -= 1
         if repairs:
             try:
                 self.table.write(repairs)
@@ -121,14 +151,16 @@ class ItemLeases(ZoneReads, DeadLetters):
                 pass  # the next visit repairs them
         if not plans:
             return [], corrupt
-        outcome = self.table.cas([s for plan, _ in plans for s in plan.statements])
+        outcome = self.table.cas([s for plan, _, _ in plans for s in plan.statements])
         taken: list[WorkItem] = []
-        for plan, kind in plans:
+        for plan, kind, held in plans:
             if outcome:
                 result: WorkItem | None = plan.result
                 done = True
             else:
-                result, done = self._dequeue_one(zone, plan, kind, lease_ms, accept, resolve)
+                result, done = self._dequeue_one(
+                    zone, plan, kind, lease_ms, accept, resolve, held
+                )
             if not done:
                 continue
             if kind == "lease" and result is not None:
@@ -149,6 +181,7 @@ class ItemLeases(ZoneReads, DeadLetters):
         lease_ms: int,
         accept: Callable[[WorkItem], bool] | None,
         resolve: Callable[[WorkItem], WorkItem] | None = None,
+        held: bool = False,
     ) -> tuple[WorkItem | None, bool]:
         """Retry one item of a refused (or unknown) batch. Returns (result, taken)."""
         item_id = plan.item.item_id
@@ -168,7 +201,7 @@ class ItemLeases(ZoneReads, DeadLetters):
             if item is None:
                 return None
             new_plan, new_kind = self._dequeue_plan(
-                zone, item, now_ms(self.clock), lease_ms, accept, resolve
+                zone, item, now_ms(self.clock), lease_ms, accept, resolve, held
             )
             chosen[:] = [new_kind]
             return new_plan
@@ -216,7 +249,9 @@ class ItemLeases(ZoneReads, DeadLetters):
                 held.with_(
                     vesting_ms=max(vesting_after(self.clock, delay_ms), not_before_ms or 0),
                     lease_id=None,
-                    attempts=held.attempts if ran else max(0, held.attempts - 1),
+                    held=False,
+                    # A held lease counted no run: nothing to take back.
+                    attempts=held.attempts if ran or held.held else max(0, held.attempts - 1),
                     error_count=held.error_count + (1 if count_error else 0),
                     last_error=error if error is not None else held.last_error,
                     meta={**held.meta, **meta} if meta else held.meta,

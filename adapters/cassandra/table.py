@@ -166,6 +166,7 @@ class ZoneTable:
             meta = msgpack.unpackb(row.meta, raw=False) if row.meta else {}
             if not isinstance(meta, dict):
                 raise TypeError("meta is not a map")
+            held = bool(meta.pop(HELD_META, False))
             for name in ("job_type", "priority", "vesting_ms", "enqueued_ms"):
                 if getattr(row, name) is None:
                     raise TypeError(f"{name} is null")
@@ -184,6 +185,7 @@ class ZoneTable:
                 delivery=row.delivery or "at_least_once",
                 attempts=row.attempts or 0,
                 meta=meta,
+                held=held,
             )
         except (TypeError, ValueError, msgpack.ExtraData, msgpack.FormatError) as err:
             raise CorruptRecord(self.row_key(zone, row.item_id), str(err)) from err
@@ -204,7 +206,7 @@ class ZoneTable:
             item.deadline_ms,
             item.delivery,
             item.attempts,
-            msgpack.packb(item.meta, use_bin_type=True) if item.meta else None,
+            _packed_meta(item),
         )
 
     def read_one(self, zone: ZoneId, item_id: str, *, serial: bool) -> WorkItem | None:
@@ -220,3 +222,13 @@ class ZoneTable:
             yield from self.session.execute(bound, timeout=self.timeout_s)
         except self.errors as err:
             raise read_error(err, what) from err
+
+
+# A held lease (WorkItem.held: leased to wait, its run not counted yet) rides in the row's
+# metadata: the table has no column for it.
+HELD_META = "_held"
+
+
+def _packed_meta(item: WorkItem) -> bytes | None:
+    meta = {**item.meta, HELD_META: True} if item.held else item.meta
+    return msgpack.packb(meta, use_bin_type=True) if meta else None

@@ -5,7 +5,9 @@ The visit that took such an item (its pointer lease, dequeue and requeue commits
 while the item was not yet due, so the item's lateness is this thread's wake-up and the
 hand-off to a worker, not the store's commits: the in-worker timers of Celery's ETA tasks,
 with the item's lease held in the store the whole time (from its vesting time on), so a
-crash gives it back when that lease ends, as for any leased item.
+crash gives it back when that lease ends, as for any leased item. Such a lease is *held*
+(``WorkItem.held``): its run is counted by the worker's start check at its due time, so a
+crash before then counts nothing against it.
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ import pytest
 
 from quickzones.client import Quick
 from quickzones.consumer import ConsumerConfig
-from quickzones.consumer.config import PREFETCH_PER_WORKER
 from quickzones.registry import JobContext
 from tests.conftest import store_url
 from tests.waiting import wait_for
@@ -124,7 +123,7 @@ def test_quick_worker_process_holds_only_what_its_workers_start(tmp_path: Path) 
     attempts = [int(a) for a in lines[1::2]]
     q.close()
     # Four running, and a few more finished but not yet completed by the flusher.
-    bound = 4 * PREFETCH_PER_WORKER
+    bound = 4 * 16  # the held bound before issue 40 (now the workers, 4)
     assert leased <= bound, f"a --workers 4 process held {leased} items leased (bound {bound})"
     assert dead == [], f"{len(dead)} of {ITEMS} dead-lettered"
     assert max(attempts) == 1, f"{sum(a > 1 for a in attempts)} ran as attempt 2 or later"
@@ -163,7 +162,7 @@ def test_async_consumer_leases_only_what_its_workers_start(tmp_path: Path) -> No
 
     attempts, held = asyncio.run(main())
     assert sorted(attempts) == [1] * 60, f"{sum(a > 1 for a in attempts)} re-runs"
-    bound = 2 * PREFETCH_PER_WORKER
+    bound = ConsumerConfig(workers=2).held_bound()
     assert max(held) <= bound, f"held up to {max(held)} items with 2 workers (bound {bound})"
 
 

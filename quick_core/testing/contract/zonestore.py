@@ -359,6 +359,84 @@ def test_complete_many_reports_each_outcome(zone_store_env: ZoneStoreEnv) -> Non
     assert env.store.count(Z) == 0
 
 
+# --- held leases: a run counted when it starts, never for a crash before (issue 40) ------
+
+
+def _attempts(env: ZoneStoreEnv, item_id: str) -> int:
+    item = env.store.get(Z, item_id)
+    assert item is not None
+    return item.attempts
+
+
+def test_dequeue_counts_the_runs_that_start_now_and_holds_the_rest(
+    zone_store_env: ZoneStoreEnv,
+) -> None:
+    env = zone_store_env
+    made = [add(env, priority=p) for p in range(3)]  # taken in this order
+    taken, _ = env.store.dequeue(Z, 3, LEASE_MS, start_now=1)
+    assert ids(taken) == made
+    assert [(i.held, i.attempts) for i in taken] == [(False, 1), (True, 0), (True, 0)]
+    assert [_attempts(env, x) for x in made] == [1, 0, 0]
+    assert all(i.lease_id is not None for i in taken)
+    assert env.store.peek(Z, 10) == []  # held items are leased like any other
+
+
+def test_a_held_lease_counts_its_run_at_its_start_check(zone_store_env: ZoneStoreEnv) -> None:
+    env = zone_store_env
+    a = add(env)
+    [held], _ = env.store.dequeue(Z, 1, LEASE_MS, start_now=0)
+    assert held.lease_id is not None
+    started = env.store.start(Z, a, held.lease_id)
+    assert (started.held, started.attempts) == (False, 1)
+    assert _attempts(env, a) == 1
+    again = env.store.start(Z, a, held.lease_id)  # started already: counted once
+    assert (again.held, again.attempts) == (False, 1)
+    env.store.complete(Z, a, held.lease_id)
+    assert env.store.count(Z) == 0
+
+
+def test_a_held_lease_that_lapses_counts_nothing(zone_store_env: ZoneStoreEnv) -> None:
+    """Its consumer crashed before it started: the next lease is the first run."""
+    env = zone_store_env
+    a = add(env)
+    for _crash in range(3):
+        [held], _ = env.store.dequeue(Z, 1, LEASE_MS, start_now=0)
+        assert held.attempts == 0
+        env.clock.advance(LEASE_MS / 1000 + 1)
+    [run], _ = env.store.dequeue(Z, 1, LEASE_MS)
+    assert (run.held, run.attempts) == (False, 1)
+    assert _attempts(env, a) == 1
+
+
+def test_a_started_run_that_lapsed_is_replaced_once_held_or_not(
+    zone_store_env: ZoneStoreEnv,
+) -> None:
+    """A run whose lease lapsed (its consumer crashed while it ran) has its count taken
+    over by the next run, whether that run's lease starts at once or waits first."""
+    env = zone_store_env
+    a = add(env)
+    [first], _ = env.store.dequeue(Z, 1, LEASE_MS)
+    assert first.attempts == 1
+    env.clock.advance(LEASE_MS / 1000 + 1)
+    [held], _ = env.store.dequeue(Z, 1, LEASE_MS, start_now=0)
+    assert held.lease_id is not None
+    assert env.store.start(Z, a, held.lease_id).attempts == 1
+    env.clock.advance(LEASE_MS / 1000 + 1)
+    [direct], _ = env.store.dequeue(Z, 1, LEASE_MS)
+    assert direct.attempts == 1
+
+
+def test_a_held_lease_given_back_counts_nothing(zone_store_env: ZoneStoreEnv) -> None:
+    env = zone_store_env
+    a = add(env)
+    [held], _ = env.store.dequeue(Z, 1, LEASE_MS, start_now=0)
+    assert held.lease_id is not None
+    back = env.store.requeue(Z, a, held.lease_id, 0, count_error=False, ran=False)
+    assert (back.held, back.attempts, back.lease_id) == (False, 0, None)
+    [run], _ = env.store.dequeue(Z, 1, LEASE_MS)
+    assert (run.held, run.attempts) == (False, 1)
+
+
 # --- minimum vesting and emptiness --------------------------------------------------------
 
 
