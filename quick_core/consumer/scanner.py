@@ -31,7 +31,7 @@ from concurrent.futures import Future
 from contextlib import ExitStack
 from typing import Any
 
-from quickzones.clock import Clock, SystemClock
+from quickzones.clock import Clock, ElapsedClock, SystemClock
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.pool import DaemonPool
 from quickzones.consumer.selection import Selection
@@ -112,7 +112,7 @@ class Scanner:
         # Zones whose visits failed on their own, each passed over on its own backoff
         # (quickzones.consumer.set_aside); the backoff above is left for the store's
         # failures: visits of two zones or more failing with none working between.
-        self.set_aside = SetAside(emit)
+        self.set_aside = SetAside(emit, monotonic=_elapsed(self.clock))
         self._failing: set[tuple[str, int, str] | None] = set()  # None: not a zone's
         self.on_lost = on_lost  # the store went away (its file deleted): the consumer stops
 
@@ -348,6 +348,12 @@ class Scanner:
         self.emit("visits_backed_off", failures=in_a_row, wait_s=round(wait_s, 3))
         stopping.wait(wait_s)
         return True
+
+
+def _elapsed(clock: Clock) -> Callable[[], float]:
+    """Elapsed time by ``clock`` where it measures it (a simulated clock), else the
+    process's: no step of the wall clock stretches a zone's backoff."""
+    return clock.monotonic if isinstance(clock, ElapsedClock) else time.monotonic
 
 
 def _weighed(held: int, ref: PointerRef, weight: Callable[[PointerRef], float] | None) -> float:
