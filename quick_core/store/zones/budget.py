@@ -67,6 +67,17 @@ class TransactionBudget:
         self.charged += 1
         return True
 
+    def items_to_read(self, first: int) -> int:
+        """How many more records a dequeue reads at once: ``first`` while nothing is
+        charged, then about as many as fit at the average cost so far, and one more
+        (which tells whether the budget is reached)."""
+        if not self.charged:
+            return first
+        average = max(1, self.spent_bytes // self.charged)
+        by_bytes = max(0, self.max_bytes - self.spent_bytes) // average
+        by_keys = max(0, self.max_keys - self.spent_keys) // ITEM_KEYS
+        return min(by_bytes, by_keys) + 1
+
     def mark(self) -> tuple[int, int, int, bool]:
         """Where the budget stands (for :meth:`rewind`)."""
         return self.spent_bytes, self.spent_keys, self.charged, self.reached

@@ -33,9 +33,11 @@ from quickzones.store.zonestore import CorruptItem
 # storage read first, where the store can answer later reads from it (kv.prefetch_range):
 # a zone with a few items, the common visit, costs one storage read instead of about eight.
 ZONE_PREFETCH_KEYS = 32
-# Item records a dequeue reads at once (one round trip each), so it reads not much more
-# than its transaction budget lets it take (a zone of large payloads: about 1 MB).
-READ_SLICE = 32
+# Item records a dequeue reads at once (one round trip) before its budget has charged
+# anything; then about as many as the budget has room for at the average cost so far, so
+# a zone of small items is still read in one or two round trips, and a zone of large
+# payloads not much past its budget (about 1 MB).
+FIRST_READ = 64
 
 
 class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
@@ -132,11 +134,12 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
         # are read several times over by this dequeue and the pointer's requeue.
         prefetch_range(tr, *self.keys.zone_range(zone), ZONE_PREFETCH_KEYS)
         entries = self._entries_to_take(tr, zone, max_items, now, horizon_ms)
-        for start in range(0, len(entries), READ_SLICE):
-            part = entries[start : start + READ_SLICE]
+        start = 0
+        while start < len(entries):
+            part = entries[start : start + budget.items_to_read(FIRST_READ)]
+            start += len(part)
             keys = [self.keys.item_key(zone, item_id) for _, item_id, _ in part]
-            # A slice's item reads sent at once: a visit of many items is one round trip
-            # a slice.
+            # A part's item reads sent at once: one round trip for many items.
             for (order_key, item_id, _), key, raw in zip(
                 part, keys, get_many(tr, keys), strict=True
             ):
