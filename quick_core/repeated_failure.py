@@ -16,10 +16,13 @@ import time
 from collections.abc import Callable
 
 
-def backoff(attempt: int, base_s: float = 0.1, cap_s: float = 5.0) -> float:
+def backoff(attempt: int, base_s: float = 0.1, cap_s: float = 5.0, *, least: float = 0.0) -> float:
     """Seconds to wait after ``attempt`` failures in a row: exponential, at most
-    ``cap_s``, with full jitter (processes failing together do not retry together)."""
-    return random.uniform(0, min(cap_s, base_s * 2 ** min(attempt, 32)))
+    ``cap_s``, with full jitter (processes failing together do not retry together), or,
+    with ``least``, at least that fraction of the step (a zone set aside is never
+    retried at once)."""
+    step = min(cap_s, base_s * 2 ** min(attempt, 32))
+    return random.uniform(least * step, step)
 
 
 class RepeatedFailure:

@@ -31,11 +31,13 @@ from concurrent.futures import Future
 from contextlib import ExitStack
 from typing import Any
 
-from quickzones.clock import Clock, SystemClock
+from quickzones.clock import Clock, ElapsedClock, SystemClock
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.pool import DaemonPool
 from quickzones.consumer.selection import Selection
+from quickzones.consumer.set_aside import SetAside
 from quickzones.consumer.state import Cluster
+from quickzones.consumer.visit import ZoneVisitsFailed
 from quickzones.consumer.weighing import Weighing
 from quickzones.errors import StorageError, StoreLost
 from quickzones.repeated_failure import RepeatedFailure, backoff
@@ -107,6 +109,11 @@ class Scanner:
         # Visits that raised (a full store, say): logged once per interval with a count,
         # and the next scan waits a capped backoff instead of retrying at once.
         self.visit_failures = RepeatedFailure(log, "manager visits")
+        # Zones whose visits failed on their own, each passed over on its own backoff
+        # (quickzones.consumer.set_aside); the backoff above is left for the store's
+        # failures: visits of two zones or more failing with none working between.
+        self.set_aside = SetAside(emit, monotonic=_elapsed(self.clock))
+        self._failing: set[tuple[str, int, str] | None] = set()  # None: not a zone's
         self.on_lost = on_lost  # the store went away (its file deleted): the consumer stops
 
     def wake(self) -> None:
@@ -190,7 +197,12 @@ class Scanner:
                 continue
             if later is not None and (next_vesting is None or later < next_vesting):
                 next_vesting = later
-            peeked = [ref for ref in peeked if not self.skip(ref)]  # another app's (routing)
+            # Another app's (routing), or a zone set aside after failed visits.
+            peeked = [
+                ref
+                for ref in peeked
+                if not self.skip(ref) and not self.set_aside.holds(_visit_key(ref))
+            ]
             # Zones holding enough of this consumer's items are passed over, as if
             # crowded out: still vested (left_vested), not in the share.
             mark = cfg.skip_held_mark()
@@ -245,9 +257,7 @@ class Scanner:
             if mono >= next_election:
                 self.refresh_election()
                 next_election = mono + cfg.election_ttl_s / 3
-            finished = [f for f in visiting if f.done()]
-            for f in finished:
-                del visiting[f]
+            finished = {f: visiting.pop(f) for f in [f for f in visiting if f.done()]}
             took = [f.result() for f in finished if f.exception() is None]
             if self._visits_failed(finished, stopping):
                 selected.clear()  # chosen before the failure: scan afresh after the wait
@@ -279,7 +289,8 @@ class Scanner:
                     batch: list[PointerRef] = []
                     while selected and len(batch) < cfg.visits_at_once():
                         ref = selected.popleft()
-                        if _visit_key(ref) not in busy:
+                        key = _visit_key(ref)
+                        if key not in busy and not self.set_aside.holds(key):
                             busy.add(_visit_key(ref))
                             batch.append(ref)
                     if not batch:
@@ -298,24 +309,51 @@ class Scanner:
                 timeout = cfg.idle_sleep_s if free <= 0 else self.until_next_vesting()
                 futures.wait(visiting, timeout, futures.FIRST_COMPLETED)
 
-
-    def _visits_failed(self, finished: list[Future[int]], stopping: threading.Event) -> bool:
-        """Count the finished visits that raised; after any, wait a backoff that grows
-        with the failures in a row (at most 5 s), so a store that refuses every commit
-        is not retried hot. True when it waited."""
-        for f in finished:
+    def _visits_failed(
+        self, finished: dict[Future[int], list[tuple[str, int, str]]], stopping: threading.Event
+    ) -> bool:
+        """Count the finished visits that raised. A zone whose visit failed is set aside
+        on its own backoff; the visits of other zones go on. After failures that are not
+        one zone's (two zones or more failing, no visit working between them: the store
+        refuses every commit, say), wait a backoff that grows with the failures in a row
+        (at most 5 s), so such a store is not retried hot. True when it waited."""
+        for f, keys in finished.items():
             err = f.exception()
-            if err is None:
-                self.visit_failures.succeeded()
-            elif isinstance(err, StoreLost):
+            if isinstance(err, StoreLost):
                 self.on_lost(err)
-            else:
-                self.visit_failures.failed(err)
+                continue
+            failed = (
+                {_visit_key(ref): e for ref, e in err.failed}
+                if isinstance(err, ZoneVisitsFailed)
+                else {}
+            )
+            worked = [key for key in keys if key not in failed] if err is None or failed else []
+            for key in worked:
+                self.set_aside.succeeded(key)
+            if worked:
+                self.visit_failures.succeeded()
+                self._failing.clear()
+            if err is None:
+                continue
+            self.visit_failures.failed(err)
+            for key, cause in failed.items():
+                self.set_aside.failed(key, cause)
+            if not worked:  # a visit with zones that worked: the store works
+                self._failing.update(failed or [None])
         in_a_row = self.visit_failures.failures
-        if not any(f.exception() is not None for f in finished) or not in_a_row:
+        store_wide = None in self._failing or len(self._failing) > 1
+        if not in_a_row or not store_wide or all(f.exception() is None for f in finished):
             return False
-        stopping.wait(backoff(in_a_row, base_s=0.05))
+        wait_s = backoff(in_a_row, base_s=0.05)
+        self.emit("visits_backed_off", failures=in_a_row, wait_s=round(wait_s, 3))
+        stopping.wait(wait_s)
         return True
+
+
+def _elapsed(clock: Clock) -> Callable[[], float]:
+    """Elapsed time by ``clock`` where it measures it (a simulated clock), else the
+    process's: no step of the wall clock stretches a zone's backoff."""
+    return clock.monotonic if isinstance(clock, ElapsedClock) else time.monotonic
 
 
 def _weighed(held: int, ref: PointerRef, weight: Callable[[PointerRef], float] | None) -> float:

@@ -31,11 +31,12 @@ from quickzones.consumer.state import Cluster
 from quickzones.consumer.tenant_admission import TenantHold
 from quickzones.consumer.visit_gate import OneTransactionGate
 from quickzones.consumer.weighing import VisitWeight
-from quickzones.errors import StorageError, ZoneLeaseFailed
+from quickzones.errors import StorageError, StoreLost, ZoneLeaseFailed
 from quickzones.store.kv import KVTransaction, _Uncommitted, attempt_once
 from quickzones.store.pauses import REFRESH_S, PauseSet
 from quickzones.store.records import Pointer, WorkItem, ZoneId
 from quickzones.store.toplevel import PointerRef
+from quickzones.store.zones.budget import TransactionBudget
 from quickzones.store.zonestore import CorruptItem
 
 
@@ -43,6 +44,20 @@ class NeedsThreeTransactions(Exception):
     """Raised by an admission hook inside a transaction: this zone's app has dispatch
     limits, whose slots and grants are taken outside any transaction, so the visit is
     written off and takes the three transactions."""
+
+
+class ZoneVisitsFailed(StorageError):
+    """Some zones' visits failed with a storage error (``failed``: each pointer with its
+    error) while the call's other zones were visited (``visited`` zones in all)."""
+
+    def __init__(self, failed: list[tuple[PointerRef, StorageError]], visited: int) -> None:
+        first = failed[0][1]
+        super().__init__(
+            f"{len(failed)} of {visited} zone visits failed; the first: {first}",
+            retryable=first.retryable,
+        )
+        self.failed = failed
+        self.visited = visited
 
 
 class _NothingLeased(Exception):
@@ -65,6 +80,11 @@ class ZoneVisit:
     app_slots: int = 0  # the app's pool-wide concurrency slots the admission took
     tenant_hold: TenantHold | None = None  # what it took of its tenant's limits
     outcome: str = ""  # the pointer's requeue: "requeued", "deleted" or "lost"
+    # The transaction's budget (quickzones.store.zones.budget) stopped this zone's
+    # dequeue: its other vested items are left for the next visit.
+    cut_short: bool = False
+    # A three-transaction visit whose dequeue failed (its pointer was requeued).
+    error: StorageError | None = None
 
     @property
     def zone(self) -> ZoneId:
@@ -74,7 +94,7 @@ class ZoneVisit:
     def clear(self) -> None:
         """Forget a try that did not commit."""
         self.pointer, self.items, self.corrupt, self.app_slots, self.outcome = None, [], [], 0, ""
-        self.tenant_hold = None
+        self.tenant_hold, self.cut_short, self.error = None, False, None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,10 +177,20 @@ class ZoneVisitor:
     """Algorithm 2 for one consumer's managers (or one server's pull leases), which share
     its :class:`OneTransactionGate`."""
 
-    def __init__(self, gate: OneTransactionGate, clock: Clock, emit: Callable[..., Any]) -> None:
+    def __init__(
+        self,
+        gate: OneTransactionGate,
+        clock: Clock,
+        emit: Callable[..., Any],
+        *,
+        budget: Callable[[], TransactionBudget] = TransactionBudget,
+    ) -> None:
         self.gate = gate
         self.clock = clock
         self.emit = emit
+        # A fresh budget for each visit transaction (each try of it): what its dequeues
+        # may write, whatever the payloads and the room (quickzones.store.zones.budget).
+        self.budget = budget
 
     def visit(
         self,
@@ -175,29 +205,61 @@ class ZoneVisitor:
         zone there is no room left for is not leased); None: each its ``room``.
 
         A pointer that cannot be leased (gone, moved, leased by another consumer, another
-        app's) is skipped; a storage error ends that zone's visit (the pointer lease
-        expires and the pointer vests again)."""
+        app's) is skipped. A zone whose visit fails with a storage error fails alone: a
+        batch that fails is written off and each of its zones visited on its own, and
+        once the others are done :class:`ZoneVisitsFailed` names the zones that failed
+        (the scanner sets each aside on its own backoff); their pointers vest again."""
+        failed = self._visit(cluster, visits, rules, capacity)
+        if failed:
+            raise ZoneVisitsFailed(failed, len(visits))
+
+    def _visit(
+        self,
+        cluster: Cluster,
+        visits: Sequence[ZoneVisit],
+        rules: VisitRules,
+        capacity: Callable[[], int] | None,
+    ) -> list[tuple[PointerRef, StorageError]]:
+        """:meth:`visit`; returns the zones that failed, each with its error."""
         if capacity is not None and capacity() <= 0:
-            return
+            return []
         if not cluster.zones.capabilities.lookahead_dequeue:
             rules = replace(rules, horizon_ms=0)
         if cluster.zones.capabilities.one_transaction_visits and self.gate.try_one():
-            if self._in_one_transaction(cluster, visits, rules, capacity):
-                return
+            try:
+                if self._in_one_transaction(cluster, visits, rules, capacity):
+                    return []
+            except StoreLost:
+                raise
+            except StorageError as err:
+                if len(visits) == 1:
+                    return [(visits[0].ref, err)]
+                # One zone's failure (a record it cannot read, a store error of its
+                # own) wrote the whole batch off: the others must not fail with it.
             if len(visits) > 1:
+                failed: list[tuple[PointerRef, StorageError]] = []
                 for v in visits:  # each zone as a visit of its own
-                    self.visit(cluster, [v], rules, capacity)
-                return
+                    failed += self._visit(cluster, [v], rules, capacity)
+                return failed
+        failed = []
         for v in visits:
             free = None if capacity is None else capacity()
             room = v.room if free is None else min(v.room, free)
             if room <= 0:
-                return
+                break
             starting = None if rules.start_now is None else rules.start_now()
             try:
-                self._visit_zone(cluster, v, room, rules, None, free, starting)
+                self._visit_zone(cluster, v, room, rules, None, self.budget(), free, starting)
             except ZoneLeaseFailed as err:
                 self.emit("pointer_lease_failed", reason=err.reason)
+            except StoreLost:
+                raise
+            except StorageError as err:
+                failed.append((v.ref, err))
+            else:
+                if v.error is not None:
+                    failed.append((v.ref, v.error))
+        return failed
 
     def _in_one_transaction(
         self,
@@ -219,14 +281,15 @@ class ZoneVisitor:
         def visit(tr: KVTransaction) -> None:
             failed.clear()
             left, starting = budget, idle
+            spent = self.budget()  # one for the batch's zones: one transaction
             for v in visits:
                 v.clear()
             for v in visits:
                 room = v.room if left is None else min(v.room, left)
-                if room <= 0:
+                if room <= 0 or spent.reached:
                     break  # not leased: vested for the next scan
                 try:
-                    self._visit_zone(cluster, v, room, rules, tr, left, starting)
+                    self._visit_zone(cluster, v, room, rules, tr, spent, left, starting)
                 except ZoneLeaseFailed as err:
                     failed.append(err.reason)
                     continue
@@ -268,6 +331,8 @@ class ZoneVisitor:
             self.emit("visits_batched", zones=len(leased), items=sum(len(v.items) for v in leased))
         for v in leased:
             self.emit("pointer_leased", zone=v.zone, lag_ms=self.lag_ms(v.ref))
+            if v.cut_short:
+                self.emit("visit_budget_reached", zone=v.zone, items=len(v.items))
             rules.dequeued(v)
             self.emit("pointer_" + v.outcome, zone=v.zone)
         return True
@@ -279,18 +344,25 @@ class ZoneVisitor:
         room: int,
         rules: VisitRules,
         tr: KVTransaction | None,
+        budget: TransactionBudget,
         free: int | None = None,
         starting: int | None = None,
     ) -> None:
         """Lease ``v``'s pointer, dequeue up to ``room`` items (a weighted zone: its
-        weight times ``v.room``, at most ``free``), requeue or collect the pointer:
-        inside ``tr``, or (None) each step in its own transaction. Raises
+        weight times ``v.room``, at most ``free``; at most what ``budget`` leaves the
+        transaction), requeue or collect the pointer: inside ``tr``, or (None) each step
+        in its own transaction. Raises
         ZoneLeaseFailed (nothing written); inside ``tr``, also the errors that write the
         transaction off. ``starting``: how many of its items start at once (the rest are
         leased held); None: all."""
         top, zones = cluster.toplevel, cluster.zones
         ahead: dict[str, Any] = {"horizon_ms": rules.horizon_ms} if rules.horizon_ms else {}
         inside: dict[str, Any] = {} if tr is None else {"tr": tr}
+        # The KV zone stores (those that join a visit's transaction) bound a dequeue by
+        # the transaction's budget; another store's dequeue is its own.
+        bounded: dict[str, Any] = (
+            {"budget": budget} if zones.capabilities.one_transaction_visits else {}
+        )
         if tr is None:
             v.pointer = top.obtain_pointer_lease(
                 v.ref, rules.pointer_lease_ms, accept=rules.accept_pointer, **ahead
@@ -328,12 +400,17 @@ class ZoneVisitor:
                     **inside,
                     **ahead,
                     **waits,
+                    **bounded,
                 )
+                v.cut_short = budget.reached and len(v.items) < admitted.room
             except StorageError as err:
                 if tr is not None:
                     raise
                 self.emit("dequeue_error", zone=zone, error=str(err))
+                v.error = err
         if tr is None:
+            if v.cut_short:
+                self.emit("visit_budget_reached", zone=zone, items=len(v.items))
             rules.dequeued(v)
         not_before = admitted.not_before_ms
         if hold.held_back and len(v.items) < admitted.room:

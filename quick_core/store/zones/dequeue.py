@@ -22,6 +22,7 @@ from quickzones.store.records import (
     WorkItem,
     ZoneId,
 )
+from quickzones.store.zones.budget import TransactionBudget
 from quickzones.store.zones.dead_letters import ZoneDeadLetters
 from quickzones.store.zones.items import check_lease_duration
 from quickzones.store.zones.leases import ZoneLeases
@@ -32,6 +33,11 @@ from quickzones.store.zonestore import CorruptItem
 # storage read first, where the store can answer later reads from it (kv.prefetch_range):
 # a zone with a few items, the common visit, costs one storage read instead of about eight.
 ZONE_PREFETCH_KEYS = 32
+# Item records a dequeue reads at once (one round trip) before its budget has charged
+# anything; then about as many as the budget has room for at the average cost so far, so
+# a zone of small items is still read in one or two round trips, and a zone of large
+# payloads not much past its budget (about 1 MB).
+FIRST_READ = 64
 
 
 class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
@@ -63,7 +69,6 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
         )
         return entries + [e for e in more if e[1] not in seen][: max_items - len(entries)]
 
-    @transactional
     def dequeue(
         self,
         zone: ZoneId,
@@ -74,6 +79,7 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
         resolve: Callable[[WorkItem], WorkItem] | None = None,
         horizon_ms: int = 0,
         start_now: int | None = None,
+        budget: TransactionBudget | None = None,
         tr: KVTransaction = OWN_STORE,
     ) -> tuple[list[WorkItem], list[CorruptItem]]:
         """Peek and lease in one transaction (``tr``: a Manager's one-transaction visit).
@@ -90,24 +96,62 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
         ahead of its vesting time, are leased held (``WorkItem.held``), their runs counted
         by the start check (:meth:`start`), so a crash of their consumer counts nothing
         against them. None: all vested items start at once.
+
+        At most what ``budget`` (:mod:`.budget`) lets the transaction carry is taken, and
+        always one item (None: a budget of the defaults for this dequeue alone). A
+        one-transaction visit passes one budget to each zone's dequeue, so a batch of
+        zones is bounded as one; a retry of the dequeue's own transaction charges again
+        from where the budget stood at this call.
         """
         check_lease_duration(lease_ms)
         if horizon_ms < 0:
             raise ValueError(f"horizon_ms must be at least 0, not {horizon_ms}")
+        budget = TransactionBudget() if budget is None else budget
+        return self._dequeue(
+            zone,
+            max_items,
+            lease_ms,
+            accept=accept,
+            resolve=resolve,
+            horizon_ms=horizon_ms,
+            start_now=start_now,
+            budget=budget,
+            mark=budget.mark(),
+            tr=tr,
+        )
 
-        def take(tr: KVTransaction) -> tuple[list[WorkItem], list[CorruptItem]]:
-            now = now_ms(self.clock)
-            leased: list[WorkItem] = []
-            corrupt: list[CorruptItem] = []
-            starting = max_items if start_now is None else start_now
-            # A small zone whole in one storage read: its order entries, records and count
-            # are read several times over by this dequeue and the pointer's requeue.
-            prefetch_range(tr, *self.keys.zone_range(zone), ZONE_PREFETCH_KEYS)
-            entries = self._entries_to_take(tr, zone, max_items, now, horizon_ms)
-            keys = [self.keys.item_key(zone, item_id) for _, item_id, _ in entries]
-            # All item reads sent at once: a visit of many items is one round trip.
+    @transactional
+    def _dequeue(
+        self,
+        zone: ZoneId,
+        max_items: int,
+        lease_ms: int,
+        *,
+        accept: Callable[[WorkItem], bool] | None,
+        resolve: Callable[[WorkItem], WorkItem] | None,
+        horizon_ms: int,
+        start_now: int | None,
+        budget: TransactionBudget,
+        mark: tuple[int, int, int, bool],
+        tr: KVTransaction = OWN_STORE,
+    ) -> tuple[list[WorkItem], list[CorruptItem]]:
+        budget.rewind(mark)  # each try of this dequeue's own transaction charges anew
+        now = now_ms(self.clock)
+        leased: list[WorkItem] = []
+        corrupt: list[CorruptItem] = []
+        starting = max_items if start_now is None else start_now
+        # A small zone whole in one storage read: its order entries, records and count
+        # are read several times over by this dequeue and the pointer's requeue.
+        prefetch_range(tr, *self.keys.zone_range(zone), ZONE_PREFETCH_KEYS)
+        entries = self._entries_to_take(tr, zone, max_items, now, horizon_ms)
+        start = 0
+        while start < len(entries):
+            part = entries[start : start + budget.items_to_read(FIRST_READ)]
+            start += len(part)
+            keys = [self.keys.item_key(zone, item_id) for _, item_id, _ in part]
+            # A part's item reads sent at once: one round trip for many items.
             for (order_key, item_id, _), key, raw in zip(
-                entries, keys, get_many(tr, keys), strict=True
+                part, keys, get_many(tr, keys), strict=True
             ):
                 if raw is None:
                     # An order entry without its item: repair the index.
@@ -116,21 +160,32 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
                 try:
                     item = self._decode(tr, zone, key, raw)
                 except CorruptRecord as err:
+                    if not budget.admit(len(raw)):  # dead-lettered: its bytes written again
+                        return leased, corrupt
                     self._dead_letter_raw(tr, zone, item_id, raw, err.reason, now)
                     tr.clear_range(*self.keys.items_range_of(zone, item_id))
                     tr.clear(order_key)
                     tr.add(self.keys.count_key(zone), pack_i64(-1))
                     corrupt.append(CorruptItem(item_id, err.reason))
                     continue
+                chunks = int(item.meta.get("_chunks", 0))
+                chunk_bytes = len(item.payload) if chunks else 0
                 if resolve is not None:
                     item = resolve(item)
                 if item.deadline_ms is not None and now > item.deadline_ms:
+                    # Buried: its whole record, chunks too, written again.
+                    if not budget.admit(len(raw), 2 * chunk_bytes, chunks):
+                        return leased, corrupt
                     self._bury(tr, zone, item, "expired: not started before its TTL")
                     continue
                 if item.vesting_ms > now and item.lease_id is not None:
                     continue  # ahead of time, but its holder's lease still runs
                 if accept is not None and not accept(item):
                     continue  # e.g. its job type is at its concurrency cap: leave it vested
+                # Past the budget the rest stays vested for the next visit (a place the
+                # accept reserved for this item is given back when the caller settles).
+                if not budget.admit(len(raw), chunk_bytes, chunks):
+                    return leased, corrupt
                 # At-most-once items are leased like any other: the consumer deletes one
                 # (holding its lease) only when its handler starts, so an item taken but
                 # never started (shutdown, a concurrency cap) is given back, not lost.
@@ -140,6 +195,4 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
                 if not held:
                     starting -= 1
                 leased.append(self._grant_lease(tr, zone, item, since, lease_ms, held=held))
-            return leased, corrupt
-
-        return take(tr)
+        return leased, corrupt
