@@ -76,6 +76,7 @@ def test_three_crashes_charge_only_the_item_that_ran(tmp_path: Path, bound: str)
     # blocks, and whatever else a visit leased waits.
     blocker = q.enqueue("job", "block", app="a", tenant="t", priority=-1)
     others = [q.enqueue("job", n, app="a", tenant="t") for n in range(OTHERS)]
+    zone = q.zone("a", "t")
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     for _crash in range(3):
         proc = subprocess.Popen(
@@ -107,6 +108,13 @@ def test_three_crashes_charge_only_the_item_that_ran(tmp_path: Path, bound: str)
                 )
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(10)
+            # The next consumer starts once the blocking item's lease has run out, so its
+            # first visit takes that item first again: started before its lease ran out, it
+            # would run the others meanwhile and leave nothing held to check.
+            assert wait_for(
+                lambda: any(i.item_id == blocker for i in q.zones.peek(zone, OTHERS + 1)),
+                timeout=30,
+            )
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -133,7 +141,6 @@ def test_three_crashes_charge_only_the_item_that_ran(tmp_path: Path, bound: str)
     def job(payload: object, ctx: JobContext) -> None:
         attempts[ctx.item_id] = ctx.attempt
 
-    zone = q.zone("a", "t")
     left = q.zones.count(zone)
     # The crashed consumers' leases run out (1 s), and every item left is vested again.
     assert wait_for(lambda: len(q.zones.peek(zone, 100)) == left, timeout=30)
