@@ -44,27 +44,19 @@ import anyio.to_thread
 from quickzones.adapters.http.held_slots import HeldSlots
 from quickzones.clock import now_ms
 from quickzones.consumer.config import ConsumerConfig
+from quickzones.consumer.fetcher import Fetcher
 from quickzones.consumer.maintenance import HEARTBEAT_S
 from quickzones.consumer.pickups import PickupCounts
 from quickzones.consumer.selection import Selection
+from quickzones.consumer.settler import Settler
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster
-from quickzones.consumer.tenant_admission import TenantAdmission, slots_of
-from quickzones.consumer.visit import (
-    Admission,
-    NeedsThreeTransactions,
-    VisitRules,
-    ZoneVisit,
-    ZoneVisitor,
-    visit_size,
-)
-from quickzones.consumer.visit_gate import OneTransactionGate
+from quickzones.consumer.visit import ZoneVisit, visit_size
 from quickzones.consumer.weighing import Weighing
 from quickzones.errors import CorruptRecord, StorageError
 from quickzones.store.changes import CommitWatcher, watcher_for
 from quickzones.store.keys import LOCAL_APP
 from quickzones.store.kv import KVTransaction, run
-from quickzones.store.pauses import PauseSet
 from quickzones.store.pointer_repair import set_aside
 from quickzones.store.records import WorkItem, ZoneId, decode_pointer
 from quickzones.store.toplevel import PointerRef
@@ -110,9 +102,6 @@ class PullLeaser:
         self.pull = pull or PullConfig()
         self.rng = random.Random(self.config.seed)
         self.cluster = Cluster(zones=q.items, toplevel=q.toplevel, kv=q.kv)
-        self.visitor = ZoneVisitor(
-            OneTransactionGate(self.config.one_transaction_visits, q.clock), q.clock, self._count
-        )
         # Pointer leases lost to another consumer (or a pointer that moved) since start.
         self.lost_pointer_leases = 0
         self._stats_lock = threading.Lock()
@@ -132,9 +121,9 @@ class PullLeaser:
         # Commits by other processes (quickzones.store.changes), on stores that can tell.
         self._changes = 0
         self.watcher = watcher_for(q.kv)  # commits by other processes, where the store tells
-        # The visits' fairness rules, as a local consumer's Manager has them: the tenant
-        # weights and the per-tenant limits, with the slots this server holds for them.
-        self.weighing = Weighing(self._count, q.tenant_weights)
+        # Every admission rule of a visit, as a local consumer's Manager has them: the
+        # one fetcher (pauses, weights, the app's and tenants' limits), with the slots
+        # this server holds for the items it leases until their remote workers end them.
         self.slots = Slots(
             q.limits,
             f"serve-{uuid.uuid4().hex[:12]}",
@@ -142,9 +131,24 @@ class PullLeaser:
             threading.Lock(),
             self._count,
         )
-        self.tenant_admission = TenantAdmission(q.limits, self.slots, q.clock, self._count)
-        self.tenant_admission.limits = q.tenant_limit_store
+        self.fetcher = Fetcher(
+            self.config,
+            q.clock,
+            q.limits,
+            self.slots,
+            self._count,
+            pauses=q.pauses,
+            weighing=Weighing(self._count, q.tenant_weights),
+        )
+        self.fetcher.tenant_admission.limits = q.tenant_limit_store
+        self.weighing = self.fetcher.weighing
         self.held_slots = HeldSlots(self.slots, q.clock)
+        # The outcomes of what it leased (the routes apply a remote worker's through it):
+        # each one that ends an item's lease gives back the slots the item held, and a
+        # requeued item wakes the waiting polls (it may be due now).
+        self.settler = Settler(
+            {self.cluster.name: self.cluster}, requeued=q.wake_waiters, ended=self.held_slots.ended
+        )
 
     def _count(self, event: str, **_: Any) -> None:
         """The visits' events: only lost pointer leases are kept (a measure of contention)."""
@@ -281,49 +285,20 @@ class PullLeaser:
                 return take
 
         v = ZoneVisit(ref, min(room, size) if accept is None else size)
-        rules = VisitRules.of(
-            self.config,
-            item_lease_ms=lease_ms,
-            accept=accept,
-            admit=self._admit,
-            paused=self._paused(),
-            weight=self.weighing.visit_rule(),
-            dequeued=self._dequeued,
-        )
+        rules = self.fetcher.rules(item_lease_ms=lease_ms, accept=accept, dequeued=self._dequeued)
         # A weighted zone's turn is its weight times the visit's size, at most the room;
         # with a job-type filter, ``accept`` keeps to the room, and the dequeue must see
         # past the items it skips (a room of 1 would peek only the first, maybe unwanted).
         capacity = None if accept is not None else (lambda: room)
-        self.visitor.visit(self.cluster, [v], rules, capacity=capacity)
+        self.fetcher.visit(self.cluster, [v], rules, capacity)
         return v
 
-    def _admit(self, zone: ZoneId, room: int, tr: KVTransaction | None) -> Admission:
-        """The tenant's limits on a leased zone, as a Manager's visit takes them; a zone
-        with limits takes the three transactions (its slots are taken outside any)."""
-        if tr is not None:
-            if self.tenant_admission.of(zone):
-                raise NeedsThreeTransactions
-            return Admission(room)
-        room, not_before, hold = self.tenant_admission.limit(zone, room)
-        return Admission(room, not_before, 0, hold)
-
     def _dequeued(self, v: ZoneVisit) -> None:
-        """Settle the tenant limits the visit took (the unused back; each item's slots
-        kept until its remote worker ends it) and count the zone's weighted turn."""
-        if v.tenant_hold is not None:
-            held = self.tenant_admission.settle(v.zone, v.tenant_hold, v.items)
-            for item in v.items:
-                names = slots_of(item, held)
-                self.held_slots.hold(v.zone, item.item_id, names, item.vesting_ms)
-        self.weighing.took((v.ref.cluster, v.ref.shard, v.ref.pointer_id), v.zone, len(v.items))
-
-    def _paused(self) -> PauseSet | None:
-        """The store's pauses, as every consumer reads them (at most once a second);
-        while the store cannot be read, the last ones read."""
-        try:
-            return self.q.pauses.current()
-        except StorageError:
-            return self.q.pauses.last
+        """Settle the admission the visit took (the unused back) and keep each item's
+        slots (its app's, its tenant's) until its remote worker ends it or its lease
+        lapses."""
+        for item, held in zip(v.items, self.fetcher.took(v), strict=True):
+            self.held_slots.hold(v.zone, item.item_id, held.slots(v.zone), item.vesting_ms)
 
     def lease_once(
         self,
@@ -350,7 +325,6 @@ class PullLeaser:
         commits each) for them."""
         out: list[Leased] = []
         visited = 0
-        self.tenant_admission.prepare()  # read before any visit's transaction
         self.held_slots.tidy()
         # The zones this call visited: not again, so that one call takes at most a
         # visit's share of any zone while others wait (water-filling, invariant 7).
