@@ -266,6 +266,9 @@ async def lease(body: m.LeaseRequest, request: Request, who: Consumer) -> Respon
     types = None
     if body.job_types is not None:
         types = frozenset(check_job_type(t) for t in body.job_types)
+    caps = None
+    if body.pool_caps:
+        caps = {check_job_type(t): n for t, n in body.pool_caps.items()}
 
     try:
         with contextlib.ExitStack() as held:
@@ -273,7 +276,14 @@ async def lease(body: m.LeaseRequest, request: Request, who: Consumer) -> Respon
                 held.enter_context(state.polls.admit(who.token_id))
             # Waits on the event loop between scans: an open poll holds no thread.
             got = await state.leaser.lease_async(
-                scope, body.max_items, body.lease_s, body.wait_s, types, state.stopping, body.fill_s
+                scope,
+                body.max_items,
+                body.lease_s,
+                body.wait_s,
+                types,
+                state.stopping,
+                body.fill_s,
+                pool_caps=caps,
             )
     except TooManyPolls as err:
         raise ApiError(

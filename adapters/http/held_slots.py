@@ -46,6 +46,13 @@ class HeldSlots:
         if old is not None:
             self._release(old[0])
 
+    def add(self, zone: ZoneId, item_id: str, names: Names, until_ms: int) -> None:
+        """``item_id``, leased until ``until_ms``, holds a slot of each of ``names`` too."""
+        with self._lock:
+            found = self._held.get((zone, item_id))
+            held = names if found is None else found[0] + names
+            self._held[(zone, item_id)] = (held, until_ms)
+
     def extended(self, zone: ZoneId, item_id: str, until_ms: int) -> None:
         with self._lock:
             found = self._held.get((zone, item_id))

@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +44,7 @@ import anyio.to_thread
 from quickzones.adapters.http.held_slots import HeldSlots
 from quickzones.clock import now_ms
 from quickzones.consumer.config import ConsumerConfig
-from quickzones.consumer.fetcher import Fetcher
+from quickzones.consumer.fetcher import TYPE_SCOPE, Fetcher
 from quickzones.consumer.maintenance import HEARTBEAT_S
 from quickzones.consumer.pickups import PickupCounts
 from quickzones.consumer.selection import Selection
@@ -53,7 +53,7 @@ from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster
 from quickzones.consumer.visit import ZoneVisit, visit_size
 from quickzones.consumer.weighing import Weighing
-from quickzones.errors import CorruptRecord, StorageError
+from quickzones.errors import CorruptRecord, QuickError, StorageError
 from quickzones.store.changes import CommitWatcher, watcher_for
 from quickzones.store.keys import LOCAL_APP
 from quickzones.store.kv import KVTransaction, run
@@ -300,6 +300,32 @@ class PullLeaser:
         for item, held in zip(v.items, self.fetcher.took(v), strict=True):
             self.held_slots.hold(v.zone, item.item_id, held.slots(v.zone), item.vesting_ms)
 
+    def _capped(
+        self, zone: ZoneId, items: list[WorkItem], caps: Mapping[str, int]
+    ) -> list[WorkItem]:
+        """The items the job types' pool-wide caps let run (each holds its type's slot
+        until its remote worker ends it); the others are given back unstarted, due again
+        in 100 ms, as a local Worker gives back an item its type's cap holds back."""
+        kept = []
+        for item, allowed in zip(items, self.fetcher.pool_slots(items, caps), strict=True):
+            if allowed:
+                self.held_slots.add(
+                    zone, item.item_id, ((TYPE_SCOPE, item.job_type),), item.vesting_ms
+                )
+                kept.append(item)
+                continue
+            with contextlib.suppress(QuickError):  # else its lease lapses on its own
+                self.settler.requeue(
+                    self.cluster.name,
+                    zone,
+                    item.item_id,
+                    item.lease_id or "",
+                    100,
+                    count_error=False,
+                    ran=False,
+                )
+        return kept
+
     def lease_once(
         self,
         app: str | None,
@@ -307,11 +333,13 @@ class PullLeaser:
         lease_s: float,
         job_types: frozenset[str] | None = None,
         fill_s: float | None = None,
+        pool_caps: Mapping[str, int] | None = None,
     ) -> list[Leased]:
         """One scan and the visits it chooses (and more scans while they take items and
         leave vested zones unchosen); may return nothing. With ``fill_s``, once it holds
-        items it visits no more zones ``fill_s`` after the first scan began."""
-        return self._lease_once(app, max_items, lease_s, job_types, fill_s)[0]
+        items it visits no more zones ``fill_s`` after the first scan began.
+        ``pool_caps``: job type -> its ``pool_max_concurrency`` (the caller's handlers')."""
+        return self._lease_once(app, max_items, lease_s, job_types, fill_s, pool_caps)[0]
 
     def _lease_once(
         self,
@@ -320,6 +348,7 @@ class PullLeaser:
         lease_s: float,
         job_types: frozenset[str] | None,
         fill_s: float | None = None,
+        pool_caps: Mapping[str, int] | None = None,
     ) -> tuple[list[Leased], int]:
         """The items leased, and how many zones' pointers were leased (and released: two
         commits each) for them."""
@@ -344,8 +373,9 @@ class PullLeaser:
                 seen_zones.add((ref.shard, ref.pointer_id))
                 if v.pointer is not None:
                     visited += 1
-                    out.extend(Leased(v.zone, item) for item in v.items)
-                    took += len(v.items)
+                    items = v.items if not pool_caps else self._capped(v.zone, v.items, pool_caps)
+                    out.extend(Leased(v.zone, item) for item in items)
+                    took += len(items)
             # Another scan only while the last one took items and left vested pointers
             # unchosen (a scanner scans again while managers are free).
             if not took or not (crowded or seen > len(chosen)):
@@ -386,6 +416,7 @@ class PullLeaser:
         job_types: frozenset[str] | None = None,
         stopping: threading.Event | None = None,
         fill_s: float | None = None,
+        pool_caps: Mapping[str, int] | None = None,
     ) -> list[Leased]:
         """Up to ``max_items`` leased items; waits up to ``wait_s`` for the first one (a
         long poll, like SQS's ReceiveMessage). With ``fill_s`` a scan that holds items
@@ -406,6 +437,7 @@ class PullLeaser:
         This waits on the calling thread; :meth:`lease_async` is the same poll that
         holds no thread while it waits (the server's)."""
         poll = _Poll(self, app, max_items, lease_s, wait_s, job_types, stopping, fill_s)
+        poll.pool_caps = pool_caps
         while True:
             step = self._step(poll)
             if isinstance(step, list):
@@ -423,11 +455,13 @@ class PullLeaser:
         job_types: frozenset[str] | None = None,
         stopping: threading.Event | None = None,
         fill_s: float | None = None,
+        pool_caps: Mapping[str, int] | None = None,
     ) -> list[Leased]:
         """:meth:`lease` for an event loop: each scan runs on a worker thread (a few
         short transactions), and the waits between scans are the loop's, so a server's
         waiting polls hold no thread each."""
         poll = _Poll(self, app, max_items, lease_s, wait_s, job_types, stopping, fill_s)
+        poll.pool_caps = pool_caps
         while True:
             step = await anyio.to_thread.run_sync(self._step, poll)
             if isinstance(step, list):
@@ -446,7 +480,7 @@ class PullLeaser:
         version = None if watcher is None else watcher.version()
         scanned = time.monotonic()
         got, visited = self._lease_once(
-            poll.app, poll.max_items, poll.lease_s, poll.job_types, poll.fill_s
+            poll.app, poll.max_items, poll.lease_s, poll.job_types, poll.fill_s, poll.pool_caps
         )
         now = time.monotonic()
         if got or now >= poll.deadline or (poll.stopping is not None and poll.stopping.is_set()):
@@ -523,6 +557,7 @@ class _Poll:
     ) -> None:
         self.app, self.max_items, self.lease_s = app, max_items, lease_s
         self.job_types, self.stopping, self.fill_s = job_types, stopping, fill_s
+        self.pool_caps: Mapping[str, int] | None = None  # job type -> pool_max_concurrency
         self.deadline = time.monotonic() + wait_s
         self.pause = leaser.pull.poll_s  # the longest wait to the next scan (doubling)
         self.gap = 0.0  # how long after a scan store changes do not yet count

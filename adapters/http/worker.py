@@ -244,6 +244,13 @@ class RemoteWorker:
             for name in registry.names()
             if not registry.find(name).transactional  # type: ignore[union-attr]
         ]
+        # Each handler's pool-wide cap, sent with every lease: the server holds the
+        # type's slot for each item it leases (the consumer's fetcher).
+        self.pool_caps = {
+            name: cap
+            for name in self.job_types
+            if (cap := registry.find(name).pool_max_concurrency) is not None  # type: ignore[union-attr]
+        }
         self.stats = RemoteWorkerStats()
         # The server restarting or gone: said once, then once per interval with a count,
         # and once when it answers again; leases retried with a capped backoff.
@@ -326,6 +333,7 @@ class RemoteWorker:
                         app=self.app,
                         job_types=self.job_types,
                         fill_s=self.fill_s,
+                        pool_caps=self.pool_caps or None,
                     )
                     self.lease_failures.succeeded()
                 except (QuickError, *_REQUEST_ERRORS) as err:

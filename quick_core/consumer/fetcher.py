@@ -14,7 +14,9 @@ one set of admission rules holds for a local worker and a remote one alike:
   ``dispatches_per_second`` (:meth:`Fetcher.apply_app_limits`);
 * the tenant's limits (:class:`~quickzones.consumer.tenant_admission.TenantAdmission`);
 * a job type's per-consumer ``max_concurrency`` (:meth:`Fetcher.accept`, reserving places
-  in the caller's :class:`~quickzones.consumer.state.InFlight`).
+  in the caller's :class:`~quickzones.consumer.state.InFlight`), and its pool-wide
+  ``pool_max_concurrency`` for items leased to remote workers (:meth:`Fetcher.pool_slots`;
+  a local Worker takes its slot as the handler starts).
 
 What each dequeued item holds until it ends (an app slot, its tenant's slots) is said by
 :meth:`Fetcher.took`; a local Worker releases it as its handler ends, the server's
@@ -24,7 +26,7 @@ What each dequeued item holds until it ends (an app slot, its tenant's slots) is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +52,7 @@ from quickzones.store.pauses import Pauses, PauseSet
 from quickzones.store.records import WorkItem, ZoneId
 
 APP_SCOPE = "app"  # an app's pool-wide concurrency slots in Limits
+TYPE_SCOPE = "type"  # a job type's (pool_max_concurrency)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +146,27 @@ class Fetcher:
         self.weighing.took((v.ref.cluster, v.ref.shard, v.ref.pointer_id), v.zone, len(v.items))
         app_slot = v.app_slots > 0
         return [Held(app_slot, slots_of(item, held) if held else ()) for item in v.items]
+
+    def pool_slots(self, items: Sequence[WorkItem], caps: Mapping[str, int]) -> list[bool]:
+        """Take one pool-wide slot of its job type for each of ``items`` whose type is in
+        ``caps`` (type -> ``pool_max_concurrency``), as a local Worker does as its handler
+        starts: whether each may run (an item whose type's slots are all held must be
+        given back unstarted). A store that cannot be read allows none of them."""
+        allowed = []
+        for item in items:
+            cap = caps.get(item.job_type)
+            if cap is None or self.limits is None:
+                allowed.append(True)
+                continue
+            try:
+                got = self.slots.acquire(TYPE_SCOPE, item.job_type, 1, cap)
+            except StorageError as err:
+                self.emit("limits_error", error=str(err))
+                got = 0
+            if not got:
+                self.emit("throttled", reason="job type concurrency cap")
+            allowed.append(bool(got))
+        return allowed
 
     # --- the rules ------------------------------------------------------------------------
 

@@ -11,9 +11,14 @@ pauses through the pull API: test_pull_fairness.py, test_pause_http.py.)
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Any
 
 from quickzones.adapters.http.client import RemoteQuick
+from quickzones.adapters.http.worker import RemoteWorker
+from quickzones.client import Quick
+from quickzones.registry import JobContext
 from quickzones.store.limits import AppLimits
 
 from .conftest import Served
@@ -67,3 +72,49 @@ def test_an_apps_dispatch_rate_holds_for_pull_leases(served: Served) -> None:
     # The rate's windows are whole seconds: those this span touched allow 2 each.
     windows = int(end) - int(start) + 1
     assert 1 <= leased <= 2 * windows, f"{leased} leased in {windows} window(s) at 2/s"
+
+
+def test_a_job_types_pool_cap_holds_across_remote_workers(served: Served) -> None:
+    """``pool_max_concurrency=1``: two remote workers of 3 workers each run one item of
+    the type at a time (on main: 6 ran at once; the remote workers' Worker had no limits
+    store to take the type's slot from)."""
+    handlers = Quick.open("memory://")
+    lock = threading.Lock()
+    running = most = 0
+    ran: list[str] = []
+
+    @handlers.job("capped", pool_max_concurrency=1)
+    def capped(payload: Any, ctx: JobContext) -> None:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        time.sleep(0.05)
+        with lock:
+            running -= 1
+            ran.append(ctx.item_id)
+
+    ids = {served.q.enqueue("capped", n, app="a", tenant=f"t{n % 4}") for n in range(8)}
+    clients = [RemoteQuick(served.url, served.a_all) for _ in range(2)]
+    workers = [
+        RemoteWorker(handlers.registry, c, workers=3, lease_s=10.0, wait_s=0.2) for c in clients
+    ]
+    threads = [threading.Thread(target=w.run_forever, daemon=True) for w in workers]
+    for t in threads:
+        t.start()
+    try:
+        deadline = time.monotonic() + 120
+        while len(set(ran)) < len(ids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        for w in workers:
+            w.request_stop()
+        for t in threads:
+            t.join(30)
+        for w in workers:
+            w.close()
+        for c in clients:
+            c.close()
+        handlers.close()
+    assert set(ran) == ids
+    assert most == 1, f"{most} items of a type capped at 1 ran at once"
