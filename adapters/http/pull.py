@@ -6,18 +6,18 @@ the caller's app) and chooses among them as a scanner does
 (:class:`~quickzones.consumer.selection.Selection`: a random ``selection_frac`` of each
 shard's window of ``peek_max``, at most ``selection_max``; the oldest first with
 ``in_order=True``), so concurrent pull consumers spread over the zones instead of all
-contending for the oldest pointer. Each chosen zone is visited as a Manager visits it
-(:class:`~quickzones.consumer.visit.ZoneVisitor`: lease the pointer, dequeue at most
-``dequeue_max`` items, or the work-conserving share (capped by ``visit_max``), requeue or collect
-the pointer) until the call holds ``max_items`` items, under the same rules as a local
-consumer's visits: the pauses, the tenant weights
-(:class:`~quickzones.consumer.weighing.Weighing`: the scan's weighted draw and each
-visit's weighted turn) and the per-tenant limits
-(:class:`~quickzones.consumer.tenant_admission.TenantAdmission`; the concurrency slots an
-item takes are kept for its remote worker by :mod:`.held_slots`); a scan that took items and left
-vested pointers unchosen is followed by another. If the caller gave ``fill_s``, once it
-holds some items and ``fill_s`` has passed since its first scan began, it visits no more
-zones, so they do not wait behind many more visits.
+contending for the oldest pointer. Each chosen zone is visited through the consumer's one
+:class:`~quickzones.consumer.fetcher.Fetcher`, as a Manager visits it (lease the pointer,
+dequeue at most ``dequeue_max`` items, or the work-conserving share (capped by
+``visit_max``), requeue or collect the pointer) until the call holds ``max_items`` items,
+under the same admission rules as a local consumer's visits: the pauses, the tenant
+weights (the scan's weighted draw and each visit's weighted turn), the app's limits, the
+per-tenant limits, and the job types' pool-wide caps the caller sends; the concurrency
+slots an item takes are kept for its remote worker by :mod:`.held_slots` and given back
+through the :class:`~quickzones.consumer.settler.Settler` that applies its outcome. A
+scan that took items and left vested pointers unchosen is followed by another. If the
+caller gave ``fill_s``, once it holds some items and ``fill_s`` has passed since its first
+scan began, it visits no more zones, so they do not wait behind many more visits.
 
 The server's leaser is configured by a :class:`~quickzones.consumer.config.ConsumerConfig`
 (the scanner's and visit's parameters, the same fields as a local consumer's; its worker,
