@@ -1,12 +1,14 @@
 """Concurrency slots held by items leased to remote workers: their app's pool-wide
-``max_concurrency`` and their tenant's ``max_running`` (issue 31 point 2 and issue 40
-point 7 for ``quick serve``'s pull leases).
+``max_concurrency``, their tenant's ``max_running`` and their job type's
+``pool_max_concurrency`` (issue 31 point 2 and issue 40 point 7 for ``quick serve``'s pull
+leases).
 
 A local consumer's item keeps its slots (:mod:`quickzones.consumer.fetcher`) until its
 handler ends, and its lease extender keeps them from lapsing. A remote worker's
 item runs on another machine, so the server keeps them for it: taken by the pull
 leaser's visit, kept while the item's lease lasts (extended with it), and given back when
-its completion, failure or nack arrives, or when its lease lapses (a remote worker that
+its completion, failure or nack arrives (the settler's ``ended`` hook), or when its lease
+lapses (a remote worker that
 vanished). While the server runs it refreshes the slots it holds; a server that stops
 refreshing them lets them lapse after the slots' TTL, as a stopped consumer's do.
 """
