@@ -8,9 +8,9 @@ handler ends, and its lease extender keeps them from lapsing. A remote worker's
 item runs on another machine, so the server keeps them for it: taken by the pull
 leaser's visit, kept while the item's lease lasts (extended with it), and given back when
 its completion, failure or nack arrives (the settler's ``ended`` hook), or when its lease
-lapses (a remote worker that
-vanished). While the server runs it refreshes the slots it holds; a server that stops
-refreshing them lets them lapse after the slots' TTL, as a stopped consumer's do.
+lapses (a remote worker that vanished). While the server runs it refreshes the slots it
+holds; a server that stops refreshing them lets them lapse after the slots' TTL, as a
+stopped consumer's do.
 """
 
 from __future__ import annotations
