@@ -13,7 +13,6 @@ import base64
 import contextlib
 import logging
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -30,6 +29,7 @@ from quickzones.adapters.http.pull import Leased, PullLeaser
 from quickzones.adapters.http.tokens import ALL_APPS, TokenInfo, TokenStore
 from quickzones.client import Quick
 from quickzones.clock import now_ms
+from quickzones.consumer.settler import Completion, NotCommitted, Settler
 from quickzones.errors import ItemNotFound, LeaseLost, QuickError
 from quickzones.store import admin
 from quickzones.store.outcomes import JobStatus, ResultNotAvailable
@@ -266,6 +266,9 @@ async def lease(body: m.LeaseRequest, request: Request, who: Consumer) -> Respon
     types = None
     if body.job_types is not None:
         types = frozenset(check_job_type(t) for t in body.job_types)
+    caps = None
+    if body.pool_caps:
+        caps = {check_job_type(t): n for t, n in body.pool_caps.items()}
 
     try:
         with contextlib.ExitStack() as held:
@@ -273,7 +276,14 @@ async def lease(body: m.LeaseRequest, request: Request, who: Consumer) -> Respon
                 held.enter_context(state.polls.admit(who.token_id))
             # Waits on the event loop between scans: an open poll holds no thread.
             got = await state.leaser.lease_async(
-                scope, body.max_items, body.lease_s, body.wait_s, types, state.stopping, body.fill_s
+                scope,
+                body.max_items,
+                body.lease_s,
+                body.wait_s,
+                types,
+                state.stopping,
+                body.fill_s,
+                pool_caps=caps,
             )
     except TooManyPolls as err:
         raise ApiError(
@@ -283,13 +293,15 @@ async def lease(body: m.LeaseRequest, request: Request, who: Consumer) -> Respon
         return Response('{"items":[]}', media_type="application/json")
 
     def encoded() -> Response:
-        items = [one for one in (_deliverable(state.q, x) for x in got) if one is not None]
+        leaser = state.leaser
+        sent = (_deliverable(leaser.settler, leaser.cluster.name, x) for x in got)
+        items = [one for one in sent if one is not None]
         return Response('{"items":[' + ",".join(items) + "]}", media_type="application/json")
 
     return await anyio.to_thread.run_sync(encoded)
 
 
-def _deliverable(q: Quick, x: Leased) -> str | None:
+def _deliverable(settler: Settler, cluster: str, x: Leased) -> str | None:
     """A leased item as the response's JSON, or None when it cannot be sent (a payload
     stored before enqueue refused what the API cannot encode, or an unreadable one): the
     item is dead-lettered with the reason, so it neither breaks the response for the
@@ -300,7 +312,7 @@ def _deliverable(q: Quick, x: Leased) -> str | None:
         reason = f"its payload cannot be sent by the HTTP API: {type(err).__name__}: {err}"
     log.warning("item %s of %s dead-lettered: %s", x.item.item_id, x.zone, reason)
     with contextlib.suppress(LeaseLost, ItemNotFound):
-        q.items.dead_letter(x.zone, x.item.item_id, x.item.lease_id, reason[:2000])
+        settler.dead_letter(cluster, x.zone, x.item.item_id, x.item.lease_id, reason[:2000])
     return None
 
 
@@ -332,11 +344,13 @@ def complete(
     q = state.q
     zone = q.zone(allow_app(who, app), tenant)
     result = _result(body)
+    leaser = state.leaser
     try:
-        q.items.complete(zone, check_name("item_id", item_id), body.lease_id, result=result)
+        leaser.settler.complete(
+            leaser.cluster.name, zone, check_name("item_id", item_id), body.lease_id, result
+        )
     except (LeaseLost, ItemNotFound) as err:
         raise _lost(q, zone, item_id, err) from None
-    state.leaser.held_slots.ended(zone, item_id)  # its tenant's slots (pull.py)
     return Response(status_code=204)
 
 
@@ -348,13 +362,6 @@ def _result(body: m.CompleteRequest) -> Any:
         raise ApiError(400, "invalid_result", str(err)) from None
 
 
-def _results(completions: Iterable[m.Completion]) -> dict[str, Any] | None:
-    """The return values sent with a zone's completions, by item id (None: none)."""
-    values = {c.item_id: _result(c) for c in completions}
-    kept = {item_id: v for item_id, v in values.items() if v is not None}
-    return kept or None
-
-
 @router.post("/completions", tags=["consume"], response_model=m.CompletedMany)
 def complete_many(body: m.CompleteManyRequest, request: Request, who: Consumer) -> Response:
     """Complete several leased items in one request, with one commit per zone: each
@@ -362,8 +369,8 @@ def complete_many(body: m.CompleteManyRequest, request: Request, who: Consumer) 
     token must allow every item's app; an item given twice is refused (400)."""
     state = state_of(request)
     q = state.q
-    by_zone: dict[Any, list[int]] = {}
     seen: set[tuple[str, str, str]] = set()
+    completions = []
     for n, c in enumerate(body.items):
         zone = q.zone(allow_app(who, c.app), c.tenant)
         key = (c.app, c.tenant, check_name("item_id", c.item_id))
@@ -375,21 +382,21 @@ def complete_many(body: m.CompleteManyRequest, request: Request, who: Consumer) 
                 c.item_id,
             )
         seen.add(key)
-        by_zone.setdefault(zone, []).append(n)
-    outcomes: list[m.Outcome] = ["completed"] * len(body.items)
-    for zone, indexes in by_zone.items():
-        leased = [(body.items[n].item_id, body.items[n].lease_id) for n in indexes]
-        results = _results(body.items[n] for n in indexes)
-        done = q.items.complete_many(zone, leased, results=results)
-        for n, err in zip(indexes, done, strict=True):
-            if isinstance(err, LeaseLost):
-                outcomes[n] = "lease_lost"
-            elif isinstance(err, ItemNotFound):
-                outcomes[n] = "item_gone"
-            elif err is not None:
-                outcomes[n] = "corrupt"
-            else:
-                state.leaser.held_slots.ended(zone, body.items[n].item_id)
+        completions.append(Completion(zone, c.item_id, c.lease_id, _result(c)))
+    # One settler call: the zones' items in one commit per zone (or per store, where the
+    # zone store merges zones), as a local consumer's batched completions.
+    leaser = state.leaser
+    done = leaser.settler.complete_many(leaser.cluster.name, completions)
+    outcomes: list[m.Outcome] = []
+    for err in done:
+        if isinstance(err, NotCommitted):
+            raise err.cause  # the store's answer, as any route's
+        if isinstance(err, LeaseLost):
+            outcomes.append("lease_lost")
+        elif isinstance(err, ItemNotFound):
+            outcomes.append("item_gone")
+        else:
+            outcomes.append("corrupt" if err is not None else "completed")
     return _json(
         m.CompletedMany(
             results=[
@@ -445,8 +452,10 @@ def nack(
     state = state_of(request)
     q = state.q
     zone = q.zone(allow_app(who, app), tenant)
+    leaser = state.leaser
     try:
-        item = q.items.requeue(
+        leaser.settler.requeue(
+            leaser.cluster.name,
             zone,
             check_name("item_id", item_id),
             body.lease_id,
@@ -457,9 +466,6 @@ def nack(
         )
     except (LeaseLost, ItemNotFound) as err:
         raise _lost(q, zone, item_id, err) from None
-    state.leaser.held_slots.ended(zone, item_id)
-    q.toplevel.pull_pointer_earlier(zone, item.vesting_ms)
-    q.wake_waiters()  # waiting polls: it may be due now
     return Response(status_code=204)
 
 
@@ -471,17 +477,18 @@ def fail(
     state = state_of(request)
     q = state.q
     zone = q.zone(allow_app(who, app), tenant)
+    leaser = state.leaser
     try:
-        q.items.dead_letter(
+        leaser.settler.dead_letter(
+            leaser.cluster.name,
             zone,
             check_name("item_id", item_id),
             body.lease_id,
             body.reason,
-            traceback=body.traceback,
+            body.traceback,
         )
     except (LeaseLost, ItemNotFound) as err:
         raise _lost(q, zone, item_id, err) from None
-    state.leaser.held_slots.ended(zone, item_id)
     return Response(status_code=204)
 
 

@@ -216,11 +216,15 @@ class _Calls:
         app: str | None,
         job_types: Any,
         fill_s: float | None = None,
+        pool_caps: dict[str, int] | None = None,
     ) -> _Call:
-        body = {"max_items": max_items, "wait_s": wait_s, "lease_s": lease_s, "app": app,
-                "job_types": None if job_types is None else list(job_types)}  # fmt: skip
+        body: dict[str, Any] = {
+            "max_items": max_items, "wait_s": wait_s, "lease_s": lease_s, "app": app,
+            "job_types": None if job_types is None else list(job_types)}  # fmt: skip
         if fill_s is not None:
             body["fill_s"] = fill_s
+        if pool_caps:
+            body["pool_caps"] = dict(pool_caps)
         return _Call("POST", "/v1/leases", body)
 
     @staticmethod
@@ -378,11 +382,13 @@ class RemoteQuick:
     # pull consumers
     def lease(self, max_items: int = 1, *, wait_s: float = 0.0, lease_s: float = 30.0,
               app: str | None = None, job_types: Iterable[str] | None = None,
-              fill_s: float | None = None) -> list[RemoteLease]:  # fmt: skip
+              fill_s: float | None = None,
+              pool_caps: dict[str, int] | None = None) -> list[RemoteLease]:  # fmt: skip
         """Up to ``max_items`` leased items, waiting up to ``wait_s`` for the first. With
         ``fill_s``, a lease that holds items stops visiting zones that long after its scan
-        began (fewer items per call, each handed out sooner)."""
-        call = _Calls.lease(max_items, wait_s, lease_s, app, job_types, fill_s)
+        began (fewer items per call, each handed out sooner). ``pool_caps``: job type ->
+        its ``pool_max_concurrency`` (a remote worker sends its handlers')."""
+        call = _Calls.lease(max_items, wait_s, lease_s, app, job_types, fill_s, pool_caps)
         body = self._do(call, timeout_s=self.timeout_s + wait_s)
         return [_lease_of(x) for x in body["items"]]
 
@@ -586,8 +592,9 @@ class AsyncRemoteQuick:
 
     async def lease(self, max_items: int = 1, *, wait_s: float = 0.0, lease_s: float = 30.0,
                     app: str | None = None, job_types: Iterable[str] | None = None,
-                    fill_s: float | None = None) -> list[RemoteLease]:  # fmt: skip
-        call = _Calls.lease(max_items, wait_s, lease_s, app, job_types, fill_s)
+                    fill_s: float | None = None,
+                    pool_caps: dict[str, int] | None = None) -> list[RemoteLease]:  # fmt: skip
+        call = _Calls.lease(max_items, wait_s, lease_s, app, job_types, fill_s, pool_caps)
         body = await self._do(call, timeout_s=self.timeout_s + wait_s)
         return [_lease_of(x) for x in body["items"]]
 

@@ -1,13 +1,16 @@
-"""Per-tenant concurrency slots held by items leased to remote workers (issue 31 point 2
-for ``quick serve``'s pull leases).
+"""Concurrency slots held by items leased to remote workers: their app's pool-wide
+``max_concurrency``, their tenant's ``max_running`` and their job type's
+``pool_max_concurrency`` (issue 31 point 2 and issue 40 point 7 for ``quick serve``'s pull
+leases).
 
-A local consumer's item keeps its tenant slots (:mod:`quickzones.consumer.tenant_admission`)
-until its handler ends, and its lease extender keeps them from lapsing. A remote worker's
+A local consumer's item keeps its slots (:mod:`quickzones.consumer.fetcher`) until its
+handler ends, and its lease extender keeps them from lapsing. A remote worker's
 item runs on another machine, so the server keeps them for it: taken by the pull
 leaser's visit, kept while the item's lease lasts (extended with it), and given back when
-its completion, failure or nack arrives, or when its lease lapses (a remote worker that
-vanished). While the server runs it refreshes the slots it holds; a server that stops
-refreshing them lets them lapse after the slots' TTL, as a stopped consumer's do.
+its completion, failure or nack arrives (the settler's ``ended`` hook), or when its lease
+lapses (a remote worker that vanished). While the server runs it refreshes the slots it
+holds; a server that stops refreshing them lets them lapse after the slots' TTL, as a
+stopped consumer's do.
 """
 
 from __future__ import annotations
@@ -17,23 +20,25 @@ import time
 
 from quickzones.clock import Clock, now_ms
 from quickzones.consumer.slots import Slots
-from quickzones.consumer.tenant_admission import SCOPE, Name
+from quickzones.store.limits import SlotName
 from quickzones.store.records import ZoneId
 
 REFRESH_EVERY_S = 2.0  # well inside the slots' TTL (at least 10 s)
 
+Names = tuple[tuple[str, SlotName], ...]  # (scope, name) of each slot an item holds
+
 
 class HeldSlots:
-    """The tenant slots each leased item holds, by (zone, item id)."""
+    """The slots each leased item holds, by (zone, item id)."""
 
     def __init__(self, slots: Slots, clock: Clock) -> None:
         self.slots = slots
         self.clock = clock
         self._lock = threading.Lock()
-        self._held: dict[tuple[ZoneId, str], tuple[tuple[Name, ...], int]] = {}
+        self._held: dict[tuple[ZoneId, str], tuple[Names, int]] = {}
         self._tidied = time.monotonic()
 
-    def hold(self, zone: ZoneId, item_id: str, names: tuple[Name, ...], until_ms: int) -> None:
+    def hold(self, zone: ZoneId, item_id: str, names: Names, until_ms: int) -> None:
         """``item_id`` was leased until ``until_ms`` holding a slot of each of ``names``
         (a lease of an item still held here lapsed: its slots are given back)."""
         with self._lock:
@@ -42,6 +47,13 @@ class HeldSlots:
                 self._held[(zone, item_id)] = (names, until_ms)
         if old is not None:
             self._release(old[0])
+
+    def add(self, zone: ZoneId, item_id: str, names: Names, until_ms: int) -> None:
+        """``item_id``, leased until ``until_ms``, holds a slot of each of ``names`` too."""
+        with self._lock:
+            found = self._held.get((zone, item_id))
+            held = names if found is None else found[0] + names
+            self._held[(zone, item_id)] = (held, until_ms)
 
     def extended(self, zone: ZoneId, item_id: str, until_ms: int) -> None:
         with self._lock:
@@ -72,6 +84,6 @@ class HeldSlots:
             self._release(held)
         self.slots.refresh_once()
 
-    def _release(self, names: tuple[Name, ...]) -> None:
-        for name in names:
-            self.slots.release(SCOPE, name, 1)
+    def _release(self, names: Names) -> None:
+        for scope, name in names:
+            self.slots.release(scope, name, 1)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
@@ -119,6 +119,13 @@ class LeaseRequest(_Strict):
         allow_inf_nan=False,
         description="once the lease holds items, visit no more zones this long after its "
         "scan began (fewer items, handed out sooner); default: fill up to max_items",
+    )
+    pool_caps: dict[str, Annotated[int, Field(ge=1, le=1_000_000)]] | None = Field(
+        default=None,
+        max_length=100,
+        description="job type -> its pool_max_concurrency, as the caller's handlers declare "
+        "it: a leased item of a capped type holds one of the type's pool-wide slots until "
+        "it ends; one leased while they are all held is given back unstarted",
     )
 
 

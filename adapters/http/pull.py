@@ -6,18 +6,18 @@ the caller's app) and chooses among them as a scanner does
 (:class:`~quickzones.consumer.selection.Selection`: a random ``selection_frac`` of each
 shard's window of ``peek_max``, at most ``selection_max``; the oldest first with
 ``in_order=True``), so concurrent pull consumers spread over the zones instead of all
-contending for the oldest pointer. Each chosen zone is visited as a Manager visits it
-(:class:`~quickzones.consumer.visit.ZoneVisitor`: lease the pointer, dequeue at most
-``dequeue_max`` items, or the work-conserving share (capped by ``visit_max``), requeue or collect
-the pointer) until the call holds ``max_items`` items, under the same rules as a local
-consumer's visits: the pauses, the tenant weights
-(:class:`~quickzones.consumer.weighing.Weighing`: the scan's weighted draw and each
-visit's weighted turn) and the per-tenant limits
-(:class:`~quickzones.consumer.tenant_admission.TenantAdmission`; the concurrency slots an
-item takes are kept for its remote worker by :mod:`.held_slots`); a scan that took items and left
-vested pointers unchosen is followed by another. If the caller gave ``fill_s``, once it
-holds some items and ``fill_s`` has passed since its first scan began, it visits no more
-zones, so they do not wait behind many more visits.
+contending for the oldest pointer. Each chosen zone is visited through the consumer's one
+:class:`~quickzones.consumer.fetcher.Fetcher`, as a Manager visits it (lease the pointer,
+dequeue at most ``dequeue_max`` items, or the work-conserving share (capped by
+``visit_max``), requeue or collect the pointer) until the call holds ``max_items`` items,
+under the same admission rules as a local consumer's visits: the pauses, the tenant
+weights (the scan's weighted draw and each visit's weighted turn), the app's limits, the
+per-tenant limits, and the job types' pool-wide caps the caller sends; the concurrency
+slots an item takes are kept for its remote worker by :mod:`.held_slots` and given back
+through the :class:`~quickzones.consumer.settler.Settler` that applies its outcome. A
+scan that took items and left vested pointers unchosen is followed by another. If the
+caller gave ``fill_s``, once it holds some items and ``fill_s`` has passed since its first
+scan began, it visits no more zones, so they do not wait behind many more visits.
 
 The server's leaser is configured by a :class:`~quickzones.consumer.config.ConsumerConfig`
 (the scanner's and visit's parameters, the same fields as a local consumer's; its worker,
@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,27 +44,19 @@ import anyio.to_thread
 from quickzones.adapters.http.held_slots import HeldSlots
 from quickzones.clock import now_ms
 from quickzones.consumer.config import ConsumerConfig
+from quickzones.consumer.fetcher import TYPE_SCOPE, Fetcher
 from quickzones.consumer.maintenance import HEARTBEAT_S
 from quickzones.consumer.pickups import PickupCounts
 from quickzones.consumer.selection import Selection
+from quickzones.consumer.settler import Settler
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster
-from quickzones.consumer.tenant_admission import TenantAdmission, slots_of
-from quickzones.consumer.visit import (
-    Admission,
-    NeedsThreeTransactions,
-    VisitRules,
-    ZoneVisit,
-    ZoneVisitor,
-    visit_size,
-)
-from quickzones.consumer.visit_gate import OneTransactionGate
+from quickzones.consumer.visit import ZoneVisit, visit_size
 from quickzones.consumer.weighing import Weighing
-from quickzones.errors import CorruptRecord, StorageError
+from quickzones.errors import CorruptRecord, QuickError, StorageError
 from quickzones.store.changes import CommitWatcher, watcher_for
 from quickzones.store.keys import LOCAL_APP
 from quickzones.store.kv import KVTransaction, run
-from quickzones.store.pauses import PauseSet
 from quickzones.store.pointer_repair import set_aside
 from quickzones.store.records import WorkItem, ZoneId, decode_pointer
 from quickzones.store.toplevel import PointerRef
@@ -114,9 +106,6 @@ class PullLeaser:
         # in-order scanner lease (adapters/http/in_order.py), or config.in_order is True.
         self.in_order = in_order or (lambda: self.config.in_order is True)
         self.cluster = Cluster(zones=q.items, toplevel=q.toplevel, kv=q.kv)
-        self.visitor = ZoneVisitor(
-            OneTransactionGate(self.config.one_transaction_visits, q.clock), q.clock, self._count
-        )
         # Pointer leases lost to another consumer (or a pointer that moved) since start.
         self.lost_pointer_leases = 0
         self._stats_lock = threading.Lock()
@@ -136,9 +125,9 @@ class PullLeaser:
         # Commits by other processes (quickzones.store.changes), on stores that can tell.
         self._changes = 0
         self.watcher = watcher_for(q.kv)  # commits by other processes, where the store tells
-        # The visits' fairness rules, as a local consumer's Manager has them: the tenant
-        # weights and the per-tenant limits, with the slots this server holds for them.
-        self.weighing = Weighing(self._count, q.tenant_weights)
+        # Every admission rule of a visit, as a local consumer's Manager has them: the
+        # one fetcher (pauses, weights, the app's and tenants' limits), with the slots
+        # this server holds for the items it leases until their remote workers end them.
         self.slots = Slots(
             q.limits,
             f"serve-{uuid.uuid4().hex[:12]}",
@@ -146,9 +135,24 @@ class PullLeaser:
             threading.Lock(),
             self._count,
         )
-        self.tenant_admission = TenantAdmission(q.limits, self.slots, q.clock, self._count)
-        self.tenant_admission.limits = q.tenant_limit_store
+        self.fetcher = Fetcher(
+            self.config,
+            q.clock,
+            q.limits,
+            self.slots,
+            self._count,
+            pauses=q.pauses,
+            weighing=Weighing(self._count, q.tenant_weights),
+        )
+        self.fetcher.tenant_admission.limits = q.tenant_limit_store
+        self.weighing = self.fetcher.weighing
         self.held_slots = HeldSlots(self.slots, q.clock)
+        # The outcomes of what it leased (the routes apply a remote worker's through it):
+        # each one that ends an item's lease gives back the slots the item held, and a
+        # requeued item wakes the waiting polls (it may be due now).
+        self.settler = Settler(
+            {self.cluster.name: self.cluster}, requeued=q.wake_waiters, ended=self.held_slots.ended
+        )
 
     def _count(self, event: str, **_: Any) -> None:
         """The visits' events: only lost pointer leases are kept (a measure of contention)."""
@@ -285,49 +289,46 @@ class PullLeaser:
                 return take
 
         v = ZoneVisit(ref, min(room, size) if accept is None else size)
-        rules = VisitRules.of(
-            self.config,
-            item_lease_ms=lease_ms,
-            accept=accept,
-            admit=self._admit,
-            paused=self._paused(),
-            weight=self.weighing.visit_rule(),
-            dequeued=self._dequeued,
-        )
+        rules = self.fetcher.rules(item_lease_ms=lease_ms, accept=accept, dequeued=self._dequeued)
         # A weighted zone's turn is its weight times the visit's size, at most the room;
         # with a job-type filter, ``accept`` keeps to the room, and the dequeue must see
         # past the items it skips (a room of 1 would peek only the first, maybe unwanted).
         capacity = None if accept is not None else (lambda: room)
-        self.visitor.visit(self.cluster, [v], rules, capacity=capacity)
+        self.fetcher.visit(self.cluster, [v], rules, capacity)
         return v
 
-    def _admit(self, zone: ZoneId, room: int, tr: KVTransaction | None) -> Admission:
-        """The tenant's limits on a leased zone, as a Manager's visit takes them; a zone
-        with limits takes the three transactions (its slots are taken outside any)."""
-        if tr is not None:
-            if self.tenant_admission.of(zone):
-                raise NeedsThreeTransactions
-            return Admission(room)
-        room, not_before, hold = self.tenant_admission.limit(zone, room)
-        return Admission(room, not_before, 0, hold)
-
     def _dequeued(self, v: ZoneVisit) -> None:
-        """Settle the tenant limits the visit took (the unused back; each item's slots
-        kept until its remote worker ends it) and count the zone's weighted turn."""
-        if v.tenant_hold is not None:
-            held = self.tenant_admission.settle(v.zone, v.tenant_hold, v.items)
-            for item in v.items:
-                names = slots_of(item, held)
-                self.held_slots.hold(v.zone, item.item_id, names, item.vesting_ms)
-        self.weighing.took((v.ref.cluster, v.ref.shard, v.ref.pointer_id), v.zone, len(v.items))
+        """Settle the admission the visit took (the unused back) and keep each item's
+        slots (its app's, its tenant's) until its remote worker ends it or its lease
+        lapses."""
+        for item, held in zip(v.items, self.fetcher.took(v), strict=True):
+            self.held_slots.hold(v.zone, item.item_id, held.slots(v.zone), item.vesting_ms)
 
-    def _paused(self) -> PauseSet | None:
-        """The store's pauses, as every consumer reads them (at most once a second);
-        while the store cannot be read, the last ones read."""
-        try:
-            return self.q.pauses.current()
-        except StorageError:
-            return self.q.pauses.last
+    def _capped(
+        self, zone: ZoneId, items: list[WorkItem], caps: Mapping[str, int]
+    ) -> list[WorkItem]:
+        """The items the job types' pool-wide caps let run (each holds its type's slot
+        until its remote worker ends it); the others are given back unstarted, due again
+        in 100 ms, as a local Worker gives back an item its type's cap holds back."""
+        kept = []
+        for item, allowed in zip(items, self.fetcher.pool_slots(items, caps), strict=True):
+            if allowed:
+                self.held_slots.add(
+                    zone, item.item_id, ((TYPE_SCOPE, item.job_type),), item.vesting_ms
+                )
+                kept.append(item)
+                continue
+            with contextlib.suppress(QuickError):  # else its lease lapses on its own
+                self.settler.requeue(
+                    self.cluster.name,
+                    zone,
+                    item.item_id,
+                    item.lease_id or "",
+                    100,
+                    count_error=False,
+                    ran=False,
+                )
+        return kept
 
     def lease_once(
         self,
@@ -336,11 +337,13 @@ class PullLeaser:
         lease_s: float,
         job_types: frozenset[str] | None = None,
         fill_s: float | None = None,
+        pool_caps: Mapping[str, int] | None = None,
     ) -> list[Leased]:
         """One scan and the visits it chooses (and more scans while they take items and
         leave vested zones unchosen); may return nothing. With ``fill_s``, once it holds
-        items it visits no more zones ``fill_s`` after the first scan began."""
-        return self._lease_once(app, max_items, lease_s, job_types, fill_s)[0]
+        items it visits no more zones ``fill_s`` after the first scan began.
+        ``pool_caps``: job type -> its ``pool_max_concurrency`` (the caller's handlers')."""
+        return self._lease_once(app, max_items, lease_s, job_types, fill_s, pool_caps)[0]
 
     def _lease_once(
         self,
@@ -349,12 +352,12 @@ class PullLeaser:
         lease_s: float,
         job_types: frozenset[str] | None,
         fill_s: float | None = None,
+        pool_caps: Mapping[str, int] | None = None,
     ) -> tuple[list[Leased], int]:
         """The items leased, and how many zones' pointers were leased (and released: two
         commits each) for them."""
         out: list[Leased] = []
         visited = 0
-        self.tenant_admission.prepare()  # read before any visit's transaction
         self.held_slots.tidy()
         # The zones this call visited: not again, so that one call takes at most a
         # visit's share of any zone while others wait (water-filling, invariant 7).
@@ -374,8 +377,9 @@ class PullLeaser:
                 seen_zones.add((ref.shard, ref.pointer_id))
                 if v.pointer is not None:
                     visited += 1
-                    out.extend(Leased(v.zone, item) for item in v.items)
-                    took += len(v.items)
+                    items = v.items if not pool_caps else self._capped(v.zone, v.items, pool_caps)
+                    out.extend(Leased(v.zone, item) for item in items)
+                    took += len(items)
             # Another scan only while the last one took items and left vested pointers
             # unchosen (a scanner scans again while managers are free).
             if not took or not (crowded or seen > len(chosen)):
@@ -416,6 +420,7 @@ class PullLeaser:
         job_types: frozenset[str] | None = None,
         stopping: threading.Event | None = None,
         fill_s: float | None = None,
+        pool_caps: Mapping[str, int] | None = None,
     ) -> list[Leased]:
         """Up to ``max_items`` leased items; waits up to ``wait_s`` for the first one (a
         long poll, like SQS's ReceiveMessage). With ``fill_s`` a scan that holds items
@@ -436,6 +441,7 @@ class PullLeaser:
         This waits on the calling thread; :meth:`lease_async` is the same poll that
         holds no thread while it waits (the server's)."""
         poll = _Poll(self, app, max_items, lease_s, wait_s, job_types, stopping, fill_s)
+        poll.pool_caps = pool_caps
         while True:
             step = self._step(poll)
             if isinstance(step, list):
@@ -453,11 +459,13 @@ class PullLeaser:
         job_types: frozenset[str] | None = None,
         stopping: threading.Event | None = None,
         fill_s: float | None = None,
+        pool_caps: Mapping[str, int] | None = None,
     ) -> list[Leased]:
         """:meth:`lease` for an event loop: each scan runs on a worker thread (a few
         short transactions), and the waits between scans are the loop's, so a server's
         waiting polls hold no thread each."""
         poll = _Poll(self, app, max_items, lease_s, wait_s, job_types, stopping, fill_s)
+        poll.pool_caps = pool_caps
         while True:
             step = await anyio.to_thread.run_sync(self._step, poll)
             if isinstance(step, list):
@@ -476,7 +484,7 @@ class PullLeaser:
         version = None if watcher is None else watcher.version()
         scanned = time.monotonic()
         got, visited = self._lease_once(
-            poll.app, poll.max_items, poll.lease_s, poll.job_types, poll.fill_s
+            poll.app, poll.max_items, poll.lease_s, poll.job_types, poll.fill_s, poll.pool_caps
         )
         now = time.monotonic()
         if got or now >= poll.deadline or (poll.stopping is not None and poll.stopping.is_set()):
@@ -553,6 +561,7 @@ class _Poll:
     ) -> None:
         self.app, self.max_items, self.lease_s = app, max_items, lease_s
         self.job_types, self.stopping, self.fill_s = job_types, stopping, fill_s
+        self.pool_caps: Mapping[str, int] | None = None  # job type -> pool_max_concurrency
         self.deadline = time.monotonic() + wait_s
         self.pause = leaser.pull.poll_s  # the longest wait to the next scan (doubling)
         self.gap = 0.0  # how long after a scan store changes do not yet count

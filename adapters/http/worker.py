@@ -6,11 +6,12 @@ loop leases only as many items as it has free workers and runs each through the
 consumer's one Worker (paper Algorithm 3, :class:`~quickzones.consumer.worker.Worker`),
 its lease kept by the consumer's lease extender. What the Worker does to an item goes
 over HTTP (:class:`RemoteItemOps`, the :class:`~quickzones.consumer.item_ops.ItemOps`
-seam): the start check (an extension: a cancelled or taken-over item never starts),
-extensions, a running item's cancel (one request for all running items, every half
-second: ``ctx.cancelled``), completion (batched, see :class:`RemoteWorker`), a retry
-with backoff or a nack (``nack``), a dead letter (``fail``). Transactional handlers need
-the store itself and are not leased.
+seam; the HTTP form of the consumer's settler, :mod:`quickzones.consumer.settler`,
+whose retry decision it takes): the start check (an extension: a cancelled or taken-over
+item never starts), extensions, a running item's cancel (one request for all running
+items, every half second: ``ctx.cancelled``), completion (batched, see
+:class:`RemoteWorker`), a retry with backoff or a nack (``nack``), a dead letter
+(``fail``). Transactional handlers need the store itself and are not leased.
 """
 
 from __future__ import annotations
@@ -39,11 +40,12 @@ from quickzones.clock import SystemClock
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.lease_extender import LeaseExtender
 from quickzones.consumer.routing import Router
+from quickzones.consumer.settler import retry_decision
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import InFlight, Work
 from quickzones.consumer.worker import Worker
 from quickzones.errors import ItemNotFound, LeaseLost, Nack, QuickError, StorageError
-from quickzones.registry import JobType, Registry, RetryPolicy
+from quickzones.registry import JobType, Registry
 from quickzones.repeated_failure import RepeatedFailure, backoff
 from quickzones.store.records import WorkItem, ZoneId
 
@@ -160,15 +162,15 @@ class RemoteItemOps:
         failure: str | None = None,
     ) -> str:
         lease = self.lease_of(work)
-        policy = job.retry if job is not None else RetryPolicy()
-        errors = lease.error_count + 1
-        age_s = time.time() - lease.enqueued_ms / 1000
-        if permanent or policy.gives_up(errors, age_s):
+        # The consumer's one retry decision (quickzones.consumer.settler), sent over HTTP.
+        delay = retry_decision(
+            job, lease.error_count, lease.enqueued_ms, time.time(), self.rng, permanent=permanent
+        )
+        if delay is None:
             outcome = self._report(lambda: self.client.fail(lease, reason, failure))
             if outcome is None:
                 self.stats.failed += 1
             return outcome or "dead_lettered"
-        delay = policy.backoff_s(errors, self.rng)
         outcome = self._report(lambda: self.client.nack(lease, delay_s=delay, error=reason))
         if outcome is None:
             self.stats.retried += 1
@@ -242,6 +244,13 @@ class RemoteWorker:
             for name in registry.names()
             if not registry.find(name).transactional  # type: ignore[union-attr]
         ]
+        # Each handler's pool-wide cap, sent with every lease: the server holds the
+        # type's slot for each item it leases (the consumer's fetcher).
+        self.pool_caps = {
+            name: cap
+            for name in self.job_types
+            if (cap := registry.find(name).pool_max_concurrency) is not None  # type: ignore[union-attr]
+        }
         self.stats = RemoteWorkerStats()
         # The server restarting or gone: said once, then once per interval with a count,
         # and once when it answers again; leases retried with a capped backoff.
@@ -324,6 +333,7 @@ class RemoteWorker:
                         app=self.app,
                         job_types=self.job_types,
                         fill_s=self.fill_s,
+                        pool_caps=self.pool_caps or None,
                     )
                     self.lease_failures.succeeded()
                 except (QuickError, *_REQUEST_ERRORS) as err:

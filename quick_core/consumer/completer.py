@@ -18,8 +18,9 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from quickzones.consumer import settler
+from quickzones.consumer.settler import Completion, NotCommitted, Settler
 from quickzones.consumer.state import Cluster, Work
-from quickzones.errors import StorageError
 from quickzones.store.records import ZoneId
 
 log = logging.getLogger("quick.consumer")
@@ -35,72 +36,34 @@ class Completer(Protocol):
         """Complete every item handed over and not completed yet; returns how many."""
 
 
-# Completions merged into one transaction at most (a bound on its size and on what one
-# conflict makes retry).
-MERGE_MAX = 1000
+# Completions merged into one transaction at most (the settler's bound; a test sets it).
+MERGE_MAX = settler.MERGE_MAX
 
 
 def complete_batch(
     clusters: dict[str, Cluster], works: Sequence[Work], emit: Callable[..., Any]
 ) -> None:
-    """Complete ``works``: per cluster, the zones' items in one transaction (up to
-    ``MERGE_MAX`` items) when the zone store can (``complete_zones``), else one
-    ``complete_many`` per zone."""
-    by_zone: dict[tuple[str, ZoneId], list[Work]] = defaultdict(list)
+    """Complete ``works`` through the one settler (:meth:`Settler.complete_many`: per
+    cluster, the zones' items in one transaction where the zone store can); emits each
+    item's outcome, and a failed transaction once per zone."""
+    by_cluster: dict[str, list[Work]] = defaultdict(list)
     for work in works:
-        by_zone[(work.cluster, work.zone)].append(work)
-    by_cluster: dict[str, list[tuple[ZoneId, list[Work]]]] = defaultdict(list)
-    for (cluster, zone), group in by_zone.items():
-        by_cluster[cluster].append((zone, group))
-    for cluster, groups in by_cluster.items():
-        zones = clusters[cluster].zones
-        merge = getattr(zones, "complete_zones", None)
-        if merge is None:  # e.g. items in Cassandra: one batch per zone
-            one = _per_zone(zones)
-            for zone, group in groups:
-                _complete_groups(one, [(zone, group)], emit)
-            continue
-        chunk: list[tuple[ZoneId, list[Work]]] = []
-        size = 0
-        for zone, group in groups:
-            if chunk and size + len(group) > MERGE_MAX:
-                _complete_groups(merge, chunk, emit)
-                chunk, size = [], 0
-            chunk.append((zone, group))
-            size += len(group)
-        if chunk:
-            _complete_groups(merge, chunk, emit)
-
-
-def _per_zone(zones: Any) -> Callable[[list[Any]], list[list[Exception | None]]]:
-    def complete(args: list[Any]) -> list[list[Exception | None]]:
-        [(zone, leased, results)] = args
-        return [zones.complete_many(zone, leased, results=results)]
-
-    return complete
-
-
-def _complete_groups(
-    complete: Callable[[list[Any]], list[list[Exception | None]]],
-    groups: list[tuple[ZoneId, list[Work]]],
-    emit: Callable[..., Any],
-) -> None:
-    """One completing transaction for ``groups``; emits each item's outcome."""
-    args = []
-    for zone, group in groups:
-        results = {w.item.item_id: w.result for w in group if w.result is not None}
-        leased = [(w.item.item_id, w.item.lease_id or "") for w in group]
-        args.append((zone, leased, results or None))
-    try:
-        outcomes = complete(args)
-    except StorageError as err:
-        for zone, _ in groups:
-            emit("complete_error", zone=zone, error=str(err))
-        return
-    for (zone, group), zone_outcomes in zip(groups, outcomes, strict=True):
-        for w, outcome in zip(group, zone_outcomes, strict=True):
+        by_cluster[work.cluster].append(work)
+    settle = Settler(clusters)
+    for cluster, group in by_cluster.items():
+        completions = [
+            Completion(w.zone, w.item.item_id, w.item.lease_id or "", w.result) for w in group
+        ]
+        outcomes = settle.complete_many(cluster, completions, merge_max=MERGE_MAX)
+        failed: set[ZoneId] = set()
+        for w, outcome in zip(group, outcomes, strict=True):
+            zone = w.zone
             if outcome is None:
                 emit("completed", zone=zone, item_id=w.item.item_id, job_type=w.item.job_type)
+            elif isinstance(outcome, NotCommitted):
+                if zone not in failed:
+                    failed.add(zone)
+                    emit("complete_error", zone=zone, error=str(outcome))
             else:
                 emit("lease_lost", zone=zone, item_id=w.item.item_id, where="complete")
 

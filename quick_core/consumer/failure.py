@@ -1,4 +1,5 @@
-"""What a Worker (Algorithm 3) does with an item that did not complete.
+"""What a Worker (Algorithm 3) does with an item that did not complete, through the one
+settler (:mod:`quickzones.consumer.settler`, which ``quick serve``'s routes apply too).
 
 A failure is retried with its job type's backoff (the item is requeued with a later
 vesting time and the zone's pointer is pulled earlier to match), or dead-lettered when
@@ -14,9 +15,10 @@ from collections.abc import Callable
 from typing import Any
 
 from quickzones.clock import Clock
+from quickzones.consumer.settler import Settler, retry_decision
 from quickzones.consumer.state import Cluster, Work
 from quickzones.errors import ItemNotFound, LeaseLost, Nack, QuickError, StorageError
-from quickzones.registry import JobType, RetryPolicy
+from quickzones.registry import JobType
 from quickzones.store import outcomes
 
 
@@ -38,6 +40,7 @@ class Failures:
         # Told after each item given back to its zone: the consumer's scanner rescans and
         # so knows the item's new vesting time (its own commits wake no commit watcher).
         self.requeued = requeued
+        self.settler = Settler(clusters, requeued=lambda: self.requeued())
 
     def fail(
         self,
@@ -63,14 +66,13 @@ class Failures:
                 redelivered=False,
             )
             return "failed"
-        cluster = self.clusters[work.cluster]
-        policy = job.retry if job is not None else RetryPolicy()
-        errors = item.error_count + 1
-        age_s = self.clock.now() - item.enqueued_ms / 1000
+        delay = retry_decision(
+            job, item.error_count, item.enqueued_ms, self.clock.now(), self.rng, permanent=permanent
+        )
         try:
-            if permanent or policy.gives_up(errors, age_s):
-                cluster.zones.dead_letter(
-                    zone, item.item_id, item.lease_id, reason, traceback=failure
+            if delay is None:
+                self.settler.dead_letter(
+                    work.cluster, zone, item.item_id, item.lease_id, reason, traceback=failure
                 )
                 self.emit(
                     "dead_lettered",
@@ -80,13 +82,14 @@ class Failures:
                     reason=reason,
                 )
                 return "dead_lettered"
-            delay = policy.backoff_s(errors, self.rng)
-            requeued = cluster.zones.requeue(
-                zone, item.item_id, item.lease_id or "", int(delay * 1000), error=reason
+            self.settler.requeue(
+                work.cluster,
+                zone,
+                item.item_id,
+                item.lease_id or "",
+                int(delay * 1000),
+                error=reason,
             )
-            # The pointer was requeued at this item's lease end; bring it forward.
-            cluster.toplevel.pull_pointer_earlier(zone, requeued.vesting_ms)
-            self.requeued()
             self.emit(
                 "requeued", zone=zone, item_id=item.item_id, job_type=item.job_type, delay_s=delay
             )
@@ -125,9 +128,9 @@ class Failures:
                 redelivered=False,
             )
             return "failed"
-        cluster = self.clusters[work.cluster]
         try:
-            requeued = cluster.zones.requeue(
+            self.settler.requeue(
+                work.cluster,
                 zone,
                 item.item_id,
                 item.lease_id or "",
@@ -141,8 +144,6 @@ class Failures:
         except StorageError as err:
             self.emit("requeue_error", zone=zone, item_id=item.item_id, error=str(err))
             return "lease_lost"
-        cluster.toplevel.pull_pointer_earlier(zone, requeued.vesting_ms)
-        self.requeued()
         self.emit(
             "nacked", zone=zone, item_id=item.item_id, job_type=item.job_type, delay_s=nack.delay_s
         )
@@ -160,9 +161,9 @@ class Failures:
                 redelivered=False,
             )
             return "failed"
-        cluster = self.clusters[work.cluster]
         try:
-            released = cluster.zones.requeue(
+            self.settler.requeue(
+                work.cluster,
                 work.zone,
                 work.item.item_id,
                 work.item.lease_id or "",
@@ -172,8 +173,6 @@ class Failures:
                 # Leased ahead of its vesting time: back as it was, not due before then.
                 not_before_ms=work.due_ms,
             )
-            cluster.toplevel.pull_pointer_earlier(work.zone, released.vesting_ms)
-            self.requeued()
         except (QuickError, OSError):
             pass  # the lease expires on its own
         self.emit("released", zone=work.zone, item_id=work.item.item_id)

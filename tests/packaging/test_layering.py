@@ -242,3 +242,82 @@ def test_only_the_testing_package_may_import_a_driver() -> None:
     # the library a producer imports, and the HTTP server is an adapter (adapters/http).
     assert all(rel.startswith("testing/") for rel in ALLOWED), sorted(ALLOWED)
     assert not (CORE / "serve").exists()
+
+
+# The HTTP adapter (adapters/http) reaches the consumer only through named seams (issue 40
+# point 7): the fetcher (every admission rule and the visit: quickzones.consumer.fetcher)
+# and the settler (every outcome: quickzones.consumer.settler), with what they take and
+# give (their config, clusters and works, the visit's objects, slots and weights), and
+# Algorithm 1's choice of pointers. A route or the pull leaser that built its own
+# admission (tenant_admission, visit_gate, the ZoneVisitor) or its own retry decision
+# would write a rule a second time, and the two paths would drift apart: an app limited to
+# 1 running item got 5 leased through the pull API.
+HTTP_ADAPTER = ROOT / "adapters" / "http"
+CONSUMER_SEAMS = {
+    "quickzones.consumer.fetcher",
+    "quickzones.consumer.settler",
+    "quickzones.consumer.config",
+    "quickzones.consumer.state",
+    "quickzones.consumer.visit",
+    "quickzones.consumer.slots",
+    "quickzones.consumer.weighing",
+    "quickzones.consumer.selection",
+    "quickzones.consumer.pickups",
+    "quickzones.consumer.maintenance",
+}
+# The remote worker (quick worker --remote) is the consumer's Algorithm 3 wired over HTTP
+# in one place: the one module that may build a Worker, its lease extender and routing.
+CONSUMER_WIRING = {
+    "worker.py": {
+        "quickzones.consumer.worker",
+        "quickzones.consumer.lease_extender",
+        "quickzones.consumer.routing",
+    },
+}
+
+
+def http_adapter_reaches(adapter: Path = HTTP_ADAPTER) -> list[str]:
+    """``file:line imports module`` for each consumer module an HTTP adapter file imports
+    beyond the seams."""
+    found = []
+    for path in sorted(adapter.rglob("*.py")):
+        rel = path.relative_to(adapter).as_posix()
+        allowed = CONSUMER_SEAMS | CONSUMER_WIRING.get(rel, set())
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            for name in _imported(node, path, adapter):
+                if not name.startswith("quickzones.consumer"):
+                    continue
+                # The module, whether imported as a module or a name from it.
+                parts = name.split(".")
+                module = ".".join(parts[:3])
+                if module == "quickzones.consumer" and len(parts) == 3:
+                    module = name  # `from quickzones.consumer import x`: x is the module
+                if len(parts) == 2 or module not in allowed:
+                    found.append(f"{rel}:{getattr(node, 'lineno', 0)} imports {name}")
+    return found
+
+
+def test_the_http_adapter_reaches_the_consumer_only_through_its_seams() -> None:
+    assert http_adapter_reaches() == []
+
+
+def test_the_seam_check_sees_a_reach_around(tmp_path: Path) -> None:
+    (tmp_path / "pull.py").write_text(
+        "from quickzones.consumer.tenant_admission import TenantAdmission\n"
+        "from quickzones.consumer.fetcher import Fetcher\n"
+        "import quickzones.consumer.failure\n"
+        "from quickzones.consumer.worker import Worker\n"
+    )
+    assert http_adapter_reaches(tmp_path) == [
+        "pull.py:1 imports quickzones.consumer.tenant_admission.TenantAdmission",
+        "pull.py:3 imports quickzones.consumer.failure",
+        "pull.py:4 imports quickzones.consumer.worker.Worker",
+    ]
+
+
+def test_the_seams_name_existing_modules() -> None:
+    for module in CONSUMER_SEAMS | set().union(*CONSUMER_WIRING.values()):
+        assert (CORE / "consumer" / f"{module.split('.')[-1]}.py").is_file(), module
+    for rel in CONSUMER_WIRING:
+        assert (HTTP_ADAPTER / rel).is_file(), rel
