@@ -51,7 +51,7 @@ from quickzones.consumer.selection import Selection
 from quickzones.consumer.settler import Settler
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster
-from quickzones.consumer.visit import ZoneVisit, visit_size
+from quickzones.consumer.visit_rules import ZoneVisit, visit_size
 from quickzones.consumer.weighing import Weighing
 from quickzones.errors import CorruptRecord, QuickError, StorageError
 from quickzones.store.changes import CommitWatcher, watcher_for

@@ -35,14 +35,14 @@ from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight
 from quickzones.consumer.tenant_admission import SCOPE, Name, TenantAdmission, slots_of
-from quickzones.consumer.visit import (
+from quickzones.consumer.visit import ZoneVisitor
+from quickzones.consumer.visit_gate import OneTransactionGate
+from quickzones.consumer.visit_rules import (
     Admission,
     NeedsThreeTransactions,
     VisitRules,
     ZoneVisit,
-    ZoneVisitor,
 )
-from quickzones.consumer.visit_gate import OneTransactionGate
 from quickzones.consumer.weighing import Weighing
 from quickzones.errors import StorageError
 from quickzones.registry import Registry

@@ -91,15 +91,10 @@ class Consumer(RunsForever):
         # A routed consumer stands in the election of the consumers routed alike, never
         # in the cluster's: holding that one, it would leave the pointers it does not
         # take without an in-order scanner (invariant 10).
+        route = route_of(cfg.apps, cfg.job_types)
         self.scanner_election = ScannerElection.in_stores(
-            self.clusters,
-            self.name,
-            clock,
-            election,
-            cfg.in_order,
-            cfg.election_ttl_s,
-            emit,
-            route=route_of(cfg.apps, cfg.job_types),
+            self.clusters, self.name, clock, election, cfg.in_order, cfg.election_ttl_s, emit,
+            route=route,
         )
         self._stopping = threading.Event()
         self._stop_lock = threading.Lock()  # one shutdown at a time (stop() is idempotent)
@@ -127,10 +122,8 @@ class Consumer(RunsForever):
             lookahead_ms=int(cfg.timer_lookahead_s * 1000) if lookahead else 0,
             held=lambda ref: flight.of_pointer(ref.cluster, ref.shard, ref.pointer_id),
             weighing=(weighing := Weighing(emit)),
-            watchers=(
-                watchers_for(c.toplevel.kv for c in clusters.values())
-                if cfg.commit_poll_s is not None
-                else ()
+            watchers=() if cfg.commit_poll_s is None else watchers_for(
+                c.toplevel.kv for c in clusters.values()
             ),
             on_lost=self._store_lost,
         )

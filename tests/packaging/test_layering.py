@@ -258,7 +258,7 @@ CONSUMER_SEAMS = {
     "quickzones.consumer.settler",
     "quickzones.consumer.config",
     "quickzones.consumer.state",
-    "quickzones.consumer.visit",
+    "quickzones.consumer.visit_rules",
     "quickzones.consumer.slots",
     "quickzones.consumer.weighing",
     "quickzones.consumer.selection",
@@ -272,6 +272,12 @@ CONSUMER_WIRING = {
         "quickzones.consumer.worker",
         "quickzones.consumer.lease_extender",
         "quickzones.consumer.routing",
+    },
+    # quick serve stands in its cluster's in-order scanner election for the remote workers
+    # that pull through it (issue 40 point 5): the consumer's own election, not a copy.
+    "in_order.py": {
+        "quickzones.consumer.election",
+        "quickzones.consumer.scanner_election",
     },
 }
 
