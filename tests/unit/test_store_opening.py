@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from quickzones.backends.sqlite import SQLiteStore
 from quickzones.cli import main
 from quickzones.client import Quick
 from quickzones.errors import NotAQuickStore, StoreNotFound
@@ -198,7 +197,9 @@ HOLD_WRITE_LOCK = textwrap.dedent(
 
 def test_opening_an_existing_store_takes_no_write_lock(tmp_path: Path) -> None:
     path = tmp_path / "held.db"
-    SQLiteStore(path).close()
+    # An existing store: opened once by quick, which stores its cluster's layout (the
+    # first open of a fresh store writes it; issue 40 point 6). Opening it again reads.
+    Quick.open(f"sqlite:///{path}").close()
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD_WRITE_LOCK, str(path)], stdout=subprocess.PIPE, text=True
     )
