@@ -332,8 +332,13 @@ def test_callbacks_come_once_under_injected_commit_faults(seed: int) -> None:
     def record(payload: Any, ctx: JobContext) -> None:
         seen.append((ctx.item.job_type, ctx.item_id, payload))
 
+    # A commit whose result is unknown and that applied leaves the leases it granted held
+    # by nobody: they lapse and count a lapse, though never started (docs/guarantees.md).
+    # Visits of the free workers' size (issue 40 point 2) make more such commits than the
+    # old 16-per-worker ones, and at these fault rates an item of 30 reached the default
+    # max_lapses of 3 in about one seeded run in six; this test is about callbacks.
     for name in ("item", "done", "a", "b", "c"):
-        q.job(name)(record)
+        q.job(name, retry=RetryPolicy(max_lapses=20))(record)
     store.faults = FaultConfig(not_committed=0.2, unknown_result=0.2, unknown_result_applied=0.5)
     batch = q.enqueue_batch(
         [Job("item", n, tenant=f"t{n % 5}") for n in range(30)],
