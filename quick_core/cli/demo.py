@@ -105,7 +105,6 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> bool:
         ConsumerConfig(
             workers=cfg.workers,
             managers=4,
-            processing_bound=cfg.workers * 2,
             dequeue_max=4,
             selection_max=8,
             pointer_lease_s=1.0,
