@@ -28,7 +28,7 @@ from quickzones.adapters.http.in_order import ServeInOrder
 from quickzones.adapters.http.paths import PathSegments
 from quickzones.adapters.http.pauses_api import router as pauses_router
 from quickzones.adapters.http.polls import PollLimits
-from quickzones.adapters.http.pull import PullConfig, PullLeaser
+from quickzones.consumer.pull_leaser import PullConfig, PullLeaser
 from quickzones.adapters.http.tokens import TokenStore
 from quickzones.client import Quick
 from quickzones.consumer.config import ConsumerConfig

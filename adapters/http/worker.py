@@ -1,7 +1,7 @@
 """A worker on another machine: runs a registry's handlers on items it leases through
 ``quick serve``'s pull API (``quick worker --remote URL``).
 
-The server does the scanning and zone leasing (:mod:`quickzones.adapters.http.pull`); this
+The server does the scanning and zone leasing (:mod:`quickzones.consumer.pull_leaser`); this
 loop leases only as many items as it has free workers and runs each through the
 consumer's one Worker (paper Algorithm 3, :class:`~quickzones.consumer.worker.Worker`),
 its lease kept by the consumer's lease extender. What the Worker does to an item goes

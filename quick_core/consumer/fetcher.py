@@ -2,7 +2,7 @@
 itself, for every path that takes items out of the queue (issue 40 point 7).
 
 A consumer's :class:`~quickzones.consumer.manager.Manager` and ``quick serve``'s pull
-leases (:mod:`quickzones.adapters.http.pull`) both visit through one :class:`Fetcher`, so
+leases (:mod:`quickzones.consumer.pull_leaser`) both visit through one :class:`Fetcher`, so
 one set of admission rules holds for a local worker and a remote one alike:
 
 * the room the caller has (Algorithm 1, line 5: a consumer's free ``processing_bound``, a
@@ -20,7 +20,7 @@ one set of admission rules holds for a local worker and a remote one alike:
 
 What each dequeued item holds until it ends (an app slot, its tenant's slots) is said by
 :meth:`Fetcher.took`; a local Worker releases it as its handler ends, the server's
-:mod:`~quickzones.adapters.http.held_slots` when the remote worker's outcome arrives
+:mod:`~quickzones.consumer.held_slots` when the remote worker's outcome arrives
 (through :mod:`quickzones.consumer.settler`) or its lease lapses.
 """
 

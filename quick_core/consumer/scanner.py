@@ -42,6 +42,7 @@ from quickzones.consumer.weighing import Weighing
 from quickzones.errors import StorageError, StoreLost
 from quickzones.repeated_failure import RepeatedFailure, backoff
 from quickzones.store.changes import CommitWatcher
+from quickzones.store.records import ZoneId
 from quickzones.store.toplevel import PointerRef
 
 log = logging.getLogger("quick.consumer")
@@ -77,6 +78,9 @@ class Scanner:
         weighing: Weighing | None = None,
         watchers: Sequence[CommitWatcher] = (),
         on_lost: Callable[[StoreLost], None] = lambda err: None,
+        set_aside: SetAside | None = None,
+        peek: Peek | None = None,
+        zone_of: Callable[[tuple[str, int, str]], ZoneId | None] | None = None,
     ) -> None:
         self.config = config
         self.clusters = clusters
@@ -112,9 +116,13 @@ class Scanner:
         # Zones whose visits failed on their own, each passed over on its own backoff
         # (quickzones.consumer.set_aside); the backoff above is left for the store's
         # failures: visits of two zones or more failing with none working between.
-        self.set_aside = SetAside(emit, monotonic=_elapsed(self.clock))
+        self.set_aside = set_aside or SetAside(emit, monotonic=_elapsed(self.clock))
         self._failing: set[tuple[str, int, str] | None] = set()  # None: not a zone's
         self.on_lost = on_lost  # the store went away (its file deleted): the consumer stops
+        # How a shard is peeked: its vested pointers (a pull leaser's: of one app's zones,
+        # paging past others'), and the first vesting time after them.
+        self.peek: Peek = peek or _peek_shard
+        self.zone_of = zone_of  # each pointer's zone where the peek read it (for weights)
 
     def wake(self) -> None:
         """Scan now (a local enqueue, or a stop): ends the scanner's idle wait."""
@@ -175,7 +183,7 @@ class Scanner:
         self._versions = [watcher.version() for watcher in self.watchers]
         targets = [(c, shard) for c in self.clusters.values() for shard in range(c.toplevel.shards)]
         self.rng.shuffle(targets)
-        weight = None if self.weighing is None else self.weighing.by_pointer()
+        weight = None if self.weighing is None else self.weighing.by_pointer(self.zone_of)
         selection = Selection(cfg, self.rng, weight)
         any_in_order = False
         competing, crowded = 0, False
@@ -189,7 +197,7 @@ class Scanner:
                 continue
             try:
                 window = min(IN_ORDER_PEEK_MAX, cfg.peek_max) if in_order else cfg.peek_max
-                peeked, later = cluster.toplevel.peek(shard, window, horizon_ms=horizon_ms)
+                peeked, later = self.peek(cluster, shard, window, horizon_ms)
             except StorageError as err:
                 if isinstance(err, StoreLost):
                     self.on_lost(err)
@@ -348,6 +356,17 @@ class Scanner:
         self.emit("visits_backed_off", failures=in_a_row, wait_s=round(wait_s, 3))
         stopping.wait(wait_s)
         return True
+
+
+# (cluster, shard, window, horizon_ms) -> the shard's vested pointers, oldest first, at
+# most ``window``, and the vesting time of the first one not yet vested (None: unknown).
+Peek = Callable[[Cluster, int, int, int], tuple[list[PointerRef], int | None]]
+
+
+def _peek_shard(
+    cluster: Cluster, shard: int, window: int, horizon_ms: int
+) -> tuple[list[PointerRef], int | None]:
+    return cluster.toplevel.peek(shard, window, horizon_ms=horizon_ms)
 
 
 def _elapsed(clock: Clock) -> Callable[[], float]:

@@ -15,9 +15,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quickzones.repeated_failure import backoff
+
+if TYPE_CHECKING:
+    from quickzones.consumer.visit import ZoneVisitsFailed
+    from quickzones.errors import StorageError
+    from quickzones.store.toplevel import PointerRef
 
 # A zone's first retry within 0.05-0.1 s, doubling to at most 10 s between tries.
 ZONE_BASE_S = 0.05
@@ -85,3 +90,26 @@ class SetAside:
     def _forget(self, now: float) -> None:
         for key in [k for k, (_, until) in self._held.items() if until < now - FORGET_AFTER_S]:
             del self._held[key]
+
+
+class CallFailures:
+    """One pull lease call's failed zone visits (each raised
+    :class:`~quickzones.consumer.visit.ZoneVisitsFailed`): each zone that fails on its
+    own is set aside (the call goes on with the others); two zones failing with none
+    working between is the store failing, and the call fails, as a consumer's scanner
+    backs off then."""
+
+    def __init__(self, set_aside: SetAside) -> None:
+        self.set_aside = set_aside
+        self.failing: list[StorageError] = []
+
+    def failed(self, ref: PointerRef, err: ZoneVisitsFailed) -> None:
+        for pointer, cause in err.failed:
+            self.set_aside.failed((pointer.cluster, pointer.shard, pointer.pointer_id), cause)
+        self.failing.append(err)
+        if len(self.failing) >= 2:
+            raise err
+
+    def worked(self, ref: PointerRef) -> None:
+        self.set_aside.succeeded((ref.cluster, ref.shard, ref.pointer_id))
+        self.failing.clear()

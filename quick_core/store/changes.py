@@ -8,7 +8,7 @@ cheaply whether anything was committed since it was last asked, so one thread pe
 asks every millisecond while someone is waiting and calls the waiters back on a change.
 The callback is a hint: the waiter rescans and may find nothing new (the commit was
 another process's completion, or another app's), so it must stay cheap and bounded (see
-:meth:`quickzones.adapters.http.pull.PullLeaser.lease`).
+:meth:`quickzones.consumer.pull_leaser.PullLeaser.lease`).
 
 FoundationDB could feed the same callbacks from a watch on a key every enqueue touches;
 it does not yet, and its long polls rescan at their period.

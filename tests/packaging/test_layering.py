@@ -245,24 +245,20 @@ def test_only_the_testing_package_may_import_a_driver() -> None:
 
 
 # The HTTP adapter (adapters/http) reaches the consumer only through named seams (issue 40
-# point 7): the fetcher (every admission rule and the visit: quickzones.consumer.fetcher)
-# and the settler (every outcome: quickzones.consumer.settler), with what they take and
-# give (their config, clusters and works, the visit's objects, slots and weights), and
-# Algorithm 1's choice of pointers. A route or the pull leaser that built its own
-# admission (tenant_admission, visit_gate, the ZoneVisitor) or its own retry decision
-# would write a rule a second time, and the two paths would drift apart: an app limited to
-# 1 running item got 5 leased through the pull API.
+# point 7): the pull leaser (Algorithms 1 and 2 for remote workers, through the consumer's
+# own Scanner and Fetcher: quickzones.consumer.pull_leaser) and the settler (every outcome:
+# quickzones.consumer.settler), with what they take and give (their config, clusters and
+# works, slots). A route that chose pointers, built its own admission (tenant_admission,
+# visit_gate, selection, the ZoneVisitor) or its own retry decision would write a rule a
+# second time, and the two paths would drift apart: an app limited to 1 running item got 5
+# leased through the pull API.
 HTTP_ADAPTER = ROOT / "adapters" / "http"
 CONSUMER_SEAMS = {
-    "quickzones.consumer.fetcher",
+    "quickzones.consumer.pull_leaser",
     "quickzones.consumer.settler",
     "quickzones.consumer.config",
     "quickzones.consumer.state",
-    "quickzones.consumer.visit_rules",
     "quickzones.consumer.slots",
-    "quickzones.consumer.weighing",
-    "quickzones.consumer.selection",
-    "quickzones.consumer.pickups",
     "quickzones.consumer.maintenance",
 }
 # The remote worker (quick worker --remote) is the consumer's Algorithm 3 wired over HTTP
@@ -314,9 +310,11 @@ def test_the_seam_check_sees_a_reach_around(tmp_path: Path) -> None:
         "from quickzones.consumer.fetcher import Fetcher\n"
         "import quickzones.consumer.failure\n"
         "from quickzones.consumer.worker import Worker\n"
+        "from quickzones.consumer.pull_leaser import PullLeaser\n"
     )
     assert http_adapter_reaches(tmp_path) == [
         "pull.py:1 imports quickzones.consumer.tenant_admission.TenantAdmission",
+        "pull.py:2 imports quickzones.consumer.fetcher.Fetcher",
         "pull.py:3 imports quickzones.consumer.failure",
         "pull.py:4 imports quickzones.consumer.worker.Worker",
     ]

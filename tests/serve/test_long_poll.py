@@ -6,14 +6,13 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from quickzones.adapters.http import TokenStore, create_app
 from quickzones.adapters.http.client import RemoteError, RemoteLease, RemoteQuick
-from quickzones.adapters.http.pull import Leased, PullConfig, PullLeaser
 from quickzones.client import Quick
+from quickzones.consumer.pull_leaser import Leased, PullConfig, PullLeaser, PullRequest
 from tests.other_process import enqueue_from_another_process
 
 from .conftest import Served, ServerThread
@@ -75,18 +74,18 @@ def test_long_polls_do_not_keep_waking_each_other_on_items_they_refuse(tmp_path:
     q.enqueue("other", 1, app="a", tenant="t")
     leaser = PullLeaser(q, pull=PullConfig(poll_s=3600, poll_max_s=3600))
     scans = 0
-    scan = leaser._lease_once
+    scan = leaser.polls.scan
 
-    def counted(*args: Any, **kwargs: Any) -> tuple[list[Leased], int]:
+    def counted(request: PullRequest) -> tuple[list[Leased], int]:
         nonlocal scans
         scans += 1
-        return scan(*args, **kwargs)
+        return scan(request)
 
     polls = [
         threading.Thread(target=leaser.lease, args=("a", 10, 30, 2.0, frozenset({"job"})))
         for _ in range(3)
     ]
-    leaser._lease_once = counted  # type: ignore[method-assign]
+    leaser.polls.scan = counted
     try:
         for p in polls:
             p.start()

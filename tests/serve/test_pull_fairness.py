@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Any
 
 from quickzones.adapters.http.client import RemoteQuick
-from quickzones.adapters.http.pull import PullLeaser
+from quickzones.consumer.pull_leaser import PullLeaser
 from quickzones.adapters.http.worker import RemoteWorker
 from quickzones.client import Quick
 from quickzones.consumer.config import ConsumerConfig

@@ -1,0 +1,395 @@
+"""Leases for pull consumers: paper Algorithms 1 and 2 run on behalf of remote workers,
+through the consumer's own Scanner and Fetcher.
+
+One :meth:`PullLeaser.lease` call is a scan of the consumer's
+:class:`~quickzones.consumer.scanner.Scanner` (Algorithm 1: a random ``selection_frac`` of
+each shard's window of ``peek_max``, at most ``selection_max``, the tenant weights' draw;
+the oldest first when this server holds its cluster's in-order scanner lease, or with
+``in_order=True``), whose peek here reads the vested pointers of the caller's app (paging
+past other apps' pointers), so concurrent pull consumers spread over the zones instead of
+all contending for the oldest pointer. Each chosen zone is visited through the consumer's
+one :class:`~quickzones.consumer.fetcher.Fetcher`, as a Manager visits it (lease the
+pointer, dequeue at most ``dequeue_max`` items, or the work-conserving share (capped by
+``visit_max``), requeue or collect the pointer) until the call holds ``max_items`` items,
+under the same admission rules as a local consumer's visits: the pauses, the tenant
+weights, the app's limits, the per-tenant limits, and the job types' pool-wide caps the
+caller sends; the concurrency slots an item takes are kept for its remote worker by
+:mod:`~quickzones.consumer.held_slots` and given back through the
+:class:`~quickzones.consumer.settler.Settler` that applies its outcome. A zone whose
+visit fails on its own is set aside on its own backoff, as a local consumer's scanner
+sets it aside (:mod:`~quickzones.consumer.set_aside`), and the call goes on with the
+others. A scan that took items and left vested pointers unchosen is followed by another.
+If the caller gave ``fill_s``, once it holds some items and ``fill_s`` has passed since
+its first scan began, it visits no more zones, so they do not wait behind many more
+visits. The waits of a long poll between scans are :mod:`~quickzones.consumer.long_poll`'s.
+
+The server's leaser is configured by a :class:`~quickzones.consumer.config.ConsumerConfig`
+(the scanner's and visit's parameters, the same fields as a local consumer's; its worker,
+routing and timer fields do not apply) and a :class:`PullConfig` of what only a server
+has: the long poll's waits and how far a scan pages past other apps' pointers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import random
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from quickzones.clock import now_ms
+from quickzones.consumer.app_peek import AppPointers
+from quickzones.consumer.config import ConsumerConfig
+from quickzones.consumer.fetcher import TYPE_SCOPE, Fetcher
+from quickzones.consumer.held_slots import HeldSlots
+from quickzones.consumer.long_poll import LongPolls, Poll
+from quickzones.consumer.maintenance import HEARTBEAT_S
+from quickzones.consumer.pickups import PickupCounts
+from quickzones.consumer.scanner import Scanner
+from quickzones.consumer.set_aside import CallFailures, SetAside
+from quickzones.consumer.settler import Settler
+from quickzones.consumer.slots import Slots
+from quickzones.consumer.state import Cluster
+from quickzones.consumer.visit import ZoneVisitsFailed
+from quickzones.consumer.visit_rules import ZoneVisit, visit_size
+from quickzones.consumer.weighing import Weighing
+from quickzones.errors import QuickError
+from quickzones.store.changes import watcher_for
+from quickzones.store.records import WorkItem, ZoneId
+from quickzones.store.toplevel import PointerRef
+
+if TYPE_CHECKING:
+    from quickzones.client import Quick
+
+
+@dataclass(frozen=True, slots=True)
+class PullConfig:
+    """What a server's pull leases have beyond a consumer's parameters."""
+
+    pages_max: int = 5  # windows of peek_max read past other apps' pointers to find the caller's
+    # Long poll: the longest wait between empty scans, as a local consumer's idle_sleep_s;
+    # an enqueue through this server, or (SQLite) a commit by another process, wakes it.
+    poll_s: float = 0.02
+    poll_max_s: float = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class Leased:
+    zone: ZoneId
+    item: WorkItem
+
+
+class PullLeaser:
+    """Leases items for remote workers out of one Quick's top-level queue."""
+
+    def __init__(
+        self,
+        q: Quick,
+        config: ConsumerConfig | None = None,
+        pull: PullConfig | None = None,
+        heartbeat_s: float = HEARTBEAT_S,  # how often pickups are flushed; shorter in tests
+        in_order: Callable[[], bool] | None = None,
+    ) -> None:
+        self.q = q
+        self.heartbeat_s = heartbeat_s
+        self.config = config or ConsumerConfig()
+        self.config.validate()
+        self.pull = pull or PullConfig()
+        self.rng = random.Random(self.config.seed)
+        # Whether a scan takes the oldest pointers first: the server holds its cluster's
+        # in-order scanner lease (adapters/http/in_order.py), or config.in_order is True.
+        self.in_order = in_order or (lambda: self.config.in_order is True)
+        self.cluster = Cluster(zones=q.items, toplevel=q.toplevel, kv=q.kv)
+        # Pointer leases lost to another consumer (or a pointer that moved) since start.
+        self.lost_pointer_leases = 0
+        self._stats_lock = threading.Lock()
+        self.leased_total = 0
+        # Pickup latency (lease time minus enqueue time) of recent first attempts, for
+        # the dashboard (a delayed item counts its delay too).
+        self._pickups: deque[int] = deque(maxlen=2000)
+        # Every lease's pickup, per tenant, for the fairness view (flushed by the server).
+        self.pickup_counts = PickupCounts()
+        self.app_pointers = AppPointers(self.pull.pages_max)  # the scans' peeks
+        # The long polls' waits: an enqueue through this server's Quick wakes them, and
+        # commits by other processes where the store tells (quickzones.store.changes).
+        self.watcher = watcher_for(q.kv)
+        self.polls: LongPolls[PullRequest, Leased] = LongPolls(
+            self._lease_once, self.watcher, self.pull.poll_max_s
+        )
+        q.wake_on_enqueue(self)
+        # Every admission rule of a visit, as a local consumer's Manager has them: the
+        # one fetcher (pauses, weights, the app's and tenants' limits), with the slots
+        # this server holds for the items it leases until their remote workers end them.
+        self.slots = Slots(
+            q.limits,
+            f"serve-{uuid.uuid4().hex[:12]}",
+            self.config.item_lease_s,
+            threading.Lock(),
+            self._count,
+        )
+        self.fetcher = Fetcher(
+            self.config,
+            q.clock,
+            q.limits,
+            self.slots,
+            self._count,
+            pauses=q.pauses,
+            weighing=Weighing(self._count, q.tenant_weights),
+        )
+        self.fetcher.tenant_admission.limits = q.tenant_limit_store
+        self.weighing = self.fetcher.weighing
+        # Zones whose visits failed on their own, each passed over on its own backoff,
+        # as a local consumer's scanner passes over them.
+        self.set_aside = SetAside(self._count)
+        self.held_slots = HeldSlots(self.slots, q.clock)
+        # The outcomes of what it leased (the routes apply a remote worker's through it):
+        # each one that ends an item's lease gives back the slots the item held, and a
+        # requeued item wakes the waiting polls (it may be due now).
+        self.settler = Settler(
+            {self.cluster.name: self.cluster}, requeued=q.wake_waiters, ended=self.held_slots.ended
+        )
+
+    def _count(self, event: str, **_: Any) -> None:
+        """The visits' events: only lost pointer leases are kept (a measure of contention)."""
+        if event == "pointer_lease_failed":
+            with self._stats_lock:
+                self.lost_pointer_leases += 1
+
+    def wake(self) -> None:
+        """Waiting long polls scan again now (an enqueue through this server's Quick)."""
+        self.polls.wake()
+
+    def pickup_percentiles(self) -> tuple[int | None, int | None]:
+        """p50 and p99 pickup latency (ms) of the last 2000 first deliveries."""
+        with self._stats_lock:
+            seen = sorted(self._pickups)
+        if not seen:
+            return None, None
+        return seen[len(seen) // 2], seen[min(len(seen) - 1, (len(seen) * 99) // 100)]
+
+    # --- the scanner ---------------------------------------------------------------------
+
+    def _scanner(self, request: PullRequest, visited: set[tuple[int, str]]) -> Scanner:
+        """Algorithm 1 for one lease call: the consumer's Scanner over this server's
+        cluster, peeking ``request``'s app's pointers, passing over the zones this call
+        ``visited`` and those set aside, with the request's room as its capacity."""
+        return Scanner(
+            self.config,
+            {self.cluster.name: self.cluster},
+            self.rng,
+            in_order_for=lambda _: self.in_order(),
+            refresh_election=lambda: None,  # the server's in_order.py keeps the election
+            capacity=lambda: request.max_items,
+            emit=self._count,
+            skip=lambda ref: (ref.shard, ref.pointer_id) in visited,
+            clock=self.q.clock,
+            weighing=self.weighing,
+            set_aside=self.set_aside,
+            peek=functools.partial(self.app_pointers.peek, request.app),
+            zone_of=self.app_pointers.zones.get,
+        )
+
+    # --- the manager -----------------------------------------------------------------------
+
+    def _visit(
+        self, ref: PointerRef, room: int, size: int, lease_ms: int, job_types: frozenset[str] | None
+    ) -> ZoneVisit:
+        """A Manager's visit to ``ref``'s zone for at most ``room`` items. A job type
+        filter looks at the zone's first ``size`` vested items (a local consumer's
+        concurrency caps see the same window) and takes at most ``room``; the ids it took
+        make a retried transaction take the same ones again."""
+        accept: Callable[[dict[str, str]], Callable[[WorkItem], bool]] | None = None
+        if job_types is not None:
+
+            def accept(taken: dict[str, str]) -> Callable[[WorkItem], bool]:
+                def take(item: WorkItem) -> bool:
+                    if item.item_id in taken:
+                        return True
+                    if len(taken) >= room or item.job_type not in job_types:
+                        return False
+                    taken[item.item_id] = item.job_type
+                    return True
+
+                return take
+
+        v = ZoneVisit(ref, min(room, size) if accept is None else size)
+        rules = self.fetcher.rules(item_lease_ms=lease_ms, accept=accept, dequeued=self._dequeued)
+        # A weighted zone's turn is its weight times the visit's size, at most the room;
+        # with a job-type filter, ``accept`` keeps to the room, and the dequeue must see
+        # past the items it skips (a room of 1 would peek only the first, maybe unwanted).
+        capacity = None if accept is not None else (lambda: room)
+        self.fetcher.visit(self.cluster, [v], rules, capacity)
+        return v
+
+    def _dequeued(self, v: ZoneVisit) -> None:
+        """Settle the admission the visit took (the unused back) and keep each item's
+        slots (its app's, its tenant's) until its remote worker ends it or its lease
+        lapses."""
+        for item, held in zip(v.items, self.fetcher.took(v), strict=True):
+            self.held_slots.hold(v.zone, item.item_id, held.slots(v.zone), item.vesting_ms)
+
+    def _capped(
+        self, zone: ZoneId, items: list[WorkItem], caps: Mapping[str, int]
+    ) -> list[WorkItem]:
+        """The items the job types' pool-wide caps let run (each holds its type's slot
+        until its remote worker ends it); the others are given back unstarted, due again
+        in 100 ms, as a local Worker gives back an item its type's cap holds back."""
+        kept = []
+        for item, allowed in zip(items, self.fetcher.pool_slots(items, caps), strict=True):
+            if allowed:
+                self.held_slots.add(
+                    zone, item.item_id, ((TYPE_SCOPE, item.job_type),), item.vesting_ms
+                )
+                kept.append(item)
+                continue
+            with contextlib.suppress(QuickError):  # else its lease lapses on its own
+                self.settler.requeue(
+                    self.cluster.name,
+                    zone,
+                    item.item_id,
+                    item.lease_id or "",
+                    100,
+                    count_error=False,
+                    ran=False,
+                )
+        return kept
+
+    def lease_once(
+        self,
+        app: str | None,
+        max_items: int,
+        lease_s: float,
+        job_types: frozenset[str] | None = None,
+        fill_s: float | None = None,
+        pool_caps: Mapping[str, int] | None = None,
+    ) -> list[Leased]:
+        """One scan and the visits it chooses (and more scans while they take items and
+        leave vested zones unchosen); may return nothing. With ``fill_s``, once it holds
+        items it visits no more zones ``fill_s`` after the first scan began.
+        ``pool_caps``: job type -> its ``pool_max_concurrency`` (the caller's handlers')."""
+        request = PullRequest(app, max_items, lease_s, job_types, fill_s, pool_caps)
+        return self._lease_once(request)[0]
+
+    def _lease_once(self, request: PullRequest) -> tuple[list[Leased], int]:
+        """The items leased, and how many zones' pointers were leased (and released: two
+        commits each) for them."""
+        out: list[Leased] = []
+        visited = 0
+        max_items = request.max_items
+        self.held_slots.tidy()
+        # The zones this call visited: not again, so that one call takes at most a
+        # visit's share of any zone while others wait (water-filling, invariant 7).
+        seen_zones: set[tuple[int, str]] = set()
+        scanner = self._scanner(request, seen_zones)
+        failures = CallFailures(scanner.set_aside)
+        fill_until = math.inf if request.fill_s is None else time.monotonic() + request.fill_s
+        while len(out) < max_items:
+            chosen = scanner.scan_once()
+            # Work-conserving visits (visit_max): the request's room shared over the zones
+            # seen vested, as a consumer shares its free workers.
+            size = visit_size(self.config, scanner.share)
+            took = 0
+            for ref in chosen:
+                room = max_items - len(out)
+                if room <= 0 or (out and time.monotonic() >= fill_until):
+                    break
+                seen_zones.add((ref.shard, ref.pointer_id))
+                try:
+                    v = self._visit(ref, room, size, int(request.lease_s * 1000), request.job_types)
+                except ZoneVisitsFailed as err:
+                    failures.failed(ref, err)
+                    continue
+                failures.worked(ref)
+                if v.pointer is not None:
+                    visited += 1
+                    caps = request.pool_caps
+                    items = v.items if not caps else self._capped(v.zone, v.items, caps)
+                    out.extend(Leased(v.zone, item) for item in items)
+                    took += len(items)
+            # Another scan only while the last one took items and left vested pointers
+            # unchosen (a scanner scans again while managers are free).
+            if not took or not scanner.left_vested:
+                break
+            if out and time.monotonic() >= fill_until:
+                break
+        now = now_ms(self.q.clock)
+        with self._stats_lock:
+            self.leased_total += len(out)
+            for x in out:
+                if x.item.attempts <= 1:
+                    self._pickups.append(max(0, now - x.item.enqueued_ms))
+        for x in out:
+            self.pickup_counts.dequeued(
+                zone=x.zone,
+                enqueued_ms=x.item.enqueued_ms,
+                pickup_ms=now,
+                cluster=self.cluster.name,
+            )
+        return out, visited
+
+    def flush_pickups_until(self, stopping: threading.Event) -> None:
+        """Add the pickup counts to the store every ``heartbeat_s`` (a consumer's
+        :data:`~quickzones.consumer.maintenance.HEARTBEAT_S`) until ``stopping``, and
+        once more then (the fairness view reads them from the store)."""
+        store = [(self.cluster.name, self.q.kv, self.q.keys)]
+        while not stopping.wait(self.heartbeat_s):
+            self.pickup_counts.flush(store, now_ms(self.q.clock))
+            self.held_slots.tidy()  # held slots kept while no lease call comes
+        self.pickup_counts.flush(store, now_ms(self.q.clock))
+
+    def lease(
+        self,
+        app: str | None,
+        max_items: int,
+        lease_s: float,
+        wait_s: float,
+        job_types: frozenset[str] | None = None,
+        stopping: threading.Event | None = None,
+        fill_s: float | None = None,
+        pool_caps: Mapping[str, int] | None = None,
+    ) -> list[Leased]:
+        """Up to ``max_items`` leased items; waits up to ``wait_s`` for the first one (a
+        long poll, :mod:`~quickzones.consumer.long_poll`). With ``fill_s`` a scan that
+        holds items visits no more zones ``fill_s`` after it began, so the items it holds
+        are handed out soon rather than after visits to fill ``max_items``. This waits on
+        the calling thread; :meth:`lease_async` is the same poll that holds no thread
+        while it waits (the server's)."""
+        request = PullRequest(app, max_items, lease_s, job_types, fill_s, pool_caps)
+        return self.polls.wait(Poll(request, wait_s, self.pull.poll_s, self.watcher, stopping))
+
+    async def lease_async(
+        self,
+        app: str | None,
+        max_items: int,
+        lease_s: float,
+        wait_s: float,
+        job_types: frozenset[str] | None = None,
+        stopping: threading.Event | None = None,
+        fill_s: float | None = None,
+        pool_caps: Mapping[str, int] | None = None,
+    ) -> list[Leased]:
+        """:meth:`lease` for an event loop: each scan runs on a worker thread (anyio's,
+        which the server's extra brings), and the waits between scans are the loop's."""
+        import anyio.to_thread  # the `serve` extra's: only a server's event loop calls this
+
+        request = PullRequest(app, max_items, lease_s, job_types, fill_s, pool_caps)
+        poll = Poll(request, wait_s, self.pull.poll_s, self.watcher, stopping)
+        return await self.polls.wait_async(poll, anyio.to_thread.run_sync)
+
+
+@dataclass(frozen=True, slots=True)
+class PullRequest:
+    """What one lease call asks for."""
+
+    app: str | None
+    max_items: int
+    lease_s: float
+    job_types: frozenset[str] | None = None
+    fill_s: float | None = None
+    pool_caps: Mapping[str, int] | None = None  # job type -> its pool_max_concurrency
