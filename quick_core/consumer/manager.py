@@ -32,6 +32,7 @@ from quickzones.consumer.fetcher import Fetcher
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Work
 from quickzones.consumer.tenant_admission import TenantAdmission
+from quickzones.consumer.visit import ZoneVisitsFailed
 from quickzones.consumer.visit_gate import OneTransactionGate
 from quickzones.consumer.visit_rules import Admission, VisitRules, ZoneVisit, visit_size
 from quickzones.consumer.weighing import Weighing
@@ -206,10 +207,14 @@ class Manager:
         hand_out: Callable[[list[Work]], None] | None = None,
         *,
         horizon_ms: int = 0,
+        failed: Callable[[ZoneVisitsFailed], None] | None = None,
     ) -> list[Work]:
         """Visit ``refs`` (``visits_per_transaction`` at most at a time): per cluster whose
         zones allow one-transaction visits, all in one transaction; else, or when that
-        transaction is written off, one :meth:`visit` each."""
+        transaction is written off, one :meth:`visit` each. ``failed`` hears of the zones
+        whose visits failed on their own, and the works of the others are returned; None:
+        they raise :class:`ZoneVisitsFailed` (the threaded runtime hands works out as
+        they come)."""
         by_cluster: dict[str, list[PointerRef]] = defaultdict(list)
         for ref in refs:
             by_cluster[ref.cluster].append(ref)
@@ -217,7 +222,13 @@ class Manager:
         size = self.config.visits_at_once()
         for group in by_cluster.values():
             for start in range(0, len(group), size):
-                works += self._visit(group[start : start + size], hand_out, horizon_ms)
+                try:
+                    works += self._visit(group[start : start + size], hand_out, horizon_ms)
+                except ZoneVisitsFailed as err:
+                    if failed is None:
+                        raise
+                    works += err.works
+                    failed(err)
         return works
 
     def _visit(
@@ -235,6 +246,9 @@ class Manager:
             self.fetcher.visit(
                 cluster, visits, self.rules(hand_out, horizon_ms, works), self.in_flight.capacity
             )
+        except ZoneVisitsFailed as err:
+            err.works = works  # the other zones' items, dequeued and leased: not lost
+            raise
         finally:
             for v in visits:
                 self.settle(v.reserved, [])  # reservations no dequeue used

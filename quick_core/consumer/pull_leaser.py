@@ -52,7 +52,7 @@ from quickzones.consumer.long_poll import LongPolls, Poll
 from quickzones.consumer.maintenance import HEARTBEAT_S
 from quickzones.consumer.pickups import PickupCounts
 from quickzones.consumer.scanner import Scanner
-from quickzones.consumer.set_aside import CallFailures, SetAside
+from quickzones.consumer.set_aside import SetAside, VisitFailures
 from quickzones.consumer.settler import Settler
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster
@@ -287,7 +287,7 @@ class PullLeaser:
         # visit's share of any zone while others wait (water-filling, invariant 7).
         seen_zones: set[tuple[int, str]] = set()
         scanner = self._scanner(request, seen_zones)
-        failures = CallFailures(scanner.set_aside)
+        failures = VisitFailures(scanner.set_aside)
         fill_until = math.inf if request.fill_s is None else time.monotonic() + request.fill_s
         while len(out) < max_items:
             chosen = scanner.scan_once()
@@ -303,7 +303,8 @@ class PullLeaser:
                 try:
                     v = self._visit(ref, room, size, int(request.lease_s * 1000), request.job_types)
                 except ZoneVisitsFailed as err:
-                    failures.failed(ref, err)
+                    failures.failed(err)
+                    failures.store_failing()
                     continue
                 failures.worked(ref)
                 if v.pointer is not None:

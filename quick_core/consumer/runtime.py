@@ -27,6 +27,7 @@ from quickzones.consumer.pool import DaemonPool, in_turn
 from quickzones.consumer.routing import Router
 from quickzones.consumer.scanner import Scanner
 from quickzones.consumer.scanner_election import ScannerElection, route_of
+from quickzones.consumer.set_aside import VisitFailures
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Work
 from quickzones.consumer.stop_request import RunsForever, StopRequest
@@ -243,12 +244,6 @@ class Consumer(RunsForever):
     def extend_leases_once(self) -> None:  # held items' leases near expiry (LeaseExtender)
         self.lease_extender.extend_once()
 
-    def _acquire_slots(self, scope: str, name: str, wanted: int, cap: int) -> int:
-        return self._slots.acquire(scope, name, wanted, cap)
-
-    def _release_slots(self, scope: str, name: str, n: int) -> None:
-        self._slots.release(scope, name, n)
-
     def refresh_slots_once(self) -> None:
         """Keep this consumer's pool-wide concurrency slots from lapsing."""
         self._slots.refresh_once()
@@ -259,7 +254,8 @@ class Consumer(RunsForever):
         """Scan, visit and execute in this thread until no vested pointer is left, or two
         rounds in a row visit the same pointers and take nothing (what is left is not this
         consumer's to take now: other job types, a cap held elsewhere); returns the count
-        of items run. For tests and the simulator."""
+        of items run. A zone whose visit fails on its own is set aside and the others
+        run; a round whose zones gave nothing and failed raises. For tests, the simulator."""
         done = 0
         idle: set[tuple[str, int, str]] | None = None
         for _ in range(max_rounds):
@@ -268,11 +264,15 @@ class Consumer(RunsForever):
             if not refs:
                 break
             self._batching, size = True, self.config.visits_at_once()
+            failures = VisitFailures(self.scanner.set_aside)
             try:
                 # Run as the pool's lanes run them (zones in turn): a visit may bring a
                 # backlog's whole free room, and a small zone waits behind one of its items.
-                visits = (self.visit_many(refs[i : i + size]) for i in range(0, len(refs), size))
-                works = [work for visit in visits for work in visit]
+                works: list[Work] = []
+                for i in range(0, len(refs), size):
+                    works += self.manager.visit_many(refs[i : i + size], failed=failures.failed)
+                if not works:
+                    failures.store_failing(zones=1)
                 for work in in_turn(works, lambda w: (w.cluster, w.zone)):
                     self.execute(work)
                 self.flush_completions()

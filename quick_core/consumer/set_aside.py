@@ -21,7 +21,6 @@ from quickzones.repeated_failure import backoff
 
 if TYPE_CHECKING:
     from quickzones.consumer.visit import ZoneVisitsFailed
-    from quickzones.errors import StorageError
     from quickzones.store.toplevel import PointerRef
 
 # A zone's first retry within 0.05-0.1 s, doubling to at most 10 s between tries.
@@ -92,24 +91,30 @@ class SetAside:
             del self._held[key]
 
 
-class CallFailures:
-    """One pull lease call's failed zone visits (each raised
-    :class:`~quickzones.consumer.visit.ZoneVisitsFailed`): each zone that fails on its
-    own is set aside (the call goes on with the others); two zones failing with none
-    working between is the store failing, and the call fails, as a consumer's scanner
-    backs off then."""
+class VisitFailures:
+    """The failed zone visits of one pull lease call or one ``run_until_idle`` round
+    (each raised :class:`~quickzones.consumer.visit.ZoneVisitsFailed`): each zone that
+    failed on its own is set aside and the caller goes on with the others. Zones failing
+    with none working between is the store failing, as a consumer's scanner has it
+    (it backs off then): :meth:`store_failing` raises the last error."""
 
     def __init__(self, set_aside: SetAside) -> None:
         self.set_aside = set_aside
-        self.failing: list[StorageError] = []
+        self.failing: list[ZoneVisitsFailed] = []  # since a zone last worked
 
-    def failed(self, ref: PointerRef, err: ZoneVisitsFailed) -> None:
+    def failed(self, err: ZoneVisitsFailed) -> None:
         for pointer, cause in err.failed:
             self.set_aside.failed((pointer.cluster, pointer.shard, pointer.pointer_id), cause)
+        if err.visited > len(err.failed):
+            self.failing.clear()  # zones visited with them worked: the store works
         self.failing.append(err)
-        if len(self.failing) >= 2:
-            raise err
 
     def worked(self, ref: PointerRef) -> None:
         self.set_aside.succeeded((ref.cluster, ref.shard, ref.pointer_id))
         self.failing.clear()
+
+    def store_failing(self, *, zones: int = 2) -> None:
+        """Raise the last failure when ``zones`` zones or more failed, none working
+        between."""
+        if sum(len(err.failed) for err in self.failing) >= zones:
+            raise self.failing[-1]

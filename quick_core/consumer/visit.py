@@ -53,6 +53,7 @@ class ZoneVisitsFailed(StorageError):
         )
         self.failed = failed
         self.visited = visited
+        self.works: list[Any] = []  # what the call's other zones gave (a Manager's Works)
 
 
 class _NothingLeased(Exception):

@@ -42,9 +42,9 @@ def test_at_most_once_refused_by_pool_cap_is_given_back(q: Quick) -> None:
     b = q.consumer(IN_ORDER, name="b")
     works = [w for ref in a.scan_once() for w in a.visit(ref)]
     assert len(works) == 2
-    assert b._acquire_slots("type", "once", 1, 1) == 1  # another consumer holds the slot
+    assert b._slots.acquire("type", "once", 1, 1) == 1  # another consumer holds the slot
     assert [a.execute(w) for w in works] == ["released", "released"] and seen == []
-    b._release_slots("type", "once", 1)
+    b._slots.release("type", "once", 1)
     q.clock.sleep(1)  # type: ignore[attr-defined]
     a.run_until_idle()
     assert set(seen) == ids and len(seen) == 2

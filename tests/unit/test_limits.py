@@ -81,10 +81,10 @@ def test_job_type_pool_cap(q: Quick) -> None:
     works_a = [w for ref in a.scan_once() for w in a.visit(ref)]
     assert len(works_a) == 2
     # Pretend another consumer holds the type's only slot.
-    assert b._acquire_slots("type", "exclusive", 1, 1) == 1
+    assert b._slots.acquire("type", "exclusive", 1, 1) == 1
     outcomes = [a.execute(w) for w in works_a]
     assert outcomes == ["released", "released"] and seen == []
-    b._release_slots("type", "exclusive", 1)
+    b._slots.release("type", "exclusive", 1)
     q.clock.sleep(1)  # type: ignore[attr-defined]
     a.run_until_idle()
     assert len(seen) == 2
