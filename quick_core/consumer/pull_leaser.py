@@ -52,7 +52,7 @@ from quickzones.consumer.long_poll import LongPolls, Poll
 from quickzones.consumer.maintenance import HEARTBEAT_S
 from quickzones.consumer.pickups import PickupCounts
 from quickzones.consumer.scanner import Scanner
-from quickzones.consumer.set_aside import SetAside, VisitFailures
+from quickzones.consumer.set_aside import SetAside, VisitFailures, elapsed
 from quickzones.consumer.settler import Settler
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster
@@ -146,7 +146,7 @@ class PullLeaser:
         self.weighing = self.fetcher.weighing
         # Zones whose visits failed on their own, each passed over on its own backoff,
         # as a local consumer's scanner passes over them.
-        self.set_aside = SetAside(self._count)
+        self.set_aside = SetAside(self._count, monotonic=elapsed(q.clock))
         self.held_slots = HeldSlots(self.slots, q.clock)
         # The outcomes of what it leased (the routes apply a remote worker's through it):
         # each one that ends an item's lease gives back the slots the item held, and a

@@ -31,11 +31,11 @@ from concurrent.futures import Future
 from contextlib import ExitStack
 from typing import Any
 
-from quickzones.clock import Clock, ElapsedClock, SystemClock
+from quickzones.clock import Clock, SystemClock
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.pool import DaemonPool
 from quickzones.consumer.selection import Selection
-from quickzones.consumer.set_aside import SetAside
+from quickzones.consumer.set_aside import SetAside, elapsed
 from quickzones.consumer.state import Cluster
 from quickzones.consumer.visit import ZoneVisitsFailed
 from quickzones.consumer.weighing import Weighing
@@ -116,7 +116,7 @@ class Scanner:
         # Zones whose visits failed on their own, each passed over on its own backoff
         # (quickzones.consumer.set_aside); the backoff above is left for the store's
         # failures: visits of two zones or more failing with none working between.
-        self.set_aside = set_aside or SetAside(emit, monotonic=_elapsed(self.clock))
+        self.set_aside = set_aside or SetAside(emit, monotonic=elapsed(self.clock))
         self._failing: set[tuple[str, int, str] | None] = set()  # None: not a zone's
         self.on_lost = on_lost  # the store went away (its file deleted): the consumer stops
         # How a shard is peeked: its vested pointers (a pull leaser's: of one app's zones,
@@ -367,12 +367,6 @@ def _peek_shard(
     cluster: Cluster, shard: int, window: int, horizon_ms: int
 ) -> tuple[list[PointerRef], int | None]:
     return cluster.toplevel.peek(shard, window, horizon_ms=horizon_ms)
-
-
-def _elapsed(clock: Clock) -> Callable[[], float]:
-    """Elapsed time by ``clock`` where it measures it (a simulated clock), else the
-    process's: no step of the wall clock stretches a zone's backoff."""
-    return clock.monotonic if isinstance(clock, ElapsedClock) else time.monotonic
 
 
 def _weighed(held: int, ref: PointerRef, weight: Callable[[PointerRef], float] | None) -> float:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from quickzones.clock import Clock, ElapsedClock
 from quickzones.repeated_failure import backoff
 
 if TYPE_CHECKING:
@@ -30,6 +31,12 @@ ZONE_CAP_S = 10.0
 FORGET_AFTER_S = 60.0
 
 Key = tuple[str, int, str]  # a pointer: cluster, shard, pointer id
+
+
+def elapsed(clock: Clock) -> Callable[[], float]:
+    """Elapsed time by ``clock`` where it measures it (a simulated clock), else the
+    process's: no step of the wall clock stretches a zone's backoff."""
+    return clock.monotonic if isinstance(clock, ElapsedClock) else time.monotonic
 
 
 class SetAside:

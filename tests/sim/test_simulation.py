@@ -142,11 +142,12 @@ def test_checker_catches_dropped_items() -> None:
     assert any(v.kind == "item_lost" for v in r.violations)
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [2, 3, 4])
 def test_checker_catches_zone_without_pointer(seed: int) -> None:
     # Several seeds: whether one schedule ever collects a non-empty zone's pointer moves
     # with the consumer's rules (seed 7 stopped doing so when the one-transaction gate's
-    # hold became a stretch of time); the checker must flag it wherever it happens.
+    # hold became a stretch of time; seed 1 when every third consumer became a pull
+    # consumer, issue 40); the checker must flag it wherever it happens.
     r = run_seed(seed, 1500, 0.01, check_every=5, zone_store=_mutant(EagerGcZoneStore))
     kinds = {v.kind for v in r.violations}
     assert "zone_without_pointer" in kinds, kinds

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from quickzones.consumer import ConsumerConfig, Work
+from quickzones.consumer.pull_leaser import PullLeaser
 from quickzones.store.toplevel import PointerRef
 from quickzones.testing.simulation.model import ABSENT, AMO, ItemModel, SimConsumer
 from quickzones.testing.simulation.world import SimWorld
@@ -65,6 +66,9 @@ class ConsumerSteps(SimWorld):
         # Every other consumer visits in batches of up to 3 zones per transaction (one
         # transaction per visit otherwise: the paper's three).
         batched = (self.cfg.seed + self.consumer_serial) % 2 == 1
+        # Every third a pull consumer (issue 40: the paper's rules on every path): never
+        # in the scanner election (quick serve stands in it for its remote workers).
+        pull = (self.cfg.seed + self.consumer_serial) % 3 == 0
         config = ConsumerConfig(
             peek_max=50,
             selection_frac=0.5,
@@ -75,13 +79,13 @@ class ConsumerSteps(SimWorld):
             min_inactive_s=3.0,
             item_lease_s=10.0,
             election_ttl_s=5.0,
-            in_order=None,
+            in_order=False if pull else None,
             seed=self.cfg.seed * 1000 + self.consumer_serial,
             one_transaction_visits=batched,
             visits_per_transaction=3 if batched else 1,
         )
         consumer = self.q.consumer(config, election=self.election, name=name)
-        sc = SimConsumer(consumer)
+        sc = SimConsumer(consumer, leaser=PullLeaser(self.q, config) if pull else None)
         consumer.observer = self._observer(sc)
         self.consumers.append(sc)
         return sc
@@ -92,6 +96,10 @@ class ConsumerSteps(SimWorld):
         return self.consumers[self.rng.randrange(len(self.consumers))]
 
     def step_scan(self, sc: SimConsumer) -> str:
+        if sc.leaser is not None:
+            works = self.pull(sc)
+            sc.works.extend(works)
+            return f"pull {sc.consumer.name} {len(works)}"
         if sc.refs:
             return f"scan {sc.consumer.name} busy"
         in_order = sc.consumer.in_order
@@ -108,6 +116,21 @@ class ConsumerSteps(SimWorld):
             pointer = self.q.toplevel.get_pointer(zone)  # gone if the visit collected it
             if pointer is not None:
                 self.pointer_leased[pointer.pointer_id] = (self.clock.now(), self.in_order_rounds)
+        return self._leased(works)
+
+    def pull(self, sc: SimConsumer) -> list[Work]:
+        """A pull lease of up to ``dequeue_max`` items (Algorithms 1 and 2 by the server's
+        leaser), counted in flight by the consumer whose Worker runs them."""
+        assert sc.leaser is not None
+        config = sc.consumer.config
+        leased = sc.leaser.lease_once(None, config.dequeue_max, config.item_lease_s)
+        now = self.clock.now()
+        works = [Work(x.zone, x.item, now, cluster=sc.leaser.cluster.name) for x in leased]
+        sc.consumer.manager.settle({}, [w.item for w in works])
+        return self._leased(works)
+
+    def _leased(self, works: list[Work]) -> list[Work]:
+        """The model's side of items leased: who holds each one's lease now."""
         for w in works:
             model = self.items.get(w.item.item_id)
             if model is None:

@@ -313,6 +313,9 @@ class Simulation(ProducerSteps, SimHandlers, ConsumerSteps, FifoOrderCheck, Inva
             for sc in self.consumers:
                 while sc.works:
                     self._execute(sc, sc.works.pop(0))
+                if sc.leaser is not None:
+                    for work in self.pull(sc):
+                        self._execute(sc, work)
                 refs = sc.consumer.scan_once()
                 size = sc.consumer.config.visits_at_once()
                 for start in range(0, len(refs), size):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from quickzones.client import Quick
 from quickzones.consumer import Consumer, Work
+from quickzones.consumer.pull_leaser import PullLeaser
 from quickzones.store.records import ZoneId
 from quickzones.store.toplevel import PointerRef
 from quickzones.store.zones import KVZoneStore
@@ -99,6 +100,10 @@ class SimConsumer:
     works: list[Work] = field(default_factory=list)
     round_in_order: bool = False  # its current refs came from an in-order scan
     leased_zones: list[ZoneId] = field(default_factory=list)  # pointer_leased events
+    # A pull consumer: its items are leased by a server's pull leaser (quick serve's
+    # POST /v1/leases without HTTP) and run by its consumer's Worker, as a remote worker
+    # runs them; its outcomes reach the store through the same Settler.
+    leaser: PullLeaser | None = None
 
 
 @dataclass(slots=True)
