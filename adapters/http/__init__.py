@@ -16,8 +16,8 @@ except ImportError as err:  # pragma: no cover - depends on the install
     raise MissingDependency(err.name or "fastapi", "serve", "quick serve needs it") from err
 
 from quickzones.adapters.http.app import create_app
-from quickzones.consumer.pull_leaser import PullConfig, PullLeaser
 from quickzones.adapters.http.tokens import ROLES, TokenInfo, TokenNotFound, TokenStore
+from quickzones.consumer.pull_leaser import PullConfig, PullLeaser
 
 __all__ = [
     "ROLES",

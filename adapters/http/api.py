@@ -25,10 +25,10 @@ from quickzones.adapters.http import models as m
 from quickzones.adapters.http import paths as _paths  # noqa: F401  (registers {name:seg})
 from quickzones.adapters.http import views
 from quickzones.adapters.http.polls import RETRY_AFTER_S, PollLimits, TooManyPolls
-from quickzones.consumer.pull_leaser import Leased, PullLeaser
 from quickzones.adapters.http.tokens import ALL_APPS, TokenInfo, TokenStore
 from quickzones.client import Quick
 from quickzones.clock import now_ms
+from quickzones.consumer.pull_leaser import Leased, PullLeaser
 from quickzones.consumer.settler import Completion, NotCommitted, Settler
 from quickzones.errors import ItemNotFound, LeaseLost, QuickError
 from quickzones.store import admin

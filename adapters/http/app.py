@@ -28,11 +28,11 @@ from quickzones.adapters.http.in_order import ServeInOrder
 from quickzones.adapters.http.paths import PathSegments
 from quickzones.adapters.http.pauses_api import router as pauses_router
 from quickzones.adapters.http.polls import PollLimits
-from quickzones.consumer.pull_leaser import PullConfig, PullLeaser
 from quickzones.adapters.http.tokens import TokenStore
 from quickzones.client import Quick
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.maintenance import HEARTBEAT_S
+from quickzones.consumer.pull_leaser import PullConfig, PullLeaser
 from quickzones.errors import (
     InvalidArgument,
     ItemAlreadyQueued,

@@ -15,10 +15,10 @@ from collections import Counter
 from typing import Any
 
 from quickzones.adapters.http.client import RemoteQuick
-from quickzones.consumer.pull_leaser import PullLeaser
 from quickzones.adapters.http.worker import RemoteWorker
 from quickzones.client import Quick
 from quickzones.consumer.config import ConsumerConfig
+from quickzones.consumer.pull_leaser import PullLeaser
 from quickzones.registry import JobContext
 
 from .conftest import Served

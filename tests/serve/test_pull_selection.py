@@ -5,10 +5,10 @@ tenants instead of all contending for the oldest pointer."""
 from __future__ import annotations
 
 from quickzones.adapters.http.client import RemoteQuick
-from quickzones.consumer.pull_leaser import PullLeaser
 from quickzones.client import Quick
 from quickzones.clock import now_ms
 from quickzones.consumer.config import ConsumerConfig
+from quickzones.consumer.pull_leaser import PullLeaser
 
 from .conftest import Served
 
