@@ -125,6 +125,10 @@ def worker(
     routed_types = _name_list("--types", job_types)
     if unhandled_grace_s < 0:
         raise ConfigurationError(f"--unhandled-grace must be at least 0, not {unhandled_grace_s}")
+    if processes == 1:  # a child of --processes stops when its supervisor is gone
+        from quickzones.supervisor import follow_supervisor
+
+        follow_supervisor()
     sys.path.insert(0, os.getcwd())
     q = load_handlers(app_module)  # in a supervisor too: a bad module fails before any child
     if not q.registry.names():
