@@ -205,7 +205,7 @@ def follow_supervisor(environ: MutableMapping[str, str] = os.environ) -> None:
         with contextlib.suppress(Exception):  # no libc (a static build): the watch remains
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    # Started before the supervisor died and the prctl above: already orphaned.
+    # Also for a supervisor that died before the prctl above (the kernel will not tell).
     threading.Thread(
         target=_watch_parent, args=(supervisor,), name="quick-supervisor-watch", daemon=True
     ).start()
