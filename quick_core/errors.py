@@ -111,6 +111,19 @@ class LeaseLost(QuickError):
         self.item_id = item_id
 
 
+class ItemGone(ItemNotFound, LeaseLost):
+    """A settle (complete, extend, nack, fail) of an item that is gone: completed,
+    cancelled or dead-lettered meanwhile, or completed by this same caller whose first
+    answer was lost. An :class:`ItemNotFound`, as an in-process store raises it; also a
+    :class:`LeaseLost`, as the HTTP client raised it before (issue 41 point 15).
+    ``reason`` says what became of it where the store knows."""
+
+    def __init__(self, item_id: str, reason: str | None = None) -> None:
+        self.reason = reason or "the item is gone"
+        QuickError.__init__(self, f"item {item_id!r}: {self.reason}")
+        self.item_id = item_id
+
+
 class ItemNotVested(QuickError):
     """The item cannot be leased because it is not vested (leased or delayed)."""
 

@@ -10,21 +10,36 @@ gracefully, giving back the leases of what it did not finish, so no item is lost
 The consumers share nothing but the store, as the paper's consumers do; what they share
 for metrics (one endpoint for all of them) is :class:`~quickzones.consumer.metrics.SharedMetrics`,
 given in as ``env`` and ``on_exit``.
+
+A child does not outlive its supervisor (issue 41 point 4: after ``kill -9`` of the
+supervisor its 3 children kept running, and nobody would ever stop or restart them).
+Each child is told its supervisor's pid (:data:`SUPERVISOR_ENV`) and calls
+:func:`follow_supervisor`: on Linux the kernel sends it SIGTERM when the supervisor dies
+(``prctl(PR_SET_PDEATHSIG)``), and everywhere a thread watches its parent pid; either
+way it stops as on SIGTERM, giving back what it holds.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
+import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
 log = logging.getLogger("quick.supervisor")
+
+# The environment variable that tells a child its supervisor's pid (follow_supervisor).
+SUPERVISOR_ENV = "QUICK_SUPERVISOR_PID"
+PARENT_CHECK_S = 1.0  # how often a child looks at its parent where the kernel cannot tell
+_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(slots=True)
@@ -76,13 +91,14 @@ class Supervisor:
         if processes < 1:
             raise ValueError(f"processes must be at least 1, not {processes}")
         self.command = list(command)
-        self.env = dict(env) if env is not None else None
         self.backoff = backoff or Backoff()
         self.on_exit = on_exit
         self.say = say
         self.clock = clock
         self.poll_s = poll_s
         self.slots = [_Slot(n) for n in range(1, processes + 1)]
+        # Each child knows whose death must stop it (follow_supervisor).
+        self.env = {**(os.environ if env is None else env), SUPERVISOR_ENV: str(os.getpid())}
         self._stop = threading.Event()
         self._signal = signal.SIGTERM
 
@@ -174,6 +190,32 @@ def _how(code: int) -> str:
         except ValueError:
             return f"signal {-code}"
     return f"exit code {code}"
+
+
+def follow_supervisor(environ: MutableMapping[str, str] = os.environ) -> None:
+    """In a child of a :class:`Supervisor` (``environ`` names its pid, taken out so the
+    handlers' own subprocesses do not inherit it): stop as on SIGTERM once the supervisor
+    is gone. On Linux the kernel sends the signal; a thread watching the parent pid covers
+    other systems and says why in the log. Elsewhere a no-op."""
+    text = environ.pop(SUPERVISOR_ENV, None)
+    if not text or not text.isdigit():
+        return
+    supervisor = int(text)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):  # no libc (a static build): the watch remains
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    # Also for a supervisor that died before the prctl above (the kernel will not tell).
+    threading.Thread(
+        target=_watch_parent, args=(supervisor,), name="quick-supervisor-watch", daemon=True
+    ).start()
+
+
+def _watch_parent(supervisor: int) -> None:
+    while os.getppid() == supervisor:
+        time.sleep(PARENT_CHECK_S)
+    log.warning("the supervisor (pid %d) is gone: this worker stops", supervisor)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def worker_command(

@@ -19,7 +19,11 @@ from quickzones.consumer.store_election import StoreElection
 from quickzones.testing.provision.ports import free_port
 from tests.waiting import wait_for
 
-APP = "import os\nfrom quickzones import Quick\nq = Quick.open(os.environ['QUICK_STORE'])\n"
+# One job type: quick worker refuses a module that registers none (issue 41 point 3).
+APP = (
+    "import os\nfrom quickzones import Quick\nq = Quick.open(os.environ['QUICK_STORE'])\n"
+    "q.job('noop')(lambda payload, ctx: None)\n"
+)
 
 CLAIM = "is the in-order scanner of"
 LOSS = "lost the in-order scanner lease"

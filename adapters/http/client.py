@@ -29,6 +29,7 @@ from urllib.parse import quote
 
 import httpx
 
+from quickzones.errors import ItemGone as ItemGone  # re-exported: it was defined here
 from quickzones.errors import ItemNotFound, LeaseLost, QuickError
 from quickzones.repeated_failure import backoff
 from quickzones.store.enqueue import Enqueued
@@ -70,11 +71,6 @@ class RemoteLease:
     lease_expires_ms: int
     priority: int = 0
     last_error: str | None = None
-
-
-class ItemGone(LeaseLost):
-    """The leased item was completed, cancelled or dead-lettered meanwhile (``item_gone``):
-    a lease lost that way, told apart so a remote worker sees a cancel as one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,7 +289,7 @@ def _completed(body: dict[str, Any]) -> list[QuickError | None]:
         if outcome == "completed":
             out.append(None)
         elif outcome in ("lease_lost", "item_gone"):
-            out.append(LeaseLost(r["item_id"]))
+            out.append((ItemGone if outcome == "item_gone" else LeaseLost)(r["item_id"]))
         else:
             out.append(RemoteError(200, outcome, f"item {r['item_id']!r}: {outcome}"))
     return out

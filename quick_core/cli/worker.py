@@ -93,7 +93,7 @@ def _batched(visits_per_transaction: int) -> str:
     "--unhandled-grace",
     "unhandled_grace_s",
     float,
-    "Seconds an item of a type no consumer handles waits before its dead letter.",
+    "Seconds before an item of a type this worker cannot run is reported (never settled).",
 )
 @friendly
 def worker(
@@ -125,8 +125,20 @@ def worker(
     routed_types = _name_list("--types", job_types)
     if unhandled_grace_s < 0:
         raise ConfigurationError(f"--unhandled-grace must be at least 0, not {unhandled_grace_s}")
+    if processes == 1:  # a child of --processes stops when its supervisor is gone
+        from quickzones.supervisor import follow_supervisor
+
+        follow_supervisor()
     sys.path.insert(0, os.getcwd())
     q = load_handlers(app_module)  # in a supervisor too: a bad module fails before any child
+    if not q.registry.names():
+        # It would only lease other workers' items and give them back (issue 41 point 3).
+        raise ConfigurationError(
+            f"--app-module {app_module}: its Quick registers no job type, so this worker "
+            "would have nothing to run; register a handler where the module creates its "
+            "Quick (@quick.job(\"name\") above def handler(payload, ctx): ...), or give "
+            "the module that does (--app-module module:attr)"
+        )
     if processes > 1:
         child_args = [
             "--workers", str(workers), "--managers", str(managers), "--lease", repr(lease_s),

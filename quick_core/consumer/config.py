@@ -104,7 +104,8 @@ class ConsumerConfig:
     seed: int | None = None
     # Routing (beyond the paper): only zones of these apps and items of these job types
     # (None: all). An item of a type not handled here is left for a consumer that handles
-    # it, and dead-lettered only once it has been due this long (None: never).
+    # it, never settled here; once it has been due this long it is reported at ERROR, once
+    # per type (None: never).
     apps: tuple[str, ...] | None = None
     job_types: tuple[str, ...] | None = None
     unhandled_grace_s: float | None = 600.0

@@ -10,10 +10,14 @@ A consumer may be limited to some apps (``ConsumerConfig.apps``) and some job ty
   consumer's.
 - **Job types**: an item of a type this consumer does not handle is left in its zone at
   dequeue (never leased, so no attempt is counted and another consumer takes it at
-  once), counted as the event ``unknown_job_type`` (a metric) and logged once per type.
-  Only once it has been due for ``unhandled_grace_s`` (a rolling deploy that adds a type
-  has finished by then) is it leased, and then dead-lettered with the reason. ``None``:
-  never dead-lettered for want of a handler.
+  once), counted as the event ``unknown_job_type`` (a metric) and logged once per type
+  at WARNING. A consumer never settles such an item (dead letter, retry, completion):
+  it cannot know that no other consumer runs the type, and a worker started with the
+  wrong module dead-lettered other apps' items that way (issue 41 point 3). One leased
+  anyway is given back, its attempt not counted. Once one has been due for
+  ``unhandled_grace_s`` (a rolling deploy that adds a type has finished by then), that is
+  logged once per type at ERROR, so an operator deploys its handler or cancels it.
+  ``None``: never reported.
 """
 
 from __future__ import annotations
@@ -56,9 +60,8 @@ class Router:
         self.types = None if config.job_types is None else frozenset(config.job_types)
         self._lock = threading.Lock()
         self._warned: set[str] = set()
+        self._overdue: set[str] = set()  # types reported past their grace
         self._foreign: dict[tuple[str, int, str], float] = {}  # pointer -> skip until (s)
-        # Items admitted past their grace, to be dead-lettered by the worker.
-        self._expired: set[str] = set()
 
     def check(self) -> None:
         """Every routed job type must have a handler here (a typo would route nothing)."""
@@ -116,48 +119,43 @@ class Router:
 
     def admit(self, item: WorkItem) -> bool:
         """At dequeue: take an item this consumer handles; leave any other vested in its
-        zone (counted, logged once per type) until it has been due for the grace."""
+        zone (counted, logged once per type), however long it has waited."""
         if self.job_for(item.job_type) is not None:
             return True
         self.report(item, None)
-        grace = self.config.unhandled_grace_s
-        # A vested, unleased item's vesting time is when it became due.
-        if grace is not None and now_ms(self.clock) - item.vesting_ms >= grace * 1000:
-            with self._lock:
-                self._expired.add(item.item_id)
-            return True
         return False
 
     def accept(self, inner: Callable[[WorkItem], bool]) -> Callable[[WorkItem], bool]:
         """Compose with the manager's admission predicate (concurrency caps)."""
         return lambda item: self.admit(item) and inner(item)
 
-    def expired(self, item_id: str) -> bool:
-        """Whether this item was admitted to be dead-lettered (forgets it)."""
-        with self._lock:
-            if item_id in self._expired:
-                self._expired.discard(item_id)
-                return True
-            return False
-
     def report(self, item: WorkItem, zone: ZoneId | None) -> None:
-        """Every time as the event ``unknown_job_type``; once per type at WARNING."""
+        """Every time as the event ``unknown_job_type``; once per type at WARNING, and
+        once per type at ERROR when one has been due for the grace."""
         job_type = item.job_type
+        grace = self.config.unhandled_grace_s
+        # A vested item's vesting time is when it became due (a leased one's is later).
+        overdue = grace is not None and now_ms(self.clock) - item.vesting_ms >= grace * 1000
         with self._lock:
             first = job_type not in self._warned
             self._warned.add(job_type)
+            first_overdue = overdue and job_type not in self._overdue
+            if overdue:
+                self._overdue.add(job_type)
         self.emit("unknown_job_type", zone=zone, item_id=item.item_id, job_type=job_type)
+        where = "" if zone is None else f" in {zone}"
+        handled = sorted(self.types) if self.types is not None else self.registry.names()
         if first:
-            grace = self.config.unhandled_grace_s
-            handled = sorted(self.types) if self.types is not None else self.registry.names()
             log.warning(
                 "job type %r (item %s%s) is not handled by this consumer: its items are "
-                "left for a consumer that handles it%s; this one handles: %s",
-                job_type,
-                item.item_id,
-                "" if zone is None else f" in {zone}",
-                " (no attempt counted)"
-                if grace is None
-                else f", and dead-lettered once due for {grace:g}s",
-                ", ".join(handled) or "none",
-            )
+                "left for a consumer that handles it, never settled here (no attempt "
+                "counted); this one handles: %s",
+                job_type, item.item_id, where, ", ".join(handled) or "none",
+            )  # fmt: skip
+        if first_overdue:
+            log.error(
+                "job type %r: item %s%s has been due for %gs or more and this consumer "
+                "cannot run it (it handles: %s); it stays queued until a consumer with its "
+                "handler runs it: deploy one, or cancel the item",
+                job_type, item.item_id, where, grace, ", ".join(handled) or "none",
+            )  # fmt: skip

@@ -31,6 +31,7 @@ from quickzones.consumer.set_aside import VisitFailures
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Work
 from quickzones.consumer.stop_request import RunsForever, StopRequest
+from quickzones.consumer.store_watch import StoreWatch
 from quickzones.consumer.timers import DueTimers
 from quickzones.consumer.weighing import Weighing
 from quickzones.consumer.worker import Worker
@@ -167,16 +168,14 @@ class Consumer(RunsForever):
             paused=self.manager.paused,  # the visits' cached pauses
         )
         self.lease_extender = LeaseExtender(cfg, ops, clock, flight, self._slots, emit)
-        self.outcome_collector = OutcomeCollector(
-            lambda: [(c.kv, c.toplevel.keys) for c in clusters.values() if c.kv is not None],
-            clock,
-            cfg.outcome_gc_interval_s,
-            self.rng,
-        )
+        kvs = [(c.kv, c.toplevel.keys) for c in clusters.values() if c.kv is not None]
+        gc_s = cfg.outcome_gc_interval_s
+        self.outcome_collector = OutcomeCollector(lambda: kvs, clock, gc_s, self.rng)
         stores = [(c.name, c.kv, c.toplevel.keys) for c in clusters.values() if c.kv is not None]
         busy = lambda: (len(flight.running), flight.total())  # noqa: E731
         beats = (lambda: stores, self.name, cfg, busy, self.in_order_for, clock, heartbeat_s)
         self.heartbeats = Heartbeats(*beats)
+        self.store_watch = StoreWatch(clusters)  # says at once when a store stops answering
 
     # --- observation -------------------------------------------------------------------
 
@@ -306,6 +305,7 @@ class Consumer(RunsForever):
             ),
             (lambda: self.outcome_collector.run(stopping), "outcome-gc"),
             (lambda: self.heartbeats.run(stopping), "heartbeat"),
+            (lambda: self.store_watch.run(stopping), "store-watch"),
         ):
             t = threading.Thread(target=target, name=f"quick-{name}", daemon=True)
             t.start()
@@ -382,7 +382,7 @@ class Consumer(RunsForever):
         self._threads.clear()
         self._managers = self._workers = None
 
-    def request_stop(self) -> None:
+    def _stopping_requested(self) -> None:  # request_stop(): take no more work
         self._stopping.set()
         self.scanner.wake()
 

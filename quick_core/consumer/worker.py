@@ -119,23 +119,23 @@ class Worker:
             self.emit("throttled", zone=zone, reason="paused")
             return self.ops.give_back(work)
         job = self.router.job_for(item.job_type)
-        if job is None and not self.router.expired(item.item_id):
-            # Not this consumer's type and not yet past its grace (dequeue leaves such
-            # items alone; this one was leased anyway): give it back, no error counted.
+        if job is None:
+            # Not this consumer's type (dequeue leaves such items alone; this one was
+            # leased anyway): given back, its attempt not counted, never settled here.
             self.router.report(item, zone)
             return self.ops.give_back(work)
         fail = self.ops.fail
         if item.deadline_ms is not None and now_ms(self.clock) > item.deadline_ms:
             # It waited past its TTL in this consumer's local queue: never run late.
             return fail(work, job, "expired: not started before its TTL", permanent=True)
-        if job is not None and item.error_count >= job.retry.max_attempts:
+        if item.error_count >= job.retry.max_attempts:
             return fail(
                 work,
                 job,
                 f"gave up after {item.error_count} attempts; last: {item.last_error}",
                 permanent=True,
             )
-        if job is not None and item.lapses >= job.retry.max_lapses:
+        if item.lapses >= job.retry.max_lapses:
             # Its earlier runs crashed or stalled their consumers: running it again could
             # crash this one too.
             return fail(
@@ -146,15 +146,6 @@ class Worker:
                 permanent=True,
             )
         self.emit("started", zone=zone, item_id=item.item_id, job_type=item.job_type)
-        if job is None:
-            grace = self.config.unhandled_grace_s
-            return fail(
-                work,
-                None,
-                f"no handler for job type {item.job_type!r} in any consumer that saw it "
-                f"within its grace of {grace:g}s",
-                permanent=True,
-            )
         if job.pool_max_concurrency is not None and self.limits is not None:
             if not self.slots.acquire("type", job.name, 1, job.pool_max_concurrency):
                 self.emit("throttled", zone=zone, reason="job type concurrency cap")

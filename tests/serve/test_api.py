@@ -353,7 +353,7 @@ def test_complete_many_reports_each_outcome(served: Served) -> None:
         order = [by_id[ids[2]], stale, by_id[ids[3]], by_id["gone"], by_id[ids[0]], by_id[ids[1]]]
         outcomes = rq.complete_many(order)
         assert [type(x).__name__ for x in outcomes] == [
-            "NoneType", "LeaseLost", "NoneType", "LeaseLost", "NoneType", "NoneType"]  # fmt: skip
+            "NoneType", "LeaseLost", "NoneType", "ItemGone", "NoneType", "NoneType"]  # fmt: skip
         for item_id, app, tenant in [(ids[0], "a", "t1"), (ids[1], "a", "t1"),
                                      (ids[2], "a", "t2"), (ids[3], "b", "t")]:  # fmt: skip
             assert served.q.get(app, tenant, item_id) is None

@@ -79,15 +79,16 @@ def test_undeclared_job_types_share_one_label(clock: ManualClock) -> None:
     for n in range(20):
         q.enqueue(f"ghost-{n}", {}, app="a", tenant="t")  # nobody runs these types
     q.consumer(IN_ORDER, observer=observer).run_until_idle()
-    assert len(q.dead_letters()) == 20
-    assert _jobs(reg, OTHER_JOB_TYPE, "dead_lettered") == 20
+    # Never settled by a consumer that cannot run them, past the grace too (issue 41
+    # point 3): no outcome, so no label of theirs.
+    assert q.dead_letters() == []
     labels = {
         s.labels["job_type"]
         for metric in reg.collect()
         for s in metric.samples
         if "job_type" in s.labels and s.name.startswith("quick_jobs")
     }
-    assert labels == {OTHER_JOB_TYPE}
+    assert labels <= {OTHER_JOB_TYPE}
     q.close()
 
 

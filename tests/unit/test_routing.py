@@ -1,6 +1,7 @@
 """Issue 15 point 4: routing. A consumer limited to apps and job types; an item of a type a
-consumer does not handle goes to one that does, with no attempt counted, and is
-dead-lettered only after a grace period."""
+consumer does not handle goes to one that does, with no attempt counted, and is never
+settled by a consumer that cannot run it (issue 41 point 3), only reported after a grace
+period."""
 
 from __future__ import annotations
 
@@ -82,20 +83,27 @@ def test_two_running_consumers_one_without_the_handler(q: Quick) -> None:
     assert old.stats["unknown_job_type"] >= 1 and "started" not in old.stats
 
 
-def test_unhandled_item_dead_lettered_only_after_the_grace(q: Quick, clock: ManualClock) -> None:
+def test_unhandled_item_never_settled_and_reported_after_the_grace(
+    q: Quick, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 41 point 3: a consumer that cannot run a type never settles its items (it
+    cannot know that no other consumer runs it); past the grace it says so at ERROR."""
     item_id = q.enqueue("nobody", b"", app="a", tenant="t")
     old = lacking(q, ConsumerConfig(in_order=False, unhandled_grace_s=60))
-    old.run_until_idle()
-    clock.advance(59)
-    old.run_until_idle()
+    with caplog.at_level(logging.WARNING, logger="quick.consumer"):
+        old.run_until_idle()
+        clock.advance(59)
+        old.run_until_idle()
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+        clock.advance(2)
+        old.run_until_idle()
+        clock.advance(10**6)
+        old.run_until_idle()
     assert q.dead_letters() == []
     item = q.get("a", "t", item_id)
-    assert item is not None and item.attempts == 0
-    clock.advance(2)
-    old.run_until_idle()
-    [dead] = q.dead_letters()
-    assert dead.item_id == item_id and "no handler" in dead.reason and "'nobody'" in dead.reason
-    assert q.get("a", "t", item_id) is None
+    assert item is not None and item.attempts == 0 and item.error_count == 0
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "'nobody'" in errors[0] and "stays queued" in errors[0], errors
 
 
 def test_no_grace_never_dead_letters(q: Quick, clock: ManualClock) -> None:
