@@ -123,3 +123,33 @@ def _ok(url: str) -> bool:
         return httpx.get(url, timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_a_body_sent_past_max_body_is_answered_413_then_cut(tmp_path: Path) -> None:
+    """A body announced and sent over ``--max-body`` gets its 413, and the server then
+    closes the connection instead of reading (and dropping) the rest for ever."""
+    store = f"sqlite:///{tmp_path / 'q.db'}"
+    Quick.open(store).close()
+    announced = 256 * 1024 * 1024
+    with serve_process(store, "--max-body", str(1024 * 1024)) as (url, _proc):
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            s.sendall(
+                b"POST /v1/apps/a/tenants/t/items HTTP/1.1\r\nHost: quick\r\n"
+                b"Content-Type: application/json\r\nContent-Length: "
+                + str(announced).encode() + b"\r\n\r\n"
+            )  # fmt: skip
+            chunk, sent = b" " * 65536, 0
+            try:
+                while sent < announced:
+                    sent += s.send(chunk)
+            except OSError:
+                pass  # cut: a reset or a broken pipe
+            assert sent < announced, "the server read the whole over-long body"
+            answer = b""
+            try:
+                while part := s.recv(65536):
+                    answer += part
+            except OSError:
+                pass
+            assert answer.startswith(b"HTTP/1.1 413") or answer == b"", answer[:200]
