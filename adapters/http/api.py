@@ -13,7 +13,7 @@ import base64
 import contextlib
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -21,16 +21,23 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
+from quickzones.adapters.http import bulk, views
 from quickzones.adapters.http import models as m
 from quickzones.adapters.http import paths as _paths  # noqa: F401  (registers {name:seg})
-from quickzones.adapters.http import views
 from quickzones.adapters.http.polls import RETRY_AFTER_S, PollLimits, TooManyPolls
 from quickzones.adapters.http.tokens import ALL_APPS, TokenInfo, TokenStore
 from quickzones.client import Quick
 from quickzones.clock import now_ms
 from quickzones.consumer.pull_leaser import Leased, PullLeaser
 from quickzones.consumer.settler import Completion, NotCommitted, Settler
-from quickzones.errors import ItemNotFound, LeaseLost, QuickError
+from quickzones.errors import (
+    ItemNotFound,
+    LeaseLost,
+    QuickError,
+    RetryLimitExceeded,
+    StoreBusy,
+    TransactionTooLong,
+)
 from quickzones.store import admin
 from quickzones.store.outcomes import JobStatus, ResultNotAvailable
 from quickzones.store.progress import ProgressStore
@@ -68,6 +75,7 @@ class ServeState:
     leaser: PullLeaser
     stopping: threading.Event
     polls: PollLimits
+    batches: bulk.BatchTurns = field(default_factory=bulk.BatchTurns)
 
 
 _bearer = HTTPBearer(auto_error=False, description="A token from `quick tokens create` (qz_...).")
@@ -163,21 +171,51 @@ def enqueue(
     return m.Enqueued(item_id=str(item_id), duplicate=getattr(item_id, "duplicate", None))
 
 
-@router.post("/apps/{app:seg}/tenants/{tenant:seg}/batches", status_code=201, tags=["produce"])
+@router.post(
+    "/apps/{app:seg}/tenants/{tenant:seg}/batches",
+    status_code=201,
+    tags=["produce"],
+    responses={503: {"model": m.Problem, "description": "not written: send it again later"}},
+)
 def enqueue_many(
     app: str, tenant: str, body: m.EnqueueManyRequest, request: Request, who: Producer
 ) -> m.EnqueuedMany:
-    """Enqueue several items into one zone in one transaction: all or none."""
-    q = state_of(request).q
-    ids = q.enqueue_many(
-        body.job_type,
-        [_body(item) for item in body.items],
-        app=allow_app(who, app),
-        tenant=tenant,
-        delay=body.delay_s,
-        run_at=body.run_at,
-        priority=body.priority,
-    )
+    """Enqueue several items (at most 10,000) into one zone in one transaction: all or
+    none. Batches take turns (:mod:`~quickzones.adapters.http.bulk`); 503 with
+    ``Retry-After``: nothing was written, send it again then, or in smaller batches."""
+    state = state_of(request)
+    allow_app(who, app)
+    payloads = [_body(item) for item in body.items]
+    later = {"Retry-After": str(bulk.RETRY_AFTER_S)}
+    with state.batches.turn(len(payloads)) as admitted:
+        if not admitted:
+            raise ApiError(
+                503,
+                "busy",
+                f"other batches kept this server writing for {state.batches.wait_s:g} s; "
+                f"nothing was written: send it again after {bulk.RETRY_AFTER_S} s",
+                headers=later,
+            )
+        try:
+            ids = state.q.enqueue_many(
+                body.job_type,
+                payloads,
+                app=app,
+                tenant=tenant,
+                delay=body.delay_s,
+                run_at=body.run_at,
+                priority=body.priority,
+            )
+        except (TransactionTooLong, StoreBusy, RetryLimitExceeded) as err:
+            if getattr(err, "maybe_committed", False):
+                raise  # its last commit's outcome is unknown: a 503 storage_error says so
+            raise ApiError(
+                503,
+                "batch_not_written",
+                f"{err}; nothing was written: send it again after {bulk.RETRY_AFTER_S} s, "
+                "or in smaller batches",
+                headers=later,
+            ) from err
     return m.EnqueuedMany(item_ids=[str(i) for i in ids])
 
 

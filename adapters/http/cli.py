@@ -94,7 +94,14 @@ def serve_cmd(
             "limit (ulimit -n)",
             err=True,
         )
-        http = guarded(AutoHTTPProtocol, budget.connections)
+        # Bodies over --max-body are cut at the connection too (BodyLimit answers 413 to
+        # those it sees); connections of tokens the server admitted are closed last.
+        http = guarded(
+            AutoHTTPProtocol,
+            budget.connections,
+            max_body=max_body,
+            admitted=app.state.quick.tokens.admitted,
+        )
         uvicorn.run(
             app,
             host=host,

@@ -16,6 +16,7 @@ import hmac
 import secrets
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,15 +48,24 @@ class _Cached:
     cost: float = 0.0  # seconds it took to compute
 
 
+# Entries the pages' cache keeps, the least recently used dropped first: one per app's
+# figures, per search of an app's tenants and the like. A search is any text a visitor
+# types, so without a bound each one kept its list of tenants for the process's life
+# (+28 MB over 4,000 searches, issue 41 point 14).
+CACHE_MAX = 256
+
+
 class Dashboard:
     """The pages' shared state: the store, a CSRF secret, a short cache of whole-store
-    figures (so many open dashboards cost one scan per few seconds), and a history of
-    samples for the overview's rates."""
+    figures (so many open dashboards cost one scan per few seconds; at most
+    ``cache_max`` entries, least recently used dropped first), and a history of samples
+    for the overview's rates."""
 
-    def __init__(self, state: ServeState) -> None:
+    def __init__(self, state: ServeState, cache_max: int = CACHE_MAX) -> None:
         self.state = state
         self.secret = secrets.token_bytes(32)
-        self.cache: dict[str, _Cached] = {}
+        self.cache_max = cache_max
+        self.cache: OrderedDict[str, _Cached] = OrderedDict()
         self.lock = threading.Lock()
         self.refreshing: set[str] = set()
         self.history: list[dict[str, Any]] = []
@@ -75,6 +85,7 @@ class Dashboard:
             hit = self.cache.get(key)
             now = time.monotonic()
             if hit is not None:
+                self.cache.move_to_end(key)  # recently used: the last to go
                 fresh = now - hit.at < max(ttl_s, 5 * hit.cost)
                 if not fresh and key not in self.refreshing:
                     self.refreshing.add(key)
@@ -91,6 +102,9 @@ class Dashboard:
                 self.refreshing.discard(key)
         with self.lock:
             self.cache[key] = _Cached(time.monotonic(), value, time.monotonic() - started)
+            self.cache.move_to_end(key)
+            while len(self.cache) > self.cache_max:
+                self.cache.popitem(last=False)
         return value
 
     def forget(self) -> None:
@@ -156,6 +170,7 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
     """Add the dashboard's pages (``/``, ``/apps/...``, ``/shards``, ``/workers``,
     ``/login``) to ``app``."""
     board = Dashboard(state)
+    app.state.dashboard = board  # for a look at its cache
     templates = Jinja2Templates(directory=str(_HERE / "templates"))
     templates.env.globals["when"] = _when
     templates.env.filters["q"] = lambda v: quote(str(v), safe="")

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
+from quickzones.adapters.http.bulk import MAX_BATCH_ITEMS
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId
 from quickzones.store.validation import MAX_DELAY_S, MAX_PRIORITY, MIN_PRIORITY
 
@@ -64,7 +65,7 @@ class BatchItem(_Payload):
 
 class EnqueueManyRequest(_Strict):
     job_type: str = Field(min_length=1, max_length=200, pattern=_JOB_TYPE)
-    items: list[BatchItem] = Field(min_length=1, max_length=10_000)
+    items: list[BatchItem] = Field(min_length=1, max_length=MAX_BATCH_ITEMS)
     delay_s: float = _Seconds
     run_at: AwareDatetime | None = _RunAt
     priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY)

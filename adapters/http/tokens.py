@@ -27,6 +27,7 @@ import json
 import secrets
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,6 +43,8 @@ ALL_APPS = "*"  # how an every-app token's app is shown, and a lease asks for ev
 _PREFIX = "qz_"
 _META = "serve-token"
 _CACHED_MAX = 10_000  # tokens a cache keeps (then starts over)
+# Tokens :meth:`TokenStore.admitted` remembers, the most recently admitted kept.
+_ADMITTED_MAX = 10_000
 
 
 class TokenNotFound(QuickError, LookupError):
@@ -101,6 +104,9 @@ class TokenStore:
         )
         self._cache: dict[str, tuple[float, TokenInfo]] = {}  # digest: (until, info)
         self._cache_lock = threading.Lock()
+        # Digests of tokens check() admitted (token_id each), however long ago: only
+        # which connections a full server closes first reads it (admitted()).
+        self._admitted: OrderedDict[str, str] = OrderedDict()
 
     def create(
         self, app: str, roles: list[str] | tuple[str, ...], *, label: str = ""
@@ -169,6 +175,21 @@ class TokenStore:
             for digest, (_, info) in list(self._cache.items()):
                 if info.token_id == token_id:
                     del self._cache[digest]
+            for digest, admitted_id in list(self._admitted.items()):
+                if admitted_id == token_id:
+                    del self._admitted[digest]
+
+    def admitted(self, token: str) -> bool:
+        """Whether :meth:`check` admitted ``token`` before (and this store did not revoke
+        it since); reads no store, so the event loop may ask. Not an authorisation (a
+        revocation elsewhere is not seen): a full server closes the connections whose
+        token it does not know before those whose token it does
+        (:mod:`quickzones.adapters.http.connections`)."""
+        if len(token) > 200:
+            return False
+        digest = _digest(token)
+        with self._cache_lock:
+            return digest in self._admitted
 
     def cached(self, token: str) -> TokenInfo | None:
         """The token's record if :meth:`check` admitted it within ``cache_s``; None
@@ -208,6 +229,11 @@ class TokenStore:
         if not hmac.compare_digest(digest, str(record.get("sha256", ""))):
             return None
         info = _info(token_id, record)
+        with self._cache_lock:
+            self._admitted[digest] = token_id
+            self._admitted.move_to_end(digest)
+            while len(self._admitted) > _ADMITTED_MAX:
+                self._admitted.popitem(last=False)
         if self.cache_s > 0:
             with self._cache_lock:
                 if len(self._cache) >= _CACHED_MAX:

@@ -11,7 +11,7 @@ import click
 from click.core import ParameterSource
 
 from quickzones.cli.options import STORE_HELP
-from quickzones.cli.plugins import COMMANDS_GROUP, load_command
+from quickzones.cli.plugins import COMMANDS_GROUP, Unavailable, load_command
 
 
 class _QuickGroup(click.Group):
@@ -95,8 +95,8 @@ def _refuse_unused_store(ctx: click.Context, store: str) -> None:
             return  # click reports the unknown command
         path.append(rest[0])
         command, rest = sub, rest[1:]
-    if _uses_store(command):
-        return
+    if _uses_store(command) or isinstance(command, Unavailable):
+        return  # an unavailable command says why it cannot run (the extra to install)
     shown = " ".join(path)
     hint = _STORE_ELSEWHERE.get(path[0], f"see quick {shown} --help for the options it takes")
     raise click.UsageError(

@@ -10,11 +10,16 @@ from typing import Any
 import click
 
 from quickzones.cli.options import error_line
-from quickzones.errors import ConfigurationError
+from quickzones.errors import ConfigurationError, MissingDependency
 
 # Entry point group of command groups that implementations add to ``quick``: the name is
 # the command's, the value a click command or group (``module:attr``).
 COMMANDS_GROUP = "quickzones.cli"
+
+
+class Unavailable(click.Command):
+    """A registered command that could not be loaded (its extra not installed, most
+    often): it takes any option, ``--store`` included, and running it says why."""
 
 
 def _unavailable(name: str, reason: str) -> click.Command:
@@ -25,7 +30,7 @@ def _unavailable(name: str, reason: str) -> click.Command:
         error_line(ConfigurationError(f"command {name!r} {reason}"))
         sys.exit(2)
 
-    return click.Command(
+    return Unavailable(
         name,
         callback=refuse,
         help=f"(unavailable) {reason}",
@@ -42,6 +47,8 @@ def load_command(name: str, candidates: list[EntryPoint]) -> click.Command:
     ep = candidates[0]
     try:
         command = ep.load()
+    except MissingDependency as err:  # its extra is not installed: the message names it
+        return _unavailable(name, f"cannot run: {err}")
     except Exception as err:  # a broken or half-installed implementation
         return _unavailable(
             name, f"(entry point {ep.value}) failed to load: {type(err).__name__}: {err}"
