@@ -46,10 +46,12 @@ from quickzones.backends.postgres.resolver import PRUNE_EVERY, Connection
 from quickzones.backends.postgres.sql import (
     FORMAT,
     FORMAT_VERSION,
+    HAS_COMMIT_FUNCTION,
     QUICK_TABLES,
     SCHEMA_EXISTS,
     TABLES_IN_SCHEMA,
     Statements,
+    check_schema_name,
 )
 from quickzones.backends.postgres.transaction import PostgresTransaction
 from quickzones.backends.txnbuffer import BufferedTransaction
@@ -112,8 +114,9 @@ class PostgresStore:
         timeout_ms: int | None = None,
         create: bool = True,
     ) -> None:
-        if not schema or len(schema) > 63:
-            raise InvalidStoreURL(url or conninfo, f"schema {schema!r} must be 1 to 63 characters")
+        wrong = check_schema_name(schema)
+        if wrong is not None:
+            raise InvalidStoreURL(url or conninfo, f"schema {schema!r} {wrong}")
         self.conninfo = conninfo
         self.schema = schema
         self.url = url if url is not None else f"{conninfo}?schema={schema}"
@@ -189,7 +192,9 @@ class PostgresStore:
             conn: Connection = psycopg.connect(
                 self.conninfo, autocommit=True, connect_timeout=10, prepare_threshold=None
             )
-            conn.execute(f"SET lock_timeout = {int(self.lock_timeout_ms)}")
+            conn.execute(
+                "SELECT set_config('lock_timeout', %s, false)", (str(self.lock_timeout_ms),)
+            )
         except psycopg.Error as err:
             raise translate(err, "connect", self.shown) from err
         return conn
@@ -380,7 +385,7 @@ class PostgresStore:
             )
         if int(row[1]) < FORMAT_VERSION:
             return "layout 1"
-        (has_commit,) = conn.execute(self.sql.has_commit_function).fetchone() or (False,)
+        (has_commit,) = conn.execute(HAS_COMMIT_FUNCTION, (self.schema,)).fetchone() or (False,)
         return "ready" if has_commit else "no quick_commit"
 
     # --- the KVStore protocol --------------------------------------------------------------
