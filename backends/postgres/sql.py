@@ -108,9 +108,15 @@ class Statements:
         return _function(head, body, **self._names)
 
     @functools.cached_property
+    def create_schema(self) -> str:
+        # Only run when the schema is absent: PostgreSQL checks the role may create
+        # schemas in the database even when IF NOT EXISTS finds it.
+        return self._q("CREATE SCHEMA IF NOT EXISTS {s}")
+
+    @functools.cached_property
     def create(self) -> tuple[str, ...]:
+        """quick's tables and functions in the (existing) schema."""
         return (
-            self._q("CREATE SCHEMA IF NOT EXISTS {s}"),
             self._q("CREATE TABLE {kv} (key bytea PRIMARY KEY, value bytea NOT NULL)"),
             self._q(
                 "CREATE TABLE {meta} (id int PRIMARY KEY CHECK (id = 0),"
@@ -343,4 +349,8 @@ HAS_COMMIT_FUNCTION = (
     " WHERE n.nspname = %s AND p.proname = 'quick_commit')"
 )
 TABLES_IN_SCHEMA = "SELECT table_name FROM information_schema.tables WHERE table_schema = %s"
-SCHEMA_EXISTS = "SELECT 1 FROM pg_namespace WHERE nspname = %s"
+# The schema (absent: no row), whether the URL's role may use it, and who and where that is.
+SCHEMA_ACCESS = (
+    "SELECT has_schema_privilege(oid, 'USAGE'), current_user, current_database()"
+    " FROM pg_namespace WHERE nspname = %s"
+)

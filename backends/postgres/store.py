@@ -39,7 +39,7 @@ import psycopg
 from psycopg import generators
 
 from quickzones.backends._foreign_commits import ForeignCommits
-from quickzones.backends.postgres.errors import translate
+from quickzones.backends.postgres.errors import ServerUnreachable, connect_failure, translate
 from quickzones.backends.postgres.joined import Joined
 from quickzones.backends.postgres.notifications import CommitNotifications
 from quickzones.backends.postgres.resolver import PRUNE_EVERY, Connection
@@ -48,7 +48,7 @@ from quickzones.backends.postgres.sql import (
     FORMAT_VERSION,
     HAS_COMMIT_FUNCTION,
     QUICK_TABLES,
-    SCHEMA_EXISTS,
+    SCHEMA_ACCESS,
     TABLES_IN_SCHEMA,
     Statements,
     check_schema_name,
@@ -61,7 +61,9 @@ from quickzones.errors import (
     InvalidStoreURL,
     NotAQuickStore,
     StorageError,
+    StoreMisconfigured,
     StoreNotFound,
+    StoreUnavailable,
 )
 from quickzones.urls import RETRY_OPTIONS, parse_retry_option
 
@@ -99,6 +101,16 @@ def _without_password(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
+def _server_of(conninfo: str) -> str:
+    """``host:port`` of the server a conninfo names, as errors show it."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return "?"
+    host = str(params.get("host") or params.get("hostaddr") or "localhost")
+    return f"{host}:{params.get('port') or 5432}"
+
+
 class PostgresStore:
     """A KV store in one PostgreSQL schema: ``PostgresStore("postgresql://...", schema=...)``."""
 
@@ -122,6 +134,11 @@ class PostgresStore:
         self.url = url if url is not None else f"{conninfo}?schema={schema}"
         # The URL as errors and logs show it: without its password.
         self.shown = _without_password(self.url)
+        self.server = _server_of(conninfo)
+        # When connections started failing with no server answering (the clock's time),
+        # None while they succeed: a call gives up once this is older than its timeout
+        # (PostgresTransaction), so one call's several transactions do not each wait it.
+        self._unreachable_since: float | None = None
         # This object's commits' NOTIFY payload: its own listener passes over them.
         self.sender = os.urandom(8).hex()
         self.sql = Statements(schema, self.sender)
@@ -192,12 +209,28 @@ class PostgresStore:
             conn: Connection = psycopg.connect(
                 self.conninfo, autocommit=True, connect_timeout=10, prepare_threshold=None
             )
+        except psycopg.Error as err:
+            failure = connect_failure(err, self.shown, self.server)
+            if isinstance(failure, ServerUnreachable):
+                with self._lock:
+                    if self._unreachable_since is None:
+                        self._unreachable_since = self.clock.now()
+            raise failure from err
+        self._unreachable_since = None
+        try:
             conn.execute(
                 "SELECT set_config('lock_timeout', %s, false)", (str(self.lock_timeout_ms),)
             )
         except psycopg.Error as err:
+            conn.close()
             raise translate(err, "connect", self.shown) from err
         return conn
+
+    def unreachable_for(self) -> float | None:
+        """How long connections to the server have failed with no server answering
+        (seconds), or None if the last one succeeded."""
+        since = self._unreachable_since
+        return None if since is None else max(0.0, self.clock.now() - since)
 
     def _acquire(self) -> Connection:
         if self._closed:
@@ -333,17 +366,24 @@ class PostgresStore:
     def _open_schema(self, create: bool) -> None:
         """Check the schema is quick's; with ``create``, make it so if it is absent or
         empty. A schema holding anything else is refused and left as it was."""
-        conn = self._connect()
+        try:
+            conn = self._connect()
+        except ServerUnreachable as err:
+            # Opening tries once: the caller (a process starting) decides whether to wait.
+            raise StoreUnavailable(self.shown, err.server, err.detail) from err
         try:
             state = self._schema_state(conn)
             if state == "ready":
                 return
             if state == "absent" and not create:
                 raise StoreNotFound(self.shown)
+            exists = state == "absent" and self._check_may_create(conn)
             with conn.transaction():
                 conn.execute(_SCHEMA_LOCK, (self.schema,))
                 state = self._schema_state(conn)  # another process may have done it
                 if state == "absent":
+                    if not exists:
+                        conn.execute(self.sql.create_schema)
                     for statement in self.sql.create:
                         conn.execute(statement)
                 elif state == "layout 1":
@@ -352,10 +392,35 @@ class PostgresStore:
                 elif state == "no quick_commit":
                     for statement in self.sql.commit_function:
                         conn.execute(statement)
+        except psycopg.errors.InsufficientPrivilege as err:
+            raise StoreMisconfigured(
+                self.shown, f"the URL's role may not open schema {self.schema!r}: {err}"
+            ) from err
         except psycopg.Error as err:
             raise StorageError(f"cannot open postgresql store {self.shown}: {err}") from err
         finally:
             conn.close()
+
+    def _check_may_create(self, conn: Connection) -> bool:
+        """Whether the (empty) schema exists already; refuse, naming the role, the schema
+        and the database, a role that may not create the schema the URL names
+        (PostgreSQL would blame the database alone)."""
+        row = conn.execute(
+            "SELECT has_database_privilege(current_database(), 'CREATE'), current_user,"
+            " current_database(), EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s)",
+            (self.schema,),
+        ).fetchone()
+        assert row is not None
+        may_create, role, database, exists = row
+        if not may_create and not exists:
+            raise StoreMisconfigured(
+                self.shown,
+                f'role "{role}" may not create schema "{self.schema}" in database'
+                f' "{database}" (no CREATE privilege on the database): create the schema'
+                " for it (CREATE SCHEMA ... AUTHORIZATION that role) or GRANT CREATE ON"
+                " DATABASE to it",
+            )
+        return bool(exists)
 
     def _schema_state(self, conn: Connection) -> str:
         """``"ready"``, ``"absent"`` (no schema, or an empty one), ``"layout 1"`` (an
@@ -363,8 +428,19 @@ class PostgresStore:
         are kept, the conflict table replaced), ``"no quick_commit"`` (layout 2 made by an
         older quick: the function is added on opening, the tables untouched); raises
         :class:`NotAQuickStore` for a schema quick does not recognise."""
-        if conn.execute(SCHEMA_EXISTS, (self.schema,)).fetchone() is None:
+        access = conn.execute(SCHEMA_ACCESS, (self.schema,)).fetchone()
+        if access is None:
             return "absent"
+        usable, role, database = access
+        if not usable:
+            # Its tables would look absent (information_schema hides them) and creating
+            # them would blame the database.
+            raise StoreMisconfigured(
+                self.shown,
+                f'role "{role}" has no USAGE privilege on schema "{self.schema}" in database'
+                f' "{database}": GRANT USAGE ON SCHEMA (and SELECT, INSERT, UPDATE, DELETE'
+                " on its tables) to it, or use a schema of its own",
+            )
         tables = {str(name) for (name,) in conn.execute(TABLES_IN_SCHEMA, (self.schema,))}
         if not tables:
             return "absent"
@@ -373,6 +449,11 @@ class PostgresStore:
             raise NotAQuickStore(self.shown, f"schema {self.schema!r} has no {missing} table")
         try:
             row = conn.execute(self.sql.meta).fetchone()
+        except psycopg.errors.InsufficientPrivilege as err:
+            raise StoreMisconfigured(
+                self.shown,
+                f"the URL's role may not read quick's tables in schema {self.schema!r}: {err}",
+            ) from err
         except psycopg.Error as err:
             raise NotAQuickStore(self.shown, f"its quick_meta table is not quick's: {err}") from err
         if row is None or row[0] != FORMAT:

@@ -11,11 +11,12 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from quickzones.backends.postgres import resolver
-from quickzones.backends.postgres.errors import pipeline, translate
+from quickzones.backends.postgres.errors import ServerUnreachable, pipeline, translate
 from quickzones.backends.postgres.resolver import Rows
 from quickzones.backends.postgres.sql import KEYS_PER_SELECT
 from quickzones.backends.txnbuffer import CommitRequest, KeyValue
 from quickzones.backends.txnbuffer.pooled import PooledTransaction
+from quickzones.errors import StoreUnavailable
 
 if TYPE_CHECKING:
     from quickzones.backends.postgres.store import PostgresStore
@@ -38,9 +39,38 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
     def _acquire_read_version(self) -> int:
         # Every read version is followed by a read, which opens the snapshot and reads the
         # version in its own round trip (_read); get_read_version() alone opens it too.
-        self._conn = self._store._acquire()
+        self._conn = self._connection()
         self._opening = True
         return _PENDING
+
+    def _take_connection(self) -> resolver.Connection:
+        conn, self._conn = self._conn, None
+        return conn if conn is not None else self._connection()
+
+    def _connection(self) -> resolver.Connection:
+        """A pooled or new connection. While no server answers, a failed connection is
+        retryable (run() backs off and tries again) until the transaction's timeout would
+        pass before the next try: then :class:`StoreUnavailable`, which names the server
+        and is not retried, so run() never ends in a timeout blaming an overloaded store.
+        The outage counts from the store's first failed connection, so a call's later
+        transactions (or a later call) in the same outage do not wait a timeout each:
+        ``timeout_ms`` bounds the whole call (issue 41 point 7)."""
+        try:
+            return self._store._acquire()
+        except ServerUnreachable as err:
+            down_s = self._gives_up()
+            if down_s is not None:
+                raise StoreUnavailable(self._store.shown, err.server, err.detail, down_s) from err
+            raise
+
+    def _gives_up(self) -> float | None:
+        """How long connections have failed, if the timeout leaves no time for another
+        try after the longest next backoff; None to retry (or without a timeout)."""
+        if not self._timeout_s:
+            return None
+        spent = max(self._clock.now() - self._started, self._store.unreachable_for() or 0.0)
+        next_sleep = min(self._backoff_s, self._max_retry_delay_s)
+        return spent if spent + next_sleep >= self._timeout_s else None
 
     def get_read_version(self) -> int:
         self._ensure_read_version()
