@@ -73,6 +73,10 @@ _POOL_SIZE = 16
 DATA_VERSION_TICK_S = 0.005
 DEFAULT_SCHEMA = "quick"
 _SCHEMES = ("postgresql", "postgres")
+# While no server answers, transactions try to connect at most once per this, doubling
+# with each failure in a row up to the cap (see PostgresStore._next_try_at).
+UNREACHABLE_PACE_S = 0.02
+UNREACHABLE_PACE_CAP_S = 1.0
 # Taken while a schema is created or migrated, so processes opening one store at once
 # wait for each other (an advisory lock: it touches no table).
 _SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('quickzones schema ' || %s))"
@@ -139,6 +143,12 @@ class PostgresStore:
         # None while they succeed: a call gives up once this is older than its timeout
         # (PostgresTransaction), so one call's several transactions do not each wait it.
         self._unreachable_since: float | None = None
+        # While it lasts, when a transaction may try to connect next (the clock's time):
+        # a transaction that gave up returns at once, so without this pacing loops that
+        # call again at once (a consumer's) would try to connect thousands of times a
+        # second; paced, one call in an outage waits at most UNREACHABLE_PACE_CAP_S.
+        self._next_try_at = 0.0
+        self._failed_tries = 0
         # This object's commits' NOTIFY payload: its own listener passes over them.
         self.sender = os.urandom(8).hex()
         self.sql = Statements(schema, self.sender)
@@ -213,10 +223,16 @@ class PostgresStore:
             failure = connect_failure(err, self.shown, self.server)
             if isinstance(failure, ServerUnreachable):
                 with self._lock:
+                    now = self.clock.now()
                     if self._unreachable_since is None:
-                        self._unreachable_since = self.clock.now()
+                        self._unreachable_since = now
+                    self._failed_tries += 1
+                    pace = UNREACHABLE_PACE_S * 2 ** min(self._failed_tries, 16)
+                    self._next_try_at = now + min(pace, UNREACHABLE_PACE_CAP_S)
             raise failure from err
-        self._unreachable_since = None
+        if self._unreachable_since is not None:
+            with self._lock:
+                self._unreachable_since, self._failed_tries, self._next_try_at = None, 0, 0.0
         try:
             conn.execute(
                 "SELECT set_config('lock_timeout', %s, false)", (str(self.lock_timeout_ms),)
@@ -231,6 +247,13 @@ class PostgresStore:
         (seconds), or None if the last one succeeded."""
         since = self._unreachable_since
         return None if since is None else max(0.0, self.clock.now() - since)
+
+    def next_try_in(self) -> float:
+        """Seconds before a transaction should try to connect again while no server
+        answers (0: now)."""
+        if self._unreachable_since is None:
+            return 0.0
+        return max(0.0, self._next_try_at - self.clock.now())
 
     def _acquire(self) -> Connection:
         if self._closed:

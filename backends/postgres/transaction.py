@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from quickzones.backends.postgres.store import PostgresStore
 
 
+# While no server answers, the longest a transaction already past its timeout waits for
+# the store's next paced connection try (PostgresStore.next_try_in) before its own.
+PAST_TIME_WAIT_S = 0.2
 # The read version until the first read brings the real one with its answer.
 _PENDING = -1
 
@@ -54,23 +57,38 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         and is not retried, so run() never ends in a timeout blaming an overloaded store.
         The outage counts from the store's first failed connection, so a call's later
         transactions (or a later call) in the same outage do not wait a timeout each:
-        ``timeout_ms`` bounds the whole call (issue 41 point 7)."""
+        ``timeout_ms`` bounds the whole call (issue 41 point 7). Meanwhile tries are
+        paced store-wide (:meth:`PostgresStore.next_try_in`, at most a second apart)."""
+        wait = self._store.next_try_in()
+        if wait > 0:
+            # Not past the timeout, but a transaction past it still waits a little and
+            # makes one real try: a loop that calls again at once after a
+            # StoreUnavailable (a consumer's) then tries a few times a second, not
+            # thousands, and a call's later transactions add only that.
+            left = self._time_left()
+            self._clock.sleep(wait if left is None else min(wait, max(left, PAST_TIME_WAIT_S)))
         try:
             return self._store._acquire()
         except ServerUnreachable as err:
-            down_s = self._gives_up()
-            if down_s is not None:
-                raise StoreUnavailable(self._store.shown, err.server, err.detail, down_s) from err
+            left = self._time_left()
+            if left is not None and left <= min(self._backoff_s, self._max_retry_delay_s):
+                raise self._given_up(err) from err
             raise
 
-    def _gives_up(self) -> float | None:
-        """How long connections have failed, if the timeout leaves no time for another
-        try after the longest next backoff; None to retry (or without a timeout)."""
+    def _time_left(self) -> float | None:
+        """Seconds this transaction may still try, counted from the later of its start
+        and the store's first failed connection in this outage; None without a timeout."""
         if not self._timeout_s:
             return None
-        spent = max(self._clock.now() - self._started, self._store.unreachable_for() or 0.0)
-        next_sleep = min(self._backoff_s, self._max_retry_delay_s)
-        return spent if spent + next_sleep >= self._timeout_s else None
+        now = self._clock.now()
+        spent = max(now - self._started, self._store.unreachable_for() or 0.0)
+        return self._timeout_s - spent
+
+    def _given_up(self, err: ServerUnreachable) -> StoreUnavailable:
+        store = self._store
+        return StoreUnavailable(
+            store.shown, store.server, err.detail, store.unreachable_for() or 0.0
+        )
 
     def get_read_version(self) -> int:
         self._ensure_read_version()
