@@ -41,6 +41,12 @@ def translate(err: psycopg.Error, during: str, store: str = "") -> StorageError:
     return failure
 
 
+# While no server answers, transactions try to connect at most once per this, doubling
+# with each failure in a row up to the cap (see PostgresStore._next_try_at).
+UNREACHABLE_PACE_S = 0.02
+UNREACHABLE_PACE_CAP_S = 1.0
+
+
 class ServerUnreachable(KVError):
     """A connection the server never answered (refused: nothing listens there; timed out;
     an unknown host): retryable like FDB's 1038 while the caller's timeout lasts, then

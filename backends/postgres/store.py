@@ -27,6 +27,7 @@ module opens the store, its schema and its pool.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import random
 import threading
@@ -39,7 +40,13 @@ import psycopg
 from psycopg import generators
 
 from quickzones.backends._foreign_commits import ForeignCommits
-from quickzones.backends.postgres.errors import ServerUnreachable, connect_failure, translate
+from quickzones.backends.postgres.errors import (
+    UNREACHABLE_PACE_CAP_S,
+    UNREACHABLE_PACE_S,
+    ServerUnreachable,
+    connect_failure,
+    translate,
+)
 from quickzones.backends.postgres.joined import Joined
 from quickzones.backends.postgres.notifications import CommitNotifications
 from quickzones.backends.postgres.resolver import PRUNE_EVERY, Connection
@@ -73,10 +80,8 @@ _POOL_SIZE = 16
 DATA_VERSION_TICK_S = 0.005
 DEFAULT_SCHEMA = "quick"
 _SCHEMES = ("postgresql", "postgres")
-# While no server answers, transactions try to connect at most once per this, doubling
-# with each failure in a row up to the cap (see PostgresStore._next_try_at).
-UNREACHABLE_PACE_S = 0.02
-UNREACHABLE_PACE_CAP_S = 1.0
+# libpq's wait for a server's answer when connecting, unless the caller has less time.
+CONNECT_TIMEOUT_S = 10
 # Taken while a schema is created or migrated, so processes opening one store at once
 # wait for each other (an advisory lock: it touches no table).
 _SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('quickzones schema ' || %s))"
@@ -149,6 +154,8 @@ class PostgresStore:
         # second; paced, one call in an outage waits at most UNREACHABLE_PACE_CAP_S.
         self._next_try_at = 0.0
         self._failed_tries = 0
+        self._failed_at = 0.0  # when the last try that failed ended
+        self.unreachable_detail = ""  # what the last failed connection said
         # This object's commits' NOTIFY payload: its own listener passes over them.
         self.sender = os.urandom(8).hex()
         self.sql = Statements(schema, self.sender)
@@ -214,10 +221,17 @@ class PostgresStore:
 
     # --- connections -----------------------------------------------------------------------
 
-    def _connect(self) -> Connection:
+    def _connect(self, within_s: float | None = None) -> Connection:
+        """A new connection; ``within_s``: the time its caller has left, which bounds
+        libpq's wait for a server that never answers (CONNECT_TIMEOUT_S at most, libpq's
+        shortest, 2 s, at least)."""
+        timeout = CONNECT_TIMEOUT_S
+        if within_s is not None:
+            timeout = max(2, min(CONNECT_TIMEOUT_S, math.ceil(within_s)))
+        tried_at = self.clock.now()
         try:
             conn: Connection = psycopg.connect(
-                self.conninfo, autocommit=True, connect_timeout=10, prepare_threshold=None
+                self.conninfo, autocommit=True, connect_timeout=timeout, prepare_threshold=None
             )
         except psycopg.Error as err:
             failure = connect_failure(err, self.shown, self.server)
@@ -225,8 +239,10 @@ class PostgresStore:
                 with self._lock:
                     now = self.clock.now()
                     if self._unreachable_since is None:
-                        self._unreachable_since = now
+                        self._unreachable_since = tried_at
                     self._failed_tries += 1
+                    self._failed_at = now
+                    self.unreachable_detail = failure.detail
                     pace = UNREACHABLE_PACE_S * 2 ** min(self._failed_tries, 16)
                     self._next_try_at = now + min(pace, UNREACHABLE_PACE_CAP_S)
             raise failure from err
@@ -248,6 +264,13 @@ class PostgresStore:
         since = self._unreachable_since
         return None if since is None else max(0.0, self.clock.now() - since)
 
+    def since_last_failure(self) -> float | None:
+        """Seconds since the last failed try while no server answers; None when the last
+        connection succeeded."""
+        if self._unreachable_since is None:
+            return None
+        return max(0.0, self.clock.now() - self._failed_at)
+
     def next_try_in(self) -> float:
         """Seconds before a transaction should try to connect again while no server
         answers (0: now)."""
@@ -255,7 +278,7 @@ class PostgresStore:
             return 0.0
         return max(0.0, self._next_try_at - self.clock.now())
 
-    def _acquire(self) -> Connection:
+    def _acquire(self, within_s: float | None = None) -> Connection:
         if self._closed:
             raise StorageError(f"store {self.shown} is closed")
         if os.getpid() != self._pid:
@@ -267,7 +290,7 @@ class PostgresStore:
             with self._lock:
                 conn = self._pool.pop() if self._pool else None
             if conn is None:
-                return self._connect()
+                return self._connect(within_s)
             if not conn.closed and _answered(conn):
                 return conn
 
@@ -390,7 +413,8 @@ class PostgresStore:
         """Check the schema is quick's; with ``create``, make it so if it is absent or
         empty. A schema holding anything else is refused and left as it was."""
         try:
-            conn = self._connect()
+            # Opening waits for a server that never answers no longer than timeout_ms.
+            conn = self._connect(self.timeout_ms / 1000 if self.timeout_ms else None)
         except ServerUnreachable as err:
             # Opening tries once: the caller (a process starting) decides whether to wait.
             raise StoreUnavailable(self.shown, err.server, err.detail) from err

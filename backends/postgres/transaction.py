@@ -11,7 +11,12 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from quickzones.backends.postgres import resolver
-from quickzones.backends.postgres.errors import ServerUnreachable, pipeline, translate
+from quickzones.backends.postgres.errors import (
+    UNREACHABLE_PACE_CAP_S,
+    ServerUnreachable,
+    pipeline,
+    translate,
+)
 from quickzones.backends.postgres.resolver import Rows
 from quickzones.backends.postgres.sql import KEYS_PER_SELECT
 from quickzones.backends.txnbuffer import CommitRequest, KeyValue
@@ -59,16 +64,32 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         transactions (or a later call) in the same outage do not wait a timeout each:
         ``timeout_ms`` bounds the whole call (issue 41 point 7). Meanwhile tries are
         paced store-wide (:meth:`PostgresStore.next_try_in`, at most a second apart)."""
-        wait = self._store.next_try_in()
-        if wait > 0:
-            # Not past the timeout, but a transaction past it still waits a little and
-            # makes one real try: a loop that calls again at once after a
-            # StoreUnavailable (a consumer's) then tries a few times a second, not
-            # thousands, and a call's later transactions add only that.
-            left = self._time_left()
-            self._clock.sleep(wait if left is None else min(wait, max(left, PAST_TIME_WAIT_S)))
+        store = self._store
+        left = self._time_left()
+        since_failure = store.since_last_failure()
+        if since_failure is not None and left is not None and left <= 0:
+            # Past its time (the outage outlasted it): it waits a little, so that a loop
+            # calling again at once after a StoreUnavailable (a consumer's) goes a few
+            # times a second, and tries only if no try failed in the last second (then
+            # someone notices the server is back); else it gives up without a try of
+            # its own, which against a server that never answers costs libpq's
+            # shortest connect timeout, 2 s.
+            due = UNREACHABLE_PACE_CAP_S - since_failure
+            if due > 0:
+                self._clock.sleep(min(due, PAST_TIME_WAIT_S))
+                if due > PAST_TIME_WAIT_S:
+                    raise StoreUnavailable(
+                        store.shown,
+                        store.server,
+                        store.unreachable_detail,
+                        store.unreachable_for() or 0.0,
+                    )
+        else:
+            wait = store.next_try_in()
+            if wait > 0:
+                self._clock.sleep(wait if left is None else min(wait, left))
         try:
-            return self._store._acquire()
+            return store._acquire(self._time_left())
         except ServerUnreachable as err:
             left = self._time_left()
             if left is not None and left <= min(self._backoff_s, self._max_retry_delay_s):

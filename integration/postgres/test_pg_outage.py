@@ -87,3 +87,50 @@ def test_a_port_nobody_listens_on_is_named() -> None:
             Quick.open(f"postgresql://postgres@127.0.0.1:{port}/postgres?timeout_ms=1500")
         assert time.monotonic() - started < 1.5 + SLACK_S
         _refused(caught.value, port)
+
+
+def _hung(port: int) -> socket.socket:
+    """A socket on ``port`` that accepts connections and never answers (a hung server, a
+    route that drops packets): libpq waits for the server's first message."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(64)  # the kernel completes the handshakes; nobody ever reads
+    return sock
+
+
+# libpq's shortest connect timeout: one try takes at least this long.
+SHORTEST_CONNECT_S = 2.0
+
+
+def test_opening_a_store_whose_server_never_answers_is_bounded_by_timeout_ms() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with _hung(port):
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable) as caught:
+            Quick.open(f"postgresql://postgres@127.0.0.1:{port}/postgres?timeout_ms=1500")
+        took = time.monotonic() - started
+    assert took < SHORTEST_CONNECT_S + SLACK_S, f"opening took {took:.1f} s"
+    assert f"127.0.0.1:{port}" in str(caught.value) and "timed out" in str(caught.value)
+
+
+def test_enqueue_while_the_server_hangs_is_bounded_by_timeout_ms(server: LocalPostgres) -> None:
+    q = Quick.open(f"{server.url}?timeout_ms=1500")
+    try:
+
+        @q.job("t")
+        def t(payload: object, ctx: JobContext) -> None:
+            pass
+
+        server.stop_immediate()
+        with _hung(server.port):
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable) as caught:
+                q.enqueue("t", "lost", app="a", tenant="b")
+            took = time.monotonic() - started
+        assert took < SHORTEST_CONNECT_S + SLACK_S, f"enqueue took {took:.1f} s"
+        assert "timed out" in str(caught.value)
+    finally:
+        q.close()
