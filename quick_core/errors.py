@@ -323,6 +323,46 @@ class StoreBusy(StorageError):
         self.busy_timeout_ms = busy_timeout_ms
 
 
+class StoreUnavailable(StorageError):
+    """The store's server could not be reached: the connection was refused (nothing
+    listens there: the server is down or restarting), timed out, or its host is unknown.
+    Raised when a store is opened, and by a call once it has tried for as long as the
+    store's ``timeout_ms`` allows (``down_s``: how long connections have failed). Nothing
+    was written (no connection was made). Not retryable by the call that raised it;
+    retry later, once the server is back."""
+
+    def __init__(self, store: str, server: str, detail: str, down_s: float | None = None) -> None:
+        tried = (
+            ""
+            if down_s is None
+            else f" every connection has failed for {down_s:.1f} s, as long as the store's"
+            " timeout_ms allows;"
+        )
+        super().__init__(
+            f"store {store}: cannot connect to the PostgreSQL server at {server} ({detail}):"
+            f" it is down, restarting or unreachable, not overloaded;{tried} nothing was"
+            " written: start it (or fix the URL's host and port), then retry"
+        )
+        self.store = store
+        self.server = server
+        self.detail = detail
+        self.down_s = down_s
+
+
+class StoreMisconfigured(StorageError, ConfigurationError):
+    """The store's server answered but refuses what the store URL names: a database or
+    role that does not exist, a role without the privilege it needs on the database or
+    the schema. ``reason`` says which. Not retryable: fix the URL or the grants."""
+
+    def __init__(self, store: str, reason: str) -> None:
+        super().__init__(
+            f"store {store}: {reason} (not retryable: fix the store URL or the grants)",
+            retryable=False,
+        )
+        self.store = store
+        self.reason = reason
+
+
 class StoreNotFound(ConfigurationError):
     """A command that only reads was pointed at a store that does not exist."""
 

@@ -23,7 +23,12 @@ from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, Protocol
 
-from quickzones.errors import ConfigurationError, InvalidArgument, InvalidStoreURL
+from quickzones.errors import (
+    ConfigurationError,
+    InvalidArgument,
+    InvalidStoreURL,
+    MissingDependency,
+)
 
 if TYPE_CHECKING:
     from quickzones.clock import Clock
@@ -190,6 +195,8 @@ def _load(group: str, scheme: str, candidates: list[EntryPoint]) -> Callable[...
     ep = candidates[0]
     try:
         loaded = ep.load()
+    except MissingDependency:
+        raise  # it names the extra to install: the clearest thing to say
     except Exception as err:  # the implementation's module failed to import
         raise ConfigurationError(
             f"{kind} scheme {scheme!r} (entry point {_origin(ep)}) failed to load: "

@@ -32,7 +32,8 @@ def _drop_schemas(server: str) -> None:
     import contextlib
 
     import psycopg
+    from psycopg import sql
 
     with contextlib.suppress(psycopg.Error), psycopg.connect(server, autocommit=True) as conn:
         for schema in _used:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))

@@ -6,6 +6,15 @@ options ``schema`` (default ``quick``), ``lock_timeout_ms``, ``retry_limit``, ``
 any other option is handed to libpq (``sslmode=...``, ``application_name=...``).
 """
 
-from quickzones.backends.postgres.store import PostgresStore, PostgresTransaction
+from quickzones.errors import MissingDependency
+
+try:
+    from quickzones.backends.postgres.store import PostgresStore, PostgresTransaction
+except ImportError as err:  # psycopg absent, or present without a libpq it can load
+    if err.name is not None and not err.name.startswith("psycopg"):
+        raise
+    raise MissingDependency(
+        "psycopg", "postgres", f"postgresql:// store URLs need it: {err}"
+    ) from err
 
 __all__ = ["PostgresStore", "PostgresTransaction"]

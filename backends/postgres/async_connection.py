@@ -12,6 +12,7 @@ from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg import sql
 
 T = TypeVar("T")
 
@@ -57,7 +58,7 @@ class SyncOverAsync:
     def autocommit(self) -> bool:
         return self._conn.autocommit
 
-    def execute(self, query: str, params: Sequence[Any] | None = None) -> _Rows:
+    def execute(self, query: str | sql.Composed, params: Sequence[Any] | None = None) -> _Rows:
         async def run() -> list[tuple[Any, ...]]:
             cur = await self._conn.execute(query, params)
             return await cur.fetchall() if cur.description is not None else []
@@ -82,12 +83,13 @@ class SyncOverAsync:
 
     @contextlib.contextmanager
     def transaction(self, savepoint_name: str) -> Iterator[None]:
-        self.execute(f"SAVEPOINT {savepoint_name}")
+        name = sql.Identifier(savepoint_name)
+        self.execute(sql.SQL("SAVEPOINT {}").format(name))
         try:
             yield
         except BaseException:
             if not self._conn.broken:
-                self.execute(f"ROLLBACK TO SAVEPOINT {savepoint_name}")
-                self.execute(f"RELEASE SAVEPOINT {savepoint_name}")
+                self.execute(sql.SQL("ROLLBACK TO SAVEPOINT {}").format(name))
+                self.execute(sql.SQL("RELEASE SAVEPOINT {}").format(name))
             raise
-        self.execute(f"RELEASE SAVEPOINT {savepoint_name}")
+        self.execute(sql.SQL("RELEASE SAVEPOINT {}").format(name))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,7 +11,7 @@ import psycopg
 from psycopg import errors as pgerrors
 
 from quickzones.backends.txnbuffer import INTERNAL_ERROR
-from quickzones.errors import StorageError, StoreFull
+from quickzones.errors import StorageError, StoreFull, StoreMisconfigured
 from quickzones.store.kv import COMMIT_UNKNOWN_RESULT, DATABASE_LOCKED, NOT_COMMITTED, KVError
 
 # A lost or refused connection, a server shutting down or restarting: nothing of a
@@ -36,6 +37,95 @@ def translate(err: psycopg.Error, during: str, store: str = "") -> StorageError:
         failure = KVError(DATABASE_LOCKED, f"postgresql unavailable during {during}: {err}")
     else:
         failure = KVError(INTERNAL_ERROR, f"postgresql error during {during}: {err}")
+    failure.__cause__ = err
+    return failure
+
+
+# While no server answers, transactions try to connect at most once per this, doubling
+# with each failure in a row up to the cap (see PostgresStore._next_try_at).
+UNREACHABLE_PACE_S = 0.02
+UNREACHABLE_PACE_CAP_S = 1.0
+
+
+class ServerUnreachable(KVError):
+    """A connection the server never answered (refused: nothing listens there; timed out;
+    an unknown host): retryable like FDB's 1038 while the caller's timeout lasts, then
+    given up as :class:`~quickzones.errors.StoreUnavailable` (``transaction.py``)."""
+
+    def __init__(self, server: str, detail: str) -> None:
+        super().__init__(
+            DATABASE_LOCKED, f"cannot connect to the PostgreSQL server at {server}: {detail}"
+        )
+        self.server = server
+        self.detail = detail
+
+
+# What the server says when it refuses a connection for a while only (57P03, 53300):
+# starting, stopping or recovering, or out of connection slots.
+_TRANSIENT = (
+    "starting up",
+    "shutting down",
+    "in recovery",
+    "not yet accepting",
+    "too many clients",
+    "connection slots",
+    "terminating connection",
+)
+_MISSING = re.compile(r'(database|role) "((?:[^"]|"")*)" does not exist')
+# The server refused this role or the URL's database for good: authentication, pg_hba,
+# no CONNECT privilege.
+_DENIED = (
+    "password authentication failed",
+    "authentication failed",
+    "no pg_hba.conf entry",
+    "permission denied for database",
+    "is not permitted to log in",
+)
+
+
+def _network_detail(text: str) -> str:
+    """What libpq said about a connection no server answered, in a few words."""
+    lowered = text.lower()
+    if "connection refused" in lowered:
+        return "connection refused: no server listens there"
+    if "timeout expired" in lowered or "timed out" in lowered:
+        return "the connection timed out"
+    if "could not translate host name" in lowered or "name or service not known" in lowered:
+        return "unknown host"
+    last = text.strip().splitlines()[0] if text.strip() else "no answer"
+    return last.split("failed: ")[-1]
+
+
+def connect_failure(err: psycopg.Error, store: str, server: str) -> StorageError:
+    """A failed connection attempt as a storage error: no server answered
+    (:class:`ServerUnreachable`, retryable); the server refused what the URL names (a
+    database or role that does not exist, authentication, no CONNECT privilege:
+    :class:`StoreMisconfigured`, not retryable); else as :func:`translate` says (a server
+    starting or out of connection slots is retryable). libpq reports a refusal during
+    connection startup as text only (no SQLSTATE), so the server's English message is
+    read; one in another language stays retryable, as before."""
+    text = str(err)
+    if "FATAL:" not in text:
+        failure: StorageError = ServerUnreachable(server, _network_detail(text))
+    else:
+        fatal = text.split("FATAL:", 1)[1].strip().splitlines()[0].strip()
+        missing = _MISSING.search(fatal)
+        if missing is not None and not any(t in fatal for t in _TRANSIENT):
+            kind, name = missing.group(1), missing.group(2)
+            fix = (
+                "create it (CREATE DATABASE) or fix the database in the URL's path"
+                if kind == "database"
+                else "create it (CREATE ROLE ... LOGIN) or fix the user in the URL"
+            )
+            failure = StoreMisconfigured(
+                store, f'{kind} "{name}" does not exist on the PostgreSQL server at {server}: {fix}'
+            )
+        elif any(d in fatal for d in _DENIED):
+            failure = StoreMisconfigured(
+                store, f"the PostgreSQL server at {server} refused the connection: {fatal}"
+            )
+        else:
+            return translate(err, "connect", store)
     failure.__cause__ = err
     return failure
 

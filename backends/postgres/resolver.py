@@ -159,8 +159,10 @@ def _send(
         with pipeline(conn), conn.cursor() as cur:
             for statement in begin:
                 cur.execute(statement)
-            commit = sql.commit_waking if request.wakes_watchers else sql.commit
-            resolved = conn.execute(commit, args)
+            if request.wakes_watchers:
+                resolved = conn.execute(sql.commit_waking, (*args, *sql.notify_args))
+            else:
+                resolved = conn.execute(sql.commit, args)
             for statement in end:
                 cur.execute(statement)
     except psycopg.Error as err:

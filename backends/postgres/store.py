@@ -27,6 +27,7 @@ module opens the store, its schema and its pool.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import random
 import threading
@@ -39,17 +40,25 @@ import psycopg
 from psycopg import generators
 
 from quickzones.backends._foreign_commits import ForeignCommits
-from quickzones.backends.postgres.errors import translate
+from quickzones.backends.postgres.errors import (
+    UNREACHABLE_PACE_CAP_S,
+    UNREACHABLE_PACE_S,
+    ServerUnreachable,
+    connect_failure,
+    translate,
+)
 from quickzones.backends.postgres.joined import Joined
 from quickzones.backends.postgres.notifications import CommitNotifications
 from quickzones.backends.postgres.resolver import PRUNE_EVERY, Connection
 from quickzones.backends.postgres.sql import (
     FORMAT,
     FORMAT_VERSION,
+    HAS_COMMIT_FUNCTION,
     QUICK_TABLES,
-    SCHEMA_EXISTS,
+    SCHEMA_ACCESS,
     TABLES_IN_SCHEMA,
     Statements,
+    check_schema_name,
 )
 from quickzones.backends.postgres.transaction import PostgresTransaction
 from quickzones.backends.txnbuffer import BufferedTransaction
@@ -59,7 +68,9 @@ from quickzones.errors import (
     InvalidStoreURL,
     NotAQuickStore,
     StorageError,
+    StoreMisconfigured,
     StoreNotFound,
+    StoreUnavailable,
 )
 from quickzones.urls import RETRY_OPTIONS, parse_retry_option
 
@@ -69,6 +80,8 @@ _POOL_SIZE = 16
 DATA_VERSION_TICK_S = 0.005
 DEFAULT_SCHEMA = "quick"
 _SCHEMES = ("postgresql", "postgres")
+# libpq's wait for a server's answer when connecting, unless the caller has less time.
+CONNECT_TIMEOUT_S = 10
 # Taken while a schema is created or migrated, so processes opening one store at once
 # wait for each other (an advisory lock: it touches no table).
 _SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('quickzones schema ' || %s))"
@@ -97,6 +110,16 @@ def _without_password(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
+def _server_of(conninfo: str) -> str:
+    """``host:port`` of the server a conninfo names, as errors show it."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return "?"
+    host = str(params.get("host") or params.get("hostaddr") or "localhost")
+    return f"{host}:{params.get('port') or 5432}"
+
+
 class PostgresStore:
     """A KV store in one PostgreSQL schema: ``PostgresStore("postgresql://...", schema=...)``."""
 
@@ -112,13 +135,27 @@ class PostgresStore:
         timeout_ms: int | None = None,
         create: bool = True,
     ) -> None:
-        if not schema or len(schema) > 63:
-            raise InvalidStoreURL(url or conninfo, f"schema {schema!r} must be 1 to 63 characters")
+        wrong = check_schema_name(schema)
+        if wrong is not None:
+            raise InvalidStoreURL(url or conninfo, f"schema {schema!r} {wrong}")
         self.conninfo = conninfo
         self.schema = schema
         self.url = url if url is not None else f"{conninfo}?schema={schema}"
         # The URL as errors and logs show it: without its password.
         self.shown = _without_password(self.url)
+        self.server = _server_of(conninfo)
+        # When connections started failing with no server answering (the clock's time),
+        # None while they succeed: a call gives up once this is older than its timeout
+        # (PostgresTransaction), so one call's several transactions do not each wait it.
+        self._unreachable_since: float | None = None
+        # While it lasts, when a transaction may try to connect next (the clock's time):
+        # a transaction that gave up returns at once, so without this pacing loops that
+        # call again at once (a consumer's) would try to connect thousands of times a
+        # second; paced, one call in an outage waits at most UNREACHABLE_PACE_CAP_S.
+        self._next_try_at = 0.0
+        self._failed_tries = 0
+        self._failed_at = 0.0  # when the last try that failed ended
+        self.unreachable_detail = ""  # what the last failed connection said
         # This object's commits' NOTIFY payload: its own listener passes over them.
         self.sender = os.urandom(8).hex()
         self.sql = Statements(schema, self.sender)
@@ -184,17 +221,64 @@ class PostgresStore:
 
     # --- connections -----------------------------------------------------------------------
 
-    def _connect(self) -> Connection:
+    def _connect(self, within_s: float | None = None) -> Connection:
+        """A new connection; ``within_s``: the time its caller has left, which bounds
+        libpq's wait for a server that never answers (CONNECT_TIMEOUT_S at most, libpq's
+        shortest, 2 s, at least)."""
+        timeout = CONNECT_TIMEOUT_S
+        if within_s is not None:
+            timeout = max(2, min(CONNECT_TIMEOUT_S, math.ceil(within_s)))
+        tried_at = self.clock.now()
         try:
             conn: Connection = psycopg.connect(
-                self.conninfo, autocommit=True, connect_timeout=10, prepare_threshold=None
+                self.conninfo, autocommit=True, connect_timeout=timeout, prepare_threshold=None
             )
-            conn.execute(f"SET lock_timeout = {int(self.lock_timeout_ms)}")
         except psycopg.Error as err:
+            failure = connect_failure(err, self.shown, self.server)
+            if isinstance(failure, ServerUnreachable):
+                with self._lock:
+                    now = self.clock.now()
+                    if self._unreachable_since is None:
+                        self._unreachable_since = tried_at
+                    self._failed_tries += 1
+                    self._failed_at = now
+                    self.unreachable_detail = failure.detail
+                    pace = UNREACHABLE_PACE_S * 2 ** min(self._failed_tries, 16)
+                    self._next_try_at = now + min(pace, UNREACHABLE_PACE_CAP_S)
+            raise failure from err
+        if self._unreachable_since is not None:
+            with self._lock:
+                self._unreachable_since, self._failed_tries, self._next_try_at = None, 0, 0.0
+        try:
+            conn.execute(
+                "SELECT set_config('lock_timeout', %s, false)", (str(self.lock_timeout_ms),)
+            )
+        except psycopg.Error as err:
+            conn.close()
             raise translate(err, "connect", self.shown) from err
         return conn
 
-    def _acquire(self) -> Connection:
+    def unreachable_for(self) -> float | None:
+        """How long connections to the server have failed with no server answering
+        (seconds), or None if the last one succeeded."""
+        since = self._unreachable_since
+        return None if since is None else max(0.0, self.clock.now() - since)
+
+    def since_last_failure(self) -> float | None:
+        """Seconds since the last failed try while no server answers; None when the last
+        connection succeeded."""
+        if self._unreachable_since is None:
+            return None
+        return max(0.0, self.clock.now() - self._failed_at)
+
+    def next_try_in(self) -> float:
+        """Seconds before a transaction should try to connect again while no server
+        answers (0: now)."""
+        if self._unreachable_since is None:
+            return 0.0
+        return max(0.0, self._next_try_at - self.clock.now())
+
+    def _acquire(self, within_s: float | None = None) -> Connection:
         if self._closed:
             raise StorageError(f"store {self.shown} is closed")
         if os.getpid() != self._pid:
@@ -206,7 +290,7 @@ class PostgresStore:
             with self._lock:
                 conn = self._pool.pop() if self._pool else None
             if conn is None:
-                return self._connect()
+                return self._connect(within_s)
             if not conn.closed and _answered(conn):
                 return conn
 
@@ -328,17 +412,25 @@ class PostgresStore:
     def _open_schema(self, create: bool) -> None:
         """Check the schema is quick's; with ``create``, make it so if it is absent or
         empty. A schema holding anything else is refused and left as it was."""
-        conn = self._connect()
+        try:
+            # Opening waits for a server that never answers no longer than timeout_ms.
+            conn = self._connect(self.timeout_ms / 1000 if self.timeout_ms else None)
+        except ServerUnreachable as err:
+            # Opening tries once: the caller (a process starting) decides whether to wait.
+            raise StoreUnavailable(self.shown, err.server, err.detail) from err
         try:
             state = self._schema_state(conn)
             if state == "ready":
                 return
             if state == "absent" and not create:
                 raise StoreNotFound(self.shown)
+            exists = state == "absent" and self._check_may_create(conn)
             with conn.transaction():
                 conn.execute(_SCHEMA_LOCK, (self.schema,))
                 state = self._schema_state(conn)  # another process may have done it
                 if state == "absent":
+                    if not exists:
+                        conn.execute(self.sql.create_schema)
                     for statement in self.sql.create:
                         conn.execute(statement)
                 elif state == "layout 1":
@@ -347,10 +439,35 @@ class PostgresStore:
                 elif state == "no quick_commit":
                     for statement in self.sql.commit_function:
                         conn.execute(statement)
+        except psycopg.errors.InsufficientPrivilege as err:
+            raise StoreMisconfigured(
+                self.shown, f"the URL's role may not open schema {self.schema!r}: {err}"
+            ) from err
         except psycopg.Error as err:
             raise StorageError(f"cannot open postgresql store {self.shown}: {err}") from err
         finally:
             conn.close()
+
+    def _check_may_create(self, conn: Connection) -> bool:
+        """Whether the (empty) schema exists already; refuse, naming the role, the schema
+        and the database, a role that may not create the schema the URL names
+        (PostgreSQL would blame the database alone)."""
+        row = conn.execute(
+            "SELECT has_database_privilege(current_database(), 'CREATE'), current_user,"
+            " current_database(), EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s)",
+            (self.schema,),
+        ).fetchone()
+        assert row is not None
+        may_create, role, database, exists = row
+        if not may_create and not exists:
+            raise StoreMisconfigured(
+                self.shown,
+                f'role "{role}" may not create schema "{self.schema}" in database'
+                f' "{database}" (no CREATE privilege on the database): create the schema'
+                " for it (CREATE SCHEMA ... AUTHORIZATION that role) or GRANT CREATE ON"
+                " DATABASE to it",
+            )
+        return bool(exists)
 
     def _schema_state(self, conn: Connection) -> str:
         """``"ready"``, ``"absent"`` (no schema, or an empty one), ``"layout 1"`` (an
@@ -358,8 +475,19 @@ class PostgresStore:
         are kept, the conflict table replaced), ``"no quick_commit"`` (layout 2 made by an
         older quick: the function is added on opening, the tables untouched); raises
         :class:`NotAQuickStore` for a schema quick does not recognise."""
-        if conn.execute(SCHEMA_EXISTS, (self.schema,)).fetchone() is None:
+        access = conn.execute(SCHEMA_ACCESS, (self.schema,)).fetchone()
+        if access is None:
             return "absent"
+        usable, role, database = access
+        if not usable:
+            # Its tables would look absent (information_schema hides them) and creating
+            # them would blame the database.
+            raise StoreMisconfigured(
+                self.shown,
+                f'role "{role}" has no USAGE privilege on schema "{self.schema}" in database'
+                f' "{database}": GRANT USAGE ON SCHEMA (and SELECT, INSERT, UPDATE, DELETE'
+                " on its tables) to it, or use a schema of its own",
+            )
         tables = {str(name) for (name,) in conn.execute(TABLES_IN_SCHEMA, (self.schema,))}
         if not tables:
             return "absent"
@@ -368,6 +496,11 @@ class PostgresStore:
             raise NotAQuickStore(self.shown, f"schema {self.schema!r} has no {missing} table")
         try:
             row = conn.execute(self.sql.meta).fetchone()
+        except psycopg.errors.InsufficientPrivilege as err:
+            raise StoreMisconfigured(
+                self.shown,
+                f"the URL's role may not read quick's tables in schema {self.schema!r}: {err}",
+            ) from err
         except psycopg.Error as err:
             raise NotAQuickStore(self.shown, f"its quick_meta table is not quick's: {err}") from err
         if row is None or row[0] != FORMAT:
@@ -380,7 +513,7 @@ class PostgresStore:
             )
         if int(row[1]) < FORMAT_VERSION:
             return "layout 1"
-        (has_commit,) = conn.execute(self.sql.has_commit_function).fetchone() or (False,)
+        (has_commit,) = conn.execute(HAS_COMMIT_FUNCTION, (self.schema,)).fetchone() or (False,)
         return "ready" if has_commit else "no quick_commit"
 
     # --- the KVStore protocol --------------------------------------------------------------

@@ -11,16 +11,25 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from quickzones.backends.postgres import resolver
-from quickzones.backends.postgres.errors import pipeline, translate
+from quickzones.backends.postgres.errors import (
+    UNREACHABLE_PACE_CAP_S,
+    ServerUnreachable,
+    pipeline,
+    translate,
+)
 from quickzones.backends.postgres.resolver import Rows
 from quickzones.backends.postgres.sql import KEYS_PER_SELECT
 from quickzones.backends.txnbuffer import CommitRequest, KeyValue
 from quickzones.backends.txnbuffer.pooled import PooledTransaction
+from quickzones.errors import StoreUnavailable
 
 if TYPE_CHECKING:
     from quickzones.backends.postgres.store import PostgresStore
 
 
+# While no server answers, the longest a transaction already past its timeout waits for
+# the store's next paced connection try (PostgresStore.next_try_in) before its own.
+PAST_TIME_WAIT_S = 0.2
 # The read version until the first read brings the real one with its answer.
 _PENDING = -1
 
@@ -38,9 +47,69 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
     def _acquire_read_version(self) -> int:
         # Every read version is followed by a read, which opens the snapshot and reads the
         # version in its own round trip (_read); get_read_version() alone opens it too.
-        self._conn = self._store._acquire()
+        self._conn = self._connection()
         self._opening = True
         return _PENDING
+
+    def _take_connection(self) -> resolver.Connection:
+        conn, self._conn = self._conn, None
+        return conn if conn is not None else self._connection()
+
+    def _connection(self) -> resolver.Connection:
+        """A pooled or new connection. While no server answers, a failed connection is
+        retryable (run() backs off and tries again) until the transaction's timeout would
+        pass before the next try: then :class:`StoreUnavailable`, which names the server
+        and is not retried, so run() never ends in a timeout blaming an overloaded store.
+        The outage counts from the store's first failed connection, so a call's later
+        transactions (or a later call) in the same outage do not wait a timeout each:
+        ``timeout_ms`` bounds the whole call (issue 41 point 7). Meanwhile tries are
+        paced store-wide (:meth:`PostgresStore.next_try_in`, at most a second apart)."""
+        store = self._store
+        left = self._time_left()
+        since_failure = store.since_last_failure()
+        if since_failure is not None and left is not None and left <= 0:
+            # Past its time (the outage outlasted it): it waits a little, so that a loop
+            # calling again at once after a StoreUnavailable (a consumer's) goes a few
+            # times a second, and tries only if no try failed in the last second (then
+            # someone notices the server is back); else it gives up without a try of
+            # its own, which against a server that never answers costs libpq's
+            # shortest connect timeout, 2 s.
+            due = UNREACHABLE_PACE_CAP_S - since_failure
+            if due > 0:
+                self._clock.sleep(min(due, PAST_TIME_WAIT_S))
+                if due > PAST_TIME_WAIT_S:
+                    raise StoreUnavailable(
+                        store.shown,
+                        store.server,
+                        store.unreachable_detail,
+                        store.unreachable_for() or 0.0,
+                    )
+        else:
+            wait = store.next_try_in()
+            if wait > 0:
+                self._clock.sleep(wait if left is None else min(wait, left))
+        try:
+            return store._acquire(self._time_left())
+        except ServerUnreachable as err:
+            left = self._time_left()
+            if left is not None and left <= min(self._backoff_s, self._max_retry_delay_s):
+                raise self._given_up(err) from err
+            raise
+
+    def _time_left(self) -> float | None:
+        """Seconds this transaction may still try, counted from the later of its start
+        and the store's first failed connection in this outage; None without a timeout."""
+        if not self._timeout_s:
+            return None
+        now = self._clock.now()
+        spent = max(now - self._started, self._store.unreachable_for() or 0.0)
+        return self._timeout_s - spent
+
+    def _given_up(self, err: ServerUnreachable) -> StoreUnavailable:
+        store = self._store
+        return StoreUnavailable(
+            store.shown, store.server, err.detail, store.unreachable_for() or 0.0
+        )
 
     def get_read_version(self) -> int:
         self._ensure_read_version()
