@@ -24,8 +24,9 @@ pytestmark = pytest.mark.skipif(
 psycopg = pytest.importorskip("psycopg")
 from psycopg import sql  # noqa: E402
 
-# Every injection below calls nextval() on this sequence if it runs.
-TRAP = f"{SESSION}_pwned"
+# Every injection below calls nextval() on this sequence if it runs. A fixed name: the
+# test ids carry it, and pytest-xdist's workers must collect the same ids.
+TRAP = "quick_names_test_pwned"
 HOSTILE_SCHEMAS = [
     "a'b",
     'x"; select pg_sleep(5);--',
