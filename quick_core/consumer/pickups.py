@@ -1,5 +1,6 @@
 """A consumer's pickup counts between flushes (issue 31 point 6): each dequeue adds one
-to its (app, tenant, minute, bucket) counter in memory; :meth:`PickupCounts.flush`, on the
+to its (app, tenant, minute, bucket) counter in memory, its wait counted from when the
+item vested (:func:`waited_ms`); :meth:`PickupCounts.flush`, on the
 heartbeat loop (or ``quick serve``'s, for the items its pull consumers lease), adds them
 to the store (:mod:`quickzones.store.pickups`) in one transaction of atomic adds. An item costs a
 dictionary increment under a lock, never a write of its own."""
@@ -25,6 +26,16 @@ log = logging.getLogger("quick.consumer")
 MAX_KEYS = 100_000
 
 
+def waited_ms(enqueued_ms: int, pickup_ms: int, vested_ms: int | None = None) -> int:
+    """How long an item picked up at ``pickup_ms`` waited: from when it vested (its
+    requested run time, the end of a retry's backoff; ``WorkItem.vested_ms``), or from
+    its enqueue where that is not known. A delay or a backoff is asked for, not waited
+    (issue 41 point 10: reminders started on time showed 2.5 s of pickup); an item taken
+    ahead of its vesting time (a timer's look-ahead) waited nothing."""
+    since = enqueued_ms if vested_ms is None else max(enqueued_ms, vested_ms)
+    return max(0, pickup_ms - since)
+
+
 class PickupCounts:
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -33,10 +44,18 @@ class PickupCounts:
         self._counts: dict[tuple[str, str, str, int, int], int] = {}
 
     def dequeued(
-        self, *, zone: ZoneId, enqueued_ms: int, pickup_ms: int, cluster: str, **_: object
+        self,
+        *,
+        zone: ZoneId,
+        enqueued_ms: int,
+        pickup_ms: int,
+        cluster: str,
+        vested_ms: int | None = None,
+        **_: object,
     ) -> None:
-        """One item dequeued (the manager's ``dequeued`` event's fields)."""
-        wait_ms = pickup_ms - enqueued_ms
+        """One item dequeued (the manager's ``dequeued`` event's fields): its wait is
+        counted from when it vested (:func:`waited_ms`)."""
+        wait_ms = waited_ms(enqueued_ms, pickup_ms, vested_ms)
         key = (cluster, zone.app, zone.tenant, minute_of(pickup_ms), bucket_of(wait_ms))
         with self._lock:
             n = self._counts.get(key)
