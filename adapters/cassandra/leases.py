@@ -35,6 +35,7 @@ class ItemLeases(ZoneReads, DeadLetters):
             lease_id=new_lease_id(self.ids),
             attempts=max(0, attempts),
             held=held,
+            vested_ms=item.vesting_ms,  # for its pickup figure (not stored)
         )
         return self._plan_update(zone, item, leased)
 
@@ -50,9 +51,7 @@ class ItemLeases(ZoneReads, DeadLetters):
             held = self._check_holder(current, item_id, lease_id)
             if not held.held:
                 return self._plan_update(zone, held, held)  # started meanwhile: as it is
-            return self._plan_update(
-                zone, held, held.with_(attempts=held.attempts + 1, held=False)
-            )
+            return self._plan_update(zone, held, held.with_(attempts=held.attempts + 1, held=False))
 
         started = self._apply(zone, item_id, decide, first=item)
         assert started is not None
@@ -158,9 +157,7 @@ class ItemLeases(ZoneReads, DeadLetters):
                 result: WorkItem | None = plan.result
                 done = True
             else:
-                result, done = self._dequeue_one(
-                    zone, plan, kind, lease_ms, accept, resolve, held
-                )
+                result, done = self._dequeue_one(zone, plan, kind, lease_ms, accept, resolve, held)
             if not done:
                 continue
             if kind == "lease" and result is not None:

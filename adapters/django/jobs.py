@@ -6,6 +6,7 @@ and how long its outcome is kept (the enqueue stores that policy in the item).""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from django.db import close_old_connections
@@ -28,6 +29,13 @@ from quickzones.store.records import WorkItem
 TASK, ARGS, KWARGS, RETURN_VALUE = "task", "args", "kwargs", "return_value"
 # Django's TaskResult lists the workers that ran a task; quick's items count attempts.
 WORKER_ID = "quick"
+# Kept with the result too: when the item was enqueued and when its last run started
+# (ms), so a finished task's enqueued_at, started_at and last_attempted_at are known
+# (issue 41 point 12: they were None).
+ENQUEUED, STARTED = "enqueued_ms", "started_ms"
+# A failed run's start goes with its exception, as a note: the dead letter keeps the
+# traceback, and results.py reads the time back from it (and leaves the note out).
+STARTED_NOTE = "quick: this run started at {ms} ms"
 
 
 def job_type(task: Any) -> str:
@@ -72,26 +80,42 @@ def _runner(alias: str) -> Any:
     def run(body: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         task = load_task(body[TASK])
         args, kwargs = list(body[ARGS]), dict(body[KWARGS])
+        started = int(time.time() * 1000)  # the store's clock is the system's in a worker
         # A long-running worker is Django's request loop here: drop connections that
         # died or outlived CONN_MAX_AGE before and after each task.
         close_old_connections()
         try:
             if task.takes_context:
-                running = running_result(task, alias, ctx, args, kwargs)
+                running = running_result(task, alias, ctx, args, kwargs, started)
                 value = task.call(TaskContext(task_result=running), *args, **kwargs)
             else:
                 value = task.call(*args, **kwargs)
+        except Exception as err:
+            err.add_note(STARTED_NOTE.format(ms=started))
+            raise
         finally:
             close_old_connections()
-        return {**body, RETURN_VALUE: normalize_json(value)}
+        return {
+            **body,
+            RETURN_VALUE: normalize_json(value),
+            ENQUEUED: ctx.item.enqueued_ms,
+            STARTED: started,
+        }
 
     return run
 
 
 def running_result(
-    task: Any, alias: str, ctx: JobContext, args: list[Any], kwargs: dict[str, Any]
+    task: Any,
+    alias: str,
+    ctx: JobContext,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    started_ms: int,
 ) -> Any:
-    """The TaskResult a ``takes_context`` task sees while it runs (``context.attempt``)."""
+    """The TaskResult a ``takes_context`` task sees while it runs (``context.attempt``);
+    ``started_ms``: when this run started (its started_at and last_attempted_at, as
+    Django's reference backends set both at each run's start)."""
     from quickzones.adapters.django.results import result_id, timestamp
 
     return TaskResult(
@@ -99,9 +123,9 @@ def running_result(
         id=result_id(ctx.item_id, ctx.tenant),
         status=TaskResultStatus.RUNNING,
         enqueued_at=timestamp(ctx.item.enqueued_ms),
-        started_at=None,
+        started_at=timestamp(started_ms),
         finished_at=None,
-        last_attempted_at=None,
+        last_attempted_at=timestamp(started_ms),
         args=args,
         kwargs=kwargs,
         backend=alias,

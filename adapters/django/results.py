@@ -1,6 +1,13 @@
 """Django's ``TaskResult`` read from quick: a live item (READY, or RUNNING while leased),
 a completed one's kept outcome (SUCCESSFUL, with its return value) or a dead letter
-(FAILED, with the handler's traceback). What quick no longer knows does not exist."""
+(FAILED, with the handler's traceback). What quick no longer knows does not exist.
+
+Its times: ``enqueued_at`` the item's enqueue; ``started_at`` and ``last_attempted_at``
+when its last run started (Django's reference backends set both at each run's start),
+kept with the result by the task's handler (:mod:`.jobs`) or, for a failed run, noted
+with its exception; ``finished_at`` when it completed or was dead-lettered. A task that
+has not run has no start; one running, read from another process, shows none either
+(quick keeps no start time in the item)."""
 
 from __future__ import annotations
 
@@ -17,8 +24,11 @@ from quickzones.adapters.django.compat import (
 )
 from quickzones.adapters.django.jobs import (
     ARGS,
+    ENQUEUED,
     KWARGS,
     RETURN_VALUE,
+    STARTED,
+    STARTED_NOTE,
     TASK,
     WORKER_ID,
     item_payload,
@@ -34,6 +44,8 @@ from quickzones.store.records import ZoneId
 _SEP = ":"
 # The last line of a Python traceback: "module.Class: message" ("Class" for builtins).
 _RAISED = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
+# The note the task's handler adds to a failing run's exception (jobs.STARTED_NOTE).
+_NOTE = re.compile("^" + re.escape(STARTED_NOTE).replace(r"\{ms\}", r"(\d+)") + "$", re.M)
 
 
 def result_id(item_id: str, tenant: str) -> str:
@@ -71,17 +83,18 @@ def read_result(quick: Quick, app: str, alias: str, rid: str) -> Any:
         except ResultNotAvailable as err:
             raise TaskResultDoesNotExist(f"{rid!r}: {err.reason}") from err
         result = _result(alias, rid, kept, TaskResultStatus.SUCCESSFUL, finished=finished.at_ms,
-                         attempts=finished.attempts)  # fmt: skip
+                         attempts=finished.attempts, enqueued=_ms(kept.get(ENQUEUED)),
+                         started=_ms(kept.get(STARTED)))  # fmt: skip
         set_field(result, "_return_value", kept.get(RETURN_VALUE))
         return result
     if finished.state == DEAD_LETTERED:
         letter = quick.zones.read_dead_letter(ZoneId(app, tenant), item_id)
         if letter is None or letter.item is None:
             raise TaskResultDoesNotExist(f"{rid!r}: its dead letter is gone or unreadable")
+        trace, started = _started_note(letter.traceback or letter.reason)
         failed = _result(alias, rid, item_payload(letter.item), TaskResultStatus.FAILED,
                          enqueued=letter.item.enqueued_ms, finished=finished.at_ms,
-                         attempts=finished.attempts)  # fmt: skip
-        trace = letter.traceback or letter.reason
+                         attempts=finished.attempts, started=started)  # fmt: skip
         failed.errors.append(TaskError(exception_class_path=_raised(trace), traceback=trace))
         return failed
     # Cancelled (quick cancel): Django has no such state; it failed to run.
@@ -97,6 +110,7 @@ def _result(
     *,
     attempts: int,
     enqueued: int | None = None,
+    started: int | None = None,
     finished: int | None = None,
 ) -> Any:
     if TASK not in body:
@@ -106,15 +120,28 @@ def _result(
         id=rid,
         status=status,
         enqueued_at=timestamp(enqueued),
-        started_at=None,
+        started_at=timestamp(started),
         finished_at=timestamp(finished),
-        last_attempted_at=None,
+        last_attempted_at=timestamp(started),
         args=body.get(ARGS, []),
         kwargs=body.get(KWARGS, {}),
         backend=alias,
         errors=[],
         worker_ids=[WORKER_ID] * attempts,
     )
+
+
+def _ms(value: object) -> int | None:
+    """A time kept with a result (None in results kept before it was)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _started_note(trace: str) -> tuple[str, int | None]:
+    """A failed run's traceback without the handler's note, and the start it noted."""
+    found = _NOTE.findall(trace)
+    if not found:
+        return trace, None
+    return _NOTE.sub("", trace).rstrip("\n"), int(found[-1])
 
 
 def _raised(trace: str) -> str:

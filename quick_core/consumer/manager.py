@@ -300,6 +300,7 @@ class Manager:
                 item_id=w.item.item_id,
                 job_type=w.item.job_type,
                 enqueued_ms=w.item.enqueued_ms,
+                vested_ms=w.item.vested_ms,  # pickups count from here (None: enqueued_ms)
                 pickup_ms=now_at,
                 cluster=cluster.name,
             )

@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from quickzones.consumer.pickups import waited_ms
 from quickzones.errors import ConfigurationError, MissingDependency
 from quickzones.registry import Registry
 
@@ -81,7 +82,8 @@ class PrometheusObserver:
         )
         self.pickup = prom.Histogram(
             "quick_pickup_seconds",
-            "Time from an item's enqueue to its dequeue",
+            "Time from when an item vested (enqueued, its delay or retry backoff over) "
+            "to its dequeue",
             ["app"],
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
             registry=reg,
@@ -127,8 +129,8 @@ class PrometheusObserver:
         if event == "pointer_lease_failed":
             self.lease_failures.labels(reason=str(fields.get("reason"))).inc()
         elif event == "dequeued":
-            lag_ms = fields["pickup_ms"] - fields["enqueued_ms"]
-            self.pickup.labels(app=app).observe(max(0.0, lag_ms / 1000))
+            lag_ms = waited_ms(fields["enqueued_ms"], fields["pickup_ms"], fields.get("vested_ms"))
+            self.pickup.labels(app=app).observe(lag_ms / 1000)
         elif event == "unknown_job_type":
             self.unknown_job_types.labels(job_type=str(fields.get("job_type"))).inc()
         elif event == "pointer_leased":

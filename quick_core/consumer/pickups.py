@@ -1,14 +1,19 @@
 """A consumer's pickup counts between flushes (issue 31 point 6): each dequeue adds one
-to its (app, tenant, minute, bucket) counter in memory; :meth:`PickupCounts.flush`, on the
+to its (app, tenant, minute, bucket) counter in memory, its wait counted from when the
+item vested (:func:`waited_ms`); :meth:`PickupCounts.flush`, on the
 heartbeat loop (or ``quick serve``'s, for the items its pull consumers lease), adds them
-to the store (:mod:`quickzones.store.pickups`) in one transaction of atomic adds. An item costs a
-dictionary increment under a lock, never a write of its own."""
+to the store (:mod:`quickzones.store.pickups`) in transactions of atomic adds of a bounded
+size, each added once however often it is tried. An item costs a dictionary increment
+under a lock, never a write of its own."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
+import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from quickzones.errors import StorageError
 from quickzones.store import pickups
@@ -25,41 +30,90 @@ log = logging.getLogger("quick.consumer")
 MAX_KEYS = 100_000
 
 
+def waited_ms(enqueued_ms: int, pickup_ms: int, vested_ms: int | None = None) -> int:
+    """How long an item picked up at ``pickup_ms`` waited: from when it vested (its
+    requested run time, the end of a retry's backoff; ``WorkItem.vested_ms``), or from
+    its enqueue where that is not known. A delay or a backoff is asked for, not waited
+    (issue 41 point 10: reminders started on time showed 2.5 s of pickup); an item taken
+    ahead of its vesting time (a timer's look-ahead) waited nothing."""
+    since = enqueued_ms if vested_ms is None else max(enqueued_ms, vested_ms)
+    return max(0, pickup_ms - since)
+
+
+@dataclass(slots=True)
+class _Flush:
+    """One flush transaction's counts of one cluster: tried again as it was (same id, same
+    time) until it commits, so a try whose answer was lost is not added twice."""
+
+    cluster: str
+    flush_id: str
+    now_ms: int
+    counts: dict[tuple[str, str, int, int], int]
+
+
 class PickupCounts:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         # (cluster, app, tenant, minute, bucket) -> count: one flat dict, the cheapest
         # increment (a few microseconds a dequeue on a loaded machine).
         self._counts: dict[tuple[str, str, str, int, int], int] = {}
+        # Flushes whose transaction failed, oldest first, and their counters in all.
+        self._failed: list[_Flush] = []
+        self._failed_keys = 0
+        self._flush_ids = (f"{uuid.uuid4().hex[:16]}.{n}" for n in itertools.count())
 
     def dequeued(
-        self, *, zone: ZoneId, enqueued_ms: int, pickup_ms: int, cluster: str, **_: object
+        self,
+        *,
+        zone: ZoneId,
+        enqueued_ms: int,
+        pickup_ms: int,
+        cluster: str,
+        vested_ms: int | None = None,
+        **_: object,
     ) -> None:
-        """One item dequeued (the manager's ``dequeued`` event's fields)."""
-        wait_ms = pickup_ms - enqueued_ms
+        """One item dequeued (the manager's ``dequeued`` event's fields): its wait is
+        counted from when it vested (:func:`waited_ms`)."""
+        wait_ms = waited_ms(enqueued_ms, pickup_ms, vested_ms)
         key = (cluster, zone.app, zone.tenant, minute_of(pickup_ms), bucket_of(wait_ms))
         with self._lock:
             n = self._counts.get(key)
-            if n is not None or len(self._counts) < MAX_KEYS:
+            if n is not None or len(self._counts) + self._failed_keys < MAX_KEYS:
                 self._counts[key] = (n or 0) + 1
 
     def flush(self, stores: Iterable[tuple[str, KVStore, KeySpace]], now_ms: int) -> None:
-        """Add the counts gathered since the last flush to each cluster's store; what a
-        store refused is kept for the next flush."""
+        """Add the counts gathered since the last flush to each cluster's store, in
+        transactions of at most :data:`~quickzones.store.pickups.FLUSH_BATCH` counters,
+        after those that failed before (tried again as they were, so none is added twice:
+        issue 41 point 14d). A cluster whose store refuses one is left until the next
+        flush; failed counts older than the hour kept are dropped (their minutes are)."""
         with self._lock:
             taken, self._counts = self._counts, {}
+            todo, self._failed, self._failed_keys = self._failed, [], 0
         by_cluster: dict[str, dict[tuple[str, str, int, int], int]] = {}
         for (cluster, app, tenant, minute, bucket), n in taken.items():
             by_cluster.setdefault(cluster, {})[(app, tenant, minute, bucket)] = n
-        for cluster, kv, keys in stores:
-            mine = by_cluster.get(cluster)
-            if not mine:
+        for cluster, mine in by_cluster.items():
+            rows = list(mine.items())
+            for at in range(0, len(rows), pickups.FLUSH_BATCH):
+                part = dict(rows[at : at + pickups.FLUSH_BATCH])
+                todo.append(_Flush(cluster, next(self._flush_ids), now_ms, part))
+        targets = {cluster: (kv, keys) for cluster, kv, keys in stores}
+        failed: list[_Flush] = []
+        refused: set[str] = set()
+        for batch in todo:
+            target = targets.get(batch.cluster)
+            if target is None or now_ms - batch.now_ms > pickups.KEEP_MINUTES * 60_000:
+                continue  # a cluster not flushed here, or counts of minutes cleared since
+            if batch.cluster in refused:
+                failed.append(batch)  # its store refused one already: not now
                 continue
             try:
-                pickups.add_counts(kv, keys, mine, now_ms)
+                pickups.add_counts(*target, batch.counts, batch.now_ms, batch.flush_id)
             except StorageError as err:
-                with self._lock:
-                    for (app, tenant, minute, bucket), n in mine.items():
-                        key = (cluster, app, tenant, minute, bucket)
-                        self._counts[key] = self._counts.get(key, 0) + n
-                log.warning("writing pickup counts failed: %s", err)
+                failed.append(batch)
+                refused.add(batch.cluster)
+                log.warning("writing pickup counts failed (tried again later): %s", err)
+        with self._lock:
+            self._failed = failed + self._failed
+            self._failed_keys = sum(len(b.counts) for b in self._failed)

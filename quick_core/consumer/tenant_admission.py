@@ -54,16 +54,30 @@ class TenantHold:
     held_back: bool = False  # the dequeue left an item of a limited job type
     capped: dict[Name, int] = field(default_factory=dict)  # caps found full: ends seen
     full_recheck_ms: int = 0  # the tenant's cap was filled: look again then, or when woken
+    next_start_ms: int = 0  # the tenant's start rate: its next slot (0: no rate)
 
-    def not_before(self, not_before: int | None, took: int, room: int) -> int | None:
+    def not_before(
+        self, not_before: int | None, took: int, room: int, horizon_ms: int = 0
+    ) -> int | None:
         """When the zone's pointer may vest again after a dequeue that took ``took`` of
         ``room``: only items of a job type at its tenant's limit left (as paused ones), or
-        the tenant's cap filled by this visit (its pointer waits for a wake)."""
+        the tenant's cap filled by this visit (its pointer waits for a wake), or the
+        tenant's next start slot (nothing of it may start before).
+
+        ``horizon_ms``: how far ahead of a pointer's vesting the visiting consumer's
+        scans lease it (its timer look-ahead): each time is moved that much later, so
+        the zone is visited at it, not before. A visit ahead of a rate's slot could start
+        nothing and requeued the pointer again (issue 41 point 11: about 3 visits a
+        start)."""
+        wait = 0
         if self.held_back and took < room:
-            not_before = max(not_before or 0, self.type_recheck_ms)
+            wait = max(wait, self.type_recheck_ms)
         if self.full_recheck_ms and took >= room:
-            not_before = max(not_before or 0, self.full_recheck_ms)
-        return not_before
+            wait = max(wait, self.full_recheck_ms)
+        wait = max(wait, self.next_start_ms)
+        if not wait:
+            return not_before
+        return max(not_before or 0, wait + horizon_ms)
 
     def accept(self, inner: Callable[[WorkItem], bool] | None) -> Callable[[WorkItem], bool] | None:
         """``inner`` with each limited job type cut to its room. Retried dequeue tries
@@ -169,8 +183,13 @@ class TenantAdmission:
                     hold.full_recheck_ms = now_ms(self.clock) + RECHECK_MS
             if limit.rate is not None and n > 0:
                 granted, next_ms = self.kv_limits.grant_starts(name, n, limit.rate, limit.per_ms)
+                if limit.job_type is None:
+                    # Nothing of the tenant starts before its next slot, whatever this
+                    # visit took: its pointer waits for it (TenantHold.not_before).
+                    hold.next_start_ms = next_ms
                 if granted < n:
-                    wait = next_ms
+                    if limit.job_type is not None:
+                        wait = next_ms
                     hold.capped.pop(name, None)  # the rate holds it, not the cap
                     if limit.job_type is None:
                         hold.full_recheck_ms = 0

@@ -311,7 +311,9 @@ class ZoneVisitor:
             # not at once (their vesting time is now, and they would be visited in a loop).
             not_before = max(not_before or 0, hold.recheck_ms)
         if limited is not None:  # a job type or the tenant at its limit
-            not_before = limited.not_before(not_before, len(v.items), admitted.room)
+            not_before = limited.not_before(
+                not_before, len(v.items), admitted.room, rules.horizon_ms
+            )
 
         def min_vesting(t: KVTransaction) -> int | None:
             earliest = zones.min_vesting_ms(zone, tr=t)

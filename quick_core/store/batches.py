@@ -50,7 +50,14 @@ from quickzones.errors import CorruptRecord, InvalidArgument
 from quickzones.store import enqueue as two_part
 from quickzones.store import outcomes
 from quickzones.store.keys import KeySpace
-from quickzones.store.kv import KVStore, KVTransaction, pack_i64, run, unpack_i64
+from quickzones.store.kv import (
+    VALUE_SIZE_LIMIT,
+    KVStore,
+    KVTransaction,
+    pack_i64,
+    run,
+    unpack_i64,
+)
 from quickzones.store.kv import prefetch as kv_prefetch
 from quickzones.store.records import WorkItem, ZoneId, decode_item
 from quickzones.store.toplevel import TopLevelQueue
@@ -61,6 +68,10 @@ BATCH_KEY = "_b"
 _TAG = msgpack.packb(BATCH_KEY)
 # How many failed items a callback's report and a status list; the counts are exact.
 MAX_LISTED_FAILURES = 100
+# The most steps a chain may have (issue 41 point 14b): its later steps wait in one
+# record, which must fit a stored value (kv.VALUE_SIZE_LIMIT); 1,000 small steps take
+# about 75 kB. Large payloads fit fewer: enqueue_chain says how many.
+MAX_CHAIN_STEPS = 1_000
 # How long a batch's keys are kept after its last item finished (for batch_status), and how
 # many expired batches one collection transaction clears.
 KEEP_MS = 7 * 86_400_000
@@ -304,9 +315,33 @@ def enqueue_chain(
     *,
     charge: two_part.Charge | None = None,
 ) -> bool:
-    """Write a chain's first step and its batch; the later steps wait in its record."""
+    """Write a chain's first step and its batch; the later steps wait in its record.
 
+    A chain of more than :data:`MAX_CHAIN_STEPS` steps, or whose record would not fit a
+    stored value, is refused (``InvalidArgument`` naming the most that fit) before
+    anything is written: past that the commit failed with the store's raw
+    ``value_too_large``."""
+    if len(steps) > MAX_CHAIN_STEPS:
+        raise InvalidArgument(
+            "steps",
+            len(steps),
+            f"a chain holds at most {MAX_CHAIN_STEPS:,} steps; enqueue the rest from its "
+            "last step's handler, as a chain of its own",
+        )
     record = _record(1, steps[1], STOP, False, steps[2:], chain_id, 0)
+    size = len(_pack({**record, "zones": len(steps)}))
+    if size > VALUE_SIZE_LIMIT:
+        # The steps waiting in the record cost about the same each: say how many fit
+        # (rounded down: the record's own fields are counted as the steps' share).
+        fit = max(2, int(VALUE_SIZE_LIMIT / (size / (len(steps) - 1))))
+        raise InvalidArgument(
+            "steps",
+            len(steps),
+            f"the steps after the first wait in one record of {size:,} bytes, over the "
+            f"{VALUE_SIZE_LIMIT:,} bytes a stored value holds: at most {fit:,} steps of "
+            "this size (smaller payloads fit more, up to "
+            f"{MAX_CHAIN_STEPS:,}); keep large data elsewhere and pass its key",
+        )
     return _create(db, zones, app, chain_batch_id(chain_id, 0), steps[:1], record, charge)
 
 

@@ -21,6 +21,10 @@ from quickzones.errors import InvalidArgument, QuickError
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, pack_i64, run, unpack_i64
 
+# How late a visit for a tenant's start slot may come and still leave the next slot where
+# the schedule has it (Limits.grant_starts); later is an idle spell, not lateness.
+LATE_CARRY_MS = 1_000
+
 
 class RateLimited(QuickError):
     """An app exceeded its enqueue rate; retry after ``retry_after_s``."""
@@ -152,19 +156,31 @@ class Limits:
         """How many of ``wanted`` items ``name`` (a tenant, or a tenant's job type) may
         start now under ``rate`` starts per ``per_ms``, and when the next may (store
         ms). Exact across consumers: the generic cell rate algorithm over one stored
-        time (its "theoretical arrival time"), read with a conflict, so two consumers
-        granting at once serialise. Starts are spaced evenly, ``per_ms / rate`` apart,
-        with a burst of a tenth of ``rate`` (at least one) when the tenant was idle:
-        in any window of T ms at most rate x T / per_ms + burst start."""
+        time (the slot the last start filled), read with a conflict, so two consumers
+        granting at once serialise.
+
+        Starts are slots ``per_ms / rate`` apart, each counted from the slot before, not
+        from when a visit came for it: a visit late by up to one interval (at most
+        :data:`LATE_CARRY_MS`) starts its item and leaves the next slot where it was,
+        so a busy tenant gets its whole rate (issue 41 point 11: spacing from the late
+        visit lost each visit's lateness, and 10/s gave 8.6-9.0/s). A schedule further
+        behind is an idle tenant's: it restarts now with a burst of a tenth of
+        ``rate`` (at least one). In any window of T ms at most
+        ``ceil(rate x T / per_ms) + burst`` start."""
         interval = per_ms / rate
         burst = max(1, math.ceil(rate / 10))
+        # Lateness carried: under one interval, so an idle tenant's burst stays ``burst``.
+        carry = min(interval * 0.999, LATE_CARRY_MS)
         key = self.keys.meta_key("rate", "starts", *name)
 
         def grant(tr: KVTransaction) -> tuple[int, int]:
             now = now_ms(self.clock)
             raw = tr.get(key)
             stored = None if raw is None else float(msgpack.unpackb(raw))
-            t = now - burst * interval if stored is None else max(stored, now - burst * interval)
+            idle = now - burst * interval  # a full burst's worth of slots, from now
+            # Behind by no more than ``carry`` past a full burst: a late visit, whose
+            # slots are kept; further behind: an idle spell, restarted at ``idle``.
+            t = idle if stored is None or stored < idle - carry else stored
             granted = max(0, min(wanted, math.floor((now - t) / interval + 1e-9)))
             if granted:
                 t += granted * interval
@@ -212,9 +228,7 @@ class Limits:
 
         return run(self.kv, take)
 
-    def release_slots(
-        self, scope: str, name: SlotName, holder: str, n: int, ttl_ms: int
-    ) -> None:
+    def release_slots(self, scope: str, name: SlotName, holder: str, n: int, ttl_ms: int) -> None:
         mine = self.keys.meta_key("slots", scope, *_name(name), holder)
 
         def give(tr: KVTransaction) -> None:

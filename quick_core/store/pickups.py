@@ -8,12 +8,21 @@ A summary is a histogram: one counter per (app, minute, tenant, bucket) and one 
     (root, "m", "pickup", app, minute, tenant, bucket) -> i64 (atomic add)
     (root, "m", "pickup-app", app, minute, bucket)     -> i64 (atomic add)
 
-A consumer counts its dequeues in memory and adds its counts every few seconds, in one
-transaction of atomic adds and range clears: no reads, so it conflicts with nothing, and
-an item costs a dictionary increment, never a write of its own. The same flush clears the
-app's minutes older than :data:`KEEP_MINUTES`, so the size stays bounded (tenants x
-buckets x an hour) whatever the traffic; an app nothing is picked up from any more keeps
-its last hour.
+A consumer counts its dequeues in memory and adds its counts every few seconds, in
+transactions of atomic adds and range clears (at most :data:`FLUSH_BATCH` counters each):
+they conflict with nothing, and an item costs a dictionary increment, never a write of its
+own. The same flush clears the app's minutes older than :data:`KEEP_MINUTES`, so the size
+stays bounded (tenants x buckets x an hour) whatever the traffic; an app nothing is picked
+up from any more keeps its last hour.
+
+Atomic adds are not idempotent, and a commit whose answer is lost
+(``commit_unknown_result``) is tried again. So each flush transaction carries an id, and
+writes a marker with its adds (issue 41 point 14d)::
+
+    (root, "m", "pickup-done", minute, flush_id) -> b""
+
+A try that finds its marker committed before and adds nothing; a flush that failed is
+tried again later with the same id and counts. Markers are cleared with the minutes.
 """
 
 from __future__ import annotations
@@ -32,6 +41,11 @@ OVER = BOUNDS_MS[-1] + 1  # a percentile in the last bucket: slower than every b
 KEEP_MINUTES = 61  # an hour of history, and the minute under way
 _TENANT = "pickup"
 _APP = "pickup-app"
+_DONE = "pickup-done"
+# Counters one flush transaction adds at most: a consumer's counts kept through a long
+# outage (up to 100,000 of them, long tenant names) once outgrew a transaction's 10 MB,
+# and no flush could commit again. 1,000 of the longest names take about 0.7 MB.
+FLUSH_BATCH = 1_000
 
 # (app, tenant, minute, bucket) -> count, as a consumer gathers them between flushes.
 Counts = Mapping[tuple[str, str, int, int], int]
@@ -72,17 +86,28 @@ class Histogram:
         return OVER
 
 
-def add_counts(kv: KVStore, keys: KeySpace, counts: Counts, now_ms: int) -> None:
+def add_counts(
+    kv: KVStore, keys: KeySpace, counts: Counts, now_ms: int, flush_id: str | None = None
+) -> bool:
     """Add a consumer's gathered counts and clear its apps' minutes past the hour kept:
-    atomic adds and blind clears only, one transaction."""
+    atomic adds and blind clears, one transaction (keep ``counts`` to
+    :data:`FLUSH_BATCH`). With ``flush_id`` (unique to these counts, and given again
+    with the same counts and ``now_ms`` when they are tried again) it adds them once,
+    whatever earlier tries did: False when one had committed them already."""
     if not counts:
-        return
+        return False
     per_app: Counter[tuple[str, int, int]] = Counter()
     for (app, _, minute, bucket), n in counts.items():
         per_app[(app, minute, bucket)] += n
     cutoff = minute_of(now_ms) - KEEP_MINUTES
+    marker = None if flush_id is None else keys.meta_key(_DONE, minute_of(now_ms), flush_id)
 
-    def write(tr: KVTransaction) -> None:
+    def write(tr: KVTransaction) -> bool:
+        if marker is not None:
+            if tr.get(marker) is not None:
+                return False  # an earlier try committed (its answer was lost)
+            tr.set(marker, b"")
+            tr.clear_range(keys.meta_key(_DONE, 0), keys.meta_key(_DONE, cutoff))
         for (app, tenant, minute, bucket), n in counts.items():
             tr.add(keys.meta_key(_TENANT, app, minute, tenant, bucket), pack_i64(n))
         for (app, minute, bucket), n in per_app.items():
@@ -90,8 +115,9 @@ def add_counts(kv: KVStore, keys: KeySpace, counts: Counts, now_ms: int) -> None
         for app in {app for app, _, _ in per_app}:
             tr.clear_range(keys.meta_key(_TENANT, app, 0), keys.meta_key(_TENANT, app, cutoff))
             tr.clear_range(keys.meta_key(_APP, app, 0), keys.meta_key(_APP, app, cutoff))
+        return True
 
-    run(kv, write)
+    return run(kv, write)
 
 
 def _rows(

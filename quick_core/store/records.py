@@ -62,6 +62,11 @@ class WorkItem:
     # workers), not started: no run counted yet. The start check counts it (attempts + 1,
     # held False) before the handler runs; a held lease that lapses counts nothing.
     held: bool = False
+    # Not stored: set on the item a lease grant returns, to the vesting time it had
+    # before (its requested run time, a retry's backoff end, a lapsed lease's end), so a
+    # pickup is counted from when the item vested, not from its enqueue (issue 41 point
+    # 10). None on an item read from the store.
+    vested_ms: int | None = field(default=None, compare=False)
 
     def with_(self, **changes: Any) -> WorkItem:
         return replace(self, **changes)

@@ -93,6 +93,8 @@ for rid in json.loads(sys.argv[1] if len(sys.argv) > 1 else "[]") or IDS:
         "errors": [e.exception_class_path for e in r.errors],
         "traceback": "".join(e.traceback for e in r.errors),
         "finished": r.finished_at is not None, "attempts": r.attempts,
+        "times": [None if t is None else t.timestamp() for t in (
+            r.enqueued_at, r.started_at, r.last_attempted_at, r.finished_at)],
     }
 """
 
@@ -148,9 +150,11 @@ def test_tasks_run_by_quick_worker_results_read_through_django(
         out["refund"] = [refund.enqueue(4, customer="bob").id]
         r = default_task_backend.get_result(out["ann"][0])
         out["ready"] = [str(r.status), r.args, r.kwargs, r.task.name]
+        out["ready_times"] = [r.enqueued_at is not None, r.started_at, r.last_attempted_at]
         """,
     )
     assert enqueued["ready"] == ["READY", [1], {"customer": "ann"}, "send_receipt"]
+    assert enqueued["ready_times"] == [True, None, None]  # enqueued, never started yet
     # Each task sits in its tenant's zone of the app OPTIONS names.
     q = Quick.open(store)
     try:
@@ -176,6 +180,14 @@ def test_tasks_run_by_quick_worker_results_read_through_django(
     assert failed["status"] == "FAILED" and failed["task"] == "refund"
     assert failed["errors"] == ["builtins.ValueError"]
     assert "order 4 was never paid (attempt 1)" in failed["traceback"]
+    # Issue 41 point 12: enqueued_at, started_at and last_attempted_at were None once a
+    # task ran (Django 5.2 and 6.1). Each is a time now, in order: enqueued, started (this
+    # run: it ran once), finished.
+    for r in [*receipts, failed]:
+        enqueued_at, started_at, last_attempted_at, finished_at = r["times"]
+        assert None not in r["times"], r["times"]
+        assert enqueued_at <= started_at == last_attempted_at <= finished_at, r["times"]
+    assert "quick: this run started" not in failed["traceback"]  # quick's note, not shown
     assert sorted((tmp_path / "runs.log").read_text().splitlines()) == ["ann 1", "ann 2", "bob 3"]
     assert _results(env, ["nosuchitem:ann"]) == {"nosuchitem:ann": None}
 

@@ -69,6 +69,7 @@ class ZoneLeases(ZoneItems):
             commit_order=None,
             attempts=max(0, attempts + (0 if held else 1)),
             held=held,
+            vested_ms=item.vesting_ms,  # for its pickup figure (not stored)
             **counted,
         )
         return self._move_vesting(tr, zone, item, leased, leased=True)
