@@ -71,6 +71,7 @@ class RemoteLease:
     lease_expires_ms: int
     priority: int = 0
     last_error: str | None = None
+    vested_ms: int | None = None  # when it vested: its pickup is counted from there
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +176,7 @@ def _lease_of(raw: dict[str, Any]) -> RemoteLease:
         lease_expires_ms=raw["lease_expires_ms"],
         priority=raw.get("priority", 0),
         last_error=raw.get("last_error"),
+        vested_ms=raw.get("vested_ms"),
     )
 
 

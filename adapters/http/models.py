@@ -144,6 +144,9 @@ class LeasedItem(BaseModel):
     last_error: str | None = None
     enqueued_ms: int
     lease_expires_ms: int
+    # When it vested (its requested run time, a retry's backoff end): pickup is counted
+    # from it, not from the enqueue (a delay is asked for, not waited). None: unknown.
+    vested_ms: int | None = None
 
 
 class LeaseResponse(BaseModel):
@@ -368,6 +371,7 @@ def leased_item(zone: ZoneId, item: WorkItem) -> LeasedItem:
         last_error=item.last_error,
         enqueued_ms=item.enqueued_ms,
         lease_expires_ms=item.vesting_ms,
+        vested_ms=item.vested_ms,
     )
 
 

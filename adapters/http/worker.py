@@ -39,6 +39,7 @@ from quickzones.adapters.http.client import (
 from quickzones.clock import SystemClock
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.lease_extender import LeaseExtender
+from quickzones.consumer.pickups import waited_ms
 from quickzones.consumer.routing import Router
 from quickzones.consumer.settler import retry_decision
 from quickzones.consumer.slots import Slots
@@ -349,7 +350,8 @@ class RemoteWorker:
                 works = []
                 for lease in leases:
                     if lease.attempts <= 1:
-                        self.stats.pickup_ms.append(max(0, now - lease.enqueued_ms))
+                        waited = waited_ms(lease.enqueued_ms, now, lease.vested_ms)
+                        self.stats.pickup_ms.append(waited)
                     works.append(self.ops.hold(lease))
                 self.in_flight.hold(works)
                 self.in_flight.mark_direct(works)

@@ -50,7 +50,7 @@ from quickzones.consumer.fetcher import TYPE_SCOPE, Fetcher
 from quickzones.consumer.held_slots import HeldSlots
 from quickzones.consumer.long_poll import LongPolls, Poll
 from quickzones.consumer.maintenance import HEARTBEAT_S
-from quickzones.consumer.pickups import PickupCounts
+from quickzones.consumer.pickups import PickupCounts, waited_ms
 from quickzones.consumer.scanner import Scanner
 from quickzones.consumer.set_aside import SetAside, VisitFailures, elapsed
 from quickzones.consumer.settler import Settler
@@ -110,8 +110,8 @@ class PullLeaser:
         self.lost_pointer_leases = 0
         self._stats_lock = threading.Lock()
         self.leased_total = 0
-        # Pickup latency (lease time minus enqueue time) of recent first attempts, for
-        # the dashboard (a delayed item counts its delay too).
+        # Pickup latency (lease time minus vesting time: a delay is asked for, not
+        # waited) of recent first attempts, for the dashboard.
         self._pickups: deque[int] = deque(maxlen=2000)
         # Every lease's pickup, per tenant, for the fairness view (flushed by the server).
         self.pickup_counts = PickupCounts()
@@ -324,11 +324,12 @@ class PullLeaser:
             self.leased_total += len(out)
             for x in out:
                 if x.item.attempts <= 1:
-                    self._pickups.append(max(0, now - x.item.enqueued_ms))
+                    self._pickups.append(waited_ms(x.item.enqueued_ms, now, x.item.vested_ms))
         for x in out:
             self.pickup_counts.dequeued(
                 zone=x.zone,
                 enqueued_ms=x.item.enqueued_ms,
+                vested_ms=x.item.vested_ms,
                 pickup_ms=now,
                 cluster=self.cluster.name,
             )

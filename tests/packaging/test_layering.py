@@ -268,6 +268,7 @@ CONSUMER_WIRING = {
         "quickzones.consumer.worker",
         "quickzones.consumer.lease_extender",
         "quickzones.consumer.routing",
+        "quickzones.consumer.pickups",  # its pickup stats count as the consumer's do
     },
     # quick serve stands in its cluster's in-order scanner election for the remote workers
     # that pull through it (issue 40 point 5): the consumer's own election, not a copy.
