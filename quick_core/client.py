@@ -45,8 +45,8 @@ from quickzones.store.ids import IdSource
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import TRANSACTION_SIZE_LIMIT, KVStore, KVTransaction, run
 from quickzones.store.limits import AppLimits, Limits
-from quickzones.store.pauses import Pause, Pauses
 from quickzones.store.pages import Page
+from quickzones.store.pauses import Pause, Pauses
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId
 from quickzones.store.run_at import delay_seconds
 from quickzones.store.steady_clock import clock_for

@@ -13,8 +13,8 @@ from quickzones.client import Quick
 from quickzones.errors import InvalidArgument
 from quickzones.store import admin
 from quickzones.store.kv import KVStore, KVTransaction
-from quickzones.urls import open_kv
 from quickzones.store.records import WorkItem, ZoneId, encode_item
+from quickzones.urls import open_kv
 
 
 class _CountingTransaction:
@@ -195,9 +195,7 @@ def test_letters_added_and_removed_between_pages(q: Quick) -> None:
     assert set(ids) == stayed | ahead
 
 
-@pytest.mark.parametrize(
-    "cursor", ["", "not base64 !", "AAAA", "////", "x" * 5000, "AhQA"]
-)
+@pytest.mark.parametrize("cursor", ["", "not base64 !", "AAAA", "////", "x" * 5000, "AhQA"])
 def test_a_bad_cursor_is_a_clear_error(q: Quick, cursor: str) -> None:
     bury(q, "a", "t", _ids(3))
     with pytest.raises(InvalidArgument, match="cursor"):
