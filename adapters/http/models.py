@@ -305,8 +305,9 @@ class ZoneItem(BaseModel):
 class ZoneItems(BaseModel):
     app: str
     tenant: str
-    total: int
+    total: int  # the zone's item count: a counter kept with the items, not a scan
     items: list[ZoneItem]
+    next_cursor: str | None = None  # the next page's cursor; null: the last page
 
 
 class DeadLetterOut(BaseModel):
@@ -321,8 +322,11 @@ class DeadLetterOut(BaseModel):
 
 
 class DeadLettersPage(BaseModel):
-    total: int
+    """One page; no total (counting would read every letter): follow ``next_cursor``
+    until it is null."""
+
     dead_letters: list[DeadLetterOut]
+    next_cursor: str | None = None
 
 
 class DeadLetterFilter(_Strict):

@@ -132,18 +132,14 @@ def app_figures(q: Quick, app: str) -> AppFigures:
     return out
 
 
-def zone_items(q: Quick, zone: ZoneId, *, offset: int, limit: int) -> tuple[int, list[WorkItem]]:
-    """A page of a zone's items (every state), in id order."""
-    items = []
-    for key, value in admin.scan_range(q, *q.keys.items_range(zone)):
-        parts = q.keys.unpack(key)
-        if len(parts) != 5:
-            continue  # payload chunks
-        try:
-            items.append(decode_item(key, value))
-        except CorruptRecord:
-            continue
-    return len(items), items[offset : offset + limit]
+def zone_items(
+    q: Quick, zone: ZoneId, *, offset: int = 0, limit: int
+) -> tuple[int, list[WorkItem]]:
+    """The zone's item count and ``limit`` of its items (every state) after the first
+    ``offset``, in id order: it reads ``offset + limit`` items (pages use a cursor,
+    :func:`quickzones.store.admin.zone_item_page`, and read only what they show)."""
+    total, page = admin.zone_item_page(q, zone, limit=offset + limit)
+    return total, page.rows[offset:]
 
 
 def item_state(item: WorkItem, now: int) -> str:
@@ -161,11 +157,14 @@ def dead_letters(
     item_id: str | None = None,
     limit: int | None = None,
 ) -> list[DeadLetter]:
-    """Dead letters of ``app``; every filter given filters."""
-    if item_id is None:
-        return admin.list_dead_letters(q, app, tenant, job_type=job_type, limit=limit)
-    letters = admin.list_dead_letters(q, app, tenant, job_type=job_type)
-    return [x for x in letters if x.item_id == item_id][:limit]
+    """Dead letters of ``app`` a bulk requeue or purge acts on, at most ``limit``; every
+    filter given filters (read a page at a time; an id is found by key, not by a scan)."""
+    out: list[DeadLetter] = []
+    for letter in admin.iter_dead_letters(q, app, tenant, job_type=job_type, item_id=item_id):
+        if limit is not None and len(out) >= limit:
+            break
+        out.append(letter)
+    return out
 
 
 def pointers_by_shard(q: Quick) -> list[tuple[int, int, int, int]]:

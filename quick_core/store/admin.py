@@ -17,7 +17,13 @@ from quickzones.store.kv import KVTransaction, run, unpack_i64
 from quickzones.store.pages import Page, after, decode_cursor, encode_cursor
 from quickzones.store.pauses import Pause
 from quickzones.store.pointer_repair import SetAsidePointer, decode_set_aside
-from quickzones.store.records import DeadLetter, ZoneId, decode_dead_letter, decode_item
+from quickzones.store.records import (
+    DeadLetter,
+    WorkItem,
+    ZoneId,
+    decode_dead_letter,
+    decode_item,
+)
 from quickzones.store.tenant_limits import TenantLimit
 from quickzones.store.validation import check_name
 from quickzones.store.weights import TenantWeight
@@ -116,7 +122,7 @@ def stats(q: Quick) -> Stats:
             result.vested += 1
     q.toplevel.refresh_layout()
     result.active_zones = sum(q.toplevel.count_pointers(s) for s in range(q.toplevel.shards))
-    result.dead_letters = len(_letter_rows(q, None, None))
+    result.dead_letters = count_dead_letters(q)
     result.corrupt_pointers = len(scan_range(q, *q.keys.bad_pointers_range(q.toplevel.cluster)))
     election = StoreElection(q.kv, q.keys, q.clock)
     result.in_order_scanner = election.read(lease_name(q.toplevel.cluster))
@@ -143,27 +149,6 @@ def zone_count(q: Quick, zone: ZoneId) -> int:
 
 
 _Row = tuple[ZoneId, str, bytes, bytes, list[bytes]]
-
-
-def _letter_rows(q: Quick, app: str | None, tenant: str | None) -> list[_Row]:
-    """(zone, item_id, key, record, chunk values) of every dead letter the filters select.
-
-    An app is a key prefix; a tenant alone is not, so it filters the keys scanned."""
-    out: list[_Row] = []
-    for key, value in scan_range(q, *q.keys.dead_letters_range(app)):
-        parts = q.keys.unpack(key)
-        if len(parts) == 5 and out:
-            last = out[-1]
-            if parts[1:4] == (last[0].app, last[0].tenant, last[1]):
-                last[4].append(value)  # a chunk of the record just before it
-            continue
-        if len(parts) != 4:
-            continue  # a chunk whose record is gone (or not selected)
-        zone = ZoneId(str(parts[1]), str(parts[2]))
-        if tenant is not None and zone.tenant != tenant:
-            continue
-        out.append((zone, str(parts[3]), key, value, []))
-    return out
 
 
 # A page of dead letters passes over at most this many letters its filters leave out (a
@@ -354,6 +339,71 @@ def list_dead_letters(
             break
         cursor = page.next_cursor
     return out
+
+
+def count_dead_letters(q: Quick, app: str | None = None) -> int:
+    """How many dead letters (of ``app``): a scan of their keys, a page at a time, keeping
+    none of them (an admin figure; no counter of them is kept with the data)."""
+    count = 0
+    start, end = q.keys.dead_letters_range(app)
+    while True:
+
+        def page(tr: KVTransaction, s: bytes = start) -> list[tuple[bytes, bytes]]:
+            return tr.get_range(s, end, limit=_PAGE, snapshot=True)
+
+        rows = run(q.kv, page)
+        count += sum(1 for key, _ in rows if len(q.keys.unpack(key)) == 4)
+        if len(rows) < _PAGE:
+            return count
+        start = rows[-1][0] + b"\x00"
+
+
+_ITEM_ARITY = 1  # a zone item page's cursor names an item id below the zone's items
+
+
+def zone_item_page(
+    q: Quick, zone: ZoneId, *, limit: int = 50, cursor: str | None = None
+) -> tuple[int, Page[WorkItem]]:
+    """One page of a zone's items (every state) in id order from ``cursor``, with the
+    zone's item count (a counter kept with the items by atomic adds, not a scan). It
+    reads the items it shows and the first key after them, however many the zone holds:
+    a large item's payload chunks are passed over, not read (beyond what one read had
+    already fetched)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidArgument("limit", limit, "must be a whole number of at least 1")
+    begin, end = q.keys.items_range(zone)
+    base = begin[:-1]  # (root, "z", app, tenant, "i")
+    start = begin
+    if cursor is not None:
+        start = after(decode_cursor(base, cursor, _ITEM_ARITY))
+    shown: list[tuple[bytes, WorkItem]] = []
+    probe = False  # after a large item: read one key, its chunks may follow
+    while True:
+        batch = 1 if probe else limit + 1 - len(shown)
+        probe = False
+
+        def read(tr: KVTransaction, s: bytes = start, n: int = batch) -> list[tuple[bytes, bytes]]:
+            return tr.get_range(s, end, limit=n, snapshot=True)
+
+        rows = run(q.kv, read)
+        for key, value in rows:
+            start = after(key)
+            if len(q.keys.unpack(key)) != 5:
+                continue  # a payload chunk (of an item cut off by the read's limit)
+            try:
+                item = decode_item(key, value)
+            except CorruptRecord:
+                continue
+            shown.append((key, item))
+            if len(shown) > limit:
+                total = zone_count(q, zone)
+                cut = encode_cursor(base, shown[limit - 1][0])
+                return total, Page([x for _, x in shown[:limit]], cut)
+            if "_chunks" in item.meta:
+                probe = True  # its chunks come next: the next read starts past them
+                break
+        if not probe and len(rows) < batch:
+            return zone_count(q, zone), Page([x for _, x in shown], None)
 
 
 # A bulk requeue moves letters in transactions of at most this many letters and (a
