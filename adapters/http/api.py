@@ -532,7 +532,6 @@ def fail(
 
 # --- admin -----------------------------------------------------------------------------
 
-_Offset = Annotated[int, Query(ge=0, le=10_000_000)]
 _Limit = Annotated[int, Query(ge=1, le=1000)]
 # A page's cursor: the ``next_cursor`` of the page before (opaque; made by the server).
 _Cursor = Annotated[str | None, Query(max_length=4096)]
@@ -567,14 +566,18 @@ def app_zones(
     request: Request,
     who: Admin,
     search: Annotated[str | None, Query(max_length=200)] = None,
-    offset: _Offset = 0,
+    cursor: _Cursor = None,
     limit: _Limit = 50,
 ) -> m.ZonesPage:
-    """An app's active zones (those with a pointer), by tenant, paged and searchable."""
+    """A page of an app's active zones (those with a pointer), by tenant, from ``cursor``
+    (the ``next_cursor`` of the page before), searchable (tenant contains ``search``). A
+    page reads what it shows (a search passes over at most 1,000 tenants per shard, then
+    ends, possibly short, with a cursor to go on from); no total (it would read every
+    zone)."""
     q = state_of(request).q
     check_name("app", allow_app(who, app))
-    total, zones = views.zone_depths(q, app, search=search, offset=offset, limit=limit)
-    return m.ZonesPage(app=app, total=total, zones=zones)
+    zones, next_cursor = views.zone_depth_page(q, app, search=search, limit=limit, cursor=cursor)
+    return m.ZonesPage(app=app, zones=zones, next_cursor=next_cursor)
 
 
 @router.get("/apps/{app:seg}/tenants/{tenant:seg}/items", tags=["admin"])

@@ -311,25 +311,19 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
         return JSONResponse(board.overview(who), headers=_SECURE_HEADERS)
 
     @app.get("/apps/{app_name}", include_in_schema=False)
-    def app_page(request: Request, app_name: str, search: str = "", offset: int = 0) -> Response:
+    def app_page(request: Request, app_name: str, search: str = "", cursor: str = "") -> Response:
         who, refused = admit(request, app_name)
         if refused is not None:
             return refused
         assert who is not None
         check_name("app", app_name)
-        offset = max(0, offset)
-        tenants = board.cached(
-            f"tenants:{app_name}:{search}",
-            3.0,
-            lambda: views.app_tenants(state.q, app_name, search or None),
-        )
-        total, zones = (
-            len(tenants),
-            views.zone_depths_of(state.q, app_name, tenants[offset : offset + _PAGE]),
+        # One page read from its cursor, whatever the app's other zones: no total.
+        zones, next_cursor = views.zone_depth_page(
+            state.q, app_name, search=search or None, limit=_PAGE, cursor=cursor or None
         )
         return page(
-            request, "app.html", who, app=app_name, zones=zones, total=total,
-            search=search, offset=offset, page_size=_PAGE,
+            request, "app.html", who, app=app_name, zones=zones, search=search,
+            cursor=cursor, next_cursor=next_cursor,
         )  # fmt: skip
 
     @app.get("/apps/{app_name}/tenants/{tenant}", include_in_schema=False)

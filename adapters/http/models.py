@@ -253,9 +253,11 @@ class ZoneDepth(BaseModel):
 
 
 class ZonesPage(BaseModel):
+    """One page of an app's active zones; no total (counting would read every zone)."""
+
     app: str
-    total: int
     zones: list[ZoneDepth]
+    next_cursor: str | None = None  # the next page's cursor; null: the last page
 
 
 class PauseTarget(_Strict):
