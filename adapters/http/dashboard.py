@@ -317,9 +317,15 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
             return refused
         assert who is not None
         check_name("app", app_name)
-        # One page read from its cursor, whatever the app's other zones: no total.
-        zones, next_cursor = views.zone_depth_page(
-            state.q, app_name, search=search or None, limit=_PAGE, cursor=cursor or None
+        # One page read from its cursor, whatever the app's other zones: no total. Kept
+        # 3 s (the page's live refresh) in the bounded cache.
+        key = f"tenants:{app_name}:{search}" + (f":{cursor}" if cursor else "")
+        zones, next_cursor = board.cached(
+            key,
+            3.0,
+            lambda: views.zone_depth_page(
+                state.q, app_name, search=search or None, limit=_PAGE, cursor=cursor or None
+            ),
         )
         return page(
             request, "app.html", who, app=app_name, zones=zones, search=search,
