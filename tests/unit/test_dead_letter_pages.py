@@ -185,3 +185,24 @@ def test_large_letters_with_chunks_page_whole(q: Quick) -> None:
             break
         cursor = page.next_cursor
     assert seen == ["b0", "b1", "b2", "b3"]
+
+
+def test_async_quick_pages_the_same_way(q: Quick) -> None:
+    import asyncio
+
+    from quickzones.aio import AsyncQuick
+
+    bury(q, "a", "t", _ids(5))
+    aq = AsyncQuick(q)
+
+    async def walk() -> list[str]:
+        out: list[str] = []
+        cursor: str | None = None
+        while True:
+            page = await aq.dead_letter_page("a", limit=2, cursor=cursor)
+            out += [x.item_id for x in page.rows]
+            if page.next_cursor is None:
+                return out
+            cursor = page.next_cursor
+
+    assert asyncio.run(walk()) == _ids(5)
