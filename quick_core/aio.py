@@ -48,6 +48,7 @@ from quickzones.store.admin import Requeued
 from quickzones.store.batches import BatchStatus
 from quickzones.store.kv import KVTransaction
 from quickzones.store.outcomes import JobStatus, ResultNotAvailable, ResultWait
+from quickzones.store.pages import Page
 from quickzones.store.pauses import Pause
 from quickzones.store.records import DeadLetter, WorkItem
 from quickzones.store.tenant_limits import TenantLimit
@@ -552,6 +553,23 @@ class AsyncQuick:
         """:meth:`Quick.dead_letters`."""
         return await asyncio.to_thread(
             lambda: self.quick.dead_letters(app, tenant, job_type=job_type, limit=limit)
+        )
+
+    async def dead_letter_page(
+        self,
+        app: str | None = None,
+        tenant: str | None = None,
+        *,
+        job_type: str | None = None,
+        item_id: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[DeadLetter]:
+        """:meth:`Quick.dead_letter_page`: one page from ``cursor``."""
+        return await asyncio.to_thread(
+            lambda: self.quick.dead_letter_page(
+                app, tenant, job_type=job_type, item_id=item_id, limit=limit, cursor=cursor
+            )
         )
 
     async def requeue_dead_letter(self, app: str, tenant: str, item_id: str) -> str:

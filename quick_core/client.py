@@ -45,6 +45,7 @@ from quickzones.store.ids import IdSource
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import TRANSACTION_SIZE_LIMIT, KVStore, KVTransaction, run
 from quickzones.store.limits import AppLimits, Limits
+from quickzones.store.pages import Page
 from quickzones.store.pauses import Pause, Pauses
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId
 from quickzones.store.run_at import delay_seconds
@@ -829,6 +830,33 @@ class Quick:
         from quickzones.store.admin import list_dead_letters
 
         return list_dead_letters(self, *_filters(app, tenant), **_selection(job_type, limit))
+
+    def dead_letter_page(
+        self,
+        app: str | None = None,
+        tenant: str | None = None,
+        *,
+        job_type: str | None = None,
+        item_id: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[DeadLetter]:
+        """One page of :meth:`dead_letters`, in (app, tenant, id) order, at most ``limit``
+        letters from ``cursor`` (the ``next_cursor`` of the page before; ``None``: the
+        first page). It reads what it shows (plus a bounded number of letters a job-type
+        or id filter passes over), however many letters lie behind it; a page may be
+        short and still have a next one: the list ends where ``next_cursor`` is ``None``.
+        :class:`InvalidArgument` for a cursor that is not one of this list's."""
+        from quickzones.store.admin import dead_letter_page
+
+        return dead_letter_page(
+            self,
+            *_filters(app, tenant),
+            job_type=job_type,
+            item_id=None if item_id is None else check_name("item_id", item_id),
+            limit=limit,
+            cursor=cursor,
+        )
 
     def purge_dead_letters(
         self,

@@ -532,8 +532,9 @@ def fail(
 
 # --- admin -----------------------------------------------------------------------------
 
-_Offset = Annotated[int, Query(ge=0, le=10_000_000)]
 _Limit = Annotated[int, Query(ge=1, le=1000)]
+# A page's cursor: the ``next_cursor`` of the page before (opaque; made by the server).
+_Cursor = Annotated[str | None, Query(max_length=4096)]
 
 
 @router.get("/apps/{app:seg}/stats", tags=["admin"])
@@ -548,7 +549,7 @@ def app_stats(app: str, request: Request, who: Admin) -> m.AppStats:
         vested=figures.vested,
         leased=figures.leased,
         active_zones=len(views.app_tenants(q, app)),
-        dead_letters=len(admin.list_dead_letters(q, app)),
+        dead_letters=admin.count_dead_letters(q, app),
         by_job_type=dict(figures.by_job_type),
         by_tenant=dict(figures.by_tenant.most_common(100)),
         paused=[
@@ -565,29 +566,41 @@ def app_zones(
     request: Request,
     who: Admin,
     search: Annotated[str | None, Query(max_length=200)] = None,
-    offset: _Offset = 0,
+    cursor: _Cursor = None,
     limit: _Limit = 50,
 ) -> m.ZonesPage:
-    """An app's active zones (those with a pointer), by tenant, paged and searchable."""
+    """A page of an app's active zones (those with a pointer), by tenant, from ``cursor``
+    (the ``next_cursor`` of the page before), searchable (tenant contains ``search``). A
+    page reads what it shows (a search passes over at most 1,000 tenants per shard, then
+    ends, possibly short, with a cursor to go on from); no total (it would read every
+    zone)."""
     q = state_of(request).q
     check_name("app", allow_app(who, app))
-    total, zones = views.zone_depths(q, app, search=search, offset=offset, limit=limit)
-    return m.ZonesPage(app=app, total=total, zones=zones)
+    zones, next_cursor = views.zone_depth_page(q, app, search=search, limit=limit, cursor=cursor)
+    return m.ZonesPage(app=app, zones=zones, next_cursor=next_cursor)
 
 
 @router.get("/apps/{app:seg}/tenants/{tenant:seg}/items", tags=["admin"])
 def zone_items(
-    app: str, tenant: str, request: Request, who: Admin, offset: _Offset = 0, limit: _Limit = 50
+    app: str,
+    tenant: str,
+    request: Request,
+    who: Admin,
+    cursor: _Cursor = None,
+    limit: _Limit = 50,
 ) -> m.ZoneItems:
-    """A zone's items in every state."""
+    """A page of a zone's items in every state, in id order, from ``cursor`` (the
+    ``next_cursor`` of the page before); ``total`` is the zone's item count, a counter kept
+    with the items. A page reads what it shows, however many items the zone holds."""
     q = state_of(request).q
     zone = q.zone(allow_app(who, app), tenant)
-    total, items = views.zone_items(q, zone, offset=offset, limit=limit)
+    total, page = admin.zone_item_page(q, zone, limit=limit, cursor=cursor)
     now = now_ms(q.clock)
     return m.ZoneItems(
         app=app,
         tenant=tenant,
         total=total,
+        next_cursor=page.next_cursor,
         items=[
             m.ZoneItem(
                 item_id=i.item_id,
@@ -600,7 +613,7 @@ def zone_items(
                 enqueued_ms=i.enqueued_ms,
                 last_error=i.last_error,
             )
-            for i in items
+            for i in page.rows
         ],
     )
 
@@ -612,7 +625,7 @@ def _letters(q: Quick, app: str, f: m.DeadLetterFilter, limit: int | None = None
         app,
         tenant=None if f.tenant is None else check_name("tenant", f.tenant),
         job_type=f.job_type,
-        item_id=f.item_id,
+        item_id=None if f.item_id is None else check_name("item_id", f.item_id),
         limit=limit,
     )
 
@@ -625,15 +638,28 @@ def list_dead_letters(
     tenant: Annotated[str | None, Query(max_length=200)] = None,
     job_type: Annotated[str | None, Query(max_length=200)] = None,
     item_id: Annotated[str | None, Query(max_length=200)] = None,
-    offset: _Offset = 0,
+    cursor: _Cursor = None,
     limit: _Limit = 50,
 ) -> m.DeadLettersPage:
-    """Dead letters with their reason and traceback; every filter given filters."""
+    """A page of dead letters with their reason and traceback, in (tenant, id) order,
+    from ``cursor`` (the ``next_cursor`` of the page before; none: the first page); every
+    filter given filters. A page reads what it shows (plus at most 1,000 letters a
+    job-type filter passes over), however many letters lie behind it, so it may hold
+    fewer than ``limit`` and still have a next one: the list ends where ``next_cursor``
+    is null. No total is given: counting would read every letter."""
     q = state_of(request).q
-    f = m.DeadLetterFilter(tenant=tenant, job_type=job_type, item_id=item_id)
-    letters = _letters(q, allow_app(who, app), f)
-    page = letters[offset : offset + limit]
-    return m.DeadLettersPage(total=len(letters), dead_letters=[m.dead_letter_out(x) for x in page])
+    page = admin.dead_letter_page(
+        q,
+        check_name("app", allow_app(who, app)),
+        None if tenant is None else check_name("tenant", tenant),
+        job_type=job_type,
+        item_id=None if item_id is None else check_name("item_id", item_id),
+        limit=limit,
+        cursor=cursor,
+    )
+    return m.DeadLettersPage(
+        dead_letters=[m.dead_letter_out(x) for x in page.rows], next_cursor=page.next_cursor
+    )
 
 
 @router.post("/apps/{app:seg}/dead-letters/requeue", tags=["admin"])

@@ -145,7 +145,7 @@ def _app_row(q: Any, app: str) -> dict[str, Any]:
         "vested": f.vested,
         "leased": f.leased,
         "zones": len(views.app_tenants(q, app)),
-        "dead": len(admin.list_dead_letters(q, app)),
+        "dead": admin.count_dead_letters(q, app),  # keys only: no letter is kept
         "oldest_vested_ms": f.oldest_vested_ms,
     }
 
@@ -311,58 +311,61 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
         return JSONResponse(board.overview(who), headers=_SECURE_HEADERS)
 
     @app.get("/apps/{app_name}", include_in_schema=False)
-    def app_page(request: Request, app_name: str, search: str = "", offset: int = 0) -> Response:
+    def app_page(request: Request, app_name: str, search: str = "", cursor: str = "") -> Response:
         who, refused = admit(request, app_name)
         if refused is not None:
             return refused
         assert who is not None
         check_name("app", app_name)
-        offset = max(0, offset)
-        tenants = board.cached(
-            f"tenants:{app_name}:{search}",
+        # One page read from its cursor, whatever the app's other zones: no total. Kept
+        # 3 s (the page's live refresh) in the bounded cache.
+        key = f"tenants:{app_name}:{search}" + (f":{cursor}" if cursor else "")
+        zones, next_cursor = board.cached(
+            key,
             3.0,
-            lambda: views.app_tenants(state.q, app_name, search or None),
-        )
-        total, zones = (
-            len(tenants),
-            views.zone_depths_of(state.q, app_name, tenants[offset : offset + _PAGE]),
+            lambda: views.zone_depth_page(
+                state.q, app_name, search=search or None, limit=_PAGE, cursor=cursor or None
+            ),
         )
         return page(
-            request, "app.html", who, app=app_name, zones=zones, total=total,
-            search=search, offset=offset, page_size=_PAGE,
+            request, "app.html", who, app=app_name, zones=zones, search=search,
+            cursor=cursor, next_cursor=next_cursor,
         )  # fmt: skip
 
     @app.get("/apps/{app_name}/tenants/{tenant}", include_in_schema=False)
-    def zone_page(request: Request, app_name: str, tenant: str, offset: int = 0) -> Response:
+    def zone_page(request: Request, app_name: str, tenant: str, cursor: str = "") -> Response:
         who, refused = admit(request, app_name)
         if refused is not None:
             return refused
         assert who is not None
         zone = state.q.zone(app_name, tenant)
-        total, items = views.zone_items(state.q, zone, offset=max(0, offset), limit=_PAGE)
+        # A page reads the items it shows from its cursor; the count is the zone's counter.
+        total, items = admin.zone_item_page(state.q, zone, limit=_PAGE, cursor=cursor or None)
         now = now_ms(state.q.clock)
-        rows = [(i, views.item_state(i, now)) for i in items]
+        rows = [(i, views.item_state(i, now)) for i in items.rows]
         return page(
             request, "zone.html", who, app=app_name, tenant=tenant, items=rows, total=total,
-            offset=max(0, offset), page_size=_PAGE,
+            cursor=cursor, next_cursor=items.next_cursor,
         )  # fmt: skip
 
     @app.get("/apps/{app_name}/dead-letters", include_in_schema=False)
     def dead_letters_page(
-        request: Request, app_name: str, tenant: str = "", job_type: str = "", offset: int = 0
+        request: Request, app_name: str, tenant: str = "", job_type: str = "", cursor: str = ""
     ) -> Response:
         who, refused = admit(request, app_name)
         if refused is not None:
             return refused
         assert who is not None
         check_name("app", app_name)
-        letters = views.dead_letters(
-            state.q, app_name, tenant=tenant or None, job_type=job_type or None
-        )
-        offset = max(0, offset)
+        # One page read from its cursor, whatever lies behind it; no total (it would read
+        # every letter): the pager says whether more follow.
+        letters = admin.dead_letter_page(
+            state.q, app_name, tenant or None, job_type=job_type or None, limit=_PAGE,
+            cursor=cursor or None,
+        )  # fmt: skip
         return page(
-            request, "dead_letters.html", who, app=app_name, letters=letters[offset:offset + _PAGE],
-            total=len(letters), tenant=tenant, job_type=job_type, offset=offset, page_size=_PAGE,
+            request, "dead_letters.html", who, app=app_name, letters=letters.rows,
+            tenant=tenant, job_type=job_type, cursor=cursor, next_cursor=letters.next_cursor,
         )  # fmt: skip
 
     @app.get("/apps/{app_name}/dead-letters/confirm", include_in_schema=False)
@@ -379,13 +382,14 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
             return who
         if action not in ("requeue", "purge"):
             return _bad_request(f"unknown action {action!r}")
+        # The first 20 and whether more follow: not a count of them all (a scan).
         letters = views.dead_letters(
             state.q, app_name, tenant=tenant or None, job_type=job_type or None,
-            item_id=item_id or None,
+            item_id=item_id or None, limit=21,
         )  # fmt: skip
         return page(
             request, "confirm.html", who, app=app_name, action=action, letters=letters[:20],
-            total=len(letters), tenant=tenant, job_type=job_type, item_id=item_id,
+            more=len(letters) > 20, tenant=tenant, job_type=job_type, item_id=item_id,
         )  # fmt: skip
 
     @app.post("/apps/{app_name}/dead-letters/{action}", include_in_schema=False)

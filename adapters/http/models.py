@@ -253,9 +253,11 @@ class ZoneDepth(BaseModel):
 
 
 class ZonesPage(BaseModel):
+    """One page of an app's active zones; no total (counting would read every zone)."""
+
     app: str
-    total: int
     zones: list[ZoneDepth]
+    next_cursor: str | None = None  # the next page's cursor; null: the last page
 
 
 class PauseTarget(_Strict):
@@ -305,8 +307,9 @@ class ZoneItem(BaseModel):
 class ZoneItems(BaseModel):
     app: str
     tenant: str
-    total: int
+    total: int  # the zone's item count: a counter kept with the items, not a scan
     items: list[ZoneItem]
+    next_cursor: str | None = None  # the next page's cursor; null: the last page
 
 
 class DeadLetterOut(BaseModel):
@@ -321,8 +324,11 @@ class DeadLetterOut(BaseModel):
 
 
 class DeadLettersPage(BaseModel):
-    total: int
+    """One page; no total (counting would read every letter): follow ``next_cursor``
+    until it is null."""
+
     dead_letters: list[DeadLetterOut]
+    next_cursor: str | None = None
 
 
 class DeadLetterFilter(_Strict):

@@ -17,6 +17,7 @@ from quickzones.clock import now_ms
 from quickzones.errors import CorruptRecord
 from quickzones.store import admin
 from quickzones.store.kv import KVTransaction, run, unpack_i64
+from quickzones.store.pages import decode_cursor, encode_cursor
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId, decode_item
 
 if TYPE_CHECKING:
@@ -65,12 +66,61 @@ def app_tenants(q: Quick, app: str, search: str | None = None) -> list[str]:
     return sorted(tenants)
 
 
-def zone_depths(
-    q: Quick, app: str, *, search: str | None, offset: int, limit: int
-) -> tuple[int, list[ZoneDepth]]:
-    """One page of an app's active zones with their item counts and pointer state."""
-    tenants = app_tenants(q, app, search)
-    return len(tenants), zone_depths_of(q, app, tenants[offset : offset + limit])
+_ZONE_SKIP = 1000  # tenant keys a search may pass over, per shard, before a page ends short
+
+
+def zone_depth_page(
+    q: Quick, app: str, *, search: str | None = None, limit: int, cursor: str | None = None
+) -> tuple[list[ZoneDepth], str | None]:
+    """One page of an app's active zones by tenant from ``cursor``, and the next page's
+    cursor (``None``: the last page). Each shard's index of the app's zones is read from
+    the cursor's tenant on: at most ``limit + 1`` keys, or with ``search`` (a substring,
+    not a key prefix) at most ``_ZONE_SKIP`` more per shard, after which the page ends
+    short at the last tenant every shard has read past. No total: counting would read
+    every zone."""
+    after_tenant: str | None = None
+    if cursor is not None:
+        after_tenant = str(fdbtuple.unpack(decode_cursor(b"", cursor, 1))[0])
+    found: set[str] = set()
+    bound: str | None = None  # a shard stopped early: the page ends at this tenant
+    for shard in range(q.toplevel.shards):
+        begin, end = _app_index_range(q, shard, app)
+        start = begin
+        if after_tenant is not None:
+            start = begin[:-1] + fdbtuple.pack((after_tenant,)) + b"\x00"
+        matched = scanned = 0
+        while True:
+            batch = limit + 1 - matched if search is None else 100
+
+            def read(
+                tr: KVTransaction, s: bytes = start, e: bytes = end, n: int = batch
+            ) -> list[tuple[bytes, bytes]]:
+                return tr.get_range(s, e, limit=n, snapshot=True)
+
+            rows = run(q.kv, read)
+            tenant = ""
+            for key, _ in rows:
+                scanned += 1
+                start = key + b"\x00"
+                tenant = str(q.keys.unpack(key)[-1])
+                if search is None or search in tenant:
+                    found.add(tenant)
+                    matched += 1
+                    if matched > limit:
+                        break
+            if matched > limit or len(rows) < batch:
+                break
+            if scanned >= _ZONE_SKIP:
+                bound = tenant if bound is None else min(bound, tenant)
+                break
+    tenants = sorted(t for t in found if bound is None or t <= bound)
+    if len(tenants) > limit:
+        next_cursor: str | None = encode_cursor(b"", fdbtuple.pack((tenants[limit - 1],)))
+    elif bound is not None:
+        next_cursor = encode_cursor(b"", fdbtuple.pack((bound,)))
+    else:
+        next_cursor = None
+    return zone_depths_of(q, app, tenants[:limit]), next_cursor
 
 
 def zone_depths_of(q: Quick, app: str, tenants: list[str]) -> list[ZoneDepth]:
@@ -132,18 +182,14 @@ def app_figures(q: Quick, app: str) -> AppFigures:
     return out
 
 
-def zone_items(q: Quick, zone: ZoneId, *, offset: int, limit: int) -> tuple[int, list[WorkItem]]:
-    """A page of a zone's items (every state), in id order."""
-    items = []
-    for key, value in admin.scan_range(q, *q.keys.items_range(zone)):
-        parts = q.keys.unpack(key)
-        if len(parts) != 5:
-            continue  # payload chunks
-        try:
-            items.append(decode_item(key, value))
-        except CorruptRecord:
-            continue
-    return len(items), items[offset : offset + limit]
+def zone_items(
+    q: Quick, zone: ZoneId, *, offset: int = 0, limit: int
+) -> tuple[int, list[WorkItem]]:
+    """The zone's item count and ``limit`` of its items (every state) after the first
+    ``offset``, in id order: it reads ``offset + limit`` items (pages use a cursor,
+    :func:`quickzones.store.admin.zone_item_page`, and read only what they show)."""
+    total, page = admin.zone_item_page(q, zone, limit=offset + limit)
+    return total, page.rows[offset:]
 
 
 def item_state(item: WorkItem, now: int) -> str:
@@ -161,11 +207,14 @@ def dead_letters(
     item_id: str | None = None,
     limit: int | None = None,
 ) -> list[DeadLetter]:
-    """Dead letters of ``app``; every filter given filters."""
-    if item_id is None:
-        return admin.list_dead_letters(q, app, tenant, job_type=job_type, limit=limit)
-    letters = admin.list_dead_letters(q, app, tenant, job_type=job_type)
-    return [x for x in letters if x.item_id == item_id][:limit]
+    """Dead letters of ``app`` a bulk requeue or purge acts on, at most ``limit``; every
+    filter given filters (read a page at a time; an id is found by key, not by a scan)."""
+    out: list[DeadLetter] = []
+    for letter in admin.iter_dead_letters(q, app, tenant, job_type=job_type, item_id=item_id):
+        if limit is not None and len(out) >= limit:
+            break
+        out.append(letter)
+    return out
 
 
 def pointers_by_shard(q: Quick) -> list[tuple[int, int, int, int]]:

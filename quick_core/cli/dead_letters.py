@@ -70,15 +70,42 @@ def _letter_doc(d: DeadLetter) -> dict[str, Any]:
 @store_option
 @click.option("--app", default=None, help="Only this app's dead letters.")
 @click.option("--tenant", default=None, help="Only this tenant's (in every app, or in --app).")
+@click.option("--job-type", default=None, help="Only dead letters of this job type.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="One page of at most this many (read from the store a page at a time, however "
+    "many lie behind it); the cursor of the next page is printed after it.",
+)
+@click.option("--cursor", default=None, help="Start where the page before ended (its cursor).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (a list).")
 @friendly
-def dead_letters_list(store: str, app: str | None, tenant: str | None, as_json: bool) -> None:
+def dead_letters_list(
+    store: str,
+    app: str | None,
+    tenant: str | None,
+    job_type: str | None,
+    limit: int | None,
+    cursor: str | None,
+    as_json: bool,
+) -> None:
     """Dead letters: zone, id, job type, attempts, errors, when, reason, traceback."""
-    from quickzones.store.admin import list_dead_letters
+    from quickzones.store.admin import dead_letter_page, list_dead_letters
 
     app, tenant = _filters(app, tenant)
+    next_cursor: str | None = None
     with open_store(store, create=False) as q:
-        letters = list_dead_letters(q, app, tenant)
+        if limit is None and cursor is None:
+            letters = list_dead_letters(q, app, tenant, job_type=job_type)
+        else:
+            page = dead_letter_page(
+                q, app, tenant, job_type=job_type, limit=limit or 50, cursor=cursor
+            )
+            letters, next_cursor = page.rows, page.next_cursor
+    if next_cursor is not None:
+        # On stderr, so stdout stays the table or the JSON list the docs describe.
+        click.echo(f"next cursor: {next_cursor}", err=True)
     docs = [_letter_doc(d) for d in letters]
     if as_json:
         click.echo(json.dumps(docs, ensure_ascii=False))

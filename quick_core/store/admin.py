@@ -4,19 +4,26 @@ so none of them conflicts with producers or consumers."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from quickzones.clock import now_ms
 from quickzones.consumer.scanner_election import lease_name
 from quickzones.consumer.store_election import LeaseRecord, StoreElection
-from quickzones.errors import CorruptRecord, ItemAlreadyQueued, ItemNotFound
+from quickzones.errors import CorruptRecord, InvalidArgument, ItemAlreadyQueued, ItemNotFound
 from quickzones.store import enqueue as two_part
 from quickzones.store.kv import KVTransaction, run, unpack_i64
+from quickzones.store.pages import Page, after, decode_cursor, encode_cursor
 from quickzones.store.pauses import Pause
 from quickzones.store.pointer_repair import SetAsidePointer, decode_set_aside
-from quickzones.store.records import DeadLetter, ZoneId, decode_dead_letter, decode_item
+from quickzones.store.records import (
+    DeadLetter,
+    WorkItem,
+    ZoneId,
+    decode_dead_letter,
+    decode_item,
+)
 from quickzones.store.tenant_limits import TenantLimit
 from quickzones.store.validation import check_name
 from quickzones.store.weights import TenantWeight
@@ -115,7 +122,7 @@ def stats(q: Quick) -> Stats:
             result.vested += 1
     q.toplevel.refresh_layout()
     result.active_zones = sum(q.toplevel.count_pointers(s) for s in range(q.toplevel.shards))
-    result.dead_letters = len(_letter_rows(q, None, None))
+    result.dead_letters = count_dead_letters(q)
     result.corrupt_pointers = len(scan_range(q, *q.keys.bad_pointers_range(q.toplevel.cluster)))
     election = StoreElection(q.kv, q.keys, q.clock)
     result.in_order_scanner = election.read(lease_name(q.toplevel.cluster))
@@ -144,25 +151,167 @@ def zone_count(q: Quick, zone: ZoneId) -> int:
 _Row = tuple[ZoneId, str, bytes, bytes, list[bytes]]
 
 
-def _letter_rows(q: Quick, app: str | None, tenant: str | None) -> list[_Row]:
-    """(zone, item_id, key, record, chunk values) of every dead letter the filters select.
+# A page of dead letters passes over at most this many letters its filters leave out (a
+# job type, an id, a tenant's letters in other apps' key ranges) before it ends short with a
+# cursor: what a page reads is bounded by what it shows plus this, whatever lies behind it.
+_SKIP = 1000
+_LETTER_ARITY = 3  # a cursor names (app, tenant, item_id) below (root, "d")
 
-    An app is a key prefix; a tenant alone is not, so it filters the keys scanned."""
-    out: list[_Row] = []
-    for key, value in scan_range(q, *q.keys.dead_letters_range(app)):
-        parts = q.keys.unpack(key)
-        if len(parts) == 5 and out:
-            last = out[-1]
-            if parts[1:4] == (last[0].app, last[0].tenant, last[1]):
-                last[4].append(value)  # a chunk of the record just before it
-            continue
-        if len(parts) != 4:
-            continue  # a chunk whose record is gone (or not selected)
-        zone = ZoneId(str(parts[1]), str(parts[2]))
-        if tenant is not None and zone.tenant != tenant:
-            continue
-        out.append((zone, str(parts[3]), key, value, []))
-    return out
+
+def _jump(
+    q: Quick, zone: ZoneId, item_id: str, tenant: str | None, wanted: str | None
+) -> bytes | None:
+    """Where to read next when the letter at (zone, item_id) is not of ``tenant`` or not
+    ``wanted`` (an id), both parts of the key: past the keys that cannot match, so a
+    tenant's letters across apps, or one id, cost one read per app or tenant passed, not
+    one per letter. ``None``: the letter matches the key's filters."""
+    if tenant is not None and zone.tenant != tenant:
+        if zone.tenant < tenant:  # str order is the tuple layer's UTF-8 byte order
+            target = ZoneId(zone.app, tenant)
+            if wanted is not None:
+                return q.keys.dead_letter_key(target, wanted)
+            return q.keys.dead_letters_zone_range(target)[0]
+        return q.keys.dead_letters_range(zone.app)[1]  # the app's next app
+    if wanted is not None and item_id != wanted:
+        if item_id < wanted:
+            return q.keys.dead_letter_key(zone, wanted)
+        return q.keys.dead_letters_zone_range(zone)[1]  # the next tenant
+    return None
+
+
+def _decode(q: Quick, zone: ZoneId, item_id: str, key: bytes, value: bytes,
+            chunks: list[bytes]) -> DeadLetter | None:  # fmt: skip
+    try:
+        return decode_dead_letter(key, value, zone, item_id, chunks or None)
+    except CorruptRecord:
+        # Its chunks ran past the end of the read (or it was rewritten meanwhile): read
+        # it again, whole, in one transaction.
+        return q.zones.read_dead_letter(zone, item_id, snapshot=True)
+
+
+def dead_letter_page(
+    q: Quick,
+    app: str | None = None,
+    tenant: str | None = None,
+    *,
+    job_type: str | None = None,
+    item_id: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> Page[DeadLetter]:
+    """One page of dead letters in key order (app, tenant, id), from ``cursor`` (a page's
+    ``next_cursor``; ``None``: the first page), at most ``limit`` of them; every filter
+    given filters. It reads the letters it shows, plus at most ``_SKIP`` letters its
+    filters leave out, in short snapshot transactions: its cost does not grow with the
+    letters behind it. A page may hold fewer than ``limit`` letters and still have a next
+    one; the list ends where ``next_cursor`` is ``None``. Letters added or removed between
+    two pages never make another letter repeat or be missed.
+
+    :class:`~quickzones.errors.InvalidArgument` for a cursor that is not one of this
+    list's (made by hand, cut short, or from another app's list)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidArgument("limit", limit, "must be a whole number of at least 1")
+    if app is not None and tenant is not None:
+        begin, end = q.keys.dead_letters_zone_range(ZoneId(app, tenant))
+    else:
+        begin, end = q.keys.dead_letters_range(app)
+    base = q.keys.dead_letters_range()[0][:-1]  # (root, "d")
+    start = begin
+    if cursor is not None:
+        key = decode_cursor(base, cursor, _LETTER_ARITY)
+        if not begin <= key < end:
+            raise InvalidArgument("cursor", cursor, "not a cursor of this list")
+        start = after(key)
+    if app is not None and tenant is not None and item_id is not None:
+        # One letter, read directly.
+        zone = ZoneId(app, tenant)
+        key = q.keys.dead_letter_key(zone, item_id)
+        one = None if start > key else q.zones.read_dead_letter(zone, item_id, snapshot=True)
+        keep = one is not None and (job_type is None or (
+            one.item is not None and one.item.job_type == job_type))  # fmt: skip
+        return Page([one] if keep and one is not None else [], None)
+    # A tenant without an app, or an id without a tenant, is not one key range: the read
+    # jumps between the ranges that can match (_jump) and, once in one, reads only it.
+    jumping = (tenant is not None and app is None) or (item_id is not None and tenant is None)
+    filtered = job_type is not None or jumping
+    shown: list[tuple[bytes, DeadLetter]] = []
+    wasted = 0  # keys read and not shown: bounded by _SKIP (plus one read)
+    last: bytes | None = None  # the last letter's key this page considered
+    probe = jumping  # the next read lands where a jump led: read one key first
+    stop = end  # the end of this read: the list's, or of the matching range it is in
+    while True:
+        need = limit + 1 - len(shown)
+        batch = 1 if probe else max(need, 64) if filtered else need
+        probe = False
+
+        def read(
+            tr: KVTransaction, s: bytes = start, e: bytes = stop, n: int = batch
+        ) -> list[tuple[bytes, bytes]]:
+            return tr.get_range(s, e, limit=n, snapshot=True)
+
+        rows = run(q.kv, read)
+        groups: list[_Row] = []
+        jump: bytes | None = None
+        for n, (key, value) in enumerate(rows):
+            parts = q.keys.unpack(key)
+            if len(parts) == 5 and groups and key.startswith(groups[-1][2]):
+                groups[-1][4].append(value)  # a chunk of the letter just before it
+                continue
+            if len(parts) != 4:
+                start, wasted = after(key), wasted + 1  # a chunk whose letter is gone
+                continue
+            zone, letter_id = ZoneId(str(parts[1]), str(parts[2])), str(parts[3])
+            # Past this letter and its chunks (those cut off by the read's limit too: a
+            # cut letter is read again whole below).
+            start = after(key)
+            jump = _jump(q, zone, letter_id, tenant, item_id)
+            if jump is not None:
+                last, start, probe = key, jump, True
+                wasted += len(rows) - n
+                break
+            if jumping and stop == end:
+                # In a matching range now: read to its end only (one tenant's letters,
+                # or one letter), then jump on from there.
+                stop = q.keys.dead_letters_zone_range(zone)[1] if item_id is None else (
+                    q.keys.dead_letter_range_of(zone, letter_id)[1])  # fmt: skip
+            groups.append((zone, letter_id, key, value, []))
+        for zone, letter_id, key, value, chunks in groups:
+            last = key
+            letter = _decode(q, zone, letter_id, key, value, chunks)
+            if letter is None:
+                continue  # requeued or purged meanwhile
+            if job_type is not None and (letter.item is None or letter.item.job_type != job_type):
+                wasted += 1 + len(chunks)
+                continue
+            shown.append((key, letter))
+            if len(shown) > limit:
+                more_at = shown[limit - 1][0]
+                return Page([x for _, x in shown[:limit]], encode_cursor(base, more_at))
+        if jump is None and len(rows) < batch:
+            if stop == end:
+                return Page([x for _, x in shown], None)  # the end of the list
+            start, stop, probe = max(start, stop), end, True  # past the matching range
+        if wasted >= _SKIP and last is not None:
+            return Page([x for _, x in shown], encode_cursor(base, last))
+
+
+def iter_dead_letters(
+    q: Quick,
+    app: str | None = None,
+    tenant: str | None = None,
+    *,
+    job_type: str | None = None,
+    item_id: str | None = None,
+) -> Iterator[DeadLetter]:
+    """Every dead letter the filters select, a page at a time (bulk requeue and purge)."""
+    cursor: str | None = None
+    while True:
+        page = dead_letter_page(q, app, tenant, job_type=job_type, item_id=item_id,
+                                limit=_PAGE, cursor=cursor)  # fmt: skip
+        yield from page.rows
+        if page.next_cursor is None:
+            return
+        cursor = page.next_cursor
 
 
 def list_dead_letters(
@@ -175,25 +324,86 @@ def list_dead_letters(
 ) -> list[DeadLetter]:
     """Dead letters, of one app, one tenant (in every app) or one zone, of one job type,
     at most ``limit`` of them; each with its whole item. Every filter given filters (a
-    corrupt letter has no job type: a job-type filter leaves it out)."""
+    corrupt letter has no job type: a job-type filter leaves it out). Read a page at a
+    time (:func:`dead_letter_page`): ``limit`` bounds what is read, not only what is
+    returned."""
+    if limit is None:
+        return list(iter_dead_letters(q, app, tenant, job_type=job_type))
     out: list[DeadLetter] = []
-    for zone, item_id, key, value, chunks in _letter_rows(q, app, tenant):
-        if limit is not None and len(out) >= limit:
+    cursor: str | None = None
+    while len(out) < limit:
+        page = dead_letter_page(q, app, tenant, job_type=job_type,
+                                limit=min(_PAGE, limit - len(out)), cursor=cursor)  # fmt: skip
+        out.extend(page.rows)
+        if page.next_cursor is None:
             break
-        try:
-            letter: DeadLetter | None = decode_dead_letter(
-                key, value, zone, item_id, chunks or None
-            )
-        except CorruptRecord:
-            # The scan pages are separate snapshots: a letter rewritten between two of
-            # them is read again, whole, in one transaction.
-            letter = q.zones.read_dead_letter(zone, item_id, snapshot=True)
-        if letter is None:
-            continue
-        if job_type is not None and (letter.item is None or letter.item.job_type != job_type):
-            continue
-        out.append(letter)
+        cursor = page.next_cursor
     return out
+
+
+def count_dead_letters(q: Quick, app: str | None = None) -> int:
+    """How many dead letters (of ``app``): a scan of their keys, a page at a time, keeping
+    none of them (an admin figure; no counter of them is kept with the data)."""
+    count = 0
+    start, end = q.keys.dead_letters_range(app)
+    while True:
+
+        def page(tr: KVTransaction, s: bytes = start) -> list[tuple[bytes, bytes]]:
+            return tr.get_range(s, end, limit=_PAGE, snapshot=True)
+
+        rows = run(q.kv, page)
+        count += sum(1 for key, _ in rows if len(q.keys.unpack(key)) == 4)
+        if len(rows) < _PAGE:
+            return count
+        start = rows[-1][0] + b"\x00"
+
+
+_ITEM_ARITY = 1  # a zone item page's cursor names an item id below the zone's items
+
+
+def zone_item_page(
+    q: Quick, zone: ZoneId, *, limit: int = 50, cursor: str | None = None
+) -> tuple[int, Page[WorkItem]]:
+    """One page of a zone's items (every state) in id order from ``cursor``, with the
+    zone's item count (a counter kept with the items by atomic adds, not a scan). It
+    reads the items it shows and the first key after them, however many the zone holds:
+    a large item's payload chunks are passed over, not read (beyond what one read had
+    already fetched)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidArgument("limit", limit, "must be a whole number of at least 1")
+    begin, end = q.keys.items_range(zone)
+    base = begin[:-1]  # (root, "z", app, tenant, "i")
+    start = begin
+    if cursor is not None:
+        start = after(decode_cursor(base, cursor, _ITEM_ARITY))
+    shown: list[tuple[bytes, WorkItem]] = []
+    probe = False  # after a large item: read one key, its chunks may follow
+    while True:
+        batch = 1 if probe else limit + 1 - len(shown)
+        probe = False
+
+        def read(tr: KVTransaction, s: bytes = start, n: int = batch) -> list[tuple[bytes, bytes]]:
+            return tr.get_range(s, end, limit=n, snapshot=True)
+
+        rows = run(q.kv, read)
+        for key, value in rows:
+            start = after(key)
+            if len(q.keys.unpack(key)) != 5:
+                continue  # a payload chunk (of an item cut off by the read's limit)
+            try:
+                item = decode_item(key, value)
+            except CorruptRecord:
+                continue
+            shown.append((key, item))
+            if len(shown) > limit:
+                total = zone_count(q, zone)
+                cut = encode_cursor(base, shown[limit - 1][0])
+                return total, Page([x for _, x in shown[:limit]], cut)
+            if "_chunks" in item.meta:
+                probe = True  # its chunks come next: the next read starts past them
+                break
+        if not probe and len(rows) < batch:
+            return zone_count(q, zone), Page([x for _, x in shown], None)
 
 
 # A bulk requeue moves letters in transactions of at most this many letters and (a

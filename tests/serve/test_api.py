@@ -229,7 +229,7 @@ def test_admin_stats_zones_and_items(served: Served) -> None:
         assert stats["active_zones"] == 3
         h = {"Authorization": f"Bearer {served.a_all}"}
         zones = httpx.get(served.url + "/v1/apps/a/zones", params={"limit": 2}, headers=h).json()
-        assert zones["total"] == 3 and len(zones["zones"]) == 2
+        assert len(zones["zones"]) == 2 and zones["next_cursor"] and "total" not in zones
         found = httpx.get(served.url + "/v1/apps/a/zones", params={"search": "sha"},
                           headers=h).json()  # fmt: skip
         assert [z["tenant"] for z in found["zones"]] == ["shallow"]
