@@ -68,8 +68,8 @@ class DueTimers:
             with self._changed:
                 if stopping.is_set():
                     return
-                if not self._heap:
-                    self._changed.wait(_MAX_WAIT_S)
+                if not self._heap:  # add() and wake() notify: no clock to re-read
+                    self._changed.wait(1.0)
                     continue
                 wait = (self._heap[0][0] - self.clock.now() * 1000) / 1000
                 if wait > 0:
