@@ -5,7 +5,7 @@ process one at a time, spaced out so the worker is idle before each, and the tim
 each enqueue's return to its handler's start.
 
     python -m bench.idle_cost --store sqlite --idle-s 30 --items 50
-    python -m bench.idle_cost --store postgresql://... --idle-s 30 --items 50
+    python -m bench.idle_cost --store postgres --idle-s 30 --items 50
 
 The CPU is the worker process's own (psutil ``cpu_times``), not wall time, so other
 load on the machine changes it little; the pickup times are wall times and noisy on a
@@ -15,6 +15,7 @@ shared machine. Used by tests/unit/test_idle_cost.py with a short span.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -129,15 +130,20 @@ def pickup_s(worker: IdleWorker, quick: object, name: str, timeout_s: float = 60
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", default="sqlite", help="sqlite, or a store URL")
+    parser.add_argument("--store", default="sqlite", help="sqlite, postgres (a private server), or a store URL")
     parser.add_argument("--idle-s", type=float, default=30.0)
     parser.add_argument("--items", type=int, default=50)
     parser.add_argument("--gap-s", type=float, default=0.3, help="idle time before each item")
     args = parser.parse_args()
     from quickzones.client import Quick
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as servers:
         url = f"sqlite:///{tmp}/quick.db" if args.store == "sqlite" else args.store
+        if args.store == "postgres":  # a private server for the run
+            from quickzones.testing.provision.postgres import LocalPostgres
+
+            server = servers.enter_context(contextlib.closing(LocalPostgres().start()))
+            url = f"{server.url}?schema=idle_cost"
         quick = Quick.open(url)
         quick.job("lone")(lambda payload, ctx: None)
         quick.store_type_policies()
