@@ -130,7 +130,9 @@ def pickup_s(worker: IdleWorker, quick: object, name: str, timeout_s: float = 60
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", default="sqlite", help="sqlite, postgres (a private server), or a store URL")
+    parser.add_argument(
+        "--store", default="sqlite", help="sqlite, postgres (a private server), or a store URL"
+    )
     parser.add_argument("--idle-s", type=float, default=30.0)
     parser.add_argument("--items", type=int, default=50)
     parser.add_argument("--gap-s", type=float, default=0.3, help="idle time before each item")

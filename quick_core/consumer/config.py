@@ -92,11 +92,14 @@ class ConsumerConfig:
     # nothing and every store it serves signals commits (above), it sleeps until such a
     # signal, the next vesting time it saw (exact timers), a local enqueue or stop, or at
     # most this long, and then reads the commit counter and scans again (what a lost
-    # signal costs). An idle `quick worker` then uses about 0.1 % of a core instead of
-    # 5-9 %, and still starts an item another process enqueued within milliseconds.
+    # signal costs; each poll is a scan, and on a steady clock its store exchange).
+    # An idle `quick worker --workers 4` then used 0.3-0.5 % of a core on SQLite and
+    # 0.6-0.7 % on PostgreSQL instead of 8.6 % and 14 % (a loaded 2-core machine,
+    # bench/idle_cost.py), and still starts an item another process enqueued within
+    # milliseconds. Lower it if a lost signal must cost less; higher, idle costs less.
     # Stores without a signal (FoundationDB, memory://, SQLite elsewhere than Linux) poll
     # at idle_sleep_s and commit_poll_s as before.
-    idle_poll_s: float = 1.0
+    idle_poll_s: float = 2.0
     # The completion flusher's pace (beyond the paper): after each commit of finished
     # items it waits this long, so under load one commit carries the completions of that
     # span instead of a handful each; every commit competes with the visits for the

@@ -145,7 +145,7 @@ class Scanner:
         visits that took nothing: each of them committed, and consumers that all refuse
         a zone's items would otherwise wake each other with every visit. Where every
         store it serves signals commits (:meth:`_signalled`), that wait is up to
-        ``idle_poll_s`` (a safety poll, 1 s) instead of ``idle_sleep_s``, and the
+        ``idle_poll_s`` (a safety poll, 2 s) instead of ``idle_sleep_s``, and the
         watchers read their counters only when signalled or at that tick: an idle
         consumer costs next to nothing (issue 44 point 4)."""
         poll_s = self.config.commit_poll_s

@@ -11,12 +11,14 @@ each way: today's code fails it by 3x or more, and a worker at the target passes
 moves them little, but it does stretch each wake-up's work).
 
 The pickup bound (1 s) is a behaviour bound, not a benchmark: an idle worker that only
-polled slowly (its safety poll) would still meet a 2 s one, so 1 s says the store's own
-signal woke it. bench/idle_cost.py measures the same with figures (docs/performance.md).
+polled at its safety poll (``idle_poll_s``, 2 s) would miss it half the time or more, so
+it says the store's own signal woke it; the same for a delayed item's start.
+bench/idle_cost.py measures the same with figures (docs/performance.md).
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,7 @@ from tests.waiting import wait_for
 IDLE_SPAN_S = 10.0
 IDLE_CPU_BOUND_S = 0.2  # 2 % of a core over the span (see the module's docstring)
 PICKUP_BOUND_S = 1.0
+DELAY_S = 0.7  # shorter than the safety poll (2 s)
 
 
 @pytest.mark.parametrize(
@@ -38,7 +41,15 @@ PICKUP_BOUND_S = 1.0
         pytest.param(
             "postgres", marks=pytest.mark.skipif(not HAVE_POSTGRES, reason="no PostgreSQL")
         ),
-        pytest.param("fdb", marks=pytest.mark.skipif(not HAVE_FDB, reason="no FoundationDB")),
+        pytest.param(
+            "fdb",
+            marks=[
+                pytest.mark.skipif(not HAVE_FDB, reason="no FoundationDB"),
+                # No commit signal on FoundationDB yet (a watch on a key every enqueue
+                # bumps): its idle consumers still poll at idle_sleep_s.
+                pytest.mark.xfail(strict=True, reason="FoundationDB: no commit signal yet"),
+            ],
+        ),
     ],
 )
 def test_an_idle_worker_costs_next_to_nothing_and_picks_up_at_once(
@@ -56,8 +67,15 @@ def test_an_idle_worker_costs_next_to_nothing_and_picks_up_at_once(
             idle_cpu = worker.idle_cpu_s(IDLE_SPAN_S)
             # Another process's lone enqueue, after the long idle span.
             took = [pickup_s(worker, producer, f"lone{i}", timeout_s=60) for i in range(3)]
+            # A delayed item enqueued while it idles starts at its time, not at the next
+            # safety poll (its vesting time is what the wake-up's scan saw).
+            producer.enqueue("lone", "delayed", app="idle", tenant="other", delay=DELAY_S)
+            due = time.time() + DELAY_S
+            assert wait_for(lambda: "delayed" in worker.start_times())
+            late = worker.start_times()["delayed"] - due
     finally:
         producer.close()
+    assert -0.01 <= late < PICKUP_BOUND_S, f"the delayed item started {late:+.3f} s off its time"
     assert idle_cpu < IDLE_CPU_BOUND_S, (
         f"an idle quick worker used {idle_cpu:.3f} CPU seconds over {IDLE_SPAN_S:g} s"
     )
