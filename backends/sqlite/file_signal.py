@@ -23,10 +23,12 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import math
 import os
 import select
 import struct
 import sys
+import time
 
 # inotify(7)
 _IN_MODIFY = 0x00000002
@@ -54,12 +56,16 @@ class FileSignal:
     def wait(self, timeout_s: float) -> bool:
         """Block up to ``timeout_s`` for a write to the file; True when one was seen
         (since the last call, or during this one)."""
-        if self._drain():
-            return True
-        with contextlib.suppress(InterruptedError):
-            if not self._poll.poll(max(0, int(timeout_s * 1000))):
+        end = time.monotonic() + timeout_s
+        while not self._drain():
+            # Writes to other files of the directory (logs, say) wake the poll too: wait
+            # on for the rest of the timeout.
+            left = end - time.monotonic()
+            if left <= 0:
                 return False
-        return self._drain()
+            with contextlib.suppress(InterruptedError):
+                self._poll.poll(max(1, math.ceil(left * 1000)))
+        return True
 
     def _drain(self) -> bool:
         """Read every queued event; True if one names the file (or events were lost)."""
