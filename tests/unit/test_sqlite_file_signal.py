@@ -37,8 +37,14 @@ def test_a_commit_ends_the_wait_and_other_files_do_not(tmp_path: Path) -> None:
         writer.join()
         producer = Quick.open(f"sqlite:///{db}")
         try:
-            threading.Timer(0.05, lambda: producer.enqueue("j", 1, app="a", tenant="t")).start()
+            while signal.wait(0.1):  # the file's creation
+                pass
+            enqueue = threading.Timer(0.05, producer.enqueue, ("j", 1), {"app": "a", "tenant": "t"})
+            enqueue.start()
+            began = time.monotonic()
             assert signal.wait(30)
+            enqueue.join()
+            assert time.monotonic() - began >= 0.04  # the enqueue's, not an earlier write
         finally:
             producer.close()
     finally:
