@@ -28,6 +28,7 @@ import os
 import select
 import struct
 import sys
+import threading
 import time
 
 # inotify(7)
@@ -45,13 +46,18 @@ _READ_BYTES = 64 * 1024
 
 class FileSignal:
     """An inotify descriptor watching a SQLite file's directory for writes to the file,
-    its WAL or its journal. Not thread-safe: one commit watcher thread waits on it."""
+    its WAL or its journal. One commit watcher thread waits on it (two would each take
+    some of the other's events); :meth:`close` may come from any thread."""
 
     def __init__(self, fd: int, names: frozenset[bytes]) -> None:
         self._fd = fd
         self._names = names
         self._poll = select.poll()
         self._poll.register(fd, select.POLLIN)
+        # Reads and the close exclude each other: a descriptor closed by the store's
+        # close() is never read after (its number may belong to another file by then).
+        self._lock = threading.Lock()
+        self._closed = False
 
     def wait(self, timeout_s: float) -> bool:
         """Block up to ``timeout_s`` for a write to the file; True when one was seen
@@ -68,7 +74,12 @@ class FileSignal:
         return True
 
     def _drain(self) -> bool:
-        """Read every queued event; True if one names the file (or events were lost)."""
+        """Read every queued event; True if one names the file (or events were lost, or
+        the signal was closed: the caller reads the counter and learns the store's fate)."""
+        with self._lock:
+            return self._closed or self._drain_open()
+
+    def _drain_open(self) -> bool:
         seen = False
         while True:
             try:
@@ -88,8 +99,12 @@ class FileSignal:
                     seen = True
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
 
 
 def open_signal(path: str) -> FileSignal | None:
