@@ -91,8 +91,9 @@ class ConsumerConfig:
     # The safety poll of an idle consumer (issue 44 point 4): when its last scan found
     # nothing and every store it serves signals commits (above), it sleeps until such a
     # signal, the next vesting time it saw (exact timers), a local enqueue or stop, or at
-    # most this long, and then reads the commit counter and scans again (what a lost
-    # signal costs; each poll is a scan, and on a steady clock its store exchange).
+    # most this long (and a third of election_ttl_s, the election's renewal), and then
+    # reads the commit counter and scans again (what a lost signal costs; each poll is a
+    # scan, and on a steady clock its store exchange).
     # An idle `quick worker --workers 4` then used 0.3-0.5 % of a core on SQLite and
     # 0.6-0.7 % on PostgreSQL instead of 8.6 % and 14 % (a loaded 2-core machine,
     # bench/idle_cost.py), and still starts an item another process enqueued within

@@ -148,11 +148,13 @@ class Scanner:
         ``idle_poll_s`` (a safety poll, 2 s) instead of ``idle_sleep_s``, and the
         watchers read their counters only when signalled or at that tick: an idle
         consumer costs next to nothing (issue 44 point 4)."""
-        poll_s = self.config.commit_poll_s
+        cfg = self.config
+        poll_s = cfg.commit_poll_s
         signalled = on_commits and poll_s is not None and self._signalled()
         if signalled:
-            poll_s = self.config.idle_poll_s
-        timeout = self.until_next_vesting(self.config.idle_poll_s if signalled else None)
+            # Never past the scanner election's next renewal (run() renews between waits).
+            poll_s = min(cfg.idle_poll_s, cfg.election_ttl_s / 3)
+        timeout = self.until_next_vesting(poll_s if signalled else None)
         if timeout > 0 and not stopping.is_set():
             with ExitStack() as watching:
                 if on_commits and poll_s is not None:
