@@ -33,6 +33,7 @@ import os
 import random
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from quickzones.backends.sqlite.checkpointer import Checkpointer
 from quickzones.backends.sqlite.connections import SQLiteConnections
 from quickzones.backends.sqlite.errors import _translate
 from quickzones.backends.sqlite.file_identity import FileIdentity
+from quickzones.backends.sqlite.file_signal import FileSignal, open_signal
 from quickzones.backends.sqlite.resolver import CommitResolver
 from quickzones.backends.sqlite.sql import _VERSION, _VERSIONS_AFTER
 from quickzones.backends.sqlite.transaction import SQLiteTransaction
@@ -105,6 +107,10 @@ class SQLiteStore(SQLiteConnections, CommitResolver, WalBound):
         self._watch_pid = self._pid
         self._foreign = ForeignCommits()
         self._watch_data_version: int | None = None  # PRAGMA data_version when last read
+        # Writes to the file or its WAL, from the kernel (file_signal): the watcher of
+        # data_version() sleeps on it. Opened with the watching connection, not before
+        # (an inotify descriptor each: producers never watch).
+        self._signal: FileSignal | None = None
         # Deleted or replaced under this process: noticed within a second (StoreLost).
         self._file = FileIdentity(self.path, self.url)
         self._open_schema(create)
@@ -207,8 +213,11 @@ class SQLiteStore(SQLiteConnections, CommitResolver, WalBound):
             conn.close()
         with self._watch_lock:
             watch, self._watch_conn = self._watch_conn, None
+            signal, self._signal = self._signal, None
         if watch is not None and self._watch_pid == os.getpid():
             watch.close()
+        if signal is not None:
+            signal.close()
 
     # --- change detection (quickzones.store.kv.CommitCounter) -----------------------------------
 
@@ -225,6 +234,10 @@ class SQLiteStore(SQLiteConnections, CommitResolver, WalBound):
             if self._watch_conn is None or self._watch_pid != os.getpid():
                 # After fork() the parent's connection is left alone (never closed here).
                 self._watch_conn = self._connect()
+                if self._signal is not None:  # the parent's, across fork(): our copy
+                    self._signal.close()
+                # Before the first read: a commit after that read is signalled.
+                self._signal = open_signal(self.path)
                 self._watch_pid = os.getpid()
                 self._foreign = ForeignCommits()  # a forked child's commits are its own
                 self._watch_data_version = None
@@ -232,6 +245,23 @@ class SQLiteStore(SQLiteConnections, CommitResolver, WalBound):
                 return self._foreign_count(self._watch_conn)
             except sqlite3.Error as err:
                 raise _translate(err, "data_version", self.url) from err
+
+    @property
+    def commits_signalled(self) -> bool:
+        """Whether :meth:`wait_for_commits` returns on a commit (a kernel file signal
+        is open), not only after its timeout: then a watcher may read
+        :meth:`data_version` at a slow tick. Known once it was read."""
+        return self._signal is not None
+
+    def wait_for_commits(self, timeout_s: float) -> None:
+        """Return when the file or its WAL was written (a commit, anyone's, this store's
+        too) since the last call, or after ``timeout_s`` (the commit watcher's wait
+        between reads of :meth:`data_version`); without a signal, after ``timeout_s``."""
+        signal = self._signal
+        if signal is None or self._watch_pid != os.getpid():
+            time.sleep(timeout_s)
+            return
+        signal.wait(timeout_s)
 
     def _foreign_count(self, conn: sqlite3.Connection) -> int:
         # The pragma changes on any other connection's commit, read from shared memory:

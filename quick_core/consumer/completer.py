@@ -36,6 +36,11 @@ class Completer(Protocol):
         """Complete every item handed over and not completed yet; returns how many."""
 
 
+RETRY_S = 0.05  # after a flush that raised, the next try
+# The flusher's wait with nothing pending: complete() and wake() end it; the timeout only
+# bounds a stop whose wake() was missed.
+IDLE_WAIT_S = 1.0
+
 # Completions merged into one transaction at most (the settler's bound; a test sets it).
 MERGE_MAX = settler.MERGE_MAX
 
@@ -110,13 +115,21 @@ class BatchedCompleter:
             self.emit("completions_flushed", items=len(batch))
         return len(batch)
 
+    def wake(self) -> None:
+        """End the flusher's wait (a stop): it flushes what is pending and looks at
+        ``stopping``."""
+        self._ready.set()
+
     def run(self, stopping: threading.Event, pace_s: float = 0.0) -> None:
-        """The flusher thread: flush whenever something is pending, until ``stopping``;
-        after each flush, wait ``pace_s`` (``completion_flush_s``) or until ``stopping``."""
+        """The flusher thread: flush whenever something is pending, until ``stopping``
+        (and a :meth:`wake`); after each flush, wait ``pace_s`` (``completion_flush_s``) or
+        until ``stopping``."""
         while not stopping.is_set():
             # Cleared before the flush takes the list: an item added after the take sets
-            # it again. The timeout also covers a flush that raised with items pending.
-            if not self._ready.wait(0.05) and not self._pending:
+            # it again. The short timeout covers a flush that raised with items pending;
+            # with none, the thread sleeps until one is (an idle worker costs nothing).
+            timeout = RETRY_S if self._pending else IDLE_WAIT_S
+            if not self._ready.wait(timeout) and not self._pending:
                 continue
             self._ready.clear()
             try:

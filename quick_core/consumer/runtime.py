@@ -352,8 +352,8 @@ class Consumer(RunsForever):
             self.config.shutdown_deadline_s if deadline_s is None else deadline_s
         )
         self._stopping.set()
-        self.scanner.wake()
-        self.timers.wake()
+        for wake in (self.scanner.wake, self.timers.wake, self.batched_completer.wake):
+            wake()
         for t in self._threads:
             t.join(timeout=max(0.1, deadline - time.monotonic()))
         if self._managers is not None:

@@ -143,9 +143,18 @@ class Scanner:
         ``on_commits`` (the last scan found nothing to visit): a commit to a watched store
         since that scan began (another process's enqueue) ends the wait too. Not after
         visits that took nothing: each of them committed, and consumers that all refuse
-        a zone's items would otherwise wake each other with every visit."""
-        timeout = self.until_next_vesting()
-        poll_s = self.config.commit_poll_s
+        a zone's items would otherwise wake each other with every visit. Where every
+        store it serves signals commits (:meth:`_signalled`), that wait is up to
+        ``idle_poll_s`` (a safety poll, 2 s) instead of ``idle_sleep_s``, and the
+        watchers read their counters only when signalled or at that tick: an idle
+        consumer costs next to nothing (issue 44 point 4)."""
+        cfg = self.config
+        poll_s = cfg.commit_poll_s
+        signalled = on_commits and poll_s is not None and self._signalled()
+        if signalled:
+            # Never past the scanner election's next renewal (run() renews between waits).
+            poll_s = min(cfg.idle_poll_s, cfg.election_ttl_s / 3)
+        timeout = self.until_next_vesting(poll_s if signalled else None)
         if timeout > 0 and not stopping.is_set():
             with ExitStack() as watching:
                 if on_commits and poll_s is not None:
@@ -157,10 +166,18 @@ class Scanner:
                 self._wake.wait(timeout)
         self._wake.clear()
 
-    def until_next_vesting(self) -> float:
-        """Seconds until the earliest vesting time the last scan saw, at most
-        ``idle_sleep_s``."""
-        timeout = self.config.idle_sleep_s
+    def _signalled(self) -> bool:
+        """Whether a commit to any store this consumer serves would wake it through a
+        watcher that sleeps on the store's own signal: every cluster's pointer store has
+        a signalled watcher (an enqueue commits its pointer there)."""
+        if not self.watchers or not all(w.signalled for w in self.watchers):
+            return False
+        return len({id(c.toplevel.kv) for c in self.clusters.values()}) <= len(self.watchers)
+
+    def until_next_vesting(self, cap_s: float | None = None) -> float:
+        """Seconds until the earliest vesting time the last scan saw, at most ``cap_s``
+        (``idle_sleep_s`` when None)."""
+        timeout = self.config.idle_sleep_s if cap_s is None else cap_s
         if self.next_vesting_ms is not None:
             # A hair past the millisecond it vests in (less the lookahead), so that scan
             # sees it.

@@ -63,13 +63,18 @@ class DueTimers:
     def run(self, post: Callable[[Work], None], stopping: threading.Event) -> None:
         """Hand each work to ``post`` at its due time, until ``stopping``."""
         while not stopping.is_set():
+            with self._changed:
+                if not self._heap:
+                    # add() and wake() notify; no clock read either (a steady clock's
+                    # read may cost a store exchange): an idle consumer costs nothing.
+                    self._changed.wait(1.0)
+                    continue
             for work in self.due():
                 post(work)
             with self._changed:
                 if stopping.is_set():
                     return
                 if not self._heap:
-                    self._changed.wait(_MAX_WAIT_S)
                     continue
                 wait = (self._heap[0][0] - self.clock.now() * 1000) / 1000
                 if wait > 0:

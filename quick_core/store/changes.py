@@ -13,8 +13,12 @@ another process's completion, or another app's), so it must stay cheap and bound
 FoundationDB could feed the same callbacks from a watch on a key every enqueue touches;
 it does not yet, and its long polls rescan at their period.
 
-A local consumer's idle wait (``Scanner.idle_wait``) watches the same way, at its own,
-slower tick (``ConsumerConfig.commit_poll_s``): it waits for hours between enqueues,
+Where the store also signals commits (:attr:`CommitWatcher.signalled`: PostgreSQL's
+NOTIFY, the kernel's file-change events on a SQLite file), the watcher sleeps on that
+signal between reads, so its tick is only a safety poll: a local consumer's idle wait
+(``Scanner.idle_wait``) then watches at ``ConsumerConfig.idle_poll_s`` (2 s), and an idle
+worker costs next to nothing (issue 44 point 4). Where it does not, the idle wait
+watches at ``ConsumerConfig.commit_poll_s`` (5 ms): it waits for hours between enqueues,
 where a 1 ms tick would cost several % of a core.
 
 A read that fails for a while (a PostgreSQL server restarting, its connections
@@ -67,6 +71,7 @@ class CommitWatcher:
         tick_s: float = TICK_S,
         floor_s: float = 0.0,
         waiter: Callable[[float], None] | None = None,
+        signalled: Callable[[], bool] | None = None,
     ) -> None:
         # Weakly: the watcher (kept per store in a weak mapping) must not keep it alive.
         self._counter: Callable[[], Callable[[], int] | None] = _weakly(counter)
@@ -75,6 +80,8 @@ class CommitWatcher:
         self._waiter: Callable[[], Callable[[float], None] | None] | None = (
             None if waiter is None else _weakly(waiter)
         )
+        # Whether the waiter returns on commits (not only at its timeout): the store's say.
+        self._signalled = signalled
         self.tick_s = max(tick_s, floor_s)
         # The store's own shortest tick (a round trip per read): no watcher polls faster.
         self.floor_s = floor_s
@@ -103,6 +110,14 @@ class CommitWatcher:
         """False once reading the counter failed (the store was closed): callers fall
         back to their own periodic scans."""
         return not self._failed
+
+    @property
+    def signalled(self) -> bool:
+        """Whether the store signals commits (its waiter returns on one), so a watcher
+        may tick slowly and still hear of a commit at once. False once reading failed."""
+        if self._failed or self._waiter is None or self._waiter() is None:
+            return False
+        return self._signalled is None or self._signalled()
 
     def _read(self) -> int:
         counter = self._counter()
@@ -262,9 +277,21 @@ def watcher_for(kv: object) -> CommitWatcher | None:
         if watcher is None or not watcher.alive:
             floor = commit_counter_tick_of(kv)
             watcher = _watchers[kv] = CommitWatcher(
-                counter, floor_s=floor, waiter=commit_waiter_of(kv)
+                counter, floor_s=floor, waiter=commit_waiter_of(kv), signalled=_signalled(kv)
             )
         return watcher
+
+
+def _signalled(kv: object) -> Callable[[], bool]:
+    """Whether ``kv`` signals commits now: its ``commits_signalled`` (SQLite: a file
+    signal could be opened), True where it has a waiter and no such flag (PostgreSQL)."""
+    ref = weakref.ref(kv)
+
+    def signalled() -> bool:
+        store = ref()
+        return store is not None and getattr(store, "commits_signalled", True) is True
+
+    return signalled
 
 
 def watchers_for(kvs: Iterable[object]) -> list[CommitWatcher]:
