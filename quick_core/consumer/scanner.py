@@ -150,7 +150,11 @@ class Scanner:
         consumer costs next to nothing (issue 44 point 4)."""
         cfg = self.config
         poll_s = cfg.commit_poll_s
-        signalled = on_commits and poll_s is not None and self._signalled()
+        # Only when the last scan saw nothing vested: zones passed over for what this
+        # consumer holds (a tenant weighted down holds its share at once) are due again
+        # as soon as an item of theirs ends, not at the safety poll.
+        signalled = on_commits and poll_s is not None and not self.left_vested
+        signalled = signalled and self._signalled()
         if signalled:
             # Never past the scanner election's next renewal (run() renews between waits).
             poll_s = min(cfg.idle_poll_s, cfg.election_ttl_s / 3)
