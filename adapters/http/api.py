@@ -314,14 +314,16 @@ async def lease(body: m.LeaseRequest, request: Request, who: Consumer) -> Respon
                 held.enter_context(state.polls.admit(who.token_id))
             # Waits on the event loop between scans: an open poll holds no thread.
             got = await state.leaser.lease_async(
-                scope,
-                body.max_items,
-                body.lease_s,
-                body.wait_s,
-                types,
-                state.stopping,
-                body.fill_s,
-                pool_caps=caps,
+                state.leaser.poll(
+                    scope,
+                    body.max_items,
+                    body.lease_s,
+                    body.wait_s,
+                    types,
+                    state.stopping,
+                    body.fill_s,
+                    pool_caps=caps,
+                )
             )
     except TooManyPolls as err:
         raise ApiError(

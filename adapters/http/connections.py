@@ -91,8 +91,6 @@ def guarded(
     max_connections: int,
     header_timeout_s: float = HEADER_TIMEOUT_S,
     *,
-    body_timeout_s: float = BODY_TIMEOUT_S,
-    body_min_rate: float = BODY_MIN_RATE,
     max_body: int | None = None,
     admitted: Callable[[str], bool] | None = None,
 ) -> Any:
@@ -100,12 +98,10 @@ def guarded(
     (``max_body`` bytes; None: none here) and the connection cap. ``admitted(token)``:
     whether a bearer token is known valid (:meth:`TokenStore.admitted`; None: none is),
     which puts its connection after the others in line to be closed when the server is
-    full. ``header_timeout_s``, ``body_timeout_s``: a test's shorter deadlines."""
-    if not (header_timeout_s > 0 and body_timeout_s > 0 and body_min_rate > 0):
-        raise ValueError(
-            f"header_timeout_s, body_timeout_s and body_min_rate must be positive, not "
-            f"{header_timeout_s!r}, {body_timeout_s!r} and {body_min_rate!r}"
-        )
+    full. ``header_timeout_s``: a test's shorter deadline. A body's deadline is
+    ``BODY_TIMEOUT_S`` plus a second per ``BODY_MIN_RATE`` bytes received."""
+    if not header_timeout_s > 0:
+        raise ValueError(f"header_timeout_s must be positive, not {header_timeout_s!r}")
     if max_connections < 1:
         raise ValueError(f"max_connections must be at least 1, not {max_connections!r}")
     # Connections waiting for their request's headers, oldest first (dicts keep order),
@@ -205,12 +201,12 @@ def guarded(
             if not cycle.more_body:
                 self._disarm()
                 return
-            allowed = body_timeout_s + self._body_bytes / body_min_rate
+            allowed = BODY_TIMEOUT_S + self._body_bytes / BODY_MIN_RATE
             left = self._body_started + allowed - self.loop.time()
             if left <= 0:
                 self._close_slow(
-                    f"its request body came slower than {body_min_rate:g} bytes/s "
-                    f"after {body_timeout_s:g} s"
+                    f"its request body came slower than {BODY_MIN_RATE:g} bytes/s "
+                    f"after {BODY_TIMEOUT_S:g} s"
                 )
                 return
             if self._deadline is None:

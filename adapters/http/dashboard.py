@@ -58,13 +58,12 @@ CACHE_MAX = 256
 class Dashboard:
     """The pages' shared state: the store, a CSRF secret, a short cache of whole-store
     figures (so many open dashboards cost one scan per few seconds; at most
-    ``cache_max`` entries, least recently used dropped first), and a history of samples
+    ``CACHE_MAX`` entries, least recently used dropped first), and a history of samples
     for the overview's rates."""
 
-    def __init__(self, state: ServeState, cache_max: int = CACHE_MAX) -> None:
+    def __init__(self, state: ServeState) -> None:
         self.state = state
         self.secret = secrets.token_bytes(32)
-        self.cache_max = cache_max
         self.cache: OrderedDict[str, _Cached] = OrderedDict()
         self.lock = threading.Lock()
         self.refreshing: set[str] = set()
@@ -103,7 +102,7 @@ class Dashboard:
         with self.lock:
             self.cache[key] = _Cached(time.monotonic(), value, time.monotonic() - started)
             self.cache.move_to_end(key)
-            while len(self.cache) > self.cache_max:
+            while len(self.cache) > CACHE_MAX:
                 self.cache.popitem(last=False)
         return value
 

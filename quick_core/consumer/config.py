@@ -86,21 +86,10 @@ class ConsumerConfig:
     # at 2 ms, 6% at 1 ms (on top of ~2% for the default 20 ms idle polls; the
     # benchmarks' fairness profile uses 1 ms). None: poll only.
     # Where the store signals commits (PostgreSQL's NOTIFY of enqueues; a SQLite file on
-    # Linux, through inotify) the idle wait sleeps on that signal instead: see idle_poll_s.
+    # Linux, through inotify) the idle wait sleeps on that signal instead
+    # (Scanner.idle_wait), with a safety poll of a third of election_ttl_s, when the
+    # scanner renews its election anyway.
     commit_poll_s: float | None = 0.005
-    # The safety poll of an idle consumer (issue 44 point 4): when its last scan found
-    # nothing and every store it serves signals commits (above), it sleeps until such a
-    # signal, the next vesting time it saw (exact timers), a local enqueue or stop, or at
-    # most this long (and a third of election_ttl_s, the election's renewal), and then
-    # reads the commit counter and scans again (what a lost signal costs; each poll is a
-    # scan, and on a steady clock its store exchange).
-    # An idle `quick worker --workers 4` then used 0.3-0.5 % of a core on SQLite and
-    # 0.6-0.7 % on PostgreSQL instead of 8.6 % and 14 % (a loaded 2-core machine,
-    # bench/idle_cost.py), and still starts an item another process enqueued within
-    # milliseconds. Lower it if a lost signal must cost less; higher, idle costs less.
-    # Stores without a signal (FoundationDB, memory://, SQLite elsewhere than Linux) poll
-    # at idle_sleep_s and commit_poll_s as before.
-    idle_poll_s: float = 2.0
     # The completion flusher's pace (beyond the paper): after each commit of finished
     # items it waits this long, so under load one commit carries the completions of that
     # span instead of a handful each; every commit competes with the visits for the
@@ -191,10 +180,6 @@ class ConsumerConfig:
         if self.commit_poll_s is not None and not self.commit_poll_s > 0:
             raise ConfigurationError(
                 f"commit_poll_s must be positive, or None (off), not {self.commit_poll_s!r}"
-            )
-        if not 0 < self.idle_poll_s < math.inf:
-            raise ConfigurationError(
-                f"idle_poll_s must be positive and finite, not {self.idle_poll_s!r}"
             )
         if self.pointer_lease_s <= 0 or self.item_lease_s <= 0:
             raise ConfigurationError("lease durations must be positive")

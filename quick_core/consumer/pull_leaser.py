@@ -345,7 +345,7 @@ class PullLeaser:
             self.held_slots.tidy()  # held slots kept while no lease call comes
         self.pickup_counts.flush(store, now_ms(self.q.clock))
 
-    def lease(
+    def poll(
         self,
         app: str | None,
         max_items: int,
@@ -355,33 +355,24 @@ class PullLeaser:
         stopping: threading.Event | None = None,
         fill_s: float | None = None,
         pool_caps: Mapping[str, int] | None = None,
-    ) -> list[Leased]:
-        """Up to ``max_items`` leased items; waits up to ``wait_s`` for the first one (a
-        long poll, :mod:`~quickzones.consumer.long_poll`). With ``fill_s`` a scan that
+    ) -> Poll[PullRequest]:
+        """A long poll for up to ``max_items`` items, waiting up to ``wait_s`` for the
+        first one (:mod:`~quickzones.consumer.long_poll`). With ``fill_s`` a scan that
         holds items visits no more zones ``fill_s`` after it began, so the items it holds
-        are handed out soon rather than after visits to fill ``max_items``. This waits on
-        the calling thread; :meth:`lease_async` is the same poll that holds no thread
-        while it waits (the server's)."""
+        are handed out soon rather than after visits to fill ``max_items``."""
         request = PullRequest(app, max_items, lease_s, job_types, fill_s, pool_caps)
-        return self.polls.wait(Poll(request, wait_s, self.pull.poll_s, self.watcher, stopping))
+        return Poll(request, wait_s, self.pull.poll_s, self.watcher, stopping)
 
-    async def lease_async(
-        self,
-        app: str | None,
-        max_items: int,
-        lease_s: float,
-        wait_s: float,
-        job_types: frozenset[str] | None = None,
-        stopping: threading.Event | None = None,
-        fill_s: float | None = None,
-        pool_caps: Mapping[str, int] | None = None,
-    ) -> list[Leased]:
-        """:meth:`lease` for an event loop: each scan runs on a worker thread (anyio's,
-        which the server's extra brings), and the waits between scans are the loop's."""
-        import anyio.to_thread  # the `serve` extra's: only a server's event loop calls this
+    def lease(self, *args: Any, **kwargs: Any) -> list[Leased]:
+        """:meth:`poll`'s items (its arguments), waiting on the calling thread."""
+        return self.polls.wait(self.poll(*args, **kwargs))
 
-        request = PullRequest(app, max_items, lease_s, job_types, fill_s, pool_caps)
-        poll = Poll(request, wait_s, self.pull.poll_s, self.watcher, stopping)
+    async def lease_async(self, poll: Poll[PullRequest]) -> list[Leased]:
+        """A :meth:`poll`'s items for an event loop (the server's): each scan runs on a
+        worker thread (anyio's, which the `serve` extra brings), and the waits between
+        scans are the loop's, so an open poll holds no thread."""
+        import anyio.to_thread  # only a server's event loop calls this
+
         return await self.polls.wait_async(poll, anyio.to_thread.run_sync)
 
 

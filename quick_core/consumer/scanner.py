@@ -145,7 +145,8 @@ class Scanner:
         visits that took nothing: each of them committed, and consumers that all refuse
         a zone's items would otherwise wake each other with every visit. Where every
         store it serves signals commits (:meth:`_signalled`), that wait is up to
-        ``idle_poll_s`` (a safety poll, 2 s) instead of ``idle_sleep_s``, and the
+        a third of ``election_ttl_s`` (a safety poll, 1.7 s by default: the scanner renews
+        its election then anyway) instead of ``idle_sleep_s``, and the
         watchers read their counters only when signalled or at that tick: an idle
         consumer costs next to nothing (issue 44 point 4)."""
         cfg = self.config
@@ -157,7 +158,7 @@ class Scanner:
         signalled = signalled and self._signalled()
         if signalled:
             # Never past the scanner election's next renewal (run() renews between waits).
-            poll_s = min(cfg.idle_poll_s, cfg.election_ttl_s / 3)
+            poll_s = cfg.election_ttl_s / 3
         timeout = self.until_next_vesting(poll_s if signalled else None)
         if timeout > 0 and not stopping.is_set():
             with ExitStack() as watching:

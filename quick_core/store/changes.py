@@ -16,10 +16,10 @@ it does not yet, and its long polls rescan at their period.
 Where the store also signals commits (:attr:`CommitWatcher.signalled`: PostgreSQL's
 NOTIFY, the kernel's file-change events on a SQLite file), the watcher sleeps on that
 signal between reads, so its tick is only a safety poll: a local consumer's idle wait
-(``Scanner.idle_wait``) then watches at ``ConsumerConfig.idle_poll_s`` (2 s), and an idle
-worker costs next to nothing (issue 44 point 4). Where it does not, the idle wait
-watches at ``ConsumerConfig.commit_poll_s`` (5 ms): it waits for hours between enqueues,
-where a 1 ms tick would cost several % of a core.
+(``Scanner.idle_wait``) then watches at a third of ``ConsumerConfig.election_ttl_s``
+(1.7 s), and an idle worker costs next to nothing (issue 44 point 4). Where it does
+not, the idle wait watches at ``ConsumerConfig.commit_poll_s`` (5 ms): it waits for
+hours between enqueues, where a 1 ms tick would cost several % of a core.
 
 A read that fails for a while (a PostgreSQL server restarting, its connections
 terminated) does not end the watcher: it is logged once per interval with a count

@@ -11,8 +11,8 @@ each way: today's code fails it by 3x or more, and a worker at the target passes
 moves them little, but it does stretch each wake-up's work).
 
 The pickup bound (1 s) is a behaviour bound, not a benchmark: an idle worker that only
-polled at its safety poll (``idle_poll_s``, 2 s) would miss it half the time or more, so
-it says the store's own signal woke it; the same for a delayed item's start.
+polled at its safety poll (a third of ``election_ttl_s``, 1.7 s) would miss it half the
+time or more, so it says the store's own signal woke it; the same for a delayed item's start.
 bench/idle_cost.py measures the same with figures (docs/performance.md).
 """
 
