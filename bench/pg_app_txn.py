@@ -359,11 +359,13 @@ def one_run(dsn: str, prefix: str, r: int, args: argparse.Namespace, work: Path)
         cases[f"w{_tag(w)}"] = case
     producer: dict[str, Any] = {}
     load = _loadavg()
-    producer["quick"] = single_producer_quick(
-        _url(dsn, f"{prefix}_r{r}_producer"), args.seconds, seed=r
-    )
-    if args.procrastinate:
-        producer["procrastinate"] = single_producer_procrastinate(dsn, args.seconds, work, seed=r)
+    systems = ["quick", "procrastinate"] if args.procrastinate else ["quick"]
+    for name in systems if r % 2 == 0 else systems[::-1]:  # alternating, as the cases
+        if name == "quick":
+            url = _url(dsn, f"{prefix}_r{r}_producer")
+            producer[name] = single_producer_quick(url, args.seconds, seed=r)
+        else:
+            producer[name] = single_producer_procrastinate(dsn, args.seconds, work, seed=r)
     producer["loadavg"] = [load, _loadavg()]
     log(
         f"run {r + 1} single producer: quick {producer['quick']['jobs_s']:.0f} jobs/s"
