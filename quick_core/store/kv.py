@@ -240,7 +240,7 @@ def holds_commit_lock(tr: object) -> bool:
     return getattr(tr, "holds_commit_lock", False) is True
 
 
-def _may_retry_in_place(tr: object, err: KVError) -> bool:
+def may_retry_in_place(tr: object, err: KVError) -> bool:
     """Whether run() may try ``tr`` again after ``err``: yes, unless it writes into an
     application's own transaction that cannot read newer commits (``can_retry_in_place``:
     PostgreSQL's at REPEATABLE READ or SERIALIZABLE)."""
@@ -343,7 +343,7 @@ def run(
             tr.commit()
             return result
         except KVError as err:
-            if holds_commit_lock(tr) or not _may_retry_in_place(tr, err):
+            if holds_commit_lock(tr) or not may_retry_in_place(tr, err):
                 # The application's own transaction (it failed, or its snapshot is too
                 # old): only the application can roll it back and run it again.
                 raise
