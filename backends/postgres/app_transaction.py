@@ -129,7 +129,7 @@ def join(store: PostgresStore, connection: object) -> Joined:
         )
     try:
         if conn not in store.same_database:
-            where = conn.execute(_WHERE).fetchone()
+            where = conn.execute(_WHERE, prepare=False).fetchone()
             if where != store.server_identity(_WHERE):
                 raise OtherDatabase(
                     f"a connection to database {where[0] if where else '?'!r}",
@@ -201,10 +201,10 @@ class AppTransaction(BufferedTransaction):
         joined = self._joined
         try:
             if self._seen is not None:
-                return conn.execute(sql, params)
+                return conn.execute(sql, params, prepare=False)
             with pipeline(conn):
-                info = conn.execute(self._store.sql.application_xact)
-                rows = conn.execute(sql, params)
+                info = conn.execute(self._store.sql.application_xact, prepare=False)
+                rows = conn.execute(sql, params, prepare=False)
             row = info.fetchone()
         except psycopg.Error as err:
             raise translate(err, what, self._store.shown) from err
@@ -286,7 +286,11 @@ class AppTransaction(BufferedTransaction):
         xid = self._joined.xid
         if xid is None:
             try:
-                row = self._checked().execute("SELECT pg_current_xact_id()::text").fetchone()
+                row = (
+                    self._checked()
+                    .execute("SELECT pg_current_xact_id()::text", prepare=False)
+                    .fetchone()
+                )
             except psycopg.Error:
                 return  # best effort, as part two is everywhere
             xid = self._joined.xid = str(row[0]) if row else None
@@ -303,8 +307,8 @@ class AppTransaction(BufferedTransaction):
         if status not in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
             return
         with contextlib.suppress(psycopg.Error):
-            conn.execute(_ROLLBACK_TO)
-            conn.execute(_RELEASE)
+            conn.execute(_ROLLBACK_TO, prepare=False)
+            conn.execute(_RELEASE, prepare=False)
 
     def _random(self) -> float:
         return self._store._random()

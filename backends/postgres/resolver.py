@@ -98,8 +98,8 @@ def apply(
     for _ in range(MOVED_RETRIES):
         with pipeline(conn):
             for statement in begin:
-                conn.execute(statement)
-            cur = conn.execute(sql.snapshot_and_values, (atomic,))
+                conn.execute(statement, prepare=False)
+            cur = conn.execute(sql.snapshot_and_values, (atomic,), prepare=False)
         rows = cur.fetchall()
         since, version = str(rows[0][0]), int(rows[0][1])
         values = {bytes(k): bytes(v) for _, _, k, v in rows if k is not None}
@@ -111,7 +111,7 @@ def apply(
             )  # fmt: skip
         except _Moved:
             for statement in undo:
-                conn.execute(statement)
+                conn.execute(statement, prepare=False)
             begin = again
     raise KVError(NOT_COMMITTED, "other commits kept writing this commit's atomic keys")
 
@@ -165,13 +165,13 @@ def _send(
     try:
         with pipeline(conn), conn.cursor() as cur:
             for statement in begin:
-                cur.execute(statement)
+                cur.execute(statement, prepare=False)
             if request.wakes_watchers and end_commits:
-                resolved = conn.execute(sql.commit_waking, (*args, *sql.notify_args))
+                resolved = conn.execute(sql.commit_waking, (*args, *sql.notify_args), prepare=False)
             else:
-                resolved = conn.execute(sql.commit, args)
+                resolved = conn.execute(sql.commit, args, prepare=False)
             for statement in end:
-                cur.execute(statement)
+                cur.execute(statement, prepare=False)
     except psycopg.Error as err:
         state = getattr(err, "sqlstate", None)
         if state == CONFLICT_STATE:
@@ -190,4 +190,4 @@ def _send(
 def prune(conn: Connection, sql: Statements, seen_before: str) -> None:
     """Delete the log rows of commits that ``seen_before``, a snapshot taken more than
     6 s ago, saw: every transaction still able to commit read after it (5 s lifetime)."""
-    conn.execute(sql.prune_log, (seen_before, seen_before))
+    conn.execute(sql.prune_log, (seen_before, seen_before), prepare=False)

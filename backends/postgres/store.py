@@ -203,10 +203,10 @@ class PostgresStore:
         """``postgresql://user:password@host:port/database?schema=quick``.
 
         Options: ``schema`` (default ``quick``), ``lock_timeout_ms`` (how long a commit
-        waits for the one before it, default 10000), run()'s bounds ``retry_limit`` and
-        ``timeout_ms``; the rest go to libpq. With ``create=False`` the schema must
-        already be a quick store and nothing is written while opening but the migration of
-        an older layout.
+        waits for another holding the locks of keys it touches, default 10000), run()'s
+        bounds ``retry_limit`` and ``timeout_ms``; the rest go to libpq. With
+        ``create=False`` the schema must already be a quick store and nothing is written
+        while opening but the migration of an older layout.
         """
         try:
             parts = urlsplit(url)
@@ -386,7 +386,9 @@ class PostgresStore:
                 raise HeldByOwnTransaction(self.shown)  # its locks last until the ROLLBACK
             if status == psycopg.pq.TransactionStatus.INTRANS:
                 try:
-                    row = conn.execute("SELECT pg_current_xact_id_if_assigned()::text")
+                    row = conn.execute(
+                        "SELECT pg_current_xact_id_if_assigned()::text", prepare=False
+                    )
                     current = row.fetchone()
                 except psycopg.Error:
                     current = None
