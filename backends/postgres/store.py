@@ -84,6 +84,9 @@ _POOL_SIZE = 16
 DATA_VERSION_TICK_S = 0.005
 DEFAULT_SCHEMA = "quick"
 _SCHEMES = ("postgresql", "postgres")
+# The ``listen`` URL option: LISTEN for commit notifications when they are heard (auto),
+# or never (off: behind PgBouncer in transaction pooling mode LISTEN cannot work).
+_LISTEN = {"auto": True, "off": False}
 # libpq's wait for a server's answer when connecting, unless the caller has less time.
 CONNECT_TIMEOUT_S = 10
 # Taken while a schema is created or migrated, so processes opening one store at once
@@ -138,6 +141,7 @@ class PostgresStore:
         retry_limit: int | None = None,
         timeout_ms: int | None = None,
         create: bool = True,
+        listen: bool = True,
     ) -> None:
         wrong = check_schema_name(schema)
         if wrong is not None:
@@ -188,7 +192,9 @@ class PostgresStore:
         self.foreign = ForeignCommits()
         self._watch_lock = threading.Lock()
         self.data_version_tick_s = DATA_VERSION_TICK_S
-        self._notifications = CommitNotifications(self._connect, schema, self.sender)
+        self._notifications = CommitNotifications(
+            self._connect, schema, self.sender, listen=listen
+        )
         # The snapshot the commit counter last looked with (data_version).
         self._watched: str | None = None
         # What runs once an application's transaction has committed (part two of its
@@ -204,7 +210,9 @@ class PostgresStore:
 
         Options: ``schema`` (default ``quick``), ``lock_timeout_ms`` (how long a commit
         waits for another holding the locks of keys it touches, default 10000), run()'s
-        bounds ``retry_limit`` and ``timeout_ms``; the rest go to libpq. With
+        bounds ``retry_limit`` and ``timeout_ms``, ``listen`` (``auto``, the default:
+        LISTEN for commit notifications if they are heard; ``off``: never, poll, as behind
+        PgBouncer in transaction pooling mode); the rest go to libpq. With
         ``create=False`` the schema must already be a quick store and nothing is written
         while opening but the migration of an older layout.
         """
@@ -227,6 +235,10 @@ class PostgresStore:
                     raise InvalidStoreURL(url, reason) from err
             elif option in RETRY_OPTIONS:
                 options[option] = parse_retry_option(url, option, raw)
+            elif option == "listen":
+                if raw not in _LISTEN:
+                    raise InvalidStoreURL(url, f"listen={raw!r}: expected auto or off")
+                options["listen"] = _LISTEN[raw]
             else:
                 libpq.append((option, raw))
         conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(libpq), ""))
@@ -441,6 +453,13 @@ class PostgresStore:
         """The listening connections for commit notifications this store object made: one
         more after each reconnect (the last one terminated, the server restarted)."""
         return self._notifications.connects
+
+    @property
+    def commits_signalled(self) -> bool:
+        """Whether :meth:`wait_for_commits` returns on a commit now (a listening
+        connection that hears notifications is up), not only after its timeout: else
+        the commit watcher polls (``listen=off``, behind PgBouncer, reconnecting)."""
+        return self._notifications.signalled
 
     def wait_for_commits(self, timeout_s: float) -> None:
         """Return when a commit to this schema (anyone's, this store's too) was notified

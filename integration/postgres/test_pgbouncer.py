@@ -129,21 +129,27 @@ def test_an_idle_consumer_hears_of_enqueues_by_polling_and_says_so_once(
     def j(payload: Any, ctx: JobContext) -> None:
         ran.append(ctx.item_id)
 
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if POLLING in r.getMessage()]
+
     consumer = q.consumer(ConsumerConfig(idle_sleep_s=HOUR, election_ttl_s=ELECTION_TTL_S))
     consumer.start()
     try:
-        for n in range(4):
+        for n in range(6):
             item = other.enqueue("j", b"", app="a", tenant=f"t{n}")
             assert wait_for(lambda item=item: item in ran, timeout=30), (
                 f"enqueue {n} from another store object not picked up by an idle consumer"
                 " behind PgBouncer: it waits for a NOTIFY that never comes"
             )
+            if n == 2:
+                # The listening connection's probe heard nothing: it says so, once.
+                assert wait_for(lambda: bool(said()), timeout=30), "never said it polls"
     finally:
         consumer.stop()
         q.close()
         other.close()
-    said = [r.getMessage() for r in caplog.records if POLLING in r.getMessage()]
-    assert len(said) == 1, said
+    assert len(said()) == 1, said()
+    assert q.kv.listens == 1  # type: ignore[attr-defined]  # tried once, never again
 
 
 def test_listen_off_never_listens_and_the_consumer_polls(
