@@ -192,9 +192,7 @@ class PostgresStore:
         self.foreign = ForeignCommits()
         self._watch_lock = threading.Lock()
         self.data_version_tick_s = DATA_VERSION_TICK_S
-        self._notifications = CommitNotifications(
-            self._connect, schema, self.sender, listen=listen
-        )
+        self._notifications = CommitNotifications(self._connect, schema, self.sender, listen=listen)
         # The snapshot the commit counter last looked with (data_version).
         self._watched: str | None = None
         # What runs once an application's transaction has committed (part two of its

@@ -89,7 +89,7 @@ def test_producers_in_threads_and_run_until_idle_lose_nothing_and_run_nothing_tw
                 ids += q.enqueue_many("j", [{"m": i} for i in range(10)], app="a", tenant=f"m{n}")
             with lock:
                 enqueued.extend(ids)
-        except BaseException as err:  # noqa: BLE001 -- reported by the test thread
+        except BaseException as err:  # reported by the test thread
             failures.append(err)
 
     threads = [threading.Thread(target=produce, args=(n,)) for n in range(4)]
@@ -270,8 +270,9 @@ def test_quick_worker_processes_and_producer_processes_through_pgbouncer(
         producers = [
             subprocess.Popen(
                 [sys.executable, "-c", PRODUCER, url, f"p{n}", str(tmp_path / f"ids{n}.txt")],
-                cwd=tmp_path, env=env,
-            )  # fmt: skip
+                cwd=tmp_path,
+                env=env,
+            )
             for n in range(3)
         ]
         for p in producers:
@@ -291,9 +292,7 @@ def test_quick_worker_processes_and_producer_processes_through_pgbouncer(
         with Quick.open(url) as q:
 
             def tx_counts(tr: KVTransaction) -> dict[str, int]:
-                return {
-                    i: unpack_i64(v) if (v := tr.get(b"ran/" + i.encode())) else 0 for i in tx
-                }
+                return {i: unpack_i64(v) if (v := tr.get(b"ran/" + i.encode())) else 0 for i in tx}
 
             def done() -> bool:
                 return set(alo_ran()) >= alo and 0 not in run(q.kv, tx_counts).values()
