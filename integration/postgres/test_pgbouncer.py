@@ -324,16 +324,19 @@ def test_enqueue_on_a_connection_with_psycopgs_default_prepare_threshold(
 
     url = through(bouncer)
     app_url = urlunsplit(urlsplit(url)._replace(query=""))
-    with Quick.open(url) as q, psycopg.connect(app_url) as conn:
-        with psycopg.connect(app_url, autocommit=True, prepare_threshold=None) as other:
-            for n in range(12):
-                with conn.transaction():
-                    q.enqueue_on(conn, "j", {"n": n}, app="a", tenant="t")
-                # Another client holds the server session conn's transaction just ran on
-                # (PgBouncer lends the last one returned), so conn's next transaction runs
-                # on another session, as under any load.
-                other.execute("BEGIN")
-                other.execute("SELECT 1")
-                with conn.transaction():
-                    q.enqueue_on(conn, "j", {"n": n}, app="a", tenant="u")
-                other.execute("COMMIT")
+    with (
+        Quick.open(url) as q,
+        psycopg.connect(app_url) as conn,
+        psycopg.connect(app_url, autocommit=True, prepare_threshold=None) as other,
+    ):
+        for n in range(12):
+            with conn.transaction():
+                q.enqueue_on(conn, "j", {"n": n}, app="a", tenant="t")
+            # Another client holds the server session conn's transaction just ran on
+            # (PgBouncer lends the last one returned), so conn's next transaction runs
+            # on another session, as under any load.
+            other.execute("BEGIN")
+            other.execute("SELECT 1")
+            with conn.transaction():
+                q.enqueue_on(conn, "j", {"n": n}, app="a", tenant="u")
+            other.execute("COMMIT")
