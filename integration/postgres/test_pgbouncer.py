@@ -340,3 +340,43 @@ def test_enqueue_on_a_connection_with_psycopgs_default_prepare_threshold(
             with conn.transaction():
                 q.enqueue_on(conn, "j", {"n": n}, app="a", tenant="u")
             other.execute("COMMIT")
+
+
+STARTS_A_BOUNCER = textwrap.dedent(
+    """
+    import sys, time
+    from quickzones.testing.provision.pgbouncer import LocalPgBouncer
+
+    # No server behind it: PgBouncer connects to one only when a client comes.
+    bouncer = LocalPgBouncer("postgresql://postgres@127.0.0.1:9/postgres").start()
+    print(bouncer.pid, flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_pgbouncer_dies_with_a_test_run_that_is_killed(bouncer: LocalPgBouncer) -> None:
+    # A test run killed (kill -9, a CI timeout) runs no cleanup: the kernel's parent-death
+    # signal must end the PgBouncer it started, as it ends the PostgreSQL and Redis.
+    run = subprocess.Popen(
+        [sys.executable, "-c", STARTS_A_BOUNCER], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert run.stdout is not None
+        pid = int(run.stdout.readline())
+        assert os.path.exists(f"/proc/{pid}")
+    finally:
+        run.kill()
+        run.wait(timeout=30)
+
+    def gone() -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie: dead
+        except OSError:
+            return True
+
+    lingered = not wait_for(gone, timeout=30)
+    if lingered:
+        os.kill(pid, 9)
+    assert not lingered, f"pgbouncer {pid} outlived the killed process that started it"

@@ -18,20 +18,21 @@ import os
 import pwd
 import socket
 import struct
+import subprocess
 from collections.abc import Iterator
 from urllib.parse import unquote, urlsplit
 
 from quickzones.testing.provision.errors import ServiceUnavailable
 from quickzones.testing.provision.ports import HOST
 from quickzones.testing.provision.postgres import postgres_required, shared_postgres_url
-from quickzones.testing.provision.process import Service, find_binary
+from quickzones.testing.provision.process import Service, die_with_parent, find_binary
 
 NO_PGBOUNCER = "no pgbouncer: install Debian's pgbouncer (apt-get install pgbouncer)"
 # Server connections per (user, database): enough for a few processes' pools (each store
 # object keeps up to 16 connections, most of them idle between transactions), well under
 # the test server's max_connections.
 POOL_SIZE = 40
-# PgBouncer refuses to run as root; a root test run has it switch to this user.
+# PgBouncer refuses to run as root; a root test run starts it as this user.
 _RUN_AS = "postgres"
 # The SSLRequest message: PgBouncer without TLS answers it with one byte, "N".
 _SSL_REQUEST = struct.pack("!ii", 8, 80877103)
@@ -66,6 +67,25 @@ class LocalPgBouncer(Service):
         self._write_config()
         return [self.binary, str(self.workdir / "pgbouncer.ini")]
 
+    def start(self) -> LocalPgBouncer:
+        """Start it (as :data:`_RUN_AS` when this process is root) and wait until it
+        answers. Not through PgBouncer's own ``user =``: the kernel forgets a process's
+        parent-death signal when it changes user, and a PgBouncer that switched after
+        exec outlived a killed test run; switched before exec, it dies with it."""
+        if self.running():
+            return self
+        with open(self._log, "ab") as out:
+            self._proc = subprocess.Popen(
+                self.argv(),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                preexec_fn=_as_server_user,
+            )
+        self._wait_ready()
+        return self
+
     def ping(self, sock: socket.socket) -> bool:
         sock.sendall(_SSL_REQUEST)
         return sock.recv(1) in (b"N", b"S")
@@ -95,8 +115,6 @@ class LocalPgBouncer(Service):
             "ignore_startup_parameters = extra_float_digits,options",
         ]
         runas = _run_as()
-        if runas is not None:
-            lines.append(f"user = {runas[0]}")
         (self.workdir / "pgbouncer.ini").write_text("\n".join(lines) + "\n")
         (self.workdir / "userlist.txt").write_text(f'"{self.user}" ""\n')
         if runas is not None:
@@ -104,8 +122,18 @@ class LocalPgBouncer(Service):
                 os.chown(path, runas[1], runas[2])
 
 
+def _as_server_user() -> None:
+    """A ``preexec_fn``: become :data:`_RUN_AS` when root, then die with the parent (after
+    the switch, which clears the parent-death signal)."""
+    runas = _run_as()
+    if runas is not None:
+        os.setgid(runas[2])
+        os.setuid(runas[1])
+    die_with_parent()
+
+
 def _run_as() -> tuple[str, int, int] | None:
-    """(name, uid, gid) for PgBouncer's ``user =`` when this process is root, else None."""
+    """(name, uid, gid) PgBouncer runs as when this process is root, else None."""
     if os.getuid() != 0:
         return None
     try:
