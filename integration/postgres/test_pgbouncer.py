@@ -31,7 +31,7 @@ from quickzones.client import Quick
 from quickzones.consumer import ConsumerConfig
 from quickzones.errors import InvalidStoreURL
 from quickzones.registry import JobContext
-from quickzones.store.kv import KVError, KVTransaction, run, unpack_i64
+from quickzones.store.kv import KVTransaction, run, unpack_i64
 from quickzones.testing.provision.errors import ServiceUnavailable
 from quickzones.testing.provision.pgbouncer import LocalPgBouncer, pgbouncer_skip_reason
 from quickzones.testing.provision.postgres import postgres_skip_reason, shared_postgres_url
@@ -308,22 +308,18 @@ def test_quick_worker_processes_and_producer_processes_through_pgbouncer(
     assert text.count(POLLING) <= 2, text[-3000:]  # once per consumer process at most
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=KVError,
-    reason="quick's statements on the application's connection (backends/postgres/"
-    "app_transaction.py) are prepared by psycopg after 5 executions (prepare_threshold), on "
-    "one server session; PgBouncer before 1.21 (Debian 12 has 1.18) runs the next "
-    "transaction on another: 'prepared statement \"_pg3_0\" does not exist'. Until quick "
-    "executes them with prepare=False, the application sets prepare_threshold=None",
-)
 def test_enqueue_on_a_connection_with_psycopgs_default_prepare_threshold(
     bouncer: LocalPgBouncer,
 ) -> None:
+    # quick's statements on the application's connection were prepared by psycopg after
+    # 5 executions (prepare_threshold) on one server session; PgBouncer before 1.21
+    # (Debian 12 has 1.18) ran the next transaction on another: KVError "prepared
+    # statement "_pg3_0" does not exist" (main 9038ee5 executes them with prepare=False).
     import psycopg
 
     url = through(bouncer)
     app_url = urlunsplit(urlsplit(url)._replace(query=""))
+    ids: list[str] = []
     with (
         Quick.open(url) as q,
         psycopg.connect(app_url) as conn,
@@ -331,15 +327,19 @@ def test_enqueue_on_a_connection_with_psycopgs_default_prepare_threshold(
     ):
         for n in range(12):
             with conn.transaction():
-                q.enqueue_on(conn, "j", {"n": n}, app="a", tenant="t")
+                ids.append(q.enqueue_on(conn, "j", {"n": n}, app="a", tenant="t"))
             # Another client holds the server session conn's transaction just ran on
             # (PgBouncer lends the last one returned), so conn's next transaction runs
             # on another session, as under any load.
             other.execute("BEGIN")
             other.execute("SELECT 1")
             with conn.transaction():
-                q.enqueue_on(conn, "j", {"n": n}, app="a", tenant="u")
+                ids.append(q.enqueue_on(conn, "j", {"n": n}, app="a", tenant="u"))
             other.execute("COMMIT")
+        ran: list[str] = []
+        q.job("j")(lambda payload, ctx: ran.append(ctx.item_id))
+        q.run_until_idle()
+        assert sorted(ran) == sorted(ids)
 
 
 STARTS_A_BOUNCER = textwrap.dedent(
