@@ -284,7 +284,8 @@ def watcher_for(kv: object) -> CommitWatcher | None:
 
 def _signalled(kv: object) -> Callable[[], bool]:
     """Whether ``kv`` signals commits now: its ``commits_signalled`` (SQLite: a file
-    signal could be opened), True where it has a waiter and no such flag (PostgreSQL)."""
+    signal could be opened; PostgreSQL: a listening connection hears NOTIFYs, not behind
+    PgBouncer's transaction pooling), True where it has a waiter and no such flag."""
     ref = weakref.ref(kv)
 
     def signalled() -> bool:
