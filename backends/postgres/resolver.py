@@ -161,6 +161,7 @@ def _send(
         *(snapshot, n(rb), n(re_), space, n(lock_ids), n(exclusive), since, n(atomic), n(ae)),
         *(n(wb), n(we), version, at),
         *(n(cb), n(ce), n(sk), n(sv), n(writes.deletes), n(list(adds)), n(list(adds.values()))),
+        sql.lock_timeout,
     )
     try:
         with pipeline(conn), conn.cursor() as cur:

@@ -82,8 +82,11 @@ class Statements:
     """Every statement the backend runs, qualified by its schema (each text built once,
     on first use: they are on every transaction's path)."""
 
-    def __init__(self, schema: str, sender: str = "") -> None:
+    def __init__(self, schema: str, sender: str = "", lock_timeout_ms: int = 10_000) -> None:
         self.schema = schema
+        # What a commit waits at most for another's locks (quick_commit3 sets it for
+        # itself: a session's setting does not follow it through PgBouncer).
+        self.lock_timeout = f"{int(lock_timeout_ms)}ms"
         # Who commits (a store object's token): the payload of its commits' NOTIFY, so
         # its own listener passes over them (backends/postgres/notifications.py).
         self.sender = sender
@@ -173,13 +176,18 @@ class Statements:
                 """CREATE OR REPLACE FUNCTION {commit3}(p_snap pg_snapshot, p_rb bytea[],
     p_re bytea[], p_space int, p_locks int[], p_x bool[], p_since pg_snapshot, p_ab bytea[],
     p_ae bytea[], p_wb bytea[], p_we bytea[], p_version bigint, p_at bigint, p_cb bytea[],
-    p_ce bytea[], p_sk bytea[], p_sv bytea[], p_dk bytea[], p_ak bytea[], p_av bytea[])
-    RETURNS bigint LANGUAGE plpgsql""",
+    p_ce bytea[], p_sk bytea[], p_sv bytea[], p_dk bytea[], p_ak bytea[], p_av bytea[],
+    p_lock_timeout text) RETURNS bigint LANGUAGE plpgsql""",
                 f"""
 DECLARE
     committed bigint;
     me xid8 := pg_current_xact_id();
+    was text := current_setting('lock_timeout');
 BEGIN
+    -- The store's lock_timeout for this commit's waits only, whatever server session
+    -- runs it (behind PgBouncer a session setting lands on any) and whatever the
+    -- application's transaction it may run in has set.
+    PERFORM set_config('lock_timeout', p_lock_timeout, true);
     FOR i IN 1 .. coalesce(cardinality(p_locks), 0) LOOP
         IF p_x[i] THEN
             PERFORM pg_advisory_xact_lock(p_space, p_locks[i]);
@@ -211,6 +219,7 @@ BEGIN
         INSERT INTO {{kv}} AS t (key, value) SELECT * FROM unnest(p_ak, p_av)
             ON CONFLICT (key) DO UPDATE SET value = {{add}}(t.value, excluded.value);
     END IF;
+    PERFORM set_config('lock_timeout', was, true);
     RETURN committed;
 END """,
             ),
@@ -368,7 +377,7 @@ END """,
             "%s::pg_snapshot, %b, %b, %s::int, %s::int[], %s::bool[], %s::pg_snapshot, %b, %b,"
             " %b, %b, %s::bigint, %s::bigint"
         )
-        return self._q(f"SELECT {{commit3}}({marks}, %b, %b, %b, %b, %b, %b, %b)")
+        return self._q(f"SELECT {{commit3}}({marks}, %b, %b, %b, %b, %b, %b, %b, %s)")
 
     @functools.cached_property
     def commit_waking(self) -> str:

@@ -166,7 +166,7 @@ class PostgresStore:
         self.unreachable_detail = ""  # what the last failed connection said
         # This object's commits' NOTIFY payload: its own listener passes over them.
         self.sender = os.urandom(8).hex()
-        self.sql = Statements(schema, self.sender)
+        self.sql = Statements(schema, self.sender, lock_timeout_ms)
         self.lock_space = lock_space(schema)
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.lock_timeout_ms = lock_timeout_ms
