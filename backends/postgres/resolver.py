@@ -16,7 +16,11 @@ trip, or two with versionstamps or atomic operations other than adds.
 
 Commit versions come from a sequence, taken under the commit's locks: two commits that
 touch the same keys get them in commit order, as FoundationDB's versions are; commits that
-share no key are not ordered by anything a transaction can observe.
+share no key are not ordered by anything a transaction can observe. A commit with a
+versionstamp takes its version before its locks (the stamp is in its writes): a commit
+that starts after another ended gets a later stamp, but two FIFO enqueues into one zone at
+the same moment may commit in the other order than their stamps (FoundationDB orders
+them by commit).
 """
 
 from __future__ import annotations
