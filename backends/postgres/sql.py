@@ -149,11 +149,16 @@ class Statements:
     @functools.cached_property
     def layout_3(self) -> tuple[str, ...]:
         """quick_log and the functions of layout 3 (created, or added by the migration)."""
+        # The rows of the commits a snapshot did not see: those of transactions at or
+        # past its xmax, and those of the ones it saw running; two index scans (on xid),
+        # never a scan of the whole log.
         unseen = (
-            "EXISTS (SELECT 1 FROM {{log}} c, unnest(c.begins, c.ends) w(b, e),"
-            " unnest({b}, {e}) r(b, e) WHERE (c.xid >= pg_snapshot_xmax({snap})"
-            " OR c.xid IN (SELECT pg_snapshot_xip({snap}))) AND c.xid <> me"
-            " AND w.b < r.e AND r.b < w.e)"
+            "EXISTS (SELECT 1 FROM (SELECT begins, ends FROM {{log}}"
+            " WHERE xid >= pg_snapshot_xmax({snap}) AND xid <> me UNION ALL"
+            " SELECT begins, ends FROM {{log}} WHERE xid = ANY(ARRAY("
+            "SELECT pg_snapshot_xip({snap}))) AND xid <> me) c,"
+            " unnest(c.begins, c.ends) w(b, e), unnest({b}, {e}) r(b, e)"
+            " WHERE w.b < r.e AND r.b < w.e)"
         )
         reads = unseen.format(b="p_rb", e="p_re", snap="p_snap")
         moved = unseen.format(b="p_ab", e="p_ae", snap="p_since")
@@ -320,8 +325,8 @@ END """,
         # and this statement's snapshot (the commit counter, PostgresStore.data_version).
         return self._q(
             "SELECT pg_current_snapshot()::text, array(SELECT id FROM {log}"
-            " WHERE xid >= pg_snapshot_xmax(%s::pg_snapshot)"
-            " OR xid IN (SELECT pg_snapshot_xip(%s::pg_snapshot)))"
+            " WHERE xid >= pg_snapshot_xmax(%s::pg_snapshot) UNION ALL SELECT id FROM {log}"
+            " WHERE xid = ANY(ARRAY(SELECT pg_snapshot_xip(%s::pg_snapshot))))"
         )
 
     @functools.cached_property
