@@ -67,6 +67,7 @@ PRODUCER = textwrap.dedent(
             say("ack", tag, item, f"{time.monotonic() - began:.3f}", f"{time.time():.3f}")
         except Exception as err:  # the fault's doing: log it and go on
             say("raised", tag, item, type(err).__name__, f"{time.monotonic() - began:.3f}")
+            print(f"{tag}: {err!r}"[:400], file=sys.stderr)
             if conn is not None:
                 try:
                     conn.close()
@@ -231,6 +232,7 @@ class Tally:
     rows: set[str] = field(default_factory=set)  # the app producers' committed rows
     app_tags: set[str] = field(default_factory=set)  # tags the app producers tried
     runs: int = 0  # handler runs, committed or not
+    slowest: float = 0.0  # the longest acknowledged call, seconds
 
     @classmethod
     def read(cls, load: Load, q: Quick, db: str) -> Tally:
@@ -238,6 +240,7 @@ class Tally:
         for words in load.lines():
             if words[0] == "ack":
                 t.acked[words[1]] = words[2]
+                t.slowest = max(t.slowest, float(words[3]))
             elif words[0] == "raised":
                 t.raised[words[1]] = words[2]
                 t.errors[words[3]] += 1
@@ -268,6 +271,10 @@ class Tally:
         """Effects of no enqueue any producer made (neither acknowledged nor raised)."""
         return set(self.by_tag) - set(self.acked) - set(self.raised)
 
+    def landed(self) -> set[str]:
+        """Calls that raised and committed all the same (a COMMIT whose answer was lost)."""
+        return set(self.raised) & set(self.by_tag)
+
     def split(self) -> tuple[set[str], set[str]]:
         """The app producers' rows without an effect, and effects without a row: the row
         and the item commit together or not at all."""
@@ -278,9 +285,10 @@ class Tally:
         return (
             f"{len(self.acked)} acked ({len(self.app_tags & set(self.acked))} through"
             f" enqueue_on), "
-            f"{len(self.raised)} raised {dict(self.errors)}, {len(self.by_id)} effects, "
-            f"{self.runs} handler runs, lost {len(self.lost())}, doubled {len(self.doubled())}, "
-            f"{took:.1f} s"
+            f"slowest {self.slowest:.1f} s; {len(self.raised)} raised {dict(self.errors)}, of"
+            f" which {len(self.landed())} committed all the same; {len(self.by_id)} effects,"
+            f" {self.runs} handler runs; lost {len(self.lost())}, doubled"
+            f" {len(self.doubled())}; {took:.1f} s"
         )
 
 
