@@ -121,13 +121,13 @@ class Load:
         (folder / "handlers.py").write_text(HANDLERS.format(url=url, runs=str(self.runs)))
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("QUICK_STORE", None)
-        self.workers = [self._worker(n, env) for n in range(workers)]
+        worker = [str(QUICK), "worker", "--app-module", "handlers", "--workers", "4",
+                  "--managers", "2", "--lease", "2", "--shutdown-deadline", "2"]  # fmt: skip
+        self.workers = [self._spawn(f"worker-{n}", worker, env) for n in range(workers)]
+        env = {**env, "PYTHONPATH": os.getcwd()}
         self.producers = {
-            name: subprocess.Popen(
-                self._producer_argv(url, db, mode, name, table, pace_s),
-                env={**env, "PYTHONPATH": os.getcwd()},
-                stdout=subprocess.DEVNULL,
-                stderr=self._out(f"producer-{name}"),
+            name: self._spawn(
+                f"producer-{name}", self._producer_argv(url, db, mode, name, table, pace_s), env
             )
             for name, mode in producers.items()
         }
@@ -140,22 +140,18 @@ class Load:
         limits = [str(MAX_ENQUEUES), str(pace_s), str(TENANTS)]
         return [sys.executable, "-c", PRODUCER, url, db, mode, name, log, stop, table, *limits]
 
-    def _out(self, name: str) -> int:
-        return os.open(self.folder / f"{name}.out", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """``argv`` in the load's folder, its output in ``<name>.out``."""
+        out = os.open(self.folder / f"{name}.out", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            return subprocess.Popen(
+                argv, cwd=self.folder, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+        finally:
+            os.close(out)
 
     def _log(self, name: str) -> Path:
         return self.folder / f"acks-{name}"
-
-    def _worker(self, n: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
-        out = self._out(f"worker-{n}")
-        try:
-            return subprocess.Popen(
-                [str(QUICK), "worker", "--app-module", "handlers", "--workers", "4",
-                 "--managers", "2", "--lease", "2", "--shutdown-deadline", "2"],
-                cwd=self.folder, env=env, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-        finally:
-            os.close(out)
 
     def lines(self) -> list[list[str]]:
         """Every producer's log lines, split into words."""
