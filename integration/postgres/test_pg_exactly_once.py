@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from integration.postgres.load import Load, Tally, drained
+from integration.postgres.reply_cutter import ReplyCutter
 from integration.postgres.test_postgres_faults import _drop_connections, server
 from quickzones.client import Quick
 from quickzones.testing.provision.postgres import LocalPostgres
@@ -40,6 +41,10 @@ PROGRESS = 30
 DOWN_S = 1.5
 PAUSED_S = 3.0
 TERMINATIONS = 3
+# Answers lost: each chunk the server sends is dropped, with its connection, with this
+# chance, for this long.
+CUT_P = 0.02
+CUTTING_S = 3.0
 # Two producers calling Quick.enqueue, two calling Quick.enqueue_on in their own transaction.
 PRODUCERS = {"p0": "plain", "p1": "app", "p2": "plain", "p3": "app"}
 
@@ -94,16 +99,50 @@ FAULTS: dict[str, Callable[[LocalPostgres, Load], None]] = {
 def test_every_acknowledged_enqueue_runs_exactly_once(
     tmp_path: Path, server: LocalPostgres, fault: str
 ) -> None:
-    url, db = f"{server.url}?schema=fx", server.url
+    _exactly_once(tmp_path, server, fault, lambda load: FAULTS[fault](server, load))
+
+
+def test_every_acknowledged_enqueue_runs_exactly_once_when_answers_are_lost(
+    tmp_path: Path, server: LocalPostgres
+) -> None:
+    """Connections cut after the server acted and before its answer arrived, a COMMIT's
+    included: the clients retry what may have committed (commit_unknown_result)."""
+    cutter = ReplyCutter(server.port)
+    try:
+
+        def cut(load: Load) -> None:
+            with cutter.cutting(CUT_P):
+                time.sleep(CUTTING_S)  # the fault's length
+
+        _exactly_once(tmp_path, server, "answers_lost", cut, via=cutter.port)
+    finally:
+        cutter.close()
+    print(f"answers_lost: {cutter.cut} connections cut")
+    assert cutter.cut >= 10, f"only {cutter.cut} connections cut: the fault hardly happened"
+
+
+def _exactly_once(
+    tmp_path: Path,
+    server: LocalPostgres,
+    name: str,
+    fault: Callable[[Load], None],
+    via: int | None = None,
+) -> None:
+    """Run the load, inject ``fault`` once it is going, check the books. The load's
+    processes reach the server through port ``via`` (a proxy) when given; the test's own
+    reads go straight to it."""
+    db = server.url
+    url = f"{db}?schema=fx"
+    through = db.replace(f":{server.port}/", f":{via}/") if via else db
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {TABLE} (tag text PRIMARY KEY)")
     q = Quick.open(url)  # the schema exists before the processes start
     started = time.monotonic()
-    load = Load(tmp_path, url, db, TABLE, PRODUCERS, workers=2)
+    load = Load(tmp_path, f"{through}?schema=fx", through, TABLE, PRODUCERS, workers=2)
     try:
         assert wait_for(load.ready, 60), f"the load never got going:\n{load.worker_output()}"
         _progress(load, PROGRESS)
-        FAULTS[fault](server, load)
+        fault(load)
         _progress(load, PROGRESS)
         load.stop_producers()
         finished = load.finished()
@@ -115,7 +154,7 @@ def test_every_acknowledged_enqueue_runs_exactly_once(
     dead = q.dead_letters()
     q.close()
     took = time.monotonic() - started
-    print(f"{fault}: {tally.figures(took)}")
+    print(f"{name}: {tally.figures(took)}")
     assert alive, f"a worker exited:\n{load.worker_output()}"
     assert finished, "a producer did not run to its end (see its producer-*.out)"
     assert not dead, f"dead-lettered: {[(d.item_id, d.reason) for d in dead]}"
