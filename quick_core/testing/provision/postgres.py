@@ -90,6 +90,7 @@ class LocalPostgres:
         if self._user is not None:
             os.chown(self.workdir, *self._user)
         self._proc: subprocess.Popen[bytes] | None = None
+        self._paused: list[int] = []
 
     @property
     def url(self) -> str:
@@ -154,6 +155,25 @@ class LocalPostgres:
     def stop(self) -> None:
         self._signal(signal.SIGTERM)
 
+    def pause(self, *, backends: bool = False) -> None:
+        """SIGSTOP the postmaster: connections made meanwhile wait (it accepts, never
+        answers) while the backends already serving keep working. With ``backends``,
+        every server process too (a hung server: open connections stall as well)."""
+        if self._proc is None or self._proc.poll() is not None:
+            raise RuntimeError("the server is not running")
+        pids = [self._proc.pid, *(_children(self._proc.pid) if backends else [])]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):  # a backend that just ended
+                os.kill(pid, signal.SIGSTOP)
+        self._paused = pids
+
+    def resume(self) -> None:
+        """SIGCONT what :meth:`pause` stopped."""
+        pids, self._paused = self._paused, []
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
     def _signal(self, sig: signal.Signals) -> None:
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
@@ -166,6 +186,7 @@ class LocalPostgres:
             proc.wait()
 
     def close(self) -> None:
+        self.resume()  # a paused server would not hear the stop
         self.stop_immediate()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -174,6 +195,21 @@ class LocalPostgres:
             return "\n".join(self._log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (the server's backends and helpers), from
+    /proc (Linux; none elsewhere)."""
+    found = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            # "pid (comm) state ppid ...": comm may hold spaces, so split after its ")".
+            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended meanwhile
+        if int(fields[1]) == pid:
+            found.append(int(Path(stat).parent.name))
+    return found
 
 
 def postgres_source() -> str | None:
