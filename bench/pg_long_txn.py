@@ -21,8 +21,9 @@ producer's call to enqueue), and per quick table ``n_dead_tup``, ``n_live_tup``,
 ``pg_total_relation_size`` and its indexes' size (``pg_stat_user_tables``). Before the
 hold, in it and after the cool-down, ``EXPLAIN (ANALYZE, BUFFERS)`` of the reads on a
 pickup's path: a snapshot's read of the version (``quick_meta``), the scanner's range read
-of vested pointers, a zone peek of a small tenant and of the noisy one, and the commit
-watcher's read of newer commit versions (``quick_conflicts``). At the end: whether each
+of vested pointers, a zone peek of a small tenant and of the noisy one, the point reads of
+the noisy zone's pointer record and count (rewritten by each of its visits), and the
+commit watcher's read of newer commit versions (``quick_conflicts``). At the end: whether each
 table was autovacuumed after the commit and its dead rows came back to their level
 before the hold, and whether pickups did.
 
@@ -218,7 +219,8 @@ class Records:
 class Probe:
     """The statements of a pickup's path, as the backend sends them (``backends/postgres/
     sql.py``: ``version``, ``range`` with its LIMIT, ``versions_after``), with the key
-    ranges the scanner and a zone peek read now."""
+    ranges the scanner and a zone peek read now, and the point reads of the noisy zone's
+    hottest keys."""
 
     schema: str
     url: str
@@ -265,6 +267,14 @@ class Probe:
 
         sb, se = zone(self.small_zone)
         nb, ne = zone(NOISY)
+        noisy = ZoneId(APP, NOISY)
+        get = text("SELECT value FROM {kv} WHERE key = %s", kv=kv)
+        pointer = q.toplevel.get_pointer(noisy)
+        pointer_key = (
+            q.keys.pointer_key(q.toplevel.cluster, q.toplevel.shard_for(noisy), pointer.pointer_id)
+            if pointer is not None
+            else b""
+        )
         return {
             "read version (quick_meta)": (
                 text("SELECT version FROM {meta} WHERE id = 0", meta=meta),
@@ -273,6 +283,10 @@ class Probe:
             "scanner: vested pointers (kv)": (rng, (begin, end, cfg.peek_max + 1)),
             "zone peek, small tenant (kv)": (rng, (sb, se, cfg.dequeue_max)),
             "zone peek, noisy tenant (kv)": (rng, (nb, ne, cfg.dequeue_max)),
+            # The noisy zone's two hottest keys: rewritten by each of its visits and
+            # enqueues (an UPDATE of one kv row each time).
+            "noisy zone's pointer record (kv)": (get, (pointer_key,)),
+            "noisy zone's count (kv)": (get, (q.keys.count_key(noisy),)),
             "commit watcher: newer versions (quick_conflicts)": (
                 text("SELECT version FROM {c} WHERE version > %s", c=conflicts),
                 (int(current) - 1_000_000,),  # the last second's commits
