@@ -22,8 +22,9 @@ producer's call to enqueue), and per quick table ``n_dead_tup``, ``n_live_tup``,
 hold, in it and after the cool-down, ``EXPLAIN (ANALYZE, BUFFERS)`` of the reads on a
 pickup's path: a snapshot's read of the version (``quick_meta``), the scanner's range read
 of vested pointers, a zone peek of a small tenant and of the noisy one, the point reads of
-the noisy zone's pointer record and count (rewritten by each of its visits), and the
-commit watcher's read of newer commit versions (``quick_conflicts``). At the end: whether each
+the noisy zone's pointer record and count (rewritten by each of its visits), the commit
+watcher's read of newer commit versions and the resolver's conflict check
+(``quick_conflicts``). At the end: whether each
 table was autovacuumed after the commit and its dead rows came back to their level
 before the hold, and whether pickups did.
 
@@ -290,6 +291,17 @@ class Probe:
             "commit watcher: newer versions (quick_conflicts)": (
                 text("SELECT version FROM {c} WHERE version > %s", c=conflicts),
                 (int(current) - 1_000_000,),  # the last second's commits
+            ),
+            # quick_resolve's check, under the resolver's lock in every commit: the commits
+            # since a read version 10 ms old, against a read range none of them wrote.
+            "resolver: conflict check (quick_conflicts)": (
+                text(
+                    "SELECT EXISTS (SELECT 1 FROM {c} c, unnest(c.begins, c.ends) w(b, e),"
+                    " unnest(%s::bytea[], %s::bytea[]) r(b, e) WHERE c.version > %s"
+                    " AND w.b < r.e AND r.b < w.e)",
+                    c=conflicts,
+                ),
+                ([b"\x00probe"], [b"\x00probe\x00"], int(current) - 10_000),
             ),
         }
 
