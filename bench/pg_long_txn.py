@@ -13,7 +13,9 @@ by ``enqueue_many`` every 100 ms, the rest one ``enqueue`` each into one of
 ``--warmup`` seconds another connection runs ``BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT count(*) FROM <schema>.kv;`` and keeps that snapshot for ``--hold`` seconds (a
 report, a session left idle in transaction), then commits; the flow goes on for
-``--cooldown`` seconds.
+``--cooldown`` seconds. ``--holder-database NAME`` holds it in another database of the
+same server instead (PostgreSQL keeps row versions for the snapshots of the table's own
+database only).
 
 Every ``--every`` seconds (5): the backlog (items enqueued and not started), the small
 tenants' pickup p50/p99 of the items started in those seconds (start minus the
@@ -355,6 +357,8 @@ class Options:
     workers: int = 4
     tuned: bool = False
     synchronous_commit: bool = True
+    # Hold the snapshot in this other database of the server ("": the store's own).
+    holder_database: str = ""
 
 
 @contextlib.contextmanager
@@ -426,9 +430,9 @@ def run(dsn: str, schema: str, opts: Options, work: Path) -> dict[str, Any]:
     ]
     probe = Probe(schema, url)
     samples: list[dict[str, Any]] = []
-    holder = psycopg.connect(dsn, autocommit=True)
     held: dict[str, float] = {}
     stats_conn = psycopg.connect(dsn, autocommit=True)
+    holder = _holder(stats_conn, dsn, opts.holder_database)
     try:
         with _process(user_worker_cmd(opts.workers), env, work / "worker.log") as worker:
             # The worker is up once it ran one item.
@@ -458,14 +462,16 @@ def run(dsn: str, schema: str, opts: Options, work: Path) -> dict[str, Any]:
                     now = time.time()
                     if not held and now >= hold_at:
                         holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-                        counted = holder.execute(
-                            pgsql.SQL("SELECT count(*) FROM {}").format(
-                                pgsql.Identifier(schema, "kv")
-                            )
+                        # The snapshot is taken by the first statement.
+                        table = (
+                            pgsql.Identifier("pg_catalog", "pg_class")
+                            if opts.holder_database
+                            else pgsql.Identifier(schema, "kv")
                         )
+                        counted = holder.execute(pgsql.SQL("SELECT count(*) FROM {}").format(table))
                         (n,) = counted.fetchone() or (0,)
                         held["at"] = now - t0
-                        log(f"holding a snapshot (kv had {n} rows) for {opts.hold:g} s")
+                        log(f"holding a snapshot ({n} rows counted) for {opts.hold:g} s")
                     if held and "commit" not in held and now >= commit_at:
                         holder.execute("COMMIT")
                         held["commit"] = now - t0
@@ -522,6 +528,20 @@ def run(dsn: str, schema: str, opts: Options, work: Path) -> dict[str, Any]:
         "explain": probe.results,
         "recovery": recovery(samples, final, held, t0),
     }
+
+
+def _holder(admin: Any, dsn: str, database: str) -> Any:
+    """The long transaction's connection: to the store's database, or to ``database``
+    of the same server (created if absent)."""
+    import psycopg
+    from psycopg import sql as pgsql
+
+    if not database:
+        return psycopg.connect(dsn, autocommit=True)
+    exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,))
+    if exists.fetchone() is None:
+        admin.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(database)))
+    return psycopg.connect(dsn, autocommit=True, dbname=database)
 
 
 def _phase(now: float, hold_at: float, commit_at: float) -> str:
@@ -625,6 +645,11 @@ def main(argv: list[str] | None = None) -> int:
         help="synchronous_commit=off for the run's sessions (commits stop waiting on fsync: "
         "a slow disk no longer bounds the rate)",
     )
+    ap.add_argument(
+        "--holder-database",
+        default="",
+        help="hold the snapshot in this other database of the same server (created)",
+    )
     ap.add_argument("--out", default="", help="results directory")
     args = ap.parse_args(argv)
     opts = Options(
@@ -638,6 +663,7 @@ def main(argv: list[str] | None = None) -> int:
         workers=args.workers,
         tuned=args.tuned,
         synchronous_commit=not args.no_synchronous_commit,
+        holder_database=args.holder_database,
     )
     from bench.servers import postgres_server
 
