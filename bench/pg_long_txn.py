@@ -30,6 +30,11 @@ watcher's read of newer commit versions and the resolver's conflict check
 table was autovacuumed after the commit and its dead rows came back to their level
 before the hold, and whether pickups did.
 
+``--commits N``: no flow; a snapshot held while N commits add to one key, and every
+quarter the buffers of the reads that walk row versions (the version read and the
+resolver's lock of ``quick_meta``, the key, and ``max(version)`` of ``quick_conflicts``,
+the read proposed instead of ``quick_meta``'s), then after the snapshot ends and a VACUUM.
+
 ``--tuned`` applies :func:`quickzones.backends.postgres.tuning.schema_statements` (the
 per-table autovacuum settings) to the schema before the flow starts: the same run with
 and without it is the before/after. Prints a table; results in
@@ -313,25 +318,28 @@ class Probe:
         one: dict[str, Any] = {"when": label, "at_s": round(at_s, 1), "plans": {}}
         with psycopg.connect(dsn, autocommit=True) as conn:
             for name, (sql, params) in self.statements(conn).items():
-                rows = conn.execute(
-                    "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params
-                ).fetchone()
-                assert rows is not None
-                plan = rows[0][0]
-                top = plan["Plan"]
-                one["plans"][name] = {
-                    "ms": round(float(plan["Execution Time"]), 3),
-                    "buffers": int(top.get("Shared Hit Blocks", 0))
-                    + int(top.get("Shared Read Blocks", 0)),
-                    "rows": int(top.get("Actual Rows", 0)),
-                    "node": _nodes(top),
-                }
+                one["plans"][name] = explain(conn, sql, params)
         self.results.append(one)
         return one
 
     def close(self) -> None:
         if self.quick is not None:
             self.quick.close()
+
+
+def explain(conn: Any, sql: str, params: tuple[Any, ...]) -> dict[str, Any]:
+    """``EXPLAIN (ANALYZE, BUFFERS)`` of ``sql``: its time, the shared buffers it read
+    (hit or not: what walking dead row versions costs), its rows and plan's nodes."""
+    got = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params).fetchone()
+    assert got is not None
+    plan: dict[str, Any] = got[0][0]
+    top = plan["Plan"]
+    return {
+        "ms": round(float(plan["Execution Time"]), 3),
+        "buffers": int(top.get("Shared Hit Blocks", 0)) + int(top.get("Shared Read Blocks", 0)),
+        "rows": int(top.get("Actual Rows", 0)),
+        "node": _nodes(top),
+    }
 
 
 def _nodes(plan: dict[str, Any]) -> str:
@@ -530,6 +538,71 @@ def run(dsn: str, schema: str, opts: Options, work: Path) -> dict[str, Any]:
     }
 
 
+def commit_chain(dsn: str, schema: str, commits: int, every: int) -> list[dict[str, Any]]:
+    """Controlled, no flow: a snapshot held while ``commits`` quick commits add to one
+    key; every ``every`` commits, and after the snapshot ends and after a VACUUM, the
+    buffers and ms of the reads that walk row versions: the version read and the
+    resolver's lock of ``quick_meta``, the key's read, and (the fix proposed for
+    ``sql.py``) the version as ``max(version)`` of ``quick_conflicts``."""
+    import psycopg
+    from psycopg import sql as pgsql
+
+    from quickzones.backends.postgres.store import PostgresStore
+    from quickzones.store.kv import run as run_kv
+
+    store = PostgresStore(dsn, schema=schema)
+    key = b"\x01hot-count"
+    one = (1).to_bytes(8, "little")
+
+    def add(tr: Any) -> None:
+        tr.add(key, one)
+
+    def q(template: str) -> str:
+        return pgsql.SQL(template).format(s=pgsql.Identifier(schema)).as_string()
+
+    reads: dict[str, tuple[str, tuple[Any, ...]]] = {
+        "read version (quick_meta)": (q("SELECT version FROM {s}.quick_meta WHERE id = 0"), ()),
+        "resolver's lock (quick_meta FOR UPDATE)": (
+            q("SELECT version FROM {s}.quick_meta WHERE id = 0 FOR UPDATE"),
+            (),
+        ),
+        "max(version) of quick_conflicts": (
+            q("SELECT max(version) FROM {s}.quick_conflicts"),
+            (),
+        ),
+        "the rewritten key (kv)": (q("SELECT value FROM {s}.kv WHERE key = %s"), (key,)),
+    }
+    out: list[dict[str, Any]] = []
+    with (
+        psycopg.connect(dsn, autocommit=True) as probe,
+        psycopg.connect(dsn, autocommit=True) as holder,
+    ):
+
+        def sample(after: str) -> None:
+            row: dict[str, Any] = {"after": after}
+            for name, (sql, params) in reads.items():
+                row[name] = explain(probe, sql, params)
+            out.append(row)
+            log(f"after {after}: " + ", ".join(f"{k} {v['buffers']} buf" for k, v in row.items()
+                                                if k != "after"))  # fmt: skip
+
+        run_kv(store, add)
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute(q("SELECT count(*) FROM {s}.kv"))
+        sample("0 commits")
+        for i in range(1, commits + 1):
+            run_kv(store, add)
+            if i % every == 0:
+                sample(f"{i} commits")
+        holder.execute("COMMIT")
+        sample("the snapshot's end")
+        for table in TABLES:
+            probe.execute(q("VACUUM {s}.") + pgsql.Identifier(table).as_string())
+        sample("VACUUM")
+    store.close()
+    return out
+
+
 def _holder(admin: Any, dsn: str, database: str) -> Any:
     """The long transaction's connection: to the store's database, or to ``database``
     of the same server (created if absent)."""
@@ -650,6 +723,13 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="hold the snapshot in this other database of the same server (created)",
     )
+    ap.add_argument(
+        "--commits",
+        type=int,
+        default=0,
+        help="instead of the flow: this many commits beside a held snapshot, reads EXPLAINed"
+        " every quarter (commit_chain)",
+    )
     ap.add_argument("--out", default="", help="results directory")
     args = ap.parse_args(argv)
     opts = Options(
@@ -667,6 +747,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     from bench.servers import postgres_server
 
+    if args.commits:
+        with postgres_server() as dsn:
+            chain = commit_chain(dsn, "pglong_chain", args.commits, max(1, args.commits // 4))
+        out = run_folder("pg-long-txn-commits", args.out)
+        doc = {
+            "command": "python -m bench.pg_long_txn " + " ".join(argv or sys.argv[1:]),
+            "machine": machine(),
+            "loadavg": os.getloadavg(),
+            "samples": chain,
+        }
+        (out / "pg_long_txn_commits.json").write_text(json.dumps(doc, indent=1))
+        names = [k for k in chain[0] if k != "after"]
+        print("| after | " + " | ".join(names) + " |\n" + "|---" * (len(names) + 1) + "|")
+        for row in chain:
+            cells = [f"{row[n]['buffers']} ({row[n]['ms']:.2f} ms)" for n in names]
+            print(f"| {row['after']} | " + " | ".join(cells) + " |")
+        log(f"results in {out}")
+        return 0
     with postgres_server() as dsn, tempfile.TemporaryDirectory(prefix="bench-pglong-") as tmp:
         result = run(dsn, f"pglong_{os.getpid()}", opts, Path(tmp))
     doc = {

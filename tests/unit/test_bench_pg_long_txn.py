@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.pg_long_txn import TABLES, Options, run
+from bench.pg_long_txn import TABLES, Options, commit_chain, run
 from quickzones.testing.provision.postgres import postgres_skip_reason, shared_postgres_url
 from tests.postgres import postgres_store_url
 
@@ -43,3 +43,19 @@ def test_the_long_transaction_bench_runs_with_tiny_settings(tmp_path: Path) -> N
         assert len(probe["plans"]) == 8
         assert all(plan["buffers"] > 0 for plan in probe["plans"].values())
     assert set(result["recovery"]["tables"]) == set(TABLES)
+
+
+def test_the_controlled_commits_beside_a_snapshot_run_with_tiny_settings() -> None:
+    schema = postgres_store_url().split("schema=", 1)[1]
+
+    samples = commit_chain(shared_postgres_url(), schema, commits=8, every=4)
+
+    assert [s["after"] for s in samples] == [
+        "0 commits",
+        "4 commits",
+        "8 commits",
+        "the snapshot's end",
+        "VACUUM",
+    ]
+    for sample in samples:
+        assert all(read["buffers"] > 0 for name, read in sample.items() if name != "after")
