@@ -78,6 +78,9 @@ def bench(session: nox.Session) -> None:
     # with and without backends/postgres/tuning.py's settings: <ts>-pg-long-txn/.
     session.run("python", "-m", "bench.pg_long_txn")
     session.run("python", "-m", "bench.pg_long_txn", "--tuned")
+    # Application transactions that enqueue, Quick.enqueue_on against a plain INSERT, 8
+    # threads, W = 50 and 0 ms: bench/results/README.md says how a cited run is kept.
+    session.run("python", "-m", "bench.pg_app_txn", "--seconds", "20", "--runs", "3")
 
 
 @nox.session(python="3.11")

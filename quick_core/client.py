@@ -17,6 +17,7 @@ q.consumer().run_forever()
 
 from __future__ import annotations
 
+import random
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence, Sized
@@ -43,7 +44,14 @@ from quickzones.store import outcomes
 from quickzones.store.batches import BatchStatus, Member
 from quickzones.store.ids import IdSource
 from quickzones.store.keys import KeySpace
-from quickzones.store.kv import TRANSACTION_SIZE_LIMIT, KVStore, KVTransaction, run
+from quickzones.store.kv import (
+    TRANSACTION_SIZE_LIMIT,
+    KVError,
+    KVStore,
+    KVTransaction,
+    may_retry_in_place,
+    run,
+)
 from quickzones.store.limits import AppLimits, Limits
 from quickzones.store.pages import Page
 from quickzones.store.pauses import Pause, Pauses
@@ -75,6 +83,10 @@ T = TypeVar("T")
 # Builds the zone store a Quick hands its items to, from the Quick's KV store, top-level
 # queue, keys and clock (``quick.kv``, ``quick.toplevel``, ...).
 ZoneStoreFactory = Callable[["Quick"], ZoneStore]
+
+# Tries of an enqueue_on inside the application's transaction after a conflict it can
+# retry there (PostgreSQL at READ COMMITTED), before the conflict is the application's.
+IN_PLACE_RETRIES = 20
 
 
 class Wakeable(Protocol):
@@ -526,19 +538,31 @@ class Quick:
                 "open the store with sqlite:///path (the file holding the application's"
                 " tables) or postgresql://... (the database holding them)",
             )
-        with join(connection) as tr:
-            return self.enqueue(
-                job_type,
-                payload,
-                app=app,
-                tenant=tenant,
-                delay=delay,
-                priority=priority,
-                item_id=item_id,
-                ttl=ttl,
-                tr=tr,
-                fifo=fifo,
-            )
+        for attempt in range(1, IN_PLACE_RETRIES + 1):
+            tr: KVTransaction | None = None
+            try:
+                with join(connection) as tr:
+                    return self.enqueue(
+                        job_type,
+                        payload,
+                        app=app,
+                        tenant=tenant,
+                        delay=delay,
+                        priority=priority,
+                        item_id=item_id,
+                        ttl=ttl,
+                        tr=tr,
+                        fifo=fifo,
+                    )
+            except KVError as err:
+                # A conflict with a concurrent commit (two first enqueues into one zone
+                # both making its pointer): where the application's transaction reads
+                # newer commits (PostgreSQL at READ COMMITTED), quick's part of it was
+                # undone and runs again inside it; else the application must.
+                if tr is None or attempt == IN_PLACE_RETRIES or not may_retry_in_place(tr, err):
+                    raise
+                time.sleep(0.001 * attempt * random.random())
+        raise AssertionError("unreachable")
 
     def set_limits(self, app: str, limits: AppLimits) -> None:
         """Per-app enqueue and dispatch rates and a pool-wide concurrency cap, enforced

@@ -6,33 +6,29 @@ pointer and the store's version bookkeeping are written into the application's o
 transaction, so its COMMIT commits its rows and the item together and its ROLLBACK (or a
 crash, or a dropped connection before COMMIT) leaves neither.
 
-How it keeps the store's rules (``docs/fdb-semantics.md``):
+How it keeps the store's rules (``docs/fdb-semantics.md``) without stopping anyone else:
 
-* The application's transaction takes the resolver's lock (the ``quick_meta`` row,
-  ``FOR UPDATE``) in quick's first round trip through it, pipelined before that first
-  read (:func:`join` only checks the connection). The server runs them in order, so from
-  then until the application commits or rolls back no other quick commit can happen, and
-  what an :class:`AppTransaction` reads is the newest state and cannot be invalidated: it
-  needs no optimistic check and never aborts.
-  Other quick commits wait for the lock up to the store's ``lock_timeout_ms``: keep the
-  transaction short after enqueueing.
-* At READ COMMITTED (PostgreSQL's default) each statement sees the newest commits once
-  the lock is held. At REPEATABLE READ or SERIALIZABLE the application's snapshot may be
-  older than the last quick commit: PostgreSQL then refuses the lock with a serialization
-  failure, raised here as a retryable conflict (1020); roll back and run the transaction
-  again, as for any serialization failure.
-* Its commit applies the writes, records their conflict ranges under a new version and
-  bumps the version inside a savepoint of the application's transaction (a failure leaves
-  none of it). Quick transactions that read before the application's COMMIT and touch
-  what it wrote fail with a conflict and are retried, as after any commit; pruning keeps
-  a row that conflicts with every older reader, so a late COMMIT is never missed.
-* Part two of the enqueue (pulling an idle pointer's vesting earlier) runs in a
-  transaction of its own after a commit elsewhere; here it joins part one
-  (``holds_commit_lock``: reading the pointer record cannot abort a transaction nothing
-  else can commit beside), and every transaction this thread starts meanwhile joins the
-  application's transaction too, so the pointer and the item can never be apart: no
-  item without its pointer, and pointer collection (which must take the lock to delete)
-  cannot run between them.
+* quick's first read through the application's connection also asks, in the same round
+  trip, the transaction's id, the snapshot that read sees and its isolation level;
+* its commit takes the advisory locks of the keys it read and wrote (``locks.py``), checks
+  that no commit that snapshot did not see wrote what it read, and writes, inside a
+  savepoint of the application's transaction (a failure leaves none of it). The locks last
+  until the application commits or rolls back: only commits touching the same keys wait
+  for it (an enqueue's are its zone's index entry, shared with other enqueues into the
+  zone, and the keys of its own item); other tenants' enqueues, consumers of other zones
+  and the rest of the store never do. Its row in ``quick_log`` carries the application's
+  transaction id, so readers that did not see its COMMIT fail and retry, as after any
+  commit;
+* at READ COMMITTED (PostgreSQL's default) a conflict found by that check is retried
+  inside the application's transaction (each statement sees the newest commits); at
+  REPEATABLE READ or SERIALIZABLE the application's snapshot is older than the commit
+  that conflicts, so the application must roll back and run again: a retryable conflict
+  (1020) is raised, and again to every quick call in that transaction;
+* part two of the enqueue (pulling an idle pointer's vesting earlier) runs after the
+  application's COMMIT, in a transaction of its own (``after_commit.py``), so the
+  application never holds the pointer record that consumers lease; and the application's
+  COMMIT sends no NOTIFY (whose global queue lock every notifying COMMIT takes): idle
+  consumers hear of it from the commit log they poll, or from part two's commit.
 """
 
 from __future__ import annotations
@@ -70,7 +66,7 @@ _STALE_SNAPSHOT = (
     "the application's transaction reads a snapshot older than the last quick commit;"
     " roll it back and run it again"
 )
-# The read version of an application transaction whose lock its first read will take.
+# The read version of an application transaction until its first read brings it.
 _PENDING = -1
 # The server and database a connection reaches, however it connected (TCP or socket).
 _WHERE = "SELECT current_database(), current_setting('port')"
@@ -113,8 +109,8 @@ def dbapi_connection(connection: object) -> Connection:
 
 
 def join(store: PostgresStore, connection: object) -> Joined:
-    """Check the application's connection; its transaction takes the resolver's lock with
-    the first read through it (:meth:`AppTransaction._locked`). Raises
+    """Check the application's connection (quick's first read through it asks for its
+    transaction's id and snapshot: :meth:`AppTransaction._read`). Raises
     :class:`UnusableConnection` (not psycopg, closed, another database, autocommit, a
     failed transaction)."""
     conn = dbapi_connection(connection)
@@ -133,7 +129,7 @@ def join(store: PostgresStore, connection: object) -> Joined:
         )
     try:
         if conn not in store.same_database:
-            where = conn.execute(_WHERE).fetchone()
+            where = conn.execute(_WHERE, prepare=False).fetchone()
             if where != store.server_identity(_WHERE):
                 raise OtherDatabase(
                     f"a connection to database {where[0] if where else '?'!r}",
@@ -147,18 +143,32 @@ def join(store: PostgresStore, connection: object) -> Joined:
 
 class AppTransaction(BufferedTransaction):
     """A KV transaction on a :class:`PostgresStore` whose reads and commit go through the
-    application's connection, inside its open transaction (which holds the resolver's
-    lock, see :func:`join`). Its commit writes into that transaction; the application's
-    COMMIT makes it durable. It never conflicts."""
+    application's connection, inside its open transaction (see the module's notes). Its
+    commit writes into that transaction; the application's COMMIT makes it durable."""
 
-    # Its connection's transaction holds the store's commit lock (see join()).
-    holds_commit_lock = True
+    # run() may not retry it unless the application's transaction can read newer
+    # commits (can_retry_in_place): only the application can roll it back.
+    joins_application = True
 
     def __init__(self, store: PostgresStore, joined: Joined) -> None:
         self._store = store
         self._joined = joined
         self._conn = joined.conn
+        # The snapshot this try's first read saw (pg_snapshot's text); None: not read.
+        self._seen: str | None = None
+        # Its commit made a zone's pointer vest earlier (kv.wake_watchers): idle
+        # consumers elsewhere are notified once the application commits.
+        self._wakes_after = False
         super().__init__(store.clock)
+
+    def can_retry_in_place(self, error: KVError) -> bool:
+        """Whether run() may try again inside the application's transaction: a conflict
+        at READ COMMITTED (the next try reads newer commits), nothing else."""
+        return (
+            error.code == NOT_COMMITTED
+            and self._joined.read_committed
+            and (not self._joined.stale_snapshot)
+        )
 
     def _checked(self) -> Connection:
         if self._joined.stale_snapshot:
@@ -175,44 +185,40 @@ class AppTransaction(BufferedTransaction):
 
     def _acquire_read_version(self) -> int:
         self._checked()
-        if self._joined.version is None:
-            # Not locked yet: the read that follows takes the lock in its round trip and
-            # sets the read version to the lock's (_locked); read_version() alone locks.
-            return _PENDING
-        return self._joined.version  # the lock is held: the newest version, no round trip
+        self._seen = None
+        return _PENDING  # the first read brings it (_read)
 
     def get_read_version(self) -> int:
-        if self._joined.version is None:
-            self._locked("read version", "SELECT 1", ())
+        if self._seen is None:
+            self._read("read version", "SELECT 1", ())
         return super().get_read_version()
 
-    def _locked(self, what: str, sql: str, params: Sequence[Any]) -> Rows:
-        """``sql``'s rows, read under the resolver's lock: taken first, in the same
-        round trip, if this application transaction does not hold it yet."""
+    def _read(self, what: str, sql: str, params: Sequence[Any]) -> Rows:
+        """``sql``'s rows; the first read of a try also brings, in the same round trip,
+        the application's transaction id, the snapshot it reads in, its isolation level
+        and the last commit version."""
         conn = self._checked()
         joined = self._joined
         try:
-            if joined.version is not None:
-                return conn.execute(sql, params)
+            if self._seen is not None:
+                return conn.execute(sql, params, prepare=False)
             with pipeline(conn):
-                lock = conn.execute(self._store.sql.join_lock)
-                rows = conn.execute(sql, params)
-            row = lock.fetchone()
-        except psycopg.errors.SerializationFailure as err:
-            joined.stale_snapshot = True
-            raise KVError(NOT_COMMITTED, _STALE_SNAPSHOT) from err
+                info = conn.execute(self._store.sql.application_xact, prepare=False)
+                rows = conn.execute(sql, params, prepare=False)
+            row = info.fetchone()
         except psycopg.Error as err:
             raise translate(err, what, self._store.shown) from err
-        assert row is not None, "quick_meta has its row"
-        joined.version = int(row[0])
-        self._read_version = joined.version
+        assert row is not None, "a transaction has an id and a snapshot"
+        joined.xid, self._seen = str(row[0]), str(row[1])
+        joined.read_committed = row[2] == "read committed"
+        self._read_version = int(row[3])
         if isinstance(conn, psycopg.Connection):  # not an AsyncConnection driven from here
-            self._store.held_here(conn, str(row[1]))
+            self._store.held_here(conn, joined.xid)
         return rows
 
     def _read_key(self, key: bytes) -> bytes | None:
         self._check_too_old(self._clock.now())
-        row = self._locked("get", self._store.sql.get, (key,)).fetchone()
+        row = self._read("get", self._store.sql.get, (key,)).fetchone()
         return None if row is None else bytes(row[0])
 
     def _read_keys(self, keys: Sequence[bytes]) -> list[bytes | None]:
@@ -220,28 +226,28 @@ class AppTransaction(BufferedTransaction):
         found: dict[bytes, bytes] = {}
         for at in range(0, len(keys), KEYS_PER_SELECT):
             chunk = list(keys[at : at + KEYS_PER_SELECT])
-            rows = self._locked("get_many", self._store.sql.get_many, (chunk,)).fetchall()
+            rows = self._read("get_many", self._store.sql.get_many, (chunk,)).fetchall()
             found.update((bytes(k), bytes(v)) for k, v in rows)
         return [found.get(key) for key in keys]
 
     def _read_range(self, begin: bytes, end: bytes, limit: int, reverse: bool) -> list[KeyValue]:
         self._check_too_old(self._clock.now())
         sql = self._store.sql.range_reverse if reverse else self._store.sql.range
-        rows = self._locked("get_range", sql + " LIMIT %s", (begin, end, limit or None))
+        rows = self._read("get_range", sql + " LIMIT %s", (begin, end, limit or None))
         return [(bytes(k), bytes(v)) for k, v in rows.fetchall()]
 
     def _commit_request(self, request: CommitRequest) -> tuple[int, int]:
         conn = self._checked()
-        if self._joined.version is None:
-            # Nothing was read (every read takes the lock first), so nothing to check:
-            # the resolver takes the lock itself.
-            request.read_version = None
+        if self._seen is None:
+            request.read_version = None  # nothing was read: nothing to check
         try:
             version = resolver.apply(
                 conn,
                 self._store.sql,
                 request,
                 self._clock.now(),
+                snapshot=self._seen,
+                space=self._store.lock_space,
                 begin=(_SAVEPOINT,),
                 end=(_RELEASE,),
                 end_commits=False,
@@ -250,13 +256,46 @@ class AppTransaction(BufferedTransaction):
             )
         except BaseException as err:
             self._roll_back_to_savepoint(conn)
+            if isinstance(err, KVError) and err.code == NOT_COMMITTED:
+                if not self._joined.read_committed:
+                    self._joined.stale_snapshot = True
+                    raise KVError(NOT_COMMITTED, _STALE_SNAPSHOT) from err
+                raise
+            if isinstance(err, psycopg.errors.SerializationFailure):
+                self._joined.stale_snapshot = True
+                raise KVError(NOT_COMMITTED, _STALE_SNAPSHOT) from err
             if isinstance(err, psycopg.Error):
                 raise translate(
                     err, "commit into the application's transaction", self._store.shown
                 ) from err
             raise
-        self._joined.version = version
+        self._wakes_after = self._wakes_after or request.wakes_watchers
         return version, 0
+
+    def _run_on_commit(self) -> None:
+        # Its commit is only into the application's transaction: what waits for the
+        # commit (part two of an enqueue, the NOTIFY for a pointer it made vest earlier)
+        # waits for the application's COMMIT, and runs on a thread of the store's: the
+        # application's COMMIT never takes NOTIFY's global lock.
+        callbacks, self._on_commit = self._on_commit, []
+        if self._wakes_after:
+            self._wakes_after = False
+            callbacks.append(self._store.notify_commit)
+        if not callbacks:
+            return
+        xid = self._joined.xid
+        if xid is None:
+            try:
+                row = (
+                    self._checked()
+                    .execute("SELECT pg_current_xact_id()::text", prepare=False)
+                    .fetchone()
+                )
+            except psycopg.Error:
+                return  # best effort, as part two is everywhere
+            xid = self._joined.xid = str(row[0]) if row else None
+        if xid is not None:
+            self._store.after_commit.add(xid, callbacks)
 
     @staticmethod
     def _roll_back_to_savepoint(conn: Connection) -> None:
@@ -268,8 +307,8 @@ class AppTransaction(BufferedTransaction):
         if status not in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
             return
         with contextlib.suppress(psycopg.Error):
-            conn.execute(_ROLLBACK_TO)
-            conn.execute(_RELEASE)
+            conn.execute(_ROLLBACK_TO, prepare=False)
+            conn.execute(_RELEASE, prepare=False)
 
     def _random(self) -> float:
         return self._store._random()

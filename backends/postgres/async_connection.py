@@ -58,9 +58,15 @@ class SyncOverAsync:
     def autocommit(self) -> bool:
         return self._conn.autocommit
 
-    def execute(self, query: str | sql.Composed, params: Sequence[Any] | None = None) -> _Rows:
+    def execute(
+        self,
+        query: str | sql.Composed,
+        params: Sequence[Any] | None = None,
+        *,
+        prepare: bool | None = None,
+    ) -> _Rows:
         async def run() -> list[tuple[Any, ...]]:
-            cur = await self._conn.execute(query, params)
+            cur = await self._conn.execute(query, params, prepare=prepare)
             return await cur.fetchall() if cur.description is not None else []
 
         return _Rows(self._run(run()))

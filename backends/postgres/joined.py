@@ -9,14 +9,13 @@ from quickzones.backends.postgres.resolver import Connection
 
 @dataclass(slots=True)
 class Joined:
-    """``conn``, whose transaction holds the resolver's lock once quick's first round trip
-    through it took it, and the store's version as of the lock or of quick's last write
-    through it (None: not locked yet). Nothing else can move the version while the lock
-    is held, so each transaction on ``conn`` takes it as its read version without asking
-    the server again (a round trip saved per transaction)."""
+    """``conn``, whose open transaction quick writes into, and what quick's first read
+    through it learned: the transaction's id (None: not read yet) and whether it runs at
+    READ COMMITTED (a conflict can then be retried inside it)."""
 
     conn: Connection
-    version: int | None = None
-    # The lock was refused for a snapshot older than the last quick commit (REPEATABLE
-    # READ, SERIALIZABLE): the application's transaction failed and must run again.
+    xid: str | None = None
+    read_committed: bool = True
+    # A conflict at REPEATABLE READ or SERIALIZABLE: the application's snapshot is older
+    # than a quick commit it had to see; its transaction must run again.
     stale_snapshot: bool = False

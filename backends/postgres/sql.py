@@ -1,13 +1,14 @@
 """The PostgreSQL backend's schema and statements, each for one named schema.
 
 ``kv.key`` is ``bytea``: PostgreSQL compares bytea with memcmp (then length), so keys sort
-exactly as in FoundationDB. ``quick_meta`` holds the last commit version (its row lock
-serialises commits: the resolver) and the layout's name and version (what makes a schema
-quick's); ``quick_conflicts`` holds each recent commit's write conflict ranges, as two
-arrays (begins, ends) the server itself compares; ``quick_resolve`` is the resolver's
-check and version bump, run by the server so that the lock is held only while the server
-works, never across a round trip to the client (layout 2; layout 1 kept the ranges in one
-encoded column the client decoded, under the lock).
+exactly as in FoundationDB. ``quick_meta`` holds the layout's name and version (what makes
+a schema quick's); ``quick_log`` holds each recent commit's write conflict ranges with the
+id of the PostgreSQL transaction that made it, as two arrays (begins, ends) the server
+itself compares; ``quick_versions`` numbers commits. ``quick_commit3`` is a whole commit,
+run by the server: it takes the commit's advisory locks (``locks.py``: only commits that
+touch the same keys wait for each other), fails a read that a commit its snapshot did not
+see wrote into, records the write ranges and applies the writes (layout 3, issue 42;
+layouts 1 and 2 serialised every commit on the ``quick_meta`` row).
 """
 
 from __future__ import annotations
@@ -17,18 +18,23 @@ import functools
 from psycopg import sql as pgsql
 
 # What quick_meta.format holds in a schema quick made; FORMAT_VERSION is this code's
-# layout (a newer one is refused, an older one migrated by _MIGRATIONS).
+# layout (a newer one is refused, an older one migrated: migrate_to_3).
 FORMAT = "quickzones-kv"
-FORMAT_VERSION = 2
-QUICK_TABLES = frozenset({"kv", "quick_meta", "quick_conflicts"})
-# Conflict ranges covering every key a transaction can read (system keys are refused),
-# as quick_conflicts' two arrays.
-EVERY_KEY: tuple[list[bytes], list[bytes]] = ([b""], [b"\xff"])
-# The SQLSTATEs quick_resolve raises: a read conflicts with a newer commit (FDB's 1020);
-# the values a commit computed its writes from (atomic operands, the versionstamp) moved
-# before it took the lock, so it computes them again (never seen by a caller).
+FORMAT_VERSION = 3
+# The tables every layout has (quick_conflicts: layouts 1 and 2; quick_log: layout 3).
+QUICK_TABLES = frozenset({"kv", "quick_meta"})
+# The SQLSTATEs quick_commit3 raises: a read conflicts with a commit its snapshot did not
+# see (FDB's 1020); the values a commit computed its writes from (atomic operands) were
+# written by a commit their read did not see, so it computes them again (never seen by a
+# caller); a process of an older quick committing into a store this one migrated.
 CONFLICT_STATE = "QK020"
 MOVED_STATE = "QK021"
+UPGRADED_STATE = "QK030"
+UPGRADED = (
+    "this quick store was migrated to layout 3 (no global commit lock) by a newer"
+    " quickzones; this process's quickzones can no longer commit to it: stop it and upgrade"
+    " it (pip install -U quickzones)"
+)
 KEYS_PER_SELECT = 1000
 # PostgreSQL's longest name in bytes (NAMEDATALEN - 1); longer ones are cut silently.
 MAX_IDENTIFIER_BYTES = 63
@@ -83,8 +89,8 @@ class Statements:
         self.sender = sender
 
     def _q(self, template: str) -> str:
-        """``template`` with ``{s}`` the schema and ``{kv}``, ``{meta}``, ``{conflicts}``
-        its tables, as quoted identifiers."""
+        """``template`` with ``{s}`` the schema and ``{kv}``, ``{meta}``, ``{log}``, ...
+        its tables and functions, as quoted identifiers."""
         return compose(template, **self._names)
 
     @functools.cached_property
@@ -98,6 +104,13 @@ class Statements:
             "resolve": pgsql.Identifier(s, "quick_resolve"),
             "commit": pgsql.Identifier(s, "quick_commit"),
             "add": pgsql.Identifier(s, "quick_add"),
+            "commit3": pgsql.Identifier(s, "quick_commit3"),
+            "log": pgsql.Identifier(s, "quick_log"),
+            "seq": pgsql.Identifier(s, "quick_versions"),
+            # nextval() and setval() take the sequence's name as text, quoted within it.
+            "seq_name": pgsql.Literal(pgsql.Identifier(s, "quick_versions").as_string()),
+            "upgraded": pgsql.Literal(UPGRADED),
+            "upgraded_state": pgsql.Literal(UPGRADED_STATE),
             "format": pgsql.Literal(FORMAT),
             "format_version": pgsql.Literal(FORMAT_VERSION),
             "conflict_state": pgsql.Literal(CONFLICT_STATE),
@@ -118,58 +131,89 @@ class Statements:
         """quick's tables and functions in the (existing) schema."""
         return (
             self._q("CREATE TABLE {kv} (key bytea PRIMARY KEY, value bytea NOT NULL)"),
+            # version: what layouts 1 and 2 serialised commits on; kept (never bumped) so
+            # that a process of an older quick reads it and fails only at its commit.
             self._q(
                 "CREATE TABLE {meta} (id int PRIMARY KEY CHECK (id = 0),"
                 " version bigint NOT NULL, format text NOT NULL, format_version int NOT NULL)"
             ),
             self._q("INSERT INTO {meta} VALUES (0, 0, {format}, {format_version})"),
-            *self.conflicts_layout,
+            self._q("CREATE SEQUENCE {seq}"),
+            self._q("SELECT nextval({seq_name})"),
+            *self.layout_3,
         )
 
     @functools.cached_property
-    def conflicts_layout(self) -> tuple[str, ...]:
-        """quick_conflicts and quick_resolve as layout 2 has them (created, or migrated
-        from layout 1 by replacing the table: its rows only matter for 5 s)."""
-        overlaps = (
-            "EXISTS (SELECT 1 FROM {{conflicts}} c, unnest(c.begins, c.ends) w(b, e),"
-            " unnest({b}, {e}) r(b, e) WHERE c.version > {since} AND w.b < r.e AND r.b < w.e)"
+    def layout_3(self) -> tuple[str, ...]:
+        """quick_log and the functions of layout 3 (created, or added by the migration)."""
+        unseen = (
+            "EXISTS (SELECT 1 FROM {{log}} c, unnest(c.begins, c.ends) w(b, e),"
+            " unnest({b}, {e}) r(b, e) WHERE (c.xid >= pg_snapshot_xmax({snap})"
+            " OR c.xid IN (SELECT pg_snapshot_xip({snap}))) AND c.xid <> me"
+            " AND w.b < r.e AND r.b < w.e)"
         )
-        reads = overlaps.format(b="p_rb", e="p_re", since="p_rv")
-        moved = overlaps.format(b="p_ab", e="p_ae", since="p_since")
+        reads = unseen.format(b="p_rb", e="p_re", snap="p_snap")
+        moved = unseen.format(b="p_ab", e="p_ae", snap="p_since")
         return (
+            # xid: the transaction that committed the row (or will: an application's
+            # transaction writes it at its enqueue and commits it at its COMMIT), so a
+            # reader's snapshot says whether it saw that commit; at: the clock (us).
             self._q(
-                "CREATE TABLE {conflicts} (version bigint PRIMARY KEY,"
-                " begins bytea[] NOT NULL, ends bytea[] NOT NULL)"
+                "CREATE TABLE {log} (id bigint PRIMARY KEY, xid xid8 NOT NULL,"
+                " at bigint NOT NULL, begins bytea[] NOT NULL, ends bytea[] NOT NULL)"
             ),
-            # The resolver: take the lock, fail a read that a newer commit wrote into
-            # (p_rv: the read version, p_rb/p_re: the read conflict ranges), fail a
-            # commit whose atomic operands (p_ab/p_ae, read at p_since) or versionstamp
-            # (p_at_least) went stale meanwhile, record the write conflict ranges under
-            # the new version and bump it. Returns the commit version.
+            self._q("CREATE INDEX ON {log} (xid)"),
+            # A commit: its advisory locks (sorted, so never a cycle of waits; held until
+            # its transaction ends), the check of what it read (p_snap: the snapshot its
+            # reads saw; a commit that snapshot did not see and whose written ranges meet
+            # a read range fails it), the check of its atomic operands (read at p_since),
+            # its row in quick_log and its writes, in the order FoundationDB applies them
+            # (clears, sets, point deletes, adds). Returns the commit version.
             self._function(
-                """CREATE OR REPLACE FUNCTION {resolve}(p_rv bigint, p_rb bytea[],
-    p_re bytea[], p_since bigint, p_ab bytea[], p_ae bytea[], p_wb bytea[], p_we bytea[],
-    p_at_least bigint) RETURNS bigint LANGUAGE plpgsql""",
+                """CREATE OR REPLACE FUNCTION {commit3}(p_snap pg_snapshot, p_rb bytea[],
+    p_re bytea[], p_space int, p_locks int[], p_x bool[], p_since pg_snapshot, p_ab bytea[],
+    p_ae bytea[], p_wb bytea[], p_we bytea[], p_version bigint, p_at bigint, p_cb bytea[],
+    p_ce bytea[], p_sk bytea[], p_sv bytea[], p_dk bytea[], p_ak bytea[], p_av bytea[])
+    RETURNS bigint LANGUAGE plpgsql""",
                 f"""
 DECLARE
-    locked bigint;
     committed bigint;
+    me xid8 := pg_current_xact_id();
 BEGIN
-    SELECT version INTO locked FROM {{meta}} WHERE id = 0 FOR UPDATE;
-    IF p_rv IS NOT NULL AND locked > p_rv AND cardinality(p_rb) > 0 AND {reads} THEN
+    FOR i IN 1 .. coalesce(cardinality(p_locks), 0) LOOP
+        IF p_x[i] THEN
+            PERFORM pg_advisory_xact_lock(p_space, p_locks[i]);
+        ELSE
+            PERFORM pg_advisory_xact_lock_shared(p_space, p_locks[i]);
+        END IF;
+    END LOOP;
+    IF p_snap IS NOT NULL AND cardinality(p_rb) > 0 AND {reads} THEN
         RAISE EXCEPTION 'a read conflicts with a later commit' USING ERRCODE = {{conflict_state}};
     END IF;
-    IF p_since IS NOT NULL AND (locked >= p_at_least
-            OR (locked > p_since AND cardinality(p_ab) > 0 AND {moved})) THEN
+    IF p_since IS NOT NULL AND cardinality(p_ab) > 0 AND {moved} THEN
         RAISE EXCEPTION 'the commit''s operands moved' USING ERRCODE = {{moved_state}};
     END IF;
-    committed := greatest(locked + 1, p_at_least);
-    INSERT INTO {{conflicts}} (version, begins, ends) VALUES (committed, p_wb, p_we);
-    UPDATE {{meta}} SET version = committed WHERE id = 0;
+    committed := coalesce(p_version, nextval({{seq_name}}));
+    IF cardinality(p_wb) > 0 THEN
+        INSERT INTO {{log}} (id, xid, at, begins, ends) VALUES (committed, me, p_at, p_wb, p_we);
+    END IF;
+    FOR i IN 1 .. coalesce(cardinality(p_cb), 0) LOOP
+        DELETE FROM {{kv}} WHERE key >= p_cb[i] AND key < p_ce[i];
+    END LOOP;
+    IF cardinality(p_sk) > 0 THEN
+        INSERT INTO {{kv}} (key, value) SELECT * FROM unnest(p_sk, p_sv)
+            ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+    END IF;
+    IF cardinality(p_dk) > 0 THEN
+        DELETE FROM {{kv}} WHERE key = ANY(p_dk);
+    END IF;
+    IF cardinality(p_ak) > 0 THEN
+        INSERT INTO {{kv}} AS t (key, value) SELECT * FROM unnest(p_ak, p_av)
+            ON CONFLICT (key) DO UPDATE SET value = {{add}}(t.value, excluded.value);
+    END IF;
     RETURN committed;
 END """,
             ),
-            *self.commit_function,
             # FoundationDB's atomic add (docs/fdb-semantics.md section 3): little-endian,
             # the stored value cut or zero-padded to the operand's width, modulo that
             # width; an absent value adds to zero. Applied by the server, so an add
@@ -197,108 +241,103 @@ END """,
         )
 
     @functools.cached_property
-    def commit_function(self) -> tuple[str, ...]:
-        """``quick_commit``: a whole commit in one statement, the resolver's check and
-        version bump (``quick_resolve``) then the writes in the order FoundationDB applies
-        them (clears, sets, point deletes, adds), each kind as arrays: one statement to
-        send, bind and run where a statement per written key was, so a commit costs the
-        client and the server (which holds the lock meanwhile) less. Added to layout 2
-        stores on opening; code that does not call it is unaffected."""
+    def refuse_older_commits(self) -> tuple[str, ...]:
+        """Layout 2's commit functions replaced by ones that refuse, naming the cause: a
+        process of an older quick still running when a newer one migrated the store would
+        otherwise commit under the old lock, which layout 3's commits no longer take."""
+        refuse = "BEGIN RAISE EXCEPTION {upgraded} USING ERRCODE = {upgraded_state}; END"
         return (
+            self._function(
+                """CREATE OR REPLACE FUNCTION {resolve}(p_rv bigint, p_rb bytea[],
+    p_re bytea[], p_since bigint, p_ab bytea[], p_ae bytea[], p_wb bytea[], p_we bytea[],
+    p_at_least bigint) RETURNS bigint LANGUAGE plpgsql""",
+                refuse,
+            ),
             self._function(
                 """CREATE OR REPLACE FUNCTION {commit}(p_rv bigint, p_rb bytea[],
     p_re bytea[], p_since bigint, p_ab bytea[], p_ae bytea[], p_wb bytea[], p_we bytea[],
     p_at_least bigint, p_cb bytea[], p_ce bytea[], p_sk bytea[], p_sv bytea[],
     p_dk bytea[], p_ak bytea[], p_av bytea[]) RETURNS bigint LANGUAGE plpgsql""",
-                """
-DECLARE
-    committed bigint;
-BEGIN
-    committed := {resolve}(p_rv, p_rb, p_re, p_since, p_ab, p_ae, p_wb, p_we,
-        p_at_least);
-    FOR i IN 1 .. coalesce(cardinality(p_cb), 0) LOOP
-        DELETE FROM {kv} WHERE key >= p_cb[i] AND key < p_ce[i];
-    END LOOP;
-    IF cardinality(p_sk) > 0 THEN
-        INSERT INTO {kv} (key, value) SELECT * FROM unnest(p_sk, p_sv)
-            ON CONFLICT (key) DO UPDATE SET value = excluded.value;
-    END IF;
-    IF cardinality(p_dk) > 0 THEN
-        DELETE FROM {kv} WHERE key = ANY(p_dk);
-    END IF;
-    IF cardinality(p_ak) > 0 THEN
-        INSERT INTO {kv} AS t (key, value) SELECT * FROM unnest(p_ak, p_av)
-            ON CONFLICT (key) DO UPDATE SET value = {add}(t.value, excluded.value);
-    END IF;
-    RETURN committed;
-END """,
+                refuse,
             ),
         )
 
     @functools.cached_property
-    def commit(self) -> str:
-        # Keys and ranges (bytea arrays) go in binary: psycopg's text form escapes each
-        # element with a regular expression, most of a commit's client CPU.
-        marks = "%s, %b, %b, %s, %b, %b, %b, %b, %s, %b, %b, %b, %b, %b, %b, %b"
-        return self._q(f"SELECT {{commit}}({marks})")
-
-    @functools.cached_property
-    def commit_waking(self) -> str:
-        # A commit that made a zone's pointer vest earlier (kv.wake_watchers) notifies
-        # with it, delivered when its transaction commits: watchers in other processes
-        # wake at once (backends/postgres/notifications.py). Only those: every commit's
-        # NOTIFY woke idle consumers for visits and completions they need not see.
-        # The channel and the payload are two more parameters (notify_args).
-        return f"{self.commit}, pg_notify(%s, %s)"
-
-    @functools.cached_property
-    def notify_args(self) -> tuple[str, str]:
-        """The parameters ``commit_waking`` takes after ``commit``'s."""
-        return (channel(self.schema), self.sender)
-
-    @functools.cached_property
-    def migrate_from_1(self) -> tuple[str, ...]:
-        """Layout 1 to 2 (under the schema lock and the resolver's): the new conflict
-        table starts with one row that conflicts with every read older than now."""
+    def migrate_to_3(self) -> tuple[str, ...]:
+        """Layout 1 or 2 to 3 (under the schema lock). The quick_meta row's lock waits
+        for the commits of older processes under way and keeps new ones out until the
+        migration commits; from then on their commits are refused (refuse_older_commits;
+        layout 1 wrote quick_conflicts itself, so that table goes: its commits fail).
+        The commit versions go on from the last one."""
         return (
             self._q("SELECT version FROM {meta} WHERE id = 0 FOR UPDATE"),
-            self._q("DROP TABLE {conflicts}"),
-            *self.conflicts_layout,
-            self._q(
-                "INSERT INTO {conflicts} SELECT version, ARRAY[''::bytea],"
-                " ARRAY['\\xff'::bytea] FROM {meta} WHERE id = 0"
-            ),
-            self._q("UPDATE {meta} SET format_version = 2 WHERE id = 0"),
+            self._q("CREATE SEQUENCE {seq}"),
+            self._q("SELECT setval({seq_name}, (SELECT version + 1 FROM {meta} WHERE id = 0))"),
+            *self.layout_3,
+            *self.refuse_older_commits,
+            self._q("UPDATE {meta} SET format_version = {format_version} WHERE id = 0"),
         )
 
     @functools.cached_property
-    def version_and_values(self) -> str:
-        # One statement, so one snapshot: the values are exactly those of that version.
+    def retire_conflicts(self) -> dict[int, str]:
+        """What happens to quick_conflicts, by the layout migrated from: layout 2's
+        processes read it in their commit watcher, so it stays, empty; layout 1's wrote
+        it in their commits, which must fail, so it goes."""
+        return {1: self._q("DROP TABLE {conflicts}"), 2: self._q("TRUNCATE {conflicts}")}
+
+    @functools.cached_property
+    def read_version(self) -> str:
+        # The first statement of a snapshot: the snapshot itself (what the commit's check
+        # compares quick_log's transactions with) and the last commit version taken.
+        return self._q("SELECT pg_current_snapshot()::text, (SELECT last_value FROM {seq})")
+
+    @functools.cached_property
+    def snapshot_and_values(self) -> str:
+        # Before a commit with atomic operations other than adds or a versionstamp: the
+        # current values of its atomic keys, the snapshot they were read in, and its commit
+        # version (the stamp is made from it), in one statement.
         return self._q(
-            "SELECT m.version, k.key, k.value FROM {meta} m"
-            " LEFT JOIN {kv} k ON k.key = ANY(%b) WHERE m.id = 0"
+            "SELECT s.snap, s.v, k.key, k.value FROM (SELECT pg_current_snapshot()::text,"
+            " nextval({seq_name})) s(snap, v) LEFT JOIN {kv} k ON k.key = ANY(%b)"
         )
 
     @functools.cached_property
     def version(self) -> str:
-        return self._q("SELECT version FROM {meta} WHERE id = 0")
+        return self._q("SELECT last_value FROM {seq}")
 
     @functools.cached_property
-    def versions_after(self) -> str:
-        # The commits after a version (the commit counter: whose they were).
-        return self._q("SELECT version FROM {conflicts} WHERE version > %s")
-
-    @functools.cached_property
-    def lock_version(self) -> str:
-        # The resolver's lock: one commit at a time holds this row until it ends.
-        return self._q("SELECT version FROM {meta} WHERE id = 0 FOR UPDATE")
-
-    @functools.cached_property
-    def join_lock(self) -> str:
-        # The resolver's lock taken by an application's transaction, and which transaction
-        # that is (locking a row gives it an id): see PostgresStore.check_not_held_here.
+    def commits_unseen(self) -> str:
+        # The commits a snapshot (the parameter) did not see and this statement's does,
+        # and this statement's snapshot (the commit counter, PostgresStore.data_version).
         return self._q(
-            "SELECT version, pg_current_xact_id()::text FROM {meta} WHERE id = 0 FOR UPDATE"
+            "SELECT pg_current_snapshot()::text, array(SELECT id FROM {log}"
+            " WHERE xid >= pg_snapshot_xmax(%s::pg_snapshot)"
+            " OR xid IN (SELECT pg_snapshot_xip(%s::pg_snapshot)))"
+        )
+
+    @functools.cached_property
+    def snapshot_now(self) -> str:
+        return "SELECT pg_current_snapshot()::text"
+
+    @functools.cached_property
+    def prune_log(self) -> str:
+        # Rows of commits a snapshot taken over 6 s ago saw: every transaction that can
+        # still commit read after that snapshot (5 s lifetime), so it sees them too.
+        return self._q(
+            "DELETE FROM {log} WHERE id IN (SELECT id FROM {log}"
+            " WHERE xid < pg_snapshot_xmax(%s::pg_snapshot)"
+            " AND pg_visible_in_snapshot(xid, %s::pg_snapshot) FOR UPDATE SKIP LOCKED)"
+        )
+
+    @functools.cached_property
+    def application_xact(self) -> str:
+        # An application's transaction, as quick's first read of a try through it: its id
+        # (assigned now if it had none), the snapshot that read sees (at READ COMMITTED
+        # each statement takes a newer one: the check is only the more careful), its
+        # isolation level and the last commit version (the read version).
+        return self._q(
+            "SELECT pg_current_xact_id()::text, pg_current_snapshot()::text,"
+            " current_setting('transaction_isolation'), (SELECT last_value FROM {seq})"
         )
 
     @functools.cached_property
@@ -322,32 +361,34 @@ END """,
         return self._q("SELECT key, value FROM {kv} WHERE key >= %b AND key < %b ORDER BY key DESC")
 
     @functools.cached_property
-    def record_conflicts(self) -> str:
-        return self._q("INSERT INTO {conflicts} (version, begins, ends) VALUES (%s, %b, %b)")
+    def commit(self) -> str:
+        # Keys and ranges (bytea arrays) go in binary: psycopg's text form escapes each
+        # element with a regular expression, most of a commit's client CPU.
+        marks = (
+            "%s::pg_snapshot, %b, %b, %s::int, %s::int[], %s::bool[], %s::pg_snapshot, %b, %b,"
+            " %b, %b, %s::bigint, %s::bigint"
+        )
+        return self._q(f"SELECT {{commit3}}({marks}, %b, %b, %b, %b, %b, %b, %b)")
 
     @functools.cached_property
-    def bump_version(self) -> str:
-        return self._q("UPDATE {meta} SET version = %s WHERE id = 0")
+    def commit_waking(self) -> str:
+        # A commit that made a zone's pointer vest earlier (kv.wake_watchers) notifies
+        # with it, delivered when its transaction commits: watchers in other processes
+        # wake at once (backends/postgres/notifications.py). Only those: every commit's
+        # NOTIFY woke idle consumers for visits and completions they need not see.
+        # The channel and the payload are two more parameters (notify_args).
+        return f"{self.commit}, pg_notify(%s, %s)"
 
     @functools.cached_property
-    def prune_conflicts(self) -> str:
-        return self._q("DELETE FROM {conflicts} WHERE version < %s")
-
-    @functools.cached_property
-    def newest_before(self) -> str:
-        return self._q("SELECT max(version) FROM {conflicts} WHERE version < %s")
+    def notify_args(self) -> tuple[str, str]:
+        """The parameters ``commit_waking`` takes after ``commit``'s."""
+        return (channel(self.schema), self.sender)
 
     @functools.cached_property
     def everything(self) -> str:
         return self._q("SELECT key, value FROM {kv} ORDER BY key")
 
 
-# Whether the schema named by the parameter has quick_commit (a layout 2 store made by
-# an older quick has not): looked up by name, as a value, never parsed from text.
-HAS_COMMIT_FUNCTION = (
-    "SELECT EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
-    " WHERE n.nspname = %s AND p.proname = 'quick_commit')"
-)
 TABLES_IN_SCHEMA = "SELECT table_name FROM information_schema.tables WHERE table_schema = %s"
 # The schema (absent: no row), whether the URL's role may use it, and who and where that is.
 SCHEMA_ACCESS = (

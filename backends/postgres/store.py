@@ -2,17 +2,18 @@
 semantics (``docs/fdb-semantics.md`` sections 1-2), as SQLite's store has them:
 
 * the first read opens a REPEATABLE READ READ ONLY transaction on a pooled connection and
-  reads the version from ``quick_meta``: that is the read version, and every later read
-  uses the same snapshot;
+  reads its snapshot (``pg_current_snapshot()``) and the last commit version (the read
+  version); every later read uses the same snapshot;
 * writes are buffered client-side by ``quickzones.backends.txnbuffer``;
-* commit ends the snapshot, locks the ``quick_meta`` row (the resolver: one commit at a
-  time), fails with 1020 if a commit newer than the read version wrote into one of the
-  read conflict ranges, else applies the writes (atomic ops against the current value),
-  records its write ranges under the new version and bumps the version, and commits.
+* commit ends the snapshot and, in a transaction of its own, takes the advisory locks of
+  the keys it read and wrote (``locks``: only commits touching the same keys wait for each
+  other), fails with 1020 if a commit the snapshot did not see wrote into one of the read
+  conflict ranges (``quick_log`` names each commit's transaction), else records its write
+  ranges, applies the writes (atomic adds by the server) and commits.
 
-Versions are ``max(last + 1, clock in microseconds)``, so conflict rows older than the 5 s
-lifetime (plus a second of slack) can be pruned. Versionstamps follow commit order (the
-resolver's lock), so the store has them.
+Log rows are pruned once a snapshot taken more than 6 s ago saw their commit. Versions
+come from a sequence under the commit's locks, so commits that touch the same keys get
+them (and the versionstamps made from them) in commit order.
 
 The tables live in the schema the URL names (``?schema=``, default ``quick``); opening
 creates it (or migrates an older layout), and refuses, untouched, a schema holding tables
@@ -32,6 +33,7 @@ import os
 import random
 import threading
 import weakref
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -40,6 +42,7 @@ import psycopg
 from psycopg import generators
 
 from quickzones.backends._foreign_commits import ForeignCommits
+from quickzones.backends.postgres.after_commit import AfterCommit
 from quickzones.backends.postgres.errors import (
     UNREACHABLE_PACE_CAP_S,
     UNREACHABLE_PACE_S,
@@ -48,12 +51,12 @@ from quickzones.backends.postgres.errors import (
     translate,
 )
 from quickzones.backends.postgres.joined import Joined
+from quickzones.backends.postgres.locks import lock_space
 from quickzones.backends.postgres.notifications import CommitNotifications
 from quickzones.backends.postgres.resolver import PRUNE_EVERY, Connection
 from quickzones.backends.postgres.sql import (
     FORMAT,
     FORMAT_VERSION,
-    HAS_COMMIT_FUNCTION,
     QUICK_TABLES,
     SCHEMA_ACCESS,
     TABLES_IN_SCHEMA,
@@ -72,6 +75,7 @@ from quickzones.errors import (
     StoreNotFound,
     StoreUnavailable,
 )
+from quickzones.store.kv import TRANSACTION_LIFETIME_S
 from quickzones.urls import RETRY_OPTIONS, parse_retry_option
 
 _POOL_SIZE = 16
@@ -159,6 +163,7 @@ class PostgresStore:
         # This object's commits' NOTIFY payload: its own listener passes over them.
         self.sender = os.urandom(8).hex()
         self.sql = Statements(schema, self.sender)
+        self.lock_space = lock_space(schema)
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.lock_timeout_ms = lock_timeout_ms
         self.retry_limit = retry_limit
@@ -171,6 +176,9 @@ class PostgresStore:
         self._inherited: list[Connection] = []
         self._pid = os.getpid()
         self._commits = 0
+        # Snapshots of this store's transactions with their read times, about one a
+        # second, oldest first: the prune's (prune_due).
+        self._snapshots: deque[tuple[float, str]] = deque()
         self._closed = False
         self._bound = threading.local()
         self._identity: tuple[Any, ...] | None = None
@@ -181,6 +189,11 @@ class PostgresStore:
         self._watch_lock = threading.Lock()
         self.data_version_tick_s = DATA_VERSION_TICK_S
         self._notifications = CommitNotifications(self._connect, schema, self.sender)
+        # The snapshot the commit counter last looked with (data_version).
+        self._watched: str | None = None
+        # What runs once an application's transaction has committed (part two of its
+        # enqueues: app_transaction.py).
+        self.after_commit = AfterCommit(self._acquire, self._release, self.clock)
         self._open_schema(create)
 
     @classmethod
@@ -190,10 +203,10 @@ class PostgresStore:
         """``postgresql://user:password@host:port/database?schema=quick``.
 
         Options: ``schema`` (default ``quick``), ``lock_timeout_ms`` (how long a commit
-        waits for the one before it, default 10000), run()'s bounds ``retry_limit`` and
-        ``timeout_ms``; the rest go to libpq. With ``create=False`` the schema must
-        already be a quick store and nothing is written while opening but the migration of
-        an older layout.
+        waits for another holding the locks of keys it touches, default 10000), run()'s
+        bounds ``retry_limit`` and ``timeout_ms``; the rest go to libpq. With
+        ``create=False`` the schema must already be a quick store and nothing is written
+        while opening but the migration of an older layout.
         """
         try:
             parts = urlsplit(url)
@@ -320,11 +333,22 @@ class PostgresStore:
         with self._lock:
             return self._rng.random()
 
-    def _count_commit(self) -> bool:
-        """Count a commit; True every PRUNE_EVERY-th (time to prune conflict rows)."""
+    def prune_due(self, seen: str | None, read_at: float, now: float) -> str | None:
+        """Count a commit whose reads saw ``seen`` at ``read_at``; every PRUNE_EVERY-th,
+        the newest snapshot kept that was taken more than 6 s ago (log rows of commits
+        it saw can go: resolver.prune), else None."""
         with self._lock:
             self._commits += 1
-            return self._commits % PRUNE_EVERY == 0
+            kept = self._snapshots
+            if seen is not None and (not kept or read_at - kept[-1][0] >= 1.0):
+                kept.append((read_at, seen))
+            if self._commits % PRUNE_EVERY:
+                return None
+            horizon = now - TRANSACTION_LIFETIME_S - 1.0
+            chosen: str | None = None
+            while kept and kept[0][0] <= horizon:
+                chosen = kept.popleft()[1]
+            return chosen
 
     def server_identity(self, query: str) -> tuple[Any, ...] | None:
         """``query``'s row on one of this store's connections (asked once): how an
@@ -362,7 +386,9 @@ class PostgresStore:
                 raise HeldByOwnTransaction(self.shown)  # its locks last until the ROLLBACK
             if status == psycopg.pq.TransactionStatus.INTRANS:
                 try:
-                    row = conn.execute("SELECT pg_current_xact_id_if_assigned()::text")
+                    row = conn.execute(
+                        "SELECT pg_current_xact_id_if_assigned()::text", prepare=False
+                    )
                     current = row.fetchone()
                 except psycopg.Error:
                     current = None
@@ -375,25 +401,40 @@ class PostgresStore:
     def data_version(self) -> int:
         """A number that changes after a commit to this schema that this store object did
         not make: another process's, another store's, an application's own connection's
-        (:mod:`~quickzones.backends._foreign_commits`). One query of the commit versions
-        newer than the last one looked at (the conflict table's primary key): a round
-        trip, so a watcher reads it no more often than ``data_version_tick_s``."""
+        (:mod:`~quickzones.backends._foreign_commits`). One query: the commits the last
+        look's snapshot did not see and this one's does (quick_log's rows, by their
+        transaction's id), a round trip, so a watcher reads it no more often than
+        ``data_version_tick_s``."""
         with self._watch_lock:
             if os.getpid() != self._pid:
                 self.foreign = ForeignCommits()  # a forked child's commits are its own
+                self._watched = None
             conn = self._acquire()
             try:
-                seen = self.foreign.seen
-                if seen is None:
-                    row = conn.execute(self.sql.version).fetchone()
-                    assert row is not None, "quick_meta has its row"
-                    return self.foreign.start(int(row[0]))
-                rows = conn.execute(self.sql.versions_after, (seen,)).fetchall()
-                return self.foreign.saw([int(v) for (v,) in rows])
+                if self._watched is None:
+                    row = conn.execute(self.sql.snapshot_now).fetchone()
+                    assert row is not None
+                    self._watched = str(row[0])
+                    return self.foreign.start(0)
+                row = conn.execute(self.sql.commits_unseen, (self._watched,) * 2).fetchone()
+                assert row is not None
+                self._watched = str(row[0])
+                return self.foreign.saw([int(v) for v in row[1]])
             except psycopg.Error as err:
                 raise translate(err, "data_version", self.shown) from err
             finally:
                 self._release(conn)
+
+    def notify_commit(self) -> None:
+        """Notify the schema's channel as a commit that made a pointer vest earlier does
+        (for an application's, once it committed: app_transaction.py)."""
+        conn = self._acquire()
+        try:
+            conn.execute("SELECT pg_notify(%s, %s)", self.sql.notify_args)
+        except psycopg.Error as err:
+            raise translate(err, "notify", self.shown) from err
+        finally:
+            self._release(conn)
 
     @property
     def listens(self) -> int:
@@ -433,12 +474,10 @@ class PostgresStore:
                         conn.execute(self.sql.create_schema)
                     for statement in self.sql.create:
                         conn.execute(statement)
-                elif state == "layout 1":
-                    for statement in self.sql.migrate_from_1:
+                elif state in ("layout 1", "layout 2"):
+                    for statement in self.sql.migrate_to_3:
                         conn.execute(statement)
-                elif state == "no quick_commit":
-                    for statement in self.sql.commit_function:
-                        conn.execute(statement)
+                    conn.execute(self.sql.retire_conflicts[int(state[-1])])
         except psycopg.errors.InsufficientPrivilege as err:
             raise StoreMisconfigured(
                 self.shown, f"the URL's role may not open schema {self.schema!r}: {err}"
@@ -470,11 +509,10 @@ class PostgresStore:
         return bool(exists)
 
     def _schema_state(self, conn: Connection) -> str:
-        """``"ready"``, ``"absent"`` (no schema, or an empty one), ``"layout 1"`` (an
-        older layout, migrated on opening, even with ``create=False``: the stored items
-        are kept, the conflict table replaced), ``"no quick_commit"`` (layout 2 made by an
-        older quick: the function is added on opening, the tables untouched); raises
-        :class:`NotAQuickStore` for a schema quick does not recognise."""
+        """``"ready"``, ``"absent"`` (no schema, or an empty one), ``"layout 1"`` or
+        ``"layout 2"`` (an older layout, migrated to layout 3 on opening, even with
+        ``create=False``: the stored items are kept); raises :class:`NotAQuickStore` for
+        a schema quick does not recognise."""
         access = conn.execute(SCHEMA_ACCESS, (self.schema,)).fetchone()
         if access is None:
             return "absent"
@@ -512,9 +550,8 @@ class PostgresStore:
                 " upgrade quickzones",
             )
         if int(row[1]) < FORMAT_VERSION:
-            return "layout 1"
-        (has_commit,) = conn.execute(HAS_COMMIT_FUNCTION, (self.schema,)).fetchone() or (False,)
-        return "ready" if has_commit else "no quick_commit"
+            return f"layout {min(int(row[1]), 2)}"
+        return "ready"
 
     # --- the KVStore protocol --------------------------------------------------------------
 
@@ -548,6 +585,7 @@ class PostgresStore:
             self._bound.joined = previous
 
     def close(self) -> None:
+        self.after_commit.close()
         self._notifications.close()
         with self._lock:
             self._closed = True

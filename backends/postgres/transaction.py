@@ -1,5 +1,5 @@
 """A transaction on a PostgreSQL store: the storage half of a buffered transaction, read
-from a REPEATABLE READ snapshot and committed through the resolver."""
+from a REPEATABLE READ snapshot and committed through ``quick_commit3`` (the resolver)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,8 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         self._store = store
         # A connection taken, its snapshot not opened yet: the first read opens it.
         self._opening = False
+        # The snapshot the reads see (pg_snapshot's text), for the commit's check.
+        self._seen: str | None = None
         super().__init__(store)
 
     def _acquire_read_version(self) -> int:
@@ -49,6 +51,7 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         # version in its own round trip (_read); get_read_version() alone opens it too.
         self._conn = self._connection()
         self._opening = True
+        self._seen = None
         return _PENDING
 
     def _take_connection(self) -> resolver.Connection:
@@ -119,22 +122,23 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
 
     def _read(self, what: str, sql: str, params: Sequence[Any]) -> Rows:
         """``sql``'s rows in the snapshot; the first read opens it as well, in the same
-        round trip: BEGIN, the version (the snapshot is taken by that first statement, so
-        every later read sees exactly that version's data: commits bump it under the
-        resolver's lock, in the transaction that writes), then ``sql``."""
+        round trip: BEGIN, the snapshot (taken by that first statement, so every later
+        read sees exactly its data; the commit checks what it did not see) with the last
+        commit version (the read version), then ``sql``."""
         conn = self._snapshot()
         try:
             if not self._opening:
                 return conn.execute(sql, params)
             with pipeline(conn):
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                version = conn.execute(self._store.sql.version)
+                version = conn.execute(self._store.sql.read_version)
                 rows = conn.execute(sql, params)
         except psycopg.Error as err:
             raise translate(err, what, self._store.shown) from err
         row = version.fetchone()
-        assert row is not None, "quick_meta has its row"
-        self._read_version = int(row[0])
+        assert row is not None, "a snapshot has a row"
+        self._seen = str(row[0])
+        self._read_version = int(row[1])
         self._opening = False
         return rows
 
@@ -172,7 +176,14 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         try:
             try:
                 version = resolver.apply(
-                    conn, store.sql, request, now, begin=begin, end=("COMMIT",)
+                    conn,
+                    store.sql,
+                    request,
+                    now,
+                    snapshot=self._seen,
+                    space=store.lock_space,
+                    begin=begin,
+                    end=("COMMIT",),
                 )
                 store.foreign.made(version)  # made known only by COMMIT's answer
             except BaseException as err:
@@ -182,9 +193,10 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
                 if isinstance(err, psycopg.Error):
                     raise translate(err, "commit", store.shown) from err
                 raise
-            if store._count_commit():
+            seen_before = store.prune_due(self._seen, request.read_time, now)
+            if seen_before is not None:
                 with contextlib.suppress(psycopg.Error):
-                    resolver.prune(conn, store.sql, now)
+                    resolver.prune(conn, store.sql, seen_before)
             return version, 0
         finally:
             store._release(conn)

@@ -240,6 +240,16 @@ def holds_commit_lock(tr: object) -> bool:
     return getattr(tr, "holds_commit_lock", False) is True
 
 
+def may_retry_in_place(tr: object, err: KVError) -> bool:
+    """Whether run() may try ``tr`` again after ``err``: yes, unless it writes into an
+    application's own transaction that cannot read newer commits (``can_retry_in_place``:
+    PostgreSQL's at REPEATABLE READ or SERIALIZABLE)."""
+    if getattr(tr, "joins_application", False) is not True:
+        return True
+    can_retry: Callable[[KVError], bool] | None = getattr(tr, "can_retry_in_place", None)
+    return can_retry is not None and can_retry(err)
+
+
 def commit_waiter_of(db: object) -> Callable[[float], None] | None:
     """The store's ``wait_for_commits(timeout_s)``, or None: an optional part of the
     :class:`CommitCounter` capability that blocks up to ``timeout_s`` and returns early
@@ -333,7 +343,7 @@ def run(
             tr.commit()
             return result
         except KVError as err:
-            if holds_commit_lock(tr):
+            if holds_commit_lock(tr) or not may_retry_in_place(tr, err):
                 # The application's own transaction (it failed, or its snapshot is too
                 # old): only the application can roll it back and run it again.
                 raise

@@ -24,6 +24,7 @@ from quickzones.store.kv import KVError
 from quickzones.store.records import ZoneId
 from quickzones.testing.provision.postgres import postgres_skip_reason
 from tests.postgres import SESSION, postgres_store_url
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(
     postgres_skip_reason() is not None, reason=str(postgres_skip_reason())
@@ -78,9 +79,7 @@ def _record_runs(q: Quick) -> list[object]:
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_app_row_and_item_commit_together(
-    q: Quick, url: str, orders: str, isolation: str
-) -> None:
+def test_app_row_and_item_commit_together(q: Quick, url: str, orders: str, isolation: str) -> None:
     runs = _record_runs(q)
     with psycopg.connect(_server(url)) as conn:  # psycopg's default: a transaction opens
         conn.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}")
@@ -111,15 +110,24 @@ def test_rollback_leaves_neither_row_nor_item_nor_pointer(
 
 
 def test_second_enqueue_into_an_idle_zone_pulls_its_pointer_earlier(q: Quick, url: str) -> None:
-    """Part two (the pointer's vesting pulled earlier) commits with the app too."""
+    """Part two (the pointer's vesting pulled earlier) follows the application's COMMIT."""
     runs = _record_runs(q)
     q.enqueue("ship", {"late": True}, app="shop", tenant="t1", delay=3600)
     pointer = q.toplevel.get_pointer(ZoneId("shop", "t1"))
     assert pointer is not None
     with psycopg.connect(_server(url)) as conn, conn.transaction():
         q.enqueue_on(conn, "ship", {"now": True}, app="shop", tenant="t1")
-    after = q.toplevel.get_pointer(ZoneId("shop", "t1"))
-    assert after is not None and after.vesting_ms < pointer.vesting_ms
+        time.sleep(0.2)
+        before_commit = q.toplevel.get_pointer(ZoneId("shop", "t1"))
+    # Part two runs once the application committed, in a transaction of its own: the
+    # application never holds the pointer record consumers lease.
+    assert before_commit == pointer
+
+    def pulled() -> bool:
+        after = q.toplevel.get_pointer(ZoneId("shop", "t1"))
+        return after is not None and after.vesting_ms < pointer.vesting_ms
+
+    assert wait_for(pulled, 10)
     assert q.run_until_idle() == 1 and runs == [{"now": True}]
 
 
@@ -130,7 +138,14 @@ def test_serializable_snapshot_older_than_a_quick_commit_is_a_retryable_conflict
     with psycopg.connect(_server(url)) as conn:
         conn.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
         conn.execute(f"SELECT count(*) FROM {orders}")  # the snapshot is taken here
-        q.enqueue("ship", {"other": True}, app="shop", tenant="t2")  # a quick commit after it
+        # A quick commit after it into another zone touches nothing the enqueue reads.
+        q.enqueue("ship", {"other": True}, app="shop", tenant="t2")
+        q.enqueue_on(conn, "ship", {"first": True}, app="shop", tenant="t4")
+        conn.rollback()
+        conn.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+        conn.execute(f"SELECT count(*) FROM {orders}")
+        # One into the same zone made the pointer the application's snapshot does not see.
+        q.enqueue("ship", {"other": True}, app="shop", tenant="t1")
         with pytest.raises(KVError) as caught:
             q.enqueue_on(conn, "ship", {"order": 1}, app="shop", tenant="t1")
         assert caught.value.retryable
@@ -138,7 +153,8 @@ def test_serializable_snapshot_older_than_a_quick_commit_is_a_retryable_conflict
         with conn.transaction():  # the app's retry succeeds
             conn.execute(f"INSERT INTO {orders} VALUES (1, 'book')")
             q.enqueue_on(conn, "ship", {"order": 1}, app="shop", tenant="t1")
-    assert q.run_until_idle() == 2 and {"order": 1} in runs
+    assert q.run_until_idle() == 3 and {"order": 1} in runs
+    assert {"first": True} not in runs  # rolled back with the application
 
 
 def test_sqlalchemy_connection_and_session(q: Quick, url: str, orders: str) -> None:
@@ -146,7 +162,9 @@ def test_sqlalchemy_connection_and_session(q: Quick, url: str, orders: str) -> N
     from sqlalchemy.orm import Session
 
     runs = _record_runs(q)
-    engine = sqlalchemy.create_engine(_server(url).replace("postgresql://", "postgresql+psycopg://"))
+    engine = sqlalchemy.create_engine(
+        _server(url).replace("postgresql://", "postgresql+psycopg://")
+    )
     try:
         with engine.begin() as c:
             c.execute(sqlalchemy.text(f"INSERT INTO {orders} VALUES (1, 'core')"))

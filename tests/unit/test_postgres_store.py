@@ -43,7 +43,7 @@ def test_quick_creates_its_tables_in_the_named_schema(admin: object) -> None:
     q = Quick.open(postgres_store_url(schema))
     item = q.enqueue("job", {"n": 1}, app="a", tenant="t1")
     q.close()
-    assert _tables(admin, schema) == {"kv", "quick_meta", "quick_conflicts"}
+    assert _tables(admin, schema) == {"kv", "quick_meta", "quick_log"}
     again = Quick.open(postgres_store_url(schema), create=False)  # reopens, writes nothing
     assert again.status("a", "t1", item) is not None
     again.close()
@@ -474,34 +474,53 @@ def _reopened_runs_both_items(schema: str) -> None:
 
 def test_a_layout_1_schema_is_migrated_keeping_its_items(admin: object) -> None:
     """A store quick made before the resolver moved into the server (layout 1: one
-    encoded column of conflict ranges) opens as layout 2 with every item kept."""
+    encoded column of conflict ranges) opens as layout 3 with every item kept; the
+    conflict table that layout's processes wrote in their commits is gone, so they fail."""
+    from tests.pg_layout2_sql import make_layout_2
+
     schema = _schema("layout1")
     _store_with_one_item(schema)
+    make_layout_2(admin, schema)
     s = f'"{schema}"'
     admin.execute(f"DROP TABLE {s}.quick_conflicts")  # type: ignore[attr-defined]
     admin.execute(f"DROP FUNCTION IF EXISTS {s}.quick_resolve")  # type: ignore[attr-defined]
+    admin.execute(f"DROP FUNCTION IF EXISTS {s}.quick_commit")  # type: ignore[attr-defined]
     admin.execute(  # type: ignore[attr-defined]
         f"CREATE TABLE {s}.quick_conflicts (version bigint PRIMARY KEY, ranges bytea NOT NULL)"
     )
     admin.execute(f"UPDATE {s}.quick_meta SET format_version = 1")  # type: ignore[attr-defined]
     _reopened_runs_both_items(schema)
     row = admin.execute(f"SELECT format_version FROM {s}.quick_meta").fetchone()  # type: ignore[attr-defined]
-    assert row == (2,)
+    assert row == (3,)
+    assert _tables(admin, schema) == {"kv", "quick_meta", "quick_log"}
 
 
-def test_a_layout_2_schema_without_quick_commit_gains_it_keeping_its_items(
-    admin: object,
-) -> None:
-    """A store the previous quick made (layout 2, commits as a statement per written key)
-    opens with the one-statement commit function added and every item kept; the tables
-    and the layout version stay, so that quick still opens it."""
+def test_a_layout_2_schema_is_migrated_and_its_old_processes_refused(admin: object) -> None:
+    """A store the previous release made (layout 2: every commit serialised on the
+    quick_meta row) opens as layout 3 with every item kept, and its commit versions go
+    on from the last one. A process of that release still running commits under the old
+    lock, which layout 3's commits do not take: its commits are refused with one line
+    that names the cause and the fix, and nothing it sent is written."""
+    import psycopg
+
+    from tests.pg_layout2_sql import commit_as_layout_2, make_layout_2
+
     schema = _schema("layout2")
     _store_with_one_item(schema)
+    make_layout_2(admin, schema)
     s = f'"{schema}"'
-    admin.execute(f"DROP FUNCTION {s}.quick_commit")  # type: ignore[attr-defined]
-    _reopened_runs_both_items(schema)
+    with psycopg.connect(postgres_store_url(schema).split("?")[0], autocommit=True) as old:
+        before = commit_as_layout_2(old, schema, b"old-process", b"1")  # works before
+        _reopened_runs_both_items(schema)
+        with pytest.raises(psycopg.Error, match="upgrade it") as refused:
+            commit_as_layout_2(old, schema, b"old-process", b"2")
+        assert "migrated to layout 3" in str(refused.value)
     row = admin.execute(f"SELECT format_version FROM {s}.quick_meta").fetchone()  # type: ignore[attr-defined]
-    assert row == (2,)
+    assert row == (3,)
+    value = admin.execute(f"SELECT value FROM {s}.kv WHERE key = 'old-process'").fetchone()  # type: ignore[attr-defined]
+    assert value is not None and bytes(value[0]) == b"1"
+    (last,) = admin.execute(f"SELECT last_value FROM {s}.quick_versions").fetchone()  # type: ignore[attr-defined]
+    assert last > before
 
 
 def test_a_transactions_first_read_opens_its_snapshot_in_the_same_round_trip() -> None:

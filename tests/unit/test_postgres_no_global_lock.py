@@ -1,0 +1,138 @@
+"""PostgreSQL without a global commit lock (issue 42 point 1): an application's transaction
+that enqueued and has not committed yet stops nobody but commits touching its own keys.
+
+Before, every quick commit took one row lock, held by such a transaction from its enqueue
+to its COMMIT: another request's enqueue into another tenant, another process's plain
+enqueue and every consumer waited for it (a request open 12 s stalled them 11.4 s)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from quickzones.client import Quick
+from quickzones.consumer.config import ConsumerConfig
+from quickzones.registry import JobContext
+from quickzones.testing.provision.postgres import postgres_skip_reason
+from tests.postgres import postgres_store_url
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.skipif(
+    postgres_skip_reason() is not None, reason=str(postgres_skip_reason())
+)
+psycopg = pytest.importorskip("psycopg")
+
+
+@pytest.fixture()
+def url() -> str:
+    # A commit would wait this long for a lock: far past the test's own bound, so a
+    # wait for the open transaction shows as "still waiting", not as an error.
+    return postgres_store_url() + "&lock_timeout_ms=120000"
+
+
+@pytest.fixture()
+def q(url: str) -> Iterator[Quick]:
+    quick = Quick.open(url)
+    yield quick
+    quick.close()
+
+
+def _within(seconds: float, call: Callable[[], Any]) -> Any:
+    out: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            out["value"] = call()
+        except BaseException as err:  # handed to the test
+            out["error"] = err
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting after {seconds} s"
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+class OpenRequest:
+    """An application's request on its own thread: BEGIN; INSERT; enqueue_on; then it
+    stays open (other work) until released, then COMMITs."""
+
+    def __init__(self, q: Quick, url: str, tenant: str) -> None:
+        self.enqueued = threading.Event()
+        self.release = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(q, url, tenant), daemon=True)
+        self._thread.start()
+        assert self.enqueued.wait(30), self.error
+
+    def _run(self, q: Quick, url: str, tenant: str) -> None:
+        try:
+            with psycopg.connect(url.split("?")[0]) as conn, conn.transaction():
+                conn.execute("SELECT 1")
+                q.enqueue_on(conn, "job", {"tenant": tenant}, app="shop", tenant=tenant)
+                self.enqueued.set()
+                self.release.wait(60)
+        except BaseException as err:  # handed to the test
+            self.error = err
+            self.enqueued.set()
+
+    def commit(self) -> None:
+        self.release.set()
+        self._thread.join(30)
+        assert self.error is None, self.error
+
+
+def test_an_open_application_transaction_stops_no_other_tenant_and_no_consumer(
+    q: Quick, url: str
+) -> None:
+    ran: list[str] = []
+
+    @q.job("job")
+    def job(payload: dict[str, str], ctx: JobContext) -> None:
+        ran.append(payload["tenant"])
+
+    other = Quick.open(url)  # another process's store object
+    other.job("job")(job)
+    try:
+        q.enqueue("job", {"tenant": "busy"}, app="shop", tenant="busy")
+        held = OpenRequest(q, url, "held")
+        # Another request's enqueue into another tenant, in its own transaction.
+        second = OpenRequest(q, url, "second")
+        second.commit()
+        # A plain enqueue from another process, into another tenant.
+        _within(20, lambda: other.enqueue("job", {"tenant": "plain"}, app="shop", tenant="plain"))
+        # A consumer visits and completes the other tenants' items meanwhile.
+        assert _within(20, lambda: other.run_until_idle()) == 3
+        assert sorted(ran) == ["busy", "plain", "second"]
+        held.commit()
+        assert _within(20, lambda: other.run_until_idle()) == 1
+        assert sorted(ran) == ["busy", "held", "plain", "second"]
+    finally:
+        other.close()
+
+
+def test_pointer_collection_never_drops_the_pointer_of_a_zone_an_enqueue_commits_into(
+    q: Quick, url: str
+) -> None:
+    """A zone emptied by its consumer keeps its pointer for min_inactive_s; a consumer
+    collecting it while an application's transaction enqueues into the zone must not
+    delete it (the item would then wait with no pointer): it waits for that COMMIT or
+    fails and tries again later, and the item runs."""
+    ran: list[str] = []
+    q.job("job")(lambda payload, ctx: ran.append(payload["tenant"]))
+    q.enqueue("job", {"tenant": "z"}, app="shop", tenant="z")
+    collecting = ConsumerConfig(in_order=True, min_inactive_s=0.0)
+    assert q.run_until_idle(collecting) == 1
+    held = OpenRequest(q, url, "z")
+    consumer = threading.Thread(target=lambda: q.run_until_idle(collecting), daemon=True)
+    consumer.start()
+    consumer.join(1.0)  # it may be waiting for the application's locks
+    held.commit()
+    consumer.join(30)
+    assert not consumer.is_alive()
+    assert wait_for(lambda: q.run_until_idle(collecting) >= 0 and ran == ["z", "z"], 20), ran
