@@ -22,18 +22,17 @@ tenants' pickup p50/p99 of the items started in those seconds (start minus the
 producer's call to enqueue), and per quick table ``n_dead_tup``, ``n_live_tup``,
 ``pg_total_relation_size`` and its indexes' size (``pg_stat_user_tables``). Before the
 hold, in it and after the cool-down, ``EXPLAIN (ANALYZE, BUFFERS)`` of the reads on a
-pickup's path: a snapshot's read of the version (``quick_meta``), the scanner's range read
-of vested pointers, a zone peek of a small tenant and of the noisy one, the point reads of
-the noisy zone's pointer record and count (rewritten by each of its visits), the commit
-watcher's read of newer commit versions and the resolver's conflict check
-(``quick_conflicts``). At the end: whether each
-table was autovacuumed after the commit and its dead rows came back to their level
-before the hold, and whether pickups did.
+pickup's path: a snapshot's first read (its snapshot and the version, from a sequence),
+the scanner's range read of vested pointers, a zone peek of a small tenant and of the
+noisy one, the point reads of the noisy zone's pointer record and count (rewritten by
+each of its visits), the commit watcher's read of the commits it has not seen and a
+commit's conflict check (``quick_log``). At the end: whether each table was autovacuumed
+after the commit and its dead rows came back to their level before the hold, and whether
+pickups did.
 
 ``--commits N``: no flow; a snapshot held while N commits add to one key, and every
-quarter the buffers of the reads that walk row versions (the version read and the
-resolver's lock of ``quick_meta``, the key, and ``max(version)`` of ``quick_conflicts``,
-the read proposed instead of ``quick_meta``'s), then after the snapshot ends and a VACUUM.
+quarter the buffers of the reads that walk row versions (the key's, a snapshot's first
+read, the commit watcher's), then after the snapshot ends and a VACUUM.
 
 ``--tuned`` applies :func:`quickzones.backends.postgres.tuning.schema_statements` (the
 per-table autovacuum settings) to the schema before the flow starts: the same run with
@@ -66,7 +65,7 @@ from quickzones.cli.demo import percentile
 
 NOISY = "noisy"
 APP = "b"
-TABLES = ("kv", "quick_meta", "quick_conflicts")
+TABLES = ("kv", "quick_meta", "quick_log")
 NOISY_BATCH_EVERY_S = 0.1
 
 
@@ -249,9 +248,11 @@ class Probe:
 
             self.quick = Quick.open(self.url)
         q = self.quick
+        from quickzones.backends.postgres.sql import Statements
+
         kv = pgsql.Identifier(self.schema, "kv")
-        meta = pgsql.Identifier(self.schema, "quick_meta")
-        conflicts = pgsql.Identifier(self.schema, "quick_conflicts")
+        log_table = pgsql.Identifier(self.schema, "quick_log")
+        sql = Statements(self.schema)
 
         def text(template: str, **names: Any) -> str:
             return pgsql.SQL(template).format(**names).as_string(conn)
@@ -265,8 +266,9 @@ class Probe:
         # Scanner.peek: one shard's vesting entries from its start (the vested ones first).
         begin, _ = q.keys.pointer_vested_range(q.toplevel.cluster, 0, now)
         end = strinc(q.keys.pointer_vesting_prefix(q.toplevel.cluster, 0))
-        version = conn.execute(text("SELECT version FROM {meta} WHERE id = 0", meta=meta))
-        (current,) = version.fetchone()
+        # A snapshot a few ms old when the reads below run: the commit watcher's (it looks
+        # every 5 ms) and a commit's (its reads' snapshot), what they compare quick_log to.
+        (snapshot,) = conn.execute(sql.snapshot_now).fetchone()
 
         def zone(tenant: str) -> tuple[bytes, bytes]:
             z = ZoneId(APP, tenant)
@@ -284,10 +286,9 @@ class Probe:
             else b""
         )
         return {
-            "read version (quick_meta)": (
-                text("SELECT version FROM {meta} WHERE id = 0", meta=meta),
-                (),
-            ),
+            # A snapshot's first read: the snapshot and the last commit version (a
+            # sequence: rewritten in place, no row versions).
+            "read version (sequence)": (sql.read_version, ()),
             "scanner: vested pointers (kv)": (rng, (begin, end, cfg.peek_max + 1)),
             "zone peek, small tenant (kv)": (rng, (sb, se, cfg.dequeue_max)),
             "zone peek, noisy tenant (kv)": (rng, (nb, ne, cfg.dequeue_max)),
@@ -295,20 +296,21 @@ class Probe:
             # enqueues (an UPDATE of one kv row each time).
             "noisy zone's pointer record (kv)": (get, (pointer_key,)),
             "noisy zone's count (kv)": (get, (q.keys.count_key(noisy),)),
-            "commit watcher: newer versions (quick_conflicts)": (
-                text("SELECT version FROM {c} WHERE version > %s", c=conflicts),
-                (int(current) - 1_000_000,),  # the last second's commits
+            "commit watcher: unseen commits (quick_log)": (
+                sql.commits_unseen,
+                (snapshot, snapshot),
             ),
-            # quick_resolve's check, under the resolver's lock in every commit: the commits
-            # since a read version 10 ms old, against a read range none of them wrote.
-            "resolver: conflict check (quick_conflicts)": (
+            # quick_commit3's check in every commit: the commits its snapshot did not see,
+            # against a read range none of them wrote.
+            "commit: conflict check (quick_log)": (
                 text(
-                    "SELECT EXISTS (SELECT 1 FROM {c} c, unnest(c.begins, c.ends) w(b, e),"
-                    " unnest(%s::bytea[], %s::bytea[]) r(b, e) WHERE c.version > %s"
-                    " AND w.b < r.e AND r.b < w.e)",
-                    c=conflicts,
+                    "SELECT EXISTS (SELECT 1 FROM {log} c, unnest(c.begins, c.ends) w(b, e),"
+                    " unnest(%s::bytea[], %s::bytea[]) r(b, e) WHERE (c.xid >="
+                    " pg_snapshot_xmax(%s::pg_snapshot) OR c.xid IN (SELECT"
+                    " pg_snapshot_xip(%s::pg_snapshot))) AND w.b < r.e AND r.b < w.e)",
+                    log=log_table,
                 ),
-                ([b"\x00probe"], [b"\x00probe\x00"], int(current) - 10_000),
+                ([b"\x00probe"], [b"\x00probe\x00"], snapshot, snapshot),
             ),
         }
 
@@ -541,12 +543,12 @@ def run(dsn: str, schema: str, opts: Options, work: Path) -> dict[str, Any]:
 def commit_chain(dsn: str, schema: str, commits: int, every: int) -> list[dict[str, Any]]:
     """Controlled, no flow: a snapshot held while ``commits`` quick commits add to one
     key; every ``every`` commits, and after the snapshot ends and after a VACUUM, the
-    buffers and ms of the reads that walk row versions: the version read and the
-    resolver's lock of ``quick_meta``, the key's read, and (the fix proposed for
-    ``sql.py``) the version as ``max(version)`` of ``quick_conflicts``."""
+    buffers and ms of the reads: the key's (one row version per commit), a snapshot's
+    first read and the commit watcher's (``quick_log``)."""
     import psycopg
     from psycopg import sql as pgsql
 
+    from quickzones.backends.postgres.sql import Statements
     from quickzones.backends.postgres.store import PostgresStore
     from quickzones.store.kv import run as run_kv
 
@@ -560,17 +562,10 @@ def commit_chain(dsn: str, schema: str, commits: int, every: int) -> list[dict[s
     def q(template: str) -> str:
         return pgsql.SQL(template).format(s=pgsql.Identifier(schema)).as_string()
 
+    sql = Statements(schema)
     reads: dict[str, tuple[str, tuple[Any, ...]]] = {
-        "read version (quick_meta)": (q("SELECT version FROM {s}.quick_meta WHERE id = 0"), ()),
-        "resolver's lock (quick_meta FOR UPDATE)": (
-            q("SELECT version FROM {s}.quick_meta WHERE id = 0 FOR UPDATE"),
-            (),
-        ),
-        "max(version) of quick_conflicts": (
-            q("SELECT max(version) FROM {s}.quick_conflicts"),
-            (),
-        ),
         "the rewritten key (kv)": (q("SELECT value FROM {s}.kv WHERE key = %s"), (key,)),
+        "read version (sequence)": (sql.read_version, ()),
     }
     out: list[dict[str, Any]] = []
     with (
@@ -580,8 +575,12 @@ def commit_chain(dsn: str, schema: str, commits: int, every: int) -> list[dict[s
 
         def sample(after: str) -> None:
             row: dict[str, Any] = {"after": after}
-            for name, (sql, params) in reads.items():
-                row[name] = explain(probe, sql, params)
+            for name, (statement, params) in reads.items():
+                row[name] = explain(probe, statement, params)
+            (snapshot,) = probe.execute(sql.snapshot_now).fetchone() or ("",)
+            row["commit watcher (quick_log)"] = explain(
+                probe, sql.commits_unseen, (snapshot, snapshot)
+            )
             out.append(row)
             log(f"after {after}: " + ", ".join(f"{k} {v['buffers']} buf" for k, v in row.items()
                                                 if k != "after"))  # fmt: skip
@@ -674,8 +673,7 @@ def _mb(n: int | None) -> str:
 
 
 HEADER = (
-    "   t phase      backlog  small p50/p99 ms |  kv dead / MB  |"
-    " meta dead / MB  | conflicts dead / MB"
+    "   t phase      backlog  small p50/p99 ms |  kv dead / MB  | meta dead / MB  | log dead / MB"
 )
 
 
@@ -691,7 +689,7 @@ def _print_sample(s: dict[str, Any]) -> None:
     print(
         f"{s['t_s']:>5.0f} {s['phase']:<10} {s['backlog']:>6} "
         f"{s['small_p50_ms']:>7.1f} {s['small_p99_ms']:>7.1f} | {cell('kv')} | "
-        f"{cell('quick_meta')} | {cell('quick_conflicts')}",
+        f"{cell('quick_meta')} | {cell('quick_log')}",
         flush=True,
     )
 

@@ -1,36 +1,37 @@
-"""Per-table storage and autovacuum settings for quick's three PostgreSQL tables.
+"""Per-table storage and autovacuum settings for quick's churning PostgreSQL tables.
 
-Every quick commit deletes or rewrites rows: a visit moves a pointer's vesting entry (a
-delete and an insert in ``kv``), rewrites its zone's pointer record and count, a dequeue
-moves its items' order entries, a completion deletes them; every commit rewrites the one
-row of ``quick_meta`` and inserts a row into ``quick_conflicts`` that the resolver's prune
-deletes seconds later. At any real rate that is far past PostgreSQL's default vacuum
-thresholds, so autovacuum visits each table at every ``autovacuum_naptime`` (a cluster
-setting, 1 min by default) whatever the per-table settings say. What they can decide,
-measured with ``python -m bench.pg_long_txn [--tuned]`` (docs/backends.md, "Beside long
-transactions"):
+Every quick commit deletes or rewrites rows of ``kv``: a visit moves a pointer's vesting
+entry (a delete and an insert) and rewrites its zone's pointer record and count, a
+dequeue moves its items' order entries, a completion deletes them; and every commit that
+writes inserts a row into ``quick_log`` that the prune deletes seconds later
+(``quick_meta`` is written only when a store is created or migrated; the commit versions
+come from a sequence, which leaves no dead rows). At any real rate that is far past
+PostgreSQL's default vacuum thresholds, so autovacuum visits both tables at every
+``autovacuum_naptime`` (a cluster setting, 1 min by default) whatever the per-table
+settings say. What they can decide, measured with ``python -m bench.pg_long_txn
+[--tuned]`` (docs/backends.md, "Beside long transactions"):
 
 * ``kv``: ``fillfactor=80`` leaves a fifth of each page free, so a rewrite of the same
   key (a zone's pointer record and count, an item's lease) stays on its page as a HOT
   update: no new index entry, and the old version is pruned by the next reader of the
-  page, without a vacuum, once no snapshot needs it. Measured: 91 % of kv's updates HOT
-  instead of 78 % over a run, 81 % instead of 57 % beside a 120 s snapshot, at whose end
-  a busy zone's pointer record and count cost 13 and 15 buffers to read per 1,000 items
-  run meanwhile instead of 23 and 37.
-  ``autovacuum_vacuum_scale_factor=0.02`` with a threshold of 1,000: a ``kv`` grown
-  large (a backlog of a million items) is vacuumed after 2 % of it is dead, not 20 %, so
-  the dead entries the scanner and the zone peeks walk stay bounded; under quick's churn
-  a small ``kv`` is vacuumed at every naptime anyway.
-* ``quick_meta`` and ``quick_conflicts``: PostgreSQL's thresholds (50 dead rows plus
-  20 %) are already crossed within a second; their vacuums run unthrottled
-  (``autovacuum_vacuum_cost_delay=0``: a few pages, so they end at once, even bloated).
+  page, without a vacuum, once no snapshot needs it. Measured on layout 2: 91 % of kv's
+  updates HOT instead of 78 % over a run, 81 % instead of 57 % beside a 120 s snapshot,
+  at whose end a busy zone's pointer record and count cost 13 and 15 buffers to read per
+  1,000 items run meanwhile instead of 23 and 37. ``autovacuum_vacuum_scale_factor=0.02``
+  with a threshold of 1,000: a ``kv`` grown large (a backlog of a million items) is
+  vacuumed after 2 % of it is dead, not 20 %, so the dead entries the scanner and the
+  zone peeks walk stay bounded; under quick's churn a small ``kv`` is vacuumed at every
+  naptime anyway.
+* ``quick_log``: PostgreSQL's thresholds (50 dead rows plus 20 %) are crossed within a
+  second; its vacuums run unthrottled (``autovacuum_vacuum_cost_delay=0``: a few pages,
+  so they end at once, even bloated).
 
 None of this helps much *while* a transaction holds an old snapshot of the same database
 (a report's REPEATABLE READ transaction, a session idle in transaction, a replication slot
 or a standby with ``hot_standby_feedback``): no row version newer than its snapshot can be
 removed, by vacuum or by pruning; see docs/backends.md for what does.
 
-:func:`autovacuum_statements` returns the ``ALTER TABLE`` statements for the three tables'
+:func:`autovacuum_statements` returns the ``ALTER TABLE`` statements for the two tables'
 names (psycopg identifiers, schema-qualified); each is idempotent, so a store's creation
 and its migration can both run them (``fillfactor`` applies to pages written from then on).
 """
@@ -47,8 +48,7 @@ KV_SETTINGS: Mapping[str, str] = {
     "autovacuum_vacuum_scale_factor": "0.02",
     "autovacuum_vacuum_threshold": "1000",
 }
-META_SETTINGS: Mapping[str, str] = {"autovacuum_vacuum_cost_delay": "0"}
-CONFLICTS_SETTINGS: Mapping[str, str] = {"autovacuum_vacuum_cost_delay": "0"}
+LOG_SETTINGS: Mapping[str, str] = {"autovacuum_vacuum_cost_delay": "0"}
 
 
 def _alter(table: pgsql.Composable, settings: Mapping[str, str]) -> str:
@@ -60,31 +60,22 @@ def _alter(table: pgsql.Composable, settings: Mapping[str, str]) -> str:
     return pgsql.SQL("ALTER TABLE {} SET ({})").format(table, options).as_string()
 
 
-def autovacuum_statements(
-    kv: pgsql.Composable, meta: pgsql.Composable, conflicts: pgsql.Composable
-) -> tuple[str, ...]:
-    """``ALTER TABLE ... SET (...)`` for ``kv``, ``quick_meta`` and ``quick_conflicts``
-    (identifiers such as ``psycopg.sql.Identifier(schema, "kv")``), rendered as text."""
-    return (
-        _alter(kv, KV_SETTINGS),
-        _alter(meta, META_SETTINGS),
-        _alter(conflicts, CONFLICTS_SETTINGS),
-    )
+def autovacuum_statements(kv: pgsql.Composable, log: pgsql.Composable) -> tuple[str, ...]:
+    """``ALTER TABLE ... SET (...)`` for ``kv`` and ``quick_log`` (identifiers such as
+    ``psycopg.sql.Identifier(schema, "kv")``), rendered as text."""
+    return (_alter(kv, KV_SETTINGS), _alter(log, LOG_SETTINGS))
 
 
 def schema_statements(schema: str) -> tuple[str, ...]:
     """:func:`autovacuum_statements` for the tables of ``schema``."""
     return autovacuum_statements(
-        pgsql.Identifier(schema, "kv"),
-        pgsql.Identifier(schema, "quick_meta"),
-        pgsql.Identifier(schema, "quick_conflicts"),
+        pgsql.Identifier(schema, "kv"), pgsql.Identifier(schema, "quick_log")
     )
 
 
 __all__ = [
-    "CONFLICTS_SETTINGS",
     "KV_SETTINGS",
-    "META_SETTINGS",
+    "LOG_SETTINGS",
     "autovacuum_statements",
     "schema_statements",
 ]

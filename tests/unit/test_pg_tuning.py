@@ -1,6 +1,6 @@
 """The per-table autovacuum settings of ``backends/postgres/tuning.py``: applied to a
-store's tables (whatever its schema is called), PostgreSQL holds them, and applying them
-again changes nothing."""
+store's churning tables, kv and quick_log (whatever its schema is called), PostgreSQL
+holds them, and applying them again changes nothing."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import pytest
 from psycopg import sql as pgsql
 
 from quickzones.backends.postgres.tuning import (
-    CONFLICTS_SETTINGS,
     KV_SETTINGS,
-    META_SETTINGS,
+    LOG_SETTINGS,
     autovacuum_statements,
     schema_statements,
 )
@@ -27,7 +26,7 @@ RELOPTIONS = """SELECT c.relname, c.reloptions FROM pg_class c
     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'"""
 
 
-def test_the_settings_land_on_the_three_tables_of_an_oddly_named_schema() -> None:
+def test_the_settings_land_on_the_tables_of_an_oddly_named_schema() -> None:
     schema = 'we"ird $$ Schema'
     url = postgres_store_url(schema)
     Quick.open(url).close()
@@ -40,22 +39,15 @@ def test_the_settings_land_on_the_three_tables_of_an_oddly_named_schema() -> Non
             for name, opts in conn.execute(RELOPTIONS, (schema,))
         }
 
-    assert options == {
-        "kv": dict(KV_SETTINGS),
-        "quick_meta": dict(META_SETTINGS),
-        "quick_conflicts": dict(CONFLICTS_SETTINGS),
-    }
+    assert options == {"kv": dict(KV_SETTINGS), "quick_meta": {}, "quick_log": dict(LOG_SETTINGS)}
 
 
 def test_the_statements_name_the_tables_they_are_given() -> None:
     statements = autovacuum_statements(
-        pgsql.Identifier("s", "kv"),
-        pgsql.Identifier("s", "quick_meta"),
-        pgsql.Identifier("s", "quick_conflicts"),
+        pgsql.Identifier("s", "kv"), pgsql.Identifier("s", "quick_log")
     )
 
     assert [s.split(" SET ")[0] for s in statements] == [
         'ALTER TABLE "s"."kv"',
-        'ALTER TABLE "s"."quick_meta"',
-        'ALTER TABLE "s"."quick_conflicts"',
+        'ALTER TABLE "s"."quick_log"',
     ]
