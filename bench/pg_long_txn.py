@@ -67,6 +67,14 @@ NOISY = "noisy"
 APP = "b"
 TABLES = ("kv", "quick_meta", "quick_log")
 NOISY_BATCH_EVERY_S = 0.1
+# sql.py's commits_unseen with = ANY(ARRAY(...)) for its IN (SELECT ...): the form that
+# lets PostgreSQL read quick_log's newest rows by its xid index (proposed; {log}: the
+# table's quoted name).
+PROPOSED_WATCHER = (
+    "SELECT pg_current_snapshot()::text, array(SELECT id FROM {log}"
+    " WHERE xid >= pg_snapshot_xmax(%s::pg_snapshot)"
+    " OR xid = ANY (ARRAY(SELECT pg_snapshot_xip(%s::pg_snapshot))))"
+)
 
 
 # --- the producer (a process of its own: its GIL is not the sampler's or the worker's) ---
@@ -312,6 +320,25 @@ class Probe:
                 ),
                 ([b"\x00probe"], [b"\x00probe\x00"], snapshot, snapshot),
             ),
+            # The same two reads as proposed for sql.py: the OR with a subquery (IN) keeps
+            # PostgreSQL off quick_log's xid index, so both read every page of the table,
+            # its dead rows' too; = ANY(ARRAY(...)) for the watcher and a UNION ALL of the
+            # two index conditions for the check read only the newest rows.
+            "commit watcher, proposed (quick_log)": (
+                PROPOSED_WATCHER.format(log=log_table.as_string(conn)),
+                (snapshot, snapshot),
+            ),
+            "commit: conflict check, proposed (quick_log)": (
+                text(
+                    "SELECT EXISTS (SELECT 1 FROM (SELECT begins, ends FROM {log}"
+                    " WHERE xid >= pg_snapshot_xmax(%s::pg_snapshot) UNION ALL"
+                    " SELECT begins, ends FROM {log} WHERE xid = ANY (ARRAY(SELECT"
+                    " pg_snapshot_xip(%s::pg_snapshot)))) c, unnest(c.begins, c.ends) w(b, e),"
+                    " unnest(%s::bytea[], %s::bytea[]) r(b, e) WHERE w.b < r.e AND r.b < w.e)",
+                    log=log_table,
+                ),
+                (snapshot, snapshot, [b"\x00probe"], [b"\x00probe\x00"]),
+            ),
         }
 
     def run(self, dsn: str, label: str, at_s: float) -> dict[str, Any]:
@@ -541,8 +568,8 @@ def run(dsn: str, schema: str, opts: Options, work: Path) -> dict[str, Any]:
 
 
 def commit_chain(dsn: str, schema: str, commits: int, every: int) -> list[dict[str, Any]]:
-    """Controlled, no flow: a snapshot held while ``commits`` quick commits add to one
-    key; every ``every`` commits, and after the snapshot ends and after a VACUUM, the
+    """Controlled, no flow: a snapshot held while ``commits`` quick commits read and add
+    to one key; every ``every`` commits, and after the snapshot ends and after a VACUUM, the
     buffers and ms of the reads: the key's (one row version per commit), a snapshot's
     first read and the commit watcher's (``quick_log``)."""
     import psycopg
@@ -557,6 +584,9 @@ def commit_chain(dsn: str, schema: str, commits: int, every: int) -> list[dict[s
     one = (1).to_bytes(8, "little")
 
     def add(tr: Any) -> None:
+        # A read first, as quick's commits have: a commit with reads lets the store prune
+        # quick_log (resolver.prune, from the snapshots its commits read at).
+        tr.get(key)
         tr.add(key, one)
 
     def q(template: str) -> str:
@@ -580,6 +610,9 @@ def commit_chain(dsn: str, schema: str, commits: int, every: int) -> list[dict[s
             (snapshot,) = probe.execute(sql.snapshot_now).fetchone() or ("",)
             row["commit watcher (quick_log)"] = explain(
                 probe, sql.commits_unseen, (snapshot, snapshot)
+            )
+            row["commit watcher, proposed (quick_log)"] = explain(
+                probe, PROPOSED_WATCHER.format(log=q("{s}.quick_log")), (snapshot, snapshot)
             )
             out.append(row)
             log(f"after {after}: " + ", ".join(f"{k} {v['buffers']} buf" for k, v in row.items()

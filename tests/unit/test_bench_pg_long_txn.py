@@ -40,7 +40,7 @@ def test_the_long_transaction_bench_runs_with_tiny_settings(tmp_path: Path) -> N
         "after the cool-down",
     ]
     for probe in result["explain"]:
-        assert len(probe["plans"]) == 8
+        assert len(probe["plans"]) == 10
         assert all(plan["buffers"] > 0 for plan in probe["plans"].values())
     assert set(result["recovery"]["tables"]) == set(TABLES)
 
