@@ -14,10 +14,10 @@ settings say. What they can decide, measured with ``python -m bench.pg_long_txn
 * ``kv``: ``fillfactor=80`` leaves a fifth of each page free, so a rewrite of the same
   key (a zone's pointer record and count, an item's lease) stays on its page as a HOT
   update: no new index entry, and the old version is pruned by the next reader of the
-  page, without a vacuum, once no snapshot needs it. Measured on layout 2: 91 % of kv's
-  updates HOT instead of 78 % over a run, 81 % instead of 57 % beside a 120 s snapshot,
-  at whose end a busy zone's pointer record and count cost 13 and 15 buffers to read per
-  1,000 items run meanwhile instead of 23 and 37. ``autovacuum_vacuum_scale_factor=0.02``
+  page, without a vacuum, once no snapshot needs it. Measured: 90 % of kv's updates HOT
+  instead of 78 % over a run, 79 % instead of 53 % beside a 120 s snapshot, at whose end
+  a busy zone's pointer record and count cost 72 and 73 buffers to read instead of 151
+  and 160 (as many items run meanwhile). ``autovacuum_vacuum_scale_factor=0.02``
   with a threshold of 1,000: a ``kv`` grown large (a backlog of a million items) is
   vacuumed after 2 % of it is dead, not 20 %, so the dead entries the scanner and the
   zone peeks walk stay bounded; under quick's churn a small ``kv`` is vacuumed at every
