@@ -74,6 +74,10 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "bench.postgres_peer")
     # Where a pickup's time goes on PostgreSQL: bench/results/<ts>-postgres-pickup/.
     session.run("python", "-m", "bench.postgres_pickup")
+    # quick on PostgreSQL beside a 120 s REPEATABLE READ snapshot: dead rows, sizes, pickups,
+    # with and without backends/postgres/tuning.py's settings: <ts>-pg-long-txn/.
+    session.run("python", "-m", "bench.pg_long_txn")
+    session.run("python", "-m", "bench.pg_long_txn", "--tuned")
     # Application transactions that enqueue, Quick.enqueue_on against a plain INSERT, 8
     # threads, W = 50 and 0 ms: bench/results/README.md says how a cited run is kept.
     session.run("python", "-m", "bench.pg_app_txn", "--seconds", "20", "--runs", "3")

@@ -5,6 +5,10 @@ reproductions), peers (RQ, Dramatiq, Celery, Huey, procrastinate). Results go to
 ``bench/results/<UTC timestamp>/`` (one JSON per section, PNG plots, report.md), which git
 leaves untracked; ``--publish`` also copies the report to ``bench/REPORT.md``, the tracked
 report (``bench/results/README.md`` says how a run the docs cite is kept).
+
+Standalone runs beside these sections, each ``python -m bench.<name>`` and each run by
+``nox -s bench``: ``delayed_lateness``, ``noisy_pickup``, ``demo``, ``postgres_peer``,
+``postgres_pickup``, ``pg_long_txn`` (PostgreSQL beside a long transaction).
 """
 
 from __future__ import annotations

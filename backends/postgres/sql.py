@@ -17,6 +17,8 @@ import functools
 
 from psycopg import sql as pgsql
 
+from quickzones.backends.postgres.tuning import schema_statements
+
 # What quick_meta.format holds in a schema quick made; FORMAT_VERSION is this code's
 # layout (a newer one is refused, an older one migrated: migrate_to_3).
 FORMAT = "quickzones-kv"
@@ -144,6 +146,7 @@ class Statements:
             self._q("CREATE SEQUENCE {seq}"),
             self._q("SELECT nextval({seq_name})"),
             *self.layout_3,
+            *schema_statements(self.schema),
         )
 
     @functools.cached_property
@@ -286,6 +289,7 @@ END """,
             self._q("CREATE SEQUENCE {seq}"),
             self._q("SELECT setval({seq_name}, (SELECT version + 1 FROM {meta} WHERE id = 0))"),
             *self.layout_3,
+            *schema_statements(self.schema),
             *self.refuse_older_commits,
             self._q("UPDATE {meta} SET format_version = {format_version} WHERE id = 0"),
         )

@@ -44,6 +44,12 @@ def test_quick_creates_its_tables_in_the_named_schema(admin: object) -> None:
     item = q.enqueue("job", {"n": 1}, app="a", tenant="t1")
     q.close()
     assert _tables(admin, schema) == {"kv", "quick_meta", "quick_log"}
+    options = admin.execute(  # type: ignore[attr-defined]
+        "SELECT c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = 'kv'",
+        (schema,),
+    ).fetchone()
+    assert "fillfactor=80" in options[0]  # backends/postgres/tuning.py
     again = Quick.open(postgres_store_url(schema), create=False)  # reopens, writes nothing
     assert again.status("a", "t1", item) is not None
     again.close()
