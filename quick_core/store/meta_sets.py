@@ -183,14 +183,20 @@ class AppSettings(Generic[A, T]):
         begin, end = self._tenant_records(app)
         return Head(version, bool(tr.get_range(begin, end, limit=1, snapshot=True)))
 
+    def _head_cached(self, app: str) -> Head | None:
+        """``app``'s head as read within the last ``refresh_s`` (None: to be read)."""
+        cached = self._heads.get(app)
+        if cached is not None and self.clock.now() - cached[0] < self.refresh_s:
+            return cached[1]
+        return None
+
     def _head(self, app: str) -> Head:
         """``app``'s head, read again at most once each ``refresh_s``."""
-        now = self.clock.now()
-        cached = self._heads.get(app)
-        if cached is not None and now - cached[0] < self.refresh_s:
-            return cached[1]
-        head = run(self.kv, lambda tr: self._read_head(tr, app))
-        self._heads.put(app, (now, head))
+        head = self._head_cached(app)
+        if head is None:
+            now = self.clock.now()
+            head = run(self.kv, lambda tr: self._read_head(tr, app))
+            self._heads.put(app, (now, head))
         return head
 
     def _fresh(self, app: str, read: Callable[[KVTransaction], V]) -> tuple[Head, V]:
@@ -201,10 +207,11 @@ class AppSettings(Generic[A, T]):
         return head, value
 
     def app_part(self, app: str) -> A:
-        """What applies to every tenant of ``app`` (cached; read when its version moved)."""
-        head = self._head(app)
+        """What applies to every tenant of ``app`` (cached; read when its version moved,
+        with the head when that is due: one read a refresh)."""
+        head = self._head_cached(app)
         cached = self._apps.get(app)
-        if cached is not None and cached[0] == head.version:
+        if head is not None and cached is not None and cached[0] == head.version:
             return cached[1]
         head, value = self._fresh(app, lambda tr: self._read_app(tr, app))
         self._apps.put(app, (head.version, value))
