@@ -21,7 +21,7 @@ from quickzones.clock import Clock, now_ms
 from quickzones.errors import InvalidArgument
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, run
-from quickzones.store.meta_sets import AppSettings
+from quickzones.store.meta_sets import CACHE_MAX, AppSettings
 from quickzones.store.records import ZoneId
 from quickzones.store.validation import check_job_type, check_name
 
@@ -111,9 +111,15 @@ class Pauses(AppSettings[PauseSet, PauseSet]):
     kind = "pause"
 
     def __init__(
-        self, kv: KVStore, keys: KeySpace, clock: Clock, refresh_s: float = REFRESH_S
+        self,
+        kv: KVStore,
+        keys: KeySpace,
+        clock: Clock,
+        refresh_s: float = REFRESH_S,
+        *,
+        cache_max: int = CACHE_MAX,
     ) -> None:
-        super().__init__(kv, keys, clock, refresh_s)
+        super().__init__(kv, keys, clock, refresh_s, cache_max=cache_max)
 
     def _key(self, p: Pause) -> bytes:
         return self.keys.meta_key("pause", _field(p.app), _field(p.tenant), _field(p.job_type))

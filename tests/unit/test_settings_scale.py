@@ -7,13 +7,17 @@ a weight stored in an unrelated app changes nothing of how another app drains.""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
+from quickzones.store.kv import KVTransaction
+from quickzones.store.pauses import REFRESH_S, Pauses, PauseSet
 from quickzones.urls import open_kv
 from tests.counting_kv import CountingKV
 
@@ -96,3 +100,97 @@ def test_a_weight_in_an_unrelated_app_leaves_nothing_behind() -> None:
     alone, beside = drain(False), drain(True)
     assert beside[0] == alone[0] == 600
     assert beside[1] <= alone[1] + 4, (alone, beside)
+
+
+def test_a_change_made_elsewhere_is_seen_within_a_refresh_and_only_its_app_reads_again(
+    tmp_path: Path,
+) -> None:
+    """Two processes' clients of one SQLite store: what the other one pauses or limits is
+    obeyed here within REFRESH_S; a change in app "a" makes nothing of app "b" be read
+    again (its version is app "a"'s)."""
+    clock = ManualClock()
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    here, there = Quick.open(url, clock=clock), Quick.open(url, clock=clock)
+    try:
+        ran: list[str] = []
+        here.job("j")(lambda payload, ctx: ran.append(f"{ctx.app}/{ctx.tenant}"))
+        there.pause(app="b", tenant="other")  # app "b" has tenant settings: zones look up
+        for tenant in ("t", "u"):
+            here.enqueue("j", b"", app="b", tenant=tenant)
+        assert here.run_until_idle() == 2
+        there.pause(app="b", tenant="t")
+        there.set_tenant_limit("b", "u", rate=1, per=3600)
+        clock.advance(REFRESH_S)
+        for tenant in ("t", "u", "u"):
+            here.enqueue("j", b"", app="b", tenant=tenant)
+        here.run_until_idle()
+        assert sorted(ran) == ["b/t", "b/u", "b/u"]  # t paused, u's one start an hour
+
+        reads: list[tuple[str, str]] = []
+
+        class Counting(Pauses):
+            def _read_tenant(self, tr: KVTransaction, app: str, tenant: str) -> PauseSet:
+                if tenant == "v":  # (t, held back, is visited again too)
+                    reads.append((app, tenant))
+                return super()._read_tenant(tr, app, tenant)
+
+        here.pauses = Counting(here.kv, here.keys, clock)
+        here.enqueue("j", b"", app="b", tenant="v")
+        assert here.run_until_idle() == 1 and reads == [("b", "v")]
+        for i in range(50):
+            there.pause(app="a", tenant=f"x{i}")  # another app's changes
+        clock.advance(REFRESH_S)
+        here.enqueue("j", b"", app="b", tenant="v")
+        assert here.run_until_idle() == 1 and reads == [("b", "v")]  # not read again
+        there.pause(app="b", tenant="w")  # its own app's change: read again
+        clock.advance(REFRESH_S)
+        here.enqueue("j", b"", app="b", tenant="v")
+        assert here.run_until_idle() == 1 and reads == [("b", "v"), ("b", "v")]
+    finally:
+        here.close()
+        there.close()
+
+
+def test_a_reader_keeps_a_bounded_cache_and_still_holds_what_is_paused() -> None:
+    """200 zones visited by a reader that keeps 40 entries: it never keeps more, and
+    the paused tenant's item stays held however often its entry was dropped."""
+    q = Quick.open("memory://", clock=ManualClock())
+    try:
+        q.pauses = Pauses(q.kv, q.keys, q.clock, cache_max=40)
+        q.pause(app="b", tenant="t77")
+        ran: list[str] = []
+        q.job("j")(lambda payload, ctx: ran.append(ctx.tenant))
+        for i in range(200):
+            q.enqueue("j", b"", app="b", tenant=f"t{i}")
+        q.run_until_idle()
+        assert len(ran) == 199 and "t77" not in ran
+        assert q.pauses.cached <= 3 * 40
+    finally:
+        q.close()
+
+
+def test_settings_stored_before_heads_were_kept_are_obeyed() -> None:
+    """A store whose pause and limit records were written before the per-app heads
+    (records alone, as an older release wrote them): visits still find and obey them,
+    and the next change counts them in."""
+    clock = ManualClock()
+    q = Quick.open("memory://", clock=clock)
+    try:
+        old_pause = q.keys.meta_key("pause", "b", "t1", "")
+        q.transact(lambda tr: tr.set(old_pause, msgpack.packb({"v": 1, "since": 1})))
+        ran: list[str] = []
+        q.job("j")(lambda payload, ctx: ran.append(ctx.tenant))
+        for tenant in ("t1", "t2"):
+            q.enqueue("j", b"", app="b", tenant=tenant)
+        q.run_until_idle()
+        assert ran == ["t2"]
+        q.pause(app="b", tenant="t3")
+        assert q.resume(app="b", tenant="t3")
+        q.run_until_idle()
+        assert ran == ["t2"]  # t1's old pause still counted: the app still looks up zones
+        assert q.resume(app="b", tenant="t1")
+        clock.advance(REFRESH_S)  # (held back: its zone is looked at again then)
+        q.run_until_idle()
+        assert ran == ["t2", "t1"]
+    finally:
+        q.close()
