@@ -91,14 +91,17 @@ def main() -> None:
         for i in range(args.limits):
             q.set_tenant_limit("a", f"x{i}", max_running=2)
 
+    def weight(q: Quick) -> None:
+        q.set_weight("a", "x", 5)
+
     cases: list[tuple[str, Setup, int, int]] = [
         ("nothing stored", lambda q: None, 50, 40),
         (f"{args.pauses:,} pauses in app a", pauses, 50, 40),
         (f"{args.limits:,} tenant limits in app a", limits, 50, 40),
         ("nothing stored, 24 tenants x 100", lambda q: None, 24, 100),
-        ("one weight in app a, 24 tenants x 100", lambda q: q.set_weight("a", "x", 5), 24, 100),
+        ("one weight in app a, 24 tenants x 100", weight, 24, 100),
         ("nothing stored, a lone tenant x 2,000", lambda q: None, 1, 2_000),
-        ("one weight in app a, a lone tenant x 2,000", lambda q: q.set_weight("a", "x", 5), 1, 2_000),
+        ("one weight in app a, a lone tenant x 2,000", weight, 1, 2_000),
     ]
     with TemporaryDirectory() as folder:
         for name, setup, tenants, items in cases:
