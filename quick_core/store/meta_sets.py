@@ -142,9 +142,13 @@ class AppSettings(Generic[A, T]):
             tr.set(key, value)
         if tenant is not None and existed != (value is not None):
             count = self._head_key(app, "n")
-            if tr.get(count) is None:
+            # Read without a conflict: changes of one app's tenants (a bulk pause from
+            # many requests) must not serialise on their count, kept by atomic adds.
+            if tr.get(count, snapshot=True) is None:
                 # A store written before heads were kept: count the app's tenant records
-                # once (before this change), then keep the count with atomic adds.
+                # once (before this change). With a conflict on the count, so two first
+                # changes at once do not both set it.
+                tr.add_read_conflict_key(count)
                 tr.set(count, pack_i64(self._count_tenant_records(tr, app)))
             tr.add(count, pack_i64(1 if value is not None else -1))
         tr.add(self._head_key(app, "v"), pack_i64(1))
