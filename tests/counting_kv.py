@@ -18,11 +18,13 @@ class _CountingTransaction:
     def get(self, key: bytes, *, snapshot: bool = False) -> bytes | None:
         value = self._tr.get(key, snapshot=snapshot)
         self._store.keys_read += value is not None
+        self._store.reads += 1
         return value
 
     def get_range(self, *args: Any, **kwargs: Any) -> list[tuple[bytes, bytes]]:
         rows = self._tr.get_range(*args, **kwargs)
         self._store.keys_read += len(rows)
+        self._store.reads += 1
         return rows
 
     def __getattr__(self, name: str) -> Any:
@@ -30,12 +32,13 @@ class _CountingTransaction:
 
 
 class CountingKV:
-    """A KV store that counts the keys its transactions read (given to Quick at
-    construction)."""
+    """A KV store that counts the keys its transactions read, and the reads (a get or a
+    range read, found or not) that read them (given to Quick at construction)."""
 
     def __init__(self, store: KVStore) -> None:
         self._store = store
         self.keys_read = 0
+        self.reads = 0
 
     def create_transaction(self) -> KVTransaction:
         return _CountingTransaction(self._store.create_transaction(), self)  # type: ignore[return-value]

@@ -556,8 +556,7 @@ def app_stats(app: str, request: Request, who: Admin) -> m.AppStats:
         by_tenant=dict(figures.by_tenant.most_common(100)),
         paused=[
             m.PauseOut(app=p.app, tenant=p.tenant, job_type=p.job_type, since_ms=p.since_ms)
-            for p in q.paused()
-            if p.app in (app, None)
+            for p in q.pauses.of_app(app).pauses  # its own and every app's, no other's
         ],
     )
 

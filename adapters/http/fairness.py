@@ -43,11 +43,10 @@ class TenantPolicy:
 
 def tenant_policy(q: Quick, app: str, tenant: str) -> TenantPolicy:
     """The weight and limits the fairness view shows for a tenant: the one place that
-    reads them, from the sets the consumers read (each cached for about a second, so a
-    page of many tenants reads each once)."""
+    reads them, by the lookups the consumers take (cached)."""
     zone = ZoneId(app, tenant)
-    weight = q.tenant_weights.current().weight(zone)
-    limits = q.tenant_limit_store.current().of(zone)
+    weight = q.tenant_weights.of_zone(zone) or 1.0
+    limits = q.tenant_limit_store.of_zone(zone)
     return TenantPolicy(
         weight=f"{weight:g}", limits="; ".join(_limit_text(lim) for lim in limits) or "none"
     )

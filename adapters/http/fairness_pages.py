@@ -50,12 +50,14 @@ def mount_fairness_pages(
         assert who is not None
         check_name("app", app_name)
         view = board.cached(
-            f"fairness:{app_name}", 2.0, lambda: fairness.fairness(q, app_name, q.pauses.current())
+            f"fairness:{app_name}",
+            2.0,
+            lambda: fairness.fairness(q, app_name, q.pauses.of_app(app_name)),
         )
         points = board.cached(f"history:{app_name}", 5.0, lambda: fairness.history(q, app_name))
         return page(
             request, "fairness.html", who, app=app_name, view=view, done=done,
-            pauses=[p for p in q.pauses.current().pauses if p.app in (None, app_name)],
+            pauses=list(q.pauses.of_app(app_name).pauses),
             throughput=charts.throughput_chart(points), latency=charts.latency_chart(points),
             started_hour=sum(p.started for p in points), label=percentile_label,
             now_ms=view.now_ms,

@@ -24,7 +24,7 @@ def pause_out(p: Pause) -> m.PauseOut:
 
 def app_pauses(q: Quick, app: str) -> list[m.PauseOut]:
     """The pauses that hold back some of ``app``: its own and every app's job types."""
-    return [pause_out(p) for p in q.paused() if p.app in (app, None)]
+    return [pause_out(p) for p in q.pauses.of_app(app).pauses]  # no other app's read
 
 
 @router.get("/apps/{app:seg}/pauses")

@@ -7,7 +7,7 @@ one set of admission rules holds for a local worker and a remote one alike:
 
 * the room the caller has (Algorithm 1, line 5: a consumer's free ``processing_bound``, a
   pull request's ``max_items``), passed to :meth:`Fetcher.visit` as ``capacity``;
-* the pauses in force (:mod:`quickzones.store.pauses`): a paused zone gives nothing;
+* the pauses over the zone (:mod:`quickzones.store.pauses`): a paused zone gives nothing;
 * the tenant weights (:class:`~quickzones.consumer.weighing.Weighing`): a zone's turn;
 * the app's limits (:class:`~quickzones.store.limits.AppLimits`): its pool-wide
   ``max_concurrency`` (slots in the limits store, held by each item until it ends) and its
@@ -106,11 +106,10 @@ class Fetcher:
         """The visit's rules: the caller's ``options`` (its hooks: ``dequeued``,
         ``accept``, ``resolve``, routing, leases) with the admission rules of every path:
         the app and tenant limits, the pauses and the weights."""
-        self.tenant_admission.prepare()  # read before any visit's transaction
         return VisitRules.of(
             self.config,
             admit=self.admit,
-            paused=self.paused(),
+            paused=None if self.pauses is None else self.paused,
             weight=self.weighing.visit_rule(),
             **options,
         )
@@ -170,16 +169,17 @@ class Fetcher:
 
     # --- the rules ------------------------------------------------------------------------
 
-    def paused(self) -> PauseSet | None:
-        """The pauses in force (None: none kept in a store); while the store cannot be
-        read, the last ones read (the error is reported, and the next visit reads again)."""
+    def paused(self, zone: ZoneId) -> PauseSet | None:
+        """The pauses over ``zone`` (None: none kept in a store), looked up and cached
+        (:mod:`quickzones.store.meta_sets`); while the store cannot be read, the last ones
+        read (the error is reported, and the next visit reads again)."""
         if self.pauses is None:
             return None
         try:
-            return self.pauses.current()
+            return self.pauses.of_zone(zone)
         except StorageError as err:
             self.emit("limits_error", error=str(err))
-            return self.pauses.last
+            return self.pauses.last_of(zone)
 
     def admit(self, zone: ZoneId, room: int, tr: KVTransaction | None) -> Admission:
         """The app's and the tenant's limits on a leased zone; inside a transaction (a

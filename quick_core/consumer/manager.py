@@ -176,9 +176,9 @@ class Manager:
             start_now=None if hand_out is None else self.in_flight.startable,
         )
 
-    def paused(self) -> PauseSet | None:
-        """The pauses in force (:meth:`Fetcher.paused`)."""
-        return self.fetcher.paused()
+    def paused(self, zone: ZoneId) -> PauseSet | None:
+        """The pauses over ``zone`` (:meth:`Fetcher.paused`)."""
+        return self.fetcher.paused(zone)
 
     def visit(
         self,

@@ -55,13 +55,18 @@ class Selection:
 
     def _sample(self, peeked: Sequence[PointerRef], k: int) -> list[PointerRef]:
         """``k`` of ``peeked`` at random; weighted, a pointer of weight w is drawn as if it
-        were w pointers (Efraimidis-Spirakis: the k largest of u ** (1 / w))."""
-        weight = self.weight
-        if weight is None:
-            return self.rng.sample(list(peeked), k)
+        were w pointers (Efraimidis-Spirakis: the k largest of u ** (1 / w)). Each
+        pointer's weight is looked up once: a draw costs what was peeked."""
+        weights = None if self.weight is None else [self.weight(ref) for ref in peeked]
+        if weights is None or all(w == 1.0 for w in weights):
+            return self.rng.sample(list(peeked), k)  # the unweighted draw, as ever
         rng = self.rng
-        keyed = sorted(peeked, key=lambda ref: rng.random() ** (1.0 / weight(ref)), reverse=True)
-        return keyed[:k]
+        keyed = sorted(
+            zip(peeked, weights, strict=True),
+            key=lambda pair: rng.random() ** (1.0 / pair[1]),
+            reverse=True,
+        )
+        return [ref for ref, _ in keyed[:k]]
 
     def chosen(self) -> list[PointerRef]:
         """At most ``selection_max`` pointers: the in-order ones oldest first, then the

@@ -31,7 +31,7 @@ from quickzones.consumer.slots import Slots
 from quickzones.errors import StorageError
 from quickzones.store.limits import Limits
 from quickzones.store.records import WorkItem, ZoneId
-from quickzones.store.tenant_limits import TenantLimit, TenantLimits, TenantLimitSet
+from quickzones.store.tenant_limits import TenantLimit, TenantLimits
 from quickzones.store.toplevel import TopLevelQueue
 
 SCOPE = "tenant"  # the slots' scope in Limits
@@ -119,33 +119,28 @@ class TenantAdmission:
         self.wake = CapWake(clock, wake_scanner)  # zones held at a cap, woken by an end
         slots.watchers.append(self.wake.ended)
         self.limits: TenantLimits | None = None  # set by Quick.consumer: the store's
-        self._found: TenantLimitSet | None = None  # as :meth:`prepare` read them
-
-    def prepare(self) -> None:
-        """Read the limits in force (at most once a ``REFRESH_S``) before a visit, so that
-        :meth:`of` reads nothing inside a one-transaction visit's transaction; while the
-        store cannot be read, the last ones read."""
-        if self.limits is None or self.kv_limits is None:
-            return
-        try:
-            self._found = self.limits.current()
-        except StorageError as err:
-            self.emit("limits_error", error=str(err))
-            if self.limits.last is None:
-                # Nothing read yet: visiting now would take items as if no tenant had a
-                # limit. The visit fails instead, and the scanner backs off and tries again.
-                raise
-            self._found = self.limits.last
 
     def of(self, zone: ZoneId) -> tuple[TenantLimit, ...]:
-        """``zone``'s tenant's limits as :meth:`prepare` last read them."""
-        found = self._found
-        return () if found is None else found.of(zone)
+        """``zone``'s tenant's limits, looked up and cached
+        (:mod:`quickzones.store.meta_sets`): nothing read for a zone of an app whose
+        tenants have none. While the store cannot be read, the last ones read; when
+        there are none, the error is raised: visiting would take items as if the tenant
+        had no limit, so the visit fails instead and the scanner backs off."""
+        if self.limits is None or self.kv_limits is None:
+            return ()
+        try:
+            return self.limits.of_zone(zone)
+        except StorageError as err:
+            self.emit("limits_error", zone=zone, error=str(err))
+            found = self.limits.last_of(zone)
+            if found is None:
+                raise
+            return found
 
     def limit(self, zone: ZoneId, room: int) -> tuple[int, int | None, TenantHold | None]:
-        """A visit's ``room`` for ``zone`` cut to its tenant's limits (as :meth:`prepare`
-        read them): (room, not_before_ms or None, the hold to :meth:`settle` after the
-        dequeue, None when no limit applies). The visits of a consumer's Manager and of
+        """A visit's ``room`` for ``zone`` cut to its tenant's limits (:meth:`of`): (room,
+        not_before_ms or None, the hold to :meth:`settle` after the dequeue, None when no
+        limit applies). The visits of a consumer's Manager and of
         ``quick serve``'s pull leaser both take it; a store that cannot be read gives no
         room (nothing is taken)."""
         limits = self.of(zone)

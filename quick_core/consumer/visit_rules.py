@@ -96,9 +96,10 @@ class VisitRules:
     # dequeue admits items with (per-type caps, job type filters). None: every item.
     accept: Callable[[dict[str, str]], Callable[[WorkItem], bool]] | None = None
     admit: Admit | None = None  # app limits; None: each zone may give its room
-    # The pauses in force (quickzones.store.pauses), read before the visit: a paused
-    # zone gives nothing, items of a paused job type stay vested. None: nothing paused.
-    paused: PauseSet | None = None
+    # The pauses in force over a zone (quickzones.store.pauses, looked up as the zone is
+    # leased, cached): a paused zone gives nothing, items of a paused job type stay
+    # vested. None: nothing paused.
+    paused: Callable[[ZoneId], PauseSet | None] | None = None
     # Tenant weights (quickzones.consumer.weighing): a zone's room by its weight, at most
     # the free capacity. None: every zone weighs 1.
     weight: VisitWeight | None = None
@@ -142,7 +143,10 @@ class Hold:
     held_back: bool = False  # the dequeue left an item of a paused type
 
     @classmethod
-    def of(cls, paused: PauseSet | None, zone: ZoneId, clock: Clock) -> Hold:
+    def of(
+        cls, lookup: Callable[[ZoneId], PauseSet | None] | None, zone: ZoneId, clock: Clock
+    ) -> Hold:
+        paused = None if lookup is None else lookup(zone)
         if paused is None or not paused.pauses:
             return cls()
         recheck = now_ms(clock) + int(REFRESH_S * 1000)

@@ -49,6 +49,7 @@ from quickzones.registry import JobContext, JobType, Registry
 from quickzones.store.kv import NOT_COMMITTED, TRANSACTION_LIFETIME_S, KVError, run
 from quickzones.store.limits import Limits
 from quickzones.store.pauses import PauseSet
+from quickzones.store.records import ZoneId
 from quickzones.tracing import run_span
 
 log = logging.getLogger("quick.consumer")
@@ -76,7 +77,7 @@ class Worker:
         shutting_down: Callable[[], bool],
         stopping: threading.Event,
         router: Router | None = None,
-        paused: Callable[[], PauseSet | None] = lambda: None,
+        paused: Callable[[ZoneId], PauseSet | None] = lambda zone: None,
     ) -> None:
         self.config = config
         self.clusters = clusters
@@ -91,7 +92,7 @@ class Worker:
         self.stopping = stopping
         self.failure_log = FailureLog(log)
         self.router = router or Router(config, registry, clock, emit)
-        # The pauses in force as the visits read them (cached: no store read per item).
+        # The pauses over a zone as the visits looked them up (cached: no read per item).
         self.paused = paused
 
     def execute(self, work: Work) -> str:
@@ -113,7 +114,7 @@ class Worker:
         zone, item = work.zone, work.item
         if self.shutting_down():
             return self.ops.give_back(work)
-        pauses = self.paused()
+        pauses = self.paused(zone)
         if pauses is not None and pauses.holds(zone, item.job_type):
             # Paused since its visit leased it: nothing new starts (issue 31 point 3).
             self.emit("throttled", zone=zone, reason="paused")

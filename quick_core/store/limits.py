@@ -20,6 +20,7 @@ from quickzones.clock import Clock, now_ms
 from quickzones.errors import InvalidArgument, QuickError
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, pack_i64, run, unpack_i64
+from quickzones.store.meta_sets import CACHE_MAX, Lru
 
 # How late a visit for a tenant's start slot may come and still leave the next slot where
 # the schedule has it (Limits.grant_starts); later is an idle spell, not lateness.
@@ -90,7 +91,8 @@ class Limits:
         self.kv = kv
         self.keys = keys
         self.clock = clock
-        self._cache: dict[str, tuple[float, AppLimits]] = {}
+        # Per app, bounded: a consumer of many apps keeps the recently visited ones.
+        self._cache: Lru[str, tuple[float, AppLimits]] = Lru(CACHE_MAX)
 
     # --- configuration -----------------------------------------------------------------
 
@@ -99,7 +101,7 @@ class Limits:
         _check_limit("dispatches_per_second", limits.dispatches_per_second)
         _check_limit("max_concurrency", limits.max_concurrency)
         run(self.kv, lambda tr: tr.set(self.keys.meta_key("limits", app), limits.encode()))
-        self._cache.pop(app, None)
+        self._cache.pop(app)
 
     def get(self, app: str, tr: KVTransaction | None = None) -> AppLimits:
         """An app's limits, cached for a second so the hot path rarely reads them."""
@@ -113,7 +115,7 @@ class Limits:
             return AppLimits() if raw is None else AppLimits.decode(raw)
 
         limits = run(tr if tr is not None else self.kv, read)
-        self._cache[app] = (now, limits)
+        self._cache.put(app, (now, limits))
         return limits
 
     # --- rate limits -------------------------------------------------------------------

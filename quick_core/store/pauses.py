@@ -5,14 +5,14 @@ A pause is one small record under ``(root, "m", "pause", app, tenant, job_type)`
 empty string standing for "any" (names are never empty, :func:`check_name`). A pause
 holds back what has not started: a visit leases no item of a paused zone and leaves items
 of a paused job type vested, so no attempt is counted; running items finish, and
-enqueues are accepted as ever. Readers keep the whole set for ``refresh_s`` (1 s): the
-set is tiny, read with a snapshot range read, and a pause takes effect within about a
-second without a read per visit.
+enqueues are accepted as ever. A visit looks up the pauses of its zone (every app's, its
+app's, its tenant's; :mod:`.meta_sets`), cached and read again when the app's version
+moved, checked at most once a ``refresh_s`` (1 s): a pause takes effect within about a
+second, without a read per visit, and one app's pauses cost another app nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgpack
@@ -21,7 +21,7 @@ from quickzones.clock import Clock, now_ms
 from quickzones.errors import InvalidArgument
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, run
-from quickzones.store.meta_sets import CachedRecordSet
+from quickzones.store.meta_sets import CACHE_MAX, AppSettings
 from quickzones.store.records import ZoneId
 from quickzones.store.validation import check_job_type, check_name
 
@@ -92,6 +92,9 @@ class PauseSet:
         )
 
 
+NO_PAUSES = PauseSet()
+
+
 def _field(value: str | None) -> str:
     return "" if value is None else value
 
@@ -100,14 +103,23 @@ def _unfield(value: object) -> str | None:
     return None if value == "" else str(value)
 
 
-class Pauses(CachedRecordSet[Pause, PauseSet]):
-    """Sets, clears and reads pauses over the KV store; :meth:`current` is the cached read
-    consumers take each visit."""
+class Pauses(AppSettings[PauseSet, PauseSet]):
+    """Sets, clears and reads pauses over the KV store; :meth:`of_zone` is the cached
+    lookup a visit takes (:mod:`.meta_sets`): the pauses of every app, of the zone's app
+    and of its tenant, never the others'."""
+
+    kind = "pause"
 
     def __init__(
-        self, kv: KVStore, keys: KeySpace, clock: Clock, refresh_s: float = REFRESH_S
+        self,
+        kv: KVStore,
+        keys: KeySpace,
+        clock: Clock,
+        refresh_s: float = REFRESH_S,
+        *,
+        cache_max: int = CACHE_MAX,
     ) -> None:
-        super().__init__(kv, keys, clock, refresh_s)
+        super().__init__(kv, keys, clock, refresh_s, cache_max=cache_max)
 
     def _key(self, p: Pause) -> bytes:
         return self.keys.meta_key("pause", _field(p.app), _field(p.tenant), _field(p.job_type))
@@ -125,11 +137,11 @@ class Pauses(CachedRecordSet[Pause, PauseSet]):
             if raw is not None:
                 return int(msgpack.unpackb(raw)["since"])
             since = now_ms(self.clock)
-            tr.set(key, msgpack.packb({"v": 1, "since": since}))
+            self._change(tr, _field(p.app), p.tenant, key, msgpack.packb({"v": 1, "since": since}))
             return since
 
         since = run(self.kv, write)
-        self._cached = None  # this process sees its own pause at once
+        self._changed(_field(p.app))
         return Pause(p.app, p.tenant, p.job_type, since)
 
     def resume(
@@ -137,23 +149,57 @@ class Pauses(CachedRecordSet[Pause, PauseSet]):
     ) -> bool:
         """Lift exactly the pause ``app``/``tenant``/``job_type`` names; False when there
         was none (a tenant's pause is not lifted by resuming its app, nor the reverse)."""
-        key = self._key(Pause.of(app, tenant, job_type))
+        p = Pause.of(app, tenant, job_type)
+        return self._write(_field(p.app), p.tenant, self._key(p), None)
 
-        return self._drop(key)
+    def _read(self, tr: KVTransaction, begin: bytes, end: bytes) -> list[Pause]:
+        found = []
+        for key, raw in tr.get_range(begin, end, snapshot=True):
+            app, tenant, job_type = self.keys.unpack(key)[-3:]
+            since = int(msgpack.unpackb(raw).get("since", 0))
+            found.append(Pause(_unfield(app), _unfield(tenant), _unfield(job_type), since))
+        return found
 
     def list(self) -> list[Pause]:
-        """Every pause in force, read now."""
+        """Every pause in force, read now (the admin's listing; visits never read it)."""
         begin, end = self.keys.meta_range("pause")
+        return run(self.kv, lambda tr: self._read(tr, begin, end))
+
+    def _read_app(self, tr: KVTransaction, app: str) -> PauseSet:
+        # (pause, app, "", job type): the whole app, or a job type of it (of every app
+        # for app ""): one record a job type at most.
+        return PauseSet(tuple(self._read(tr, *self.keys.meta_range("pause", app, ""))))
+
+    def _read_tenant(self, tr: KVTransaction, app: str, tenant: str) -> PauseSet:
+        return PauseSet(tuple(self._read(tr, *self.keys.meta_range("pause", app, tenant))))
+
+    def _no_tenant(self) -> PauseSet:
+        return NO_PAUSES
+
+    def of_zone(self, zone: ZoneId) -> PauseSet:
+        """The pauses that cover ``zone`` (every app's, its app's, its tenant's), cached:
+        what a visit and a Worker's start check take."""
+        return PauseSet(
+            self.app_part("").pauses
+            + self.app_part(zone.app).pauses
+            + self.tenant_part(zone).pauses
+        )
+
+    def last_of(self, zone: ZoneId) -> PauseSet | None:
+        """What :meth:`of_zone` last found, however old (None: never read)."""
+        everywhere, app = self.last_app_part(""), self.last_app_part(zone.app)
+        if everywhere is None or app is None:
+            return None
+        tenant = self.last_tenant_part(zone) or NO_PAUSES
+        return PauseSet(everywhere.pauses + app.pauses + tenant.pauses)
+
+    def of_app(self, app: str) -> PauseSet:
+        """Every pause of ``app`` (its tenants' too) and of every app, read now: the
+        fairness view of one app."""
 
         def read(tr: KVTransaction) -> list[Pause]:
-            found = []
-            for key, raw in tr.get_range(begin, end, snapshot=True):
-                app, tenant, job_type = self.keys.unpack(key)[-3:]
-                since = int(msgpack.unpackb(raw).get("since", 0))
-                found.append(Pause(_unfield(app), _unfield(tenant), _unfield(job_type), since))
-            return found
+            return self._read(tr, *self.keys.meta_range("pause", "", "")) + self._read(
+                tr, *self.keys.meta_range("pause", app)
+            )
 
-        return run(self.kv, read)
-
-    def _set_of(self, records: Sequence[Pause]) -> PauseSet:
-        return PauseSet(tuple(records))
+        return PauseSet(tuple(run(self.kv, read)))

@@ -9,14 +9,13 @@ tenant's items (or of its items of one job type) run at once across every consum
 spaced, :meth:`~quickzones.store.limits.Limits.grant_starts`). A visit (Algorithm 2)
 takes no more than they allow (:mod:`quickzones.consumer.tenant_admission`); what they
 hold back stays vested in its zone, counts no attempt, and the zone's pointer is looked
-at again when a start is allowed, not in a loop. Readers keep the set for ``refresh_s``
-(1 s), as pauses do.
+at again when a start is allowed, not in a loop. A visit looks up its zone's limits
+(:mod:`.meta_sets`), cached and checked at most once a ``refresh_s`` (1 s), as pauses are.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgpack
@@ -25,7 +24,7 @@ from quickzones.clock import Clock
 from quickzones.errors import InvalidArgument
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, run
-from quickzones.store.meta_sets import CachedRecordSet
+from quickzones.store.meta_sets import CACHE_MAX, AppSettings
 from quickzones.store.records import ZoneId
 from quickzones.store.validation import check_job_type, check_name
 
@@ -116,30 +115,28 @@ class TenantLimit:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class TenantLimitSet:
-    """The limits in force as last read, by zone."""
-
-    by_zone: dict[tuple[str, str], tuple[TenantLimit, ...]]
-
-    def of(self, zone: ZoneId) -> tuple[TenantLimit, ...]:
-        return self.by_zone.get((zone.app, zone.tenant), ())
-
-
 def limit_of(
     target: TenantLimit, max_running: int | None, rate: int | None, per_s: float
 ) -> TenantLimit:
     return TenantLimit(target.app, target.tenant, target.job_type, max_running, rate, per_s)
 
 
-class TenantLimits(CachedRecordSet[TenantLimit, TenantLimitSet]):
-    """Sets, clears and reads per-tenant limits over the KV store; :meth:`current` is the
-    cached read each visit takes."""
+class TenantLimits(AppSettings[None, tuple[TenantLimit, ...]]):
+    """Sets, clears and reads per-tenant limits over the KV store; :meth:`of_zone` is the
+    cached lookup each visit takes (:mod:`.meta_sets`)."""
+
+    kind = "tenant_limit"
 
     def __init__(
-        self, kv: KVStore, keys: KeySpace, clock: Clock, refresh_s: float = REFRESH_S
+        self,
+        kv: KVStore,
+        keys: KeySpace,
+        clock: Clock,
+        refresh_s: float = REFRESH_S,
+        *,
+        cache_max: int = CACHE_MAX,
     ) -> None:
-        super().__init__(kv, keys, clock, refresh_s)
+        super().__init__(kv, keys, clock, refresh_s, cache_max=cache_max)
 
     def _key(self, app: str, tenant: str, job_type: str | None) -> bytes:
         return self.keys.meta_key("tenant_limit", app, tenant, job_type or "")
@@ -151,38 +148,47 @@ class TenantLimits(CachedRecordSet[TenantLimit, TenantLimitSet]):
             {"v": 1, "c": limit.max_running, "r": limit.rate, "p": limit.per_s}
         )
         key = self._key(limit.app, limit.tenant, limit.job_type)
-        run(self.kv, lambda tr: tr.set(key, packed))
-        self._cached = None  # this process enforces its own change at once
+        self._write(limit.app, limit.tenant, key, packed)
         return limit
 
     def clear(self, app: str, tenant: str, job_type: str | None = None) -> bool:
         """Lift the limit named exactly so; False when there was none."""
-        key = self._key(
-            check_name("app", app),
-            check_name("tenant", tenant),
-            None if job_type is None else check_job_type(job_type),
-        )
+        app, tenant = check_name("app", app), check_name("tenant", tenant)
+        key = self._key(app, tenant, None if job_type is None else check_job_type(job_type))
+        return self._write(app, tenant, key, None)
 
-        return self._drop(key)
+    def _read(self, tr: KVTransaction, begin: bytes, end: bytes) -> list[TenantLimit]:
+        found = []
+        for key, raw in tr.get_range(begin, end, snapshot=True):
+            app, tenant, job_type = self.keys.unpack(key)[-3:]
+            obj = msgpack.unpackb(raw)
+            limit = TenantLimit(str(app), str(tenant), str(job_type) or None)
+            found.append(limit_of(limit, obj["c"], obj["r"], float(obj["p"])))
+        return found
 
     def list(self) -> list[TenantLimit]:
-        """Every limit in force, read now."""
+        """Every limit in force, read now (the admin's listing; visits never read it)."""
         begin, end = self.keys.meta_range("tenant_limit")
+        return run(self.kv, lambda tr: self._read(tr, begin, end))
 
-        def read(tr: KVTransaction) -> list[TenantLimit]:
-            found = []
-            for key, raw in tr.get_range(begin, end, snapshot=True):
-                app, tenant, job_type = self.keys.unpack(key)[-3:]
-                obj = msgpack.unpackb(raw)
-                limit = TenantLimit(str(app), str(tenant), str(job_type) or None)
-                found.append(limit_of(limit, obj["c"], obj["r"], float(obj["p"])))
-            return found
+    def _read_app(self, tr: KVTransaction, app: str) -> None:
+        return None  # limits are a tenant's: none applies to a whole app
 
-        return run(self.kv, read)
+    def _read_tenant(self, tr: KVTransaction, app: str, tenant: str) -> tuple[TenantLimit, ...]:
+        return tuple(self._read(tr, *self.keys.meta_range("tenant_limit", app, tenant)))
 
-    def _set_of(self, records: Sequence[TenantLimit]) -> TenantLimitSet:
-        by_zone: dict[tuple[str, str], tuple[TenantLimit, ...]] = {}
-        for limit in records:
-            zone = (limit.app, limit.tenant)
-            by_zone[zone] = (*by_zone.get(zone, ()), limit)
-        return TenantLimitSet(by_zone)
+    def _no_tenant(self) -> tuple[TenantLimit, ...]:
+        return ()
+
+    def of_zone(self, zone: ZoneId) -> tuple[TenantLimit, ...]:
+        """``zone``'s tenant's limits (its own and its job types'), cached: nothing read
+        for a zone of an app whose tenants have none."""
+        return self.tenant_part(zone)
+
+    def last_of(self, zone: ZoneId) -> tuple[TenantLimit, ...] | None:
+        """What :meth:`of_zone` last found, however old (None: never read)."""
+        found = self.last_tenant_part(zone)
+        head = self._heads.get(zone.app)
+        if found is None and head is not None and not head[1].tenants:
+            return ()  # its app was read, and no limit named a tenant of it
+        return found

@@ -26,6 +26,7 @@ from quickzones.errors import CorruptRecord, StorageError
 from quickzones.store import outcomes
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, run
+from quickzones.store.meta_sets import CACHE_MAX, Lru
 
 # How long a producer trusts what it read of a type's policy (or that there is none).
 CACHE_S = 5.0
@@ -85,7 +86,8 @@ class TypePolicies:
         self.keys = keys
         self.cache_s = cache_s
         self._monotonic = monotonic
-        self._cache: dict[str, tuple[float, TypePolicy | None]] = {}
+        # Per job type, bounded: a producer of many types keeps the recently used ones.
+        self._cache: Lru[str, tuple[float, TypePolicy | None]] = Lru(CACHE_MAX)
         # Declared but not stored yet: the store refused the write (full, unreachable).
         self._pending: dict[str, TypePolicy] = {}
         self._warned: set[str] = set()  # pending types whose refused write was logged
@@ -99,7 +101,7 @@ class TypePolicies:
         it may come inside an application's open transaction (the Django backend registers
         a task at its first enqueue), where a write of quick's own would wait for the
         application's lock on a shared SQLite file."""
-        self._cache[job_type] = (self._monotonic(), policy)
+        self._cache.put(job_type, (self._monotonic(), policy))
         self._pending[job_type] = policy
 
     def store_pending(self) -> None:
@@ -146,5 +148,5 @@ class TypePolicies:
             return None if raw is None else TypePolicy.decode(key, raw)
 
         policy = run(self.kv, read)
-        self._cache[job_type] = (now, policy)
+        self._cache.put(job_type, (now, policy))
         return policy

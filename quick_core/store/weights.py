@@ -9,14 +9,14 @@ zone takes w times the visit's size, and a scan chooses and orders its pointer b
 (:mod:`quickzones.consumer.weighing`). Idle capacity still goes to whoever has work: a
 weight only divides what is contended.
 
-Readers keep the whole set for ``refresh_s`` (1 s), as pauses do: one snapshot range read
-a second, none per visit, and a change takes effect within about a second.
+A visit looks up its zone's weight (:mod:`.meta_sets`), cached, as pauses are: no read per
+visit, a change takes effect within about a second, and an app with no weight at all is
+visited unweighted, whatever other apps store.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgpack
@@ -25,7 +25,7 @@ from quickzones.clock import Clock
 from quickzones.errors import InvalidArgument
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, run
-from quickzones.store.meta_sets import CachedRecordSet
+from quickzones.store.meta_sets import CACHE_MAX, AppSettings
 from quickzones.store.records import ZoneId
 from quickzones.store.validation import check_name
 
@@ -63,42 +63,22 @@ class TenantWeight:
         return f"{who} weight={self.weight:g}"
 
 
-@dataclass(frozen=True, slots=True)
-class WeightSet:
-    """The weights in force as last read."""
+class Weights(AppSettings[float | None, float | None]):
+    """Sets, clears and reads weights over the KV store; :meth:`of_zone` is the cached
+    lookup consumers weigh their scans and visits by (:mod:`.meta_sets`)."""
 
-    tenants: dict[tuple[str, str], float]
-    apps: dict[str, float]
-
-    @staticmethod
-    def of(weights: list[TenantWeight]) -> WeightSet:
-        tenants = {(w.app, w.tenant): w.weight for w in weights if w.tenant is not None}
-        apps = {w.app: w.weight for w in weights if w.tenant is None}
-        return WeightSet(tenants, apps)
-
-    @property
-    def empty(self) -> bool:
-        return not self.tenants and not self.apps
-
-    def weight(self, zone: ZoneId) -> float:
-        """The tenant's own weight, else its app's default, else 1."""
-        found = self.tenants.get((zone.app, zone.tenant))
-        if found is not None:
-            return found
-        return self.apps.get(zone.app, 1.0)
-
-
-NO_WEIGHTS = WeightSet({}, {})
-
-
-class Weights(CachedRecordSet[TenantWeight, WeightSet]):
-    """Sets, clears and reads weights over the KV store; :meth:`current` is the cached
-    read consumers weigh their scans and visits by."""
+    kind = "weight"
 
     def __init__(
-        self, kv: KVStore, keys: KeySpace, clock: Clock, refresh_s: float = REFRESH_S
+        self,
+        kv: KVStore,
+        keys: KeySpace,
+        clock: Clock,
+        refresh_s: float = REFRESH_S,
+        *,
+        cache_max: int = CACHE_MAX,
     ) -> None:
-        super().__init__(kv, keys, clock, refresh_s)
+        super().__init__(kv, keys, clock, refresh_s, cache_max=cache_max)
 
     def _key(self, app: str, tenant: str | None) -> bytes:
         return self.keys.meta_key("weight", app, "" if tenant is None else tenant)
@@ -111,20 +91,18 @@ class Weights(CachedRecordSet[TenantWeight, WeightSet]):
             check_weight(weight),
         )
         packed = msgpack.packb({"v": 1, "w": w.weight})
-        run(self.kv, lambda tr: tr.set(self._key(w.app, w.tenant), packed))
-        self._cached = None  # this process sees its own change at once
+        self._write(w.app, w.tenant, self._key(w.app, w.tenant), packed)
         return w
 
     def clear(self, app: str, tenant: str | None) -> bool:
         """Drop the weight named exactly so (back to the app's default, or 1); False when
         there was none."""
         named = None if tenant is None else check_name("tenant", tenant)
-        key = self._key(check_name("app", app), named)
-
-        return self._drop(key)
+        app = check_name("app", app)
+        return self._write(app, named, self._key(app, named), None)
 
     def list(self) -> list[TenantWeight]:
-        """Every stored weight, read now."""
+        """Every stored weight, read now (the admin's listing; visits never read it)."""
         begin, end = self.keys.meta_range("weight")
 
         def read(tr: KVTransaction) -> list[TenantWeight]:
@@ -137,5 +115,31 @@ class Weights(CachedRecordSet[TenantWeight, WeightSet]):
 
         return run(self.kv, read)
 
-    def _set_of(self, records: Sequence[TenantWeight]) -> WeightSet:
-        return WeightSet.of(list(records))
+    def _get(self, tr: KVTransaction, app: str, tenant: str | None) -> float | None:
+        raw = tr.get(self._key(app, tenant), snapshot=True)
+        return None if raw is None else float(msgpack.unpackb(raw)["w"])
+
+    def _read_app(self, tr: KVTransaction, app: str) -> float | None:
+        return self._get(tr, app, None)  # the app's default
+
+    def _read_tenant(self, tr: KVTransaction, app: str, tenant: str) -> float | None:
+        return self._get(tr, app, tenant)
+
+    def _no_tenant(self) -> float | None:
+        return None
+
+    def of_zone(self, zone: ZoneId) -> float | None:
+        """``zone``'s weight: its tenant's own, else its app's default, else 1; None when
+        its app has no weight at all (its zones are visited unweighted)."""
+        default = self.app_part(zone.app)
+        own = self.tenant_part(zone)
+        if own is not None:
+            return own
+        if default is not None:
+            return default
+        return 1.0 if self.has_tenants(zone.app) else None
+
+    def last_of(self, zone: ZoneId) -> float | None:
+        """What :meth:`of_zone` last found, however old (None: never read, or unweighted)."""
+        own = self.last_tenant_part(zone)
+        return own if own is not None else self.last_app_part(zone.app)

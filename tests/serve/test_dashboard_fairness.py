@@ -212,9 +212,9 @@ def _bound_pattern() -> re.Pattern[str]:
 
 
 def _pause_seen(q: Quick, tenant: str) -> bool:
-    """The consumer's cached pause set (``q.pauses``, which its visits and start checks
-    read) holds ``tenant`` back: from now on no item of it starts."""
-    seen = q.pauses.last
+    """The consumer's cached pauses of the zone (``q.pauses``, which its visits and start
+    checks look up) hold ``tenant`` back: from now on no item of it starts."""
+    seen = q.pauses.last_of(q.zone("a", tenant))
     return seen is not None and seen.zone_paused(q.zone("a", tenant))
 
 

@@ -23,7 +23,7 @@ def test_noisy_waiting_longest_first_and_paused(clock: ManualClock) -> None:
         q.items.dequeue(q.zone("a", "small"), 1, 30_000)
         q.pause("a", "small")
         q.pause("a", job_type="job")
-        view = fairness.fairness(q, "a", q.pauses.current())
+        view = fairness.fairness(q, "a", q.pauses.of_app("a"))
         rows = {r.tenant: r for r in view.rows}
         assert [r.tenant for r in view.rows] == ["big", "small", "new"]
         assert (rows["big"].queued, rows["big"].running, rows["big"].noisy) == (11, 9, True)

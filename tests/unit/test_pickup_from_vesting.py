@@ -59,7 +59,7 @@ def test_a_delay_and_a_backoff_are_no_waiting(q: Quick, clock: ManualClock) -> N
 
     # The fairness view's figures, from the counts the consumer adds to the store.
     consumer.heartbeats.beat_once()
-    view = fairness.fairness(q, "a", q.pauses.current())
+    view = fairness.fairness(q, "a", q.pauses.of_app("a"))
     rows = {r.tenant: (r.picked, r.p99_ms) for r in view.rows}
     assert rows == {"delayed": (1, 10), "retried": (2, 10)}
     [(_, minute)] = pickups.app_history(q.kv, q.keys, "a", now_ms(clock), minutes=1)

@@ -20,7 +20,9 @@ from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
 from quickzones.errors import InvalidArgument
-from quickzones.store.tenant_limits import TenantLimit, TenantLimits
+from quickzones.store.kv import KVTransaction
+from quickzones.store.meta_sets import Head
+from quickzones.store.tenant_limits import TenantLimits
 from quickzones.store.weights import REFRESH_S, TenantWeight, Weights
 from tests.waiting import wait_for
 
@@ -191,19 +193,20 @@ def test_the_cli_sets_shows_and_clears_weights(tmp_path: Any) -> None:
 def test_with_no_weight_stored_visits_read_the_weights_once_a_refresh(
     q: Quick, clock: ManualClock
 ) -> None:
-    """The unweighted path's cost: 40 zones visited, one read of the (empty) weights and
-    of the (empty) tenant limits, not one per visit; one more after REFRESH_S."""
+    """The unweighted path's cost: 40 zones of an app visited, one read of the app's
+    (empty) weights head and of its tenant limits head, not one per visit nor per zone;
+    one more after REFRESH_S (issue 43 point 1: looked up per app, never loaded whole)."""
     reads = {"weights": 0, "limits": 0}
 
     class CountingWeights(Weights):
-        def list(self) -> list[TenantWeight]:
+        def _read_head(self, tr: KVTransaction, app: str) -> Head:
             reads["weights"] += 1
-            return super().list()
+            return super()._read_head(tr, app)
 
     class CountingLimits(TenantLimits):
-        def list(self) -> list[TenantLimit]:
+        def _read_head(self, tr: KVTransaction, app: str) -> Head:
             reads["limits"] += 1
-            return super().list()
+            return super()._read_head(tr, app)
 
     q.tenant_weights = CountingWeights(q.kv, q.keys, q.clock)
     q.tenant_limit_store = CountingLimits(q.kv, q.keys, q.clock)
