@@ -24,7 +24,7 @@ from quickzones.store.kv import KVError
 from quickzones.store.records import ZoneId
 from quickzones.testing.provision.postgres import postgres_skip_reason
 from tests.postgres import SESSION, postgres_store_url
-from tests.waiting import wait_for
+from tests.waiting import returns_within, wait_for
 
 pytestmark = pytest.mark.skipif(
     postgres_skip_reason() is not None, reason=str(postgres_skip_reason())
@@ -430,28 +430,6 @@ def test_an_enqueue_on_a_connection_seen_before_asks_the_server_only_what_it_mus
     assert sorted(r["order"] for r in runs) == [1, 2]  # type: ignore[index]
 
 
-def _within(seconds: float, call: Any) -> Any:
-    """``call()`` on a thread of its own; fails if it has not returned after ``seconds``
-    (far past any honest answer: the fault it guards against is a 60 s wait)."""
-    import threading
-
-    out: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            out["value"] = call()
-        except BaseException as err:  # handed to the test
-            out["error"] = err
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), f"still waiting after {seconds} s"
-    if "error" in out:
-        raise out["error"]
-    return out.get("value")
-
-
 def test_quick_calls_inside_the_open_app_transaction_never_wait_for_it(
     url: str, orders: str
 ) -> None:
@@ -480,7 +458,7 @@ def test_quick_calls_inside_the_open_app_transaction_never_wait_for_it(
             found["again"] = q.enqueue("ship", {"order": 3}, app="shop", tenant="t1")
 
     try:
-        _within(45, in_one_thread)
+        returns_within(45, in_one_thread)
     finally:
         q.close()
     assert found["inside"] is None  # not committed yet: no other transaction sees it

@@ -8,8 +8,7 @@ enqueue and every consumer waited for it (a request open 12 s stalled them 11.4 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
@@ -18,7 +17,7 @@ from quickzones.consumer.config import ConsumerConfig
 from quickzones.registry import JobContext
 from quickzones.testing.provision.postgres import postgres_skip_reason
 from tests.postgres import postgres_store_url
-from tests.waiting import wait_for
+from tests.waiting import returns_within, wait_for
 
 pytestmark = pytest.mark.skipif(
     postgres_skip_reason() is not None, reason=str(postgres_skip_reason())
@@ -38,24 +37,6 @@ def q(url: str) -> Iterator[Quick]:
     quick = Quick.open(url)
     yield quick
     quick.close()
-
-
-def _within(seconds: float, call: Callable[[], Any]) -> Any:
-    out: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            out["value"] = call()
-        except BaseException as err:  # handed to the test
-            out["error"] = err
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), f"still waiting after {seconds} s"
-    if "error" in out:
-        raise out["error"]
-    return out.get("value")
 
 
 class OpenRequest:
@@ -105,12 +86,13 @@ def test_an_open_application_transaction_stops_no_other_tenant_and_no_consumer(
         second = OpenRequest(q, url, "second")
         second.commit()
         # A plain enqueue from another process, into another tenant.
-        _within(20, lambda: other.enqueue("job", {"tenant": "plain"}, app="shop", tenant="plain"))
+        plain = {"tenant": "plain"}
+        returns_within(20, lambda: other.enqueue("job", plain, app="shop", tenant="plain"))
         # A consumer visits and completes the other tenants' items meanwhile.
-        assert _within(20, lambda: other.run_until_idle()) == 3
+        assert returns_within(20, lambda: other.run_until_idle()) == 3
         assert sorted(ran) == ["busy", "plain", "second"]
         held.commit()
-        assert _within(20, lambda: other.run_until_idle()) == 1
+        assert returns_within(20, lambda: other.run_until_idle()) == 1
         assert sorted(ran) == ["busy", "held", "plain", "second"]
     finally:
         other.close()
