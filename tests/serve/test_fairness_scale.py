@@ -47,11 +47,11 @@ def _fill(q: Quick, clock: ManualClock) -> None:
                     q.enqueue("job", i, app="a", tenant=f"t-{i:06d}", tr=tr)
 
         q.transact(fill)
-    # Pickups as consumers flush them: 3,000 tenants picked up once or twice, the noisy
+    # Pickups as consumers flush them: 3,000 tenants picked up once each, the noisy
     # one 400 times (in two flushes, as two consumers would).
     now = now_ms(clock)
     minute = pickups.minute_of(now)
-    spread = {("a", f"t-{i:06d}", minute, 2): 1 + i % 2 for i in range(3000)}
+    spread = {("a", f"t-{i:06d}", minute, 2): 1 for i in range(3000)}
     pickups.add_counts(q.kv, q.keys, spread, now)
     pickups.add_counts(q.kv, q.keys, {("a", NOISY, minute, 4): 150}, now)
     pickups.add_counts(q.kv, q.keys, {("a", NOISY, minute - 1, 5): 250}, now)
@@ -122,12 +122,15 @@ def test_sections_page_on_with_a_cursor(big: Big) -> None:
 
 
 def test_search_finds_a_tenant_on_page_one(big: Big) -> None:
-    r = _get(big, "/apps/a/fairness", search="019876")
+    # A search is a prefix of the name: a key range, found however far in it lies.
+    r = _get(big, "/apps/a/fairness", search="t-019876")
     assert r.status_code == 200, r.text
     assert big.kv.keys_read <= MAX_KEYS, big.kv.keys_read
     assert _section_tenants(r.text, "search")[:1] == ["t-019876"]
     prefix = _get(big, "/apps/a/fairness", search="t-0198")
     assert _section_tenants(prefix.text, "search")[:3] == ["t-019800", "t-019801", "t-019802"]
+    nobody = _get(big, "/apps/a/fairness", search="u-")
+    assert _section_tenants(nobody.text, "search") == [] and ">none<" in nobody.text
 
 
 def test_live_refresh_sends_what_changed_or_304(big: Big) -> None:
