@@ -276,8 +276,8 @@ def _row(q: Quick, app: str, tenant: str, now: int, app_picked: int) -> TenantRo
     pointer = q.toplevel.get_pointer(zone)
     if pointer is not None and pointer.vesting_ms <= now:
         row.waiting_since_ms = pointer.vesting_ms
-    row.visiting = pointer is not None and pointer.lease_id is not None and not (
-        pointer.vesting_ms <= now
+    row.visiting = (
+        pointer is not None and pointer.lease_id is not None and not (pointer.vesting_ms <= now)
     )
     histogram = pickups.tenant_histogram(q.kv, q.keys, app, tenant, now, PICKUP_MINUTES)
     row.picked = histogram.total

@@ -42,7 +42,8 @@ def _sign_in(chromium: Any, url: str, token: str) -> Any:
 
 
 def _cell(page: Any, tenant: str, col: str) -> str:
-    return str(page.locator(f"tr[data-tenant='{tenant}'] td[data-col='{col}']").inner_text())
+    # A tenant may be in several sections (waiting longest and noisiest): its rows agree.
+    return str(page.locator(f"tr[data-tenant='{tenant}'] td[data-col='{col}']").first.inner_text())
 
 
 def test_fairness_view_workers_page_and_pause_under_a_noisy_neighbour(
@@ -88,11 +89,15 @@ def test_fairness_view_workers_page_and_pause_under_a_noisy_neighbour(
             page = _sign_in(browser, url, operator)
             page.click("text=a: fairness")
             page.wait_for_selector("h1:has-text('Fairness of a')")
-            noisy_row = page.locator("tr[data-tenant='noisy']")
+            # The live refresh brings the noisy tag and the small tenants' pickups in as
+            # they reach the store (only the rows that changed).
+            noisy_row = page.locator("table[data-section='noisy'] tr[data-tenant='noisy']")
             sync_api.expect(noisy_row.locator(".tag.noisy")).to_have_count(1, timeout=30_000)
             for tenant in SMALL:  # each small tenant's pickups reached the store
                 sync_api.expect(
-                    page.locator(f"tr[data-tenant='{tenant}'] td[data-col='p99']")
+                    page.locator(
+                        f"table[data-section='noisy'] tr[data-tenant='{tenant}'] td[data-col='p99']"
+                    )
                 ).to_have_text(_bound_pattern(), timeout=30_000)
             assert int(_cell(page, "noisy", "queued")) > 0
             assert _cell(page, "noisy", "weight") == "1"  # no weight stored yet
@@ -135,7 +140,7 @@ def test_fairness_view_workers_page_and_pause_under_a_noisy_neighbour(
 
             # A job type of the app, paused from the form under the table and resumed
             # from the list of pauses.
-            page.select_option("#pause-type select", "work")
+            page.fill("#pause-type input[name=job_type]", "work")
             page.click("#pause-type button")
             page.click("#confirm")
             sync_api.expect(page.locator("#done")).to_have_text("paused app=a job_type=work")
@@ -153,7 +158,7 @@ def test_fairness_view_workers_page_and_pause_under_a_noisy_neighbour(
             sync_api.expect(page.locator("#done")).to_have_text("weight of tenant noisy set to 3")
             assert [(w.tenant, w.weight) for w in q.weights()] == [("noisy", 3.0)]
             sync_api.expect(
-                page.locator("tr[data-tenant='noisy'] td[data-col='weight']")
+                page.locator("tr[data-tenant='noisy'] td[data-col='weight']").first
             ).to_have_text("3", timeout=10_000)
 
             # A POST without the page's CSRF token is refused, cookie or not; a control

@@ -83,9 +83,7 @@ def _get(big: Big, path: str, **params: str) -> httpx.Response:
 def _section_tenants(html: str, section: str) -> list[str]:
     start = html.index(f'data-section="{section}"')
     end = html.index("</table>", start)
-    return [
-        part.split('"', 1)[0] for part in html[start:end].split('data-tenant="')[1:]
-    ]
+    return [part.split('"', 1)[0] for part in html[start:end].split('data-tenant="')[1:]]
 
 
 def test_the_tenants_that_matter_come_first_on_a_bounded_page(big: Big) -> None:
