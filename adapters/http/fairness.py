@@ -166,9 +166,9 @@ def _waiting(
         begin, end = q.keys.pointer_vested_range(cluster, shard, now)
         ranges.append((q.keys.pointer_vesting_prefix(cluster, shard), begin, end))
 
-    def match(tr: KVTransaction, key: bytes, _: bytes) -> str | None:
+    def match(tr: KVTransaction, key: bytes, value: bytes) -> str | None:
         shard = _shard_of(q, key)
-        _, pointer_id = q.keys.unpack_pointer_vesting_key(cluster, shard, key)
+        pointer_id = q.keys.unpack_pointer_vesting_key(cluster, shard, key)[1]
         raw = tr.get(q.keys.pointer_key(cluster, shard, pointer_id), snapshot=True)
         if raw is None:
             return None

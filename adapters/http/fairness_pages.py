@@ -152,7 +152,7 @@ def mount_fairness_pages(
         }
         return JSONResponse(
             {"version": live.version, "sections": sections, "parts": changed,
-             "updated": templates.env.globals["when"](view.now_ms)},
+             "updated": str(templates.env.globals["when"](view.now_ms))},  # type: ignore[operator]
             headers={"Cache-Control": "no-store"},
         )  # fmt: skip
 
