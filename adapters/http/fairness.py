@@ -143,11 +143,13 @@ def fairness(
     now = now_ms(q.clock)
     picked = pickups.app_total(q.kv, q.keys, app, now, PICKUP_MINUTES)
     wanted = ["search"] if search else [section] if section is not None else list(SECTIONS)
-    out = []
-    for name in wanted:
-        tenants, next_cursor = _PAGES[name](q, app, now, limit, cursor, search or "")
-        rows = [_row(q, app, t, now, picked) for t in tenants]
-        out.append(Section(name, _TITLES[name], rows, next_cursor))
+    pages = [(name, *_PAGES[name](q, app, now, limit, cursor, search or "")) for name in wanted]
+    shown = list(dict.fromkeys(t for _, tenants, _ in pages for t in tenants))
+    rows = dict(zip(shown, _rows(q, app, shown, now, picked), strict=True))
+    out = [
+        Section(name, _TITLES[name], [rows[t] for t in tenants], next_cursor)
+        for name, tenants, next_cursor in pages
+    ]
     return Fairness(out, picked, now)
 
 
@@ -257,36 +259,39 @@ _PAGES: dict[str, Pager] = {
 }
 
 
-def _row(q: Quick, app: str, tenant: str, now: int, app_picked: int) -> TenantRow:
-    """One tenant's figures, read for it alone."""
+def _rows(q: Quick, app: str, tenants: list[str], now: int, app_picked: int) -> list[TenantRow]:
+    """Each tenant's figures, read for it alone (one snapshot for them all); weights,
+    limits and pauses by the cached lookups the consumers take."""
+
+    def read(tr: KVTransaction) -> list[TenantRow]:
+        return [_row_in(tr, q, app, tenant, now, app_picked) for tenant in tenants]
+
+    return run(q.kv, read) if tenants else []
+
+
+def _row_in(
+    tr: KVTransaction, q: Quick, app: str, tenant: str, now: int, app_picked: int
+) -> TenantRow:
     zone = ZoneId(app, tenant)
-    row = TenantRow(tenant)
-
-    def read(tr: KVTransaction) -> tuple[int, int]:
-        count = unpack_i64(tr.get(q.keys.count_key(zone), snapshot=True))
-        begin, end = q.keys.meta_range("slots", "tenant", app, tenant)
-        held = 0
-        for key, raw in tr.get_range(begin, end, snapshot=True):
-            if len(q.keys.unpack(key)) == 6:  # (m, slots, tenant, app, tenant, holder)
-                n, expires = msgpack.unpackb(raw)
-                held += n if expires > now else 0
-        return count, held
-
-    row.queued, held = run(q.kv, read)
-    pointer = q.toplevel.get_pointer(zone)
+    row = TenantRow(tenant, queued=unpack_i64(tr.get(q.keys.count_key(zone), snapshot=True)))
+    pointer = q.toplevel.get_pointer(zone, tr=tr)
     if pointer is not None and pointer.vesting_ms <= now:
         row.waiting_since_ms = pointer.vesting_ms
-    row.visiting = (
-        pointer is not None and pointer.lease_id is not None and not (pointer.vesting_ms <= now)
-    )
-    histogram = pickups.tenant_histogram(q.kv, q.keys, app, tenant, now, PICKUP_MINUTES)
+    elif pointer is not None and pointer.lease_id is not None:
+        row.visiting = True
+    histogram = pickups.tenant_histogram(tr, q.keys, app, tenant, now, PICKUP_MINUTES)
     row.picked = histogram.total
     row.p50_ms, row.p99_ms = histogram.percentile(0.5), histogram.percentile(0.99)
     row.noisy = app_picked > 0 and row.picked > NOISY_SHARE * app_picked
     row.policy = tenant_policy(q, app, tenant)
-    if any(lim.job_type is None and lim.max_running is not None for lim in
-           q.tenant_limit_store.of_zone(zone)):  # fmt: skip
-        row.held = held
+    limits = q.tenant_limit_store.of_zone(zone)
+    if any(lim.job_type is None and lim.max_running is not None for lim in limits):
+        row.held = 0
+        begin, end = q.keys.meta_range("slots", "tenant", app, tenant)
+        for key, raw in tr.get_range(begin, end, snapshot=True):
+            if len(q.keys.unpack(key)) == 6:  # (m, slots, tenant, app, tenant, holder)
+                n, expires = msgpack.unpackb(raw)
+                row.held += n if expires > now else 0
     pauses = q.pauses.of_zone(zone)
     if pauses.zone_paused(zone):
         tenant_paused = any(p.tenant == tenant and p.whole_zones for p in pauses.pauses)

@@ -179,23 +179,20 @@ def tenant_pickups(
 
 
 def tenant_histogram(
-    kv: KVStore, keys: KeySpace, app: str, tenant: str, now_ms: int, minutes: int = 5
+    tr: KVTransaction, keys: KeySpace, app: str, tenant: str, now_ms: int, minutes: int = 5
 ) -> Histogram:
-    """One tenant's pickup histogram over the last ``minutes``: a range read of at most
-    one key per bucket for each minute, whatever the app's other tenants."""
+    """One tenant's pickup histogram over the last ``minutes``, read in ``tr`` (snapshot):
+    a range read of at most one key per bucket for each minute, whatever the app's other
+    tenants."""
+    out = Histogram()
     last = minute_of(now_ms)
-
-    def read(tr: KVTransaction) -> Histogram:
-        out = Histogram()
-        for minute in range(last - minutes + 1, last + 1):
-            begin, end = keys.meta_range(_TENANT, app, minute, tenant)
-            for key, value in tr.get_range(begin, end, snapshot=True):
-                bucket = keys.unpack(key)[-1]
-                if isinstance(bucket, int):
-                    out.add(bucket, unpack_i64(value))
-        return out
-
-    return run(kv, read)
+    for minute in range(last - minutes + 1, last + 1):
+        begin, end = keys.meta_range(_TENANT, app, minute, tenant)
+        for key, value in tr.get_range(begin, end, snapshot=True):
+            bucket = keys.unpack(key)[-1]
+            if isinstance(bucket, int):
+                out.add(bucket, unpack_i64(value))
+    return out
 
 
 def busiest(
