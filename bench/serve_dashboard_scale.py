@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -67,6 +68,21 @@ def _fairness(client: httpx.Client, repeat: int) -> dict[str, object]:
             "p50_ms": round(statistics.median(times), 1),
             "p99_ms": round(times[min(len(times) - 1, int(0.99 * len(times)))], 1),
             "bytes": max(sizes),
+        }
+        print(page, out[page], f"rss {_rss_mb():.0f} MB", file=sys.stderr, flush=True)
+    first = client.get(FAIRNESS[-1])
+    if first.status_code == 200:  # the live refresh's poll when nothing changed: 304
+        polls = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            r = client.get(FAIRNESS[-1], params={"since": first.json()["version"]})
+            polls.append((time.perf_counter() - t0) * 1000)
+        polls.sort()
+        out["poll_unchanged"] = {
+            "status": r.status_code,
+            "p50_ms": round(statistics.median(polls), 1),
+            "p99_ms": round(polls[min(len(polls) - 1, int(0.99 * len(polls)))], 1),
+            "bytes": len(r.content),
         }
     out["rss_growth_mb"] = round(_rss_mb() - rss_before, 1)
     return out

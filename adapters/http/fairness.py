@@ -47,6 +47,7 @@ NOISY_SHARE = 0.1
 PICKUP_MINUTES = 5  # the window of the p50/p99 columns and of the noisy ranking
 SECTIONS = ("waiting", "noisy", "paused", "capped")
 FIRST = 10  # rows of each section on the view's first page
+PAGE = 50  # rows of one section's own page, unless asked for fewer or more
 MAX_LIMIT = 100  # rows of one section's page, at most
 _SKIP = 500  # keys a section's page may pass over, per shard, before it ends short
 _TITLES = {

@@ -55,7 +55,7 @@ def mount_fairness_pages(
             check_name("app", app_name)
             if limit and not limit.isdigit():
                 raise InvalidArgument("limit", limit, "must be a whole number")
-            size = int(limit) if limit else (fairness.FIRST if not (section or search) else 50)
+            size = _page_size(section, search, limit)
             return fairness.fairness(
                 q, app_name, section=section or None, cursor=cursor or None,
                 limit=size, search=search or None,
@@ -105,8 +105,7 @@ def mount_fairness_pages(
         view = view_of(app_name, section, cursor, search, limit)
         if isinstance(view, Response):
             return view
-        size = len(view.sections[0].rows) if limit == "" else int(limit)
-        live, _ = live_of(app_name, who, view, search, size)
+        live, _ = live_of(app_name, who, view, search, _page_size(section, search, limit))
         query = urlencode(
             {k: v for k, v in (("section", section), ("cursor", cursor), ("search", search),
                                ("limit", limit)) if v}
@@ -137,8 +136,7 @@ def mount_fairness_pages(
         view = view_of(app_name, section, cursor, search, limit)
         if isinstance(view, Response):
             return view
-        size = int(limit) if limit else len(view.sections[0].rows)
-        live, _ = live_of(app_name, who, view, search, size)
+        live, _ = live_of(app_name, who, view, search, _page_size(section, search, limit))
         changed = live.changed_since(since)
         if changed is None:
             return Response(status_code=304)
@@ -246,6 +244,14 @@ def mount_fairness_pages(
         note = f"weight of {who_is} set to {target[1]:g}"
         where = f"/apps/{quote(app_name, safe='')}/fairness?" + urlencode({"done": note})
         return RedirectResponse(where, 303)
+
+
+def _page_size(section: str, search: str, limit: str) -> int:
+    """Rows a section shows: ``limit`` (checked digits), or 10 a section on the first
+    page, 50 on a page of one section."""
+    if limit:
+        return int(limit)
+    return fairness.FIRST if not (section or search) else fairness.PAGE
 
 
 def _app_pauses(q: Quick, app: str) -> list[Pause]:
