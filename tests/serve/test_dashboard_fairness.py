@@ -228,3 +228,33 @@ def _leased(q: Quick, tenant: str) -> int:
     _, items = views.zone_items(q, q.zone("a", tenant), offset=0, limit=1000)
     now = now_ms(q.clock)
     return sum(1 for i in items if views.item_state(i, now) == "leased")
+
+
+def test_live_refresh_replaces_only_the_rows_that_changed(
+    tmp_path: Path,
+    browser: Any,  # noqa: F811
+) -> None:
+    """Issue 43 point 3: the open fairness view polls for what changed; a tenant's new
+    items reach its row within a few seconds, and the row of a tenant nothing happened
+    to is the same element as before (not re-rendered from a whole new page)."""
+    store = f"sqlite:///{tmp_path / 'live.db'}"
+    q = Quick.open(store)
+    operator = TokenStore(q.kv, q.keys, q.clock).create_for_all_apps(["admin"])[0]
+    q.enqueue_many("work", [1, 2], app="a", tenant="one")
+    q.enqueue("work", 1, app="a", tenant="two")
+    one = "table[data-section='waiting'] tr[data-tenant='one']"
+    two = "table[data-section='waiting'] tr[data-tenant='two']"
+    try:
+        with serve_process(store) as (url, _):
+            page = _sign_in(browser, url, operator)
+            page.goto(url + "/apps/a/fairness")
+            page.wait_for_selector(two)
+            page.evaluate(f'() => {{ window.kept = document.querySelector("{two}"); }}')
+            q.enqueue_many("work", [3, 4, 5], app="a", tenant="one")
+            sync_api.expect(page.locator(f"{one} td[data-col='queued']")).to_have_text(
+                "5", timeout=15_000
+            )
+            assert page.evaluate(f'() => window.kept === document.querySelector("{two}")')
+            page.close()
+    finally:
+        q.close()
