@@ -103,7 +103,8 @@ def add_counts(
     kv: KVStore, keys: KeySpace, counts: Counts, now_ms: int, flush_id: str | None = None
 ) -> bool:
     """Add a consumer's gathered counts and clear its apps' minutes past the hour kept:
-    atomic adds and blind clears, one transaction (keep ``counts`` to
+    atomic adds, blind clears and a snapshot read of each (tenant, minute)'s count for
+    the busiest-tenants index, one transaction (keep ``counts`` to
     :data:`FLUSH_BATCH`). With ``flush_id`` (unique to these counts, and given again
     with the same counts and ``now_ms`` when they are tried again) it adds them once,
     whatever earlier tries did: False when one had committed them already."""
