@@ -189,7 +189,7 @@ def _paused(c: Context) -> list[Rule]:
     if hold.zone_paused:
         found = c.q.pauses.of_zone(c.zone).pauses
         names = [p.describe() for p in found if p.whole_zones and p.covers(c.zone)]
-        return [Rule("paused", True, f"paused: {'; '.join(names)}", hold.recheck_ms)]
+        return [Rule("paused", True, f"paused: {'; '.join(names)} (until resumed)")]
     return [Rule("paused", False, "app and tenant not paused")]
 
 
@@ -223,9 +223,9 @@ def _running(c: Context, wanted: int, job_type: str | None) -> tuple[str, ...]:
     for _ in range(RUNNING_SCAN // _PAGE):
         _, page = admin.zone_item_page(c.q, c.zone, limit=_PAGE, cursor=cursor)
         for i in page.rows:
-            if i.lease_id is not None and i.vesting_ms > c.now and i.item_id != c.item.item_id:
-                if job_type is None or i.job_type == job_type:
-                    found.append(i.item_id)
+            leased = i.lease_id is not None and i.vesting_ms > c.now
+            if leased and i.item_id != c.item.item_id and job_type in (None, i.job_type):
+                found.append(i.item_id)
         if len(found) >= wanted or page.next_cursor is None:
             break
         cursor = page.next_cursor
@@ -263,8 +263,14 @@ def _weight(c: Context) -> list[Rule]:
     w = c.q.tenant_weights.of_zone(c.zone)
     if w is None:
         return [Rule("weight", False, "no weight stored for the app: unweighted visits")]
-    return [Rule("weight", False, f"weight {w:g}: where tenants contend its zone takes "
-                 f"{w:g}x a weight-1 zone's turn (each consumer counts the turns)")]
+    return [
+        Rule(
+            "weight",
+            False,
+            f"weight {w:g}: where tenants contend its zone takes "
+            f"{w:g}x a weight-1 zone's turn (each consumer counts the turns)",
+        )
+    ]
 
 
 def _type_paused(c: Context) -> list[Rule]:
@@ -272,8 +278,7 @@ def _type_paused(c: Context) -> list[Rule]:
         found = c.q.pauses.of_zone(c.zone).pauses
         names = [p.describe() for p in found if p.job_type == c.item.job_type
                  and p.covers(c.zone)]  # fmt: skip
-        return [Rule("type_paused", True, f"job type paused: {'; '.join(names)}",
-                     c.pauses().recheck_ms)]  # fmt: skip
+        return [Rule("type_paused", True, f"job type paused: {'; '.join(names)} (until resumed)")]
     return [Rule("type_paused", False, f"job type {c.item.job_type!r} not paused")]
 
 
@@ -348,5 +353,13 @@ def explain(
     state = "vested" if item.vesting_ms <= now else "queued"
     c = Context(q, zone, item, now, heartbeats.heartbeats(q.kv, q.keys))
     found = [r for fn in (RULES if rules is None else rules) for r in fn(c)]
-    return Explanation(app, tenant, item_id, state, item.job_type, item.vesting_ms, now,
-                       (Rule("item", False, f"{state}, {item.attempts} run(s) so far"), *found))
+    return Explanation(
+        app,
+        tenant,
+        item_id,
+        state,
+        item.job_type,
+        item.vesting_ms,
+        now,
+        (Rule("item", False, f"{state}, {item.attempts} run(s) so far"), *found),
+    )

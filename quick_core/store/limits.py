@@ -239,7 +239,9 @@ class Limits:
         holding some, not one a tenant."""
         begin, end = self.keys.meta_range("slots", scope, *_name(name))
         rows = run(self.kv, lambda tr: tr.get_range(begin, end, snapshot=True))
-        return {str(self.keys.unpack(k)[-1]): n for k, n in _holders(rows, now_ms(self.clock)).items()}
+        return {
+            str(self.keys.unpack(k)[-1]): n for k, n in _holders(rows, now_ms(self.clock)).items()
+        }
 
     def release_slots(self, scope: str, name: SlotName, holder: str, n: int, ttl_ms: int) -> None:
         mine = self.keys.meta_key("slots", scope, *_name(name), holder)

@@ -22,7 +22,9 @@ def test_explain_names_the_first_rule_holding_the_item(served: Served) -> None:
     assert {"vesting", "paused"} <= set(held)
     vesting = next(r for r in doc["rules"] if r["name"] == "vesting")
     assert vesting["until_ms"] == q.get("a", "t", item).vesting_ms  # type: ignore[union-attr]
-    gone = httpx.get(url.replace(item, "nope"), headers={"Authorization": f"Bearer {served.a_produce}"})
+    gone = httpx.get(
+        url.replace(item, "nope"), headers={"Authorization": f"Bearer {served.a_produce}"}
+    )
     assert gone.status_code == 200 and gone.json()["state"] == "absent"
 
 

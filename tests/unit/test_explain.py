@@ -221,7 +221,9 @@ def test_cli_explain_text_and_json(tmp_path: Path) -> None:
     doc = json.loads(done.output)
     assert doc["state"] == "queued" and doc["first"] == "consumer_alive"
     assert [r["name"] for r in doc["rules"] if r["holds"]][:3] == [
-        "consumer_alive", "serves_app", "vesting"
+        "consumer_alive",
+        "serves_app",
+        "vesting",
     ]
     bad = runner.invoke(main, ["explain", "a", "t", "", "--store", url])
     assert bad.exit_code != 0 and "item_id" in bad.output
