@@ -6,6 +6,7 @@ the rest, and a cursor that is not one of the list's is :class:`InvalidArgument`
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from quickzones.adapters.http.tokens import TokenStore
+from quickzones.aio import AsyncQuick
 from quickzones.client import Quick
 from quickzones.errors import InvalidArgument
 from quickzones.store.pages import Page
@@ -217,3 +219,21 @@ def test_the_whole_lists_still_read_everything() -> None:
         for _ in range(3):
             tokens.create("a", ["admin"])
         assert len(tokens.list()) == 3
+
+
+def test_asyncquick_pages_the_same_lists() -> None:
+    with Quick.open("memory://") as q:
+        for n in range(3):
+            q.set_weight("a", f"t{n}", 2)
+            q.set_tenant_limit("a", f"t{n}", rate=1)
+            q.pause("a", f"t{n}")
+        aq = AsyncQuick(q)
+
+        async def walk(page: Callable[..., Any]) -> None:
+            first = await page("a", limit=2)
+            assert [x.tenant for x in first.rows] == ["t0", "t1"]
+            last = await page("a", limit=2, cursor=first.next_cursor)
+            assert [x.tenant for x in last.rows] == ["t2"] and last.next_cursor is None
+
+        for page in (aq.weight_page, aq.tenant_limit_page, aq.pause_page):
+            asyncio.run(walk(page))
