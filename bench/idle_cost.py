@@ -6,6 +6,7 @@ each enqueue's return to its handler's start.
 
     python -m bench.idle_cost --store sqlite --idle-s 30 --items 50
     python -m bench.idle_cost --store postgres --idle-s 30 --items 50
+    python -m bench.idle_cost --store fdb --idle-s 30 --items 50   # FDB_BIN_DIR or a cluster file
 
 The CPU is the worker process's own (psutil ``cpu_times``), not wall time, so other
 load on the machine changes it little; the pickup times are wall times and noisy on a
@@ -131,7 +132,9 @@ def pickup_s(worker: IdleWorker, quick: object, name: str, timeout_s: float = 60
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--store", default="sqlite", help="sqlite, postgres (a private server), or a store URL"
+        "--store",
+        default="sqlite",
+        help="sqlite, postgres (a private server), fdb (a throwaway server), or a store URL",
     )
     parser.add_argument("--idle-s", type=float, default=30.0)
     parser.add_argument("--items", type=int, default=50)
@@ -146,6 +149,11 @@ def main() -> None:
 
             server = servers.enter_context(contextlib.closing(LocalPostgres().start()))
             url = f"{server.url}?schema=idle_cost"
+        if args.store == "fdb":  # a throwaway one-process cluster (or QUICK_FDB_CLUSTER_FILE)
+            from quickzones.testing.provision.fdb import provide_fdb_cluster_file
+
+            cluster_file = servers.enter_context(provide_fdb_cluster_file())
+            url = f"fdb://{cluster_file}?root=idle-cost-{os.getpid()}/"
         quick = Quick.open(url)
         quick.job("lone")(lambda payload, ctx: None)
         quick.store_type_policies()

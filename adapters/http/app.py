@@ -23,6 +23,7 @@ from quickzones.adapters.http import cancels
 from quickzones.adapters.http.api import ApiError, ServeState, router
 from quickzones.adapters.http.batches_api import router as batches_router
 from quickzones.adapters.http.connections import Budget
+from quickzones.adapters.http.explain_api import router as explain_router
 from quickzones.adapters.http.fairness_api import router as fairness_router
 from quickzones.adapters.http.in_order import ServeInOrder
 from quickzones.adapters.http.paths import PathSegments
@@ -206,6 +207,7 @@ def create_app(
     app.include_router(pauses_router)
     app.include_router(batches_router)
     app.include_router(fairness_router)  # tenant weights and limits
+    app.include_router(explain_router)  # why an item has not started
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, err: ApiError) -> JSONResponse:

@@ -33,6 +33,7 @@ from quickzones.adapters.http.api import ServeState
 from quickzones.adapters.http.fairness_pages import mount_fairness_pages
 from quickzones.adapters.http.tokens import TokenInfo
 from quickzones.clock import now_ms
+from quickzones.explain import explain
 from quickzones.store import admin
 from quickzones.store.validation import check_name
 
@@ -346,6 +347,18 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
             request, "zone.html", who, app=app_name, tenant=tenant, items=rows, total=total,
             cursor=cursor, next_cursor=items.next_cursor,
         )  # fmt: skip
+
+    @app.get("/apps/{app_name}/tenants/{tenant}/items/{item_id}", include_in_schema=False)
+    def item_page(request: Request, app_name: str, tenant: str, item_id: str) -> Response:
+        """One item: its record and why it has not started (quickzones.explain)."""
+        who, refused = admit(request, app_name)
+        if refused is not None:
+            return refused
+        assert who is not None
+        item = state.q.get(app_name, tenant, item_id)
+        why = explain(state.q, app_name, tenant, item_id)
+        return page(request, "item.html", who, app=app_name, tenant=tenant, item=item,
+                    item_id=item_id, why=why)  # fmt: skip
 
     @app.get("/apps/{app_name}/dead-letters", include_in_schema=False)
     def dead_letters_page(

@@ -21,6 +21,7 @@ from typing import Any
 from quickzones.backends.fdb import waits
 from quickzones.backends.fdb.loader import import_binding, select_api_version
 from quickzones.backends.fdb.url import FDBOptions, parse_fdb_url
+from quickzones.backends.fdb.wake_watch import ONE, WAKE_KEY, WakeWatch
 from quickzones.clock import Clock
 from quickzones.errors import ConfigurationError, InvalidArgument, StorageError
 from quickzones.store.kv import (
@@ -119,8 +120,11 @@ class FDBTransaction:
         prefix: bytes,
         causal_read_risky: bool,
         snapshot_reads: bool = True,
+        wake_key: bytes | None = None,
     ) -> None:
         self._tr = tr
+        # The store's wake key (its prefix included), where idle consumers watch it.
+        self._wake_key = wake_key
         self._translate = translate
         self._error_type = translate.error_type
         self._prefix = prefix
@@ -382,6 +386,13 @@ class FDBTransaction:
     def on_commit(self, callback: Callable[[], None]) -> None:
         self._on_commit.append(callback)
 
+    def wake_watchers_on_commit(self) -> None:
+        """Bump the store's wake key with this commit (:mod:`.wake_watch`): an atomic add,
+        no read, so it conflicts with nothing."""
+        if self._wake_key is not None:
+            with self._translate():
+                self._tr.add(self._wake_key, ONE)
+
     def on_error(self, error: KVError) -> None:
         """Back off and reset if retryable (libfdb_c decides); otherwise re-raise ``error``."""
         self._on_commit = []  # this attempt's writes are gone; a retry registers again
@@ -469,6 +480,11 @@ class FDBStore:
             self._apply_database_options()
         self.prefix = self._resolve_prefix()
         self._closed = False
+        # Watches need libfdb_c: the simulator's binding has none (its consumers are all in
+        # one process, woken by their own enqueues).
+        self._wake: WakeWatch | None = None
+        if getattr(fdb, "impl", None) is not None:
+            self._wake = WakeWatch(self.db, self.prefix + WAKE_KEY, fdb.FDBError)
 
     @classmethod
     def from_url(cls, url: str, clock: Clock | None = None) -> FDBStore:
@@ -527,13 +543,38 @@ class FDBStore:
             prefix=self.prefix,
             causal_read_risky=self.options.causal_read_risky,
             snapshot_reads=self.options.snapshot_reads,
+            wake_key=None if self._wake is None else self._wake.key,
         )
 
+    # --- wake-ups (quickzones.store.kv.CommitCounter, through wake_watch) -------------------
+
+    # Properties, None on the simulator's binding: quickzones.store.kv.commit_counter_of
+    # and commit_waiter_of find the capability only where a watch can serve it.
+    @property
+    def data_version(self) -> Callable[[], int] | None:
+        """How many times the wake key changed since this store first watched it (an
+        enqueue made a zone active somewhere, :mod:`.wake_watch`), read from memory; the
+        first call starts the watch. None where the binding has no watches."""
+        return None if self._wake is None else self._wake.count
+
+    @property
+    def wait_for_commits(self) -> Callable[[float], None] | None:
+        """``wait_for_commits(timeout_s)``: return when the wake key changed, or after
+        ``timeout_s``. None where the binding has no watches."""
+        return None if self._wake is None else self._wake.wait
+
+    @property
+    def commits_signalled(self) -> bool:
+        """Whether a change of the wake key ends :meth:`wait_for_commits` now."""
+        return self._wake is not None and self._wake.signalled
+
     def close(self) -> None:
-        """Stop handing out transactions. The binding caches one Database per cluster file
-        for the whole process and stops its network thread at exit, so there is nothing to
-        free here."""
+        """Stop handing out transactions and the wake key's watch. The binding caches one
+        Database per cluster file for the whole process and stops its network thread at
+        exit, so there is nothing else to free here."""
         self._closed = True
+        if self._wake is not None:
+            self._wake.close()
 
     def __repr__(self) -> str:
         return f"FDBStore({self.url!r}, api_version={self.api_version}, prefix={self.prefix!r})"

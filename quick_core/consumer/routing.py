@@ -42,6 +42,19 @@ FOREIGN_POINTER_TTL_S = 60.0
 _MAX_FOREIGN = 100_000
 
 
+def serves_app(apps: frozenset[str] | tuple[str, ...] | None, zone: ZoneId) -> bool:
+    """Whether a consumer routed to ``apps`` (None: every app) takes ``zone``'s pointers:
+    the manager's check before leasing, and ``quick explain``'s over the live consumers'
+    heartbeats."""
+    return apps is None or zone.app == LOCAL_APP or zone.app in apps
+
+
+def serves_type(types: frozenset[str] | tuple[str, ...] | None, job_type: str) -> bool:
+    """Whether a consumer routed to ``types`` (None: every type it has a handler for)
+    takes items of ``job_type`` at dequeue."""
+    return types is None or job_type in types
+
+
 class Router:
     """Decides which zones and items a consumer takes; shared by its threads."""
 
@@ -81,7 +94,7 @@ class Router:
     # --- zones ---------------------------------------------------------------------------
 
     def takes_zone(self, zone: ZoneId) -> bool:
-        return self.apps is None or zone.app == LOCAL_APP or zone.app in self.apps
+        return serves_app(self.apps, zone)
 
     def takes_pointer(self, ref: PointerRef, zone: ZoneId) -> bool:
         """For the manager, before leasing: False (and remembered) for another app's."""
@@ -113,7 +126,7 @@ class Router:
 
     def job_for(self, job_type: str) -> JobType | None:
         """The job type's handler if this consumer runs it, else None."""
-        if self.types is not None and job_type not in self.types:
+        if not serves_type(self.types, job_type):
             return None
         return self.registry.find(job_type)
 

@@ -156,12 +156,16 @@ class Hold:
         """``inner`` with the paused job types left out (before it: no place reserved)."""
         if not self.types:
             return inner
-        types = self.types
 
         def accept(item: WorkItem) -> bool:
-            if item.job_type in types:
+            if self.holds_type(item.job_type):
                 self.held_back = True
                 return False
             return inner is None or inner(item)
 
         return accept
+
+    def holds_type(self, job_type: str) -> bool:
+        """Whether an item of ``job_type`` stays vested at this visit's dequeue (a paused
+        job type); ``quick explain`` asks the same."""
+        return job_type in self.types

@@ -145,12 +145,21 @@ class Limits:
 
         def grant(tr: KVTransaction) -> int:
             used = unpack_i64(tr.get(key, snapshot=True))
-            granted = max(0, min(wanted, limit - used))
+            granted = free_of(limit, used, wanted)
             if granted:
                 tr.add(key, pack_i64(granted))
             return granted
 
         return run(self.kv, grant), (window + 1) * 1000
+
+    def dispatches_used(self, app: str) -> tuple[int, int]:
+        """How many of ``app``'s dispatches this second's window has counted, and when
+        the next window opens (ms): what :meth:`grant_dispatch` reads, nothing charged
+        (``quick explain``)."""
+        window = now_ms(self.clock) // 1000
+        key = self.keys.meta_key("rate", "dispatch", app, window)
+        raw = run(self.kv, lambda tr: tr.get(key, snapshot=True))
+        return unpack_i64(raw), (window + 1) * 1000
 
     def grant_starts(
         self, name: tuple[str, ...], wanted: int, rate: int, per_ms: int
@@ -169,27 +178,27 @@ class Limits:
         behind is an idle tenant's: it restarts now with a burst of a tenth of
         ``rate`` (at least one). In any window of T ms at most
         ``ceil(rate x T / per_ms) + burst`` start."""
-        interval = per_ms / rate
-        burst = max(1, math.ceil(rate / 10))
-        # Lateness carried: under one interval, so an idle tenant's burst stays ``burst``.
-        carry = min(interval * 0.999, LATE_CARRY_MS)
         key = self.keys.meta_key("rate", "starts", *name)
 
         def grant(tr: KVTransaction) -> tuple[int, int]:
-            now = now_ms(self.clock)
             raw = tr.get(key)
             stored = None if raw is None else float(msgpack.unpackb(raw))
-            idle = now - burst * interval  # a full burst's worth of slots, from now
-            # Behind by no more than ``carry`` past a full burst: a late visit, whose
-            # slots are kept; further behind: an idle spell, restarted at ``idle``.
-            t = idle if stored is None or stored < idle - carry else stored
-            granted = max(0, min(wanted, math.floor((now - t) / interval + 1e-9)))
+            granted, t, next_ms = start_slots(stored, now_ms(self.clock), wanted, rate, per_ms)
             if granted:
-                t += granted * interval
                 tr.set(key, msgpack.packb(t))
-            return granted, math.ceil(t + interval)
+            return granted, next_ms
 
         return run(self.kv, grant)
+
+    def next_start_ms(self, name: tuple[str, ...], rate: int, per_ms: int) -> int | None:
+        """When :meth:`grant_starts` would next grant ``name`` a start (store ms), None
+        when it would now: the same schedule, read with a snapshot, nothing granted
+        (``quick explain``)."""
+        key = self.keys.meta_key("rate", "starts", *name)
+        raw = run(self.kv, lambda tr: tr.get(key, snapshot=True))
+        stored = None if raw is None else float(msgpack.unpackb(raw))
+        granted, _, next_ms = start_slots(stored, now_ms(self.clock), 1, rate, per_ms)
+        return None if granted else next_ms
 
     def refund_starts(self, name: tuple[str, ...], n: int, rate: int, per_ms: int) -> None:
         """Give back ``n`` starts :meth:`grant_starts` granted and no item used."""
@@ -215,20 +224,24 @@ class Limits:
 
         def take(tr: KVTransaction) -> int:
             now = now_ms(self.clock)
-            used = 0
-            own = 0
-            for key, raw in tr.get_range(begin, end):
-                count, expires = msgpack.unpackb(raw)
-                if key == mine:
-                    own = count if expires > now else 0
-                elif expires > now:
-                    used += count
-            granted = max(0, min(wanted, cap - used - own))
+            held = _holders(tr.get_range(begin, end), now)
+            own = held.pop(mine, 0)
+            granted = free_of(cap, sum(held.values()) + own, wanted)
             if granted:
                 tr.set(mine, msgpack.packb((own + granted, now + ttl_ms)))
             return granted
 
         return run(self.kv, take)
+
+    def slots_held(self, scope: str, name: SlotName) -> dict[str, int]:
+        """Each holder's live slots of (scope, name), as :meth:`acquire_slots` counts
+        them: a snapshot read, nothing taken (``quick explain``). One record a consumer
+        holding some, not one a tenant."""
+        begin, end = self.keys.meta_range("slots", scope, *_name(name))
+        rows = run(self.kv, lambda tr: tr.get_range(begin, end, snapshot=True))
+        return {
+            str(self.keys.unpack(k)[-1]): n for k, n in _holders(rows, now_ms(self.clock)).items()
+        }
 
     def release_slots(self, scope: str, name: SlotName, holder: str, n: int, ttl_ms: int) -> None:
         mine = self.keys.meta_key("slots", scope, *_name(name), holder)
@@ -259,6 +272,41 @@ class Limits:
                 tr.clear(mine)
 
         run(self.kv, refresh)
+
+
+def free_of(cap: int, used: int, wanted: int) -> int:
+    """How many of ``wanted`` a cap (slots, or a window's dispatches) of which ``used``
+    are taken grants."""
+    return max(0, min(wanted, cap - used))
+
+
+def _holders(rows: list[tuple[bytes, bytes]], now: int) -> dict[bytes, int]:
+    """Each slot record's live count (an expired one holds none), by its key."""
+    held: dict[bytes, int] = {}
+    for key, raw in rows:
+        count, expires = msgpack.unpackb(raw)
+        if expires > now and count > 0:
+            held[key] = int(count)
+    return held
+
+
+def start_slots(
+    stored: float | None, now: int, wanted: int, rate: int, per_ms: int
+) -> tuple[int, float, int]:
+    """A start rate's schedule (:meth:`Limits.grant_starts`): given the slot the last
+    start filled (``stored``; None: none yet), how many of ``wanted`` may start at
+    ``now``, the slot the last of them fills, and when the next may start (ms)."""
+    interval = per_ms / rate
+    burst = max(1, math.ceil(rate / 10))
+    # Lateness carried: under one interval, so an idle tenant's burst stays ``burst``.
+    carry = min(interval * 0.999, LATE_CARRY_MS)
+    idle = now - burst * interval  # a full burst's worth of slots, from now
+    # Behind by no more than ``carry`` past a full burst: a late visit, whose slots are
+    # kept; further behind: an idle spell, restarted at ``idle``.
+    t = idle if stored is None or stored < idle - carry else stored
+    granted = max(0, min(wanted, math.floor((now - t) / interval + 1e-9)))
+    t += granted * interval
+    return granted, t, math.ceil(t + interval)
 
 
 def next_window_ms(now: int, window_ms: int) -> int:

@@ -25,7 +25,6 @@ from quickzones.consumer.config import ConsumerConfig
 from tests.waiting import wait_for
 
 from .conftest import serve_process
-from .test_dashboard_browser import browser  # noqa: F401  (the fixture)
 
 sync_api = pytest.importorskip("playwright.sync_api")
 DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
@@ -48,7 +47,7 @@ def _cell(page: Any, tenant: str, col: str) -> str:
 
 def test_fairness_view_workers_page_and_pause_under_a_noisy_neighbour(
     tmp_path: Path,
-    browser: Any,  # noqa: F811
+    browser: Any,
 ) -> None:
     store = f"sqlite:///{tmp_path / 'fair.db'}"
     q = Quick.open(store)
@@ -232,7 +231,7 @@ def _leased(q: Quick, tenant: str) -> int:
 
 def test_live_refresh_replaces_only_the_rows_that_changed(
     tmp_path: Path,
-    browser: Any,  # noqa: F811
+    browser: Any,
 ) -> None:
     """Issue 43 point 3: the open fairness view polls for what changed; a tenant's new
     items reach its row within a few seconds, and the row of a tenant nothing happened
