@@ -78,9 +78,7 @@ def test_max_wait_s_bounds_the_delay_of_a_never_quiet_key(q: Quick, clock: Manua
     assert ran == [6]
 
 
-def test_a_running_item_is_not_modified_a_new_one_is_started(
-    q: Quick, clock: ManualClock
-) -> None:
+def test_a_running_item_is_not_modified_a_new_one_is_started(q: Quick, clock: ManualClock) -> None:
     d = Debounce("k", wait_s=0.5, max_wait_s=5)
     ran: list[Any] = []
     during: list[str] = []

@@ -87,7 +87,7 @@ def test_the_key_frees_when_the_item_is_cancelled(q: Quick) -> None:
 def test_a_crash_before_completion_keeps_the_key_held(q: Quick, clock: ManualClock) -> None:
     first = _enqueue(q, idempotency_key="k")
     # A consumer leases the item and dies before completing it.
-    leased = q.items.dequeue(Z, 1, 30_000)
+    leased, _ = q.items.dequeue(Z, 1, 30_000)
     assert [i.item_id for i in leased] == [first]
     clock.advance(60)  # its lease lapsed: the item is visible again, still unfinished
     assert _enqueue(q, idempotency_key="k") == first
@@ -98,9 +98,7 @@ def test_a_crash_before_completion_keeps_the_key_held(q: Quick, clock: ManualClo
     assert _enqueue(q, idempotency_key="k") != first
 
 
-def test_a_ttl_keeps_the_key_after_finishing_then_releases_it(
-    q: Quick, clock: ManualClock
-) -> None:
+def test_a_ttl_keeps_the_key_after_finishing_then_releases_it(q: Quick, clock: ManualClock) -> None:
     q.job("charge")(lambda payload, ctx: None)
     first = _enqueue(q, idempotency_key="k", idempotency_ttl_s=60)
     q.run_until_idle()
