@@ -186,14 +186,26 @@ def hold(
 
 
 def release(
-    tr: KVTransaction, keys: KeySpace, zone: ZoneId, item: WorkItem, state: str, now_ms: int
+    tr: KVTransaction,
+    keys: KeySpace,
+    zone: ZoneId,
+    item: WorkItem,
+    state: str,
+    now_ms: int,
+    *,
+    run_ended: bool = False,
 ) -> None:
     """In the transaction finishing ``item``: free the key it holds, or keep it held by
     the finished item for the key's TTL. A snapshot read: only this item's finish can
     change a record naming it (its own record is read with a conflict there), and an
-    enqueue racing the release read the record with a conflict, so it retries."""
+    enqueue racing the release read the record with a conflict, so it retries.
+
+    An at-most-once item is "completed" when taken, before it runs: the key stays held
+    until its run ended (``run_ended``, the outcome written after the run)."""
     raw_meta = item.meta.get(FLOW_META)
     if not raw_meta:
+        return
+    if item.delivery == "at_most_once" and state == "completed" and not run_ended:
         return
     kind, name, ttl_ms = str(raw_meta[0]), str(raw_meta[1]), int(raw_meta[2])
     key = keys.flow_key(zone, kind, name)

@@ -203,12 +203,14 @@ def finished(
     *,
     result: Any = None,
     reason: str | None = None,
+    run_ended: bool = False,
 ) -> None:
     """The hook the completing, cancelling or dead-lettering transaction calls, in ``tr``:
     releases the flow key the item holds (:func:`flow_keys.release`: a snapshot read), and
     writes the outcome record and its expiry entry if the item's type asked for one.
-    Adds no read conflict to the finishing transaction."""
-    flow_keys.release(tr, keys, zone, item, state, now_ms)
+    Adds no read conflict to the finishing transaction. ``run_ended``: the record of an
+    at-most-once item written after its run (it was deleted, "completed", when taken)."""
+    flow_keys.release(tr, keys, zone, item, state, now_ms, run_ended=run_ended)
     raw = item.meta.get(POLICY_KEY)
     if not raw:
         return

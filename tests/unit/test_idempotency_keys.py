@@ -185,3 +185,17 @@ def test_bad_idempotency_arguments_are_refused(
         _enqueue(q, **options)
     assert err.value.name == field
     assert q.zones.count(Z) == 0
+
+
+def test_an_at_most_once_item_releases_its_key_when_its_run_ends(q: Quick) -> None:
+    seen: list[str] = []
+
+    def handler(payload: bytes, ctx: Any) -> None:
+        # Taken out of its zone before it runs, it still holds the key while running.
+        seen.append(_enqueue(q, idempotency_key="k").duplicate or "new")  # type: ignore[attr-defined]
+
+    q.job("charge", delivery="at_most_once")(handler)
+    first = _enqueue(q, idempotency_key="k")
+    q.run_until_idle()
+    assert seen == ["queued"]
+    assert _enqueue(q, idempotency_key="k") != first

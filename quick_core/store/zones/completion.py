@@ -64,7 +64,7 @@ class ZoneCompletion(ZoneItems):
         run(
             self.kv,
             lambda tr: outcomes.finished(
-                tr, self.keys, zone, item, state, now, result=result, reason=reason
+                tr, self.keys, zone, item, state, now, result=result, reason=reason, run_ended=True
             ),
         )
 
