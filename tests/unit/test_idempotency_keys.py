@@ -199,3 +199,20 @@ def test_an_at_most_once_item_releases_its_key_when_its_run_ends(q: Quick) -> No
     q.run_until_idle()
     assert seen == ["queued"]
     assert _enqueue(q, idempotency_key="k") != first
+
+
+def test_asyncquick_takes_the_same_options() -> None:
+    import asyncio
+
+    from quickzones import AsyncQuick, Debounce
+
+    async def main() -> tuple[str, str, str]:
+        async with AsyncQuick.open("memory://") as aq:
+            a = await aq.enqueue("charge", b"1", app="a", tenant="t", idempotency_key="k")
+            b = await aq.enqueue("charge", b"2", app="a", tenant="t", idempotency_key="k")
+            d = await aq.enqueue("charge", b"3", app="a", tenant="t", debounce=Debounce("d", 1, 2))
+            return a, b, d
+
+    a, b, d = asyncio.run(main())
+    assert a == b and b.duplicate == "queued"  # type: ignore[attr-defined]
+    assert d not in (a, b)
