@@ -42,6 +42,7 @@ from quickzones.periodic import Schedule, Scheduler, schedule_decorator
 from quickzones.registry import Handler, JobType, Registry, RetryPolicy
 from quickzones.store import outcomes
 from quickzones.store.batches import BatchStatus, Member
+from quickzones.store.flow_keys import Debounce, FlowKey, flow_key
 from quickzones.store.ids import IdSource
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import (
@@ -367,6 +368,7 @@ class Quick:
         ttl: float | None,
         fifo: bool | None = None,
         run_at: datetime | None = None,
+        flow: FlowKey | None = None,
     ) -> NewItem:
         check_job_type(job_type)
         job = self.registry.find(job_type)
@@ -393,6 +395,8 @@ class Quick:
         meta: dict[str, Any] = {}
         if policy is not None and policy.wanted():
             meta = outcomes.policy_meta(policy, body, content_type)
+        if flow is not None:
+            meta.update(flow.meta())
         return NewItem(
             job_type=job_type,
             payload=body,
@@ -408,6 +412,7 @@ class Quick:
             # skips the read.
             check_outcome=chosen and self.capabilities.outcome_records,
             fresh_id=not chosen,
+            flow=flow,
         )
 
     def _declared(self, job_type: str) -> TypePolicy | None:
@@ -441,6 +446,9 @@ class Quick:
         fifo: bool | None = None,
         run_at: datetime | None = None,
         after: str | tuple[str, str] | None = None,
+        idempotency_key: str | None = None,
+        idempotency_ttl_s: float | None = None,
+        debounce: Debounce | None = None,
     ) -> str:
         """Enqueue one item into the zone (app, tenant); returns its id.
 
@@ -459,8 +467,28 @@ class Quick:
         ``after``: a job's id (in ``tenant``, or a (tenant, id) pair) this one waits for: it
         is enqueued in the transaction that completes that job, and never if that job is
         dead-lettered or cancelled (docs/batches.md).
+
+        ``idempotency_key``: while an item enqueued with this key in the zone is queued or
+        running, another enqueue of the key stores nothing and returns that item's id
+        (``duplicate`` "queued"); the key is released in the transaction that completes,
+        cancels or dead-letters it, or ``idempotency_ttl_s`` seconds after that (a
+        duplicate then says how it finished). ``debounce``: a :class:`Debounce`; the
+        key's queued item takes this payload and vests once the key was quiet ``wait_s``
+        or ``max_wait_s`` after its first enqueue (``duplicate`` "debounced", the id is
+        that item's); one that is running is left alone and a new item started. Keys
+        are per (app, tenant) (docs/flow-control.md).
         """
         zone = ZoneId(check_name("app", app), check_name("tenant", tenant))
+        flow = flow_key(
+            idempotency_key,
+            idempotency_ttl_s,
+            debounce,
+            item_id=item_id,
+            delayed=bool(delay) or run_at is not None,
+            after=after,
+        )
+        if flow is not None:
+            self._require("flow_keys", "idempotency and debounce keys")
         if tr is not None:
             self._require(
                 "caller_transactions",
@@ -469,7 +497,7 @@ class Quick:
             )
         if tr is None:
             self.store_type_policies()  # never in a caller's transaction
-        new = self._new_item(job_type, payload, delay, priority, item_id, ttl, fifo, run_at)
+        new = self._new_item(job_type, payload, delay, priority, item_id, ttl, fifo, run_at, flow)
         if after is not None:
             if tr is not None:
                 raise InvalidArgument("after", after, "cannot be given with tr")
@@ -517,6 +545,9 @@ class Quick:
         item_id: str | None = None,
         ttl: float | None = None,
         fifo: bool | None = None,
+        idempotency_key: str | None = None,
+        idempotency_ttl_s: float | None = None,
+        debounce: Debounce | None = None,
     ) -> str:
         """Enqueue inside the application's own transaction, through its own
         ``connection`` to the store's database: on ``sqlite:///...`` a
@@ -553,6 +584,9 @@ class Quick:
                         ttl=ttl,
                         tr=tr,
                         fifo=fifo,
+                        idempotency_key=idempotency_key,
+                        idempotency_ttl_s=idempotency_ttl_s,
+                        debounce=debounce,
                     )
             except KVError as err:
                 # A conflict with a concurrent commit (two first enqueues into one zone
