@@ -113,6 +113,10 @@ class ConsumerConfig:
     apps: tuple[str, ...] | None = None
     job_types: tuple[str, ...] | None = None
     unhandled_grace_s: float | None = 600.0
+    # How long a worker waits for a slot of a full named limit (docs/limits.md) before it
+    # gives its item back unstarted: a slot freed meanwhile, here or on another consumer,
+    # is taken again at once instead of idling until the item's next visit.
+    limit_wait_s: float = 1.0
 
     def visits_at_once(self) -> int:
         """Zones one manager visits in one transaction: ``visits_per_transaction`` where
