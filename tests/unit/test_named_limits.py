@@ -267,3 +267,27 @@ def test_a_live_pool_never_runs_more_than_the_limit(live_q: Quick) -> None:
         for c in consumers:
             c.stop()
     assert most == 3
+
+
+def test_explain_names_a_full_limit_and_who_holds_it(q: Quick) -> None:
+    from quickzones.clock import now_ms
+    from quickzones.explain import explain
+    from quickzones.store import heartbeats
+    from quickzones.store.heartbeats import Heartbeat
+
+    now = now_ms(q.clock)
+    beat = Heartbeat("c1", "host", 1, now, now, 2000, 8, 0, 0, None, None, ())
+    heartbeats.beat(q.kv, q.keys, beat, now)
+    q.job("send", limits=["emails"], cost=2)(lambda p, ctx: None)
+    item = q.enqueue("send", b"", app="a", tenant="t")
+    e = explain(q, "a", "t", item)
+    assert e.first is not None and e.first.name == "limit"
+    assert "limit emails: not defined for app 'a'" in e.first.detail
+    q.set_limit("a", "emails", concurrency=5)
+    assert q.limits.acquire_slots("limit", ("a", "emails", ""), "c1", 4, 5, 30_000) == 4
+    e = explain(q, "a", "t", item)
+    assert e.first is not None and e.first.name == "limit"
+    assert e.first.detail == "limit emails: 4 of 5 running (total; a run takes 2)"
+    assert e.first.consumers == ("c1",)
+    q.set_limit("a", "emails", concurrency=6)
+    assert explain(q, "a", "t", item).first is None
