@@ -53,12 +53,12 @@ from quickzones.store.kv import (
     run,
 )
 from quickzones.store.limits import AppLimits, Limits
+from quickzones.store.named_limits import Limit, NamedLimits
 from quickzones.store.pages import Page
 from quickzones.store.pauses import Pause, Pauses
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId
 from quickzones.store.run_at import delay_seconds
 from quickzones.store.steady_clock import clock_for
-from quickzones.store.named_limits import Limit, NamedLimits
 from quickzones.store.tenant_limits import TenantLimit, TenantLimits
 from quickzones.store.toplevel import TopLevelQueue
 from quickzones.store.type_policies import TypePolicies, TypePolicy
@@ -995,4 +995,3 @@ def _selection(job_type: str | None, limit: int | None) -> dict[str, Any]:
         "job_type": None if job_type is None else check_job_type(job_type),
         "limit": limit,
     }
-

@@ -268,8 +268,9 @@ def _named_limits(c: Context) -> list[Rule]:
     takes them: the tenant's share, the total, the rate, ``cost`` slots of each."""
     job = c.q.registry.find(c.item.job_type)
     if job is None:
-        return [Rule("limit", False, f"job type {c.item.job_type!r} has no handler in this "
-                     "process: its named limits (declared with it) are not known here")]  # fmt: skip
+        return [Rule("limit", False, f"job type {c.item.job_type!r} has no handler in "
+                     "this process: its named limits (declared with it) are not known "
+                     "here")]  # fmt: skip
     defined = c.q.named_limits.of_app(c.zone.app)
     out: list[Rule] = []
     for name in job.limits:

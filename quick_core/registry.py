@@ -133,8 +133,7 @@ def check_limit_refs(job_type: JobType) -> None:
     names = job_type.limits
     if isinstance(names, str) or not isinstance(names, list | tuple):
         raise ConfigurationError(
-            f"job type {job_type.name!r}: limits must be a list of limit names, "
-            f"not {names!r}"
+            f"job type {job_type.name!r}: limits must be a list of limit names, not {names!r}"
         )
     job_type.limits = tuple(check_limit_name(n) for n in names)
     if len(set(job_type.limits)) != len(job_type.limits):

@@ -26,8 +26,8 @@ from quickzones.adapters.http.connections import Budget
 from quickzones.adapters.http.explain_api import router as explain_router
 from quickzones.adapters.http.fairness_api import router as fairness_router
 from quickzones.adapters.http.in_order import ServeInOrder
-from quickzones.adapters.http.paths import PathSegments
 from quickzones.adapters.http.limits_api import router as limits_router
+from quickzones.adapters.http.paths import PathSegments
 from quickzones.adapters.http.pauses_api import router as pauses_router
 from quickzones.adapters.http.polls import PollLimits
 from quickzones.adapters.http.tokens import TokenStore

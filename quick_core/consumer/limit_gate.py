@@ -1,15 +1,16 @@
 """Named limits at a run's start (issue 45 point 2; :mod:`quickzones.store.named_limits`):
-the slots a Worker (Algorithm 3) takes of each limit its job type names, held while the
-handler runs, as a job type's ``pool_max_concurrency`` slot is.
+the slots a Worker (Algorithm 3) takes of each limit its job type names, held while
+the handler runs, as a job type's ``pool_max_concurrency`` slot is.
 
 A run of ``cost`` n takes n slots of each limit, all or none (:meth:`Limits.acquire_slots`
 with ``whole``), the tenant's share first, then the total, then the rate's starts. When a
-limit is full the worker waits a short while (at most ``ConsumerConfig.limit_wait_s``) for a slot: woken at
-once when one frees on this consumer, and looking again each :data:`POLL_S` for one freed
-on another. So a slot freed anywhere is taken again within a poll, and a limit of 5 runs 5
-(a worker that gave its item back at once left the slot idle until the item's next
-visit). Past the wait the item is given back unstarted, counting no attempt, to be leased
-again after :data:`RETRY_MS`: no worker is held long by a limit others fill.
+limit is full the worker waits a short while (``ConsumerConfig.limit_wait_s``, 1 s) for a
+slot: woken at once when one frees on this consumer, and looking again each
+:data:`POLL_S` for one freed on another. So a slot freed anywhere is taken again within a
+poll, and a limit of 5 runs 5 (a worker that gave its item back at once left the slot idle
+until the item's next visit). Past the wait the item is given back unstarted, counting no
+attempt, to be leased again after :data:`RETRY_MS`: no worker is held long by a limit
+others fill.
 """
 
 from __future__ import annotations
@@ -88,7 +89,9 @@ class LimitGate:
             limit = defined.get(name)
             if limit is None:
                 return self._misconfigured(
-                    zone, job, name,
+                    zone,
+                    job,
+                    name,
                     f"job type {job.name!r} names limit {name!r}, which app {zone.app!r} "
                     f"does not define (quick limits set {name} --app {zone.app} ...); its "
                     f"items wait",
@@ -96,7 +99,9 @@ class LimitGate:
             most = limit.most()
             if most is not None and job.cost > most:
                 return self._misconfigured(
-                    zone, job, name,
+                    zone,
+                    job,
+                    name,
                     f"job type {job.name!r} costs {job.cost} slots, more than limit "
                     f"{name!r} of app {zone.app!r} ever grants ({most}); its items wait",
                 )

@@ -171,9 +171,7 @@ class NamedLimits(AppSettings[dict[str, Limit], None]):
             app, _, name = self.keys.unpack(key)[-3:]
             obj = msgpack.unpackb(raw)
             per = float(obj.get("p", 1.0))
-            found.append(
-                Limit(str(app), str(name), obj.get("c"), obj.get("t"), obj.get("r"), per)
-            )
+            found.append(Limit(str(app), str(name), obj.get("c"), obj.get("t"), obj.get("r"), per))
         return found
 
     def list(self, app: str | None = None) -> list[Limit]:

@@ -85,7 +85,8 @@ def test_a_limit_of_5_shared_by_3_types_over_4_processes(tmp_path: Path) -> None
         starts = sorted(s for s, _ in spans)
         begin, end = starts[4], starts[-1]
         mean = mean_running(spans, begin, end)
-        print(f"\nsteady-state mean running {mean:.3f} of 5 ({mean / 5:.1%}) over {end - begin:.1f} s")
+        span = end - begin
+        print(f"\nsteady-state mean running {mean:.3f} of 5 ({mean / 5:.1%}) over {span:.1f} s")
         assert mean > 4.0
     finally:
         q.close()
