@@ -290,3 +290,27 @@ def test_explain_names_a_full_limit_and_who_holds_it(q: Quick) -> None:
     assert e.first.consumers == ("c1",)
     q.set_limit("a", "emails", concurrency=6)
     assert explain(q, "a", "t", item).first is None
+
+
+def test_the_cli_sets_lists_and_deletes_limits(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from quickzones.cli import main
+
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    Quick.open(url).close()
+    run = CliRunner().invoke
+    r = run(main, ["limits", "set", "emails", "--app", "a", "--concurrency", "5",
+                   "--per-tenant", "2", "--store", url])  # fmt: skip
+    assert r.exit_code == 0 and "concurrency=5 per_tenant=2" in r.output, r.output
+    r = run(main, ["limits", "list", "--json", "--store", url])
+    assert json.loads(r.output) == [{"app": "a", "name": "emails", "concurrency": 5,
+                                     "per_tenant": 2, "rate": None, "per_s": 1.0}]  # fmt: skip
+    r = run(main, ["limits", "set", "emails", "--app", "a", "--concurrency", "-1", "--store", url])
+    assert r.exit_code != 0 and "invalid concurrency -1" in r.output, r.output
+    assert run(main, ["limits", "delete", "emails", "--app", "a", "--store", url]).exit_code == 0
+    r = run(main, ["limits", "delete", "emails", "--app", "a", "--store", url])
+    assert r.exit_code == 1 and "has no limit emails" in r.output
+    assert "no named limits" in run(main, ["limits", "list", "--store", url]).output
