@@ -187,6 +187,10 @@ class ConsumerConfig:
             )
         if self.pointer_lease_s <= 0 or self.item_lease_s <= 0:
             raise ConfigurationError("lease durations must be positive")
+        if not 0 <= self.limit_wait_s < math.inf:
+            raise ConfigurationError(
+                f"limit_wait_s must be at least 0 and finite, not {self.limit_wait_s!r}"
+            )
         if not 0 <= self.timer_lookahead_s <= self.item_lease_s / 2:
             raise ConfigurationError(
                 f"timer_lookahead_s must be between 0 and half the item lease "

@@ -195,6 +195,12 @@ def test_a_job_type_naming_limits_badly_is_refused(q: Quick, kw: dict[str, Any],
     assert q.registry.find("send") is None
 
 
+@pytest.mark.parametrize("wait", [-1.0, float("inf"), float("nan")])
+def test_a_bad_limit_wait_is_refused(wait: float) -> None:
+    with Quick.open("memory://") as q, pytest.raises(ConfigurationError, match="limit_wait_s"):
+        q.consumer(ConsumerConfig(limit_wait_s=wait))
+
+
 def test_limits_are_listed_replaced_and_deleted(q: Quick) -> None:
     q.set_limit("a", "emails", concurrency=5, per_tenant=2)
     q.set_limit("a", "sms", rate=10, per=60)
