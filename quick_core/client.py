@@ -54,6 +54,7 @@ from quickzones.store.kv import (
     run,
 )
 from quickzones.store.limits import AppLimits, Limits
+from quickzones.store.named_limits import Limit, NamedLimits
 from quickzones.store.pages import Page
 from quickzones.store.pauses import Pause, Pauses
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId
@@ -173,6 +174,7 @@ class Quick:
         self.pauses = Pauses(kv, self.keys, self.clock)
         self.tenant_weights = Weights(kv, self.keys, self.clock)
         self.tenant_limit_store = TenantLimits(kv, self.keys, self.clock)
+        self.named_limits = NamedLimits(kv, self.keys, self.clock)
         # Outcome records (status after completion, results, dedupe window) per job type;
         # ``keep_status_s`` is the default for types that set none (0: no record, so a
         # completion costs nothing extra; docs/status.md says why).
@@ -230,8 +232,14 @@ class Quick:
         keep_status_s: float | None = None,
         keep_result_s: float | None = None,
         dedupe_s: float | None = None,
+        limits: Sequence[str] = (),
+        cost: int = 1,
     ) -> Callable[[Handler], Handler]:
         """Register ``handler(payload, ctx)`` for a job type.
+
+        ``limits``: the names of the app's limits (:meth:`set_limit`) each run takes
+        ``cost`` slots of while its handler runs, shared with every job type naming them
+        (docs/limits.md).
 
         A transactional handler gets ``ctx.tr``; its writes and the item's completion
         commit in one transaction (exactly once). ``delivery="at_most_once"`` deletes the
@@ -275,6 +283,8 @@ class Quick:
                 transactional=transactional,
                 delivery=delivery,
                 ttl_s=ttl_s,
+                limits=limits,  # type: ignore[arg-type]  # checked and made a tuple
+                cost=cost,
             )
             self.registry.register(job)
             self._policies[name] = policy
@@ -893,6 +903,7 @@ class Quick:
         consumer.manager.pauses = self.pauses  # every visit holds back what is paused
         consumer.manager.weighing.weights = self.tenant_weights  # and weighs the tenants
         consumer.manager.tenant_admission.limits = self.tenant_limit_store  # and limits them
+        consumer.worker.gate.named = self.named_limits  # its workers take named limits' slots
         for source in (self, *also):
             source.wake_on_enqueue(consumer)  # their enqueues wake it
         return consumer
@@ -979,6 +990,41 @@ class Quick:
         from quickzones.store.admin import requeue_dead_letters
 
         return requeue_dead_letters(self, *_filters(app, tenant), **_selection(job_type, limit))
+
+    # --- named limits (docs/limits.md) ------------------------------------------------
+
+    def set_limit(
+        self,
+        app: str,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        per_tenant: int | None = None,
+        rate: int | None = None,
+        per: float = 1.0,
+    ) -> Limit:
+        """Declare (or change) ``app``'s limit ``name``, shared by every job type that
+        names it (``q.job(..., limits=[name], cost=n)``): at most ``concurrency`` slots
+        held at once across every consumer, at most ``per_tenant`` of them by one tenant,
+        at most ``rate`` slots started per ``per`` seconds; a run takes its type's cost
+        of slots. Every consumer enforces a change within about a second."""
+        limit = Limit.of(
+            app, name, concurrency=concurrency, per_tenant=per_tenant, rate=rate, per=per
+        )
+        return self.named_limits.set(limit)
+
+    def delete_limit(self, app: str, name: str) -> bool:
+        """Drop ``app``'s limit ``name``; False when there was none. Job types still
+        naming it hold their items back until it is declared again."""
+        return self.named_limits.delete(app, name)
+
+    def get_limit(self, app: str, name: str) -> Limit | None:
+        """``app``'s limit ``name`` as stored now (None: not defined)."""
+        return self.named_limits.get(app, name)
+
+    def list_limits(self, app: str | None = None) -> list[Limit]:
+        """Every named limit (of ``app``)."""
+        return self.named_limits.list(app)
 
 
 def _type_policy(policy: outcomes.Policy, job: JobType) -> TypePolicy:
