@@ -63,6 +63,9 @@ def bench(session: nox.Session) -> None:
     session.install("-e", ".[dev]", "-r", "bench/requirements.txt")
     _fdb_binding(session)
     session.run("python", "-m", "bench", *session.posargs)
+    # What users see beside the peers, the table docs/performance.md leads with (single
+    # enqueues, quick worker --workers 4 with its defaults, 3 runs): <ts>-peers-users/.
+    session.run("python", "-m", "bench.peers_users")
     # Delayed items' lateness (exact timers): bench/results/<ts>-lateness/.
     session.run("python", "-m", "bench.delayed_lateness")
     # Small tenants' pickup under a noisy neighbour, 10 runs: bench/results/<ts>-noisy/.

@@ -16,11 +16,21 @@ from pathlib import Path
 from typing import Any
 
 from bench.peers.base import Peer
-from bench.quickrun import JOB, config_to_json, open_quick
+from bench.quickrun import JOB, config_to_json, open_quick, user_worker_cmd
 from quickzones.consumer import ConsumerConfig
 
 # Given the store URL and the consumer's config as JSON, the command of a consumer process.
 ConsumerCommand = Callable[[str, str], list[str]]
+
+
+def user_consumer(workers: int) -> ConsumerCommand:
+    """``quick worker --workers N`` as a user runs it (:func:`bench.quickrun.user_worker_cmd`,
+    every other setting at its default) on the peer's store: no profile."""
+
+    def command(url: str, _config: str) -> list[str]:
+        return ["env", f"QUICK_STORE={url}", *user_worker_cmd(workers)]
+
+    return command
 
 
 def peer_config(throughput: bool = False) -> ConsumerConfig:
