@@ -126,11 +126,12 @@ def check_cost(cost: object) -> int:
     return cost
 
 
-class NamedLimits(AppSettings[dict[str, Limit], None]):
+class NamedLimits(AppSettings[dict[str, Limit], None, Limit]):
     """Sets, deletes and reads named limits over the KV store; :meth:`of_app` is the cached
     lookup a worker takes before each run of a limited job type (:mod:`.meta_sets`)."""
 
     kind = "named_limit"
+    arity = 3  # (app, "", name) below (root, "m", kind)
 
     def __init__(
         self,
@@ -165,14 +166,14 @@ class NamedLimits(AppSettings[dict[str, Limit], None]):
         app, name = check_name("app", app), check_limit_name(name)
         return self._write(app, None, self._key(app, name), None)
 
+    def _decode(self, key: bytes, raw: bytes) -> Limit:
+        app, _, name = self.keys.unpack(key)[-3:]
+        obj = msgpack.unpackb(raw)
+        per = float(obj.get("p", 1.0))
+        return Limit(str(app), str(name), obj.get("c"), obj.get("t"), obj.get("r"), per)
+
     def _read(self, tr: KVTransaction, begin: bytes, end: bytes) -> list[Limit]:
-        found = []
-        for key, raw in tr.get_range(begin, end, snapshot=True):
-            app, _, name = self.keys.unpack(key)[-3:]
-            obj = msgpack.unpackb(raw)
-            per = float(obj.get("p", 1.0))
-            found.append(Limit(str(app), str(name), obj.get("c"), obj.get("t"), obj.get("r"), per))
-        return found
+        return [self._decode(key, raw) for key, raw in tr.get_range(begin, end, snapshot=True)]
 
     def list(self, app: str | None = None) -> list[Limit]:
         """Every limit (of ``app``), read now (the admin's listing; workers never read it)."""
