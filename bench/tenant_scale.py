@@ -92,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--many", type=int, default=100_000, help="case 3's items (0: skip it)")
     ap.add_argument("--many-runs", type=int, default=1)
     ap.add_argument("--requests", type=int, default=50, help="requests of each page")
+    ap.add_argument(
+        "--page-budget", type=float, default=60.0, help="seconds of requests a page may take"
+    )
     ap.add_argument("--noisy-window", type=float, default=5.0, help=argparse.SUPPRESS)
     ap.add_argument("--out", default="", help="results directory")
     ap.add_argument("--cache", default=str(tenant_store.CACHE), help="where built stores are kept")
@@ -129,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
                     many[name][kind].append(rate)
                     log(f"tenant scale {name}: {args.many:,} items, {kind}: {rate:.0f} items/s")
         for name in STORES:
-            pages[name] = tenant_pages.measure(urls[name], args.requests, Path(tmp) / "serve.log")
+            pages[name] = tenant_pages.measure(
+                urls[name], args.requests, Path(tmp) / "serve.log", args.page_budget
+            )
             log(
                 f"tenant scale {name}: worst page p99 {pages[name]['worst_p99_ms']:.0f} ms, "
                 f"serve RSS +{pages[name]['rss_growth_mb']:.1f} MB"

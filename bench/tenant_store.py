@@ -7,9 +7,9 @@ tenants), and their pointers collected once their zones were empty (``min_inacti
 so no zone of ``a`` holds an item or a pointer. ``settings`` of those tenants then get a
 weight, a tenant limit or a pause, a third each.
 
-A SQLite file, built once per size and kept under ``bench/results/.cache/`` (ignored by
-git), named by the size and the git trees of the code that writes the layout, so a
-change to the layout builds a new one; each run works on a copy.
+A SQLite file, built once per size and kept in ``.cache`` of the bench's results folder
+(ignored by git; no cited run), named by the size and the git trees of the code that
+writes the layout, so a change to the layout builds a new one; each run works on a copy.
 """
 
 from __future__ import annotations
