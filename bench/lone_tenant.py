@@ -72,14 +72,18 @@ def _cpu_s(pid: int) -> float:
 last_cpu: dict[str, float] = {}
 
 
-def _drain(cmd: list[str], env: dict[str, str], out: Path, n: int, logf: Path) -> float:
+def _drain(
+    cmd: list[str], env: dict[str, str], out: Path, n: int, logf: Path, timeout_s: float = 120.0
+) -> float:
+    """The worker ``cmd``'s rate over the n records it writes to ``out``; NaN when they are
+    not all there within ``timeout_s``."""
     with open(logf, "ab") as lf:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=lf, stderr=lf)
     last_cpu.clear()
     try:
         wait_for_lines(out, 1, 120, poll_s=0.002)
         cpu0, k0 = _cpu_s(proc.pid), count_lines(out)
-        wait_for_lines(out, n, 120, poll_s=0.002)
+        wait_for_lines(out, n, timeout_s, poll_s=0.002)
         k1 = count_lines(out)
         last_cpu["per_1000"] = (_cpu_s(proc.pid) - cpu0) * 1000 / max(1, k1 - k0)
         return _rate(out, n)
@@ -152,7 +156,9 @@ def user_rate(url: str, n: int, work: Path, workers: int = 4, spread: bool = Fal
 
     out = _store_backlog(url, n, work, spread)
     env = child_env(BENCH_OUT=str(out), QUICK_STORE=url)
-    return _drain(worker_cmd(workers), env, out, n, work / "quick-worker.log")
+    # At least 100 items/s: a 100,000-item drain (bench.tenant_scale) outlasts 120 s.
+    timeout_s = max(120.0, n / 100)
+    return _drain(worker_cmd(workers), env, out, n, work / "quick-worker.log", timeout_s)
 
 
 def huey_rate(n: int, work: Path) -> float:
