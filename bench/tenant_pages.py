@@ -97,8 +97,8 @@ def measure(url: str, requests: int, logf: Path, budget_s: float = 60.0) -> dict
         times: dict[str, list[float]] = {p: [] for p in DASHBOARD + API}
         cut: set[str] = set()
         for _ in range(requests):
-            for client, pages in ((board, DASHBOARD), (api, API)):
-                for page in pages:
+            for client, paths in ((board, DASHBOARD), (api, API)):
+                for page in paths:
                     if page in cut:
                         continue
                     t0 = time.perf_counter()
