@@ -100,15 +100,19 @@ class QuickPeer(Peer):
         *,
         overrides: dict[str, Any] | None = None,
         consumer: ConsumerCommand | None = None,
+        store: str | None = None,
     ) -> None:
         """``overrides``: ConsumerConfig fields changed in both profiles; ``consumer``: the
         command of another consumer process than ``bench.quickrun`` (the results folders'
-        probes, which instrument or switch parts of it)."""
+        probes, which instrument or switch parts of it); ``store``: a store URL every
+        generation runs on instead of a fresh file each (bench.tenant_scale: a store that
+        holds other apps' tenants)."""
         super().__init__(workdir)
         self.backend = backend
         self.name = f"quick-{backend}"
         self.overrides = dict(overrides or {})
         self.consumer_command = consumer
+        self.store = store
         cfg, fast = self.profile(), self.profile(throughput=True)
         self.config = (
             f"{'in-process consumer' if backend == 'memory' else 'one consumer process'}: "
@@ -133,6 +137,8 @@ class QuickPeer(Peer):
         return dataclasses.replace(peer_config(throughput), **self.overrides)
 
     def _url(self) -> str:
+        if self.store is not None:
+            return self.store
         if self.backend == "memory":
             return "memory://"
         return f"sqlite:///{self.workdir}/quick-{self.generation}.db"
