@@ -80,8 +80,11 @@ def _check_limit(name: str, value: int | None) -> None:
 SlotName = str | tuple[str, ...]
 
 
-def _name(name: SlotName) -> tuple[str, ...]:
-    return (name,) if isinstance(name, str) else name
+def _name(name: SlotName) -> tuple[str | None, ...]:
+    """A slot name's key elements, ended by None: the slots of ("a", "t") and those of
+    ("a", "t", "report") lie in disjoint ranges, so a tenant's job-type slots never count
+    against the tenant-wide cap (they once did: one running item counted twice)."""
+    return (*((name,) if isinstance(name, str) else name), None)
 
 
 class Limits:

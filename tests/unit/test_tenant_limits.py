@@ -273,3 +273,36 @@ def test_one_transaction_visits_hold_a_limited_tenant_too(q: Quick, clock: Manua
     config = ConsumerConfig(in_order=True, one_transaction_visits=True, visits_per_transaction=4)
     q.consumer(config).run_until_idle()
     assert sorted(ran) == ["t", "u", "u", "u"]
+
+
+def test_a_tenant_cap_beside_a_job_type_cap_counts_each_run_once(live_q: Quick) -> None:
+    """A tenant capped at 3 running, and its "report" items at 3: with one report
+    running, two more start beside it. The job type's slot records once lay inside the
+    tenant-wide slots' key range, so a running report counted twice against the tenant's
+    cap and only one more could start."""
+    q = live_q
+    release = threading.Event()
+    running: list[str] = []
+    lock = threading.Lock()
+
+    def handler(payload: Any, ctx: Any) -> None:
+        with lock:
+            running.append(ctx.item.item_id)
+        release.wait(30)
+
+    q.job("report", keep_status_s=600)(handler)
+    q.set_tenant_limit("a", "t", max_running=3)
+    q.set_tenant_limit("a", "t", job_type="report", max_running=3)
+    reports = q.enqueue_many("report", [1], app="a", tenant="t")
+    consumer = q.consumer(ConsumerConfig(workers=4, idle_sleep_s=0.01))
+    consumer.start()
+    try:
+        assert wait_for(lambda: len(running) == 1, 15)
+        reports += q.enqueue_many("report", [2, 3], app="a", tenant="t")
+        all_three = wait_for(lambda: len(running) == 3, 10)
+        release.set()
+        assert wait_for(lambda: all(_state(q, i) == "completed" for i in reports), 60)
+    finally:
+        release.set()
+        consumer.stop()
+    assert all_three, f"{len(running)} of 3 reports ran at once under a tenant cap of 3"
