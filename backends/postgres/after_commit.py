@@ -6,12 +6,19 @@ transaction it would hold that record's lock until the application's COMMIT, and
 consumer leasing the pointer would wait for the application (issue 42). Run before the
 COMMIT, in a transaction of its own, it could pull the pointer earlier while the item is
 not yet visible, and a consumer visiting the zone meanwhile would put the pointer back to
-the zone's later items. So it runs after the COMMIT, as on FoundationDB: psycopg has no
-hook for another's COMMIT, so a thread asks the server for the status of the
-application's transaction (``pg_xact_status``, one query for all that are pending) every
-few milliseconds while any is pending, runs the callbacks of those committed and drops
-those of those rolled back. Part two is best effort, as everywhere: a process that dies
-before it runs leaves the item to vest when the pointer does.
+the zone's later items. So it runs after the COMMIT, as on FoundationDB. psycopg has no
+hook for another's COMMIT, but the application's transaction holds the advisory locks of
+the keys quick wrote in it until it ends: a thread of the store waits for one of them (the
+new item's own, which no other open transaction holds), shared, and then asks the server
+the status of every pending transaction (``pg_xact_status``, one query), runs the
+callbacks of those committed and drops those of those rolled back. The wait ends with the
+COMMIT (no server work meanwhile, where asking every 3 ms was one query each time for as
+long as any transaction was open); it gives up after :data:`WAIT_MS` so that one long
+transaction delays the others' part two by that much at most, and goes to the back of the
+line. A transaction with no such lock (or whose lock came free while it is still open: the
+application rolled back to a savepoint of its own) is asked about every :data:`POLL_S`.
+Part two is best effort, as everywhere: a process that dies before it runs leaves the item
+to vest when the pointer does.
 """
 
 from __future__ import annotations
@@ -19,16 +26,32 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import psycopg
+
+from quickzones.backends.postgres.errors import pipeline
 from quickzones.clock import Clock
 
 log = logging.getLogger(__name__)
 
-# Between two asks of the server while a transaction is pending.
+# Between two asks of the server while a transaction without a lock to wait on is pending.
 POLL_S = 0.003
+# The longest one wait for a pending transaction's lock (then every pending one is asked
+# about, and the next in line is waited for).
+WAIT_MS = 20
 # Transactions remembered at most (the oldest are dropped: part two is best effort).
 MOST_PENDING = 100_000
+
+_STATUSES = "SELECT x, pg_xact_status(x::xid8) FROM unnest(%s::text[]) x"
+
+
+@dataclass(slots=True)
+class _Pending:
+    callbacks: list[Callable[[], None]]
+    # An advisory lock the transaction holds exclusively until it ends (None: none known).
+    lock: int | None
 
 
 class AfterCommit:
@@ -39,22 +62,30 @@ class AfterCommit:
         acquire: Callable[[], Any],
         release: Callable[[Any], None],
         clock: Clock,
+        space: int = 0,
     ) -> None:
         self._acquire = acquire
         self._release = release
         self._clock = clock
+        self._space = space
         self._cond = threading.Condition()
-        self._pending: dict[str, list[Callable[[], None]]] = {}
+        self._pending: dict[str, _Pending] = {}
         self._thread: threading.Thread | None = None
         self._closed = False
+        # Status queries sent (each answers for every pending transaction).
+        self.asks = 0
 
-    def add(self, xid: str, callbacks: list[Callable[[], None]]) -> None:
+    def add(self, xid: str, callbacks: list[Callable[[], None]], lock: int | None = None) -> None:
         """Run ``callbacks`` once transaction ``xid`` has committed (never if it rolls
-        back)."""
+        back). ``lock``: an advisory lock (in the store's space) that ``xid`` holds
+        exclusively until it ends."""
         with self._cond:
             if self._closed:
                 return
-            self._pending.setdefault(xid, []).extend(callbacks)
+            pending = self._pending.setdefault(xid, _Pending([], lock))
+            pending.callbacks.extend(callbacks)
+            if pending.lock is None:
+                pending.lock = lock
             while len(self._pending) > MOST_PENDING:
                 self._pending.pop(next(iter(self._pending)))
             if self._thread is None or not self._thread.is_alive():
@@ -69,16 +100,26 @@ class AfterCommit:
         with self._cond:
             return len(self._pending)
 
+    def _next(self) -> tuple[list[str], str | None, int | None] | None:
+        """Every pending transaction, and the first in line with a lock to wait for."""
+        with self._cond:
+            while not self._pending and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                return None
+            for xid, pending in self._pending.items():
+                if pending.lock is not None:
+                    return list(self._pending), xid, pending.lock
+            return list(self._pending), None, None
+
     def _run(self) -> None:
         while True:
-            with self._cond:
-                while not self._pending and not self._closed:
-                    self._cond.wait()
-                if self._closed:
-                    return
-                xids = list(self._pending)
+            wanted = self._next()
+            if wanted is None:
+                return
+            xids, waited, lock = wanted
             try:
-                statuses = self._statuses(xids)
+                statuses, timed_out = self._statuses(xids, lock)
             except Exception as err:  # the server away: ask again after a while
                 log.debug("pg_xact_status failed: %s", err)
                 self._clock.sleep(0.2)
@@ -88,26 +129,58 @@ class AfterCommit:
                 for xid, status in statuses.items():
                     if status == "in progress":
                         continue
-                    callbacks = self._pending.pop(xid, [])
-                    if status == "committed":
-                        ready.extend(callbacks)
+                    pending = self._pending.pop(xid, None)
+                    if pending is not None and status == "committed":
+                        ready.extend(pending.callbacks)
+                if waited is not None and waited in self._pending:
+                    again = self._pending.pop(waited)
+                    if not timed_out:
+                        again.lock = None  # free while the transaction is open: poll it
+                    self._pending[waited] = again  # to the back of the line
             for callback in ready:
                 try:
                     callback()
                 except Exception as err:  # best effort, as part two is everywhere
                     log.debug("a callback after an application's commit failed: %s", err)
-            if not ready:
+            if not ready and lock is None:
                 self._clock.sleep(POLL_S)
 
-    def _statuses(self, xids: list[str]) -> dict[str, str | None]:
+    def _statuses(self, xids: list[str], lock: int | None) -> tuple[dict[str, str | None], bool]:
+        """The status of each of ``xids``, asked once ``lock`` came free (at most
+        :data:`WAIT_MS` later), and whether that wait gave up."""
         conn = self._acquire()
+        timed_out = False
         try:
-            rows = conn.execute(
-                "SELECT x, pg_xact_status(x::xid8) FROM unnest(%s::text[]) x", (xids,)
-            ).fetchall()
+            if lock is None:
+                rows = conn.execute(_STATUSES, (xids,), prepare=False).fetchall()
+            else:
+                try:
+                    rows = self._after_lock(conn, xids, lock)
+                except psycopg.errors.LockNotAvailable:
+                    timed_out = True
+                    conn.execute("ROLLBACK", prepare=False)
+                    rows = conn.execute(_STATUSES, (xids,), prepare=False).fetchall()
         finally:
             self._release(conn)
-        return {str(x): status for x, status in rows}
+        self.asks += 1
+        return {str(x): status for x, status in rows}, timed_out
+
+    def _after_lock(self, conn: Any, xids: list[str], lock: int) -> list[tuple[Any, ...]]:
+        """One round trip: wait (shared) for the lock, ask, let the lock go."""
+        with pipeline(conn):
+            conn.execute("BEGIN", prepare=False)
+            conn.execute(
+                "SELECT set_config('lock_timeout', %s, true)", (f"{WAIT_MS}ms",), prepare=False
+            )
+            conn.execute(
+                "SELECT pg_advisory_xact_lock_shared(%s::int, %s::int)",
+                (self._space, lock),
+                prepare=False,
+            )
+            answer = conn.execute(_STATUSES, (xids,), prepare=False)
+            conn.execute("ROLLBACK", prepare=False)
+        rows: list[tuple[Any, ...]] = answer.fetchall()
+        return rows
 
     def close(self) -> None:
         with self._cond:
