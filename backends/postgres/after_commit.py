@@ -31,7 +31,6 @@ from typing import Any
 
 import psycopg
 
-from quickzones.backends.postgres.errors import pipeline
 from quickzones.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -45,6 +44,11 @@ WAIT_MS = 20
 MOST_PENDING = 100_000
 
 _STATUSES = "SELECT x, pg_xact_status(x::xid8) FROM unnest(%s::text[]) x"
+_WAITED_STATUSES = (
+    "WITH t AS MATERIALIZED (SELECT set_config('lock_timeout', %s, true)),"
+    " l AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared(%s::int, %s::int) FROM t)"
+    " SELECT x, pg_xact_status(x::xid8) FROM l, unnest(%s::text[]) x"
+)
 
 
 @dataclass(slots=True)
@@ -158,7 +162,6 @@ class AfterCommit:
                     rows = self._after_lock(conn, xids, lock)
                 except psycopg.errors.LockNotAvailable:
                     timed_out = True
-                    conn.execute("ROLLBACK", prepare=False)
                     rows = conn.execute(_STATUSES, (xids,), prepare=False).fetchall()
         finally:
             self._release(conn)
@@ -166,20 +169,13 @@ class AfterCommit:
         return {str(x): status for x, status in rows}, timed_out
 
     def _after_lock(self, conn: Any, xids: list[str], lock: int) -> list[tuple[Any, ...]]:
-        """One round trip: wait (shared) for the lock, ask, let the lock go."""
-        with pipeline(conn):
-            conn.execute("BEGIN", prepare=False)
-            conn.execute(
-                "SELECT set_config('lock_timeout', %s, true)", (f"{WAIT_MS}ms",), prepare=False
-            )
-            conn.execute(
-                "SELECT pg_advisory_xact_lock_shared(%s::int, %s::int)",
-                (self._space, lock),
-                prepare=False,
-            )
-            answer = conn.execute(_STATUSES, (xids,), prepare=False)
-            conn.execute("ROLLBACK", prepare=False)
-        rows: list[tuple[Any, ...]] = answer.fetchall()
+        """One statement, in a transaction of its own: wait (shared) for the lock, then
+        ask. The CTEs run in order (each reads the one before, and the statuses are
+        computed from rows joined with the lock's), so ``lock_timeout`` bounds the wait
+        and the statuses are read after it; the lock goes with the statement."""
+        rows: list[tuple[Any, ...]] = conn.execute(
+            _WAITED_STATUSES, (f"{WAIT_MS}ms", self._space, lock, xids), prepare=False
+        ).fetchall()
         return rows
 
     def close(self) -> None:
