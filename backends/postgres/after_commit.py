@@ -14,9 +14,10 @@ the status of every pending transaction (``pg_xact_status``, one query), runs th
 callbacks of those committed and drops those of those rolled back. The wait ends with the
 COMMIT (no server work meanwhile, where asking every 3 ms was one query each time for as
 long as any transaction was open); it gives up after :data:`WAIT_MS` so that one long
-transaction delays the others' part two by that much at most, and goes to the back of the
-line. A transaction with no such lock (or whose lock came free while it is still open: the
-application rolled back to a savepoint of its own) is asked about every :data:`POLL_S`.
+transaction delays the others' part two by that much at most, and one still open after
+:data:`SLOW_WAITS` waits goes to the back of the line. A transaction with no such lock
+(or whose lock came free while it is still open: the application rolled back to a
+savepoint of its own) is asked about every :data:`POLL_S`.
 Part two is best effort, as everywhere: a process that dies before it runs leaves the item
 to vest when the pointer does.
 """
@@ -38,8 +39,13 @@ log = logging.getLogger(__name__)
 # Between two asks of the server while a transaction without a lock to wait on is pending.
 POLL_S = 0.003
 # The longest one wait for a pending transaction's lock (then every pending one is asked
-# about, and the next in line is waited for).
+# about, and the first in line is waited for again).
 WAIT_MS = 20
+# Waits that gave up before the first in line goes to the back: the oldest transaction
+# usually ends first (waiting for a younger one would leave the oldest's COMMIT unheard
+# until that wait ends), but a slow one (a request held open) should not keep the others
+# from being heard at once.
+SLOW_WAITS = 10
 # Transactions remembered at most (the oldest are dropped: part two is best effort).
 MOST_PENDING = 100_000
 
@@ -56,6 +62,8 @@ class _Pending:
     callbacks: list[Callable[[], None]]
     # An advisory lock the transaction holds exclusively until it ends (None: none known).
     lock: int | None
+    # Waits for it that gave up since it was last put at the back of the line.
+    waits: int = 0
 
 
 class AfterCommit:
@@ -137,10 +145,7 @@ class AfterCommit:
                     if pending is not None and status == "committed":
                         ready.extend(pending.callbacks)
                 if waited is not None and waited in self._pending:
-                    again = self._pending.pop(waited)
-                    if not timed_out:
-                        again.lock = None  # free while the transaction is open: poll it
-                    self._pending[waited] = again  # to the back of the line
+                    self._waited(waited, timed_out)
             for callback in ready:
                 try:
                     callback()
@@ -148,6 +153,17 @@ class AfterCommit:
                     log.debug("a callback after an application's commit failed: %s", err)
             if not ready and lock is None:
                 self._clock.sleep(POLL_S)
+
+    def _waited(self, xid: str, timed_out: bool) -> None:
+        """After a wait for ``xid``'s lock, ``xid`` still open (under the condition)."""
+        pending = self._pending[xid]
+        if not timed_out:
+            pending.lock = None  # free while the transaction is open: poll it
+            return
+        pending.waits += 1
+        if pending.waits >= SLOW_WAITS:  # a slow one: the others first
+            pending.waits = 0
+            self._pending[xid] = self._pending.pop(xid)
 
     def _statuses(self, xids: list[str], lock: int | None) -> tuple[dict[str, str | None], bool]:
         """The status of each of ``xids``, asked once ``lock`` came free (at most

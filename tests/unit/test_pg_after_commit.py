@@ -107,3 +107,18 @@ def test_a_rolled_back_transaction_runs_nothing_and_leaves_the_line(q: Quick, ur
     assert wait_for(lambda: q.kv.after_commit.pending == 0, 10)  # type: ignore[attr-defined]
     assert not _pulled(q, late)
     assert q.run_until_idle() == 0
+
+
+def test_an_open_transaction_holds_up_no_other_transactions_part_two(q: Quick, url: str) -> None:
+    """The store's thread waits for the first transaction in line; one left open (a slow
+    request) must not keep a later one's part two waiting until it ends."""
+    late = _idle_zone(q)
+    other = ZoneId("shop", "t2")
+    q.enqueue("ship", {"late": True}, app=other.app, tenant=other.tenant, delay=3600)
+    with psycopg.connect(_server(url)) as slow, slow.transaction():
+        q.enqueue_on(slow, "ship", {"slow": True}, app=other.app, tenant=other.tenant)
+        time.sleep(0.1)  # first in line
+        with psycopg.connect(_server(url)) as quick_one, quick_one.transaction():
+            q.enqueue_on(quick_one, "ship", {"now": True}, app=ZONE.app, tenant=ZONE.tenant)
+        assert wait_for(lambda: _pulled(q, late), 10)  # while the slow one is still open
+    assert wait_for(lambda: q.kv.after_commit.pending == 0, 10)  # type: ignore[attr-defined]
