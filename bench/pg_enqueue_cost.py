@@ -4,9 +4,11 @@ inside a transaction that INSERTs a row and commits at once (W=0), ``enqueue_on`
 transaction held open ``--hold-ms`` (the store's status queries about it while it is
 open), and ``run_until_idle`` draining what was enqueued.
 
-``python -m bench.pg_enqueue_cost [--n 1000] [--runs 3] [--baseline DIR] [--json FILE]``
+``python -m bench.pg_enqueue_cost [--n 1000] [--runs 3] [--baseline DIR] [--dsn URL]
+[--json FILE]``
 
-One PostgreSQL cluster (:func:`bench.servers.postgres_server`, fsync on) serves every run.
+One PostgreSQL cluster (:func:`bench.servers.postgres_server`, fsync on; or the server
+``--dsn`` names: each measurement drops the schema and table it made) serves every run.
 Each run measures this checkout and, with ``--baseline DIR`` (another checkout with its
 own ``.venv``: ``git worktree add DIR main``), that one, each in a process of its own
 (its ``.venv``'s Python, so it imports its own quickzones) on a schema of its own, their
@@ -19,6 +21,7 @@ Warm-up: every tenant's zone has its pointer before the loops (the steady state)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -40,7 +43,7 @@ def _child(dsn: str, n: int, tenants: int, hold_ms: int) -> dict[str, Any]:
 
     from quickzones.client import Quick
 
-    schema = "c" + uuid.uuid4().hex[:10]
+    schema = "cost_" + uuid.uuid4().hex[:10]
     q = Quick.open(f"{dsn}?schema={schema}")
 
     @q.job("j")
@@ -123,19 +126,20 @@ def _median(runs: list[dict[str, Any]], op: str, what: str) -> float:
     return statistics.median(r[op][what] for r in runs)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, default=1000, help="calls of each operation per run")
     ap.add_argument("--tenants", type=int, default=50)
     ap.add_argument("--hold-ms", type=int, default=1000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--baseline", default="", help="another checkout with its own .venv")
+    ap.add_argument("--dsn", default="", help="a server to use instead of starting one")
     ap.add_argument("--json", default="", help="write the results to this file")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(_child(args.child, args.n, args.tenants, args.hold_ms)))
-        return
+        return 0
     from bench.common import REPO, log, machine
     from bench.servers import postgres_server
 
@@ -143,7 +147,8 @@ def main() -> None:
     if args.baseline:
         trees["baseline"] = Path(args.baseline).resolve()
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
-    with postgres_server() as dsn:
+    with contextlib.ExitStack() as stack:
+        dsn = args.dsn or stack.enter_context(postgres_server())
         for run in range(args.runs):
             order = list(trees) if run % 2 == 0 else list(reversed(trees))
             for name in order:
@@ -170,7 +175,8 @@ def main() -> None:
         Path(args.json).write_text(
             json.dumps({"machine": machine(), "args": vars(args), "runs": runs}, indent=1)
         )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
