@@ -159,9 +159,6 @@ class AppTransaction(BufferedTransaction):
         # Its commit made a zone's pointer vest earlier (kv.wake_watchers): idle
         # consumers elsewhere are notified once the application commits.
         self._wakes_after = False
-        # The advisory lock its commits hold exclusively until the application's
-        # transaction ends: what the store's thread waits on for that end (after_commit).
-        self._held: list[int] = []
         super().__init__(store.clock)
 
     def can_retry_in_place(self, error: KVError) -> bool:
@@ -256,7 +253,6 @@ class AppTransaction(BufferedTransaction):
                 end_commits=False,
                 undo=(_ROLLBACK_TO, _RELEASE),
                 again=(_SAVEPOINT,),
-                held=self._held,
             )
         except BaseException as err:
             self._roll_back_to_savepoint(conn)
@@ -299,7 +295,7 @@ class AppTransaction(BufferedTransaction):
                 return  # best effort, as part two is everywhere
             xid = self._joined.xid = str(row[0]) if row else None
         if xid is not None:
-            self._store.after_commit.add(xid, callbacks, self._held[0] if self._held else None)
+            self._store.after_commit.add(xid, callbacks)
 
     @staticmethod
     def _roll_back_to_savepoint(conn: Connection) -> None:

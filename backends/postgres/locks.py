@@ -201,14 +201,6 @@ class LockPlan:
         order = sorted(held.union(map(_lock_id, shared)))
         return order, [i in held for i in order]
 
-    def own(self) -> int | None:
-        """The lock of the longest prefix held exclusively (after :meth:`ids`): for an
-        enqueue, its new item's own key, which no other open transaction holds, so
-        waiting for it is waiting for the end of this commit's transaction."""
-        if not self._exclusive:
-            return None
-        return _lock_id(max(self._exclusive, key=len))
-
 
 def plan(reads: Iterable[Range], writes: Iterable[Range]) -> tuple[list[int], list[bool]]:
     """The sorted lock ids and modes of a commit with these conflict ranges."""

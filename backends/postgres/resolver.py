@@ -32,7 +32,7 @@ import psycopg
 from quickzones.backends._ranges import merge_ranges
 from quickzones.backends._versionstamps import make_versionstamp
 from quickzones.backends.postgres.errors import commit_unknown, pipeline
-from quickzones.backends.postgres.locks import LockPlan
+from quickzones.backends.postgres.locks import plan
 from quickzones.backends.postgres.sql import CONFLICT_STATE, MOVED_STATE, Statements
 from quickzones.backends.txnbuffer import CommitRequest
 from quickzones.backends.txnbuffer.commit_request import ResolvedWrites
@@ -79,16 +79,13 @@ def apply(
     end_commits: bool = True,
     undo: tuple[str, ...] = ("ROLLBACK",),
     again: tuple[str, ...] = ("BEGIN",),
-    held: list[int] | None = None,
 ) -> int:
     """Commit ``request`` on ``conn`` (its locks held until the transaction ends).
     ``snapshot``: the one its reads saw (None: nothing read, nothing to check); ``space``:
     the schema's advisory lock space. ``begin`` are statements sent first (ending a
     snapshot, BEGIN, a SAVEPOINT), ``end`` statements sent last (COMMIT, or with
     ``end_commits=False`` a savepoint's RELEASE); ``undo`` ends a try whose operands moved
-    and ``again`` begins the next. ``held``, if given, receives the advisory lock
-    (:meth:`LockPlan.own`) the commit holds exclusively until its transaction ends.
-    Returns the commit version."""
+    and ``again`` begins the next. Returns the commit version."""
     if request.too_old(now):
         raise KVError(TRANSACTION_TOO_OLD, "read version older than 5 s at commit")
     if request.read_version is None:
@@ -100,7 +97,7 @@ def apply(
         writes = request.resolve(_NO_STAMP, _no_current, skip=adds)
         return _send(
             conn, sql, request, writes, adds, begin, end, end_commits,
-            (snapshot, space, None, [], None, at), held,
+            (snapshot, space, None, [], None, at),
         )  # fmt: skip
     for _ in range(MOVED_RETRIES):
         with pipeline(conn):
@@ -114,7 +111,7 @@ def apply(
         try:
             return _send(
                 conn, sql, request, writes, adds, (), end, end_commits,
-                (snapshot, space, since if atomic else None, atomic, version, at), held,
+                (snapshot, space, since if atomic else None, atomic, version, at),
             )  # fmt: skip
         except _Moved:
             for statement in undo:
@@ -146,7 +143,6 @@ def _send(
     end: tuple[str, ...],
     end_commits: bool,
     how: tuple[str | None, int, str | None, list[bytes], int | None, int],
-    held: list[int] | None = None,
 ) -> int:
     """One round trip: ``begin``, quick_commit3 (locks, checks and writes), ``end``.
     ``how``: the reads' snapshot, the lock space, the atomic operands' snapshot and keys,
@@ -156,8 +152,7 @@ def _send(
     if writes.extra_write_conflicts:
         conflict_ranges = merge_ranges(conflict_ranges + writes.extra_write_conflicts)
     reads = request.read_conflicts if snapshot is not None else []
-    locks = LockPlan().add(reads, write=False).add(conflict_ranges, write=True)
-    lock_ids, exclusive = locks.ids()
+    lock_ids, exclusive = plan(reads, conflict_ranges)
     rb, re_ = _columns(reads)
     wb, we = _columns(conflict_ranges)
     ae = [key_after(k) for k in atomic]
@@ -194,9 +189,6 @@ def _send(
         raise
     row = resolved.fetchone()
     assert row is not None, "quick_commit3 returns the commit version"
-    own = locks.own()
-    if held is not None and own is not None:
-        held.append(own)
     return int(row[0])
 
 

@@ -197,7 +197,7 @@ class PostgresStore:
         self._watched: str | None = None
         # What runs once an application's transaction has committed (part two of its
         # enqueues: app_transaction.py).
-        self.after_commit = AfterCommit(self._acquire, self._release, self.clock, self.lock_space)
+        self.after_commit = AfterCommit(self._acquire, self._release, self.clock)
         self._open_schema(create)
 
     @classmethod

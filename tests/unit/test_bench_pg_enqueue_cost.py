@@ -35,7 +35,6 @@ def test_the_bench_measures_both_checkouts_side_by_side(tmp_path: Path) -> None:
         (run,) = runs[name]
         for op in pg_enqueue_cost.OPERATIONS:
             assert run[op]["wall_ms"] > 0 and run[op]["cpu_ms"] >= 0, (name, op)
-        assert run["held_open"]["asks"] is not None
     import psycopg
 
     with psycopg.connect(server, autocommit=True) as conn:
