@@ -56,9 +56,18 @@ def lock_space(schema: str) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
+@functools.lru_cache(maxsize=65536)  # ancestors recur in every commit of their zone
 def _lock_id(prefix: bytes) -> int:
     value = zlib.crc32(prefix)
     return value - (1 << 32) if value >= 1 << 31 else value
+
+
+# Type codes of fdb.tuple's encoding whose element length the scan below knows without
+# decoding: null; byte and unicode strings (to an unescaped 0x00); integers of 0 to 8
+# bytes (the length is in the code). Any other element is decoded by fdb.tuple.
+_NULL, _BYTES, _STRING = 0x00, 0x01, 0x02
+_INT_ZERO = 0x14
+_INT_SHORTEST, _INT_LONGEST = 0x0C, 0x1C
 
 
 @functools.lru_cache(maxsize=65536)
@@ -66,18 +75,47 @@ def _parsed(key: bytes) -> tuple[tuple[int, ...], bool]:
     """The lengths of ``key``'s element-boundary prefixes, shortest first, the empty
     prefix (0) included and ``key`` itself excluded, and whether ``key`` is a whole packed
     tuple (if not, the prefixes are those of the whole elements it starts with: a range's
-    end or a key cut inside an element)."""
+    end or a key cut inside an element).
+
+    The elements quick's keys are made of are measured from their bytes (a commit plans
+    locks for every new key it writes, and decoding each element into a Python value was
+    most of that cost); the answer is exactly fdb.tuple's, which every other element is
+    still decoded by, so processes of older releases plan the same locks."""
     ends = [0]
     pos = 0
-    try:
-        while pos < len(key):
-            _, pos = fdbtuple._decode(key, pos)
-            if pos < len(key):
-                ends.append(pos)
-    except Exception:  # a tuple's head then bytes that are not: its whole elements
-        return tuple(ends), False
-    if pos != len(key):
-        return tuple(ends), False
+    size = len(key)
+    find = key.find
+    while pos < size:
+        code = key[pos]
+        if code in (_BYTES, _STRING):
+            end = find(b"\x00", pos + 1)
+            while end >= 0 and end + 1 < size and key[end + 1] == 0xFF:
+                end = find(b"\x00", end + 2)  # an escaped 0x00 inside the string
+            if end < 0:
+                return tuple(ends), False  # no terminator: cut inside the element
+            if code == _STRING:
+                text = key[pos + 1 : end]
+                if not text.isascii():
+                    try:  # fdb.tuple refuses a string that is not UTF-8
+                        text.replace(b"\x00\xff", b"\x00").decode("utf-8")
+                    except UnicodeDecodeError:
+                        return tuple(ends), False
+            pos = end + 1
+        elif _INT_SHORTEST <= code <= _INT_LONGEST:
+            pos += 1 + abs(code - _INT_ZERO)
+            if pos > size:
+                return tuple(ends), False
+        elif code == _NULL:
+            pos += 1
+        else:
+            try:
+                _, pos = fdbtuple._decode(key, pos)
+            except Exception:  # a tuple's head then bytes that are not: its whole elements
+                return tuple(ends), False
+            if pos > size:
+                return tuple(ends), False
+        if pos < size:
+            ends.append(pos)
     return tuple(ends), True
 
 
@@ -101,60 +139,67 @@ def _anchor(begin: bytes, end: bytes) -> int:
     return best
 
 
-class LockPlan:
-    """The locks of one commit: each prefix with whether it is held exclusively."""
+@functools.lru_cache(maxsize=65536)
+def _ancestry(key: bytes) -> tuple[bytes, ...]:
+    """``key``'s element-boundary prefixes (:func:`boundaries`), as bytes: the same
+    objects each time, so the sets of a plan hash them once."""
+    return tuple(key[:cut] for cut in boundaries(key))
 
-    __slots__ = ("_modes",)
+
+class LockPlan:
+    """The locks of one commit: the prefixes held exclusively and those held shared (a
+    prefix in both is held exclusively; the key itself is a "prefix" of full length)."""
+
+    __slots__ = ("_exclusive", "_shared")
 
     def __init__(self) -> None:
-        # prefix -> exclusive; the key itself is a "prefix" of full length.
-        self._modes: dict[bytes, bool] = {}
-
-    def _take(self, prefix: bytes, exclusive: bool) -> None:
-        if exclusive or prefix not in self._modes:
-            self._modes[prefix] = exclusive or self._modes.get(prefix, False)
-
-    def _ancestors(self, key: bytes, length: int) -> None:
-        for cut in boundaries(key):
-            if cut >= length:
-                break
-            self._take(key[:cut], False)
+        self._exclusive: set[bytes] = set()
+        self._shared: set[bytes] = set()
 
     def add(self, ranges: Iterable[Range], *, write: bool) -> LockPlan:
         for begin, end in ranges:
-            if end == begin + b"\x00":
-                self._ancestors(begin, len(begin))
-                self._take(begin, write)
+            if len(end) == len(begin) + 1 and end[-1] == 0 and end.startswith(begin):
+                self._shared.update(_ancestry(begin))
+                (self._exclusive if write else self._shared).add(begin)
             else:
                 length = _anchor(begin, end)
-                self._ancestors(begin, length)
-                self._take(begin[:length], True)
+                self._shared.update(p for p in _ancestry(begin) if len(p) < length)
+                self._exclusive.add(begin[:length])
         return self
 
-    def _escalate(self) -> None:
+    def _modes(self) -> dict[bytes, bool]:
+        modes = dict.fromkeys(self._shared, False)
+        modes.update(dict.fromkeys(self._exclusive, True))
+        return modes
+
+    @staticmethod
+    def _escalate(modes: dict[bytes, bool]) -> dict[bytes, bool]:
         """Trade the deepest locks for their parents', exclusively."""
-        deepest = max(len(boundaries(p)) + (1 if p else 0) for p in self._modes)
-        modes: dict[bytes, bool] = {}
-        for prefix, exclusive in self._modes.items():
+        deepest = max(len(boundaries(p)) + (1 if p else 0) for p in modes)
+        out: dict[bytes, bool] = {}
+        for prefix, exclusive in modes.items():
             depth = len(boundaries(prefix)) + (1 if prefix else 0)
             if depth == deepest and prefix:
                 parent = prefix[: boundaries(prefix)[-1]]
-                modes[parent] = True
-            elif exclusive or prefix not in modes:
-                modes[prefix] = exclusive or modes.get(prefix, False)
-        self._modes = modes
+                out[parent] = True
+            elif exclusive or prefix not in out:
+                out[prefix] = exclusive or out.get(prefix, False)
+        return out
 
     def ids(self) -> tuple[list[int], list[bool]]:
         """The lock ids, sorted (every commit takes its locks in this order, so two
         commits never wait for each other in a cycle), and which are exclusive."""
-        while len(self._modes) > MOST_LOCKS:
-            self._escalate()
-        merged: dict[int, bool] = {}
-        for prefix, exclusive in self._modes.items():
-            lock = _lock_id(prefix)
-            merged[lock] = exclusive or merged.get(lock, False)
-        order = sorted(merged)
-        return order, [merged[i] for i in order]
+        exclusive, shared = self._exclusive, self._shared
+        if len(exclusive | shared) > MOST_LOCKS:
+            modes = self._modes()
+            while len(modes) > MOST_LOCKS:
+                modes = self._escalate(modes)
+            exclusive = {p for p, x in modes.items() if x}
+            shared = {p for p, x in modes.items() if not x}
+            self._exclusive, self._shared = exclusive, shared
+        held = {_lock_id(p) for p in exclusive}
+        order = sorted(held.union(map(_lock_id, shared)))
+        return order, [i in held for i in order]
 
 
 def plan(reads: Iterable[Range], writes: Iterable[Range]) -> tuple[list[int], list[bool]]:

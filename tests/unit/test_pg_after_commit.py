@@ -1,0 +1,104 @@
+"""Part two of an ``enqueue_on`` follows the application's COMMIT (issue 42), whatever
+else is open: a transaction the application left open, or one that undid quick's
+writes with a savepoint of its own, holds up no other's part two, and a rolled-back
+one runs none."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from quickzones.client import Quick
+from quickzones.store.records import ZoneId
+from quickzones.testing.provision.postgres import postgres_skip_reason
+from tests.postgres import postgres_store_url
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.skipif(
+    postgres_skip_reason() is not None, reason=str(postgres_skip_reason())
+)
+psycopg = pytest.importorskip("psycopg")
+
+ZONE = ZoneId("shop", "t1")
+
+
+@pytest.fixture()
+def url() -> str:
+    return postgres_store_url()
+
+
+@pytest.fixture()
+def q(url: str) -> Iterator[Quick]:
+    quick = Quick.open(url)
+
+    @quick.job("ship")
+    def ship(payload: object, ctx: object) -> None:
+        return None
+
+    yield quick
+    quick.close()
+
+
+def _server(url: str) -> str:
+    return url.split("?")[0]
+
+
+def _idle_zone(q: Quick) -> int:
+    """A zone whose pointer vests in an hour; its vesting time."""
+    q.enqueue("ship", {"late": True}, app=ZONE.app, tenant=ZONE.tenant, delay=3600)
+    pointer = q.toplevel.get_pointer(ZONE)
+    assert pointer is not None
+    return pointer.vesting_ms
+
+
+def _pulled(q: Quick, before_ms: int) -> bool:
+    pointer = q.toplevel.get_pointer(ZONE)
+    return pointer is not None and pointer.vesting_ms < before_ms
+
+
+def test_part_two_follows_a_commit_after_the_application_undid_quicks_savepoint(
+    q: Quick, url: str
+) -> None:
+    """The application rolls back to a savepoint of its own taken before the enqueue:
+    quick's locks go with it, its transaction stays open; the item is gone, and so is
+    part two's reason, but what it registered must neither spin nor block the others."""
+    late = _idle_zone(q)
+    with psycopg.connect(_server(url)) as conn, conn.transaction():
+        with pytest.raises(RuntimeError), conn.transaction():  # the app's savepoint
+            q.enqueue_on(conn, "ship", {"undone": True}, app=ZONE.app, tenant=ZONE.tenant)
+            raise RuntimeError("undo")
+        time.sleep(0.3)
+        # Then another transaction enqueues and commits: its part two is not held up.
+        with psycopg.connect(_server(url)) as other, other.transaction():
+            q.enqueue_on(other, "ship", {"now": True}, app=ZONE.app, tenant=ZONE.tenant)
+        assert wait_for(lambda: _pulled(q, late), 10)
+    assert wait_for(lambda: q.kv.after_commit.pending == 0, 10)  # type: ignore[attr-defined]
+    assert q.run_until_idle() == 1  # the one committed item; the undone one never was
+
+
+def test_a_rolled_back_transaction_runs_nothing_and_leaves_the_line(q: Quick, url: str) -> None:
+    late = _idle_zone(q)
+    with psycopg.connect(_server(url)) as conn:
+        q.enqueue_on(conn, "ship", {"no": True}, app=ZONE.app, tenant=ZONE.tenant)
+        time.sleep(0.1)
+        conn.rollback()
+    assert wait_for(lambda: q.kv.after_commit.pending == 0, 10)  # type: ignore[attr-defined]
+    assert not _pulled(q, late)
+    assert q.run_until_idle() == 0
+
+
+def test_an_open_transaction_holds_up_no_other_transactions_part_two(q: Quick, url: str) -> None:
+    """The store's thread waits for the first transaction in line; one left open (a slow
+    request) must not keep a later one's part two waiting until it ends."""
+    late = _idle_zone(q)
+    other = ZoneId("shop", "t2")
+    q.enqueue("ship", {"late": True}, app=other.app, tenant=other.tenant, delay=3600)
+    with psycopg.connect(_server(url)) as slow, slow.transaction():
+        q.enqueue_on(slow, "ship", {"slow": True}, app=other.app, tenant=other.tenant)
+        time.sleep(0.1)  # first in line
+        with psycopg.connect(_server(url)) as quick_one, quick_one.transaction():
+            q.enqueue_on(quick_one, "ship", {"now": True}, app=ZONE.app, tenant=ZONE.tenant)
+        assert wait_for(lambda: _pulled(q, late), 10)  # while the slow one is still open
+    assert wait_for(lambda: q.kv.after_commit.pending == 0, 10)  # type: ignore[attr-defined]
