@@ -8,7 +8,6 @@ rest mean what they mean there; ``QUICK_DJANGO_BACKEND`` names the ``TASKS`` ali
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -78,4 +77,3 @@ class Command(BaseCommand):  # type: ignore[misc]
 
     def handle(self, *args: Any, **options: Any) -> None:  # call_command("quick_worker", ...)
         worker_command().main(list(options["worker_args"]), prog_name="quick_worker")
-        sys.exit(0)
