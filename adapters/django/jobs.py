@@ -19,7 +19,7 @@ from quickzones.adapters.django.compat import (
     TaskResultStatus,
     normalize_json,
 )
-from quickzones.adapters.django.options import BackendOptions
+from quickzones.adapters.django.options import BackendOptions, retry_of
 from quickzones.client import Quick
 from quickzones.registry import JobContext
 from quickzones.store.records import WorkItem
@@ -61,13 +61,14 @@ def load_task(path: str) -> Any:
 
 
 def register_task(quick: Quick, task: Any, options: BackendOptions, alias: str) -> str:
-    """Make ``task`` a job type of ``quick`` (once): its handler runs the task; its
+    """Make ``task`` a job type of ``quick`` (once): its handler runs the task, retried
+    as its policy says (its ``task_retry`` entry, else the backend's ``retry``); its
     outcome (status, return value) is kept ``keep_result_s``."""
     name = job_type(task)
     if quick.registry.find(name) is None:
         quick.job(
             name,
-            retry=options.retry,
+            retry=retry_of(options, name),
             keep_status_s=options.keep_result_s,
             keep_result_s=options.keep_result_s,
             # A producer registers at enqueue, maybe inside Django's transaction: the

@@ -14,6 +14,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
+from quickzones.adapters.django.retries import read_retry, read_task_retry
 from quickzones.errors import InvalidArgument
 from quickzones.registry import RetryPolicy
 from quickzones.store.validation import check_name, check_seconds
@@ -65,6 +66,9 @@ class BackendOptions:
     tenant: TenantOf = tenant_keyword
     enqueue_on_commit: bool = True
     keep_result_s: float = DEFAULT_KEEP_RESULT_S
+    # ``task_retry``: each task's policy, by its module path (``retry`` with the fields
+    # the task changes: :mod:`~quickzones.adapters.django.retries`).
+    task_retry: Mapping[str, RetryPolicy] = field(default_factory=dict)
     retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(max_attempts=1))
     quick: Mapping[str, Any] = field(default_factory=dict)
     flow_keys: FlowKeysOf | None = None
@@ -92,6 +96,8 @@ def read_options(alias: str, params: Mapping[str, Any]) -> BackendOptions:
     store = raw.get("store")
     if not isinstance(store, str) or not store:
         raise ImproperlyConfigured(f"{where}['store'] must be quick's store URL")
+    retry = read_retry(f"{where}['retry']", raw.get("retry", {}))
+    task_retry = read_task_retry(f"{where}['task_retry']", raw.get("task_retry", {}), retry)
     try:
         return BackendOptions(
             store=store,
@@ -106,11 +112,17 @@ def read_options(alias: str, params: Mapping[str, Any]) -> BackendOptions:
             keep_result_s=check_seconds(
                 "keep_result_s", raw.get("keep_result_s", DEFAULT_KEEP_RESULT_S)
             ),
-            retry=RetryPolicy(**{"max_attempts": 1, **dict(raw.get("retry", {}))}),
+            retry=retry,
+            task_retry=task_retry,
             quick=dict(raw.get("quick", {})),
         )
     except (InvalidArgument, TypeError, ValueError) as err:
         raise ImproperlyConfigured(f"{where}: {err}") from err
+
+
+def retry_of(options: BackendOptions, task_path: str) -> RetryPolicy:
+    """The retry policy of the task at ``task_path``: its own, else the backend's."""
+    return options.task_retry.get(task_path, options.retry)
 
 
 def _flag(where: str, name: str, value: object) -> bool:

@@ -46,10 +46,17 @@ def registered(alias: str) -> Quick:
         raise ConfigurationError(
             f"TASKS[{alias!r}] is {type(backend).__name__}, not QuickTaskBackend"
         )
+    names = set()
     for module in task_modules():
         for value in vars(module).values():
             if isinstance(value, Task) and value.backend == alias:
-                register_task(backend.quick, value, backend.settings, alias)
+                names.add(register_task(backend.quick, value, backend.settings, alias))
+    unknown = sorted(set(backend.settings.task_retry) - names)
+    if unknown:
+        raise ConfigurationError(
+            f"TASKS[{alias!r}]['OPTIONS']['task_retry'] names no task of this backend: "
+            f"{', '.join(unknown)} (the tasks found: {', '.join(sorted(names)) or 'none'})"
+        )
     return backend.quick
 
 

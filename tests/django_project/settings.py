@@ -27,7 +27,7 @@ def _database(db: str) -> dict[str, object]:
 
 SECRET_KEY = "tests"
 USE_TZ = True
-INSTALLED_APPS = ["shop"]
+INSTALLED_APPS = ["shop", "quickzones.adapters.django"]  # the app: manage.py quick_worker
 DATABASES = {"default": _database(os.environ["APP_DB"])}
 if os.environ.get("OTHER_DB"):
     DATABASES["other"] = _database(os.environ["OTHER_DB"])

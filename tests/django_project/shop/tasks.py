@@ -4,6 +4,7 @@
 module, so the async task another module defines is imported here."""
 
 import os
+import time
 
 from shop.async_tasks import total
 
@@ -25,9 +26,19 @@ def refund(context: TaskContext, order: int, *, customer: str) -> None:
     raise ValueError(f"order {order} was never paid (attempt {context.attempt})")
 
 
+@task(takes_context=True)
+def flaky(context: TaskContext, *, customer: str) -> int:
+    """Fails until its third run (the backend's ``task_retry`` gives it three)."""
+    with open(os.environ["RUN_LOG"], "a") as log:
+        log.write(f"flaky {context.attempt} {time.time()!r}\n")
+    if context.attempt < 3:
+        raise ConnectionError(f"run {context.attempt}: the mail server is down")
+    return int(context.attempt)
+
+
 @task
 def note(text: str, *, tenant: str = "") -> str:
     return text
 
 
-__all__ = ["note", "refund", "send_receipt", "total"]
+__all__ = ["flaky", "note", "refund", "send_receipt", "total"]
