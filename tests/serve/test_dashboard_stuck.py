@@ -1,0 +1,316 @@
+"""The dashboard shows what is stuck (issue 45 point 4): what runs now, since when and on
+which consumer, flagged when it runs longer than its job type's usual p99; failed runs
+per job type per minute; dead letters grouped by job type and error, a group requeued
+from one confirmed click, a bounded number per request. Over HTTP with a real server, a
+real consumer where who runs what matters, and in headless Chromium for the screenshots
+kept in ``docs/img/``."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from quickzones.adapters.http import TokenStore, create_app
+from quickzones.client import Quick
+from quickzones.consumer.config import ConsumerConfig
+from quickzones.registry import RetryPolicy
+from quickzones.store import admin as admin_reads
+from tests.waiting import wait_for
+
+from .conftest import ServerThread
+
+DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def q(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Quick]:
+    url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'q.db'}"
+    quick = Quick.open(url)
+    try:
+        yield quick
+    finally:
+        quick.close()
+
+
+def _signed_in(url: str, token: str) -> tuple[httpx.Client, str]:
+    client = httpx.Client(base_url=url)
+    assert client.post("/login", data={"token": token}).status_code == 303
+    csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', client.get("/").text)
+    assert csrf is not None
+    return client, csrf[1]
+
+
+def _rows(html: str, attr: str) -> list[str]:
+    return re.findall(rf'<tr {attr}="([^"]+)"', html)
+
+
+def test_running_items_show_since_when_and_on_which_consumer_and_the_slow_are_flagged(
+    q: Quick,
+) -> None:
+    release = threading.Event()
+    ran = {"quick": 0}
+
+    @q.job("report")
+    def report(payload: Any, ctx: Any) -> None:
+        if payload["block"]:
+            release.wait(timeout=120)
+        else:
+            ran["quick"] += 1
+
+    tokens = TokenStore(q.kv, q.keys, q.clock)
+    viewer = tokens.create("shop", ["view"])[0]
+    consumer = q.consumer(ConsumerConfig(workers=4), name="consumer-1", heartbeat_s=0.2)
+    consumer.start()
+    try:
+        # Its usual run time: twenty runs that return at once.
+        q.enqueue_many("report", [{"block": False}] * 20, app="shop", tenant="acme")
+        assert wait_for(lambda: ran["quick"] == 20)
+        blocked = [
+            q.enqueue("report", {"block": True}, app="shop", tenant=f"t{n}") for n in range(2)
+        ]
+        with ServerThread(create_app(q)) as server:
+            client, _ = _signed_in(server.url, viewer)
+
+            def running() -> str:
+                return client.get("/apps/shop/running").text
+
+            assert wait_for(lambda: sorted(_rows(running(), "data-item")) == sorted(blocked))
+            page = running()
+            assert page.count('data-col="consumer">consumer-1<') == 2
+            # Each has run longer than every one of the twenty before it: flagged.
+            assert wait_for(lambda: len(re.findall(r'<tr data-item="[^"]+" class="slow">', running())) == 2)
+            release.set()
+            assert wait_for(lambda: _rows(running(), "data-item") == [])
+    finally:
+        release.set()
+        consumer.stop()
+
+
+def test_the_running_list_is_paged_and_forgets_runs_that_ended(q: Quick) -> None:
+    for n in range(60):
+        q.enqueue("sync", {"n": n}, app="shop", tenant=f"tenant-{n:02}")
+    leased = []
+    for n in range(60):
+        items, _ = q.zones.dequeue(q.zone("shop", f"tenant-{n:02}"), 1, 600_000)
+        leased.append((f"tenant-{n:02}", items[0]))
+    tokens = TokenStore(q.kv, q.keys, q.clock)
+    viewer = tokens.create("shop", ["view"])[0]
+    with ServerThread(create_app(q)) as server:
+        client, _ = _signed_in(server.url, viewer)
+        first = client.get("/apps/shop/running").text
+        assert len(_rows(first, "data-item")) == 50
+        cursor = re.search(r'href="\?cursor=([^"]+)" rel="next"', first)
+        assert cursor is not None
+        second = client.get(f"/apps/shop/running?cursor={cursor[1]}").text
+        assert len(_rows(second, "data-item")) == 10
+        assert not set(_rows(first, "data-item")) & set(_rows(second, "data-item"))
+        # Completed, failed and cancelled runs leave the list.
+        (t0, i0), (t1, i1), (t2, i2) = leased[:3]
+        q.zones.complete(q.zone("shop", t0), i0.item_id, i0.lease_id)
+        q.zones.requeue(q.zone("shop", t1), i1.item_id, i1.lease_id or "", 60_000, error="x")
+        q.cancel("shop", t2, i2.item_id)
+        shown = []
+        page = client.get("/apps/shop/running").text
+        shown += _rows(page, "data-item")
+        cursor = re.search(r'href="\?cursor=([^"]+)" rel="next"', page)
+        assert cursor is not None
+        shown += _rows(client.get(f"/apps/shop/running?cursor={cursor[1]}").text, "data-item")
+        assert sorted(shown) == sorted(i.item_id for _, i in leased[3:])
+        bad = client.get("/apps/shop/running?cursor=nonsense")
+        assert bad.status_code == 400 and "cursor" in bad.text
+
+
+def test_failed_runs_are_charted_per_job_type_and_minute(q: Quick) -> None:
+    zone = q.zone("shop", "acme")
+    for n in range(5):
+        q.enqueue("email" if n < 3 else "sms", {"n": n}, app="shop", tenant="acme")
+    items, _ = q.zones.dequeue(zone, 5, 600_000)
+    for item in items:
+        if item.job_type == "email":  # a retry: the run raised
+            q.zones.requeue(zone, item.item_id, item.lease_id or "", 60_000, error="boom")
+        else:  # out of attempts: dead-lettered by its holder
+            q.zones.dead_letter(zone, item.item_id, item.lease_id, "ValueError: bad number 7")
+    ok = q.enqueue("email", {}, app="shop", tenant="other")
+    [done], _ = q.zones.dequeue(q.zone("shop", "other"), 1, 600_000)
+    q.zones.complete(q.zone("shop", "other"), ok, done.lease_id)  # a success counts nothing
+    tokens = TokenStore(q.kv, q.keys, q.clock)
+    viewer = tokens.create("shop", ["view"])[0]
+    with ServerThread(create_app(q)) as server:
+        client, _ = _signed_in(server.url, viewer)
+        page = client.get("/apps/shop/errors").text
+        assert "<svg" in page and "Failed runs per minute" in page
+        totals = dict(re.findall(r'<tr data-type="([^"]+)">.*?data-col="hour">(\d+)<', page, re.S))
+        assert totals == {"email": "3", "sms": "2"}
+        bars = re.findall(r'data-type="(\w+)" data-errors="(\d+)"', page)
+        assert sorted(bars) == [("email", "3"), ("sms", "2")]
+
+
+def _dead(q: Quick, job_type: str, reasons: list[str], tenant: str = "acme") -> None:
+    zone = q.zone("shop", tenant)
+    for reason in reasons:
+        item_id = q.enqueue(job_type, {}, app="shop", tenant=tenant)
+        q.zones.dead_letter(zone, item_id, None, reason)
+
+
+def test_dead_letters_are_grouped_and_a_group_is_requeued_a_bounded_part_at_a_time(
+    q: Quick,
+) -> None:
+    # 230 letters of one group (their numbers differ), one of another error, one of
+    # another type with the same error.
+    _dead(q, "email", [f"LookupError: order {n} not found" for n in range(230)])
+    _dead(q, "email", ["TimeoutError: smtp"])
+    _dead(q, "sms", ["LookupError: order 5 not found"])
+    tokens = TokenStore(q.kv, q.keys, q.clock)
+    admin = tokens.create("shop", ["admin"])[0]
+    viewer = tokens.create("shop", ["view"])[0]
+    with ServerThread(create_app(q)) as server:
+        client, csrf = _signed_in(server.url, admin)
+        page = client.get("/apps/shop/dead-letters/groups").text
+        groups = re.findall(
+            r'<tr data-group="([^"]*)">.*?data-col="count">(\d+)<', page, re.S
+        )
+        assert groups == [
+            ("email: LookupError: order # not found", "230"),
+            ("email: TimeoutError: smtp", "1"),
+            ("sms: LookupError: order # not found", "1"),
+        ]
+        form = {"job_type": "email", "error": "LookupError: order # not found"}
+        confirm = client.get("/apps/shop/dead-letters/groups/confirm", params=form)
+        assert confirm.status_code == 200 and "230" in confirm.text
+        # Refused without the confirmation, without the CSRF token, or for a view token:
+        # nothing moves.
+        assert client.post("/apps/shop/dead-letters/groups/requeue",
+                           data={**form, "csrf": csrf}).status_code == 400  # fmt: skip
+        assert client.post("/apps/shop/dead-letters/groups/requeue",
+                           data={**form, "confirm": "yes"}).status_code == 403  # fmt: skip
+        view_client, view_csrf = _signed_in(server.url, viewer)
+        assert view_client.post("/apps/shop/dead-letters/groups/requeue",
+                                data={**form, "confirm": "yes", "csrf": view_csrf}
+                                ).status_code == 403  # fmt: skip
+        assert len(q.dead_letters(app="shop")) == 232
+        # Confirmed: at most 100 a request, then a "continue" that carries on.
+        done = client.post("/apps/shop/dead-letters/groups/requeue",
+                           data={**form, "confirm": "yes", "csrf": csrf},
+                           follow_redirects=True)  # fmt: skip
+        assert 'id="done"' in done.text and "requeued 100" in done.text
+        requeued = 100
+        while 'id="continue"' in done.text:
+            cursor = re.search(r'name="cursor" value="([^"]+)"', done.text)
+            assert cursor is not None
+            done = client.post("/apps/shop/dead-letters/groups/requeue",
+                               data={**form, "confirm": "yes", "csrf": csrf,
+                                     "cursor": cursor[1]},
+                               follow_redirects=True)  # fmt: skip
+            found = re.search(r"requeued (\d+)", done.text)
+            assert found is not None
+            requeued += int(found[1])
+        assert requeued == 230
+        left = q.dead_letters(app="shop")
+        assert sorted((d.item.job_type if d.item else "", d.reason) for d in left) == [
+            ("email", "TimeoutError: smtp"),
+            ("sms", "LookupError: order 5 not found"),
+        ]
+        assert admin_reads.zone_count(q, q.zone("shop", "acme")) == 230
+        page = client.get("/apps/shop/dead-letters/groups").text
+        assert [g for g, _ in re.findall(
+            r'<tr data-group="([^"]*)">.*?data-col="count">(\d+)<', page, re.S)] == [
+            "email: TimeoutError: smtp", "sms: LookupError: order # not found"]  # fmt: skip
+        # A purge takes its letters out of their group's count too.
+        q.purge_dead_letters(app="shop", job_type="sms")
+        page = client.get("/apps/shop/dead-letters/groups").text
+        assert "sms:" not in page
+
+
+def test_the_pages_in_a_browser(tmp_path: Path) -> None:
+    if CHROMIUM is None:
+        if os.environ.get("CI") or os.environ.get("QUICK_REQUIRE_BROWSER"):
+            pytest.fail("chromium is not installed (scripts/test installs it)", pytrace=False)
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    q = Quick.open(f"sqlite:///{tmp_path / 'dash.db'}")
+    release = threading.Event()
+    ran = {"n": 0}
+
+    @q.job("export")
+    def export(payload: Any, ctx: Any) -> None:
+        if payload.get("block"):
+            release.wait(timeout=120)
+        ran["n"] += 1
+
+    @q.job("email", retry=RetryPolicy(max_attempts=2, backoff_base_s=0.01, backoff_cap_s=0.01))
+    def email(payload: Any, ctx: Any) -> None:
+        raise LookupError(f"order {payload['order']} not found")
+
+    @q.job("sms", retry=RetryPolicy(max_attempts=1))
+    def sms(payload: Any, ctx: Any) -> None:
+        raise TimeoutError("gateway did not answer")
+
+    tokens = TokenStore(q.kv, q.keys, q.clock)
+    operator = tokens.create_for_all_apps(["admin"])[0]
+    consumer = q.consumer(ConsumerConfig(workers=6), name="consumer-1", heartbeat_s=0.2)
+    consumer.start()
+    try:
+        q.enqueue_many("export", [{}] * 30, app="shop", tenant="acme")
+        assert wait_for(lambda: ran["n"] == 30)
+        for n in range(12):
+            q.enqueue("email", {"order": 1000 + n}, app="shop", tenant=f"t{n % 3}")
+        for n in range(4):
+            q.enqueue("sms", {"n": n}, app="shop", tenant="acme")
+        for n in range(3):
+            q.enqueue("export", {"block": True}, app="shop", tenant=f"big-{n}")
+        assert wait_for(lambda: len(q.dead_letters(app="shop")) == 16)
+        with ServerThread(create_app(q)) as server:
+            page = browser_page = None
+            with sync_api.sync_playwright() as pw:
+                browser = pw.chromium.launch(
+                    executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
+                )
+                try:
+                    page = browser.new_page(viewport={"width": 1280, "height": 900})
+                    browser_page = page
+                    page.goto(server.url + "/login")
+                    page.fill("#token", operator)
+                    page.click("#sign-in")
+                    page.wait_for_selector("h1:has-text('Overview')")
+                    page.click("text=shop: running")
+                    page.wait_for_selector("h1:has-text('Running in shop')")
+                    sync_api.expect(page.locator("tr[data-item]")).to_have_count(3, timeout=30_000)
+                    sync_api.expect(page.locator("tr.slow")).to_have_count(3, timeout=30_000)
+                    consumers = page.locator("td[data-col=consumer]").all_inner_texts()
+                    assert consumers == ["consumer-1"] * 3
+                    DOCS_IMG.mkdir(parents=True, exist_ok=True)
+                    page.screenshot(path=str(DOCS_IMG / "serve-running.png"), full_page=True)
+
+                    page.click("text=shop: errors")
+                    page.wait_for_selector("h1:has-text('Failed runs in shop')")
+                    assert page.locator("svg.chart rect[data-errors]").count() >= 2
+                    assert page.locator("tr[data-type=email] td[data-col=hour]").inner_text() == "24"
+                    page.screenshot(path=str(DOCS_IMG / "serve-errors.png"), full_page=True)
+
+                    page.click("text=Dead letters by error")
+                    page.wait_for_selector("h1:has-text('Dead letters of shop by error')")
+                    group = page.locator("tr[data-group='email: LookupError: order # not found']")
+                    assert group.locator("td[data-col=count]").inner_text() == "12"
+                    page.screenshot(
+                        path=str(DOCS_IMG / "serve-dead-letter-groups.png"), full_page=True
+                    )
+                    group.locator("[data-requeue-group]").click()
+                    page.wait_for_selector("h1:has-text('Requeue 12 dead letters')")
+                    page.click("#confirm")
+                    sync_api.expect(page.locator("#done")).to_contain_text("requeued 12")
+                finally:
+                    del browser_page
+                    browser.close()
+    finally:
+        release.set()
+        consumer.stop()
+        q.close()
