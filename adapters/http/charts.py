@@ -12,8 +12,8 @@ from typing import Protocol
 from markupsafe import Markup, escape
 
 from quickzones.adapters.http.fairness import MinutePoint
-from quickzones.store.run_figures import ErrorMinute
 from quickzones.store.pickups import BOUNDS_MS, OVER, percentile_label
+from quickzones.store.run_figures import ErrorMinute
 
 _W, _H, _LEFT, _BOTTOM, _TOP = 640, 160, 48, 20, 10
 

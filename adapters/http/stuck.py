@@ -20,6 +20,7 @@ from quickzones.clock import now_ms
 from quickzones.store import admin, dead_groups, heartbeats, run_figures, running
 from quickzones.store.pages import Page
 from quickzones.store.pickups import percentile_label
+from quickzones.store.records import DeadLetter
 
 if TYPE_CHECKING:
     from quickzones.client import Quick
@@ -113,7 +114,7 @@ def requeue_group(
     the job type's letters are read a page at a time and those of the group requeued
     (:func:`quickzones.store.admin.requeue`), at most :data:`GROUP_REQUEUE_MAX` moved and
     :data:`GROUP_READ_MAX` read a request; the cursor says where the next goes on."""
-    taken = []
+    taken: list[DeadLetter] = []
     read = 0
     while True:
         room = GROUP_REQUEUE_MAX - len(taken)  # so no page reads past the bound

@@ -66,9 +66,7 @@ def mount_stuck_pages(
         )  # fmt: skip
 
     @app.get("/apps/{app_name}/dead-letters/groups", include_in_schema=False)
-    def groups_page(
-        request: Request, app_name: str, cursor: str = "", done: str = ""
-    ) -> Response:
+    def groups_page(request: Request, app_name: str, cursor: str = "", done: str = "") -> Response:
         who, refused = admit(request, app_name)
         if refused is not None:
             return refused

@@ -149,7 +149,7 @@ def running_page(
 
 def _entry_zone(keys: KeySpace, key: bytes) -> tuple[ZoneId, str, int]:
     *_, app, since, tenant, item_id = keys.unpack(key)
-    return ZoneId(str(app), str(tenant)), str(item_id), int(since)
+    return ZoneId(str(app), str(tenant)), str(item_id), int(str(since))
 
 
 def _check(
@@ -190,4 +190,3 @@ def _clear(kv: KVStore, stale: list[bytes]) -> None:
             tr.clear(key)
 
     run(kv, clear)
-

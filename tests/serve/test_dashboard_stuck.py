@@ -87,7 +87,8 @@ def test_running_items_show_since_when_and_on_which_consumer_and_the_slow_are_fl
             page = running()
             assert page.count('data-col="consumer">consumer-1<') == 2
             # Each has run longer than every one of the twenty before it: flagged.
-            assert wait_for(lambda: len(re.findall(r'<tr data-item="[^"]+" class="slow">', running())) == 2)
+            slow = re.compile(r'<tr data-item="[^"]+" class="slow">')
+            assert wait_for(lambda: len(slow.findall(running())) == 2)
             release.set()
             assert wait_for(lambda: _rows(running(), "data-item") == [])
     finally:
@@ -175,9 +176,7 @@ def test_dead_letters_are_grouped_and_a_group_is_requeued_a_bounded_part_at_a_ti
     with ServerThread(create_app(q)) as server:
         client, csrf = _signed_in(server.url, admin)
         page = client.get("/apps/shop/dead-letters/groups").text
-        groups = re.findall(
-            r'<tr data-group="([^"]*)">.*?data-col="count">(\d+)<', page, re.S
-        )
+        groups = re.findall(r'<tr data-group="([^"]*)">.*?data-col="count">(\d+)<', page, re.S)
         assert groups == [
             ("email: LookupError: order # not found", "230"),
             ("email: TimeoutError: smtp", "1"),
@@ -293,7 +292,8 @@ def test_the_pages_in_a_browser(tmp_path: Path) -> None:
                     page.click("text=shop: errors")
                     page.wait_for_selector("h1:has-text('Failed runs in shop')")
                     assert page.locator("svg.chart rect[data-errors]").count() >= 2
-                    assert page.locator("tr[data-type=email] td[data-col=hour]").inner_text() == "24"
+                    hour = page.locator("tr[data-type=email] td[data-col=hour]")
+                    assert hour.inner_text() == "24"
                     page.screenshot(path=str(DOCS_IMG / "serve-errors.png"), full_page=True)
 
                     page.click("text=Dead letters by error")
