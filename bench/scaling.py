@@ -1,15 +1,24 @@
 """Throughput against consumer processes (issue 29 point 4; the paper's Figure 4).
 
-``python -m bench.scaling [--processes 1,2,4,8] [--workloads noop,sleep50] [--seconds S]``
+``python -m bench.scaling [--processes 1,2,4,8] [--workloads noop,sleep50] [--seconds S]
+[--store fdb|postgres]``
 
 For each workload and process count: a backlog over ``--tenants`` zones on FoundationDB
-(``FDB_CLUSTER_FILE``, else a local ``fdbserver`` from ``FDB_BIN_DIR``), sized from the
+(``FDB_CLUSTER_FILE``, else a local ``fdbserver`` from ``FDB_BIN_DIR``) or, with ``--store
+postgres``, on a private PostgreSQL server started for the run (fsync on, a schema per run,
+issue 42's "--processes 2 against 1 on PostgreSQL"), sized from the
 workers' bound (items/s the consumers could reach x the run's length x ``MARGIN``); then
 ``quick worker --processes N`` as a user starts it, with ``--metrics-port``: its one
 endpoint counts every child's completions, pointer leases and lost pointer leases, read
 at the start and the end of a steady window. A run whose backlog ran low (less than
 ``LEFT_AT_LEAST`` of it left at the window's end) reports the backlog's size, not the
 consumers' rate: it fails, and the benchmark exits 1.
+
+On PostgreSQL the server's side is read from its own statistics over the window: the
+server processes' CPU (the postmaster and its backends), and per item the transactions it
+committed and rolled back (``pg_stat_database``) and the statements it ran
+(``pg_stat_statements``, loaded for the run: each is a round trip of a client, BEGIN and
+COMMIT included), and the rows it inserted, updated and deleted.
 
 Workloads: ``noop`` (no-op items, ``quick worker``'s defaults: ``ConsumerConfig()``) and
 ``sleep50`` (the paper's experiment (a): 50 ms items, 64 workers and 8 managers a
@@ -19,6 +28,7 @@ consumer). Results: one JSON file and a Markdown table in ``--out``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import multiprocessing
@@ -39,6 +49,7 @@ import psutil
 
 from bench.common import REPO, child_env, fdb_url, log
 from bench.quickrun import NOOP, SLEEP, open_quick
+from bench.servers import postgres_server
 from quickzones.testing.provision.ports import free_port
 
 MARGIN = 2.0  # backlog = bound x seconds x MARGIN
@@ -199,6 +210,43 @@ def _servers() -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["name"]) if p.info["name"] == "fdbserver"]
 
 
+# pg_stat_statements for the statement counts: loaded when the run's server starts.
+PG_SETTINGS = ("shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=all")
+
+
+def _pg_servers(dsn: str) -> list[psutil.Process]:
+    """The run's PostgreSQL server: its postmaster (the parent of a backend) and every
+    process under it (the consumers' backends, connected by now, and the server's own)."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        backend = conn.execute("SELECT pg_backend_pid()").fetchone()
+    assert backend is not None
+    try:
+        postmaster = psutil.Process(psutil.Process(int(backend[0])).ppid())
+        return [postmaster, *postmaster.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _pg_counters(dsn: str) -> dict[str, float]:
+    """The server's counts so far: transactions committed and rolled back and rows written
+    (``pg_stat_database``, every database), statements run (``pg_stat_statements``)."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        row = conn.execute(
+            "SELECT sum(xact_commit), sum(xact_rollback), sum(tup_inserted),"
+            " sum(tup_updated), sum(tup_deleted) FROM pg_stat_database"
+        ).fetchone()
+        calls = conn.execute("SELECT coalesce(sum(calls), 0) FROM pg_stat_statements").fetchone()
+    assert row is not None and calls is not None
+    names = ("pg_commits", "pg_rollbacks", "pg_rows_inserted", "pg_rows_updated", "pg_rows_deleted")
+    return {**{k: float(v or 0) for k, v in zip(names, row, strict=True)},
+            "pg_statements": float(calls[0])}  # fmt: skip
+
+
 def _cluster_status(
     url: str,
 ) -> tuple[dict[str, float] | None, str | None, dict[str, float]]:
@@ -263,8 +311,11 @@ def measure(
     warm_s: float,
     tenants: int,
     extra_args: tuple[str, ...] = (),
+    postgres: str | None = None,
 ) -> Row:
-    url = fdb_url(f"scale-{workload.name}-{processes}")
+    """One run; ``postgres``: the DSN of the PostgreSQL server to run on (else FoundationDB)."""
+    tag = f"scale-{workload.name}-{processes}"
+    url = fdb_url(tag) if postgres is None else f"{postgres}?schema={tag.replace('-', '_')}"
     # The processes' start and the scrapes (each reads every zone for the store's gauges)
     # come on top of the window: STARTUP_S of them at the bound too.
     backlog = math.ceil(workload.bound(processes) * (STARTUP_S + warm_s + seconds) * MARGIN)
@@ -295,23 +346,31 @@ def measure(
         time.sleep(warm_s)
         # The counters are read first, the store's gauges (a read of every zone: seconds
         # over a big backlog) after them: the time a count holds at is the request's.
-        consumers, servers = _consumers(proc.pid), _servers()
+        consumers = _consumers(proc.pid)
+        servers = _servers() if postgres is None else _pg_servers(postgres)
         t0 = time.monotonic()
         cpu0 = _cpu_seconds(consumers), _cpu_seconds(servers)
+        pg0 = {} if postgres is None else _pg_counters(postgres)
         begin = scrape(port)
         reference: list[float] = []
         _sleep_sampling(t0 + seconds, reference)
         t1 = time.monotonic()
         cpu1 = _cpu_seconds(consumers), _cpu_seconds(servers)
         end = scrape(port)
-        probe, limited_by, rates = _cluster_status(url)
+        pg1 = {} if postgres is None else _pg_counters(postgres)
+        if postgres is None:
+            probe, limited_by, rates = _cluster_status(url)
+        else:  # counts over the window, as rates: the same per-item division below
+            probe, limited_by = None, None
+            rates = {k: (pg1[k] - pg0.get(k, 0.0)) / (t1 - t0) for k in pg1}
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(120)
         except subprocess.TimeoutExpired:
             proc.kill()
-        _clear(url)  # the memory engine keeps everything in RAM: the next run starts empty
+        if postgres is None:
+            _clear(url)  # the memory engine keeps everything in RAM: the next run starts empty
     leased = int(end["leased"] - begin["leased"])
     lost = int(end["lost"] - begin["lost"])
     left = backlog - int(end["completed"])
@@ -355,7 +414,7 @@ def _clear(url: str) -> None:
 def table(rows: list[Row]) -> str:
     lines = [
         "| workload | processes | items/s | x one | lost pointer leases | consumer cores |"
-        " fdbserver cores | cluster latency ms (start/read/commit) | backlog | left | |",
+        " server cores | cluster latency ms (start/read/commit) | backlog | left | |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -420,14 +479,16 @@ def run(
     tenants: int,
     out: Path | None = None,
     extra_args: tuple[str, ...] = (),
+    postgres: str | None = None,
 ) -> list[Row]:
     meta: dict[str, object] = {"argv": sys.argv, "seconds": seconds, "warm_s": warm_s,
-                               "tenants": tenants, "worker_args": extra_args}  # fmt: skip
+                               "tenants": tenants, "worker_args": extra_args,
+                               "store": "fdb" if postgres is None else "postgres"}  # fmt: skip
     rows: list[Row] = []
     for name in workloads:
         one: float | None = None
         for n in processes:
-            row = measure(WORKLOADS[name], n, seconds, warm_s, tenants, extra_args)
+            row = measure(WORKLOADS[name], n, seconds, warm_s, tenants, extra_args, postgres)
             if n == 1:
                 one = row.items_per_s
             row.ratio_to_one = row.items_per_s / one if one else None
@@ -437,7 +498,7 @@ def run(
                 f"{name} x{n}: {row.items_per_s:,.0f} items/s"
                 f"{f' (x{row.ratio_to_one:.2f})' if row.ratio_to_one else ''}, "
                 f"lost pointer leases {row.lost_share:.1%}, cores: consumers "
-                f"{row.consumer_cores:.2f}, fdbserver {row.server_cores:.2f}"
+                f"{row.consumer_cores:.2f}, server {row.server_cores:.2f}"
                 f"{'; DRAINED: the backlog ran low, not the consumers' if row.drained else ''}"
             )
     return rows
@@ -452,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tenants", type=int, default=1000)
     ap.add_argument("--out", type=Path, default=None, help="folder for scaling.json/.md")
     ap.add_argument("--worker-args", default="", help="more `quick worker` options, one string")
+    ap.add_argument("--store", choices=("fdb", "postgres"), default="fdb")
     args = ap.parse_args(argv)
     counts = [int(n) for n in args.processes.split(",")]
     names = args.workloads.split(",")
@@ -459,7 +521,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or any(n < 1 for n in counts):
         ap.error(f"unknown workloads {unknown}" if unknown else "processes must be >= 1")
     extra = tuple(shlex.split(args.worker_args))
-    rows = run(counts, names, args.seconds, args.warm, args.tenants, args.out, extra)
+    with contextlib.ExitStack() as servers:
+        postgres = None
+        if args.store == "postgres":
+            postgres = servers.enter_context(postgres_server(settings=PG_SETTINGS))
+        rows = run(counts, names, args.seconds, args.warm, args.tenants, args.out, extra, postgres)
     print(table(rows))
     print()
     print(work_table(rows))

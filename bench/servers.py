@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -57,9 +57,10 @@ def _pg_bin(name: str) -> str:
 
 
 @contextmanager
-def postgres_server() -> Iterator[str]:
+def postgres_server(settings: Sequence[str] = ()) -> Iterator[str]:
     """A private cluster in a temp dir, run as an unprivileged user when we are root
-    (postgres refuses to run as root). fsync stays on: the defaults a deployment has."""
+    (postgres refuses to run as root). fsync stays on: the defaults a deployment has.
+    ``settings``: more ``name=value`` server settings (``-c``), e.g. a preloaded library."""
     port = free_port()
     tmp = tempfile.mkdtemp(prefix="bench-pg-")
     data = os.path.join(tmp, "data")
@@ -89,6 +90,7 @@ def postgres_server() -> Iterator[str]:
                 f"unix_socket_directories={tmp}",
                 "-c",
                 "max_connections=100",
+                *(arg for setting in settings for arg in ("-c", setting)),
             ],
             stdout=subprocess.DEVNULL,
             stderr=pglog,

@@ -453,6 +453,14 @@ class AsyncQuick:
         """:meth:`Quick.paused`."""
         return await asyncio.to_thread(self.quick.paused)
 
+    async def pause_page(
+        self, app: str | None = None, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[Pause]:
+        """:meth:`Quick.pause_page`: one page from ``cursor``."""
+        return await asyncio.to_thread(
+            lambda: self.quick.pause_page(app, limit=limit, cursor=cursor)
+        )
+
     async def enqueue_batch(
         self,
         jobs: Sequence[Job],
@@ -494,6 +502,14 @@ class AsyncQuick:
         """:meth:`Quick.weights`."""
         return await asyncio.to_thread(self.quick.weights)
 
+    async def weight_page(
+        self, app: str | None = None, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[TenantWeight]:
+        """:meth:`Quick.weight_page`: one page from ``cursor``."""
+        return await asyncio.to_thread(
+            lambda: self.quick.weight_page(app, limit=limit, cursor=cursor)
+        )
+
     async def set_tenant_limit(
         self,
         app: str,
@@ -518,6 +534,14 @@ class AsyncQuick:
     async def tenant_limits(self) -> list[TenantLimit]:
         """:meth:`Quick.tenant_limits`."""
         return await asyncio.to_thread(self.quick.tenant_limits)
+
+    async def tenant_limit_page(
+        self, app: str | None = None, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[TenantLimit]:
+        """:meth:`Quick.tenant_limit_page`: one page from ``cursor``."""
+        return await asyncio.to_thread(
+            lambda: self.quick.tenant_limit_page(app, limit=limit, cursor=cursor)
+        )
 
     async def get(self, app: str, tenant: str, item_id: str) -> WorkItem | None:
         return await asyncio.to_thread(self.quick.get, app, tenant, item_id)

@@ -585,8 +585,18 @@ class Quick:
         return self.pauses.resume(app, tenant, job_type)
 
     def paused(self) -> list[Pause]:
-        """Every pause in force."""
+        """Every pause in force (read a page at a time: :meth:`pause_page` reads one)."""
         return self.pauses.list()
+
+    def pause_page(
+        self, app: str | None = None, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[Pause]:
+        """One page of the pauses that hold back some of ``app`` (the job types paused in
+        every app first, then the app's own, by tenant and job type; None: every pause),
+        at most ``limit`` from ``cursor`` (a page's ``next_cursor``). It reads what it
+        shows, however many lie behind; :class:`InvalidArgument` for a cursor that is not
+        one of this list's."""
+        return self.pauses.page(app, limit=limit, cursor=cursor)
 
     def set_weight(self, app: str, tenant: str | None, weight: float) -> TenantWeight:
         """Give ``tenant`` of ``app`` (None: every tenant of the app without a weight of
@@ -600,8 +610,17 @@ class Quick:
         return self.tenant_weights.clear(app, tenant)
 
     def weights(self) -> list[TenantWeight]:
-        """Every stored weight (a tenant's, or with tenant None an app's default)."""
+        """Every stored weight (a tenant's, or with tenant None an app's default), read a
+        page at a time (:meth:`weight_page` reads one)."""
         return self.tenant_weights.list()
+
+    def weight_page(
+        self, app: str | None = None, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[TenantWeight]:
+        """One page of ``app``'s stored weights (its default first, then by tenant; None:
+        every app's), at most ``limit`` from ``cursor`` (a page's ``next_cursor``), as
+        :meth:`pause_page` pages."""
+        return self.tenant_weights.page(app, limit=limit, cursor=cursor)
 
     def set_tenant_limit(
         self,
@@ -625,8 +644,17 @@ class Quick:
         return self.tenant_limit_store.clear(app, tenant, job_type)
 
     def tenant_limits(self) -> list[TenantLimit]:
-        """Every per-tenant limit in force."""
+        """Every per-tenant limit in force, read a page at a time
+        (:meth:`tenant_limit_page` reads one)."""
         return self.tenant_limit_store.list()
+
+    def tenant_limit_page(
+        self, app: str | None = None, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[TenantLimit]:
+        """One page of ``app``'s per-tenant limits (by tenant, then job type; None: every
+        app's), at most ``limit`` from ``cursor`` (a page's ``next_cursor``), as
+        :meth:`pause_page` pages."""
+        return self.tenant_limit_store.page(app, limit=limit, cursor=cursor)
 
     def enqueue_local(
         self, job_type: str, payload: Any = b"", *, shard: int = 0, delay: float | timedelta = 0.0

@@ -534,9 +534,10 @@ def fail(
 
 # --- admin -----------------------------------------------------------------------------
 
-_Limit = Annotated[int, Query(ge=1, le=1000)]
+# A page's size (every paged list: 50 unless asked, at most 1,000).
+PageLimit = Annotated[int, Query(ge=1, le=1000)]
 # A page's cursor: the ``next_cursor`` of the page before (opaque; made by the server).
-_Cursor = Annotated[str | None, Query(max_length=4096)]
+PageCursor = Annotated[str | None, Query(max_length=4096)]
 
 
 @router.get("/apps/{app:seg}/stats", tags=["admin"])
@@ -567,8 +568,8 @@ def app_zones(
     request: Request,
     who: Admin,
     search: Annotated[str | None, Query(max_length=200)] = None,
-    cursor: _Cursor = None,
-    limit: _Limit = 50,
+    cursor: PageCursor = None,
+    limit: PageLimit = 50,
 ) -> m.ZonesPage:
     """A page of an app's active zones (those with a pointer), by tenant, from ``cursor``
     (the ``next_cursor`` of the page before), searchable (tenant contains ``search``). A
@@ -587,8 +588,8 @@ def zone_items(
     tenant: str,
     request: Request,
     who: Admin,
-    cursor: _Cursor = None,
-    limit: _Limit = 50,
+    cursor: PageCursor = None,
+    limit: PageLimit = 50,
 ) -> m.ZoneItems:
     """A page of a zone's items in every state, in id order, from ``cursor`` (the
     ``next_cursor`` of the page before); ``total`` is the zone's item count, a counter kept
@@ -639,8 +640,8 @@ def list_dead_letters(
     tenant: Annotated[str | None, Query(max_length=200)] = None,
     job_type: Annotated[str | None, Query(max_length=200)] = None,
     item_id: Annotated[str | None, Query(max_length=200)] = None,
-    cursor: _Cursor = None,
-    limit: _Limit = 50,
+    cursor: PageCursor = None,
+    limit: PageLimit = 50,
 ) -> m.DeadLettersPage:
     """A page of dead letters with their reason and traceback, in (tenant, id) order,
     from ``cursor`` (the ``next_cursor`` of the page before; none: the first page); every

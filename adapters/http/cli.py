@@ -15,6 +15,7 @@ import click
 from quickzones.adapters.http.connections import ACCEPT_BACKLOG, Budget, guarded
 from quickzones.adapters.http.tokens import ROLES, TokenStore
 from quickzones.cli import friendly, store_option
+from quickzones.cli.options import echo_next_cursor, page_options, read_listing
 from quickzones.client import Quick
 from quickzones.errors import ConfigurationError
 
@@ -67,7 +68,7 @@ def serve_cmd(
 
     q = Quick.open(store, create=False)
     try:
-        if not _tokens(q).list():
+        if not _tokens(q).page(limit=1).rows:
             click.echo(
                 "warning: no tokens yet; create one with: quick tokens create --app APP "
                 "--role produce --role consume --role admin",
@@ -178,15 +179,17 @@ def create_cmd(
 
 @tokens_group.command("list")
 @store_option
+@page_options("tokens")
 @click.option("--json", "as_json", is_flag=True)
 @friendly
-def list_cmd(store: str, as_json: bool) -> None:
-    """The tokens (ids, apps, roles; never the secrets)."""
+def list_cmd(store: str, limit: int | None, cursor: str | None, as_json: bool) -> None:
+    """The tokens by id (ids, apps, roles; never the secrets)."""
     q = Quick.open(store, create=False)
     try:
-        infos = _tokens(q).list()
+        infos, next_cursor = read_listing(_tokens(q).page, limit, cursor)
     finally:
         q.close()
+    echo_next_cursor(next_cursor)
     if as_json:
         click.echo(
             json.dumps(

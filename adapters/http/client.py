@@ -276,6 +276,8 @@ def _http_options(url: str, token: str, timeout_s: float) -> dict[str, Any]:
 
 # Items per request of complete_many (the server takes at most 1000).
 COMPLETE_BATCH_MAX = 1000
+# Rows per page when the client reads a whole paged list (the server's most).
+PAGE_MAX = 1000
 
 
 def _batches(leases: Sequence[RemoteLease]) -> list[tuple[int, Sequence[RemoteLease]]]:
@@ -475,9 +477,19 @@ class RemoteQuick:
         return True
 
     def paused(self, app: str) -> list[dict[str, Any]]:
-        """The pauses that hold back some of ``app``."""
-        out: list[dict[str, Any]] = self._do(_Calls.pauses(app, "GET", None, None))["pauses"]
-        return out
+        """The pauses that hold back some of ``app`` (every page)."""
+        return self._every_page(f"/v1/apps/{_seg(app)}/pauses", "pauses")
+
+    def _every_page(self, path: str, key: str) -> list[dict[str, Any]]:
+        """Every row of a paged list (the server's Paged lists), following next_cursor."""
+        out: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"limit": PAGE_MAX}
+        while True:
+            body = self._do(_Call("GET", path, params=dict(params)))
+            out += body[key]
+            if body.get("next_cursor") is None:
+                return out
+            params["cursor"] = body["next_cursor"]
 
     def batch_status(self, app: str, batch_id: str) -> dict[str, Any] | None:
         """A batch's state as ``GET /v1/apps/{app}/batches/{id}`` gives it (the fields of
@@ -499,11 +511,8 @@ class RemoteQuick:
         return out
 
     def weights(self, app: str) -> list[dict[str, Any]]:
-        """The app's stored weights."""
-        out: list[dict[str, Any]] = self._do(_Call("GET", f"/v1/apps/{_seg(app)}/weights"))[
-            "weights"
-        ]
-        return out
+        """The app's stored weights (every page)."""
+        return self._every_page(f"/v1/apps/{_seg(app)}/weights", "weights")
 
     def set_tenant_limit(self, app: str, tenant: str, **limit: Any) -> dict[str, Any]:
         """A tenant's limits: ``job_type``, ``max_running``, ``rate``, ``per_s``
@@ -513,10 +522,8 @@ class RemoteQuick:
         return out
 
     def tenant_limits(self, app: str) -> list[dict[str, Any]]:
-        """The app's per-tenant limits."""
-        path = f"/v1/apps/{_seg(app)}/tenant-limits"
-        out: list[dict[str, Any]] = self._do(_Call("GET", path))["limits"]
-        return out
+        """The app's per-tenant limits (every page)."""
+        return self._every_page(f"/v1/apps/{_seg(app)}/tenant-limits", "limits")
 
 
 class AsyncRemoteQuick:

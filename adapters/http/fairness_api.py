@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 
-from quickzones.adapters.http.api import Admin, allow_app, cleared, state_of
+from quickzones.adapters.http.api import Admin, PageCursor, PageLimit, allow_app, cleared, state_of
 from quickzones.adapters.http.models import _Strict
 from quickzones.store.tenant_limits import TenantLimit
 from quickzones.store.validation import check_name
@@ -33,8 +33,11 @@ class WeightOut(BaseModel):
 
 
 class WeightsOut(BaseModel):
+    """One page of an app's weights (its default first, then by tenant)."""
+
     app: str
     weights: list[WeightOut]
+    next_cursor: str | None = None  # the next page's cursor; null: the last page
 
 
 def weight_out(w: TenantWeight) -> WeightOut:
@@ -42,11 +45,15 @@ def weight_out(w: TenantWeight) -> WeightOut:
 
 
 @router.get("/apps/{app:seg}/weights")
-def list_weights(app: str, request: Request, who: Admin) -> WeightsOut:
-    """The app's stored weights (tenants without one weigh the default, or 1)."""
+def list_weights(
+    app: str, request: Request, who: Admin, cursor: PageCursor = None, limit: PageLimit = 50
+) -> WeightsOut:
+    """A page of the app's stored weights (tenants without one weigh the default, or 1)
+    from ``cursor`` (the ``next_cursor`` of the page before): it reads what it shows."""
     q = state_of(request).q
-    check_name("app", allow_app(who, app))
-    return WeightsOut(app=app, weights=[weight_out(w) for w in q.weights() if w.app == app])
+    page = q.weight_page(check_name("app", allow_app(who, app)), limit=limit, cursor=cursor)
+    weights = [weight_out(w) for w in page.rows]
+    return WeightsOut(app=app, weights=weights, next_cursor=page.next_cursor)
 
 
 @router.put("/apps/{app:seg}/weights")
@@ -91,8 +98,11 @@ class LimitOut(BaseModel):
 
 
 class LimitsOut(BaseModel):
+    """One page of an app's per-tenant limits (by tenant, then job type)."""
+
     app: str
     limits: list[LimitOut]
+    next_cursor: str | None = None  # the next page's cursor; null: the last page
 
 
 def limit_out(limit: TenantLimit) -> LimitOut:
@@ -107,11 +117,15 @@ def limit_out(limit: TenantLimit) -> LimitOut:
 
 
 @router.get("/apps/{app:seg}/tenant-limits")
-def list_limits(app: str, request: Request, who: Admin) -> LimitsOut:
-    """The app's per-tenant limits in force."""
+def list_limits(
+    app: str, request: Request, who: Admin, cursor: PageCursor = None, limit: PageLimit = 50
+) -> LimitsOut:
+    """A page of the app's per-tenant limits in force from ``cursor`` (the
+    ``next_cursor`` of the page before): it reads what it shows."""
     q = state_of(request).q
-    check_name("app", allow_app(who, app))
-    return LimitsOut(app=app, limits=[limit_out(x) for x in q.tenant_limits() if x.app == app])
+    page = q.tenant_limit_page(check_name("app", allow_app(who, app)), limit=limit, cursor=cursor)
+    limits = [limit_out(x) for x in page.rows]
+    return LimitsOut(app=app, limits=limits, next_cursor=page.next_cursor)
 
 
 @router.put("/apps/{app:seg}/tenant-limits")

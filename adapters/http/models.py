@@ -276,8 +276,11 @@ class PauseOut(BaseModel):
 
 
 class Pauses(BaseModel):
+    """One page of the pauses that hold back some of an app."""
+
     app: str
     pauses: list[PauseOut]
+    next_cursor: str | None = None  # the next page's cursor; null: the last page
 
 
 class AppStats(BaseModel):

@@ -10,8 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from quickzones.adapters.http import models as m
-from quickzones.adapters.http.api import Admin, allow_app, cleared, state_of
-from quickzones.client import Quick
+from quickzones.adapters.http.api import Admin, PageCursor, PageLimit, allow_app, cleared, state_of
 from quickzones.store.pauses import Pause
 from quickzones.store.validation import check_name
 
@@ -22,17 +21,17 @@ def pause_out(p: Pause) -> m.PauseOut:
     return m.PauseOut(app=p.app, tenant=p.tenant, job_type=p.job_type, since_ms=p.since_ms)
 
 
-def app_pauses(q: Quick, app: str) -> list[m.PauseOut]:
-    """The pauses that hold back some of ``app``: its own and every app's job types."""
-    return [pause_out(p) for p in q.pauses.of_app(app).pauses]  # no other app's read
-
-
 @router.get("/apps/{app:seg}/pauses")
-def list_pauses(app: str, request: Request, who: Admin) -> m.Pauses:
-    """The pauses in force for the app."""
+def list_pauses(
+    app: str, request: Request, who: Admin, cursor: PageCursor = None, limit: PageLimit = 50
+) -> m.Pauses:
+    """A page of the pauses in force for the app (the job types paused in every app
+    first, then its own) from ``cursor`` (the ``next_cursor`` of the page before): it
+    reads what it shows."""
     q = state_of(request).q
-    check_name("app", allow_app(who, app))
-    return m.Pauses(app=app, pauses=app_pauses(q, app))
+    page = q.pause_page(check_name("app", allow_app(who, app)), limit=limit, cursor=cursor)
+    pauses = [pause_out(p) for p in page.rows]
+    return m.Pauses(app=app, pauses=pauses, next_cursor=page.next_cursor)
 
 
 @router.post("/apps/{app:seg}/pauses", status_code=201)

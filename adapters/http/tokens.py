@@ -35,6 +35,7 @@ from quickzones.clock import Clock, ElapsedClock, now_ms
 from quickzones.errors import InvalidArgument, QuickError
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, run
+from quickzones.store.pages import DEFAULT_LIMIT, Page, read_all, read_page
 from quickzones.store.validation import check_name
 
 # "view": signs in to the dashboard read-only (every page, no control); "admin" acts.
@@ -148,17 +149,23 @@ class TokenStore:
         run(self.kv, lambda tr: tr.set(key, json.dumps(record).encode()))
         return token, info
 
+    def page(self, *, limit: int = DEFAULT_LIMIT, cursor: str | None = None) -> Page[TokenInfo]:
+        """One page of the tokens by id (ids are random: not by creation), at most
+        ``limit`` from ``cursor`` (a page's ``next_cursor``; None: the first page). It
+        reads the tokens it shows and the one after them, however many there are;
+        :class:`InvalidArgument` for a cursor that is not one of this list's."""
+        found = read_page(self.kv, self.keys.meta_key(_META), [self.keys.meta_range(_META)],
+                          arity=1, limit=limit, cursor=cursor)  # fmt: skip
+        return Page([self._decode(k, v) for k, v in found.rows], found.next_cursor)
+
     def list(self) -> list[TokenInfo]:
-        begin, end = self.keys.meta_range(_META)
+        """Every token by id, read a page at a time."""
+        rows = read_all(self.kv, self.keys.meta_key(_META), [self.keys.meta_range(_META)],
+                        arity=1)  # fmt: skip
+        return [self._decode(k, v) for k, v in rows]
 
-        def scan(tr: KVTransaction) -> list[tuple[bytes, bytes]]:
-            return tr.get_range(begin, end, snapshot=True)
-
-        out = []
-        for key, raw in run(self.kv, scan):
-            token_id = str(self.keys.unpack(key)[-1])
-            out.append(_info(token_id, json.loads(raw)))
-        return sorted(out, key=lambda t: t.created_ms)
+    def _decode(self, key: bytes, raw: bytes) -> TokenInfo:
+        return _info(str(self.keys.unpack(key)[-1]), json.loads(raw))
 
     def revoke(self, token_id: str) -> None:
         """Delete a token; :class:`TokenNotFound` if there is none with this id."""

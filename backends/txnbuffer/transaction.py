@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 from quickzones.backends._ranges import Range, merge_ranges
 from quickzones.backends._versionstamps import make_versionstamp
-from quickzones.backends.txnbuffer.checks import NO_COMMIT_VERSION
 from quickzones.backends.txnbuffer.commit_request import CommitRequest
 from quickzones.backends.txnbuffer.reads import BufferedReads
 from quickzones.backends.txnbuffer.state import _CANCELLED, _COMMITTED, _FAILED
@@ -73,7 +72,7 @@ class BufferedTransaction(BufferedReads, BufferedWrites):
         if not (self._points or self._cleared or self._vs_keys or self._write_conflicts):
             # Read-only: nothing to send, never conflicts, no commit version.
             self._state = _COMMITTED
-            self._versionstamp._fail(KVError(NO_COMMIT_VERSION, "read-only transaction"))
+            self._versionstamp._read_only_commit()
             self._release()
             self._run_on_commit()
             return

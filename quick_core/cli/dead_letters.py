@@ -9,7 +9,14 @@ from typing import Any
 import click
 
 from quickzones.cli.group import main
-from quickzones.cli.options import error_line, friendly, open_store, store_option
+from quickzones.cli.options import (
+    echo_next_cursor,
+    error_line,
+    friendly,
+    open_store,
+    page_options,
+    store_option,
+)
 from quickzones.cli.output import make_console, make_table, when
 from quickzones.errors import QuickError
 from quickzones.store.records import DeadLetter
@@ -71,14 +78,7 @@ def _letter_doc(d: DeadLetter) -> dict[str, Any]:
 @click.option("--app", default=None, help="Only this app's dead letters.")
 @click.option("--tenant", default=None, help="Only this tenant's (in every app, or in --app).")
 @click.option("--job-type", default=None, help="Only dead letters of this job type.")
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    default=None,
-    help="One page of at most this many (read from the store a page at a time, however "
-    "many lie behind it); the cursor of the next page is printed after it.",
-)
-@click.option("--cursor", default=None, help="Start where the page before ended (its cursor).")
+@page_options("dead letters")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (a list).")
 @friendly
 def dead_letters_list(
@@ -103,9 +103,7 @@ def dead_letters_list(
                 q, app, tenant, job_type=job_type, limit=limit or 50, cursor=cursor
             )
             letters, next_cursor = page.rows, page.next_cursor
-    if next_cursor is not None:
-        # On stderr, so stdout stays the table or the JSON list the docs describe.
-        click.echo(f"next cursor: {next_cursor}", err=True)
+    echo_next_cursor(next_cursor)
     docs = [_letter_doc(d) for d in letters]
     if as_json:
         click.echo(json.dumps(docs, ensure_ascii=False))

@@ -12,7 +12,14 @@ from typing import Any
 import click
 
 from quickzones.cli.group import main
-from quickzones.cli.options import friendly, open_store, store_option
+from quickzones.cli.options import (
+    echo_next_cursor,
+    friendly,
+    open_store,
+    page_options,
+    read_listing,
+    store_option,
+)
 from quickzones.store.tenant_limits import TenantLimit
 from quickzones.store.weights import TenantWeight
 
@@ -57,12 +64,20 @@ def weight_clear(store: str, app: str, tenant: str | None) -> None:
 
 @weight_group.command("show")
 @store_option
+@click.option("--app", default=None, help="Only this app's weights.")
+@page_options("weights")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (a list).")
 @friendly
-def weight_show(store: str, as_json: bool) -> None:
-    """Every stored weight; tenants without one weigh their app's default, or 1."""
+def weight_show(
+    store: str, app: str | None, limit: int | None, cursor: str | None, as_json: bool
+) -> None:
+    """Every stored weight (of --app), by app and tenant; tenants without one weigh
+    their app's default, or 1."""
     with open_store(store, create=False) as q:
-        weights = q.weights()
+        weights, next_cursor = read_listing(
+            lambda **page: q.weight_page(app, **page), limit, cursor
+        )
+    echo_next_cursor(next_cursor)
     _show(weights, as_json, weight_json, "no weights: every tenant weighs 1")
 
 
@@ -125,12 +140,19 @@ def limit_clear(store: str, app: str, tenant: str, job_type: str | None) -> None
 
 @limit_group.command("show")
 @store_option
+@click.option("--app", default=None, help="Only this app's limits.")
+@page_options("limits")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (a list).")
 @friendly
-def limit_show(store: str, as_json: bool) -> None:
-    """Every per-tenant limit in force."""
+def limit_show(
+    store: str, app: str | None, limit: int | None, cursor: str | None, as_json: bool
+) -> None:
+    """Every per-tenant limit in force (of --app), by app, tenant and job type."""
     with open_store(store, create=False) as q:
-        limits = q.tenant_limits()
+        limits, next_cursor = read_listing(
+            lambda **page: q.tenant_limit_page(app, **page), limit, cursor
+        )
+    echo_next_cursor(next_cursor)
     _show(limits, as_json, limit_json, "no tenant limits")
 
 

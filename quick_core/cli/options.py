@@ -9,13 +9,17 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from functools import wraps
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from quickzones.errors import QuickError
 
+if TYPE_CHECKING:
+    from quickzones.store.pages import Page
+
 F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
 
 DEFAULT_STORE = "sqlite:///quick.db"
 
@@ -83,3 +87,48 @@ def open_store(store: str, *, create: bool = True, **options: Any) -> Any:
     from quickzones.client import Quick
 
     return Quick.open(store, create=create, **options)
+
+
+def page_options(what: str) -> Callable[[F], F]:
+    """``--limit`` and ``--cursor`` on a listing command of ``what`` (a paged list):
+    with either, one page read from the store, and its next cursor on stderr
+    (:func:`echo_next_cursor`); with neither, the whole list, a page at a time."""
+
+    def add(fn: F) -> F:
+        fn = click.option(
+            "--cursor", default=None, help="Start where the page before ended (its cursor)."
+        )(fn)
+        return click.option(
+            "--limit",
+            type=click.IntRange(min=1),
+            default=None,
+            help=f"One page of at most this many {what} (read from the store a page at a "
+            "time, however many lie behind it); the cursor of the next page is printed "
+            "after it.",
+        )(fn)
+
+    return add
+
+
+def echo_next_cursor(next_cursor: str | None) -> None:
+    """A page's next cursor, on stderr so stdout stays the table or the JSON list the
+    docs describe; nothing after the last page."""
+    if next_cursor is not None:
+        click.echo(f"next cursor: {next_cursor}", err=True)
+
+
+def read_listing(
+    page: Callable[..., Page[R]], limit: int | None, cursor: str | None
+) -> tuple[list[R], str | None]:
+    """What a listing command shows: with ``--limit`` or ``--cursor`` one page (50 rows
+    unless limited) and its next cursor; with neither every page, followed here."""
+    if limit is not None or cursor is not None:
+        one = page(limit=limit or 50, cursor=cursor)
+        return one.rows, one.next_cursor
+    rows: list[R] = []
+    while True:
+        got = page(limit=1000, cursor=cursor)
+        rows += got.rows
+        if got.next_cursor is None:
+            return rows, None
+        cursor = got.next_cursor

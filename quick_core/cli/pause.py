@@ -11,7 +11,14 @@ from typing import Any
 import click
 
 from quickzones.cli.group import main
-from quickzones.cli.options import friendly, open_store, store_option
+from quickzones.cli.options import (
+    echo_next_cursor,
+    friendly,
+    open_store,
+    page_options,
+    read_listing,
+    store_option,
+)
 from quickzones.cli.output import when
 from quickzones.store.pauses import Pause
 
@@ -55,12 +62,18 @@ def resume(store: str, app: str | None, tenant: str | None, job_type: str | None
 
 @main.command()
 @store_option
+@click.option("--app", default=None, help="Only what holds back some of this app (its own "
+              "pauses and the job types paused in every app).")  # fmt: skip
+@page_options("pauses")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (a list of pauses).")
 @friendly
-def paused(store: str, as_json: bool) -> None:
-    """Every pause in force."""
+def paused(
+    store: str, app: str | None, limit: int | None, cursor: str | None, as_json: bool
+) -> None:
+    """Every pause in force (of --app), by app, tenant and job type."""
     with open_store(store, create=False) as q:
-        pauses = q.paused()
+        pauses, next_cursor = read_listing(lambda **page: q.pause_page(app, **page), limit, cursor)
+    echo_next_cursor(next_cursor)
     if as_json:
         click.echo(json.dumps([pause_json(p) for p in pauses], sort_keys=True))
         return

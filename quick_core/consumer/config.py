@@ -77,8 +77,9 @@ class ConsumerConfig:
     # (``run_until_idle``) never looks ahead.
     timer_lookahead_s: float = 0.05
     # Wake-ups on other processes' commits (beyond the paper), where the store can tell
-    # cheaply (SQLite's PRAGMA data_version; not FoundationDB yet): an idle consumer whose
-    # last scan found nothing to visit reads the store's commit counter this often and
+    # cheaply (SQLite's PRAGMA data_version; FoundationDB's watch of its wake key): an
+    # idle consumer whose last scan found nothing to visit reads the store's commit
+    # counter this often and
     # rescans when another process or connection committed (its own process's commits
     # through the same store do not count), instead of waiting for its next idle_sleep_s
     # poll: an enqueue from the application's process is picked up within about this

@@ -16,7 +16,7 @@ from quickzones.store import dead_groups
 from quickzones.store import enqueue as two_part
 from quickzones.store.dead_groups import letter_group
 from quickzones.store.kv import KVTransaction, get_many, run, unpack_i64
-from quickzones.store.pages import Page, after, decode_cursor, encode_cursor
+from quickzones.store.pages import Page, after, check_limit, decode_cursor, encode_cursor
 from quickzones.store.pauses import Pause
 from quickzones.store.pointer_repair import SetAsidePointer, decode_set_aside
 from quickzones.store.records import (
@@ -211,8 +211,7 @@ def dead_letter_page(
 
     :class:`~quickzones.errors.InvalidArgument` for a cursor that is not one of this
     list's (made by hand, cut short, or from another app's list)."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise InvalidArgument("limit", limit, "must be a whole number of at least 1")
+    check_limit(limit)
     if app is not None and tenant is not None:
         begin, end = q.keys.dead_letters_zone_range(ZoneId(app, tenant))
     else:
@@ -371,8 +370,7 @@ def zone_item_page(
     reads the items it shows and the first key after them, however many the zone holds:
     a large item's payload chunks are passed over, not read (beyond what one read had
     already fetched)."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise InvalidArgument("limit", limit, "must be a whole number of at least 1")
+    check_limit(limit)
     begin, end = q.keys.items_range(zone)
     base = begin[:-1]  # (root, "z", app, tenant, "i")
     start = begin

@@ -10,8 +10,9 @@ The callback is a hint: the waiter rescans and may find nothing new (the commit 
 another process's completion, or another app's), so it must stay cheap and bounded (see
 :meth:`quickzones.consumer.pull_leaser.PullLeaser.lease`).
 
-FoundationDB could feed the same callbacks from a watch on a key every enqueue touches;
-it does not yet, and its long polls rescan at their period.
+FoundationDB feeds the same callbacks from a watch on a key that every enqueue making a
+zone active bumps (``quickzones.backends.fdb.wake_watch``); its simulator has no watches,
+and its long polls rescan at their period.
 
 Where the store also signals commits (:attr:`CommitWatcher.signalled`: PostgreSQL's
 NOTIFY, the kernel's file-change events on a SQLite file), the watcher sleeps on that

@@ -33,7 +33,9 @@ from typing import Generic, TypeVar
 from quickzones.clock import Clock
 from quickzones.store.keys import KeySpace, tuple_range
 from quickzones.store.kv import KVStore, KVTransaction, pack_i64, run, unpack_i64
+from quickzones.store.pages import DEFAULT_LIMIT, Page, Span, read_all, read_page
 from quickzones.store.records import ZoneId
+from quickzones.store.validation import check_name
 
 # Entries a reader keeps of one kind (apps' and zones' together): enough for the zones a
 # consumer visits within a refresh; past it the least recently used is read again.
@@ -43,6 +45,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 A = TypeVar("A")  # what applies to a whole app
 T = TypeVar("T")  # what applies to one tenant
+R = TypeVar("R")  # one record, as a list shows it
 
 
 class Lru(Generic[K, V]):
@@ -84,12 +87,13 @@ class Head:
     tenants: bool
 
 
-class AppSettings(Generic[A, T]):
+class AppSettings(Generic[A, T, R]):
     """One kind of settings, looked up per app (:meth:`app_part`) and per zone
-    (:meth:`tenant_part`); a kind says where its records live and how to read one app's
-    or one tenant's."""
+    (:meth:`tenant_part`), and listed a page at a time (:meth:`page`); a kind says where
+    its records live and how to read one app's or one tenant's."""
 
     kind = ""  # the records' name in the meta range: (root, "m", kind, app, tenant, ...)
+    arity = 2  # the elements of a record's key below (root, "m", kind)
 
     def __init__(
         self,
@@ -121,6 +125,15 @@ class AppSettings(Generic[A, T]):
     def _no_tenant(self) -> T:
         """What a tenant without records of its own has."""
         raise NotImplementedError
+
+    def _decode(self, key: bytes, raw: bytes) -> R:
+        """The record stored at ``key``."""
+        raise NotImplementedError
+
+    def _spans(self, app: str | None) -> list[Span]:
+        """The key ranges, in key order, of what ``app``'s list shows (None: every app's
+        records): its own records; a kind adds what applies to every app."""
+        return [self.keys.meta_range(self.kind, *(() if app is None else (app,)))]
 
     # --- writing ----------------------------------------------------------------------
 
@@ -253,3 +266,24 @@ class AppSettings(Generic[A, T]):
     def cached(self) -> int:
         """How many entries this reader keeps (at most three times ``cache_max``)."""
         return len(self._heads) + len(self._apps) + len(self._tenants)
+
+    # --- listing (the admin's; visits never read it) ------------------------------------
+
+    def page(
+        self, app: str | None = None, *, limit: int = DEFAULT_LIMIT, cursor: str | None = None
+    ) -> Page[R]:
+        """One page of ``app``'s records (None: every app's) in key order (app, tenant,
+        ...), from ``cursor`` (a page's ``next_cursor``): at most ``limit`` records and the
+        next page's cursor (None: the last page). It reads the records it shows and the
+        one after them, however many lie behind (:func:`~quickzones.store.pages.read_page`);
+        a cursor that is not one of this list's is :class:`InvalidArgument`."""
+        spans = self._spans(None if app is None else check_name("app", app))
+        found = read_page(self.kv, self.keys.meta_key(self.kind), spans, arity=self.arity,
+                          limit=limit, cursor=cursor)  # fmt: skip
+        return Page([self._decode(k, v) for k, v in found.rows], found.next_cursor)
+
+    def list(self) -> list[R]:
+        """Every record of every app, read now a page at a time (admin figures)."""
+        rows = read_all(self.kv, self.keys.meta_key(self.kind), self._spans(None),
+                        arity=self.arity)  # fmt: skip
+        return [self._decode(k, v) for k, v in rows]

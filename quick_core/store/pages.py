@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import fdb.tuple as fdbtuple
 
 from quickzones.errors import InvalidArgument
+from quickzones.store.kv import KVStore, KVTransaction, run
 
 T = TypeVar("T")
 
+DEFAULT_LIMIT = 50  # rows a page holds when the caller names no limit
+_WHOLE = 1000  # rows a page of a whole-list read (read_all) holds
 MAX_CURSOR = 4096  # characters: a key suffix is far shorter (names are at most 1,000)
 
 
@@ -59,3 +63,70 @@ def decode_cursor(prefix: bytes, cursor: str, arity: int) -> bytes:
 def after(key: bytes) -> bytes:
     """The first key after ``key`` and every key it is a prefix of (a record's chunks)."""
     return key + b"\xff"
+
+
+def check_limit(limit: object) -> int:
+    """A page's ``limit``: a whole number of at least 1, else :class:`InvalidArgument`."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidArgument("limit", limit, "must be a whole number of at least 1")
+    return limit
+
+
+Span = tuple[bytes, bytes]
+
+
+def read_page(
+    kv: KVStore,
+    prefix: bytes,
+    spans: Sequence[Span],
+    *,
+    arity: int,
+    limit: int = DEFAULT_LIMIT,
+    cursor: str | None = None,
+) -> Page[tuple[bytes, bytes]]:
+    """One page of the (key, value) pairs of ``spans`` (key ranges below ``prefix``, in
+    key order, each pair one row whose key's suffix is a tuple of ``arity``), from
+    ``cursor`` on: at most ``limit`` rows and the cursor of the next page. It reads
+    ``limit + 1`` keys at most (the one after the page says whether one follows), a span
+    at a time in short snapshot transactions, so it never conflicts with a writer and
+    costs what it shows whatever lies behind it. A cursor whose key lies outside the
+    spans (another list's) is :class:`InvalidArgument`."""
+    check_limit(limit)
+    start = spans[0][0] if spans else b""
+    if cursor is not None:
+        key = decode_cursor(prefix, cursor, arity)
+        if not any(begin <= key < end for begin, end in spans):
+            raise InvalidArgument("cursor", cursor, "not a cursor of this list")
+        start = after(key)
+    rows: list[tuple[bytes, bytes]] = []
+    for begin, end in spans:
+        if start >= end:
+            continue  # a span the cursor is past
+
+        def read(
+            tr: KVTransaction,
+            s: bytes = max(start, begin),
+            e: bytes = end,
+            n: int = limit + 1 - len(rows),
+        ) -> list[tuple[bytes, bytes]]:
+            return tr.get_range(s, e, limit=n, snapshot=True)
+
+        rows += run(kv, read)
+        if len(rows) > limit:
+            return Page(rows[:limit], encode_cursor(prefix, rows[limit - 1][0]))
+    return Page(rows, None)
+
+
+def read_all(
+    kv: KVStore, prefix: bytes, spans: Sequence[Span], *, arity: int
+) -> Iterator[tuple[bytes, bytes]]:
+    """Every pair of ``spans``, a page at a time (:func:`read_page`), so a large list
+    never meets the 5 s transaction lifetime: what a whole-list read (an admin figure)
+    takes, never a page's."""
+    cursor: str | None = None
+    while True:
+        page = read_page(kv, prefix, spans, arity=arity, limit=_WHOLE, cursor=cursor)
+        yield from page.rows
+        if page.next_cursor is None:
+            return
+        cursor = page.next_cursor

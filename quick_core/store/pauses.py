@@ -103,12 +103,13 @@ def _unfield(value: object) -> str | None:
     return None if value == "" else str(value)
 
 
-class Pauses(AppSettings[PauseSet, PauseSet]):
+class Pauses(AppSettings[PauseSet, PauseSet, Pause]):
     """Sets, clears and reads pauses over the KV store; :meth:`of_zone` is the cached
     lookup a visit takes (:mod:`.meta_sets`): the pauses of every app, of the zone's app
     and of its tenant, never the others'."""
 
     kind = "pause"
+    arity = 3  # (app, tenant, job type), "" for any
 
     def __init__(
         self,
@@ -152,18 +153,20 @@ class Pauses(AppSettings[PauseSet, PauseSet]):
         p = Pause.of(app, tenant, job_type)
         return self._write(_field(p.app), p.tenant, self._key(p), None)
 
-    def _read(self, tr: KVTransaction, begin: bytes, end: bytes) -> list[Pause]:
-        found = []
-        for key, raw in tr.get_range(begin, end, snapshot=True):
-            app, tenant, job_type = self.keys.unpack(key)[-3:]
-            since = int(msgpack.unpackb(raw).get("since", 0))
-            found.append(Pause(_unfield(app), _unfield(tenant), _unfield(job_type), since))
-        return found
+    def _decode(self, key: bytes, raw: bytes) -> Pause:
+        app, tenant, job_type = self.keys.unpack(key)[-3:]
+        since = int(msgpack.unpackb(raw).get("since", 0))
+        return Pause(_unfield(app), _unfield(tenant), _unfield(job_type), since)
 
-    def list(self) -> list[Pause]:
-        """Every pause in force, read now (the admin's listing; visits never read it)."""
-        begin, end = self.keys.meta_range("pause")
-        return run(self.kv, lambda tr: self._read(tr, begin, end))
+    def _read(self, tr: KVTransaction, begin: bytes, end: bytes) -> list[Pause]:
+        return [self._decode(k, v) for k, v in tr.get_range(begin, end, snapshot=True)]
+
+    def _spans(self, app: str | None) -> list[tuple[bytes, bytes]]:
+        # An app's list shows the job types paused in every app (app "") too, first:
+        # (pause, "", "", job type) sorts before every named app's keys.
+        if app is None:
+            return super()._spans(None)
+        return [self.keys.meta_range("pause", "", ""), self.keys.meta_range("pause", app)]
 
     def _read_app(self, tr: KVTransaction, app: str) -> PauseSet:
         # (pause, app, "", job type): the whole app, or a job type of it (of every app

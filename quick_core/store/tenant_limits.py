@@ -23,7 +23,7 @@ import msgpack
 from quickzones.clock import Clock
 from quickzones.errors import InvalidArgument
 from quickzones.store.keys import KeySpace
-from quickzones.store.kv import KVStore, KVTransaction, run
+from quickzones.store.kv import KVStore, KVTransaction
 from quickzones.store.meta_sets import CACHE_MAX, AppSettings
 from quickzones.store.records import ZoneId
 from quickzones.store.validation import check_job_type, check_name
@@ -121,11 +121,12 @@ def limit_of(
     return TenantLimit(target.app, target.tenant, target.job_type, max_running, rate, per_s)
 
 
-class TenantLimits(AppSettings[None, tuple[TenantLimit, ...]]):
+class TenantLimits(AppSettings[None, tuple[TenantLimit, ...], TenantLimit]):
     """Sets, clears and reads per-tenant limits over the KV store; :meth:`of_zone` is the
     cached lookup each visit takes (:mod:`.meta_sets`)."""
 
     kind = "tenant_limit"
+    arity = 3  # (app, tenant, job type)
 
     def __init__(
         self,
@@ -144,9 +145,7 @@ class TenantLimits(AppSettings[None, tuple[TenantLimit, ...]]):
     def set(self, limit: TenantLimit) -> TenantLimit:
         """Store ``limit`` (checked by :meth:`TenantLimit.of`), replacing the one of the
         same tenant and job type."""
-        packed = msgpack.packb(
-            {"v": 1, "c": limit.max_running, "r": limit.rate, "p": limit.per_s}
-        )
+        packed = msgpack.packb({"v": 1, "c": limit.max_running, "r": limit.rate, "p": limit.per_s})
         key = self._key(limit.app, limit.tenant, limit.job_type)
         self._write(limit.app, limit.tenant, key, packed)
         return limit
@@ -157,19 +156,14 @@ class TenantLimits(AppSettings[None, tuple[TenantLimit, ...]]):
         key = self._key(app, tenant, None if job_type is None else check_job_type(job_type))
         return self._write(app, tenant, key, None)
 
-    def _read(self, tr: KVTransaction, begin: bytes, end: bytes) -> list[TenantLimit]:
-        found = []
-        for key, raw in tr.get_range(begin, end, snapshot=True):
-            app, tenant, job_type = self.keys.unpack(key)[-3:]
-            obj = msgpack.unpackb(raw)
-            limit = TenantLimit(str(app), str(tenant), str(job_type) or None)
-            found.append(limit_of(limit, obj["c"], obj["r"], float(obj["p"])))
-        return found
+    def _decode(self, key: bytes, raw: bytes) -> TenantLimit:
+        app, tenant, job_type = self.keys.unpack(key)[-3:]
+        obj = msgpack.unpackb(raw)
+        limit = TenantLimit(str(app), str(tenant), str(job_type) or None)
+        return limit_of(limit, obj["c"], obj["r"], float(obj["p"]))
 
-    def list(self) -> list[TenantLimit]:
-        """Every limit in force, read now (the admin's listing; visits never read it)."""
-        begin, end = self.keys.meta_range("tenant_limit")
-        return run(self.kv, lambda tr: self._read(tr, begin, end))
+    def _read(self, tr: KVTransaction, begin: bytes, end: bytes) -> list[TenantLimit]:
+        return [self._decode(k, v) for k, v in tr.get_range(begin, end, snapshot=True)]
 
     def _read_app(self, tr: KVTransaction, app: str) -> None:
         return None  # limits are a tenant's: none applies to a whole app

@@ -24,7 +24,7 @@ import msgpack
 from quickzones.clock import Clock
 from quickzones.errors import InvalidArgument
 from quickzones.store.keys import KeySpace
-from quickzones.store.kv import KVStore, KVTransaction, run
+from quickzones.store.kv import KVStore, KVTransaction
 from quickzones.store.meta_sets import CACHE_MAX, AppSettings
 from quickzones.store.records import ZoneId
 from quickzones.store.validation import check_name
@@ -63,7 +63,7 @@ class TenantWeight:
         return f"{who} weight={self.weight:g}"
 
 
-class Weights(AppSettings[float | None, float | None]):
+class Weights(AppSettings[float | None, float | None, TenantWeight]):
     """Sets, clears and reads weights over the KV store; :meth:`of_zone` is the cached
     lookup consumers weigh their scans and visits by (:mod:`.meta_sets`)."""
 
@@ -101,19 +101,9 @@ class Weights(AppSettings[float | None, float | None]):
         app = check_name("app", app)
         return self._write(app, named, self._key(app, named), None)
 
-    def list(self) -> list[TenantWeight]:
-        """Every stored weight, read now (the admin's listing; visits never read it)."""
-        begin, end = self.keys.meta_range("weight")
-
-        def read(tr: KVTransaction) -> list[TenantWeight]:
-            found = []
-            for key, raw in tr.get_range(begin, end, snapshot=True):
-                app, tenant = self.keys.unpack(key)[-2:]
-                weight = float(msgpack.unpackb(raw)["w"])
-                found.append(TenantWeight(str(app), str(tenant) or None, weight))
-            return found
-
-        return run(self.kv, read)
+    def _decode(self, key: bytes, raw: bytes) -> TenantWeight:
+        app, tenant = self.keys.unpack(key)[-2:]
+        return TenantWeight(str(app), str(tenant) or None, float(msgpack.unpackb(raw)["w"]))
 
     def _get(self, tr: KVTransaction, app: str, tenant: str | None) -> float | None:
         raw = tr.get(self._key(app, tenant), snapshot=True)

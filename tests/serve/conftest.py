@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +29,8 @@ from quickzones.client import Quick
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.testing.provision.ports import free_port
 from tests.conftest import HAVE_FDB, store_url
+
+from .browser import launched_chromium
 
 
 class ServerThread:
@@ -151,3 +154,9 @@ def serve_process(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """A headless Chromium (tests/serve/browser.py; its module calls require_chromium)."""
+    yield from launched_chromium()

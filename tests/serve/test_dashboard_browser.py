@@ -5,9 +5,6 @@ letter is followed to its requeue, after which the item runs. Screenshots are ke
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,29 +14,12 @@ from quickzones.adapters.http import TokenStore, create_app
 from quickzones.adapters.http.client import RemoteQuick
 from quickzones.client import Quick
 
+from .browser import require_chromium
 from .conftest import ServerThread
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "build" / "artifacts" / "serve"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-if CHROMIUM is None:
-    if os.environ.get("CI") or os.environ.get("QUICK_REQUIRE_BROWSER"):
-        pytest.fail("chromium is not installed (scripts/test installs it)", pytrace=False)
-    pytest.skip("chromium is not installed (apt-get install chromium)", allow_module_level=True)
-
+require_chromium()
 sync_api = pytest.importorskip("playwright.sync_api")
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as pw:
-        launched = pw.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
-        )
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 def _shot(page: Any, name: str) -> None:

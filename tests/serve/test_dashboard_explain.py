@@ -4,13 +4,8 @@ The screenshot is kept in ``docs/img/serve-item-explain.png``."""
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from quickzones.adapters.http import TokenStore, create_app
 from quickzones.client import Quick
@@ -18,29 +13,11 @@ from quickzones.clock import now_ms
 from quickzones.store import heartbeats
 from quickzones.store.heartbeats import Heartbeat
 
+from .browser import require_chromium
 from .conftest import ServerThread
 
 DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-if CHROMIUM is None:
-    if os.environ.get("CI") or os.environ.get("QUICK_REQUIRE_BROWSER"):
-        pytest.fail("chromium is not installed (scripts/test installs it)", pytrace=False)
-    pytest.skip("chromium is not installed (apt-get install chromium)", allow_module_level=True)
-
-sync_api = pytest.importorskip("playwright.sync_api")
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as pw:
-        launched = pw.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
-        )
-        try:
-            yield launched
-        finally:
-            launched.close()
+require_chromium()
 
 
 def test_the_item_page_explains_why_it_waits(tmp_path: Path, browser: Any) -> None:
