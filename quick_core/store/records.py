@@ -67,10 +67,6 @@ class WorkItem:
     # pickup is counted from when the item vested, not from its enqueue (issue 41 point
     # 10). None on an item read from the store.
     vested_ms: int | None = field(default=None, compare=False)
-    # When the run its lease holds started (a lease to start at once, or a held one's
-    # start check); None while not running. Keys its entry in the running index
-    # (:mod:`quickzones.store.running`), so the run's end clears that entry by key.
-    running_since_ms: int | None = None
 
     def with_(self, **changes: Any) -> WorkItem:
         return replace(self, **changes)
@@ -137,8 +133,6 @@ def encode_item(item: WorkItem, *, include_payload: bool = True) -> bytes:
         obj["lp"] = item.lapses
     if item.held:
         obj["hd"] = True
-    if item.running_since_ms is not None:
-        obj["rs"] = item.running_since_ms
     if item.commit_order is None:
         return _pack(obj)
     stamp, obj["cq"] = item.commit_order
@@ -182,7 +176,6 @@ def decode_item(key: bytes, raw: bytes, payload: bytes | None = None) -> WorkIte
             meta=meta,
             held=bool(obj.get("hd", False)),
             commit_order=_commit_order(obj),
-            running_since_ms=None if obj.get("rs") is None else int(obj["rs"]),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise CorruptRecord(key, f"bad item fields: {err}") from err

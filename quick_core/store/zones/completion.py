@@ -42,8 +42,6 @@ class ZoneCompletion(ZoneItems):
         if lease_id is not None and item.lease_id != lease_id:
             raise lease_lost(item, lease_id, now_ms(self.clock))
         self._delete_item(tr, zone, item)
-        if lease_id is not None:
-            self._run_ended(tr, zone, item, now_ms(self.clock), failed=False)
         state = outcomes.COMPLETED if lease_id is not None else outcomes.CANCELLED
         outcomes.finished(tr, self.keys, zone, item, state, now_ms(self.clock), result=result)
         batches.item_finished(tr, self._batches(), zone, item, state)
@@ -137,8 +135,6 @@ class ZoneCompletion(ZoneItems):
                         zone_out.append(lease_lost(item, lease_id, now))
                         continue
                     self._delete_item(tr, zone, item, count=False)
-                    if lease_id is not None:
-                        self._run_ended(tr, zone, item, now, failed=False)
                     deleted.add(key)
                     done += 1
                     state = outcomes.COMPLETED if lease_id is not None else outcomes.CANCELLED

@@ -52,12 +52,9 @@ class ZoneDeadLetters(ZoneItems):
         = ``reason``), so a dead letter's error count agrees with its attempts.
         """
         self._delete_item(tr, zone, item)
-        if count_error:  # its holder's run failed for good
-            self._run_ended(tr, zone, item, now_ms(self.clock), failed=True)
         stored = item.with_(
             lease_id=None,
             commit_order=None,
-            running_since_ms=None,
             meta={k: v for k, v in item.meta.items() if k != "_chunks"},
         )
         if count_error:

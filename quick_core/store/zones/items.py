@@ -12,7 +12,6 @@ from quickzones.errors import (
     InvalidArgument,
     LeaseLost,
 )
-from quickzones.store import run_figures, running
 from quickzones.store.ids import IdSource, random_ids
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import (
@@ -114,8 +113,6 @@ class ZoneItems:
         # A lease id is new at each lease, so other bytes (a record extended, requeued or
         # leased by another holder since) never match and are decoded as read.
         self._leased: dict[bytes, WorkItem] = {}
-        # Which old figures' windows this store has cleared (run_figures).
-        self._retention = run_figures.Retention()
 
     def tag_item(
         self, tr: KVTransaction, zone: ZoneId, item_id: str, key: str, value: Any
@@ -165,12 +162,8 @@ class ZoneItems:
         self, tr: KVTransaction, zone: ZoneId, old: WorkItem, new: WorkItem
     ) -> bytes | None:
         """Rewrite an item's record after a lease/requeue without touching its chunks;
-        returns the record written when it is the whole item (no chunks). A run that
-        started or ended here moves its running-index entry with it."""
+        returns the record written when it is the whole item (no chunks)."""
         key = self.keys.item_key(zone, new.item_id)
-        if old.running_since_ms != new.running_since_ms or old.lease_id != new.lease_id:
-            running.unmark(tr, self.keys, zone, old)
-            running.mark(tr, self.keys, zone, new)
         if "_chunks" in old.meta:
             tr.set(key, encode_item(new, include_payload=False))
             return None
@@ -225,21 +218,8 @@ class ZoneItems:
             end = self.keys.item_chunk_key(zone, item.item_id, int(item.meta["_chunks"]))
             tr.clear_range(begin, end)
         tr.clear(self._order_key_of(zone, item))
-        running.unmark(tr, self.keys, zone, item)
         if count:
             tr.add(self.keys.count_key(zone), pack_i64(-1))
-
-    def _run_ended(
-        self, tr: KVTransaction, zone: ZoneId, item: WorkItem, now: int, *, failed: bool
-    ) -> None:
-        """Count the run ``item`` ended (by its holder, in ``tr``) in its type's figures:
-        its run time, and a failure when ``failed`` (run_figures; atomic adds)."""
-        app, job_type = zone.app, item.job_type
-        if item.running_since_ms is not None:
-            ran = max(0, now - item.running_since_ms)
-            run_figures.add_run(tr, self.keys, self._retention, app, job_type, ran, now)
-        if failed:
-            run_figures.add_error(tr, self.keys, self._retention, app, job_type, now)
 
     def _move_vesting(
         self,

@@ -70,7 +70,6 @@ class ZoneLeases(ZoneItems):
             attempts=max(0, attempts + (0 if held else 1)),
             held=held,
             vested_ms=item.vesting_ms,  # for its pickup figure (not stored)
-            running_since_ms=None if held else now,
             **counted,
         )
         return self._move_vesting(tr, zone, item, leased, leased=True)
@@ -92,12 +91,7 @@ class ZoneLeases(ZoneItems):
         item = self._check_holder(self._read_item(tr, zone, item_id), item_id, lease_id)
         if not item.held:
             return item
-        started = item.with_(
-            attempts=item.attempts + 1,
-            held=False,
-            commit_order=None,
-            running_since_ms=now_ms(self.clock),
-        )
+        started = item.with_(attempts=item.attempts + 1, held=False, commit_order=None)
         self._keep_leased(self._rewrite_header(tr, zone, item, started), started)
         return started
 
@@ -154,9 +148,6 @@ class ZoneLeases(ZoneItems):
         tr: KVTransaction = OWN_STORE,
     ) -> WorkItem:
         item = self._check_holder(self._read_item(tr, zone, item_id), item_id, lease_id)
-        if ran and not item.held:
-            # A run that raised counts as failed; a nack (no error counted) as a run.
-            self._run_ended(tr, zone, item, now_ms(self.clock), failed=count_error)
         updated = item.with_(
             vesting_ms=max(vesting_after(self.clock, delay_ms), not_before_ms or 0),
             lease_id=None,
@@ -168,6 +159,5 @@ class ZoneLeases(ZoneItems):
             last_error=error if error is not None else item.last_error,
             meta={**item.meta, **meta} if meta else item.meta,
             commit_order=None,
-            running_since_ms=None,
         )
         return self._move_vesting(tr, zone, item, updated)
