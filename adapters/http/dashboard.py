@@ -438,7 +438,7 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
 
     mount_fairness_pages(
         app, board, session=session, page=page, admit=admit, admin_page=admin_page,
-        admin_post=admin_post, login_redirect=login_redirect,
+        admin_post=admin_post, login_redirect=login_redirect, templates=templates,
     )  # fmt: skip
 
     mount_stuck_pages(

@@ -12,17 +12,20 @@ from urllib.parse import quote, urlencode
 
 from fastapi import FastAPI, Form, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
 
 from quickzones.adapters.http import charts, fairness
+from quickzones.adapters.http.live_parts import LiveParts
 from quickzones.clock import now_ms
 from quickzones.errors import InvalidArgument
-from quickzones.store.pauses import Pause
+from quickzones.store.pauses import Pause, PauseSet
 from quickzones.store.pickups import percentile_label
 from quickzones.store.validation import check_name
 
 if TYPE_CHECKING:
     from quickzones.adapters.http.dashboard import Dashboard
     from quickzones.adapters.http.tokens import TokenInfo
+    from quickzones.client import Quick
 
 _ACTIONS = ("pause", "resume")
 
@@ -37,30 +40,118 @@ def mount_fairness_pages(
     admin_page: Callable[[Request, str], TokenInfo | Response],
     admin_post: Callable[[Request, str, str, str], TokenInfo | Response],
     login_redirect: Callable[[Request], Response],
+    templates: Jinja2Templates,
 ) -> None:
     """``admin_page`` and ``admin_post``: the dashboard's one guard of every control
     (admin role, CSRF token, confirmation), written in ``mount_dashboard``."""
     q = board.state.q
 
+    def view_of(
+        app_name: str, section: str, cursor: str, search: str, limit: str
+    ) -> fairness.Fairness | Response:
+        """The view a page or its live refresh asks for, or the 400 that says what is
+        wrong with the asking. Not cached: it reads a bounded amount."""
+        try:
+            check_name("app", app_name)
+            if limit and not limit.isdigit():
+                raise InvalidArgument("limit", limit, "must be a whole number")
+            size = _page_size(section, search, limit)
+            return fairness.fairness(
+                q, app_name, section=section or None, cursor=cursor or None,
+                limit=size, search=search or None,
+            )  # fmt: skip
+        except InvalidArgument as err:
+            return _bad_request(str(err))
+
+    def live_of(
+        app_name: str, who: TokenInfo, view: fairness.Fairness, search: str, limit: int
+    ) -> tuple[LiveParts, int]:
+        """The view's parts: each section's rows and last row, the figures, the charts."""
+        parts_of = templates.env.get_template("fairness_parts.html").module
+        admin = who.has_role("admin")
+        points = board.cached(f"history:{app_name}", 5.0, lambda: fairness.history(q, app_name))
+        started_hour = sum(p.started for p in points)
+        parts: dict[str, str] = {
+            "figures": str(parts_of.figures(view, started_hour)),  # type: ignore[attr-defined]
+            "charts": str(parts_of.charts(  # type: ignore[attr-defined]
+                charts.throughput_chart(points), charts.latency_chart(points)
+            )),
+        }  # fmt: skip
+        layout: dict[str, list[str]] = {}
+        for s in view.sections:
+            ids = []
+            for r in s.rows:
+                part_id = f"{s.name}/{r.tenant}"
+                parts[part_id] = str(parts_of.row(r, s.name, app_name, admin, percentile_label))  # type: ignore[attr-defined]
+                ids.append(part_id)
+            parts[f"{s.name}:last"] = str(parts_of.last(s, app_name, search, limit))  # type: ignore[attr-defined]
+            layout[s.name] = [*ids, f"{s.name}:last"]
+        return LiveParts(parts, layout), started_hour
+
     @app.get("/apps/{app_name}/fairness", include_in_schema=False)
-    def fairness_page(request: Request, app_name: str, done: str = "") -> Response:
+    def fairness_page(
+        request: Request,
+        app_name: str,
+        done: str = "",
+        section: str = "",
+        cursor: str = "",
+        search: str = "",
+        limit: str = "",
+    ) -> Response:
         who, refused = admit(request, app_name)
         if refused is not None:
             return refused
         assert who is not None
-        check_name("app", app_name)
-        view = board.cached(
-            f"fairness:{app_name}",
-            2.0,
-            lambda: fairness.fairness(q, app_name, q.pauses.of_app(app_name)),
-        )
-        points = board.cached(f"history:{app_name}", 5.0, lambda: fairness.history(q, app_name))
+        view = view_of(app_name, section, cursor, search, limit)
+        if isinstance(view, Response):
+            return view
+        live, _ = live_of(app_name, who, view, search, _page_size(section, search, limit))
+        query = urlencode(
+            {k: v for k, v in (("section", section), ("cursor", cursor), ("search", search),
+                               ("limit", limit)) if v}
+        )  # fmt: skip
         return page(
-            request, "fairness.html", who, app=app_name, view=view, done=done,
-            pauses=list(q.pauses.of_app(app_name).pauses),
-            throughput=charts.throughput_chart(points), latency=charts.latency_chart(points),
-            started_hour=sum(p.started for p in points), label=percentile_label,
+            request, "fairness.html", who, app=app_name, view=view, done=done, live=live,
+            pauses=_app_pauses(q, app_name), section=section, search=search, query=query,
             now_ms=view.now_ms,
+        )  # fmt: skip
+
+    @app.get("/apps/{app_name}/fairness.json", include_in_schema=False)
+    def fairness_json(
+        request: Request,
+        app_name: str,
+        section: str = "",
+        cursor: str = "",
+        search: str = "",
+        limit: str = "",
+        since: str = "",
+    ) -> Response:
+        """The live refresh: 304 when the view is what ``since`` names; else the
+        sections' layout and only the parts ``since`` does not hold."""
+        who = session(request)
+        if who is None:
+            return JSONResponse({"error": "unauthenticated"}, 401)
+        if not who.allows_app(app_name):
+            return JSONResponse({"error": "forbidden", "detail": f"not app {app_name!r}"}, 403)
+        view = view_of(app_name, section, cursor, search, limit)
+        if isinstance(view, Response):
+            return view
+        live, _ = live_of(app_name, who, view, search, _page_size(section, search, limit))
+        changed = live.changed_since(since)
+        if changed is None:
+            return Response(status_code=304)
+        sections = {
+            s.name: {
+                "tenants": [r.tenant for r in s.rows],
+                "parts": live.layout[s.name],
+                "next_cursor": s.next_cursor,
+            }
+            for s in view.sections
+        }
+        return JSONResponse(
+            {"version": live.version, "sections": sections, "parts": changed,
+             "updated": str(templates.env.globals["when"](view.now_ms))},  # type: ignore[operator]
+            headers={"Cache-Control": "no-store"},
         )  # fmt: skip
 
     @app.get("/workers", include_in_schema=False)
@@ -153,6 +244,21 @@ def mount_fairness_pages(
         note = f"weight of {who_is} set to {target[1]:g}"
         where = f"/apps/{quote(app_name, safe='')}/fairness?" + urlencode({"done": note})
         return RedirectResponse(where, 303)
+
+
+def _page_size(section: str, search: str, limit: str) -> int:
+    """Rows a section shows: ``limit`` (checked digits), or 10 a section on the first
+    page, 50 on a page of one section."""
+    if limit:
+        return int(limit)
+    return fairness.FIRST if not (section or search) else fairness.PAGE
+
+
+def _app_pauses(q: Quick, app: str) -> list[Pause]:
+    """The pauses of the whole app or of a job type of it, and of every app (the cached
+    lookups a visit takes): tenants' own pauses are the view's paused section."""
+    found = PauseSet(q.pauses.app_part("").pauses + q.pauses.app_part(app).pauses)
+    return [p for p in found.pauses if p.tenant is None]
 
 
 def _weight_of(tenant: str, weight: str) -> tuple[str | None, float] | Response:

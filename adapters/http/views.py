@@ -17,7 +17,7 @@ from quickzones.clock import now_ms
 from quickzones.errors import CorruptRecord
 from quickzones.store import admin
 from quickzones.store.kv import KVTransaction, run, unpack_i64
-from quickzones.store.pages import decode_cursor, encode_cursor
+from quickzones.store.pages import decode_cursor, encode_cursor, merged_page
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId, decode_item
 
 if TYPE_CHECKING:
@@ -69,58 +69,50 @@ def app_tenants(q: Quick, app: str, search: str | None = None) -> list[str]:
 _ZONE_SKIP = 1000  # tenant keys a search may pass over, per shard, before a page ends short
 
 
+def tenant_page(
+    q: Quick,
+    app: str,
+    *,
+    limit: int,
+    cursor: str | None = None,
+    contains: str | None = None,
+    prefix: str | None = None,
+) -> tuple[list[str], str | None]:
+    """One page of an app's active zones' tenants, in name order from ``cursor``, and
+    the next page's cursor (``None``: the last page), from each shard's index of the
+    app's zones: at most ``limit + 1`` keys a shard, or with ``contains`` (a substring,
+    not a key prefix) at most ``_ZONE_SKIP`` more, after which the page ends short at
+    the last tenant every shard has read past. ``prefix`` reads only the tenants whose
+    name starts with it (a key range). No total: counting would read every zone."""
+    after = None if cursor is None else decode_cursor(b"", cursor, 1)
+    ranges = []
+    for shard in range(q.toplevel.shards):
+        begin, end = _app_index_range(q, shard, app)
+        base = begin[:-1]
+        if prefix is not None:
+            # A packed string is 0x02, its UTF-8 bytes, 0x00 (a NUL doubled): the keys
+            # of the names that start with ``prefix`` share these bytes.
+            head = base + b"\x02" + prefix.encode("utf-8").replace(b"\x00", b"\x00\xff")
+            begin, end = head, head + b"\xff"
+        ranges.append((base, begin, end))
+
+    def match(tr: KVTransaction, key: bytes, value: bytes) -> str | None:
+        tenant = str(q.keys.unpack(key)[-1])
+        return tenant if contains is None or contains in tenant else None
+
+    tenants, after_next = merged_page(
+        q.kv, ranges, limit=limit, after=after, match=match, skip=_ZONE_SKIP
+    )
+    return tenants, None if after_next is None else encode_cursor(b"", after_next)
+
+
 def zone_depth_page(
     q: Quick, app: str, *, search: str | None = None, limit: int, cursor: str | None = None
 ) -> tuple[list[ZoneDepth], str | None]:
-    """One page of an app's active zones by tenant from ``cursor``, and the next page's
-    cursor (``None``: the last page). Each shard's index of the app's zones is read from
-    the cursor's tenant on: at most ``limit + 1`` keys, or with ``search`` (a substring,
-    not a key prefix) at most ``_ZONE_SKIP`` more per shard, after which the page ends
-    short at the last tenant every shard has read past. No total: counting would read
-    every zone."""
-    after_tenant: str | None = None
-    if cursor is not None:
-        after_tenant = str(fdbtuple.unpack(decode_cursor(b"", cursor, 1))[0])
-    found: set[str] = set()
-    bound: str | None = None  # a shard stopped early: the page ends at this tenant
-    for shard in range(q.toplevel.shards):
-        begin, end = _app_index_range(q, shard, app)
-        start = begin
-        if after_tenant is not None:
-            start = begin[:-1] + fdbtuple.pack((after_tenant,)) + b"\x00"
-        matched = scanned = 0
-        while True:
-            batch = limit + 1 - matched if search is None else 100
-
-            def read(
-                tr: KVTransaction, s: bytes = start, e: bytes = end, n: int = batch
-            ) -> list[tuple[bytes, bytes]]:
-                return tr.get_range(s, e, limit=n, snapshot=True)
-
-            rows = run(q.kv, read)
-            tenant = ""
-            for key, _ in rows:
-                scanned += 1
-                start = key + b"\x00"
-                tenant = str(q.keys.unpack(key)[-1])
-                if search is None or search in tenant:
-                    found.add(tenant)
-                    matched += 1
-                    if matched > limit:
-                        break
-            if matched > limit or len(rows) < batch:
-                break
-            if scanned >= _ZONE_SKIP:
-                bound = tenant if bound is None else min(bound, tenant)
-                break
-    tenants = sorted(t for t in found if bound is None or t <= bound)
-    if len(tenants) > limit:
-        next_cursor: str | None = encode_cursor(b"", fdbtuple.pack((tenants[limit - 1],)))
-    elif bound is not None:
-        next_cursor = encode_cursor(b"", fdbtuple.pack((bound,)))
-    else:
-        next_cursor = None
-    return zone_depths_of(q, app, tenants[:limit]), next_cursor
+    """One page of an app's active zones by tenant from ``cursor`` (:func:`tenant_page`,
+    ``search`` a substring), and the next page's cursor (``None``: the last page)."""
+    tenants, next_cursor = tenant_page(q, app, limit=limit, cursor=cursor, contains=search)
+    return zone_depths_of(q, app, tenants), next_cursor
 
 
 def zone_depths_of(q: Quick, app: str, tenants: list[str]) -> list[ZoneDepth]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -130,3 +130,59 @@ def read_all(
         if page.next_cursor is None:
             return
         cursor = page.next_cursor
+
+
+def merged_page(
+    kv: KVStore,
+    ranges: Sequence[tuple[bytes, bytes, bytes]],
+    *,
+    limit: int,
+    after: bytes | None,
+    match: Callable[[KVTransaction, bytes, bytes], T | None],
+    skip: int,
+) -> tuple[list[T], bytes | None]:
+    """One page of a list kept in several ranges of one key shape (one per shard of a
+    top-level queue), merged in key order: ``ranges`` are (prefix, begin, end), ``after``
+    the key suffix below a prefix the previous page ended at. ``match`` turns a row into
+    what the page shows, or None to pass over it (it may read more, in the same
+    snapshot). Each range is read from ``after`` on: at most ``limit + 1`` matching rows,
+    and at most ``skip`` rows in all, after which the page ends short at the last suffix
+    every range has read past. Returns the rows and the suffix the next page starts
+    after (None: the last page)."""
+    found: list[tuple[bytes, T]] = []
+    bound: bytes | None = None  # a range stopped early: the page ends at this suffix
+    for prefix, begin, end in ranges:
+        start = begin if after is None else max(begin, prefix + after + b"\x00")
+        matched = scanned = 0
+        while True:
+            batch = max(1, min(limit + 1 - matched, skip - scanned))
+
+            def read(
+                tr: KVTransaction, s: bytes = start, e: bytes = end, n: int = batch
+            ) -> list[tuple[bytes, T | None]]:
+                rows = tr.get_range(s, e, limit=n, snapshot=True)
+                return [(key, match(tr, key, value)) for key, value in rows]
+
+            rows = run(kv, read)
+            for key, row in rows:
+                scanned += 1
+                start = key + b"\x00"
+                if row is not None:
+                    found.append((key[len(prefix) :], row))
+                    matched += 1
+                    if matched > limit:
+                        break
+            if matched > limit or len(rows) < batch:
+                break
+            if scanned >= skip:
+                last = start[len(prefix) : -1]
+                bound = last if bound is None else min(bound, last)
+                break
+    found.sort(key=lambda pair: pair[0])
+    if bound is not None:
+        found = [pair for pair in found if pair[0] <= bound]
+    if len(found) > limit:
+        next_after: bytes | None = found[limit - 1][0]
+    else:
+        next_after = bound
+    return [row for _, row in found[:limit]], next_after

@@ -23,6 +23,17 @@ writes a marker with its adds (issue 41 point 14d)::
 
 A try that finds its marker committed before and adds nothing; a flush that failed is
 tried again later with the same id and counts. Markers are cleared with the minutes.
+
+So the fairness view finds an app's busiest tenants without reading every tenant's
+counters (issue 43 point 3), each minute also keeps its tenants ordered by pickups::
+
+    (root, "m", "pickup-top", app, minute, -count, tenant) -> b""
+
+A flush reads each of its tenants' counts of the minute (snapshot reads: it conflicts
+with nothing still), moves the tenant's entry to the new count, and the first entries of
+a minute are its busiest tenants. Two consumers flushing the same tenant at once may
+each leave an entry; the reader keeps a tenant's largest, and the exact counts of the
+tenants shown come from their counters.
 """
 
 from __future__ import annotations
@@ -42,6 +53,8 @@ KEEP_MINUTES = 61  # an hour of history, and the minute under way
 _TENANT = "pickup"
 _APP = "pickup-app"
 _DONE = "pickup-done"
+_TOP = "pickup-top"
+BUSIEST_MAX = 1_000  # ranks the busiest tenants are paged through, at most
 # Counters one flush transaction adds at most: a consumer's counts kept through a long
 # outage (up to 100,000 of them, long tenant names) once outgrew a transaction's 10 MB,
 # and no flush could commit again. 1,000 of the longest names take about 0.7 MB.
@@ -90,15 +103,18 @@ def add_counts(
     kv: KVStore, keys: KeySpace, counts: Counts, now_ms: int, flush_id: str | None = None
 ) -> bool:
     """Add a consumer's gathered counts and clear its apps' minutes past the hour kept:
-    atomic adds and blind clears, one transaction (keep ``counts`` to
+    atomic adds, blind clears and a snapshot read of each (tenant, minute)'s count for
+    the busiest-tenants index, one transaction (keep ``counts`` to
     :data:`FLUSH_BATCH`). With ``flush_id`` (unique to these counts, and given again
     with the same counts and ``now_ms`` when they are tried again) it adds them once,
     whatever earlier tries did: False when one had committed them already."""
     if not counts:
         return False
     per_app: Counter[tuple[str, int, int]] = Counter()
-    for (app, _, minute, bucket), n in counts.items():
+    per_tenant: Counter[tuple[str, int, str]] = Counter()
+    for (app, tenant, minute, bucket), n in counts.items():
         per_app[(app, minute, bucket)] += n
+        per_tenant[(app, minute, tenant)] += n
     cutoff = minute_of(now_ms) - KEEP_MINUTES
     marker = None if flush_id is None else keys.meta_key(_DONE, minute_of(now_ms), flush_id)
 
@@ -108,6 +124,11 @@ def add_counts(
                 return False  # an earlier try committed (its answer was lost)
             tr.set(marker, b"")
             tr.clear_range(keys.meta_key(_DONE, 0), keys.meta_key(_DONE, cutoff))
+        for (app, minute, tenant), n in per_tenant.items():  # read before this adds
+            before = _count(tr, keys, app, minute, tenant)
+            if before:
+                tr.clear(keys.meta_key(_TOP, app, minute, -before, tenant))
+            tr.set(keys.meta_key(_TOP, app, minute, -(before + n), tenant), b"")
         for (app, tenant, minute, bucket), n in counts.items():
             tr.add(keys.meta_key(_TENANT, app, minute, tenant, bucket), pack_i64(n))
         for (app, minute, bucket), n in per_app.items():
@@ -115,9 +136,17 @@ def add_counts(
         for app in {app for app, _, _ in per_app}:
             tr.clear_range(keys.meta_key(_TENANT, app, 0), keys.meta_key(_TENANT, app, cutoff))
             tr.clear_range(keys.meta_key(_APP, app, 0), keys.meta_key(_APP, app, cutoff))
+            tr.clear_range(keys.meta_key(_TOP, app, 0), keys.meta_key(_TOP, app, cutoff))
         return True
 
     return run(kv, write)
+
+
+def _count(tr: KVTransaction, keys: KeySpace, app: str, minute: int, tenant: str) -> int:
+    """A tenant's pickups in one minute as committed (adds of this transaction are not
+    seen: the caller reads before it adds), by a snapshot read of its buckets (at most 14 keys)."""
+    begin, end = keys.meta_range(_TENANT, app, minute, tenant)
+    return sum(unpack_i64(v) for _, v in tr.get_range(begin, end, snapshot=True))
 
 
 def _rows(
@@ -148,6 +177,59 @@ def tenant_pickups(
         if isinstance(bucket, int):  # (a key of another shape is not this module's)
             out.setdefault(str(tenant), Histogram()).add(bucket, unpack_i64(value))
     return out
+
+
+def tenant_histogram(
+    tr: KVTransaction, keys: KeySpace, app: str, tenant: str, now_ms: int, minutes: int = 5
+) -> Histogram:
+    """One tenant's pickup histogram over the last ``minutes``, read in ``tr`` (snapshot):
+    a range read of at most one key per bucket for each minute, whatever the app's other
+    tenants."""
+    out = Histogram()
+    last = minute_of(now_ms)
+    for minute in range(last - minutes + 1, last + 1):
+        begin, end = keys.meta_range(_TENANT, app, minute, tenant)
+        for key, value in tr.get_range(begin, end, snapshot=True):
+            bucket = keys.unpack(key)[-1]
+            if isinstance(bucket, int):
+                out.add(bucket, unpack_i64(value))
+    return out
+
+
+def busiest(
+    kv: KVStore, keys: KeySpace, app: str, now_ms: int, minutes: int = 5, *, first: int
+) -> list[tuple[str, int]]:
+    """The app's ``first`` busiest tenants over the last ``minutes`` (at most
+    :data:`BUSIEST_MAX`), most pickups first, with their pickups as ranked: the sum of
+    their counts in each minute's first ``first`` entries. It reads ``first`` entries a
+    minute, so a tenant just outside every minute's top may be ranked below its due:
+    the ranking is of tenants busy in some minute, which is what a noisy one is."""
+    first = min(first, BUSIEST_MAX)
+    last = minute_of(now_ms)
+
+    def read(tr: KVTransaction) -> list[tuple[bytes, bytes]]:
+        rows: list[tuple[bytes, bytes]] = []
+        for minute in range(last - minutes + 1, last + 1):
+            begin, end = keys.meta_range(_TOP, app, minute)
+            rows += tr.get_range(begin, end, limit=first, snapshot=True)
+        return rows
+
+    best: dict[tuple[int, str], int] = {}
+    for key, _ in run(kv, read):
+        *_, minute, negative, tenant = keys.unpack(key)
+        if isinstance(minute, int) and isinstance(negative, int):
+            slot = (minute, str(tenant))
+            best[slot] = max(best.get(slot, 0), -negative)
+    totals: Counter[str] = Counter()
+    for (_, tenant), n in best.items():
+        totals[tenant] += n
+    ranked = sorted(totals.items(), key=lambda kv_: (-kv_[1], kv_[0]))
+    return ranked[:first]
+
+
+def app_total(kv: KVStore, keys: KeySpace, app: str, now_ms: int, minutes: int = 5) -> int:
+    """The app's pickups over the last ``minutes`` (its per-minute counters)."""
+    return sum(h.total for _, h in app_history(kv, keys, app, now_ms, minutes))
 
 
 def app_history(

@@ -25,7 +25,6 @@ from quickzones.consumer.config import ConsumerConfig
 from tests.waiting import wait_for
 
 from .conftest import serve_process
-from .test_dashboard_browser import browser  # noqa: F401  (the fixture)
 
 sync_api = pytest.importorskip("playwright.sync_api")
 DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
@@ -42,12 +41,13 @@ def _sign_in(chromium: Any, url: str, token: str) -> Any:
 
 
 def _cell(page: Any, tenant: str, col: str) -> str:
-    return str(page.locator(f"tr[data-tenant='{tenant}'] td[data-col='{col}']").inner_text())
+    # A tenant may be in several sections (waiting longest and noisiest): its rows agree.
+    return str(page.locator(f"tr[data-tenant='{tenant}'] td[data-col='{col}']").first.inner_text())
 
 
 def test_fairness_view_workers_page_and_pause_under_a_noisy_neighbour(
     tmp_path: Path,
-    browser: Any,  # noqa: F811
+    browser: Any,
 ) -> None:
     store = f"sqlite:///{tmp_path / 'fair.db'}"
     q = Quick.open(store)
@@ -88,11 +88,15 @@ def test_fairness_view_workers_page_and_pause_under_a_noisy_neighbour(
             page = _sign_in(browser, url, operator)
             page.click("text=a: fairness")
             page.wait_for_selector("h1:has-text('Fairness of a')")
-            noisy_row = page.locator("tr[data-tenant='noisy']")
+            # The live refresh brings the noisy tag and the small tenants' pickups in as
+            # they reach the store (only the rows that changed).
+            noisy_row = page.locator("table[data-section='noisy'] tr[data-tenant='noisy']")
             sync_api.expect(noisy_row.locator(".tag.noisy")).to_have_count(1, timeout=30_000)
             for tenant in SMALL:  # each small tenant's pickups reached the store
                 sync_api.expect(
-                    page.locator(f"tr[data-tenant='{tenant}'] td[data-col='p99']")
+                    page.locator(
+                        f"table[data-section='noisy'] tr[data-tenant='{tenant}'] td[data-col='p99']"
+                    )
                 ).to_have_text(_bound_pattern(), timeout=30_000)
             assert int(_cell(page, "noisy", "queued")) > 0
             assert _cell(page, "noisy", "weight") == "1"  # no weight stored yet
@@ -135,7 +139,7 @@ def test_fairness_view_workers_page_and_pause_under_a_noisy_neighbour(
 
             # A job type of the app, paused from the form under the table and resumed
             # from the list of pauses.
-            page.select_option("#pause-type select", "work")
+            page.fill("#pause-type input[name=job_type]", "work")
             page.click("#pause-type button")
             page.click("#confirm")
             sync_api.expect(page.locator("#done")).to_have_text("paused app=a job_type=work")
@@ -153,7 +157,7 @@ def test_fairness_view_workers_page_and_pause_under_a_noisy_neighbour(
             sync_api.expect(page.locator("#done")).to_have_text("weight of tenant noisy set to 3")
             assert [(w.tenant, w.weight) for w in q.weights()] == [("noisy", 3.0)]
             sync_api.expect(
-                page.locator("tr[data-tenant='noisy'] td[data-col='weight']")
+                page.locator("tr[data-tenant='noisy'] td[data-col='weight']").first
             ).to_have_text("3", timeout=10_000)
 
             # A POST without the page's CSRF token is refused, cookie or not; a control
@@ -223,3 +227,33 @@ def _leased(q: Quick, tenant: str) -> int:
     _, items = views.zone_items(q, q.zone("a", tenant), offset=0, limit=1000)
     now = now_ms(q.clock)
     return sum(1 for i in items if views.item_state(i, now) == "leased")
+
+
+def test_live_refresh_replaces_only_the_rows_that_changed(
+    tmp_path: Path,
+    browser: Any,
+) -> None:
+    """Issue 43 point 3: the open fairness view polls for what changed; a tenant's new
+    items reach its row within a few seconds, and the row of a tenant nothing happened
+    to is the same element as before (not re-rendered from a whole new page)."""
+    store = f"sqlite:///{tmp_path / 'live.db'}"
+    q = Quick.open(store)
+    operator = TokenStore(q.kv, q.keys, q.clock).create_for_all_apps(["admin"])[0]
+    q.enqueue_many("work", [1, 2], app="a", tenant="one")
+    q.enqueue("work", 1, app="a", tenant="two")
+    one = "table[data-section='waiting'] tr[data-tenant='one']"
+    two = "table[data-section='waiting'] tr[data-tenant='two']"
+    try:
+        with serve_process(store) as (url, _):
+            page = _sign_in(browser, url, operator)
+            page.goto(url + "/apps/a/fairness")
+            page.wait_for_selector(two)
+            page.evaluate(f'() => {{ window.kept = document.querySelector("{two}"); }}')
+            q.enqueue_many("work", [3, 4, 5], app="a", tenant="one")
+            sync_api.expect(page.locator(f"{one} td[data-col='queued']")).to_have_text(
+                "5", timeout=15_000
+            )
+            assert page.evaluate(f'() => window.kept === document.querySelector("{two}")')
+            page.close()
+    finally:
+        q.close()

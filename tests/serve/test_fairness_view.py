@@ -1,6 +1,7 @@
 """The fairness view's figures (issue 31 point 6), read as ``quick serve`` reads them:
-the noisy rule (over a tenth of the leased items), who waits longest first, what is
-paused, and the history charts (inline SVG, every text escaped)."""
+its sections (issue 43 point 3), the noisy rule (over a tenth of the app's pickups), who
+waits longest first, what is paused and capped, and the history charts (inline SVG,
+every text escaped)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from quickzones.clock import ManualClock, now_ms
 from quickzones.store import pickups
 
 
-def test_noisy_waiting_longest_first_and_paused(clock: ManualClock) -> None:
+def test_sections_noisy_waiting_longest_first_paused_and_capped(clock: ManualClock) -> None:
     q = Quick.open("memory://", clock=clock)
     try:
         q.enqueue_many("job", list(range(20)), app="a", tenant="big")
@@ -18,20 +19,32 @@ def test_noisy_waiting_longest_first_and_paused(clock: ManualClock) -> None:
         q.enqueue_many("job", list(range(3)), app="a", tenant="small")
         clock.advance(5)
         q.enqueue("job", 1, app="a", tenant="new")
-        # A consumer holds 9 of big's items and 1 of small's: 1 of 10 is not over a tenth.
-        q.items.dequeue(q.zone("a", "big"), 9, 30_000)
-        q.items.dequeue(q.zone("a", "small"), 1, 30_000)
+        now = now_ms(clock)
+        m = pickups.minute_of(now)
+        # big: 9 of the app's 10 pickups (noisy); small: 1 of 10 is not over a tenth.
+        pickups.add_counts(q.kv, q.keys, {("a", "big", m, 3): 9, ("a", "small", m, 3): 1}, now)
         q.pause("a", "small")
         q.pause("a", job_type="job")
-        view = fairness.fairness(q, "a", q.pauses.of_app("a"))
-        rows = {r.tenant: r for r in view.rows}
-        assert [r.tenant for r in view.rows] == ["big", "small", "new"]
-        assert (rows["big"].queued, rows["big"].running, rows["big"].noisy) == (11, 9, True)
-        assert (rows["small"].queued, rows["small"].running, rows["small"].noisy) == (2, 1, False)
-        assert rows["big"].waiting_s(view.now_ms) == 10.0
-        assert (rows["small"].paused, rows["big"].paused) == ("tenant", "job")
-        assert view.running == 10 and view.job_types == ["job"]
-        assert (rows["new"].policy.weight, rows["new"].policy.limits) == ("1", "none")
+        q.set_tenant_limit("a", "new", max_running=3)
+        view = fairness.fairness(q, "a")
+        by = {s.name: s for s in view.sections}
+        assert [r.tenant for r in by["waiting"].rows] == ["big", "small", "new"]
+        assert [r.tenant for r in by["noisy"].rows] == ["big", "small"]
+        assert [r.tenant for r in by["paused"].rows] == ["small"]
+        assert [r.tenant for r in by["capped"].rows] == ["new"]
+        big, small = by["noisy"].rows
+        assert (big.queued, big.picked, big.noisy) == (20, 9, True)
+        assert (small.queued, small.picked, small.noisy) == (3, 1, False)
+        assert big.waiting_since_ms == now - 10_000
+        assert (small.paused, big.paused) == ("tenant", "job")
+        assert view.picked == 10
+        new = by["capped"].rows[0]
+        assert (new.policy.weight, new.policy.limits, new.held) == ("1", "3 running", 0)
+        only = fairness.fairness(q, "a", section="waiting", limit=2)
+        assert [r.tenant for r in only.sections[0].rows] == ["big", "small"]
+        rest = fairness.fairness(q, "a", section="waiting", cursor=only.sections[0].next_cursor)
+        assert [r.tenant for r in rest.sections[0].rows] == ["new"]
+        assert rest.sections[0].next_cursor is None
     finally:
         q.close()
 

@@ -43,6 +43,27 @@ def test_pickups_per_tenant_and_history_are_summed_atomically(q: Quick, clock: M
     assert pickups.percentile_label(250) == "≤ 250 ms"
 
 
+def test_busiest_tenants_are_read_from_each_minutes_top(q: Quick, clock: ManualClock) -> None:
+    """Issue 43 point 3: the busiest tenants of the last minutes, read from each minute's
+    top entries (not every tenant's counters); a tenant flushed by two consumers, or in
+    two minutes, ranks by its sum; the index is cleared with the minutes past the hour."""
+    now = now_ms(clock)
+    m = pickups.minute_of(now)
+    quiet = {("app", f"t{i:03d}", m, 0): 1 for i in range(200)}
+    pickups.add_counts(q.kv, q.keys, quiet, now)
+    pickups.add_counts(q.kv, q.keys, {("app", "loud", m, 0): 3, ("app", "loud", m, 4): 4}, now)
+    pickups.add_counts(q.kv, q.keys, {("app", "loud", m, 2): 5}, now)  # another consumer
+    pickups.add_counts(q.kv, q.keys, {("app", "mid", m - 1, 0): 6}, now)
+    assert pickups.busiest(q.kv, q.keys, "app", now, first=3) == [
+        ("loud", 12), ("mid", 6), ("t000", 1)
+    ]  # fmt: skip
+    assert pickups.busiest(q.kv, q.keys, "other", now, first=3) == []
+    later = now + (pickups.KEEP_MINUTES + 2) * 60_000
+    pickups.add_counts(q.kv, q.keys, {("app", "new", pickups.minute_of(later), 0): 1}, later)
+    begin, end = q.keys.meta_range("pickup-top", "app", m)
+    assert q.transact(lambda tr: tr.get_range(begin, end)) == []
+
+
 def test_heartbeats_expire_on_their_own(q: Quick, clock: ManualClock) -> None:
     now = now_ms(clock)
 
