@@ -29,9 +29,13 @@ class CancelledAnswer(BaseModel):
 @router.post("/leases/cancelled", tags=["consume"], response_model=CancelledAnswer)
 def cancelled(body: m.CompleteManyRequest, request: Request, who: Consumer) -> CancelledAnswer:
     """Which of these leased items are gone; the token must allow every item's app."""
-    q = state_of(request).q
+    state = state_of(request)
+    q = state.q
     answer = []
     for item in body.items:
         zone = q.zone(allow_app(who, item.app), item.tenant)
-        answer.append(q.items.get(zone, check_name("item_id", item.item_id)) is None)
+        gone = q.items.get(zone, check_name("item_id", item.item_id)) is None
+        if gone:  # its run ends here: the server's heartbeat stops listing it
+            state.leaser.gone(zone, item.item_id)
+        answer.append(gone)
     return CancelledAnswer(cancelled=answer)

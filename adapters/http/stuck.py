@@ -1,10 +1,11 @@
 """What the dashboard's "what is stuck" pages read (issue 45 point 4), each bounded by what
 it shows, whatever the number of tenants:
 
-* running items: a page of the running index (:mod:`quickzones.store.running`), each
-  run's holder matched to a consumer by its heartbeat (at most 1,000 records), and its
-  time so far set against its job type's p99 of the last hour (:mod:`..run_figures`,
-  a histogram of run times the store keeps per type, written when runs end);
+* running items: the live consumers' heartbeat records (:mod:`quickzones.store.heartbeats`:
+  each lists what its consumer runs now, at most 100, and ``quick serve``'s its pull
+  leases; at most 1,000 records), each item's consumer the record's, and its time so far
+  set against its job type's p99 of the last hour (:mod:`..run_figures`, a histogram of
+  run times consumers count and add with their pickup counts);
 * failed runs per job type per minute: the last hour's counters (:mod:`..run_figures`);
 * dead letters by (job type, error): the group counters (:mod:`..dead_groups`), and a
   group's requeue, at most :data:`GROUP_REQUEUE_MAX` letters a request.
@@ -17,9 +18,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from quickzones.clock import now_ms
-from quickzones.store import admin, dead_groups, heartbeats, run_figures, running
+from quickzones.store import admin, dead_groups, heartbeats, run_figures
+from quickzones.store.heartbeats import RunningItem
 from quickzones.store.pages import Page
-from quickzones.store.pickups import percentile_label
+from quickzones.store.pickups import Histogram, percentile_label
 from quickzones.store.records import DeadLetter
 
 if TYPE_CHECKING:
@@ -36,50 +38,42 @@ GROUP_READ_MAX = 1000
 
 @dataclass(frozen=True, slots=True)
 class RunningRow:
-    run: running.Running
-    consumer: str  # the consumer id, or what is known of the holder
+    run: RunningItem
+    consumer: str  # the consumer id of the record listing it
     running_ms: int
     p99: str  # the type's usual p99 as shown, "-" without enough runs
     slow: bool  # running longer than that p99
+    lapsed: bool  # its lease ran out unrenewed
 
 
-def consumer_names(q: Quick) -> dict[str, list[str]]:
-    """``host:pid`` -> the consumers beating from that process."""
-    names: dict[str, list[str]] = {}
-    for beat in heartbeats.heartbeats(q.kv, q.keys):
-        names.setdefault(f"{beat.host}:{beat.pid}", []).append(beat.consumer_id)
-    return names
+@dataclass(frozen=True, slots=True)
+class Running:
+    page: Page[RunningRow]
+    unlisted: int  # running on live consumers beyond what their records list (any app)
 
 
-def _consumer_of(holder: str, names: dict[str, list[str]]) -> str:
-    found = sorted(names.get(holder, []))
-    if len(found) == 1:
-        return found[0]
-    if found:  # several consumers in one process: which of them is not recorded
-        return f"one of {', '.join(found)}"
-    return f"{holder} (no heartbeat)"
-
-
-def running_page(q: Quick, app: str, limit: int, cursor: str | None) -> Page[RunningRow]:
+def running_page(q: Quick, app: str, limit: int, cursor: str | None) -> Running:
     """A page of ``app``'s running items, longest running first."""
     now = now_ms(q.clock)
-    page = running.running_page(q.kv, q.keys, app, now, limit=limit, cursor=cursor)
+    beats = [b for b in heartbeats.heartbeats(q.kv, q.keys) if not b.stale(now)]
+    unlisted = sum(b.running_more for b in beats)
+    page = heartbeats.running_page(beats, app, now, limit=limit, cursor=cursor)
     if not page.rows:
-        return Page([], page.next_cursor)
-    names = consumer_names(q)
-    usual = run_figures.runtimes(q.kv, q.keys, app, {r.job_type for r in page.rows}, now)
+        return Running(Page([], page.next_cursor), unlisted)
+    job_types = {r.job_type for _, r in page.rows}
+    usual = run_figures.runtimes(q.kv, q.keys, app, job_types, now)
     rows = []
-    for r in page.rows:
-        histogram = usual[r.job_type]
+    for beat, r in page.rows:
+        histogram = Histogram(usual[r.job_type])
         p99 = histogram.percentile(0.99) if histogram.total >= MIN_RUNS else None
         ran = max(0, now - r.since_ms)
         rows.append(
             RunningRow(
-                r, _consumer_of(r.holder, names), ran, percentile_label(p99),
-                slow=p99 is not None and ran > p99,
+                r, beat.consumer_id, ran, percentile_label(p99),
+                slow=p99 is not None and ran > p99, lapsed=r.lapsed(now),
             )
         )  # fmt: skip
-    return Page(rows, page.next_cursor)
+    return Running(Page(rows, page.next_cursor), unlisted)
 
 
 @dataclass(frozen=True, slots=True)

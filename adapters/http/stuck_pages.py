@@ -16,7 +16,7 @@ from fastapi import FastAPI, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
 from quickzones.adapters.http import charts, stuck
-from quickzones.store import dead_groups
+from quickzones.store import dead_groups, heartbeats
 from quickzones.store.validation import check_name
 
 if TYPE_CHECKING:
@@ -46,8 +46,9 @@ def mount_stuck_pages(
         check_name("app", app_name)
         found = stuck.running_page(q, app_name, _PAGE, cursor or None)
         return page(
-            request, "running.html", who, app=app_name, rows=found.rows, cursor=cursor,
-            next_cursor=found.next_cursor, min_runs=stuck.MIN_RUNS,
+            request, "running.html", who, app=app_name, rows=found.page.rows, cursor=cursor,
+            next_cursor=found.page.next_cursor, min_runs=stuck.MIN_RUNS,
+            unlisted=found.unlisted, listed_max=heartbeats.RUNNING_MAX,
         )  # fmt: skip
 
     @app.get("/apps/{app_name}/errors", include_in_schema=False)

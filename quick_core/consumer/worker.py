@@ -253,6 +253,7 @@ class Worker:
             job_type=job.name,
             seconds=time.monotonic() - started,
             ok=ok,
+            cluster=work.cluster,
         )
 
     def _log_failure(

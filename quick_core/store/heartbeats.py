@@ -8,20 +8,71 @@ A consumer rewrites its own record every few seconds (blind writes: no conflicts
 record whose beat is older than :data:`STALE_BEATS` periods is shown stale; one older than
 its ``expires`` is cleared by whichever consumer beats next, so records of consumers that
 died expire on their own.
+
+A record also carries what its consumer runs now (issue 45 point 4): each running item's
+app, tenant, id, job type, attempt, since when and its lease's end, the longest running
+first, at most :data:`RUNNING_MAX` of them (and :data:`RUNNING_BYTES`, so a record of
+long names still fits a value), with a count of those left out. ``quick serve`` beats
+the same way for the items its pull leases hold for remote workers. So the dashboard
+lists an app's running items from the live records alone (:func:`running_page`), at most
+consumers x :data:`RUNNING_MAX` of them, and a started item costs no write of its own.
 """
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+import fdb.tuple as fdbtuple
 import msgpack
 
+from quickzones.errors import InvalidArgument
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, run
+from quickzones.store.pages import Page, decode_cursor, encode_cursor
+from quickzones.store.records import ZoneId
 
 STALE_BEATS = 3  # beats missed before a consumer is shown stale
 EXPIRE_AFTER_MS = 10 * 60_000  # a record not renewed for this long is cleared
 _NAME = "consumer"
+RUNNING_MAX = 100  # running items a record lists at most
+RUNNING_BYTES = 50_000  # and their encoded size at most (a value holds 100,000 bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class RunningItem:
+    """One item a consumer runs now (or ``quick serve`` holds for a remote worker)."""
+
+    zone: ZoneId
+    item_id: str
+    job_type: str
+    attempts: int
+    since_ms: int  # its run started (a pull lease: the item was leased)
+    lease_until_ms: int
+
+    def lapsed(self, at_ms: int) -> bool:
+        """Its lease ran out unrenewed (its holder stalled; it may still extend it)."""
+        return self.lease_until_ms <= at_ms
+
+    def _row(self) -> list[object]:
+        z = self.zone
+        return [z.app, z.tenant, self.item_id, self.job_type, self.attempts, self.since_ms,
+                self.lease_until_ms]  # fmt: skip
+
+
+def listed(running: Iterable[RunningItem]) -> tuple[tuple[RunningItem, ...], int]:
+    """What a record lists of ``running``: the longest running first, within
+    :data:`RUNNING_MAX` and :data:`RUNNING_BYTES`; and how many are left out."""
+    ordered = sorted(running, key=lambda r: (r.since_ms, r.zone.tenant, r.item_id))
+    kept: list[RunningItem] = []
+    size = 0
+    for r in ordered[:RUNNING_MAX]:
+        size += len(msgpack.packb(r._row()))
+        if size > RUNNING_BYTES:
+            break
+        kept.append(r)
+    return tuple(kept), len(ordered) - len(kept)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +89,8 @@ class Heartbeat:
     apps: tuple[str, ...] | None  # routed to these apps; None: every app
     job_types: tuple[str, ...] | None
     scanner: tuple[str, ...]  # clusters whose in-order scanner lease it holds
+    running: tuple[RunningItem, ...] = ()  # longest running first (:func:`listed`)
+    running_more: int = 0  # running and left out of ``running``
 
     def stale(self, at_ms: int) -> bool:
         return at_ms - self.beat_ms > STALE_BEATS * self.interval_ms
@@ -61,9 +114,21 @@ def _encode(b: Heartbeat) -> bytes:
             "apps": None if b.apps is None else list(b.apps),
             "types": None if b.job_types is None else list(b.job_types),
             "scanner": list(b.scanner),
+            "running": [r._row() for r in b.running],
+            "running_more": b.running_more,
         }
     )
     return packed
+
+
+def _running(rows: list[list[object]]) -> tuple[RunningItem, ...]:
+    return tuple(
+        RunningItem(
+            ZoneId(str(app), str(tenant)), str(item_id), str(job_type), int(str(attempts)),
+            int(str(since)), int(str(until)),
+        )
+        for app, tenant, item_id, job_type, attempts, since, until in rows
+    )  # fmt: skip
 
 
 def _decode(consumer_id: str, raw: bytes) -> Heartbeat | None:
@@ -78,6 +143,8 @@ def _decode(consumer_id: str, raw: bytes) -> Heartbeat | None:
             None if o["apps"] is None else tuple(map(str, o["apps"])),
             None if o["types"] is None else tuple(map(str, o["types"])),
             tuple(map(str, o["scanner"])),
+            _running(o.get("running", [])),  # a record of a version before: none
+            int(o.get("running_more", 0)),
         )  # fmt: skip
     except (ValueError, TypeError, KeyError, msgpack.ExtraData):
         return None
@@ -119,3 +186,41 @@ def heartbeats(kv: KVStore, keys: KeySpace) -> list[Heartbeat]:
         if record is not None:
             out.append(record)
     return out
+
+
+def running_page(
+    beats: Iterable[Heartbeat],
+    app: str,
+    now_ms: int,
+    *,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> Page[tuple[Heartbeat, RunningItem]]:
+    """One page of ``app``'s running items listed by the live (not stale) records
+    ``beats``, each with the record listing it, longest running first, from ``cursor``.
+    An item two records list (its lease lapsed on one consumer and another took it) is
+    shown with the newer run."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidArgument("limit", limit, "must be a whole number of at least 1")
+    start = b"" if cursor is None else decode_cursor(b"", cursor, 3)
+    newest: dict[tuple[str, str], tuple[Heartbeat, RunningItem]] = {}
+    for beat in beats:
+        if beat.stale(now_ms):
+            continue
+        for r in beat.running:
+            if r.zone.app != app:
+                continue
+            seen = newest.get((r.zone.tenant, r.item_id))
+            if seen is None or seen[1].since_ms < r.since_ms:
+                newest[(r.zone.tenant, r.item_id)] = (beat, r)
+    ordered = sorted(((_order(r), (b, r)) for b, r in newest.values()), key=lambda x: x[0])
+    keys = [key for key, _ in ordered]
+    at = bisect.bisect_right(keys, start) if cursor is not None else 0
+    shown = ordered[at : at + limit]
+    more = at + limit < len(ordered)
+    return Page([row for _, row in shown], encode_cursor(b"", shown[-1][0]) if more else None)
+
+
+def _order(r: RunningItem) -> bytes:
+    """A running item's place in a page (and its cursor): since when, tenant, id."""
+    return bytes(fdbtuple.pack((r.since_ms, r.zone.tenant, r.item_id)))

@@ -3,32 +3,29 @@ which consumer, flagged when it runs longer than its job type's usual p99; faile
 per job type per minute; dead letters grouped by job type and error, a group requeued
 from one confirmed click, a bounded number per request. Over HTTP with a real server, a
 real consumer where who runs what matters, and in headless Chromium for the screenshots
-kept in ``docs/img/``."""
+kept in ``docs/img/`` (test_dashboard_stuck_browser.py)."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from quickzones.adapters.http import TokenStore, create_app
+from quickzones.adapters.http.client import RemoteLease, RemoteQuick
 from quickzones.client import Quick
 from quickzones.consumer.config import ConsumerConfig
-from quickzones.registry import RetryPolicy
 from quickzones.store import admin as admin_reads
+from quickzones.store import heartbeats
 from tests.waiting import wait_for
 
 from .conftest import ServerThread
-
-DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -96,56 +93,82 @@ def test_running_items_show_since_when_and_on_which_consumer_and_the_slow_are_fl
         consumer.stop()
 
 
+def _serve(q: Quick) -> tuple[FastAPI, Callable[[], None]]:
+    """A server and its heartbeat, driven here (it beats every few seconds on its own)."""
+    app = create_app(q)
+    return app, app.state.quick.leaser.heartbeats.beat_once
+
+
+def _lease(rq: RemoteQuick, n: int) -> list[RemoteLease]:
+    leased: list[RemoteLease] = []
+    while len(leased) < n:
+        leased += rq.lease(n - len(leased), app="shop", wait_s=2, lease_s=600)
+    return leased
+
+
 def test_the_running_list_is_paged_and_forgets_runs_that_ended(q: Quick) -> None:
+    """Items ``quick serve`` leased to a remote worker: its own heartbeat record lists
+    them, so they show as a consumer's do, the server as their consumer."""
     for n in range(60):
         q.enqueue("sync", {"n": n}, app="shop", tenant=f"tenant-{n:02}")
-    leased = []
-    for n in range(60):
-        items, _ = q.zones.dequeue(q.zone("shop", f"tenant-{n:02}"), 1, 600_000)
-        leased.append((f"tenant-{n:02}", items[0]))
     tokens = TokenStore(q.kv, q.keys, q.clock)
     viewer = tokens.create("shop", ["view"])[0]
-    with ServerThread(create_app(q)) as server:
+    worker = tokens.create("shop", ["consume"])[0]
+    app, beat = _serve(q)
+    with ServerThread(app) as server, RemoteQuick(server.url, worker) as rq:
+        leased = _lease(rq, 60)
+        beat()
         client, _ = _signed_in(server.url, viewer)
         first = client.get("/apps/shop/running").text
         assert len(_rows(first, "data-item")) == 50
+        assert first.count(f'data-col="consumer">{app.state.quick.leaser.name}<') == 50
         cursor = re.search(r'href="\?cursor=([^"]+)" rel="next"', first)
         assert cursor is not None
         second = client.get(f"/apps/shop/running?cursor={cursor[1]}").text
         assert len(_rows(second, "data-item")) == 10
         assert not set(_rows(first, "data-item")) & set(_rows(second, "data-item"))
-        # Completed, failed and cancelled runs leave the list.
-        (t0, i0), (t1, i1), (t2, i2) = leased[:3]
-        q.zones.complete(q.zone("shop", t0), i0.item_id, i0.lease_id)
-        q.zones.requeue(q.zone("shop", t1), i1.item_id, i1.lease_id or "", 60_000, error="x")
-        q.cancel("shop", t2, i2.item_id)
+        # Completed, failed and cancelled runs leave the list at the server's next beat.
+        done, failed, cancelled = leased[:3]
+        rq.complete(done)
+        rq.nack(failed, 60, error="x")
+        q.cancel("shop", cancelled.tenant, cancelled.item_id)
+        assert rq.cancelled([cancelled]) == [True]  # as its remote worker asks
+        beat()
         shown = []
         page = client.get("/apps/shop/running").text
         shown += _rows(page, "data-item")
         cursor = re.search(r'href="\?cursor=([^"]+)" rel="next"', page)
         assert cursor is not None
         shown += _rows(client.get(f"/apps/shop/running?cursor={cursor[1]}").text, "data-item")
-        assert sorted(shown) == sorted(i.item_id for _, i in leased[3:])
+        assert sorted(shown) == sorted(x.item_id for x in leased[3:])
         bad = client.get("/apps/shop/running?cursor=nonsense")
         assert bad.status_code == 400 and "cursor" in bad.text
+        # Nothing held: the server keeps no record (it is no consumer without leases).
+        rq.complete_many(leased[3:])
+        beat()
+        assert _rows(client.get("/apps/shop/running").text, "data-item") == []
+        assert heartbeats.heartbeats(q.kv, q.keys) == []
 
 
 def test_failed_runs_are_charted_per_job_type_and_minute(q: Quick) -> None:
-    zone = q.zone("shop", "acme")
+    """Failed runs a remote worker reports through ``quick serve``, counted by the server
+    as a consumer counts its own and added with its heartbeat."""
     for n in range(5):
         q.enqueue("email" if n < 3 else "sms", {"n": n}, app="shop", tenant="acme")
-    items, _ = q.zones.dequeue(zone, 5, 600_000)
-    for item in items:
-        if item.job_type == "email":  # a retry: the run raised
-            q.zones.requeue(zone, item.item_id, item.lease_id or "", 60_000, error="boom")
-        else:  # out of attempts: dead-lettered by its holder
-            q.zones.dead_letter(zone, item.item_id, item.lease_id, "ValueError: bad number 7")
-    ok = q.enqueue("email", {}, app="shop", tenant="other")
-    [done], _ = q.zones.dequeue(q.zone("shop", "other"), 1, 600_000)
-    q.zones.complete(q.zone("shop", "other"), ok, done.lease_id)  # a success counts nothing
+    q.enqueue("email", {}, app="shop", tenant="other")
     tokens = TokenStore(q.kv, q.keys, q.clock)
     viewer = tokens.create("shop", ["view"])[0]
-    with ServerThread(create_app(q)) as server:
+    worker = tokens.create("shop", ["consume"])[0]
+    app, beat = _serve(q)
+    with ServerThread(app) as server, RemoteQuick(server.url, worker) as rq:
+        for lease in _lease(rq, 6):
+            if lease.tenant == "other":  # a success counts nothing
+                rq.complete(lease)
+            elif lease.job_type == "email":  # a retry: the run raised
+                rq.nack(lease, 60, error="boom")
+            else:  # out of attempts: dead-lettered by its holder
+                rq.fail(lease, "ValueError: bad number 7")
+        beat()
         client, _ = _signed_in(server.url, viewer)
         page = client.get("/apps/shop/errors").text
         assert "<svg" in page and "Failed runs per minute" in page
@@ -227,90 +250,3 @@ def test_dead_letters_are_grouped_and_a_group_is_requeued_a_bounded_part_at_a_ti
         q.purge_dead_letters(app="shop", job_type="sms")
         page = client.get("/apps/shop/dead-letters/groups").text
         assert "sms:" not in page
-
-
-def test_the_pages_in_a_browser(tmp_path: Path) -> None:
-    if CHROMIUM is None:
-        if os.environ.get("CI") or os.environ.get("QUICK_REQUIRE_BROWSER"):
-            pytest.fail("chromium is not installed (scripts/test installs it)", pytrace=False)
-        pytest.skip("chromium is not installed (apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    q = Quick.open(f"sqlite:///{tmp_path / 'dash.db'}")
-    release = threading.Event()
-    ran = {"n": 0}
-
-    @q.job("export")
-    def export(payload: Any, ctx: Any) -> None:
-        if payload.get("block"):
-            release.wait(timeout=120)
-        ran["n"] += 1
-
-    @q.job("email", retry=RetryPolicy(max_attempts=2, backoff_base_s=0.01, backoff_cap_s=0.01))
-    def email(payload: Any, ctx: Any) -> None:
-        raise LookupError(f"order {payload['order']} not found")
-
-    @q.job("sms", retry=RetryPolicy(max_attempts=1))
-    def sms(payload: Any, ctx: Any) -> None:
-        raise TimeoutError("gateway did not answer")
-
-    tokens = TokenStore(q.kv, q.keys, q.clock)
-    operator = tokens.create_for_all_apps(["admin"])[0]
-    consumer = q.consumer(ConsumerConfig(workers=6), name="consumer-1", heartbeat_s=0.2)
-    consumer.start()
-    try:
-        q.enqueue_many("export", [{}] * 30, app="shop", tenant="acme")
-        assert wait_for(lambda: ran["n"] == 30)
-        for n in range(12):
-            q.enqueue("email", {"order": 1000 + n}, app="shop", tenant=f"t{n % 3}")
-        for n in range(4):
-            q.enqueue("sms", {"n": n}, app="shop", tenant="acme")
-        for n in range(3):
-            q.enqueue("export", {"block": True}, app="shop", tenant=f"big-{n}")
-        assert wait_for(lambda: len(q.dead_letters(app="shop")) == 16)
-        with ServerThread(create_app(q)) as server:
-            page = browser_page = None
-            with sync_api.sync_playwright() as pw:
-                browser = pw.chromium.launch(
-                    executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
-                )
-                try:
-                    page = browser.new_page(viewport={"width": 1280, "height": 900})
-                    browser_page = page
-                    page.goto(server.url + "/login")
-                    page.fill("#token", operator)
-                    page.click("#sign-in")
-                    page.wait_for_selector("h1:has-text('Overview')")
-                    page.click("text=shop: running")
-                    page.wait_for_selector("h1:has-text('Running in shop')")
-                    sync_api.expect(page.locator("tr[data-item]")).to_have_count(3, timeout=30_000)
-                    sync_api.expect(page.locator("tr.slow")).to_have_count(3, timeout=30_000)
-                    consumers = page.locator("td[data-col=consumer]").all_inner_texts()
-                    assert consumers == ["consumer-1"] * 3
-                    DOCS_IMG.mkdir(parents=True, exist_ok=True)
-                    page.screenshot(path=str(DOCS_IMG / "serve-running.png"), full_page=True)
-
-                    page.click("text=shop: errors")
-                    page.wait_for_selector("h1:has-text('Failed runs in shop')")
-                    assert page.locator("svg.chart rect[data-errors]").count() >= 2
-                    hour = page.locator("tr[data-type=email] td[data-col=hour]")
-                    assert hour.inner_text() == "24"
-                    page.screenshot(path=str(DOCS_IMG / "serve-errors.png"), full_page=True)
-
-                    page.click("text=Dead letters by error")
-                    page.wait_for_selector("h1:has-text('Dead letters of shop by error')")
-                    group = page.locator("tr[data-group='email: LookupError: order # not found']")
-                    assert group.locator("td[data-col=count]").inner_text() == "12"
-                    page.screenshot(
-                        path=str(DOCS_IMG / "serve-dead-letter-groups.png"), full_page=True
-                    )
-                    group.locator("[data-requeue-group]").click()
-                    page.wait_for_selector("h1:has-text('Requeue 12 dead letters')")
-                    page.click("#confirm")
-                    sync_api.expect(page.locator("#done")).to_contain_text("requeued 12")
-                finally:
-                    del browser_page
-                    browser.close()
-    finally:
-        release.set()
-        consumer.stop()
-        q.close()
