@@ -63,6 +63,9 @@ def bench(session: nox.Session) -> None:
     session.install("-e", ".[dev]", "-r", "bench/requirements.txt")
     _fdb_binding(session)
     session.run("python", "-m", "bench", *session.posargs)
+    # What users see beside the peers, the table docs/performance.md leads with (single
+    # enqueues, quick worker --workers 4 with its defaults, 3 runs): <ts>-peers-users/.
+    session.run("python", "-m", "bench.peers_users")
     # Delayed items' lateness (exact timers): bench/results/<ts>-lateness/.
     session.run("python", "-m", "bench.delayed_lateness")
     # Small tenants' pickup under a noisy neighbour, 10 runs: bench/results/<ts>-noisy/.
@@ -81,6 +84,10 @@ def bench(session: nox.Session) -> None:
     # Application transactions that enqueue, Quick.enqueue_on against a plain INSERT, 8
     # threads, W = 50 and 0 ms: bench/results/README.md says how a cited run is kept.
     session.run("python", "-m", "bench.pg_app_txn", "--seconds", "20", "--runs", "3")
+    # A million other tenants (each had an item once, 100,000 with settings) beside none:
+    # app b's drain and noisy neighbour, one-item tenants, quick serve's pages and RSS; the
+    # big store is built once into bench/results/.cache/: <ts>-tenant-scale/.
+    session.run("python", "-m", "bench.tenant_scale")
 
 
 @nox.session(python="3.11")

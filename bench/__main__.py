@@ -7,7 +7,9 @@ leaves untracked; ``--publish`` also copies the report to ``bench/REPORT.md``, t
 report (``bench/results/README.md`` says how a run the docs cite is kept).
 
 Standalone runs beside these sections, each ``python -m bench.<name>`` and each run by
-``nox -s bench``: ``delayed_lateness``, ``noisy_pickup``, ``demo``, ``postgres_peer``,
+``nox -s bench``: ``peers_users`` (what users see beside the peers: single enqueues,
+``quick worker`` with its defaults; the peers section keeps its tuned profiles and batch
+enqueues), ``delayed_lateness``, ``noisy_pickup``, ``demo``, ``postgres_peer``,
 ``postgres_pickup``, ``pg_long_txn`` (PostgreSQL beside a long transaction).
 """
 

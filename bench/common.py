@@ -119,28 +119,37 @@ def machine() -> dict[str, Any]:
 
 # --- the per-job record file -----------------------------------------------------------
 
-_out_fd: int | None = None
-_out_key: tuple[int, str] | None = None
+# Per environment variable naming a record file: the process that opened it, the path,
+# the O_APPEND fd. Reopened after a fork or when a later experiment in this process names
+# a new file.
+_fds: dict[str, tuple[int, str, int]] = {}
+
+
+def _append(var: str, line: str) -> None:
+    pid, path = os.getpid(), os.environ[var]
+    held = _fds.get(var)
+    if held is None or held[:2] != (pid, path):
+        if held is not None and held[0] == pid:
+            os.close(held[2])
+        held = _fds[var] = (pid, path, os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT))
+    os.write(held[2], line.encode())
 
 
 def record_start(
     tenant: str, enq_ts: float, due_ts: float, work_ms: float = 0.0, item_id: str = ""
 ) -> None:
     """Called first thing in every benchmark job: one line ``tenant enq due start``, with
-    the item's id as a fifth field when given (to count items run twice or never)."""
-    global _out_fd, _out_key
+    the item's id as a fifth field when given (to count items run twice or never). Where
+    the worker's environment names ``BENCH_END_OUT`` (:mod:`bench.peers_users`), the job's
+    end is appended there too, ``tenant end``, once its work is done: a drain is timed to
+    the last job's end, not its start."""
     start = time.time()
-    # Reopen after a fork or when a later experiment in this process names a new file.
-    key = (os.getpid(), os.environ["BENCH_OUT"])
-    if _out_fd is None or _out_key != key:
-        if _out_fd is not None and _out_key is not None and _out_key[0] == key[0]:
-            os.close(_out_fd)
-        _out_fd = os.open(key[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        _out_key = key
     tail = f" {item_id}" if item_id else ""
-    os.write(_out_fd, f"{tenant} {enq_ts:.6f} {due_ts:.6f} {start:.6f}{tail}\n".encode())
+    _append("BENCH_OUT", f"{tenant} {enq_ts:.6f} {due_ts:.6f} {start:.6f}{tail}\n")
     if work_ms:
         time.sleep(work_ms / 1000)
+    if os.environ.get("BENCH_END_OUT"):
+        _append("BENCH_END_OUT", f"{tenant} {time.time():.6f}\n")
 
 
 @dataclass(slots=True)
@@ -182,6 +191,15 @@ def wait_for_lines(path: Path, n: int, timeout_s: float, poll_s: float = 0.01) -
             return time.time()
         time.sleep(poll_s)
     return float("nan")
+
+
+def read_ends(path: Path) -> list[float]:
+    """The job ends :func:`record_start` appended to ``BENCH_END_OUT``."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    return [float(parts[1]) for parts in map(str.split, text.splitlines()) if len(parts) == 2]
 
 
 def last_start(path: Path) -> float:

@@ -46,6 +46,7 @@ from bench.common import (
     wait_for_lines,
 )
 from bench.quickrun import JOB, config_to_json, open_quick, throughput_config
+from quickzones.store.kv import KVTransaction
 
 TENANT = "alone"
 
@@ -71,14 +72,18 @@ def _cpu_s(pid: int) -> float:
 last_cpu: dict[str, float] = {}
 
 
-def _drain(cmd: list[str], env: dict[str, str], out: Path, n: int, logf: Path) -> float:
+def _drain(
+    cmd: list[str], env: dict[str, str], out: Path, n: int, logf: Path, timeout_s: float = 120.0
+) -> float:
+    """The worker ``cmd``'s rate over the n records it writes to ``out``; NaN when they are
+    not all there within ``timeout_s``."""
     with open(logf, "ab") as lf:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=lf, stderr=lf)
     last_cpu.clear()
     try:
         wait_for_lines(out, 1, 120, poll_s=0.002)
         cpu0, k0 = _cpu_s(proc.pid), count_lines(out)
-        wait_for_lines(out, n, 120, poll_s=0.002)
+        wait_for_lines(out, n, timeout_s, poll_s=0.002)
         k1 = count_lines(out)
         last_cpu["per_1000"] = (_cpu_s(proc.pid) - cpu0) * 1000 / max(1, k1 - k0)
         return _rate(out, n)
@@ -96,17 +101,26 @@ last_events: dict[str, Any] = {}
 EVENTS = ("visited", "one_transaction_visit_conflict", "pointer_lease_failed", "completed")
 
 
-def _store_backlog(url: str, n: int, work: Path) -> Path:
+def _store_backlog(url: str, n: int, work: Path, spread: bool = False) -> Path:
     """The lone tenant's ``n`` items, stored before any consumer starts; returns the
-    (emptied) file the jobs record their starts in."""
+    (emptied) file the jobs record their starts in. ``spread``: one item in each of ``n``
+    tenants instead (bench.tenant_scale), 1,000 enqueues a transaction; their records
+    still say TENANT, so the rate counts them all."""
     out = work / "records.txt"
     out.write_bytes(b"")
     q = open_quick(url)
     t = time.time()
-    for i in range(0, n, 100):
-        q.enqueue_many(
-            JOB, [{"t": TENANT, "e": t, "d": t}] * min(100, n - i), app="b", tenant=TENANT
-        )
+    payload = {"t": TENANT, "e": t, "d": t}
+    for i in range(0, n, 1000 if spread else 100):
+        if spread:
+
+            def some(tr: KVTransaction, first: int = i) -> None:
+                for k in range(first, min(n, first + 1000)):
+                    q.enqueue(JOB, payload, app="b", tenant=f"one-{k:07d}", tr=tr)
+
+            q.transact(some)
+        else:
+            q.enqueue_many(JOB, [payload] * min(100, n - i), app="b", tenant=TENANT)
     q.close()
     return out
 
@@ -135,13 +149,16 @@ def quick_rate(url: str, n: int, work: Path, visit_max: int | None, one: bool = 
     return (n - 1) / (done_at - first)
 
 
-def user_rate(url: str, n: int, work: Path, workers: int = 4) -> float:
-    """``quick worker --workers N`` with its defaults, drained like Huey."""
+def user_rate(url: str, n: int, work: Path, workers: int = 4, spread: bool = False) -> float:
+    """``quick worker --workers N`` with its defaults, drained like Huey (``spread``: the
+    n items one in each of n tenants, :func:`_store_backlog`)."""
     from bench.quickrun import user_worker_cmd as worker_cmd
 
-    out = _store_backlog(url, n, work)
+    out = _store_backlog(url, n, work, spread)
     env = child_env(BENCH_OUT=str(out), QUICK_STORE=url)
-    return _drain(worker_cmd(workers), env, out, n, work / "quick-worker.log")
+    # At least 100 items/s: a 100,000-item drain (bench.tenant_scale) outlasts 120 s.
+    timeout_s = max(120.0, n / 100)
+    return _drain(worker_cmd(workers), env, out, n, work / "quick-worker.log", timeout_s)
 
 
 def huey_rate(n: int, work: Path) -> float:

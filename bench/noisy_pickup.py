@@ -45,14 +45,16 @@ FIELDS = ("small_p50", "small_p99", "small_max", "small_p99_after_burst", "noisy
 WORKERS = 4  # the user's quick worker and Huey's threads (--workers)
 
 
-def _quick_user(workdir: Path, workers: int) -> Peer:
+def quick_user(workdir: Path, workers: int, store: str | None = None) -> Peer:
+    """``quick worker --workers N`` with its defaults; ``store``: on that store URL
+    instead of a fresh SQLite file (:class:`QuickPeer`'s ``store``)."""
     from bench.peers.quick_peer import QuickPeer
     from bench.quickrun import user_worker_cmd as worker_cmd
 
     def command(url: str, _config: str) -> list[str]:
         return ["env", f"QUICK_STORE={url}", *worker_cmd(workers)]
 
-    peer = QuickPeer(workdir, "sqlite", consumer=command)
+    peer = QuickPeer(workdir, "sqlite", consumer=command, store=store)
     peer.config = f"quick worker --workers {workers} (defaults)"
     return peer
 
@@ -63,7 +65,7 @@ NOISY_CAP = 2  # issue 31's target: the noisy tenant capped at 2 running items
 def _quick_capped(workdir: Path, workers: int) -> Peer:
     """``quick-sqlite`` with a per-tenant limit on the noisy tenant (at most NOISY_CAP of
     its items running across consumers), set in the store before the worker starts."""
-    peer = _quick_user(workdir, workers)
+    peer = quick_user(workdir, workers)
     start = peer.start_worker
 
     def start_capped() -> None:
@@ -92,18 +94,22 @@ def _huey(workdir: Path, workers: int) -> Peer:
 
 
 SYSTEMS: dict[str, Callable[[Path, int], Peer]] = {
-    "quick-sqlite": _quick_user,
+    "quick-sqlite": quick_user,
     "quick-sqlite-capped": _quick_capped,
     "quick-sqlite-profile": _quick_profile,
     "huey-sqlite": _huey,
 }
 
 
-def one_run(make: Callable[[Path, int], Peer], workers: int = WORKERS) -> dict[str, float]:
+def one_run(
+    make: Callable[[Path, int], Peer], workers: int = WORKERS, window_s: float = 5.0
+) -> dict[str, float]:
+    """One run of the workload (``window_s``: the small tenants' enqueue window; shorter
+    only where a test runs the bench at a tiny size)."""
     with tempfile.TemporaryDirectory(prefix="bench-noisy-") as tmp:
         peer = make(Path(tmp), workers)
         try:
-            r = w.noisy_neighbour(peer, per_small=10, window_s=5.0, work_ms=5.0)
+            r = w.noisy_neighbour(peer, per_small=10, window_s=window_s, work_ms=5.0)
         finally:
             peer.close()
     if r["ran"] != r["expected"]:

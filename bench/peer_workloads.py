@@ -2,7 +2,9 @@
 
 (i)   no-op jobs, one worker process: enqueue rate (single and the system's batch API,
       no worker running) and end-to-end rate (worker running; the producer enqueues N with
-      the batch API; rate = N / (last job start - first enqueue));
+      the batch API; rate = N / (last job start - first enqueue)); what a user sees
+      instead, single enqueues then a worker's spawn to the last job's end:
+      :func:`enqueue_then_drain`;
 (ii)  noisy neighbour: one tenant enqueues 100x as much as each of 100 small tenants; its
       share arrives as a burst at t=0 (batches of 100) while the small tenants enqueue at
       random times spread over the window; jobs sleep ``work_ms``. Enqueue-to-start p50/p99
@@ -17,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-from bench.common import latency_summary, read_records, wait_for_lines
+from bench.common import latency_summary, read_ends, read_records, wait_for_lines
 from bench.peers.base import Peer
 
 SMALL_TENANTS = 100
@@ -58,6 +60,40 @@ def end_to_end(peer: Peer, n: int, timeout_s: float = 180.0) -> float:
         peer.throughput = False
 
 
+def enqueue_then_drain(peer: Peer, n: int, tenant: str, timeout_s: float = 300.0) -> dict[str, Any]:
+    """What a user sees (:mod:`bench.peers_users`): ``n`` no-op jobs enqueued one call
+    each with no worker running (the rate of those calls), then one worker process spawned
+    and timed from just before its spawn to the last job's end, start-up included."""
+    peer.reset()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        peer.enqueue(tenant)
+    enqueue_per_s = n / (time.perf_counter() - t0)
+    peer.record_ends()
+    spawn = time.time()
+    peer.start_worker()
+    try:
+        wait_for_lines(peer.out, n, timeout_s)
+        wait_for_lines(peer.ends, n, timeout_s)
+        starts = [r.start for r in read_records(peer.out)]
+        ends = read_ends(peer.ends)
+        if len(starts) < n or len(ends) < n:
+            raise RuntimeError(f"{peer.name}: {len(ends)} of {n} jobs ended in {timeout_s} s")
+        return {
+            "enqueue_per_s": enqueue_per_s,
+            "drain": {
+                "jobs": len(ends),
+                "spawn": spawn,
+                "first_start": min(starts),
+                "last_start": max(starts),
+                "last_end": max(ends),
+                "per_s": n / (max(ends) - spawn),
+            },
+        }
+    finally:
+        peer.stop_worker()
+
+
 def noisy_neighbour(
     peer: Peer,
     per_small: int,
@@ -65,12 +101,20 @@ def noisy_neighbour(
     work_ms: float,
     seed: int = 7,
     timeout_s: float = 180.0,
+    *,
+    small_tenants: int = SMALL_TENANTS,
+    noisy_total: int | None = None,
+    noisy_batch: int = 100,
 ) -> dict[str, Any]:
+    """``small_tenants`` x ``per_small`` jobs at random times over ``window_s`` beside the
+    noisy tenant's ``noisy_total`` (100 x ``per_small`` unless given), enqueued
+    ``noisy_batch`` per call with the system's batch API, or one call per job when 1."""
     rng = random.Random(seed)
     schedule = sorted(
-        (rng.uniform(0, window_s), f"t{i}") for i in range(SMALL_TENANTS) for _ in range(per_small)
+        (rng.uniform(0, window_s), f"t{i}") for i in range(small_tenants) for _ in range(per_small)
     )
-    noisy_total = 100 * per_small
+    if noisy_total is None:
+        noisy_total = 100 * per_small
     peer.reset()
     peer.start_worker()
     try:
@@ -90,8 +134,11 @@ def noisy_neighbour(
 
         th = threading.Thread(target=small_producer)
         th.start()
-        for i in range(0, noisy_total, 100):
-            peer.enqueue_batch(NOISY, min(100, noisy_total - i), work_ms)
+        for i in range(0, noisy_total, noisy_batch):
+            if noisy_batch == 1:
+                peer.enqueue(NOISY, work_ms)
+            else:
+                peer.enqueue_batch(NOISY, min(noisy_batch, noisy_total - i), work_ms)
         burst_end = time.time()
         th.join()
         if errors:

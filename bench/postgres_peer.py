@@ -49,7 +49,7 @@ from typing import Any
 from bench import peer_workloads as w
 from bench.common import REPO, log, machine, run_folder, summary
 from bench.lone_tenant import TENANT, _drain, _store_backlog, user_rate
-from bench.peers.quick_peer import QuickPeer
+from bench.peers.quick_peer import QuickPeer, user_consumer
 from bench.quickrun import JOB, open_quick, user_worker_cmd
 from bench.servers import postgres_server
 
@@ -71,10 +71,7 @@ class PostgresQuickPeer(QuickPeer):
         self.dsn = dsn
         self.tag = tag
 
-        def command(url: str, _config: str) -> list[str]:
-            return ["env", f"QUICK_STORE={url}", *user_worker_cmd(workers)]
-
-        super().__init__(workdir, "postgres", consumer=command)
+        super().__init__(workdir, "postgres", consumer=user_consumer(workers))
         self.config = f"quick worker --workers {workers} (defaults)"
 
     def _url(self) -> str:

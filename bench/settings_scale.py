@@ -55,7 +55,10 @@ class Counting:
 Setup = Callable[[Quick], None]
 
 
-def _drain(url: str, setup: Setup, tenants: int, items: int) -> tuple[int, int, int, float]:
+def drain(url: str, setup: Setup, tenants: int, items: int) -> tuple[int, int, int, float]:
+    """App b's drain on the store ``url`` after ``setup``: ``tenants`` x ``items`` no-op
+    items run by ``run_until_idle``; returns items run, store reads, keys read, seconds
+    (bench.tenant_scale runs it on a store holding many other tenants)."""
     kv = Counting(open_kv(url))
     q = Quick(kv)  # type: ignore[arg-type]
     try:
@@ -106,7 +109,7 @@ def main() -> None:
     with TemporaryDirectory() as folder:
         for name, setup, tenants, items in cases:
             url = "memory://" if args.store == "memory" else f"sqlite:///{Path(folder) / name}.db"
-            ran, reads, keys, seconds = _drain(url, setup, tenants, items)
+            ran, reads, keys, seconds = drain(url, setup, tenants, items)
             print(
                 f"{name:45s} ran {ran:5d}/{tenants * items:5d}  reads {reads:7d}  "
                 f"keys read {keys:8d}  {seconds:6.2f} s",

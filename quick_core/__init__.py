@@ -37,6 +37,7 @@ from quickzones.errors import (
     ZoneLeaseFailed,
 )
 from quickzones.registry import JobContext, RetryPolicy
+from quickzones.store.flow_keys import Debounce
 from quickzones.store.records import Pointer, WorkItem, ZoneId
 
 try:
@@ -52,6 +53,7 @@ __all__ = [
     "ConfigurationError",
     "ConsumerConfig",
     "CorruptRecord",
+    "Debounce",
     "HandlerImportError",
     "InvalidArgument",
     "InvalidStoreURL",

@@ -42,6 +42,7 @@ from quickzones.periodic import Schedule, Scheduler, schedule_decorator
 from quickzones.registry import Handler, JobType, Registry, RetryPolicy
 from quickzones.store import outcomes
 from quickzones.store.batches import BatchStatus, Member
+from quickzones.store.flow_keys import Debounce, FlowKey, flow_key
 from quickzones.store.ids import IdSource
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import (
@@ -53,6 +54,7 @@ from quickzones.store.kv import (
     run,
 )
 from quickzones.store.limits import AppLimits, Limits
+from quickzones.store.named_limits import Limit, NamedLimits
 from quickzones.store.pages import Page
 from quickzones.store.pauses import Pause, Pauses
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId
@@ -172,6 +174,7 @@ class Quick:
         self.pauses = Pauses(kv, self.keys, self.clock)
         self.tenant_weights = Weights(kv, self.keys, self.clock)
         self.tenant_limit_store = TenantLimits(kv, self.keys, self.clock)
+        self.named_limits = NamedLimits(kv, self.keys, self.clock)
         # Outcome records (status after completion, results, dedupe window) per job type;
         # ``keep_status_s`` is the default for types that set none (0: no record, so a
         # completion costs nothing extra; docs/status.md says why).
@@ -229,8 +232,14 @@ class Quick:
         keep_status_s: float | None = None,
         keep_result_s: float | None = None,
         dedupe_s: float | None = None,
+        limits: Sequence[str] = (),
+        cost: int = 1,
     ) -> Callable[[Handler], Handler]:
         """Register ``handler(payload, ctx)`` for a job type.
+
+        ``limits``: the names of the app's limits (:meth:`set_limit`) each run takes
+        ``cost`` slots of while its handler runs, shared with every job type naming them
+        (docs/limits.md).
 
         A transactional handler gets ``ctx.tr``; its writes and the item's completion
         commit in one transaction (exactly once). ``delivery="at_most_once"`` deletes the
@@ -274,6 +283,8 @@ class Quick:
                 transactional=transactional,
                 delivery=delivery,
                 ttl_s=ttl_s,
+                limits=limits,  # type: ignore[arg-type]  # checked and made a tuple
+                cost=cost,
             )
             self.registry.register(job)
             self._policies[name] = policy
@@ -367,6 +378,7 @@ class Quick:
         ttl: float | None,
         fifo: bool | None = None,
         run_at: datetime | None = None,
+        flow: FlowKey | None = None,
     ) -> NewItem:
         check_job_type(job_type)
         job = self.registry.find(job_type)
@@ -393,6 +405,8 @@ class Quick:
         meta: dict[str, Any] = {}
         if policy is not None and policy.wanted():
             meta = outcomes.policy_meta(policy, body, content_type)
+        if flow is not None:
+            meta.update(flow.meta())
         return NewItem(
             job_type=job_type,
             payload=body,
@@ -408,6 +422,7 @@ class Quick:
             # skips the read.
             check_outcome=chosen and self.capabilities.outcome_records,
             fresh_id=not chosen,
+            flow=flow,
         )
 
     def _declared(self, job_type: str) -> TypePolicy | None:
@@ -441,6 +456,9 @@ class Quick:
         fifo: bool | None = None,
         run_at: datetime | None = None,
         after: str | tuple[str, str] | None = None,
+        idempotency_key: str | None = None,
+        idempotency_ttl_s: float | None = None,
+        debounce: Debounce | None = None,
     ) -> str:
         """Enqueue one item into the zone (app, tenant); returns its id.
 
@@ -459,8 +477,28 @@ class Quick:
         ``after``: a job's id (in ``tenant``, or a (tenant, id) pair) this one waits for: it
         is enqueued in the transaction that completes that job, and never if that job is
         dead-lettered or cancelled (docs/batches.md).
+
+        ``idempotency_key``: while an item enqueued with this key in the zone is queued or
+        running, another enqueue of the key stores nothing and returns that item's id
+        (``duplicate`` "queued"); the key is released in the transaction that completes,
+        cancels or dead-letters it, or ``idempotency_ttl_s`` seconds after that (a
+        duplicate then says how it finished). ``debounce``: a :class:`Debounce`; the
+        key's queued item takes this payload and vests once the key was quiet ``wait_s``
+        or ``max_wait_s`` after its first enqueue (``duplicate`` "debounced", the id is
+        that item's); one that is running is left alone and a new item started. Keys
+        are per (app, tenant) (docs/flow-control.md).
         """
         zone = ZoneId(check_name("app", app), check_name("tenant", tenant))
+        flow = flow_key(
+            idempotency_key,
+            idempotency_ttl_s,
+            debounce,
+            item_id=item_id,
+            delayed=bool(delay) or run_at is not None,
+            after=after,
+        )
+        if flow is not None:
+            self._require("flow_keys", "idempotency and debounce keys")
         if tr is not None:
             self._require(
                 "caller_transactions",
@@ -469,7 +507,7 @@ class Quick:
             )
         if tr is None:
             self.store_type_policies()  # never in a caller's transaction
-        new = self._new_item(job_type, payload, delay, priority, item_id, ttl, fifo, run_at)
+        new = self._new_item(job_type, payload, delay, priority, item_id, ttl, fifo, run_at, flow)
         if after is not None:
             if tr is not None:
                 raise InvalidArgument("after", after, "cannot be given with tr")
@@ -517,6 +555,9 @@ class Quick:
         item_id: str | None = None,
         ttl: float | None = None,
         fifo: bool | None = None,
+        idempotency_key: str | None = None,
+        idempotency_ttl_s: float | None = None,
+        debounce: Debounce | None = None,
     ) -> str:
         """Enqueue inside the application's own transaction, through its own
         ``connection`` to the store's database: on ``sqlite:///...`` a
@@ -553,6 +594,9 @@ class Quick:
                         ttl=ttl,
                         tr=tr,
                         fifo=fifo,
+                        idempotency_key=idempotency_key,
+                        idempotency_ttl_s=idempotency_ttl_s,
+                        debounce=debounce,
                     )
             except KVError as err:
                 # A conflict with a concurrent commit (two first enqueues into one zone
@@ -859,6 +903,7 @@ class Quick:
         consumer.manager.pauses = self.pauses  # every visit holds back what is paused
         consumer.manager.weighing.weights = self.tenant_weights  # and weighs the tenants
         consumer.manager.tenant_admission.limits = self.tenant_limit_store  # and limits them
+        consumer.worker.gate.named = self.named_limits  # its workers take named limits' slots
         for source in (self, *also):
             source.wake_on_enqueue(consumer)  # their enqueues wake it
         return consumer
@@ -945,6 +990,41 @@ class Quick:
         from quickzones.store.admin import requeue_dead_letters
 
         return requeue_dead_letters(self, *_filters(app, tenant), **_selection(job_type, limit))
+
+    # --- named limits (docs/limits.md) ------------------------------------------------
+
+    def set_limit(
+        self,
+        app: str,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        per_tenant: int | None = None,
+        rate: int | None = None,
+        per: float = 1.0,
+    ) -> Limit:
+        """Declare (or change) ``app``'s limit ``name``, shared by every job type that
+        names it (``q.job(..., limits=[name], cost=n)``): at most ``concurrency`` slots
+        held at once across every consumer, at most ``per_tenant`` of them by one tenant,
+        at most ``rate`` slots started per ``per`` seconds; a run takes its type's cost
+        of slots. Every consumer enforces a change within about a second."""
+        limit = Limit.of(
+            app, name, concurrency=concurrency, per_tenant=per_tenant, rate=rate, per=per
+        )
+        return self.named_limits.set(limit)
+
+    def delete_limit(self, app: str, name: str) -> bool:
+        """Drop ``app``'s limit ``name``; False when there was none. Job types still
+        naming it hold their items back until it is declared again."""
+        return self.named_limits.delete(app, name)
+
+    def get_limit(self, app: str, name: str) -> Limit | None:
+        """``app``'s limit ``name`` as stored now (None: not defined)."""
+        return self.named_limits.get(app, name)
+
+    def list_limits(self, app: str | None = None) -> list[Limit]:
+        """Every named limit (of ``app``)."""
+        return self.named_limits.list(app)
 
 
 def _type_policy(policy: outcomes.Policy, job: JobType) -> TypePolicy:

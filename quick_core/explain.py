@@ -25,6 +25,8 @@ rule                      the consumer's code it asks
                           never holds: turns are counted per consumer, in its memory
 ``type_paused``           :meth:`Hold.holds_type`
 ``serves_type``           :func:`quickzones.consumer.routing.serves_type`
+``limit``, ``limit_rate`` the named limits the job type takes (its handler registered in
+                          the explaining process), as ``LimitGate`` takes them
 (extensions)              :data:`RULES`: debounce and one-at-a-time keys go here
 ``zone_due``              the zone's pointer vests later than now (requeued after a
                           visit, at a limit's next slot): the rules above say why
@@ -51,6 +53,7 @@ from quickzones.consumer.visit_rules import Hold
 from quickzones.store import admin, heartbeats
 from quickzones.store.heartbeats import Heartbeat
 from quickzones.store.limits import free_of
+from quickzones.store.named_limits import SCOPE as NAMED_SCOPE
 from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.validation import check_name
 
@@ -259,6 +262,46 @@ def _tenant_limits(c: Context) -> list[Rule]:
     return out or [Rule("tenant_cap", False, "no limit on the tenant or this job type")]
 
 
+def _named_limits(c: Context) -> list[Rule]:
+    """The named limits the item's job type takes (its handler registered here: what a
+    type names is declared in code), as :class:`~quickzones.consumer.limit_gate.LimitGate`
+    takes them: the tenant's share, the total, the rate, ``cost`` slots of each."""
+    job = c.q.registry.find(c.item.job_type)
+    if job is None:
+        return [Rule("limit", False, f"job type {c.item.job_type!r} has no handler in "
+                     "this process: its named limits (declared with it) are not known "
+                     "here")]  # fmt: skip
+    defined = c.q.named_limits.of_app(c.zone.app)
+    out: list[Rule] = []
+    for name in job.limits:
+        lim = defined.get(name)
+        if lim is None:
+            out.append(Rule("limit", True, f"limit {name}: not defined for app {c.zone.app!r}; "
+                            f"its items wait (quick limits set {name} --app {c.zone.app} "
+                            "...)"))  # fmt: skip
+            continue
+        for slot, cap, whose in (
+            (lim.tenant_name(c.zone.tenant), lim.per_tenant, f"tenant {c.zone.tenant}'s share"),
+            (lim.total_name(), lim.concurrency, "total"),
+        ):
+            if cap is None:
+                continue
+            held = c.q.limits.slots_held(NAMED_SCOPE, slot)
+            used = sum(held.values())
+            full = free_of(cap, used, job.cost) < job.cost
+            cost = "" if job.cost == 1 else f"; a run takes {job.cost}"
+            out.append(Rule("limit", full, f"limit {name}: {used} of {cap} running ({whose}"
+                            f"{cost})", consumers=_holders(held)))  # fmt: skip
+        if lim.rate is not None:
+            nxt = c.q.limits.next_start_ms(lim.total_name(), lim.rate, lim.per_ms)
+            rate = f"limit {name}: rate {lim.rate}/{lim.per_s:g}s"
+            if nxt is None:
+                out.append(Rule("limit_rate", False, f"{rate}: a start is allowed now"))
+            else:
+                out.append(Rule("limit_rate", True, f"{rate}: next slot at {nxt}", nxt))
+    return out or [Rule("limit", False, f"job type {c.item.job_type!r} names no limit")]
+
+
 def _weight(c: Context) -> list[Rule]:
     w = c.q.tenant_weights.of_zone(c.zone)
     if w is None:
@@ -315,6 +358,7 @@ RULES: list[RuleFn] = [
     _weight,
     _type_paused,
     _serves_type,
+    _named_limits,
     _zone_due,
 ]
 

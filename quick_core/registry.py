@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from quickzones.errors import ConfigurationError, UnknownJobType
+from quickzones.store.named_limits import check_cost, check_limit_name
 from quickzones.store.progress import check_progress
 from quickzones.store.validation import check_job_type
 
@@ -117,11 +118,31 @@ class JobType:
     transactional: bool = False
     delivery: str = "at_least_once"
     ttl_s: float | None = None
+    # Named limits (quickzones.store.named_limits) a run takes ``cost`` slots of each of.
+    limits: tuple[str, ...] = ()
+    cost: int = 1
 
     def call(self, ctx: JobContext) -> Any:
         item = ctx.item
         payload: Any = json.loads(item.payload) if item.content_type == "json" else item.payload
         return self.handler(payload, ctx)
+
+
+def check_limit_refs(job_type: JobType) -> None:
+    """A job type's named limits: a list of distinct limit names, and a cost of each."""
+    names = job_type.limits
+    if isinstance(names, str) or not isinstance(names, list | tuple):
+        raise ConfigurationError(
+            f"job type {job_type.name!r}: limits must be a list of limit names, not {names!r}"
+        )
+    job_type.limits = tuple(check_limit_name(n) for n in names)
+    if len(set(job_type.limits)) != len(job_type.limits):
+        raise ConfigurationError(f"job type {job_type.name!r}: a limit is named twice")
+    check_cost(job_type.cost)
+    if job_type.cost != 1 and not job_type.limits:
+        raise ConfigurationError(
+            f"job type {job_type.name!r}: cost {job_type.cost} without limits counts nothing"
+        )
 
 
 class Registry:
@@ -139,6 +160,7 @@ class Registry:
         for cap in (job_type.max_concurrency, job_type.pool_max_concurrency):
             if cap is not None and cap < 1:
                 raise ConfigurationError("concurrency caps must be at least 1")
+        check_limit_refs(job_type)
         self._types[job_type.name] = job_type
         return job_type
 

@@ -14,6 +14,7 @@ transaction, it commits at once on its own."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -32,7 +33,8 @@ from quickzones.adapters.django.jobs import payload, register_task
 from quickzones.adapters.django.options import BackendOptions, read_options
 from quickzones.adapters.django.results import read_result, result_id
 from quickzones.client import Quick
-from quickzones.errors import OtherDatabase
+from quickzones.errors import InvalidArgument, OtherDatabase
+from quickzones.store.flow_keys import Debounce, flow_key
 from quickzones.store.validation import check_name
 from quickzones.store.zones.items import new_item_id
 
@@ -104,40 +106,67 @@ class QuickTaskBackend(BaseTaskBackend):  # type: ignore[misc]
             # Django: higher priority runs first; quick: lower numbers first.
             "priority": -int(task.priority),
             "delay": _delay_s(task.run_after),
+            **self.flow_keys_of(task, args, kwargs),
         }
+        if "debounce" in options:
+            del options["item_id"]  # the debounced item keeps its first enqueue's id
         body = payload(task, result.args, result.kwargs)
 
-        def announce() -> None:
-            task_enqueued.send(type(self), task_result=result)
+        def announce(final: Any) -> None:
+            task_enqueued.send(type(self), task_result=final)
 
-        def enqueue_now() -> None:
-            quick.enqueue(job_type, body, **options)
-            announce()
+        def as_enqueued(got: str) -> Any:
+            # A duplicate or debounced enqueue answers with the held item's result.
+            return result if got == item_id else replace(result, id=result_id(got, tenant))
+
+        def enqueue_now() -> Any:
+            final = as_enqueued(quick.enqueue(job_type, body, **options))
+            announce(final)
+            return final
 
         conn = connections[self.database or DEFAULT_DB_ALIAS]
         if not (self.settings.enqueue_on_commit and conn.in_atomic_block):
-            enqueue_now()
-        elif self._joins is not False and self._enqueue_in(conn, job_type, body, options):
-            transaction.on_commit(announce, using=conn.alias)
-        else:
-            transaction.on_commit(enqueue_now, using=conn.alias)
+            return enqueue_now()
+        if self._joins is not False:
+            got = self._enqueue_in(conn, job_type, body, options)
+            if got is not None:
+                final = as_enqueued(got)
+                transaction.on_commit(lambda: announce(final), using=conn.alias)
+                return final
+        # Enqueued when Django commits: a duplicate found then cannot change the result
+        # returned now (docs/flow-control.md, Django).
+        transaction.on_commit(enqueue_now, using=conn.alias)
         return result
+
+    def flow_keys_of(self, task: Any, args: Any, kwargs: Any) -> dict[str, Any]:
+        """The ``flow_keys`` option's enqueue options for this call, checked; InvalidTask
+        naming the option when they are not usable."""
+        of = self.settings.flow_keys
+        if of is None:
+            return {}
+        try:
+            return flow_options(of(task, tuple(args), dict(kwargs)))
+        except Exception as err:  # the user's callable, or what it returned
+            raise InvalidTask(
+                f"task {task.name}: the backend's 'flow_keys' option: {type(err).__name__}: {err}"
+            ) from err
 
     def _enqueue_in(
         self, conn: Any, job_type: str, body: dict[str, Any], options: dict[str, Any]
-    ) -> bool:
-        """Write the item into Django's open transaction; False (nothing written) when
-        quick's store turns out not to be the database Django's connection reaches."""
+    ) -> str | None:
+        """Write the item into Django's open transaction and return its id; None (nothing
+        written) when quick's store turns out not to be the database Django's connection
+        reaches."""
         if not hasattr(self.quick.kv, "transaction_on"):
             self._joins = False
-            return False
+            return None
         try:
-            self.quick.enqueue_on(conn, job_type, body, **options)
+            got = self.quick.enqueue_on(conn, job_type, body, **options)
         except OtherDatabase:
             self._joins = False
-            return False
+            return None
         self._joins = True
-        return True
+        return got
 
     def get_result(self, result_id: str) -> Any:
         return read_result(self.quick, self.settings.app, self.alias, result_id)
@@ -156,6 +185,35 @@ def _shared_quick(alias: str, settings: BackendOptions) -> Quick:
         if quick is None:
             quick = _quicks[key] = Quick.open(settings.store, **settings.quick)
         return quick
+
+
+_FLOW_OPTIONS = ("idempotency_key", "idempotency_ttl_s", "debounce")
+
+
+def flow_options(given: object) -> dict[str, Any]:
+    """What a ``flow_keys`` callable returned, as ``Quick.enqueue`` options: None or a
+    dict of ``idempotency_key``, ``idempotency_ttl_s`` and ``debounce`` (a
+    :class:`Debounce` or a dict of its fields), checked as the enqueue checks them."""
+    if given is None:
+        return {}
+    if not isinstance(given, dict):
+        raise InvalidArgument("flow_keys", given, "must return None or a dict")
+    unknown = sorted(set(given) - set(_FLOW_OPTIONS))
+    if unknown:
+        raise InvalidArgument("flow_keys", unknown, f"unknown; known: {', '.join(_FLOW_OPTIONS)}")
+    out = {k: v for k, v in given.items() if v is not None}
+    d = out.get("debounce")
+    if isinstance(d, dict):
+        out["debounce"] = Debounce(**d)
+    flow_key(
+        out.get("idempotency_key"),
+        out.get("idempotency_ttl_s"),
+        out.get("debounce"),
+        item_id=None,
+        delayed=False,
+        after=None,
+    )
+    return out
 
 
 def _delay_s(run_after: datetime | None) -> float:

@@ -20,6 +20,8 @@ from quickzones.store.validation import check_name, check_seconds
 
 # (task, args, kwargs) -> the tenant whose zone the task goes to.
 TenantOf = Callable[[Any, tuple[Any, ...], dict[str, Any]], object]
+# (task, args, kwargs) -> the enqueue's idempotency or debounce options, or None.
+FlowKeysOf = Callable[[Any, tuple[Any, ...], dict[str, Any]], object]
 
 DEFAULT_TENANT = "default"
 DEFAULT_KEEP_RESULT_S = 86_400.0
@@ -54,7 +56,9 @@ class BackendOptions:
     set); ``enqueue_on_commit``: Django's ``ENQUEUE_ON_COMMIT``; ``keep_result_s``: how
     long a finished task's status and return value stay readable; ``retry``: RetryPolicy
     fields (default one attempt, as Django's API expects: an exception fails the task);
-    ``quick``: keyword arguments for ``Quick.open``."""
+    ``quick``: keyword arguments for ``Quick.open``; ``flow_keys``: a callable (task,
+    args, kwargs) -> a dict of ``idempotency_key``, ``idempotency_ttl_s`` and ``debounce``
+    for that call's enqueue, or None (docs/flow-control.md)."""
 
     store: str
     app: str = "django"
@@ -63,6 +67,7 @@ class BackendOptions:
     keep_result_s: float = DEFAULT_KEEP_RESULT_S
     retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(max_attempts=1))
     quick: Mapping[str, Any] = field(default_factory=dict)
+    flow_keys: FlowKeysOf | None = None
 
 
 # enqueue_on_commit is Django's ENQUEUE_ON_COMMIT, beside OPTIONS, not in them.
@@ -92,6 +97,9 @@ def read_options(alias: str, params: Mapping[str, Any]) -> BackendOptions:
             store=store,
             app=check_name("app", raw.get("app", "django")),
             tenant=_callable(where, raw.get("tenant", tenant_keyword)),
+            flow_keys=None
+            if raw.get("flow_keys") is None
+            else _callable(where, raw["flow_keys"], "flow_keys"),
             enqueue_on_commit=_flag(
                 f"TASKS[{alias!r}]", "ENQUEUE_ON_COMMIT", params.get("ENQUEUE_ON_COMMIT", True)
             ),
@@ -111,16 +119,16 @@ def _flag(where: str, name: str, value: object) -> bool:
     raise ImproperlyConfigured(f"{where}[{name!r}] must be True or False, not {value!r}")
 
 
-def _callable(where: str, value: object) -> TenantOf:
+def _callable(where: str, value: object, name: str = "tenant") -> TenantOf:
     if isinstance(value, str):
         try:
             value = import_string(value)
         except ImportError as err:
             raise ImproperlyConfigured(
-                f"{where}['tenant']: cannot import {value!r}: {err}"
+                f"{where}[{name!r}]: cannot import {value!r}: {err}"
             ) from err
     if callable(value):
         return value
     raise ImproperlyConfigured(
-        f"{where}['tenant'] must be a callable (task, args, kwargs) -> tenant, or its path"
+        f"{where}[{name!r}] must be a callable (task, args, kwargs) -> {name}, or its path"
     )

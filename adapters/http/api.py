@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import anyio.to_thread
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
@@ -31,6 +31,7 @@ from quickzones.clock import now_ms
 from quickzones.consumer.pull_leaser import Leased, PullLeaser
 from quickzones.consumer.settler import Completion, NotCommitted, Settler
 from quickzones.errors import (
+    InvalidArgument,
     ItemNotFound,
     LeaseLost,
     QuickError,
@@ -39,6 +40,7 @@ from quickzones.errors import (
     TransactionTooLong,
 )
 from quickzones.store import admin
+from quickzones.store.flow_keys import Debounce
 from quickzones.store.outcomes import JobStatus, ResultNotAvailable
 from quickzones.store.progress import ProgressStore
 from quickzones.store.records import ZoneId
@@ -153,10 +155,22 @@ async def health() -> dict[str, str]:
 
 @router.post("/apps/{app:seg}/tenants/{tenant:seg}/items", status_code=201, tags=["produce"])
 def enqueue(
-    app: str, tenant: str, body: m.EnqueueRequest, request: Request, who: Producer
+    app: str,
+    tenant: str,
+    body: m.EnqueueRequest,
+    request: Request,
+    who: Producer,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
 ) -> m.Enqueued:
-    """Enqueue one item into the zone (app, tenant)."""
+    """Enqueue one item into the zone (app, tenant). The ``Idempotency-Key`` header is
+    the body's ``idempotency_key`` (docs/flow-control.md)."""
     q = state_of(request).q
+    key = body.idempotency_key
+    if idempotency_key is not None:
+        if key is not None and key != idempotency_key:
+            raise InvalidArgument("idempotency_key", key, "differs from the Idempotency-Key header")
+        key = idempotency_key
+    d = body.debounce
     item_id = q.enqueue(
         body.job_type,
         _body(body),
@@ -167,6 +181,9 @@ def enqueue(
         priority=body.priority,
         item_id=body.item_id,
         ttl=body.ttl_s,
+        idempotency_key=key,
+        idempotency_ttl_s=body.idempotency_ttl_s,
+        debounce=None if d is None else Debounce(d.key, d.wait_s, d.max_wait_s),
     )
     return m.Enqueued(item_id=str(item_id), duplicate=getattr(item_id, "duplicate", None))
 

@@ -26,6 +26,7 @@ from quickzones.adapters.http.connections import Budget
 from quickzones.adapters.http.explain_api import router as explain_router
 from quickzones.adapters.http.fairness_api import router as fairness_router
 from quickzones.adapters.http.in_order import ServeInOrder
+from quickzones.adapters.http.limits_api import router as limits_router
 from quickzones.adapters.http.paths import PathSegments
 from quickzones.adapters.http.pauses_api import router as pauses_router
 from quickzones.adapters.http.polls import PollLimits
@@ -208,6 +209,7 @@ def create_app(
     app.include_router(batches_router)
     app.include_router(fairness_router)  # tenant weights and limits
     app.include_router(explain_router)  # why an item has not started
+    app.include_router(limits_router)  # named limits shared by job types
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, err: ApiError) -> JSONResponse:

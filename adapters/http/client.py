@@ -33,6 +33,7 @@ from quickzones.errors import ItemGone as ItemGone  # re-exported: it was define
 from quickzones.errors import ItemNotFound, LeaseLost, QuickError
 from quickzones.repeated_failure import backoff
 from quickzones.store.enqueue import Enqueued
+from quickzones.store.flow_keys import Debounce
 from quickzones.store.outcomes import JobStatus, ResultNotAvailable, ResultWait
 from quickzones.store.validation import check_seconds
 
@@ -193,9 +194,10 @@ class _Calls:
         priority: int,
         item_id: str | None,
         ttl: float | None,
+        flow: dict[str, Any] | None = None,
     ) -> _Call:
         body = {"job_type": job_type, "delay_s": delay, "priority": priority, "item_id": item_id,
-                "ttl_s": ttl, **_payload_fields(payload)}  # fmt: skip
+                "ttl_s": ttl, **_payload_fields(payload), **(flow or {})}  # fmt: skip
         return _Call("POST", f"/v1/apps/{_seg(app)}/tenants/{_seg(tenant)}/items", body)
 
     @staticmethod
@@ -299,6 +301,24 @@ def _completed(body: dict[str, Any]) -> list[QuickError | None]:
     return out
 
 
+def _flow_fields(
+    idempotency_key: str | None, idempotency_ttl_s: float | None, debounce: Debounce | None
+) -> dict[str, Any]:
+    """The enqueue's flow key fields, only those given (the server checks them)."""
+    out: dict[str, Any] = {}
+    if idempotency_key is not None:
+        out["idempotency_key"] = idempotency_key
+    if idempotency_ttl_s is not None:
+        out["idempotency_ttl_s"] = idempotency_ttl_s
+    if debounce is not None:
+        out["debounce"] = {
+            "key": debounce.key,
+            "wait_s": debounce.wait_s,
+            "max_wait_s": debounce.max_wait_s,
+        }
+    return out
+
+
 def _enqueued(body: dict[str, Any]) -> Enqueued:
     return Enqueued(body["item_id"], body.get("duplicate"))
 
@@ -343,9 +363,13 @@ class RemoteQuick:
     # producers
     def enqueue(self, job_type: str, payload: Any = None, *, app: str, tenant: str,
                 delay: float = 0.0, priority: int = 0, item_id: str | None = None,
-                ttl: float | None = None) -> Enqueued:  # fmt: skip
-        """Enqueue one item; returns its id (``duplicate`` set when the id was known)."""
-        call = _Calls.enqueue(job_type, payload, app, tenant, delay, priority, item_id, ttl)
+                ttl: float | None = None, idempotency_key: str | None = None,
+                idempotency_ttl_s: float | None = None,
+                debounce: Debounce | None = None) -> Enqueued:  # fmt: skip
+        """Enqueue one item; returns its id (``duplicate`` set when the id or the
+        idempotency key was known, "debounced" when merged: docs/flow-control.md)."""
+        flow = _flow_fields(idempotency_key, idempotency_ttl_s, debounce)
+        call = _Calls.enqueue(job_type, payload, app, tenant, delay, priority, item_id, ttl, flow)
         return _enqueued(self._do(call))
 
     def enqueue_many(self, job_type: str, payloads: Iterable[Any], *, app: str, tenant: str,
@@ -564,8 +588,11 @@ class AsyncRemoteQuick:
 
     async def enqueue(self, job_type: str, payload: Any = None, *, app: str, tenant: str,
                       delay: float = 0.0, priority: int = 0, item_id: str | None = None,
-                      ttl: float | None = None) -> Enqueued:  # fmt: skip
-        call = _Calls.enqueue(job_type, payload, app, tenant, delay, priority, item_id, ttl)
+                      ttl: float | None = None, idempotency_key: str | None = None,
+                      idempotency_ttl_s: float | None = None,
+                      debounce: Debounce | None = None) -> Enqueued:  # fmt: skip
+        flow = _flow_fields(idempotency_key, idempotency_ttl_s, debounce)
+        call = _Calls.enqueue(job_type, payload, app, tenant, delay, priority, item_id, ttl, flow)
         return _enqueued(await self._do(call))
 
     async def enqueue_many(self, job_type: str, payloads: Iterable[Any], *, app: str,

@@ -50,6 +50,12 @@ class _Payload(_Strict):
 _RunAt = Field(default=None, description="ISO 8601 time with offset; instead of delay_s")
 
 
+class DebounceSpec(_Strict):
+    key: str
+    wait_s: float
+    max_wait_s: float
+
+
 class EnqueueRequest(_Payload):
     job_type: str = Field(min_length=1, max_length=200, pattern=_JOB_TYPE)
     delay_s: float = _Seconds
@@ -57,6 +63,17 @@ class EnqueueRequest(_Payload):
     priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY)
     item_id: str | None = Field(default=None, description="caller-chosen id: idempotent")
     ttl_s: float | None = Field(default=None, gt=0.0, le=MAX_DELAY_S, allow_inf_nan=False)
+    # Checked by the enqueue itself, so a bad value is a 400 naming the field
+    # (docs/flow-control.md).
+    idempotency_key: str | None = Field(
+        default=None, description="while its item is queued or running, a repeat stores nothing"
+    )
+    idempotency_ttl_s: float | None = Field(
+        default=None, description="the key stays held this long after its item finished"
+    )
+    debounce: DebounceSpec | None = Field(
+        default=None, description="keep one item per key, with the newest payload"
+    )
 
 
 class BatchItem(_Payload):
@@ -74,7 +91,9 @@ class EnqueueManyRequest(_Strict):
 class Enqueued(BaseModel):
     item_id: str
     duplicate: str | None = Field(
-        default=None, description='"queued" or a finished state when the id was known'
+        default=None,
+        description='"queued" or a finished state when the id or idempotency key was known;'
+        ' "debounced" when merged into the debounce key\'s queued item',
     )
 
 

@@ -32,8 +32,16 @@ class Peer(ABC):
         self.workdir = workdir
         self.proc: subprocess.Popen[bytes] | None = None
         self.out = workdir / "records.txt"
+        # Job ends, where record_ends() asked the worker to write them.
+        self.ends = workdir / "ends.txt"
         self.env = child_env(BENCH_OUT=str(self.out))
         os.environ["BENCH_OUT"] = str(self.out)
+
+    def record_ends(self) -> None:
+        """Have the worker's jobs append their ends to :attr:`ends` as well as their
+        starts (:func:`bench.common.record_start`); one more write per job, for every
+        system alike."""
+        self.env["BENCH_END_OUT"] = str(self.ends)
 
     # --- producer side (runs in the bench process) --------------------------------------
 
@@ -59,6 +67,7 @@ class Peer(ABC):
 
     def start_worker(self) -> None:
         self.out.write_bytes(b"")  # truncate, not unlink: an in-process O_APPEND fd stays valid
+        self.ends.write_bytes(b"")
         with open(self.workdir / f"{self.name}-worker.log", "ab") as logf:
             self.proc = subprocess.Popen(
                 self.worker_cmd(),

@@ -1,10 +1,12 @@
-"""Dramatiq on Redis: one worker process with 8 threads (``--processes 1 --threads 8``),
-no retries; delayed messages with ``send_with_options(delay=ms)``."""
+"""Dramatiq on Redis: one worker process with 8 threads (``--processes 1 --threads 8``;
+another count with ``threads``), no retries; delayed messages with
+``send_with_options(delay=ms)``."""
 
 from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 from bench.peers.base import RedisTaskPeer
 
@@ -14,6 +16,11 @@ class DramatiqPeer(RedisTaskPeer):
     config = "dramatiq --processes 1 --threads 8 (RedisBroker), max_retries=0"
 
     tasks_module = "bench.peers.dramatiq_tasks"
+
+    def __init__(self, workdir: Path, redis_url: str, threads: int = 8) -> None:
+        super().__init__(workdir, redis_url)
+        self.threads = threads
+        self.config = self.config.replace("--threads 8", f"--threads {threads}")
 
     def enqueue(self, tenant: str, work_ms: float = 0.0) -> None:
         t = time.time()
@@ -37,5 +44,5 @@ class DramatiqPeer(RedisTaskPeer):
             "--processes",
             "1",
             "--threads",
-            "8",
+            str(self.threads),
         ]

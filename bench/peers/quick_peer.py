@@ -16,11 +16,21 @@ from pathlib import Path
 from typing import Any
 
 from bench.peers.base import Peer
-from bench.quickrun import JOB, config_to_json, open_quick
+from bench.quickrun import JOB, config_to_json, open_quick, user_worker_cmd
 from quickzones.consumer import ConsumerConfig
 
 # Given the store URL and the consumer's config as JSON, the command of a consumer process.
 ConsumerCommand = Callable[[str, str], list[str]]
+
+
+def user_consumer(workers: int) -> ConsumerCommand:
+    """``quick worker --workers N`` as a user runs it (:func:`bench.quickrun.user_worker_cmd`,
+    every other setting at its default) on the peer's store: no profile."""
+
+    def command(url: str, _config: str) -> list[str]:
+        return ["env", f"QUICK_STORE={url}", *user_worker_cmd(workers)]
+
+    return command
 
 
 def peer_config(throughput: bool = False) -> ConsumerConfig:
@@ -90,15 +100,19 @@ class QuickPeer(Peer):
         *,
         overrides: dict[str, Any] | None = None,
         consumer: ConsumerCommand | None = None,
+        store: str | None = None,
     ) -> None:
         """``overrides``: ConsumerConfig fields changed in both profiles; ``consumer``: the
         command of another consumer process than ``bench.quickrun`` (the results folders'
-        probes, which instrument or switch parts of it)."""
+        probes, which instrument or switch parts of it); ``store``: a store URL every
+        generation runs on instead of a fresh file each (bench.tenant_scale: a store that
+        holds other apps' tenants)."""
         super().__init__(workdir)
         self.backend = backend
         self.name = f"quick-{backend}"
         self.overrides = dict(overrides or {})
         self.consumer_command = consumer
+        self.store = store
         cfg, fast = self.profile(), self.profile(throughput=True)
         self.config = (
             f"{'in-process consumer' if backend == 'memory' else 'one consumer process'}: "
@@ -123,6 +137,8 @@ class QuickPeer(Peer):
         return dataclasses.replace(peer_config(throughput), **self.overrides)
 
     def _url(self) -> str:
+        if self.store is not None:
+            return self.store
         if self.backend == "memory":
             return "memory://"
         return f"sqlite:///{self.workdir}/quick-{self.generation}.db"

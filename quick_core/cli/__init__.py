@@ -22,6 +22,7 @@ from quickzones.cli import demo_command as demo_command  # demo
 from quickzones.cli import enqueue as enqueue  # enqueue
 from quickzones.cli import explain as explain  # explain
 from quickzones.cli import fairness as fairness  # weight and limit set|show|clear
+from quickzones.cli import limits as limits  # limits set|list|delete (named limits)
 from quickzones.cli import move_tenant as move_tenant  # move-tenant
 from quickzones.cli import pause as pause  # pause, resume, paused
 from quickzones.cli import periodic as periodic  # periodic list

@@ -114,6 +114,10 @@ class ConsumerConfig:
     apps: tuple[str, ...] | None = None
     job_types: tuple[str, ...] | None = None
     unhandled_grace_s: float | None = 600.0
+    # How long a worker waits for a slot of a full named limit (docs/limits.md) before it
+    # gives its item back unstarted: a slot freed meanwhile, here or on another consumer,
+    # is taken again at once instead of idling until the item's next visit.
+    limit_wait_s: float = 1.0
 
     def visits_at_once(self) -> int:
         """Zones one manager visits in one transaction: ``visits_per_transaction`` where
@@ -184,6 +188,10 @@ class ConsumerConfig:
             )
         if self.pointer_lease_s <= 0 or self.item_lease_s <= 0:
             raise ConfigurationError("lease durations must be positive")
+        if not 0 <= self.limit_wait_s < math.inf:
+            raise ConfigurationError(
+                f"limit_wait_s must be at least 0 and finite, not {self.limit_wait_s!r}"
+            )
         if not 0 <= self.timer_lookahead_s <= self.item_lease_s / 2:
             raise ConfigurationError(
                 f"timer_lookahead_s must be between 0 and half the item lease "

@@ -47,10 +47,14 @@ class Slots:
     def ttl_ms(self) -> int:
         return int(max(10.0, self.item_lease_s) * 1000)
 
-    def acquire(self, scope: str, name: SlotName, wanted: int, cap: int) -> int:
+    def acquire(
+        self, scope: str, name: SlotName, wanted: int, cap: int, *, whole: bool = False
+    ) -> int:
         assert self.limits is not None
         with self._sync:
-            got = self.limits.acquire_slots(scope, name, self.owner, wanted, cap, self.ttl_ms())
+            got = self.limits.acquire_slots(
+                scope, name, self.owner, wanted, cap, self.ttl_ms(), whole=whole
+            )
             if got:
                 with self.lock:
                     self.held[(scope, name)] += got

@@ -33,6 +33,7 @@ from quickzones.consumer.interrupt import (
 )
 from quickzones.consumer.item_ops import ItemOps
 from quickzones.consumer.lease_extender import due_for_extension
+from quickzones.consumer.limit_gate import LimitGate, Refused
 from quickzones.consumer.progress import reporter_for
 from quickzones.consumer.routing import Router
 from quickzones.consumer.slots import Slots
@@ -94,6 +95,7 @@ class Worker:
         self.router = router or Router(config, registry, clock, emit)
         # The pauses over a zone as the visits looked them up (cached: no read per item).
         self.paused = paused
+        self.gate = LimitGate(slots, limits, clock, emit, stopping, config.limit_wait_s)
 
     def execute(self, work: Work) -> str:
         """Run one leased item; returns the outcome ("completed", "requeued",
@@ -146,6 +148,18 @@ class Worker:
                 f"consumer crashed or stalled each time)",
                 permanent=True,
             )
+        taken = self.gate.take(zone, job)
+        if isinstance(taken, Refused):
+            # Its limit is full (or not defined): back unstarted, no attempt counted.
+            self.emit("throttled", zone=zone, reason=taken.reason)
+            return self.ops.give_back(work, delay_ms=taken.retry_ms)
+        try:
+            return self._execute_typed(work, job)
+        finally:
+            self.gate.release(taken)
+
+    def _execute_typed(self, work: Work, job: JobType) -> str:
+        zone, item = work.zone, work.item
         self.emit("started", zone=zone, item_id=item.item_id, job_type=item.job_type)
         if job.pool_max_concurrency is not None and self.limits is not None:
             if not self.slots.acquire("type", job.name, 1, job.pool_max_concurrency):

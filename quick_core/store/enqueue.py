@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from quickzones.clock import now_ms
-from quickzones.store import outcomes
+from quickzones.store import flow_keys, outcomes
 from quickzones.store.kv import KVStore, KVTransaction, holds_commit_lock, run
 from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.toplevel import UNREAD, TopLevelQueue, Unread
@@ -48,16 +48,20 @@ class Written:
     item_id: str
     vesting_ms: int
     new: bool
-    # Why nothing was written: "queued" (the id is in the zone) or the state of an item of
-    # this id finished within its dedupe window ("completed", ...); None when written.
+    # Why nothing was written: "queued" (the id, or the idempotency key's holder, is in
+    # the zone) or the state of an item finished within its dedupe window or key TTL
+    # ("completed", ...); "debounced" when the write replaced the key's queued item;
+    # None when a new item was written.
     duplicate: str | None = None
 
 
 class Enqueued(str):
     """An enqueue's item id (a ``str``) that also says whether the enqueue was a no-op:
-    ``duplicate`` is None when the item was written, else "queued" (the id is already in
-    its zone) or the state of the item of this id that finished within its job type's
-    dedupe window ("completed", "dead_lettered", "cancelled")."""
+    ``duplicate`` is None when the item was written, else "queued" (the id, or the
+    idempotency key's holder, is already in its zone) or the state of the item of this id
+    (or key) that finished within its job type's dedupe window or the key's TTL
+    ("completed", "dead_lettered", "cancelled"); "debounced" when the enqueue replaced
+    its debounce key's queued item (the id returned is that item's)."""
 
     duplicate: str | None
 
@@ -77,6 +81,11 @@ class ItemWriter(Protocol):
     def queued_item(self, tr: KVTransaction, zone: ZoneId, item_id: str) -> WorkItem | None:
         """The queued item of this id as ``tr`` sees it (a snapshot read), payload
         included; None when absent or unreadable until commit (written by ``tr``)."""
+        ...
+
+    def take_unleased(self, tr: KVTransaction, zone: ZoneId, item_id: str) -> WorkItem | None:
+        """Delete and return the item of this id if queued and not leased (a conflicting
+        read); None when gone or leased."""
         ...
 
 
@@ -137,6 +146,18 @@ def part_one(
     its commit. Reads the pointer index entry, never a pointer record."""
     if charge is not None:
         charge(tr)
+    flow = item.flow
+    first_ms = 0
+    merged = False
+    if flow is not None:
+        now = now_ms(toplevel.clock)
+        held = flow_keys.holder(tr, toplevel.keys, zone, flow, now)
+        if flow.kind == flow_keys.IDEMPOTENCY:
+            if held is not None and held.item_id != item.item_id:
+                return Written(held.item_id, now, False, held.state or flow_keys.QUEUED)
+            first_ms = now
+        else:
+            item, first_ms, merged = _debounced(tr, toplevel, zones, zone, item, flow, held)
     if item.check_outcome and item.item_id is not None:
         # The dedupe window: an id that finished within it is not enqueued again. Reads
         # the outcome key with a conflict, so a racing completion is always seen.
@@ -155,10 +176,36 @@ def part_one(
             return Written(item.item_id, now, False, state)
     written = zones.write_new_item(tr, zone, item)
     if written.new:
+        if flow is not None:
+            flow_keys.hold(tr, toplevel.keys, zone, flow, written.item_id, first_ms)
         pointer_check(tr, toplevel, zone, written.vesting_ms)
-        return written
+        return replace(written, duplicate=flow_keys.DEBOUNCED) if merged else written
     _check_same_job(tr, zones, zone, item, written.item_id)
     return Written(written.item_id, written.vesting_ms, False, "queued")
+
+
+def _debounced(
+    tr: KVTransaction,
+    toplevel: TopLevelQueue,
+    zones: ItemWriter,
+    zone: ZoneId,
+    item: NewItem,
+    flow: flow_keys.FlowKey,
+    held: flow_keys.KeyRecord | None,
+) -> tuple[NewItem, int, bool]:
+    """A debounced enqueue's item: the key's queued, unleased item is taken out of ``tr``
+    and ``item`` (the newest payload) takes its id and the first enqueue's time; its
+    vesting is min(first + max_wait, now + wait). Returns (item, first_ms, merged)."""
+    now = toplevel.clock.now() * 1000  # unrounded: vesting_after rounds once, up
+    first = int(now)
+    merged = False
+    if held is not None:
+        previous = zones.take_unleased(tr, zone, held.item_id)
+        if previous is not None:
+            first, merged = held.first_ms, True
+            item = replace(item, item_id=previous.item_id, fresh_id=False)
+    vests = min(first + flow.max_wait_ms, now + flow.wait_ms)
+    return replace(item, delay_ms=max(0.0, vests - now), fifo=False), first, merged
 
 
 def _check_same_job(

@@ -18,9 +18,12 @@ the bytes are identical on every KV backend.
     (root, "m", "periodic", schedule)                           -> last enqueued slot (LE i64)
     (root, "o", app, tenant, item_id)                           -> outcome of a finished item
     (root, "oe", expires_ms, app, tenant, item_id)              -> b""  (outcome expiry index)
+    (root, "k", app, tenant, kind, key)                         -> flow key record (flow_keys.py)
+    (root, "ke", expires_ms, app, tenant, kind, key)            -> b""  (flow key expiry index)
 
 Outcome records (``outcomes.py``) sit outside the zone range, so they never keep a zone's
 pointer alive; the expiry index is collected from its start, never by a scan of tenants.
+Flow keys (idempotency and debounce keys) sit beside them for the same reason.
 """
 
 from __future__ import annotations
@@ -331,6 +334,31 @@ class KeySpace:
         expires, app, tenant, item_id = self.unpack(key)[1:]
         assert isinstance(expires, int)
         return expires, str(app), str(tenant), str(item_id)
+
+    # --- flow keys: idempotency and debounce keys (flow_keys.py) -------------------------
+
+    def flow_key(self, zone: ZoneId, kind: str, key: str) -> bytes:
+        # (root, "k", app, tenant, kind, key)
+        return self._pack("k", zone.app, zone.tenant, kind, key)
+
+    def flow_keys_range(self, zone: ZoneId | None = None) -> Range:
+        """Every flow key record, or one zone's."""
+        if zone is None:
+            return tuple_range(self._pack("k"))
+        return tuple_range(self._pack("k", zone.app, zone.tenant))
+
+    def flow_expiry_key(self, expires_ms: int, zone: ZoneId, kind: str, key: str) -> bytes:
+        # (root, "ke", expires_ms, app, tenant, kind, key)
+        return self._pack("ke", expires_ms, zone.app, zone.tenant, kind, key)
+
+    def flow_expiry_range(self, now_ms: int) -> Range:
+        """Expiry entries with expires_ms <= ``now_ms``, oldest first."""
+        return self._pack("ke") + b"\x00", self._pack("ke", now_ms + 1)
+
+    def unpack_flow_expiry_key(self, key: bytes) -> tuple[int, ZoneId, str, str]:
+        expires, app, tenant, kind, name = self.unpack(key)[1:]
+        assert isinstance(expires, int)
+        return expires, ZoneId(str(app), str(tenant)), str(kind), str(name)
 
     # --- batches (store/batches.py) ----------------------------------------------------
 

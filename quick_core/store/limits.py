@@ -214,11 +214,20 @@ class Limits:
     # --- pool-wide concurrency caps ----------------------------------------------------
 
     def acquire_slots(
-        self, scope: str, name: SlotName, holder: str, wanted: int, cap: int, ttl_ms: int
+        self,
+        scope: str,
+        name: SlotName,
+        holder: str,
+        wanted: int,
+        cap: int,
+        ttl_ms: int,
+        *,
+        whole: bool = False,
     ) -> int:
         """Take up to ``wanted`` of ``cap`` slots of (scope, name) for ``holder``; returns
-        how many. Reads every holder's slot record with a conflict, so concurrent
-        acquirers serialise and the cap holds exactly."""
+        how many (with ``whole``, all of them or none: a run that costs several slots).
+        Reads every holder's slot record with a conflict, so concurrent acquirers
+        serialise and the cap holds exactly."""
         begin, end = self.keys.meta_range("slots", scope, *_name(name))
         mine = self.keys.meta_key("slots", scope, *_name(name), holder)
 
@@ -227,6 +236,8 @@ class Limits:
             held = _holders(tr.get_range(begin, end), now)
             own = held.pop(mine, 0)
             granted = free_of(cap, sum(held.values()) + own, wanted)
+            if whole and granted < wanted:
+                granted = 0
             if granted:
                 tr.set(mine, msgpack.packb((own + granted, now + ttl_ms)))
             return granted

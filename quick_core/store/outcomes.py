@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import msgpack
 
 from quickzones.errors import CorruptRecord, InvalidArgument, QuickError
+from quickzones.store import flow_keys
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, run
 from quickzones.store.progress import PROGRESS_KEY, progress_of
@@ -202,10 +203,14 @@ def finished(
     *,
     result: Any = None,
     reason: str | None = None,
+    run_ended: bool = False,
 ) -> None:
     """The hook the completing, cancelling or dead-lettering transaction calls, in ``tr``:
+    releases the flow key the item holds (:func:`flow_keys.release`: a snapshot read), and
     writes the outcome record and its expiry entry if the item's type asked for one.
-    Blind writes only (no reads), so it adds no conflict to the finishing transaction."""
+    Adds no read conflict to the finishing transaction. ``run_ended``: the record of an
+    at-most-once item written after its run (it was deleted, "completed", when taken)."""
+    flow_keys.release(tr, keys, zone, item, state, now_ms, run_ended=run_ended)
     raw = item.meta.get(POLICY_KEY)
     if not raw:
         return
@@ -317,9 +322,11 @@ def check_duplicate(
 
 
 def collect_expired(tr: KVTransaction, keys: KeySpace, now_ms: int, limit: int = GC_BATCH) -> int:
-    """Clear up to ``limit`` expired records from the start of the expiry index, in ``tr``;
-    returns how many entries it cleared. A record rewritten since (the id ran again) has a
-    later expiry: only its stale index entry goes."""
+    """Clear up to ``limit`` expired records from the start of the expiry index, and as
+    many expired flow key holds (:func:`flow_keys.collect_expired`), in ``tr``; returns
+    how many entries it cleared. A record rewritten since (the id ran again) has a later
+    expiry: only its stale index entry goes."""
+    held = flow_keys.collect_expired(tr, keys, now_ms, limit)
     begin, end = keys.outcome_expiry_range(now_ms)
     rows = tr.get_range(begin, end, limit=limit)
     for index_key, _ in rows:
@@ -335,7 +342,7 @@ def collect_expired(tr: KVTransaction, keys: KeySpace, now_ms: int, limit: int =
             if stale:
                 tr.clear(key)
         tr.clear(index_key)
-    return len(rows)
+    return len(rows) + held
 
 
 def collect_expired_outcomes(

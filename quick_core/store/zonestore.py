@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from quickzones.store.flow_keys import FlowKey
 from quickzones.store.kv import KVTransaction
 from quickzones.store.records import WorkItem, ZoneId
 
@@ -45,6 +46,9 @@ class NewItem:
     # record of it can exist, so the first attempt skips the read that makes a retry
     # (after commit_unknown_result) find what it wrote. Cleared for the retries.
     fresh_id: bool = False
+    # An idempotency or debounce key of the zone (quickzones.store.flow_keys), handled by
+    # the enqueue's part one in the enqueuing transaction.
+    flow: FlowKey | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +81,9 @@ class ZoneStoreCapabilities:
     # finishes its last item (quickzones.store.batches), so items and the top-level queue
     # share one KV store.
     batches: bool = field(default=False, compare=False)
+    # Idempotency and debounce keys: the key's record and the item commit together, and
+    # the key is released in the transaction finishing the item (KV zones only).
+    flow_keys: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

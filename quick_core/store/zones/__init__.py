@@ -60,4 +60,5 @@ class KVZoneStore(ZoneWrites, ZoneDequeue, ZoneCompletion, ZoneProgress):
         one_transaction_visits=True,
         lookahead_dequeue=True,
         batches=True,
+        flow_keys=True,
     )

@@ -11,7 +11,7 @@ from quickzones.errors import (
     CorruptRecord,
     ItemNotFound,
 )
-from quickzones.store import batches, outcomes
+from quickzones.store import batches, flow_keys, outcomes
 from quickzones.store.kv import (
     OWN_STORE,
     KVError,
@@ -56,14 +56,15 @@ class ZoneCompletion(ZoneItems):
         reason: str | None = None,
     ) -> None:
         """The outcome record of an item already deleted (an at-most-once item whose run
-        ended), in a transaction of its own: blind writes, only if its type keeps one."""
-        if not item.meta.get(outcomes.POLICY_KEY):
+        ended), in a transaction of its own, only if its type keeps one; and the release
+        of the flow key it holds."""
+        if not item.meta.get(outcomes.POLICY_KEY) and not item.meta.get(flow_keys.FLOW_META):
             return
         now = now_ms(self.clock)
         run(
             self.kv,
             lambda tr: outcomes.finished(
-                tr, self.keys, zone, item, state, now, result=result, reason=reason
+                tr, self.keys, zone, item, state, now, result=result, reason=reason, run_ended=True
             ),
         )
 

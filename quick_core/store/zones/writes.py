@@ -8,6 +8,7 @@ import itertools
 from collections.abc import Callable, Sequence
 
 from quickzones.clock import now_ms, vesting_after
+from quickzones.errors import CorruptRecord
 from quickzones.store import enqueue as two_part
 from quickzones.store.enqueue import Written
 from quickzones.store.kv import (
@@ -96,6 +97,20 @@ class ZoneWrites(ZoneItems):
             if err.code != ACCESSED_UNREADABLE:
                 raise
             return None
+
+    def take_unleased(self, tr: KVTransaction, zone: ZoneId, item_id: str) -> WorkItem | None:
+        """Delete the item of this id from ``tr`` and return it, if it is queued and
+        nobody holds it (a debounced item about to be replaced); None when it is gone,
+        leased (running: left alone) or unreadable. Its record is read with a conflict,
+        so a consumer leasing it meanwhile makes one of the two retry."""
+        try:
+            item = self._read_item(tr, zone, item_id)
+        except CorruptRecord:
+            return None  # a visit dead-letters it; the key starts a new item
+        if item is None or item.lease_id is not None:
+            return None
+        self._delete_item(tr, zone, item)
+        return item
 
     def write_new_items(
         self,

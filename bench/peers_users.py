@@ -1,0 +1,352 @@
+"""What users see, beside the peers (issue 44 point 6): the figures docs/performance.md
+leads with.
+
+``python -m bench.peers_users [--runs 3] [--jobs 5000] [--only quick-sqlite,huey,...]
+[--work-ms 0] [--out DIR]``
+
+Each system runs as a user runs it: quick is ``quick worker --workers 4`` with every other
+setting at its default (:mod:`bench.user_app`), on SQLite and on PostgreSQL; the peers are
+their own CLI workers with 4 threads (Huey on SQLite, Dramatiq on Redis) or concurrency 4
+(procrastinate, on the PostgreSQL server quick uses), each with the polling settings of
+its adapter in ``bench/peers/`` (faster than their defaults: that favours the peers). Jobs
+are no-ops (``--work-ms`` to give them work) and every enqueue is one call for one job: no
+batch API, no tuned profile (``python -m bench --only peers`` keeps those). Per system and
+run, in this order:
+
+(a) **enqueue**: ``--jobs`` jobs of one tenant, one call each, no worker running: jobs/s;
+(b) **drain**: then one worker process spawned, timed from just before its spawn to the
+    last job's *end* (each job appends its end to a file, :func:`bench.common.record_start`),
+    start-up included: jobs/s (:func:`bench.peer_workloads.enqueue_then_drain`);
+(c) **noisy neighbour**, the worker running: one tenant's burst of 3/5 x ``--jobs`` jobs
+    (3,000), one call each, while 50 small tenants enqueue ``--jobs`` / 500 jobs each (10)
+    at random times over 5 s (scaled down below 5,000 jobs), one call each; pickup
+    (enqueue to start) p50/p99 of the small tenants and of the noisy one
+    (:func:`bench.peer_workloads.noisy_neighbour`);
+(d) **delayed**: ``--jobs`` / 10 jobs (500) each delayed U(0.5, 3) s; lateness (start -
+    due) p50/p99 and how many started early (:func:`bench.peer_workloads.delayed`).
+
+Runs rotate the order of the systems (A B C, B C A, ...) so a busy stretch of a shared host
+falls on all. Reported: medians and min-max over runs, quick's median over the best
+peer's for each row, and the load average around each step. Results: a table on stdout
+and in ``bench/results/<UTC timestamp>-peers-users/`` (``table.md``,
+``peers_users.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+from bench import peer_workloads as w
+from bench.common import log, machine, run_folder, summary
+from bench.peers.base import Peer
+
+SYSTEMS = ("quick-sqlite", "quick-postgres", "huey", "dramatiq", "procrastinate")
+QUICKS = ("quick-sqlite", "quick-postgres")
+LABELS = {
+    "quick-sqlite": "quick (SQLite)",
+    "quick-postgres": "quick (PostgreSQL)",
+    "huey": "Huey (SQLite)",
+    "dramatiq": "Dramatiq (Redis)",
+    "procrastinate": "procrastinate (PostgreSQL)",
+}
+WORKERS = 4
+SMALL_TENANTS = 50
+LONE = "lone"
+DELAY_S = (0.5, 3.0)
+
+# (key, row label, unit, whether higher is better: None when no ratio is meaningful)
+ROWS: tuple[tuple[str, str, str, bool | None], ...] = (
+    ("enqueue_per_s", "enqueue, one call a job", "/s", True),
+    ("drain_per_s", "drain, worker spawn to last job's end", "/s", True),
+    ("small_p50", "noisy neighbour, small tenants' pickup p50", " ms", False),
+    ("small_p99", "noisy neighbour, small tenants' pickup p99", " ms", False),
+    ("noisy_p50", "noisy neighbour, noisy tenant's pickup p50", " ms", None),
+    ("delayed_p50", "delayed jobs, lateness p50", " ms", False),
+    ("delayed_p99", "delayed jobs, lateness p99", " ms", False),
+    ("delayed_early", "delayed jobs started early", "", None),
+)
+
+
+def sizes(jobs: int) -> dict[str, Any]:
+    """The workloads' sizes for ``jobs`` (the issue's at 5,000)."""
+    return {
+        "jobs": jobs,
+        "noisy": jobs * 3 // 5,
+        "small_tenants": SMALL_TENANTS,
+        "per_small": max(1, jobs // 500),
+        "window_s": max(1.0, 5.0 * jobs / 5000),
+        "delayed": max(10, jobs // 10),
+        "delay_s": list(DELAY_S),
+    }
+
+
+def order_of_run(systems: list[str], run: int) -> list[str]:
+    """Run ``run``'s order: the list rotated by one more each run."""
+    k = run % len(systems) if systems else 0
+    return systems[k:] + systems[:k]
+
+
+@contextmanager
+def _servers(systems: list[str]) -> Iterator[dict[str, str]]:
+    """Only the servers the chosen systems need (bench.servers: private, always stopped)."""
+    from bench.servers import postgres_server, redis_server
+
+    with ExitStack() as stack:
+        urls: dict[str, str] = {}
+        if "dramatiq" in systems:
+            urls["redis"] = stack.enter_context(redis_server())
+        if {"quick-postgres", "procrastinate"} & set(systems):
+            urls["postgres"] = stack.enter_context(postgres_server())
+        yield urls
+
+
+def _makers(urls: dict[str, str]) -> dict[str, Callable[[Path], Peer]]:
+    """Each system's peer adapter (bench/peers/), imported only when it runs: a peer whose
+    package is missing is reported as failed and the others still run."""
+
+    def quick_sqlite(d: Path) -> Peer:
+        from bench.peers.quick_peer import QuickPeer, user_consumer
+
+        peer = QuickPeer(d, "sqlite", consumer=user_consumer(WORKERS))
+        peer.config = f"quick worker --workers {WORKERS} (defaults)"
+        return peer
+
+    def quick_postgres(d: Path) -> Peer:
+        from bench.postgres_peer import PostgresQuickPeer
+
+        return PostgresQuickPeer(d, urls["postgres"], "users", WORKERS)
+
+    def huey(d: Path) -> Peer:
+        from bench.peers.huey_peer import HueyPeer
+
+        return HueyPeer(d, workers=WORKERS)
+
+    def dramatiq(d: Path) -> Peer:
+        from bench.peers.dramatiq_peer import DramatiqPeer
+
+        return DramatiqPeer(d, urls["redis"], threads=WORKERS)
+
+    def procrastinate(d: Path) -> Peer:
+        from bench.postgres_peer import _procrastinate
+
+        peer: Peer = _procrastinate(d, urls["postgres"], WORKERS)
+        return peer
+
+    return {
+        "quick-sqlite": quick_sqlite,
+        "quick-postgres": quick_postgres,
+        "huey": huey,
+        "dramatiq": dramatiq,
+        "procrastinate": procrastinate,
+    }
+
+
+def one_run(peer: Peer, s: dict[str, Any], work_ms: float) -> dict[str, Any]:
+    """(a)-(d) on one system, in order."""
+    loads = [os.getloadavg()[0]]
+    res = w.enqueue_then_drain(peer, s["jobs"], LONE)
+    loads.append(os.getloadavg()[0])
+    noisy = w.noisy_neighbour(
+        peer,
+        s["per_small"],
+        s["window_s"],
+        work_ms,
+        small_tenants=s["small_tenants"],
+        noisy_total=s["noisy"],
+        noisy_batch=1,
+    )
+    if noisy["ran"] != noisy["expected"]:
+        raise RuntimeError(f"{peer.name}: {noisy['ran']} of {noisy['expected']} jobs ran")
+    res["noisy"] = noisy
+    loads.append(os.getloadavg()[0])
+    lo, hi = s["delay_s"]
+    res["delayed"] = w.delayed(peer, s["delayed"], lo, hi)
+    if res["delayed"]["n"] != s["delayed"]:
+        raise RuntimeError(f"{peer.name}: {res['delayed']['n']} of {s['delayed']} delayed ran")
+    loads.append(os.getloadavg()[0])
+    res["loadavg"] = [round(x, 2) for x in loads]
+    return res
+
+
+def _flat(run: dict[str, Any]) -> dict[str, float]:
+    return {
+        "enqueue_per_s": run["enqueue_per_s"],
+        "drain_per_s": run["drain"]["per_s"],
+        "small_p50": run["noisy"]["small"]["p50"],
+        "small_p99": run["noisy"]["small"]["p99"],
+        "noisy_p50": run["noisy"]["noisy"]["p50"],
+        "delayed_p50": run["delayed"]["p50"],
+        "delayed_p99": run["delayed"]["p99"],
+        "delayed_early": run["delayed"]["early"],
+    }
+
+
+def summarize(systems: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per system and row: median, min, max over the runs that completed."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for name, system in systems.items():
+        flats = [_flat(r) for r in system.get("runs", [])]
+        if flats:
+            out[name] = {key: summary([f[key] for f in flats]) for key, *_ in ROWS}
+    return out
+
+
+def ratios(summ: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[str, Any]]:
+    """For each quick and each row with a direction: quick's median over the best peer's
+    (the highest rate, the lowest latency): above 1 is better for a rate, below 1 for a
+    latency."""
+    peers = [n for n in summ if n not in QUICKS]
+    out: dict[str, dict[str, Any]] = {}
+    for quick in (q for q in QUICKS if q in summ):
+        out[quick] = {}
+        for key, _label, _unit, higher in ROWS:
+            if higher is None or not peers:
+                continue
+            pick = max if higher else min
+            best = pick(peers, key=lambda p: summ[p][key]["median"])
+            peer_median = summ[best][key]["median"]
+            ratio = summ[quick][key]["median"] / peer_median if peer_median else float("nan")
+            out[quick][key] = {"peer": best, "ratio": ratio}
+    return out
+
+
+def _num(x: float) -> str:
+    if x != x:  # NaN
+        return "-"
+    return f"{x:,.0f}" if abs(x) >= 10 or x == int(x) else f"{x:.1f}"
+
+
+def table(summ: dict[str, Any], rat: dict[str, Any]) -> str:
+    names = [n for n in SYSTEMS if n in summ]
+    quicks = [q for q in QUICKS if q in rat]
+    head = ["what", *(LABELS[n] for n in names), *(f"{LABELS[q]} / best peer" for q in quicks)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key, label, unit, _higher in ROWS:
+        cells = [label]
+        for n in names:
+            m = summ[n][key]
+            spread = f" ({_num(m['min'])}-{_num(m['max'])})" if m["n"] > 1 else ""
+            cells.append(f"{_num(m['median'])}{unit}{spread}")
+        for q in quicks:
+            r = rat[q].get(key)
+            cells.append(f"{r['ratio']:.2f}x {r['peer']}" if r else "")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Medians of runs (min-max). Last columns: quick's median over the best peer's, "
+        "above 1 better for a rate (/s), below 1 better for a time (ms).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def run(runs: int, jobs: int, only: list[str], work_ms: float = 0.0) -> dict[str, Any]:
+    s = sizes(jobs)
+    res: dict[str, Any] = {
+        "sizes": {**s, "work_ms": work_ms},
+        "runs": runs,
+        "systems": {},
+        "loadavg": {"before": list(os.getloadavg())},
+    }
+    with ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-users-")))
+        urls = stack.enter_context(_servers(only))
+        makers = _makers(urls)
+        peers: dict[str, Peer] = {}
+        for name in only:
+            workdir = tmp / name
+            workdir.mkdir()
+            try:
+                peers[name] = peer = stack.enter_context(_closing(makers[name](workdir)))
+                res["systems"][name] = {
+                    "config": peer.config,
+                    "worker": shlex.join(peer.worker_cmd()),
+                    "runs": [],
+                }
+            except Exception as err:  # one broken peer must not sink the others
+                log(f"{name} failed to start: {err!r}")
+                traceback.print_exc()
+                res["systems"][name] = {"error": repr(err)}
+        for r in range(runs):
+            for name in order_of_run(list(peers), r):
+                system = res["systems"][name]
+                try:
+                    one = one_run(peers[name], s, work_ms)
+                except Exception as err:
+                    log(f"{name} run {r + 1} failed: {err!r}")
+                    traceback.print_exc()
+                    system.setdefault("errors", []).append(repr(err))
+                    continue
+                system["runs"].append(one)
+                f = _flat(one)
+                log(
+                    f"run {r + 1}/{runs} {name}: enqueue {f['enqueue_per_s']:.0f}/s, drain "
+                    f"{f['drain_per_s']:.0f}/s, small p50/p99 {f['small_p50']:.1f}/"
+                    f"{f['small_p99']:.1f} ms, delayed p99 {f['delayed_p99']:.1f} ms "
+                    f"({f['delayed_early']:.0f} early), load {one['loadavg']}"
+                )
+    res["loadavg"]["after"] = list(os.getloadavg())
+    res["summary"] = summarize(res["systems"])
+    res["ratios"] = ratios(res["summary"])
+    return res
+
+
+@contextmanager
+def _closing(peer: Peer) -> Iterator[Peer]:
+    try:
+        yield peer
+    finally:
+        peer.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.peers_users", description=__doc__)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--jobs", type=int, default=5000)
+    ap.add_argument("--only", default=",".join(SYSTEMS), help=f"among {','.join(SYSTEMS)}")
+    ap.add_argument("--work-ms", type=float, default=0.0, help="each job sleeps this long")
+    ap.add_argument("--out", default=None, help="results folder")
+    args = ap.parse_args(argv)
+    only = [n for n in args.only.split(",") if n]
+    unknown = sorted(set(only) - set(SYSTEMS))
+    if unknown:
+        ap.error(f"unknown systems {', '.join(unknown)}: choose among {', '.join(SYSTEMS)}")
+    if args.runs < 1 or args.jobs < 10:
+        ap.error("--runs must be at least 1 and --jobs at least 10")
+    t0 = time.time()
+    res = run(args.runs, args.jobs, only, args.work_ms)
+    res["machine"] = machine()
+    res["command"] = "python -m bench.peers_users " + shlex.join(
+        sys.argv[1:] if argv is None else argv
+    )
+    res["duration_s"] = round(time.time() - t0, 1)
+    text = table(res["summary"], res["ratios"])
+    out = run_folder("peers-users", args.out)
+    (out / "peers_users.json").write_text(json.dumps(res, indent=1, default=str))
+    (out / "table.md").write_text(text)
+    print(text)
+    failed = [n for n, s in res["systems"].items() if "error" in s or s.get("errors")]
+    load = res["loadavg"]
+    log(
+        f"load average {load['before'][0]:.1f} before, {load['after'][0]:.1f} after; "
+        f"{res['duration_s']:.0f} s; results in {out}"
+        + (f"; FAILED: {', '.join(failed)}" if failed else "")
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    # SIGTERM becomes SystemExit so the context managers stop the servers and workers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    sys.exit(main())

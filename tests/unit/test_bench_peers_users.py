@@ -1,0 +1,77 @@
+"""``python -m bench.peers_users`` (issue 44 point 6), the harness whose table
+docs/performance.md leads with, run small so it cannot rot: one producer's single
+enqueues, a worker process spawned as a user runs it and timed from the spawn to the last
+job's end, a noisy tenant's burst beside small tenants, delayed jobs; quick on SQLite
+beside Huey, the figures, ratios and table written to the run's folder."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("huey")
+
+
+def test_a_small_run_measures_what_users_see(tmp_path: Path) -> None:
+    from bench import peers_users
+
+    out = tmp_path / "run"
+    rc = peers_users.main(
+        ["--runs", "1", "--jobs", "200", "--only", "quick-sqlite,huey", "--out", str(out)]
+    )
+    assert rc == 0
+    res = json.loads((out / "peers_users.json").read_text())
+    assert res["sizes"]["jobs"] == 200
+    assert set(res["systems"]) == {"quick-sqlite", "huey"}
+    for name, system in res["systems"].items():
+        assert "error" not in system, (name, system)
+        # `quick worker --workers 4` as a user starts it; Huey's consumer with 4 threads.
+        assert "--workers 4" in system["worker"] or "-w 4" in system["worker"], system
+        (run,) = system["runs"]
+        assert run["enqueue_per_s"] > 0
+        # The drain: every job ran, timed from just before the spawn to the last job's
+        # end, which comes after the last job's start.
+        drain = run["drain"]
+        assert drain["jobs"] == 200
+        assert drain["spawn"] < drain["first_start"] <= drain["last_start"] <= drain["last_end"]
+        assert drain["per_s"] == pytest.approx(200 / (drain["last_end"] - drain["spawn"]))
+        noisy = run["noisy"]
+        assert noisy["ran"] == noisy["expected"]
+        assert noisy["small"]["n"] > 0 and noisy["noisy"]["n"] > 0
+        assert math.isfinite(noisy["small"]["p99"])
+        delayed = run["delayed"]
+        assert delayed["n"] == delayed["expected"] == res["sizes"]["delayed"]
+        assert delayed["early"] >= 0
+        assert math.isfinite(delayed["p99"])
+    assert "quickzones worker" in res["systems"]["quick-sqlite"]["worker"]
+    # Medians of runs, and quick against the best peer, in a table printed and written.
+    summary = res["summary"]["quick-sqlite"]
+    assert (
+        summary["drain_per_s"]["median"]
+        == res["systems"]["quick-sqlite"]["runs"][0]["drain"]["per_s"]
+    )
+    ratios = res["ratios"]["quick-sqlite"]
+    huey = res["summary"]["huey"]
+    assert ratios["drain_per_s"]["peer"] == "huey"
+    assert ratios["drain_per_s"]["ratio"] == pytest.approx(
+        summary["drain_per_s"]["median"] / huey["drain_per_s"]["median"]
+    )
+    table = (out / "table.md").read_text()
+    assert "| drain, worker spawn to last job's end |" in table
+    assert "huey" in table.lower() and "quick (SQLite)" in table
+    assert res["loadavg"]["before"] and res["loadavg"]["after"]
+
+
+def test_runs_alternate_the_order_of_the_systems() -> None:
+    from bench.peers_users import order_of_run
+
+    systems = ["a", "b", "c"]
+    assert [order_of_run(systems, r) for r in range(4)] == [
+        ["a", "b", "c"],
+        ["b", "c", "a"],
+        ["c", "a", "b"],
+        ["a", "b", "c"],
+    ]
