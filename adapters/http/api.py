@@ -480,7 +480,8 @@ def extend(
         )
     except (LeaseLost, ItemNotFound) as err:
         raise _lost(q, zone, item_id, err) from None
-    state.leaser.extended(zone, item_id, item.vesting_ms)
+    state.leaser.held_slots.extended(zone, item_id, item.vesting_ms)
+    state.leaser.pull_runs.extended(zone, item_id, item.vesting_ms)
     return m.Extended(lease_expires_ms=item.vesting_ms)
 
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from quickzones.adapters.http import models as m
 from quickzones.adapters.http.api import Consumer, allow_app, state_of
+from quickzones.consumer.settler import UNRUN
 from quickzones.store.validation import check_name
 
 router = APIRouter(prefix="/v1")
@@ -36,6 +37,6 @@ def cancelled(body: m.CompleteManyRequest, request: Request, who: Consumer) -> C
         zone = q.zone(allow_app(who, item.app), item.tenant)
         gone = q.items.get(zone, check_name("item_id", item.item_id)) is None
         if gone:  # its run ends here: the server's heartbeat stops listing it
-            state.leaser.gone(zone, item.item_id)
+            state.leaser.pull_runs.ended(zone, item.item_id, UNRUN)
         answer.append(gone)
     return CancelledAnswer(cancelled=answer)

@@ -15,6 +15,7 @@ import random
 import socket
 import threading
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from quickzones.clock import Clock, now_ms
 from quickzones.consumer.config import ConsumerConfig
@@ -121,6 +122,14 @@ class Heartbeats:
             scanner, running, more,
         )  # fmt: skip
 
+    def count(self, event: str, fields: dict[str, Any]) -> None:
+        """Count a consumer event the dashboard summarises: a dequeue's pickup, a run's
+        time and failure (a dictionary increment: no write of its own)."""
+        if event == "dequeued":
+            self.pickups.dequeued(**fields)
+        elif event == "ran":
+            self.pickups.ran(at_ms=now_ms(self._clock), **fields)
+
     def beat_once(self) -> None:
         now = now_ms(self._clock)
         stores = list(self._clusters())
@@ -136,6 +145,11 @@ class Heartbeats:
             self._written = False
             self.forget()
         self.pickups.flush(stores, now)
+
+    def stopped(self) -> None:
+        """What was counted since the last beat, and no record left (a clean stop)."""
+        self.pickups.flush(list(self._clusters()), now_ms(self._clock))
+        self.forget()
 
     def forget(self) -> None:
         for _, kv, keys in self._clusters():

@@ -49,12 +49,12 @@ from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.fetcher import TYPE_SCOPE, Fetcher
 from quickzones.consumer.held_slots import HeldSlots
 from quickzones.consumer.long_poll import LongPolls, Poll
-from quickzones.consumer.maintenance import HEARTBEAT_S, Heartbeats
+from quickzones.consumer.maintenance import HEARTBEAT_S
 from quickzones.consumer.pickups import PickupCounts, waited_ms
 from quickzones.consumer.pull_runs import PullRuns
 from quickzones.consumer.scanner import Scanner
 from quickzones.consumer.set_aside import SetAside, VisitFailures, elapsed
-from quickzones.consumer.settler import UNRUN, Settler
+from quickzones.consumer.settler import Settler
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster
 from quickzones.consumer.visit import ZoneVisitsFailed
@@ -150,15 +150,10 @@ class PullLeaser:
         # as a local consumer's scanner passes over them.
         self.set_aside = SetAside(self._count, monotonic=elapsed(q.clock))
         self.held_slots = HeldSlots(self.slots, q.clock)
-        # What its leases hold for remote workers: listed in its heartbeat record (the
-        # running page), each run's end counted with the pickups.
-        self.pull_runs = PullRuns(q.clock, self.pickup_counts, self.cluster.name)
-        self.heartbeats = Heartbeats(
-            lambda: [(self.cluster.name, q.kv, q.keys)], self.name, self.config,
-            self._held, lambda _: self.in_order(), q.clock, heartbeat_s,
-            running=self.pull_runs.running, counts=self.pickup_counts, workers=0,
-            idle_record=False,
-        )  # fmt: skip
+        # What its leases hold for remote workers, in its heartbeat (the running page).
+        self.pull_runs = PullRuns(
+            q, self.name, self.config, self.in_order, heartbeat_s, self.pickup_counts
+        )
         # The outcomes of what it leased (the routes apply a remote worker's through it):
         # each one that ends an item's lease gives back the slots the item held and counts
         # its run, and a requeued item wakes the waiting polls (it may be due now).
@@ -166,23 +161,9 @@ class PullLeaser:
             {self.cluster.name: self.cluster}, requeued=q.wake_waiters, ended=self._ended
         )
 
-    def _held(self) -> tuple[int, int]:  # (running, held) as its heartbeat shows them
-        held = len(self.pull_runs)
-        return held, held
-
     def _ended(self, zone: ZoneId, item_id: str, how: str) -> None:
         self.held_slots.ended(zone, item_id)
         self.pull_runs.ended(zone, item_id, how)
-
-    def gone(self, zone: ZoneId, item_id: str) -> None:
-        """A remote worker heard its item went (cancelled, say): no run of it is listed
-        or counted any more."""
-        self.pull_runs.ended(zone, item_id, UNRUN)
-
-    def extended(self, zone: ZoneId, item_id: str, until_ms: int) -> None:
-        """A remote worker extended its item's lease to ``until_ms``."""
-        self.held_slots.extended(zone, item_id, until_ms)
-        self.pull_runs.extended(zone, item_id, until_ms)
 
     def _count(self, event: str, **_: Any) -> None:
         """The visits' events: only lost pointer leases are kept (a measure of contention)."""
@@ -366,17 +347,12 @@ class PullLeaser:
         return out, visited
 
     def beat_until(self, stopping: threading.Event) -> None:
-        """Every ``heartbeat_s`` (a consumer's
-        :data:`~quickzones.consumer.maintenance.HEARTBEAT_S`) until ``stopping``: its
-        heartbeat record while its pull leases hold items, and its pickup and run counts
-        (the dashboard reads them from the store); once more then, its record cleared."""
+        """Its heartbeat (:mod:`~quickzones.consumer.pull_runs`: its pull leases' record,
+        pickup and run counts) every ``heartbeat_s`` until ``stopping``, and at the end."""
         while not stopping.wait(self.heartbeat_s):
-            self.heartbeats.beat_once()
+            self.pull_runs.heartbeats.beat_once()
             self.held_slots.tidy()  # held slots kept while no lease call comes
-        self.pickup_counts.flush(
-            [(self.cluster.name, self.q.kv, self.q.keys)], now_ms(self.q.clock)
-        )
-        self.heartbeats.forget()
+        self.pull_runs.heartbeats.stopped()
 
     def poll(
         self,

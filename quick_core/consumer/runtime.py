@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from quickzones.clock import Clock, SystemClock, now_ms
+from quickzones.clock import Clock, SystemClock
 from quickzones.consumer.completer import BatchedCompleter, Completer, InlineCompleter
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.election import Election, new_candidate_id
@@ -38,7 +38,6 @@ from quickzones.consumer.worker import Worker
 from quickzones.errors import ConfigurationError, StoreLost
 from quickzones.registry import Registry
 from quickzones.store.changes import watchers_for
-from quickzones.store.heartbeats import RunningItem
 from quickzones.store.kv import KVStore
 from quickzones.store.limits import Limits
 from quickzones.store.records import WorkItem, ZoneId
@@ -175,7 +174,7 @@ class Consumer(RunsForever):
         stores = [(c.name, c.kv, c.toplevel.keys) for c in clusters.values() if c.kv is not None]
         busy = lambda: (len(flight.running), flight.total())  # noqa: E731
         beats = (lambda: stores, self.name, cfg, busy, self.in_order_for, clock, heartbeat_s)
-        self.heartbeats = Heartbeats(*beats, running=self._running_items)
+        self.heartbeats = Heartbeats(*beats, running=flight.running_items)
         self.store_watch = StoreWatch(clusters)  # says at once when a store stops answering
 
     # --- observation -------------------------------------------------------------------
@@ -189,21 +188,8 @@ class Consumer(RunsForever):
         self.events.observer = observer
 
     def _emit(self, event: str, **fields: Any) -> None:
-        if event == "dequeued":  # the fairness view's pickup latencies (maintenance.py)
-            self.heartbeats.pickups.dequeued(**fields)
-        elif event == "ran":  # the run times and failures per job type, counted alike
-            self.heartbeats.pickups.ran(at_ms=now_ms(self.clock), **fields)
+        self.heartbeats.count(event, fields)  # pickups, run times and failures
         self.events.emit(event, **fields)
-
-    def _running_items(self) -> list[RunningItem]:
-        """The handler invocations running now, for the heartbeat record."""
-        return [
-            RunningItem(
-                r.work.zone, r.work.item.item_id, r.work.item.job_type, r.work.item.attempts,
-                int(r.started * 1000), r.work.item.vesting_ms,
-            )
-            for r in self._flight.snapshot()
-        ]  # fmt: skip
 
     # --- election ----------------------------------------------------------------------
 

@@ -96,7 +96,7 @@ def test_running_items_show_since_when_and_on_which_consumer_and_the_slow_are_fl
 def _serve(q: Quick) -> tuple[FastAPI, Callable[[], None]]:
     """A server and its heartbeat, driven here (it beats every few seconds on its own)."""
     app = create_app(q)
-    return app, app.state.quick.leaser.heartbeats.beat_once
+    return app, app.state.quick.leaser.pull_runs.heartbeats.beat_once
 
 
 def _lease(rq: RemoteQuick, n: int) -> list[RemoteLease]:
