@@ -71,6 +71,40 @@ def test_runs_write_their_figures_only_with_the_heartbeat() -> None:
     q.close()
 
 
+def test_a_retry_writes_no_dead_letter_group_count() -> None:
+    """The dead-letter groups are counted where a letter is written (rare, and a write
+    already); a run that fails and is retried touches no group's key, so the retries of
+    one job type never meet on one key."""
+    clock = ManualClock(1_700_000_000.0)
+    writes = Writes()
+    q = Quick(MemoryStore(clock=clock, commit_hook=writes), clock=clock)
+    failed: set[int] = set()
+
+    @q.job("flaky", retry=RetryPolicy(max_attempts=3, backoff_base_s=1, backoff_cap_s=1))
+    def flaky(payload: int, ctx: Any) -> None:
+        if payload not in failed:
+            failed.add(payload)
+            raise TimeoutError("try again")
+
+    for n in range(5):
+        q.enqueue("flaky", n, app="a", tenant="t")
+    consumer = q.consumer(ConsumerConfig(in_order=True), name="c")
+    consumer.run_until_idle()
+    clock.advance(5.0)
+    consumer.run_until_idle()
+    assert failed == set(range(5)) and q.dead_letters(app="a") == []
+    begin, end = q.keys.meta_range("dead-groups")
+
+    def counted() -> int:
+        return len([w for w in writes.commits if any(begin <= key < end for key in w)])
+
+    assert counted() == 0
+    zone = q.zone("a", "t")
+    q.zones.dead_letter(zone, q.enqueue("flaky", 9, app="a", tenant="t"), None, "x")
+    assert counted() == 1, "a dead letter counts in its group"
+    q.close()
+
+
 def test_a_consumer_lists_what_it_runs_in_its_heartbeat() -> None:
     """The running page's source: each item its handlers run now, with its lease's end."""
     clock = ManualClock(1_700_000_000.0)
