@@ -55,7 +55,7 @@ class Running:
 def running_page(q: Quick, app: str, limit: int, cursor: str | None) -> Running:
     """A page of ``app``'s running items, longest running first."""
     now = now_ms(q.clock)
-    beats = [b for b in heartbeats.heartbeats(q.kv, q.keys) if not b.stale(now)]
+    beats = [b for b in heartbeats.heartbeats(q.kv, q.keys, running=True) if not b.stale(now)]
     unlisted = sum(b.running_more for b in beats)
     page = heartbeats.running_page(beats, app, now, limit=limit, cursor=cursor)
     if not page.rows:

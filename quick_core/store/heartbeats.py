@@ -9,20 +9,26 @@ record whose beat is older than :data:`STALE_BEATS` periods is shown stale; one 
 its ``expires`` is cleared by whichever consumer beats next, so records of consumers that
 died expire on their own.
 
-A record also carries what its consumer runs now (issue 45 point 4): each running item's
-app, tenant, id, job type, attempt, since when and its lease's end, the longest running
-first, at most :data:`RUNNING_MAX` of them (and :data:`RUNNING_BYTES`, so a record of
-long names still fits a value), with a count of those left out. ``quick serve`` beats
-the same way for the items its pull leases hold for remote workers. So the dashboard
-lists an app's running items from the live records alone (:func:`running_page`), at most
-consumers x :data:`RUNNING_MAX` of them, and a started item costs no write of its own.
+Beside its record a consumer keeps what it runs now (issue 45 point 4), rewritten with
+it::
+
+    (root, "m", "consumer-running", consumer_id) -> msgpack {running, more}
+
+each running item's app, tenant, id, job type, attempt, since when and its lease's end,
+the longest running first, at most :data:`RUNNING_MAX` of them (and
+:data:`RUNNING_BYTES`, so a list of long names still fits a value), with a count of
+those left out. A key of its own: the beats' expiry scans and the workers page read the
+small records only. ``quick serve`` beats the same way for the items its pull leases
+hold for remote workers. So the dashboard lists an app's running items from the live
+consumers' lists alone (:func:`running_page`), at most consumers x :data:`RUNNING_MAX` of
+them, and a started item costs no write of its own.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import fdb.tuple as fdbtuple
 import msgpack
@@ -36,6 +42,7 @@ from quickzones.store.records import ZoneId
 STALE_BEATS = 3  # beats missed before a consumer is shown stale
 EXPIRE_AFTER_MS = 10 * 60_000  # a record not renewed for this long is cleared
 _NAME = "consumer"
+_RUNNING = "consumer-running"
 RUNNING_MAX = 100  # running items a record lists at most
 RUNNING_BYTES = 50_000  # and their encoded size at most (a value holds 100,000 bytes)
 
@@ -114,9 +121,14 @@ def _encode(b: Heartbeat) -> bytes:
             "apps": None if b.apps is None else list(b.apps),
             "types": None if b.job_types is None else list(b.job_types),
             "scanner": list(b.scanner),
-            "running": [r._row() for r in b.running],
-            "running_more": b.running_more,
         }
+    )
+    return packed
+
+
+def _encode_running(b: Heartbeat) -> bytes:
+    packed: bytes = msgpack.packb(
+        {"running": [r._row() for r in b.running], "more": b.running_more}
     )
     return packed
 
@@ -143,49 +155,73 @@ def _decode(consumer_id: str, raw: bytes) -> Heartbeat | None:
             None if o["apps"] is None else tuple(map(str, o["apps"])),
             None if o["types"] is None else tuple(map(str, o["types"])),
             tuple(map(str, o["scanner"])),
-            _running(o.get("running", [])),  # a record of a version before: none
-            int(o.get("running_more", 0)),
         )  # fmt: skip
     except (ValueError, TypeError, KeyError, msgpack.ExtraData):
         return None
 
 
 def beat(kv: KVStore, keys: KeySpace, record: Heartbeat, now_ms: int) -> None:
-    """Write ``record`` and clear every consumer's record past its expiry."""
+    """Write ``record`` and its running list, and clear every consumer's record past its
+    expiry (its list too)."""
 
     def write(tr: KVTransaction) -> None:
         tr.set(keys.meta_key(_NAME, record.consumer_id), _encode(record))
+        if record.running or record.running_more:
+            tr.set(keys.meta_key(_RUNNING, record.consumer_id), _encode_running(record))
+        else:
+            tr.clear(keys.meta_key(_RUNNING, record.consumer_id))
         # A snapshot read: beats never conflict. A consumer that beats again just as its
         # expired record is cleared loses that one record, and writes it at its next beat.
         for key, raw in tr.get_range(*keys.meta_range(_NAME), limit=1000, snapshot=True):
-            other = _decode(str(keys.unpack(key)[-1]), raw)
+            consumer_id = str(keys.unpack(key)[-1])
+            other = _decode(consumer_id, raw)
             if other is None or other.expires_ms < now_ms:
                 tr.clear(key)
+                tr.clear(keys.meta_key(_RUNNING, consumer_id))
 
     run(kv, write)
 
 
 def forget(kv: KVStore, keys: KeySpace, consumer_id: str) -> None:
-    """Clear a consumer's record (it stopped cleanly)."""
+    """Clear a consumer's record and running list (it stopped cleanly)."""
 
     def clear(tr: KVTransaction) -> None:
         tr.clear(keys.meta_key(_NAME, consumer_id))
+        tr.clear(keys.meta_key(_RUNNING, consumer_id))
 
     run(kv, clear)
 
 
-def heartbeats(kv: KVStore, keys: KeySpace) -> list[Heartbeat]:
-    """Every consumer's record, by consumer id."""
+def heartbeats(kv: KVStore, keys: KeySpace, *, running: bool = False) -> list[Heartbeat]:
+    """Every consumer's record, by consumer id; with ``running``, each with what it runs
+    (a second range read, of the running lists)."""
 
-    def read(tr: KVTransaction) -> list[tuple[bytes, bytes]]:
-        return tr.get_range(*keys.meta_range(_NAME), limit=1000, snapshot=True)
+    def read(tr: KVTransaction) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]:
+        records = tr.get_range(*keys.meta_range(_NAME), limit=1000, snapshot=True)
+        if not running:
+            return records, []
+        return records, tr.get_range(*keys.meta_range(_RUNNING), limit=1000, snapshot=True)
 
+    records, lists = run(kv, read)
+    runs = {str(keys.unpack(key)[-1]): raw for key, raw in lists}
     out = []
-    for key, raw in run(kv, read):
-        record = _decode(str(keys.unpack(key)[-1]), raw)
-        if record is not None:
-            out.append(record)
+    for key, raw in records:
+        consumer_id = str(keys.unpack(key)[-1])
+        record = _decode(consumer_id, raw)
+        if record is None:
+            continue
+        listed = runs.get(consumer_id)
+        out.append(record if listed is None else _with_running(record, listed))
     return out
+
+
+def _with_running(record: Heartbeat, raw: bytes) -> Heartbeat:
+    """``record`` with the running list ``raw`` (none where it is not one this wrote)."""
+    try:
+        o = msgpack.unpackb(raw)
+        return replace(record, running=_running(o["running"]), running_more=int(o["more"]))
+    except (ValueError, TypeError, KeyError, msgpack.ExtraData):
+        return record
 
 
 def running_page(
