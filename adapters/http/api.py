@@ -369,7 +369,9 @@ def _deliverable(settler: Settler, cluster: str, x: Leased) -> str | None:
         reason = f"its payload cannot be sent by the HTTP API: {type(err).__name__}: {err}"
     log.warning("item %s of %s dead-lettered: %s", x.item.item_id, x.zone, reason)
     with contextlib.suppress(LeaseLost, ItemNotFound):
-        settler.dead_letter(cluster, x.zone, x.item.item_id, x.item.lease_id, reason[:2000])
+        settler.dead_letter(
+            cluster, x.zone, x.item.item_id, x.item.lease_id, reason[:2000], ran=False
+        )
     return None
 
 
@@ -479,6 +481,7 @@ def extend(
     except (LeaseLost, ItemNotFound) as err:
         raise _lost(q, zone, item_id, err) from None
     state.leaser.held_slots.extended(zone, item_id, item.vesting_ms)
+    state.leaser.pull_runs.extended(zone, item_id, item.vesting_ms)
     return m.Extended(lease_expires_ms=item.vesting_ms)
 
 

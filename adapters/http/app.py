@@ -159,8 +159,8 @@ def create_app(
     with ``config``'s parameters (a consumer's: ``dequeue_max``, ``visit_max``,
     ``selection_frac``...); ``pull``: the long poll's own. The long polls it holds open
     are limited by the process's open-file limit (``open_files``: another's, in tests).
-    Its pull leases' pickup counts reach the store every ``heartbeat_s`` (shorter in
-    tests)."""
+    Its pull leases' heartbeat record and pickup and run counts reach the store every
+    ``heartbeat_s`` (shorter in tests)."""
     stopping = threading.Event()
     pull = pull or PullConfig()
     budget = Budget.of(open_files)
@@ -183,7 +183,7 @@ def create_app(
         anyio.to_thread.current_default_thread_limiter().total_tokens = 200
         stopping.clear()
         flusher = threading.Thread(
-            target=state.leaser.flush_pickups_until, args=(stopping,), name="quick-pickups"
+            target=state.leaser.beat_until, args=(stopping,), name="quick-heartbeat"
         )
         flusher.start()
         electing = threading.Thread(

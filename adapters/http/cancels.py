@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from quickzones.adapters.http import models as m
 from quickzones.adapters.http.api import Consumer, allow_app, state_of
+from quickzones.consumer.settler import UNRUN
 from quickzones.store.validation import check_name
 
 router = APIRouter(prefix="/v1")
@@ -29,9 +30,13 @@ class CancelledAnswer(BaseModel):
 @router.post("/leases/cancelled", tags=["consume"], response_model=CancelledAnswer)
 def cancelled(body: m.CompleteManyRequest, request: Request, who: Consumer) -> CancelledAnswer:
     """Which of these leased items are gone; the token must allow every item's app."""
-    q = state_of(request).q
+    state = state_of(request)
+    q = state.q
     answer = []
     for item in body.items:
         zone = q.zone(allow_app(who, item.app), item.tenant)
-        answer.append(q.items.get(zone, check_name("item_id", item.item_id)) is None)
+        gone = q.items.get(zone, check_name("item_id", item.item_id)) is None
+        if gone:  # its run ends here: the server's heartbeat stops listing it
+            state.leaser.pull_runs.ended(zone, item.item_id, UNRUN)
+        answer.append(gone)
     return CancelledAnswer(cancelled=answer)

@@ -5,13 +5,15 @@ never style attributes). Every text drawn is escaped."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import Protocol
 
 from markupsafe import Markup, escape
 
 from quickzones.adapters.http.fairness import MinutePoint
 from quickzones.store.pickups import BOUNDS_MS, OVER, percentile_label
+from quickzones.store.run_figures import ErrorMinute
 
 _W, _H, _LEFT, _BOTTOM, _TOP = 640, 160, 48, 20, 10
 
@@ -20,7 +22,12 @@ def _clock(minute: int) -> str:
     return datetime.fromtimestamp(minute * 60, tz=UTC).strftime("%H:%M")
 
 
-def _frame(title: str, points: list[MinutePoint], top_label: str, body: list[str]) -> Markup:
+class _Minute(Protocol):
+    @property
+    def minute(self) -> int: ...
+
+
+def _frame(title: str, points: Sequence[_Minute], top_label: str, body: list[str]) -> Markup:
     first, last = (_clock(points[0].minute), _clock(points[-1].minute)) if points else ("", "")
     parts = [
         f'<svg class="chart" role="img" viewBox="0 0 {_W} {_H}" width="{_W}" height="{_H}"'
@@ -101,3 +108,32 @@ def latency_chart(points: list[MinutePoint]) -> Markup:
         "p99</text>".format(_W - 4, _TOP + 20)
     )
     return _frame("Pickup latency per minute", points, f"{BOUNDS_MS[-1] // 1000} s", body)
+
+
+# Colours of the job types in the errors chart, in the order of the legend (then again).
+PALETTE = ("#c0392b", "#3a6ea5", "#d68910", "#7d3c98", "#16a085", "#566573")
+
+
+def errors_chart(minutes: list[ErrorMinute], job_types: list[str]) -> Markup:
+    """Failed runs per minute, one bar a minute stacked by job type (``job_types``, in
+    the legend's order: a type's colour is its place there)."""
+    peak = max((m.total for m in minutes), default=0) or 1
+    step = (_W - _LEFT) / max(1, len(minutes))
+    height = _H - _BOTTOM - _TOP
+    colour = {t: PALETTE[n % len(PALETTE)] for n, t in enumerate(job_types)}
+    bars = []
+    for i, m in enumerate(minutes):
+        y = float(_H - _BOTTOM)
+        for job_type in job_types:
+            n = m.by_type.get(job_type, 0)
+            if n == 0:
+                continue
+            h = height * n / peak
+            y -= h
+            bars.append(
+                f'<rect data-minute="{m.minute}" data-type="{escape(job_type)}"'
+                f' data-errors="{n}" x="{_LEFT + i * step:.1f}" y="{y:.1f}"'
+                f' width="{max(1.0, step - 1):.1f}" height="{h:.1f}" fill="{colour[job_type]}">'
+                f"<title>{_clock(m.minute)} {escape(job_type)}: {n} failed</title></rect>"
+            )
+    return _frame("Failed runs per minute", minutes, f"{peak}/min", bars)

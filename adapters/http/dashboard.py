@@ -31,6 +31,7 @@ from fastapi.templating import Jinja2Templates
 from quickzones.adapters.http import views
 from quickzones.adapters.http.api import ServeState
 from quickzones.adapters.http.fairness_pages import mount_fairness_pages
+from quickzones.adapters.http.stuck_pages import mount_stuck_pages
 from quickzones.adapters.http.tokens import TokenInfo
 from quickzones.clock import now_ms
 from quickzones.explain import explain
@@ -167,8 +168,8 @@ def _when(ms: int | None) -> str:
 
 
 def mount_dashboard(app: FastAPI, state: ServeState) -> None:
-    """Add the dashboard's pages (``/``, ``/apps/...``, ``/shards``, ``/workers``,
-    ``/login``) to ``app``."""
+    """Add the dashboard's pages (``/``, ``/apps/...`` with its running items, failed
+    runs and dead-letter groups, ``/shards``, ``/workers``, ``/login``) to ``app``."""
     board = Dashboard(state)
     app.state.dashboard = board  # for a look at its cache
     templates = Jinja2Templates(directory=str(_HERE / "templates"))
@@ -439,6 +440,10 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
         app, board, session=session, page=page, admit=admit, admin_page=admin_page,
         admin_post=admin_post, login_redirect=login_redirect, templates=templates,
     )  # fmt: skip
+
+    mount_stuck_pages(
+        app, board, page=page, admit=admit, admin_page=admin_page, admin_post=admin_post
+    )
 
     @app.get("/shards", include_in_schema=False)
     def shards_page(request: Request) -> Response:

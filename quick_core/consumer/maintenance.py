@@ -15,13 +15,14 @@ import random
 import socket
 import threading
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from quickzones.clock import Clock, now_ms
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.pickups import PickupCounts
 from quickzones.errors import StorageError
 from quickzones.store import batches, heartbeats
-from quickzones.store.heartbeats import Heartbeat
+from quickzones.store.heartbeats import Heartbeat, RunningItem
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore
 from quickzones.store.outcomes import collect_expired_outcomes
@@ -73,8 +74,12 @@ class OutcomeCollector:
 
 class Heartbeats:
     """Every ``interval_s`` (:data:`HEARTBEAT_S`): this consumer's heartbeat record (the
-    workers page of ``quick serve``) and its pickup counts (the fairness view and history
-    charts), written to each store it serves; a stopping consumer clears its record."""
+    workers page of ``quick serve``, with the items it runs now for the running page)
+    and its pickup and run counts (the fairness view, history charts, run times and
+    failures), written to each store it serves; a stopping consumer clears its record.
+    ``quick serve`` beats through one too, for its pull leases (``idle_record=False``:
+    a record only while it holds some, so a server no remote worker polls is not shown
+    as a consumer)."""
 
     def __init__(
         self,
@@ -85,6 +90,11 @@ class Heartbeats:
         holds: Callable[[str], bool],
         clock: Clock,
         interval_s: float = HEARTBEAT_S,  # shorter in tests only
+        *,
+        running: Callable[[], Iterable[RunningItem]] = tuple,  # what it runs now
+        counts: PickupCounts | None = None,
+        workers: int | None = None,  # config.workers where None
+        idle_record: bool = True,
     ) -> None:
         self._clusters = clusters
         self.consumer_id = consumer_id
@@ -95,28 +105,51 @@ class Heartbeats:
         self._clock = clock
         self._started_ms = now_ms(clock)
         self._host = socket.gethostname()
-        self.pickups = PickupCounts()
+        self._running = running
+        self._workers = config.workers if workers is None else workers
+        self._idle_record = idle_record
+        self._written = False  # a record of it is in the store (idle_record=False)
+        self.pickups = counts or PickupCounts()
 
     def _record(self, now: int, scanner: tuple[str, ...]) -> Heartbeat:
         cfg = self._config
+        running, more = heartbeats.listed(self._running())
         return Heartbeat(
             self.consumer_id, self._host, os.getpid(), self._started_ms, now,
-            int(self._interval_s * 1000), cfg.workers, *self._busy(),
+            int(self._interval_s * 1000), self._workers, *self._busy(),
             None if cfg.apps is None else tuple(cfg.apps),
             None if cfg.job_types is None else tuple(cfg.job_types),
-            scanner,
+            scanner, running, more,
         )  # fmt: skip
+
+    def count(self, event: str, fields: dict[str, Any]) -> None:
+        """Count a consumer event the dashboard summarises: a dequeue's pickup, a run's
+        time and failure (a dictionary increment: no write of its own)."""
+        if event == "dequeued":
+            self.pickups.dequeued(**fields)
+        elif event == "ran":
+            self.pickups.ran(at_ms=now_ms(self._clock), **fields)
 
     def beat_once(self) -> None:
         now = now_ms(self._clock)
         stores = list(self._clusters())
         record = self._record(now, tuple(name for name, _, _ in stores if self._holds(name)))
-        for _, kv, keys in stores:
-            try:
-                heartbeats.beat(kv, keys, record, now)
-            except StorageError as err:  # the next beat tries again
-                log.warning("writing the consumer heartbeat failed: %s", err)
+        if self._idle_record or record.running:
+            self._written = True
+            for _, kv, keys in stores:
+                try:
+                    heartbeats.beat(kv, keys, record, now)
+                except StorageError as err:  # the next beat tries again
+                    log.warning("writing the consumer heartbeat failed: %s", err)
+        elif self._written:  # nothing held any more: no record (it expires otherwise)
+            self._written = False
+            self.forget()
         self.pickups.flush(stores, now)
+
+    def stopped(self) -> None:
+        """What was counted since the last beat, and no record left (a clean stop)."""
+        self.pickups.flush(list(self._clusters()), now_ms(self._clock))
+        self.forget()
 
     def forget(self) -> None:
         for _, kv, keys in self._clusters():

@@ -51,6 +51,7 @@ from quickzones.consumer.held_slots import HeldSlots
 from quickzones.consumer.long_poll import LongPolls, Poll
 from quickzones.consumer.maintenance import HEARTBEAT_S
 from quickzones.consumer.pickups import PickupCounts, waited_ms
+from quickzones.consumer.pull_runs import PullRuns
 from quickzones.consumer.scanner import Scanner
 from quickzones.consumer.set_aside import SetAside, VisitFailures, elapsed
 from quickzones.consumer.settler import Settler
@@ -93,7 +94,7 @@ class PullLeaser:
         q: Quick,
         config: ConsumerConfig | None = None,
         pull: PullConfig | None = None,
-        heartbeat_s: float = HEARTBEAT_S,  # how often pickups are flushed; shorter in tests
+        heartbeat_s: float = HEARTBEAT_S,  # how often it beats and flushes; shorter in tests
         in_order: Callable[[], bool] | None = None,
     ) -> None:
         self.q = q
@@ -126,9 +127,10 @@ class PullLeaser:
         # Every admission rule of a visit, as a local consumer's Manager has them: the
         # one fetcher (pauses, weights, the app's and tenants' limits), with the slots
         # this server holds for the items it leases until their remote workers end them.
+        self.name = f"serve-{uuid.uuid4().hex[:12]}"  # its slots' holder, its heartbeat's id
         self.slots = Slots(
             q.limits,
-            f"serve-{uuid.uuid4().hex[:12]}",
+            self.name,
             self.config.item_lease_s,
             threading.Lock(),
             self._count,
@@ -148,12 +150,20 @@ class PullLeaser:
         # as a local consumer's scanner passes over them.
         self.set_aside = SetAside(self._count, monotonic=elapsed(q.clock))
         self.held_slots = HeldSlots(self.slots, q.clock)
-        # The outcomes of what it leased (the routes apply a remote worker's through it):
-        # each one that ends an item's lease gives back the slots the item held, and a
-        # requeued item wakes the waiting polls (it may be due now).
-        self.settler = Settler(
-            {self.cluster.name: self.cluster}, requeued=q.wake_waiters, ended=self.held_slots.ended
+        # What its leases hold for remote workers, in its heartbeat (the running page).
+        self.pull_runs = PullRuns(
+            q, self.name, self.config, self.in_order, heartbeat_s, self.pickup_counts
         )
+        # The outcomes of what it leased (the routes apply a remote worker's through it):
+        # each one that ends an item's lease gives back the slots the item held and counts
+        # its run, and a requeued item wakes the waiting polls (it may be due now).
+        self.settler = Settler(
+            {self.cluster.name: self.cluster}, requeued=q.wake_waiters, ended=self._ended
+        )
+
+    def _ended(self, zone: ZoneId, item_id: str, how: str) -> None:
+        self.held_slots.ended(zone, item_id)
+        self.pull_runs.ended(zone, item_id, how)
 
     def _count(self, event: str, **_: Any) -> None:
         """The visits' events: only lost pointer leases are kept (a measure of contention)."""
@@ -333,17 +343,16 @@ class PullLeaser:
                 pickup_ms=now,
                 cluster=self.cluster.name,
             )
+            self.pull_runs.leased(x.zone, x.item, now)
         return out, visited
 
-    def flush_pickups_until(self, stopping: threading.Event) -> None:
-        """Add the pickup counts to the store every ``heartbeat_s`` (a consumer's
-        :data:`~quickzones.consumer.maintenance.HEARTBEAT_S`) until ``stopping``, and
-        once more then (the fairness view reads them from the store)."""
-        store = [(self.cluster.name, self.q.kv, self.q.keys)]
+    def beat_until(self, stopping: threading.Event) -> None:
+        """Its heartbeat (:mod:`~quickzones.consumer.pull_runs`: its pull leases' record,
+        pickup and run counts) every ``heartbeat_s`` until ``stopping``, and at the end."""
         while not stopping.wait(self.heartbeat_s):
-            self.pickup_counts.flush(store, now_ms(self.q.clock))
+            self.pull_runs.heartbeats.beat_once()
             self.held_slots.tidy()  # held slots kept while no lease call comes
-        self.pickup_counts.flush(store, now_ms(self.q.clock))
+        self.pull_runs.heartbeats.stopped()
 
     def poll(
         self,

@@ -174,7 +174,7 @@ class Consumer(RunsForever):
         stores = [(c.name, c.kv, c.toplevel.keys) for c in clusters.values() if c.kv is not None]
         busy = lambda: (len(flight.running), flight.total())  # noqa: E731
         beats = (lambda: stores, self.name, cfg, busy, self.in_order_for, clock, heartbeat_s)
-        self.heartbeats = Heartbeats(*beats)
+        self.heartbeats = Heartbeats(*beats, running=flight.running_items)
         self.store_watch = StoreWatch(clusters)  # says at once when a store stops answering
 
     # --- observation -------------------------------------------------------------------
@@ -188,8 +188,7 @@ class Consumer(RunsForever):
         self.events.observer = observer
 
     def _emit(self, event: str, **fields: Any) -> None:
-        if event == "dequeued":  # the fairness view's pickup latencies (maintenance.py)
-            self.heartbeats.pickups.dequeued(**fields)
+        self.heartbeats.count(event, fields)  # pickups, run times and failures
         self.events.emit(event, **fields)
 
     # --- election ----------------------------------------------------------------------

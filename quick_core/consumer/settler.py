@@ -33,6 +33,11 @@ from quickzones.store.records import WorkItem, ZoneId
 # conflict makes retry).
 MERGE_MAX = 1000
 
+# How an outcome ended an item's lease, told to the ``ended`` hook: its run ended (a
+# completion, or a nack: it ran), its run failed (a retry or a dead letter), or it was
+# given back without running.
+RAN, FAILED, UNRUN = "ran", "failed", "unrun"
+
 
 def retry_decision(
     job: JobType | None,
@@ -81,14 +86,14 @@ class Settler:
         clusters: Mapping[str, Cluster],
         *,
         requeued: Callable[[], None] = lambda: None,
-        ended: Callable[[ZoneId, str], None] = lambda zone, item_id: None,
+        ended: Callable[[ZoneId, str, str], None] = lambda zone, item_id, how: None,
     ) -> None:
         self.clusters = clusters
         # Told after each item requeued or given back to its zone: the waiting scans look
         # again (their own commits wake no commit watcher).
         self.requeued = requeued
-        # Told after each outcome that ended an item's lease (the server gives back the
-        # slots a remote worker's item held).
+        # Told after each outcome that ended an item's lease, and how (:data:`RAN`...):
+        # the server gives back the slots a remote worker's item held, and counts its run.
         self.ended = ended
 
     def complete(
@@ -96,7 +101,7 @@ class Settler:
     ) -> None:
         """Complete one item (``LeaseLost``, ``ItemNotFound`` when not its holder's)."""
         self.clusters[cluster].zones.complete(zone, item_id, lease_id, result=result)
-        self.ended(zone, item_id)
+        self.ended(zone, item_id, RAN)
 
     def complete_many(
         self, cluster: str, completions: Sequence[Completion], *, merge_max: int = MERGE_MAX
@@ -151,7 +156,7 @@ class Settler:
                 for n, outcome in zip(indexes, zone_outcomes, strict=True):
                     outcomes[n] = outcome
                     if outcome is None:
-                        self.ended(zone, completions[n].item_id)
+                        self.ended(zone, completions[n].item_id, RAN)
         return outcomes
 
     def requeue(
@@ -183,7 +188,7 @@ class Settler:
             meta=meta,
             not_before_ms=not_before_ms,
         )
-        self.ended(zone, item_id)
+        self.ended(zone, item_id, (FAILED if count_error else RAN) if ran else UNRUN)
         c.toplevel.pull_pointer_earlier(zone, item.vesting_ms)
         self.requeued()
         return item
@@ -196,9 +201,12 @@ class Settler:
         lease_id: str | None,
         reason: str,
         traceback: str | None = None,
+        *,
+        ran: bool = True,
     ) -> None:
-        """Move the item to the dead letters (only its lease holder's, with a lease id)."""
+        """Move the item to the dead letters (only its lease holder's, with a lease id);
+        ``ran``: its run failed (else it never ran: one that could not be delivered)."""
         self.clusters[cluster].zones.dead_letter(
             zone, item_id, lease_id, reason, traceback=traceback
         )
-        self.ended(zone, item_id)
+        self.ended(zone, item_id, FAILED if ran else UNRUN)

@@ -21,6 +21,7 @@ from quickzones.consumer.interrupt import (
     clear_pending_interrupt,
     interrupt_thread,
 )
+from quickzones.store.heartbeats import RunningItem
 from quickzones.store.kv import KVStore
 from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.toplevel import TopLevelQueue
@@ -190,6 +191,16 @@ class InFlight:
     def snapshot(self) -> list[Running]:
         with self.lock:
             return list(self.running.values())
+
+    def running_items(self) -> list[RunningItem]:
+        """The handler invocations running now, as a heartbeat record lists them."""
+        return [
+            RunningItem(
+                r.work.zone, r.work.item.item_id, r.work.item.job_type, r.work.item.attempts,
+                int(r.started * 1000), r.work.item.vesting_ms,
+            )
+            for r in self.snapshot()
+        ]  # fmt: skip
 
     def finished(self, work: Work) -> None:
         with self.lock:

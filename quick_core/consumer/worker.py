@@ -260,14 +260,9 @@ class Worker:
         """Report one run of the handler that ended by itself (not one interrupted by a
         lost lease or a shutdown): its job type, how long it ran (steady time: a
         measurement, never a decision) and whether it raised."""
-        self.emit(
-            "ran",
-            zone=work.zone,
-            item_id=work.item.item_id,
-            job_type=job.name,
-            seconds=time.monotonic() - started,
-            ok=ok,
-        )
+        seconds = time.monotonic() - started
+        self.emit("ran", zone=work.zone, item_id=work.item.item_id, job_type=job.name,
+                  seconds=seconds, ok=ok, cluster=work.cluster)  # fmt: skip
 
     def _log_failure(
         self, work: Work, job: JobType, error: BaseException, *, attempt: int | None = None

@@ -12,8 +12,10 @@ from quickzones.clock import now_ms
 from quickzones.consumer.scanner_election import lease_name
 from quickzones.consumer.store_election import LeaseRecord, StoreElection
 from quickzones.errors import CorruptRecord, InvalidArgument, ItemAlreadyQueued, ItemNotFound
+from quickzones.store import dead_groups
 from quickzones.store import enqueue as two_part
-from quickzones.store.kv import KVTransaction, run, unpack_i64
+from quickzones.store.dead_groups import letter_group
+from quickzones.store.kv import KVTransaction, get_many, run, unpack_i64
 from quickzones.store.pages import Page, after, check_limit, decode_cursor, encode_cursor
 from quickzones.store.pauses import Pause
 from quickzones.store.pointer_repair import SetAsidePointer, decode_set_aside
@@ -506,8 +508,13 @@ def purge(q: Quick, letters: Sequence[DeadLetter]) -> int:
         page = letters[start : start + _PAGE]
 
         def clear(tr: KVTransaction, page: Sequence[DeadLetter] = page) -> None:
-            for letter in page:
+            # Only those still there leave their group's count (one purged meanwhile
+            # was counted out by its own purge).
+            there = get_many(tr, [q.keys.dead_letter_key(d.zone, d.item_id) for d in page])
+            for letter, found in zip(page, there, strict=True):
                 tr.clear_range(*q.keys.dead_letter_range_of(letter.zone, letter.item_id))
+                if found is not None:
+                    dead_groups.add(tr, q.keys, letter.zone.app, letter_group(letter), -1)
 
         run(q.kv, clear)
     return len(letters)

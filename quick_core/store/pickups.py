@@ -24,6 +24,10 @@ writes a marker with its adds (issue 41 point 14d)::
 A try that finds its marker committed before and adds nothing; a flush that failed is
 tried again later with the same id and counts. Markers are cleared with the minutes.
 
+The same flush, marker and retention carry the run figures a consumer counts the same
+way: run times and failed runs per job type (:mod:`quickzones.store.run_figures`, issue
+45 point 4).
+
 So the fairness view finds an app's busiest tenants without reading every tenant's
 counters (issue 43 point 3), each minute also keeps its tenants ordered by pickups::
 
@@ -43,6 +47,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from quickzones.store import run_figures
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, pack_i64, run, unpack_i64
 
@@ -100,15 +105,26 @@ class Histogram:
 
 
 def add_counts(
-    kv: KVStore, keys: KeySpace, counts: Counts, now_ms: int, flush_id: str | None = None
+    kv: KVStore,
+    keys: KeySpace,
+    counts: Counts,
+    now_ms: int,
+    flush_id: str | None = None,
+    *,
+    runs: run_figures.RunCounts | None = None,
+    failures: run_figures.FailureCounts | None = None,
 ) -> bool:
     """Add a consumer's gathered counts and clear its apps' minutes past the hour kept:
     atomic adds, blind clears and a snapshot read of each (tenant, minute)'s count for
-    the busiest-tenants index, one transaction (keep ``counts`` to
-    :data:`FLUSH_BATCH`). With ``flush_id`` (unique to these counts, and given again
+    the busiest-tenants index, one transaction (keep the counters, ``runs`` and
+    ``failures`` too, to :data:`FLUSH_BATCH`). ``runs`` and ``failures``: the run times
+    and failed runs per job type it counted (:mod:`quickzones.store.run_figures`), added
+    in the same transaction. With ``flush_id`` (unique to these counts, and given again
     with the same counts and ``now_ms`` when they are tried again) it adds them once,
     whatever earlier tries did: False when one had committed them already."""
-    if not counts:
+    runs = runs or {}
+    failures = failures or {}
+    if not (counts or runs or failures):
         return False
     per_app: Counter[tuple[str, int, int]] = Counter()
     per_tenant: Counter[tuple[str, int, str]] = Counter()
@@ -137,6 +153,7 @@ def add_counts(
             tr.clear_range(keys.meta_key(_TENANT, app, 0), keys.meta_key(_TENANT, app, cutoff))
             tr.clear_range(keys.meta_key(_APP, app, 0), keys.meta_key(_APP, app, cutoff))
             tr.clear_range(keys.meta_key(_TOP, app, 0), keys.meta_key(_TOP, app, cutoff))
+        run_figures.add_in(tr, keys, runs, failures, now_ms)
         return True
 
     return run(kv, write)

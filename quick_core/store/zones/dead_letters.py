@@ -9,7 +9,7 @@ from quickzones.errors import (
     ItemAlreadyQueued,
     ItemNotFound,
 )
-from quickzones.store import batches, outcomes
+from quickzones.store import batches, dead_groups, outcomes
 from quickzones.store.kv import (
     OWN_STORE,
     KVTransaction,
@@ -71,6 +71,7 @@ class ZoneDeadLetters(ZoneItems):
             reason,
             now_ms(self.clock),
             traceback=traceback,
+            job_type=item.job_type,
         )
 
     def _dead_letter_raw(
@@ -83,11 +84,18 @@ class ZoneDeadLetters(ZoneItems):
         now: int,
         *,
         traceback: str | None = None,
+        job_type: str | None = None,
     ) -> None:
         """Write a dead letter keeping the whole item record ``raw``: inline when small,
         else split across chunk keys as a large item's payload is (a 1 MiB payload does not
-        fit in one value)."""
+        fit in one value). Counted in its group (``job_type``, None for a corrupt record),
+        a letter of the same id it replaces taken out of its own."""
         key = self.keys.dead_letter_key(zone, item_id)
+        if tr.get(key, snapshot=True) is not None:  # rare: the id was dead-lettered before
+            replaced = self.read_dead_letter(zone, item_id, snapshot=True, tr=tr)
+            if replaced is not None:
+                dead_groups.add(tr, self.keys, zone.app, dead_groups.letter_group(replaced), -1)
+        dead_groups.add(tr, self.keys, zone.app, dead_groups.group_of(job_type, reason), 1)
         # A letter of the same id written earlier may have more chunks: clear them all.
         tr.clear_range(*self.keys.dead_letter_range_of(zone, item_id))
         if len(raw) <= INLINE_PAYLOAD_LIMIT:
@@ -144,6 +152,7 @@ class ZoneDeadLetters(ZoneItems):
             raise ItemAlreadyQueued(str(zone), item_id)
         item = letter.item
         tr.clear_range(*self.keys.dead_letter_range_of(zone, item_id))
+        dead_groups.add(tr, self.keys, zone.app, dead_groups.letter_group(letter), -1)
         return NewItem(
             job_type=item.job_type,
             payload=item.payload,
