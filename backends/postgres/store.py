@@ -380,6 +380,11 @@ class PostgresStore:
         resolver's lock (:func:`~quickzones.backends.postgres.app_transaction.join`)."""
         self._bound.held = (weakref.ref(conn), xid)
 
+    def joins_application_here(self) -> bool:
+        """Whether a transaction made now on this thread joins an application's (inside
+        :meth:`transaction_on`): :func:`quickzones.store.kv.joins_application_here`."""
+        return getattr(self._bound, "joined", None) is not None
+
     def check_not_held_here(self) -> None:
         """Raise :class:`HeldByOwnTransaction` if this thread's application transaction
         still holds the resolver's lock: a commit of this thread's own would wait for

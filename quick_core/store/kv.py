@@ -240,6 +240,15 @@ def holds_commit_lock(tr: object) -> bool:
     return getattr(tr, "holds_commit_lock", False) is True
 
 
+def joins_application_here(db: object) -> bool:
+    """Whether a transaction ``db`` made now, on this thread, would write into an
+    application's own open transaction (``Quick.enqueue_on`` under way on PostgreSQL):
+    its locks would then last until the application's COMMIT. Work that is not the
+    enqueue's own (the steady clock's floor exchange) waits for a later moment instead."""
+    joins: Callable[[], bool] | None = getattr(db, "joins_application_here", None)
+    return joins is not None and joins() is True
+
+
 def may_retry_in_place(tr: object, err: KVError) -> bool:
     """Whether run() may try ``tr`` again after ``err``: yes, unless it writes into an
     application's own transaction that cannot read newer commits (``can_retry_in_place``:

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from quickzones.clock import Clock, ElapsedClock, SystemClock
 from quickzones.errors import ConfigurationError, StorageError
 from quickzones.repeated_failure import RepeatedFailure
-from quickzones.store.kv import KVStore, KVTransaction, run
+from quickzones.store.kv import KVStore, KVTransaction, joins_application_here, run
 
 # How often, in elapsed seconds, a process reads the cluster's floor and publishes its own
 # time. It bounds how far a process started after a step back can lag the others.
@@ -121,6 +121,12 @@ class SteadyClock:
         return t, elapsed
 
     def _sync(self, first: bool) -> None:
+        if joins_application_here(self._kv):
+            # The exchange would join the application's transaction, and its lock on the
+            # floor key (one key every process shares) would last until the application
+            # commits: every other process's exchange would wait for it. The local floor
+            # serves meanwhile; the next reading outside exchanges.
+            return
         # Only one thread talks to the store; the others go on with the local floor. Before
         # the first exchange they wait for it instead.
         if not self._sync_lock.acquire(blocking=first):

@@ -294,10 +294,11 @@ def test_postgres_rows_and_task_commit_together(tmp_path: Path, worker_of: Any) 
     with psycopg.connect(server, autocommit=True) as c:
         c.execute(f"CREATE TABLE {table} (id int PRIMARY KEY)")
     env = _env(server, store, tmp_path)
-    # The reader keeps its steady clock, whose high-water mark is a commit: inside atomic()
-    # Django's transaction holds the resolver's lock from the enqueue to its COMMIT, and
-    # that commit used to wait for it (the read inside atomic() took 61 s); it now gives
-    # way at once (HeldByOwnTransaction, which the clock absorbs).
+    # The reader keeps its steady clock, whose floor exchange is a commit on a key every
+    # process shares. When the enqueue's own clock reading exchanged inside atomic(), the
+    # exchange joined Django's transaction and held that key's lock to its COMMIT, so this
+    # read inside atomic() waited for it (61-64 s, lock_timeout and retries); the clock now
+    # leaves the exchange for a reading outside the application's transaction.
     found = _django(
         env,
         f"""

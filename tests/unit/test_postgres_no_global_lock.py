@@ -8,6 +8,7 @@ enqueue and every consumer waited for it (a request open 12 s stalled them 11.4 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from quickzones.client import Quick
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.registry import JobContext
+from quickzones.store.steady_clock import SYNC_PERIOD_S
 from quickzones.testing.provision.postgres import postgres_skip_reason
 from tests.postgres import postgres_store_url
 from tests.waiting import returns_within, wait_for
@@ -94,6 +96,29 @@ def test_an_open_application_transaction_stops_no_other_tenant_and_no_consumer(
         held.commit()
         assert returns_within(20, lambda: other.run_until_idle()) == 1
         assert sorted(ran) == ["busy", "held", "plain", "second"]
+    finally:
+        other.close()
+
+
+def test_an_open_application_transaction_holds_no_lock_on_the_steady_clock(
+    q: Quick, url: str
+) -> None:
+    """The steady clock exchanges its floor with the store once a second (an atomic max
+    on one key every process shares). When that exchange fell inside ``enqueue_on`` it
+    joined the application's transaction, whose lock on that key then lasted until the
+    application's COMMIT: every other process's next clock exchange (each enqueue's,
+    each consumer's) waited for it, up to ``lock_timeout``."""
+    q.job("job")(lambda payload, ctx: None)
+    other = Quick.open(url)  # another process's store object, with its own clock
+    other.job("job")(lambda payload, ctx: None)
+    try:
+        q.enqueue("job", {}, app="shop", tenant="first")
+        other.enqueue("job", {}, app="shop", tenant="first")
+        time.sleep(SYNC_PERIOD_S + 0.2)  # q's next clock reading exchanges its floor
+        held = OpenRequest(q, url, "held")
+        time.sleep(SYNC_PERIOD_S + 0.2)  # and so does other's
+        returns_within(20, lambda: other.enqueue("job", {}, app="shop", tenant="plain"))
+        held.commit()
     finally:
         other.close()
 
