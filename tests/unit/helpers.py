@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -100,3 +101,24 @@ def most_at_once(spans: list[tuple[float, float]]) -> int:
         now += step
         most = max(most, now)
     return most
+
+
+def enqueued_at_once(
+    enqueue: Callable[[int, int], str], threads: int = 2, each: int = 20
+) -> list[str]:
+    """The ids ``enqueue(thread, i)`` returned from ``threads`` threads started together,
+    ``each`` calls each: racing enqueues of one key (idempotency, debounce)."""
+    ids: list[str] = []
+    start = threading.Barrier(threads)
+
+    def producer(n: int) -> None:
+        start.wait()
+        for i in range(each):
+            ids.append(enqueue(n, i))
+
+    running = [threading.Thread(target=producer, args=(n,)) for n in range(threads)]
+    for t in running:
+        t.start()
+    for t in running:
+        t.join()
+    return ids

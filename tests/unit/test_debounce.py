@@ -8,7 +8,6 @@ Every backend via the ``q`` fixture, on a manual clock.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ from quickzones import Debounce, InvalidArgument
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.store.records import ZoneId
+from tests.unit.helpers import enqueued_at_once
 
 Z = ZoneId("search", "user-1")
 
@@ -134,19 +134,7 @@ def test_a_debounce_in_a_rolled_back_transaction_changes_nothing(
 
 def test_two_threads_debouncing_one_key_keep_one_item(q: Quick, clock: ManualClock) -> None:
     d = Debounce("k", wait_s=10, max_wait_s=60)
-    ids: list[str] = []
-    start = threading.Barrier(2)
-
-    def producer(n: int) -> None:
-        start.wait()
-        for i in range(20):
-            ids.append(_enqueue(q, f"{n}-{i}", debounce=d))
-
-    threads = [threading.Thread(target=producer, args=(n,)) for n in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    ids = enqueued_at_once(lambda n, i: _enqueue(q, f"{n}-{i}", debounce=d))
     assert len(set(ids)) == 1
     assert q.zones.count(Z) == 1
 

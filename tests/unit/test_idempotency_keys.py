@@ -8,7 +8,6 @@ fixture, on a manual clock.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.store.kv import KVError
 from quickzones.store.records import ZoneId
+from tests.unit.helpers import enqueued_at_once
 
 Z = ZoneId("shop", "user-1")
 
@@ -152,19 +152,7 @@ def test_two_open_transactions_on_one_key_store_one_item(backend: str, q: Quick)
 
 
 def test_two_threads_enqueueing_one_key_store_one_item(q: Quick) -> None:
-    ids: list[str] = []
-    start = threading.Barrier(2)
-
-    def producer(n: int) -> None:
-        start.wait()
-        for i in range(20):
-            ids.append(_enqueue(q, f"{n}-{i}".encode(), idempotency_key="k"))
-
-    threads = [threading.Thread(target=producer, args=(n,)) for n in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    ids = enqueued_at_once(lambda n, i: _enqueue(q, f"{n}-{i}".encode(), idempotency_key="k"))
     assert len(set(ids)) == 1
     assert q.zones.count(Z) == 1
 
