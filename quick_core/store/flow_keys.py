@@ -188,6 +188,11 @@ def _encode(record: KeyRecord) -> bytes:
     return out
 
 
+def decode_record(key: bytes, raw: bytes) -> KeyRecord:
+    """A key record as stored at ``key``; :class:`CorruptRecord` when unreadable."""
+    return _decode(key, raw)
+
+
 def _decode(key: bytes, raw: bytes) -> KeyRecord:
     try:
         d = msgpack.unpackb(raw, raw=False)
@@ -324,6 +329,16 @@ def _pass_turn(
         record = _decode(key, raw)
     except CorruptRecord:
         record = KeyRecord(item.item_id, 0, next_seq=1 << 62)
+    return pass_on(tr, keys, zone, name, record)
+
+
+def pass_on(
+    tr: KVTransaction, keys: KeySpace, zone: ZoneId, name: str, record: KeyRecord
+) -> str | None:
+    """Give the one-at-a-time key ``name``, held as ``record`` says by an item that
+    finished, to its first waiting item still in the zone, in ``tr``; returns that item's
+    id (the caller writes its order entry), or None, the key freed, when none waits."""
+    key = keys.flow_key(zone, ONE_AT_A_TIME, name)
     begin, end = keys.flow_wait_range(zone, name)
     while True:
         rows = tr.get_range(begin, end, limit=1)
