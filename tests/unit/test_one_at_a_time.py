@@ -216,3 +216,17 @@ def test_at_most_once_items_hold_the_key_until_their_run_ends(q: Quick) -> None:
     q.run_until_idle()
     assert seen == [(b"0", 0), (b"1", 0), (b"2", 0)]
     assert _key_rows(q) == []
+
+
+def test_a_dead_letter_put_back_joins_its_keys_line(q: Quick) -> None:
+    first = _enqueue(q, b"1", one_at_a_time="k")
+    _enqueue(q, b"2", one_at_a_time="k")
+    [one] = _lease(q)
+    assert one.item_id == first and one.lease_id is not None
+    q.items.dead_letter(Z, one.item_id, one.lease_id, "no")
+    [two] = _lease(q)  # the key passed on; the second runs
+    assert two.payload == b"2" and two.lease_id is not None
+    q.requeue_dead_letter(Z.app, Z.tenant, first)
+    assert _lease(q) == []  # not beside the running holder
+    q.items.complete(Z, two.item_id, two.lease_id)
+    assert [i.item_id for i in _lease(q)] == [first]
