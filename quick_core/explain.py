@@ -27,7 +27,9 @@ rule                      the consumer's code it asks
 ``serves_type``           :func:`quickzones.consumer.routing.serves_type`
 ``limit``, ``limit_rate`` the named limits the job type takes (its handler registered in
                           the explaining process), as ``LimitGate`` takes them
-(extensions)              :data:`RULES`: debounce and one-at-a-time keys go here
+``one_at_a_time``        :func:`quickzones.store.flow_keys.waits_for`: the key's holder,
+                          as its release passes the key on
+(extensions)              :data:`RULES`: debounce keys go here
 ``zone_due``              the zone's pointer vests later than now (requeued after a
                           visit, at a limit's next slot): the rules above say why
 ========================  ==============================================================
@@ -50,8 +52,9 @@ from quickzones.consumer.fetcher import APP_SCOPE
 from quickzones.consumer.routing import serves_app, serves_type
 from quickzones.consumer.tenant_admission import SCOPE as TENANT_SCOPE
 from quickzones.consumer.visit_rules import Hold
-from quickzones.store import admin, heartbeats
+from quickzones.store import admin, flow_keys, heartbeats
 from quickzones.store.heartbeats import Heartbeat
+from quickzones.store.kv import run
 from quickzones.store.limits import free_of
 from quickzones.store.named_limits import SCOPE as NAMED_SCOPE
 from quickzones.store.records import WorkItem, ZoneId
@@ -336,6 +339,20 @@ def _serves_type(c: Context) -> list[Rule]:
     return [Rule("serves_type", False, f"job type served by {', '.join(ids)}", consumers=ids)]
 
 
+def _one_at_a_time(c: Context) -> list[Rule]:
+    """An item parked behind its one-at-a-time key's holder: what the key's release
+    decides by (:func:`quickzones.store.flow_keys.waits_for`)."""
+    key = c.item.meta.get(flow_keys.FLOW_META)
+    if not key or key[0] != flow_keys.ONE_AT_A_TIME:
+        return []
+    holder = run(c.q.kv, lambda tr: flow_keys.waits_for(tr, c.q.keys, c.zone, c.item))
+    if holder is None:
+        return [Rule("one_at_a_time", False, f"holds its one-at-a-time key {key[1]!r}")]
+    return [Rule("one_at_a_time", True, f"one-at-a-time key {key[1]!r} held by item "
+                 f"{holder}: runs when it completes, is cancelled or dead-lettered",
+                 items=(holder,))]  # fmt: skip
+
+
 def _zone_due(c: Context) -> list[Rule]:
     pointer = c.q.toplevel.get_pointer(c.zone)
     if pointer is not None and pointer.lease_id is None and pointer.vesting_ms > c.now:
@@ -359,6 +376,7 @@ RULES: list[RuleFn] = [
     _type_paused,
     _serves_type,
     _named_limits,
+    _one_at_a_time,
     _zone_due,
 ]
 

@@ -184,6 +184,7 @@ def enqueue(
         idempotency_key=key,
         idempotency_ttl_s=body.idempotency_ttl_s,
         debounce=None if d is None else Debounce(d.key, d.wait_s, d.max_wait_s),
+        one_at_a_time=body.one_at_a_time,
     )
     return m.Enqueued(item_id=str(item_id), duplicate=getattr(item_id, "duplicate", None))
 

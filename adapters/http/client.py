@@ -302,10 +302,15 @@ def _completed(body: dict[str, Any]) -> list[QuickError | None]:
 
 
 def _flow_fields(
-    idempotency_key: str | None, idempotency_ttl_s: float | None, debounce: Debounce | None
+    idempotency_key: str | None,
+    idempotency_ttl_s: float | None,
+    debounce: Debounce | None,
+    one_at_a_time: str | None = None,
 ) -> dict[str, Any]:
     """The enqueue's flow key fields, only those given (the server checks them)."""
     out: dict[str, Any] = {}
+    if one_at_a_time is not None:
+        out["one_at_a_time"] = one_at_a_time
     if idempotency_key is not None:
         out["idempotency_key"] = idempotency_key
     if idempotency_ttl_s is not None:
@@ -365,10 +370,11 @@ class RemoteQuick:
                 delay: float = 0.0, priority: int = 0, item_id: str | None = None,
                 ttl: float | None = None, idempotency_key: str | None = None,
                 idempotency_ttl_s: float | None = None,
-                debounce: Debounce | None = None) -> Enqueued:  # fmt: skip
+                debounce: Debounce | None = None,
+                one_at_a_time: str | None = None) -> Enqueued:  # fmt: skip
         """Enqueue one item; returns its id (``duplicate`` set when the id or the
         idempotency key was known, "debounced" when merged: docs/flow-control.md)."""
-        flow = _flow_fields(idempotency_key, idempotency_ttl_s, debounce)
+        flow = _flow_fields(idempotency_key, idempotency_ttl_s, debounce, one_at_a_time)
         call = _Calls.enqueue(job_type, payload, app, tenant, delay, priority, item_id, ttl, flow)
         return _enqueued(self._do(call))
 
@@ -590,8 +596,9 @@ class AsyncRemoteQuick:
                       delay: float = 0.0, priority: int = 0, item_id: str | None = None,
                       ttl: float | None = None, idempotency_key: str | None = None,
                       idempotency_ttl_s: float | None = None,
-                      debounce: Debounce | None = None) -> Enqueued:  # fmt: skip
-        flow = _flow_fields(idempotency_key, idempotency_ttl_s, debounce)
+                      debounce: Debounce | None = None,
+                      one_at_a_time: str | None = None) -> Enqueued:  # fmt: skip
+        flow = _flow_fields(idempotency_key, idempotency_ttl_s, debounce, one_at_a_time)
         call = _Calls.enqueue(job_type, payload, app, tenant, delay, priority, item_id, ttl, flow)
         return _enqueued(await self._do(call))
 

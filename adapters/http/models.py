@@ -74,6 +74,9 @@ class EnqueueRequest(_Payload):
     debounce: DebounceSpec | None = Field(
         default=None, description="keep one item per key, with the newest payload"
     )
+    one_at_a_time: str | None = Field(
+        default=None, description="the key's items run one at a time, in enqueue order"
+    )
 
 
 class BatchItem(_Payload):

@@ -149,10 +149,13 @@ def part_one(
     flow = item.flow
     first_ms = 0
     merged = False
+    held: flow_keys.KeyRecord | None = None
     if flow is not None:
         now = now_ms(toplevel.clock)
         held = flow_keys.holder(tr, toplevel.keys, zone, flow, now)
-        if flow.kind == flow_keys.IDEMPOTENCY:
+        if flow.kind == flow_keys.ONE_AT_A_TIME:
+            pass  # written below, after the dedupe window's check
+        elif flow.kind == flow_keys.IDEMPOTENCY:
             if held is not None and held.item_id != item.item_id:
                 return Written(held.item_id, now, False, held.state or flow_keys.QUEUED)
             first_ms = now
@@ -174,6 +177,8 @@ def part_one(
         )
         if state is not None:
             return Written(item.item_id, now, False, state)
+    if flow is not None and flow.kind == flow_keys.ONE_AT_A_TIME:
+        return _one_at_a_time(tr, toplevel, zones, zone, item, flow, held, now_ms(toplevel.clock))
     written = zones.write_new_item(tr, zone, item)
     if written.new:
         if flow is not None:
@@ -182,6 +187,40 @@ def part_one(
         return replace(written, duplicate=flow_keys.DEBOUNCED) if merged else written
     _check_same_job(tr, zones, zone, item, written.item_id)
     return Written(written.item_id, written.vesting_ms, False, "queued")
+
+
+def _one_at_a_time(
+    tr: KVTransaction,
+    toplevel: TopLevelQueue,
+    zones: ItemWriter,
+    zone: ZoneId,
+    item: NewItem,
+    flow: flow_keys.FlowKey,
+    held: flow_keys.KeyRecord | None,
+    now: int,
+) -> Written:
+    """Part one of an item with a one-at-a-time key: it takes the key when it is free (an
+    item as any other); else it is parked behind the holder, in enqueue order, with no
+    order entry and no pointer check (its holder, in this zone, keeps the pointer; the
+    key's release makes it visible and pulls the pointer, :mod:`.flow_keys`)."""
+    item = replace(item, fifo=False)  # a parked item's order entry is keyed by its vesting
+    if held is None or held.item_id == item.item_id:
+        written = zones.write_new_item(tr, zone, item)
+        if not written.new:
+            _check_same_job(tr, zones, zone, item, written.item_id)
+            return Written(written.item_id, written.vesting_ms, False, flow_keys.QUEUED)
+        flow_keys.hold(tr, toplevel.keys, zone, flow, written.item_id, now)
+        pointer_check(tr, toplevel, zone, written.vesting_ms)
+        return written
+    item = replace(item, meta={**item.meta, **flow.meta(held.next_seq)})
+    written = zones.write_new_item(tr, zone, item)
+    if not written.new:
+        _check_same_job(tr, zones, zone, item, written.item_id)
+        return Written(written.item_id, written.vesting_ms, False, flow_keys.QUEUED)
+    keys = toplevel.keys
+    tr.clear(keys.order_key(zone, item.priority, written.vesting_ms, written.item_id))
+    flow_keys.wait(tr, keys, zone, flow, held, written.item_id)
+    return written
 
 
 def _debounced(

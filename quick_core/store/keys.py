@@ -19,6 +19,7 @@ the bytes are identical on every KV backend.
     (root, "o", app, tenant, item_id)                           -> outcome of a finished item
     (root, "oe", expires_ms, app, tenant, item_id)              -> b""  (outcome expiry index)
     (root, "k", app, tenant, kind, key)                         -> flow key record (flow_keys.py)
+    (root, "k", app, tenant, "w", key, seq)                     -> item waiting for a key
     (root, "ke", expires_ms, app, tenant, kind, key)            -> b""  (flow key expiry index)
 
 Outcome records (``outcomes.py``) sit outside the zone range, so they never keep a zone's
@@ -340,6 +341,14 @@ class KeySpace:
     def flow_key(self, zone: ZoneId, kind: str, key: str) -> bytes:
         # (root, "k", app, tenant, kind, key)
         return self._pack("k", zone.app, zone.tenant, kind, key)
+
+    def flow_wait_key(self, zone: ZoneId, key: str, seq: int) -> bytes:
+        # (root, "k", app, tenant, "w", key, seq) -> item_id: waiting for a one-at-a-time key
+        return self._pack("k", zone.app, zone.tenant, "w", key, seq)
+
+    def flow_wait_range(self, zone: ZoneId, key: str) -> Range:
+        """A one-at-a-time key's waiting items, in enqueue order."""
+        return tuple_range(self._pack("k", zone.app, zone.tenant, "w", key))
 
     def flow_keys_range(self, zone: ZoneId | None = None) -> Range:
         """Every flow key record, or one zone's."""
