@@ -82,15 +82,16 @@ def test_retries_with_backoff_per_backend_and_per_task(
     # The backoff is a lower bound: a retry never starts before it (0.5 s, then 1 s).
     assert starts[1] - starts[0] >= 0.5 and starts[2] - starts[1] >= 1.0, starts
 
-    # Result times: set, and in order; the start is the run that finished (the third).
+    # Result times: set, and in order; started_at the first run's start,
+    # last_attempted_at the run that finished (the third).
     enqueued_at, started_at, last_attempted_at, finished_at = flaky["times"]
     assert None not in flaky["times"]
-    assert enqueued_at <= started_at == last_attempted_at <= finished_at
-    assert starts[1] < started_at <= starts[2], (flaky["times"], starts)
+    assert enqueued_at <= started_at < last_attempted_at <= finished_at
+    assert started_at <= starts[0] and starts[1] < last_attempted_at <= starts[2], starts
 
     assert (refund["status"], refund["attempts"]) == ("FAILED", 2)
-    assert refund["errors"] == ["builtins.ValueError"]
-    assert "(attempt 2)" in refund["traceback"]
+    assert refund["errors"] == ["builtins.ValueError"] * 2  # one per run
+    assert "(attempt 1)" in refund["traceback"] and "(attempt 2)" in refund["traceback"]
 
 
 def _read(env: dict[str, str], rid: str) -> dict[str, Any]:
