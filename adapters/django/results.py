@@ -124,13 +124,13 @@ def _live(quick: Quick, alias: str, rid: str, zone: ZoneId, item: WorkItem) -> A
     if item.lease_id is None or item.held:
         return _result(alias, rid, body, TaskResultStatus.READY, history, None,
                        attempts=item.attempts, enqueued=item.enqueued_ms)  # fmt: skip
-    now = None
+    current = None
     beats = heartbeats.heartbeats(quick.kv, quick.keys, running=True)
     listed = heartbeats.running_now(beats, zone, item.item_id, now_ms(quick.clock))
-    if listed is not None and listed[1].attempts == item.attempts:
+    if listed is not None and listed[1].attempts == item.attempts:  # this run, not a lapsed one
         beat, running = listed
-        now = Run(running.since_ms, f"{beat.host}:{beat.pid}")
-    return _result(alias, rid, body, TaskResultStatus.RUNNING, history, now,
+        current = Run(running.since_ms, f"{beat.host}:{beat.pid}")
+    return _result(alias, rid, body, TaskResultStatus.RUNNING, history, current,
                    attempts=item.attempts, enqueued=item.enqueued_ms)  # fmt: skip
 
 
@@ -150,7 +150,7 @@ def _result(
     that succeeded, runs now, or was dead-lettered: its error then)."""
     if TASK not in body:
         raise TaskResultDoesNotExist(f"{rid!r} is not a Django task's item")
-    errors = history.errors(last if last is not None and last.error is not None else None)
+    errors = history.errors(last)
     newest = history.newest_ms() if last is None else last.started_ms
     first = history.first_ms if history.first_ms is not None else newest
     return TaskResult(

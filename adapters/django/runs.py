@@ -73,9 +73,9 @@ class History:
         return {_FIRST: self.first_ms, _FAILED: self.failed, _KEPT: rows}
 
     def errors(self, last: Run | None = None) -> list[tuple[str, str]]:
-        """Each kept failed run's (class path, traceback), ``last`` (a final failed run
-        not in the history: a dead letter's) bounded in as the history bounds it."""
-        runs = self.kept if last is None else self.with_failure(last).kept
+        """Each kept failed run's (class path, traceback), ``last`` where it failed (a
+        final run not in the history: a dead letter's) bounded in as the history is."""
+        runs = self.kept if last is None or last.error is None else self.with_failure(last).kept
         return [r.error for r in runs if r.error is not None]
 
     def worker_ids(self, attempts: int, last: Run | None = None) -> list[str]:
