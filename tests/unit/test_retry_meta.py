@@ -6,8 +6,8 @@ the dead letter of a run that is not retried."""
 from __future__ import annotations
 
 from quickzones.client import Quick
-from quickzones.registry import JobContext, RetryPolicy
 from quickzones.clock import ManualClock
+from quickzones.registry import JobContext, RetryPolicy
 
 
 def test_a_failed_runs_retry_meta_reaches_the_next_run_and_the_dead_letter(
@@ -32,4 +32,3 @@ def test_a_failed_runs_retry_meta_reaches_the_next_run_and_the_dead_letter(
     assert [(d.item.item_id, d.item.meta.get("tries")) for d in letters if d.item] == [
         (item_id, [1, 2])  # the last run's is not retried: its error is the letter's
     ]
-
