@@ -28,7 +28,13 @@ from typing import Protocol
 
 from quickzones.clock import now_ms
 from quickzones.store import flow_keys, outcomes
-from quickzones.store.kv import KVStore, KVTransaction, holds_commit_lock, run
+from quickzones.store.kv import (
+    KVStore,
+    KVTransaction,
+    holds_commit_lock,
+    read_after_commit,
+    run,
+)
 from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.toplevel import UNREAD, TopLevelQueue, Unread
 from quickzones.store.zonestore import NewItem
@@ -129,8 +135,19 @@ def pointer_check(
         # enqueue (invariant 3); nothing commits while ``tr`` holds the lock, so it joins
         # part one: one read of the pointer record, no transaction of its own.
         toplevel.pull_pointer_earlier(zone, vesting_ms, tr=tr, found=found)
-    else:
-        tr.on_commit(lambda: part_two(toplevel, zone, vesting_ms))
+        return
+    # Part two's reads ride part one's commit where the store can make them there (one
+    # transaction instead of two when, as usual, the pointer already vests in time); its
+    # own transaction runs only when they say it has something to do, or were not made.
+    after = read_after_commit(tr, toplevel.after_commit_keys(zone, found))
+
+    def follow() -> None:
+        values = None if after is None else after()
+        if values is not None and toplevel.pulled_already(found, values, vesting_ms):
+            return
+        part_two(toplevel, zone, vesting_ms)
+
+    tr.on_commit(follow)
 
 
 def part_one(
