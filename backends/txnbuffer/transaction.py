@@ -116,9 +116,7 @@ class BufferedTransaction(BufferedReads, BufferedWrites):
         """See :func:`quickzones.store.kv.wake_watchers`."""
         self._wakes_watchers = True
 
-    def read_after_commit(
-        self, keys: Sequence[bytes]
-    ) -> Callable[[], list[bytes | None] | None]:
+    def read_after_commit(self, keys: Sequence[bytes]) -> Callable[[], list[bytes | None] | None]:
         """See :func:`quickzones.store.kv.read_after_commit`."""
         self._check_open()
         self._read_after.extend(keys)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,10 +30,13 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
-def _open(backend: str, tmp_path: Path, clock: ManualClock) -> Iterator[Quick]:
+@contextmanager
+def opened(backend: str, tmp_path: Path, clock: ManualClock) -> Iterator[Quick]:
     q = Quick.open(store_url(backend, tmp_path), clock=clock)
-    yield q
-    q.close()
+    try:
+        yield q
+    finally:
+        q.close()
 
 
 def count_transactions(q: Quick, before_commit: Callable[[], None] | None = None) -> list[int]:
@@ -63,7 +67,7 @@ def count_transactions(q: Quick, before_commit: Callable[[], None] | None = None
 def test_an_enqueue_into_a_zone_whose_pointer_vests_in_time_makes_one_transaction(
     backend: str, tmp_path: Path, clock: ManualClock
 ) -> None:
-    for q in _open(backend, tmp_path, clock):
+    with opened(backend, tmp_path, clock) as q:
         q.enqueue("job", b"first", app=Z.app, tenant=Z.tenant)  # makes the zone's pointer
         made = count_transactions(q)
         q.enqueue("job", b"second", app=Z.app, tenant=Z.tenant)
@@ -79,7 +83,7 @@ def test_a_pointer_moved_later_while_the_enqueue_ran_is_still_pulled_to_its_item
 ) -> None:
     """A consumer requeues the zone's pointer an hour out (it did not see the new item)
     after part one read the index and before it commits: part two must still run."""
-    for q in _open(backend, tmp_path, clock):
+    with opened(backend, tmp_path, clock) as q:
         q.enqueue("job", b"first", app=Z.app, tenant=Z.tenant)
         hour_out = int(clock.now() * 1000) + 3_600_000
 
@@ -109,7 +113,7 @@ def test_a_pointer_moved_later_while_the_enqueue_ran_is_still_pulled_to_its_item
 def test_an_enqueue_into_a_zone_whose_pointer_vests_later_pulls_it(
     backend: str, tmp_path: Path, clock: ManualClock
 ) -> None:
-    for q in _open(backend, tmp_path, clock):
+    with opened(backend, tmp_path, clock) as q:
         q.enqueue("job", b"later", app=Z.app, tenant=Z.tenant, delay=3600)
         q.enqueue("job", b"now", app=Z.app, tenant=Z.tenant)
         pointer = q.toplevel.get_pointer(Z)
