@@ -11,7 +11,11 @@ already existed it may vest later than the new item, so pull its vesting earlier
 registered with :meth:`KVTransaction.on_commit` of the transaction part one ran in, so it
 follows the commit whoever commits it (``Quick.transact``, ``kv.run``, a transactional
 handler's ``ctx.tr``, or a caller's ``tr.commit()``), and a failed or retried attempt
-drops it. Part two never fails the enqueuer.
+drops it. Part two never fails the enqueuer. Where the store can read keys in part one's
+commit once its writes are in place (SQLite, PostgreSQL: ``kv.read_after_commit``), part
+two first looks at the index entry and pointer record read there, as its own transaction
+would read them, and needs no transaction of its own when the pointer is leased or
+already vests in time (the usual case: one transaction an enqueue).
 
 External-store mode (items in Cassandra, paper section 6.1): the item is written first,
 then a KV transaction reads the pointer index and creates the pointer or declares a write
