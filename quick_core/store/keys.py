@@ -280,7 +280,7 @@ class KeySpace:
 
     def pointer_index_key(self, cluster: str, shard: int, zone: ZoneId) -> bytes:
         # (root, "c", cluster, shard, "ix", app, tenant): packed from cached pieces, as every
-        # enqueue reads it (a full pack was about 5 % of an enqueue's CPU on SQLite).
+        # enqueue packs it twice (1.3 µs against 8.9 µs for a full pack).
         return _shard_part(self.root, cluster, shard, "ix") + _zone_tail(zone.app, zone.tenant)
 
     def unpack_pointer_index_key(self, cluster: str, shard: int, key: bytes) -> ZoneId:
