@@ -11,7 +11,11 @@ already existed it may vest later than the new item, so pull its vesting earlier
 registered with :meth:`KVTransaction.on_commit` of the transaction part one ran in, so it
 follows the commit whoever commits it (``Quick.transact``, ``kv.run``, a transactional
 handler's ``ctx.tr``, or a caller's ``tr.commit()``), and a failed or retried attempt
-drops it. Part two never fails the enqueuer.
+drops it. Part two never fails the enqueuer. Where the store can read keys in part one's
+commit once its writes are in place (SQLite, PostgreSQL: ``kv.read_after_commit``), part
+two first looks at the index entry and pointer record read there, as its own transaction
+would read them, and needs no transaction of its own when the pointer is leased or
+already vests in time (the usual case: one transaction an enqueue).
 
 External-store mode (items in Cassandra, paper section 6.1): the item is written first,
 then a KV transaction reads the pointer index and creates the pointer or declares a write
@@ -28,7 +32,13 @@ from typing import Protocol
 
 from quickzones.clock import now_ms
 from quickzones.store import flow_keys, outcomes
-from quickzones.store.kv import KVStore, KVTransaction, holds_commit_lock, run
+from quickzones.store.kv import (
+    KVStore,
+    KVTransaction,
+    holds_commit_lock,
+    read_after_commit,
+    run,
+)
 from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.toplevel import UNREAD, TopLevelQueue, Unread
 from quickzones.store.zonestore import NewItem
@@ -129,8 +139,19 @@ def pointer_check(
         # enqueue (invariant 3); nothing commits while ``tr`` holds the lock, so it joins
         # part one: one read of the pointer record, no transaction of its own.
         toplevel.pull_pointer_earlier(zone, vesting_ms, tr=tr, found=found)
-    else:
-        tr.on_commit(lambda: part_two(toplevel, zone, vesting_ms))
+        return
+    # Part two's reads ride part one's commit where the store can make them there (one
+    # transaction instead of two when, as usual, the pointer already vests in time); its
+    # own transaction runs only when they say it has something to do, or were not made.
+    after = read_after_commit(tr, toplevel.after_commit_keys(zone, found))
+
+    def follow() -> None:
+        values = None if after is None else after()
+        if values is not None and toplevel.pulled_already(found, values, vesting_ms):
+            return
+        part_two(toplevel, zone, vesting_ms)
+
+    tr.on_commit(follow)
 
 
 def part_one(

@@ -297,6 +297,33 @@ class TopLevelQueue:
         self._knew(zone, IndexEntry(shard, index))
         return shard, self._read_pointer(tr, shard, index.decode())
 
+    def after_commit_keys(self, zone: ZoneId, found: IndexEntry) -> list[bytes]:
+        """The keys part two reads, as part one found them: the zone's index entry in
+        ``found``'s shard and the pointer record it names (see :meth:`pulled_already`)."""
+        return [
+            self.keys.pointer_index_key(self.cluster, found.shard, zone),
+            self.keys.pointer_key(self.cluster, found.shard, found.pointer_id.decode()),
+        ]
+
+    def pulled_already(
+        self, found: IndexEntry, values: list[bytes | None], vesting_ms: int
+    ) -> bool:
+        """Whether part two would change nothing, from ``values`` of
+        :meth:`after_commit_keys` read once part one's commit was in place: the index
+        still names ``found``'s pointer and its record is leased (its holder requeues it
+        reading the zone, so it sees the item) or vests no later than ``vesting_ms``. A
+        read after the commit is what part two's own transaction would read; anything
+        else (moved, missing, unreadable, vesting later) is left to part two."""
+        index, raw = values
+        if index != found.pointer_id or raw is None:
+            return False
+        key = self.keys.pointer_key(self.cluster, found.shard, found.pointer_id.decode())
+        try:
+            pointer = decode_pointer(key, raw)
+        except CorruptRecord:
+            return False
+        return pointer.lease_id is not None or pointer.vesting_ms <= vesting_ms
+
     def pull_pointer_earlier(
         self,
         zone: ZoneId,
