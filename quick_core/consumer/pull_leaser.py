@@ -12,8 +12,10 @@ one :class:`~quickzones.consumer.fetcher.Fetcher`, as a Manager visits it (lease
 pointer, dequeue at most ``dequeue_max`` items, or the work-conserving share (capped by
 ``visit_max``), requeue or collect the pointer) until the call holds ``max_items`` items,
 under the same admission rules as a local consumer's visits: the pauses, the tenant
-weights, the app's limits, the per-tenant limits, and the job types' pool-wide caps the
-caller sends; the concurrency slots an item takes are kept for its remote worker by
+weights, the app's limits, the per-tenant limits, and what the caller sends of its job
+types: their named limits and cost (taken by a local Worker's own
+:class:`~quickzones.consumer.limit_gate.LimitGate`) and their pool-wide caps; the
+concurrency slots an item takes are kept for its remote worker by
 :mod:`~quickzones.consumer.held_slots` and given back through the
 :class:`~quickzones.consumer.settler.Settler` that applies its outcome. A zone whose
 visit fails on its own is set aside on its own backoff, as a local consumer's scanner
@@ -47,7 +49,8 @@ from quickzones.clock import now_ms
 from quickzones.consumer.app_peek import AppPointers
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.fetcher import TYPE_SCOPE, Fetcher
-from quickzones.consumer.held_slots import HeldSlots
+from quickzones.consumer.held_slots import HeldSlots, Names
+from quickzones.consumer.limit_gate import LimitGate, LimitRefs, Refused
 from quickzones.consumer.long_poll import LongPolls, Poll
 from quickzones.consumer.maintenance import HEARTBEAT_S
 from quickzones.consumer.pickups import PickupCounts, waited_ms
@@ -62,6 +65,7 @@ from quickzones.consumer.visit_rules import ZoneVisit, visit_size
 from quickzones.consumer.weighing import Weighing
 from quickzones.errors import QuickError
 from quickzones.store.changes import watcher_for
+from quickzones.store.named_limits import SCOPE as LIMIT_SCOPE
 from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.toplevel import PointerRef
 
@@ -150,6 +154,10 @@ class PullLeaser:
         # as a local consumer's scanner passes over them.
         self.set_aside = SetAside(self._count, monotonic=elapsed(q.clock))
         self.held_slots = HeldSlots(self.slots, q.clock)
+        # Named limits' slots, taken as a local Worker takes them before its handler, but
+        # without waiting: a lease call holds no thread for a slot another run frees.
+        self.gate = LimitGate(self.slots, q.limits, q.clock, self._count, threading.Event(), 0.0)
+        self.gate.named = q.named_limits
         # What its leases hold for remote workers, in its heartbeat (the running page).
         self.pull_runs = PullRuns(
             q, self.name, self.config, self.in_order, heartbeat_s, self.pickup_counts
@@ -158,10 +166,12 @@ class PullLeaser:
         # each one that ends an item's lease gives back the slots the item held and counts
         # its run, and a requeued item wakes the waiting polls (it may be due now).
         self.settler = Settler(
-            {self.cluster.name: self.cluster}, requeued=q.wake_waiters, ended=self._ended
+            {self.cluster.name: self.cluster}, requeued=q.wake_waiters, ended=self.ended
         )
 
-    def _ended(self, zone: ZoneId, item_id: str, how: str) -> None:
+    def ended(self, zone: ZoneId, item_id: str, how: str) -> None:
+        """A leased item's run is over (its outcome arrived, or it was cancelled): the
+        slots it held are given back."""
         self.held_slots.ended(zone, item_id)
         self.pull_runs.ended(zone, item_id, how)
 
@@ -244,31 +254,48 @@ class PullLeaser:
         for item, held in zip(v.items, self.fetcher.took(v), strict=True):
             self.held_slots.hold(v.zone, item.item_id, held.slots(v.zone), item.vesting_ms)
 
-    def _capped(
-        self, zone: ZoneId, items: list[WorkItem], caps: Mapping[str, int]
+    def _admitted(
+        self, zone: ZoneId, items: list[WorkItem], request: PullRequest
     ) -> list[WorkItem]:
-        """The items the job types' pool-wide caps let run (each holds its type's slot
-        until its remote worker ends it); the others are given back unstarted, due again
-        in 100 ms, as a local Worker gives back an item its type's cap holds back."""
+        """The items their job types' named limits and pool-wide caps let run, taken in
+        the order a local Worker takes them as its handler starts (the limits, then the
+        type's cap); each keeps what it took until its remote worker ends it. The others
+        are given back unstarted, no attempt counted, due again when the limit said (a
+        type's cap: 100 ms), as a local Worker gives them back."""
+        refs = request.named_limits or {}
+        caps = request.pool_caps or {}
         kept = []
-        for item, allowed in zip(items, self.fetcher.pool_slots(items, caps), strict=True):
-            if allowed:
-                self.held_slots.add(
-                    zone, item.item_id, ((TYPE_SCOPE, item.job_type),), item.vesting_ms
-                )
-                kept.append(item)
-                continue
-            with contextlib.suppress(QuickError):  # else its lease lapses on its own
-                self.settler.requeue(
-                    self.cluster.name,
-                    zone,
-                    item.item_id,
-                    item.lease_id or "",
-                    100,
-                    count_error=False,
-                    ran=False,
-                )
+        for item in items:
+            held: Names = ()
+            job = refs.get(item.job_type)
+            if job is not None:
+                taken = self.gate.take(zone, job)
+                if isinstance(taken, Refused):
+                    self._give_back(zone, item, taken.retry_ms)
+                    continue
+                held = tuple((LIMIT_SCOPE, name) for name, n in taken.slots for _ in range(n))
+            if item.job_type in caps:
+                if not self.fetcher.pool_slots([item], caps)[0]:
+                    self.held_slots.release(held)
+                    self._give_back(zone, item, 100)
+                    continue
+                held += ((TYPE_SCOPE, item.job_type),)
+            if held:
+                self.held_slots.add(zone, item.item_id, held, item.vesting_ms)
+            kept.append(item)
         return kept
+
+    def _give_back(self, zone: ZoneId, item: WorkItem, delay_ms: int) -> None:
+        with contextlib.suppress(QuickError):  # else its lease lapses on its own
+            self.settler.requeue(
+                self.cluster.name,
+                zone,
+                item.item_id,
+                item.lease_id or "",
+                delay_ms,
+                count_error=False,
+                ran=False,
+            )
 
     def lease_once(
         self,
@@ -278,12 +305,14 @@ class PullLeaser:
         job_types: frozenset[str] | None = None,
         fill_s: float | None = None,
         pool_caps: Mapping[str, int] | None = None,
+        named_limits: Mapping[str, LimitRefs] | None = None,
     ) -> list[Leased]:
         """One scan and the visits it chooses (and more scans while they take items and
         leave vested zones unchosen); may return nothing. With ``fill_s``, once it holds
         items it visits no more zones ``fill_s`` after the first scan began.
-        ``pool_caps``: job type -> its ``pool_max_concurrency`` (the caller's handlers')."""
-        request = PullRequest(app, max_items, lease_s, job_types, fill_s, pool_caps)
+        ``pool_caps``: job type -> its ``pool_max_concurrency``; ``named_limits``: job
+        type -> the named limits it takes and its cost (both the caller's handlers')."""
+        request = PullRequest(app, max_items, lease_s, job_types, fill_s, pool_caps, named_limits)
         return self._lease_once(request)[0]
 
     def _lease_once(self, request: PullRequest) -> tuple[list[Leased], int]:
@@ -319,8 +348,8 @@ class PullLeaser:
                 failures.worked(ref)
                 if v.pointer is not None:
                     visited += 1
-                    caps = request.pool_caps
-                    items = v.items if not caps else self._capped(v.zone, v.items, caps)
+                    admits = request.pool_caps or request.named_limits
+                    items = self._admitted(v.zone, v.items, request) if admits else v.items
                     out.extend(Leased(v.zone, item) for item in items)
                     took += len(items)
             # Another scan only while the last one took items and left vested pointers
@@ -364,12 +393,13 @@ class PullLeaser:
         stopping: threading.Event | None = None,
         fill_s: float | None = None,
         pool_caps: Mapping[str, int] | None = None,
+        named_limits: Mapping[str, LimitRefs] | None = None,
     ) -> Poll[PullRequest]:
         """A long poll for up to ``max_items`` items, waiting up to ``wait_s`` for the
         first one (:mod:`~quickzones.consumer.long_poll`). With ``fill_s`` a scan that
         holds items visits no more zones ``fill_s`` after it began, so the items it holds
         are handed out soon rather than after visits to fill ``max_items``."""
-        request = PullRequest(app, max_items, lease_s, job_types, fill_s, pool_caps)
+        request = PullRequest(app, max_items, lease_s, job_types, fill_s, pool_caps, named_limits)
         return Poll(request, wait_s, self.pull.poll_s, self.watcher, stopping)
 
     def lease(self, *args: Any, **kwargs: Any) -> list[Leased]:
@@ -395,3 +425,4 @@ class PullRequest:
     job_types: frozenset[str] | None = None
     fill_s: float | None = None
     pool_caps: Mapping[str, int] | None = None  # job type -> its pool_max_concurrency
+    named_limits: Mapping[str, LimitRefs] | None = None  # job type -> its limits and cost
