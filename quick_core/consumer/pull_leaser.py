@@ -110,7 +110,9 @@ class PullLeaser:
         # Whether a scan takes the oldest pointers first: the server holds its cluster's
         # in-order scanner lease (adapters/http/in_order.py), or config.in_order is True.
         self.in_order = in_order or (lambda: self.config.in_order is True)
-        self.cluster = Cluster(zones=q.items, toplevel=q.toplevel, kv=q.kv)
+        # Its slots' holder, its heartbeat's id, and its pointer leases' holder.
+        self.name = f"serve-{uuid.uuid4().hex[:12]}"
+        self.cluster = Cluster(zones=q.items, toplevel=q.toplevel, kv=q.kv, holder=self.name)
         # Pointer leases lost to another consumer (or a pointer that moved) since start.
         self.lost_pointer_leases = 0
         self._stats_lock = threading.Lock()
@@ -131,7 +133,6 @@ class PullLeaser:
         # Every admission rule of a visit, as a local consumer's Manager has them: the
         # one fetcher (pauses, weights, the app's and tenants' limits), with the slots
         # this server holds for the items it leases until their remote workers end them.
-        self.name = f"serve-{uuid.uuid4().hex[:12]}"  # its slots' holder, its heartbeat's id
         self.slots = Slots(
             q.limits,
             self.name,
