@@ -28,8 +28,7 @@ from quickzones.adapters.http.polls import RETRY_AFTER_S, PollLimits, TooManyPol
 from quickzones.adapters.http.tokens import ALL_APPS, TokenInfo, TokenStore
 from quickzones.client import Quick
 from quickzones.clock import now_ms
-from quickzones.consumer.limit_gate import LimitRefs
-from quickzones.consumer.pull_leaser import Leased, PullLeaser
+from quickzones.consumer.pull_leaser import Leased, LimitRefs, PullLeaser
 from quickzones.consumer.settler import Completion, NotCommitted, Settler
 from quickzones.errors import (
     InvalidArgument,

@@ -13,8 +13,8 @@ pointer, dequeue at most ``dequeue_max`` items, or the work-conserving share (ca
 ``visit_max``), requeue or collect the pointer) until the call holds ``max_items`` items,
 under the same admission rules as a local consumer's visits: the pauses, the tenant
 weights, the app's limits, the per-tenant limits, and what the caller sends of its job
-types: their named limits and cost (taken by a local Worker's own
-:class:`~quickzones.consumer.limit_gate.LimitGate`) and their pool-wide caps; the
+types: their named limits and cost, and their pool-wide caps
+(:mod:`~quickzones.consumer.pull_admission`); the
 concurrency slots an item takes are kept for its remote worker by
 :mod:`~quickzones.consumer.held_slots` and given back through the
 :class:`~quickzones.consumer.settler.Settler` that applies its outcome. A zone whose
@@ -48,12 +48,13 @@ from typing import TYPE_CHECKING, Any
 from quickzones.clock import now_ms
 from quickzones.consumer.app_peek import AppPointers
 from quickzones.consumer.config import ConsumerConfig
-from quickzones.consumer.fetcher import TYPE_SCOPE, Fetcher
-from quickzones.consumer.held_slots import HeldSlots, Names
-from quickzones.consumer.limit_gate import LimitGate, LimitRefs, Refused
+from quickzones.consumer.fetcher import Fetcher
+from quickzones.consumer.held_slots import HeldSlots
+from quickzones.consumer.limit_gate import LimitRefs as LimitRefs  # the routes' argument
 from quickzones.consumer.long_poll import LongPolls, Poll
 from quickzones.consumer.maintenance import HEARTBEAT_S
 from quickzones.consumer.pickups import PickupCounts, waited_ms
+from quickzones.consumer.pull_admission import PullAdmission
 from quickzones.consumer.pull_runs import PullRuns
 from quickzones.consumer.scanner import Scanner
 from quickzones.consumer.set_aside import SetAside, VisitFailures, elapsed
@@ -65,7 +66,6 @@ from quickzones.consumer.visit_rules import ZoneVisit, visit_size
 from quickzones.consumer.weighing import Weighing
 from quickzones.errors import QuickError
 from quickzones.store.changes import watcher_for
-from quickzones.store.named_limits import SCOPE as LIMIT_SCOPE
 from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.toplevel import PointerRef
 
@@ -155,10 +155,6 @@ class PullLeaser:
         # as a local consumer's scanner passes over them.
         self.set_aside = SetAside(self._count, monotonic=elapsed(q.clock))
         self.held_slots = HeldSlots(self.slots, q.clock)
-        # Named limits' slots, taken as a local Worker takes them before its handler, but
-        # without waiting: a lease call holds no thread for a slot another run frees.
-        self.gate = LimitGate(self.slots, q.limits, q.clock, self._count, threading.Event(), 0.0)
-        self.gate.named = q.named_limits
         # What its leases hold for remote workers, in its heartbeat (the running page).
         self.pull_runs = PullRuns(
             q, self.name, self.config, self.in_order, heartbeat_s, self.pickup_counts
@@ -169,10 +165,12 @@ class PullLeaser:
         self.settler = Settler(
             {self.cluster.name: self.cluster}, requeued=q.wake_waiters, ended=self.ended
         )
+        self.admission = PullAdmission(  # named limits and pool-wide caps of its items
+            self.fetcher, self.held_slots, q.limits, q.named_limits, q.clock, self._count,
+            self._give_back)  # fmt: skip
 
     def ended(self, zone: ZoneId, item_id: str, how: str) -> None:
-        """A leased item's run is over (its outcome arrived, or it was cancelled): the
-        slots it held are given back."""
+        """A leased item's run is over (outcome, or cancelled): its slots are freed."""
         self.held_slots.ended(zone, item_id)
         self.pull_runs.ended(zone, item_id, how)
 
@@ -255,37 +253,6 @@ class PullLeaser:
         for item, held in zip(v.items, self.fetcher.took(v), strict=True):
             self.held_slots.hold(v.zone, item.item_id, held.slots(v.zone), item.vesting_ms)
 
-    def _admitted(
-        self, zone: ZoneId, items: list[WorkItem], request: PullRequest
-    ) -> list[WorkItem]:
-        """The items their job types' named limits and pool-wide caps let run, taken in
-        the order a local Worker takes them as its handler starts (the limits, then the
-        type's cap); each keeps what it took until its remote worker ends it. The others
-        are given back unstarted, no attempt counted, due again when the limit said (a
-        type's cap: 100 ms), as a local Worker gives them back."""
-        refs = request.named_limits or {}
-        caps = request.pool_caps or {}
-        kept = []
-        for item in items:
-            held: Names = ()
-            job = refs.get(item.job_type)
-            if job is not None:
-                taken = self.gate.take(zone, job)
-                if isinstance(taken, Refused):
-                    self._give_back(zone, item, taken.retry_ms)
-                    continue
-                held = tuple((LIMIT_SCOPE, name) for name, n in taken.slots for _ in range(n))
-            if item.job_type in caps:
-                if not self.fetcher.pool_slots([item], caps)[0]:
-                    self.held_slots.release(held)
-                    self._give_back(zone, item, 100)
-                    continue
-                held += ((TYPE_SCOPE, item.job_type),)
-            if held:
-                self.held_slots.add(zone, item.item_id, held, item.vesting_ms)
-            kept.append(item)
-        return kept
-
     def _give_back(self, zone: ZoneId, item: WorkItem, delay_ms: int) -> None:
         with contextlib.suppress(QuickError):  # else its lease lapses on its own
             self.settler.requeue(
@@ -349,8 +316,11 @@ class PullLeaser:
                 failures.worked(ref)
                 if v.pointer is not None:
                     visited += 1
-                    admits = request.pool_caps or request.named_limits
-                    items = self._admitted(v.zone, v.items, request) if admits else v.items
+                    items = v.items
+                    if request.pool_caps or request.named_limits:
+                        items = self.admission.admitted(
+                            v.zone, items, request.named_limits or {}, request.pool_caps or {}
+                        )
                     out.extend(Leased(v.zone, item) for item in items)
                     took += len(items)
             # Another scan only while the last one took items and left vested pointers

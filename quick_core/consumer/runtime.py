@@ -69,11 +69,8 @@ class Consumer(RunsForever):
     ) -> None:
         self.zones = zones
         self.toplevel = toplevel
-        self.name = name or new_candidate_id()
-        # Each cluster's pointer leases record this consumer's name (quick explain's).
-        self.clusters: dict[str, Cluster] = {
-            toplevel.cluster: Cluster(zones, toplevel, kv, holder=self.name)
-        }
+        self.name = name or new_candidate_id()  # its pointer leases record it (explain's)
+        self.clusters = {toplevel.cluster: Cluster(zones, toplevel, kv, holder=self.name)}
         for extra in more_clusters:
             if extra.name in self.clusters:
                 raise ConfigurationError(f"cluster {extra.name!r} given twice")
