@@ -217,6 +217,7 @@ class _Calls:
         job_types: Any,
         fill_s: float | None = None,
         pool_caps: dict[str, int] | None = None,
+        named_limits: dict[str, dict[str, Any]] | None = None,
     ) -> _Call:
         body: dict[str, Any] = {
             "max_items": max_items, "wait_s": wait_s, "lease_s": lease_s, "app": app,
@@ -225,6 +226,8 @@ class _Calls:
             body["fill_s"] = fill_s
         if pool_caps:
             body["pool_caps"] = dict(pool_caps)
+        if named_limits:
+            body["named_limits"] = dict(named_limits)
         return _Call("POST", "/v1/leases", body)
 
     @staticmethod
@@ -413,12 +416,18 @@ class RemoteQuick:
     def lease(self, max_items: int = 1, *, wait_s: float = 0.0, lease_s: float = 30.0,
               app: str | None = None, job_types: Iterable[str] | None = None,
               fill_s: float | None = None,
-              pool_caps: dict[str, int] | None = None) -> list[RemoteLease]:  # fmt: skip
+              pool_caps: dict[str, int] | None = None,
+              named_limits: dict[str, dict[str, Any]] | None = None,
+              ) -> list[RemoteLease]:  # fmt: skip
         """Up to ``max_items`` leased items, waiting up to ``wait_s`` for the first. With
         ``fill_s``, a lease that holds items stops visiting zones that long after its scan
         began (fewer items per call, each handed out sooner). ``pool_caps``: job type ->
-        its ``pool_max_concurrency`` (a remote worker sends its handlers')."""
-        call = _Calls.lease(max_items, wait_s, lease_s, app, job_types, fill_s, pool_caps)
+        its ``pool_max_concurrency``; ``named_limits``: job type -> ``{"limits": [...],
+        "cost": n}``, the named limits a run of it takes (a remote worker sends its
+        handlers')."""
+        call = _Calls.lease(
+            max_items, wait_s, lease_s, app, job_types, fill_s, pool_caps, named_limits
+        )
         body = self._do(call, timeout_s=self.timeout_s + wait_s)
         return [_lease_of(x) for x in body["items"]]
 
@@ -632,8 +641,12 @@ class AsyncRemoteQuick:
     async def lease(self, max_items: int = 1, *, wait_s: float = 0.0, lease_s: float = 30.0,
                     app: str | None = None, job_types: Iterable[str] | None = None,
                     fill_s: float | None = None,
-                    pool_caps: dict[str, int] | None = None) -> list[RemoteLease]:  # fmt: skip
-        call = _Calls.lease(max_items, wait_s, lease_s, app, job_types, fill_s, pool_caps)
+                    pool_caps: dict[str, int] | None = None,
+                    named_limits: dict[str, dict[str, Any]] | None = None,
+                    ) -> list[RemoteLease]:  # fmt: skip
+        call = _Calls.lease(
+            max_items, wait_s, lease_s, app, job_types, fill_s, pool_caps, named_limits
+        )
         body = await self._do(call, timeout_s=self.timeout_s + wait_s)
         return [_lease_of(x) for x in body["items"]]
 

@@ -41,6 +41,8 @@ class Cluster:
     zones: ZoneStore
     toplevel: TopLevelQueue
     kv: KVStore | None = None
+    # The consumer's name, recorded with each pointer lease its visits take.
+    holder: str | None = None
 
     @property
     def name(self) -> str:

@@ -412,9 +412,10 @@ class TopLevelQueue:
         *,
         accept: Callable[[PointerRef, ZoneId], bool] | None = None,
         horizon_ms: int = 0,
+        holder: str | None = None,
     ) -> Pointer:
         """Lease a pointer for ``lease_ms`` by moving its vesting time (paper Alg. 1), in a
-        transaction of its own. ``horizon_ms``: as :meth:`lease_pointer`.
+        transaction of its own. ``horizon_ms``, ``holder``: as :meth:`lease_pointer`.
 
         Reads the pointer record, not the pointer index, so it never conflicts with an
         enqueue. Raises ZoneLeaseFailed with reason "moved" if the pointer is gone or no
@@ -424,7 +425,9 @@ class TopLevelQueue:
         tr = self.kv.create_transaction()
         try:
             tr.set_causal_read_risky()
-            result = self.lease_pointer(ref, lease_ms, accept=accept, horizon_ms=horizon_ms, tr=tr)
+            result = self.lease_pointer(
+                ref, lease_ms, accept=accept, horizon_ms=horizon_ms, holder=holder, tr=tr
+            )
             tr.commit()
             return result
         except KVError as err:
@@ -440,12 +443,14 @@ class TopLevelQueue:
         *,
         accept: Callable[[PointerRef, ZoneId], bool] | None = None,
         horizon_ms: int = 0,
+        holder: str | None = None,
         tr: KVTransaction = OWN_STORE,
     ) -> Pointer:
         """The pointer lease's writes inside ``tr`` (see :meth:`obtain_pointer_lease`);
         raises ZoneLeaseFailed "gone", "moved" or "not_routed". With ``horizon_ms`` a
         pointer vesting within that many ms is leased too, unless another consumer's lease
-        on it still runs."""
+        on it still runs. ``holder``: the leasing consumer's name, kept in the record
+        (``quick explain`` names it)."""
         try:
             pointer = self._read_pointer(tr, ref.shard, ref.pointer_id)
         except CorruptRecord as err:
@@ -470,6 +475,7 @@ class TopLevelQueue:
             pointer.last_active_ms,
             lease_id=self.ids(16),
             local=pointer.local,
+            holder=holder,
         )
         self._move_pointer(tr, ref.shard, pointer, leased)
         return leased
