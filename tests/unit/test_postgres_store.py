@@ -439,7 +439,6 @@ def test_an_idle_listening_thread_wakes_only_at_its_slice_and_still_hears_at_onc
     waits, at most a few (its ``SLICE_S`` look whether to stop, 2 s), against 30 before;
     and a NOTIFY still ends a wait."""
     import threading
-    import time
     from pathlib import Path
 
     from quickzones.backends.postgres.notifications import CommitNotifications
