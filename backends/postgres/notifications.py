@@ -61,7 +61,6 @@ RETRY_CAP_S = 10.0  # ... growing with each failure in a row up to this
 # it concludes that notifications do not reach it (PgBouncer's transaction pooling).
 # Delivered on a direct connection within milliseconds; generous for a loaded machine.
 PROBE_S = 5.0
-PROBE = "probe "  # a probe's payload: this, then the sender's
 
 
 class CommitNotifications:
@@ -87,9 +86,6 @@ class CommitNotifications:
         self._idle_s = idle_s
         self._lock = threading.Lock()
         self._notified = threading.Event()
-        # Set with _notified by another store object's NOTIFY (not by connecting, a
-        # probe or a failure): a commit that made work, announced by wait().
-        self._announced = False
         self._thread: threading.Thread | None = None
         self._last_wait = 0.0
         self._retry_at = 0.0  # no listening before then (the last connection failed)
@@ -118,12 +114,10 @@ class CommitNotifications:
         notification is up), not only at its timeout: then a watcher may sleep on it."""
         return self._hearing and not self._polling and os.getpid() == self._pid
 
-    def wait(self, timeout_s: float) -> bool:
+    def wait(self, timeout_s: float) -> None:
         """Return when a commit to the schema was notified since the last call, or after
         ``timeout_s`` (at once after the listening connection was made: a commit before
-        its LISTEN took effect was not notified; always after ``timeout_s`` when polling).
-        True when another store object's NOTIFY ended it: a commit that made a zone's
-        pointer vest earlier (the commit watcher calls back before reading its counter)."""
+        its LISTEN took effect was not notified; always after ``timeout_s`` when polling)."""
         with self._lock:
             if os.getpid() != self._pid:  # a forked child: the parent's thread is not here
                 self._thread, self._pid, self._hearing = None, os.getpid(), False
@@ -145,11 +139,9 @@ class CommitNotifications:
                 self._thread.start()
         if polling:
             time.sleep(timeout_s)
-            return False
+            return
         self._notified.wait(timeout_s)
         self._notified.clear()
-        announced, self._announced = self._announced, False
-        return announced
 
     def _read(self) -> None:
         conn: Connection | None = None
@@ -165,7 +157,8 @@ class CommitNotifications:
             self._hearing = True
             while not self._stopping():
                 for n in _arrived(conn, SLICE_S):
-                    self._heard(n.payload)
+                    if n.payload != self._own:
+                        self._notified.set()
         except (psycopg.Error, StorageError) as err:
             # The waiter polls at its tick meanwhile (a server restarting, no connection
             # to spare): no new connection for a while, longer after each failure.
@@ -189,23 +182,15 @@ class CommitNotifications:
         store objects' listeners hear the probe too: one spurious read of their counter."""
         probe = self._connect()
         try:
-            probe.execute("SELECT pg_notify(%s, %s)", (self._channel, PROBE + self._own))
+            probe.execute("SELECT pg_notify(%s, %s)", (self._channel, f"probe {self._own}"))
         finally:
             with contextlib.suppress(psycopg.Error):
                 probe.close()
         for n in conn.notifies(timeout=self._probe_s, stop_after=1):
-            self._heard(n.payload)
+            if n.payload != self._own:
+                self._notified.set()
             return True
         return False
-
-    def _heard(self, payload: str) -> None:
-        """A notification: another store object's commit wakes the waiter (a probe too,
-        but announces nothing); this store object's own wakes nobody here."""
-        if payload == self._own:
-            return
-        if not payload.startswith(PROBE):
-            self._announced = True
-        self._notified.set()
 
     def _give_up(self, conn: Connection) -> None:
         """Notifications do not reach the listening connection: stop listening for good

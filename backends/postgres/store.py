@@ -464,12 +464,11 @@ class PostgresStore:
         the commit watcher polls (``listen=off``, behind PgBouncer, reconnecting)."""
         return self._notifications.signalled
 
-    def wait_for_commits(self, timeout_s: float) -> bool:
-        """Return when a commit to this schema (another store object's) was notified
+    def wait_for_commits(self, timeout_s: float) -> None:
+        """Return when a commit to this schema (anyone's, this store's too) was notified
         since the last call, or after ``timeout_s`` (the commit watcher's wait between
-        reads of :meth:`data_version`); True when such a commit's NOTIFY ended it (the
-        watcher calls back before its read)."""
-        return self._notifications.wait(timeout_s)
+        reads of :meth:`data_version`)."""
+        self._notifications.wait(timeout_s)
 
     # --- the schema --------------------------------------------------------------------------
 

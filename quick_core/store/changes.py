@@ -71,14 +71,14 @@ class CommitWatcher:
         counter: Callable[[], int],
         tick_s: float = TICK_S,
         floor_s: float = 0.0,
-        waiter: Callable[[float], bool | None] | None = None,
+        waiter: Callable[[float], None] | None = None,
         signalled: Callable[[], bool] | None = None,
     ) -> None:
         # Weakly: the watcher (kept per store in a weak mapping) must not keep it alive.
         self._counter: Callable[[], Callable[[], int] | None] = _weakly(counter)
         # The store's wait for a commit notification (kv.commit_waiter_of), else a sleep:
         # between reads, the watcher waits a tick or until a commit is notified.
-        self._waiter: Callable[[], Callable[[float], bool | None] | None] | None = (
+        self._waiter: Callable[[], Callable[[float], None] | None] | None = (
             None if waiter is None else _weakly(waiter)
         )
         # Whether the waiter returns on commits (not only at its timeout): the store's say.
@@ -201,10 +201,6 @@ class CommitWatcher:
                     self._callbacks.remove(entry)
 
     def _loop(self) -> None:
-        # The waiter said that another store object's commit made work (a NOTIFY) and the
-        # watchers were called back for it before this read: the change this read finds
-        # is that commit's, not news.
-        announced = False
         while True:
             with self._cond:
                 if not self._callbacks:
@@ -239,39 +235,25 @@ class CommitWatcher:
                 missed, self._missed = self._missed, False
             if missed:
                 self.resumed += 1
-            if missed or (last is not None and version != last and not announced):
+            if missed or (last is not None and version != last):
                 # After failed reads, a commit made meanwhile may have gone unseen: the
                 # waiters rescan.
                 for callback in callbacks:
                     callback()
-            announced = self._wait(tick)
+            self._wait(tick)
 
-    def _call_back(self) -> None:
-        with self._cond:
-            callbacks = [callback for callback, _ in self._callbacks]
-        for callback in callbacks:
-            callback()
-
-    def _wait(self, tick: float) -> bool:
+    def _wait(self, tick: float) -> None:
         """A tick, or less: until a commit is notified (never less than MIN_READ_GAP_S
-        from this read to the next, however many are). True when the store's waiter
-        announced another store object's commit that made work (PostgreSQL: its NOTIFY
-        is sent only by a commit that made a zone's pointer vest earlier): the watchers
-        were then called back at once, before the counter's read (a round trip) instead
-        of after it, which only says whose commit it was (issue 42: pickup at light
-        load)."""
+        from this read to the next, however many are)."""
         waiter = None if self._waiter is None else self._waiter()
         if waiter is None:
             time.sleep(tick)
-            return False
+            return
         began = time.monotonic()
-        announced = waiter(tick) is True
-        if announced:
-            self._call_back()
+        waiter(tick)
         rest = MIN_READ_GAP_S - (time.monotonic() - began)
         if rest > 0:
             time.sleep(rest)
-        return announced
 
 
 def _weakly(method: Callable[..., Any]) -> Callable[[], Callable[..., Any] | None]:

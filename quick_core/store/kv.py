@@ -259,12 +259,11 @@ def may_retry_in_place(tr: object, err: KVError) -> bool:
     return can_retry is not None and can_retry(err)
 
 
-def commit_waiter_of(db: object) -> Callable[[float], bool | None] | None:
+def commit_waiter_of(db: object) -> Callable[[float], None] | None:
     """The store's ``wait_for_commits(timeout_s)``, or None: an optional part of the
     :class:`CommitCounter` capability that blocks up to ``timeout_s`` and returns early
     when a commit may have been made (PostgreSQL: a NOTIFY each commit sends), so a
-    watcher reads the counter then instead of at its next tick. It returns True when
-    it knows another's commit made work (the watcher calls back before reading)."""
+    watcher reads the counter then instead of at its next tick."""
     waiter = getattr(db, "wait_for_commits", None)
     return waiter if callable(waiter) else None
 

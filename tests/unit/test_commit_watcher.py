@@ -9,7 +9,6 @@ import threading
 import time
 
 from quickzones.store.changes import CommitWatcher
-from tests.waiting import wait_for
 
 
 class Counter:
@@ -66,46 +65,3 @@ def test_the_reused_value_expires_after_the_tick() -> None:
     counter.value += 1
     time.sleep(0.05)
     assert watcher.version() == 1
-
-
-def test_a_signalled_commit_calls_back_before_the_counter_is_read() -> None:
-    """A PostgreSQL NOTIFY from another store object says that a commit made a zone's
-    pointer vest earlier: the watchers are called back at once, and the counter read
-    (a round trip) comes after, not on the pickup's path (issue 42: pickup at light
-    load). Here that read is held until the wake-up was seen: before, the wake-up waited
-    for it. The read then finds the commit the wake-up announced, and calls back no
-    second time for it."""
-    counter = Counter()
-    signal = threading.Event()
-    gate = threading.Event()
-    gate.set()
-
-    def held() -> int:
-        gate.wait(60)  # the round trip, held by the test
-        return counter()
-
-    def wait_for_commits(timeout_s: float) -> bool:
-        heard = signal.wait(timeout_s)
-        signal.clear()
-        return heard
-
-    watcher = CommitWatcher(held, floor_s=0.005, waiter=wait_for_commits)
-    calls: list[int] = []
-    woke = threading.Event()
-
-    def callback() -> None:
-        calls.append(1)
-        woke.set()
-
-    since = watcher.version()
-    with watcher.watching(callback, since, tick_s=60):
-        assert wait_for(lambda: counter.reads >= 3)  # the watcher's thread waits now
-        gate.clear()
-        counter.value += 1  # another process commits, and notifies
-        signal.set()
-        assert woke.wait(30), "the wake-up waited for the counter's read"
-        reads = counter.reads
-        gate.set()
-        assert wait_for(lambda: counter.reads > reads)  # the read after the wake-up
-        assert wait_for(lambda: watcher.version() == 1)
-    assert calls == [1]
