@@ -69,6 +69,8 @@ DELAY_S = (0.5, 3.0)
 # (key, row label, unit, whether higher is better: None when no ratio is meaningful)
 ROWS: tuple[tuple[str, str, str, bool | None], ...] = (
     ("enqueue_per_s", "enqueue, one call a job", "/s", True),
+    # Measured with --enqueue-only (the producer's process_time per call).
+    ("enqueue_cpu_ms", "enqueue, producer CPU per call", " ms", False),
     ("drain_per_s", "drain, worker spawn to last job's end", "/s", True),
     ("small_p50", "noisy neighbour, small tenants' pickup p50", " ms", False),
     ("small_p99", "noisy neighbour, small tenants' pickup p99", " ms", False),
@@ -153,6 +155,23 @@ def _makers(urls: dict[str, str]) -> dict[str, Callable[[Path], Peer]]:
     }
 
 
+def enqueue_only(peer: Peer, jobs: int) -> dict[str, Any]:
+    """(a) alone (``--enqueue-only``): the rate of one-call enqueues and this process's CPU
+    per enqueue (``time.process_time``: the producer's, every thread of it)."""
+    loads = [os.getloadavg()[0]]
+    peer.reset()
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(jobs):
+        peer.enqueue(LONE)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    loads.append(os.getloadavg()[0])
+    return {
+        "enqueue_per_s": jobs / wall,
+        "enqueue_cpu_ms": cpu * 1000 / jobs,
+        "loadavg": [round(x, 2) for x in loads],
+    }
+
+
 def one_run(peer: Peer, s: dict[str, Any], work_ms: float) -> dict[str, Any]:
     """(a)-(d) on one system, in order."""
     loads = [os.getloadavg()[0]]
@@ -181,8 +200,17 @@ def one_run(peer: Peer, s: dict[str, Any], work_ms: float) -> dict[str, Any]:
 
 
 def _flat(run: dict[str, Any]) -> dict[str, float]:
+    nan = float("nan")
+    if "drain" not in run:  # --enqueue-only
+        flat = {key: nan for key, *_ in ROWS}
+        return {
+            **flat,
+            "enqueue_per_s": run["enqueue_per_s"],
+            "enqueue_cpu_ms": run["enqueue_cpu_ms"],
+        }
     return {
         "enqueue_per_s": run["enqueue_per_s"],
+        "enqueue_cpu_ms": nan,
         "drain_per_s": run["drain"]["per_s"],
         "small_p50": run["noisy"]["small"]["p50"],
         "small_p99": run["noisy"]["small"]["p99"],
@@ -225,7 +253,9 @@ def ratios(summ: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[str, 
 def _num(x: float) -> str:
     if x != x:  # NaN
         return "-"
-    return f"{x:,.0f}" if abs(x) >= 10 or x == int(x) else f"{x:.1f}"
+    if abs(x) >= 10 or x == int(x):
+        return f"{x:,.0f}"
+    return f"{x:.1f}" if abs(x) >= 1 else f"{x:.3f}"  # CPU per enqueue: a fraction of a ms
 
 
 def table(summ: dict[str, Any], rat: dict[str, Any]) -> str:
@@ -234,6 +264,8 @@ def table(summ: dict[str, Any], rat: dict[str, Any]) -> str:
     head = ["what", *(LABELS[n] for n in names), *(f"{LABELS[q]} / best peer" for q in quicks)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key, label, unit, _higher in ROWS:
+        if all(summ[n][key]["median"] != summ[n][key]["median"] for n in names):
+            continue  # not measured in this mode (NaN)
         cells = [label]
         for n in names:
             m = summ[n][key]
@@ -251,10 +283,12 @@ def table(summ: dict[str, Any], rat: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(runs: int, jobs: int, only: list[str], work_ms: float = 0.0) -> dict[str, Any]:
+def run(
+    runs: int, jobs: int, only: list[str], work_ms: float = 0.0, enqueues: bool = False
+) -> dict[str, Any]:
     s = sizes(jobs)
     res: dict[str, Any] = {
-        "sizes": {**s, "work_ms": work_ms},
+        "sizes": {**s, "work_ms": work_ms, "enqueue_only": enqueues},
         "runs": runs,
         "systems": {},
         "loadavg": {"before": list(os.getloadavg())},
@@ -282,6 +316,14 @@ def run(runs: int, jobs: int, only: list[str], work_ms: float = 0.0) -> dict[str
             for name in order_of_run(list(peers), r):
                 system = res["systems"][name]
                 try:
+                    if enqueues:
+                        one = enqueue_only(peers[name], jobs)
+                        system["runs"].append(one)
+                        log(
+                            f"run {r + 1}/{runs} {name}: enqueue {one['enqueue_per_s']:.0f}/s,"
+                            f" {one['enqueue_cpu_ms']:.3f} ms CPU each, load {one['loadavg']}"
+                        )
+                        continue
                     one = one_run(peers[name], s, work_ms)
                 except Exception as err:
                     log(f"{name} run {r + 1} failed: {err!r}")
@@ -317,6 +359,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=",".join(SYSTEMS), help=f"among {','.join(SYSTEMS)}")
     ap.add_argument("--work-ms", type=float, default=0.0, help="each job sleeps this long")
     ap.add_argument("--out", default=None, help="results folder")
+    ap.add_argument(
+        "--enqueue-only",
+        action="store_true",
+        help="(a) alone: one-call enqueue rates and the producer's CPU per enqueue",
+    )
     args = ap.parse_args(argv)
     only = [n for n in args.only.split(",") if n]
     unknown = sorted(set(only) - set(SYSTEMS))
@@ -325,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 1 or args.jobs < 10:
         ap.error("--runs must be at least 1 and --jobs at least 10")
     t0 = time.time()
-    res = run(args.runs, args.jobs, only, args.work_ms)
+    res = run(args.runs, args.jobs, only, args.work_ms, args.enqueue_only)
     res["machine"] = machine()
     res["command"] = "python -m bench.peers_users " + shlex.join(
         sys.argv[1:] if argv is None else argv

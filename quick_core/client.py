@@ -459,6 +459,7 @@ class Quick:
         idempotency_key: str | None = None,
         idempotency_ttl_s: float | None = None,
         debounce: Debounce | None = None,
+        one_at_a_time: str | None = None,
     ) -> str:
         """Enqueue one item into the zone (app, tenant); returns its id.
 
@@ -485,8 +486,11 @@ class Quick:
         duplicate then says how it finished). ``debounce``: a :class:`Debounce`; the
         key's queued item takes this payload and vests once the key was quiet ``wait_s``
         or ``max_wait_s`` after its first enqueue (``duplicate`` "debounced", the id is
-        that item's); one that is running is left alone and a new item started. Keys
-        are per (app, tenant) (docs/flow-control.md).
+        that item's); one that is running is left alone and a new item started.
+        ``one_at_a_time``: a key whose items run one at a time, in enqueue order, across
+        every consumer (an item enqueued while another of the key is queued or running
+        waits for it to complete, be cancelled or dead-lettered; a retried one keeps the
+        key through its backoff). Keys are per (app, tenant) (docs/flow-control.md).
         """
         zone = ZoneId(check_name("app", app), check_name("tenant", tenant))
         flow = flow_key(
@@ -496,9 +500,10 @@ class Quick:
             item_id=item_id,
             delayed=bool(delay) or run_at is not None,
             after=after,
+            one_at_a_time=one_at_a_time,
         )
         if flow is not None:
-            self._require("flow_keys", "idempotency and debounce keys")
+            self._require("flow_keys", "idempotency, debounce and one-at-a-time keys")
         if tr is not None:
             self._require(
                 "caller_transactions",
@@ -558,6 +563,7 @@ class Quick:
         idempotency_key: str | None = None,
         idempotency_ttl_s: float | None = None,
         debounce: Debounce | None = None,
+        one_at_a_time: str | None = None,
     ) -> str:
         """Enqueue inside the application's own transaction, through its own
         ``connection`` to the store's database: on ``sqlite:///...`` a
@@ -597,6 +603,7 @@ class Quick:
                         idempotency_key=idempotency_key,
                         idempotency_ttl_s=idempotency_ttl_s,
                         debounce=debounce,
+                        one_at_a_time=one_at_a_time,
                     )
             except KVError as err:
                 # A conflict with a concurrent commit (two first enqueues into one zone

@@ -13,7 +13,8 @@ rule                      the consumer's code it asks
                           what ``quick serve``'s workers page shows)
 ``serves_app``            :func:`quickzones.consumer.routing.serves_app` over them
 ``vesting``               the zone store's peek: vested when ``vesting_ms <= now``
-``zone_lease``            the zone's pointer record: leased by a consumer's visit
+``zone_lease``            the zone's pointer record: leased by a consumer's visit, the
+                          consumer's name recorded with the lease
 ``paused``                :class:`quickzones.consumer.visit_rules.Hold` (``zone_paused``)
 ``app_cap``, ``app_rate`` :meth:`Limits.slots_held` / :meth:`Limits.dispatches_used` with
                           :func:`quickzones.store.limits.free_of`, as ``Fetcher``'s
@@ -27,7 +28,11 @@ rule                      the consumer's code it asks
 ``serves_type``           :func:`quickzones.consumer.routing.serves_type`
 ``limit``, ``limit_rate`` the named limits the job type takes (its handler registered in
                           the explaining process), as ``LimitGate`` takes them
-(extensions)              :data:`RULES`: debounce and one-at-a-time keys go here
+``type_cap``              the job type's ``pool_max_concurrency`` slots (its handler
+                          registered here), as a Worker takes them after the limits
+``one_at_a_time``        :func:`quickzones.store.flow_keys.waits_for`: the key's holder,
+                          as its release passes the key on
+(extensions)              :data:`RULES`: debounce keys go here
 ``zone_due``              the zone's pointer vests later than now (requeued after a
                           visit, at a limit's next slot): the rules above say why
 ========================  ==============================================================
@@ -46,15 +51,16 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from quickzones.clock import now_ms
-from quickzones.consumer.fetcher import APP_SCOPE
+from quickzones.consumer.fetcher import APP_SCOPE, TYPE_SCOPE
 from quickzones.consumer.routing import serves_app, serves_type
 from quickzones.consumer.tenant_admission import SCOPE as TENANT_SCOPE
 from quickzones.consumer.visit_rules import Hold
-from quickzones.store import admin, heartbeats
+from quickzones.store import admin, flow_keys, heartbeats
 from quickzones.store.heartbeats import Heartbeat
+from quickzones.store.kv import run
 from quickzones.store.limits import free_of
 from quickzones.store.named_limits import SCOPE as NAMED_SCOPE
-from quickzones.store.records import WorkItem, ZoneId
+from quickzones.store.records import Pointer, WorkItem, ZoneId
 from quickzones.store.validation import check_name
 
 if TYPE_CHECKING:
@@ -181,10 +187,19 @@ def _zone_lease(c: Context) -> list[Rule]:
         return [Rule("zone_lease", True, "the zone has no pointer: no scan finds it "
                      "(quick serve's repair, or the next enqueue, makes one)")]  # fmt: skip
     if pointer.lease_id is not None and pointer.vesting_ms > c.now:
-        return [Rule("zone_lease", True, f"zone leased by a consumer's visit (lease "
-                     f"{pointer.lease_id[:8]}) until {pointer.vesting_ms}",
-                     pointer.vesting_ms)]  # fmt: skip
+        return [_zone_leased_by(pointer)]
     return [Rule("zone_lease", False, "zone not leased")]
+
+
+def _zone_leased_by(pointer: Pointer) -> Rule:
+    """A leased zone's rule, naming the consumer whose visit holds it (recorded with the
+    lease; a pointer leased before records kept it gives the lease's id instead)."""
+    until = pointer.vesting_ms
+    if pointer.holder is None:
+        who = f"a consumer's visit (lease {(pointer.lease_id or '')[:8]})"
+        return Rule("zone_lease", True, f"zone leased by {who} until {until}", until)
+    return Rule("zone_lease", True, f"zone leased by consumer {pointer.holder} until {until}",
+                until, consumers=(pointer.holder,))  # fmt: skip
 
 
 def _paused(c: Context) -> list[Rule]:
@@ -302,6 +317,22 @@ def _named_limits(c: Context) -> list[Rule]:
     return out or [Rule("limit", False, f"job type {c.item.job_type!r} names no limit")]
 
 
+def _type_cap(c: Context) -> list[Rule]:
+    """The job type's pool-wide cap (``pool_max_concurrency``, declared with its handler,
+    registered here), as a Worker takes its slot once the named limits let it start
+    (``Slots.acquire`` of scope ``type``), with the consumers holding its slots."""
+    job = c.q.registry.find(c.item.job_type)
+    if job is None or job.pool_max_concurrency is None:
+        known = "no pool-wide cap" if job is not None else "no handler in this process"
+        return [Rule("type_cap", False, f"job type {c.item.job_type!r}: {known}")]
+    cap = job.pool_max_concurrency
+    held = c.q.limits.slots_held(TYPE_SCOPE, job.name)
+    used = sum(held.values())
+    full = free_of(cap, used, 1) == 0
+    return [Rule("type_cap", full, f"job type {job.name!r} pool-wide cap {used} of {cap} "
+                 "running", consumers=_holders(held))]  # fmt: skip
+
+
 def _weight(c: Context) -> list[Rule]:
     w = c.q.tenant_weights.of_zone(c.zone)
     if w is None:
@@ -336,6 +367,20 @@ def _serves_type(c: Context) -> list[Rule]:
     return [Rule("serves_type", False, f"job type served by {', '.join(ids)}", consumers=ids)]
 
 
+def _one_at_a_time(c: Context) -> list[Rule]:
+    """An item parked behind its one-at-a-time key's holder: what the key's release
+    decides by (:func:`quickzones.store.flow_keys.waits_for`)."""
+    key = c.item.meta.get(flow_keys.FLOW_META)
+    if not key or key[0] != flow_keys.ONE_AT_A_TIME:
+        return []
+    holder = run(c.q.kv, lambda tr: flow_keys.waits_for(tr, c.q.keys, c.zone, c.item))
+    if holder is None:
+        return [Rule("one_at_a_time", False, f"holds its one-at-a-time key {key[1]!r}")]
+    return [Rule("one_at_a_time", True, f"one-at-a-time key {key[1]!r} held by item "
+                 f"{holder}: runs when it completes, is cancelled or dead-lettered",
+                 items=(holder,))]  # fmt: skip
+
+
 def _zone_due(c: Context) -> list[Rule]:
     pointer = c.q.toplevel.get_pointer(c.zone)
     if pointer is not None and pointer.lease_id is None and pointer.vesting_ms > c.now:
@@ -359,6 +404,8 @@ RULES: list[RuleFn] = [
     _type_paused,
     _serves_type,
     _named_limits,
+    _type_cap,
+    _one_at_a_time,
     _zone_due,
 ]
 

@@ -60,6 +60,10 @@ class JobContext:
     cancel_event: Any = None  # an Event set when the item is cancelled meanwhile
     # Where ctx.progress goes (a consumer's throttled writer); None: nowhere.
     progress_to: Callable[[float, str | None], None] | None = None
+    # Metadata a failed run leaves for the runs after it: merged into the item's by the
+    # retry's own write (a run that raised and is requeued), so it costs no write of its
+    # own; nothing else writes it (a dead letter keeps what earlier retries merged).
+    retry_meta: dict[str, Any] = field(default_factory=dict)
 
     def progress(self, fraction: float, note: str | None = None) -> None:
         """Report how far this item is, from 0 to 1, with an optional short note (at most

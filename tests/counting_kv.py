@@ -39,8 +39,10 @@ class CountingKV:
         self._store = store
         self.keys_read = 0
         self.reads = 0
+        self.transactions = 0
 
     def create_transaction(self) -> KVTransaction:
+        self.transactions += 1
         return _CountingTransaction(self._store.create_transaction(), self)  # type: ignore[return-value]
 
     def __getattr__(self, name: str) -> Any:

@@ -187,13 +187,14 @@ def _shared_quick(alias: str, settings: BackendOptions) -> Quick:
         return quick
 
 
-_FLOW_OPTIONS = ("idempotency_key", "idempotency_ttl_s", "debounce")
+_FLOW_OPTIONS = ("idempotency_key", "idempotency_ttl_s", "debounce", "one_at_a_time")
 
 
 def flow_options(given: object) -> dict[str, Any]:
     """What a ``flow_keys`` callable returned, as ``Quick.enqueue`` options: None or a
-    dict of ``idempotency_key``, ``idempotency_ttl_s`` and ``debounce`` (a
-    :class:`Debounce` or a dict of its fields), checked as the enqueue checks them."""
+    dict of ``idempotency_key``, ``idempotency_ttl_s``, ``debounce`` (a
+    :class:`Debounce` or a dict of its fields) and ``one_at_a_time``, checked as the
+    enqueue checks them."""
     if given is None:
         return {}
     if not isinstance(given, dict):
@@ -212,6 +213,7 @@ def flow_options(given: object) -> dict[str, Any]:
         item_id=None,
         delayed=False,
         after=None,
+        one_at_a_time=out.get("one_at_a_time"),
     )
     return out
 

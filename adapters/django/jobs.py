@@ -15,11 +15,13 @@ from django.utils.module_loading import import_string
 from quickzones.adapters.django.compat import (
     Task,
     TaskContext,
+    TaskError,
     TaskResult,
     TaskResultStatus,
     normalize_json,
 )
 from quickzones.adapters.django.options import BackendOptions, retry_of
+from quickzones.adapters.django.runs import RUNS, History, Run, failed_run, history_of, worker_id
 from quickzones.client import Quick
 from quickzones.registry import JobContext
 from quickzones.store.records import WorkItem
@@ -27,15 +29,14 @@ from quickzones.store.records import WorkItem
 # The item's payload: {"task": module path, "args": [...], "kwargs": {...}}; the kept
 # result: the same with "return_value" added, so a finished task's result needs no item.
 TASK, ARGS, KWARGS, RETURN_VALUE = "task", "args", "kwargs", "return_value"
-# Django's TaskResult lists the workers that ran a task; quick's items count attempts.
-WORKER_ID = "quick"
-# Kept with the result too: when the item was enqueued and when its last run started
-# (ms), so a finished task's enqueued_at, started_at and last_attempted_at are known
-# (issue 41 point 12: they were None).
-ENQUEUED, STARTED = "enqueued_ms", "started_ms"
-# A failed run's start goes with its exception, as a note: the dead letter keeps the
-# traceback, and results.py reads the time back from it (and leaves the note out).
-STARTED_NOTE = "quick: this run started at {ms} ms"
+# Kept with the result too: when the item was enqueued, when its last run started (ms)
+# and on which worker, so a finished task's enqueued_at, started_at, last_attempted_at
+# and worker_ids are known (issue 41 point 12: they were None); the failed runs before
+# it under runs.RUNS, where there were some.
+ENQUEUED, STARTED, WORKER = "enqueued_ms", "started_ms", "worker"
+# A failed run's start and worker go with its exception, as a note: the dead letter
+# keeps the traceback, and results.py reads them back from it (and leaves the note out).
+STARTED_NOTE = "quick: this run started at {ms} ms on {worker}"
 
 
 def job_type(task: Any) -> str:
@@ -82,26 +83,39 @@ def _runner(alias: str) -> Any:
         task = load_task(body[TASK])
         args, kwargs = list(body[ARGS]), dict(body[KWARGS])
         started = int(time.time() * 1000)  # the store's clock is the system's in a worker
+        worker = worker_id()
+        # The failed runs before this one: an inline retry's are in what its failed run
+        # left for the requeue, not yet in the item.
+        history = history_of(ctx.retry_meta if RUNS in ctx.retry_meta else ctx.item.meta)
         # A long-running worker is Django's request loop here: drop connections that
         # died or outlived CONN_MAX_AGE before and after each task.
         close_old_connections()
         try:
             if task.takes_context:
-                running = running_result(task, alias, ctx, args, kwargs, started)
+                running = running_result(
+                    task, alias, ctx, args, kwargs, history, Run(started, worker)
+                )
                 value = task.call(TaskContext(task_result=running), *args, **kwargs)
             else:
                 value = task.call(*args, **kwargs)
         except Exception as err:
-            err.add_note(STARTED_NOTE.format(ms=started))
+            # Merged into the item by the retry's requeue, if it is retried.
+            failed = history.with_failure(failed_run(err, started, worker))
+            ctx.retry_meta[RUNS] = failed.stored()
+            err.add_note(STARTED_NOTE.format(ms=started, worker=worker))
             raise
         finally:
             close_old_connections()
-        return {
+        kept = {
             **body,
             RETURN_VALUE: normalize_json(value),
             ENQUEUED: ctx.item.enqueued_ms,
             STARTED: started,
+            WORKER: worker,
         }
+        if history.failed:
+            kept[RUNS] = history.stored()
+        return kept
 
     return run
 
@@ -112,11 +126,12 @@ def running_result(
     ctx: JobContext,
     args: list[Any],
     kwargs: dict[str, Any],
-    started_ms: int,
+    history: History,
+    run: Run,
 ) -> Any:
-    """The TaskResult a ``takes_context`` task sees while it runs (``context.attempt``);
-    ``started_ms``: when this run started (its started_at and last_attempted_at, as
-    Django's reference backends set both at each run's start)."""
+    """The TaskResult a ``takes_context`` task sees while it runs (``context.attempt``,
+    its worker_ids' length, is quick's count of runs): the failed runs before it
+    (``history``) and this ``run``."""
     from quickzones.adapters.django.results import result_id, timestamp
 
     return TaskResult(
@@ -124,12 +139,12 @@ def running_result(
         id=result_id(ctx.item_id, ctx.tenant),
         status=TaskResultStatus.RUNNING,
         enqueued_at=timestamp(ctx.item.enqueued_ms),
-        started_at=timestamp(started_ms),
+        started_at=timestamp(history.first_ms or run.started_ms),
         finished_at=None,
-        last_attempted_at=timestamp(started_ms),
+        last_attempted_at=timestamp(run.started_ms),
         args=args,
         kwargs=kwargs,
         backend=alias,
-        errors=[],
-        worker_ids=[WORKER_ID] * max(1, ctx.item.attempts),
+        errors=[TaskError(exception_class_path=p, traceback=t) for p, t in history.errors()],
+        worker_ids=history.worker_ids(ctx.attempt, run),
     )

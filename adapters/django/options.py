@@ -58,8 +58,8 @@ class BackendOptions:
     long a finished task's status and return value stay readable; ``retry``: RetryPolicy
     fields (default one attempt, as Django's API expects: an exception fails the task);
     ``quick``: keyword arguments for ``Quick.open``; ``flow_keys``: a callable (task,
-    args, kwargs) -> a dict of ``idempotency_key``, ``idempotency_ttl_s`` and ``debounce``
-    for that call's enqueue, or None (docs/flow-control.md)."""
+    args, kwargs) -> a dict of ``idempotency_key``, ``idempotency_ttl_s``, ``debounce``
+    and ``one_at_a_time`` for that call's enqueue, or None (docs/flow-control.md)."""
 
     store: str
     app: str = "django"

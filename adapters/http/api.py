@@ -28,7 +28,7 @@ from quickzones.adapters.http.polls import RETRY_AFTER_S, PollLimits, TooManyPol
 from quickzones.adapters.http.tokens import ALL_APPS, TokenInfo, TokenStore
 from quickzones.client import Quick
 from quickzones.clock import now_ms
-from quickzones.consumer.pull_leaser import Leased, PullLeaser
+from quickzones.consumer.pull_leaser import Leased, LimitRefs, PullLeaser
 from quickzones.consumer.settler import Completion, NotCommitted, Settler
 from quickzones.errors import (
     InvalidArgument,
@@ -184,6 +184,7 @@ def enqueue(
         idempotency_key=key,
         idempotency_ttl_s=body.idempotency_ttl_s,
         debounce=None if d is None else Debounce(d.key, d.wait_s, d.max_wait_s),
+        one_at_a_time=body.one_at_a_time,
     )
     return m.Enqueued(item_id=str(item_id), duplicate=getattr(item_id, "duplicate", None))
 
@@ -324,6 +325,12 @@ async def lease(body: m.LeaseRequest, request: Request, who: Consumer) -> Respon
     caps = None
     if body.pool_caps:
         caps = {check_job_type(t): n for t, n in body.pool_caps.items()}
+    refs = None
+    if body.named_limits:
+        refs = {
+            check_job_type(t): LimitRefs.of(t, x.limits, x.cost)
+            for t, x in body.named_limits.items()
+        }
 
     try:
         with contextlib.ExitStack() as held:
@@ -340,6 +347,7 @@ async def lease(body: m.LeaseRequest, request: Request, who: Consumer) -> Respon
                     state.stopping,
                     body.fill_s,
                     pool_caps=caps,
+                    named_limits=refs,
                 )
             )
     except TooManyPolls as err:

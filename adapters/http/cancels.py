@@ -36,7 +36,7 @@ def cancelled(body: m.CompleteManyRequest, request: Request, who: Consumer) -> C
     for item in body.items:
         zone = q.zone(allow_app(who, item.app), item.tenant)
         gone = q.items.get(zone, check_name("item_id", item.item_id)) is None
-        if gone:  # its run ends here: the server's heartbeat stops listing it
-            state.leaser.pull_runs.ended(zone, item.item_id, UNRUN)
+        if gone:  # its run ends here: the server's heartbeat stops listing it,
+            state.leaser.ended(zone, item.item_id, UNRUN)  # and its slots are freed
         answer.append(gone)
     return CancelledAnswer(cancelled=answer)

@@ -217,6 +217,7 @@ class _Calls:
         job_types: Any,
         fill_s: float | None = None,
         pool_caps: dict[str, int] | None = None,
+        named_limits: dict[str, dict[str, Any]] | None = None,
     ) -> _Call:
         body: dict[str, Any] = {
             "max_items": max_items, "wait_s": wait_s, "lease_s": lease_s, "app": app,
@@ -225,6 +226,8 @@ class _Calls:
             body["fill_s"] = fill_s
         if pool_caps:
             body["pool_caps"] = dict(pool_caps)
+        if named_limits:
+            body["named_limits"] = dict(named_limits)
         return _Call("POST", "/v1/leases", body)
 
     @staticmethod
@@ -302,10 +305,15 @@ def _completed(body: dict[str, Any]) -> list[QuickError | None]:
 
 
 def _flow_fields(
-    idempotency_key: str | None, idempotency_ttl_s: float | None, debounce: Debounce | None
+    idempotency_key: str | None,
+    idempotency_ttl_s: float | None,
+    debounce: Debounce | None,
+    one_at_a_time: str | None = None,
 ) -> dict[str, Any]:
     """The enqueue's flow key fields, only those given (the server checks them)."""
     out: dict[str, Any] = {}
+    if one_at_a_time is not None:
+        out["one_at_a_time"] = one_at_a_time
     if idempotency_key is not None:
         out["idempotency_key"] = idempotency_key
     if idempotency_ttl_s is not None:
@@ -365,10 +373,11 @@ class RemoteQuick:
                 delay: float = 0.0, priority: int = 0, item_id: str | None = None,
                 ttl: float | None = None, idempotency_key: str | None = None,
                 idempotency_ttl_s: float | None = None,
-                debounce: Debounce | None = None) -> Enqueued:  # fmt: skip
+                debounce: Debounce | None = None,
+                one_at_a_time: str | None = None) -> Enqueued:  # fmt: skip
         """Enqueue one item; returns its id (``duplicate`` set when the id or the
         idempotency key was known, "debounced" when merged: docs/flow-control.md)."""
-        flow = _flow_fields(idempotency_key, idempotency_ttl_s, debounce)
+        flow = _flow_fields(idempotency_key, idempotency_ttl_s, debounce, one_at_a_time)
         call = _Calls.enqueue(job_type, payload, app, tenant, delay, priority, item_id, ttl, flow)
         return _enqueued(self._do(call))
 
@@ -407,12 +416,18 @@ class RemoteQuick:
     def lease(self, max_items: int = 1, *, wait_s: float = 0.0, lease_s: float = 30.0,
               app: str | None = None, job_types: Iterable[str] | None = None,
               fill_s: float | None = None,
-              pool_caps: dict[str, int] | None = None) -> list[RemoteLease]:  # fmt: skip
+              pool_caps: dict[str, int] | None = None,
+              named_limits: dict[str, dict[str, Any]] | None = None,
+              ) -> list[RemoteLease]:  # fmt: skip
         """Up to ``max_items`` leased items, waiting up to ``wait_s`` for the first. With
         ``fill_s``, a lease that holds items stops visiting zones that long after its scan
         began (fewer items per call, each handed out sooner). ``pool_caps``: job type ->
-        its ``pool_max_concurrency`` (a remote worker sends its handlers')."""
-        call = _Calls.lease(max_items, wait_s, lease_s, app, job_types, fill_s, pool_caps)
+        its ``pool_max_concurrency``; ``named_limits``: job type -> ``{"limits": [...],
+        "cost": n}``, the named limits a run of it takes (a remote worker sends its
+        handlers')."""
+        call = _Calls.lease(
+            max_items, wait_s, lease_s, app, job_types, fill_s, pool_caps, named_limits
+        )
         body = self._do(call, timeout_s=self.timeout_s + wait_s)
         return [_lease_of(x) for x in body["items"]]
 
@@ -590,8 +605,9 @@ class AsyncRemoteQuick:
                       delay: float = 0.0, priority: int = 0, item_id: str | None = None,
                       ttl: float | None = None, idempotency_key: str | None = None,
                       idempotency_ttl_s: float | None = None,
-                      debounce: Debounce | None = None) -> Enqueued:  # fmt: skip
-        flow = _flow_fields(idempotency_key, idempotency_ttl_s, debounce)
+                      debounce: Debounce | None = None,
+                      one_at_a_time: str | None = None) -> Enqueued:  # fmt: skip
+        flow = _flow_fields(idempotency_key, idempotency_ttl_s, debounce, one_at_a_time)
         call = _Calls.enqueue(job_type, payload, app, tenant, delay, priority, item_id, ttl, flow)
         return _enqueued(await self._do(call))
 
@@ -625,8 +641,12 @@ class AsyncRemoteQuick:
     async def lease(self, max_items: int = 1, *, wait_s: float = 0.0, lease_s: float = 30.0,
                     app: str | None = None, job_types: Iterable[str] | None = None,
                     fill_s: float | None = None,
-                    pool_caps: dict[str, int] | None = None) -> list[RemoteLease]:  # fmt: skip
-        call = _Calls.lease(max_items, wait_s, lease_s, app, job_types, fill_s, pool_caps)
+                    pool_caps: dict[str, int] | None = None,
+                    named_limits: dict[str, dict[str, Any]] | None = None,
+                    ) -> list[RemoteLease]:  # fmt: skip
+        call = _Calls.lease(
+            max_items, wait_s, lease_s, app, job_types, fill_s, pool_caps, named_limits
+        )
         body = await self._do(call, timeout_s=self.timeout_s + wait_s)
         return [_lease_of(x) for x in body["items"]]
 

@@ -31,6 +31,7 @@ from fastapi.templating import Jinja2Templates
 from quickzones.adapters.http import views
 from quickzones.adapters.http.api import ServeState
 from quickzones.adapters.http.fairness_pages import mount_fairness_pages
+from quickzones.adapters.http.limits_pages import mount_limits_pages
 from quickzones.adapters.http.stuck_pages import mount_stuck_pages
 from quickzones.adapters.http.tokens import TokenInfo
 from quickzones.clock import now_ms
@@ -444,6 +445,7 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
     mount_stuck_pages(
         app, board, page=page, admit=admit, admin_page=admin_page, admin_post=admin_post
     )
+    mount_limits_pages(app, board, page=page, admit=admit)
 
     @app.get("/shards", include_in_schema=False)
     def shards_page(request: Request) -> Response:

@@ -74,6 +74,9 @@ class EnqueueRequest(_Payload):
     debounce: DebounceSpec | None = Field(
         default=None, description="keep one item per key, with the newest payload"
     )
+    one_at_a_time: str | None = Field(
+        default=None, description="the key's items run one at a time, in enqueue order"
+    )
 
 
 class BatchItem(_Payload):
@@ -126,6 +129,13 @@ class ItemResult(BaseModel):
     result_b64: str | None = None
 
 
+class NamedLimitRefs(_Strict):
+    """A job type's named limits and cost (``@q.job(..., limits=[...], cost=n)``)."""
+
+    limits: list[str] = Field(min_length=1, max_length=100)
+    cost: int = Field(default=1, ge=1, le=1_000_000)
+
+
 class LeaseRequest(_Strict):
     app: str | None = Field(default=None, description="default: the token's app")
     max_items: int = Field(default=1, ge=1, le=1000)
@@ -146,6 +156,13 @@ class LeaseRequest(_Strict):
         description="job type -> its pool_max_concurrency, as the caller's handlers declare "
         "it: a leased item of a capped type holds one of the type's pool-wide slots until "
         "it ends; one leased while they are all held is given back unstarted",
+    )
+    named_limits: dict[str, NamedLimitRefs] | None = Field(
+        default=None,
+        max_length=100,
+        description="job type -> the named limits it takes and its cost, as the caller's "
+        "handlers declare them: a leased item holds cost slots of each until it ends; one "
+        "leased while a limit is full is given back unstarted, no attempt counted",
     )
 
 

@@ -252,6 +252,13 @@ class RemoteWorker:
             for name in self.job_types
             if (cap := registry.find(name).pool_max_concurrency) is not None  # type: ignore[union-attr]
         }
+        # And each one's named limits and cost: the server takes their slots for each
+        # item it leases, with the gate a local worker's handler starts behind.
+        self.named_limits = {
+            name: {"limits": list(job.limits), "cost": job.cost}
+            for name in self.job_types
+            if (job := registry.find(name)) is not None and job.limits
+        }
         self.stats = RemoteWorkerStats()
         # The server restarting or gone: said once, then once per interval with a count,
         # and once when it answers again; leases retried with a capped backoff.
@@ -335,6 +342,7 @@ class RemoteWorker:
                         job_types=self.job_types,
                         fill_s=self.fill_s,
                         pool_caps=self.pool_caps or None,
+                        named_limits=self.named_limits or None,
                     )
                     self.lease_failures.succeeded()
                 except (QuickError, *_REQUEST_ERRORS) as err:

@@ -167,6 +167,10 @@ def _send(
         *(n(cb), n(ce), n(sk), n(sv), n(writes.deletes), n(list(adds)), n(list(adds.values()))),
         sql.lock_timeout,
     )
+    # Keys to read after the commit (KVTransaction.read_after_commit): a statement of its
+    # own after COMMIT in the same round trip, on the autocommit connection.
+    after = request.read_after if end and end_commits else []
+    read = None
     try:
         with pipeline(conn), conn.cursor() as cur:
             for statement in begin:
@@ -177,6 +181,8 @@ def _send(
                 resolved = conn.execute(sql.commit, args, prepare=False)
             for statement in end:
                 cur.execute(statement, prepare=False)
+            if after:
+                read = conn.execute(sql.get_many, (after,), prepare=False)
     except psycopg.Error as err:
         state = getattr(err, "sqlstate", None)
         if state == CONFLICT_STATE:
@@ -189,6 +195,10 @@ def _send(
         raise
     row = resolved.fetchone()
     assert row is not None, "quick_commit3 returns the commit version"
+    if read is not None:
+        found: dict[bytes, bytes | None] = dict.fromkeys(after)
+        found.update((bytes(k), bytes(v)) for k, v in read.fetchall())
+        request.read_after_values = found
     return int(row[0])
 
 

@@ -15,6 +15,8 @@ from quickzones.backends.sqlite.sql import (
     _DELETE_RANGE,
     _EVERY_KEY,
     _GET,
+    _GET_MANY,
+    _KEYS_PER_SELECT,
     _NEWER_CONFLICTS,
     _NEWEST_BEFORE,
     _PRUNE_CONFLICTS,
@@ -42,6 +44,10 @@ class CommitResolver(SQLiteStoreState):
         self._begin_immediate(conn)
         try:
             commit_version = self._apply(conn, request)
+            if request.read_after:
+                # Under the write lock nothing else commits before this COMMIT: these
+                # are the values just after it, read without a transaction of their own.
+                request.read_after_values = _read_many(conn, request.read_after)
             self._foreign.made(commit_version)
             self._commits += 1
             if self._commits % _PRUNE_EVERY == 0:
@@ -112,6 +118,15 @@ def _prune_conflicts(conn: sqlite3.Connection, now: float) -> None:
         return
     conn.execute(_PRUNE_CONFLICTS, (horizon,))
     conn.execute(_RECORD_CONFLICTS, (newest, _EVERY_KEY))
+
+
+def _read_many(conn: sqlite3.Connection, keys: list[bytes]) -> dict[bytes, bytes | None]:
+    found: dict[bytes, bytes | None] = dict.fromkeys(keys)
+    for at in range(0, len(keys), _KEYS_PER_SELECT):
+        chunk = keys[at : at + _KEYS_PER_SELECT]
+        sql = _GET_MANY.format(", ".join("?" * len(chunk)))
+        found.update((bytes(k), bytes(v)) for k, v in conn.execute(sql, chunk))
+    return found
 
 
 def _current(conn: sqlite3.Connection, key: bytes) -> bytes | None:

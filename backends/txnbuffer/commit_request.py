@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from quickzones.backends._atomics import AtomicOp, apply_atomic_stack
 from quickzones.backends._ranges import Range, RangeSet
@@ -47,6 +47,11 @@ class CommitRequest:
     # Other processes' commit watchers are to hear of this commit at once, where the
     # store can tell them (kv.wake_watchers: a zone's pointer vests earlier).
     wakes_watchers: bool = False
+    # Keys to read once the commit's writes are in place, in the commit's own round trip
+    # where the backend can (KVTransaction.read_after_commit); it fills ``read_after_values``
+    # (every key, None when absent) or leaves it None.
+    read_after: list[bytes] = field(default_factory=list)
+    read_after_values: dict[bytes, bytes | None] | None = None
 
     def too_old(self, now: float) -> bool:
         """Whether the read version is past the 5 s lifetime (write-only txns never are)."""

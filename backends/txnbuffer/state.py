@@ -71,6 +71,8 @@ class TxnState(ABC):
         self._state = _OPEN
         self._on_commit: list[Callable[[], None]] = []
         self._wakes_watchers = False
+        self._read_after: list[bytes] = []
+        self._read_after_values: dict[bytes, bytes | None] | None = None
         self._error: KVError | None = None
         self._points: dict[bytes, _Point] = {}
         self._point_keys: list[bytes] = []

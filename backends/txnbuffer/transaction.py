@@ -3,7 +3,7 @@ writes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from quickzones.backends._ranges import Range, merge_ranges
 from quickzones.backends._versionstamps import make_versionstamp
@@ -95,6 +95,7 @@ class BufferedTransaction(BufferedReads, BufferedWrites):
             _clear_log=self._clear_log,
             _vs_keys=self._vs_keys,
             wakes_watchers=self._wakes_watchers,
+            read_after=self._read_after,
         )
         try:
             version, batch_order = self._commit_request(request)
@@ -106,6 +107,7 @@ class BufferedTransaction(BufferedReads, BufferedWrites):
         finally:
             self._release()
         self._committed_version = version
+        self._read_after_values = request.read_after_values
         self._versionstamp._set(make_versionstamp(version, batch_order))
         self._state = _COMMITTED
         self._run_on_commit()
@@ -113,6 +115,20 @@ class BufferedTransaction(BufferedReads, BufferedWrites):
     def wake_watchers_on_commit(self) -> None:
         """See :func:`quickzones.store.kv.wake_watchers`."""
         self._wakes_watchers = True
+
+    def read_after_commit(self, keys: Sequence[bytes]) -> Callable[[], list[bytes | None] | None]:
+        """See :func:`quickzones.store.kv.read_after_commit`."""
+        self._check_open()
+        self._read_after.extend(keys)
+        wanted = list(keys)
+
+        def values() -> list[bytes | None] | None:
+            found = self._read_after_values
+            if found is None or self._state is not _COMMITTED:
+                return None
+            return [found.get(key) for key in wanted]
+
+        return values
 
     def on_commit(self, callback: Callable[[], None]) -> None:
         self._check_open()

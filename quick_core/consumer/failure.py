@@ -89,6 +89,7 @@ class Failures:
                 item.lease_id or "",
                 int(delay * 1000),
                 error=reason,
+                meta=work.retry_meta or None,
             )
             self.emit(
                 "requeued", zone=zone, item_id=item.item_id, job_type=item.job_type, delay_s=delay

@@ -1,7 +1,7 @@
 """Concurrency slots held by items leased to remote workers: their app's pool-wide
 ``max_concurrency``, their tenant's ``max_running`` and their job type's
 ``pool_max_concurrency`` (issue 31 point 2 and issue 40 point 7 for ``quick serve``'s pull
-leases).
+leases), and the slots of the named limits their job types name (issue 45 point 2).
 
 A local consumer's item keeps its slots (:mod:`quickzones.consumer.fetcher`) until its
 handler ends, and its lease extender keeps them from lapsing. A remote worker's
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 
 from quickzones.clock import Clock, now_ms
 from quickzones.consumer.slots import Slots
@@ -25,7 +26,8 @@ from quickzones.store.records import ZoneId
 
 REFRESH_EVERY_S = 2.0  # well inside the slots' TTL (at least 10 s)
 
-Names = tuple[tuple[str, SlotName], ...]  # (scope, name) of each slot an item holds
+# (scope, name) of each slot an item holds: a name once per slot (a run of cost 2 holds 2)
+Names = tuple[tuple[str, SlotName], ...]
 
 
 class HeldSlots:
@@ -46,7 +48,7 @@ class HeldSlots:
             if names:
                 self._held[(zone, item_id)] = (names, until_ms)
         if old is not None:
-            self._release(old[0])
+            self.release(old[0])
 
     def add(self, zone: ZoneId, item_id: str, names: Names, until_ms: int) -> None:
         """``item_id``, leased until ``until_ms``, holds a slot of each of ``names`` too."""
@@ -67,7 +69,7 @@ class HeldSlots:
         with self._lock:
             found = self._held.pop((zone, item_id), None)
         if found is not None:
-            self._release(found[0])
+            self.release(found[0])
 
     def tidy(self) -> None:
         """At most every REFRESH_EVERY_S: give back the slots of lapsed leases and keep
@@ -81,9 +83,10 @@ class HeldSlots:
             lapsed = [k for k, (_, until) in self._held.items() if until <= at]
             names = [self._held.pop(k)[0] for k in lapsed]
         for held in names:
-            self._release(held)
+            self.release(held)
         self.slots.refresh_once()
 
-    def _release(self, names: Names) -> None:
-        for scope, name in names:
-            self.slots.release(scope, name, 1)
+    def release(self, names: Names) -> None:
+        """Give back slots no item here holds (or holds no longer)."""
+        for (scope, name), n in Counter(names).items():
+            self.slots.release(scope, name, n)

@@ -11,6 +11,10 @@ poll, and a limit of 5 runs 5 (a worker that gave its item back at once left the
 until the item's next visit). Past the wait the item is given back unstarted, counting no
 attempt, to be leased again after :data:`RETRY_MS`: no worker is held long by a limit
 others fill.
+
+``quick serve`` takes them with the same gate for the items it leases to remote workers
+(:mod:`~quickzones.consumer.pull_leaser`), without waiting (``wait_s`` 0: a full limit
+gives the item back at once), holding them until the item's outcome arrives.
 """
 
 from __future__ import annotations
@@ -20,14 +24,19 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from quickzones.clock import Clock, now_ms
 from quickzones.consumer.slots import Slots
-from quickzones.errors import StorageError
-from quickzones.registry import JobType
+from quickzones.errors import InvalidArgument, StorageError
 from quickzones.store.limits import Limits
-from quickzones.store.named_limits import SCOPE, Limit, NamedLimits
+from quickzones.store.named_limits import (
+    SCOPE,
+    Limit,
+    NamedLimits,
+    check_cost,
+    check_limit_name,
+)
 from quickzones.store.records import ZoneId
 
 log = logging.getLogger("quick.consumer")
@@ -37,6 +46,38 @@ RETRY_MS = 250  # an item given back at a full limit is leased again this much l
 MISSING_RETRY_MS = 2_000  # an item whose limit is not defined: looked at again this late
 
 Name = tuple[str, ...]
+
+
+class Limited(Protocol):
+    """What the gate reads of a job type: a registered :class:`JobType`, or the limits a
+    remote worker's lease request names for one (:class:`LimitRefs`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def limits(self) -> tuple[str, ...]: ...
+
+    @property
+    def cost(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LimitRefs:
+    """A job type's named limits and cost, as a remote worker's lease request sends them
+    (the server has no handlers)."""
+
+    name: str
+    limits: tuple[str, ...]
+    cost: int = 1
+
+    @staticmethod
+    def of(name: str, limits: list[str], cost: int = 1) -> LimitRefs:
+        """Checked: distinct limit names, a cost from 1 (:class:`InvalidArgument` else)."""
+        names = tuple(check_limit_name(n) for n in limits)
+        if not names or len(set(names)) != len(names):
+            raise InvalidArgument("limits", limits, f"job type {name!r}: name each limit once")
+        return LimitRefs(name, names, check_cost(cost))
 
 
 @dataclass(slots=True)
@@ -79,7 +120,7 @@ class LimitGate:
         self._releases = 0  # slots released here so far: a waiter that saw fewer looks again
         self._warned: set[tuple[str, str, str]] = set()
 
-    def limits_of(self, zone: ZoneId, job: JobType) -> list[Limit] | Refused:
+    def limits_of(self, zone: ZoneId, job: Limited) -> list[Limit] | Refused:
         """The limits ``job`` names in ``zone``'s app, or why it cannot run under them
         (a name the app does not define, a cost no limit of it can ever grant)."""
         assert self.named is not None
@@ -108,14 +149,14 @@ class LimitGate:
             found.append(limit)
         return found
 
-    def _misconfigured(self, zone: ZoneId, job: JobType, name: str, text: str) -> Refused:
+    def _misconfigured(self, zone: ZoneId, job: Limited, name: str, text: str) -> Refused:
         key = (zone.app, job.name, name)
         if key not in self._warned:
             self._warned.add(key)
             log.warning(text)
         return Refused(text, MISSING_RETRY_MS, wait=False)
 
-    def take(self, zone: ZoneId, job: JobType) -> Taken | Refused:
+    def take(self, zone: ZoneId, job: Limited) -> Taken | Refused:
         """Take ``job.cost`` slots of each limit ``job`` names for a run in ``zone``,
         waiting up to ``wait_s`` for a full one; what to release when the run ends,
         or why it may not start (nothing held then)."""
@@ -141,7 +182,7 @@ class LimitGate:
                 if self._releases == seen:
                     self._freed.wait(min(left, POLL_S, max(0.001, got.retry_ms / 1000)))
 
-    def _take_once(self, zone: ZoneId, job: JobType, limits: list[Limit]) -> Taken | Refused:
+    def _take_once(self, zone: ZoneId, job: Limited, limits: list[Limit]) -> Taken | Refused:
         assert self.kv_limits is not None
         taken = Taken()
         try:

@@ -13,7 +13,9 @@ import importlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from quickzones.consumer.pickups import waited_ms
@@ -22,6 +24,7 @@ from quickzones.registry import Registry
 
 if TYPE_CHECKING:
     from quickzones.client import Quick
+    from quickzones.store.records import Pointer
 
 # The job-type label of every type that was not declared: items of any name can be
 # enqueued, and a label value per name would let producers grow the series without bound.
@@ -145,24 +148,58 @@ class PrometheusObserver:
         return name if name in self.declared else OTHER_JOB_TYPE
 
 
+# What one reading of the store's gauges may cost: the pointers (and their zones' counts)
+# it reads, across all shards. Past it the gauges are lower bounds and
+# quick_store_gauges_complete says 0: a scrape costs the same at 10,000 active zones as at
+# a million (issue 43), where it once read every one, a transaction per zone.
+GAUGE_ZONES_MAX = 10_000
+# How long a reading serves scrapes: Prometheus scrapes each worker every 15 s by default,
+# and a scrape more often than this (several Prometheus servers, a curl loop) reads nothing.
+GAUGE_REFRESH_S = 10.0
+COUNT_CHUNK = 500  # zones whose counts one transaction reads
+
+
 class StoreCollector:
     """Gauges read from the store at scrape time: queue depth and oldest vested age per
-    app, pointers per shard. Cost is proportional to the number of active zones.
+    app, pointers per shard, and whether that reading saw every active zone. One reading
+    reads at most ``max_zones`` pointers and their zones' counts, and serves every scrape
+    for ``refresh_s`` seconds (``now``: the clock that times it, passed in by tests).
 
     The oldest vested age of an app is how long its longest-waiting vested pointer has
     been vested: a zone's pointer vests no later than its oldest vested item.
     """
 
-    def __init__(self, q: Quick) -> None:
+    def __init__(
+        self,
+        q: Quick,
+        *,
+        max_zones: int = GAUGE_ZONES_MAX,
+        refresh_s: float = GAUGE_REFRESH_S,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_zones < 1:
+            raise ValueError(f"max_zones must be at least 1, not {max_zones!r}")
+        if not refresh_s >= 0:
+            raise ValueError(f"refresh_s must be 0 or more seconds, not {refresh_s!r}")
         self.q = q
+        self.max_zones = max_zones
+        self.refresh_s = refresh_s
+        self._now = now
+        self._lock = threading.Lock()
+        self._reading: tuple[float, list[Any]] | None = None
 
     def collect(self) -> Any:
-        prom = _prometheus()
+        with self._lock:  # two scrapes at once read the store once
+            t = self._now()
+            if self._reading is None or t - self._reading[0] >= self.refresh_s:
+                self._reading = (t, self._read())
+            families = self._reading[1]
+        yield from families
+
+    def _read(self) -> list[Any]:
+        _prometheus()
         from prometheus_client.core import GaugeMetricFamily
 
-        from quickzones.store.admin import active_zones
-
-        del prom
         depth = GaugeMetricFamily("quick_queue_depth", "Items in active zones", labels=["app"])
         oldest = GaugeMetricFamily(
             "quick_oldest_vested_age_seconds",
@@ -170,24 +207,42 @@ class StoreCollector:
             labels=["app"],
         )
         pointers = GaugeMetricFamily("quick_pointers", "Pointers per shard", labels=["shard"])
-        now_ms = int(self.q.clock.now() * 1000)
+        complete = GaugeMetricFamily(
+            "quick_store_gauges_complete",
+            "1 when the last reading of the store's gauges saw every active zone, 0 when it "
+            "stopped at its budget (the gauges are then lower bounds)",
+        )
+        q = self.q
+        now_ms = int(q.clock.now() * 1000)
+        q.toplevel.refresh_layout()  # a long-lived process sees a reshard
+        left, whole = self.max_zones, True
+        zones: list[Pointer] = []
+        for shard in range(q.toplevel.shards):
+            if left == 0:
+                whole = whole and not q.toplevel.list_pointers(shard, limit=1)
+                continue
+            read = q.toplevel.list_pointers(shard, limit=left + 1)
+            if len(read) > left:
+                whole, read = False, read[:left]
+            left -= len(read)
+            pointers.add_metric([str(shard)], len(read))
+            zones.extend(p for p in read if not p.local)
         by_app: dict[str, int] = {}
         age: dict[str, float] = {}
-        for zone in active_zones(self.q):
-            app = zone.zone.app
-            by_app[app] = by_app.get(app, 0) + zone.count
-            waited = 0.0
-            if zone.pointer_vesting_ms is not None and not zone.leased:
-                waited = max(0.0, (now_ms - zone.pointer_vesting_ms) / 1000)
-            age[app] = max(age.get(app, 0.0), waited)
+        for start in range(0, len(zones), COUNT_CHUNK):
+            chunk = zones[start : start + COUNT_CHUNK]
+            for pointer, count in zip(chunk, q.zones.counts([p.zone for p in chunk]), strict=True):
+                app = pointer.zone.app
+                by_app[app] = by_app.get(app, 0) + count
+                waited = 0.0
+                if pointer.lease_id is None:
+                    waited = max(0.0, (now_ms - pointer.vesting_ms) / 1000)
+                age[app] = max(age.get(app, 0.0), waited)
         for app, n in sorted(by_app.items()):
             depth.add_metric([app], n)
             oldest.add_metric([app], age[app])
-        for shard in range(self.q.toplevel.shards):
-            pointers.add_metric([str(shard)], self.q.toplevel.count_pointers(shard))
-        yield depth
-        yield oldest
-        yield pointers
+        complete.add_metric([], 1 if whole else 0)
+        return [depth, oldest, pointers, complete]
 
 
 def serve_metrics(q: Quick, port: int, addr: str = "127.0.0.1") -> PrometheusObserver:

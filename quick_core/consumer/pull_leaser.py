@@ -12,8 +12,10 @@ one :class:`~quickzones.consumer.fetcher.Fetcher`, as a Manager visits it (lease
 pointer, dequeue at most ``dequeue_max`` items, or the work-conserving share (capped by
 ``visit_max``), requeue or collect the pointer) until the call holds ``max_items`` items,
 under the same admission rules as a local consumer's visits: the pauses, the tenant
-weights, the app's limits, the per-tenant limits, and the job types' pool-wide caps the
-caller sends; the concurrency slots an item takes are kept for its remote worker by
+weights, the app's limits, the per-tenant limits, and what the caller sends of its job
+types: their named limits and cost, and their pool-wide caps
+(:mod:`~quickzones.consumer.pull_admission`); the
+concurrency slots an item takes are kept for its remote worker by
 :mod:`~quickzones.consumer.held_slots` and given back through the
 :class:`~quickzones.consumer.settler.Settler` that applies its outcome. A zone whose
 visit fails on its own is set aside on its own backoff, as a local consumer's scanner
@@ -46,11 +48,13 @@ from typing import TYPE_CHECKING, Any
 from quickzones.clock import now_ms
 from quickzones.consumer.app_peek import AppPointers
 from quickzones.consumer.config import ConsumerConfig
-from quickzones.consumer.fetcher import TYPE_SCOPE, Fetcher
+from quickzones.consumer.fetcher import Fetcher
 from quickzones.consumer.held_slots import HeldSlots
+from quickzones.consumer.limit_gate import LimitRefs as LimitRefs  # the routes' argument
 from quickzones.consumer.long_poll import LongPolls, Poll
 from quickzones.consumer.maintenance import HEARTBEAT_S
 from quickzones.consumer.pickups import PickupCounts, waited_ms
+from quickzones.consumer.pull_admission import PullAdmission
 from quickzones.consumer.pull_runs import PullRuns
 from quickzones.consumer.scanner import Scanner
 from quickzones.consumer.set_aside import SetAside, VisitFailures, elapsed
@@ -106,7 +110,9 @@ class PullLeaser:
         # Whether a scan takes the oldest pointers first: the server holds its cluster's
         # in-order scanner lease (adapters/http/in_order.py), or config.in_order is True.
         self.in_order = in_order or (lambda: self.config.in_order is True)
-        self.cluster = Cluster(zones=q.items, toplevel=q.toplevel, kv=q.kv)
+        # Its slots' holder, its heartbeat's id, and its pointer leases' holder.
+        self.name = f"serve-{uuid.uuid4().hex[:12]}"
+        self.cluster = Cluster(zones=q.items, toplevel=q.toplevel, kv=q.kv, holder=self.name)
         # Pointer leases lost to another consumer (or a pointer that moved) since start.
         self.lost_pointer_leases = 0
         self._stats_lock = threading.Lock()
@@ -127,7 +133,6 @@ class PullLeaser:
         # Every admission rule of a visit, as a local consumer's Manager has them: the
         # one fetcher (pauses, weights, the app's and tenants' limits), with the slots
         # this server holds for the items it leases until their remote workers end them.
-        self.name = f"serve-{uuid.uuid4().hex[:12]}"  # its slots' holder, its heartbeat's id
         self.slots = Slots(
             q.limits,
             self.name,
@@ -158,10 +163,14 @@ class PullLeaser:
         # each one that ends an item's lease gives back the slots the item held and counts
         # its run, and a requeued item wakes the waiting polls (it may be due now).
         self.settler = Settler(
-            {self.cluster.name: self.cluster}, requeued=q.wake_waiters, ended=self._ended
+            {self.cluster.name: self.cluster}, requeued=q.wake_waiters, ended=self.ended
         )
+        self.admission = PullAdmission(  # named limits and pool-wide caps of its items
+            self.fetcher, self.held_slots, q.limits, q.named_limits, q.clock, self._count,
+            self._give_back)  # fmt: skip
 
-    def _ended(self, zone: ZoneId, item_id: str, how: str) -> None:
+    def ended(self, zone: ZoneId, item_id: str, how: str) -> None:
+        """A leased item's run is over (outcome, or cancelled): its slots are freed."""
         self.held_slots.ended(zone, item_id)
         self.pull_runs.ended(zone, item_id, how)
 
@@ -244,31 +253,17 @@ class PullLeaser:
         for item, held in zip(v.items, self.fetcher.took(v), strict=True):
             self.held_slots.hold(v.zone, item.item_id, held.slots(v.zone), item.vesting_ms)
 
-    def _capped(
-        self, zone: ZoneId, items: list[WorkItem], caps: Mapping[str, int]
-    ) -> list[WorkItem]:
-        """The items the job types' pool-wide caps let run (each holds its type's slot
-        until its remote worker ends it); the others are given back unstarted, due again
-        in 100 ms, as a local Worker gives back an item its type's cap holds back."""
-        kept = []
-        for item, allowed in zip(items, self.fetcher.pool_slots(items, caps), strict=True):
-            if allowed:
-                self.held_slots.add(
-                    zone, item.item_id, ((TYPE_SCOPE, item.job_type),), item.vesting_ms
-                )
-                kept.append(item)
-                continue
-            with contextlib.suppress(QuickError):  # else its lease lapses on its own
-                self.settler.requeue(
-                    self.cluster.name,
-                    zone,
-                    item.item_id,
-                    item.lease_id or "",
-                    100,
-                    count_error=False,
-                    ran=False,
-                )
-        return kept
+    def _give_back(self, zone: ZoneId, item: WorkItem, delay_ms: int) -> None:
+        with contextlib.suppress(QuickError):  # else its lease lapses on its own
+            self.settler.requeue(
+                self.cluster.name,
+                zone,
+                item.item_id,
+                item.lease_id or "",
+                delay_ms,
+                count_error=False,
+                ran=False,
+            )
 
     def lease_once(
         self,
@@ -278,12 +273,14 @@ class PullLeaser:
         job_types: frozenset[str] | None = None,
         fill_s: float | None = None,
         pool_caps: Mapping[str, int] | None = None,
+        named_limits: Mapping[str, LimitRefs] | None = None,
     ) -> list[Leased]:
         """One scan and the visits it chooses (and more scans while they take items and
         leave vested zones unchosen); may return nothing. With ``fill_s``, once it holds
         items it visits no more zones ``fill_s`` after the first scan began.
-        ``pool_caps``: job type -> its ``pool_max_concurrency`` (the caller's handlers')."""
-        request = PullRequest(app, max_items, lease_s, job_types, fill_s, pool_caps)
+        ``pool_caps``: job type -> its ``pool_max_concurrency``; ``named_limits``: job
+        type -> the named limits it takes and its cost (both the caller's handlers')."""
+        request = PullRequest(app, max_items, lease_s, job_types, fill_s, pool_caps, named_limits)
         return self._lease_once(request)[0]
 
     def _lease_once(self, request: PullRequest) -> tuple[list[Leased], int]:
@@ -319,8 +316,11 @@ class PullLeaser:
                 failures.worked(ref)
                 if v.pointer is not None:
                     visited += 1
-                    caps = request.pool_caps
-                    items = v.items if not caps else self._capped(v.zone, v.items, caps)
+                    items = v.items
+                    if request.pool_caps or request.named_limits:
+                        items = self.admission.admitted(
+                            v.zone, items, request.named_limits or {}, request.pool_caps or {}
+                        )
                     out.extend(Leased(v.zone, item) for item in items)
                     took += len(items)
             # Another scan only while the last one took items and left vested pointers
@@ -364,12 +364,13 @@ class PullLeaser:
         stopping: threading.Event | None = None,
         fill_s: float | None = None,
         pool_caps: Mapping[str, int] | None = None,
+        named_limits: Mapping[str, LimitRefs] | None = None,
     ) -> Poll[PullRequest]:
         """A long poll for up to ``max_items`` items, waiting up to ``wait_s`` for the
         first one (:mod:`~quickzones.consumer.long_poll`). With ``fill_s`` a scan that
         holds items visits no more zones ``fill_s`` after it began, so the items it holds
         are handed out soon rather than after visits to fill ``max_items``."""
-        request = PullRequest(app, max_items, lease_s, job_types, fill_s, pool_caps)
+        request = PullRequest(app, max_items, lease_s, job_types, fill_s, pool_caps, named_limits)
         return Poll(request, wait_s, self.pull.poll_s, self.watcher, stopping)
 
     def lease(self, *args: Any, **kwargs: Any) -> list[Leased]:
@@ -395,3 +396,4 @@ class PullRequest:
     job_types: frozenset[str] | None = None
     fill_s: float | None = None
     pool_caps: Mapping[str, int] | None = None  # job type -> its pool_max_concurrency
+    named_limits: Mapping[str, LimitRefs] | None = None  # job type -> its limits and cost

@@ -5,6 +5,7 @@ in one thread; ``start`` runs them on threads."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -68,18 +69,18 @@ class Consumer(RunsForever):
     ) -> None:
         self.zones = zones
         self.toplevel = toplevel
-        self.clusters: dict[str, Cluster] = {toplevel.cluster: Cluster(zones, toplevel, kv)}
+        self.name = name or new_candidate_id()  # its pointer leases record it (explain's)
+        self.clusters = {toplevel.cluster: Cluster(zones, toplevel, kv, holder=self.name)}
         for extra in more_clusters:
             if extra.name in self.clusters:
                 raise ConfigurationError(f"cluster {extra.name!r} given twice")
-            self.clusters[extra.name] = extra
+            self.clusters[extra.name] = dataclasses.replace(extra, holder=self.name)
         self.registry = registry
         self.kv = kv
         self.config = cfg = config or ConsumerConfig()
         self.config.validate()
         self.clock = clock = clock or SystemClock()
         self.limits = limits
-        self.name = name or new_candidate_id()
         self.rng = random.Random(self.config.seed)
         self.events = Events(observer)
         self.stats = self.events.stats

@@ -41,6 +41,8 @@ class Cluster:
     zones: ZoneStore
     toplevel: TopLevelQueue
     kv: KVStore | None = None
+    # The consumer's name, recorded with each pointer lease its visits take.
+    holder: str | None = None
 
     @property
     def name(self) -> str:
@@ -71,6 +73,8 @@ class Work:
     # Set when the item was found cancelled while its handler ran: the handler sees it
     # (``ctx.cancelled``, cooperative) and the worker completes nothing.
     cancelled: Flag = field(default_factory=Flag)
+    # What its handler left for a retry (JobContext.retry_meta), merged by the requeue.
+    retry_meta: dict[str, Any] = field(default_factory=dict)
     # Handed out while a worker was idle, so it starts as it is dequeued: the dequeue's
     # read of the item is its start check (Algorithm 3), and the worker makes no other.
     direct: bool = False

@@ -258,12 +258,21 @@ class ZoneVisitor:
         )
         if tr is None:
             v.pointer = top.obtain_pointer_lease(
-                v.ref, rules.pointer_lease_ms, accept=rules.accept_pointer, **ahead
+                v.ref,
+                rules.pointer_lease_ms,
+                accept=rules.accept_pointer,
+                holder=cluster.holder,
+                **ahead,
             )
             self.emit("pointer_leased", zone=v.zone, lag_ms=self.lag_ms(v.ref))
         else:
             v.pointer = top.lease_pointer(
-                v.ref, rules.pointer_lease_ms, accept=rules.accept_pointer, tr=tr, **ahead
+                v.ref,
+                rules.pointer_lease_ms,
+                accept=rules.accept_pointer,
+                holder=cluster.holder,
+                tr=tr,
+                **ahead,
             )
         zone = v.zone
         if rules.weight is not None:

@@ -325,6 +325,7 @@ class Worker:
             lease_lost=running.lease_lost,
             cancel_event=work.cancelled,
             progress_to=progress.report,
+            retry_meta=work.retry_meta,
         )
         try:
             self.in_flight.begin(running)

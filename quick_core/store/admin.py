@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from quickzones.clock import now_ms
 from quickzones.consumer.scanner_election import lease_name
 from quickzones.consumer.store_election import LeaseRecord, StoreElection
 from quickzones.errors import CorruptRecord, InvalidArgument, ItemAlreadyQueued, ItemNotFound
-from quickzones.store import dead_groups
+from quickzones.store import dead_groups, flow_keys
 from quickzones.store import enqueue as two_part
 from quickzones.store.dead_groups import letter_group
 from quickzones.store.kv import KVTransaction, get_many, run, unpack_i64
@@ -430,6 +430,10 @@ def _move(q: Quick, tr: KVTransaction, zone: ZoneId, item_id: str) -> str:
     """Take one dead letter and enqueue its item in ``tr``: both happen or neither. The
     two-part enqueue's part two follows the commit."""
     item = q.zones.take_dead_letter(zone, item_id, tr=tr)
+    key = item.meta.get(flow_keys.FLOW_META)
+    if key and key[0] == flow_keys.ONE_AT_A_TIME:
+        # Back into its key's line, never beside the key's holder.
+        item = replace(item, flow=flow_keys.FlowKey(flow_keys.ONE_AT_A_TIME, str(key[1])))
     return two_part.part_one(tr, q.toplevel, q.zones, zone, item).item_id
 
 

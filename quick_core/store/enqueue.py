@@ -11,7 +11,11 @@ already existed it may vest later than the new item, so pull its vesting earlier
 registered with :meth:`KVTransaction.on_commit` of the transaction part one ran in, so it
 follows the commit whoever commits it (``Quick.transact``, ``kv.run``, a transactional
 handler's ``ctx.tr``, or a caller's ``tr.commit()``), and a failed or retried attempt
-drops it. Part two never fails the enqueuer.
+drops it. Part two never fails the enqueuer. Where the store can read keys in part one's
+commit once its writes are in place (SQLite, PostgreSQL: ``kv.read_after_commit``), part
+two first looks at the index entry and pointer record read there, as its own transaction
+would read them, and needs no transaction of its own when the pointer is leased or
+already vests in time (the usual case: one transaction an enqueue).
 
 External-store mode (items in Cassandra, paper section 6.1): the item is written first,
 then a KV transaction reads the pointer index and creates the pointer or declares a write
@@ -28,7 +32,13 @@ from typing import Protocol
 
 from quickzones.clock import now_ms
 from quickzones.store import flow_keys, outcomes
-from quickzones.store.kv import KVStore, KVTransaction, holds_commit_lock, run
+from quickzones.store.kv import (
+    KVStore,
+    KVTransaction,
+    holds_commit_lock,
+    read_after_commit,
+    run,
+)
 from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.toplevel import UNREAD, TopLevelQueue, Unread
 from quickzones.store.zonestore import NewItem
@@ -129,8 +139,19 @@ def pointer_check(
         # enqueue (invariant 3); nothing commits while ``tr`` holds the lock, so it joins
         # part one: one read of the pointer record, no transaction of its own.
         toplevel.pull_pointer_earlier(zone, vesting_ms, tr=tr, found=found)
-    else:
-        tr.on_commit(lambda: part_two(toplevel, zone, vesting_ms))
+        return
+    # Part two's reads ride part one's commit where the store can make them there (one
+    # transaction instead of two when, as usual, the pointer already vests in time); its
+    # own transaction runs only when they say it has something to do, or were not made.
+    after = read_after_commit(tr, toplevel.after_commit_keys(zone, found))
+
+    def follow() -> None:
+        values = None if after is None else after()
+        if values is not None and toplevel.pulled_already(found, values, vesting_ms):
+            return
+        part_two(toplevel, zone, vesting_ms)
+
+    tr.on_commit(follow)
 
 
 def part_one(
@@ -149,10 +170,13 @@ def part_one(
     flow = item.flow
     first_ms = 0
     merged = False
+    held: flow_keys.KeyRecord | None = None
     if flow is not None:
         now = now_ms(toplevel.clock)
         held = flow_keys.holder(tr, toplevel.keys, zone, flow, now)
-        if flow.kind == flow_keys.IDEMPOTENCY:
+        if flow.kind == flow_keys.ONE_AT_A_TIME:
+            pass  # written below, after the dedupe window's check
+        elif flow.kind == flow_keys.IDEMPOTENCY:
             if held is not None and held.item_id != item.item_id:
                 return Written(held.item_id, now, False, held.state or flow_keys.QUEUED)
             first_ms = now
@@ -174,6 +198,8 @@ def part_one(
         )
         if state is not None:
             return Written(item.item_id, now, False, state)
+    if flow is not None and flow.kind == flow_keys.ONE_AT_A_TIME:
+        return _one_at_a_time(tr, toplevel, zones, zone, item, flow, held, now_ms(toplevel.clock))
     written = zones.write_new_item(tr, zone, item)
     if written.new:
         if flow is not None:
@@ -182,6 +208,40 @@ def part_one(
         return replace(written, duplicate=flow_keys.DEBOUNCED) if merged else written
     _check_same_job(tr, zones, zone, item, written.item_id)
     return Written(written.item_id, written.vesting_ms, False, "queued")
+
+
+def _one_at_a_time(
+    tr: KVTransaction,
+    toplevel: TopLevelQueue,
+    zones: ItemWriter,
+    zone: ZoneId,
+    item: NewItem,
+    flow: flow_keys.FlowKey,
+    held: flow_keys.KeyRecord | None,
+    now: int,
+) -> Written:
+    """Part one of an item with a one-at-a-time key: it takes the key when it is free (an
+    item as any other); else it is parked behind the holder, in enqueue order, with no
+    order entry and no pointer check (its holder, in this zone, keeps the pointer; the
+    key's release makes it visible and pulls the pointer, :mod:`.flow_keys`)."""
+    item = replace(item, fifo=False)  # a parked item's order entry is keyed by its vesting
+    if held is None or held.item_id == item.item_id:
+        written = zones.write_new_item(tr, zone, item)
+        if not written.new:
+            _check_same_job(tr, zones, zone, item, written.item_id)
+            return Written(written.item_id, written.vesting_ms, False, flow_keys.QUEUED)
+        flow_keys.hold(tr, toplevel.keys, zone, flow, written.item_id, now)
+        pointer_check(tr, toplevel, zone, written.vesting_ms)
+        return written
+    item = replace(item, meta={**item.meta, **flow.meta(held.next_seq)})
+    written = zones.write_new_item(tr, zone, item)
+    if not written.new:
+        _check_same_job(tr, zones, zone, item, written.item_id)
+        return Written(written.item_id, written.vesting_ms, False, flow_keys.QUEUED)
+    keys = toplevel.keys
+    tr.clear(keys.order_key(zone, item.priority, written.vesting_ms, written.item_id))
+    flow_keys.wait(tr, keys, zone, flow, held, written.item_id)
+    return written
 
 
 def _debounced(

@@ -1,9 +1,12 @@
-"""Flow keys (issue 45 point 1): idempotency keys and debounce keys of one (app, tenant).
+"""Flow keys (issue 45 point 1): idempotency, debounce and one-at-a-time keys of one
+(app, tenant).
 
     (root, "k", app, tenant, kind, key)                  -> key record (msgpack)
+    (root, "k", app, tenant, "w", key, seq)              -> item_id (one-at-a-time: waiting)
     (root, "ke", expires_ms, app, tenant, kind, key)     -> b""  (expiry of a TTL hold)
 
-``kind`` is "i" (idempotency) or "d" (debounce). A record names the item holding the key.
+``kind`` is "i" (idempotency), "d" (debounce) or "s" (one at a time). A record names the
+item holding the key.
 It is written by the enqueue's part one, in the enqueuing transaction (the caller's own,
 with ``tr`` or ``enqueue_on``), after a read of the record that conflicts: of two
 enqueues of one key racing, one commits and the other retries and sees it. It is
@@ -15,12 +18,23 @@ The records sit beside the tenant's zone, not inside its range ``(root, "z", app
 tenant)``: a key held for a TTL after its item finished must not keep the zone's pointer
 alive (invariant 2 reads the whole zone range). Expired holds are collected from the start
 of the expiry index with the outcome records, never by a scan of tenants.
+
+One at a time: the enqueue that finds its key held *parks* the item: its record and count
+are written (it is in the zone: the zone is not empty, its status is queued) but no order
+entry, so no visit or pull lease reads it, and a wait entry is written under the key at
+the record's next sequence number: enqueue order, whatever the items' priorities or
+vesting times. The key's holder keeps it through retries, backoff and a lapsed lease (it
+stays the same item); the transaction that finishes it (:func:`release`) gives the key to
+the first waiting item and the zone store writes that item's order entry in the same
+transaction, at its own vesting time, and pulls the zone's pointer to it (the enqueue's
+pointer check): the next item is visible at once, nothing spins, and an item without a
+key costs nothing.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import msgpack
@@ -33,8 +47,10 @@ from quickzones.store.validation import MAX_DELAY_S, check_name, check_seconds
 
 IDEMPOTENCY = "i"
 DEBOUNCE = "d"
-# The item's metadata naming the key it holds: [kind, key, ttl_ms], so the finishing
-# transaction releases it without a registry or a second lookup.
+ONE_AT_A_TIME = "s"
+# The item's metadata naming the key it holds: [kind, key, ttl_ms] (one at a time:
+# [kind, key, 0, seq], seq its wait entry's number, -1 when it took the key at once), so
+# the finishing transaction releases it without a registry or a second lookup.
 FLOW_META = "_k"
 # What a duplicate enqueue of a key held by a live item reports (as an item id's does).
 QUEUED = "queued"
@@ -73,7 +89,9 @@ class FlowKey:
     wait_ms: int = 0  # debounce
     max_wait_ms: int = 0
 
-    def meta(self) -> dict[str, Any]:
+    def meta(self, seq: int = -1) -> dict[str, Any]:
+        if self.kind == ONE_AT_A_TIME:
+            return {FLOW_META: [self.kind, self.key, 0, seq]}
         return {FLOW_META: [self.kind, self.key, self.ttl_ms]}
 
 
@@ -87,6 +105,7 @@ class KeyRecord:
     first_ms: int
     until_ms: int = 0
     state: str | None = None
+    next_seq: int = 0  # one at a time: the next waiting item's number
 
 
 def flow_key(
@@ -97,9 +116,26 @@ def flow_key(
     item_id: str | None,
     delayed: bool,
     after: object,
+    one_at_a_time: object = None,
 ) -> FlowKey | None:
     """The enqueue's options checked and combined, or None when it names no key.
     :class:`InvalidArgument` names the option at fault."""
+    if one_at_a_time is not None:
+        key = check_name("one_at_a_time", one_at_a_time)
+        other = (
+            "idempotency_key"
+            if idempotency_key is not None
+            else "debounce"
+            if debounce is not None
+            else "after"
+            if after is not None
+            else None
+        )
+        if other is not None:
+            raise InvalidArgument(
+                "one_at_a_time", one_at_a_time, f"cannot be combined with {other} (one key an item)"
+            )
+        return FlowKey(ONE_AT_A_TIME, key)
     if idempotency_ttl_s is not None and idempotency_key is None:
         raise InvalidArgument("idempotency_ttl_s", idempotency_ttl_s, "needs idempotency_key")
     if debounce is not None:
@@ -145,16 +181,22 @@ def _encode(record: KeyRecord) -> bytes:
             "f": record.first_ms,
             "u": record.until_ms,
             "st": record.state,
+            "n": record.next_seq,
         },
         use_bin_type=True,
     )
     return out
 
 
+def decode_record(key: bytes, raw: bytes) -> KeyRecord:
+    """A key record as stored at ``key``; :class:`CorruptRecord` when unreadable."""
+    return _decode(key, raw)
+
+
 def _decode(key: bytes, raw: bytes) -> KeyRecord:
     try:
         d = msgpack.unpackb(raw, raw=False)
-        return KeyRecord(str(d["id"]), int(d["f"]), int(d["u"]), d.get("st"))
+        return KeyRecord(str(d["id"]), int(d["f"]), int(d["u"]), d.get("st"), int(d.get("n", 0)))
     except Exception as err:  # msgpack and a missing field raise unrelated types
         raise CorruptRecord(key, f"flow key record: {err}") from err
 
@@ -185,6 +227,41 @@ def hold(
     tr.set(keys.flow_key(zone, flow.kind, flow.key), _encode(KeyRecord(item_id, first_ms)))
 
 
+def wait(
+    tr: KVTransaction,
+    keys: KeySpace,
+    zone: ZoneId,
+    flow: FlowKey,
+    held: KeyRecord,
+    item_id: str,
+) -> None:
+    """Queue ``item_id`` (just parked, its record written with ``flow.meta(held.next_seq)``)
+    behind the key's holder ``held``, as read by :func:`holder` in ``tr``."""
+    tr.set(keys.flow_wait_key(zone, flow.key, held.next_seq), item_id.encode())
+    record = replace(held, next_seq=held.next_seq + 1)
+    tr.set(keys.flow_key(zone, flow.kind, flow.key), _encode(record))
+
+
+def waits_for(
+    tr: KVTransaction, keys: KeySpace, zone: ZoneId, item: WorkItem, *, snapshot: bool = True
+) -> str | None:
+    """The item holding the one-at-a-time key ``item`` waits for (parked, no visit can
+    lease it), or None when ``item`` names no such key or holds it. The rule the release
+    passes the key by (:func:`release`), and what ``quick explain`` reports."""
+    raw_meta = item.meta.get(FLOW_META)
+    if not raw_meta or raw_meta[0] != ONE_AT_A_TIME:
+        return None
+    key = keys.flow_key(zone, ONE_AT_A_TIME, str(raw_meta[1]))
+    raw = tr.get(key, snapshot=snapshot)
+    if raw is None:
+        return None
+    try:
+        record = _decode(key, raw)
+    except CorruptRecord:
+        return None
+    return None if record.item_id == item.item_id else record.item_id
+
+
 def release(
     tr: KVTransaction,
     keys: KeySpace,
@@ -194,37 +271,88 @@ def release(
     now_ms: int,
     *,
     run_ended: bool = False,
-) -> None:
+) -> str | None:
     """In the transaction finishing ``item``: free the key it holds, or keep it held by
     the finished item for the key's TTL. A snapshot read: only this item's finish can
     change a record naming it (its own record is read with a conflict there), and an
     enqueue racing the release read the record with a conflict, so it retries.
 
+    A one-at-a-time key passes to its first waiting item, whose id is returned: the
+    caller (the zone store) writes that item's order entry in ``tr``. Its record is read
+    with a conflict: an enqueue parking an item behind this one wrote it, so of the two
+    one retries and no item is left waiting behind a released key.
+
     An at-most-once item is "completed" when taken, before it runs: the key stays held
     until its run ended (``run_ended``, the outcome written after the run)."""
     raw_meta = item.meta.get(FLOW_META)
     if not raw_meta:
-        return
+        return None
     if item.delivery == "at_most_once" and state == "completed" and not run_ended:
-        return
+        return None
     kind, name, ttl_ms = str(raw_meta[0]), str(raw_meta[1]), int(raw_meta[2])
+    if kind == ONE_AT_A_TIME:
+        return _pass_turn(tr, keys, zone, item, name, int(raw_meta[3]))
     key = keys.flow_key(zone, kind, name)
     raw = tr.get(key, snapshot=True)
     if raw is None:
-        return
+        return None
     try:
         record = _decode(key, raw)
     except CorruptRecord:
         record = None
     if record is not None and record.item_id != item.item_id:
-        return  # another item holds it now (this one ran again from a dead letter)
+        return None  # another item holds it now (this one ran again from a dead letter)
     if ttl_ms <= 0 or kind != IDEMPOTENCY:
         tr.clear(key)
-        return
+        return None
     until = now_ms + ttl_ms
     first = now_ms if record is None else record.first_ms
     tr.set(key, _encode(KeyRecord(item.item_id, first, until, state)))
     tr.set(keys.flow_expiry_key(until, zone, kind, name), b"")
+    return None
+
+
+def _pass_turn(
+    tr: KVTransaction, keys: KeySpace, zone: ZoneId, item: WorkItem, name: str, seq: int
+) -> str | None:
+    """:func:`release` of a one-at-a-time key: the next waiting item's id, or None."""
+    if waits_for(tr, keys, zone, item, snapshot=False) is not None:
+        # Finished while waiting (cancelled): it leaves the line, the holder keeps the key.
+        if seq >= 0:
+            tr.clear(keys.flow_wait_key(zone, name, seq))
+        return None
+    key = keys.flow_key(zone, ONE_AT_A_TIME, name)
+    raw = tr.get(key)
+    if raw is None:
+        return None
+    try:
+        record = _decode(key, raw)
+    except CorruptRecord:
+        record = KeyRecord(item.item_id, 0, next_seq=1 << 62)
+    return pass_on(tr, keys, zone, name, record)
+
+
+def pass_on(
+    tr: KVTransaction, keys: KeySpace, zone: ZoneId, name: str, record: KeyRecord
+) -> str | None:
+    """Give the one-at-a-time key ``name``, held as ``record`` says by an item that
+    finished, to its first waiting item still in the zone, in ``tr``; returns that item's
+    id (the caller writes its order entry), or None, the key freed, when none waits."""
+    key = keys.flow_key(zone, ONE_AT_A_TIME, name)
+    begin, end = keys.flow_wait_range(zone, name)
+    while True:
+        rows = tr.get_range(begin, end, limit=1)
+        if not rows:
+            tr.clear(key)
+            return None
+        wait_key, raw_id = rows[0]
+        tr.clear(wait_key)
+        begin = wait_key + b"\x00"
+        next_id = raw_id.decode()
+        if tr.get(keys.item_key(zone, next_id)) is None:
+            continue  # gone without leaving the line (not expected): the next one
+        tr.set(key, _encode(replace(record, item_id=next_id)))
+        return next_id
 
 
 def collect_expired(tr: KVTransaction, keys: KeySpace, now_ms: int, limit: int) -> int:

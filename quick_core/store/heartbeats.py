@@ -257,6 +257,22 @@ def running_page(
     return Page([row for _, row in shown], encode_cursor(b"", shown[-1][0]) if more else None)
 
 
+def running_now(
+    beats: Iterable[Heartbeat], zone: ZoneId, item_id: str, now_ms: int
+) -> tuple[Heartbeat, RunningItem] | None:
+    """The run of one item that the live records ``beats`` list, with the record listing
+    it (the newer run where two do, as :func:`running_page`); None where none lists it
+    (not running, started since the last beat, or left out of a full list)."""
+    found = [
+        (b, r)
+        for b in beats
+        if not b.stale(now_ms)
+        for r in b.running
+        if r.zone == zone and r.item_id == item_id
+    ]
+    return max(found, key=lambda row: row[1].since_ms, default=None)
+
+
 def _order(r: RunningItem) -> bytes:
     """A running item's place in a page (and its cursor): since when, tenant, id."""
     return bytes(fdbtuple.pack((r.since_ms, r.zone.tenant, r.item_id)))

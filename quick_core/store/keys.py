@@ -19,6 +19,7 @@ the bytes are identical on every KV backend.
     (root, "o", app, tenant, item_id)                           -> outcome of a finished item
     (root, "oe", expires_ms, app, tenant, item_id)              -> b""  (outcome expiry index)
     (root, "k", app, tenant, kind, key)                         -> flow key record (flow_keys.py)
+    (root, "k", app, tenant, "w", key, seq)                     -> item waiting for a key
     (root, "ke", expires_ms, app, tenant, kind, key)            -> b""  (flow key expiry index)
 
 Outcome records (``outcomes.py``) sit outside the zone range, so they never keep a zone's
@@ -76,6 +77,12 @@ def _packed_id(item_id: str) -> bytes:
 def _packed_order(priority: int, vesting_ms: int) -> bytes:
     # The items of one enqueue_many, or leased in one dequeue, share a vesting time.
     return _tup(priority, vesting_ms)
+
+
+@functools.lru_cache(maxsize=65536)
+def _zone_tail(app: str, tenant: str) -> bytes:
+    # (app, tenant) at the end of a zone's pointer index key.
+    return _tup(app, tenant)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -273,8 +280,9 @@ class KeySpace:
         return _unpack_uint_and_name(key[len(prefix) :])
 
     def pointer_index_key(self, cluster: str, shard: int, zone: ZoneId) -> bytes:
-        # (root, "c", cluster, shard, "ix", app, tenant)
-        return self._pack("c", cluster, shard, "ix", zone.app, zone.tenant)
+        # (root, "c", cluster, shard, "ix", app, tenant): packed from cached pieces, as every
+        # enqueue packs it twice (1.3 µs against 8.9 µs for a full pack).
+        return _shard_part(self.root, cluster, shard, "ix") + _zone_tail(zone.app, zone.tenant)
 
     def unpack_pointer_index_key(self, cluster: str, shard: int, key: bytes) -> ZoneId:
         app, tenant = fdbtuple.unpack(key[len(self._pack("c", cluster, shard, "ix")) :])
@@ -340,6 +348,14 @@ class KeySpace:
     def flow_key(self, zone: ZoneId, kind: str, key: str) -> bytes:
         # (root, "k", app, tenant, kind, key)
         return self._pack("k", zone.app, zone.tenant, kind, key)
+
+    def flow_wait_key(self, zone: ZoneId, key: str, seq: int) -> bytes:
+        # (root, "k", app, tenant, "w", key, seq) -> item_id: waiting for a one-at-a-time key
+        return self._pack("k", zone.app, zone.tenant, "w", key, seq)
+
+    def flow_wait_range(self, zone: ZoneId, key: str) -> Range:
+        """A one-at-a-time key's waiting items, in enqueue order."""
+        return tuple_range(self._pack("k", zone.app, zone.tenant, "w", key))
 
     def flow_keys_range(self, zone: ZoneId | None = None) -> Range:
         """Every flow key record, or one zone's."""

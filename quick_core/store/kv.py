@@ -268,6 +268,24 @@ def commit_waiter_of(db: object) -> Callable[[float], None] | None:
     return waiter if callable(waiter) else None
 
 
+def read_after_commit(
+    tr: object, keys: Sequence[bytes]
+) -> Callable[[], list[bytes | None] | None] | None:
+    """Ask ``tr`` to read ``keys`` once its commit's writes are in place, in the commit's
+    own round trip (SQLite: under its write lock, before COMMIT; PostgreSQL: a statement
+    pipelined after COMMIT), so that work which must follow the commit (the enqueue's part
+    two) can often see it has nothing to do without a transaction of its own. Returns a
+    call that gives the values (None for an absent key) once ``tr`` committed, or None
+    when the backend did not read them (it cannot, or it did not commit); None instead of
+    a call when the store has no such capability. What it returns is a read like any
+    made just after the commit: other commits may follow it at once."""
+    ask = getattr(tr, "read_after_commit", None)
+    if not callable(ask):
+        return None
+    values: Callable[[], list[bytes | None] | None] = ask(keys)
+    return values
+
+
 def wake_watchers(tr: object) -> None:
     """Ask that other processes' commit watchers hear of ``tr``'s commit at once (a
     zone's pointer was made or moved to vest earlier: an idle consumer or long poll

@@ -257,6 +257,37 @@ class Limits:
             str(self.keys.unpack(k)[-1]): n for k, n in _holders(rows, now_ms(self.clock)).items()
         }
 
+    def holdings_page(
+        self, scope: str, prefix: tuple[str, ...], *, limit: int, cursor: str | None = None
+    ) -> tuple[list[Holding], str | None]:
+        """The live slot records of (scope, names under ``prefix``) in key order: at most
+        ``limit`` records read from ``cursor`` (the last page's), and the next page's
+        cursor (None: no more). A snapshot read of one page, whatever the number of
+        tenants holding some (the dashboard's limits page)."""
+        begin, end = self.keys.meta_range("slots", scope, *prefix)
+        start = begin
+        if cursor:
+            try:
+                last = bytes.fromhex(cursor)
+            except ValueError:
+                raise InvalidArgument("cursor", cursor, "not a cursor this page gave") from None
+            if not begin <= last < end:
+                raise InvalidArgument("cursor", cursor, "not a cursor this page gave")
+            start = last + b"\x00"
+        rows = run(self.kv, lambda tr: tr.get_range(start, end, limit=limit + 1, snapshot=True))
+        more = len(rows) > limit
+        rows = rows[:limit]
+        now = now_ms(self.clock)
+        found = []
+        for key, raw in rows:
+            count, expires = msgpack.unpackb(raw)
+            if expires <= now or count <= 0:
+                continue  # lapsed: held by no one
+            parts = self.keys.unpack(key)
+            name = parts[3:-2]  # ("m", "slots", scope, *name, None, holder)
+            found.append(Holding(tuple(str(x) for x in name), str(parts[-1]), int(count)))
+        return found, rows[-1][0].hex() if more else None
+
     def release_slots(self, scope: str, name: SlotName, holder: str, n: int, ttl_ms: int) -> None:
         mine = self.keys.meta_key("slots", scope, *_name(name), holder)
 
@@ -286,6 +317,15 @@ class Limits:
                 tr.clear(mine)
 
         run(self.kv, refresh)
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """One holder's live slots of one slot name."""
+
+    name: tuple[str, ...]
+    holder: str
+    count: int
 
 
 def free_of(cap: int, used: int, wanted: int) -> int:

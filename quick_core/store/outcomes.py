@@ -204,16 +204,18 @@ def finished(
     result: Any = None,
     reason: str | None = None,
     run_ended: bool = False,
-) -> None:
+) -> str | None:
     """The hook the completing, cancelling or dead-lettering transaction calls, in ``tr``:
-    releases the flow key the item holds (:func:`flow_keys.release`: a snapshot read), and
-    writes the outcome record and its expiry entry if the item's type asked for one.
-    Adds no read conflict to the finishing transaction. ``run_ended``: the record of an
-    at-most-once item written after its run (it was deleted, "completed", when taken)."""
-    flow_keys.release(tr, keys, zone, item, state, now_ms, run_ended=run_ended)
+    releases the flow key the item holds (:func:`flow_keys.release`: a snapshot read, but
+    for a one-at-a-time key), and writes the outcome record and its expiry entry if the
+    item's type asked for one. Adds no read conflict to the finishing transaction of an
+    item without a one-at-a-time key. ``run_ended``: the record of an at-most-once item
+    written after its run (it was deleted, "completed", when taken). Returns the id of the
+    item a one-at-a-time key passed to: the caller makes it visible (its order entry)."""
+    turn = flow_keys.release(tr, keys, zone, item, state, now_ms, run_ended=run_ended)
     raw = item.meta.get(POLICY_KEY)
     if not raw:
-        return
+        return turn
     status_ms, result_ms, dedupe_ms, digest = int(raw[0]), int(raw[1]), int(raw[2]), str(raw[3])
     body: bytes | None = None
     ctype = "bytes"
@@ -252,6 +254,7 @@ def finished(
         record[PROGRESS_KEY] = item.meta[PROGRESS_KEY]
     tr.set(keys.outcome_key(zone, item.item_id), msgpack.packb(record, use_bin_type=True))
     tr.set(keys.outcome_expiry_key(expires, zone, item.item_id), b"")
+    return turn
 
 
 def _decode(key: bytes, raw: bytes) -> Outcome:

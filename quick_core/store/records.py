@@ -82,6 +82,10 @@ class Pointer:
     last_active_ms: int
     lease_id: str | None = None
     local: bool = False
+    # The consumer whose visit holds the lease (its name, as its heartbeat and slots
+    # give it), written by the same write that leases it; None: not leased, or leased
+    # before pointers recorded it.
+    holder: str | None = None
 
     def with_vesting(self, vesting_ms: int) -> Pointer:
         return replace(self, vesting_ms=vesting_ms)
@@ -201,6 +205,8 @@ def encode_pointer(ptr: Pointer) -> bytes:
     }
     if ptr.lease_id is not None:
         obj["l"] = ptr.lease_id
+        if ptr.holder is not None:
+            obj["c"] = ptr.holder
     return _pack(obj)
 
 
@@ -214,6 +220,7 @@ def decode_pointer(key: bytes, raw: bytes) -> Pointer:
             last_active_ms=int(obj["la"]),
             lease_id=obj.get("l"),
             local=bool(obj.get("lo", False)),
+            holder=obj.get("c"),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise CorruptRecord(key, f"bad pointer fields: {err}") from err

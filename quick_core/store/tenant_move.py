@@ -22,6 +22,14 @@ left until their lease ends (the mover waits up to ``lease_wait_s``) unless
 ``include_leased``: then the lease is taken over, and a run in progress may run again in
 the target (at-least-once), but nothing is lost.
 
+The tenant's flow keys (:mod:`quickzones.store.flow_keys`: idempotency, debounce and
+one-at-a-time records, a one-at-a-time key's waiting items) go first, before any item, to
+the target where it has none of the key, so a duplicate is refused there as soon as its
+item can run there, and an item waiting for its key is copied waiting (no order entry:
+:meth:`~quickzones.store.zones.writes.ZoneWrites.import_item` asks the copied record).
+Once the source is empty, :func:`settle_flow_keys` hands on the keys whose holder finished
+on the source during the move (it was running) and removes the source's keys.
+
 The source is a :class:`MoveSource`: :class:`KVMoveSource` here, a Cassandra source in
 ``quickzones.adapters.cassandra.migrate``. The target is always a KV deployment (:class:`Quick`).
 """
@@ -38,6 +46,7 @@ import msgpack
 
 from quickzones.clock import Clock, SystemClock, now_ms
 from quickzones.errors import CorruptRecord, QuickError
+from quickzones.store import flow_keys
 from quickzones.store.kv import KVTransaction, run
 from quickzones.store.records import WorkItem, ZoneId, decode_pointer
 
@@ -222,6 +231,10 @@ def move_zone(
     run_id = run_id or secrets.token_hex(8)
     fence_id = new_fence_id()
     report = MoveReport(zone, source_before=source.count(zone))
+    # Flow keys live in a KV source only (Cassandra zones have none).
+    kv_source = source.quick if isinstance(source, KVMoveSource) else None
+    if kv_source is not None:
+        copy_flow_keys(kv_source, target, zone)
     deadline = time.monotonic() + lease_wait_s
     while True:
         now = now_ms(clock)
@@ -255,6 +268,8 @@ def move_zone(
     report.moved_total = _count_markers(target, zone)
     if report.source_after == 0:
         report.pointer_dropped = source.drop_pointer_if_empty(zone)
+        if kv_source is not None:
+            settle_flow_keys(kv_source, target, zone)
         _finish(target, zone, run_id, report.moved_total, now_ms(clock))
     elif report.source_after != report.skipped_leased:
         report.notes.append(
@@ -262,6 +277,91 @@ def move_zone(
             "items were enqueued into the source during the move; run it again"
         )
     return report
+
+
+# --- flow keys -----------------------------------------------------------------------------
+
+
+def _flow_rows(quick: Quick, zone: ZoneId) -> list[tuple[bytes, bytes]]:
+    """Every flow key row of ``zone`` (records and waiting items): one tenant's keys."""
+    begin, end = quick.keys.flow_keys_range(zone)
+    return run(quick.kv, lambda tr: tr.get_range(begin, end, snapshot=True))
+
+
+def _target_key(source: Quick, target: Quick, zone: ZoneId, key: bytes) -> tuple[bytes, str, str]:
+    """(the row's key in the target, kind, key name): a record (…, kind, name) or a
+    waiting item (…, "w", name, seq)."""
+    parts = source.keys.unpack(key)
+    kind, name = str(parts[3]), str(parts[4])
+    if len(parts) > 5:
+        seq = parts[5]
+        assert isinstance(seq, int)
+        return target.keys.flow_wait_key(zone, name, seq), kind, name
+    return target.keys.flow_key(zone, kind, name), kind, name
+
+
+def copy_flow_keys(source: Quick, target: Quick, zone: ZoneId) -> None:
+    """The source's flow keys of ``zone`` into the target where it has none of the key
+    (a re-run, or keys of the target's own, keep theirs), with the expiry entries of TTL
+    holds, in one target transaction."""
+    rows = _flow_rows(source, zone)
+    if not rows:
+        return
+
+    def copy(tr: KVTransaction) -> None:
+        for key, value in rows:
+            new_key, kind, name = _target_key(source, target, zone, key)
+            if tr.get(new_key) is not None:
+                continue
+            tr.set(new_key, value)
+            if kind == "w":
+                continue
+            try:
+                until = flow_keys.decode_record(key, value).until_ms
+            except CorruptRecord:
+                continue
+            if until:
+                tr.set(target.keys.flow_expiry_key(until, zone, kind, name), b"")
+
+    run(target.kv, copy)
+
+
+def settle_flow_keys(source: Quick, target: Quick, zone: ZoneId) -> None:
+    """After the source zone emptied: a key the target still has held by a live item that
+    is not in the target finished on the source during the move: a one-at-a-time key
+    passes to its next waiting item, another takes the source's record (a TTL hold) or is
+    freed. Then the source's keys of the zone are removed."""
+    source_keys = source.keys.flow_keys_range(zone)
+    left = {_target_key(source, target, zone, k)[0]: v for k, v in _flow_rows(source, zone)}
+
+    def settle(tr: KVTransaction) -> None:
+        begin, end = target.keys.flow_keys_range(zone)
+        for key, value in tr.get_range(begin, end):
+            parts = target.keys.unpack(key)
+            if len(parts) > 5:
+                continue  # a waiting item
+            kind, name = str(parts[3]), str(parts[4])
+            try:
+                record = flow_keys.decode_record(key, value)
+            except CorruptRecord:
+                continue
+            live = tr.get(target.keys.item_key(zone, record.item_id)) is not None
+            if record.until_ms or live:
+                continue  # a TTL hold, or its holder is here: the target's own
+            if kind == flow_keys.ONE_AT_A_TIME:
+                turn = flow_keys.pass_on(tr, target.keys, zone, name, record)
+                target.zones._take_turn(tr, zone, turn)
+                continue
+            kept = left.get(key)
+            until = 0 if kept is None else flow_keys.decode_record(key, kept).until_ms
+            if kept is not None and until:
+                tr.set(key, kept)
+                tr.set(target.keys.flow_expiry_key(until, zone, kind, name), b"")
+            else:
+                tr.clear(key)
+
+    run(target.kv, settle)
+    run(source.kv, lambda tr: tr.clear_range(*source_keys))
 
 
 # --- a KV source ---------------------------------------------------------------------------
@@ -304,8 +404,28 @@ class KVMoveSource:
             items, cursor_next = run(self.quick.kv, page)
             yield from items
             if cursor_next is None:
-                return
+                break
             cursor = cursor_next
+        yield from self._waiting_items(zone)
+
+    def _waiting_items(self, zone: ZoneId) -> Iterator[WorkItem]:
+        """The items waiting for a one-at-a-time key (no order entry), in key order."""
+
+        def read(tr: KVTransaction) -> list[WorkItem]:
+            begin, end = self.keys.flow_keys_range(zone)
+            out = []
+            for key, value in tr.get_range(begin, end, snapshot=True):
+                if len(self.keys.unpack(key)) <= 5:
+                    continue  # a key's record
+                try:
+                    item = self.zones._read_item(tr, zone, value.decode(), snapshot=True)
+                except CorruptRecord:
+                    continue
+                if item is not None:
+                    out.append(item)
+            return out
+
+        yield from run(self.quick.kv, read)
 
     def fence(self, zone: ZoneId, items: Sequence[WorkItem], fence_id: str) -> list[WorkItem]:
         def fence(tr: KVTransaction) -> list[WorkItem]:

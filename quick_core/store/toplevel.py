@@ -297,6 +297,33 @@ class TopLevelQueue:
         self._knew(zone, IndexEntry(shard, index))
         return shard, self._read_pointer(tr, shard, index.decode())
 
+    def after_commit_keys(self, zone: ZoneId, found: IndexEntry) -> list[bytes]:
+        """The keys part two reads, as part one found them: the zone's index entry in
+        ``found``'s shard and the pointer record it names (see :meth:`pulled_already`)."""
+        return [
+            self.keys.pointer_index_key(self.cluster, found.shard, zone),
+            self.keys.pointer_key(self.cluster, found.shard, found.pointer_id.decode()),
+        ]
+
+    def pulled_already(
+        self, found: IndexEntry, values: list[bytes | None], vesting_ms: int
+    ) -> bool:
+        """Whether part two would change nothing, from ``values`` of
+        :meth:`after_commit_keys` read once part one's commit was in place: the index
+        still names ``found``'s pointer and its record is leased (its holder requeues it
+        reading the zone, so it sees the item) or vests no later than ``vesting_ms``. A
+        read after the commit is what part two's own transaction would read; anything
+        else (moved, missing, unreadable, vesting later) is left to part two."""
+        index, raw = values
+        if index != found.pointer_id or raw is None:
+            return False
+        key = self.keys.pointer_key(self.cluster, found.shard, found.pointer_id.decode())
+        try:
+            pointer = decode_pointer(key, raw)
+        except CorruptRecord:
+            return False
+        return pointer.lease_id is not None or pointer.vesting_ms <= vesting_ms
+
     def pull_pointer_earlier(
         self,
         zone: ZoneId,
@@ -385,9 +412,10 @@ class TopLevelQueue:
         *,
         accept: Callable[[PointerRef, ZoneId], bool] | None = None,
         horizon_ms: int = 0,
+        holder: str | None = None,
     ) -> Pointer:
         """Lease a pointer for ``lease_ms`` by moving its vesting time (paper Alg. 1), in a
-        transaction of its own. ``horizon_ms``: as :meth:`lease_pointer`.
+        transaction of its own. ``horizon_ms``, ``holder``: as :meth:`lease_pointer`.
 
         Reads the pointer record, not the pointer index, so it never conflicts with an
         enqueue. Raises ZoneLeaseFailed with reason "moved" if the pointer is gone or no
@@ -397,7 +425,9 @@ class TopLevelQueue:
         tr = self.kv.create_transaction()
         try:
             tr.set_causal_read_risky()
-            result = self.lease_pointer(ref, lease_ms, accept=accept, horizon_ms=horizon_ms, tr=tr)
+            result = self.lease_pointer(
+                ref, lease_ms, accept=accept, horizon_ms=horizon_ms, holder=holder, tr=tr
+            )
             tr.commit()
             return result
         except KVError as err:
@@ -413,12 +443,14 @@ class TopLevelQueue:
         *,
         accept: Callable[[PointerRef, ZoneId], bool] | None = None,
         horizon_ms: int = 0,
+        holder: str | None = None,
         tr: KVTransaction = OWN_STORE,
     ) -> Pointer:
         """The pointer lease's writes inside ``tr`` (see :meth:`obtain_pointer_lease`);
         raises ZoneLeaseFailed "gone", "moved" or "not_routed". With ``horizon_ms`` a
         pointer vesting within that many ms is leased too, unless another consumer's lease
-        on it still runs."""
+        on it still runs. ``holder``: the leasing consumer's name, kept in the record
+        (``quick explain`` names it)."""
         try:
             pointer = self._read_pointer(tr, ref.shard, ref.pointer_id)
         except CorruptRecord as err:
@@ -443,6 +475,7 @@ class TopLevelQueue:
             pointer.last_active_ms,
             lease_id=self.ids(16),
             local=pointer.local,
+            holder=holder,
         )
         self._move_pointer(tr, ref.shard, pointer, leased)
         return leased

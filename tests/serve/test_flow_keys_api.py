@@ -84,3 +84,22 @@ def test_bad_flow_keys_are_a_clear_400_and_store_nothing(served: Served) -> None
             assert err.status == 400
         else:
             raise AssertionError("an empty key was accepted")
+
+
+def test_one_at_a_time_keys_are_leased_one_at_a_time_in_enqueue_order(served: Served) -> None:
+    """The body field and the client's option; ``POST /v1/leases`` leases a key's next
+    item only once its holder finished."""
+    first = _post(served, {"payload": 1, "one_at_a_time": "acct-7", "priority": 5})
+    assert first.status_code == 201, first.text
+    with RemoteQuick(served.url, served.a_all) as rq:
+        rq.enqueue("job", 2, app="a", tenant="t1", one_at_a_time="acct-7", priority=-5)
+        rq.enqueue("job", 3, app="a", tenant="t1")
+        leased = rq.lease(max_items=10, wait_s=5)
+        assert sorted(x.payload for x in leased) == [1, 3]
+        assert rq.lease(max_items=10, wait_s=0.3) == []
+        for lease in leased:
+            rq.complete(lease)
+        [second] = rq.lease(max_items=10, wait_s=5)
+        assert second.payload == 2
+    bad = _post(served, {"payload": 1, "one_at_a_time": ""})
+    assert bad.status_code == 400 and "one_at_a_time" in bad.json()["detail"]

@@ -7,8 +7,10 @@ manage.py quick_worker`` running the project's tasks until SIGTERM."""
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,19 @@ from tests.unit.test_django_tasks import (
     _wait_finished,
     worker_of,  # noqa: F401  (the fixture)
 )
+
+# One result as Django's API shows it, read in a process of its own (not the worker's).
+_READ_ONE = """
+r = default_task_backend.get_result(RID)
+out = {
+    "status": str(r.status), "attempts": r.attempts, "worker_ids": list(r.worker_ids),
+    "errors": [[e.exception_class_path, e.traceback] for e in r.errors],
+    "times": [None if t is None else t.timestamp() for t in (
+        r.enqueued_at, r.started_at, r.last_attempted_at, r.finished_at)],
+}
+"""
+# Django's TaskResult keeps the first failed run's error and the newest ones: 1 + 4.
+KEPT_ERRORS = 5
 
 # The flaky task fails until its third run; the backend's own policy allows two runs.
 FLAKY_RETRY = {"max_attempts": 3, "backoff_base_s": 0.5, "backoff_cap_s": 60, "jitter": False}
@@ -67,15 +82,124 @@ def test_retries_with_backoff_per_backend_and_per_task(
     # The backoff is a lower bound: a retry never starts before it (0.5 s, then 1 s).
     assert starts[1] - starts[0] >= 0.5 and starts[2] - starts[1] >= 1.0, starts
 
-    # Result times: set, and in order; the start is the run that finished (the third).
+    # Result times: set, and in order; started_at the first run's start,
+    # last_attempted_at the run that finished (the third).
     enqueued_at, started_at, last_attempted_at, finished_at = flaky["times"]
     assert None not in flaky["times"]
-    assert enqueued_at <= started_at == last_attempted_at <= finished_at
-    assert starts[1] < started_at <= starts[2], (flaky["times"], starts)
+    assert enqueued_at <= started_at < last_attempted_at <= finished_at
+    assert started_at <= starts[0] and starts[1] < last_attempted_at <= starts[2], starts
 
     assert (refund["status"], refund["attempts"]) == ("FAILED", 2)
-    assert refund["errors"] == ["builtins.ValueError"]
-    assert "(attempt 2)" in refund["traceback"]
+    assert refund["errors"] == ["builtins.ValueError"] * 2  # one per run
+    assert "(attempt 1)" in refund["traceback"] and "(attempt 2)" in refund["traceback"]
+
+
+def _read(env: dict[str, str], rid: str) -> dict[str, Any]:
+    found: dict[str, Any] = _django(env, f"RID = {rid!r}\n" + _READ_ONE)
+    return found
+
+
+def _worker_id(proc: subprocess.Popen[Any]) -> str:
+    return f"{socket.gethostname()}:{proc.pid}"
+
+
+def test_a_task_retried_then_successful_reports_every_attempt(
+    tmp_path: Path,
+    worker_of: Any,  # noqa: F811
+) -> None:
+    """A task that fails twice, then succeeds: read through ``get_result`` from another
+    process, its result lists both failed runs' errors (their class and traceback, in
+    order), three attempts and the worker of each, ``started_at`` its first run's start
+    and ``last_attempted_at`` its last. Before: the last run's alone (no errors, the
+    workers a constant, both times the third run's)."""
+    retry = {**FLAKY_RETRY, "backoff_base_s": 0.05}
+    env = _env(str(tmp_path / "app.db"), f"sqlite:///{tmp_path / 'quick.db'}", tmp_path,
+               task_retry={"shop.tasks.flaky": retry})  # fmt: skip
+    rid = _django(env, 'from shop.tasks import flaky\nout["id"] = flaky.enqueue(customer="ann").id')
+    worker = worker_of(env, "--workers", "1")
+    _wait_finished(env, [rid["id"]], worker)
+    got = _read(env, rid["id"])
+
+    assert (got["status"], got["attempts"]) == ("SUCCESSFUL", 3), got
+    assert [path for path, _ in got["errors"]] == ["builtins.ConnectionError"] * 2
+    for run, (_, trace) in enumerate(got["errors"], start=1):
+        assert trace.startswith("Traceback (most recent call last):"), trace
+        assert f"ConnectionError: run {run}: the mail server is down" in trace, trace
+        assert "quick: this run started" not in trace  # the handler's note is left out
+    assert got["worker_ids"] == [_worker_id(worker)] * 3
+    starts = [float(run[2]) for run in _runs(tmp_path, "flaky")]
+    enqueued_at, started_at, last_attempted_at, finished_at = got["times"]
+    assert enqueued_at <= started_at <= starts[0] < starts[1] < last_attempted_at <= starts[2]
+    assert last_attempted_at <= finished_at
+
+
+def test_a_dead_lettered_task_reports_each_failed_attempt(
+    tmp_path: Path,
+    worker_of: Any,  # noqa: F811
+) -> None:
+    """A task failing every run, dead-lettered after its three: three errors, one per
+    run and in order (each its own traceback), three attempts and workers."""
+    retry = {"max_attempts": 3, "backoff_base_s": 0.05, "jitter": False}
+    env = _env(str(tmp_path / "app.db"), f"sqlite:///{tmp_path / 'quick.db'}", tmp_path,
+               task_retry={"shop.tasks.refund": retry})  # fmt: skip
+    rid = _django(env, 'out["id"] = refund.enqueue(4, customer="bob").id')["id"]
+    worker = worker_of(env, "--workers", "1")
+    _wait_finished(env, [rid], worker)
+    got = _read(env, rid)
+
+    assert (got["status"], got["attempts"]) == ("FAILED", 3), got
+    assert [path for path, _ in got["errors"]] == ["builtins.ValueError"] * 3
+    for run, (_, trace) in enumerate(got["errors"], start=1):
+        assert f"ValueError: order 4 was never paid (attempt {run})" in trace, trace
+    assert got["worker_ids"] == [_worker_id(worker)] * 3
+    enqueued_at, started_at, last_attempted_at, finished_at = got["times"]
+    assert enqueued_at <= started_at < last_attempted_at <= finished_at
+
+
+def test_a_task_retried_many_times_keeps_its_first_and_newest_errors(
+    tmp_path: Path,
+    worker_of: Any,  # noqa: F811
+) -> None:
+    """Twelve failed runs: the result keeps the first run's error and the four newest
+    (what the stored item holds stays bounded however often a task is retried), while
+    ``attempts`` and ``worker_ids`` still count every run."""
+    retry = {"max_attempts": 12, "backoff_base_s": 0.01, "backoff_cap_s": 0.02, "jitter": False}
+    env = _env(str(tmp_path / "app.db"), f"sqlite:///{tmp_path / 'quick.db'}", tmp_path,
+               task_retry={"shop.tasks.refund": retry})  # fmt: skip
+    rid = _django(env, 'out["id"] = refund.enqueue(5, customer="bob").id')["id"]
+    worker = worker_of(env, "--workers", "1")
+    _wait_finished(env, [rid], worker)
+    got = _read(env, rid)
+
+    assert (got["status"], got["attempts"], len(got["worker_ids"])) == ("FAILED", 12, 12), got
+    assert len(got["errors"]) == KEPT_ERRORS
+    runs = [int(trace.rsplit("(attempt ", 1)[1].split(")")[0]) for _, trace in got["errors"]]
+    assert runs == [1, 9, 10, 11, 12]
+
+
+def test_a_running_task_shows_its_start_and_worker_to_another_process(
+    tmp_path: Path,
+    worker_of: Any,  # noqa: F811
+) -> None:
+    """While a task runs, ``get_result`` in another process says RUNNING with its start
+    and its worker (from the consumers' heartbeats, within a beat). Before: no start and
+    a constant for a worker."""
+    env = _env(str(tmp_path / "app.db"), f"sqlite:///{tmp_path / 'quick.db'}", tmp_path)
+    rid = _django(env, 'from shop.tasks import slow\nout["id"] = slow.enqueue(customer="ann").id')
+    worker = worker_of(env, "--workers", "1")
+    deadline = time.monotonic() + 60
+    got = _read(env, rid["id"])
+    while got["times"][1] is None and time.monotonic() < deadline and worker.poll() is None:
+        time.sleep(0.3)
+        got = _read(env, rid["id"])
+    (tmp_path / "go").touch()
+    assert got["status"] == "RUNNING", got
+    started = float(_runs(tmp_path, "slow")[0][1])
+    enqueued_at, started_at, last_attempted_at, finished_at = got["times"]
+    assert enqueued_at <= started_at == last_attempted_at <= started and finished_at is None
+    assert (got["attempts"], got["worker_ids"], got["errors"]) == (1, [_worker_id(worker)], [])
+    done = _wait_finished(env, [rid["id"]], worker)[rid["id"]]
+    assert done["status"] == "SUCCESSFUL"
 
 
 @pytest.mark.parametrize(

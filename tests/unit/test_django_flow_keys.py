@@ -77,3 +77,24 @@ def test_a_duplicate_inside_djangos_transaction_on_the_store_is_known_at_once(
         """,
     )
     assert found["joined"] is True and found["again"] == found["first"]
+
+
+def test_one_at_a_time_keys_from_the_flow_keys_option(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'quick.db'}"
+    flow = "shop.flow.receipts_in_turn"
+    env = _env(str(tmp_path / "app.db"), store, tmp_path, tenant=None, flow_keys=flow)
+    found = _django(
+        env,
+        """
+        out["ids"] = [send_receipt.enqueue(n, customer="ann").id for n in (1, 2, 3)]
+        """,
+    )
+    assert len(set(found["ids"])) == 3
+    q = Quick.open(store)
+    try:
+        zone = q.zone("shop", "default")
+        assert q.zones.count(zone) == 3
+        leased, _ = q.items.dequeue(zone, 10, 30_000)
+        assert len(leased) == 1 and b"1" in leased[0].payload  # the others wait their turn
+    finally:
+        q.close()

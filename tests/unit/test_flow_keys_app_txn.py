@@ -103,3 +103,22 @@ def test_postgres_two_app_transactions_on_one_key_store_one_item(isolation: str)
         assert len(ids) + len(errors) == 2
     finally:
         q.close()
+
+
+def test_sqlite_one_at_a_time_in_the_app_transaction(sqlite_q: tuple[Quick, Path]) -> None:
+    q, db = sqlite_q
+    conn = sqlite3.connect(db)
+    q.enqueue_on(conn, "ship", {"n": -1}, app=Z.app, tenant=Z.tenant, one_at_a_time="acct")
+    conn.rollback()  # neither the item nor its place in the key's line
+    for n in range(3):
+        conn.execute("INSERT INTO orders VALUES (?)", (n,))
+        q.enqueue_on(conn, "ship", {"n": n}, app=Z.app, tenant=Z.tenant, one_at_a_time="acct")
+        conn.commit()
+    conn.close()
+    leased, _ = q.items.dequeue(Z, 10, 30_000)
+    assert [i.payload for i in leased] == [b'{"n":0}']
+    ran: list[Any] = []
+    q.job("ship")(lambda payload, ctx: ran.append(payload["n"]))
+    q.items.complete(Z, leased[0].item_id, leased[0].lease_id)
+    q.run_until_idle()
+    assert ran == [1, 2]

@@ -75,6 +75,14 @@ def test_pointer_keys_are_the_documented_tuples(
     begin, end = keys.pointer_vested_range(cluster, shard, vesting)
     assert begin <= vesting_key < end
     assert keys.pointer_vesting_key(cluster, shard, vesting + 1, pointer_id) >= end
+    zone = ZoneId(pointer_id, root)
+    assert keys.pointer_index_key(cluster, shard, zone) == fdbtuple.pack(
+        (*base, "ix", zone.app, zone.tenant)
+    )
+    assert (
+        keys.unpack_pointer_index_key(cluster, shard, keys.pointer_index_key(cluster, shard, zone))
+        == zone
+    )
 
 
 def test_pointer_keys_of_real_shapes() -> None:

@@ -112,7 +112,9 @@ def test_a_limit_changed_with_the_cli_is_obeyed_within_a_second(tmp_path: Path) 
         finally:
             _stop(proc)
         spans = _spans(tmp_path)
-        assert most_at_once([s for s in spans if s[1] < before]) == 5
+        # Before the change the limit was 5: never more, and more than the new 2 (a loaded
+        # host may not fill all 5 slots within the first runs: 4 was seen at load 15-20).
+        assert 3 <= most_at_once([s for s in spans if s[1] < before]) <= 5
         assert most_at_once([s for s in spans if s[0] > settled]) == 2
     finally:
         q.close()

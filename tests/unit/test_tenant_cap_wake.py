@@ -60,8 +60,10 @@ def test_a_tenant_capped_at_2_runs_at_2_not_at_the_recheck_pace(live_q: Quick) -
     assert len(spans["noisy"]) == 200 and len(spans["quiet"]) == 50
     assert most_at_once(spans["noisy"]) <= 2
     stalls = _stalls(spans["noisy"], 2, RECHECK_MS / 2000)
-    # A noisy machine may stall a few starts; the recheck pace stalls every other one.
-    assert stalls <= 10, (stalls, drained_s)
+    # The recheck pace stalls every other start (99 of 198); a loaded 2-core host stalls
+    # some starts on its own (the old bound of 10 failed on FoundationDB beside a full test
+    # run), so the bound sits well between the two.
+    assert stalls <= 40, (stalls, drained_s)
     for tenant, ids in (("noisy", noisy), ("quiet", quiet)):
         assert all(q.status("a", tenant, i).attempts == 1 for i in ids)  # type: ignore[union-attr]
 

@@ -209,3 +209,79 @@ def test_cli_move_tenant(tmp_path: Path, kinds: tuple[str, str]) -> None:
         main, ["move-tenant", "--from", src_url, "--to", src_url, "--app", "a", "--tenant", "t"]
     )
     assert same.exit_code == 2 and "same store" in same.output
+
+
+# --- flow keys move with their tenant (issue 45 point 1 with the user move) ---------------
+
+
+def test_a_held_idempotency_key_moves_with_its_tenant(pair: tuple[Quick, Quick]) -> None:
+    """On main the key stayed on the source: the destination stored the duplicate."""
+    src, dst = pair
+    zone = src.zone("a", "t")
+    done = src.enqueue(
+        "job", 2, app="a", tenant="t", idempotency_key="paid", idempotency_ttl_s=3600
+    )
+    [paid], _ = src.zones.dequeue(zone, 1, 30_000)  # the TTL hold: finished on the source
+    assert paid.item_id == done
+    src.zones.complete(zone, paid.item_id, paid.lease_id)
+    first = src.enqueue("job", 1, app="a", tenant="t", idempotency_key="order-7")
+    assert move_tenant(src, dst, "a", "t").ok
+    dup = dst.enqueue("job", 1, app="a", tenant="t", idempotency_key="order-7")
+    assert dup == first and dup.duplicate == "queued"  # type: ignore[attr-defined]
+    held = dst.enqueue("job", 2, app="a", tenant="t", idempotency_key="paid")
+    assert held == done and held.duplicate == "completed"  # type: ignore[attr-defined]
+    ran: list[str] = []
+    dst.job("job")(lambda payload, ctx: ran.append(ctx.item_id))
+    dst.run_until_idle()
+    assert ran == [first]
+    fresh = dst.enqueue("job", 3, app="a", tenant="t", idempotency_key="order-7")
+    assert fresh != first and fresh.duplicate is None  # type: ignore[attr-defined]
+    assert _flow_rows(src, zone) == []
+
+
+def test_one_at_a_time_keys_and_their_waiting_items_move(pair: tuple[Quick, Quick]) -> None:
+    src, dst = pair
+    zone = src.zone("a", "t")
+    for n in range(3):
+        src.enqueue("job", n, app="a", tenant="t", one_at_a_time="acct", priority=-n)
+    report = move_tenant(src, dst, "a", "t")
+    assert report.ok and report.moved == 3
+    assert src.zones.count(zone) == 0 and dst.zones.count(zone) == 3
+    order: list[Any] = []
+    while True:
+        leased, _ = dst.zones.dequeue(zone, 10, 30_000)
+        if not leased:
+            break
+        assert len(leased) == 1
+        order.append(leased[0].payload)
+        dst.zones.complete(zone, leased[0].item_id, leased[0].lease_id)
+    assert [int(p) for p in order] == [0, 1, 2]
+    assert _flow_rows(src, zone) == [] and _flow_rows(dst, zone) == []
+
+
+def test_a_holder_that_finished_on_the_source_during_the_move_passes_its_key(
+    pair: tuple[Quick, Quick],
+) -> None:
+    """The holder was running (leased) when the move began; it completes on the source
+    while the mover waits for it: the destination passes the key on."""
+    src, dst = pair
+    zone = src.zone("a", "t")
+    for n in range(2):
+        src.enqueue("job", n, app="a", tenant="t", one_at_a_time="acct")
+    [holder], _ = src.zones.dequeue(zone, 1, 30_000)
+
+    class Source(KVMoveSource):
+        def list_items(self, zone: ZoneId, page_size: int = 500) -> Iterator[WorkItem]:
+            yield from super().list_items(zone, page_size)
+            if src.zones.get(zone, holder.item_id) is not None:
+                src.zones.complete(zone, holder.item_id, holder.lease_id)
+
+    report = move_zone(Source(src), dst, zone, lease_wait_s=5)
+    assert report.ok
+    leased, _ = dst.zones.dequeue(zone, 10, 30_000)
+    assert [int(i.payload) for i in leased] == [1]
+
+
+def _flow_rows(q: Quick, zone: ZoneId) -> list[tuple[bytes, bytes]]:
+    begin, end = q.keys.flow_keys_range(zone)
+    return q.transact(lambda tr: tr.get_range(begin, end))

@@ -43,7 +43,10 @@ class ZoneCompletion(ZoneItems):
             raise lease_lost(item, lease_id, now_ms(self.clock))
         self._delete_item(tr, zone, item)
         state = outcomes.COMPLETED if lease_id is not None else outcomes.CANCELLED
-        outcomes.finished(tr, self.keys, zone, item, state, now_ms(self.clock), result=result)
+        turn = outcomes.finished(
+            tr, self.keys, zone, item, state, now_ms(self.clock), result=result
+        )
+        self._take_turn(tr, zone, turn)
         batches.item_finished(tr, self._batches(), zone, item, state)
 
     def record_outcome(
@@ -61,12 +64,14 @@ class ZoneCompletion(ZoneItems):
         if not item.meta.get(outcomes.POLICY_KEY) and not item.meta.get(flow_keys.FLOW_META):
             return
         now = now_ms(self.clock)
-        run(
-            self.kv,
-            lambda tr: outcomes.finished(
+
+        def record(tr: KVTransaction) -> None:
+            turn = outcomes.finished(
                 tr, self.keys, zone, item, state, now, result=result, reason=reason, run_ended=True
-            ),
-        )
+            )
+            self._take_turn(tr, zone, turn)
+
+        run(self.kv, record)
 
     def complete_many(
         self,
@@ -140,7 +145,8 @@ class ZoneCompletion(ZoneItems):
                     done += 1
                     state = outcomes.COMPLETED if lease_id is not None else outcomes.CANCELLED
                     result = None if results is None else results.get(item_id)
-                    outcomes.finished(tr, self.keys, zone, item, state, now, result=result)
+                    turn = outcomes.finished(tr, self.keys, zone, item, state, now, result=result)
+                    self._take_turn(tr, zone, turn)
                     batches.item_finished(tr, self._batches(), zone, item, state)
                     attempt.append((zone, item_id))
                     zone_out.append(None)

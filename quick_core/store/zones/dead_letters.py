@@ -59,9 +59,10 @@ class ZoneDeadLetters(ZoneItems):
         )
         if count_error:
             stored = stored.with_(error_count=item.error_count + 1, last_error=reason)
-        outcomes.finished(
+        turn = outcomes.finished(
             tr, self.keys, zone, stored, outcomes.DEAD_LETTERED, now_ms(self.clock), reason=reason
         )
+        self._take_turn(tr, zone, turn)
         batches.item_finished(tr, self._batches(), zone, stored, outcomes.DEAD_LETTERED, reason)
         self._dead_letter_raw(
             tr,

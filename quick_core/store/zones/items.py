@@ -207,6 +207,20 @@ class ZoneItems:
             raise CorruptRecord(key, f"expected {chunks} payload chunks, found {len(parts)}")
         return head.with_(payload=b"".join(v for _, v in parts))
 
+    def _take_turn(self, tr: KVTransaction, zone: ZoneId, item_id: str | None) -> None:
+        """A one-at-a-time key passed to ``item_id`` (parked, :mod:`quickzones.store.flow_keys`)
+        in ``tr``, the finishing transaction: its order entry, at its own vesting time, and
+        the zone's pointer pulled to it after the commit, as an enqueue's would be."""
+        if item_id is None:
+            return
+        from quickzones.store.enqueue import pointer_check  # enqueue composes this store
+
+        item = self._read_item(tr, zone, item_id)
+        if item is None or item.lease_id is not None:
+            return
+        tr.set(self._order_key_of(zone, item), b"")
+        pointer_check(tr, self.toplevel, zone, item.vesting_ms)
+
     def _delete_item(
         self, tr: KVTransaction, zone: ZoneId, item: WorkItem, *, count: bool = True
     ) -> None:

@@ -163,3 +163,9 @@ class ZoneReads(ZoneItems):
 
     def count(self, zone: ZoneId) -> int:
         return run(self.kv, lambda tr: unpack_i64(tr.get(self.keys.count_key(zone), snapshot=True)))
+
+    def counts(self, zones: list[ZoneId]) -> list[int]:
+        """The counts of ``zones``, in one snapshot transaction (a metrics scrape reads a
+        chunk of zones at once, not one transaction a zone)."""
+        keys = [self.keys.count_key(zone) for zone in zones]
+        return run(self.kv, lambda tr: [unpack_i64(tr.get(key, snapshot=True)) for key in keys])

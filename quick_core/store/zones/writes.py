@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from quickzones.clock import now_ms, vesting_after
 from quickzones.errors import CorruptRecord
 from quickzones.store import enqueue as two_part
+from quickzones.store import flow_keys
 from quickzones.store.enqueue import Written
 from quickzones.store.kv import (
     ACCESSED_UNREADABLE,
@@ -174,7 +175,10 @@ class ZoneWrites(ZoneItems):
         # time (its enqueue time, for a FIFO item), so it keeps its place to the millisecond.
         item = item.with_(commit_order=None)
         self._write_item(tr, zone, item)
-        tr.set(self.keys.order_key(zone, item.priority, item.vesting_ms, item.item_id), b"")
+        # An item waiting for its one-at-a-time key (the key's record copied first) stays
+        # waiting: no order entry until the key passes to it.
+        if flow_keys.waits_for(tr, self.keys, zone, item, snapshot=False) is None:
+            tr.set(self.keys.order_key(zone, item.priority, item.vesting_ms, item.item_id), b"")
         tr.add(self.keys.count_key(zone), pack_i64(1))
         self.toplevel.ensure_pointer(tr, zone, item.vesting_ms)
         return True

@@ -19,3 +19,12 @@ def receipts_once(
 
 def bad(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     return {"debounce": {"key": "k", "wait_s": 5, "max_wait_s": 1}}
+
+
+def receipts_in_turn(
+    task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A customer's receipts one at a time, in the order enqueued."""
+    if task.name == "send_receipt":
+        return {"one_at_a_time": f"customer-{kwargs['customer']}"}
+    return None

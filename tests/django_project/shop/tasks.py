@@ -37,8 +37,19 @@ def flaky(context: TaskContext, *, customer: str) -> int:
 
 
 @task
+def slow(*, customer: str) -> str:
+    """Runs until the file ``go`` beside the run log exists (a task seen RUNNING)."""
+    go = os.path.join(os.path.dirname(os.environ["RUN_LOG"]), "go")
+    with open(os.environ["RUN_LOG"], "a") as log:
+        log.write(f"slow {time.time()!r}\n")
+    while not os.path.exists(go):
+        time.sleep(0.05)
+    return "done"
+
+
+@task
 def note(text: str, *, tenant: str = "") -> str:
     return text
 
 
-__all__ = ["flaky", "note", "refund", "send_receipt", "total"]
+__all__ = ["flaky", "note", "refund", "send_receipt", "slow", "total"]

@@ -1,0 +1,86 @@
+"""The dashboard's named limits page in headless Chromium (issue 45 point 2): a limit
+held full by a local consumer and by ``quick serve`` for a remote worker's run, reached
+from the app page; the screenshot kept in ``docs/img/serve-limits.png``."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quickzones.adapters.http import TokenStore, create_app
+from quickzones.adapters.http.client import RemoteQuick
+from quickzones.client import Quick
+from quickzones.consumer.config import ConsumerConfig
+from tests.waiting import wait_for
+
+from .browser import require_chromium
+from .conftest import ServerThread
+
+require_chromium()
+sync_api = pytest.importorskip("playwright.sync_api")
+DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+BOUNCES = {"bounce_notice": {"limits": ["emails"], "cost": 1}}
+
+
+def test_the_limits_page_in_a_browser(tmp_path: Path, browser: Any) -> None:
+    q = Quick.open(f"sqlite:///{tmp_path / 'dash.db'}")
+    release = threading.Event()
+    running = {"n": 0}
+
+    @q.job("send_receipt", limits=["emails"])
+    def send_receipt(payload: Any, ctx: Any) -> None:
+        running["n"] += 1
+        release.wait(timeout=120)
+
+    @q.job("send_digest", limits=["emails"], cost=2)
+    def send_digest(payload: Any, ctx: Any) -> None:
+        running["n"] += 1
+        release.wait(timeout=120)
+
+    q.set_limit("shop", "emails", concurrency=5, per_tenant=2)
+    q.set_limit("shop", "sms", rate=10, per=60)
+    tokens = TokenStore(q.kv, q.keys, q.clock)
+    operator = tokens.create_for_all_apps(["admin", "consume"])[0]
+    q.enqueue("send_digest", {}, app="shop", tenant="acme")
+    for tenant in ("acme", "globex", "initech"):  # acme's waits: its share is full
+        q.enqueue("send_receipt", {}, app="shop", tenant=tenant)
+    consumer = q.consumer(
+        ConsumerConfig(workers=4, job_types=("send_receipt", "send_digest")), name="consumer-1"
+    )
+    consumer.start()
+    try:
+        # acme's digest (2 slots: its share), globex's and initech's receipts: 4 of 5.
+        assert wait_for(lambda: running["n"] == 3)
+        with ServerThread(create_app(q)) as server, RemoteQuick(server.url, operator) as remote:
+            q.enqueue("bounce_notice", {}, app="shop", tenant="umbrella")
+            leased = remote.lease(
+                1, wait_s=5.0, lease_s=60.0, job_types=["bounce_notice"], named_limits=BOUNCES
+            )
+            assert [x.tenant for x in leased] == ["umbrella"]  # the fifth slot
+            page = browser.new_page(viewport={"width": 1280, "height": 760})
+            try:
+                page.goto(server.url + "/login")
+                page.fill("#token", operator)
+                page.click("#sign-in")
+                page.wait_for_selector("h1:has-text('Overview')")
+                page.goto(server.url + "/apps/shop")
+                page.click("main >> text=Limits")
+                page.wait_for_selector("h1:has-text('Limits of shop')")
+                emails = page.locator("tr[data-limit=emails]")
+                sync_api.expect(emails.locator("td[data-col=held]")).to_contain_text("5 of 5")
+                holders = emails.locator("td[data-col=holders]").inner_text()
+                assert "consumer-1: 4" in holders and "serve-" in holders
+                held = page.locator("#held tr[data-holding]")
+                sync_api.expect(held).to_have_count(6)  # 2 holders of the total, 4 shares
+                DOCS_IMG.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(DOCS_IMG / "serve-limits.png"), full_page=True)
+            finally:
+                page.close()
+            remote.complete(leased[0])
+    finally:
+        release.set()
+        consumer.stop()
+        q.close()
