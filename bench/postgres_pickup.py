@@ -5,6 +5,15 @@ started.
 
 ``python -m bench.postgres_pickup [--items 400] [--rounds 3] [--out DIR]``
 
+``python -m bench.postgres_pickup --light-load [--rate 200] [--seconds 10] [--workers 4]
+[--rounds 3]``: issue 42's light-load target (p50 at most 10 ms, p99 at most 40 ms) with
+procrastinate beside quick on the same server, the two alternating round by round: one
+worker process (``quick worker --workers N`` with its defaults against ``procrastinate
+worker --concurrency N``, LISTEN/NOTIFY on), this process offering ``--rate`` no-op jobs a
+second on a fixed schedule (into 100 tenants in turn), one call a job, for ``--seconds``;
+each job's pickup from just before its enqueue call to its start (the peers' own
+records, :func:`bench.common.record_start`). Medians over rounds of each round's p50/p99.
+
 Per item, from the producer's clock and the consumer's ``pointer_leased`` events (one
 machine, one clock): the enqueue's own time (both parts), from the enqueue's return to the
 visit that leased the zone's pointer (the commit's detection, the scan, the visit), from
@@ -98,12 +107,86 @@ def one_round(dsn: str, schema: str, items: int, work: Path) -> dict[str, dict[s
     return {name: _percentiles(stages[name]) for name in STAGES}
 
 
+def light_load_round(peer: Any, rate: float, seconds: float) -> dict[str, float]:
+    """One worker of ``peer`` running, ``rate`` jobs a second offered for ``seconds`` on a
+    fixed schedule (a late enqueue does not push the later ones back); the pickups' p50
+    and p99 in ms and the rate achieved."""
+    from bench.common import read_records, wait_for_lines
+
+    n = int(rate * seconds)
+    peer.reset()
+    peer.start_worker()
+    try:
+        peer.wait_ready()
+        time.sleep(1.0)  # idle, as a worker between bursts is
+        began = time.time()
+        for i in range(n):
+            pause = began + i / rate - time.time()
+            if pause > 0:
+                time.sleep(pause)
+            peer.enqueue(f"t{i % 100}")
+        enqueued = n / (time.time() - began)  # what the producer reached
+        wait_for_lines(peer.out, n + 1, 60.0)
+    finally:
+        peer.stop_worker()
+    pickups = [(r.start - r.enq) * 1000 for r in read_records(peer.out) if r.tenant != "warmup"]
+    if len(pickups) < n:
+        raise RuntimeError(f"{peer.name}: {len(pickups)} of {n} jobs started")
+    got = _percentiles(pickups)
+    return {"p50": got["p50"], "p99": got["p99"], "enqueued_per_s": enqueued}
+
+
+def light_load(args: argparse.Namespace) -> int:
+    from bench.postgres_peer import PostgresQuickPeer, _procrastinate
+
+    rounds: list[dict[str, dict[str, float]]] = []
+    with postgres_server() as dsn, tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            order = ("quick", "procrastinate") if r % 2 == 0 else ("procrastinate", "quick")
+            one: dict[str, dict[str, float]] = {}
+            for system in order:
+                work = Path(tmp) / f"{system}-{r}"
+                work.mkdir()
+                if system == "quick":
+                    peer = PostgresQuickPeer(work, dsn, f"light_{r}", args.workers)
+                else:
+                    peer = _procrastinate(work, dsn, args.workers)
+                try:
+                    one[system] = light_load_round(peer, args.rate, args.seconds)
+                finally:
+                    peer.close()
+                log(f"round {r + 1}/{args.rounds} {system}: {one[system]}")
+            rounds.append(one)
+    systems = ("quick", "procrastinate")
+    medians = {
+        s: {k: summary([r[s][k] for r in rounds])["median"] for k in rounds[0][s]} for s in systems
+    }
+    print(f"| system (pickup at {args.rate:g} jobs/s offered) | p50 ms | p99 ms | enqueued/s |")
+    print("|---|---|---|---|")
+    for s in systems:
+        m = medians[s]
+        print(f"| {s} | {m['p50']:.1f} | {m['p99']:.1f} | {m['enqueued_per_s']:.0f} |")
+    out = run_folder("postgres-light-load", args.out)
+    doc = {"machine": machine(), "argv": sys.argv, "rounds": rounds, "medians": medians}
+    (out / "postgres_light_load.json").write_text(json.dumps(doc, indent=2))
+    log(f"results in {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.postgres_pickup", description=__doc__)
     ap.add_argument("--items", type=int, default=400)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="", help="results directory")
+    ap.add_argument(
+        "--light-load", action="store_true", help="issue 42's light load, procrastinate beside"
+    )
+    ap.add_argument("--rate", type=float, default=200.0, help="jobs a second offered")
+    ap.add_argument("--seconds", type=float, default=10.0, help="how long they are offered")
+    ap.add_argument("--workers", type=int, default=4, help="quick's --workers, procrastinate's -c")
     args = ap.parse_args(argv)
+    if args.light_load:
+        return light_load(args)
     rounds: list[dict[str, dict[str, float]]] = []
     with postgres_server() as dsn, tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):

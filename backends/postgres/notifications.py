@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -155,7 +156,7 @@ class CommitNotifications:
                 return
             self._hearing = True
             while not self._stopping():
-                for n in conn.notifies(timeout=SLICE_S):
+                for n in _arrived(conn, SLICE_S):
                     if n.payload != self._own:
                         self._notified.set()
         except (psycopg.Error, StorageError) as err:
@@ -216,3 +217,16 @@ class CommitNotifications:
         """The reading thread ends within ``SLICE_S``, closing its connection."""
         with self._lock:
             self._closed = True
+
+
+def _arrived(conn: Connection, timeout_s: float) -> list[psycopg.Notify]:
+    """The notifications that arrive on ``conn`` within ``timeout_s`` (none, or those of
+    the first packet that brings some). The thread sleeps on the connection's socket:
+    psycopg's own ``notifies(timeout=...)`` wakes every 100 ms to look for Ctrl-C, ten
+    wake-ups a second of an idle process's listener, the most of any thread of an idle
+    worker (issue 44 point 4). A socket that turns readable at the server's end (EOF)
+    makes ``notifies`` raise, as a broken connection does."""
+    readable, _, _ = select.select([conn.fileno()], [], [], timeout_s)
+    if not readable:
+        return []
+    return list(conn.notifies(timeout=0))

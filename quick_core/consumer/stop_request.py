@@ -51,23 +51,34 @@ class StopRequest:
         self._read, self._write = os.pipe()
         os.set_blocking(self._read, False)
         os.set_blocking(self._write, False)
+        # Held by request() (never by the signal handler) and by closing the pipe: a
+        # thread's late request() must not write into a descriptor reused since.
+        self._pipe_lock = threading.Lock()
+        self._closed = False
 
     def request(self) -> None:
-        """Ask to stop. Takes no lock: safe in a signal handler and from any thread."""
+        """Ask to stop, from any thread (not from a signal handler: it takes a lock), and
+        wake :meth:`wait` at once."""
         self.requested = True
+        with self._pipe_lock:
+            if not self._closed:
+                self._wake()
 
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self.signum is None:
-            self.signum = signum
-        self.requested = True
+    def _wake(self) -> None:
         try:
             os.write(self._write, b"\0")  # wakes wait(); a full pipe is awake already
         except OSError:
             pass
 
-    def wait(self, timeout_s: float) -> bool:
-        """Wait until a stop is requested (a signal wakes it at once; a request from
-        another thread within ``timeout_s``); returns whether one was."""
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is None:
+            self.signum = signum
+        self.requested = True
+        self._wake()  # installed only while the pipe is open (on_signals)
+
+    def wait(self, timeout_s: float | None) -> bool:
+        """Wait until a stop is requested (a signal or :meth:`request` wakes it at once),
+        at most ``timeout_s`` (None: no limit); returns whether one was."""
         if not self.requested:
             select.select([self._read], [], [], timeout_s)
             try:
@@ -90,8 +101,10 @@ class StopRequest:
         finally:
             for number, handler in previous.items():
                 signal.signal(number, handler)
-            os.close(self._read)
-            os.close(self._write)
+            with self._pipe_lock:
+                self._closed = True
+                os.close(self._read)
+                os.close(self._write)
 
 
 class RunsForever:
@@ -126,7 +139,7 @@ class RunsForever:
         stop taking work."""
         request = self._run_request
         if request is not None:
-            request.request()  # run_forever's wait sees it within its 0.2 s tick
+            request.request()  # wakes run_forever's wait
         self._stopping_requested()
 
     def _stopping_requested(self) -> None:
@@ -167,7 +180,9 @@ class RunsForever:
         with request.on_signals(install_signals):
             try:
                 self.start()
-                while not request.wait(0.2) and self.lost is None:
+                # Woken by a signal, stop(), request_stop() or a lost store: an idle
+                # worker's main thread sleeps (it woke every 200 ms, issue 44 point 4).
+                while not request.wait(None) and self.lost is None:
                     pass
                 if request.signum is not None:
                     log.info("signal %d: shutting down", request.signum)
@@ -185,3 +200,6 @@ class RunsForever:
                 return
             self.lost = err
         log.error("%s", err)
+        request = self._run_request
+        if request is not None:
+            request.request()  # wakes run_forever's wait: it stops and raises this
