@@ -41,8 +41,9 @@ class FairQueue:
         # ``_lock``; the thread that takes a task hands the wake on while tasks remain
         # (:meth:`_pass_on`). A shared Condition's notify(n) made the thread that posts a
         # visit's items (a manager, between its dequeue and its requeue commit) pay every
-        # wake-up, each woken thread then blocking at once on the lock it still held: in
-        # the demo a quarter of the GIL time was Condition.notify (issue 40 point 9).
+        # wake-up, each woken thread then blocking at once on the lock it still held: a
+        # quarter of the demo's GIL samples in one profile, 13 % in another, were that
+        # Condition.notify (issue 40 point 9).
         self._parked: list[threading.Lock] = []
         self._woken: set[threading.Lock] = set()
         self._lanes: OrderedDict[Hashable, deque[Any]] = OrderedDict()
