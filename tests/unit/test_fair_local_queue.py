@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,9 @@ def test_parked_threads_wake_one_after_another_and_no_task_is_stranded() -> None
             pool.post_many(task, args, lane=(p, batch % 3))
             n += size
 
+    def all_ran(n: int) -> Callable[[], bool]:
+        return lambda: len(ran) >= n
+
     expected = 0
     for round_ in range(10):
         posters = [threading.Thread(target=poster, args=(round_, p)) for p in range(3)]
@@ -148,7 +152,7 @@ def test_parked_threads_wake_one_after_another_and_no_task_is_stranded() -> None
         for t in posters:
             t.join()
         expected += sum(1 + (b * 7 + p) % 5 for p in range(3) for b in range(40))
-        assert wait_for(lambda n=expected: len(ran) >= n, timeout=20), (round_, len(ran), expected)
+        assert wait_for(all_ran(expected), timeout=20), (round_, len(ran), expected)
         time.sleep(0.02)  # every thread parked again
         for ident in list(idents):
             interrupt_thread(ident, LeaseInterrupted)  # lands as the thread next wakes
