@@ -73,6 +73,9 @@ def bench(session: nox.Session) -> None:
     # quick demo as a user runs it, 5 runs, against its figures (>= 13,000 items, small
     # tenants' p99 <= 10 ms): bench/results/<ts>-demo/. With --baseline, A/B against a tree.
     session.run("python", "-m", "bench.demo")
+    # Where the demo's small tenants' pickup goes (visit, then hand-off to a worker), 3 runs:
+    # bench/results/<ts>-demo-pickup/.
+    session.run("python", "-m", "bench.demo_pickup")
     # quick on PostgreSQL against procrastinate on one server: bench/results/<ts>-postgres-peer/.
     session.run("python", "-m", "bench.postgres_peer")
     # Where a pickup's time goes on PostgreSQL: bench/results/<ts>-postgres-pickup/.

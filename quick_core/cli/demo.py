@@ -25,6 +25,7 @@ from rich.table import Table
 
 from quickzones.client import Quick
 from quickzones.consumer import ConsumerConfig
+from quickzones.consumer.events import Observer
 from quickzones.registry import JobContext
 
 NOISY = "noisy"
@@ -51,7 +52,11 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[idx]
 
 
-def run_demo(cfg: DemoConfig, console: Console | None = None) -> bool:
+def run_demo(
+    cfg: DemoConfig, console: Console | None = None, observer: Observer | None = None
+) -> bool:
+    """Run the demo; ``observer`` hears the consumer's events (``bench.demo_pickup`` splits
+    each pickup with them)."""
     console = console or Console()
     tmpdir = None
     store = cfg.store
@@ -111,7 +116,8 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> bool:
             idle_sleep_s=0.005,
             min_inactive_s=2.0,
             seed=cfg.seed,
-        )
+        ),
+        observer=observer,
     )
     consumer.start()
     threads = [

@@ -4,6 +4,7 @@ tree that does worse than its baseline, while a busy host's misses are no verdic
 
 from __future__ import annotations
 
+import io
 import math
 import sys
 
@@ -51,3 +52,24 @@ def test_check_fails_a_tree_worse_than_its_baseline_and_not_a_busy_host() -> Non
     assert demo.check({"this": [_run(13_000, 60.0)] * 3}) == [
         "small tenants' p99 above 10 ms on a quiet host"
     ]
+
+
+def test_the_pickup_split_covers_every_small_item_and_adds_up() -> None:
+    """``bench.demo_pickup`` splits each small tenant's pickup at its visit's dequeue, from
+    the consumer's own events: every small item run has both parts, and they add up."""
+    from rich.console import Console
+
+    from bench import demo_pickup
+    from quickzones.cli.demo import DemoConfig, run_demo
+
+    split = demo_pickup.PickupSplit()
+    cfg = DemoConfig(duration_s=1.0, tenants=2, noisy_factor=4)
+    assert run_demo(cfg, Console(file=io.StringIO()), split)
+    parts = split.parts()
+    n = len(parts["enqueue_to_started"])
+    assert n > 0 and n == len(split.started)  # no noisy item, every small one dequeued
+    assert all(x >= 0 for x in parts["dequeued_to_started"])
+    for a, b, whole in zip(*parts.values(), strict=True):
+        assert math.isclose(a + b, whole, abs_tol=1e-6)
+    r = demo_pickup.one_run(cfg)
+    assert r["all_run"] and r["enqueue_to_started"]["n"] > 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -111,3 +112,77 @@ def test_a_batch_posted_at_once_wakes_every_idle_thread_and_keeps_its_lane_order
     q.put(("small", 0), "small")
     got = [q.get_nowait() for _ in range(4)]
     assert got == [("noisy", 0), ("small", 0), ("noisy", 1), ("noisy", 2)]
+
+
+def test_parked_threads_wake_one_after_another_and_no_task_is_stranded() -> None:
+    """Idle threads park each on a lock of their own and a batch's poster wakes one; each
+    thread that takes a task wakes the next while tasks remain (issue 40 point 9: the
+    shared Condition's notify(n) was a quarter of the demo's GIL time). Posters racing
+    each other and takers, and stray interrupts landing on parked threads (a lease-lost
+    interrupt meant for a handler that already returned) between the rounds: every task
+    posted runs exactly once, and no round is left with tasks queued and threads parked."""
+    from quickzones.consumer.interrupt import LeaseInterrupted, interrupt_thread
+
+    pool = DaemonPool(6, "t-park")
+    ran: list[tuple[int, int, int]] = []
+    idents: set[int] = set()
+    lock = threading.Lock()
+
+    def task(round_: int, poster: int, n: int) -> None:
+        with lock:
+            ran.append((round_, poster, n))
+            idents.add(threading.get_ident())
+
+    def poster(round_: int, p: int) -> None:
+        n = 0
+        for batch in range(40):
+            size = 1 + (batch * 7 + p) % 5
+            args = [(round_, p, n + i) for i in range(size)]
+            pool.post_many(task, args, lane=(p, batch % 3))
+            n += size
+
+    def all_ran(n: int) -> Callable[[], bool]:
+        return lambda: len(ran) >= n
+
+    expected = 0
+    for round_ in range(10):
+        posters = [threading.Thread(target=poster, args=(round_, p)) for p in range(3)]
+        for t in posters:
+            t.start()
+        for t in posters:
+            t.join()
+        expected += sum(1 + (b * 7 + p) % 5 for p in range(3) for b in range(40))
+        assert wait_for(all_ran(expected), timeout=20), (round_, len(ran), expected)
+        time.sleep(0.02)  # every thread parked again
+        for ident in list(idents):
+            interrupt_thread(ident, LeaseInterrupted)  # lands as the thread next wakes
+    assert len(ran) == expected == len(set(ran))
+    assert pool.shutdown(time.monotonic() + 10)
+
+
+def test_a_batch_runs_on_as_many_parked_threads_as_it_has_tasks() -> None:
+    """Handed on one wake at a time, a batch of four still reaches four parked threads,
+    each in its own thread, while two more stay parked; the next batch finds them."""
+    q = FairQueue()
+    got: list[tuple[int, int]] = []
+    lock = threading.Lock()
+    together = threading.Barrier(4, timeout=10)
+
+    def take() -> None:
+        task = q.get()
+        with lock:
+            got.append((threading.get_ident(), task))
+        if task < 4:
+            together.wait()
+
+    threads = [threading.Thread(target=take, daemon=True) for _ in range(6)]
+    for t in threads:
+        t.start()
+    time.sleep(0.05)  # all six parked
+    q.put_many([0, 1, 2, 3])
+    assert wait_for(lambda: len(got) == 4, timeout=10)
+    assert not together.broken
+    assert len({ident for ident, _ in got}) == 4
+    q.put_many([4, 5])
+    assert wait_for(lambda: len(got) == 6, timeout=10)
+    assert sorted(task for _, task in got) == [0, 1, 2, 3, 4, 5]
