@@ -302,16 +302,30 @@ class Pauses(BaseModel):
     next_cursor: str | None = None  # the next page's cursor; null: the last page
 
 
+class StatsExact(BaseModel):
+    """Which of an app's figures are whole counts. False: ``items`` (with ``vested``,
+    ``leased``, ``by_job_type``, ``by_tenant``) counts only the items in the first
+    ``scan_limit`` keys of the app's zones, ``active_zones`` only the first 1,000, and
+    ``dead_letters`` only the letters counted so far (a store written before the counter
+    existed: each request counts on a bounded step until it is whole)."""
+
+    items: bool
+    active_zones: bool
+    dead_letters: bool
+
+
 class AppStats(BaseModel):
     app: str
-    items: int
+    items: int  # at least this many (all of them when exact.items)
     vested: int
     leased: int
-    active_zones: int
-    dead_letters: int
+    active_zones: int  # at least this many (all of them when exact.active_zones)
+    dead_letters: int  # a counter kept with the letters (exact once counted)
     by_job_type: dict[str, int]
     by_tenant: dict[str, int]
     paused: list[PauseOut] = []  # the pauses that hold back some of this app
+    exact: StatsExact
+    scan_limit: int  # keys of the app's zones the item figures read at most
 
 
 class ZoneItem(BaseModel):
