@@ -128,6 +128,8 @@ class Dashboard:
         totals = {
             k: sum(r[k] for r in rows) for k in ("items", "vested", "leased", "dead", "zones")
         }
+        for k in ("items", "zones", "dead"):  # a figure of a bounded scan is "at least"
+            totals[f"{k}_exact"] = all(r[f"{k}_exact"] for r in rows)
         oldest = [r["oldest_vested_ms"] for r in rows if r["oldest_vested_ms"] is not None]
         totals["oldest_vested_age_s"] = round((now - min(oldest)) / 1000, 1) if oldest else 0
         pulled = self.state.leaser.leased_total
@@ -310,7 +312,10 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
         who = session(request)
         if who is None:
             return login_redirect(request)
-        return page(request, "overview.html", who, data=board.overview(who))
+        return page(
+            request, "overview.html", who, data=board.overview(who),
+            scan_limit=views.SCAN_KEYS, zone_limit=views.ZONE_KEYS,
+        )  # fmt: skip
 
     @app.get("/overview.json", include_in_schema=False)
     def overview_json(request: Request) -> Response:

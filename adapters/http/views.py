@@ -191,7 +191,7 @@ def app_figures(q: Quick, app: str, *, max_keys: int | None = SCAN_KEYS) -> AppF
 
 # Backfill steps (dead_groups.BACKFILL_KEYS keys each) a page's dead-letter count takes
 # on a store written before the counters existed, until its count is whole.
-DEAD_BACKFILL_STEPS = 2
+DEAD_BACKFILL_STEPS = 1
 
 
 def dead_letter_total(q: Quick, app: str) -> dead_groups.Total:
