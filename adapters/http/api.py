@@ -718,14 +718,15 @@ def purge_dead_letters(
 
 @router.get("/shards", tags=["admin"])
 def shards(request: Request, who: Admin) -> m.Shards:
-    """Pointers per shard of the cluster (a token for every app only)."""
+    """Pointers per shard of the cluster (a token for every app only), from at most 1,000
+    pointer records a shard (``exact`` false: at least these)."""
     if not who.all_apps:
         raise ApiError(403, "forbidden_app", "pointers of every app need a token for every app")
     q = state_of(request).q
     return m.Shards(
         cluster=q.toplevel.cluster,
         shards=[
-            m.ShardPointers(shard=s, pointers=n, vested=v, leased=leased)
-            for s, n, v, leased in views.pointers_by_shard(q)
+            m.ShardPointers(shard=s, pointers=n, vested=v, leased=leased, exact=exact)
+            for s, n, v, leased, exact in views.pointers_by_shard(q)
         ],
     )

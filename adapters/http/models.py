@@ -387,9 +387,10 @@ class Count(BaseModel):
 
 class ShardPointers(BaseModel):
     shard: int
-    pointers: int
+    pointers: int  # of the first 1,000 pointer records read (all of them when exact)
     vested: int
     leased: int
+    exact: bool  # false: the shard has more pointers than were read; these are at least
 
 
 class Shards(BaseModel):

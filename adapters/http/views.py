@@ -249,13 +249,21 @@ def dead_letters(
     return out
 
 
-def pointers_by_shard(q: Quick) -> list[tuple[int, int, int, int]]:
-    """(shard, pointers, vested, leased) of every shard of the cluster."""
+# Pointer records of each shard its figures read at most.
+POINTER_KEYS = 1000
+
+
+def pointers_by_shard(q: Quick) -> list[tuple[int, int, int, int, bool]]:
+    """(shard, pointers, vested, leased, exact) of every shard of the cluster, from at
+    most :data:`POINTER_KEYS` pointer records a shard: not exact, the counts are of the
+    pointers read (the first by pointer id), at least."""
     now = now_ms(q.clock)
     out = []
     for shard in range(q.toplevel.shards):
-        pointers = [p for p in q.toplevel.list_pointers(shard) if not p.local]
+        read = q.toplevel.list_pointers(shard, limit=POINTER_KEYS + 1)
+        exact = len(read) <= POINTER_KEYS
+        pointers = [p for p in read[:POINTER_KEYS] if not p.local]
         vested = sum(1 for p in pointers if p.vesting_ms <= now)
         leased = sum(1 for p in pointers if p.lease_id is not None and p.vesting_ms > now)
-        out.append((shard, len(pointers), vested, leased))
+        out.append((shard, len(pointers), vested, leased, exact))
     return out

@@ -117,3 +117,16 @@ def test_the_dashboards_first_page_reads_a_bounded_number_of_keys(
         assert kv.keys_read <= 12_000, kv.keys_read
         row = r.json()["apps"][0]
         assert row["app"] == "a" and row["items"] > 0 and row["zones"] > 0
+
+
+def test_shards_read_a_bounded_number_of_pointers(
+    big: tuple[Quick, CountingKV, str, dict[str, str]],
+) -> None:
+    q, kv, url, _ = big
+    token = TokenStore(q.kv, q.keys, q.clock).create_for_all_apps(["admin"])[0]
+    kv.keys_read = 0
+    r = httpx.get(url + "/v1/shards", headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 200, r.text
+    (shard,) = r.json()["shards"]  # 3,000 pointers in one shard
+    assert shard["exact"] is False and 0 < shard["pointers"] < TENANTS
+    assert kv.keys_read <= 1_100, kv.keys_read
