@@ -22,7 +22,9 @@ counters of an app count only the letters whose key lies below its *counted boun
 
     (root, "m", "dead-counted", app) -> the key up to which its letters are counted
 
-absent (nothing counted yet) until a backfill (:func:`advance`) starts: its first step
+absent (nothing counted yet) until the app's first letter is written (it has no letters
+to backfill: the boundary goes to the end, and every letter counts from then on) or,
+for a store with letters no counter saw, a backfill (:func:`advance`) starts: its first step
 clears the app's counters, and each step counts the next :data:`BACKFILL_KEYS` keys of the
 app's letters and moves the boundary past them, in one transaction; the boundary at the
 end of the app's letter range means every letter is counted. A write of a letter (or its
@@ -82,11 +84,28 @@ def add(
     """Add ``n`` (negative: take away) to the count of the letter ``item_id``'s group and
     its app's total, in ``tr`` (atomic adds), if the backfill has counted that far (a read
     of the app's boundary, with a conflict: see the module's docstring)."""
-    boundary = tr.get(keys.meta_key(_COUNTED, zone.app))
+    mark = keys.meta_key(_COUNTED, zone.app)
+    boundary = tr.get(mark)
+    if boundary is None and n > 0:
+        boundary = _count_from_birth(tr, keys, zone.app)
     if boundary is None or keys.dead_letter_key(zone, item_id) >= boundary:
         return  # the backfill counts it when it gets there
     tr.add(keys.meta_key(_NAME, zone.app, *group), pack_i64(n))
     tr.add(keys.meta_key(_TOTAL, zone.app), pack_i64(n))
+
+
+def _count_from_birth(tr: KVTransaction, keys: KeySpace, app: str) -> bytes | None:
+    """The first letter of an app with none (a new app, or one whose letters are all
+    gone): nothing is left to backfill, so its counters count from here, every letter
+    (the boundary at the end of its range, any stale count cleared). Read with a conflict
+    on the app's letters, once an app: a letter written meanwhile retries one of them."""
+    begin, end = keys.dead_letters_range(app)
+    if tr.get_range(begin, end, limit=1):
+        return None  # letters no counter saw: the backfill counts them
+    tr.clear_range(*keys.meta_range(_NAME, app))
+    tr.clear(keys.meta_key(_TOTAL, app))
+    tr.set(keys.meta_key(_COUNTED, app), end)
+    return end
 
 
 @dataclass(frozen=True, slots=True)

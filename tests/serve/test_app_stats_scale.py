@@ -50,8 +50,9 @@ def _forget_counters(q: Quick, app: str) -> None:
     state, and group counts of the letters written since groups were kept (stale)."""
 
     def clear(tr: KVTransaction) -> None:
-        for name in ("dead-total", "dead-counted", "dead-groups"):
-            tr.clear_range(*q.keys.meta_range(name, app))
+        tr.clear(q.keys.meta_key("dead-total", app))
+        tr.clear(q.keys.meta_key("dead-counted", app))
+        tr.clear_range(*q.keys.meta_range("dead-groups", app))
         tr.add(q.keys.meta_key("dead-groups", app, "j", "buried"), (7).to_bytes(8, "little"))
 
     q.transact(clear)

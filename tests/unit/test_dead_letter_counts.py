@@ -17,8 +17,9 @@ def _forget_counters(q: Quick, app: str) -> None:
     count, as the versions that kept groups but no total may have left)."""
 
     def clear(tr: KVTransaction) -> None:
-        for name in ("dead-total", "dead-counted", "dead-groups"):
-            tr.clear_range(*q.keys.meta_range(name, app))
+        tr.clear(q.keys.meta_key("dead-total", app))
+        tr.clear(q.keys.meta_key("dead-counted", app))
+        tr.clear_range(*q.keys.meta_range("dead-groups", app))
         tr.add(q.keys.meta_key("dead-groups", app, "j", "buried"), pack_i64(7))
 
     q.transact(clear)
