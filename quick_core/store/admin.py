@@ -3,8 +3,9 @@ so none of them conflicts with producers or consumers."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -359,6 +360,20 @@ def count_dead_letters(q: Quick, app: str | None = None) -> int:
             pass
         count += dead_groups.total(q.kv, q.keys, name, steps=0).count
     return count
+
+
+def count_dead_letters_online(q: Quick, wait: Callable[[float], bool]) -> None:
+    """Run every app's dead-letter counters' backfill to its end (a store written before
+    they existed; a step of 1,000 keys a transaction), after each step calling
+    ``wait(seconds)`` (as long as the step took: half the time at most, beside a
+    server's requests) and stopping when it returns True (``threading.Event.wait``)."""
+    for app in dead_letter_apps(q):
+        while True:
+            started = time.monotonic()
+            if dead_groups.advance(q.kv, q.keys, app):
+                break
+            if wait(time.monotonic() - started):
+                return
 
 
 def dead_letter_apps(q: Quick) -> list[str]:

@@ -17,6 +17,7 @@ from quickzones.store import dead_groups
 from quickzones.store.kv import KVTransaction
 from quickzones.urls import open_kv
 from tests.counting_kv import CountingKV, bury
+from tests.waiting import wait_for
 
 from .conftest import ServerThread
 
@@ -131,3 +132,22 @@ def test_shards_read_a_bounded_number_of_pointers(
     (shard,) = r.json()["shards"]  # 3,000 pointers in one shard
     assert shard["exact"] is False and 0 < shard["pointers"] < TENANTS
     assert kv.keys_read <= 1_100, kv.keys_read
+
+
+def test_the_server_counts_a_store_written_without_counters_on_its_own() -> None:
+    q = Quick.open("memory://")
+    bury(q, "a", "t", [f"i{n:05d}" for n in range(5000)])
+    bury(q, "b", "t", ["x"])
+    _forget_counters(q, "a")
+    _forget_counters(q, "b")
+    try:
+        with ServerThread(create_app(q)):
+            # No request: the server's own thread counts every app's letters, online.
+            assert wait_for(
+                lambda: dead_groups.total(q.kv, q.keys, "a", steps=0).exact
+                and dead_groups.total(q.kv, q.keys, "b", steps=0).exact
+            )
+        assert dead_groups.total(q.kv, q.keys, "a", steps=0) == dead_groups.Total(5000, True)
+        assert dead_groups.total(q.kv, q.keys, "b", steps=0) == dead_groups.Total(1, True)
+    finally:
+        q.close()
