@@ -54,18 +54,6 @@ def all_apps(q: Quick) -> set[str]:
     return apps
 
 
-def app_tenants(q: Quick, app: str, search: str | None = None) -> list[str]:
-    """Tenants of ``app`` whose zone has a pointer (may hold items), sorted; ``search``
-    keeps those whose name contains it."""
-    tenants: list[str] = []
-    for shard in range(q.toplevel.shards):
-        for key, _ in admin.scan_range(q, *_app_index_range(q, shard, app)):
-            tenant = str(q.keys.unpack(key)[-1])
-            if search is None or search in tenant:
-                tenants.append(tenant)
-    return sorted(tenants)
-
-
 _ZONE_SKIP = 1000  # tenant keys a search may pass over, per shard, before a page ends short
 
 
