@@ -307,7 +307,7 @@ class StatsExact(BaseModel):
     ``leased``, ``by_job_type``, ``by_tenant``) counts only the items in the first
     ``scan_limit`` keys of the app's zones, ``active_zones`` only the first 1,000, and
     ``dead_letters`` only the letters counted so far (a store written before the counter
-    existed: each request counts on a bounded step until it is whole)."""
+    existed: the server counts them once, online, from its start)."""
 
     items: bool
     active_zones: bool

@@ -177,15 +177,11 @@ def app_figures(q: Quick, app: str, *, max_keys: int | None = SCAN_KEYS) -> AppF
     return out
 
 
-# Backfill steps (dead_groups.BACKFILL_KEYS keys each) a page's dead-letter count takes
-# on a store written before the counters existed, until its count is whole.
-DEAD_BACKFILL_STEPS = 1
-
-
 def dead_letter_total(q: Quick, app: str) -> dead_groups.Total:
-    """``app``'s dead letters: its counter, two key reads (and, until a store written
-    before the counters is counted, at most :data:`DEAD_BACKFILL_STEPS` steps of that)."""
-    return dead_groups.total(q.kv, q.keys, app, steps=DEAD_BACKFILL_STEPS)
+    """``app``'s dead letters: its counter, two key reads. A store written before the
+    counters is counted by the server's own thread (``admin.count_dead_letters_online``),
+    not by a page: until it ends, the count so far, not exact."""
+    return dead_groups.total(q.kv, q.keys, app, steps=0)
 
 
 def active_zone_count(q: Quick, app: str, *, max_keys: int = ZONE_KEYS) -> tuple[int, bool]:

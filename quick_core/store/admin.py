@@ -362,18 +362,25 @@ def count_dead_letters(q: Quick, app: str | None = None) -> int:
     return count
 
 
-def count_dead_letters_online(q: Quick, wait: Callable[[float], bool]) -> None:
-    """Run every app's dead-letter counters' backfill to its end (a store written before
-    they existed; a step of 1,000 keys a transaction), after each step calling
-    ``wait(seconds)`` (as long as the step took: half the time at most, beside a
-    server's requests) and stopping when it returns True (``threading.Event.wait``)."""
-    for app in dead_letter_apps(q):
-        while True:
-            started = time.monotonic()
-            if dead_groups.advance(q.kv, q.keys, app):
-                break
-            if wait(time.monotonic() - started):
-                return
+def count_dead_letters_online(
+    q: Quick, wait: Callable[[float], bool], *, again_s: float = 60.0
+) -> None:
+    """Keep every app's dead-letter counters whole, until ``wait`` returns True
+    (``threading.Event.wait``): run each unfinished backfill (a store written before the
+    counters; a step of 1,000 keys a transaction) to its end, calling ``wait(seconds)``
+    after each step for as long as the step took (half the time at most, beside a
+    server's requests); then look again every ``again_s`` (an app whose letters an older
+    version began: one short read per app with letters)."""
+    while True:
+        for app in dead_letter_apps(q):
+            while True:
+                started = time.monotonic()
+                if dead_groups.advance(q.kv, q.keys, app):
+                    break
+                if wait(time.monotonic() - started):
+                    return
+        if wait(again_s):
+            return
 
 
 def dead_letter_apps(q: Quick) -> list[str]:
