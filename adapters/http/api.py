@@ -572,6 +572,7 @@ def app_stats(app: str, request: Request, who: Admin) -> m.AppStats:
     figures = views.app_figures(q, app)
     zones, zones_exact = views.active_zone_count(q, app)
     dead = views.dead_letter_total(q, app)
+    paused = q.pause_page(app, limit=PAUSES_SHOWN)  # the first ones: a page, not them all
     return m.AppStats(
         app=app,
         items=figures.items,
@@ -583,13 +584,17 @@ def app_stats(app: str, request: Request, who: Admin) -> m.AppStats:
         by_tenant=dict(figures.by_tenant.most_common(100)),
         paused=[
             m.PauseOut(app=p.app, tenant=p.tenant, job_type=p.job_type, since_ms=p.since_ms)
-            for p in q.pauses.of_app(app).pauses  # its own and every app's, no other's
+            for p in paused.rows  # its own and every app's, no other's
         ],
+        paused_next_cursor=paused.next_cursor,
         exact=m.StatsExact(
             items=figures.exact, active_zones=zones_exact, dead_letters=dead.exact
         ),
         scan_limit=views.SCAN_KEYS,
     )
+
+
+PAUSES_SHOWN = 100  # pauses an app's stats list; the rest: /v1/apps/{app}/pauses?cursor=
 
 
 @router.get("/apps/{app:seg}/zones", tags=["admin"])

@@ -323,7 +323,9 @@ class AppStats(BaseModel):
     dead_letters: int  # a counter kept with the letters (exact once counted)
     by_job_type: dict[str, int]
     by_tenant: dict[str, int]
-    paused: list[PauseOut] = []  # the pauses that hold back some of this app
+    paused: list[PauseOut] = []  # the first 100 pauses that hold back some of this app
+    # More of them: GET /v1/apps/{app}/pauses?cursor= this (None: that was all).
+    paused_next_cursor: str | None = None
     exact: StatsExact
     scan_limit: int  # keys of the app's zones the item figures read at most
 

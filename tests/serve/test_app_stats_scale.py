@@ -63,6 +63,8 @@ def test_app_stats_reads_a_bounded_number_of_keys_and_says_what_is_exact(
     big: tuple[Quick, CountingKV, str, dict[str, str]],
 ) -> None:
     q, kv, url, h = big
+    for n in range(300):
+        q.pause(app="a", tenant=f"u{n:05d}")
     _forget_counters(q, "a")  # after the server's counting thread looked: it waits now
     dead_groups.advance(q.kv, q.keys, "a")  # a backfill under way: 1,000 keys counted
     kv.keys_read = 0
@@ -76,6 +78,14 @@ def test_app_stats_reads_a_bounded_number_of_keys_and_says_what_is_exact(
     assert 0 < body["items"] < TENANTS and 0 < body["active_zones"] < TENANTS
     assert body["items"] == sum(body["by_job_type"].values())
     assert body["scan_limit"] > 0
+    # The first pauses, and where the rest are (a page, not all 300).
+    assert len(body["paused"]) == 100 and body["paused_next_cursor"]
+    more = httpx.get(
+        url + "/v1/apps/a/pauses",
+        params={"cursor": body["paused_next_cursor"], "limit": 500},
+        headers=h,
+    ).json()
+    assert len(more["pauses"]) == 200
     # Counted to the end (as the server's thread does), a request reads the count.
     assert admin.count_dead_letters(q, "a") == LETTERS
     kv.keys_read = 0
