@@ -363,11 +363,12 @@ def count_dead_letters(q: Quick, app: str | None = None) -> int:
 
 
 def count_dead_letters_online(
-    q: Quick, wait: Callable[[float], bool], *, again_s: float = 60.0
+    q: Quick, wait: Callable[[float], bool], *, again_s: float = 60.0, step_keys: int = 200
 ) -> None:
     """Keep every app's dead-letter counters whole, until ``wait`` returns True
     (``threading.Event.wait``): run each unfinished backfill (a store written before the
-    counters; a step of 1,000 keys a transaction) to its end, calling ``wait(seconds)``
+    counters; ``step_keys`` keys a transaction: short, so a request beside it waits for
+    no long step) to its end, calling ``wait(seconds)``
     after each step for as long as the step took (half the time at most, beside a
     server's requests); then look again every ``again_s`` (an app whose letters an older
     version began: one short read per app with letters)."""
@@ -375,7 +376,7 @@ def count_dead_letters_online(
         for app in dead_letter_apps(q):
             while True:
                 started = time.monotonic()
-                if dead_groups.advance(q.kv, q.keys, app):
+                if dead_groups.advance(q.kv, q.keys, app, max_keys=step_keys):
                     break
                 if wait(time.monotonic() - started):
                     return

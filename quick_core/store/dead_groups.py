@@ -136,9 +136,9 @@ def _done(keys: KeySpace, app: str, boundary: bytes | None) -> bool:
     return boundary is not None and boundary >= keys.dead_letters_range(app)[1]
 
 
-def advance(kv: KVStore, keys: KeySpace, app: str) -> bool:
+def advance(kv: KVStore, keys: KeySpace, app: str, *, max_keys: int = BACKFILL_KEYS) -> bool:
     """One backfill step of ``app``'s counters: count the letters in the next
-    :data:`BACKFILL_KEYS` keys past the boundary and move it past them, in one
+    ``max_keys`` keys past the boundary and move it past them, in one
     transaction (the first step clears counts a store written before the boundary
     existed may hold). Returns whether every letter is counted now; a step of a finished
     backfill is one key read."""
@@ -160,7 +160,7 @@ def advance(kv: KVStore, keys: KeySpace, app: str) -> bool:
         if start >= end:
             return True
         # Not snapshot: a letter written or removed in this range meanwhile aborts one.
-        rows = tr.get_range(start, end, limit=BACKFILL_KEYS)
+        rows = tr.get_range(start, end, limit=max_keys)
         counts: Counter[tuple[str, str]] = Counter()
         boundary = start
         for key, value in rows:
@@ -170,7 +170,7 @@ def advance(kv: KVStore, keys: KeySpace, app: str) -> bool:
             zone, item_id = ZoneId(str(parts[1]), str(parts[2])), str(parts[3])
             counts[_group_of_record(tr, keys, zone, item_id, key, value)] += 1
             boundary = key + b"\xff"  # past its chunks (keys.dead_letter_range_of)
-        if len(rows) < BACKFILL_KEYS:
+        if len(rows) < max_keys:
             boundary = end
         tr.add_read_conflict_range(start, boundary)
         for group, n in counts.items():
