@@ -115,21 +115,23 @@ class Total:
 
 
 def total(kv: KVStore, keys: KeySpace, app: str, *, steps: int = 1) -> Total:
-    """How many dead letters ``app`` has (two key reads), first advancing its counters'
-    backfill by at most ``steps`` steps (:func:`advance`) if it has not finished; until
-    then ``count`` is of the letters counted so far, at most the true count."""
+    """How many dead letters ``app`` has (two key reads; an app none was ever counted in,
+    a third: has it any?), first advancing its counters' backfill by at most ``steps``
+    steps (:func:`advance`) if it has not finished; until then ``count`` is of the
+    letters counted so far, at most the true count."""
     for _ in range(steps):
         if advance(kv, keys, app):
             break
 
-    def read(tr: KVTransaction) -> tuple[bytes | None, bytes | None]:
-        return (
-            tr.get(keys.meta_key(_TOTAL, app), snapshot=True),
-            tr.get(keys.meta_key(_COUNTED, app), snapshot=True),
-        )
+    def read(tr: KVTransaction) -> Total:
+        count = tr.get(keys.meta_key(_TOTAL, app), snapshot=True)
+        boundary = tr.get(keys.meta_key(_COUNTED, app), snapshot=True)
+        if boundary is None:  # no letter counted yet: exact if it has none at all
+            letters = tr.get_range(*keys.dead_letters_range(app), limit=1, snapshot=True)
+            return Total(0, not letters)
+        return Total(max(0, unpack_i64(count)), _done(keys, app, boundary))
 
-    count, boundary = run(kv, read)
-    return Total(max(0, unpack_i64(count)), _done(keys, app, boundary))
+    return run(kv, read)
 
 
 def _done(keys: KeySpace, app: str, boundary: bytes | None) -> bool:

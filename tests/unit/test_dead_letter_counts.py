@@ -86,3 +86,9 @@ def test_a_counted_app_reads_its_count_not_its_letters(q: Quick) -> None:
     kv.keys_read = 0
     assert dead_groups.total(kv, q.keys, "a", steps=2) == dead_groups.Total(2500, True)  # type: ignore[arg-type]
     assert kv.keys_read <= 3, kv.keys_read
+
+
+def test_an_app_without_dead_letters_counts_zero_exactly(q: Quick) -> None:
+    bury(q, "other", "t", ["o1"])
+    assert dead_groups.total(q.kv, q.keys, "none", steps=0) == dead_groups.Total(0, True)
+    assert admin.count_dead_letters(q, "none") == 0
