@@ -58,6 +58,8 @@ def bury(q: Quick, app: str, tenant: str, ids: list[str], job_type: str = "j") -
         def write(tr: KVTransaction, chunk: list[str] = chunk) -> None:
             for item_id in chunk:
                 item = WorkItem(item_id, job_type, b"{}", 0, 0, 0, content_type="json")
-                q.zones._dead_letter_raw(tr, zone, item_id, encode_item(item), "buried", 1)
+                q.zones._dead_letter_raw(
+                    tr, zone, item_id, encode_item(item), "buried", 1, job_type=job_type
+                )
 
         q.transact(write)

@@ -570,24 +570,39 @@ PageCursor = Annotated[str | None, Query(max_length=4096)]
 
 @router.get("/apps/{app:seg}/stats", tags=["admin"])
 def app_stats(app: str, request: Request, who: Admin) -> m.AppStats:
-    """One app's items by state, job type and tenant (the 100 deepest tenants)."""
+    """One app's dead letters (exact: a counter kept with them) and, from a bounded scan,
+    its items by state, job type and tenant (the 100 deepest tenants) and active zones;
+    ``exact`` says which figures are whole counts and which count only what the scan read
+    (at most ``scan_limit`` keys of the app's items): a request costs the same however
+    many tenants, items or dead letters the app has."""
     q = state_of(request).q
     check_name("app", allow_app(who, app))
     figures = views.app_figures(q, app)
+    zones, zones_exact = views.active_zone_count(q, app)
+    dead = views.dead_letter_total(q, app)
+    paused = q.pause_page(app, limit=PAUSES_SHOWN)  # the first ones: a page, not them all
     return m.AppStats(
         app=app,
         items=figures.items,
         vested=figures.vested,
         leased=figures.leased,
-        active_zones=len(views.app_tenants(q, app)),
-        dead_letters=admin.count_dead_letters(q, app),
+        active_zones=zones,
+        dead_letters=dead.count,
         by_job_type=dict(figures.by_job_type),
         by_tenant=dict(figures.by_tenant.most_common(100)),
         paused=[
             m.PauseOut(app=p.app, tenant=p.tenant, job_type=p.job_type, since_ms=p.since_ms)
-            for p in q.pauses.of_app(app).pauses  # its own and every app's, no other's
+            for p in paused.rows  # its own and every app's, no other's
         ],
+        paused_next_cursor=paused.next_cursor,
+        exact=m.StatsExact(
+            items=figures.exact, active_zones=zones_exact, dead_letters=dead.exact
+        ),
+        scan_limit=views.SCAN_KEYS,
     )
+
+
+PAUSES_SHOWN = 100  # pauses an app's stats list; the rest: /v1/apps/{app}/pauses?cursor=
 
 
 @router.get("/apps/{app:seg}/zones", tags=["admin"])
@@ -716,14 +731,15 @@ def purge_dead_letters(
 
 @router.get("/shards", tags=["admin"])
 def shards(request: Request, who: Admin) -> m.Shards:
-    """Pointers per shard of the cluster (a token for every app only)."""
+    """Pointers per shard of the cluster (a token for every app only), from at most 1,000
+    pointer records a shard (``exact`` false: at least these)."""
     if not who.all_apps:
         raise ApiError(403, "forbidden_app", "pointers of every app need a token for every app")
     q = state_of(request).q
     return m.Shards(
         cluster=q.toplevel.cluster,
         shards=[
-            m.ShardPointers(shard=s, pointers=n, vested=v, leased=leased)
-            for s, n, v, leased in views.pointers_by_shard(q)
+            m.ShardPointers(shard=s, pointers=n, vested=v, leased=leased, exact=exact)
+            for s, n, v, leased, exact in views.pointers_by_shard(q)
         ],
     )

@@ -47,6 +47,7 @@ from quickzones.errors import (
     UnknownJobType,
     UnsupportedByStore,
 )
+from quickzones.store import admin
 from quickzones.store.outcomes import DuplicateItemMismatch
 
 log = logging.getLogger("quick.serve")
@@ -190,6 +191,15 @@ def create_app(
             target=in_order.run_until, args=(stopping,), name="quick-in-order", daemon=True
         )
         electing.start()
+        # A store written before the dead-letter counters: count its letters once, online
+        # (pages show the count so far, marked not exact, until it ends).
+        counting = threading.Thread(
+            target=admin.count_dead_letters_online,
+            args=(q, stopping.wait),
+            name="quick-dead-counts",
+            daemon=True,
+        )
+        counting.start()
         yield
         stopping.set()  # long polls return what they have
         in_order.stop()

@@ -319,16 +319,32 @@ class Pauses(BaseModel):
     next_cursor: str | None = None  # the next page's cursor; null: the last page
 
 
+class StatsExact(BaseModel):
+    """Which of an app's figures are whole counts. False: ``items`` (with ``vested``,
+    ``leased``, ``by_job_type``, ``by_tenant``) counts only the items in the first
+    ``scan_limit`` keys of the app's zones, ``active_zones`` only the first 1,000, and
+    ``dead_letters`` only the letters counted so far (a store written before the counter
+    existed: the server counts them once, online, from its start)."""
+
+    items: bool
+    active_zones: bool
+    dead_letters: bool
+
+
 class AppStats(BaseModel):
     app: str
-    items: int
+    items: int  # at least this many (all of them when exact.items)
     vested: int
     leased: int
-    active_zones: int
-    dead_letters: int
+    active_zones: int  # at least this many (all of them when exact.active_zones)
+    dead_letters: int  # a counter kept with the letters (exact once counted)
     by_job_type: dict[str, int]
     by_tenant: dict[str, int]
-    paused: list[PauseOut] = []  # the pauses that hold back some of this app
+    paused: list[PauseOut] = []  # the first 100 pauses that hold back some of this app
+    # More of them: GET /v1/apps/{app}/pauses?cursor= this (None: that was all).
+    paused_next_cursor: str | None = None
+    exact: StatsExact
+    scan_limit: int  # keys of the app's zones the item figures read at most
 
 
 class ZoneItem(BaseModel):
@@ -390,9 +406,10 @@ class Count(BaseModel):
 
 class ShardPointers(BaseModel):
     shard: int
-    pointers: int
+    pointers: int  # of the first 1,000 pointer records read (all of them when exact)
     vested: int
     leased: int
+    exact: bool  # false: the shard has more pointers than were read; these are at least
 
 
 class Shards(BaseModel):

@@ -15,7 +15,7 @@ import fdb.tuple as fdbtuple
 from quickzones.adapters.http.models import ZoneDepth
 from quickzones.clock import now_ms
 from quickzones.errors import CorruptRecord
-from quickzones.store import admin
+from quickzones.store import admin, dead_groups
 from quickzones.store.kv import KVTransaction, run, unpack_i64
 from quickzones.store.pages import decode_cursor, encode_cursor, merged_page
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId, decode_item
@@ -52,18 +52,6 @@ def all_apps(q: Quick) -> set[str]:
             apps.add(app)
             begin = _app_index_range(q, shard, app)[1]
     return apps
-
-
-def app_tenants(q: Quick, app: str, search: str | None = None) -> list[str]:
-    """Tenants of ``app`` whose zone has a pointer (may hold items), sorted; ``search``
-    keeps those whose name contains it."""
-    tenants: list[str] = []
-    for shard in range(q.toplevel.shards):
-        for key, _ in admin.scan_range(q, *_app_index_range(q, shard, app)):
-            tenant = str(q.keys.unpack(key)[-1])
-            if search is None or search in tenant:
-                tenants.append(tenant)
-    return sorted(tenants)
 
 
 _ZONE_SKIP = 1000  # tenant keys a search may pass over, per shard, before a page ends short
@@ -137,6 +125,13 @@ def zone_depths_of(q: Quick, app: str, tenants: list[str]) -> list[ZoneDepth]:
     return out
 
 
+# Keys a page's figures of an app's items read at most (the item records, their order
+# entries and counts, in (tenant, id) order): what lies past them is not counted.
+SCAN_KEYS = 5000
+# Keys of an app's zone index (one per active zone) its active-zone figure reads at most.
+ZONE_KEYS = 1000
+
+
 @dataclass(slots=True)
 class AppFigures:
     items: int = 0
@@ -146,14 +141,22 @@ class AppFigures:
     oldest_vested_ms: int | None = None
     by_job_type: Counter[str] = field(default_factory=Counter)
     by_tenant: Counter[str] = field(default_factory=Counter)
+    exact: bool = True  # every item of the app was read; else the first SCAN_KEYS keys'
 
 
-def app_figures(q: Quick, app: str) -> AppFigures:
-    """Counts of one app's items by state, job type and tenant (scans the app's items)."""
+def app_figures(q: Quick, app: str, *, max_keys: int | None = SCAN_KEYS) -> AppFigures:
+    """Counts of one app's items by state, job type and tenant, from a scan of its zones'
+    keys that stops after ``max_keys`` (``None``: reads them all): no counter of these is
+    kept per item (an atomic add on every enqueue and completion would be a hot key), so a
+    page shows the figures of the items it read and says whether that was all of them."""
     prefix = fdbtuple.pack((q.keys.root, "z", app))
     now = now_ms(q.clock)
     out = AppFigures()
-    for key, value in admin.scan_range(q, prefix + b"\x00", prefix + b"\xff"):
+    rows = admin.scan_range(q, prefix + b"\x00", prefix + b"\xff", max_keys=max_keys)
+    if max_keys is not None and len(rows) > max_keys:
+        out.exact = False
+        del rows[max_keys:]
+    for key, value in rows:
         parts = q.keys.unpack(key)
         if len(parts) != 5 or parts[3] != "i":
             continue
@@ -172,6 +175,27 @@ def app_figures(q: Quick, app: str) -> AppFigures:
             if out.oldest_vested_ms is None or item.vesting_ms < out.oldest_vested_ms:
                 out.oldest_vested_ms = item.vesting_ms
     return out
+
+
+def dead_letter_total(q: Quick, app: str) -> dead_groups.Total:
+    """``app``'s dead letters: its counter, two key reads. A store written before the
+    counters is counted by the server's own thread (``admin.count_dead_letters_online``),
+    not by a page: until it ends, the count so far, not exact."""
+    return dead_groups.total(q.kv, q.keys, app, steps=0)
+
+
+def active_zone_count(q: Quick, app: str, *, max_keys: int = ZONE_KEYS) -> tuple[int, bool]:
+    """How many of ``app``'s zones have a pointer, and whether that is all of them: the
+    app's zone index read up to ``max_keys`` keys over all shards (at most ``max_keys``
+    then: the count of the zones' index keys read)."""
+    count = 0
+    for shard in range(q.toplevel.shards):
+        left = max_keys - count
+        rows = admin.scan_range(q, *_app_index_range(q, shard, app), max_keys=left)
+        if len(rows) > left:
+            return max_keys, False
+        count += len(rows)
+    return count, True
 
 
 def zone_items(
@@ -209,13 +233,21 @@ def dead_letters(
     return out
 
 
-def pointers_by_shard(q: Quick) -> list[tuple[int, int, int, int]]:
-    """(shard, pointers, vested, leased) of every shard of the cluster."""
+# Pointer records of each shard its figures read at most.
+POINTER_KEYS = 1000
+
+
+def pointers_by_shard(q: Quick) -> list[tuple[int, int, int, int, bool]]:
+    """(shard, pointers, vested, leased, exact) of every shard of the cluster, from at
+    most :data:`POINTER_KEYS` pointer records a shard: not exact, the counts are of the
+    pointers read (the first by pointer id), at least."""
     now = now_ms(q.clock)
     out = []
     for shard in range(q.toplevel.shards):
-        pointers = [p for p in q.toplevel.list_pointers(shard) if not p.local]
+        read = q.toplevel.list_pointers(shard, limit=POINTER_KEYS + 1)
+        exact = len(read) <= POINTER_KEYS
+        pointers = [p for p in read[:POINTER_KEYS] if not p.local]
         vested = sum(1 for p in pointers if p.vesting_ms <= now)
         leased = sum(1 for p in pointers if p.lease_id is not None and p.vesting_ms > now)
-        out.append((shard, len(pointers), vested, leased))
+        out.append((shard, len(pointers), vested, leased, exact))
     return out

@@ -3,8 +3,9 @@ so none of them conflicts with producers or consumers."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -64,19 +65,25 @@ class Stats:
     tenant_limits: list[TenantLimit] = field(default_factory=list)  # per-tenant limits
 
 
-def scan_range(q: Quick, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+def scan_range(
+    q: Quick, begin: bytes, end: bytes, *, max_keys: int | None = None
+) -> list[tuple[bytes, bytes]]:
     """All pairs of a range, page by page, each page its own short snapshot transaction so
-    a large store never hits the 5 s transaction lifetime."""
+    a large store never hits the 5 s transaction lifetime; with ``max_keys``, at most
+    ``max_keys + 1`` of its first pairs (more than ``max_keys``: the range goes on)."""
     out: list[tuple[bytes, bytes]] = []
     cursor = begin
     while True:
+        want = _PAGE if max_keys is None else min(_PAGE, max_keys + 1 - len(out))
 
-        def page(tr: KVTransaction, start: bytes = cursor) -> list[tuple[bytes, bytes]]:
-            return tr.get_range(start, end, limit=_PAGE, snapshot=True)
+        def page(
+            tr: KVTransaction, start: bytes = cursor, n: int = want
+        ) -> list[tuple[bytes, bytes]]:
+            return tr.get_range(start, end, limit=n, snapshot=True)
 
         rows = run(q.kv, page)
         out.extend(rows)
-        if len(rows) < _PAGE:
+        if len(rows) < want or (max_keys is not None and len(out) > max_keys):
             return out
         cursor = rows[-1][0] + b"\x00"
 
@@ -343,20 +350,55 @@ def list_dead_letters(
 
 
 def count_dead_letters(q: Quick, app: str | None = None) -> int:
-    """How many dead letters (of ``app``): a scan of their keys, a page at a time, keeping
-    none of them (an admin figure; no counter of them is kept with the data)."""
+    """How many dead letters (of ``app``, or of every app): each app's counter kept with
+    its letters (:func:`quickzones.store.dead_groups.total`), its backfill run to the end
+    first where a store written before the counters left one to do (an admin figure:
+    that reads the app's letters once, a step a transaction)."""
     count = 0
-    start, end = q.keys.dead_letters_range(app)
+    for name in [app] if app is not None else dead_letter_apps(q):
+        while not dead_groups.advance(q.kv, q.keys, name):
+            pass
+        count += dead_groups.total(q.kv, q.keys, name, steps=0).count
+    return count
+
+
+def count_dead_letters_online(
+    q: Quick, wait: Callable[[float], bool], *, again_s: float = 60.0, step_keys: int = 200
+) -> None:
+    """Keep every app's dead-letter counters whole, until ``wait`` returns True
+    (``threading.Event.wait``): run each unfinished backfill (a store written before the
+    counters; ``step_keys`` keys a transaction: short, so a request beside it waits for
+    no long step) to its end, calling ``wait(seconds)``
+    after each step for as long as the step took (half the time at most, beside a
+    server's requests); then look again every ``again_s`` (an app whose letters an older
+    version began: one short read per app with letters)."""
+    while True:
+        for app in dead_letter_apps(q):
+            while True:
+                started = time.monotonic()
+                if dead_groups.advance(q.kv, q.keys, app, max_keys=step_keys):
+                    break
+                if wait(time.monotonic() - started):
+                    return
+        if wait(again_s):
+            return
+
+
+def dead_letter_apps(q: Quick) -> list[str]:
+    """The apps that have dead letters: one short read per app (it skips over each app's
+    letters), so many letters cost no more than few."""
+    apps: list[str] = []
+    begin, end = q.keys.dead_letters_range()
     while True:
 
-        def page(tr: KVTransaction, s: bytes = start) -> list[tuple[bytes, bytes]]:
-            return tr.get_range(s, end, limit=_PAGE, snapshot=True)
+        def first(tr: KVTransaction, start: bytes = begin) -> list[tuple[bytes, bytes]]:
+            return tr.get_range(start, end, limit=1, snapshot=True)
 
-        rows = run(q.kv, page)
-        count += sum(1 for key, _ in rows if len(q.keys.unpack(key)) == 4)
-        if len(rows) < _PAGE:
-            return count
-        start = rows[-1][0] + b"\x00"
+        rows = run(q.kv, first)
+        if not rows:
+            return apps
+        apps.append(str(q.keys.unpack(rows[0][0])[1]))
+        begin = q.keys.dead_letters_range(apps[-1])[1]
 
 
 _ITEM_ARITY = 1  # a zone item page's cursor names an item id below the zone's items
@@ -518,7 +560,9 @@ def purge(q: Quick, letters: Sequence[DeadLetter]) -> int:
             for letter, found in zip(page, there, strict=True):
                 tr.clear_range(*q.keys.dead_letter_range_of(letter.zone, letter.item_id))
                 if found is not None:
-                    dead_groups.add(tr, q.keys, letter.zone.app, letter_group(letter), -1)
+                    dead_groups.add(
+                        tr, q.keys, letter.zone, letter.item_id, letter_group(letter), -1
+                    )
 
         run(q.kv, clear)
     return len(letters)

@@ -95,8 +95,10 @@ class ZoneDeadLetters(ZoneItems):
         if tr.get(key, snapshot=True) is not None:  # rare: the id was dead-lettered before
             replaced = self.read_dead_letter(zone, item_id, snapshot=True, tr=tr)
             if replaced is not None:
-                dead_groups.add(tr, self.keys, zone.app, dead_groups.letter_group(replaced), -1)
-        dead_groups.add(tr, self.keys, zone.app, dead_groups.group_of(job_type, reason), 1)
+                dead_groups.add(
+                    tr, self.keys, zone, item_id, dead_groups.letter_group(replaced), -1
+                )
+        dead_groups.add(tr, self.keys, zone, item_id, dead_groups.group_of(job_type, reason), 1)
         # A letter of the same id written earlier may have more chunks: clear them all.
         tr.clear_range(*self.keys.dead_letter_range_of(zone, item_id))
         if len(raw) <= INLINE_PAYLOAD_LIMIT:
@@ -153,7 +155,7 @@ class ZoneDeadLetters(ZoneItems):
             raise ItemAlreadyQueued(str(zone), item_id)
         item = letter.item
         tr.clear_range(*self.keys.dead_letter_range_of(zone, item_id))
-        dead_groups.add(tr, self.keys, zone.app, dead_groups.letter_group(letter), -1)
+        dead_groups.add(tr, self.keys, zone, item_id, dead_groups.letter_group(letter), -1)
         return NewItem(
             job_type=item.job_type,
             payload=item.payload,
