@@ -45,14 +45,16 @@ def test_the_limits_page_in_a_browser(tmp_path: Path, browser: Any) -> None:
     tokens = TokenStore(q.kv, q.keys, q.clock)
     operator = tokens.create_for_all_apps(["admin", "consume"])[0]
     q.enqueue("send_digest", {}, app="shop", tenant="acme")
-    for tenant in ("acme", "globex", "initech"):  # acme's waits: its share is full
-        q.enqueue("send_receipt", {}, app="shop", tenant=tenant)
     consumer = q.consumer(
         ConsumerConfig(workers=4, job_types=("send_receipt", "send_digest")), name="consumer-1"
     )
     consumer.start()
     try:
-        # acme's digest (2 slots: its share), globex's and initech's receipts: 4 of 5.
+        # acme's digest first (2 slots: its share), so acme's receipt waits whichever of
+        # the two a worker would start first; then globex's and initech's: 4 of 5.
+        assert wait_for(lambda: running["n"] == 1)
+        for tenant in ("acme", "globex", "initech"):
+            q.enqueue("send_receipt", {}, app="shop", tenant=tenant)
         assert wait_for(lambda: running["n"] == 3)
         with ServerThread(create_app(q)) as server, RemoteQuick(server.url, operator) as remote:
             q.enqueue("bounce_notice", {}, app="shop", tenant="umbrella")
