@@ -196,9 +196,13 @@ def test_enqueue_many_checks_its_ids_in_one_batch(q: Quick) -> None:
     if batched:
         # One batch for the 31 distinct ids, the zone's pointer index entry and the
         # queue's stored layout; the repeated id-3 is checked on its own; part two (the
-        # pointer exists) reads the index and the pointer together in a transaction of
-        # its own: nothing per item.
-        assert calls["get_many"] == 2 and calls["get_many_keys"] == 33 + 2
+        # pointer exists) reads the index and the pointer together, within part one's
+        # commit where the store can (SQLite, PostgreSQL: kv.read_after_commit), else in
+        # a transaction of its own: nothing per item.
+        rides = type(q.kv).__module__.split(".")[-2] in ("sqlite", "postgres")
+        part_two = (0, 0) if rides else (1, 2)
+        assert calls["get_many"] == 1 + part_two[0]
+        assert calls["get_many_keys"] == 33 + part_two[1]
         # The pointer check (toplevel.ensure_pointer) reads the layout once more in the
         # same transaction: one read a batch, not one an item.
         assert calls["get"] == 1 + 1
