@@ -228,16 +228,14 @@ def _one_at_a_time(
     if held is None or held.item_id == item.item_id:
         written = zones.write_new_item(tr, zone, item)
         if not written.new:
-            _check_same_job(tr, zones, zone, item, written.item_id)
-            return Written(written.item_id, written.vesting_ms, False, flow_keys.QUEUED)
+            return _already_queued(tr, zones, zone, item, written)
         flow_keys.hold(tr, toplevel.keys, zone, flow, written.item_id, now)
         pointer_check(tr, toplevel, zone, written.vesting_ms)
         return written
     item = replace(item, meta={**item.meta, **flow.meta(held.next_seq)})
     written = zones.write_new_item(tr, zone, item)
     if not written.new:
-        _check_same_job(tr, zones, zone, item, written.item_id)
-        return Written(written.item_id, written.vesting_ms, False, flow_keys.QUEUED)
+        return _already_queued(tr, zones, zone, item, written)
     keys = toplevel.keys
     tr.clear(keys.order_key(zone, item.priority, written.vesting_ms, written.item_id))
     flow_keys.wait(tr, keys, zone, flow, held, written.item_id)
@@ -266,6 +264,15 @@ def _debounced(
             item = replace(item, item_id=previous.item_id, fresh_id=False)
     vests = min(first + flow.max_wait_ms, now + flow.wait_ms)
     return replace(item, delay_ms=max(0.0, vests - now), fifo=False), first, merged
+
+
+def _already_queued(
+    tr: KVTransaction, zones: ItemWriter, zone: ZoneId, item: NewItem, written: Written
+) -> Written:
+    """A one-at-a-time enqueue whose id is queued already: the same job, reported as a
+    duplicate (nothing written)."""
+    _check_same_job(tr, zones, zone, item, written.item_id)
+    return Written(written.item_id, written.vesting_ms, False, flow_keys.QUEUED)
 
 
 def _check_same_job(

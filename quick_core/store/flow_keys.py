@@ -207,17 +207,22 @@ def holder(
     """Who holds the key, read in ``tr`` with a conflict (a racing enqueue or release of
     it makes one of the two retry); None when free, or held by a TTL that ran out. A
     corrupt record holds nothing: the enqueue overwrites it."""
-    key = keys.flow_key(zone, flow.kind, flow.key)
-    raw = tr.get(key)
+    record = _readable(tr, keys.flow_key(zone, flow.kind, flow.key), snapshot=False)
+    if record is None or (record.until_ms and record.until_ms <= now_ms):
+        return None
+    return record
+
+
+def _readable(tr: KVTransaction, key: bytes, *, snapshot: bool) -> KeyRecord | None:
+    """The record at ``key``; None when there is none or it is unreadable (a corrupt
+    record holds nothing)."""
+    raw = tr.get(key, snapshot=snapshot)
     if raw is None:
         return None
     try:
-        record = _decode(key, raw)
+        return _decode(key, raw)
     except CorruptRecord:
         return None
-    if record.until_ms and record.until_ms <= now_ms:
-        return None
-    return record
 
 
 def hold(
@@ -251,15 +256,8 @@ def waits_for(
     raw_meta = item.meta.get(FLOW_META)
     if not raw_meta or raw_meta[0] != ONE_AT_A_TIME:
         return None
-    key = keys.flow_key(zone, ONE_AT_A_TIME, str(raw_meta[1]))
-    raw = tr.get(key, snapshot=snapshot)
-    if raw is None:
-        return None
-    try:
-        record = _decode(key, raw)
-    except CorruptRecord:
-        return None
-    return None if record.item_id == item.item_id else record.item_id
+    record = _readable(tr, keys.flow_key(zone, ONE_AT_A_TIME, str(raw_meta[1])), snapshot=snapshot)
+    return None if record is None or record.item_id == item.item_id else record.item_id
 
 
 def release(
