@@ -22,7 +22,7 @@ from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.pickups import PickupCounts
 from quickzones.errors import StorageError
 from quickzones.store import batches, heartbeats
-from quickzones.store.flow_keys import TakeTurn
+from quickzones.store.flow_keys import turn_taker
 from quickzones.store.heartbeats import Heartbeat, RunningItem
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore
@@ -42,8 +42,8 @@ class OutcomeCollector:
 
     def __init__(
         self,
-        # Each store with its zone store's take_turn (None: zones that hold no flow keys).
-        stores: Callable[[], Iterable[tuple[KVStore, KeySpace, TakeTurn | None]]],
+        # Each store with its zone store (whose take_turn passes lapsed one-at-a-time keys).
+        stores: Callable[[], Iterable[tuple[KVStore, KeySpace, object]]],
         clock: Clock,
         interval_s: float,
         rng: random.Random,
@@ -56,9 +56,9 @@ class OutcomeCollector:
     def collect_once(self) -> int:
         """One collection over every store; returns the records cleared."""
         cleared = 0
-        for kv, keys, take_turn in self._stores():
+        for kv, keys, zones in self._stores():
             try:
-                now = now_ms(self._clock)
+                now, take_turn = now_ms(self._clock), turn_taker(zones)
                 cleared += collect_expired_outcomes(kv, keys, now, take_turn=take_turn)
                 # Finished batches kept past their week (docs/batches.md), the same way.
                 cleared += batches.collect_expired(kv, keys, now_ms(self._clock))

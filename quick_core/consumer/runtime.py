@@ -39,7 +39,6 @@ from quickzones.consumer.worker import Worker
 from quickzones.errors import ConfigurationError, StoreLost
 from quickzones.registry import Registry
 from quickzones.store.changes import watchers_for
-from quickzones.store.flow_keys import turn_taker
 from quickzones.store.kv import KVStore
 from quickzones.store.limits import Limits
 from quickzones.store.records import WorkItem, ZoneId
@@ -170,11 +169,7 @@ class Consumer(RunsForever):
             paused=self.manager.paused,  # the visits' cached pauses
         )
         self.lease_extender = LeaseExtender(cfg, ops, clock, flight, self._slots, emit)
-        kvs = [
-            (c.kv, c.toplevel.keys, turn_taker(c.zones))
-            for c in clusters.values()
-            if c.kv is not None
-        ]
+        kvs = [(c.kv, c.toplevel.keys, c.zones) for c in clusters.values() if c.kv is not None]
         gc_s = cfg.outcome_gc_interval_s
         self.outcome_collector = OutcomeCollector(lambda: kvs, clock, gc_s, self.rng)
         stores = [(c.name, c.kv, c.toplevel.keys) for c in clusters.values() if c.kv is not None]
