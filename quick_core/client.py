@@ -40,7 +40,7 @@ from quickzones.errors import (
 )
 from quickzones.periodic import Schedule, Scheduler, schedule_decorator
 from quickzones.registry import Handler, JobType, Registry, RetryPolicy
-from quickzones.store import flow_keys, outcomes
+from quickzones.store import flow_key_lapses, outcomes
 from quickzones.store.batches import BatchStatus, Member
 from quickzones.store.flow_keys import Debounce, FlowKey, flow_key
 from quickzones.store.ids import IdSource
@@ -856,7 +856,7 @@ class Quick:
         """Clear up to ``limit`` expired outcome records, oldest first, in one
         transaction (a consumer's maintenance step runs it); returns how many."""
         now = self._now()
-        turn = flow_keys.turn_taker(self.items)  # lapsed one-at-a-time holds pass on
+        turn = flow_key_lapses.turn_taker(self.items)  # lapsed one-at-a-time holds pass on
         return run(
             self.kv, lambda tr: outcomes.collect_expired(tr, self.keys, now, limit, take_turn=turn)
         )

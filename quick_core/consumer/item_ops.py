@@ -19,7 +19,7 @@ from quickzones.consumer.state import Cluster, Work
 from quickzones.errors import Nack
 from quickzones.registry import JobType
 from quickzones.store import outcomes
-from quickzones.store.flow_keys import HoldsRuns
+from quickzones.store.flow_key_lapses import HoldsRuns
 from quickzones.store.progress import ProgressStore
 from quickzones.store.records import WorkItem
 

@@ -23,7 +23,7 @@ from quickzones.consumer.item_ops import ItemOps
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import InFlight, Work
 from quickzones.errors import ItemNotFound, LeaseLost, StorageError
-from quickzones.store.flow_keys import holds_run_lease
+from quickzones.store.flow_key_lapses import holds_run_lease
 
 log = logging.getLogger("quick.consumer")
 

@@ -22,7 +22,7 @@ from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.pickups import PickupCounts
 from quickzones.errors import StorageError
 from quickzones.store import batches, heartbeats
-from quickzones.store.flow_keys import turn_taker
+from quickzones.store.flow_key_lapses import turn_taker
 from quickzones.store.heartbeats import Heartbeat, RunningItem
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore

@@ -3,7 +3,8 @@
 
     (root, "k", app, tenant, kind, key)                  -> key record (msgpack)
     (root, "k", app, tenant, "w", key, seq)              -> item_id (one-at-a-time: waiting)
-    (root, "ke", expires_ms, app, tenant, kind, key)     -> b""  (expiry of a TTL hold)
+    (root, "ke", expires_ms, app, tenant, kind, key)     -> b""  (expiry of a TTL hold, or
+                                                                of an at-most-once run's)
 
 ``kind`` is "i" (idempotency), "d" (debounce) or "s" (one at a time). A record names the
 item holding the key.
@@ -30,38 +31,26 @@ transaction, at its own vesting time, and pulls the zone's pointer to it (the en
 pointer check): the next item is visible at once, nothing spins, and an item without a
 key costs nothing.
 
-An at-most-once holder is deleted when its handler starts, so no lease of its own tells
-whether it still runs: the transaction that takes it writes its run's lease into the key
-record (``lease_until_ms``) with an entry in the expiry index, its consumer renews that
-hold as it would the item's lease (:func:`extend_hold`), and the end of its run releases
-the key. A run that never ends (its process killed) stops renewing: once the hold lapses,
-the maintenance that collects expired holds (:func:`collect_expired`) passes the key to
-the next waiting item. The crashed item is not run again.
-
-A one-at-a-time record that does not decode is held by an **unknown** holder, never free
-(read as free, a second item of the key would start beside the first): enqueues park
-behind it, numbered from the line itself, and it is logged once per key. Its holder
-repairs it with its next write of the key: its finish passes the key on with a new record,
-an at-most-once holder's hold renewal names it again. A holder that will never write
-again has its hold's entry in the expiry index (an at-most-once run); when that lapses,
-the maintenance looks in the zone for an item of the key outside the line (an
-at-least-once holder, which finishes in time) and names it, or passes the key on.
+An at-most-once holder's run holds its one-at-a-time key for the run's lease
+(:func:`hold_run`, ``lease_until_ms``), and a one-at-a-time record that does not decode is
+held by an unknown holder (:func:`holder`): never free, or a second item of the key would
+start beside the first. How such holds end without a finish (a killed run's lapse, a
+corrupt record's repair, a TTL's expiry): :mod:`quickzones.store.flow_key_lapses`.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import msgpack
 
 from quickzones.errors import CorruptRecord, InvalidArgument
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVTransaction
-from quickzones.store.records import WorkItem, ZoneId, decode_item
+from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.validation import MAX_DELAY_S, check_name, check_seconds
 
 log = logging.getLogger("quick.flow_keys")
@@ -79,28 +68,6 @@ QUEUED = "queued"
 DEBOUNCED = "debounced"
 # Who holds a one-at-a-time key whose record does not decode: unknown (no item id is empty).
 UNKNOWN_HOLDER = ""
-# What makes the next item visible when the maintenance passes a lapsed key on (the zone
-# store's order entry and pointer pull, in the same transaction).
-TakeTurn = Callable[[KVTransaction, ZoneId, str], None]
-
-
-@runtime_checkable
-class TakesTurns(Protocol):
-    """A zone store that makes an item a one-at-a-time key passed to visible (KV zones)."""
-
-    def take_turn(self, tr: KVTransaction, zone: ZoneId, item_id: str | None) -> None: ...
-
-
-@runtime_checkable
-class HoldsRuns(Protocol):
-    """A zone store whose at-most-once runs hold one-at-a-time keys (KV zones)."""
-
-    def extend_key_hold(self, zone: ZoneId, item: WorkItem, lease_ms: int) -> int: ...
-
-
-def turn_taker(zones: object) -> TakeTurn | None:
-    """``zones``' :meth:`TakesTurns.take_turn`, or None for a store without flow keys."""
-    return zones.take_turn if isinstance(zones, TakesTurns) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +189,7 @@ def flow_key(
     return FlowKey(IDEMPOTENCY, key, ttl_ms=math.ceil(ttl * 1000))
 
 
-def _encode(record: KeyRecord) -> bytes:
+def encode_record(record: KeyRecord) -> bytes:
     out: bytes = msgpack.packb(
         {
             "v": 1,
@@ -276,7 +243,7 @@ def holder(
         if flow.kind != ONE_AT_A_TIME:
             return None
         _tell_corrupt(zone, flow.key, err)
-        seq = _line_end(tr, keys, zone, flow.key)
+        seq = line_end(tr, keys, zone, flow.key)
         return KeyRecord(UNKNOWN_HOLDER, 0, next_seq=seq, corrupt=True)
     if record.until_ms and record.until_ms <= now_ms:
         return None
@@ -302,7 +269,7 @@ def _tell_corrupt(zone: ZoneId, name: str, err: CorruptRecord) -> None:
     )  # fmt: skip
 
 
-def _line_end(tr: KVTransaction, keys: KeySpace, zone: ZoneId, name: str) -> int:
+def line_end(tr: KVTransaction, keys: KeySpace, zone: ZoneId, name: str) -> int:
     """The number after the key's last waiting item (0 when none waits), read with a
     conflict: two enqueues parking behind a corrupt record (which neither rewrites) at
     once conflict here, so they never take one number."""
@@ -319,7 +286,7 @@ def hold(
     tr: KVTransaction, keys: KeySpace, zone: ZoneId, flow: FlowKey, item_id: str, first_ms: int
 ) -> None:
     """Make ``item_id`` the key's holder, in ``tr`` (the transaction that wrote it)."""
-    tr.set(keys.flow_key(zone, flow.kind, flow.key), _encode(KeyRecord(item_id, first_ms)))
+    tr.set(keys.flow_key(zone, flow.kind, flow.key), encode_record(KeyRecord(item_id, first_ms)))
 
 
 def wait(
@@ -338,7 +305,7 @@ def wait(
     if held.corrupt:
         tr.add_write_conflict_key(key)
         return
-    tr.set(key, _encode(replace(held, next_seq=held.next_seq + 1)))
+    tr.set(key, encode_record(replace(held, next_seq=held.next_seq + 1)))
 
 
 def waits_for(
@@ -398,7 +365,7 @@ def release(
     kind, name, ttl_ms = str(raw_meta[0]), str(raw_meta[1]), int(raw_meta[2])
     if item.delivery == "at_most_once" and state == "completed" and not run_ended:
         if kind == ONE_AT_A_TIME:
-            _hold_run(tr, keys, zone, item.item_id, name, item.vesting_ms)
+            hold_run(tr, keys, zone, item.item_id, name, item.vesting_ms)
         return None
     if kind == ONE_AT_A_TIME:
         return _pass_turn(tr, keys, zone, item, name, int(raw_meta[3]))
@@ -417,7 +384,7 @@ def release(
         return None
     until = now_ms + ttl_ms
     first = now_ms if record is None else record.first_ms
-    tr.set(key, _encode(KeyRecord(item.item_id, first, until, state)))
+    tr.set(key, encode_record(KeyRecord(item.item_id, first, until, state)))
     tr.set(keys.flow_expiry_key(until, zone, kind, name), b"")
     return None
 
@@ -443,7 +410,7 @@ def _pass_turn(
             "one-at-a-time key %r of zone %s: corrupt record repaired by its holder %s",
             name, zone, item.item_id,
         )  # fmt: skip
-        record = KeyRecord(item.item_id, 0, next_seq=_line_end(tr, keys, zone, name))
+        record = KeyRecord(item.item_id, 0, next_seq=line_end(tr, keys, zone, name))
     else:
         if record.item_id != item.item_id:
             return None  # its hold lapsed and the key passed on: nothing of its to release
@@ -469,11 +436,12 @@ def pass_on(
         next_id = raw_id.decode()
         if tr.get(keys.item_key(zone, next_id)) is None:
             continue  # gone without leaving the line (not expected): the next one
-        tr.set(key, _encode(replace(record, item_id=next_id, lease_until_ms=0, corrupt=False)))
+        passed = replace(record, item_id=next_id, lease_until_ms=0, corrupt=False)
+        tr.set(key, encode_record(passed))
         return next_id
 
 
-def _hold_run(
+def hold_run(
     tr: KVTransaction, keys: KeySpace, zone: ZoneId, item_id: str, name: str, until_ms: int
 ) -> bool:
     """The at-most-once holder ``item_id``'s run holds its key until ``until_ms``, in
@@ -492,133 +460,9 @@ def _hold_run(
             "one-at-a-time key %r of zone %s: corrupt record repaired by its holder %s",
             name, zone, item_id,
         )  # fmt: skip
-        record = KeyRecord(item_id, 0, next_seq=_line_end(tr, keys, zone, name))
+        record = KeyRecord(item_id, 0, next_seq=line_end(tr, keys, zone, name))
     if record.item_id != item_id:
         return False
-    tr.set(key, _encode(replace(record, lease_until_ms=until_ms)))
+    tr.set(key, encode_record(replace(record, lease_until_ms=until_ms)))
     tr.set(keys.flow_expiry_key(until_ms, zone, ONE_AT_A_TIME, name), b"")
     return True
-
-
-def extend_hold(
-    tr: KVTransaction, keys: KeySpace, zone: ZoneId, item: WorkItem, until_ms: int
-) -> bool:
-    """Renew the hold of a running at-most-once item (taken: deleted as it started) on
-    its one-at-a-time key until ``until_ms``, in ``tr``; False when the hold lapsed and
-    the key passed on (the run is then no longer the key's only one). True for an item
-    that holds no such key: nothing to renew."""
-    raw_meta = item.meta.get(FLOW_META)
-    if not raw_meta or raw_meta[0] != ONE_AT_A_TIME:
-        return True
-    return _hold_run(tr, keys, zone, item.item_id, str(raw_meta[1]), until_ms)
-
-
-def holds_run_lease(item: WorkItem) -> bool:
-    """Whether ``item``, taken as an at-most-once item, holds a key for its run's lease
-    (:func:`extend_hold` renews it)."""
-    raw_meta = item.meta.get(FLOW_META)
-    if item.delivery != "at_most_once" or not raw_meta:
-        return False
-    return bool(raw_meta[0] == ONE_AT_A_TIME)
-
-
-def collect_expired(
-    tr: KVTransaction, keys: KeySpace, now_ms: int, limit: int, take_turn: TakeTurn | None
-) -> int:
-    """Clear up to ``limit`` TTL holds expired by ``now_ms`` from the start of the expiry
-    index, in ``tr``; returns how many index entries it cleared. A key held again since
-    (a live item, or a later TTL) keeps its record: only the stale entry goes. A lapsed
-    at-most-once run's one-at-a-time key passes to its next waiting item, which
-    ``take_turn`` (the zone store's) makes visible in ``tr``; without one (a store whose
-    zones live elsewhere, which has no such keys) those entries are left."""
-    begin, end = keys.flow_expiry_range(now_ms)
-    rows = tr.get_range(begin, end, limit=limit)
-    left = 0
-    for index_key, _ in rows:
-        expires, zone, kind, name = keys.unpack_flow_expiry_key(index_key)
-        if kind == ONE_AT_A_TIME:
-            if take_turn is None:
-                left += 1
-                continue
-            tr.clear(index_key)
-            turn = _run_lapsed(tr, keys, zone, name, expires)
-            if turn is not None:
-                take_turn(tr, zone, turn)
-            continue
-        tr.clear(index_key)
-        key = keys.flow_key(zone, kind, name)
-        raw = tr.get(key)
-        if raw is not None:
-            try:
-                record = _decode(key, raw)
-                stale = record.until_ms != 0 and record.until_ms <= expires
-            except CorruptRecord:
-                stale = True
-            if stale:
-                tr.clear(key)
-    return len(rows) - left
-
-
-def _run_lapsed(
-    tr: KVTransaction, keys: KeySpace, zone: ZoneId, name: str, expires: int
-) -> str | None:
-    """An at-most-once run's hold on ``name`` that lapsed at ``expires``: the key passed
-    to its next waiting item (returned), unless renewed or passed on since (a stale
-    entry). A corrupt record: named again for the holder found in the zone (an item of
-    the key outside its line), or passed on when none is there."""
-    key = keys.flow_key(zone, ONE_AT_A_TIME, name)
-    raw = tr.get(key)
-    if raw is None:
-        return None
-    try:
-        record = _decode(key, raw)
-    except CorruptRecord:
-        found = _holder_in_zone(tr, keys, zone, name)
-        record = KeyRecord(found or UNKNOWN_HOLDER, 0, next_seq=_line_end(tr, keys, zone, name))
-        log.warning(
-            "one-at-a-time key %r of zone %s: corrupt record repaired (%s)",
-            name, zone, f"held by {found}" if found else "no holder left: passed on",
-        )  # fmt: skip
-        if found is not None:
-            tr.set(key, _encode(record))
-            return None
-        return pass_on(tr, keys, zone, name, record)
-    if record.lease_until_ms == 0 or record.lease_until_ms > expires:
-        return None  # renewed, ended or passed on since
-    log.info(
-        "one-at-a-time key %r of zone %s: the run of at-most-once item %s never ended "
-        "(its hold lapsed); the key passes on",
-        name, zone, record.item_id,
-    )  # fmt: skip
-    return pass_on(tr, keys, zone, name, record)
-
-
-def _holder_in_zone(tr: KVTransaction, keys: KeySpace, zone: ZoneId, name: str) -> str | None:
-    """The zone's item of the one-at-a-time key ``name`` that is not in its line: the
-    key's holder (it took the key or was passed it). Reads the tenant's items (snapshot):
-    only for a corrupt record, whose holder is named nowhere else."""
-    begin, end = keys.items_range(zone)
-    while True:
-        rows = tr.get_range(begin, end, limit=_PAGE, snapshot=True)
-        for item_key, raw in rows:
-            begin = item_key + b"\x00"
-            if len(keys.unpack(item_key)) != 5:  # (z, app, tenant, "i", id): not a chunk
-                continue
-            try:
-                item = decode_item(item_key, raw)
-            except CorruptRecord:
-                continue  # a corrupt item: the visit that meets it sets it aside
-            meta = item.meta.get(FLOW_META)
-            if not meta or meta[0] != ONE_AT_A_TIME or str(meta[1]) != name:
-                continue
-            seq = int(meta[3]) if len(meta) > 3 else -1
-            waiting = seq >= 0 and tr.get(
-                keys.flow_wait_key(zone, name, seq), snapshot=True
-            ) == item.item_id.encode()
-            if not waiting:
-                return item.item_id
-        if len(rows) < _PAGE:
-            return None
-
-
-_PAGE = 1000

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import msgpack
 
 from quickzones.errors import CorruptRecord, InvalidArgument, QuickError
-from quickzones.store import flow_keys
+from quickzones.store import flow_key_lapses, flow_keys
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, run
 from quickzones.store.progress import PROGRESS_KEY, progress_of
@@ -330,14 +330,14 @@ def collect_expired(
     now_ms: int,
     limit: int = GC_BATCH,
     *,
-    take_turn: flow_keys.TakeTurn | None = None,
+    take_turn: flow_key_lapses.TakeTurn | None = None,
 ) -> int:
     """Clear up to ``limit`` expired records from the start of the expiry index, and as
-    many expired flow key holds (:func:`flow_keys.collect_expired`: a lapsed one-at-a-time
+    many expired flow key holds (:func:`flow_key_lapses.collect_expired`: a lapsed one-at-a-time
     hold passes its key on, ``take_turn`` making the next item visible), in ``tr``;
     returns how many entries it cleared. A record rewritten since (the id ran again) has a
     later expiry: only its stale index entry goes."""
-    held = flow_keys.collect_expired(tr, keys, now_ms, limit, take_turn)
+    held = flow_key_lapses.collect_expired(tr, keys, now_ms, limit, take_turn)
     begin, end = keys.outcome_expiry_range(now_ms)
     rows = tr.get_range(begin, end, limit=limit)
     for index_key, _ in rows:
@@ -363,12 +363,12 @@ def collect_expired_outcomes(
     limit: int = GC_BATCH,
     *,
     max_batches: int = GC_MAX_BATCHES,
-    take_turn: flow_keys.TakeTurn | None = None,
+    take_turn: flow_key_lapses.TakeTurn | None = None,
 ) -> int:
     """The maintenance step: clear records expired by ``now_ms``, ``limit`` per
     transaction of their own, until none is left or ``max_batches`` ran; returns how many
     expiry index entries it cleared. ``take_turn``: the zone store's, for one-at-a-time
-    keys whose at-most-once holder's run lapsed (:func:`flow_keys.collect_expired`).
+    keys whose at-most-once holder's run lapsed (:func:`flow_key_lapses.collect_expired`).
 
     Reads only the start of the expiry index (what has expired) and those records, never
     a tenant's zone (but for a corrupt one-at-a-time record met there, whose holder only

@@ -12,7 +12,7 @@ from quickzones.errors import (
     ItemNotFound,
     LeaseLost,
 )
-from quickzones.store import batches, flow_keys, outcomes
+from quickzones.store import batches, flow_key_lapses, flow_keys, outcomes
 from quickzones.store.kv import (
     OWN_STORE,
     KVError,
@@ -77,12 +77,12 @@ class ZoneCompletion(ZoneItems):
     def extend_key_hold(self, zone: ZoneId, item: WorkItem, lease_ms: int) -> int:
         """Renew, for ``lease_ms`` from now, the hold a running at-most-once ``item``
         (deleted as its handler started) has on its one-at-a-time key
-        (:func:`flow_keys.extend_hold`), in a transaction of its own; returns the new end
+        (:func:`flow_key_lapses.extend_hold`), in a transaction of its own; returns the new end
         (store ms). :class:`LeaseLost` when the hold lapsed and the key passed on."""
         until = now_ms(self.clock) + lease_ms
 
         def renew(tr: KVTransaction) -> bool:
-            return flow_keys.extend_hold(tr, self.keys, zone, item, until)
+            return flow_key_lapses.extend_hold(tr, self.keys, zone, item, until)
 
         if not run(self.kv, renew):
             raise LeaseLost(item.item_id, "its one-at-a-time key's hold lapsed and passed on")
