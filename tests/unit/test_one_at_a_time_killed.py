@@ -109,3 +109,34 @@ def test_an_at_most_once_run_longer_than_its_lease_keeps_its_key(tmp_path: Path)
     assert [job for job, _, _ in sorted(spans, key=lambda s: s[1])] == ["once", "after"]
     assert most_at_once([(s, e) for _, s, e in spans]) == 1
     q.close()
+
+
+def test_a_run_whose_hold_was_lost_is_interrupted(tmp_path: Path) -> None:
+    q = Quick.open(f"sqlite:///{tmp_path / 'q.db'}")
+    started = threading.Event()
+    saw: list[bool] = []
+
+    @q.job("once", delivery="at_most_once")
+    def once(payload: Any, ctx: JobContext) -> None:
+        started.set()
+        try:
+            end = time.monotonic() + 30
+            while time.monotonic() < end and not ctx.lease_lost.is_set():
+                time.sleep(0.01)
+        finally:  # the interrupt is raised in here
+            saw.append(ctx.lease_lost.is_set())
+
+    q.enqueue("once", b"", app="a", tenant="t", one_at_a_time="k")
+    consumer = q.consumer(ConsumerConfig(item_lease_s=0.3, idle_sleep_s=0.01))
+    consumer.start()
+    try:
+        assert started.wait(60)
+        # What another consumer's maintenance does to a hold it saw lapse: the key is
+        # passed on (here: no one waits, so it is freed).
+        key = q.keys.flow_key(q.zone("a", "t"), "s", "k")
+        q.transact(lambda tr: tr.clear(key))
+        assert wait_for(lambda: bool(saw))
+    finally:
+        consumer.stop()
+    assert saw == [True]  # the renewal found the key gone: the handler heard it lost
+    q.close()
