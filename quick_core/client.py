@@ -854,7 +854,9 @@ class Quick:
 
     def collect_outcomes(self, limit: int = outcomes.GC_BATCH) -> int:
         """Clear up to ``limit`` expired outcome records, oldest first, in one
-        transaction (a consumer's maintenance step runs it); returns how many."""
+        transaction (a consumer's maintenance step runs it); returns how many. Expired
+        flow key holds go with them: a one-at-a-time key whose at-most-once holder's run
+        lapsed passes to its next item (:mod:`quickzones.store.flow_key_lapses`)."""
         now = self._now()
         turn = flow_key_lapses.turn_taker(self.items)  # lapsed one-at-a-time holds pass on
         return run(

@@ -21,6 +21,7 @@ from quickzones.clock import ManualClock, now_ms
 from quickzones.explain import explain
 from quickzones.store import flow_keys
 from quickzones.store.records import WorkItem, ZoneId
+from tests.unit.helpers import enqueued_at_once
 
 Z = ZoneId("shop", "user-1")
 LEASE_MS = 30_000
@@ -99,6 +100,21 @@ def test_items_parked_before_the_corruption_keep_their_place(q: Quick) -> None:
         order.append(leased[0].item_id)
         _done(q, leased[0])
     assert order == [third, fourth]
+
+
+def test_racing_enqueues_behind_a_corrupt_record_all_wait_in_line(q: Quick) -> None:
+    _enqueue(q, b"0")
+    [one] = _lease(q)
+    _corrupt(q)
+    ids = enqueued_at_once(lambda n, i: _enqueue(q, f"{n}-{i}".encode()))
+    assert _lease(q) == []
+    _done(q, one)
+    ran = []
+    while leased := _lease(q):
+        assert len(leased) == 1  # never two of the key at once
+        ran.append(leased[0].item_id)
+        _done(q, leased[0])
+    assert sorted(ran) == sorted(ids)  # none lost from the line (no number taken twice)
 
 
 def test_a_corrupt_record_is_logged_once_with_its_key(
