@@ -60,9 +60,14 @@ def _confirmed(client: httpx.Client, app: str, params: dict[str, str]) -> httpx.
     asked = client.get(f"/apps/{app}/limits/confirm", params=params)
     assert asked.status_code == 200, asked.text
     fields = _hidden(asked.text)
-    action = re.search(r'<form method="post" action="([^"]+)"', asked.text)
-    assert action is not None and fields["confirm"] == "yes"
-    return client.post(html_lib.unescape(action[1]), data=fields)
+    return client.post(_action(asked.text), data=fields)
+
+
+def _action(page: str) -> str:
+    """Where the confirmation page's form posts (not the header's sign-out form)."""
+    found = re.search(r'<form method="post" action="(/apps/[^"]+/limits/[a-z]+)"', page)
+    assert found is not None, page
+    return html_lib.unescape(found[1])
 
 
 def _error(page: str) -> str:
@@ -153,10 +158,7 @@ def test_an_admin_sets_declares_and_removes_limits_from_the_page(q: Quick) -> No
         assert "app=shop limit=emails concurrency=5 per_tenant=2" in asked.text
         assert "app=shop limit=emails concurrency=3 per_tenant=1 rate=600/3600s" in asked.text
         assert q.get_limit("shop", "emails") == Limit("shop", "emails", 5, 2)  # not yet
-        done = client.post(
-            html_lib.unescape(re.findall(r'<form method="post" action="([^"]+)"', asked.text)[0]),
-            data=_hidden(asked.text),
-        )
+        done = client.post(_action(asked.text), data=_hidden(asked.text))
         assert done.status_code == 303 and "done=" in done.headers["location"]
         assert q.get_limit("shop", "emails") == Limit("shop", "emails", 3, 1, 600, 3600.0)
         after = client.get(done.headers["location"]).text
