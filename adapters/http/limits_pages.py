@@ -90,7 +90,10 @@ def rate_text(limit: Limit) -> str:
     """A limit's rate in the form's syntax ("" when it has none)."""
     if limit.rate is None:
         return ""
-    return f"{limit.rate}/s" if limit.per_s == 1 else f"{limit.rate}/{limit.per_s:g}s"
+    if limit.per_s == 1:
+        return f"{limit.rate}/s"
+    per = repr(limit.per_s)  # every digit: a change of another field keeps the period
+    return f"{limit.rate}/{per.removesuffix('.0')}s"
 
 
 def parse_rate(text: str) -> tuple[int | None, float]:

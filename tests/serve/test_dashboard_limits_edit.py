@@ -148,6 +148,11 @@ def test_an_admin_sets_declares_and_removes_limits_from_the_page(q: Quick) -> No
         form = edit.split('id="set-limit"')[1].split("</form>")[0]
         assert 'name="concurrency" value="5"' in form and 'name="per_tenant" value="2"' in form
         assert 'name="name" value="emails"' in form and 'name="new"' not in form
+        # A period set through the API keeps every digit in the form (not 12345.7).
+        q.set_limit("shop", "sms", rate=5, per=12345.67)
+        edit = client.get("/apps/shop/limits", params={"edit": "sms"}).text
+        assert 'name="rate" value="5/12345.67s"' in edit
+        q.delete_limit("shop", "sms")
         asked = client.get(
             "/apps/shop/limits/confirm",
             params={"action": "set", "name": "emails", "concurrency": "3", "per_tenant": "1",
