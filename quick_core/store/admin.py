@@ -473,7 +473,7 @@ def key_turns(q: Quick, zone: ZoneId, items: Sequence[WorkItem]) -> dict[str, Ke
         turns: dict[str, KeyTurn] = {}
         for key, waiting in by_key.items():
             holder = None
-            for item in waiting:  # None only for the holder itself: the next one names it
+            for item in waiting:  # None for the holder itself (or no readable record)
                 holder = flow_keys.waits_for(tr, q.keys, zone, item)
                 if holder is not None:
                     break

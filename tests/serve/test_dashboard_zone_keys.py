@@ -9,6 +9,7 @@ from __future__ import annotations
 import html as html_lib
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -16,15 +17,22 @@ import pytest
 from quickzones.adapters.http import TokenStore, create_app
 from quickzones.client import Quick
 from quickzones.urls import open_kv
+from tests.conftest import HAVE_FDB, HAVE_POSTGRES, store_url
 from tests.counting_kv import CountingKV
 
 from .conftest import ServerThread
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def q(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Quick]:
-    url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path}/q.db"
-    quick = Quick.open(url)
+@pytest.fixture(
+    params=[
+        "memory",
+        "sqlite",
+        *(["postgres"] if HAVE_POSTGRES else []),
+        *([pytest.param("fdb", marks=pytest.mark.fdb)] if HAVE_FDB else []),
+    ]
+)
+def q(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Quick]:
+    quick = Quick.open(store_url(request.param, tmp_path))
     try:
         yield quick
     finally:
