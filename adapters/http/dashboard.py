@@ -241,7 +241,8 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
         return who, forbidden(request, who, app)
 
     # The one guard of every control that changes data (dead letters here, pauses and
-    # weights in fairness_pages.py): its confirmation page, then its POST.
+    # weights in fairness_pages.py, named limits in limits_pages.py): its confirmation
+    # page, then its POST.
     def admin_page(request: Request, app_name: str) -> TokenInfo | Response:
         """The signed-in admin of ``app_name`` a confirmation page is for, or the answer
         that refuses it (sign in, another app's token, a view token)."""
@@ -357,7 +358,14 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
         # A page reads the items it shows from its cursor; the count is the zone's counter.
         total, items = admin.zone_item_page(state.q, zone, limit=_PAGE, cursor=cursor or None)
         now = now_ms(state.q.clock)
-        rows = [(i, views.item_state(i, now)) for i in items.rows]
+        # An item parked behind its one-at-a-time key's holder is not runnable, whatever
+        # its vesting time says: it waits (the page's keys read once or twice each).
+        turns = admin.key_turns(state.q, zone, items.rows)
+        rows = []
+        for i in items.rows:
+            turn = turns.get(i.item_id)
+            parked = turn is not None and turn.holder is not None
+            rows.append((i, "waiting" if parked else views.item_state(i, now), turn))
         return page(
             request, "zone.html", who, app=app_name, tenant=tenant, items=rows, total=total,
             cursor=cursor, next_cursor=items.next_cursor,
@@ -458,7 +466,9 @@ def mount_dashboard(app: FastAPI, state: ServeState) -> None:
     mount_stuck_pages(
         app, board, page=page, admit=admit, admin_page=admin_page, admin_post=admin_post
     )
-    mount_limits_pages(app, board, page=page, admit=admit)
+    mount_limits_pages(
+        app, board, page=page, admit=admit, admin_page=admin_page, admin_post=admin_post
+    )
 
     @app.get("/shards", include_in_schema=False)
     def shards_page(request: Request) -> Response:

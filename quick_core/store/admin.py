@@ -448,6 +448,42 @@ def zone_item_page(
             return zone_count(q, zone), Page([x for _, x in shown], None)
 
 
+@dataclass(frozen=True, slots=True)
+class KeyTurn:
+    """Where an item stands with the one-at-a-time key it names: it holds ``key``
+    (``holder`` None), or waits parked for the item ``holder``, which holds it."""
+
+    key: str
+    holder: str | None = None
+
+
+def key_turns(q: Quick, zone: ZoneId, items: Sequence[WorkItem]) -> dict[str, KeyTurn]:
+    """The turn of each of ``items`` (a page of a zone's) that names a one-at-a-time key,
+    by item id, as :func:`flow_keys.waits_for` decides it (the rule the key's release
+    passes it by). One snapshot transaction; a key's record is read once or twice however
+    many of its items the page shows (every read of it returns the same holder), and an
+    item without a key costs nothing."""
+    by_key: dict[str, list[WorkItem]] = {}
+    for item in items:
+        named = item.meta.get(flow_keys.FLOW_META)
+        if named and named[0] == flow_keys.ONE_AT_A_TIME:
+            by_key.setdefault(str(named[1]), []).append(item)
+
+    def read(tr: KVTransaction) -> dict[str, KeyTurn]:
+        turns: dict[str, KeyTurn] = {}
+        for key, waiting in by_key.items():
+            holder = None
+            for item in waiting:  # None for the holder itself (or no readable record)
+                holder = flow_keys.waits_for(tr, q.keys, zone, item)
+                if holder is not None:
+                    break
+            for item in waiting:
+                turns[item.item_id] = KeyTurn(key, None if item.item_id == holder else holder)
+        return turns
+
+    return run(q.kv, read) if by_key else {}
+
+
 # A bulk requeue moves letters in transactions of at most this many letters and (a
 # letter past the first) this many payload bytes: far inside the 10 MB and 5 s limits, and
 # a crash between two of them leaves every letter either still dead or queued, never both

@@ -1,7 +1,8 @@
 """Every dashboard control that changes data (dead letters' requeue and purge, pauses,
-tenant weights) passes the same guard, in the same order: signed in, the session's CSRF
-token, a token for the app, the admin role, then the confirmation page's "yes"; a POST
-refused at any step changes nothing, and the same POST confirmed does what it says."""
+tenant weights, named limits) passes the same guard, in the same order: signed in, the
+session's CSRF token, a token for the app, the admin role, then the confirmation page's
+"yes"; a POST refused at any step changes nothing, and the same POST confirmed does what
+it says."""
 
 from __future__ import annotations
 
@@ -26,6 +27,12 @@ CONTROLS: dict[str, tuple[str, dict[str, str], Callable[[Quick], Any]]] = {
         lambda q: len(q.dead_letters(app="a")),
     ),
     "pause": ("/apps/a/pauses/pause", {"tenant": "t"}, lambda q: q.paused()),
+    "limit set": (
+        "/apps/a/limits/set",
+        {"name": "emails", "concurrency": "3"},
+        lambda q: q.list_limits("a"),
+    ),
+    "limit remove": ("/apps/a/limits/remove", {"name": "emails"}, lambda q: q.list_limits("a")),
     "weight": (
         "/apps/a/weights/set",
         {"tenant": "t", "weight": "3"},
@@ -54,6 +61,7 @@ def test_each_control_is_refused_by_one_guard_and_changes_nothing(control: str) 
 
     q.enqueue("fails", 1, app="a", tenant="t")
     q.run_until_idle()
+    q.set_limit("a", "emails", concurrency=5)
     tokens = TokenStore(q.kv, q.keys, q.clock)
     admin_a = tokens.create("a", ["admin"])[0]
     admin_b = tokens.create("b", ["admin"])[0]

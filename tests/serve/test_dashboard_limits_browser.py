@@ -14,6 +14,7 @@ from quickzones.adapters.http import TokenStore, create_app
 from quickzones.adapters.http.client import RemoteQuick
 from quickzones.client import Quick
 from quickzones.consumer.config import ConsumerConfig
+from quickzones.store.named_limits import Limit
 from tests.waiting import wait_for
 
 from .browser import require_chromium
@@ -85,4 +86,57 @@ def test_the_limits_page_in_a_browser(tmp_path: Path, browser: Any) -> None:
     finally:
         release.set()
         consumer.stop()
+        q.close()
+
+
+def test_a_limit_changed_through_the_form_in_a_browser(tmp_path: Path, browser: Any) -> None:
+    """An admin changes a limit from its row's "change…", confirms, and sees it changed;
+    a bad rate typed in the form is an error on the page. The screenshot, of the filled
+    form, is kept in ``docs/img/serve-limits-edit.png``."""
+    q = Quick.open(f"sqlite:///{tmp_path / 'dash.db'}")
+    q.set_limit("shop", "emails", concurrency=5, per_tenant=2)
+    q.set_limit("shop", "sms", rate=10, per=60)
+    # Slots held now, as running consumers hold them: the total's and tenants' shares.
+    for tenant, n in (("acme", 2), ("globex", 1)):
+        q.limits.acquire_slots("limit", ("shop", "emails", ""), "consumer-1", n, 5, 600_000)
+        q.limits.acquire_slots("limit", ("shop", "emails", tenant), "consumer-1", n, 2, 600_000)
+    operator = TokenStore(q.kv, q.keys, q.clock).create("shop", ["admin"])[0]
+    try:
+        with ServerThread(create_app(q)) as server:
+            page = browser.new_page(viewport={"width": 1280, "height": 760})
+            try:
+                page.goto(server.url + "/login")
+                page.fill("#token", operator)
+                page.click("#sign-in")
+                page.wait_for_selector("h1:has-text('Overview')")
+                page.goto(server.url + "/apps/shop/limits")
+                page.locator("tr[data-limit=emails] >> text=change…").click()
+                page.wait_for_selector("h2:has-text('Change limit emails')")
+                form = page.locator("#set-limit")
+                assert form.locator("input[name=concurrency]").input_value() == "5"
+                assert form.locator("input[name=per_tenant]").input_value() == "2"
+                form.locator("input[name=concurrency]").fill("3")
+                form.locator("input[name=rate]").fill("600/h")
+                DOCS_IMG.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(DOCS_IMG / "serve-limits-edit.png"), full_page=True)
+                page.click("#set-limit-button")
+                page.wait_for_selector("h1:has-text('Change limit emails of shop?')")
+                page.click("#confirm")
+                sync_api.expect(page.locator("#done")).to_contain_text(
+                    "set app=shop limit=emails concurrency=3 per_tenant=2 rate=600/3600s"
+                )
+                emails = page.locator("tr[data-limit=emails]")
+                sync_api.expect(emails.locator("td[data-col=held]")).to_contain_text("3 of 3")
+                assert q.get_limit("shop", "emails") == Limit("shop", "emails", 3, 2, 600, 3600.0)
+
+                form = page.locator("#set-limit")  # back to declaring a limit
+                form.locator("input[name=name]").fill("push")
+                form.locator("input[name=rate]").fill("ten a minute")
+                page.click("#set-limit-button")
+                sync_api.expect(page.locator("#error")).to_contain_text("invalid rate")
+                assert page.locator("#set-limit input[name=rate]").input_value() == "ten a minute"
+                assert [x.name for x in q.list_limits("shop")] == ["emails", "sms"]
+            finally:
+                page.close()
+    finally:
         q.close()
