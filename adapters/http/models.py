@@ -464,8 +464,24 @@ def leased_item(zone: ZoneId, item: WorkItem) -> LeasedItem:
         enqueued_ms=item.enqueued_ms,
         lease_expires_ms=item.vesting_ms,
         vested_ms=item.vested_ms,
-        meta={k: v for k, v in item.meta.items() if not k.startswith("_")},
+        meta=_json_meta(item.meta),
     )
+
+
+def _json_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """The handler's metadata a lease carries: quick's own ``_`` keys left out, and any
+    value JSON cannot carry (bytes a local handler's nack left) too, so that one never
+    fails the lease."""
+    out: dict[str, Any] = {}
+    for key, value in meta.items():
+        if key.startswith("_"):
+            continue
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            continue
+        out[key] = value
+    return out
 
 
 def payload_out(item: WorkItem) -> tuple[Any, str | None]:

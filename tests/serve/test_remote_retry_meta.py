@@ -110,3 +110,16 @@ def test_a_bad_nack_meta_is_a_422_and_changes_nothing(served: Served, meta: Any,
         client.nack(lease, delay_s=0, error="down", meta={"tries": [1]})
     item = served.q.get("a", "t", item_id)
     assert item is not None and item.lease_id is None and item.meta == {"tries": [1]}
+
+
+def test_a_lease_carries_the_meta_json_can_carry(served: Served) -> None:
+    # A local handler's nack may leave bytes in the item's metadata: the lease still
+    # answers, with the rest.
+    item_id = served.q.enqueue("sync", b"", app="a", tenant="t")
+    zone = served.q.zone("a", "t")
+    [local], _ = served.q.items.dequeue(zone, 1, 30_000)
+    assert local.lease_id is not None
+    served.q.items.requeue(zone, item_id, local.lease_id, 0, meta={"raw": b"\xff", "n": 1})
+    with RemoteQuick(served.url, served.a_all) as client:
+        [lease] = client.lease(1, lease_s=30)
+    assert lease.item_id == item_id and lease.meta == {"n": 1}
