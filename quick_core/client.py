@@ -40,7 +40,7 @@ from quickzones.errors import (
 )
 from quickzones.periodic import Schedule, Scheduler, schedule_decorator
 from quickzones.registry import Handler, JobType, Registry, RetryPolicy
-from quickzones.store import outcomes
+from quickzones.store import flow_key_lapses, outcomes
 from quickzones.store.batches import BatchStatus, Member
 from quickzones.store.flow_keys import Debounce, FlowKey, flow_key
 from quickzones.store.ids import IdSource
@@ -854,9 +854,14 @@ class Quick:
 
     def collect_outcomes(self, limit: int = outcomes.GC_BATCH) -> int:
         """Clear up to ``limit`` expired outcome records, oldest first, in one
-        transaction (a consumer's maintenance step runs it); returns how many."""
+        transaction (a consumer's maintenance step runs it); returns how many. Expired
+        flow key holds go with them: a one-at-a-time key whose at-most-once holder's run
+        lapsed passes to its next item (:mod:`quickzones.store.flow_key_lapses`)."""
         now = self._now()
-        return run(self.kv, lambda tr: outcomes.collect_expired(tr, self.keys, now, limit))
+        turn = flow_key_lapses.turn_taker(self.items)  # lapsed one-at-a-time holds pass on
+        return run(
+            self.kv, lambda tr: outcomes.collect_expired(tr, self.keys, now, limit, take_turn=turn)
+        )
 
     def _now(self) -> int:
         return now_ms(self.clock)

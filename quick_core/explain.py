@@ -376,6 +376,10 @@ def _one_at_a_time(c: Context) -> list[Rule]:
     holder = run(c.q.kv, lambda tr: flow_keys.waits_for(tr, c.q.keys, c.zone, c.item))
     if holder is None:
         return [Rule("one_at_a_time", False, f"holds its one-at-a-time key {key[1]!r}")]
+    if holder == flow_keys.UNKNOWN_HOLDER:
+        return [Rule("one_at_a_time", True, f"one-at-a-time key {key[1]!r}: its record is "
+                     "corrupt, so an unknown holder has it: runs when the holder finishes "
+                     "(which repairs the record) or its hold lapses")]  # fmt: skip
     return [Rule("one_at_a_time", True, f"one-at-a-time key {key[1]!r} held by item "
                  f"{holder}: runs when it completes, is cancelled or dead-lettered",
                  items=(holder,))]  # fmt: skip

@@ -516,7 +516,8 @@ def nack(
     app: str, tenant: str, item_id: str, body: m.NackRequest, request: Request, who: Consumer
 ) -> Response:
     """Give the item back to run again after ``delay_s``; with ``error``, the failed run
-    counts as an error."""
+    counts as an error; ``meta`` (a JSON object, at most 16 KiB) is merged into the
+    item's metadata: what the run leaves for the next (``JobContext.retry_meta``)."""
     state = state_of(request)
     q = state.q
     zone = q.zone(allow_app(who, app), tenant)
@@ -530,6 +531,7 @@ def nack(
             int(body.delay_s * 1000),
             error=body.error,
             count_error=body.error is not None,
+            meta=body.meta,
             ran=body.ran,
         )
     except (LeaseLost, ItemNotFound) as err:

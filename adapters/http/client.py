@@ -73,6 +73,8 @@ class RemoteLease:
     priority: int = 0
     last_error: str | None = None
     vested_ms: int | None = None  # when it vested: its pickup is counted from there
+    # What earlier failed runs left for this one (their nacks' ``meta``): ``ctx.meta``.
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +180,7 @@ def _lease_of(raw: dict[str, Any]) -> RemoteLease:
         priority=raw.get("priority", 0),
         last_error=raw.get("last_error"),
         vested_ms=raw.get("vested_ms"),
+        meta=dict(raw.get("meta") or {}),
     )
 
 
@@ -234,6 +237,15 @@ class _Calls:
     def on_lease(lease: RemoteLease, verb: str, **fields: Any) -> _Call:
         path = _item_path(lease.app, lease.tenant, lease.item_id) + "/" + verb
         return _Call("POST", path, {"lease_id": lease.lease_id, **fields})
+
+    @staticmethod
+    def nack(
+        lease: RemoteLease, delay_s: float, error: str | None, ran: bool, meta: Any
+    ) -> _Call:
+        fields: dict[str, Any] = {"delay_s": delay_s, "error": error, "ran": ran}
+        if meta:  # only when given: a server before retry_meta refuses the field
+            fields["meta"] = meta
+        return _Calls.on_lease(lease, "nack", **fields)
 
     @staticmethod
     def complete_many(leases: Sequence[RemoteLease], results: Sequence[Any] | None = None) -> _Call:
@@ -469,10 +481,12 @@ class RemoteQuick:
         error: str | None = None,
         *,
         ran: bool = True,
+        meta: dict[str, Any] | None = None,
     ) -> None:
         """Give the item back to run after ``delay_s``; ``error`` counts the run as an
-        error; ``ran=False``: it never started (the run is not counted)."""
-        self._do(_Calls.on_lease(lease, "nack", delay_s=delay_s, error=error, ran=ran))
+        error; ``ran=False``: it never started (the run is not counted); ``meta``: merged
+        into the item's metadata, what the next run sees (``JobContext.retry_meta``)."""
+        self._do(_Calls.nack(lease, delay_s, error, ran, meta))
 
     def fail(self, lease: RemoteLease, reason: str, traceback: str | None = None) -> None:
         self._do(_Calls.on_lease(lease, "fail", reason=reason, traceback=traceback))
@@ -673,8 +687,9 @@ class AsyncRemoteQuick:
         error: str | None = None,
         *,
         ran: bool = True,
+        meta: dict[str, Any] | None = None,
     ) -> None:
-        await self._do(_Calls.on_lease(lease, "nack", delay_s=delay_s, error=error, ran=ran))
+        await self._do(_Calls.nack(lease, delay_s, error, ran, meta))
 
     async def fail(self, lease: RemoteLease, reason: str, traceback: str | None = None) -> None:
         await self._do(_Calls.on_lease(lease, "fail", reason=reason, traceback=traceback))

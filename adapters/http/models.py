@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from quickzones.adapters.http.bulk import MAX_BATCH_ITEMS
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId
@@ -183,6 +184,9 @@ class LeasedItem(BaseModel):
     # When it vested (its requested run time, a retry's backoff end): pickup is counted
     # from it, not from the enqueue (a delay is asked for, not waited). None: unknown.
     vested_ms: int | None = None
+    # What earlier failed runs left for this one (nacks' ``meta``): the handler's
+    # ``ctx.meta``; quick's own keys are not sent.
+    meta: dict[str, Any] = Field(default_factory=dict)
 
 
 class LeaseResponse(BaseModel):
@@ -260,12 +264,38 @@ class Extended(BaseModel):
     lease_expires_ms: int
 
 
+# A nack's ``meta`` (a remote handler's ``retry_meta``) is merged into the item's record,
+# which every later lease and requeue rewrites: kept well inside one value (FoundationDB's
+# limit is 100 kB) beside the item's own fields.
+MAX_RETRY_META_BYTES = 16 * 1024
+
+
 class NackRequest(LeaseRef):
     delay_s: float = _Seconds
     error: str | None = Field(default=None, max_length=2000)
     # False: the item is given back unstarted (a worker stopping, a cap), so this lease
     # was no run and its count is taken back.
     ran: bool = True
+    # What the failed run leaves for the next (JobContext.retry_meta): merged into the
+    # item's metadata by this requeue, seen by the next run in ``ctx.meta``.
+    meta: Any = Field(default=None, description="a JSON object of the handler's own keys")
+
+    @field_validator("meta")
+    @classmethod
+    def _meta(cls, meta: Any) -> Any:
+        if meta is None:
+            return None
+        if not isinstance(meta, dict):
+            raise ValueError(f"must be a JSON object, not {type(meta).__name__}")
+        for key in meta:
+            if not key:
+                raise ValueError("a key must not be empty")
+            if key.startswith("_"):
+                raise ValueError(f"key {key[:50]!r}: keys starting with '_' are quick's own")
+        size = len(json.dumps(meta, separators=(",", ":")).encode())
+        if size > MAX_RETRY_META_BYTES:
+            raise ValueError(f"must be at most {MAX_RETRY_META_BYTES} bytes as JSON, not {size}")
+        return meta
 
 
 class FailRequest(LeaseRef):
@@ -434,7 +464,24 @@ def leased_item(zone: ZoneId, item: WorkItem) -> LeasedItem:
         enqueued_ms=item.enqueued_ms,
         lease_expires_ms=item.vesting_ms,
         vested_ms=item.vested_ms,
+        meta=_json_meta(item.meta),
     )
+
+
+def _json_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """The handler's metadata a lease carries: quick's own ``_`` keys left out, and any
+    value JSON cannot carry (bytes a local handler's nack left) too, so that one never
+    fails the lease."""
+    out: dict[str, Any] = {}
+    for key, value in meta.items():
+        if key.startswith("_"):
+            continue
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            continue
+        out[key] = value
+    return out
 
 
 def payload_out(item: WorkItem) -> tuple[Any, str | None]:

@@ -84,6 +84,7 @@ def _item_of(lease: RemoteLease) -> WorkItem:
         last_error=lease.last_error,
         content_type=content_type,
         attempts=lease.attempts,
+        meta=dict(lease.meta),
     )
 
 
@@ -172,14 +173,18 @@ class RemoteItemOps:
             if outcome is None:
                 self.stats.failed += 1
             return outcome or "dead_lettered"
-        outcome = self._report(lambda: self.client.nack(lease, delay_s=delay, error=reason))
+        meta = work.retry_meta or None  # what the next run sees, as a local requeue keeps it
+        outcome = self._report(
+            lambda: self.client.nack(lease, delay_s=delay, error=reason, meta=meta)
+        )
         if outcome is None:
             self.stats.retried += 1
         return outcome or "requeued"
 
     def nack(self, work: Work, nack: Nack) -> str:
         lease = self.lease_of(work)
-        outcome = self._report(lambda: self.client.nack(lease, delay_s=max(0.0, nack.delay_s)))
+        delay, meta = max(0.0, nack.delay_s), nack.meta or None
+        outcome = self._report(lambda: self.client.nack(lease, delay_s=delay, meta=meta))
         if outcome is None:
             self.stats.nacked += 1
         return outcome or "nacked"

@@ -19,6 +19,7 @@ from quickzones.consumer.state import Cluster, Work
 from quickzones.errors import Nack
 from quickzones.registry import JobType
 from quickzones.store import outcomes
+from quickzones.store.flow_key_lapses import HoldsRuns
 from quickzones.store.progress import ProgressStore
 from quickzones.store.records import WorkItem
 
@@ -38,7 +39,9 @@ class ItemOps(Protocol):
         ...
 
     def extend(self, work: Work, lease_ms: int) -> WorkItem:
-        """Renew the lease (``LeaseLost``/``ItemNotFound`` if it is gone)."""
+        """Renew the lease (``LeaseLost``/``ItemNotFound`` if it is gone); for a taken
+        at-most-once item (``work.started``), its run's hold on its one-at-a-time key
+        (``LeaseLost`` when that lapsed and the key passed on)."""
         ...
 
     def gone_many(self, works: Sequence[Work]) -> list[bool]:
@@ -107,6 +110,12 @@ class StoreItemOps:
     def extend(self, work: Work, lease_ms: int) -> WorkItem:
         item = work.item
         zones = self.clusters[work.cluster].zones
+        if work.started:
+            # Taken (at most once): no item left to lease; its run's hold on its
+            # one-at-a-time key is what lapses if this process dies.
+            if not isinstance(zones, HoldsRuns):
+                return item
+            return item.with_(vesting_ms=zones.extend_key_hold(work.zone, item, lease_ms))
         return zones.extend_lease(work.zone, item.item_id, item.lease_id or "", lease_ms)
 
     def gone_many(self, works: Sequence[Work]) -> list[bool]:

@@ -23,6 +23,7 @@ from quickzones.consumer.item_ops import ItemOps
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import InFlight, Work
 from quickzones.errors import ItemNotFound, LeaseLost, StorageError
+from quickzones.store.flow_key_lapses import holds_run_lease
 
 log = logging.getLogger("quick.consumer")
 
@@ -84,8 +85,10 @@ class LeaseExtender:
             if r.deadline is not None and mono > r.deadline:
                 self.in_flight.interrupt(r, ExecutionBoundExceeded)
                 continue
-            if r.work.started or r.transactional:
-                continue  # deleted already / held by its worker for each transaction's life
+            if r.transactional:
+                continue  # held by its worker for each transaction's life
+            if r.work.started and not holds_run_lease(r.work.item):
+                continue  # deleted already: nothing to renew
             if not due_for_extension(self.config, self.clock, r.work):
                 continue
             try:

@@ -22,6 +22,7 @@ from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.pickups import PickupCounts
 from quickzones.errors import StorageError
 from quickzones.store import batches, heartbeats
+from quickzones.store.flow_key_lapses import turn_taker
 from quickzones.store.heartbeats import Heartbeat, RunningItem
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore
@@ -41,7 +42,8 @@ class OutcomeCollector:
 
     def __init__(
         self,
-        stores: Callable[[], Iterable[tuple[KVStore, KeySpace]]],
+        # Each store with its zone store (whose take_turn passes lapsed one-at-a-time keys).
+        stores: Callable[[], Iterable[tuple[KVStore, KeySpace, object]]],
         clock: Clock,
         interval_s: float,
         rng: random.Random,
@@ -54,9 +56,10 @@ class OutcomeCollector:
     def collect_once(self) -> int:
         """One collection over every store; returns the records cleared."""
         cleared = 0
-        for kv, keys in self._stores():
+        for kv, keys, zones in self._stores():
             try:
-                cleared += collect_expired_outcomes(kv, keys, now_ms(self._clock))
+                now, take_turn = now_ms(self._clock), turn_taker(zones)
+                cleared += collect_expired_outcomes(kv, keys, now, take_turn=take_turn)
                 # Finished batches kept past their week (docs/batches.md), the same way.
                 cleared += batches.collect_expired(kv, keys, now_ms(self._clock))
             except StorageError as err:  # the next period tries again

@@ -169,7 +169,7 @@ class Consumer(RunsForever):
             paused=self.manager.paused,  # the visits' cached pauses
         )
         self.lease_extender = LeaseExtender(cfg, ops, clock, flight, self._slots, emit)
-        kvs = [(c.kv, c.toplevel.keys) for c in clusters.values() if c.kv is not None]
+        kvs = [(c.kv, c.toplevel.keys, c.zones) for c in clusters.values() if c.kv is not None]
         gc_s = cfg.outcome_gc_interval_s
         self.outcome_collector = OutcomeCollector(lambda: kvs, clock, gc_s, self.rng)
         stores = [(c.name, c.kv, c.toplevel.keys) for c in clusters.values() if c.kv is not None]

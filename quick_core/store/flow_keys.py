@@ -3,7 +3,8 @@
 
     (root, "k", app, tenant, kind, key)                  -> key record (msgpack)
     (root, "k", app, tenant, "w", key, seq)              -> item_id (one-at-a-time: waiting)
-    (root, "ke", expires_ms, app, tenant, kind, key)     -> b""  (expiry of a TTL hold)
+    (root, "ke", expires_ms, app, tenant, kind, key)     -> b""  (expiry of a TTL hold, or
+                                                                of an at-most-once run's)
 
 ``kind`` is "i" (idempotency), "d" (debounce) or "s" (one at a time). A record names the
 item holding the key.
@@ -29,10 +30,17 @@ the first waiting item and the zone store writes that item's order entry in the 
 transaction, at its own vesting time, and pulls the zone's pointer to it (the enqueue's
 pointer check): the next item is visible at once, nothing spins, and an item without a
 key costs nothing.
+
+An at-most-once holder's run holds its one-at-a-time key for the run's lease
+(:func:`hold_run`, ``lease_until_ms``), and a one-at-a-time record that does not decode is
+held by an unknown holder (:func:`holder`): never free, or a second item of the key would
+start beside the first. How such holds end without a finish (a killed run's lapse, a
+corrupt record's repair, a TTL's expiry): :mod:`quickzones.store.flow_key_lapses`.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, replace
 from typing import Any
@@ -45,6 +53,8 @@ from quickzones.store.kv import KVTransaction
 from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.validation import MAX_DELAY_S, check_name, check_seconds
 
+log = logging.getLogger("quick.flow_keys")
+
 IDEMPOTENCY = "i"
 DEBOUNCE = "d"
 ONE_AT_A_TIME = "s"
@@ -56,6 +66,8 @@ FLOW_META = "_k"
 QUEUED = "queued"
 # What an enqueue merged into a debounced item reports.
 DEBOUNCED = "debounced"
+# Who holds a one-at-a-time key whose record does not decode: unknown (no item id is empty).
+UNKNOWN_HOLDER = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +118,10 @@ class KeyRecord:
     until_ms: int = 0
     state: str | None = None
     next_seq: int = 0  # one at a time: the next waiting item's number
+    # One at a time, held by an at-most-once item whose run started: when that run's
+    # hold lapses unless renewed (0: the holder is an item in the zone, its own lease).
+    lease_until_ms: int = 0
+    corrupt: bool = False  # not stored: read from a record that does not decode
 
 
 def flow_key(
@@ -173,7 +189,7 @@ def flow_key(
     return FlowKey(IDEMPOTENCY, key, ttl_ms=math.ceil(ttl * 1000))
 
 
-def _encode(record: KeyRecord) -> bytes:
+def encode_record(record: KeyRecord) -> bytes:
     out: bytes = msgpack.packb(
         {
             "v": 1,
@@ -182,6 +198,7 @@ def _encode(record: KeyRecord) -> bytes:
             "u": record.until_ms,
             "st": record.state,
             "n": record.next_seq,
+            "l": record.lease_until_ms,
         },
         use_bin_type=True,
     )
@@ -196,7 +213,14 @@ def decode_record(key: bytes, raw: bytes) -> KeyRecord:
 def _decode(key: bytes, raw: bytes) -> KeyRecord:
     try:
         d = msgpack.unpackb(raw, raw=False)
-        return KeyRecord(str(d["id"]), int(d["f"]), int(d["u"]), d.get("st"), int(d.get("n", 0)))
+        return KeyRecord(
+            str(d["id"]),
+            int(d["f"]),
+            int(d["u"]),
+            d.get("st"),
+            int(d.get("n", 0)),
+            int(d.get("l", 0)),
+        )
     except Exception as err:  # msgpack and a missing field raise unrelated types
         raise CorruptRecord(key, f"flow key record: {err}") from err
 
@@ -206,30 +230,63 @@ def holder(
 ) -> KeyRecord | None:
     """Who holds the key, read in ``tr`` with a conflict (a racing enqueue or release of
     it makes one of the two retry); None when free, or held by a TTL that ran out. A
-    corrupt record holds nothing: the enqueue overwrites it."""
-    record = _readable(tr, keys.flow_key(zone, flow.kind, flow.key), snapshot=False)
-    if record is None or (record.until_ms and record.until_ms <= now_ms):
+    corrupt idempotency or debounce record holds nothing (the enqueue overwrites it); a
+    corrupt one-at-a-time record is held by an unknown holder (``corrupt``), its line's
+    next number read from the line."""
+    key = keys.flow_key(zone, flow.kind, flow.key)
+    raw = tr.get(key)
+    if raw is None:
+        return None
+    try:
+        record = _decode(key, raw)
+    except CorruptRecord as err:
+        if flow.kind != ONE_AT_A_TIME:
+            return None
+        _tell_corrupt(zone, flow.key, err)
+        seq = line_end(tr, keys, zone, flow.key)
+        return KeyRecord(UNKNOWN_HOLDER, 0, next_seq=seq, corrupt=True)
+    if record.until_ms and record.until_ms <= now_ms:
         return None
     return record
 
 
-def _readable(tr: KVTransaction, key: bytes, *, snapshot: bool) -> KeyRecord | None:
-    """The record at ``key``; None when there is none or it is unreadable (a corrupt
-    record holds nothing)."""
-    raw = tr.get(key, snapshot=snapshot)
-    if raw is None:
-        return None
-    try:
-        return _decode(key, raw)
-    except CorruptRecord:
-        return None
+# Keys whose corrupt record this process has logged (bounded: a flood of corrupt records
+# logs again after this many, never grows memory).
+_TOLD: set[tuple[ZoneId, str]] = set()
+_TOLD_MAX = 10_000
+
+
+def _tell_corrupt(zone: ZoneId, name: str, err: CorruptRecord) -> None:
+    if (zone, name) in _TOLD:
+        return
+    if len(_TOLD) >= _TOLD_MAX:
+        _TOLD.clear()
+    _TOLD.add((zone, name))
+    log.warning(
+        "one-at-a-time key %r of zone %s: its record is corrupt (%s); the key is held by an "
+        "unknown holder until the holder's next write repairs it or its hold lapses",
+        name, zone, err,
+    )  # fmt: skip
+
+
+def line_end(tr: KVTransaction, keys: KeySpace, zone: ZoneId, name: str) -> int:
+    """The number after the key's last waiting item (0 when none waits), read with a
+    conflict: two enqueues parking behind a corrupt record (which neither rewrites) at
+    once conflict here, so they never take one number."""
+    begin, end = keys.flow_wait_range(zone, name)
+    rows = tr.get_range(begin, end, limit=1, reverse=True)
+    if not rows:
+        return 0
+    seq = keys.unpack(rows[0][0])[-1]
+    assert isinstance(seq, int)
+    return seq + 1
 
 
 def hold(
     tr: KVTransaction, keys: KeySpace, zone: ZoneId, flow: FlowKey, item_id: str, first_ms: int
 ) -> None:
     """Make ``item_id`` the key's holder, in ``tr`` (the transaction that wrote it)."""
-    tr.set(keys.flow_key(zone, flow.kind, flow.key), _encode(KeyRecord(item_id, first_ms)))
+    tr.set(keys.flow_key(zone, flow.kind, flow.key), encode_record(KeyRecord(item_id, first_ms)))
 
 
 def wait(
@@ -241,10 +298,14 @@ def wait(
     item_id: str,
 ) -> None:
     """Queue ``item_id`` (just parked, its record written with ``flow.meta(held.next_seq)``)
-    behind the key's holder ``held``, as read by :func:`holder` in ``tr``."""
+    behind the key's holder ``held``, as read by :func:`holder` in ``tr``. A corrupt
+    record is left as it is (its holder repairs it), a write conflict declared on it."""
     tr.set(keys.flow_wait_key(zone, flow.key, held.next_seq), item_id.encode())
-    record = replace(held, next_seq=held.next_seq + 1)
-    tr.set(keys.flow_key(zone, flow.kind, flow.key), _encode(record))
+    key = keys.flow_key(zone, flow.kind, flow.key)
+    if held.corrupt:
+        tr.add_write_conflict_key(key)
+        return
+    tr.set(key, encode_record(replace(held, next_seq=held.next_seq + 1)))
 
 
 def waits_for(
@@ -252,12 +313,26 @@ def waits_for(
 ) -> str | None:
     """The item holding the one-at-a-time key ``item`` waits for (parked, no visit can
     lease it), or None when ``item`` names no such key or holds it. The rule the release
-    passes the key by (:func:`release`), and what ``quick explain`` reports."""
+    passes the key by (:func:`release`), and what ``quick explain`` reports. Behind a
+    corrupt record, :data:`UNKNOWN_HOLDER`, for an item still in the key's line."""
     raw_meta = item.meta.get(FLOW_META)
     if not raw_meta or raw_meta[0] != ONE_AT_A_TIME:
         return None
-    record = _readable(tr, keys.flow_key(zone, ONE_AT_A_TIME, str(raw_meta[1])), snapshot=snapshot)
-    return None if record is None or record.item_id == item.item_id else record.item_id
+    name = str(raw_meta[1])
+    key = keys.flow_key(zone, ONE_AT_A_TIME, name)
+    raw = tr.get(key, snapshot=snapshot)
+    if raw is None:
+        return None
+    try:
+        record = _decode(key, raw)
+    except CorruptRecord:
+        # Only the line says: an item in it waits; one out of it took or was passed the key.
+        seq = int(raw_meta[3]) if len(raw_meta) > 3 else -1
+        if seq < 0:
+            return None
+        entry = tr.get(keys.flow_wait_key(zone, name, seq), snapshot=snapshot)
+        return UNKNOWN_HOLDER if entry == item.item_id.encode() else None
+    return None if record.item_id == item.item_id else record.item_id
 
 
 def release(
@@ -281,13 +356,17 @@ def release(
     one retries and no item is left waiting behind a released key.
 
     An at-most-once item is "completed" when taken, before it runs: the key stays held
-    until its run ended (``run_ended``, the outcome written after the run)."""
+    until its run ended (``run_ended``, the outcome written after the run); a one-at-a-time
+    key is held for the run's lease from then on (its item's lease as taken, renewed by
+    :func:`extend_hold`), so a run that never ends lets it go."""
     raw_meta = item.meta.get(FLOW_META)
     if not raw_meta:
         return None
-    if item.delivery == "at_most_once" and state == "completed" and not run_ended:
-        return None
     kind, name, ttl_ms = str(raw_meta[0]), str(raw_meta[1]), int(raw_meta[2])
+    if item.delivery == "at_most_once" and state == "completed" and not run_ended:
+        if kind == ONE_AT_A_TIME:
+            hold_run(tr, keys, zone, item.item_id, name, item.vesting_ms)
+        return None
     if kind == ONE_AT_A_TIME:
         return _pass_turn(tr, keys, zone, item, name, int(raw_meta[3]))
     key = keys.flow_key(zone, kind, name)
@@ -305,7 +384,7 @@ def release(
         return None
     until = now_ms + ttl_ms
     first = now_ms if record is None else record.first_ms
-    tr.set(key, _encode(KeyRecord(item.item_id, first, until, state)))
+    tr.set(key, encode_record(KeyRecord(item.item_id, first, until, state)))
     tr.set(keys.flow_expiry_key(until, zone, kind, name), b"")
     return None
 
@@ -326,7 +405,15 @@ def _pass_turn(
     try:
         record = _decode(key, raw)
     except CorruptRecord:
-        record = KeyRecord(item.item_id, 0, next_seq=1 << 62)
+        # Its holder finishing (it is out of the line): the record is written anew.
+        log.warning(
+            "one-at-a-time key %r of zone %s: corrupt record repaired by its holder %s",
+            name, zone, item.item_id,
+        )  # fmt: skip
+        record = KeyRecord(item.item_id, 0, next_seq=line_end(tr, keys, zone, name))
+    else:
+        if record.item_id != item.item_id:
+            return None  # its hold lapsed and the key passed on: nothing of its to release
     return pass_on(tr, keys, zone, name, record)
 
 
@@ -349,27 +436,33 @@ def pass_on(
         next_id = raw_id.decode()
         if tr.get(keys.item_key(zone, next_id)) is None:
             continue  # gone without leaving the line (not expected): the next one
-        tr.set(key, _encode(replace(record, item_id=next_id)))
+        passed = replace(record, item_id=next_id, lease_until_ms=0, corrupt=False)
+        tr.set(key, encode_record(passed))
         return next_id
 
 
-def collect_expired(tr: KVTransaction, keys: KeySpace, now_ms: int, limit: int) -> int:
-    """Clear up to ``limit`` TTL holds expired by ``now_ms`` from the start of the expiry
-    index, in ``tr``; returns how many index entries it cleared. A key held again since
-    (a live item, or a later TTL) keeps its record: only the stale entry goes."""
-    begin, end = keys.flow_expiry_range(now_ms)
-    rows = tr.get_range(begin, end, limit=limit)
-    for index_key, _ in rows:
-        expires, zone, kind, name = keys.unpack_flow_expiry_key(index_key)
-        key = keys.flow_key(zone, kind, name)
-        raw = tr.get(key)
-        if raw is not None:
-            try:
-                record = _decode(key, raw)
-                stale = record.until_ms != 0 and record.until_ms <= expires
-            except CorruptRecord:
-                stale = True
-            if stale:
-                tr.clear(key)
-        tr.clear(index_key)
-    return len(rows)
+def hold_run(
+    tr: KVTransaction, keys: KeySpace, zone: ZoneId, item_id: str, name: str, until_ms: int
+) -> bool:
+    """The at-most-once holder ``item_id``'s run holds its key until ``until_ms``, in
+    ``tr`` (its take, or a renewal): the record rewritten, an expiry entry added (an older
+    one goes stale). Read with a conflict: a maintenance passing the key on at once makes
+    one of the two retry. False when another item holds the key now (the hold lapsed)."""
+    key = keys.flow_key(zone, ONE_AT_A_TIME, name)
+    raw = tr.get(key)
+    if raw is None:
+        return False
+    try:
+        record = _decode(key, raw)
+    except CorruptRecord:
+        # A taken item of the key was leased, so it holds the key: it names itself again.
+        log.warning(
+            "one-at-a-time key %r of zone %s: corrupt record repaired by its holder %s",
+            name, zone, item_id,
+        )  # fmt: skip
+        record = KeyRecord(item_id, 0, next_seq=line_end(tr, keys, zone, name))
+    if record.item_id != item_id:
+        return False
+    tr.set(key, encode_record(replace(record, lease_until_ms=until_ms)))
+    tr.set(keys.flow_expiry_key(until_ms, zone, ONE_AT_A_TIME, name), b"")
+    return True

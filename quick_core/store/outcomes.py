@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import msgpack
 
 from quickzones.errors import CorruptRecord, InvalidArgument, QuickError
-from quickzones.store import flow_keys
+from quickzones.store import flow_key_lapses, flow_keys
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, run
 from quickzones.store.progress import PROGRESS_KEY, progress_of
@@ -324,12 +324,20 @@ def check_duplicate(
     return outcome.state
 
 
-def collect_expired(tr: KVTransaction, keys: KeySpace, now_ms: int, limit: int = GC_BATCH) -> int:
+def collect_expired(
+    tr: KVTransaction,
+    keys: KeySpace,
+    now_ms: int,
+    limit: int = GC_BATCH,
+    *,
+    take_turn: flow_key_lapses.TakeTurn | None = None,
+) -> int:
     """Clear up to ``limit`` expired records from the start of the expiry index, and as
-    many expired flow key holds (:func:`flow_keys.collect_expired`), in ``tr``; returns
-    how many entries it cleared. A record rewritten since (the id ran again) has a later
-    expiry: only its stale index entry goes."""
-    held = flow_keys.collect_expired(tr, keys, now_ms, limit)
+    many expired flow key holds (:func:`flow_key_lapses.collect_expired`: a lapsed one-at-a-time
+    hold passes its key on, ``take_turn`` making the next item visible), in ``tr``;
+    returns how many entries it cleared. A record rewritten since (the id ran again) has a
+    later expiry: only its stale index entry goes."""
+    held = flow_key_lapses.collect_expired(tr, keys, now_ms, limit, take_turn)
     begin, end = keys.outcome_expiry_range(now_ms)
     rows = tr.get_range(begin, end, limit=limit)
     for index_key, _ in rows:
@@ -355,13 +363,16 @@ def collect_expired_outcomes(
     limit: int = GC_BATCH,
     *,
     max_batches: int = GC_MAX_BATCHES,
+    take_turn: flow_key_lapses.TakeTurn | None = None,
 ) -> int:
     """The maintenance step: clear records expired by ``now_ms``, ``limit`` per
     transaction of their own, until none is left or ``max_batches`` ran; returns how many
-    expiry index entries it cleared.
+    expiry index entries it cleared. ``take_turn``: the zone store's, for one-at-a-time
+    keys whose at-most-once holder's run lapsed (:func:`flow_key_lapses.collect_expired`).
 
     Reads only the start of the expiry index (what has expired) and those records, never
-    a tenant's zone, and never a record that is kept: its cost follows what expired, not
+    a tenant's zone (but for a corrupt one-at-a-time record met there, whose holder only
+    its zone names), and never a record that is kept: its cost follows what expired, not
     how many tenants there are. Safe in several processes at once: two collectors of one
     batch conflict and the retry moves on to what is left. A consumer's maintenance calls
     it every :data:`COLLECT_EVERY_S` seconds (``Quick.collect_outcomes`` is one batch).
@@ -372,7 +383,9 @@ def collect_expired_outcomes(
         raise InvalidArgument("max_batches", max_batches, "must be a positive integer")
     total = 0
     for _ in range(max_batches):
-        cleared = run(kv, lambda tr: collect_expired(tr, keys, now_ms, limit))
+        cleared = run(
+            kv, lambda tr: collect_expired(tr, keys, now_ms, limit, take_turn=take_turn)
+        )
         total += cleared
         if cleared < limit:
             break

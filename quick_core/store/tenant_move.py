@@ -350,7 +350,7 @@ def settle_flow_keys(source: Quick, target: Quick, zone: ZoneId) -> None:
                 continue  # a TTL hold, or its holder is here: the target's own
             if kind == flow_keys.ONE_AT_A_TIME:
                 turn = flow_keys.pass_on(tr, target.keys, zone, name, record)
-                target.zones._take_turn(tr, zone, turn)
+                target.zones.take_turn(tr, zone, turn)
                 continue
             kept = left.get(key)
             until = 0 if kept is None else flow_keys.decode_record(key, kept).until_ms

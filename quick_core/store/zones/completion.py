@@ -10,8 +10,9 @@ from quickzones.clock import now_ms
 from quickzones.errors import (
     CorruptRecord,
     ItemNotFound,
+    LeaseLost,
 )
-from quickzones.store import batches, flow_keys, outcomes
+from quickzones.store import batches, flow_key_lapses, flow_keys, outcomes
 from quickzones.store.kv import (
     OWN_STORE,
     KVError,
@@ -46,7 +47,7 @@ class ZoneCompletion(ZoneItems):
         turn = outcomes.finished(
             tr, self.keys, zone, item, state, now_ms(self.clock), result=result
         )
-        self._take_turn(tr, zone, turn)
+        self.take_turn(tr, zone, turn)
         batches.item_finished(tr, self._batches(), zone, item, state)
 
     def record_outcome(
@@ -69,9 +70,23 @@ class ZoneCompletion(ZoneItems):
             turn = outcomes.finished(
                 tr, self.keys, zone, item, state, now, result=result, reason=reason, run_ended=True
             )
-            self._take_turn(tr, zone, turn)
+            self.take_turn(tr, zone, turn)
 
         run(self.kv, record)
+
+    def extend_key_hold(self, zone: ZoneId, item: WorkItem, lease_ms: int) -> int:
+        """Renew, for ``lease_ms`` from now, the hold a running at-most-once ``item``
+        (deleted as its handler started) has on its one-at-a-time key
+        (:func:`flow_key_lapses.extend_hold`), in a transaction of its own; returns the new end
+        (store ms). :class:`LeaseLost` when the hold lapsed and the key passed on."""
+        until = now_ms(self.clock) + lease_ms
+
+        def renew(tr: KVTransaction) -> bool:
+            return flow_key_lapses.extend_hold(tr, self.keys, zone, item, until)
+
+        if not run(self.kv, renew):
+            raise LeaseLost(item.item_id, "its one-at-a-time key's hold lapsed and passed on")
+        return until
 
     def complete_many(
         self,
@@ -146,7 +161,7 @@ class ZoneCompletion(ZoneItems):
                     state = outcomes.COMPLETED if lease_id is not None else outcomes.CANCELLED
                     result = None if results is None else results.get(item_id)
                     turn = outcomes.finished(tr, self.keys, zone, item, state, now, result=result)
-                    self._take_turn(tr, zone, turn)
+                    self.take_turn(tr, zone, turn)
                     batches.item_finished(tr, self._batches(), zone, item, state)
                     attempt.append((zone, item_id))
                     zone_out.append(None)

@@ -62,7 +62,7 @@ class ZoneDeadLetters(ZoneItems):
         turn = outcomes.finished(
             tr, self.keys, zone, stored, outcomes.DEAD_LETTERED, now_ms(self.clock), reason=reason
         )
-        self._take_turn(tr, zone, turn)
+        self.take_turn(tr, zone, turn)
         batches.item_finished(tr, self._batches(), zone, stored, outcomes.DEAD_LETTERED, reason)
         self._dead_letter_raw(
             tr,

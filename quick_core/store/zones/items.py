@@ -207,7 +207,7 @@ class ZoneItems:
             raise CorruptRecord(key, f"expected {chunks} payload chunks, found {len(parts)}")
         return head.with_(payload=b"".join(v for _, v in parts))
 
-    def _take_turn(self, tr: KVTransaction, zone: ZoneId, item_id: str | None) -> None:
+    def take_turn(self, tr: KVTransaction, zone: ZoneId, item_id: str | None) -> None:
         """A one-at-a-time key passed to ``item_id`` (parked, :mod:`quickzones.store.flow_keys`)
         in ``tr``, the finishing transaction: its order entry, at its own vesting time, and
         the zone's pointer pulled to it after the commit, as an enqueue's would be."""
