@@ -455,6 +455,9 @@ class KeyTurn:
 
     key: str
     holder: str | None = None
+    # The key's record does not decode: the holder is unknown (``holder`` is then
+    # flow_keys.UNKNOWN_HOLDER for an item still in the key's line, None for one out of it).
+    corrupt: bool = False
 
 
 def key_turns(q: Quick, zone: ZoneId, items: Sequence[WorkItem]) -> dict[str, KeyTurn]:
@@ -477,6 +480,13 @@ def key_turns(q: Quick, zone: ZoneId, items: Sequence[WorkItem]) -> dict[str, Ke
                 holder = flow_keys.waits_for(tr, q.keys, zone, item)
                 if holder is not None:
                     break
+            if holder == flow_keys.UNKNOWN_HOLDER:
+                # Behind a corrupt record only each item's own place in the line says
+                # whether it waits: one more read an item, on this rare path only.
+                for item in waiting:
+                    own = flow_keys.waits_for(tr, q.keys, zone, item)
+                    turns[item.item_id] = KeyTurn(key, own, corrupt=True)
+                continue
             for item in waiting:
                 turns[item.item_id] = KeyTurn(key, None if item.item_id == holder else holder)
         return turns

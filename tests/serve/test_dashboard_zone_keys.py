@@ -133,3 +133,31 @@ def test_a_page_of_parked_items_reads_what_it_shows() -> None:
             client.close()
     finally:
         q.close()
+
+
+def test_items_behind_a_corrupt_key_record_are_shown_waiting_with_the_holder_unknown(
+    q: Quick,
+) -> None:
+    """A record that does not decode is held by an unknown holder (issue 45 point 1): the
+    items in the key's line wait, and the page says the record is corrupt, not that every
+    item holds the key."""
+    for item_id in ("a1", "a2", "a3"):
+        q.enqueue("sync", item_id, app="bank", tenant="u1", item_id=item_id,
+                  one_at_a_time="acct-7")  # fmt: skip
+    zone = q.zone("bank", "u1")
+    leased, _ = q.zones.dequeue(zone, 1, 600_000)
+    assert [i.item_id for i in leased] == ["a1"]
+    from quickzones.store import flow_keys
+
+    q.transact(lambda tr: tr.set(q.keys.flow_key(zone, flow_keys.ONE_AT_A_TIME, "acct-7"),
+                                 b"\xff not a record"))  # fmt: skip
+    token = TokenStore(q.kv, q.keys, q.clock).create("bank", ["view"])[0]
+    with ServerThread(create_app(q)) as server:
+        client = _signed_in(server.url, token)
+        states = _states(client.get("/apps/bank/tenants/u1").text)
+        client.close()
+    assert states == {
+        "a1": "leased, key acct-7's record is corrupt (holder unknown)",
+        "a2": "waiting for key acct-7, whose record is corrupt (holder unknown)",
+        "a3": "waiting for key acct-7, whose record is corrupt (holder unknown)",
+    }
