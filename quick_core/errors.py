@@ -6,6 +6,8 @@ as fields (never only in the message) and says in its name which failure it is.
 
 from __future__ import annotations
 
+from quickzones.handler_meta import check_handler_meta
+
 
 def redact_url(url: str) -> str:
     """A URL with any password replaced, safe to log or print."""
@@ -404,6 +406,7 @@ class Nack(HandlerError):
 
     def __init__(self, delay_s: float = 0.0, meta: dict[str, object] | None = None) -> None:
         super().__init__(f"nack, retry in {delay_s}s")
+        check_handler_meta(meta or {})
         self.delay_s = delay_s
         self.meta = dict(meta or {})
 

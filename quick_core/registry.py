@@ -62,7 +62,8 @@ class JobContext:
     progress_to: Callable[[float, str | None], None] | None = None
     # Metadata a failed run leaves for the runs after it: merged into the item's by the
     # retry's own write (a run that raised and is requeued), so it costs no write of its
-    # own; nothing else writes it (a dead letter keeps what earlier retries merged).
+    # own; nothing else writes it (a dead letter keeps what earlier retries merged). Keys
+    # starting with "_" are quick's own: left out, with a warning (quickzones.handler_meta).
     retry_meta: dict[str, Any] = field(default_factory=dict)
 
     def progress(self, fraction: float, note: str | None = None) -> None:

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from quickzones.adapters.http.bulk import MAX_BATCH_ITEMS
+from quickzones.handler_meta import RESERVED_PREFIX, check_handler_meta
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId
 from quickzones.store.validation import MAX_DELAY_S, MAX_PRIORITY, MIN_PRIORITY
 
@@ -287,11 +288,7 @@ class NackRequest(LeaseRef):
             return None
         if not isinstance(meta, dict):
             raise ValueError(f"must be a JSON object, not {type(meta).__name__}")
-        for key in meta:
-            if not key:
-                raise ValueError("a key must not be empty")
-            if key.startswith("_"):
-                raise ValueError(f"key {key[:50]!r}: keys starting with '_' are quick's own")
+        check_handler_meta(meta)
         size = len(json.dumps(meta, separators=(",", ":")).encode())
         if size > MAX_RETRY_META_BYTES:
             raise ValueError(f"must be at most {MAX_RETRY_META_BYTES} bytes as JSON, not {size}")
@@ -474,7 +471,7 @@ def _json_meta(meta: dict[str, Any]) -> dict[str, Any]:
     fails the lease."""
     out: dict[str, Any] = {}
     for key, value in meta.items():
-        if key.startswith("_"):
+        if key.startswith(RESERVED_PREFIX):
             continue
         try:
             json.dumps(value)

@@ -10,6 +10,7 @@ started is gone already: it is only reported.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable
 from typing import Any
@@ -18,8 +19,11 @@ from quickzones.clock import Clock
 from quickzones.consumer.settler import Settler, retry_decision
 from quickzones.consumer.state import Cluster, Work
 from quickzones.errors import ItemNotFound, LeaseLost, Nack, QuickError, StorageError
+from quickzones.handler_meta import handler_keys
 from quickzones.registry import JobType
 from quickzones.store import outcomes
+
+log = logging.getLogger(__name__)
 
 
 class Failures:
@@ -41,6 +45,19 @@ class Failures:
         # so knows the item's new vesting time (its own commits wake no commit watcher).
         self.requeued = requeued
         self.settler = Settler(clusters, requeued=lambda: self.requeued())
+
+    def _retry_meta(self, work: Work) -> dict[str, object] | None:
+        """The failed run's ``retry_meta`` for its retry, quick's own keys left out: the
+        run has ended, so a bad key can only be said, not refused."""
+        kept, problems = handler_keys(work.retry_meta)
+        for problem in problems:
+            log.warning(
+                "item %s (%s): retry_meta %s; left out",
+                work.item.item_id,
+                work.item.job_type,
+                problem,
+            )
+        return kept or None
 
     def fail(
         self,
@@ -89,7 +106,7 @@ class Failures:
                 item.lease_id or "",
                 int(delay * 1000),
                 error=reason,
-                meta=work.retry_meta or None,
+                meta=self._retry_meta(work),
             )
             self.emit(
                 "requeued", zone=zone, item_id=item.item_id, job_type=item.job_type, delay_s=delay
