@@ -60,3 +60,21 @@ def test_a_scan_looks_each_pointers_weight_up_once(q: Quick) -> None:
     assert len(chosen) == 4
     assert set(weights.lookups) == set(zones)
     assert max(weights.lookups.values()) == 1, weights.lookups
+
+
+def test_a_started_items_record_is_decoded_once_its_completion_reads_it_as_kept(
+    q: Quick,
+) -> None:
+    """The record a lease wrote is kept by the store (tests/unit/
+    test_leased_record_read_back.py); before, the worker's start check took it back, so
+    the completion's read decoded the record again: two decodes an item where one does.
+    The start check leaves it, so every read up to the completion finds the item the
+    lease returned, not a copy decoded again."""
+    zone = ZoneId("app", "t")
+    q.enqueue("job", b"x", app=zone.app, tenant=zone.tenant)
+    (leased,), _ = q.zones.dequeue(zone, 1, 60_000)
+    lease_id = str(leased.lease_id)
+    assert q.zones.start(zone, leased.item_id, lease_id) is leased
+    assert q.zones.start(zone, leased.item_id, lease_id) is leased  # as the completion reads
+    assert q.zones.complete_many(zone, [(leased.item_id, lease_id)]) == [None]
+    assert q.zones.get(zone, leased.item_id) is None and q.zones.count(zone) == 0
