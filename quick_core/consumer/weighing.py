@@ -173,18 +173,26 @@ class Weighing:
         """A scan's weight of each pointer; None when no weight store is wired. A
         pointer's zone is the one ``zone_of`` gives (a scan that read the pointers' records
         knows every zone), else the one remembered from a visit; a zone not known, or of
-        an app with no weight, weighs 1. Each weight is its zone's lookup (cached): a
-        scan's weighing costs what it peeked, never the number of weighted tenants."""
+        an app with no weight, weighs 1. Each weight is its zone's lookup (cached), once
+        per pointer for the callable returned (one scan, one claim): a scan's weighing
+        costs what it peeked, never the number of weighted tenants, and the scan's three
+        uses of a pointer's weight (passing over, the weighted sample, the water-filling
+        order) do not look it up three times (issue 40 point 9)."""
         if self.weights is None:
             return None
         zones = self._zones
+        known: dict[PointerKey, float] = {}
 
         def weight(ref: PointerRef) -> float:
             key = (ref.cluster, ref.shard, ref.pointer_id)
+            found = known.get(key)
+            if found is not None:
+                return found
             zone = None if zone_of is None else zone_of(key)
             if zone is None:
                 zone = zones.get(key)
-            return 1.0 if zone is None else self.of_zone(zone)
+            found = known[key] = 1.0 if zone is None else self.of_zone(zone)
+            return found
 
         return weight
 

@@ -182,18 +182,34 @@ class ZoneItems:
         self._leased[raw] = item
 
     def _read_item(
-        self, tr: KVTransaction, zone: ZoneId, item_id: str, *, snapshot: bool = False
+        self,
+        tr: KVTransaction,
+        zone: ZoneId,
+        item_id: str,
+        *,
+        snapshot: bool = False,
+        keep: bool = False,
     ) -> WorkItem | None:
         key = self.keys.item_key(zone, item_id)
         raw = tr.get(key, snapshot=snapshot)
         if raw is None:
             return None
-        return self._decode(tr, zone, key, raw, snapshot=snapshot)
+        return self._decode(tr, zone, key, raw, snapshot=snapshot, keep=keep)
 
     def _decode(
-        self, tr: KVTransaction, zone: ZoneId, key: bytes, raw: bytes, *, snapshot: bool = False
+        self,
+        tr: KVTransaction,
+        zone: ZoneId,
+        key: bytes,
+        raw: bytes,
+        *,
+        snapshot: bool = False,
+        keep: bool = False,
     ) -> WorkItem:
-        kept = self._leased.pop(raw, None)
+        """The item ``raw`` holds: the one kept at its lease when these are the bytes
+        written then (taken back, or with ``keep`` left for a later read: a start check
+        leaves it for the completion), else decoded."""
+        kept = self._leased.get(raw) if keep else self._leased.pop(raw, None)
         if kept is not None:
             return kept
         head = decode_item(key, raw)

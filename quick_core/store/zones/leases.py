@@ -88,7 +88,10 @@ class ZoneLeases(ZoneItems):
         (another holder), so such an item never starts; else returns the stored item.
         A read where the run was counted when the lease was granted; a held lease (leased
         to wait) is turned into a started one here, its run counted (a write)."""
-        item = self._check_holder(self._read_item(tr, zone, item_id), item_id, lease_id)
+        # A run counted at its grant is left as read, so the record kept at its lease
+        # stays kept for the completion's read (one decode an item, at its dequeue).
+        read = self._read_item(tr, zone, item_id, keep=True)
+        item = self._check_holder(read, item_id, lease_id)
         if not item.held:
             return item
         started = item.with_(attempts=item.attempts + 1, held=False, commit_order=None)
