@@ -2,7 +2,7 @@
 built on purpose, on a store with other tenants' work beside it.
 
     python -m bench.explain_latency [--stores sqlite,postgres] [--tenants 10000]
-        [--items 1000] [--calls 200] [--out DIR]
+        [--items 1000] [--calls 200] [--cli-runs 5] [--out DIR]
 
 Per store: ``--tenants`` other tenants of another app with one queued item each, and the
 explained tenant's zone holding ``--items`` items besides the case's own. Each case is
@@ -11,7 +11,7 @@ a pause, a full tenant cap, a taken rate slot, a full app cap, a one-at-a-time k
 by a running item, nothing holding), checked to name the rule it was built for, then
 answered ``--calls`` times by :func:`quickzones.explain.explain` (what ``quick explain``,
 ``GET .../items/{id}/explain`` and the item page call): p50/p99/max in ms. The CLI's own
-answer is also timed end to end (``python -m quickzones explain``, 5 calls: a process
+answer is also timed end to end (``python -m quickzones explain``, ``--cli-runs`` calls: a process
 start, imports and the store's open included).
 Results: ``bench/results/<UTC timestamp>-explain-latency/explain_latency.json``.
 """
@@ -184,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tenants", type=int, default=10_000)
     ap.add_argument("--items", type=int, default=1_000)
     ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--cli-runs", type=int, default=5)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     results: dict[str, Any] = {}
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             worst = max(cases.values(), key=lambda c: c["p99"])
             results[store] = {
                 "cases": cases,
-                "cli": cli_wall(url, worst["app"], worst["tenant"], worst["item"]),
+                "cli": cli_wall(url, worst["app"], worst["tenant"], worst["item"], args.cli_runs),
             }
     folder = run_folder("explain-latency", args.out)
     out = {"machine": machine(), "args": vars(args), "target_ms": TARGET_MS, "stores": results}
