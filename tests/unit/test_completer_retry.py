@@ -116,9 +116,7 @@ def test_a_running_consumer_completes_an_item_whose_completion_commit_failed_onc
     runs: list[str] = []
     real_q.job("job")(lambda payload, ctx: runs.append(ctx.item_id))
     item_id = real_q.enqueue("job", {"n": 1}, app="app", tenant="a")
-    store = FailingCommits(
-        real_q.zones, 1, StorageError("database is locked", retryable=True)
-    )
+    store = FailingCommits(real_q.zones, 1, StorageError("database is locked", retryable=True))
     consumer = Consumer(
         store,  # type: ignore[arg-type]
         real_q.toplevel,
