@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import random
+import resource
 import threading
 import time
 from typing import Any
@@ -60,16 +61,27 @@ def end_to_end(peer: Peer, n: int, timeout_s: float = 180.0) -> float:
         peer.throughput = False
 
 
+def _children_cpu_s() -> float:
+    """CPU seconds (user and system) of this process's children that ended and were
+    waited for: a worker process's, once stopped."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def enqueue_then_drain(peer: Peer, n: int, tenant: str, timeout_s: float = 300.0) -> dict[str, Any]:
     """What a user sees (:mod:`bench.peers_users`): ``n`` no-op jobs enqueued one call
     each with no worker running (the rate of those calls), then one worker process spawned
-    and timed from just before its spawn to the last job's end, start-up included."""
+    and timed from just before its spawn to the last job's end, start-up included. Also
+    the worker process's CPU seconds from its spawn to its stop (``worker_cpu_s``): on a
+    shared host the rate moves with the other tenants' load, the CPU a drain costs much
+    less (issue 44 point 2)."""
     peer.reset()
     t0 = time.perf_counter()
     for _ in range(n):
         peer.enqueue(tenant)
     enqueue_per_s = n / (time.perf_counter() - t0)
     peer.record_ends()
+    cpu = _children_cpu_s()
     spawn = time.time()
     peer.start_worker()
     try:
@@ -79,7 +91,7 @@ def enqueue_then_drain(peer: Peer, n: int, tenant: str, timeout_s: float = 300.0
         ends = read_ends(peer.ends)
         if len(starts) < n or len(ends) < n:
             raise RuntimeError(f"{peer.name}: {len(ends)} of {n} jobs ended in {timeout_s} s")
-        return {
+        result: dict[str, Any] = {
             "enqueue_per_s": enqueue_per_s,
             "drain": {
                 "jobs": len(ends),
@@ -92,6 +104,9 @@ def enqueue_then_drain(peer: Peer, n: int, tenant: str, timeout_s: float = 300.0
         }
     finally:
         peer.stop_worker()
+    # 0 where the worker runs in this process (memory://): no child's CPU to count.
+    result["drain"]["worker_cpu_s"] = (_children_cpu_s() - cpu) or float("nan")
+    return result
 
 
 def noisy_neighbour(

@@ -72,6 +72,8 @@ ROWS: tuple[tuple[str, str, str, bool | None], ...] = (
     # Measured with --enqueue-only (the producer's process_time per call).
     ("enqueue_cpu_ms", "enqueue, producer CPU per call", " ms", False),
     ("drain_per_s", "drain, worker spawn to last job's end", "/s", True),
+    # The worker process's CPU for that drain, start-up and stop included.
+    ("drain_cpu_s", "drain, the worker process's CPU", " s", False),
     ("small_p50", "noisy neighbour, small tenants' pickup p50", " ms", False),
     ("small_p99", "noisy neighbour, small tenants' pickup p99", " ms", False),
     ("noisy_p50", "noisy neighbour, noisy tenant's pickup p50", " ms", None),
@@ -212,6 +214,7 @@ def _flat(run: dict[str, Any]) -> dict[str, float]:
         "enqueue_per_s": run["enqueue_per_s"],
         "enqueue_cpu_ms": nan,
         "drain_per_s": run["drain"]["per_s"],
+        "drain_cpu_s": run["drain"].get("worker_cpu_s", nan),
         "small_p50": run["noisy"]["small"]["p50"],
         "small_p99": run["noisy"]["small"]["p99"],
         "noisy_p50": run["noisy"]["noisy"]["p50"],

@@ -36,7 +36,7 @@ class Completer(Protocol):
         """Complete every item handed over and not completed yet; returns how many."""
 
 
-RETRY_S = 0.05  # after a flush that raised, the next try
+RETRY_S = 0.05  # after a flush whose commit failed or raised, the next try
 # The flusher's wait with nothing pending: complete() and wake() end it; the timeout only
 # bounds a stop whose wake() was missed.
 IDLE_WAIT_S = 1.0
@@ -47,14 +47,16 @@ MERGE_MAX = settler.MERGE_MAX
 
 def complete_batch(
     clusters: dict[str, Cluster], works: Sequence[Work], emit: Callable[..., Any]
-) -> None:
+) -> list[Work]:
     """Complete ``works`` through the one settler (:meth:`Settler.complete_many`: per
     cluster, the zones' items in one transaction where the zone store can); emits each
-    item's outcome, and a failed transaction once per zone."""
+    item's outcome, and a failed transaction once per zone. Returns the works whose
+    transaction failed with a retryable error: still leased, for the caller to try again."""
     by_cluster: dict[str, list[Work]] = defaultdict(list)
     for work in works:
         by_cluster[work.cluster].append(work)
     settle = Settler(clusters)
+    again: list[Work] = []
     for cluster, group in by_cluster.items():
         completions = [
             Completion(w.zone, w.item.item_id, w.item.lease_id or "", w.result) for w in group
@@ -66,11 +68,15 @@ def complete_batch(
             if outcome is None:
                 emit("completed", zone=zone, item_id=w.item.item_id, job_type=w.item.job_type)
             elif isinstance(outcome, NotCommitted):
+                retry = outcome.cause.retryable
+                if retry:
+                    again.append(w)
                 if zone not in failed:
                     failed.add(zone)
-                    emit("complete_error", zone=zone, error=str(outcome))
+                    emit("complete_error", zone=zone, error=str(outcome), retry=retry)
             else:
                 emit("lease_lost", zone=zone, item_id=w.item.item_id, where="complete")
+    return again
 
 
 class InlineCompleter:
@@ -108,12 +114,27 @@ class BatchedCompleter:
             self._ready.set()
 
     def flush(self) -> int:
+        """Commit what is pending; returns how many items were committed or settled. A
+        batch whose commit failed with a retryable error, or raised, goes back on the list
+        (ahead of what finished since) for the next flush: the items are still leased, and
+        left alone they would wait for their leases to lapse and run again, each charged
+        an attempt."""
         with self._lock:
             batch, self._pending = self._pending, []
-        if batch:
-            complete_batch(self.clusters, batch, self.emit)
-            self.emit("completions_flushed", items=len(batch))
-        return len(batch)
+        if not batch:
+            return 0
+        again = batch  # until the commit returns
+        try:
+            again = complete_batch(self.clusters, batch, self.emit)
+        finally:
+            if again:
+                self._put_back(again)
+        self.emit("completions_flushed", items=len(batch) - len(again))
+        return len(batch) - len(again)
+
+    def _put_back(self, works: list[Work]) -> None:
+        with self._lock:
+            self._pending[:0] = works
 
     def wake(self) -> None:
         """End the flusher's wait (a stop): it flushes what is pending and looks at
@@ -126,8 +147,9 @@ class BatchedCompleter:
         until ``stopping``."""
         while not stopping.is_set():
             # Cleared before the flush takes the list: an item added after the take sets
-            # it again. The short timeout covers a flush that raised with items pending;
-            # with none, the thread sleeps until one is (an idle worker costs nothing).
+            # it again. The short timeout covers a flush that put its batch back (its
+            # commit failed) or left items pending; with none, the thread sleeps until
+            # one is (an idle worker costs nothing).
             timeout = RETRY_S if self._pending else IDLE_WAIT_S
             if not self._ready.wait(timeout) and not self._pending:
                 continue
