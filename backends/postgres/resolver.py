@@ -165,6 +165,7 @@ def _send(
     waking = request.wakes_watchers and end_commits
     deletes, add_keys, add_values = writes.deletes, list(adds), list(adds.values())
     read: Rows | None = None
+    resolved: Rows
     try:
         if wire.usable(conn):
             # An empty array goes as NULL (the function reads both as none).

@@ -20,6 +20,7 @@ from typing import Any
 
 import psycopg
 from psycopg import generators, pq
+from psycopg.abc import PQGen
 from psycopg.errors import error_from_result
 
 # A parameter: (type oid, value or None for NULL, format: 1 binary, 0 text).
@@ -159,7 +160,7 @@ def exchange(conn: psycopg.Connection[Any], statements: Sequence[Statement]) -> 
     return out
 
 
-def _answers(pgconn: pq.abc.PGconn, count: int) -> generators.PQGen[list[list[Any]]]:
+def _answers(pgconn: pq.abc.PGconn, count: int) -> PQGen[list[list[Any]]]:
     """Flush the pipeline, then read each statement's results and the ``Sync``'s."""
     yield from generators.send(pgconn)
     answers = []
