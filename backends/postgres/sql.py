@@ -330,15 +330,15 @@ END """,
     def version(self) -> str:
         return self._q("SELECT last_value FROM {seq}")
 
-    @functools.cached_property
-    def commits_unseen(self) -> str:
-        # The commits a snapshot (the parameter) did not see and this statement's does,
-        # and this statement's snapshot (the commit counter, PostgresStore.data_version).
-        return self._q(
-            "SELECT pg_current_snapshot()::text, array(SELECT id FROM {log}"
-            " WHERE xid >= pg_snapshot_xmax(%s::pg_snapshot) UNION ALL SELECT id FROM {log}"
-            " WHERE xid = ANY(ARRAY(SELECT pg_snapshot_xip(%s::pg_snapshot))))"
-        )
+    # The commits a snapshot (the parameter) did not see and this statement's does, and
+    # this statement's snapshot (the commit counter, PostgresStore.data_version).
+    _COMMITS_UNSEEN = (
+        "SELECT pg_current_snapshot()::text, array(SELECT id FROM {log}"
+        " WHERE xid >= pg_snapshot_xmax(%s::pg_snapshot) UNION ALL SELECT id FROM {log}"
+        " WHERE xid = ANY(ARRAY(SELECT pg_snapshot_xip(%s::pg_snapshot))))"
+    )
+    # The status of application transactions (after_commit.py), by their ids as text.
+    XACT_STATUS = "SELECT x, pg_xact_status(x::xid8) FROM unnest(%s::text[]) x"
 
     @functools.cached_property
     def snapshot_now(self) -> str:
@@ -425,6 +425,8 @@ END """,
             "range_reverse": self._wire(self._RANGE + " DESC" + self._LIMIT),
             "commit": self._wire(self._COMMIT),
             "commit_waking": self._wire(self._COMMIT + self._WAKING),
+            "commits_unseen": self._wire(self._COMMITS_UNSEEN),
+            "xact_status": self._wire(self.XACT_STATUS),
         }
 
     @functools.cached_property

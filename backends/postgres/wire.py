@@ -30,7 +30,7 @@ _ARRAY_HEAD = struct.Struct(">iiIii")  # ndim, has nulls, element oid, length, l
 _INT4 = struct.Struct(">i")
 _INT8 = struct.Struct(">q")
 _BYTEA, _INT4_OID, _INT8_OID, _BOOL, _TEXT = 17, 23, 20, 16, 25
-_BYTEA_ARRAY, _INT4_ARRAY, _BOOL_ARRAY = 1001, 1007, 1000
+_BYTEA_ARRAY, _INT4_ARRAY, _BOOL_ARRAY, _TEXT_ARRAY = 1001, 1007, 1000, 1009
 _OK = (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK)
 NULL: Param = (0, None, 0)
 
@@ -65,6 +65,17 @@ def bools(values: Sequence[bool] | None) -> Param:
     return (_BOOL_ARRAY, _ARRAY_HEAD.pack(1, 0, _BOOL, len(values), 1) + body, 1)
 
 
+def texts(values: Sequence[str]) -> Param:
+    """A ``text[]``."""
+    pack = _INT4.pack
+    parts = [_ARRAY_HEAD.pack(1, 0, _TEXT, len(values), 1)]
+    for value in values:
+        encoded = value.encode()
+        parts.append(pack(len(encoded)))
+        parts.append(encoded)
+    return (_TEXT_ARRAY, b"".join(parts), 1)
+
+
 def int4(value: int) -> Param:
     return (_INT4_OID, _INT4.pack(value), 1)
 
@@ -97,6 +108,11 @@ class Rows:
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
         return iter(self._rows)
+
+
+def ints(array: bytes) -> list[int]:
+    """The elements of an integer array in text (``{1,2,3}``)."""
+    return [int(x) for x in array[1:-1].split(b",") if x]
 
 
 # One statement of a round trip: its text (``$n`` placeholders), its parameters, and
