@@ -19,8 +19,9 @@ The tables live in the schema the URL names (``?schema=``, default ``quick``); o
 creates it (or migrates an older layout), and refuses, untouched, a schema holding tables
 that are not quick's (:class:`NotAQuickStore`).
 
-One module each: the statements (``sql``), PostgreSQL's errors (``errors``), the commit
-resolver (``resolver``), the transaction (``transaction``), the application's own
+One module each: the statements (``sql``), how they are sent (``wire``: one write a round
+trip, parameters in binary), PostgreSQL's errors (``errors``), the commit resolver
+(``resolver``), the transaction (``transaction``), the application's own
 transaction (``app_transaction``, its connection and version held in ``joined``); this
 module opens the store, its schema and its pool.
 """
