@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from quickzones.backends.postgres import wire
 from quickzones.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,10 @@ class AfterCommit:
         acquire: Callable[[], Any],
         release: Callable[[Any], None],
         clock: Clock,
+        statement: bytes,
     ) -> None:
+        # The status query (sql.Statements.XACT_STATUS, for wire.py).
+        self._statement = statement
         self._acquire = acquire
         self._release = release
         self._clock = clock
@@ -102,12 +106,11 @@ class AfterCommit:
     def _statuses(self, xids: list[str]) -> dict[str, str | None]:
         conn = self._acquire()
         try:
-            rows = conn.execute(
-                "SELECT x, pg_xact_status(x::xid8) FROM unnest(%s::text[]) x", (xids,)
-            ).fetchall()
+            asked = (self._statement, (wire.texts(xids),), False)
+            rows = wire.exchange(conn, (asked,))[0].fetchall()
         finally:
             self._release(conn)
-        return {str(x): status for x, status in rows}
+        return {x.decode(): None if status is None else status.decode() for x, status in rows}
 
     def close(self) -> None:
         with self._cond:

@@ -41,7 +41,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from quickzones.aio import OnLoop
-from quickzones.backends.postgres import resolver
+from quickzones.backends.postgres import resolver, wire
 from quickzones.backends.postgres.async_connection import SyncOverAsync
 from quickzones.backends.postgres.errors import pipeline, translate
 from quickzones.backends.postgres.joined import Joined
@@ -190,22 +190,34 @@ class AppTransaction(BufferedTransaction):
 
     def get_read_version(self) -> int:
         if self._seen is None:
-            self._read("read version", "SELECT 1", ())
+            self._read("read version", wire.plain("SELECT 1"), "SELECT 1", ())
         return super().get_read_version()
 
-    def _read(self, what: str, sql: str, params: Sequence[Any]) -> Rows:
-        """``sql``'s rows; the first read of a try also brings, in the same round trip,
-        the application's transaction id, the snapshot it reads in, its isolation level
-        and the last commit version."""
+    def _read(self, what: str, statement: wire.Statement, sql: str, params: Sequence[Any]) -> Rows:
+        """A read (``statement`` for :mod:`.wire` on a blocking psycopg connection, else
+        ``sql`` with ``params`` for psycopg); the first read of a try also brings, in the
+        same round trip, the application's transaction id, the snapshot it reads in, its
+        isolation level and the last commit version."""
         conn = self._checked()
         joined = self._joined
+        direct = wire.usable(conn)
+        info: Rows
+        rows: Rows
         try:
             if self._seen is not None:
+                if direct:
+                    return wire.exchange(conn, (statement,))[0]
                 return conn.execute(sql, params, prepare=False)
-            with pipeline(conn):
-                info = conn.execute(self._store.sql.application_xact, prepare=False)
-                rows = conn.execute(sql, params, prepare=False)
-            row = info.fetchone()
+            if direct:
+                xact = wire.plain(self._store.sql.application_xact)
+                info, rows = wire.exchange(conn, (xact, statement))
+                row = info.fetchone()
+                row = None if row is None else tuple(v.decode() for v in row)
+            else:
+                with pipeline(conn):
+                    info = conn.execute(self._store.sql.application_xact, prepare=False)
+                    rows = conn.execute(sql, params, prepare=False)
+                row = info.fetchone()
         except psycopg.Error as err:
             raise translate(err, what, self._store.shown) from err
         assert row is not None, "a transaction has an id and a snapshot"
@@ -218,22 +230,30 @@ class AppTransaction(BufferedTransaction):
 
     def _read_key(self, key: bytes) -> bytes | None:
         self._check_too_old(self._clock.now())
-        row = self._read("get", self._store.sql.get, (key,)).fetchone()
+        sql = self._store.sql
+        statement = (sql.wire["get"], (wire.bytea(key),), True)
+        row = self._read("get", statement, sql.get, (key,)).fetchone()
         return None if row is None else bytes(row[0])
 
     def _read_keys(self, keys: Sequence[bytes]) -> list[bytes | None]:
         self._check_too_old(self._clock.now())
+        sql = self._store.sql
         found: dict[bytes, bytes] = {}
         for at in range(0, len(keys), KEYS_PER_SELECT):
             chunk = list(keys[at : at + KEYS_PER_SELECT])
-            rows = self._read("get_many", self._store.sql.get_many, (chunk,)).fetchall()
+            statement = (sql.wire["get_many"], (wire.byteas(chunk),), True)
+            rows = self._read("get_many", statement, sql.get_many, (chunk,)).fetchall()
             found.update((bytes(k), bytes(v)) for k, v in rows)
         return [found.get(key) for key in keys]
 
     def _read_range(self, begin: bytes, end: bytes, limit: int, reverse: bool) -> list[KeyValue]:
         self._check_too_old(self._clock.now())
-        sql = self._store.sql.range_reverse if reverse else self._store.sql.range
-        rows = self._read("get_range", sql + " LIMIT %s", (begin, end, limit or None))
+        sql = self._store.sql
+        name = "range_reverse" if reverse else "range"
+        params = (wire.bytea(begin), wire.bytea(end), wire.int8(limit or None))
+        text = (sql.range_reverse if reverse else sql.range) + " LIMIT %s"
+        statement = (sql.wire[name], params, True)
+        rows = self._read("get_range", statement, text, (begin, end, limit or None))
         return [(bytes(k), bytes(v)) for k, v in rows.fetchall()]
 
     def _commit_request(self, request: CommitRequest) -> tuple[int, int]:

@@ -31,6 +31,7 @@ import psycopg
 
 from quickzones.backends._ranges import merge_ranges
 from quickzones.backends._versionstamps import make_versionstamp
+from quickzones.backends.postgres import wire
 from quickzones.backends.postgres.errors import commit_unknown, pipeline
 from quickzones.backends.postgres.locks import plan
 from quickzones.backends.postgres.sql import CONFLICT_STATE, MOVED_STATE, Statements
@@ -158,31 +159,57 @@ def _send(
     ae = [key_after(k) for k in atomic]
     cb, ce = _columns(writes.clears)
     sk, sv = [k for k, _ in writes.sets], [v for _, v in writes.sets]
-    # An empty array goes as NULL (the function reads both as none): most of a commit's
-    # arrays are empty, and psycopg's dump of each costs more than the statement's send.
-    n = _or_null
-    args: tuple[object, ...] = (
-        *(snapshot, n(rb), n(re_), space, n(lock_ids), n(exclusive), since, n(atomic), n(ae)),
-        *(n(wb), n(we), version, at),
-        *(n(cb), n(ce), n(sk), n(sv), n(writes.deletes), n(list(adds)), n(list(adds.values()))),
-        sql.lock_timeout,
-    )
     # Keys to read after the commit (KVTransaction.read_after_commit): a statement of its
     # own after COMMIT in the same round trip, on the autocommit connection.
     after = request.read_after if end and end_commits else []
-    read = None
+    waking = request.wakes_watchers and end_commits
+    deletes, add_keys, add_values = writes.deletes, list(adds), list(adds.values())
+    read: Rows | None = None
+    resolved: Rows
     try:
-        with pipeline(conn), conn.cursor() as cur:
-            for statement in begin:
-                cur.execute(statement, prepare=False)
-            if request.wakes_watchers and end_commits:
-                resolved = conn.execute(sql.commit_waking, (*args, *sql.notify_args), prepare=False)
-            else:
-                resolved = conn.execute(sql.commit, args, prepare=False)
-            for statement in end:
-                cur.execute(statement, prepare=False)
+        if wire.usable(conn):
+            # An empty array goes as NULL (the function reads both as none).
+            b = wire.byteas
+            params = [
+                *(wire.text(snapshot), b(rb), b(re_), wire.int4(space), wire.int4s(lock_ids)),
+                *(wire.bools(exclusive), wire.text(since), b(atomic), b(ae), b(wb), b(we)),
+                *(wire.int8(version), wire.int8(at), b(cb), b(ce), b(sk), b(sv), b(deletes)),
+                *(b(add_keys), b(add_values), wire.text(sql.lock_timeout)),
+            ]
+            if waking:
+                params += [wire.text(arg) for arg in sql.notify_args]
+            texts = sql.wire
+            statements = [
+                *(wire.plain(statement) for statement in begin),
+                (texts["commit_waking" if waking else "commit"], params, False),
+                *(wire.plain(statement) for statement in end),
+            ]
             if after:
-                read = conn.execute(sql.get_many, (after,), prepare=False)
+                statements.append((texts["get_many"], [b(after)], True))
+            answers = wire.exchange(conn, statements)
+            resolved = answers[len(begin)]
+            read = answers[-1] if after else None
+        else:
+            # psycopg's dump of each empty array costs more than the statement's send.
+            n = _or_null
+            args: tuple[object, ...] = (
+                *(snapshot, n(rb), n(re_), space, n(lock_ids), n(exclusive), since),
+                *(n(atomic), n(ae), n(wb), n(we), version, at, n(cb), n(ce), n(sk), n(sv)),
+                *(n(deletes), n(add_keys), n(add_values), sql.lock_timeout),
+            )
+            with pipeline(conn), conn.cursor() as cur:
+                for statement in begin:
+                    cur.execute(statement, prepare=False)
+                if waking:
+                    resolved = conn.execute(
+                        sql.commit_waking, (*args, *sql.notify_args), prepare=False
+                    )
+                else:
+                    resolved = conn.execute(sql.commit, args, prepare=False)
+                for statement in end:
+                    cur.execute(statement, prepare=False)
+                if after:
+                    read = conn.execute(sql.get_many, (after,), prepare=False)
     except psycopg.Error as err:
         state = getattr(err, "sqlstate", None)
         if state == CONFLICT_STATE:

@@ -14,6 +14,7 @@ layouts 1 and 2 serialised every commit on the ``quick_meta`` row).
 from __future__ import annotations
 
 import functools
+import re
 
 from psycopg import sql as pgsql
 
@@ -38,6 +39,8 @@ UPGRADED = (
     " it (pip install -U quickzones)"
 )
 KEYS_PER_SELECT = 1000
+# A parameter's mark in a statement's template (psycopg's: text or binary).
+_MARK = re.compile(r"%[sb]")
 # PostgreSQL's longest name in bytes (NAMEDATALEN - 1); longer ones are cut silently.
 MAX_IDENTIFIER_BYTES = 63
 
@@ -124,6 +127,12 @@ class Statements:
 
     def _function(self, head: str, body: str) -> str:
         return _function(head, body, **self._names)
+
+    def _wire(self, template: str) -> bytes:
+        """``template`` for :mod:`.wire`: its ``%s``/``%b`` marks numbered ``$1``, ``$2``...
+        in order (before the names are composed in, so a name's own ``%`` stays)."""
+        count = iter(range(1, 1000))
+        return self._q(_MARK.sub(lambda _: f"${next(count)}", template)).encode()
 
     @functools.cached_property
     def create_schema(self) -> str:
@@ -321,15 +330,15 @@ END """,
     def version(self) -> str:
         return self._q("SELECT last_value FROM {seq}")
 
-    @functools.cached_property
-    def commits_unseen(self) -> str:
-        # The commits a snapshot (the parameter) did not see and this statement's does,
-        # and this statement's snapshot (the commit counter, PostgresStore.data_version).
-        return self._q(
-            "SELECT pg_current_snapshot()::text, array(SELECT id FROM {log}"
-            " WHERE xid >= pg_snapshot_xmax(%s::pg_snapshot) UNION ALL SELECT id FROM {log}"
-            " WHERE xid = ANY(ARRAY(SELECT pg_snapshot_xip(%s::pg_snapshot))))"
-        )
+    # The commits a snapshot (the parameter) did not see and this statement's does, and
+    # this statement's snapshot (the commit counter, PostgresStore.data_version).
+    _COMMITS_UNSEEN = (
+        "SELECT pg_current_snapshot()::text, array(SELECT id FROM {log}"
+        " WHERE xid >= pg_snapshot_xmax(%s::pg_snapshot) UNION ALL SELECT id FROM {log}"
+        " WHERE xid = ANY(ARRAY(SELECT pg_snapshot_xip(%s::pg_snapshot))))"
+    )
+    # The status of application transactions (after_commit.py), by their ids as text.
+    XACT_STATUS = "SELECT x, pg_xact_status(x::xid8) FROM unnest(%s::text[]) x"
 
     @functools.cached_property
     def snapshot_now(self) -> str:
@@ -360,40 +369,65 @@ END """,
     def meta(self) -> str:
         return self._q("SELECT format, format_version FROM {meta} WHERE id = 0")
 
+    # Each read and the commit in two spellings of one text: psycopg's marks (an
+    # application's asyncio connection) and wire's numbered ones (wire.py: quick's own
+    # connections and an application's blocking psycopg connection).
+    _GET = "SELECT value FROM {kv} WHERE key = %b"
+    _GET_MANY = "SELECT key, value FROM {kv} WHERE key = ANY(%b)"
+    _RANGE = "SELECT key, value FROM {kv} WHERE key >= %b AND key < %b ORDER BY key"
+    _LIMIT = " LIMIT %s"
+    # Keys and ranges (bytea arrays) go in binary: psycopg's text form escapes each
+    # element with a regular expression, most of a commit's client CPU.
+    _COMMIT = (
+        "SELECT {commit3}(%s::pg_snapshot, %b, %b, %s::int, %s::int[], %s::bool[],"
+        " %s::pg_snapshot, %b, %b, %b, %b, %s::bigint, %s::bigint, %b, %b, %b, %b, %b, %b, %b,"
+        " %s::text)"
+    )
+    # A commit that made a zone's pointer vest earlier (kv.wake_watchers) notifies with
+    # it, delivered when its transaction commits: watchers in other processes wake at
+    # once (backends/postgres/notifications.py). Only those: every commit's NOTIFY woke
+    # idle consumers for visits and completions they need not see. The channel and the
+    # payload are two more parameters (notify_args).
+    _WAKING = ", pg_notify(%s::text, %s::text)"
+
     @functools.cached_property
     def get(self) -> str:
-        return self._q("SELECT value FROM {kv} WHERE key = %b")
+        return self._q(self._GET)
 
     @functools.cached_property
     def get_many(self) -> str:
-        return self._q("SELECT key, value FROM {kv} WHERE key = ANY(%b)")
+        return self._q(self._GET_MANY)
 
     @functools.cached_property
     def range(self) -> str:
-        return self._q("SELECT key, value FROM {kv} WHERE key >= %b AND key < %b ORDER BY key")
+        return self._q(self._RANGE)
 
     @functools.cached_property
     def range_reverse(self) -> str:
-        return self._q("SELECT key, value FROM {kv} WHERE key >= %b AND key < %b ORDER BY key DESC")
+        return self._q(self._RANGE + " DESC")
 
     @functools.cached_property
     def commit(self) -> str:
-        # Keys and ranges (bytea arrays) go in binary: psycopg's text form escapes each
-        # element with a regular expression, most of a commit's client CPU.
-        marks = (
-            "%s::pg_snapshot, %b, %b, %s::int, %s::int[], %s::bool[], %s::pg_snapshot, %b, %b,"
-            " %b, %b, %s::bigint, %s::bigint"
-        )
-        return self._q(f"SELECT {{commit3}}({marks}, %b, %b, %b, %b, %b, %b, %b, %s)")
+        return self._q(self._COMMIT)
 
     @functools.cached_property
     def commit_waking(self) -> str:
-        # A commit that made a zone's pointer vest earlier (kv.wake_watchers) notifies
-        # with it, delivered when its transaction commits: watchers in other processes
-        # wake at once (backends/postgres/notifications.py). Only those: every commit's
-        # NOTIFY woke idle consumers for visits and completions they need not see.
-        # The channel and the payload are two more parameters (notify_args).
-        return f"{self.commit}, pg_notify(%s, %s)"
+        return self._q(self._COMMIT + self._WAKING)
+
+    @functools.cached_property
+    def wire(self) -> dict[str, bytes]:
+        """The same statements for :mod:`.wire` (``range`` with its LIMIT)."""
+        return {
+            "read_version": self.read_version.encode(),
+            "get": self._wire(self._GET),
+            "get_many": self._wire(self._GET_MANY),
+            "range": self._wire(self._RANGE + self._LIMIT),
+            "range_reverse": self._wire(self._RANGE + " DESC" + self._LIMIT),
+            "commit": self._wire(self._COMMIT),
+            "commit_waking": self._wire(self._COMMIT + self._WAKING),
+            "commits_unseen": self._wire(self._COMMITS_UNSEEN),
+            "xact_status": self._wire(self.XACT_STATUS),
+        }
 
     @functools.cached_property
     def notify_args(self) -> tuple[str, str]:

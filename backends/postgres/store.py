@@ -19,8 +19,9 @@ The tables live in the schema the URL names (``?schema=``, default ``quick``); o
 creates it (or migrates an older layout), and refuses, untouched, a schema holding tables
 that are not quick's (:class:`NotAQuickStore`).
 
-One module each: the statements (``sql``), PostgreSQL's errors (``errors``), the commit
-resolver (``resolver``), the transaction (``transaction``), the application's own
+One module each: the statements (``sql``), how they are sent (``wire``: one write a round
+trip, parameters in binary), PostgreSQL's errors (``errors``), the commit resolver
+(``resolver``), the transaction (``transaction``), the application's own
 transaction (``app_transaction``, its connection and version held in ``joined``); this
 module opens the store, its schema and its pool.
 """
@@ -42,6 +43,7 @@ import psycopg
 from psycopg import generators
 
 from quickzones.backends._foreign_commits import ForeignCommits
+from quickzones.backends.postgres import wire
 from quickzones.backends.postgres.after_commit import AfterCommit
 from quickzones.backends.postgres.errors import (
     UNREACHABLE_PACE_CAP_S,
@@ -197,7 +199,9 @@ class PostgresStore:
         self._watched: str | None = None
         # What runs once an application's transaction has committed (part two of its
         # enqueues: app_transaction.py).
-        self.after_commit = AfterCommit(self._acquire, self._release, self.clock)
+        self.after_commit = AfterCommit(
+            self._acquire, self._release, self.clock, self.sql.wire["xact_status"]
+        )
         self._open_schema(create)
 
     @classmethod
@@ -431,10 +435,14 @@ class PostgresStore:
                     assert row is not None
                     self._watched = str(row[0])
                     return self.foreign.start(0)
-                row = conn.execute(self.sql.commits_unseen, (self._watched,) * 2).fetchone()
+                # Every 5 ms in each idle consumer: through wire.py, psycopg's dump and
+                # parse of it cost more than the server's work.
+                seen = wire.text(self._watched)
+                unseen = (self.sql.wire["commits_unseen"], (seen, seen), False)
+                row = wire.exchange(conn, (unseen,))[0].fetchone()
                 assert row is not None
-                self._watched = str(row[0])
-                return self.foreign.saw([int(v) for v in row[1]])
+                self._watched = row[0].decode()
+                return self.foreign.saw(wire.ints(row[1]))
             except psycopg.Error as err:
                 raise translate(err, "data_version", self.shown) from err
             finally:

@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from quickzones.backends.postgres import resolver
+from quickzones.backends.postgres import resolver, wire
 from quickzones.backends.postgres.errors import (
     UNREACHABLE_PACE_CAP_S,
     ServerUnreachable,
-    pipeline,
     translate,
 )
-from quickzones.backends.postgres.resolver import Rows
 from quickzones.backends.postgres.sql import KEYS_PER_SELECT
 from quickzones.backends.txnbuffer import CommitRequest, KeyValue
 from quickzones.backends.txnbuffer.pooled import PooledTransaction
@@ -32,6 +30,7 @@ if TYPE_CHECKING:
 PAST_TIME_WAIT_S = 0.2
 # The read version until the first read brings the real one with its answer.
 _PENDING = -1
+_BEGIN = wire.plain("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
 
 class PostgresTransaction(PooledTransaction[resolver.Connection]):
@@ -117,47 +116,45 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
     def get_read_version(self) -> int:
         self._ensure_read_version()
         if self._opening:
-            self._read("read version", "SELECT 1", ())
+            self._read("read version", wire.plain("SELECT 1"))
         return super().get_read_version()
 
-    def _read(self, what: str, sql: str, params: Sequence[Any]) -> Rows:
-        """``sql``'s rows in the snapshot; the first read opens it as well, in the same
-        round trip: BEGIN, the snapshot (taken by that first statement, so every later
+    def _read(self, what: str, statement: wire.Statement) -> wire.Rows:
+        """``statement``'s rows in the snapshot; the first read opens it as well, in the
+        same round trip: BEGIN, the snapshot (taken by that first statement, so every later
         read sees exactly its data; the commit checks what it did not see) with the last
-        commit version (the read version), then ``sql``."""
+        commit version (the read version), then ``statement``."""
         conn = self._snapshot()
         try:
             if not self._opening:
-                return conn.execute(sql, params)
-            with pipeline(conn):
-                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                version = conn.execute(self._store.sql.read_version)
-                rows = conn.execute(sql, params)
+                return wire.exchange(conn, (statement,))[0]
+            read_version = wire.plain(self._store.sql.read_version)
+            _, version, rows = wire.exchange(conn, (_BEGIN, read_version, statement))
         except psycopg.Error as err:
             raise translate(err, what, self._store.shown) from err
         row = version.fetchone()
         assert row is not None, "a snapshot has a row"
-        self._seen = str(row[0])
+        self._seen = row[0].decode()
         self._read_version = int(row[1])
         self._opening = False
         return rows
 
     def _read_key(self, key: bytes) -> bytes | None:
-        row = self._read("get", self._store.sql.get, (key,)).fetchone()
-        return None if row is None else bytes(row[0])
+        row = self._read("get", (self._store.sql.wire["get"], (wire.bytea(key),), True)).fetchone()
+        return None if row is None else row[0]
 
     def _read_keys(self, keys: Sequence[bytes]) -> list[bytes | None]:
         found: dict[bytes, bytes] = {}
+        text = self._store.sql.wire["get_many"]
         for at in range(0, len(keys), KEYS_PER_SELECT):
-            chunk = list(keys[at : at + KEYS_PER_SELECT])
-            rows = self._read("get_many", self._store.sql.get_many, (chunk,)).fetchall()
-            found.update((bytes(k), bytes(v)) for k, v in rows)
+            chunk = keys[at : at + KEYS_PER_SELECT]
+            found.update(self._read("get_many", (text, (wire.byteas(chunk),), True)).fetchall())
         return [found.get(key) for key in keys]
 
     def _read_range(self, begin: bytes, end: bytes, limit: int, reverse: bool) -> list[KeyValue]:
-        sql = self._store.sql.range_reverse if reverse else self._store.sql.range
-        rows = self._read("get_range", sql + " LIMIT %s", (begin, end, limit or None))
-        return [(bytes(k), bytes(v)) for k, v in rows.fetchall()]
+        text = self._store.sql.wire["range_reverse" if reverse else "range"]
+        params = (wire.bytea(begin), wire.bytea(end), wire.int8(limit or None))
+        return self._read("get_range", (text, params, True)).fetchall()
 
     def _commit_request(self, request: CommitRequest) -> tuple[int, int]:
         store = self._store

@@ -1,0 +1,165 @@
+"""What a plain enqueue sends on PostgreSQL (issue 42): its reads in one write and its commit
+in another (each statement of a round trip went out in a write of its own through psycopg's
+pipeline, and its parameters were dumped by psycopg: most of the call's client CPU), and
+the statements sent so (``backends/postgres/wire.py``, parameters packed in binary) carry
+any bytes, through quick's own connections and through an application's."""
+
+from __future__ import annotations
+
+import selectors
+import socket
+import threading
+from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from quickzones.client import Quick
+from quickzones.testing.provision.postgres import postgres_skip_reason
+from tests.postgres import postgres_store_url
+
+pytestmark = pytest.mark.skipif(
+    postgres_skip_reason() is not None, reason=str(postgres_skip_reason())
+)
+
+
+class WriteCounter:
+    """A TCP proxy to the tests' server that counts the chunks clients send it: one per
+    write a client makes, or fewer when writes arrive together (never more, for the
+    few-hundred-byte messages here)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.writes = 0
+        self._target = (host, port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self._listener, selectors.EVENT_READ, None)
+        while not self._stop:
+            for key, _ in sel.select(0.1):
+                if key.data is None:
+                    client, _ = self._listener.accept()
+                    server = socket.create_connection(self._target)
+                    for s in (client, server):
+                        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    sel.register(client, selectors.EVENT_READ, (server, True))
+                    sel.register(server, selectors.EVENT_READ, (client, False))
+                    continue
+                peer, from_client = key.data
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                try:
+                    chunk = sock.recv(1 << 20)
+                    if chunk:
+                        self.writes += from_client
+                        peer.sendall(chunk)
+                except OSError:
+                    chunk = b""
+                if not chunk:  # either side gone: both go
+                    for s in (sock, peer):
+                        if s.fileno() >= 0:
+                            sel.unregister(s)
+                            s.close()
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(5)
+        self._listener.close()
+
+
+@pytest.fixture
+def counted() -> Iterator[tuple[WriteCounter, str]]:
+    url = postgres_store_url()
+    parts = urlsplit(url)
+    proxy = WriteCounter(parts.hostname or "127.0.0.1", parts.port or 5432)
+    netloc = parts.netloc.rsplit("@", 1)
+    host = f"127.0.0.1:{proxy.port}"
+    proxied = (netloc[0] + "@" + host) if len(netloc) == 2 else host
+    yield proxy, urlunsplit(parts._replace(netloc=proxied))
+    proxy.close()
+
+
+def test_a_plain_enqueue_is_two_writes_to_the_server(counted: tuple[WriteCounter, str]) -> None:
+    proxy, url = counted
+    q = Quick.open(f"{url}&listen=off" if "?" in url else f"{url}?listen=off")
+    try:
+        q.enqueue("job", {"n": 0}, app="a", tenant="t")  # the zone and its pointer
+        q.enqueue("job", {"n": 1}, app="a", tenant="t")  # the store's connection made
+        before = proxy.writes
+        for n in range(20):
+            q.enqueue("job", {"n": n}, app="a", tenant="t")
+        per_call = (proxy.writes - before) / 20
+        # The reads (BEGIN, the snapshot, the index entry and layout) in one write, the
+        # commit (its end of the snapshot, quick_commit3, COMMIT, part two's look at the
+        # pointer) in another; psycopg's pipeline wrote each statement apart (10).
+        assert per_call <= 2
+        assert q.status("a", "t", q.enqueue("job", {"n": 99}, app="a", tenant="t")) is not None
+    finally:
+        q.close()
+
+
+AWKWARD = [
+    b"",
+    b"\x00",
+    b"\x00\xff\x00",
+    bytes(range(256)),
+    "Ünïcødé 名前".encode(),
+    b"\\x00 '\" %s $1",
+]
+
+
+def test_awkward_bytes_round_trip_through_the_store_and_an_application() -> None:
+    import psycopg
+
+    from quickzones.backends.postgres import PostgresStore
+
+    url = postgres_store_url()
+    store = PostgresStore.from_url(url)
+    try:
+        keys = [b"k" + bytes([i]) + value for i, value in enumerate(AWKWARD)]
+        many = [b"m" + i.to_bytes(2, "big") for i in range(1500)]  # past KEYS_PER_SELECT
+
+        def write(tr: object) -> None:
+            for key, value in zip(keys, AWKWARD, strict=True):
+                tr.set(key, value)  # type: ignore[attr-defined]
+            for key in many:
+                tr.set(key, key * 3)  # type: ignore[attr-defined]
+
+        from quickzones.store.kv import run
+
+        run(store, write)
+
+        def read(tr: object) -> tuple[object, ...]:
+            get, get_many = tr.get, tr.get_many  # type: ignore[attr-defined]
+            get_range = tr.get_range  # type: ignore[attr-defined]
+            return (
+                [get(key) for key in keys],
+                get_many([*many, b"absent"]),
+                get_range(b"k", b"l"),
+                get_range(b"m", b"n", limit=3, reverse=True),
+                get_range(b"m", b"n", limit=0),
+            )
+
+        ones, found, forward, last3, every = run(store, read)
+        assert ones == AWKWARD
+        assert found == [key * 3 for key in many] + [None]
+        assert [v for _, v in forward] == AWKWARD
+        assert [k for k, _ in last3] == many[-1:-4:-1]
+        assert len(every) == len(many)
+        # The same through an application's own connection, inside its transaction.
+        conninfo = store.conninfo
+        with psycopg.connect(conninfo) as conn:
+            with store.transaction_on(conn) as tr:
+                assert [tr.get(key) for key in keys] == AWKWARD
+                assert tr.get_many(many[:3]) == [key * 3 for key in many[:3]]
+                assert [v for _, v in tr.get_range(b"k", b"l")] == AWKWARD
+                tr.set(b"app\x00\xff", b"\x00written\xff")
+            conn.commit()
+        assert run(store, lambda tr: tr.get(b"app\x00\xff")) == b"\x00written\xff"
+    finally:
+        store.close()
