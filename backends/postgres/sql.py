@@ -337,6 +337,11 @@ END """,
         " WHERE xid >= pg_snapshot_xmax(%s::pg_snapshot) UNION ALL SELECT id FROM {log}"
         " WHERE xid = ANY(ARRAY(SELECT pg_snapshot_xip(%s::pg_snapshot))))"
     )
+    @functools.cached_property
+    def commits_unseen(self) -> str:
+        """:data:`_COMMITS_UNSEEN` for psycopg (bench.pg_long_txn times it)."""
+        return self._q(self._COMMITS_UNSEEN)
+
     # The status of application transactions (after_commit.py), by their ids as text.
     XACT_STATUS = "SELECT x, pg_xact_status(x::xid8) FROM unnest(%s::text[]) x"
 
