@@ -73,9 +73,12 @@ def _layout_version() -> str:
     return "-".join(trees)
 
 
-def cached(tenants: int, settings: int, folder: Path = CACHE) -> tuple[Path, dict[str, Any]]:
-    """The big store's file in ``folder`` (built now if not there) and how it was had:
-    build seconds by phase, or that it came from the cache."""
+def cached(
+    tenants: int, settings: int, folder: Path = CACHE, through: str = "store"
+) -> tuple[Path, dict[str, Any]]:
+    """The big store's file in ``folder`` (built now ``through`` either way if not there:
+    the two leave the same store) and how it was had: build seconds by phase, or that it
+    came from the cache."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"tenants-{tenants}-settings-{settings}-{_layout_version()}.db"
     if path.exists():
@@ -83,10 +86,15 @@ def cached(tenants: int, settings: int, folder: Path = CACHE) -> tuple[Path, dic
     partial = path.with_suffix(".building")
     for stale in folder.glob(partial.name + "*"):
         stale.unlink()
-    took = build(f"sqlite:///{partial}", tenants, settings)
+    took = build(f"sqlite:///{partial}", tenants, settings, through)
     _checkpoint(partial)
     partial.rename(path)
-    return path, {"cached": False, "build_s": took, "file_mb": round(path.stat().st_size / 1e6, 1)}
+    return path, {
+        "cached": False,
+        "through": through,
+        "build_s": took,
+        "file_mb": round(path.stat().st_size / 1e6, 1),
+    }
 
 
 def _checkpoint(path: Path) -> None:
