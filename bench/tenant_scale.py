@@ -2,13 +2,14 @@
 store that has none, in one run.
 
     python -m bench.tenant_scale [--tenants 1000000] [--settings 100000] [--store sqlite]
-        [--runs 3] [--many 100000] [--requests 50] [--out DIR]
+        [--runs 3] [--many 100000] [--requests 50] [--out DIR] [--build store|consumer]
 
-The big store (:mod:`bench.tenant_store`): app ``a``'s ``--tenants`` tenants each had one
-item once (their zones are empty now, their pointers collected, the item a dead letter:
-as many dead letters as tenants), and ``--settings`` of them a weight, a tenant limit or
-a pause (a third each). The baseline: a store built the same way with no tenants. Each
-case runs on both, the order alternating from run to run:
+The big store (:mod:`bench.tenant_store`, built through the store functions a consumer
+calls, or ``--build consumer`` by a consumer: the same store): app ``a``'s ``--tenants``
+tenants each had one item once (their zones are empty now, their pointers collected, the
+item a dead letter: as many dead letters as tenants), and ``--settings`` of them a
+weight, a tenant limit or a pause (a third each). The baseline: a store built the same
+way with no tenants. Each case runs on both, the order alternating from run to run:
 
 1. app ``b``'s drain (:func:`bench.settings_scale.drain`: 50 tenants x 40 items,
    ``run_until_idle``): items/s, store reads and keys read (exact);
@@ -98,13 +99,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--noisy-window", type=float, default=5.0, help=argparse.SUPPRESS)
     ap.add_argument("--out", default="", help="results directory")
     ap.add_argument("--cache", default=str(tenant_store.CACHE), help="where built stores are kept")
+    ap.add_argument(
+        "--build",
+        choices=tenant_store.THROUGH,
+        default="store",
+        help="how a store not in the cache is built (the same store either way)",
+    )
     args = ap.parse_args(argv)
     if args.settings > args.tenants:
         ap.error("--settings must be at most --tenants")
     files: dict[str, Path] = {}
     built: dict[str, Any] = {}
     for name, tenants, settings in (("empty", 0, 0), ("big", args.tenants, args.settings)):
-        files[name], built[name] = tenant_store.cached(tenants, settings, Path(args.cache))
+        files[name], built[name] = tenant_store.cached(
+            tenants, settings, Path(args.cache), args.build
+        )
         log(f"tenant scale: {name} store {files[name].name} {built[name]}")
     out = run_folder("tenant-scale", args.out)
     per_run: dict[str, list[dict[str, float]]] = {name: [] for name in STORES}
