@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
+
+from quickzones.backends._atomics import AtomicOp, apply_atomic
 from quickzones.backends._ranges import encode_ranges
 
 _SCHEMA = (
@@ -26,6 +29,12 @@ _UPSERT = (
     "INSERT INTO kv (key, value) VALUES (?, ?)"
     " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 )
+# FoundationDB's atomic add applied by SQLite itself (quick_add, registered on each of the
+# store's connections by add_function): no read of the operand into Python first.
+_ADD = (
+    "INSERT INTO kv (key, value) VALUES (?, ?)"
+    " ON CONFLICT (key) DO UPDATE SET value = quick_add(value, excluded.value)"
+)
 _DELETE = "DELETE FROM kv WHERE key = ?"
 _DELETE_RANGE = "DELETE FROM kv WHERE key >= ? AND key < ?"
 _NEWER_CONFLICTS = "SELECT ranges FROM quick_conflicts WHERE version > ?"
@@ -37,3 +46,13 @@ _NEWEST_BEFORE = "SELECT max(version) FROM quick_conflicts WHERE version < ?"
 _EVERY_KEY = encode_ranges([(b"", b"\xff")])
 # The tables that make a file a quick store (checked before anything is written).
 _QUICK_TABLES = frozenset({"kv", "quick_meta", "quick_conflicts"})
+
+
+def _add(stored: bytes | None, param: bytes) -> bytes | None:
+    """quick_add(stored, param): FoundationDB's add, the one the buffer applies."""
+    return apply_atomic(AtomicOp.ADD, stored, param)
+
+
+def add_function(conn: sqlite3.Connection) -> None:
+    """Register quick_add (:data:`_ADD`) on one of the store's own connections."""
+    conn.create_function("quick_add", 2, _add, deterministic=True)

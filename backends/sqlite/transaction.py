@@ -75,8 +75,8 @@ class SQLiteTransaction(PooledTransaction[sqlite3.Connection]):
         store = self._store
         conn = self._take_connection()
         try:
-            if conn.in_transaction:
-                conn.execute("COMMIT")  # end the snapshot: the write lock needs the newest state
+            # The snapshot, if any, stays open: the store takes the write lock inside it
+            # when nothing committed since (SQLiteStore._commit_on).
             # Threads of one process queue on a Python lock rather than in SQLite's busy
             # handler, whose sleeps (up to 100 ms each) would make a long latency tail.
             if not store._write_lock.acquire(timeout=store._busy_timeout_s):
