@@ -16,14 +16,13 @@ from quickzones.backends.sqlite.sql import (
     _DELETE_RANGE,
     _EVERY_KEY,
     _GET,
-    _GET_MANY,
-    _KEYS_PER_SELECT,
     _NEWER_CONFLICTS,
     _NEWEST_BEFORE,
     _PRUNE_CONFLICTS,
     _RECORD_CONFLICTS,
     _UPSERT,
     _VERSION,
+    read_many,
 )
 from quickzones.backends.sqlite.state import SQLiteStoreState
 from quickzones.backends.txnbuffer import VERSIONS_PER_SECOND, CommitRequest
@@ -82,8 +81,9 @@ class CommitResolver(SQLiteStoreState):
         version, or None with the snapshot ended when another commit came first or holds
         the lock (the caller takes the lock anew and checks the conflicts)."""
         rv = request.read_version
-        if rv is not None and not request.too_old(self.clock.now()):
-            commit_version = max(rv + 1, int(self.clock.now() * VERSIONS_PER_SECOND))
+        now = self.clock.now()
+        if rv is not None and not request.too_old(now):
+            commit_version = max(rv + 1, int(now * VERSIONS_PER_SECOND))
             try:
                 conn.execute(_BUMP_VERSION, (commit_version,))
                 return commit_version
@@ -163,10 +163,7 @@ def _prune_conflicts(conn: sqlite3.Connection, now: float) -> None:
 
 def _read_many(conn: sqlite3.Connection, keys: list[bytes]) -> dict[bytes, bytes | None]:
     found: dict[bytes, bytes | None] = dict.fromkeys(keys)
-    for at in range(0, len(keys), _KEYS_PER_SELECT):
-        chunk = keys[at : at + _KEYS_PER_SELECT]
-        sql = _GET_MANY.format(", ".join("?" * len(chunk)))
-        found.update((bytes(k), bytes(v)) for k, v in conn.execute(sql, chunk))
+    found.update(read_many(conn, keys))
     return found
 
 

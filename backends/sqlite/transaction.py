@@ -10,11 +10,10 @@ from typing import TYPE_CHECKING
 from quickzones.backends.sqlite.errors import _translate
 from quickzones.backends.sqlite.sql import (
     _GET,
-    _GET_MANY,
-    _KEYS_PER_SELECT,
     _RANGE,
     _RANGE_REVERSE,
     _VERSION,
+    read_many,
 )
 from quickzones.backends.txnbuffer import CommitRequest, KeyValue
 from quickzones.backends.txnbuffer.pooled import PooledTransaction
@@ -52,12 +51,8 @@ class SQLiteTransaction(PooledTransaction[sqlite3.Connection]):
 
     def _read_keys(self, keys: Sequence[bytes]) -> list[bytes | None]:
         conn = self._snapshot()
-        found: dict[bytes, bytes] = {}
         try:
-            for at in range(0, len(keys), _KEYS_PER_SELECT):
-                chunk = keys[at : at + _KEYS_PER_SELECT]
-                sql = _GET_MANY.format(", ".join("?" * len(chunk)))
-                found.update((bytes(k), bytes(v)) for k, v in conn.execute(sql, chunk))
+            found = read_many(conn, keys)
         except sqlite3.Error as err:
             raise _translate(err, "get_many") from err
         return [found.get(key) for key in keys]
