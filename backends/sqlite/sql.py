@@ -24,8 +24,16 @@ _GET = "SELECT value FROM kv WHERE key = ?"
 # A batch of point reads in one statement (read_many); {} holds the placeholders.
 _GET_MANY = "SELECT key, value FROM kv WHERE key IN ({})"
 _KEYS_PER_SELECT = 500  # well under SQLite's limit on host parameters (999 before 3.32)
-# _GET_MANY for each number of keys, made once (an enqueue reads 2 or 3 keys a statement).
-_GET_MANY_OF = [_GET_MANY.format(", ".join("?" * n)) for n in range(_KEYS_PER_SELECT + 1)]
+# The statement for each number of keys, made once. A few keys (an enqueue reads 2 or 3 a
+# statement) as point lookups joined by UNION ALL: a third cheaper than IN, which builds
+# and sorts an ephemeral table of the keys first.
+_POINTS_UP_TO = 8
+_GET_MANY_OF = [
+    " UNION ALL ".join(["SELECT key, value FROM kv WHERE key = ?"] * n)
+    if n <= _POINTS_UP_TO
+    else _GET_MANY.format(", ".join("?" * n))
+    for n in range(_KEYS_PER_SELECT + 1)
+]
 _RANGE = "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key LIMIT ?"
 _RANGE_REVERSE = "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key DESC LIMIT ?"
 _UPSERT = (
