@@ -70,13 +70,20 @@ class SQLiteTransaction(PooledTransaction[sqlite3.Connection]):
         store = self._store
         conn = self._take_connection()
         try:
-            # The snapshot, if any, stays open: the store takes the write lock inside it
-            # when nothing committed since (SQLiteStore._commit_on).
             # Threads of one process queue on a Python lock rather than in SQLite's busy
             # handler, whose sleeps (up to 100 ms each) would make a long latency tail.
-            if not store._write_lock.acquire(timeout=store._busy_timeout_s):
-                # Another thread of this process has been committing for that long.
-                raise StoreBusy(store.url, store.busy_timeout_ms)
+            # With the lock free at once, the snapshot, if any, stays open: the store
+            # takes the write lock inside it when nothing committed since
+            # (SQLiteStore._commit_on). Else it ends first: another thread's commit is
+            # about to make it stale, and a snapshot held while waiting would hold up a
+            # WAL restart that waits for old readers (while the thread it waits for
+            # waits for that restart).
+            if not store._write_lock.acquire(blocking=False):
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+                if not store._write_lock.acquire(timeout=store._busy_timeout_s):
+                    # Another thread of this process has been committing for that long.
+                    raise StoreBusy(store.url, store.busy_timeout_ms)
             try:
                 version = store._commit_on(conn, request)
             finally:

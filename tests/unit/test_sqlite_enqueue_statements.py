@@ -130,3 +130,32 @@ def test_atomic_adds_applied_by_sql_match_foundationdbs_meaning(tmp_path: Path) 
     finally:
         on_sqlite.close()
         in_memory.close()
+
+
+def test_threads_enqueueing_at_once_lose_nothing(tmp_path: Path) -> None:
+    """Threads of one process commit one after another: each commit after the first
+    finds its snapshot stale (or the lock taken) and falls back to the checked commit."""
+    q = Quick.open(store_url("sqlite", tmp_path))
+    failures: list[BaseException] = []
+
+    def produce(tenant: str) -> None:
+        try:
+            for n in range(100):
+                q.enqueue("job", {"n": n}, app="a", tenant=tenant)
+        except BaseException as err:  # reported below, in the test's thread
+            failures.append(err)
+
+    try:
+        threads = [threading.Thread(target=produce, args=(f"t{i}",)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert failures == []
+        assert [q.zones.count(q.zone("a", f"t{i}")) for i in range(4)] == [100] * 4
+        ran: list[int] = []
+        q.job("job")(lambda payload, ctx: ran.append(payload["n"]))
+        q.run_until_idle()
+        assert sorted(ran) == sorted(list(range(100)) * 4)
+    finally:
+        q.close()
