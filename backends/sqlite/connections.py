@@ -9,7 +9,7 @@ import time
 from urllib.parse import quote
 
 from quickzones.backends.sqlite.errors import _is_busy, _is_full, _is_not_a_database, _translate
-from quickzones.backends.sqlite.sql import _QUICK_TABLES, _SCHEMA
+from quickzones.backends.sqlite.sql import _QUICK_TABLES, _SCHEMA, add_function
 from quickzones.backends.sqlite.state import SQLiteStoreState
 from quickzones.backends.sqlite.wal import _BUSY_SLICE_S, WAL_CHECKPOINT_BYTES
 from quickzones.errors import NotAQuickStore, StorageError, StoreBusy, StoreNotFound
@@ -41,6 +41,7 @@ class SQLiteConnections(SQLiteStoreState):
                 cached_statements=256,
             )
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            add_function(conn)  # the resolver's atomic adds (sql._ADD)
             # Checkpoints run on the checkpointer's thread, never inside a commit.
             conn.execute("PRAGMA wal_autocheckpoint=0")
             # The WAL file is reused after a restart, not shrunk; trimmed past this.

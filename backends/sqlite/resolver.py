@@ -8,21 +8,21 @@ import sqlite3
 
 from quickzones.backends._ranges import decode_ranges, encode_ranges, merge_ranges, ranges_intersect
 from quickzones.backends._versionstamps import make_versionstamp
-from quickzones.backends.sqlite.errors import _is_full, _translate
+from quickzones.backends.sqlite.errors import _is_busy, _is_full, _translate
 from quickzones.backends.sqlite.sql import (
+    _ADD,
     _BUMP_VERSION,
     _DELETE,
     _DELETE_RANGE,
     _EVERY_KEY,
     _GET,
-    _GET_MANY,
-    _KEYS_PER_SELECT,
     _NEWER_CONFLICTS,
     _NEWEST_BEFORE,
     _PRUNE_CONFLICTS,
     _RECORD_CONFLICTS,
     _UPSERT,
     _VERSION,
+    read_many,
 )
 from quickzones.backends.sqlite.state import SQLiteStoreState
 from quickzones.backends.txnbuffer import VERSIONS_PER_SECOND, CommitRequest
@@ -41,9 +41,11 @@ class CommitResolver(SQLiteStoreState):
     """How a store commits a :class:`~quickzones.backends.txnbuffer.CommitRequest`."""
 
     def _commit_on(self, conn: sqlite3.Connection, request: CommitRequest) -> int:
-        self._begin_immediate(conn)
+        locked_at = self._lock_in_snapshot(conn, request) if conn.in_transaction else None
+        if locked_at is None:
+            self._begin_immediate(conn)
         try:
-            commit_version = self._apply(conn, request)
+            commit_version = self._apply(conn, request, locked_at=locked_at, own=True)
             if request.read_after:
                 # Under the write lock nothing else commits before this COMMIT: these
                 # are the values just after it, read without a transaction of their own.
@@ -71,25 +73,63 @@ class CommitResolver(SQLiteStoreState):
             raise KVError(COMMIT_UNKNOWN_RESULT, f"sqlite COMMIT failed: {err}") from err
         return commit_version
 
-    def _apply(self, conn: sqlite3.Connection, request: CommitRequest) -> int:
+    def _lock_in_snapshot(self, conn: sqlite3.Connection, request: CommitRequest) -> int | None:
+        """Take the write lock inside the read snapshot ``conn`` holds, by writing the
+        commit version: SQLite allows it only while no other commit came after the
+        snapshot, so nothing can conflict with the reads and the snapshot's transaction
+        becomes the commit's (one transaction for the file instead of two). Returns that
+        version, or None with the snapshot ended when another commit came first or holds
+        the lock (the caller takes the lock anew and checks the conflicts)."""
+        rv = request.read_version
+        now = self.clock.now()
+        if rv is not None and not request.too_old(now):
+            commit_version = max(rv + 1, int(now * VERSIONS_PER_SECOND))
+            try:
+                conn.execute(_BUMP_VERSION, (commit_version,))
+                return commit_version
+            except sqlite3.OperationalError as err:
+                if not _is_busy(err):  # SQLITE_BUSY_SNAPSHOT included
+                    raise _translate(err, "commit", self.url) from err
+        if conn.in_transaction:
+            conn.execute("COMMIT")  # end the snapshot: the write lock needs the newest state
+        return None
+
+    def _apply(
+        self,
+        conn: sqlite3.Connection,
+        request: CommitRequest,
+        *,
+        locked_at: int | None = None,
+        own: bool = False,
+    ) -> int:
         """The resolver's half of a commit, on ``conn`` holding the write lock: the
         conflict check, the writes, their conflict ranges and the new version; the caller
-        commits (or, for an application's connection, the application does)."""
-        version: int = conn.execute(_VERSION).fetchone()[0]
+        commits (or, for an application's connection, the application does).
+        ``locked_at``: the commit version already written by :meth:`_lock_in_snapshot`
+        (no commit since the reads: nothing to check). ``own``: ``conn`` is one of the
+        store's, with quick_add registered (an application's connection is left as it is)."""
         now = self.clock.now()
         if request.too_old(now):
             raise KVError(TRANSACTION_TOO_OLD, "read version older than 5 s at commit")
-        rv = request.read_version
-        if rv is not None and request.read_conflicts and version > rv:
-            for (raw,) in conn.execute(_NEWER_CONFLICTS, (rv,)):
-                if ranges_intersect(request.read_conflicts, decode_ranges(raw)):
-                    raise KVError(NOT_COMMITTED, "a read conflicts with a later commit")
-        commit_version = max(version + 1, int(now * VERSIONS_PER_SECOND))
+        if locked_at is None:
+            version: int = conn.execute(_VERSION).fetchone()[0]
+            rv = request.read_version
+            if rv is not None and request.read_conflicts and version > rv:
+                for (raw,) in conn.execute(_NEWER_CONFLICTS, (rv,)):
+                    if ranges_intersect(request.read_conflicts, decode_ranges(raw)):
+                        raise KVError(NOT_COMMITTED, "a read conflicts with a later commit")
+            commit_version = max(version + 1, int(now * VERSIONS_PER_SECOND))
+        else:
+            commit_version = locked_at
+        adds = request.plain_adds() if own else {}
         writes = request.resolve(
-            make_versionstamp(commit_version, 0), lambda key: _current(conn, key)
+            make_versionstamp(commit_version, 0), lambda key: _current(conn, key), skip=adds
         )
         if writes.clears:
             conn.executemany(_DELETE_RANGE, writes.clears)
+        if adds:
+            # Keys of atomic adds are in no cleared range (an add there is a plain set).
+            conn.executemany(_ADD, adds.items())
         if writes.sets:
             conn.executemany(_UPSERT, writes.sets)
         if writes.deletes:
@@ -98,7 +138,8 @@ class CommitResolver(SQLiteStoreState):
         if writes.extra_write_conflicts:
             conflict_ranges = merge_ranges(conflict_ranges + writes.extra_write_conflicts)
         conn.execute(_RECORD_CONFLICTS, (commit_version, encode_ranges(conflict_ranges)))
-        conn.execute(_BUMP_VERSION, (commit_version,))
+        if locked_at is None:
+            conn.execute(_BUMP_VERSION, (commit_version,))
         return commit_version
 
 
@@ -122,10 +163,7 @@ def _prune_conflicts(conn: sqlite3.Connection, now: float) -> None:
 
 def _read_many(conn: sqlite3.Connection, keys: list[bytes]) -> dict[bytes, bytes | None]:
     found: dict[bytes, bytes | None] = dict.fromkeys(keys)
-    for at in range(0, len(keys), _KEYS_PER_SELECT):
-        chunk = keys[at : at + _KEYS_PER_SELECT]
-        sql = _GET_MANY.format(", ".join("?" * len(chunk)))
-        found.update((bytes(k), bytes(v)) for k, v in conn.execute(sql, chunk))
+    found.update(read_many(conn, keys))
     return found
 
 

@@ -10,11 +10,10 @@ from typing import TYPE_CHECKING
 from quickzones.backends.sqlite.errors import _translate
 from quickzones.backends.sqlite.sql import (
     _GET,
-    _GET_MANY,
-    _KEYS_PER_SELECT,
     _RANGE,
     _RANGE_REVERSE,
     _VERSION,
+    read_many,
 )
 from quickzones.backends.txnbuffer import CommitRequest, KeyValue
 from quickzones.backends.txnbuffer.pooled import PooledTransaction
@@ -52,12 +51,8 @@ class SQLiteTransaction(PooledTransaction[sqlite3.Connection]):
 
     def _read_keys(self, keys: Sequence[bytes]) -> list[bytes | None]:
         conn = self._snapshot()
-        found: dict[bytes, bytes] = {}
         try:
-            for at in range(0, len(keys), _KEYS_PER_SELECT):
-                chunk = keys[at : at + _KEYS_PER_SELECT]
-                sql = _GET_MANY.format(", ".join("?" * len(chunk)))
-                found.update((bytes(k), bytes(v)) for k, v in conn.execute(sql, chunk))
+            found = read_many(conn, keys)
         except sqlite3.Error as err:
             raise _translate(err, "get_many") from err
         return [found.get(key) for key in keys]
@@ -75,13 +70,20 @@ class SQLiteTransaction(PooledTransaction[sqlite3.Connection]):
         store = self._store
         conn = self._take_connection()
         try:
-            if conn.in_transaction:
-                conn.execute("COMMIT")  # end the snapshot: the write lock needs the newest state
             # Threads of one process queue on a Python lock rather than in SQLite's busy
             # handler, whose sleeps (up to 100 ms each) would make a long latency tail.
-            if not store._write_lock.acquire(timeout=store._busy_timeout_s):
-                # Another thread of this process has been committing for that long.
-                raise StoreBusy(store.url, store.busy_timeout_ms)
+            # With the lock free at once, the snapshot, if any, stays open: the store
+            # takes the write lock inside it when nothing committed since
+            # (SQLiteStore._commit_on). Else it ends first: another thread's commit is
+            # about to make it stale, and a snapshot held while waiting would hold up a
+            # WAL restart that waits for old readers (while the thread it waits for
+            # waits for that restart).
+            if not store._write_lock.acquire(blocking=False):
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+                if not store._write_lock.acquire(timeout=store._busy_timeout_s):
+                    # Another thread of this process has been committing for that long.
+                    raise StoreBusy(store.url, store.busy_timeout_ms)
             try:
                 version = store._commit_on(conn, request)
             finally:

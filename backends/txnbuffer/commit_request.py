@@ -78,6 +78,11 @@ class CommitRequest:
         for key, point in self._points.items():
             if point.kind != _ATOMIC:
                 continue
+            if len(point.ops) == 1:  # the usual case: one add to a count
+                op, param = point.ops[0]
+                if op is AtomicOp.ADD:
+                    adds[key] = param
+                continue
             widths = {len(param) for _, param in point.ops}
             if len(widths) != 1 or any(op is not AtomicOp.ADD for op, _ in point.ops):
                 continue

@@ -66,7 +66,7 @@ class BufferedReads(ConflictRanges):
             and key not in self._points
             and key not in self._read_cache
             and not (self._cleared and self._cleared.contains(key))
-            and self._cached_range(key, key_after(key)) is None
+            and not (self._range_cache and self._cached_range(key, key_after(key)))
         ]
         if len(wanted) > 1:
             self._ensure_read_version()
@@ -78,7 +78,7 @@ class BufferedReads(ConflictRanges):
         # readable even after the read version is too old for storage.
         if key in self._read_cache:
             return self._read_cache[key]
-        cached = self._cached_range(key, key_after(key))
+        cached = self._cached_range(key, key_after(key)) if self._range_cache else None
         if cached is not None:
             keys, pairs = cached
             at = bisect.bisect_left(keys, key)

@@ -111,6 +111,9 @@ class TopLevelQueue:
         # it: a transaction holding the commit lock reads that record with the index
         # entry, so part two (which then joins part one) needs no round trip of its own.
         self._known_pointers: dict[ZoneId, IndexEntry] = {}
+        # The last stored layout record decoded, and what it said: every enqueue reads the
+        # record (with a conflict) and it almost never changes, so it is decoded once.
+        self._decoded: tuple[bytes, Layout] | None = None
 
     @property
     def shards(self) -> int:
@@ -145,7 +148,13 @@ class TopLevelQueue:
 
     def _adopt(self, raw: bytes | None) -> Layout:
         """The layout a stored record says (the configured one if none), cached."""
-        layout = self._configured if raw is None else decode_layout(self.layout_key, raw)
+        if raw is None:
+            layout = self._configured
+        elif self._decoded is not None and self._decoded[0] == raw:
+            layout = self._decoded[1]
+        else:
+            layout = decode_layout(self.layout_key, raw)
+            self._decoded = (raw, layout)
         if layout != self.layout:
             self.layout = layout
         return layout
