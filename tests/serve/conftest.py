@@ -33,6 +33,13 @@ from tests.conftest import HAVE_FDB, store_url
 from .browser import launched_chromium
 
 
+def signed_in(url: str, token: str) -> httpx.Client:
+    """A dashboard client signed in with ``token`` (its session cookie set)."""
+    client = httpx.Client(base_url=url)
+    assert client.post("/login", data={"token": token}).status_code == 303
+    return client
+
+
 class ServerThread:
     """uvicorn serving ``app`` on a socket bound to 127.0.0.1:0, in a daemon thread."""
 

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from quickzones.adapters.http import TokenStore, create_app
@@ -22,7 +21,7 @@ from quickzones.client import Quick
 from quickzones.consumer.config import ConsumerConfig
 from tests.waiting import wait_for
 
-from .conftest import ServerThread
+from .conftest import ServerThread, signed_in
 
 EMAILS = {"bounce_notice": {"limits": ["emails"], "cost": 1}}
 
@@ -35,12 +34,6 @@ def q(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Quick]:
         yield quick
     finally:
         quick.close()
-
-
-def _signed_in(url: str, token: str) -> httpx.Client:
-    client = httpx.Client(base_url=url)
-    assert client.post("/login", data={"token": token}).status_code == 303
-    return client
 
 
 def _rows(html: str, attr: str) -> list[str]:
@@ -75,7 +68,7 @@ def test_the_limits_page_shows_each_limit_and_who_holds_its_slots(q: Quick) -> N
                     1, wait_s=5.0, lease_s=60.0, job_types=["bounce_notice"], named_limits=EMAILS
                 )
                 assert [x.tenant for x in leased] == ["globex"]
-                client = _signed_in(server.url, operator)
+                client = signed_in(server.url, operator)
                 html = client.get("/apps/shop/limits").text
                 assert _rows(html, "data-limit") == ["emails", "sms"]
                 emails = html.split('data-limit="emails"')[1].split("</tr>")[0]
@@ -103,7 +96,7 @@ def test_the_holders_are_paged(q: Quick) -> None:
         q.limits.acquire_slots("limit", ("a", "emails", f"t{n:03}"), "c1", 1, 1, 600_000)
     operator = TokenStore(q.kv, q.keys, q.clock).create_for_all_apps(["admin"])[0]
     with ServerThread(create_app(q)) as server:
-        client = _signed_in(server.url, operator)
+        client = signed_in(server.url, operator)
         seen: list[str] = []
         url = "/apps/a/limits"
         for _ in range(5):
@@ -128,7 +121,7 @@ def test_a_token_of_another_app_sees_no_limits(q: Quick) -> None:
     tokens = TokenStore(q.kv, q.keys, q.clock)
     other = tokens.create("other", ["admin"])[0]
     with ServerThread(create_app(q)) as server:
-        client = _signed_in(server.url, other)
+        client = signed_in(server.url, other)
         answer = client.get("/apps/shop/limits")
         assert answer.status_code == 403 and "emails" not in answer.text
         client.close()

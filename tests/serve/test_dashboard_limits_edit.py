@@ -28,7 +28,7 @@ from tests.conftest import HAVE_FDB, HAVE_POSTGRES, store_url
 from tests.unit.helpers import most_at_once
 from tests.waiting import wait_for
 
-from .conftest import ServerThread
+from .conftest import ServerThread, signed_in
 
 HANDLER_S = 0.2
 
@@ -40,12 +40,6 @@ def q() -> Iterator[Quick]:
         yield quick
     finally:
         quick.close()
-
-
-def _signed_in(url: str, token: str) -> httpx.Client:
-    client = httpx.Client(base_url=url)
-    assert client.post("/login", data={"token": token}).status_code == 303
-    return client
 
 
 def _hidden(page: str) -> dict[str, str]:
@@ -114,7 +108,7 @@ def test_a_limit_changed_on_the_page_is_obeyed_by_a_running_consumer_within_a_se
         with ServerThread(create_app(q)) as server:
             consumer.start()
             assert wait_for(lambda: most_at_once(seen()) >= 4, 120)
-            client = _signed_in(server.url, operator)
+            client = signed_in(server.url, operator)
             before = time.time()
             done = _confirmed(
                 client, "shop", {"action": "set", "name": "emails", "concurrency": "2",
@@ -139,7 +133,7 @@ def test_an_admin_sets_declares_and_removes_limits_from_the_page(q: Quick) -> No
     q.set_limit("shop", "emails", concurrency=5, per_tenant=2)
     admin = TokenStore(q.kv, q.keys, q.clock).create("shop", ["admin"])[0]
     with ServerThread(create_app(q)) as server:
-        client = _signed_in(server.url, admin)
+        client = signed_in(server.url, admin)
         page = client.get("/apps/shop/limits").text
         assert 'id="set-limit"' in page  # the form, declaring a limit by default
         assert 'href="/apps/shop/limits?edit=emails#set-limit"' in page
@@ -223,7 +217,7 @@ def test_bad_input_is_an_error_on_the_page_and_changes_nothing(q: Quick, case: s
     before = q.list_limits()
     admin = TokenStore(q.kv, q.keys, q.clock).create("shop", ["admin"])[0]
     with ServerThread(create_app(q)) as server:
-        client = _signed_in(server.url, admin)
+        client = signed_in(server.url, admin)
         csrf = _hidden(client.get("/apps/shop/limits").text)["csrf"]
         asked = client.get("/apps/shop/limits/confirm", params={"action": "set", **fields})
         assert asked.status_code == 400
@@ -246,7 +240,7 @@ def test_removing_an_unknown_limit_is_an_error_on_the_page(q: Quick) -> None:
     q.set_limit("shop", "emails", concurrency=5)
     admin = TokenStore(q.kv, q.keys, q.clock).create("shop", ["admin"])[0]
     with ServerThread(create_app(q)) as server:
-        client = _signed_in(server.url, admin)
+        client = signed_in(server.url, admin)
         csrf = _hidden(client.get("/apps/shop/limits").text)["csrf"]
         asked = client.get("/apps/shop/limits/confirm", params={"action": "remove", "name": "sms"})
         assert asked.status_code == 400 and "app shop has no limit 'sms'" in _error(asked.text)
@@ -267,7 +261,7 @@ def test_a_view_token_sees_no_form_and_is_refused(q: Quick) -> None:
     tokens = TokenStore(q.kv, q.keys, q.clock)
     viewer = tokens.create("shop", ["view"])[0]
     with ServerThread(create_app(q)) as server:
-        client = _signed_in(server.url, viewer)
+        client = signed_in(server.url, viewer)
         page = client.get("/apps/shop/limits")
         assert page.status_code == 200 and 'data-limit="emails"' in page.text
         assert 'id="set-limit"' not in page.text and "change…" not in page.text

@@ -11,7 +11,6 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from quickzones.adapters.http import TokenStore, create_app
@@ -20,7 +19,7 @@ from quickzones.urls import open_kv
 from tests.conftest import HAVE_FDB, HAVE_POSTGRES, store_url
 from tests.counting_kv import CountingKV
 
-from .conftest import ServerThread
+from .conftest import ServerThread, signed_in
 
 
 @pytest.fixture(
@@ -37,12 +36,6 @@ def q(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Quick]:
         yield quick
     finally:
         quick.close()
-
-
-def _signed_in(url: str, token: str) -> httpx.Client:
-    client = httpx.Client(base_url=url)
-    assert client.post("/login", data={"token": token}).status_code == 303
-    return client
 
 
 def _states(page: str) -> dict[str, str]:
@@ -66,7 +59,7 @@ def test_a_parked_item_is_shown_waiting_for_its_key_and_its_holder(q: Quick) -> 
     assert [i.item_id for i in leased] == ["a1"]
     token = TokenStore(q.kv, q.keys, q.clock).create("bank", ["view"])[0]
     with ServerThread(create_app(q)) as server:
-        client = _signed_in(server.url, token)
+        client = signed_in(server.url, token)
         page = client.get("/apps/bank/tenants/u1").text
         states = _states(page)
         assert states == {
@@ -100,7 +93,7 @@ def test_a_page_of_parked_items_reads_what_it_shows() -> None:
             q.enqueue("sync", n, app="bank", tenant="plain", item_id=f"i{n:03}")
         token = TokenStore(q.kv, q.keys, q.clock).create("bank", ["admin"])[0]
         with ServerThread(create_app(q)) as server:
-            client = _signed_in(server.url, token)
+            client = signed_in(server.url, token)
             client.get("/apps/bank/tenants/plain")  # warm: the session's first reads
             cost = {}
             for tenant in ("plain", "keyed"):
@@ -153,7 +146,7 @@ def test_items_behind_a_corrupt_key_record_are_shown_waiting_with_the_holder_unk
                                  b"\xff not a record"))  # fmt: skip
     token = TokenStore(q.kv, q.keys, q.clock).create("bank", ["view"])[0]
     with ServerThread(create_app(q)) as server:
-        client = _signed_in(server.url, token)
+        client = signed_in(server.url, token)
         states = _states(client.get("/apps/bank/tenants/u1").text)
         client.close()
     assert states == {

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from quickzones.errors import MissingDependency
 from quickzones.testing.provision import docker
 from quickzones.testing.provision.errors import ServiceUnavailable
 from quickzones.testing.provision.ports import HOST
@@ -37,7 +38,10 @@ class CassandraEndpoint:
 
     def cluster(self, **options: Any) -> Any:
         """A cassandra-driver ``Cluster`` (``pip install 'quickzones[cassandra]'``)."""
-        from cassandra.cluster import Cluster
+        try:
+            from cassandra.cluster import Cluster
+        except ImportError as err:
+            raise MissingDependency("cassandra-driver", "cassandra", str(err)) from err
 
         return Cluster(list(self.hosts), port=self.port, **options)
 
