@@ -174,9 +174,9 @@ def one_run(
     before = fresh_counters(fdbcli, cluster)
     spy = None
     if py_spy and profile_to is not None:
+        prof = str(profile_to)
         spy = subprocess.Popen(
-            [py_spy, "record", "--gil", "-f", "raw", "-r", "250", "-p", str(pid),
-             "-o", str(profile_to)],  # fmt: skip
+            [py_spy, "record", "--gil", "-f", "raw", "-r", "250", "-p", str(pid), "-o", prof],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -265,9 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "fdb_cpu.json").write_text(json.dumps(res, indent=1))
     for shape, by_tree in medians.items():
         for name, m in by_tree.items():
-            log(
-                f"{shape} tenants, {name}: " + ", ".join(f"{k} {v:.3g}" for k, v in m.items())
-            )
+            log(f"{shape} tenants, {name}: " + ", ".join(f"{k} {v:.3g}" for k, v in m.items()))
     log(f"results in {out}")
     return 0
 
