@@ -60,6 +60,27 @@ COUNTERS = {
 # --- the child: one consumer process, in whichever tree runs this file ---------------------
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds of each thread of this process so far, by thread name (libfdb_c's
+    network thread is the binding's Python thread that runs ``fdb_run_network``), from
+    ``/proc/self/task``; threads of one name are summed, and gone threads are not here."""
+    import threading
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        name = names.get(int(tid), "other")
+        name = name.rstrip("0123456789-_ ") or name  # worker-3 and worker-1 together
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 def drain_child(url: str, items: int) -> None:
     """Build the consumer, say ``ready`` and wait for ``go`` on stdin, then drain and print
     the figures as one JSON line."""
@@ -71,16 +92,19 @@ def drain_child(url: str, items: int) -> None:
     consumer = q.consumer(ConsumerConfig(workers=4, managers=4))  # quick worker --workers 4
     print(json.dumps({"ready": os.getpid()}), flush=True)
     sys.stdin.readline()
+    threads0 = thread_cpu() if os.path.isdir("/proc/self/task") else {}
     cpu0, t0 = time.process_time(), time.perf_counter()
     consumer.start()
     while consumer.stats["completed"] < items:
         time.sleep(0.005)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    threads = thread_cpu() if threads0 else {}
     done = {
         "items": int(consumer.stats["completed"]),
         "visits": int(consumer.stats["visited"]),
         "cpu_s": cpu,
         "wall_s": wall,
+        "thread_cpu_s": {k: round(v - threads0.get(k, 0.0), 3) for k, v in threads.items()},
     }
     consumer.stop(deadline_s=5)
     q.close()
