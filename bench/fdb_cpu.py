@@ -7,7 +7,8 @@ per item (issue 44 point 5).
 Each run fills a fresh key prefix of one local ``fdbserver`` (``single memory``, the
 bench's shared cluster) with ``--items`` no-op items, in one tenant or spread evenly over
 many, then a child process drains them with the consumer ``quick worker --workers 4``
-builds (``ConsumerConfig(workers=4, managers=4)``, every other field its default). The
+builds (``ConsumerConfig(workers=4, managers=4)``, every other field its default, unless
+``--consumer '{"field": value}'`` says otherwise). The
 child is started and its consumer built before the measured stretch; it then reports
 
 * its process CPU time per 1,000 items (``time.process_time``: every thread of the
@@ -38,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -81,7 +83,7 @@ def thread_cpu() -> dict[str, float]:
     return out
 
 
-def drain_child(url: str, items: int) -> None:
+def drain_child(url: str, items: int, overrides: dict[str, Any]) -> None:
     """Build the consumer, say ``ready`` and wait for ``go`` on stdin, then drain and print
     the figures as one JSON line."""
     from quickzones.client import Quick
@@ -89,21 +91,28 @@ def drain_child(url: str, items: int) -> None:
 
     q = Quick.open(url)
     q.job(NOOP)(lambda payload, ctx: None)
-    consumer = q.consumer(ConsumerConfig(workers=4, managers=4))  # quick worker --workers 4
+    # quick worker --workers 4, and any --consumer overrides
+    consumer = q.consumer(ConsumerConfig(**{"workers": 4, "managers": 4, **overrides}))
     print(json.dumps({"ready": os.getpid()}), flush=True)
     sys.stdin.readline()
     threads0 = thread_cpu() if os.path.isdir("/proc/self/task") else {}
+    use0 = resource.getrusage(resource.RUSAGE_SELF)
     cpu0, t0 = time.process_time(), time.perf_counter()
     consumer.start()
     while consumer.stats["completed"] < items:
         time.sleep(0.005)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     threads = thread_cpu() if threads0 else {}
+    use = resource.getrusage(resource.RUSAGE_SELF)
     done = {
         "items": int(consumer.stats["completed"]),
         "visits": int(consumer.stats["visited"]),
         "cpu_s": cpu,
         "wall_s": wall,
+        # Kernel time and context switches: the GIL's hand-offs between threads show here.
+        "sys_s": use.ru_stime - use0.ru_stime,
+        "switches_per_item": (use.ru_nvcsw - use0.ru_nvcsw + use.ru_nivcsw - use0.ru_nivcsw)
+        / max(items, 1),
         "thread_cpu_s": {k: round(v - threads0.get(k, 0.0), 3) for k, v in threads.items()},
     }
     consumer.stop(deadline_s=5)
@@ -182,13 +191,14 @@ def one_run(
     python: str,
     url: str,
     items: int,
+    overrides: str,
     fdbcli: str,
     cluster: Path,
     py_spy: str | None,
     profile_to: Path | None,
 ) -> dict[str, Any]:
     child = subprocess.Popen(
-        [python, os.path.abspath(__file__), "--child", url, str(items)],
+        [python, os.path.abspath(__file__), "--child", url, str(items), overrides],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -233,10 +243,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", default="", help="another tree's python (its virtualenv)")
     ap.add_argument("--py-spy", default="", help="py-spy binary: profile this tree's drains")
     ap.add_argument("--out", default="")
-    ap.add_argument("--child", nargs=2, metavar=("URL", "ITEMS"), help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--consumer",
+        default="{}",
+        help="ConsumerConfig fields over the defaults, as JSON: '{\"processing_bound\": 40}'",
+    )
+    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        drain_child(args.child[0], int(args.child[1]))
+        drain_child(args.child[0], int(args.child[1]), json.loads(args.child[2]))
         return 0
     from bench.common import fdb_url, log, machine, run_folder, summary
     from quickzones.testing.provision.fdb import find_fdb_dist, shared_fdb_cluster_file
@@ -255,10 +270,13 @@ def main(argv: list[str] | None = None) -> int:
             # Alternate which tree goes first, so a busy stretch falls on both.
             order = list(trees) if i % 2 == 0 else list(reversed(trees))
             for name in order:
-                url = fdb_url(f"cpu-{name}-{tenants}-{i}")
+                # Tags of one length: the prefix is in every key the server counts bytes of.
+                url = fdb_url(f"cpu-{name[0]}-{tenants}-{i}")
                 fill(url, args.items, tenants)
                 prof = out / f"py-spy-{tenants}-{i}.txt" if name == "this" else None
-                r = one_run(trees[name], url, args.items, fdbcli, cluster, args.py_spy, prof)
+                r = one_run(
+                    trees[name], url, args.items, args.consumer, fdbcli, cluster, args.py_spy, prof
+                )
                 if prof is not None and prof.exists():
                     (out / f"py-spy-{tenants}-{i}-summed.txt").write_text(
                         summed_profile(prof.read_text())
@@ -268,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"run {i + 1}/{args.runs} {tenants} tenants {name}: "
                     f"{r['cpu_s_per_1000']:.2f} CPU s/1000, {r['items_per_s']:.0f}/s, "
                     f"{r['writes_per_item']:.2f} writes, {r['commits_per_item']:.3f} commits, "
-                    f"{r['bytes_written_per_item']:.0f} B per item, {r['visits']} visits "
+                    f"{r['bytes_written_per_item']:.0f} B per item, {r['visits']} visits, "
+                    f"{r['switches_per_item']:.1f} context switches per item "
                     f"(load {r['load']:.1f})"
                 )
     keys = ("cpu_s_per_1000", "items_per_s", *(f"{k}_per_item" for k in COUNTERS))
