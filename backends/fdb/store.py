@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from quickzones.backends.fdb import held_calls, waits
+from quickzones.backends.fdb import waits
 from quickzones.backends.fdb.loader import import_binding, select_api_version
 from quickzones.backends.fdb.url import FDBOptions, parse_fdb_url
 from quickzones.backends.fdb.wake_watch import ONE, WAKE_KEY, WakeWatch
@@ -473,7 +473,6 @@ class FDBStore:
         self.fdb: Any = fdb
         self.api_version = select_api_version(fdb, self.options.api_version)
         waits.install(fdb)  # after the version: that loads fdb.impl
-        held_calls.install(fdb)
         self._translate = _Translate(fdb.FDBError)
         self.cluster_file = self.options.cluster_file
         with self._translate():
