@@ -91,6 +91,8 @@ def bench(session: nox.Session) -> None:
     # app b's drain and noisy neighbour, one-item tenants, quick serve's pages and RSS; the
     # big store is built once into bench/results/.cache/: <ts>-tenant-scale/.
     session.run("python", "-m", "bench.tenant_scale")
+    # Consumer CPU and the server's writes per no-op item on FoundationDB: <ts>-fdb-cpu/.
+    session.run("python", "-m", "bench.fdb_cpu")
 
 
 @nox.session(python="3.11")
