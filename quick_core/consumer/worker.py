@@ -288,9 +288,7 @@ class Worker:
         if work.cancelled.is_set():  # cancelled through this process (Quick.cancel)
             self.emit("cancelled", zone=zone, item_id=item.item_id, where="before_start")
             return "cancelled"
-        if not item.held and (
-            work.direct or (work.fresh_until is not None and time.monotonic() < work.fresh_until)
-        ):
+        if not item.held and self._dequeue_was_check(work):
             return None
         try:
             # A held lease (leased to wait) becomes a started one here: its run counted.
@@ -308,6 +306,17 @@ class Worker:
             self.emit("start_error", zone=zone, item_id=item.item_id, error=str(err))
             return self.ops.give_back(work)
         return None
+
+    def _dequeue_was_check(self, work: Work) -> bool:
+        """Whether its dequeue still counts as its start check: handed to an idle worker
+        (``direct``) or starting within ``START_CHECK_AFTER_S`` of it (``fresh_until``),
+        and its lease still has more than half its length left on this consumer's clock.
+        A lease that ran low may have lapsed on another consumer's clock and been granted
+        again: such an item is always read (never start one another consumer may hold)."""
+        if not work.direct and (work.fresh_until is None or time.monotonic() >= work.fresh_until):
+            return False
+        left_ms = work.item.vesting_ms - now_ms(self.clock)
+        return left_ms * 2 > self.config.item_lease_s * 1000
 
     def _run_handler(self, work: Work, job: JobType, tr: Any) -> Any:
         running = Running(
