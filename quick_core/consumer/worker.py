@@ -34,7 +34,7 @@ from quickzones.consumer.interrupt import (
 from quickzones.consumer.item_ops import ItemOps
 from quickzones.consumer.lease_extender import due_for_extension
 from quickzones.consumer.limit_gate import LimitGate, Refused
-from quickzones.consumer.progress import reporter_for
+from quickzones.consumer.progress import ProgressReporter, reporter_for
 from quickzones.consumer.routing import Router
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Running, Work
@@ -116,7 +116,9 @@ class Worker:
         zone, item = work.zone, work.item
         if self.shutting_down():
             return self.ops.give_back(work)
-        pauses = self.paused(zone)
+        # Its visit looked the pauses up as it leased it: while that is its start check,
+        # it is its pause check too (pauses take effect within a second anyway).
+        pauses = None if self._dequeue_was_check(work) else self.paused(zone)
         if pauses is not None and pauses.holds(zone, item.job_type):
             # Paused since its visit leased it: nothing new starts (issue 31 point 3).
             self.emit("throttled", zone=zone, reason="paused")
@@ -326,21 +328,30 @@ class Worker:
             None if job.execution_bound_s is None else time.monotonic() + job.execution_bound_s,
             transactional=tr is not None,
         )
-        progress = reporter_for(lambda f, n: self.ops.progress(work, f, n, tr), tr is not None)
+        # Made at the handler's first report: most never report.
+        reporters: list[ProgressReporter] = []
+
+        def progress(fraction: float, note: str | None) -> None:
+            if not reporters:
+                write = lambda f, n: self.ops.progress(work, f, n, tr)  # noqa: E731
+                reporters.append(reporter_for(write, tr is not None))
+            reporters[0].report(fraction, note)
+
         ctx = JobContext(
             work.zone,
             work.item,
             tr=tr,
             lease_lost=running.lease_lost,
             cancel_event=work.cancelled,
-            progress_to=progress.report,
+            progress_to=progress,
             retry_meta=work.retry_meta,
         )
         try:
             self.in_flight.begin(running)
             return job.call(ctx)
         finally:
-            progress.close()  # a held report is kept before the completion reads the item
+            for reporter in reporters:
+                reporter.close()  # a held report is kept before the completion reads it
             self.in_flight.end(running)
 
     def _run_transactional(self, work: Work, job: JobType) -> None:
