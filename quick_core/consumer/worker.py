@@ -6,7 +6,9 @@ resume. An item past its TTL, out of attempts or whose runs lapsed ``max_lapses`
 failed without running. Just before the handler starts, the item and its lease are
 checked in the store (:meth:`~quickzones.store.zones.KVZoneStore.start`): a cancelled or
 taken-over item never starts; an item leased to wait (held) has its run counted there. An
-at-most-once item is deleted at that moment instead. The
+item that starts as it was dequeued (to an idle worker, or within ``START_CHECK_AFTER_S``)
+with more than half its lease left needs neither that read nor a pause lookup: its
+visit's were its checks. An at-most-once item is deleted at that moment instead. The
 handler then runs under the lease extender's watch (:mod:`.lease_extender`); success goes
 to the completer (:mod:`.completer`), failure to a retry with backoff or a dead letter
 (:mod:`.failure`). A transactional handler's effects and its completion commit in one KV
