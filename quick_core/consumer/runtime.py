@@ -266,8 +266,16 @@ class Consumer(RunsForever):
                 if work.due_ms is None:
                     work.fresh_until = until
 
+        renew_at: float | None = None
         for _ in range(max_rounds):
-            self.refresh_election()
+            # The scanner lease is renewed as the threaded scanner renews it, every third
+            # of its TTL (not each round: a store transaction a round), and at once when
+            # it is not held (to take it). On the consumer's clock: the leases' own.
+            now = self.clock.now()
+            held = all(self.in_order_for(cluster) for cluster in self.clusters)
+            if renew_at is None or now >= renew_at or not held:
+                self.refresh_election()
+                renew_at = now + self.config.election_ttl_s / 3
             refs = self.scan_once()
             if not refs:
                 break

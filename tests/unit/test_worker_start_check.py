@@ -115,3 +115,46 @@ def test_an_item_whose_lease_ran_low_is_read_before_it_starts_and_never_runs_twi
         assert q.zones.get(zone, ids[1 - ran[0]]) is not None  # the other holder's to run
     finally:
         q.close()
+
+
+class CountingElection:
+    """An election (``Quick.consumer(election=...)``) that counts the calls it answers."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    def try_acquire(self, name: str, holder: str, ttl: float) -> Any:
+        self.calls += 1
+        return self.inner.try_acquire(name, holder, ttl)
+
+    def renew(self, lease: Any, ttl: float) -> Any:
+        self.calls += 1
+        return self.inner.renew(lease, ttl)
+
+    def release(self, lease: Any) -> bool:
+        return bool(self.inner.release(lease))
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_run_until_idle_renews_its_scanner_lease_as_the_threaded_scanner_does(
+    q: Quick, clock: Any
+) -> None:
+    """Not once per round (a store transaction each, 5 % of bench.demo_cpu's drain): at
+    most every ``election_ttl_s / 3``, and at once when the lease is not held."""
+    from quickzones.consumer.election import LocalElection
+
+    q.job("j")(lambda payload, ctx: None)
+    for n in range(40):
+        q.enqueue("j", n, app="a", tenant="t")
+    election = CountingElection(LocalElection(clock))
+    consumer = q.consumer(ConsumerConfig(workers=2), election=election)
+    assert consumer.run_until_idle() == 40
+    assert consumer.stats["visited"] >= 20 and election.calls == 1
+    assert consumer.in_order
+    # A lease that lapsed meanwhile (the clock passed its TTL) is taken again first.
+    clock.advance(ConsumerConfig().election_ttl_s * 2)
+    q.enqueue("j", 40, app="a", tenant="t")
+    assert consumer.run_until_idle() == 1 and consumer.in_order
