@@ -5,7 +5,7 @@ item's metadata. Without the package every function here is a cheap no-op."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from quickzones.store.records import WorkItem, ZoneId
@@ -62,13 +62,20 @@ def enqueue_span(job_type: str, zone: ZoneId) -> Iterator[dict[str, str]]:
         yield carrier
 
 
-@contextmanager
-def run_span(item: WorkItem, zone: ZoneId) -> Iterator[None]:
-    """A consumer span for one run, linked to the span that enqueued the item."""
+_NO_SPAN = nullcontext()
+
+
+def run_span(item: WorkItem, zone: ZoneId) -> AbstractContextManager[None]:
+    """A consumer span for one run, linked to the span that enqueued the item. Without a
+    tracer, one shared no-op context: no generator is made per run (issue 44 point 5)."""
     tracer = _tracer()
     if tracer is None:
-        yield
-        return
+        return _NO_SPAN
+    return _run_span(tracer, item, zone)
+
+
+@contextmanager
+def _run_span(tracer: Any, item: WorkItem, zone: ZoneId) -> Iterator[None]:
     links = []
     carrier = item.meta.get(TRACE_KEY)
     if isinstance(carrier, dict):

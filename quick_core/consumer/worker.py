@@ -6,7 +6,9 @@ resume. An item past its TTL, out of attempts or whose runs lapsed ``max_lapses`
 failed without running. Just before the handler starts, the item and its lease are
 checked in the store (:meth:`~quickzones.store.zones.KVZoneStore.start`): a cancelled or
 taken-over item never starts; an item leased to wait (held) has its run counted there. An
-at-most-once item is deleted at that moment instead. The
+item that starts as it was dequeued (to an idle worker, or within ``START_CHECK_AFTER_S``)
+with more than half its lease left needs neither that read nor a pause lookup: its
+visit's were its checks. An at-most-once item is deleted at that moment instead. The
 handler then runs under the lease extender's watch (:mod:`.lease_extender`); success goes
 to the completer (:mod:`.completer`), failure to a retry with backoff or a dead letter
 (:mod:`.failure`). A transactional handler's effects and its completion commit in one KV
@@ -34,7 +36,7 @@ from quickzones.consumer.interrupt import (
 from quickzones.consumer.item_ops import ItemOps
 from quickzones.consumer.lease_extender import due_for_extension
 from quickzones.consumer.limit_gate import LimitGate, Refused
-from quickzones.consumer.progress import reporter_for
+from quickzones.consumer.progress import ProgressReporter, reporter_for
 from quickzones.consumer.routing import Router
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Running, Work
@@ -116,7 +118,9 @@ class Worker:
         zone, item = work.zone, work.item
         if self.shutting_down():
             return self.ops.give_back(work)
-        pauses = self.paused(zone)
+        # Its visit looked the pauses up as it leased it: while that is its start check,
+        # it is its pause check too (pauses take effect within a second anyway).
+        pauses = None if self._dequeue_was_check(work) else self.paused(zone)
         if pauses is not None and pauses.holds(zone, item.job_type):
             # Paused since its visit leased it: nothing new starts (issue 31 point 3).
             self.emit("throttled", zone=zone, reason="paused")
@@ -288,9 +292,7 @@ class Worker:
         if work.cancelled.is_set():  # cancelled through this process (Quick.cancel)
             self.emit("cancelled", zone=zone, item_id=item.item_id, where="before_start")
             return "cancelled"
-        if not item.held and (
-            work.direct or (work.fresh_until is not None and time.monotonic() < work.fresh_until)
-        ):
+        if not item.held and self._dequeue_was_check(work):
             return None
         try:
             # A held lease (leased to wait) becomes a started one here: its run counted.
@@ -309,6 +311,17 @@ class Worker:
             return self.ops.give_back(work)
         return None
 
+    def _dequeue_was_check(self, work: Work) -> bool:
+        """Whether its dequeue still counts as its start check: handed to an idle worker
+        (``direct``) or starting within ``START_CHECK_AFTER_S`` of it (``fresh_until``),
+        and its lease still has more than half its length left on this consumer's clock.
+        A lease that ran low may have lapsed on another consumer's clock and been granted
+        again: such an item is always read (never start one another consumer may hold)."""
+        if not work.direct and (work.fresh_until is None or time.monotonic() >= work.fresh_until):
+            return False
+        left_ms = work.item.vesting_ms - now_ms(self.clock)
+        return left_ms * 2 > self.config.item_lease_s * 1000
+
     def _run_handler(self, work: Work, job: JobType, tr: Any) -> Any:
         running = Running(
             work,
@@ -317,21 +330,30 @@ class Worker:
             None if job.execution_bound_s is None else time.monotonic() + job.execution_bound_s,
             transactional=tr is not None,
         )
-        progress = reporter_for(lambda f, n: self.ops.progress(work, f, n, tr), tr is not None)
+        # Made at the handler's first report: most never report.
+        reporters: list[ProgressReporter] = []
+
+        def progress(fraction: float, note: str | None) -> None:
+            if not reporters:
+                write = lambda f, n: self.ops.progress(work, f, n, tr)  # noqa: E731
+                reporters.append(reporter_for(write, tr is not None))
+            reporters[0].report(fraction, note)
+
         ctx = JobContext(
             work.zone,
             work.item,
             tr=tr,
             lease_lost=running.lease_lost,
             cancel_event=work.cancelled,
-            progress_to=progress.report,
+            progress_to=progress,
             retry_meta=work.retry_meta,
         )
         try:
             self.in_flight.begin(running)
             return job.call(ctx)
         finally:
-            progress.close()  # a held report is kept before the completion reads the item
+            for reporter in reporters:
+                reporter.close()  # a held report is kept before the completion reads it
             self.in_flight.end(running)
 
     def _run_transactional(self, work: Work, job: JobType) -> None:
