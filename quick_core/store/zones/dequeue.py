@@ -34,6 +34,12 @@ from quickzones.store.zonestore import CorruptItem
 # storage read first, where the store can answer later reads from it (kv.prefetch_range):
 # a zone with a few items, the common visit, costs one storage read instead of about eight.
 ZONE_PREFETCH_KEYS = 32
+# After a zone held more than ZONE_PREFETCH_KEYS keys (a backlog), its next this many
+# dequeues skip the prefetch, whose read would be thrown away: one storage read a visit
+# less while a busy tenant drains, and a zone that has shrunk is prefetched again soon.
+PREFETCH_SKIPS = 16
+# Zones remembered as too big to prefetch (a dict entry each); past it the memory starts over.
+PREFETCH_SKIPS_MAX = 4096
 # Item records a dequeue reads at once (one round trip) before its budget has charged
 # anything; then about as many as the budget has room for at the average cost so far, so
 # a zone of small items is still read in one or two round trips, and a zone of large
@@ -52,6 +58,10 @@ class Left:
 
 
 class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
+    # Per zone too big to prefetch lately: how many more dequeues skip it (made at the
+    # first, per store).
+    _prefetch_skips: dict[ZoneId, int] | None = None
+
     def _entries_to_take(
         self, tr: KVTransaction, zone: ZoneId, max_items: int, now: int, horizon_ms: int
     ) -> tuple[list[tuple[bytes, str, int | None]], int | None]:
@@ -164,7 +174,7 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
         starting = max_items if start_now is None else start_now
         # A small zone whole in one storage read: its order entries, records and count
         # are read several times over by this dequeue and the pointer's requeue.
-        prefetch_range(tr, *self.keys.zone_range(zone), ZONE_PREFETCH_KEYS)
+        self._prefetch(tr, zone)
         entries, vested_left = self._entries_to_take(tr, zone, max_items, now, horizon_ms)
         if left is not None:
             left.vested_ms = vested_left
@@ -220,6 +230,23 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
                     starting -= 1
                 leased.append(self._grant_lease(tr, zone, item, since, lease_ms, held=held))
         return leased, corrupt
+
+    def _prefetch(self, tr: KVTransaction, zone: ZoneId) -> None:
+        """The zone whole in one storage read where it is small (:func:`prefetch_range`),
+        not tried for a while after it was found too big (its read thrown away)."""
+        skips = self._prefetch_skips
+        if skips is None:
+            skips = self._prefetch_skips = {}
+        wait = skips.get(zone)
+        if wait:
+            skips[zone] = wait - 1
+            return
+        if prefetch_range(tr, *self.keys.zone_range(zone), ZONE_PREFETCH_KEYS) is False:
+            if len(skips) >= PREFETCH_SKIPS_MAX:
+                skips.clear()
+            skips[zone] = PREFETCH_SKIPS
+        elif wait is not None:
+            del skips[zone]
 
 
 def _vesting_of(beyond: list[tuple[bytes, str, int | None]], now: int) -> int | None:
