@@ -228,7 +228,11 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
                 held = since > now or starting <= 0
                 if not held:
                     starting -= 1
-                leased.append(self._grant_lease(tr, zone, item, since, lease_ms, held=held))
+                leased.append(
+                    self._grant_lease(
+                        tr, zone, item, since, lease_ms, held=held, order_key=order_key
+                    )
+                )
         return leased, corrupt
 
     def _prefetch(self, tr: KVTransaction, zone: ZoneId) -> None:
