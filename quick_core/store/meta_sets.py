@@ -273,10 +273,15 @@ class AppSettings(Generic[A, T, R]):
             hit = memos.get(key)
             if hit is not None and now < hit[0] and hit[1] == generation:
                 return hit[2]  # type: ignore[return-value]
+        names = (*apps, zone.app)
+        heads = [self._heads.get(app) for app in names]
         value = lookup(zone)
-        heads = [self._heads.get(app) for app in (*apps, zone.app)]
-        if any(h is None for h in heads):
-            return value  # a head dropped from its cache meanwhile: nothing to rest on
+        # Kept only if every part was worked out against these very heads: a head read
+        # again meanwhile (here or by another thread) is a new entry, and the value may
+        # rest on another version, or on its tenants where the app's key says none.
+        for app, head in zip(names, heads, strict=True):
+            if head is None or self._heads.get(app) is not head:
+                return value
         until = min(h[0] for h in heads if h is not None) + self.refresh_s
         own = heads[-1]
         assert own is not None

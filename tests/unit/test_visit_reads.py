@@ -106,6 +106,7 @@ def test_a_zone_pause_lookup_is_one_clock_read_while_current() -> None:
         pauses = Pauses(q.kv, q.keys, clock)
         zone = ZoneId("a", "t")
         assert not pauses.of_zone(zone).pauses  # read: the heads of "" and "a"
+        assert not pauses.of_zone(zone).pauses  # worked out against them: remembered
         clock.reads = 0
         for _ in range(100):
             assert not pauses.of_zone(zone).pauses
