@@ -69,6 +69,9 @@ class Held:
         return app + tuple((SCOPE, name) for name in self.tenant_slots)
 
 
+NOTHING_HELD = Held()
+
+
 class Fetcher:
     """Admission and visits for one consumer's managers (or one server's pull leases)."""
 
@@ -143,6 +146,8 @@ class Fetcher:
         if v.app_slots > len(v.items):
             self.slots.release(APP_SCOPE, v.zone.app, v.app_slots - len(v.items))
         self.weighing.took((v.ref.cluster, v.ref.shard, v.ref.pointer_id), v.zone, len(v.items))
+        if v.app_slots <= 0 and not held:
+            return [NOTHING_HELD] * len(v.items)  # the common item holds nothing
         app_slot = v.app_slots > 0
         return [Held(app_slot, slots_of(item, held) if held else ()) for item in v.items]
 

@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from quickzones.clock import Clock, now_ms
+from quickzones.clock import Clock
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.fetcher import Fetcher
 from quickzones.consumer.slots import Slots
@@ -273,7 +273,7 @@ class Manager:
             self.emit("dead_lettered", zone=zone, item_id=bad.item_id, reason="corrupt")
         self.emit("visited", zone=zone, items=len(items))
         now = self.clock.now()
-        now_at = now_ms(self.clock)
+        now_at = int(now * 1000)  # now_ms of the same reading: one clock read a visit
         lease_ms = int(self.config.item_lease_s * 1000)
         works = []
         pointer_key = (ref.cluster, ref.shard, ref.pointer_id)

@@ -39,6 +39,7 @@ from quickzones.errors import StorageError, StoreLost, ZoneLeaseFailed
 from quickzones.store.kv import KVTransaction, _Uncommitted, attempt_once
 from quickzones.store.toplevel import PointerRef
 from quickzones.store.zones.budget import TransactionBudget
+from quickzones.store.zones.dequeue import Left
 
 
 class ZoneVisitsFailed(StorageError):
@@ -253,8 +254,11 @@ class ZoneVisitor:
         inside: dict[str, Any] = {} if tr is None else {"tr": tr}
         # The KV zone stores (those that join a visit's transaction) bound a dequeue by
         # the transaction's budget; another store's dequeue is its own.
+        # They also say what the dequeue left (dequeue.Left): the requeue's next vesting
+        # time when a vested item is left, without a second read of the zone's order.
+        left = Left()
         bounded: dict[str, Any] = (
-            {"budget": budget} if zones.capabilities.one_transaction_visits else {}
+            {"budget": budget, "left": left} if zones.capabilities.one_transaction_visits else {}
         )
         if tr is None:
             v.pointer = top.obtain_pointer_lease(
@@ -310,6 +314,7 @@ class ZoneVisitor:
                     raise
                 self.emit("dequeue_error", zone=zone, error=str(err))
                 v.error = err
+                left.vested_ms = None  # a try that did not commit: the zone is read
         if tr is None:
             if v.cut_short:
                 self.emit("visit_budget_reached", zone=zone, items=len(v.items))
@@ -325,7 +330,13 @@ class ZoneVisitor:
             )
 
         def min_vesting(t: KVTransaction) -> int | None:
-            earliest = zones.min_vesting_ms(zone, tr=t)
+            # A vested item left: the pointer vests now whatever the zone's exact earliest
+            # time (the requeue never vests it before now), and no later enqueue can need
+            # it sooner, so no read, and no read conflict, is needed (paper Algorithm 2's
+            # requeue, from what the dequeue read in this visit).
+            earliest = left.vested_ms
+            if earliest is None:
+                earliest = zones.min_vesting_ms(zone, tr=t)
             if earliest is None or not_before is None:
                 return earliest
             return max(earliest, not_before)  # a rate-limited app waits for its next window

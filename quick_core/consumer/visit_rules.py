@@ -148,7 +148,7 @@ class Hold:
     ) -> Hold:
         paused = None if lookup is None else lookup(zone)
         if paused is None or not paused.pauses:
-            return cls()
+            return NOTHING_PAUSED  # never changed: held_back is set only by types held
         recheck = now_ms(clock) + int(REFRESH_S * 1000)
         return cls(paused.zone_paused(zone), paused.paused_types(zone), recheck)
 
@@ -169,3 +169,6 @@ class Hold:
         """Whether an item of ``job_type`` stays vested at this visit's dequeue (a paused
         job type); ``quick explain`` asks the same."""
         return job_type in self.types
+
+
+NOTHING_PAUSED = Hold()  # a zone under no pause: the common visit's, one object for all

@@ -555,11 +555,14 @@ def prefetch(tr: KVTransaction, keys: Sequence[bytes]) -> None:
         many(keys)
 
 
-def prefetch_range(tr: KVTransaction, begin: bytes, end: bytes, limit: int) -> None:
+def prefetch_range(tr: KVTransaction, begin: bytes, end: bytes, limit: int) -> bool | None:
     """Where the transaction can (a ``prefetch_range`` method: the SQLite and in-memory
     backends), read ``[begin, end)`` in one storage read if it holds at most ``limit``
     pairs, and answer the transaction's later reads inside it locally (each still adds
-    its read conflicts); elsewhere nothing (FoundationDB's client caches what it read)."""
+    its read conflicts); elsewhere nothing (FoundationDB's client caches what it read).
+    Whether the range was kept (False: it held more than ``limit`` pairs); None where the
+    store does not prefetch."""
     ahead = getattr(tr, "prefetch_range", None)
-    if ahead is not None:
-        ahead(begin, end, limit)
+    if ahead is None:
+        return None
+    return bool(ahead(begin, end, limit))

@@ -111,6 +111,11 @@ class AppSettings(Generic[A, T, R]):
         self._heads: Lru[str, tuple[float, Head]] = Lru(cache_max)
         self._apps: Lru[str, tuple[int, A]] = Lru(cache_max)
         self._tenants: Lru[tuple[str, str], tuple[int, T]] = Lru(cache_max)
+        # What a kind's zone lookup combined from the entries above (:meth:`_memo`), by
+        # app or by zone: (valid until, generation, value); at most ``cache_max``.
+        self._memos: dict[str | ZoneId, tuple[float, int, object]] = {}
+        self._memo_max = cache_max
+        self._generation = 0  # one more at each change this process makes
 
     # --- what a kind says -------------------------------------------------------------
 
@@ -169,6 +174,8 @@ class AppSettings(Generic[A, T, R]):
 
     def _changed(self, app: str) -> None:
         """This process sees its own change at once: the app's head is read again."""
+        self._generation += 1  # before the pop: a lookup racing the change keeps nothing
+        self._memos.clear()
         self._heads.pop(app)
 
     def _write(self, app: str, tenant: str | None, key: bytes, value: bytes | None) -> bool:
@@ -250,6 +257,37 @@ class AppSettings(Generic[A, T, R]):
             return cached[1]
         head, value = self._fresh(zone.app, lambda tr: self._read_tenant(tr, *name))
         self._tenants.put(name, (head.version, value))
+        return value
+
+    def _memo(self, zone: ZoneId, apps: tuple[str, ...], lookup: Callable[[ZoneId], V]) -> V:
+        """``lookup(zone)``, what a visit asks of this kind for ``zone`` (made of
+        :meth:`app_part` of ``apps`` and :meth:`tenant_part`), remembered until the first
+        of the heads it rests on is due to be read again (or this process changes a
+        record): per app while no record of ``zone.app`` names a tenant (every zone of it
+        gets the same), else per zone. So a visit's lookup, and each Worker's start
+        check's, is one clock read and a dict read or two, not a head and a record lookup
+        per part under the caches' locks; a change is still seen within ``refresh_s``."""
+        now = self.clock.now()
+        memos, generation = self._memos, self._generation
+        for key in (zone.app, zone):
+            hit = memos.get(key)
+            if hit is not None and now < hit[0] and hit[1] == generation:
+                return hit[2]  # type: ignore[return-value]
+        names = (*apps, zone.app)
+        heads = [self._heads.get(app) for app in names]
+        value = lookup(zone)
+        # Kept only if every part was worked out against these very heads: a head read
+        # again meanwhile (here or by another thread) is a new entry, and the value may
+        # rest on another version, or on its tenants where the app's key says none.
+        for app, head in zip(names, heads, strict=True):
+            if head is None or self._heads.get(app) is not head:
+                return value
+        until = min(h[0] for h in heads if h is not None) + self.refresh_s
+        own = heads[-1]
+        assert own is not None
+        if len(memos) >= self._memo_max:
+            memos.clear()
+        memos[zone if own[1].tenants else zone.app] = (until, generation, value)
         return value
 
     def last_app_part(self, app: str) -> A | None:

@@ -181,7 +181,11 @@ class Pauses(AppSettings[PauseSet, PauseSet, Pause]):
 
     def of_zone(self, zone: ZoneId) -> PauseSet:
         """The pauses that cover ``zone`` (every app's, its app's, its tenant's), cached:
-        what a visit and a Worker's start check take."""
+        what a visit and a Worker's start check take (one memo read while current:
+        :meth:`~quickzones.store.meta_sets.AppSettings._memo`)."""
+        return self._memo(zone, ("",), self._of_zone)
+
+    def _of_zone(self, zone: ZoneId) -> PauseSet:
         return PauseSet(
             self.app_part("").pauses
             + self.app_part(zone.app).pauses

@@ -120,7 +120,11 @@ class Weights(AppSettings[float | None, float | None, TenantWeight]):
 
     def of_zone(self, zone: ZoneId) -> float | None:
         """``zone``'s weight: its tenant's own, else its app's default, else 1; None when
-        its app has no weight at all (its zones are visited unweighted)."""
+        its app has no weight at all (its zones are visited unweighted). One memo read
+        while current (:meth:`~quickzones.store.meta_sets.AppSettings._memo`)."""
+        return self._memo(zone, (), self._of_zone)
+
+    def _of_zone(self, zone: ZoneId) -> float | None:
         default = self.app_part(zone.app)
         own = self.tenant_part(zone)
         if own is not None:

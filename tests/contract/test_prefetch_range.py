@@ -54,6 +54,18 @@ def test_a_range_too_big_to_keep_reads_as_without_it(kv_store: KVStore) -> None:
     assert _reads(ahead) == _reads(plain)
 
 
+def test_the_prefetch_says_whether_it_kept_the_range(kv_store: KVStore) -> None:
+    """True when kept, False when too big (a zone store then skips its next prefetches
+    of that zone), None where the backend does not prefetch."""
+    _fill(kv_store)
+    tr = kv_store.create_transaction()
+    if getattr(tr, "prefetch_range", None) is None:
+        assert prefetch_range(tr, P, P + b"\xff", 32) is None
+        return
+    assert prefetch_range(tr, P, P + b"\xff", 32) is True
+    assert prefetch_range(kv_store.create_transaction(), P, P + b"\xff", 3) is False
+
+
 def test_reads_answered_from_a_prefetch_still_conflict(kv_store: KVStore) -> None:
     _fill(kv_store)
     reader = kv_store.create_transaction()

@@ -5,6 +5,7 @@ block the zone (invariant 8)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from quickzones.clock import now_ms
 from quickzones.errors import (
@@ -33,6 +34,12 @@ from quickzones.store.zonestore import CorruptItem
 # storage read first, where the store can answer later reads from it (kv.prefetch_range):
 # a zone with a few items, the common visit, costs one storage read instead of about eight.
 ZONE_PREFETCH_KEYS = 32
+# After a zone held more than ZONE_PREFETCH_KEYS keys (a backlog), its next this many
+# dequeues skip the prefetch, whose read would be thrown away: one storage read a visit
+# less while a busy tenant drains, and a zone that has shrunk is prefetched again soon.
+PREFETCH_SKIPS = 16
+# Zones remembered as too big to prefetch (a dict entry each); past it the memory starts over.
+PREFETCH_SKIPS_MAX = 4096
 # Item records a dequeue reads at once (one round trip) before its budget has charged
 # anything; then about as many as the budget has room for at the average cost so far, so
 # a zone of small items is still read in one or two round trips, and a zone of large
@@ -40,12 +47,29 @@ ZONE_PREFETCH_KEYS = 32
 FIRST_READ = 64
 
 
+@dataclass(slots=True)
+class Left:
+    """What a dequeue saw left in its zone (filled by each try of it): ``vested_ms``, the
+    vesting time of a vested item it read and did not take, None when it saw none. The
+    pointer's requeue in the same visit then vests the pointer now without reading the
+    zone's order index again (a zone with a vested item has its next vesting time now)."""
+
+    vested_ms: int | None = None
+
+
 class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
+    # Per zone too big to prefetch lately: how many more dequeues skip it (made at the
+    # first, per store).
+    _prefetch_skips: dict[ZoneId, int] | None = None
+
     def _entries_to_take(
         self, tr: KVTransaction, zone: ZoneId, max_items: int, now: int, horizon_ms: int
-    ) -> list[tuple[bytes, str, int | None]]:
+    ) -> tuple[list[tuple[bytes, str, int | None]], int | None]:
         """What a dequeue takes: vested entries first (invariant 6 among what is taken),
-        then, in the room left, those vesting within ``horizon_ms``.
+        then, in the room left, those vesting within ``horizon_ms``; and the vesting time
+        of a vested entry read beyond them (None: not seen). Each read asks for one entry
+        more than it may take: in a zone with a backlog (the common visit of a busy
+        tenant) that entry tells the requeue the zone's next vesting time for free.
 
         One read to the horizon does for both when it leaves room or finds nothing ahead:
         then it holds every vested entry (a full read without entries ahead is the vested
@@ -53,21 +77,24 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
         zone with a few items, the common case, reads each range once, not twice).
         """
         if not horizon_ms:
-            return self._vested_entries(tr, zone, max_items, now, snapshot=False)
-        upto = self._vested_entries(tr, zone, max_items, now + horizon_ms, snapshot=False)
+            entries = self._vested_entries(tr, zone, max_items + 1, now, snapshot=False)
+            return entries[:max_items], _vesting_of(entries[max_items:], now)
+        upto = self._vested_entries(tr, zone, max_items + 1, now + horizon_ms, snapshot=False)
         vested: list[tuple[bytes, str, int | None]] = []
         ahead: list[tuple[bytes, str, int | None]] = []
         for entry in upto:
             vesting = entry[2]
             (vested if vesting is None or vesting <= now else ahead).append(entry)
-        if not ahead or len(upto) < max_items:
-            return vested + ahead
+        if len(upto) <= max_items:
+            return vested + ahead, None  # every entry to the horizon: none left
+        if not ahead:
+            return vested[:max_items], _vesting_of(vested[max_items:], now)
         entries = self._vested_entries(tr, zone, max_items, now, snapshot=False)
         seen = {item_id for _, item_id, _ in entries}
         more = self._vested_entries(
             tr, zone, max_items + len(entries), now + horizon_ms, snapshot=False
         )
-        return entries + [e for e in more if e[1] not in seen][: max_items - len(entries)]
+        return entries + [e for e in more if e[1] not in seen][: max_items - len(entries)], None
 
     def dequeue(
         self,
@@ -80,6 +107,7 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
         horizon_ms: int = 0,
         start_now: int | None = None,
         budget: TransactionBudget | None = None,
+        left: Left | None = None,
         tr: KVTransaction = OWN_STORE,
     ) -> tuple[list[WorkItem], list[CorruptItem]]:
         """Peek and lease in one transaction (``tr``: a Manager's one-transaction visit).
@@ -102,6 +130,8 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
         one-transaction visit passes one budget to each zone's dequeue, so a batch of
         zones is bounded as one; a retry of the dequeue's own transaction charges again
         from where the budget stood at this call.
+
+        ``left``: told what the dequeue saw left in the zone (:class:`Left`).
         """
         check_lease_duration(lease_ms)
         if horizon_ms < 0:
@@ -117,6 +147,7 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
             start_now=start_now,
             budget=budget,
             mark=budget.mark(),
+            left=left,
             tr=tr,
         )
 
@@ -133,6 +164,7 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
         start_now: int | None,
         budget: TransactionBudget,
         mark: tuple[int, int, int, bool],
+        left: Left | None,
         tr: KVTransaction = OWN_STORE,
     ) -> tuple[list[WorkItem], list[CorruptItem]]:
         budget.rewind(mark)  # each try of this dequeue's own transaction charges anew
@@ -142,8 +174,10 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
         starting = max_items if start_now is None else start_now
         # A small zone whole in one storage read: its order entries, records and count
         # are read several times over by this dequeue and the pointer's requeue.
-        prefetch_range(tr, *self.keys.zone_range(zone), ZONE_PREFETCH_KEYS)
-        entries = self._entries_to_take(tr, zone, max_items, now, horizon_ms)
+        self._prefetch(tr, zone)
+        entries, vested_left = self._entries_to_take(tr, zone, max_items, now, horizon_ms)
+        if left is not None:
+            left.vested_ms = vested_left
         start = 0
         while start < len(entries):
             part = entries[start : start + budget.items_to_read(FIRST_READ)]
@@ -194,5 +228,35 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
                 held = since > now or starting <= 0
                 if not held:
                     starting -= 1
-                leased.append(self._grant_lease(tr, zone, item, since, lease_ms, held=held))
+                leased.append(
+                    self._grant_lease(
+                        tr, zone, item, since, lease_ms, held=held, order_key=order_key
+                    )
+                )
         return leased, corrupt
+
+    def _prefetch(self, tr: KVTransaction, zone: ZoneId) -> None:
+        """The zone whole in one storage read where it is small (:func:`prefetch_range`),
+        not tried for a while after it was found too big (its read thrown away)."""
+        skips = self._prefetch_skips
+        if skips is None:
+            skips = self._prefetch_skips = {}
+        wait = skips.get(zone)
+        if wait:
+            skips[zone] = wait - 1
+            return
+        if prefetch_range(tr, *self.keys.zone_range(zone), ZONE_PREFETCH_KEYS) is False:
+            if len(skips) >= PREFETCH_SKIPS_MAX:
+                skips.clear()
+            skips[zone] = PREFETCH_SKIPS
+        elif wait is not None:
+            del skips[zone]
+
+
+def _vesting_of(beyond: list[tuple[bytes, str, int | None]], now: int) -> int | None:
+    """The vesting time of the vested entry read beyond what a dequeue takes (a FIFO
+    entry, vested since its enqueue, as ``now``); None when there is none."""
+    if not beyond:
+        return None
+    vesting = beyond[0][2]
+    return now if vesting is None else vesting

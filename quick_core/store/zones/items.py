@@ -259,13 +259,15 @@ class ZoneItems:
         new: WorkItem,
         *,
         leased: bool = False,
+        old_key: bytes | None = None,
     ) -> WorkItem:
         """Re-key ``old`` by ``new``'s vesting time (leaving commit order, if it had one);
         returns the item as stored. ``leased``: a new lease's record, kept (``_leased``)
-        for its holder's completion to read back undecoded."""
+        for its holder's completion to read back undecoded. ``old_key``: ``old``'s order
+        key as the caller read it (None: packed here)."""
         if new.commit_order is not None:
             new = new.with_(commit_order=None)
-        tr.clear(self._order_key_of(zone, old))
+        tr.clear(self._order_key_of(zone, old) if old_key is None else old_key)
         tr.set(self.keys.order_key(zone, new.priority, new.vesting_ms, new.item_id), b"")
         raw = self._rewrite_header(tr, zone, old, new)
         if leased:

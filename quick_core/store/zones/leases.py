@@ -39,8 +39,10 @@ class ZoneLeases(ZoneItems):
         lease_ms: int,
         *,
         held: bool = False,
+        order_key: bytes | None = None,
     ) -> WorkItem:
-        """Lease ``item`` for ``lease_ms`` from ``now``. A lease to start at once counts
+        """Lease ``item`` for ``lease_ms`` from ``now`` (``order_key``: its order entry's
+        key where the caller read it, not packed again). A lease to start at once counts
         the run here (attempts + 1); a ``held`` one (leased to wait: a timer's look-ahead,
         a consumer's look-ahead beyond its free workers) counts nothing until the worker's
         start check (:meth:`start`) turns it into a run, so a crash charges only what it
@@ -72,7 +74,7 @@ class ZoneLeases(ZoneItems):
             vested_ms=item.vesting_ms,  # for its pickup figure (not stored)
             **counted,
         )
-        return self._move_vesting(tr, zone, item, leased, leased=True)
+        return self._move_vesting(tr, zone, item, leased, leased=True, old_key=order_key)
 
     @transactional
     def start(
