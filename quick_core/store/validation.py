@@ -99,6 +99,11 @@ _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
+# What json.dumps(payload, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+# builds on each call, built once: it keeps no state between calls.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+
+
 def encode_json(payload: Any) -> bytes:
     """Compact JSON as UTF-8, so non-ASCII text costs its UTF-8 size, not six bytes per
     character. Records written with ASCII escapes read the same.
@@ -107,7 +112,7 @@ def encode_json(payload: Any) -> bytes:
     cannot hold (a lone surrogate) and nesting deeper than :data:`MAX_JSON_DEPTH` are
     refused with :class:`InvalidArgument`."""
     try:
-        text = json.dumps(payload, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+        text = _ENCODER.encode(payload)
     except RecursionError:
         raise InvalidArgument(
             "payload", "...", f"is nested too deeply (at most {MAX_JSON_DEPTH} levels)"
