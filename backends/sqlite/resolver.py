@@ -22,6 +22,7 @@ from quickzones.backends.sqlite.sql import (
     _RECORD_CONFLICTS,
     _UPSERT,
     _VERSION,
+    blob,
     read_many,
 )
 from quickzones.backends.sqlite.state import SQLiteStoreState
@@ -126,18 +127,18 @@ class CommitResolver(SQLiteStoreState):
             make_versionstamp(commit_version, 0), lambda key: _current(conn, key), skip=adds
         )
         if writes.clears:
-            conn.executemany(_DELETE_RANGE, writes.clears)
+            conn.executemany(_DELETE_RANGE, [(blob(b), blob(e)) for b, e in writes.clears])
         if adds:
             # Keys of atomic adds are in no cleared range (an add there is a plain set).
-            conn.executemany(_ADD, adds.items())
+            conn.executemany(_ADD, [(blob(k), blob(p)) for k, p in adds.items()])
         if writes.sets:
-            conn.executemany(_UPSERT, writes.sets)
+            conn.executemany(_UPSERT, [(blob(k), blob(v)) for k, v in writes.sets])
         if writes.deletes:
-            conn.executemany(_DELETE, [(key,) for key in writes.deletes])
+            conn.executemany(_DELETE, [(blob(key),) for key in writes.deletes])
         conflict_ranges = request.write_conflicts
         if writes.extra_write_conflicts:
             conflict_ranges = merge_ranges(conflict_ranges + writes.extra_write_conflicts)
-        conn.execute(_RECORD_CONFLICTS, (commit_version, encode_ranges(conflict_ranges)))
+        conn.execute(_RECORD_CONFLICTS, (commit_version, blob(encode_ranges(conflict_ranges))))
         if locked_at is None:
             conn.execute(_BUMP_VERSION, (commit_version,))
         return commit_version
@@ -168,5 +169,5 @@ def _read_many(conn: sqlite3.Connection, keys: list[bytes]) -> dict[bytes, bytes
 
 
 def _current(conn: sqlite3.Connection, key: bytes) -> bytes | None:
-    row = conn.execute(_GET, (key,)).fetchone()
+    row = conn.execute(_GET, (blob(key),)).fetchone()
     return None if row is None else bytes(row[0])

@@ -57,6 +57,14 @@ from quickzones.urls import RETRY_OPTIONS, parse_retry_option
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
+class _Bound(threading.local):
+    """The application connection this thread's transactions write through (None: none).
+    A class attribute, so reading it finds the default without the AttributeError
+    ``getattr(local, name, None)`` raises and clears on a thread that never set it."""
+
+    conn: sqlite3.Connection | None = None
+
+
 class SQLiteStore(SQLiteConnections, CommitResolver, WalBound):
     """A KV store in one SQLite file: ``SQLiteStore("quick.db", clock=...)``."""
 
@@ -100,7 +108,7 @@ class SQLiteStore(SQLiteConnections, CommitResolver, WalBound):
         self._closed = False
         # The application connection this thread's transactions write through, while an
         # enqueue runs in the application's own transaction (transaction_on).
-        self._bound = threading.local()
+        self._bound = _Bound()
         # A connection that never writes, for data_version() (see there).
         self._watch_lock = threading.Lock()
         self._watch_conn: sqlite3.Connection | None = None
@@ -165,7 +173,7 @@ class SQLiteStore(SQLiteConnections, CommitResolver, WalBound):
     def create_transaction(self) -> BufferedTransaction:
         if self._closed:
             raise StorageError(f"store {self.url} is closed")
-        bound: sqlite3.Connection | None = getattr(self._bound, "conn", None)
+        bound = self._bound.conn
         if bound is not None:
             # Inside transaction_on in this thread: every transaction (part two of an
             # enqueue, a clock floor update) joins the application's SQLite transaction,
@@ -188,7 +196,7 @@ class SQLiteStore(SQLiteConnections, CommitResolver, WalBound):
         from quickzones.backends.sqlite.app_transaction import AppTransaction, join
 
         conn, began = join(self, connection)
-        previous = getattr(self._bound, "conn", None)
+        previous = self._bound.conn
         self._bound.conn = conn
         try:
             tr = AppTransaction(self, conn)

@@ -13,6 +13,7 @@ from quickzones.backends.sqlite.sql import (
     _RANGE,
     _RANGE_REVERSE,
     _VERSION,
+    blob,
     read_many,
 )
 from quickzones.backends.txnbuffer import CommitRequest, KeyValue
@@ -44,7 +45,7 @@ class SQLiteTransaction(PooledTransaction[sqlite3.Connection]):
     def _read_key(self, key: bytes) -> bytes | None:
         conn = self._snapshot()
         try:
-            row = conn.execute(_GET, (key,)).fetchone()
+            row = conn.execute(_GET, (blob(key),)).fetchone()
         except sqlite3.Error as err:
             raise _translate(err, "get") from err
         return None if row is None else bytes(row[0])
@@ -61,7 +62,7 @@ class SQLiteTransaction(PooledTransaction[sqlite3.Connection]):
         conn = self._snapshot()
         sql = _RANGE_REVERSE if reverse else _RANGE
         try:
-            rows = conn.execute(sql, (begin, end, limit or -1)).fetchall()
+            rows = conn.execute(sql, (blob(begin), blob(end), limit or -1)).fetchall()
         except sqlite3.Error as err:
             raise _translate(err, "get_range") from err
         return [(bytes(k), bytes(v)) for k, v in rows]
