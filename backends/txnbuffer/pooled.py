@@ -7,7 +7,6 @@ one) or its connection for ever."""
 
 from __future__ import annotations
 
-import contextlib
 from typing import Generic, Protocol, TypeVar
 
 from quickzones.backends.txnbuffer.transaction import BufferedTransaction
@@ -59,5 +58,8 @@ class PooledTransaction(BufferedTransaction, Generic[C]):
         return self._pool._random()
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
+        # Runs for every transaction (each enqueue's): a try costs less than a suppress().
+        try:
             self._release()
+        except Exception:  # a collected transaction has no one to tell
+            pass

@@ -63,6 +63,9 @@ class BufferedTransaction(BufferedReads, BufferedWrites):
 
     def _write_conflict_ranges(self) -> list[Range]:
         ranges = [(k, key_after(k)) for k in self._point_keys]
+        if not (self._cleared or self._write_conflicts):
+            # Point writes alone (an enqueue's): their keys are kept in order.
+            return merge_ranges(ranges, in_order=True)
         ranges.extend(self._cleared)
         ranges.extend(self._write_conflicts)
         return merge_ranges(ranges)

@@ -72,10 +72,16 @@ def _packed_id(item_id: str) -> bytes:
     return b"\x02" + item_id.encode("utf-8").replace(b"\x00", b"\x00\xff") + b"\x00"
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=1024)
+def _packed_int(value: int) -> bytes:
+    # A priority: a zone's items have few of them.
+    return _tup(value)
+
+
 def _packed_order(priority: int, vesting_ms: int) -> bytes:
-    # The items of one enqueue_many, or leased in one dequeue, share a vesting time.
-    return _tup(priority, vesting_ms)
+    # Each millisecond has a new vesting time, so a cache of (priority, vesting) pairs
+    # would miss at most enqueues: the priority's packing cached, the time's by hand.
+    return _packed_int(priority) + _packed_uint(vesting_ms)
 
 
 @functools.lru_cache(maxsize=65536)
