@@ -4,6 +4,7 @@ draw and taking the write lock."""
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 import threading
@@ -14,6 +15,23 @@ from quickzones.backends.sqlite.errors import _is_busy, _translate
 from quickzones.backends.sqlite.file_identity import FileIdentity
 from quickzones.clock import Clock
 from quickzones.errors import StoreBusy
+
+# This process's id, kept by a fork hook: os.getpid() is a system call (glibc no longer
+# caches it) that each commit made three times, to notice a fork.
+_pid = os.getpid()
+
+
+def process_id() -> int:
+    """``os.getpid()``, without the system call."""
+    return _pid
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 class SQLiteStoreState:

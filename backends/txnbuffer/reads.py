@@ -27,7 +27,8 @@ class BufferedReads(ConflictRanges):
         return self._get(key, snapshot)
 
     def _get(self, key: bytes, snapshot: bool) -> bytes | None:
-        _require_bytes("key", key)
+        if not isinstance(key, bytes):
+            _require_bytes("key", key)
         if len(key) > KEY_SIZE_LIMIT:
             return None  # FDB: an over-long key cannot exist, so reading it finds nothing.
         if key >= SYSTEM_PREFIX:
@@ -57,16 +58,18 @@ class BufferedReads(ConflictRanges):
         that need storage are read in one storage call first (:meth:`_read_keys`), so a
         batch of item reads is one statement on SQLite, not one each."""
         self._check_open()
+        points, cache, cleared = self._points, self._read_cache, self._cleared or None
+        ranges = self._range_cache
         wanted = [
             key
             for key in dict.fromkeys(keys)
             if isinstance(key, bytes)
             and len(key) <= KEY_SIZE_LIMIT
             and key < SYSTEM_PREFIX
-            and key not in self._points
-            and key not in self._read_cache
-            and not (self._cleared and self._cleared.contains(key))
-            and not (self._range_cache and self._cached_range(key, key_after(key)))
+            and key not in points
+            and key not in cache
+            and not (cleared and cleared.contains(key))
+            and not (ranges and self._cached_range(key, key_after(key)))
         ]
         if len(wanted) > 1:
             self._ensure_read_version()

@@ -59,8 +59,10 @@ def check_name(kind: str, value: object) -> str:
 
 
 def check_job_type(value: object) -> str:
+    if isinstance(value, str) and len(value) <= MAX_ID_LENGTH and _JOB_TYPE.match(value):
+        return value  # ASCII only, so valid UTF-8: every enqueue's case, one regex match
     if isinstance(value, str):
-        check_utf8("job_type", value)
+        check_utf8("job_type", value)  # said first, as it was before the identifier rule
     if not isinstance(value, str) or not _JOB_TYPE.match(value) or len(value) > MAX_ID_LENGTH:
         raise InvalidArgument(
             "job_type", value, "must be an identifier such as 'send_email' or 'mail.send'"
