@@ -165,7 +165,7 @@ class AppTransaction(BufferedTransaction):
         return version
 
     def _read_key(self, key: bytes) -> bytes | None:
-        self._check_too_old(self._clock.now())
+        self._check_too_old(self._now())
         try:
             row = self._checked().execute(_GET, (blob(key),)).fetchone()
         except sqlite3.Error as err:
@@ -173,7 +173,7 @@ class AppTransaction(BufferedTransaction):
         return None if row is None else bytes(row[0])
 
     def _read_range(self, begin: bytes, end: bytes, limit: int, reverse: bool) -> list[KeyValue]:
-        self._check_too_old(self._clock.now())
+        self._check_too_old(self._now())
         sql = _RANGE_REVERSE if reverse else _RANGE
         try:
             rows = self._checked().execute(sql, (blob(begin), blob(end), limit or -1)).fetchall()

@@ -40,7 +40,7 @@ class PooledTransaction(BufferedTransaction, Generic[C]):
         """The connection holding the read snapshot (a read past the 5 s lifetime is
         ``transaction_too_old``)."""
         assert self._conn is not None, "read before the read version was acquired"
-        self._check_too_old(self._clock.now())
+        self._check_too_old(self._now())
         return self._conn
 
     def _take_connection(self) -> C:

@@ -47,10 +47,10 @@ class BufferedReads(ConflictRanges):
             if not snapshot:
                 self._add_conflict_raw(key, key_after(key))
             return apply_atomic_stack(self._storage_get(key), point.ops)
-        if self._cleared and self._cleared.contains(key):
+        if self._cleared is not None and self._cleared.contains(key):
             return None
         if not snapshot:
-            self._add_conflict_raw(key, key_after(key))
+            self._add_conflict_raw(key, key + b"\x00")  # key_after(key), without a call
         return self._storage_get(key)
 
     def get_many(self, keys: Sequence[bytes], *, snapshot: bool = False) -> list[bytes | None]:
@@ -58,7 +58,7 @@ class BufferedReads(ConflictRanges):
         that need storage are read in one storage call first (:meth:`_read_keys`), so a
         batch of item reads is one statement on SQLite, not one each."""
         self._check_open()
-        points, cache, cleared = self._points, self._read_cache, self._cleared or None
+        points, cache, cleared = self._points, self._read_cache, self._cleared
         ranges = self._range_cache
         wanted = [
             key
@@ -68,7 +68,7 @@ class BufferedReads(ConflictRanges):
             and key < SYSTEM_PREFIX
             and key not in points
             and key not in cache
-            and not (cleared and cleared.contains(key))
+            and not (cleared is not None and cleared.contains(key))
             and not (ranges and self._cached_range(key, key_after(key)))
         ]
         if len(wanted) > 1:
@@ -131,7 +131,8 @@ class BufferedReads(ConflictRanges):
         """``[begin, end)`` cut into runs cleared by this txn (True) and not (False)."""
         segments: list[tuple[bytes, bytes, bool]] = []
         cursor = begin
-        for c_begin, c_end in self._cleared.clip(begin, end) if self._cleared else []:
+        cleared = [] if self._cleared is None else self._cleared.clip(begin, end)
+        for c_begin, c_end in cleared:
             if cursor < c_begin:
                 segments.append((cursor, c_begin, False))
             segments.append((c_begin, c_end, True))

@@ -33,6 +33,7 @@ class TxnState(ABC):
     conflict ranges are mixins of it, each in a module of its own."""
 
     _clock: Clock
+    _now: Callable[[], float]  # the clock's reading (quickzones.clock.now_reader)
     # Set by BufferedTransaction._reset_options, read by the open check.
     _timeout_s: float
     _started: float
@@ -76,7 +77,9 @@ class TxnState(ABC):
         self._error: KVError | None = None
         self._points: dict[bytes, _Point] = {}
         self._point_keys: list[bytes] = []
-        self._cleared = RangeSet()
+        # None until the first clear_range: most transactions clear no range, and an
+        # empty set's truth test is a Python call at each read and write.
+        self._cleared: RangeSet | None = None
         self._clear_log: list[tuple[int, bytes, bytes]] = []
         self._vs_keys: list[_VersionstampedKey] = []
         # The smallest range holding every versionstamped key's possible final places: most
@@ -106,14 +109,14 @@ class TxnState(ABC):
                 # Its snapshot is gone after a failed commit; on_error() or reset() revives it.
                 raise self._error
             raise KVError(TRANSACTION_TIMED_OUT, "transaction timed out; reset() it")
-        if self._timeout_s and self._clock.now() - self._started >= self._timeout_s:
+        if self._timeout_s and self._now() - self._started >= self._timeout_s:
             self._state = _TIMED_OUT
             self._release()
             raise KVError(TRANSACTION_TIMED_OUT, f"timeout of {self._timeout_s:.3f} s elapsed")
 
     def _ensure_read_version(self) -> None:
         if self._read_version is None:
-            self._read_time = self._clock.now()
+            self._read_time = self._now()
             self._read_version = self._acquire_read_version()
 
     def _check_too_old(self, now: float) -> None:

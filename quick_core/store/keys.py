@@ -155,8 +155,9 @@ class KeySpace:
         return tuple_range(self.zone_prefix(zone))
 
     def item_key(self, zone: ZoneId, item_id: str) -> bytes:
-        # (root, "z", app, tenant, "i", item_id)
-        return self.zone_prefix(zone) + _ITEM_TAG + _packed_id(item_id)
+        # (root, "z", app, tenant, "i", item_id); the prefix's cache called here directly,
+        # as in order_key and count_key: an enqueue builds all three.
+        return _zone_prefix(self.root, zone.app, zone.tenant) + _ITEM_TAG + _packed_id(item_id)
 
     def item_chunk_key(self, zone: ZoneId, item_id: str, n: int) -> bytes:
         # (root, "z", app, tenant, "i", item_id, n)
@@ -168,7 +169,7 @@ class KeySpace:
     def order_key(self, zone: ZoneId, priority: int, vesting_ms: int, item_id: str) -> bytes:
         # (root, "z", app, tenant, "x", priority, vesting, item_id)
         return (
-            self.zone_prefix(zone)
+            _zone_prefix(self.root, zone.app, zone.tenant)
             + _ORDER_TAG
             + _packed_order(priority, vesting_ms)
             + _packed_id(item_id)
@@ -230,7 +231,7 @@ class KeySpace:
 
     def count_key(self, zone: ZoneId) -> bytes:
         # (root, "z", app, tenant, "n")
-        return self.zone_prefix(zone) + _COUNT_TAG
+        return _zone_prefix(self.root, zone.app, zone.tenant) + _COUNT_TAG
 
     def all_zones_range(self) -> Range:
         return tuple_range(self._pack("z"))
