@@ -43,19 +43,26 @@ class CommitResolver(SQLiteStoreState):
 
     def _commit_on(self, conn: sqlite3.Connection, request: CommitRequest) -> int:
         locked_at = self._lock_in_snapshot(conn, request) if conn.in_transaction else None
+        in_snapshot = locked_at is not None
         if locked_at is None:
             self._begin_immediate(conn)
+        read: dict[bytes, bytes | None] | None = None
         try:
             commit_version = self._apply(conn, request, locked_at=locked_at, own=True)
             if request.read_after:
                 # Under the write lock nothing else commits before this COMMIT: these
-                # are the values just after it, read without a transaction of their own.
-                request.read_after_values = _read_many(conn, request.read_after)
+                # are the values just after it, read without a transaction of their own,
+                # or known from this store's last commit when nothing came between.
+                read = self._known.lookup(request, in_snapshot)
+                if read is None:
+                    read = _read_many(conn, request.read_after)
+                request.read_after_values = read
             self._foreign.made(commit_version)
             self._commits += 1
             if self._commits % _PRUNE_EVERY == 0:
                 _prune_conflicts(conn, self.clock.now())
         except BaseException as err:
+            self._known.forget()
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             if isinstance(err, sqlite3.Error):
@@ -64,6 +71,7 @@ class CommitResolver(SQLiteStoreState):
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as err:
+            self._known.forget()
             if conn.in_transaction:
                 conn.execute("ROLLBACK")  # COMMIT failed and left the transaction open
                 raise _translate(err, "COMMIT", self.url) from err
@@ -72,6 +80,7 @@ class CommitResolver(SQLiteStoreState):
                 # frames were never marked committed, so nothing of it is visible.
                 raise _translate(err, "COMMIT", self.url) from err
             raise KVError(COMMIT_UNKNOWN_RESULT, f"sqlite COMMIT failed: {err}") from err
+        self._known.committed(request, commit_version, in_snapshot=in_snapshot, read=read)
         return commit_version
 
     def _lock_in_snapshot(self, conn: sqlite3.Connection, request: CommitRequest) -> int | None:

@@ -13,6 +13,7 @@ import time
 from quickzones.backends._foreign_commits import ForeignCommits
 from quickzones.backends.sqlite.errors import _is_busy, _translate
 from quickzones.backends.sqlite.file_identity import FileIdentity
+from quickzones.backends.sqlite.known_values import KnownValues
 from quickzones.clock import Clock
 from quickzones.errors import StoreBusy
 
@@ -56,6 +57,7 @@ class SQLiteStoreState:
     _page_bytes: int | None
     _closed: bool
     _foreign: ForeignCommits
+    _known: KnownValues
     _file: FileIdentity
 
     def _random(self) -> float:

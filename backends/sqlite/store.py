@@ -45,6 +45,7 @@ from quickzones.backends.sqlite.connections import SQLiteConnections
 from quickzones.backends.sqlite.errors import _translate
 from quickzones.backends.sqlite.file_identity import FileIdentity
 from quickzones.backends.sqlite.file_signal import FileSignal, open_signal
+from quickzones.backends.sqlite.known_values import KnownValues
 from quickzones.backends.sqlite.resolver import CommitResolver
 from quickzones.backends.sqlite.sql import _VERSION, _VERSIONS_AFTER
 from quickzones.backends.sqlite.transaction import SQLiteTransaction
@@ -114,6 +115,8 @@ class SQLiteStore(SQLiteConnections, CommitResolver, WalBound):
         self._watch_conn: sqlite3.Connection | None = None
         self._watch_pid = self._pid
         self._foreign = ForeignCommits()
+        # What this store's last commits left in the keys read after them (resolver).
+        self._known = KnownValues()
         self._watch_data_version: int | None = None  # PRAGMA data_version when last read
         # Writes to the file or its WAL, from the kernel (file_signal): the watcher of
         # data_version() sleeps on it. Opened with the watching connection, not before

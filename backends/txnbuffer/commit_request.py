@@ -53,6 +53,13 @@ class CommitRequest:
     read_after: list[bytes] = field(default_factory=list)
     read_after_values: dict[bytes, bytes | None] | None = None
 
+    def point_keys(self) -> Collection[bytes] | None:
+        """The keys this commit writes, when each is a point write (no range cleared, no
+        versionstamped key, whose keys are known only at commit); None otherwise."""
+        if self._cleared is not None or self._vs_keys:
+            return None
+        return self._points.keys()
+
     def too_old(self, now: float) -> bool:
         """Whether the read version is past the 5 s lifetime (write-only txns never are)."""
         return self.read_version is not None and now - self.read_time > TRANSACTION_LIFETIME_S
