@@ -34,6 +34,12 @@ _GET_MANY_OF = [
     else _GET_MANY.format(", ".join("?" * n))
     for n in range(_KEYS_PER_SELECT + 1)
 ]
+# A snapshot's version and its first few keys in one statement (the first read of a
+# transaction): the version's row has no key (kv's keys are never NULL).
+_VERSION_AND_GET_OF = {
+    n: "SELECT NULL, version FROM quick_meta WHERE id = 0 UNION ALL " + _GET_MANY_OF[n]
+    for n in range(1, _POINTS_UP_TO + 1)
+}
 _RANGE = "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key LIMIT ?"
 _RANGE_REVERSE = "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key DESC LIMIT ?"
 _UPSERT = (

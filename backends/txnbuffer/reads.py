@@ -72,8 +72,13 @@ class BufferedReads(ConflictRanges):
             and not (ranges and self._cached_range(key, key_after(key)))
         ]
         if len(wanted) > 1:
-            self._ensure_read_version()
-            self._read_cache.update(zip(wanted, self._read_keys(wanted), strict=True))
+            if self._read_version is None:
+                # The transaction's first read: its snapshot opens with it.
+                self._read_time = self._now()
+                self._read_version, values = self._read_version_and_keys(wanted)
+            else:
+                values = self._read_keys(wanted)
+            self._read_cache.update(zip(wanted, values, strict=True))
         return [self._get(key, snapshot) for key in keys]
 
     def _storage_get(self, key: bytes) -> bytes | None:

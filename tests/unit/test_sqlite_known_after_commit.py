@@ -1,4 +1,7 @@
-"""Part two's check reads the zone's pointer index entry and record once part one's writes
+"""A steady enqueue on SQLite reads once: the snapshot's version comes with its first
+read of a few keys, in one statement.
+
+Part two's check reads the zone's pointer index entry and record once part one's writes
 are in (``kv.read_after_commit``). On SQLite, when nothing committed since this store's
 own last commit (its snapshot is of that commit's version and its commit took the write
 lock inside it), those keys hold what that store last read or wrote: the values it kept
@@ -67,6 +70,11 @@ def test_a_steady_enqueue_reads_nothing_once_its_writes_are_in(tmp_path: Path) -
         q.enqueue("job", {"n": 2}, app=Z.app, tenant=Z.tenant)
         assert reads_after_writes(statements) == [], statements
         assert [s for s in statements if s.startswith("BEGIN")] == ["BEGIN"], statements
+        # One read, the snapshot's version with the layout and index entry: BEGIN, it,
+        # the version written (the lock), the count's add, record and order entry, the
+        # conflict row, COMMIT.
+        assert len([s for s in statements if s.startswith("SELECT")]) == 1, statements
+        assert len(statements) <= 8, statements
         assert q.zones.count(Z) == 3
     finally:
         q.close()
