@@ -51,8 +51,8 @@ class TxnState(ABC):
     def _read_version_and_keys(self, keys: Sequence[bytes]) -> tuple[int, list[bytes | None]]:
         """Open the storage snapshot and read ``keys`` at it: (its version, their values
         in order); a backend that can do both in one storage call overrides this."""
-        self._read_version = self._acquire_read_version()
-        return self._read_version, self._read_keys(keys)
+        version = self._acquire_read_version()
+        return version, self._read_keys(keys)
 
     def _read_keys(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """Values of ``keys`` at the read version, in order; a backend that can answer
