@@ -34,6 +34,7 @@ class TxnState(ABC):
 
     _clock: Clock
     _now: Callable[[], float]  # the clock's reading (quickzones.clock.now_reader)
+    _read_version: int | None  # set by _reset_state, then by the first read
     # Set by BufferedTransaction._reset_options, read by the open check.
     _timeout_s: float
     _started: float
@@ -51,7 +52,7 @@ class TxnState(ABC):
     def _read_version_and_keys(self, keys: Sequence[bytes]) -> tuple[int, list[bytes | None]]:
         """Open the storage snapshot and read ``keys`` at it: (its version, their values
         in order); a backend that can do both in one storage call overrides this."""
-        version = self._acquire_read_version()
+        self._read_version = version = self._acquire_read_version()
         return version, self._read_keys(keys)
 
     def _read_keys(self, keys: Sequence[bytes]) -> list[bytes | None]:
@@ -100,7 +101,7 @@ class TxnState(ABC):
         self._seq = 0
         self._mutation_bytes = 0
         self._conflict_bytes = 0
-        self._read_version: int | None = None
+        self._read_version = None
         self._read_time = 0.0
         self._committed_version = -1
         self._versionstamp = _VersionstampFuture()
