@@ -42,8 +42,10 @@ def apply_atomic(op: AtomicOp, existing: bytes | None, param: bytes) -> bytes | 
     """The value after applying ``op`` with ``param`` to ``existing`` (None = absent)."""
     n = len(param)
     if op is AtomicOp.ADD:
-        total = (_le(_fit(existing or b"", n)) + _le(param)) % (1 << (8 * n))
-        return total.to_bytes(n, "little")
+        # _fit and _le spelled out: every enqueue's count goes through here.
+        stored = (existing or b"")[:n].ljust(n, b"\x00")
+        total = int.from_bytes(stored, "little") + int.from_bytes(param, "little")
+        return (total % (1 << (8 * n))).to_bytes(n, "little")
     if op is AtomicOp.BIT_OR:
         return (_le(_fit(existing or b"", n)) | _le(param)).to_bytes(n, "little")
     if op is AtomicOp.BIT_XOR:

@@ -35,6 +35,11 @@ class ForeignCommits:
     def made(self, version: int) -> None:
         """This store made the commit of ``version`` (called before its COMMIT where the
         store can, else right after: a watcher that saw it first wakes once for nothing)."""
+        if self.seen is None:
+            # Nobody watches yet (a producer's process): the first look counts only the
+            # commits after the newest it finds, so this one is never asked about (one
+            # racing that look is at worst taken for another's: one wake-up for nothing).
+            return
         with self._lock:
             self._own.add(version)
             self._order.append(version)

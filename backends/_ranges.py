@@ -9,10 +9,11 @@ from collections.abc import Iterable, Iterator
 Range = tuple[bytes, bytes]
 
 
-def merge_ranges(ranges: Iterable[Range]) -> list[Range]:
-    """Sorted, disjoint, non-adjacent ranges covering the same keys; empty ones dropped."""
+def merge_ranges(ranges: Iterable[Range], *, in_order: bool = False) -> list[Range]:
+    """Sorted, disjoint, non-adjacent ranges covering the same keys; empty ones dropped.
+    ``in_order``: ``ranges`` are already sorted and none is empty (not sorted again)."""
     out: list[Range] = []
-    for begin, end in sorted(r for r in ranges if r[0] < r[1]):
+    for begin, end in ranges if in_order else sorted([r for r in ranges if r[0] < r[1]]):
         if out and begin <= out[-1][1]:
             if end > out[-1][1]:
                 out[-1] = (out[-1][0], end)

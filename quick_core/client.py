@@ -384,8 +384,10 @@ class Quick:
         job = self.registry.find(job_type)
         if job is None and self.strict_job_types:
             raise UnknownJobType(job_type)
-        declared = self._declared(job_type)
-        delay_s = delay_seconds(delay, run_at, self.clock.now())
+        declared = self._declared(job_type, job)
+        # The clock is read where the item's time is taken (the zone store's write); here
+        # only a run_at needs it, to turn it into a delay.
+        delay_s = delay_seconds(delay, run_at, 0.0 if run_at is None else self.clock.now())
         check_priority(priority)
         chosen = item_id is not None
         if item_id is not None:
@@ -425,10 +427,10 @@ class Quick:
             flow=flow,
         )
 
-    def _declared(self, job_type: str) -> TypePolicy | None:
-        """The type's policy: this client's registration, else the one stored by the
-        process that registered the handler (None: no handler of it ever registered)."""
-        job = self.registry.find(job_type)
+    def _declared(self, job_type: str, job: JobType | None) -> TypePolicy | None:
+        """The type's policy: this client's registration (``job``, the registry's entry
+        of ``job_type``), else the one stored by the process that registered the handler
+        (None: no handler of it ever registered)."""
         if job is None:
             return self.type_policies.get(job_type)
         policy = self._policies.get(job_type)  # None: put in the registry directly
@@ -537,6 +539,8 @@ class Quick:
 
     def _wake_consumers(self) -> None:
         """Local consumers scan now, not at their next idle poll (exact timers)."""
+        if not self._consumers:
+            return  # a producer alone: copying an empty WeakSet costs more than a check
         for consumer in list(self._consumers):
             consumer.wake()
 

@@ -37,7 +37,7 @@ import sqlite3
 from typing import Any
 
 from quickzones.backends.sqlite.errors import _is_busy, _translate
-from quickzones.backends.sqlite.sql import _GET, _RANGE, _RANGE_REVERSE, _VERSION
+from quickzones.backends.sqlite.sql import _GET, _RANGE, _RANGE_REVERSE, _VERSION, blob
 from quickzones.backends.sqlite.store import SQLiteStore
 from quickzones.backends.txnbuffer import BufferedTransaction, CommitRequest, KeyValue
 from quickzones.errors import OtherDatabase, StoreBusy, UnusableConnection
@@ -165,18 +165,18 @@ class AppTransaction(BufferedTransaction):
         return version
 
     def _read_key(self, key: bytes) -> bytes | None:
-        self._check_too_old(self._clock.now())
+        self._check_too_old(self._now())
         try:
-            row = self._checked().execute(_GET, (key,)).fetchone()
+            row = self._checked().execute(_GET, (blob(key),)).fetchone()
         except sqlite3.Error as err:
             raise _translate(err, "get", self._store.url) from err
         return None if row is None else bytes(row[0])
 
     def _read_range(self, begin: bytes, end: bytes, limit: int, reverse: bool) -> list[KeyValue]:
-        self._check_too_old(self._clock.now())
+        self._check_too_old(self._now())
         sql = _RANGE_REVERSE if reverse else _RANGE
         try:
-            rows = self._checked().execute(sql, (begin, end, limit or -1)).fetchall()
+            rows = self._checked().execute(sql, (blob(begin), blob(end), limit or -1)).fetchall()
         except sqlite3.Error as err:
             raise _translate(err, "get_range", self._store.url) from err
         return [(bytes(k), bytes(v)) for k, v in rows]

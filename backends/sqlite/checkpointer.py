@@ -29,6 +29,7 @@ import weakref
 from collections.abc import Callable
 from typing import NamedTuple
 
+from quickzones.backends.sqlite.state import process_id
 from quickzones.errors import StorageError, StoreLost
 
 
@@ -74,7 +75,7 @@ class Checkpointer:
 
     def committed(self) -> None:
         """Count a commit; wake the thread once enough have gone by."""
-        if self._pid != os.getpid():
+        if self._pid != process_id():
             # A forked child: the parent's thread is not here, and its lock may have been
             # held at the fork. Start afresh.
             self._forked()

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 from quickzones.backends.sqlite.errors import _is_busy, _is_full, _is_not_a_database, _translate
 from quickzones.backends.sqlite.sql import _QUICK_TABLES, _SCHEMA, add_function
-from quickzones.backends.sqlite.state import SQLiteStoreState
+from quickzones.backends.sqlite.state import SQLiteStoreState, process_id
 from quickzones.backends.sqlite.wal import _BUSY_SLICE_S, WAL_CHECKPOINT_BYTES
 from quickzones.errors import NotAQuickStore, StorageError, StoreBusy, StoreNotFound
 from quickzones.store.kv import DATABASE_LOCKED, KVError
@@ -62,7 +62,7 @@ class SQLiteConnections(SQLiteStoreState):
         if self._closed:
             raise StorageError(f"store {self.url} is closed")
         self._file.check()  # the file opened is still the one at the path (StoreLost)
-        if os.getpid() != self._pid:
+        if process_id() != self._pid:
             self._forget_inherited_connections()
         with self._lock:
             if self._pool:
@@ -77,7 +77,7 @@ class SQLiteConnections(SQLiteStoreState):
                 conn.close()
                 return
         with self._lock:
-            if not self._closed and len(self._pool) < _POOL_SIZE and os.getpid() == self._pid:
+            if not self._closed and len(self._pool) < _POOL_SIZE and process_id() == self._pid:
                 self._pool.append(conn)
                 return
         conn.close()

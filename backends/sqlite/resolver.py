@@ -22,6 +22,7 @@ from quickzones.backends.sqlite.sql import (
     _RECORD_CONFLICTS,
     _UPSERT,
     _VERSION,
+    blob,
     read_many,
 )
 from quickzones.backends.sqlite.state import SQLiteStoreState
@@ -42,19 +43,26 @@ class CommitResolver(SQLiteStoreState):
 
     def _commit_on(self, conn: sqlite3.Connection, request: CommitRequest) -> int:
         locked_at = self._lock_in_snapshot(conn, request) if conn.in_transaction else None
+        in_snapshot = locked_at is not None
         if locked_at is None:
             self._begin_immediate(conn)
+        read: dict[bytes, bytes | None] | None = None
         try:
             commit_version = self._apply(conn, request, locked_at=locked_at, own=True)
             if request.read_after:
                 # Under the write lock nothing else commits before this COMMIT: these
-                # are the values just after it, read without a transaction of their own.
-                request.read_after_values = _read_many(conn, request.read_after)
+                # are the values just after it, read without a transaction of their own,
+                # or known from this store's last commit when nothing came between.
+                read = self._known.lookup(request, in_snapshot)
+                if read is None:
+                    read = _read_many(conn, request.read_after)
+                request.read_after_values = read
             self._foreign.made(commit_version)
             self._commits += 1
             if self._commits % _PRUNE_EVERY == 0:
                 _prune_conflicts(conn, self.clock.now())
         except BaseException as err:
+            self._known.forget()
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             if isinstance(err, sqlite3.Error):
@@ -63,6 +71,7 @@ class CommitResolver(SQLiteStoreState):
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as err:
+            self._known.forget()
             if conn.in_transaction:
                 conn.execute("ROLLBACK")  # COMMIT failed and left the transaction open
                 raise _translate(err, "COMMIT", self.url) from err
@@ -71,6 +80,7 @@ class CommitResolver(SQLiteStoreState):
                 # frames were never marked committed, so nothing of it is visible.
                 raise _translate(err, "COMMIT", self.url) from err
             raise KVError(COMMIT_UNKNOWN_RESULT, f"sqlite COMMIT failed: {err}") from err
+        self._known.committed(request, commit_version, in_snapshot=in_snapshot, read=read)
         return commit_version
 
     def _lock_in_snapshot(self, conn: sqlite3.Connection, request: CommitRequest) -> int | None:
@@ -126,18 +136,18 @@ class CommitResolver(SQLiteStoreState):
             make_versionstamp(commit_version, 0), lambda key: _current(conn, key), skip=adds
         )
         if writes.clears:
-            conn.executemany(_DELETE_RANGE, writes.clears)
+            conn.executemany(_DELETE_RANGE, [(blob(b), blob(e)) for b, e in writes.clears])
         if adds:
             # Keys of atomic adds are in no cleared range (an add there is a plain set).
-            conn.executemany(_ADD, adds.items())
+            conn.executemany(_ADD, [(blob(k), blob(p)) for k, p in adds.items()])
         if writes.sets:
-            conn.executemany(_UPSERT, writes.sets)
+            conn.executemany(_UPSERT, [(blob(k), blob(v)) for k, v in writes.sets])
         if writes.deletes:
-            conn.executemany(_DELETE, [(key,) for key in writes.deletes])
+            conn.executemany(_DELETE, [(blob(key),) for key in writes.deletes])
         conflict_ranges = request.write_conflicts
         if writes.extra_write_conflicts:
             conflict_ranges = merge_ranges(conflict_ranges + writes.extra_write_conflicts)
-        conn.execute(_RECORD_CONFLICTS, (commit_version, encode_ranges(conflict_ranges)))
+        conn.execute(_RECORD_CONFLICTS, (commit_version, blob(encode_ranges(conflict_ranges))))
         if locked_at is None:
             conn.execute(_BUMP_VERSION, (commit_version,))
         return commit_version
@@ -168,5 +178,5 @@ def _read_many(conn: sqlite3.Connection, keys: list[bytes]) -> dict[bytes, bytes
 
 
 def _current(conn: sqlite3.Connection, key: bytes) -> bytes | None:
-    row = conn.execute(_GET, (key,)).fetchone()
+    row = conn.execute(_GET, (blob(key),)).fetchone()
     return None if row is None else bytes(row[0])

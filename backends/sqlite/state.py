@@ -4,6 +4,7 @@ draw and taking the write lock."""
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 import threading
@@ -12,8 +13,26 @@ import time
 from quickzones.backends._foreign_commits import ForeignCommits
 from quickzones.backends.sqlite.errors import _is_busy, _translate
 from quickzones.backends.sqlite.file_identity import FileIdentity
+from quickzones.backends.sqlite.known_values import KnownValues
 from quickzones.clock import Clock
 from quickzones.errors import StoreBusy
+
+# This process's id, kept by a fork hook: os.getpid() is a system call (glibc no longer
+# caches it) that each commit made three times, to notice a fork.
+_pid = os.getpid()
+
+
+def process_id() -> int:
+    """``os.getpid()``, without the system call."""
+    return _pid
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 class SQLiteStoreState:
@@ -38,6 +57,7 @@ class SQLiteStoreState:
     _page_bytes: int | None
     _closed: bool
     _foreign: ForeignCommits
+    _known: KnownValues
     _file: FileIdentity
 
     def _random(self) -> float:

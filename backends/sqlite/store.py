@@ -45,6 +45,7 @@ from quickzones.backends.sqlite.connections import SQLiteConnections
 from quickzones.backends.sqlite.errors import _translate
 from quickzones.backends.sqlite.file_identity import FileIdentity
 from quickzones.backends.sqlite.file_signal import FileSignal, open_signal
+from quickzones.backends.sqlite.known_values import KnownValues
 from quickzones.backends.sqlite.resolver import CommitResolver
 from quickzones.backends.sqlite.sql import _VERSION, _VERSIONS_AFTER
 from quickzones.backends.sqlite.transaction import SQLiteTransaction
@@ -55,6 +56,14 @@ from quickzones.errors import InvalidStoreURL, StorageError
 from quickzones.urls import RETRY_OPTIONS, parse_retry_option
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+class _Bound(threading.local):
+    """The application connection this thread's transactions write through (None: none).
+    A class attribute, so reading it finds the default without the AttributeError
+    ``getattr(local, name, None)`` raises and clears on a thread that never set it."""
+
+    conn: sqlite3.Connection | None = None
 
 
 class SQLiteStore(SQLiteConnections, CommitResolver, WalBound):
@@ -100,12 +109,14 @@ class SQLiteStore(SQLiteConnections, CommitResolver, WalBound):
         self._closed = False
         # The application connection this thread's transactions write through, while an
         # enqueue runs in the application's own transaction (transaction_on).
-        self._bound = threading.local()
+        self._bound = _Bound()
         # A connection that never writes, for data_version() (see there).
         self._watch_lock = threading.Lock()
         self._watch_conn: sqlite3.Connection | None = None
         self._watch_pid = self._pid
         self._foreign = ForeignCommits()
+        # What this store's last commits left in the keys read after them (resolver).
+        self._known = KnownValues()
         self._watch_data_version: int | None = None  # PRAGMA data_version when last read
         # Writes to the file or its WAL, from the kernel (file_signal): the watcher of
         # data_version() sleeps on it. Opened with the watching connection, not before
@@ -165,7 +176,7 @@ class SQLiteStore(SQLiteConnections, CommitResolver, WalBound):
     def create_transaction(self) -> BufferedTransaction:
         if self._closed:
             raise StorageError(f"store {self.url} is closed")
-        bound: sqlite3.Connection | None = getattr(self._bound, "conn", None)
+        bound = self._bound.conn
         if bound is not None:
             # Inside transaction_on in this thread: every transaction (part two of an
             # enqueue, a clock floor update) joins the application's SQLite transaction,
@@ -188,7 +199,7 @@ class SQLiteStore(SQLiteConnections, CommitResolver, WalBound):
         from quickzones.backends.sqlite.app_transaction import AppTransaction, join
 
         conn, began = join(self, connection)
-        previous = getattr(self._bound, "conn", None)
+        previous = self._bound.conn
         self._bound.conn = conn
         try:
             tr = AppTransaction(self, conn)

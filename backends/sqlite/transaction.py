@@ -10,9 +10,12 @@ from typing import TYPE_CHECKING
 from quickzones.backends.sqlite.errors import _translate
 from quickzones.backends.sqlite.sql import (
     _GET,
+    _POINTS_UP_TO,
     _RANGE,
     _RANGE_REVERSE,
     _VERSION,
+    _VERSION_AND_GET_OF,
+    blob,
     read_many,
 )
 from quickzones.backends.txnbuffer import CommitRequest, KeyValue
@@ -41,10 +44,25 @@ class SQLiteTransaction(PooledTransaction[sqlite3.Connection]):
         self._conn = conn
         return version
 
+    def _read_version_and_keys(self, keys: Sequence[bytes]) -> tuple[int, list[bytes | None]]:
+        if not 0 < len(keys) <= _POINTS_UP_TO:
+            return super()._read_version_and_keys(keys)
+        conn = self._store._acquire()
+        try:
+            conn.execute("BEGIN")  # deferred: the snapshot starts with the next statement
+            rows = conn.execute(_VERSION_AND_GET_OF[len(keys)], [blob(k) for k in keys])
+            found: dict[bytes | None, bytes] = dict(rows.fetchall())
+        except sqlite3.Error as err:
+            self._store._release(conn)
+            raise _translate(err, "read version") from err
+        self._conn = conn
+        version = int(found.pop(None))  # the row without a key
+        return version, [found.get(key) for key in keys]
+
     def _read_key(self, key: bytes) -> bytes | None:
         conn = self._snapshot()
         try:
-            row = conn.execute(_GET, (key,)).fetchone()
+            row = conn.execute(_GET, (blob(key),)).fetchone()
         except sqlite3.Error as err:
             raise _translate(err, "get") from err
         return None if row is None else bytes(row[0])
@@ -61,7 +79,7 @@ class SQLiteTransaction(PooledTransaction[sqlite3.Connection]):
         conn = self._snapshot()
         sql = _RANGE_REVERSE if reverse else _RANGE
         try:
-            rows = conn.execute(sql, (begin, end, limit or -1)).fetchall()
+            rows = conn.execute(sql, (blob(begin), blob(end), limit or -1)).fetchall()
         except sqlite3.Error as err:
             raise _translate(err, "get_range") from err
         return [(bytes(k), bytes(v)) for k, v in rows]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from quickzones.backends._atomics import AtomicOp, apply_atomic_stack
 from quickzones.backends._ranges import Range, RangeSet
-from quickzones.backends._versionstamps import fill_versionstamp
+from quickzones.backends._versionstamps import fill_versionstamp, make_versionstamp
 from quickzones.backends.txnbuffer.buffer import (
     _ATOMIC,
     _CLEAR,
@@ -41,7 +41,7 @@ class CommitRequest:
     read_conflicts: list[Range]
     write_conflicts: list[Range]
     _points: dict[bytes, _Point]
-    _cleared: RangeSet
+    _cleared: RangeSet | None
     _clear_log: list[tuple[int, bytes, bytes]]
     _vs_keys: list[_VersionstampedKey]
     # Other processes' commit watchers are to hear of this commit at once, where the
@@ -52,6 +52,13 @@ class CommitRequest:
     # (every key, None when absent) or leaves it None.
     read_after: list[bytes] = field(default_factory=list)
     read_after_values: dict[bytes, bytes | None] | None = None
+
+    def point_keys(self) -> Collection[bytes] | None:
+        """The keys this commit writes, when each is a point write (no range cleared, no
+        versionstamped key, whose keys are known only at commit); None otherwise."""
+        if self._cleared is not None or self._vs_keys:
+            return None
+        return self._points.keys()
 
     def too_old(self, now: float) -> bool:
         """Whether the read version is past the 5 s lifetime (write-only txns never are)."""
@@ -128,22 +135,25 @@ class CommitRequest:
             final[key] = vs.value
         sets = [(k, v) for k, v in final.items() if v is not None]
         deletes = [k for k, v in final.items() if v is None]
-        return ResolvedWrites(list(self._cleared), sets, deletes, extra)
+        clears = [] if self._cleared is None else list(self._cleared)
+        return ResolvedWrites(clears, sets, deletes, extra)
 
 
 class _VersionstampFuture:
     """``tr.get_versionstamp()``: ready once the transaction commits."""
 
-    __slots__ = ("_error", "_read_only", "_stamp")
+    __slots__ = ("_error", "_read_only", "_version")
 
     def __init__(self) -> None:
-        self._stamp: bytes | None = None
+        # (commit version, batch order): the stamp is made from it when asked for, as
+        # most commits (every enqueue's) never ask.
+        self._version: tuple[int, int] | None = None
         self._error: KVError | None = None
         self._read_only = False
 
     def result(self) -> bytes:
-        if self._stamp is not None:
-            return self._stamp
+        if self._version is not None:
+            return make_versionstamp(*self._version)
         if self._error is not None:
             raise self._error
         if self._read_only:
@@ -156,8 +166,8 @@ class _VersionstampFuture:
         setting's read) never ask, and making it cost a few % of an enqueue's CPU."""
         self._read_only = True
 
-    def _set(self, stamp: bytes) -> None:
-        self._stamp = stamp
+    def _set(self, version: int, batch_order: int) -> None:
+        self._version = (version, batch_order)
 
     def _fail(self, error: KVError) -> None:
         self._error = error

@@ -22,7 +22,7 @@ class ConflictRanges(TxnState):
         """Add ``[begin, end)`` minus what this transaction already set or cleared."""
         if begin >= end:
             return
-        holes: list[Range] = self._cleared.clip(begin, end) if self._cleared else []
+        holes: list[Range] = [] if self._cleared is None else self._cleared.clip(begin, end)
         lo = bisect.bisect_left(self._point_keys, begin)
         hi = bisect.bisect_left(self._point_keys, end)
         for key in self._point_keys[lo:hi]:

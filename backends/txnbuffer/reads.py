@@ -27,7 +27,8 @@ class BufferedReads(ConflictRanges):
         return self._get(key, snapshot)
 
     def _get(self, key: bytes, snapshot: bool) -> bytes | None:
-        _require_bytes("key", key)
+        if not isinstance(key, bytes):
+            _require_bytes("key", key)
         if len(key) > KEY_SIZE_LIMIT:
             return None  # FDB: an over-long key cannot exist, so reading it finds nothing.
         if key >= SYSTEM_PREFIX:
@@ -46,10 +47,10 @@ class BufferedReads(ConflictRanges):
             if not snapshot:
                 self._add_conflict_raw(key, key_after(key))
             return apply_atomic_stack(self._storage_get(key), point.ops)
-        if self._cleared and self._cleared.contains(key):
+        if self._cleared is not None and self._cleared.contains(key):
             return None
         if not snapshot:
-            self._add_conflict_raw(key, key_after(key))
+            self._add_conflict_raw(key, key + b"\x00")  # key_after(key), without a call
         return self._storage_get(key)
 
     def get_many(self, keys: Sequence[bytes], *, snapshot: bool = False) -> list[bytes | None]:
@@ -57,20 +58,27 @@ class BufferedReads(ConflictRanges):
         that need storage are read in one storage call first (:meth:`_read_keys`), so a
         batch of item reads is one statement on SQLite, not one each."""
         self._check_open()
+        points, cache, cleared = self._points, self._read_cache, self._cleared
+        ranges = self._range_cache
         wanted = [
             key
             for key in dict.fromkeys(keys)
             if isinstance(key, bytes)
             and len(key) <= KEY_SIZE_LIMIT
             and key < SYSTEM_PREFIX
-            and key not in self._points
-            and key not in self._read_cache
-            and not (self._cleared and self._cleared.contains(key))
-            and not (self._range_cache and self._cached_range(key, key_after(key)))
+            and key not in points
+            and key not in cache
+            and not (cleared is not None and cleared.contains(key))
+            and not (ranges and self._cached_range(key, key_after(key)))
         ]
         if len(wanted) > 1:
-            self._ensure_read_version()
-            self._read_cache.update(zip(wanted, self._read_keys(wanted), strict=True))
+            if self._read_version is None:
+                # The transaction's first read: its snapshot opens with it.
+                self._read_time = self._now()
+                self._read_version, values = self._read_version_and_keys(wanted)
+            else:
+                values = self._read_keys(wanted)
+            self._read_cache.update(zip(wanted, values, strict=True))
         return [self._get(key, snapshot) for key in keys]
 
     def _storage_get(self, key: bytes) -> bytes | None:
@@ -128,7 +136,8 @@ class BufferedReads(ConflictRanges):
         """``[begin, end)`` cut into runs cleared by this txn (True) and not (False)."""
         segments: list[tuple[bytes, bytes, bool]] = []
         cursor = begin
-        for c_begin, c_end in self._cleared.clip(begin, end) if self._cleared else []:
+        cleared = [] if self._cleared is None else self._cleared.clip(begin, end)
+        for c_begin, c_end in cleared:
             if cursor < c_begin:
                 segments.append((cursor, c_begin, False))
             segments.append((c_begin, c_end, True))

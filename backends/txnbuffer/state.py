@@ -33,6 +33,8 @@ class TxnState(ABC):
     conflict ranges are mixins of it, each in a module of its own."""
 
     _clock: Clock
+    _now: Callable[[], float]  # the clock's reading (quickzones.clock.now_reader)
+    _read_version: int | None  # set by _reset_state, then by the first read
     # Set by BufferedTransaction._reset_options, read by the open check.
     _timeout_s: float
     _started: float
@@ -46,6 +48,12 @@ class TxnState(ABC):
     @abstractmethod
     def _read_key(self, key: bytes) -> bytes | None:
         """Value at the read version; raises 1007 if the snapshot is too old."""
+
+    def _read_version_and_keys(self, keys: Sequence[bytes]) -> tuple[int, list[bytes | None]]:
+        """Open the storage snapshot and read ``keys`` at it: (its version, their values
+        in order); a backend that can do both in one storage call overrides this."""
+        self._read_version = version = self._acquire_read_version()
+        return version, self._read_keys(keys)
 
     def _read_keys(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """Values of ``keys`` at the read version, in order; a backend that can answer
@@ -76,7 +84,9 @@ class TxnState(ABC):
         self._error: KVError | None = None
         self._points: dict[bytes, _Point] = {}
         self._point_keys: list[bytes] = []
-        self._cleared = RangeSet()
+        # None until the first clear_range: most transactions clear no range, and an
+        # empty set's truth test is a Python call at each read and write.
+        self._cleared: RangeSet | None = None
         self._clear_log: list[tuple[int, bytes, bytes]] = []
         self._vs_keys: list[_VersionstampedKey] = []
         # The smallest range holding every versionstamped key's possible final places: most
@@ -91,7 +101,7 @@ class TxnState(ABC):
         self._seq = 0
         self._mutation_bytes = 0
         self._conflict_bytes = 0
-        self._read_version: int | None = None
+        self._read_version = None
         self._read_time = 0.0
         self._committed_version = -1
         self._versionstamp = _VersionstampFuture()
@@ -106,14 +116,14 @@ class TxnState(ABC):
                 # Its snapshot is gone after a failed commit; on_error() or reset() revives it.
                 raise self._error
             raise KVError(TRANSACTION_TIMED_OUT, "transaction timed out; reset() it")
-        if self._timeout_s and self._clock.now() - self._started >= self._timeout_s:
+        if self._timeout_s and self._now() - self._started >= self._timeout_s:
             self._state = _TIMED_OUT
             self._release()
             raise KVError(TRANSACTION_TIMED_OUT, f"timeout of {self._timeout_s:.3f} s elapsed")
 
     def _ensure_read_version(self) -> None:
         if self._read_version is None:
-            self._read_time = self._clock.now()
+            self._read_time = self._now()
             self._read_version = self._acquire_read_version()
 
     def _check_too_old(self, now: float) -> None:

@@ -6,12 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from quickzones.backends._ranges import Range, merge_ranges
-from quickzones.backends._versionstamps import make_versionstamp
 from quickzones.backends.txnbuffer.commit_request import CommitRequest
 from quickzones.backends.txnbuffer.reads import BufferedReads
 from quickzones.backends.txnbuffer.state import _CANCELLED, _COMMITTED, _FAILED
 from quickzones.backends.txnbuffer.writes import BufferedWrites
-from quickzones.clock import Clock
+from quickzones.clock import Clock, now_reader
 from quickzones.errors import InvalidArgument
 from quickzones.store.kv import (
     FUTURE_VERSION,
@@ -19,7 +18,6 @@ from quickzones.store.kv import (
     TRANSACTION_TOO_LARGE,
     TRANSACTION_TOO_OLD,
     KVError,
-    key_after,
 )
 
 # Versions advance ~1e6 per second, so the 5 s lifetime is 5,000,000 versions.
@@ -39,6 +37,7 @@ class BufferedTransaction(BufferedReads, BufferedWrites):
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
+        self._now = now_reader(clock)
         self._reset_options()
         self._reset_state()
 
@@ -49,7 +48,7 @@ class BufferedTransaction(BufferedReads, BufferedWrites):
         self._retries = 0
         self._backoff_s = INITIAL_BACKOFF_S
         # The timeout counts from creation or reset(), not from on_error (API >= 610).
-        self._started = self._clock.now()
+        self._started = self._now()
 
     def get_read_version(self) -> int:
         self._check_open()
@@ -62,14 +61,19 @@ class BufferedTransaction(BufferedReads, BufferedWrites):
         return self._committed_version
 
     def _write_conflict_ranges(self) -> list[Range]:
-        ranges = [(k, key_after(k)) for k in self._point_keys]
-        ranges.extend(self._cleared)
+        ranges = [(k, k + b"\x00") for k in self._point_keys]  # (k, key_after(k))
+        if self._cleared is None and not self._write_conflicts:
+            # Point writes alone (an enqueue's): their keys are kept in order.
+            return merge_ranges(ranges, in_order=True)
+        if self._cleared is not None:
+            ranges.extend(self._cleared)
         ranges.extend(self._write_conflicts)
         return merge_ranges(ranges)
 
     def commit(self) -> None:
         self._check_open()
-        if not (self._points or self._cleared or self._vs_keys or self._write_conflicts):
+        cleared = self._cleared is not None
+        if not (self._points or cleared or self._vs_keys or self._write_conflicts):
             # Read-only: nothing to send, never conflicts, no commit version.
             self._state = _COMMITTED
             self._versionstamp._read_only_commit()
@@ -78,7 +82,8 @@ class BufferedTransaction(BufferedReads, BufferedWrites):
             return
         write_conflicts = self._write_conflict_ranges()
         size = self._mutation_bytes + self._conflict_bytes
-        size += sum(len(b) + len(e) for b, e in write_conflicts)
+        for begin, end in write_conflicts:
+            size += len(begin) + len(end)
         if size > TRANSACTION_SIZE_LIMIT:
             raise KVError(
                 TRANSACTION_TOO_LARGE,
@@ -108,7 +113,7 @@ class BufferedTransaction(BufferedReads, BufferedWrites):
             self._release()
         self._committed_version = version
         self._read_after_values = request.read_after_values
-        self._versionstamp._set(make_versionstamp(version, batch_order))
+        self._versionstamp._set(version, batch_order)
         self._state = _COMMITTED
         self._run_on_commit()
 

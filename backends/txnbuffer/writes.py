@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 
 from quickzones.backends._atomics import AtomicOp, apply_atomic
+from quickzones.backends._ranges import RangeSet
 from quickzones.backends._versionstamps import (
     VERSIONSTAMP_SIZE,
     fill_versionstamp,
@@ -71,6 +72,8 @@ class BufferedWrites(TxnState):
         for key in self._point_keys[lo:hi]:
             del self._points[key]
         del self._point_keys[lo:hi]
+        if self._cleared is None:
+            self._cleared = RangeSet()
         self._cleared.add(begin, end)
         self._clear_log.append((seq, begin, end))
         # A versionstamped key that must land inside the cleared range is gone for good.
@@ -88,7 +91,7 @@ class BufferedWrites(TxnState):
         seq = self._next_seq()
         point = self._points.get(key)
         if point is None:
-            if self._cleared and self._cleared.contains(key):
+            if self._cleared is not None and self._cleared.contains(key):
                 value = apply_atomic(op, None, param)
                 self._put_point(key, _Point(_SET if value is not None else _CLEAR, value, seq))
             else:

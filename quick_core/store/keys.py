@@ -62,21 +62,26 @@ def _zone_prefix(root: str, app: str, tenant: str) -> bytes:
     return _tup(root, "z", app, tenant)
 
 
-@functools.lru_cache(maxsize=8192)
 def _packed_id(item_id: str) -> bytes:
     # An item's id is packed into its record key and its order key on enqueue, on every
-    # lease and on completion: caching it saves a quarter of the CPU a zone operation
-    # spends packing keys. A flat tuple's packing is its elements' packings concatenated,
-    # so the pieces below build exactly fdb.tuple.pack's bytes (tests/unit/test_keys.py).
-    # A lease and its completion come close together, so a small cache (about 2.5 MB)
-    # serves them; 65,536 entries cost 24 MB of RSS with 100,000 busy zones.
-    return _tup(item_id)
+    # lease and on completion. A flat tuple's packing is its elements' packings
+    # concatenated, so the pieces built here and below are exactly fdb.tuple.pack's bytes
+    # (tests/unit/test_keys.py). A text element is the tuple layer's code 0x02, its UTF-8
+    # with each NUL escaped as NUL 0xff, and a NUL: a tenth of fdb.tuple's cost, and a
+    # new id (every enqueue's) fills no cache.
+    return b"\x02" + item_id.encode("utf-8").replace(b"\x00", b"\x00\xff") + b"\x00"
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=1024)
+def _packed_int(value: int) -> bytes:
+    # A priority: a zone's items have few of them.
+    return _tup(value)
+
+
 def _packed_order(priority: int, vesting_ms: int) -> bytes:
-    # The items of one enqueue_many, or leased in one dequeue, share a vesting time.
-    return _tup(priority, vesting_ms)
+    # Each millisecond has a new vesting time, so a cache of (priority, vesting) pairs
+    # would miss at most enqueues: the priority's packing cached, the time's by hand.
+    return _packed_int(priority) + _packed_uint(vesting_ms)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -150,8 +155,9 @@ class KeySpace:
         return tuple_range(self.zone_prefix(zone))
 
     def item_key(self, zone: ZoneId, item_id: str) -> bytes:
-        # (root, "z", app, tenant, "i", item_id)
-        return self.zone_prefix(zone) + _ITEM_TAG + _packed_id(item_id)
+        # (root, "z", app, tenant, "i", item_id); the prefix's cache called here directly,
+        # as in order_key and count_key: an enqueue builds all three.
+        return _zone_prefix(self.root, zone.app, zone.tenant) + _ITEM_TAG + _packed_id(item_id)
 
     def item_chunk_key(self, zone: ZoneId, item_id: str, n: int) -> bytes:
         # (root, "z", app, tenant, "i", item_id, n)
@@ -163,7 +169,7 @@ class KeySpace:
     def order_key(self, zone: ZoneId, priority: int, vesting_ms: int, item_id: str) -> bytes:
         # (root, "z", app, tenant, "x", priority, vesting, item_id)
         return (
-            self.zone_prefix(zone)
+            _zone_prefix(self.root, zone.app, zone.tenant)
             + _ORDER_TAG
             + _packed_order(priority, vesting_ms)
             + _packed_id(item_id)
@@ -225,7 +231,7 @@ class KeySpace:
 
     def count_key(self, zone: ZoneId) -> bytes:
         # (root, "z", app, tenant, "n")
-        return self.zone_prefix(zone) + _COUNT_TAG
+        return _zone_prefix(self.root, zone.app, zone.tenant) + _COUNT_TAG
 
     def all_zones_range(self) -> Range:
         return tuple_range(self._pack("z"))

@@ -210,10 +210,21 @@ def encode_pointer(ptr: Pointer) -> bytes:
     return _pack(obj)
 
 
+# Pointer records decoded lately, by their bytes. An enqueue reads its zone's pointer
+# record after each commit (part two's check), and a record changes only when a consumer
+# leases, requeues or moves it: the same bytes are the same (frozen) pointer, decoded once.
+# At most this many are kept (a few hundred kB), all dropped when full.
+POINTERS_KEPT = 4096
+_pointers: dict[bytes, Pointer] = {}
+
+
 def decode_pointer(key: bytes, raw: bytes) -> Pointer:
+    known = _pointers.get(raw) if type(raw) is bytes else None
+    if known is not None:
+        return known
     obj = _unpack(key, raw)
     try:
-        return Pointer(
+        pointer = Pointer(
             pointer_id=str(obj["id"]),
             zone=ZoneId(str(obj["a"]), str(obj["tn"])),
             vesting_ms=int(obj["vs"]),
@@ -224,6 +235,11 @@ def decode_pointer(key: bytes, raw: bytes) -> Pointer:
         )
     except (KeyError, TypeError, ValueError) as err:
         raise CorruptRecord(key, f"bad pointer fields: {err}") from err
+    if type(raw) is bytes:
+        if len(_pointers) >= POINTERS_KEPT:
+            _pointers.clear()
+        _pointers[raw] = pointer
+    return pointer
 
 
 @dataclass(frozen=True, slots=True)

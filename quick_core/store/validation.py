@@ -59,8 +59,10 @@ def check_name(kind: str, value: object) -> str:
 
 
 def check_job_type(value: object) -> str:
+    if isinstance(value, str) and len(value) <= MAX_ID_LENGTH and _JOB_TYPE.match(value):
+        return value  # ASCII only, so valid UTF-8: every enqueue's case, one regex match
     if isinstance(value, str):
-        check_utf8("job_type", value)
+        check_utf8("job_type", value)  # said first, as it was before the identifier rule
     if not isinstance(value, str) or not _JOB_TYPE.match(value) or len(value) > MAX_ID_LENGTH:
         raise InvalidArgument(
             "job_type", value, "must be an identifier such as 'send_email' or 'mail.send'"
@@ -99,6 +101,11 @@ _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
+# What json.dumps(payload, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+# builds on each call, built once: it keeps no state between calls.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+
+
 def encode_json(payload: Any) -> bytes:
     """Compact JSON as UTF-8, so non-ASCII text costs its UTF-8 size, not six bytes per
     character. Records written with ASCII escapes read the same.
@@ -107,7 +114,7 @@ def encode_json(payload: Any) -> bytes:
     cannot hold (a lone surrogate) and nesting deeper than :data:`MAX_JSON_DEPTH` are
     refused with :class:`InvalidArgument`."""
     try:
-        text = json.dumps(payload, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+        text = _ENCODER.encode(payload)
     except RecursionError:
         raise InvalidArgument(
             "payload", "...", f"is nested too deeply (at most {MAX_JSON_DEPTH} levels)"
