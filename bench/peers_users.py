@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import peer_workloads as w
-from bench.common import log, machine, run_folder, summary
+from bench.common import compile_bytecode, log, machine, run_folder, summary
 from bench.peers.base import Peer
 
 SYSTEMS = ("quick-sqlite", "quick-postgres", "huey", "dramatiq", "procrastinate")
@@ -81,6 +81,10 @@ ROWS: tuple[tuple[str, str, str, bool | None], ...] = (
     ("delayed_p99", "delayed jobs, lateness p99", " ms", False),
     ("delayed_early", "delayed jobs started early", "", None),
 )
+
+
+# The peers' own packages, compiled beside quick's before a sitting (compile_bytecode).
+PEER_PACKAGES = ("huey", "dramatiq", "procrastinate", "psycopg", "redis")
 
 
 def sizes(jobs: int) -> dict[str, Any]:
@@ -296,6 +300,8 @@ def run(
         "systems": {},
         "loadavg": {"before": list(os.getloadavg())},
     }
+    # Every system starts from bytecode, as installed from a wheel (compile_bytecode).
+    res["bytecode"] = compile_bytecode(PEER_PACKAGES)
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-users-")))
         urls = stack.enter_context(_servers(only))

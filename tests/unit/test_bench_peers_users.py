@@ -75,3 +75,24 @@ def test_runs_alternate_the_order_of_the_systems() -> None:
         ["c", "a", "b"],
         ["a", "b", "c"],
     ]
+
+
+def test_every_system_starts_from_bytecode_as_a_wheel_install_would() -> None:
+    """An editable checkout under PYTHONDONTWRITEBYTECODE never writes quick's bytecode,
+    so each ``quick worker`` the drain spawned compiled all of quick while the peers,
+    installed from wheels, loaded theirs: the sitting compiles quick's (and each peer's)
+    first."""
+    import importlib.util
+    import sys
+
+    from bench.common import compile_bytecode
+    from bench.peers_users import PEER_PACKAGES
+
+    done = compile_bytecode(PEER_PACKAGES)
+    for module in ("quickzones.consumer.runtime", "quickzones.backends.sqlite.store"):
+        spec = importlib.util.find_spec(module)
+        assert spec is not None and spec.origin is not None
+        cached = importlib.util.cache_from_source(spec.origin)
+        assert Path(cached).is_file(), cached
+    assert any(Path(d).name in ("quick_core", "quickzones") for d in done), done
+    assert sys.modules["bench.peers_users"].PEER_PACKAGES == PEER_PACKAGES
