@@ -4,6 +4,7 @@ conflict ranges under the new version; and prune conflict rows past the 5 s life
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 
 from quickzones.backends._ranges import decode_ranges, encode_ranges, merge_ranges, ranges_intersect
@@ -35,6 +36,8 @@ from quickzones.store.kv import (
     KVError,
 )
 
+log = logging.getLogger("quick.sqlite")
+
 _PRUNE_EVERY = 64  # commits per process between prunes of old conflict rows
 
 
@@ -58,6 +61,8 @@ class CommitResolver(SQLiteStoreState):
                     read = _read_many(conn, request.read_after)
                 request.read_after_values = read
             self._foreign.made(commit_version)
+            if request.followers:
+                self._follow(conn, request)
             self._commits += 1
             if self._commits % _PRUNE_EVERY == 0:
                 _prune_conflicts(conn, self.clock.now())
@@ -80,8 +85,32 @@ class CommitResolver(SQLiteStoreState):
                 # frames were never marked committed, so nothing of it is visible.
                 raise _translate(err, "COMMIT", self.url) from err
             raise KVError(COMMIT_UNKNOWN_RESULT, f"sqlite COMMIT failed: {err}") from err
-        self._known.committed(request, commit_version, in_snapshot=in_snapshot, read=read)
+        if request.followers:
+            # What they wrote is not in the request: this commit's known values stand no more.
+            self._known.forget()
+        else:
+            self._known.committed(request, commit_version, in_snapshot=in_snapshot, read=read)
         return commit_version
+
+    def _follow(self, conn: sqlite3.Connection, request: CommitRequest) -> None:
+        """Run ``request``'s followers (:func:`~quickzones.store.kv.follow_in_commit`)
+        on ``conn``, which holds the write lock with the request's writes applied: each
+        is a transaction that reads the newest state and commits its writes under a
+        version of its own (an :class:`AppTransaction` on ``conn``: it cannot conflict,
+        nothing else commits meanwhile), inside a savepoint, so that one that fails
+        leaves nothing and the request's own COMMIT goes ahead."""
+        from quickzones.backends.sqlite.app_transaction import AppTransaction
+
+        for follow in request.followers:
+            tr = AppTransaction(self, conn)  # type: ignore[arg-type]  # self: the store
+            try:
+                follow(tr)
+                tr.commit()
+            except Exception:
+                log.warning("a transaction following a commit failed; its writes are dropped",
+                            exc_info=True)  # fmt: skip
+                continue
+            self._foreign.made(tr.get_committed_version())
 
     def _lock_in_snapshot(self, conn: sqlite3.Connection, request: CommitRequest) -> int | None:
         """Take the write lock inside the read snapshot ``conn`` holds, by writing the

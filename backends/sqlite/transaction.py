@@ -4,7 +4,7 @@ from a WAL snapshot and committed through the store's resolver."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from quickzones.backends.sqlite.errors import _translate
@@ -21,6 +21,7 @@ from quickzones.backends.sqlite.sql import (
 from quickzones.backends.txnbuffer import CommitRequest, KeyValue
 from quickzones.backends.txnbuffer.pooled import PooledTransaction
 from quickzones.errors import StoreBusy
+from quickzones.store.kv import KVTransaction
 
 if TYPE_CHECKING:
     from quickzones.backends.sqlite.store import SQLiteStore
@@ -83,6 +84,13 @@ class SQLiteTransaction(PooledTransaction[sqlite3.Connection]):
         except sqlite3.Error as err:
             raise _translate(err, "get_range") from err
         return [(bytes(k), bytes(v)) for k, v in rows]
+
+    def follow_in_commit(self, follow: Callable[[KVTransaction], None]) -> bool:
+        """See :func:`quickzones.store.kv.follow_in_commit`: every commit here holds the
+        store's write lock (SQLiteStore._commit_on), which runs ``follow`` before COMMIT."""
+        self._check_open()
+        self._followers.append(follow)
+        return True
 
     def _commit_request(self, request: CommitRequest) -> tuple[int, int]:
         store = self._store

@@ -18,7 +18,7 @@ from quickzones.backends.txnbuffer.buffer import (
     _VersionstampedKey,
 )
 from quickzones.backends.txnbuffer.checks import FUTURE_NOT_SET, NO_COMMIT_VERSION
-from quickzones.store.kv import TRANSACTION_LIFETIME_S, KVError, key_after
+from quickzones.store.kv import TRANSACTION_LIFETIME_S, KVError, KVTransaction, key_after
 
 
 @dataclass(slots=True)
@@ -52,6 +52,9 @@ class CommitRequest:
     # (every key, None when absent) or leaves it None.
     read_after: list[bytes] = field(default_factory=list)
     read_after_values: dict[bytes, bytes | None] | None = None
+    # Transactions to run and commit right after this one under the same hold of the
+    # store's write lock, where the backend commits under one (kv.follow_in_commit).
+    followers: list[Callable[[KVTransaction], None]] = field(default_factory=list)
 
     def point_keys(self) -> Collection[bytes] | None:
         """The keys this commit writes, when each is a point write (no range cleared, no

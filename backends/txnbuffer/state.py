@@ -19,6 +19,7 @@ from quickzones.store.kv import (
     TRANSACTION_TIMED_OUT,
     TRANSACTION_TOO_OLD,
     KVError,
+    KVTransaction,
 )
 
 _OPEN = "open"
@@ -80,6 +81,7 @@ class TxnState(ABC):
         self._on_commit: list[Callable[[], None]] = []
         self._wakes_watchers = False
         self._read_after: list[bytes] = []
+        self._followers: list[Callable[[KVTransaction], None]] = []
         self._read_after_values: dict[bytes, bytes | None] | None = None
         self._error: KVError | None = None
         self._points: dict[bytes, _Point] = {}

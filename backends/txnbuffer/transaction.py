@@ -101,6 +101,7 @@ class BufferedTransaction(BufferedReads, BufferedWrites):
             _vs_keys=self._vs_keys,
             wakes_watchers=self._wakes_watchers,
             read_after=self._read_after,
+            followers=self._followers,
         )
         try:
             version, batch_order = self._commit_request(request)

@@ -15,7 +15,9 @@ drops it. Part two never fails the enqueuer. Where the store can read keys in pa
 commit once its writes are in place (SQLite, PostgreSQL: ``kv.read_after_commit``), part
 two first looks at the index entry and pointer record read there, as its own transaction
 would read them, and needs no transaction of its own when the pointer is leased or
-already vests in time (the usual case: one transaction an enqueue).
+already vests in time (the usual case: one transaction an enqueue). Where part one's
+commit holds the store's write lock (SQLite: ``kv.follow_in_commit``), part two runs under
+that lock right after it and needs no transaction of its own at all.
 
 External-store mode (items in Cassandra, paper section 6.1): the item is written first,
 then a KV transaction reads the pointer index and creates the pointer or declares a write
@@ -35,6 +37,7 @@ from quickzones.store import flow_keys, outcomes
 from quickzones.store.kv import (
     KVStore,
     KVTransaction,
+    follow_in_commit,
     holds_commit_lock,
     read_after_commit,
     run,
@@ -139,6 +142,19 @@ def pointer_check(
         # enqueue (invariant 3); nothing commits while ``tr`` holds the lock, so it joins
         # part one: one read of the pointer record, no transaction of its own.
         toplevel.pull_pointer_earlier(zone, vesting_ms, tr=tr, found=found)
+        return
+    active_ms = now_ms(toplevel.clock)  # read here: not under the lock (pull_pointer_earlier)
+    if follow_in_commit(
+        tr,
+        lambda locked: toplevel.pull_pointer_earlier(
+            zone, vesting_ms, tr=locked, found=found, active_ms=active_ms
+        ),
+    ):
+        # The same, where part one's commit holds the store's write lock (SQLite): part
+        # two commits right after it under that lock, a transaction of its own that no
+        # other commit can come between, so it cannot conflict with a pointer lease, and
+        # the pointer vests with the item's commit (a scan between the two would have
+        # left a small tenant's item waiting for the next).
         return
     # Part two's reads ride part one's commit where the store can make them there (one
     # transaction instead of two when, as usual, the pointer already vests in time); its

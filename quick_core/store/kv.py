@@ -286,6 +286,18 @@ def read_after_commit(
     return values
 
 
+def follow_in_commit(tr: object, follow: Callable[[KVTransaction], None]) -> bool:
+    """Ask ``tr``'s store to run ``follow`` as a transaction of its own that commits right
+    after ``tr`` does, under the same hold of the store's write lock (SQLite), so that no
+    other commit comes between them: its reads see ``tr``'s writes and the newest state,
+    and it can neither conflict nor make ``tr`` fail (an error in it is logged and drops
+    its writes alone). It runs only if ``tr`` commits, once per attempt that does. True
+    when the store took it; False when it cannot, and the caller follows the commit
+    another way (:meth:`KVTransaction.on_commit`)."""
+    ask = getattr(tr, "follow_in_commit", None)
+    return callable(ask) and bool(ask(follow))
+
+
 def wake_watchers(tr: object) -> None:
     """Ask that other processes' commit watchers hear of ``tr``'s commit at once (a
     zone's pointer was made or moved to vest earlier: an idle consumer or long poll

@@ -340,6 +340,7 @@ class TopLevelQueue:
         *,
         tr: KVTransaction | None = None,
         found: IndexEntry | None = None,
+        active_ms: int | None = None,
     ) -> None:
         """Part two: in its own transaction, move an idle pointer's vesting earlier.
 
@@ -349,7 +350,10 @@ class TopLevelQueue:
 
         ``tr``: run inside it instead, errors raised (part one's transaction where it
         holds the store's commit lock, see :func:`~quickzones.store.kv.holds_commit_lock`),
-        with ``found``, the index entry part one read there.
+        with ``found``, the index entry part one read there. ``active_ms``: when the zone
+        was last active (the enqueue's time), for a ``tr`` that holds the store's write
+        lock, where the clock must not be read: a steady clock's exchange with the store
+        would wait for that lock (default: the clock's now).
         """
 
         def pull(tr: KVTransaction) -> None:
@@ -362,7 +366,8 @@ class TopLevelQueue:
                 return
             if pointer.vesting_ms > vesting_ms:
                 # This enqueue saw an item in the zone: it is active now.
-                earlier = replace(pointer, vesting_ms=vesting_ms, last_active_ms=now_ms(self.clock))
+                active = now_ms(self.clock) if active_ms is None else active_ms
+                earlier = replace(pointer, vesting_ms=vesting_ms, last_active_ms=active)
                 self._move_pointer(tr, shard, pointer, earlier)
                 wake_watchers(tr)
 
