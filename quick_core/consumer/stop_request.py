@@ -93,12 +93,21 @@ class StopRequest:
         """SIGTERM and SIGINT request a stop while inside; the previous handlers are put
         back on the way out, before the pipe closes."""
         previous: dict[int, Any] = {}
+        wakeup: int | None = None
         try:
             if install:
                 for signum in STOP_SIGNALS:
                     previous[signum] = signal.signal(signum, self._on_signal)
+                # The kernel may hand the signal to any thread (a handler's kill() of its
+                # own process; Ctrl-C's SIGINT): only the main thread runs the handler
+                # above, and a signal taken by another thread does not interrupt its wait
+                # on the pipe. Python's C-level handler writes to the wakeup fd from
+                # whichever thread takes it, so that wait ends and the handler runs.
+                wakeup = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
             yield
         finally:
+            if wakeup is not None:
+                signal.set_wakeup_fd(wakeup)
             for number, handler in previous.items():
                 signal.signal(number, handler)
             with self._pipe_lock:

@@ -120,3 +120,48 @@ def test_a_burst_of_sigterms_never_deadlocks_quick_worker(tmp_path: Path) -> Non
     # default handler back, by that signal.
     ended = all(rc in (0, -signal.SIGTERM) for rc in stopped)
     assert ended, f"{stopped} {out.read_text()[-3000:]}"
+
+
+THREAD_SIGNAL_HANDLERS = """\
+import os, signal, threading
+from quickzones import Quick
+quick = Quick.open(os.environ["STORE"])
+@quick.job("interrupt")
+def interrupt(payload, ctx):
+    # The kernel may hand a process's signal to any of its threads (kill() from a handler,
+    # or Ctrl-C's SIGINT); this sends it to this worker thread, never the main one.
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+"""
+
+
+def test_a_signal_that_lands_on_another_thread_still_stops_quick_worker(tmp_path: Path) -> None:
+    """Seen: a handler that sent SIGINT to its own process left ``quick worker`` running,
+    idle, forever (1 run of 3). Python runs a signal's handler in the main thread, at its
+    next bytecode, but a signal the kernel gives another thread does not interrupt the
+    main thread's wait: run_forever's sleep on its pipe (no timeout since it stopped
+    polling) never ended."""
+    url = f"sqlite:///{tmp_path / 'quick.db'}"
+    (tmp_path / "handlers.py").write_text(THREAD_SIGNAL_HANDLERS)
+    q = Quick.open(url)
+    q.enqueue("interrupt", 1, app="a", tenant="t")
+    q.close()
+    out = tmp_path / "worker.out"
+    with open(out, "w") as out_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "quickzones", "worker", "--app-module", "handlers"],
+            cwd=tmp_path,
+            env={**os.environ, "STORE": url},
+            stdout=out_file,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        try:
+            rc = proc.wait(30)  # a graceful stop takes well under a second here
+        except subprocess.TimeoutExpired:
+            rc = None
+        assert rc == 0, out.read_text()[-3000:]
+        assert "signal 2: shutting down" in out.read_text() or rc == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
