@@ -28,7 +28,7 @@ that tree follows or precedes one of this tree (A B B A ...), and its child is t
 run by that interpreter, so it uses only the public API both trees have. The items are
 enqueued by this tree (the key layout is the same in both).
 
-``--query`` adds ``fdb://`` URL options to this tree's drains alone (``grv_cache=1``: an
+``--query`` adds ``fdb://`` URL options to this tree's drains alone (``snapshot_reads=0``: an
 option A/B against the baseline tree's defaults).
 
 ``--py-spy PATH`` records each of this tree's drains with ``py-spy record --gil -f raw``
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--query",
         default="",
-        help="fdb:// URL options for this tree's drains only: 'grv_cache=1'",
+        help="fdb:// URL options for this tree's drains only: 'snapshot_reads=0'",
     )
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -251,12 +251,6 @@ class TransactionOptions:
         self.calls.append(("causal_read_risky", None))
         self._mem.set_causal_read_risky()
 
-    def set_use_grv_cache(self) -> None:
-        # libfdb_c's cached read version is a committed one, possibly not the newest: the
-        # memory store's causal-read-risky read version stands for it.
-        self.calls.append(("use_grv_cache", None))
-        self._mem.set_causal_read_risky()
-
 
 class Transaction(TransactionRead):
     """``db.create_transaction()``: the binding's Transaction over a MemoryTransaction."""

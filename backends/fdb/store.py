@@ -14,7 +14,6 @@ The binding module is injectable (``fdb_module``), so the same code runs over
 from __future__ import annotations
 
 import struct
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -37,7 +36,6 @@ from quickzones.store.kv import (
 )
 
 _SYSTEM = b"\xff"
-_lock = threading.Lock()
 
 
 def _description(err: BaseException) -> str:
@@ -123,10 +121,8 @@ class FDBTransaction:
         causal_read_risky: bool,
         snapshot_reads: bool = True,
         wake_key: bytes | None = None,
-        grv_cache: bool = False,
     ) -> None:
         self._tr = tr
-        self._grv_cache = grv_cache
         # The store's wake key (its prefix included), where idle consumers watch it.
         self._wake_key = wake_key
         self._translate = translate
@@ -450,33 +446,6 @@ class FDBTransaction:
         if self._causal_read_risky:
             with self._translate():
                 self._tr.options.set_causal_read_risky()
-                if self._grv_cache:
-                    # A read version from the client's cache, no proxy round trip: it may
-                    # miss other clients' newest commits (never this client's own), and a
-                    # transaction that writes still conflicts on anything changed since.
-                    self._tr.options.set_use_grv_cache()
-
-
-_grv_cache_allowed = False
-
-
-def _allow_grv_cache(fdb: Any) -> None:
-    """Set the network option ``disable_client_bypass`` that libfdb_c's GRV cache needs; a
-    network option, so only before the process's first ``fdb.open`` (the binding starts
-    its network thread there)."""
-    global _grv_cache_allowed
-    impl = getattr(fdb, "impl", None)
-    if _grv_cache_allowed or impl is None:
-        return
-    if getattr(impl, "_network_thread", None) is not None:
-        raise ConfigurationError(
-            "grv_cache=1 needs the FoundationDB network option disable_client_bypass, which "
-            "can be set only before this process first opens a database; open this store "
-            "first, or call fdb.options.set_disable_client_bypass() before fdb.open"
-        )
-    with _lock:
-        fdb.options.set_disable_client_bypass()
-        _grv_cache_allowed = True
 
 
 class FDBStore:
@@ -506,13 +475,10 @@ class FDBStore:
         waits.install(fdb)  # after the version: that loads fdb.impl
         self._translate = _Translate(fdb.FDBError)
         self.cluster_file = self.options.cluster_file
-        if self.options.grv_cache:
-            _allow_grv_cache(fdb)
         with self._translate():
             self.db: Any = fdb.open(self.cluster_file)
             self._apply_database_options()
         self.prefix = self._resolve_prefix()
-        self._grv_cache_allowed = _grv_cache_allowed or getattr(fdb, "impl", None) is None
         self._closed = False
         # Watches need libfdb_c: the simulator's binding has none (its consumers are all in
         # one process, woken by their own enqueues).
@@ -578,7 +544,6 @@ class FDBStore:
             causal_read_risky=self.options.causal_read_risky,
             snapshot_reads=self.options.snapshot_reads,
             wake_key=None if self._wake is None else self._wake.key,
-            grv_cache=self.options.grv_cache and self._grv_cache_allowed,
         )
 
     # --- wake-ups (quickzones.store.kv.CommitCounter, through wake_watch) -------------------

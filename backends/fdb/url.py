@@ -14,7 +14,6 @@ Query options (all optional):
     retry_limit=100          default retry limit of on_error (database option)
     max_retry_delay_ms=1000  cap of on_error's backoff (database option)
     causal_read_risky=1      honour the core's causal-read-risky hint (0 turns it off)
-    grv_cache=0              serve that hint's read versions from libfdb_c's GRV cache (1)
 
 ``fdbsim://`` also passes the simulator's own options (``seed``, ``fault_*``,
 ``latency_ms``) through to ``memory://``.
@@ -41,7 +40,6 @@ FDB_OPTIONS = (
     "max_retry_delay_ms",
     "causal_read_risky",
     "snapshot_reads",
-    "grv_cache",
 )
 # Options of memory:// that fdbsim:// forwards to the simulator.
 SIM_OPTIONS = (
@@ -70,9 +68,6 @@ class FDBOptions:
     max_retry_delay_ms: int | None = None
     causal_read_risky: bool = True
     snapshot_reads: bool = True
-    # Off by default: the cache's background refresher costs an idle process about 0.4 %
-    # of a core, and it saves only the hinted transactions' read versions (docs/fdb.md).
-    grv_cache: bool = False
 
     def __post_init__(self) -> None:
         if self.root and self.directory:
@@ -155,7 +150,7 @@ def parse_fdb_url(url: str) -> ParsedFDBURL:
             values[name] = _int(url, name, raw, 0)
         elif name == "retry_limit":
             values[name] = _int(url, name, raw, -1)
-        elif name in ("causal_read_risky", "snapshot_reads", "grv_cache"):
+        elif name in ("causal_read_risky", "snapshot_reads"):
             values[name] = _bool(url, name, raw)
         elif scheme == "fdbsim" and name in SIM_OPTIONS:
             sim_query.append((name, raw))
