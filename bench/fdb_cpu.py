@@ -2,7 +2,7 @@
 per item (issue 44 point 5).
 
 ``python -m bench.fdb_cpu [--items 2000] [--tenants 1,200] [--runs 3] [--baseline PYTHON]
-[--py-spy PATH] [--out DIR]``
+[--py-spy PATH] [--query OPTIONS] [--out DIR]``
 
 Each run fills a fresh key prefix of one local ``fdbserver`` (``single memory``, the
 bench's shared cluster) with ``--items`` no-op items, in one tenant or spread evenly over
@@ -27,6 +27,9 @@ some 0.005 per item at 2,000 items.
 that tree follows or precedes one of this tree (A B B A ...), and its child is this file
 run by that interpreter, so it uses only the public API both trees have. The items are
 enqueued by this tree (the key layout is the same in both).
+
+``--query`` adds ``fdb://`` URL options to this tree's drains alone (``snapshot_reads=0``: an
+option A/B against the baseline tree's defaults).
 
 ``--py-spy PATH`` records each of this tree's drains with ``py-spy record --gil -f raw``
 and writes the samples summed by function (own samples and with callees) beside the JSON.
@@ -248,6 +251,11 @@ def main(argv: list[str] | None = None) -> int:
         default="{}",
         help="ConsumerConfig fields over the defaults, as JSON: '{\"processing_bound\": 40}'",
     )
+    ap.add_argument(
+        "--query",
+        default="",
+        help="fdb:// URL options for this tree's drains only: 'snapshot_reads=0'",
+    )
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -273,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
                 # Tags of one length: the prefix is in every key the server counts bytes of.
                 url = fdb_url(f"cpu-{name[0]}-{tenants}-{i}")
                 fill(url, args.items, tenants)
+                if args.query and name == "this":
+                    url += ("&" if "?" in url else "?") + args.query
                 prof = out / f"py-spy-{tenants}-{i}.txt" if name == "this" else None
                 r = one_run(
                     trees[name], url, args.items, args.consumer, fdbcli, cluster, args.py_spy, prof
