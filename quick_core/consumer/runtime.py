@@ -24,13 +24,13 @@ from quickzones.consumer.item_ops import StoreItemOps
 from quickzones.consumer.lease_extender import LeaseExtender
 from quickzones.consumer.maintenance import HEARTBEAT_S, Heartbeats, OutcomeCollector
 from quickzones.consumer.manager import Manager
-from quickzones.consumer.pool import DaemonPool, in_turn
+from quickzones.consumer.pool import DaemonPool
 from quickzones.consumer.routing import Router
 from quickzones.consumer.scanner import Scanner
 from quickzones.consumer.scanner_election import ScannerElection, route_of
-from quickzones.consumer.set_aside import VisitFailures
+from quickzones.consumer.single_thread import drain_until_idle
 from quickzones.consumer.slots import Slots
-from quickzones.consumer.state import START_CHECK_AFTER_S, Cluster, InFlight, Work
+from quickzones.consumer.state import Cluster, InFlight, Work
 from quickzones.consumer.stop_request import RunsForever, StopRequest
 from quickzones.consumer.store_watch import StoreWatch
 from quickzones.consumer.timers import DueTimers
@@ -255,56 +255,7 @@ class Consumer(RunsForever):
         consumer's to take now: other job types, a cap held elsewhere); returns the count
         of items run. A zone whose visit fails on its own is set aside and the others
         run; a round whose zones gave nothing and failed raises. For tests, the simulator."""
-        done = 0
-        idle: set[tuple[str, int, str]] | None = None
-
-        def fresh(works: list[Work]) -> None:
-            # Run right after their dequeue, which is their start check while it is recent
-            # and their leases long (Worker._dequeue_was_check): no read per item.
-            until = time.monotonic() + START_CHECK_AFTER_S
-            for work in works:
-                if work.due_ms is None:
-                    work.fresh_until = until
-
-        renew_at: float | None = None
-        for _ in range(max_rounds):
-            # The scanner lease is renewed as the threaded scanner renews it, every third
-            # of its TTL (not each round: a store transaction a round), and at once when
-            # it is not held (to take it). On the consumer's clock: the leases' own.
-            now = self.clock.now()
-            held = all(self.in_order_for(cluster) for cluster in self.clusters)
-            if renew_at is None or now >= renew_at or not held:
-                self.refresh_election()
-                renew_at = now + self.config.election_ttl_s / 3
-            refs = self.scan_once()
-            if not refs:
-                break
-            self._batching, size = True, self.config.visits_at_once()
-            failures = VisitFailures(self.scanner.set_aside)
-            try:
-                # Run as the pool's lanes run them (zones in turn): a visit may bring a
-                # backlog's whole free room, and a small zone waits behind one of its items.
-                works: list[Work] = []
-                for i in range(0, len(refs), size):
-                    visited = self.manager.visit_many(refs[i : i + size], failed=failures.failed)
-                    fresh(visited)
-                    works += visited
-                if not works:
-                    failures.store_failing(zones=1)
-                for work in in_turn(works, lambda w: (w.cluster, w.zone)):
-                    self.execute(work)
-                self.flush_completions()
-            finally:
-                self._batching = False
-            done += len(works)
-            if works:
-                idle = None
-                continue
-            seen = {(ref.cluster, ref.shard, ref.pointer_id) for ref in refs}
-            if idle is not None and seen <= idle:
-                break
-            idle = seen
-        return done
+        return drain_until_idle(self, max_rounds)
 
     # --- threaded runtime ----------------------------------------------------------------
 

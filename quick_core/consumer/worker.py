@@ -34,33 +34,26 @@ from quickzones.consumer.interrupt import (
     ShutdownInterrupted,
 )
 from quickzones.consumer.item_ops import ItemOps
-from quickzones.consumer.lease_extender import due_for_extension
 from quickzones.consumer.limit_gate import LimitGate, Refused
 from quickzones.consumer.progress import ProgressReporter, reporter_for
 from quickzones.consumer.routing import Router
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Running, Work
+from quickzones.consumer.transactional import run_transactional
 from quickzones.errors import (
     ItemNotFound,
     LeaseLost,
     Nack,
     PermanentError,
-    QuickError,
     StorageError,
 )
 from quickzones.registry import JobContext, JobType, Registry
-from quickzones.store.kv import NOT_COMMITTED, TRANSACTION_LIFETIME_S, KVError, run
 from quickzones.store.limits import Limits
 from quickzones.store.pauses import PauseSet
 from quickzones.store.records import ZoneId
 from quickzones.tracing import run_span
 
 log = logging.getLogger("quick.consumer")
-
-# How much longer than a transaction may live a transactional handler's lease is taken
-# before each attempt: the read version is taken just after, well within this.
-TRANSACTIONAL_LEASE_MARGIN_S = 1.0
-
 
 class Worker:
     """Algorithm 3 for one item at a time per calling thread (the worker pool shares it)."""
@@ -205,7 +198,7 @@ class Worker:
             started = time.monotonic()
             try:
                 if job.transactional:
-                    self._run_transactional(work, job)
+                    run_transactional(self, work, job)
                     self._ran(work, job, started, ok=True)
                     self.emit("completed", zone=zone, item_id=item.item_id, job_type=job.name)
                     return "completed"
@@ -355,63 +348,3 @@ class Worker:
             for reporter in reporters:
                 reporter.close()  # a held report is kept before the completion reads it
             self.in_flight.end(running)
-
-    def _run_transactional(self, work: Work, job: JobType) -> None:
-        """Handler effects and the completion commit in one KV transaction (invariant 9).
-
-        The lease extender leaves this item alone: its extension rewrites the item record
-        that the completion reads, so an extension committed while the transaction is open
-        makes the completion conflict, and the handler re-ran forever. So before each
-        attempt the worker takes the lease for the transaction's whole life instead: a
-        transaction commits within ``TRANSACTION_LIFETIME_S`` of its read version on every
-        store, or not at all, so a lease that lasts past that cannot lapse while the
-        handler runs, however short ``item_lease_s`` is (issue 40 point 8: with a lease of
-        a second or two, a slower handler's item was leased again by another consumer and
-        dead-lettered as "lease lapsed 3 times"). Invariant 4 is unchanged: the completion
-        still reads the record, so another holder's lease makes it conflict or fail.
-        """
-        cluster = self.clusters[work.cluster]
-        if cluster.kv is None:
-            raise QuickError("transactional handlers need a KV zone store")
-        applied = False
-
-        def body(tr: Any) -> None:
-            if applied:
-                return  # a maybe-committed attempt did commit: do not run it again
-            # The read version now, so the transaction's life starts inside the lease
-            # taken just before (a handler may read nothing for a while).
-            tr.get_read_version()
-            if work.item.vesting_ms - now_ms(self.clock) < TRANSACTION_LIFETIME_S * 1000:
-                # Stalled since the lease was taken: renewing it now would conflict with
-                # this transaction, so start the attempt again (before the handler ran).
-                raise KVError(NOT_COMMITTED, "the item's lease would end before the commit")
-            result = self._run_handler(work, job, tr)
-            cluster.zones.complete(
-                work.zone, work.item.item_id, work.item.lease_id, tr=tr, result=result
-            )
-
-        def before_retry(err: KVError) -> None:
-            nonlocal applied
-            if err.maybe_committed:
-                # The attempt may have committed; it is no longer in flight, so a fresh
-                # read tells: our item gone means it did.
-                applied = cluster.zones.get(work.zone, work.item.item_id) is None
-            if not applied:
-                self._hold_for_transaction(work)
-
-        self._hold_for_transaction(work)
-        run(cluster.kv, body, on_retry=before_retry)
-
-    def _hold_for_transaction(self, work: Work) -> None:
-        """Extend the lease, where it would end within a transaction's lifetime (and a
-        margin) or the extender would renew it, to the longer of ``item_lease_s`` and
-        that (raises LeaseLost/ItemNotFound if the lease is gone)."""
-        hold_s = TRANSACTION_LIFETIME_S + TRANSACTIONAL_LEASE_MARGIN_S
-        left_ms = work.item.vesting_ms - now_ms(self.clock)
-        if left_ms >= hold_s * 1000 and not due_for_extension(self.config, self.clock, work):
-            return
-        lease_ms = int(max(self.config.item_lease_s, hold_s) * 1000)
-        try:
-            work.item = self.ops.extend(work, lease_ms)
-        except StorageError as err:  # LeaseLost and ItemNotFound go to the caller
-            self.emit("extend_error", error=str(err))  # the completion checks the lease
