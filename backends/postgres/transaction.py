@@ -151,12 +151,15 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         Only for a read with conflicts in a try that has written already, so will commit
         and be checked: a kept snapshot may be older than commits that ended before this
         try began, which a read-only try (part two's look at the pointer after part
-        one's commit) or a read without a conflict would miss, unchecked."""
+        one's commit) or a read without a conflict would miss, unchecked. Not for a store
+        that allows no retry (``retry_limit=0``): ``kv.run`` counts every try, and a try
+        that failed only because what was kept was stale would end the call."""
         if len(keys) <= MOST_KEYS:
             self._first_keys = keys
             if (
                 not self._read_afresh
                 and not self._snapshot_read
+                and self._store.retry_limit != 0
                 and (self._points or self._vs_keys or self._cleared is not None)
             ):
                 seen = self._store.known.lookup(keys, self._read_time)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from quickzones.client import Quick
-from quickzones.store.kv import KVTransaction, run
+from quickzones.store.kv import NOT_COMMITTED, KVError, KVTransaction, run
 from quickzones.store.records import ZoneId
 from quickzones.testing.provision.postgres import postgres_skip_reason
 from tests.postgres import postgres_store_url
@@ -112,3 +112,44 @@ def test_many_enqueues_beside_another_processs_drains_lose_nothing(
         if n % 3 == 2:
             _collect_pointer(other)
     assert ran == list(range(12))
+
+
+def test_a_store_that_allows_no_retry_reads_every_time() -> None:
+    """``kv.run`` counts every try: with ``retry_limit=0`` a try that failed only because
+    what the store kept was stale would end the call, so such a store never uses it."""
+    url = postgres_store_url()
+    q = _open(f"{url}&retry_limit=0")
+    other = _open(url)
+    try:
+        for n in range(3):
+            q.enqueue("job", {"n": n}, app=Z.app, tenant=Z.tenant)
+        _collect_pointer(other)
+        q.enqueue("job", {"n": 3}, app=Z.app, tenant=Z.tenant)
+        assert q.toplevel.get_pointer(Z) is not None
+    finally:
+        q.close()
+        other.close()
+
+
+def test_a_try_that_read_stale_kept_values_is_retried_at_once_and_uncounted(
+    two: tuple[Quick, Quick, list[Any]],
+) -> None:
+    """Through the transaction's own retry loop (FoundationDB's ``on_error``): the failed
+    try is no contention, so it neither backs off nor counts against ``set_retry_limit``,
+    and the next try reads afresh."""
+    q, other, _ = two
+    for n in range(3):
+        q.enqueue("job", {"n": n}, app=Z.app, tenant=Z.tenant)
+    keys = [q.toplevel.layout_key, q.toplevel.index_key(Z)]
+    _collect_pointer(other)
+    tr = q.kv.create_transaction()
+    tr.set_retry_limit(0)
+    tr.set(b"\x15\x07mark", b"x")  # a write first, as part one writes its item first
+    assert tr.get_many(keys)[1] is not None  # what the store kept: the old entry
+    with pytest.raises(KVError) as failed:
+        tr.commit()
+    assert failed.value.code == NOT_COMMITTED
+    tr.on_error(failed.value)  # within a retry limit of 0: not counted
+    tr.set(b"\x15\x07mark", b"x")
+    assert tr.get_many(keys)[1] is None  # read afresh: the pointer was collected
+    tr.commit()
