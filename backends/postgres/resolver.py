@@ -25,6 +25,7 @@ them by commit).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol, TypeAlias
 
 import psycopg
@@ -33,6 +34,7 @@ from quickzones.backends._ranges import merge_ranges
 from quickzones.backends._versionstamps import make_versionstamp
 from quickzones.backends.postgres import wire
 from quickzones.backends.postgres.errors import commit_unknown, pipeline
+from quickzones.backends.postgres.known_reads import Seen
 from quickzones.backends.postgres.locks import plan
 from quickzones.backends.postgres.sql import CONFLICT_STATE, MOVED_STATE, Statements
 from quickzones.backends.txnbuffer import CommitRequest
@@ -80,13 +82,16 @@ def apply(
     end_commits: bool = True,
     undo: tuple[str, ...] = ("ROLLBACK",),
     again: tuple[str, ...] = ("BEGIN",),
+    keep: Seen | None = None,
 ) -> int:
     """Commit ``request`` on ``conn`` (its locks held until the transaction ends).
     ``snapshot``: the one its reads saw (None: nothing read, nothing to check); ``space``:
     the schema's advisory lock space. ``begin`` are statements sent first (ending a
     snapshot, BEGIN, a SAVEPOINT), ``end`` statements sent last (COMMIT, or with
     ``end_commits=False`` a savepoint's RELEASE); ``undo`` ends a try whose operands moved
-    and ``again`` begins the next. Returns the commit version."""
+    and ``again`` begins the next. ``keep``: a :class:`Seen` whose keys are read after
+    COMMIT in the same round trip, with that statement's snapshot, filled in place (on
+    quick's own connections, see ``known_reads.py``). Returns the commit version."""
     if request.too_old(now):
         raise KVError(TRANSACTION_TOO_OLD, "read version older than 5 s at commit")
     if request.read_version is None:
@@ -98,7 +103,7 @@ def apply(
         writes = request.resolve(_NO_STAMP, _no_current, skip=adds)
         return _send(
             conn, sql, request, writes, adds, begin, end, end_commits,
-            (snapshot, space, None, [], None, at),
+            (snapshot, space, None, [], None, at), keep,
         )  # fmt: skip
     for _ in range(MOVED_RETRIES):
         with pipeline(conn):
@@ -144,6 +149,7 @@ def _send(
     end: tuple[str, ...],
     end_commits: bool,
     how: tuple[str | None, int, str | None, list[bytes], int | None, int],
+    keep: Seen | None = None,
 ) -> int:
     """One round trip: ``begin``, quick_commit3 (locks, checks and writes), ``end``.
     ``how``: the reads' snapshot, the lock space, the atomic operands' snapshot and keys,
@@ -161,7 +167,12 @@ def _send(
     sk, sv = [k for k, _ in writes.sets], [v for _, v in writes.sets]
     # Keys to read after the commit (KVTransaction.read_after_commit): a statement of its
     # own after COMMIT in the same round trip, on the autocommit connection.
-    after = request.read_after if end and end_commits else []
+    after: Sequence[bytes] = request.read_after if end and end_commits else []
+    if keep is not None and not (end and end_commits and wire.usable(conn)):
+        keep = None
+    if keep is not None:
+        # Part two's keys and the kept ones in one statement, with its snapshot.
+        after = list(dict.fromkeys([*after, *keep.values]))
     waking = request.wakes_watchers and end_commits
     deletes, add_keys, add_values = writes.deletes, list(adds), list(adds.values())
     read: Rows | None = None
@@ -184,7 +195,9 @@ def _send(
                 (texts["commit_waking" if waking else "commit"], params, False),
                 *(wire.plain(statement) for statement in end),
             ]
-            if after:
+            if keep is not None:
+                statements.append((texts["seen_many"], [b(after)], True))
+            elif after:
                 statements.append((texts["get_many"], [b(after)], True))
             answers = wire.exchange(conn, statements)
             resolved = answers[len(begin)]
@@ -224,8 +237,17 @@ def _send(
     assert row is not None, "quick_commit3 returns the commit version"
     if read is not None:
         found: dict[bytes, bytes | None] = dict.fromkeys(after)
-        found.update((bytes(k), bytes(v)) for k, v in read.fetchall())
-        request.read_after_values = found
+        rows = read.fetchall()
+        if keep is not None:
+            # (snapshot, last commit version, key, value), the key NULL when none was found.
+            keep.snapshot = rows[0][0].decode()
+            keep.version = int.from_bytes(rows[0][1], "big", signed=True)
+            found.update((k, v) for _, _, k, v in rows if k is not None)
+            keep.values = {key: found[key] for key in keep.values}
+        else:
+            found.update((bytes(k), bytes(v)) for k, v in rows)
+        if request.read_after:
+            request.read_after_values = {key: found[key] for key in request.read_after}
     return int(row[0])
 
 

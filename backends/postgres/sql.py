@@ -337,6 +337,7 @@ END """,
         " WHERE xid >= pg_snapshot_xmax(%s::pg_snapshot) UNION ALL SELECT id FROM {log}"
         " WHERE xid = ANY(ARRAY(SELECT pg_snapshot_xip(%s::pg_snapshot))))"
     )
+
     @functools.cached_property
     def commits_unseen(self) -> str:
         """:data:`_COMMITS_UNSEEN` for psycopg (bench.pg_long_txn times it)."""
@@ -379,6 +380,12 @@ END """,
     # connections and an application's blocking psycopg connection).
     _GET = "SELECT value FROM {kv} WHERE key = %b"
     _GET_MANY = "SELECT key, value FROM {kv} WHERE key = ANY(%b)"
+    # The keys' values with the snapshot they were read in and the last commit version
+    # (backends/postgres/known_reads.py), one row a key found, one with NULLs if none.
+    _SEEN_MANY = (
+        "SELECT s.snap, s.v, k.key, k.value FROM (SELECT pg_current_snapshot()::text,"
+        " (SELECT last_value FROM {seq})) s(snap, v) LEFT JOIN {kv} k ON k.key = ANY(%b)"
+    )
     _RANGE = "SELECT key, value FROM {kv} WHERE key >= %b AND key < %b ORDER BY key"
     _LIMIT = " LIMIT %s"
     # Keys and ranges (bytea arrays) go in binary: psycopg's text form escapes each
@@ -426,6 +433,7 @@ END """,
             "read_version": self.read_version.encode(),
             "get": self._wire(self._GET),
             "get_many": self._wire(self._GET_MANY),
+            "seen_many": self._wire(self._SEEN_MANY),
             "range": self._wire(self._RANGE + self._LIMIT),
             "range_reverse": self._wire(self._RANGE + " DESC" + self._LIMIT),
             "commit": self._wire(self._COMMIT),

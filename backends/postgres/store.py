@@ -53,6 +53,7 @@ from quickzones.backends.postgres.errors import (
     translate,
 )
 from quickzones.backends.postgres.joined import Joined
+from quickzones.backends.postgres.known_reads import KnownReads
 from quickzones.backends.postgres.locks import lock_space
 from quickzones.backends.postgres.notifications import CommitNotifications
 from quickzones.backends.postgres.resolver import PRUNE_EVERY, Connection
@@ -192,6 +193,8 @@ class PostgresStore:
         # moves to another one): join() asks each only once.
         self.same_database: weakref.WeakSet[object] = weakref.WeakSet()
         self.foreign = ForeignCommits()
+        # What this store read after its commits, for the next enqueue's part one.
+        self.known = KnownReads()
         self._watch_lock = threading.Lock()
         self.data_version_tick_s = DATA_VERSION_TICK_S
         self._notifications = CommitNotifications(self._connect, schema, self.sender, listen=listen)

@@ -16,10 +16,12 @@ from quickzones.backends.postgres.errors import (
     ServerUnreachable,
     translate,
 )
+from quickzones.backends.postgres.known_reads import MOST_KEYS, Seen
 from quickzones.backends.postgres.sql import KEYS_PER_SELECT
 from quickzones.backends.txnbuffer import CommitRequest, KeyValue
 from quickzones.backends.txnbuffer.pooled import PooledTransaction
 from quickzones.errors import StoreUnavailable
+from quickzones.store.kv import NOT_COMMITTED, KVError
 
 if TYPE_CHECKING:
     from quickzones.backends.postgres.store import PostgresStore
@@ -43,7 +45,24 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         self._opening = False
         # The snapshot the reads see (pg_snapshot's text), for the commit's check.
         self._seen: str | None = None
+        # What the store kept that answered this try's first read (known_reads.py), and
+        # that read's keys, which its commit reads again after COMMIT to keep them.
+        self._known: Seen | None = None
+        self._first_keys: Sequence[bytes] = ()
+        # Set once a try that read kept values failed its check: the next tries read.
+        self._read_afresh = False
+        # Whether the get_many under way reads without a conflict (snapshot=True).
+        self._snapshot_read = False
         super().__init__(store)
+
+    def _reset_state(self) -> None:
+        super()._reset_state()
+        self._known = None
+        self._first_keys = ()
+
+    def reset(self) -> None:
+        super().reset()
+        self._read_afresh = False
 
     def _acquire_read_version(self) -> int:
         # Every read version is followed by a read, which opens the snapshot and reads the
@@ -119,11 +138,53 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
             self._read("read version", wire.plain("SELECT 1"))
         return super().get_read_version()
 
+    def get_many(self, keys: Sequence[bytes], *, snapshot: bool = False) -> list[bytes | None]:
+        self._snapshot_read = snapshot
+        return super().get_many(keys, snapshot=snapshot)
+
+    def _read_version_and_keys(self, keys: Sequence[bytes]) -> tuple[int, list[bytes | None]]:
+        """The first read of a few keys (an enqueue's part one: the layout and the zone's
+        index entry): answered, with no round trip, from what this store read of them in
+        a snapshot after a commit of its own, when it kept all of them; the commit then
+        checks them against that snapshot (``known_reads.py``).
+
+        Only for a read with conflicts in a try that has written already, so will commit
+        and be checked: a kept snapshot may be older than commits that ended before this
+        try began, which a read-only try (part two's look at the pointer after part
+        one's commit) or a read without a conflict would miss, unchecked. Not for a store
+        that allows no retry (``retry_limit=0``): ``kv.run`` counts every try, and a try
+        that failed only because what was kept was stale would end the call."""
+        if len(keys) <= MOST_KEYS:
+            self._first_keys = keys
+            if (
+                not self._read_afresh
+                and not self._snapshot_read
+                and self._store.retry_limit != 0
+                and (self._points or self._vs_keys or self._cleared is not None)
+            ):
+                seen = self._store.known.lookup(keys, self._read_time)
+                if seen is not None:
+                    # Its snapshot, version and time are this try's: the check and the
+                    # 5 s lifetime count from the older read, as FoundationDB's would.
+                    self._known = seen
+                    self._seen = seen.snapshot
+                    self._read_time = seen.at
+                    values = seen.values
+                    return seen.version, [values[key] for key in keys]
+        return super()._read_version_and_keys(keys)
+
     def _read(self, what: str, statement: wire.Statement) -> wire.Rows:
         """``statement``'s rows in the snapshot; the first read opens it as well, in the
         same round trip: BEGIN, the snapshot (taken by that first statement, so every later
         read sees exactly its data; the commit checks what it did not see) with the last
-        commit version (the read version), then ``statement``."""
+        commit version (the read version), then ``statement``.
+
+        After a first read answered from kept values, a later read opens a newer snapshot
+        than theirs; the commit still checks against the kept one, the older: whatever
+        changed since it in what this try read fails the check."""
+        if self._conn is None and self._known is not None:
+            self._conn = self._connection()
+            self._opening = True
         conn = self._snapshot()
         try:
             if not self._opening:
@@ -134,9 +195,10 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
             raise translate(err, what, self._store.shown) from err
         row = version.fetchone()
         assert row is not None, "a snapshot has a row"
-        self._seen = row[0].decode()
-        self._read_version = int(row[1])
         self._opening = False
+        if self._known is None:
+            self._seen = row[0].decode()
+            self._read_version = int(row[1])
         return rows
 
     def _read_key(self, key: bytes) -> bytes | None:
@@ -170,6 +232,10 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         reading = conn.info.transaction_status != TransactionStatus.IDLE
         begin = ("COMMIT", "BEGIN") if reading else ("BEGIN",)
         now = self._clock.now()
+        known = self._known
+        keep = None
+        if self._first_keys:
+            keep = Seen("", 0, now, dict.fromkeys(self._first_keys))
         try:
             try:
                 version = resolver.apply(
@@ -181,9 +247,19 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
                     space=store.lock_space,
                     begin=begin,
                     end=("COMMIT",),
+                    keep=keep,
                 )
                 store.foreign.made(version)  # made known only by COMMIT's answer
+                if keep is not None and keep.snapshot:
+                    store.known.learned(keep)
             except BaseException as err:
+                if known is not None:
+                    # What was kept may be stale: the next try reads afresh, at once if
+                    # the check failed (that is no contention: nothing to back off from).
+                    store.known.forget(known)
+                    self._read_afresh = True
+                    if isinstance(err, KVError) and err.code == NOT_COMMITTED:
+                        self._retry_at_once = True
                 if not conn.broken:
                     with contextlib.suppress(psycopg.Error):
                         conn.execute("ROLLBACK")

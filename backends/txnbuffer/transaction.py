@@ -47,6 +47,9 @@ class BufferedTransaction(BufferedReads, BufferedWrites):
         self._max_retry_delay_s = DEFAULT_MAX_RETRY_DELAY_S
         self._retries = 0
         self._backoff_s = INITIAL_BACKOFF_S
+        # Set by the storage half when a commit failed only because its try read values
+        # the store kept from an earlier snapshot, and the next try reads afresh.
+        self._retry_at_once = False
         # The timeout counts from creation or reset(), not from on_error (API >= 610).
         self._started = self._now()
 
@@ -148,6 +151,13 @@ class BufferedTransaction(BufferedReads, BufferedWrites):
     def on_error(self, error: KVError) -> None:
         if not isinstance(error, KVError) or not error.retryable:
             raise error
+        if self._retry_at_once:
+            # Not contention but stale kept values (once a transaction: its later tries
+            # read afresh): no backoff, and no retry counted against the caller's limit.
+            self._retry_at_once = False
+            self._release()
+            self._reset_state()
+            return
         if 0 <= self._retry_limit <= self._retries:
             raise error
         self._retries += 1

@@ -103,6 +103,27 @@ def test_a_plain_enqueue_is_two_writes_to_the_server(counted: tuple[WriteCounter
         q.close()
 
 
+def test_an_enqueue_into_a_zone_enqueued_into_before_is_one_write(
+    counted: tuple[WriteCounter, str],
+) -> None:
+    """Issue 42's 1.5x procrastinate: part one's reads (the layout and the zone's index
+    entry) are answered from what this store read after its last commit into the zone,
+    and its commit checks them against the snapshot they were read in: BEGIN,
+    quick_commit3, COMMIT and part two's look at the pointer go out in one write."""
+    proxy, url = counted
+    q = Quick.open(f"{url}&listen=off" if "?" in url else f"{url}?listen=off")
+    try:
+        q.enqueue("job", {"n": 0}, app="a", tenant="t")  # the zone and its pointer
+        q.enqueue("job", {"n": 1}, app="a", tenant="t")  # reads the zone's entry itself
+        before = proxy.writes
+        for n in range(20):
+            q.enqueue("job", {"n": n}, app="a", tenant="t")
+        assert (proxy.writes - before) / 20 <= 1
+        assert q.status("a", "t", q.enqueue("job", {"n": 99}, app="a", tenant="t")) is not None
+    finally:
+        q.close()
+
+
 AWKWARD = [
     b"",
     b"\x00",
