@@ -2,7 +2,11 @@
 costs of layout 3, issue 44 point 1): a plain INSERT transaction, ``Quick.enqueue``
 (autocommit), ``enqueue_on`` inside a transaction that INSERTs a row and commits at once
 (W=0), ``enqueue_on`` in a transaction held open ``--hold-ms`` (the store's own work while
-it is open), and ``run_until_idle`` draining what was enqueued.
+it is open), and ``run_until_idle`` draining what was enqueued. ``enqueue_pull``:
+``Quick.enqueue`` into a zone whose idle pointer vests later than the new item (a zone that
+emptied, its pointer waiting for collection, or holding only delayed items: a small
+tenant's usual enqueue), so part two must pull the pointer earlier; each call a zone of its
+own, set up beforehand with an item an hour out.
 
 ``python -m bench.enqueue_cost [--store sqlite|postgres] [--n 1000] [--runs 5]
 [--baseline DIR] [--dsn URL] [--json FILE]``
@@ -43,7 +47,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-OPERATIONS = ("plain", "enqueue", "enqueue_on", "drain")
+OPERATIONS = ("plain", "enqueue", "enqueue_pull", "enqueue_on", "drain")
 STORES = ("sqlite", "postgres")
 
 
@@ -110,7 +114,9 @@ def _child(store: str, dsn: str, n: int, tenants: int, hold_ms: int) -> dict[str
         for t in range(tenants):
             q.enqueue("j", {"warm": t}, app="a", tenant=f"t{t}")
         q.run_until_idle()
-        per_call: dict[str, list[float]] = {"enqueue": [], "enqueue_on": []}
+        per_call: dict[str, list[float]] = {"enqueue": [], "enqueue_pull": [], "enqueue_on": []}
+        for i in range(n):  # enqueue_pull's zones: each pointer vesting an hour out
+            q.enqueue("j", {"later": i}, app="a", tenant=f"p{i}", delay=3600)
         cpu = time.process_time
 
         def plain() -> None:
@@ -124,6 +130,13 @@ def _child(store: str, dsn: str, n: int, tenants: int, hold_ms: int) -> dict[str
                 tenant = f"t{rng.randrange(tenants)}"
                 c = cpu()
                 q.enqueue("j", {"i": i}, app="a", tenant=tenant)
+                took.append(cpu() - c)
+
+        def enqueue_pull() -> None:
+            took = per_call["enqueue_pull"]
+            for i in range(n):
+                c = cpu()
+                q.enqueue("j", {"i": i}, app="a", tenant=f"p{i}")
                 took.append(cpu() - c)
 
         def enqueue_on() -> None:
@@ -144,6 +157,7 @@ def _child(store: str, dsn: str, n: int, tenants: int, hold_ms: int) -> dict[str
         for name, body in (
             ("plain", plain),
             ("enqueue", enqueue),
+            ("enqueue_pull", enqueue_pull),
             ("enqueue_on", enqueue_on),
             ("drain", drain),
         ):
@@ -152,7 +166,7 @@ def _child(store: str, dsn: str, n: int, tenants: int, hold_ms: int) -> dict[str
             if name == "enqueue_on" and after is not None:
                 while after.pending:  # part two of each, on the store's thread
                     time.sleep(0.001)
-            per = 2 * n if name == "drain" else n  # drain: every item of both enqueue loops
+            per = 3 * n if name == "drain" else n  # drain: every vested item of the loops
             out[name] = {
                 "wall_ms": (time.perf_counter() - wall) * 1000 / per,
                 "cpu_ms": (cpu() - started) * 1000 / per,
