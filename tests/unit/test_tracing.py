@@ -48,8 +48,8 @@ def _python(code: str) -> str:
 
 
 def test_a_process_that_traces_nothing_never_imports_opentelemetry() -> None:
-    """Importing it (with its propagators' entry points) was a third of a ``quick
-    worker``'s start-up, paid by every process whether it traced or not."""
+    """Importing it (with its propagators' entry points) was paid at every start-up of
+    every process, whether it traced or not (20-30 ms of a 0.4 s import)."""
     out = _python(
         "import sys, quickzones, quickzones.cli, quickzones.consumer.runtime\n"
         "from quickzones import Quick\n"
