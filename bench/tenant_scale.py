@@ -243,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     out = run_folder("tenant-scale", args.out)
     per_run: dict[str, list[dict[str, float]]] = {name: [] for name in STORES}
     sequence: list[str] = []  # what ran, in order: "drain empty", "noisy big", ...
+    loads: list[float] = []  # the host's 1-minute load average as each pair started
     many_on = STORES if args.many_on == "both" else ("big",)
     many: dict[str, dict[str, list[tuple[float, float]]]] = {
         n: {k: [] for k in KINDS} for n in many_on
@@ -255,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"tenant scale warm-up {name}: app b's drain {warm['items_per_s']:.0f} items/s")
         for r in range(args.runs):
             runs: dict[str, dict[str, float]] = {name: {} for name in STORES}
+            loads.append(os.getloadavg()[0])
             for name in pair_order(r, STORES):
                 runs[name].update({f"drain_{k}": v for k, v in _drain_b(urls[name]).items()})
                 sequence.append(f"drain {name}")
@@ -265,13 +267,15 @@ def main(argv: list[str] | None = None) -> int:
                 one = runs[name]
                 per_run[name].append(one)
                 log(
-                    f"tenant scale pair {r + 1}/{args.runs} {name}: app b's drain "
+                    f"tenant scale pair {r + 1}/{args.runs} (load {loads[-1]:.1f}) {name}: "
+                    f"app b's drain "
                     f"{one['drain_items_per_s']:.0f} items/s, {one['drain_cpu_ms_per_item']:.3f}"
                     f" CPU ms an item ({one['drain_keys_read']:.0f} keys read); noisy neighbour "
                     f"small p50 {one['small_p50']:.1f} p99 {one['small_p99']:.1f} ms, worker "
                     f"{one['noisy_cpu_ms_per_item']:.3f} CPU ms an item"
                 )
         for r in range(args.many_runs if args.many else 0):
+            loads.append(os.getloadavg()[0])
             for name in many_on:
                 for kind in pair_order(r, KINDS):
                     work = Path(tmp) / f"{kind}-{name}-{r}"
@@ -324,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         "per_run": per_run,
         "many_runs": many,
         "sequence": sequence,
+        "loads": loads,  # cases 1-2's pairs, then case 3's
     }
     res["targets"] = _targets(res)
     (out / "tenant_scale.json").write_text(json.dumps(res, indent=1))
