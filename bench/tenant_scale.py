@@ -249,6 +249,65 @@ def main(argv: list[str] | None = None) -> int:
         n: {k: [] for k in KINDS} for n in many_on
     }
     pages: dict[str, Any] = {}
+
+    def report() -> None:
+        """Summarise what has run and write it: after the pages, and again after case 3
+        (a long one: what ran before it is kept if it is stopped)."""
+        fields = [f"drain_{k}" for k in DRAIN] + list(NOISY)
+        sums = {n: {f: summary([run[f] for run in per_run[n]]) for f in fields} for n in STORES}
+        compared = {
+            f: paired([run[f] for run in per_run["empty"]], [run[f] for run in per_run["big"]])
+            for f in fields
+        }
+        many_compared: dict[str, Any] = {}
+        for name, kinds in many.items():
+            if not kinds["many"]:
+                continue
+            for kind in KINDS:
+                sums[name][f"{kind}_items_per_s"] = summary([rate for rate, _ in kinds[kind]])
+                sums[name][f"{kind}_cpu_s_per_1000"] = summary([cpu for _, cpu in kinds[kind]])
+            lone, spread = kinds["lone"], kinds["many"]
+            many_compared[name] = {
+                "rate": paired([r for r, _ in lone], [r for r, _ in spread]),
+                "cpu_s_per_1000": paired([c for _, c in lone], [c for _, c in spread]),
+            }
+            sums[name]["many_over_lone"] = summary(many_compared[name]["rate"]["pair_ratios"])
+        res: dict[str, Any] = {
+            "command": "python -m bench.tenant_scale " + " ".join(argv or sys.argv[1:]),
+            "tenants": args.tenants,
+            "settings": args.settings,
+            "dead_letters": args.tenants,
+            "many": args.many,
+            "stores": built,
+            "machine": machine(),
+            "summary": sums,
+            "compared": compared,  # base: the empty store, other: the big one
+            "many_compared": many_compared,  # base: the lone tenant, other: the many
+            "pages": pages,
+            "per_run": per_run,
+            "many_runs": many,
+            "sequence": sequence,
+            "loads": loads,  # cases 1-2's pairs, then case 3's
+        }
+        res["targets"] = _targets(res)
+        (out / "tenant_scale.json").write_text(json.dumps(res, indent=1))
+        for f in (
+            "drain_items_per_s",
+            "drain_cpu_ms_per_item",
+            "small_p99",
+            "noisy_cpu_ms_per_item",
+        ):
+            c = compared[f]
+            pairs = ", ".join(f"{x:.2f}" for x in c["pair_ratios"])
+            log(
+                f"{f}: empty {c['base_median']:.3f}, big {c['other_median']:.3f}, big / empty "
+                f"by pair {pairs}: median {c['ratio']:.3f}"
+            )
+        for target, v in res["targets"].items():
+            shown = {k: (round(x, 3) if isinstance(x, float) else x) for k, x in v.items()}
+            log(f"target {target}: {'met' if v['met'] else 'NOT met'} {shown}")
+        log(f"results in {out}")
+
     with tempfile.TemporaryDirectory(prefix="bench-tenant-scale-") as tmp:
         urls = {n: _copy(files[n], Path(tmp), f"{n}.db") for n in STORES}
         for name in STORES:  # unmeasured: whatever a first drain on a file pays
@@ -274,6 +333,16 @@ def main(argv: list[str] | None = None) -> int:
                     f"small p50 {one['small_p50']:.1f} p99 {one['small_p99']:.1f} ms, worker "
                     f"{one['noisy_cpu_ms_per_item']:.3f} CPU ms an item"
                 )
+        for name in STORES:
+            pages[name] = tenant_pages.measure(
+                urls[name], args.requests, Path(tmp) / "serve.log", args.page_budget
+            )
+            log(
+                f"tenant scale {name}: worst page p99 {pages[name]['worst_p99_ms']:.0f} ms, "
+                f"serve RSS +{pages[name]['rss_growth_mb']:.1f} MB"
+            )
+        if args.many and args.many_runs:
+            report()
         for r in range(args.many_runs if args.many else 0):
             loads.append(os.getloadavg()[0])
             for name in many_on:
@@ -286,62 +355,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"tenant scale pair {r + 1}/{args.many_runs} {name}: {args.many:,} "
                         f"items, {kind}: {rate:.0f} items/s, {cpu:.3f} CPU s per 1,000 items"
                     )
-        for name in STORES:
-            pages[name] = tenant_pages.measure(
-                urls[name], args.requests, Path(tmp) / "serve.log", args.page_budget
-            )
-            log(
-                f"tenant scale {name}: worst page p99 {pages[name]['worst_p99_ms']:.0f} ms, "
-                f"serve RSS +{pages[name]['rss_growth_mb']:.1f} MB"
-            )
-    fields = [f"drain_{k}" for k in DRAIN] + list(NOISY)
-    sums = {n: {f: summary([run[f] for run in per_run[n]]) for f in fields} for n in STORES}
-    compared = {
-        f: paired([run[f] for run in per_run["empty"]], [run[f] for run in per_run["big"]])
-        for f in fields
-    }
-    many_compared: dict[str, Any] = {}
-    for name, kinds in many.items():
-        if not kinds["many"]:
-            continue
-        for kind in KINDS:
-            sums[name][f"{kind}_items_per_s"] = summary([rate for rate, _ in kinds[kind]])
-            sums[name][f"{kind}_cpu_s_per_1000"] = summary([cpu for _, cpu in kinds[kind]])
-        lone, spread = kinds["lone"], kinds["many"]
-        many_compared[name] = {
-            "rate": paired([r for r, _ in lone], [r for r, _ in spread]),
-            "cpu_s_per_1000": paired([c for _, c in lone], [c for _, c in spread]),
-        }
-        sums[name]["many_over_lone"] = summary(many_compared[name]["rate"]["pair_ratios"])
-    res: dict[str, Any] = {
-        "command": "python -m bench.tenant_scale " + " ".join(argv or sys.argv[1:]),
-        "tenants": args.tenants,
-        "settings": args.settings,
-        "dead_letters": args.tenants,
-        "many": args.many,
-        "stores": built,
-        "machine": machine(),
-        "summary": sums,
-        "compared": compared,  # base: the empty store, other: the big one
-        "many_compared": many_compared,  # base: the lone tenant, other: the many
-        "pages": pages,
-        "per_run": per_run,
-        "many_runs": many,
-        "sequence": sequence,
-        "loads": loads,  # cases 1-2's pairs, then case 3's
-    }
-    res["targets"] = _targets(res)
-    (out / "tenant_scale.json").write_text(json.dumps(res, indent=1))
-    for f in ("drain_items_per_s", "drain_cpu_ms_per_item", "small_p99", "noisy_cpu_ms_per_item"):
-        c = compared[f]
-        log(
-            f"{f}: empty {c['base_median']:.3f}, big {c['other_median']:.3f}, big / empty "
-            f"by pair {', '.join(f'{x:.2f}' for x in c['pair_ratios'])}: median {c['ratio']:.3f}"
-        )
-    for target, v in res["targets"].items():
-        shown = {k: (round(x, 3) if isinstance(x, float) else x) for k, x in v.items()}
-        log(f"target {target}: {'met' if v['met'] else 'NOT met'} {shown}")
-    log(f"results in {out}")
+    report()
     return 0
 
 
