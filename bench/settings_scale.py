@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from tempfile import TemporaryDirectory
-from typing import Any
+from typing import Any, NamedTuple
 
 from quickzones.client import Quick
 from quickzones.consumer import ConsumerConfig
@@ -55,10 +55,20 @@ class Counting:
 Setup = Callable[[Quick], None]
 
 
-def drain(url: str, setup: Setup, tenants: int, items: int) -> tuple[int, int, int, float]:
+class Drain(NamedTuple):
+    ran: int
+    reads: int
+    keys: int
+    seconds: float
+    # This process's CPU seconds over the drain (run_until_idle runs in it): the figure
+    # a shared host's load moves least, where the wall seconds move with it.
+    cpu_s: float
+
+
+def drain(url: str, setup: Setup, tenants: int, items: int) -> Drain:
     """App b's drain on the store ``url`` after ``setup``: ``tenants`` x ``items`` no-op
     items run by ``run_until_idle``; returns items run, store reads, keys read, seconds
-    (bench.tenant_scale runs it on a store holding many other tenants)."""
+    and CPU seconds (bench.tenant_scale runs it on a store holding many other tenants)."""
     kv = Counting(open_kv(url))
     q = Quick(kv)  # type: ignore[arg-type]
     try:
@@ -72,9 +82,10 @@ def drain(url: str, setup: Setup, tenants: int, items: int) -> tuple[int, int, i
         for t in range(tenants):
             q.enqueue_many("j", [b""] * items, app="b", tenant=f"t{t}")
         kv.reads = kv.keys = 0
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         q.run_until_idle(ConsumerConfig(in_order=True, seed=0))
-        return ran[0], kv.reads, kv.keys, time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+        return Drain(ran[0], kv.reads, kv.keys, seconds, cpu)
     finally:
         q.close()
 
@@ -109,7 +120,7 @@ def main() -> None:
     with TemporaryDirectory() as folder:
         for name, setup, tenants, items in cases:
             url = "memory://" if args.store == "memory" else f"sqlite:///{Path(folder) / name}.db"
-            ran, reads, keys, seconds = drain(url, setup, tenants, items)
+            ran, reads, keys, seconds, _cpu = drain(url, setup, tenants, items)
             print(
                 f"{name:45s} ran {ran:5d}/{tenants * items:5d}  reads {reads:7d}  "
                 f"keys read {keys:8d}  {seconds:6.2f} s",

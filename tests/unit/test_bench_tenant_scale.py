@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import statistics
 from pathlib import Path
 
 from bench import tenant_scale, tenant_store
@@ -33,6 +34,7 @@ def test_the_big_store_has_what_the_bench_claims(tmp_path: Path) -> None:
 def test_a_tiny_run_reports_every_case_and_target(tmp_path: Path) -> None:
     out = tmp_path / "out"
     argv = ["--tenants", "40", "--settings", "12", "--runs", "1", "--many", "30"]
+    argv += ["--many-runs", "1", "--many-on", "both"]
     argv += ["--requests", "2", "--noisy-window", "0.5", "--out", str(out)]
     assert tenant_scale.main([*argv, "--cache", str(tmp_path / "cache")]) == 0
     res = json.loads((out / "tenant_scale.json").read_text())
@@ -40,8 +42,11 @@ def test_a_tiny_run_reports_every_case_and_target(tmp_path: Path) -> None:
     for store in ("empty", "big"):
         s = res["summary"][store]
         assert s["drain_items_per_s"]["median"] > 0
+        assert s["drain_cpu_ms_per_item"]["median"] > 0
         assert s["small_p99"]["median"] > 0
+        assert s["noisy_cpu_ms_per_item"]["median"] > 0
         assert s["many_over_lone"]["median"] > 0
+        assert s["many_cpu_s_per_1000"]["median"] > 0 < s["lone_cpu_s_per_1000"]["median"]
         pages = res["pages"][store]["pages"]
         assert set(pages) == set(
             tenant_scale.tenant_pages.DASHBOARD + tenant_scale.tenant_pages.API
@@ -55,3 +60,59 @@ def test_a_tiny_run_reports_every_case_and_target(tmp_path: Path) -> None:
         "rss_growth_under_50mb",
         "many_tenants_at_least_half_lone",
     }
+
+
+def test_ratios_are_the_median_of_pairs_not_of_medians() -> None:
+    # Two loud pairs: the medians' ratio reads 0.5x, while every pair but one ran the
+    # big store within 10 % of the empty one, seconds apart.
+    c = tenant_scale.paired([100, 200, 400, 100, 400], [95, 190, 100, 100, 380])
+    assert c["pair_ratios"] == [0.95, 0.95, 0.25, 1.0, 0.95]
+    assert c["ratio"] == 0.95
+    assert (c["base_median"], c["other_median"]) == (200, 100)
+    assert [tenant_scale.pair_order(i, ("a", "b")) for i in range(3)] == [
+        ["a", "b"],
+        ["b", "a"],
+        ["a", "b"],
+    ]
+
+
+def test_runs_alternate_in_pairs_and_the_targets_read_the_pairs(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    argv = ["--tenants", "1000", "--settings", "100", "--runs", "2", "--many", "50"]
+    argv += ["--many-runs", "2", "--requests", "1", "--noisy-window", "0.3", "--out", str(out)]
+    assert tenant_scale.main([*argv, "--cache", str(tmp_path / "cache")]) == 0
+    res = json.loads((out / "tenant_scale.json").read_text())
+    # none, a million, a million, none; each pair's noisy runs the other way round
+    assert res["sequence"] == [
+        "drain empty",
+        "drain big",
+        "noisy big",
+        "noisy empty",
+        "drain big",
+        "drain empty",
+        "noisy empty",
+        "noisy big",
+        "many big",
+        "lone big",
+        "lone big",
+        "many big",
+    ]
+    runs = res["per_run"]
+    for field, target in (
+        ("drain_items_per_s", "drain_rate_big_over_empty"),
+        ("small_p99", "small_p99_big_over_empty"),
+    ):
+        pairs = [b[field] / e[field] for e, b in zip(runs["empty"], runs["big"], strict=True)]
+        assert res["compared"][field]["pair_ratios"] == pairs
+        assert res["targets"][target]["ratio"] == statistics.median(pairs)
+    cpu = [
+        b["drain_cpu_ms_per_item"] / e["drain_cpu_ms_per_item"]
+        for e, b in zip(runs["empty"], runs["big"], strict=True)
+    ]
+    assert res["targets"]["drain_rate_big_over_empty"]["cpu_ms_per_item_ratio"] == (
+        statistics.median(cpu)
+    )
+    many = res["many_runs"]["big"]
+    pairs = [m[0] / lo[0] for m, lo in zip(many["many"], many["lone"], strict=True)]
+    assert res["targets"]["many_tenants_at_least_half_lone"]["ratio"] == statistics.median(pairs)
+    assert "empty" not in res["many_runs"]  # case 3 on the big store unless --many-on both
