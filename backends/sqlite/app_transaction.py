@@ -144,10 +144,25 @@ class AppTransaction(BufferedTransaction):
     # Its connection's transaction holds the store's commit lock (see join()).
     holds_commit_lock = True
 
-    def __init__(self, store: SQLiteStore, conn: sqlite3.Connection) -> None:
+    def __init__(
+        self,
+        store: SQLiteStore,
+        conn: sqlite3.Connection,
+        *,
+        version: int | None = None,
+        known: dict[bytes, bytes | None] | None = None,
+    ) -> None:
+        """``version`` and ``known``: the store's version and values of some keys as
+        ``conn`` sees them now (a commit's own, under its write lock: kv.follow_in_commit),
+        so that reading them costs no statement."""
         self._store = store
         self._conn = conn
         super().__init__(store.clock)
+        if version is not None:
+            self._read_time = self._now()
+            self._read_version = version
+        if known:
+            self._read_cache.update(known)
 
     def _checked(self) -> sqlite3.Connection:
         if not self._conn.in_transaction:

@@ -61,8 +61,9 @@ class CommitResolver(SQLiteStoreState):
                     read = _read_many(conn, request.read_after)
                 request.read_after_values = read
             self._foreign.made(commit_version)
-            if request.followers:
-                self._follow(conn, request)
+            followers_wrote = bool(request.followers) and self._follow(
+                conn, request, commit_version, read
+            )
             self._commits += 1
             if self._commits % _PRUNE_EVERY == 0:
                 _prune_conflicts(conn, self.clock.now())
@@ -85,24 +86,33 @@ class CommitResolver(SQLiteStoreState):
                 # frames were never marked committed, so nothing of it is visible.
                 raise _translate(err, "COMMIT", self.url) from err
             raise KVError(COMMIT_UNKNOWN_RESULT, f"sqlite COMMIT failed: {err}") from err
-        if request.followers:
+        if followers_wrote:
             # What they wrote is not in the request: this commit's known values stand no more.
             self._known.forget()
         else:
             self._known.committed(request, commit_version, in_snapshot=in_snapshot, read=read)
         return commit_version
 
-    def _follow(self, conn: sqlite3.Connection, request: CommitRequest) -> None:
+    def _follow(
+        self,
+        conn: sqlite3.Connection,
+        request: CommitRequest,
+        version: int,
+        read: dict[bytes, bytes | None] | None,
+    ) -> bool:
         """Run ``request``'s followers (:func:`~quickzones.store.kv.follow_in_commit`)
         on ``conn``, which holds the write lock with the request's writes applied: each
         is a transaction that reads the newest state and commits its writes under a
         version of its own (an :class:`AppTransaction` on ``conn``: it cannot conflict,
         nothing else commits meanwhile), inside a savepoint, so that one that fails
-        leaves nothing and the request's own COMMIT goes ahead."""
+        leaves nothing and the request's own COMMIT goes ahead. ``read``: the values of
+        ``request.read_after`` just read or known (the first follower's reads of them cost
+        no statement). Returns whether any follower wrote."""
         from quickzones.backends.sqlite.app_transaction import AppTransaction
 
+        wrote = False
         for follow in request.followers:
-            tr = AppTransaction(self, conn)  # type: ignore[arg-type]  # self: the store
+            tr = AppTransaction(self, conn, version=version, known=read)  # type: ignore[arg-type]
             try:
                 follow(tr)
                 tr.commit()
@@ -110,7 +120,12 @@ class CommitResolver(SQLiteStoreState):
                 log.warning("a transaction following a commit failed; its writes are dropped",
                             exc_info=True)  # fmt: skip
                 continue
-            self._foreign.made(tr.get_committed_version())
+            made = tr.get_committed_version()
+            if made > 0:  # -1: it only read
+                self._foreign.made(made)
+                wrote = True
+                version, read = made, None
+        return wrote
 
     def _lock_in_snapshot(self, conn: sqlite3.Connection, request: CommitRequest) -> int | None:
         """Take the write lock inside the read snapshot ``conn`` holds, by writing the

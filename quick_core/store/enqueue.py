@@ -143,6 +143,9 @@ def pointer_check(
         # part one: one read of the pointer record, no transaction of its own.
         toplevel.pull_pointer_earlier(zone, vesting_ms, tr=tr, found=found)
         return
+    # Part two's reads ride part one's commit where the store can make them there (one
+    # transaction instead of two when, as usual, the pointer already vests in time).
+    after = read_after_commit(tr, toplevel.after_commit_keys(zone, found))
     active_ms = now_ms(toplevel.clock)  # read here: not under the lock (pull_pointer_earlier)
     if follow_in_commit(
         tr,
@@ -154,12 +157,11 @@ def pointer_check(
         # two commits right after it under that lock, a transaction of its own that no
         # other commit can come between, so it cannot conflict with a pointer lease, and
         # the pointer vests with the item's commit (a scan between the two would have
-        # left a small tenant's item waiting for the next).
+        # left a small tenant's item waiting for the next). Those reads answer its own
+        # (SQLiteStore._follow): when the pointer vests in time it reads and writes nothing.
         return
-    # Part two's reads ride part one's commit where the store can make them there (one
-    # transaction instead of two when, as usual, the pointer already vests in time); its
-    # own transaction runs only when they say it has something to do, or were not made.
-    after = read_after_commit(tr, toplevel.after_commit_keys(zone, found))
+    # Part two's own transaction runs only when those reads say it has something to do, or
+    # were not made.
 
     def follow() -> None:
         values = None if after is None else after()
