@@ -111,7 +111,9 @@ class CommitResolver(SQLiteStoreState):
         from quickzones.backends.sqlite.app_transaction import AppTransaction
 
         wrote = False
-        for follow in request.followers:
+        for follow, needed in request.followers:
+            if needed is not None and read is not None and not needed(read):
+                continue  # what its reads would see says it has nothing to do
             tr = AppTransaction(self, conn, version=version, known=read)  # type: ignore[arg-type]
             try:
                 follow(tr)

@@ -85,11 +85,15 @@ class SQLiteTransaction(PooledTransaction[sqlite3.Connection]):
             raise _translate(err, "get_range") from err
         return [(bytes(k), bytes(v)) for k, v in rows]
 
-    def follow_in_commit(self, follow: Callable[[KVTransaction], None]) -> bool:
+    def follow_in_commit(
+        self,
+        follow: Callable[[KVTransaction], None],
+        needed: Callable[[dict[bytes, bytes | None]], bool] | None = None,
+    ) -> bool:
         """See :func:`quickzones.store.kv.follow_in_commit`: every commit here holds the
         store's write lock (SQLiteStore._commit_on), which runs ``follow`` before COMMIT."""
         self._check_open()
-        self._followers.append(follow)
+        self._followers.append((follow, needed))
         return True
 
     def _commit_request(self, request: CommitRequest) -> tuple[int, int]:

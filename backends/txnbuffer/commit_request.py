@@ -20,6 +20,12 @@ from quickzones.backends.txnbuffer.buffer import (
 from quickzones.backends.txnbuffer.checks import FUTURE_NOT_SET, NO_COMMIT_VERSION
 from quickzones.store.kv import TRANSACTION_LIFETIME_S, KVError, KVTransaction, key_after
 
+# kv.follow_in_commit: the transaction to follow, and whether it is needed given the
+# values read after the commit (None: always).
+Follower = tuple[
+    Callable[[KVTransaction], None], Callable[[dict[bytes, bytes | None]], bool] | None
+]
+
 
 @dataclass(slots=True)
 class ResolvedWrites:
@@ -54,7 +60,8 @@ class CommitRequest:
     read_after_values: dict[bytes, bytes | None] | None = None
     # Transactions to run and commit right after this one under the same hold of the
     # store's write lock, where the backend commits under one (kv.follow_in_commit).
-    followers: list[Callable[[KVTransaction], None]] = field(default_factory=list)
+    # Each with what decides whether it is needed from the read-after values (None: run).
+    followers: list[Follower] = field(default_factory=list)
 
     def point_keys(self) -> Collection[bytes] | None:
         """The keys this commit writes, when each is a point write (no range cleared, no

@@ -10,7 +10,11 @@ from collections.abc import Callable, Sequence
 from quickzones.backends._ranges import Range, RangeSet
 from quickzones.backends.txnbuffer.buffer import KeyValue, _Point, _VersionstampedKey
 from quickzones.backends.txnbuffer.checks import USED_DURING_COMMIT
-from quickzones.backends.txnbuffer.commit_request import CommitRequest, _VersionstampFuture
+from quickzones.backends.txnbuffer.commit_request import (
+    CommitRequest,
+    Follower,
+    _VersionstampFuture,
+)
 from quickzones.clock import Clock
 from quickzones.store.kv import (
     ACCESSED_UNREADABLE,
@@ -19,7 +23,6 @@ from quickzones.store.kv import (
     TRANSACTION_TIMED_OUT,
     TRANSACTION_TOO_OLD,
     KVError,
-    KVTransaction,
 )
 
 _OPEN = "open"
@@ -81,7 +84,7 @@ class TxnState(ABC):
         self._on_commit: list[Callable[[], None]] = []
         self._wakes_watchers = False
         self._read_after: list[bytes] = []
-        self._followers: list[Callable[[KVTransaction], None]] = []
+        self._followers: list[Follower] = []
         self._read_after_values: dict[bytes, bytes | None] | None = None
         self._error: KVError | None = None
         self._points: dict[bytes, _Point] = {}

@@ -145,13 +145,15 @@ def pointer_check(
         return
     # Part two's reads ride part one's commit where the store can make them there (one
     # transaction instead of two when, as usual, the pointer already vests in time).
-    after = read_after_commit(tr, toplevel.after_commit_keys(zone, found))
+    keys = toplevel.after_commit_keys(zone, found)
+    after = read_after_commit(tr, keys)
     active_ms = now_ms(toplevel.clock)  # read here: not under the lock (pull_pointer_earlier)
     if follow_in_commit(
         tr,
         lambda locked: toplevel.pull_pointer_earlier(
             zone, vesting_ms, tr=locked, found=found, active_ms=active_ms
         ),
+        lambda read: not toplevel.pulled_already(found, [read.get(k) for k in keys], vesting_ms),
     ):
         # The same, where part one's commit holds the store's write lock (SQLite): part
         # two commits right after it under that lock, a transaction of its own that no

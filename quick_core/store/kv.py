@@ -286,16 +286,22 @@ def read_after_commit(
     return values
 
 
-def follow_in_commit(tr: object, follow: Callable[[KVTransaction], None]) -> bool:
+def follow_in_commit(
+    tr: object,
+    follow: Callable[[KVTransaction], None],
+    needed: Callable[[dict[bytes, bytes | None]], bool] | None = None,
+) -> bool:
     """Ask ``tr``'s store to run ``follow`` as a transaction of its own that commits right
     after ``tr`` does, under the same hold of the store's write lock (SQLite), so that no
     other commit comes between them: its reads see ``tr``'s writes and the newest state,
     and it can neither conflict nor make ``tr`` fail (an error in it is logged and drops
     its writes alone). It runs only if ``tr`` commits, once per attempt that does. True
     when the store took it; False when it cannot, and the caller follows the commit
-    another way (:meth:`KVTransaction.on_commit`)."""
+    another way (:meth:`KVTransaction.on_commit`). ``needed``: asked first with the
+    values of the keys ``tr`` asked to read after its commit (:func:`read_after_commit`),
+    where the store has them; False skips ``follow`` (no transaction is made for it)."""
     ask = getattr(tr, "follow_in_commit", None)
-    return callable(ask) and bool(ask(follow))
+    return callable(ask) and bool(ask(follow, needed))
 
 
 def wake_watchers(tr: object) -> None:
