@@ -25,6 +25,16 @@ _API = "opentelemetry.trace"
 _provider: Any = None
 
 
+def _api() -> tuple[Any, Any]:
+    """OpenTelemetry's propagate and trace modules, once a tracer exists (so the optional
+    package is installed and imported)."""
+    try:
+        from opentelemetry import propagate, trace
+    except ImportError as err:  # tracing is optional: a tracer implies the package
+        raise RuntimeError("a tracer without opentelemetry-api installed") from err
+    return propagate, trace
+
+
 def use_tracer_provider(provider: Any) -> None:
     """Trace with this provider instead of the global one (None: back to global)."""
     global _provider
@@ -66,7 +76,7 @@ def enqueue_span(job_type: str, zone: ZoneId) -> AbstractContextManager[dict[str
 
 @contextmanager
 def _enqueue_span(tracer: Any, job_type: str, zone: ZoneId) -> Iterator[dict[str, str]]:
-    from opentelemetry import propagate, trace  # imported already: a tracer exists
+    propagate, trace = _api()
 
     with tracer.start_as_current_span(
         "quick.enqueue",
@@ -92,7 +102,7 @@ def run_span(item: WorkItem, zone: ZoneId) -> AbstractContextManager[None]:
 
 @contextmanager
 def _run_span(tracer: Any, item: WorkItem, zone: ZoneId) -> Iterator[None]:
-    from opentelemetry import propagate, trace  # imported already: a tracer exists
+    propagate, trace = _api()
 
     links = []
     carrier = item.meta.get(TRACE_KEY)

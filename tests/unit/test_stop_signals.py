@@ -25,6 +25,28 @@ def note(payload, ctx):
 """
 
 
+def _store_with_one_item(tmp_path: Path, handlers: str, job: str) -> str:
+    """A SQLite store holding one item of ``job``, and ``handlers`` as handlers.py."""
+    url = f"sqlite:///{tmp_path / 'quick.db'}"
+    (tmp_path / "handlers.py").write_text(handlers)
+    q = Quick.open(url)
+    q.enqueue(job, 1, app="a", tenant="t")
+    q.close()
+    return url
+
+
+def _start_worker(tmp_path: Path, url: str, out: Path) -> subprocess.Popen[bytes]:
+    """``quick worker --app-module handlers`` on ``url``, its output to ``out``."""
+    with open(out, "w") as out_file:
+        return subprocess.Popen(
+            [sys.executable, "-m", "quickzones", "worker", "--app-module", "handlers"],
+            cwd=tmp_path,
+            env={**os.environ, "STORE": url},
+            stdout=out_file,
+            stderr=subprocess.STDOUT,
+        )
+
+
 def test_stop_from_another_thread_makes_run_forever_return() -> None:
     q = Quick.open("memory://")
     q.job("note")(lambda payload, ctx: None)
@@ -79,22 +101,11 @@ def test_run_forever_sleeps_until_asked_and_request_stop_wakes_it() -> None:
 
 
 def test_a_burst_of_sigterms_never_deadlocks_quick_worker(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'quick.db'}"
-    (tmp_path / "handlers.py").write_text(HANDLERS)
-    q = Quick.open(url)
-    q.enqueue("note", 1, app="a", tenant="t")
-    q.close()
+    url = _store_with_one_item(tmp_path, HANDLERS, "note")
     out = tmp_path / "worker.out"
     stopped = []
     for _ in range(10):
-        with open(out, "w") as out_file:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "quickzones", "worker", "--app-module", "handlers"],
-                cwd=tmp_path,
-                env={**os.environ, "STORE": url},
-                stdout=out_file,
-                stderr=subprocess.STDOUT,
-            )
+        proc = _start_worker(tmp_path, url, out)
         try:
             assert wait_for(lambda: "quick worker" in out.read_text()), out.read_text()
             time.sleep(0.3)  # into run_forever's wait
@@ -140,20 +151,9 @@ def test_a_signal_that_lands_on_another_thread_still_stops_quick_worker(tmp_path
     next bytecode, but a signal the kernel gives another thread does not interrupt the
     main thread's wait: run_forever's sleep on its pipe (no timeout since it stopped
     polling) never ended."""
-    url = f"sqlite:///{tmp_path / 'quick.db'}"
-    (tmp_path / "handlers.py").write_text(THREAD_SIGNAL_HANDLERS)
-    q = Quick.open(url)
-    q.enqueue("interrupt", 1, app="a", tenant="t")
-    q.close()
+    url = _store_with_one_item(tmp_path, THREAD_SIGNAL_HANDLERS, "interrupt")
     out = tmp_path / "worker.out"
-    with open(out, "w") as out_file:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "quickzones", "worker", "--app-module", "handlers"],
-            cwd=tmp_path,
-            env={**os.environ, "STORE": url},
-            stdout=out_file,
-            stderr=subprocess.STDOUT,
-        )
+    proc = _start_worker(tmp_path, url, out)
     try:
         try:
             rc = proc.wait(30)  # a graceful stop takes well under a second here
