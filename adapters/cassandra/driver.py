@@ -42,13 +42,13 @@ def consistency_level(name: str) -> int:
 def connect(url: CassandraURL) -> tuple[Any, Any]:
     """(cluster, session) for ``url``: protocol v5, token-aware DC-aware routing, the URL's
     consistency levels and timeout as the default execution profile."""
-    cassandra = require_driver()
-    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
-    from cassandra.policies import (
-        DCAwareRoundRobinPolicy,
-        ExponentialReconnectionPolicy,
-        TokenAwarePolicy,
-    )
+    cassandra = require_driver()  # its submodules imported there, guarded
+    cluster_mod, policies = cassandra.cluster, cassandra.policies
+    EXEC_PROFILE_DEFAULT, Cluster = cluster_mod.EXEC_PROFILE_DEFAULT, cluster_mod.Cluster
+    ExecutionProfile, NoHostAvailable = cluster_mod.ExecutionProfile, cluster_mod.NoHostAvailable
+    DCAwareRoundRobinPolicy = policies.DCAwareRoundRobinPolicy
+    ExponentialReconnectionPolicy = policies.ExponentialReconnectionPolicy
+    TokenAwarePolicy = policies.TokenAwarePolicy
 
     profile = ExecutionProfile(
         load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=url.local_dc)),
@@ -89,7 +89,7 @@ def read_error(err: BaseException, what: str) -> CassandraError:
 def driver_errors() -> tuple[type[BaseException], ...]:
     """Exception types the driver raises for a failed request (not for a bad statement)."""
     cassandra = require_driver()
-    from cassandra.cluster import NoHostAvailable
+    NoHostAvailable = cassandra.cluster.NoHostAvailable
 
     return (
         cassandra.Timeout,
@@ -107,6 +107,6 @@ def definitely_not_applied(err: BaseException) -> bool:
     """Unavailable is raised before any replica is asked; NoHostAvailable before any host
     took the request. Everything else (timeouts, failures) leaves a write's outcome open."""
     cassandra = require_driver()
-    from cassandra.cluster import NoHostAvailable
+    NoHostAvailable = cassandra.cluster.NoHostAvailable
 
     return isinstance(err, cassandra.Unavailable | NoHostAvailable)

@@ -137,7 +137,7 @@ class ZoneTable:
             ) from err
 
     def batch(self, statements: Sequence[tuple[Any, tuple[Any, ...]]]) -> Any:
-        from cassandra.query import BatchStatement
+        BatchStatement = require_driver().query.BatchStatement
 
         batch = BatchStatement(consistency_level=self.cl, serial_consistency_level=self.serial)
         for stmt, params in statements:
