@@ -170,7 +170,9 @@ def create_app(
     state = ServeState(
         q=q,
         tokens=tokens or TokenStore(q.kv, q.keys, q.clock, cache_s=TOKEN_CACHE_S),
-        leaser=PullLeaser(q, config, pull, heartbeat_s, in_order=in_order.holds),
+        leaser=PullLeaser(
+            q, config, pull, heartbeat_s, in_order=in_order.scan_in_order, leads=in_order.holds
+        ),
         stopping=stopping,
         polls=PollLimits(budget.long_polls, budget.long_polls_per_token),
     )

@@ -46,8 +46,9 @@ class ServeInOrder:
     """The server's candidacy for its cluster's in-order scanner lease.
 
     ``config.in_order`` True/False forces the role (no election), as for a consumer;
-    ``config.election_ttl_s`` is the lease's TTL. :meth:`holds` is what the pull leaser
-    asks before each scan; :meth:`run_until` keeps the lease on a thread."""
+    ``config.election_ttl_s`` is the lease's TTL. :meth:`scan_in_order` is what the pull
+    leaser asks once before each scan, :meth:`holds` what its heartbeat reports;
+    :meth:`run_until` keeps the lease on a thread."""
 
     def __init__(
         self,
@@ -82,9 +83,18 @@ class ServeInOrder:
         self._wake = threading.Event()
 
     def holds(self) -> bool:
-        """Whether this pull scan is in order: the server holds the lease and made no
-        in-order scan in the last ``every_s``. Notes that workers pull (the first scan
-        after a quiet spell wakes the election thread, so the server stands at once)."""
+        """Whether the server is its cluster's in-order scanner now (what its heartbeat
+        reports). A question only: it takes no scan's turn (a heartbeat that took it
+        made the next pull's scan a random one, seen as items out of order in CI)."""
+        if self.forced is not None:
+            return self.forced
+        return self.election.holds(self.cluster)
+
+    def scan_in_order(self) -> bool:
+        """Whether this pull scan is in order, asked once per scan: the server holds the
+        lease and made no in-order scan in the last ``every_s`` (this one is then it).
+        Notes that workers pull (the first scan after a quiet spell wakes the election
+        thread, so the server stands at once)."""
         if self.forced is not None:
             return self.forced
         now = self.clock()

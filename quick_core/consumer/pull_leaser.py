@@ -100,6 +100,7 @@ class PullLeaser:
         pull: PullConfig | None = None,
         heartbeat_s: float = HEARTBEAT_S,  # how often it beats and flushes; shorter in tests
         in_order: Callable[[], bool] | None = None,
+        leads: Callable[[], bool] | None = None,
     ) -> None:
         self.q = q
         self.heartbeat_s = heartbeat_s
@@ -107,9 +108,12 @@ class PullLeaser:
         self.config.validate()
         self.pull = pull or PullConfig()
         self.rng = random.Random(self.config.seed)
-        # Whether a scan takes the oldest pointers first: the server holds its cluster's
-        # in-order scanner lease (adapters/http/in_order.py), or config.in_order is True.
+        # Whether a scan takes the oldest pointers first, asked once per scan (it may take
+        # a turn: the server's in-order scans are spaced, adapters/http/in_order.py), or
+        # config.in_order is True; and whether this server holds its cluster's in-order
+        # scanner lease, a question only (its heartbeat reports it).
         self.in_order = in_order or (lambda: self.config.in_order is True)
+        self.leads = leads or (lambda: self.config.in_order is True)
         # Its slots' holder, its heartbeat's id, and its pointer leases' holder.
         self.name = f"serve-{uuid.uuid4().hex[:12]}"
         self.cluster = Cluster(zones=q.items, toplevel=q.toplevel, kv=q.kv, holder=self.name)
@@ -157,7 +161,7 @@ class PullLeaser:
         self.held_slots = HeldSlots(self.slots, q.clock)
         # What its leases hold for remote workers, in its heartbeat (the running page).
         self.pull_runs = PullRuns(
-            q, self.name, self.config, self.in_order, heartbeat_s, self.pickup_counts
+            q, self.name, self.config, self.leads, heartbeat_s, self.pickup_counts
         )
         # The outcomes of what it leased (the routes apply a remote worker's through it):
         # each one that ends an item's lease gives back the slots the item held and counts

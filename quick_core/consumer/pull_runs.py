@@ -37,7 +37,7 @@ class PullRuns:
         q: Quick,
         name: str,
         config: ConsumerConfig,
-        in_order: Callable[[], bool],
+        leads: Callable[[], bool],  # whether it holds the in-order scanner lease
         heartbeat_s: float,
         counts: PickupCounts,
     ) -> None:
@@ -48,7 +48,7 @@ class PullRuns:
         self._held: dict[tuple[ZoneId, str], RunningItem] = {}
         self.heartbeats = Heartbeats(
             lambda: [(self._cluster, q.kv, q.keys)], name, config, self._busy,
-            lambda _: in_order(), q.clock, heartbeat_s, running=self.running, counts=counts,
+            lambda _: leads(), q.clock, heartbeat_s, running=self.running, counts=counts,
             workers=0, idle_record=False,
         )  # fmt: skip
 

@@ -211,8 +211,13 @@ class Scanner:
         competing, crowded = 0, False
         passed_over = False  # vested zones left out for what they hold
         next_vesting: int | None = None
+        # Asked once per cluster and scan: the answer may take a turn (quick serve spaces
+        # its in-order scans), and every shard of an in-order scan is in order.
+        in_order_of: dict[str, bool] = {}
         for cluster, shard in targets:
-            in_order = self.in_order_for(cluster.name)
+            in_order = in_order_of.get(cluster.name)
+            if in_order is None:
+                in_order = in_order_of[cluster.name] = self.in_order_for(cluster.name)
             any_in_order = any_in_order or in_order
             if not in_order and selection.full:
                 crowded = True  # a shard not even peeked: competition unknown
