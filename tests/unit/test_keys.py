@@ -26,6 +26,14 @@ def test_zone_keys_are_the_documented_tuples(
         (*base, "x", priority, vesting, item_id)
     )
     assert keys.count_key(zone) == fdbtuple.pack((*base, "n"))
+    # The ranges a dequeue and a requeue read, concatenated from cached packings.
+    head = fdbtuple.pack((*base, "x", priority))
+    assert keys.order_priority_start(zone, priority) == head
+    assert keys.order_priority_range(zone, priority, vesting) == (
+        head + b"\x00",
+        fdbtuple.pack((*base, "x", priority, vesting + 1)),
+    )
+    assert keys.fifo_range(zone, priority) == (head + b"\x33", head + b"\x34")
     assert keys.unpack_order_key(zone, keys.order_key(zone, priority, vesting, item_id)) == (
         priority,
         vesting,
