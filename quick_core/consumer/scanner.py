@@ -3,7 +3,7 @@
 One scan peeks the vested pointers of every shard of every cluster (shuffled) and selects
 some: a random ``selection_frac`` of each shard's peek of ``peek_max`` in random mode, so
 consumers spread over zones; the oldest first in order mode (the consumer that holds a
-cluster's scanner election, paper section 4.2; it peeks ``IN_ORDER_PEEK_MAX``), so no
+cluster's scanner election, paper section 4.2; it peeks :func:`in_order_window`), so no
 pointer starves (invariant 10). What a scan selects
 is then ordered by how many of this consumer's items each zone holds, fewest first (a
 stable sort, so the order above breaks ties): a visit with less room than its zones want
@@ -56,6 +56,19 @@ log = logging.getLogger("quick.consumer")
 # Each in-order scan reads this many pointer keys a shard; 100 was the window before issue
 # 29 widened random mode's to 1,000, kept here so the one scanner's scans stay that cheap.
 IN_ORDER_PEEK_MAX = 100
+
+
+def in_order_window(config: ConsumerConfig) -> int:
+    """Pointers an in-order scan peeks a shard first: twice ``selection_max`` (it takes
+    the oldest that many, past a few it passes over), or the zones the work-conserving
+    share can need counted (``held_bound // dequeue_max``; past them it is below
+    ``dequeue_max`` anyway) and one more to see that there are more; at most
+    ``IN_ORDER_PEEK_MAX`` and ``peek_max``. Each pointer peeked is a key read and
+    decoded: with 4 workers, 100 a scan were a tenth of a one-item zone's CPU. A scan
+    whose short window held fewer than ``selection_max`` zones it may visit reads the
+    widest one."""
+    need = max(2 * config.selection_max, config.held_bound() // config.dequeue_max + 1)
+    return min(IN_ORDER_PEEK_MAX, config.peek_max, need)
 
 
 class Scanner:
@@ -223,8 +236,17 @@ class Scanner:
                 crowded = True  # a shard not even peeked: competition unknown
                 continue
             try:
-                window = min(IN_ORDER_PEEK_MAX, cfg.peek_max) if in_order else cfg.peek_max
+                window = in_order_window(cfg) if in_order else cfg.peek_max
                 peeked, later = self.peek(cluster, shard, window, horizon_ms)
+                passable = self._passable(peeked)
+                widest = min(IN_ORDER_PEEK_MAX, cfg.peek_max)
+                full = len(peeked) >= window
+                if in_order and full and window < widest and len(passable) < cfg.selection_max:
+                    # The short window's head is mostly zones passed over (set aside after
+                    # failed visits, another app's): the oldest others are further on.
+                    window = widest
+                    peeked, later = self.peek(cluster, shard, window, horizon_ms)
+                    passable = self._passable(peeked)
             except StorageError as err:
                 if isinstance(err, StoreLost):
                     self.on_lost(err)
@@ -232,12 +254,7 @@ class Scanner:
                 continue
             if later is not None and (next_vesting is None or later < next_vesting):
                 next_vesting = later
-            # Another app's (routing), or a zone set aside after failed visits.
-            peeked = [
-                ref
-                for ref in peeked
-                if not self.skip(ref) and not self.set_aside.holds(_visit_key(ref))
-            ]
+            peeked = passable
             # Zones holding enough of this consumer's items are passed over, as if
             # crowded out: still vested (left_vested), not in the share.
             mark = cfg.skip_held_mark()
@@ -264,6 +281,15 @@ class Scanner:
         self._looked_ahead_ms = horizon_ms
         self.emit("scan", pointers=len(chosen), in_order=any_in_order)
         return chosen
+
+    def _passable(self, peeked: list[PointerRef]) -> list[PointerRef]:
+        """``peeked`` less the zones a scan passes over: another app's (routing), or set
+        aside after failed visits."""
+        return [
+            ref
+            for ref in peeked
+            if not self.skip(ref) and not self.set_aside.holds(_visit_key(ref))
+        ]
 
     def run(
         self,

@@ -59,3 +59,26 @@ def test_peek_max_caps_the_in_order_window() -> None:
 def test_in_order_peek_max_is_no_longer_a_setting() -> None:
     with pytest.raises(TypeError, match="in_order_peek_max"):
         ConsumerConfig(in_order_peek_max=100)  # type: ignore[call-arg]
+
+
+def test_the_share_is_counted_exactly_where_it_sizes_visits() -> None:
+    """The first window is short (twice selection_max), but long enough to count the
+    zones wherever the share exceeds dequeue_max: 400 workers over 30 zones take 13 each."""
+    q, _ = _zones(30)
+    consumer = q.consumer(ConsumerConfig(in_order=True, workers=400, dequeue_max=10))
+    consumer.scan_once()
+    assert consumer.scanner.share == 400 // 30
+    q.close()
+
+
+def test_zones_set_aside_at_the_head_do_not_hide_the_oldest_others() -> None:
+    """The oldest 40 vested zones are set aside after failed visits: more than the first,
+    short window. The scan reads the wider one and still takes the oldest of the others
+    (invariant 10), not nothing."""
+    q, vesting = _zones(60)
+    consumer = q.consumer(ConsumerConfig(in_order=True))
+    for ref in q.toplevel.peek_pointers(0, 40):
+        consumer.scanner.set_aside.failed((ref.cluster, ref.shard, ref.pointer_id), OSError("bad"))
+    refs = consumer.scan_once()
+    assert [ref.vesting_ms for ref in refs] == vesting[40 : 40 + ConsumerConfig().selection_max]
+    q.close()
