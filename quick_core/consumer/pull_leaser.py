@@ -14,16 +14,15 @@ pointer, dequeue at most ``dequeue_max`` items, or the work-conserving share (ca
 under the same admission rules as a local consumer's visits: the pauses, the tenant
 weights, the app's limits, the per-tenant limits, and what the caller sends of its job
 types: their named limits and cost, and their pool-wide caps
-(:mod:`~quickzones.consumer.pull_admission`); the
-concurrency slots an item takes are kept for its remote worker by
-:mod:`~quickzones.consumer.held_slots` and given back through the
-:class:`~quickzones.consumer.settler.Settler` that applies its outcome. A zone whose
-visit fails on its own is set aside on its own backoff, as a local consumer's scanner
-sets it aside (:mod:`~quickzones.consumer.set_aside`), and the call goes on with the
-others. A scan that took items and left vested pointers unchosen is followed by another.
-If the caller gave ``fill_s``, once it holds some items and ``fill_s`` has passed since
-its first scan began, it visits no more zones, so they do not wait behind many more
-visits. The waits of a long poll between scans are :mod:`~quickzones.consumer.long_poll`'s.
+(:mod:`~quickzones.consumer.pull_admission`); the concurrency slots an item takes are
+kept for its remote worker by :mod:`~quickzones.consumer.held_slots` and given back
+through the :class:`~quickzones.consumer.settler.Settler` that applies its outcome. A
+zone whose visit fails on its own is set aside on its own backoff, as a local consumer's
+scanner sets it aside (:mod:`~quickzones.consumer.set_aside`), and the call goes on with
+the others. A scan that took items and left vested pointers unchosen is followed by
+another. With ``fill_s``, once it holds some items ``fill_s`` after its first scan
+began, it visits no more zones, so they do not wait behind many more visits. The waits
+of a long poll between scans are :mod:`~quickzones.consumer.long_poll`'s.
 
 The server's leaser is configured by a :class:`~quickzones.consumer.config.ConsumerConfig`
 (the scanner's and visit's parameters, the same fields as a local consumer's; its worker,
@@ -108,10 +107,7 @@ class PullLeaser:
         self.config.validate()
         self.pull = pull or PullConfig()
         self.rng = random.Random(self.config.seed)
-        # Whether a scan takes the oldest pointers first, asked once per scan (it may take
-        # a turn: the server's in-order scans are spaced, adapters/http/in_order.py), or
-        # config.in_order is True; and whether this server holds its cluster's in-order
-        # scanner lease, a question only (its heartbeat reports it).
+        # in_order(): asked once a scan (it may take a turn); leads(): only whether it leads.
         self.in_order = in_order or (lambda: self.config.in_order is True)
         self.leads = leads or (lambda: self.config.in_order is True)
         # Its slots' holder, its heartbeat's id, and its pointer leases' holder.

@@ -1,17 +1,16 @@
 """The Scanner: paper Algorithm 1 (choose which zones to visit).
 
 One scan peeks the vested pointers of every shard of every cluster (shuffled) and selects
-some: a random ``selection_frac`` of each shard's peek of ``peek_max`` in random mode, so
-consumers spread over zones; the oldest first in order mode (the consumer that holds a
-cluster's scanner election, paper section 4.2; it peeks :func:`in_order_window`), so no
-pointer starves (invariant 10). What a scan selects
-is then ordered by how many of this consumer's items each zone holds, fewest first (a
-stable sort, so the order above breaks ties): a visit with less room than its zones want
-gives it to the tenants with nothing running before a backlog that holds the rest
-(water-filling, kept when a slot frees up); with ``skip_held_zones_at``, a zone already
-holding that many is passed over. On a thread (:meth:`Scanner.run`) the selected
-pointers go to the managers' pool (Algorithm 2). The scanner fetches; it never dequeues
-items nor runs them.
+some (:mod:`~quickzones.consumer.selection`): a random ``selection_frac`` of each shard's
+peek of ``peek_max`` in random mode, so consumers spread over zones; the oldest first in
+order mode (the consumer that holds a cluster's scanner election, paper section 4.2), so
+no pointer starves (invariant 10). What a scan selects is then ordered by how many of
+this consumer's items each zone holds, fewest first (a stable sort, so the order above
+breaks ties): a visit with less room than its zones want gives it to the tenants with
+nothing running before a backlog that holds the rest (water-filling, kept when a slot
+frees up); with ``skip_held_zones_at``, a zone already holding that many is passed over.
+On a thread (:meth:`Scanner.run`) the selected pointers go to the managers' pool
+(Algorithm 2). The scanner fetches; it never dequeues items nor runs them.
 
 A scan also sets :attr:`Scanner.share`, the water-filling share of the consumer's free
 capacity over the vested zones it saw (0 when it could not see them all), which
@@ -20,6 +19,7 @@ work-conserving visits (``visit_max``) take instead of ``dequeue_max`` when larg
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -34,7 +34,7 @@ from typing import Any
 from quickzones.clock import Clock, SystemClock
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.pool import DaemonPool
-from quickzones.consumer.selection import Selection
+from quickzones.consumer.selection import Selection, peek_window
 from quickzones.consumer.set_aside import SetAside, elapsed
 from quickzones.consumer.state import Cluster
 from quickzones.consumer.visit import ZoneVisitsFailed
@@ -46,29 +46,6 @@ from quickzones.store.records import ZoneId
 from quickzones.store.toplevel import PointerRef
 
 log = logging.getLogger("quick.consumer")
-
-# Pointers the in-order scanner (the election's holder) peeks a shard, at most ``peek_max``.
-# It takes the oldest ``selection_max``, so it needs no random-mode window: only enough to
-# count the competing zones for the work-conserving share. Past held_bound / dequeue_max
-# zones that share falls below dequeue_max and visits are dequeue_max whatever the count,
-# so 100 is exact for held bounds up to 1,000 (62 workers at 16 a worker); more zones than
-# it sees only mark the scan crowded (share 0, visits of dequeue_max: the same visits).
-# Each in-order scan reads this many pointer keys a shard; 100 was the window before issue
-# 29 widened random mode's to 1,000, kept here so the one scanner's scans stay that cheap.
-IN_ORDER_PEEK_MAX = 100
-
-
-def in_order_window(config: ConsumerConfig) -> int:
-    """Pointers an in-order scan peeks a shard first: twice ``selection_max`` (it takes
-    the oldest that many, past a few it passes over), or the zones the work-conserving
-    share can need counted (``held_bound // dequeue_max``; past them it is below
-    ``dequeue_max`` anyway) and one more to see that there are more; at most
-    ``IN_ORDER_PEEK_MAX`` and ``peek_max``. Each pointer peeked is a key read and
-    decoded: with 4 workers, 100 a scan were a tenth of a one-item zone's CPU. A scan
-    whose short window held fewer than ``selection_max`` zones it may visit reads the
-    widest one."""
-    need = max(2 * config.selection_max, config.held_bound() // config.dequeue_max + 1)
-    return min(IN_ORDER_PEEK_MAX, config.peek_max, need)
 
 
 class Scanner:
@@ -236,17 +213,8 @@ class Scanner:
                 crowded = True  # a shard not even peeked: competition unknown
                 continue
             try:
-                window = in_order_window(cfg) if in_order else cfg.peek_max
-                peeked, later = self.peek(cluster, shard, window, horizon_ms)
-                passable = self._passable(peeked)
-                widest = min(IN_ORDER_PEEK_MAX, cfg.peek_max)
-                full = len(peeked) >= window
-                if in_order and full and window < widest and len(passable) < cfg.selection_max:
-                    # The short window's head is mostly zones passed over (set aside after
-                    # failed visits, another app's): the oldest others are further on.
-                    window = widest
-                    peeked, later = self.peek(cluster, shard, window, horizon_ms)
-                    passable = self._passable(peeked)
+                peek = functools.partial(self.peek, cluster, shard)
+                peeked, later, window = peek_window(cfg, in_order, peek, horizon_ms, self._passable)
             except StorageError as err:
                 if isinstance(err, StoreLost):
                     self.on_lost(err)
@@ -254,7 +222,6 @@ class Scanner:
                 continue
             if later is not None and (next_vesting is None or later < next_vesting):
                 next_vesting = later
-            peeked = passable
             # Zones holding enough of this consumer's items are passed over, as if
             # crowded out: still vested (left_vested), not in the share.
             mark = cfg.skip_held_mark()
@@ -283,8 +250,7 @@ class Scanner:
         return chosen
 
     def _passable(self, peeked: list[PointerRef]) -> list[PointerRef]:
-        """``peeked`` less the zones a scan passes over: another app's (routing), or set
-        aside after failed visits."""
+        """``peeked`` less another app's zones (routing) and those set aside."""
         return [
             ref
             for ref in peeked

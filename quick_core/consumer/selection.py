@@ -20,6 +20,55 @@ from collections.abc import Callable, Sequence
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.store.toplevel import PointerRef
 
+# The most pointers the in-order scanner (the election's holder) peeks a shard, at most
+# ``peek_max`` (first a shorter window, in_order_window). It takes the oldest
+# ``selection_max``, so it needs no random-mode window: only enough to count the competing
+# zones for the work-conserving share. Past held_bound / dequeue_max
+# zones that share falls below dequeue_max and visits are dequeue_max whatever the count,
+# so 100 is exact for held bounds up to 1,000 (62 workers at 16 a worker); more zones than
+# it sees only mark the scan crowded (share 0, visits of dequeue_max: the same visits).
+# Each in-order scan reads this many pointer keys a shard; 100 was the window before issue
+# 29 widened random mode's to 1,000, kept here so the one scanner's scans stay that cheap.
+IN_ORDER_PEEK_MAX = 100
+
+
+def in_order_window(config: ConsumerConfig) -> int:
+    """Pointers an in-order scan peeks a shard first: twice ``selection_max`` (it takes
+    the oldest that many, past a few it passes over), or the zones the work-conserving
+    share can need counted (``held_bound // dequeue_max``; past them it is below
+    ``dequeue_max`` anyway) and one more to see that there are more; at most
+    ``IN_ORDER_PEEK_MAX`` and ``peek_max``. Each pointer peeked is a key read and
+    decoded: with 4 workers, 100 a scan were a tenth of a one-item zone's CPU. A scan
+    whose short window held fewer than ``selection_max`` zones it may visit reads the
+    widest one."""
+    need = max(2 * config.selection_max, config.held_bound() // config.dequeue_max + 1)
+    return min(IN_ORDER_PEEK_MAX, config.peek_max, need)
+
+
+def peek_window(
+    config: ConsumerConfig,
+    in_order: bool,
+    peek: Callable[[int, int], tuple[list[PointerRef], int | None]],
+    horizon_ms: int,
+    passable: Callable[[list[PointerRef]], list[PointerRef]],
+) -> tuple[list[PointerRef], int | None, int]:
+    """One shard's peek (``peek(window, horizon_ms)``: its vested pointers and the next
+    vesting time) less what the scan passes over (``passable``), and the window it read:
+    ``peek_max`` in random mode, :func:`in_order_window` in order, widened to
+    ``IN_ORDER_PEEK_MAX`` when the short window's head is mostly zones passed over (set
+    aside after failed visits, another app's), so the oldest others further on are still
+    seen (invariant 10)."""
+    window = in_order_window(config) if in_order else config.peek_max
+    peeked, later = peek(window, horizon_ms)
+    kept = passable(peeked)
+    widest = min(IN_ORDER_PEEK_MAX, config.peek_max)
+    full = len(peeked) >= window
+    if in_order and full and window < widest and len(kept) < config.selection_max:
+        window = widest
+        peeked, later = peek(window, horizon_ms)
+        kept = passable(peeked)
+    return kept, later, window
+
 
 class Selection:
     """One scan's choice, fed one shard's peek at a time."""

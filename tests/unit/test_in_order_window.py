@@ -1,6 +1,6 @@
 """The in-order scanner's window (issue 27 point 5, review): how many pointers a shard the
 consumer holding the scanner election peeks is the module constant
-``quickzones.consumer.scanner.IN_ORDER_PEEK_MAX``, not a ``ConsumerConfig`` field. From the
+``quickzones.consumer.selection.IN_ORDER_PEEK_MAX``, not a ``ConsumerConfig`` field. From the
 user's side: the in-order consumer still takes the oldest vested zones first, counts the
 competing zones it can see for the work-conserving share, and knows when there are more
 than it could see (share 0: visits stay at ``dequeue_max``); ``peek_max`` still caps it."""
@@ -12,7 +12,7 @@ import pytest
 from quickzones.client import Quick
 from quickzones.clock import ManualClock, now_ms
 from quickzones.consumer import ConsumerConfig
-from quickzones.consumer.scanner import IN_ORDER_PEEK_MAX
+from quickzones.consumer.selection import IN_ORDER_PEEK_MAX
 
 
 def _zones(tenants: int) -> tuple[Quick, list[int]]:
