@@ -22,12 +22,11 @@ import time
 from collections import Counter
 from typing import Any
 
-import fdb.tuple as fdbtuple
-
 import quickzones.consumer.visit as zone_visit
 from bench.common import fdb_url, log
 from bench.quickrun import JOB, open_quick, throughput_config, wait_completed
 from quickzones.store.kv import UNCOMMITTED, KVError
+from quickzones.store.tuple_layer import fdbtuple
 
 CONFLICTS = b"\xff\xff/transaction/conflicting_keys/"
 kinds: Counter[str] = Counter()

@@ -31,10 +31,12 @@ from integration.cassandra_local import (
 
 pytest_plugins = ["integration.cassandra_fixtures"]
 
+# The driver (cassandra-driver, import name cassandra: the cassandra and dev extras) only
+# through its guard.
 cassandra_driver = pytest.importorskip("cassandra.cluster")
-from cassandra import ConsistencyLevel  # noqa: E402 - after the importorskip guard
-from cassandra.cluster import NoHostAvailable  # noqa: E402
-from cassandra.query import SimpleStatement  # noqa: E402
+ConsistencyLevel = pytest.importorskip("cassandra").ConsistencyLevel
+NoHostAvailable = cassandra_driver.NoHostAvailable
+SimpleStatement = pytest.importorskip("cassandra.query").SimpleStatement
 
 
 def stmt(cql: str, cl: int = ConsistencyLevel.QUORUM) -> SimpleStatement:

@@ -25,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import fdb.tuple as fdbtuple
 import msgpack
 
 from quickzones.adapters.http import views
@@ -37,6 +36,7 @@ from quickzones.store.kv import KVTransaction, run, unpack_i64
 from quickzones.store.pages import decode_cursor, encode_cursor, merged_page
 from quickzones.store.records import ZoneId, decode_pointer
 from quickzones.store.tenant_limits import TenantLimit
+from quickzones.store.tuple_layer import fdbtuple
 
 if TYPE_CHECKING:
     from quickzones.client import Quick

@@ -10,8 +10,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import fdb.tuple as fdbtuple
-
 from quickzones.adapters.http.models import ZoneDepth
 from quickzones.clock import now_ms
 from quickzones.errors import CorruptRecord
@@ -19,6 +17,7 @@ from quickzones.store import admin, dead_groups
 from quickzones.store.kv import KVTransaction, run, unpack_i64
 from quickzones.store.pages import decode_cursor, encode_cursor, merged_page
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId, decode_item
+from quickzones.store.tuple_layer import fdbtuple
 
 if TYPE_CHECKING:
     from quickzones.client import Quick

@@ -30,11 +30,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import fdb.tuple as fdbtuple
-
 from quickzones.backends.memory import MemoryStore, MemoryTransaction
 from quickzones.clock import Clock
 from quickzones.store.kv import ACCESSED_UNREADABLE, KVError, KVTransaction, run
+from quickzones.store.tuple_layer import fdbtuple
 
 if TYPE_CHECKING:
     from quickzones.backends.fdb.store import FDBStore

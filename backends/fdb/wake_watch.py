@@ -26,9 +26,8 @@ import struct
 import threading
 from typing import Any
 
-import fdb.tuple as fdbtuple
-
 from quickzones.repeated_failure import RepeatedFailure, backoff
+from quickzones.store.tuple_layer import fdbtuple
 
 log = logging.getLogger("quick.fdb.wake")
 

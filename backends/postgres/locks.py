@@ -42,7 +42,7 @@ import functools
 import zlib
 from collections.abc import Iterable
 
-import fdb.tuple as fdbtuple
+from quickzones.store.tuple_layer import fdbtuple
 
 Range = tuple[bytes, bytes]
 

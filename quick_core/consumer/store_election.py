@@ -24,14 +24,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import fdb.tuple as fdbtuple
-
 from quickzones.clock import Clock, now_ms
 from quickzones.consumer.election import Leadership
 from quickzones.consumer.election import check_ids as _check_ids
 from quickzones.consumer.election import ttl_ms as _ttl_ms
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import OWN_STORE, KVStore, KVTransaction, transactional
+from quickzones.store.tuple_layer import fdbtuple
 
 _VERSION = 1
 

@@ -30,7 +30,6 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-import fdb.tuple as fdbtuple
 import msgpack
 
 from quickzones.errors import InvalidArgument
@@ -38,6 +37,7 @@ from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, run
 from quickzones.store.pages import Page, decode_cursor, encode_cursor
 from quickzones.store.records import ZoneId
+from quickzones.store.tuple_layer import fdbtuple
 
 STALE_BEATS = 3  # beats missed before a consumer is shown stale
 EXPIRE_AFTER_MS = 10 * 60_000  # a record not renewed for this long is cleared

@@ -34,10 +34,9 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-import fdb.tuple as fdbtuple
-
 from quickzones.store.kv import strinc
 from quickzones.store.records import STAMP_SIZE, ZoneId
+from quickzones.store.tuple_layer import fdbtuple
 
 Range = tuple[bytes, bytes]
 

@@ -30,13 +30,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import fdb.tuple as fdbtuple
 import msgpack
 
 from quickzones.errors import ConfigurationError, CorruptRecord
 from quickzones.store.keys import LOCAL_APP, KeySpace, shard_of, tuple_range
 from quickzones.store.kv import KVTransaction, strinc
 from quickzones.store.records import ZoneId
+from quickzones.store.tuple_layer import fdbtuple
 
 LAYOUT_VERSION = 1
 

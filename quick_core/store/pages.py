@@ -14,10 +14,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-import fdb.tuple as fdbtuple
-
 from quickzones.errors import InvalidArgument
 from quickzones.store.kv import KVStore, KVTransaction, run
+from quickzones.store.tuple_layer import fdbtuple
 
 T = TypeVar("T")
 

@@ -12,11 +12,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import fdb.tuple as fdbtuple
-
 from bench import tenant_store
 from quickzones.client import Quick
 from quickzones.store.admin import active_zones, count_dead_letters, list_dead_letters
+from quickzones.store.tuple_layer import fdbtuple
 
 TENANTS, SETTINGS = 200, 30
 

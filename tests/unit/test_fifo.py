@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fdb.tuple as fdbtuple
 import pytest
 from click.testing import CliRunner
 
@@ -15,6 +14,7 @@ from quickzones.errors import ConfigurationError, InvalidArgument, ItemNotFound
 from quickzones.store.kv import KVTransaction
 from quickzones.store.records import ZoneId
 from quickzones.store.tenant_move import move_tenant
+from quickzones.store.tuple_layer import fdbtuple
 from tests.unit.helpers import count_range_rows
 
 Z = ZoneId("app", "t1")

@@ -3,12 +3,12 @@ keys are assembled (cached prefixes and ids, hand-placed versionstamps)."""
 
 from __future__ import annotations
 
-import fdb.tuple as fdbtuple
 from hypothesis import given
 from hypothesis import strategies as st
 
 from quickzones.store.keys import KeySpace
 from quickzones.store.records import ZoneId
+from quickzones.store.tuple_layer import fdbtuple
 
 names = st.text(min_size=1, max_size=40)  # any unicode, NUL bytes included
 ints = st.integers(min_value=-(2**63), max_value=2**63 - 1)

@@ -9,10 +9,10 @@ from __future__ import annotations
 import random
 import uuid
 
-import fdb.tuple as fdbtuple
 import pytest
 
 from quickzones.backends.postgres import locks
+from quickzones.store.tuple_layer import fdbtuple
 
 
 def _decoded(key: bytes) -> tuple[tuple[int, ...], bool]:

@@ -9,14 +9,17 @@ import pytest
 from quickzones.client import Quick
 from quickzones.tracing import use_tracer_provider
 
+# The SDK (opentelemetry-sdk, the dev extra; the API is the tracing extra) only through
+# its guard.
 otel = pytest.importorskip("opentelemetry.sdk.trace")
+TracerProvider = otel.TracerProvider
+SimpleSpanProcessor = pytest.importorskip("opentelemetry.sdk.trace.export").SimpleSpanProcessor
+InMemorySpanExporter = pytest.importorskip(
+    "opentelemetry.sdk.trace.export.in_memory_span_exporter"
+).InMemorySpanExporter
 
 
 def test_enqueue_and_run_spans_are_linked() -> None:
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))

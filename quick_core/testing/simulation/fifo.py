@@ -6,12 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
-import fdb.tuple as fdbtuple
-
 from quickzones.client import Quick
 from quickzones.errors import CorruptRecord
 from quickzones.store.kv import KVTransaction
 from quickzones.store.records import ZoneId
+from quickzones.store.tuple_layer import fdbtuple
 from quickzones.store.zonestore import ZoneStore
 from quickzones.testing.simulation.world import SimWorld
 

@@ -22,8 +22,6 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-import fdb.tuple as fdbtuple
-
 from quickzones import schemes
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
@@ -31,6 +29,7 @@ from quickzones.consumer import Work
 from quickzones.consumer.election import LocalElection
 from quickzones.registry import RetryPolicy
 from quickzones.store.ids import SeededIds
+from quickzones.store.tuple_layer import fdbtuple
 from quickzones.testing.simulation.consumers import ConsumerSteps
 from quickzones.testing.simulation.fifo import FifoOrderCheck
 from quickzones.testing.simulation.handlers import SimHandlers

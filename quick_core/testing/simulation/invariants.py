@@ -3,11 +3,10 @@ of the committed store state every ``check_every`` steps and at quiescence."""
 
 from __future__ import annotations
 
-import fdb.tuple as fdbtuple
-
 from quickzones.clock import now_ms
 from quickzones.store.kv import unpack_i64
 from quickzones.store.records import ZoneId, decode_pointer
+from quickzones.store.tuple_layer import fdbtuple
 from quickzones.testing.simulation.model import ABSENT, AMO, COMMITTED, PLAIN, TTL, TX, effect_key
 from quickzones.testing.simulation.world import SimWorld
 
