@@ -34,6 +34,8 @@ from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
+from quickzones.cpu_placement import PROCESS_NUMBER_ENV
+
 log = logging.getLogger("quick.supervisor")
 
 # The environment variable that tells a child its supervisor's pid (follow_supervisor).
@@ -133,7 +135,9 @@ class Supervisor:
         return self._stop_all()
 
     def _start(self, slot: _Slot) -> None:
-        slot.proc = subprocess.Popen(self.command, env=self.env)
+        # Its number: a child places its threads on a CPU of its own (cpu_placement).
+        env = {**self.env, PROCESS_NUMBER_ENV: str(slot.number)}
+        slot.proc = subprocess.Popen(self.command, env=env)
         slot.started = self.clock()
         slot.restart_at = None
         self.say(f"process {slot.number} started (pid {slot.proc.pid})")

@@ -7,7 +7,7 @@ import sys
 import click
 
 from quickzones.cli.group import main
-from quickzones.cli.options import friendly
+from quickzones.cli.options import cpus_option, friendly
 
 
 @main.command()
@@ -27,6 +27,7 @@ from quickzones.cli.options import friendly
 @click.option("--work-ms", type=float, default=2.0, show_default=True, help="Work per item.")
 @click.option("--workers", type=int, default=8, show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)
+@cpus_option
 @friendly
 def demo(
     store: str | None,
@@ -38,6 +39,7 @@ def demo(
     work_ms: float,
     workers: int,
     seed: int,
+    cpus: str | set[int],
 ) -> None:
     """Many tenants, one noisy one: watch the small ones stay fast."""
     from quickzones.cli.demo import DemoConfig, run_demo
@@ -47,6 +49,11 @@ def demo(
     if store is None:
         store = (click.get_current_context().find_root().obj or {}).get("typed_store")
 
+    from quickzones.cpu_placement import CpuPlacement
+
+    # One process, GIL-bound: its producers' and consumer's threads on one CPU (auto).
+    placement = CpuPlacement(cpus)
+    placement.start()
     ok = run_demo(
         DemoConfig(
             store=store,

@@ -132,3 +132,24 @@ def read_listing(
         if got.next_cursor is None:
             return rows, None
         cursor = got.next_cursor
+
+
+CPUS_HELP = "auto (one CPU while GIL-bound), all, or a list: 0,2-3."
+
+
+def cpus_option(fn: F) -> F:
+    """``--cpus`` (:mod:`quickzones.cpu_placement`): the value is given to the command
+    parsed, ``auto``, ``all`` or a set of CPU numbers; a bad one is a one-line error."""
+
+    def parse(ctx: click.Context, param: click.Parameter, value: str) -> str | set[int]:
+        from quickzones.cpu_placement import parse_cpus
+
+        try:
+            return parse_cpus(value)
+        except QuickError as err:
+            raise click.BadParameter(str(err)) from None
+
+    return click.option(
+        "--cpus", "cpus", envvar="QUICK_CPUS", default="auto", show_default=True,
+        callback=parse, help=CPUS_HELP,
+    )(fn)  # fmt: skip

@@ -11,7 +11,7 @@ import click
 
 from quickzones.cli.app_module import load_handlers
 from quickzones.cli.group import main
-from quickzones.cli.options import F, friendly
+from quickzones.cli.options import F, cpus_option, friendly
 from quickzones.consumer.config import ConsumerConfig
 
 _DEFAULTS = ConsumerConfig()
@@ -95,6 +95,7 @@ def _batched(visits_per_transaction: int) -> str:
     float,
     "Seconds before an item of a type this worker cannot run is reported (never settled).",
 )
+@cpus_option
 @friendly
 def worker(
     app_module: str,
@@ -112,12 +113,14 @@ def worker(
     apps: str | None,
     job_types: str | None,
     unhandled_grace_s: float,
+    cpus: str | set[int],
 ) -> None:
     """Run a consumer until SIGTERM/SIGINT.
 
     Every other ConsumerConfig field is set from Python:
     quick.consumer(ConsumerConfig(...)).run_forever() (docs/configuration.md).
     """
+    from quickzones.cpu_placement import placement_from_env
     from quickzones.errors import ConfigurationError
     from quickzones.urls import open_election
 
@@ -136,14 +139,18 @@ def worker(
         raise ConfigurationError(
             f"--app-module {app_module}: its Quick registers no job type, so this worker "
             "would have nothing to run; register a handler where the module creates its "
-            "Quick (@quick.job(\"name\") above def handler(payload, ctx): ...), or give "
+            'Quick (@quick.job("name") above def handler(payload, ctx): ...), or give '
             "the module that does (--app-module module:attr)"
         )
+    # This process's threads on one CPU while they only take turns at the GIL (a
+    # --processes child on its own one): quickzones.cpu_placement. Checked here, in a
+    # supervisor too.
+    placement = placement_from_env(cpus)
     if processes > 1:
         child_args = [
             "--workers", str(workers), "--managers", str(managers), "--lease", repr(lease_s),
             "--shutdown-deadline", repr(shutdown_deadline_s), "--dequeue-max", str(dequeue_max),
-            "--unhandled-grace", repr(unhandled_grace_s),
+            "--unhandled-grace", repr(unhandled_grace_s), "--cpus", _cpus_arg(cpus),
         ]  # fmt: skip
         for flag, value in (("--election", election), ("--remote", remote), ("--apps", apps),
                             ("--types", job_types)):  # fmt: skip
@@ -151,6 +158,7 @@ def worker(
                 child_args += [flag, value]
         _supervise(q, app_module, child_args, processes, token, metrics_port, metrics_address)
         return
+    placement.start()
     if remote is not None:  # the handlers run here; the store is behind quick serve
         from urllib.parse import urlsplit
 
@@ -208,8 +216,13 @@ def worker(
     try:
         consumer.run_forever()
     finally:
+        placement.stop()
         if scheduler is not None:
             scheduler.stop()
+
+
+def _cpus_arg(cpus: str | set[int]) -> str:
+    return cpus if isinstance(cpus, str) else ",".join(str(c) for c in sorted(cpus))
 
 
 def _supervise(
