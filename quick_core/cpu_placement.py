@@ -54,6 +54,7 @@ CALM_S = 10.0  # spread, using less than PARALLEL_CPU this long: back to one CPU
 FIRST_PROBE_S = 2.0  # busy seconds before a placed process's first probe
 PROBE_MAX_S = 60.0  # the longest busy stretch between two probes
 BUSY_CPU = 0.5  # CPUs a placed process uses to count as busy (an idle one is not probed)
+IDLE_CPU = 0.05  # below this a placed process is idle: nothing to decide, nothing read
 # Of its one CPU, with its threads waiting this long a second to run: someone else's CPU,
 # left for one that idles at least IDLER more of the time.
 CONTENDED_CPU = 0.7
@@ -75,6 +76,7 @@ class Cpus(Protocol):
 
     def allowed(self) -> list[int]: ...  # the CPUs this process may use, ascending
     def usage(self) -> Usage: ...  # of the process's threads and its children's
+    def own_cpu(self) -> float: ...  # this process's CPU seconds: one cheap call
     def idle(self) -> dict[int, float]: ...  # each CPU's idle seconds since boot
     def place(self, cpus: set[int]) -> None: ...  # every thread's, children's too
 
@@ -116,6 +118,10 @@ class LinuxCpus:
             ran += int(on_cpu)
             waited += int(queued)
         return Usage(ran / 1e9, waited / 1e9)
+
+    def own_cpu(self) -> float:
+        times = os.times()
+        return times.user + times.system
 
     def idle(self) -> dict[int, float]:
         idle: dict[int, float] = {}
@@ -196,6 +202,8 @@ class CpuPlacement:
                 )
         self._first = first
         self._last: tuple[float, Usage, dict[int, float]] | None = None
+        self._own = (0.0, 0.0)  # this process's CPU seconds at the last look, and when
+        self._stale = False  # the last full reading is from before an idle stretch
         self._spread_since = 0.0  # when it was last spread (auto)
         self._busy_since: float | None = None  # spread and using > PARALLEL_CPU since
         self._probing = False
@@ -222,6 +230,7 @@ class CpuPlacement:
             return
         self._place_one(self._starting_cpu(), "start")
         self._last = self._reading()
+        self._own = self.cpus.own_cpu(), self.clock()
         self._thread = threading.Thread(target=self._run, name="quick-cpus", daemon=True)
         self._thread.start()
 
@@ -254,6 +263,19 @@ class CpuPlacement:
         """One look: what it decided (``stay``, ``probe``, ``place``, ``move``), from the
         usage since the last look."""
         assert self.cpus is not None and self._last is not None
+        # An idle placed process is looked at with one cheap call, not the reading of
+        # every thread's /proc files (an idle worker's CPU is a target: issue 44 point 4).
+        own, own_at = self.cpus.own_cpu(), self.clock()
+        own_before, own_then = self._own
+        self._own = own, own_at
+        placed_idle = self.placed is not None and not self._probing and own_at > own_then
+        if placed_idle and (own - own_before) / (own_at - own_then) < IDLE_CPU:
+            self._stale = True
+            return "stay"
+        if self._stale:  # busy again: measure from now
+            self._stale = False
+            self._last = self._reading()
+            return "stay"
         then, was, idle_then = self._last
         now, usage, idle = self._last = self._reading()
         wall = now - then

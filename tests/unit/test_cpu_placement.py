@@ -39,12 +39,17 @@ class FakeCpus:
         self.ran = self.waited = 0.0
         self.idle_s = {c: 0.0 for c in allowed}
         self.placements: list[set[int]] = []
+        self.full_readings = 0
 
     def allowed(self) -> list[int]:
         return list(self._allowed)
 
     def usage(self) -> Usage:
+        self.full_readings += 1
         return Usage(self.ran, self.waited)
+
+    def own_cpu(self) -> float:
+        return self.ran
 
     def idle(self) -> dict[int, float]:
         return dict(self.idle_s)
@@ -157,11 +162,16 @@ def test_a_busy_cpu_is_left_for_a_clearly_idler_one() -> None:
     assert _step(placement, fake, clock, ran=0.5, waited=0.6, idle={0: 0.1, 3: 0.1}) == "stay"
 
 
-def test_an_idle_process_is_never_probed() -> None:
+def test_an_idle_process_is_never_probed_and_costs_one_call_a_look() -> None:
     placement, fake, clock = _governed()
+    readings = fake.full_readings
     for _ in range(int(PROBE_MAX_S) * 3):
         assert _step(placement, fake, clock, ran=0.01, waited=0.0) == "stay"
     assert fake.placements == [{1}]
+    assert fake.full_readings == readings  # no thread's /proc files read while idle
+    # Busy again: measured from its first busy look, probed after FIRST_PROBE_S busy.
+    decisions = [_step(placement, fake, clock, ran=1.0, waited=0.9) for _ in range(4)]
+    assert decisions == ["stay", "stay", "probe", "place"]
 
 
 def test_all_places_nothing_and_a_list_places_once() -> None:
