@@ -8,7 +8,8 @@ Each run fills a fresh key prefix of one local ``fdbserver`` (``single memory``,
 bench's shared cluster) with ``--items`` no-op items, in one tenant or spread evenly over
 many, then a child process drains them with the consumer ``quick worker --workers 4``
 builds (``ConsumerConfig(workers=4, managers=4)``, every other field its default, unless
-``--consumer '{"field": value}'`` says otherwise). The
+``--consumer '{"field": value}'`` says otherwise), its threads placed as ``quick worker``
+places them (``QUICK_CPUS``, default ``auto``: ``quickzones.cpu_placement``). The
 child is started and its consumer built before the measured stretch; it then reports
 
 * its process CPU time per 1,000 items (``time.process_time``: every thread of the
@@ -96,6 +97,12 @@ def drain_child(url: str, items: int, overrides: dict[str, Any]) -> None:
     q.job(NOOP)(lambda payload, ctx: None)
     # quick worker --workers 4, and any --consumer overrides
     consumer = q.consumer(ConsumerConfig(**{"workers": 4, "managers": 4, **overrides}))
+    try:  # its threads placed as quick worker places them (QUICK_CPUS, default auto)
+        from quickzones.cpu_placement import CpuPlacement, parse_cpus
+    except ImportError:  # a baseline tree from before CPU placement
+        pass
+    else:
+        CpuPlacement(parse_cpus(os.environ.get("QUICK_CPUS", "auto"))).start()
     print(json.dumps({"ready": os.getpid()}), flush=True)
     sys.stdin.readline()
     threads0 = thread_cpu() if os.path.isdir("/proc/self/task") else {}
