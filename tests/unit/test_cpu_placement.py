@@ -354,3 +354,17 @@ def test_handlers_that_work_without_the_gil_get_every_cpu(app: tuple[Path, str])
         q.close()
     finally:
         _stop(proc)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="only Linux places threads")
+def test_a_bad_cpus_option_is_one_line_and_nothing_starts(app: tuple[Path, str]) -> None:
+    folder, url = app
+    for value, says in (("x", "--cpus takes auto, all or CPU numbers"), ("999", "CPU 999 is not")):
+        done = subprocess.run(
+            [sys.executable, "-m", "quickzones", "worker", "--app-module", "handlers",
+             "--cpus", value],
+            cwd=folder, env={**os.environ, "STORE": url}, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert says in done.stderr and "Traceback" not in done.stderr, done.stderr
