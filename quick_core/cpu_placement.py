@@ -77,6 +77,7 @@ class Cpus(Protocol):
     def allowed(self) -> list[int]: ...  # the CPUs this process may use, ascending
     def usage(self) -> Usage: ...  # of the process's threads and its children's
     def own_cpu(self) -> float: ...  # this process's CPU seconds: one cheap call
+    def current(self) -> int: ...  # the CPU the calling thread last ran on
     def idle(self) -> dict[int, float]: ...  # each CPU's idle seconds since boot
     def place(self, cpus: set[int]) -> None: ...  # every thread's, children's too
 
@@ -118,6 +119,10 @@ class LinuxCpus:
             ran += int(on_cpu)
             waited += int(queued)
         return Usage(ran / 1e9, waited / 1e9)
+
+    def current(self) -> int:
+        with open("/proc/thread-self/stat") as f:
+            return int(f.read().rpartition(")")[2].split()[36])  # field 39, "processor"
 
     def own_cpu(self) -> float:
         times = os.times()
@@ -173,7 +178,7 @@ class CpuPlacement:
     """Places this process's threads (``mode``: ``auto``, ``all`` or a set of CPUs) and,
     for ``auto``, keeps them placed as the module says. ``first``: the index into the
     allowed CPUs an ``auto`` process starts on (a ``--processes`` child's number); None:
-    the idlest. ``clock`` gives monotonic seconds."""
+    the one it runs on as it starts. ``clock`` gives monotonic seconds."""
 
     def __init__(
         self,
@@ -252,9 +257,10 @@ class CpuPlacement:
         if self._first is not None:
             return self.allowed[self._first % len(self.allowed)]
         assert self.cpus is not None
-        before = self.cpus.idle()
-        time.sleep(0.05)
-        return self._idlest(before, self.cpus.idle())
+        # The CPU the scheduler runs this thread on now: free enough for it, and free to
+        # find (a busy one is left at the first look that sees it: move).
+        cpu = self.cpus.current()
+        return cpu if cpu in self.allowed else self.allowed[0]
 
     def _idlest(self, before: dict[int, float], after: dict[int, float]) -> int:
         return max(self.allowed, key=lambda c: (after.get(c, 0.0) - before.get(c, 0.0), -c))

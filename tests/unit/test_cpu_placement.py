@@ -24,6 +24,7 @@ from quickzones.cpu_placement import (
     FIRST_PROBE_S,
     PROBE_MAX_S,
     CpuPlacement,
+    LinuxCpus,
     Usage,
     parse_cpus,
 )
@@ -40,6 +41,7 @@ class FakeCpus:
         self.idle_s = {c: 0.0 for c in allowed}
         self.placements: list[set[int]] = []
         self.full_readings = 0
+        self.running_on = allowed[0]
 
     def allowed(self) -> list[int]:
         return list(self._allowed)
@@ -50,6 +52,9 @@ class FakeCpus:
 
     def own_cpu(self) -> float:
         return self.ran
+
+    def current(self) -> int:
+        return self.running_on
 
     def idle(self) -> dict[int, float]:
         return dict(self.idle_s)
@@ -96,16 +101,23 @@ def test_auto_places_every_thread_on_the_cpu_its_process_number_picks() -> None:
     assert placement.placed == 1
 
 
-def test_auto_without_a_number_starts_on_the_idlest_cpu() -> None:
+def test_auto_without_a_number_starts_on_the_cpu_it_runs_on() -> None:
     fake = FakeCpus([0, 1, 2])
-
-    def idle() -> dict[int, float]:  # CPU 2 idles, the others are busy
-        fake.idle_s[2] += 0.05
-        return dict(fake.idle_s)
-
-    fake.idle = idle  # type: ignore[method-assign]
+    fake.running_on = 2
     CpuPlacement("auto", fake, clock=Clock()).start()
     assert fake.placements[0] == {2}
+
+
+def test_the_cpu_read_is_the_one_the_thread_runs_on() -> None:
+    if not LinuxCpus.available():
+        pytest.skip("only Linux places threads")
+    cpus, before = LinuxCpus(), os.sched_getaffinity(0)
+    last = max(before)
+    os.sched_setaffinity(0, {last})  # this thread only (Linux)
+    try:
+        assert cpus.current() == last
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def _probes(decisions: list[str]) -> list[int]:
