@@ -217,18 +217,21 @@ class CpuPlacement:
         self._probe_in = FIRST_PROBE_S
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._moved = False  # placed something that stop() gives back
 
     @property
     def governs(self) -> bool:
         """Whether ``auto`` has something to decide: Linux and two CPUs or more."""
         return self.mode == "auto" and self.cpus is not None and len(self.allowed) > 1
 
-    def start(self) -> None:
-        """Place the threads now and, for ``auto``, start the governor thread."""
+    def start(self, *, governor: bool = True) -> None:
+        """Place the threads now and, for ``auto``, start the governor thread (False: the
+        caller calls :meth:`step` itself, as the tests do)."""
         if self.cpus is None or self.mode == "all":
             return
         if isinstance(self.mode, set):
             self.cpus.place(self.mode)
+            self._moved = True
             log.info("threads placed on CPU %s (--cpus)", _listed(self.mode))
             return
         if not self.governs:
@@ -236,11 +239,22 @@ class CpuPlacement:
         self._place_one(self._starting_cpu(), "start")
         self._last = self._reading()
         self._own = self.cpus.own_cpu(), self.clock()
+        if not governor:
+            return
         self._thread = threading.Thread(target=self._run, name="quick-cpus", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop the governor and give the threads back the CPUs they had: a command run
+        inside another process (a test's CliRunner, an application calling it) leaves
+        that process as it found it."""
         self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5.0)  # no look may place anything after this
+        if self._moved and self.cpus is not None:
+            self._moved = False
+            self.cpus.place(set(self.allowed))
 
     def _run(self) -> None:
         while not self._stop.wait(self.period_s):
@@ -327,6 +341,7 @@ class CpuPlacement:
 
     def _place_one(self, cpu: int, why: str | None) -> None:
         assert self.cpus is not None
+        self._moved = True
         self.cpus.place({cpu})
         self.placed = cpu
         if why is not None:

@@ -54,16 +54,19 @@ def demo(
     # One process, GIL-bound: its producers' and consumer's threads on one CPU (auto).
     placement = CpuPlacement(cpus)
     placement.start()
-    ok = run_demo(
-        DemoConfig(
-            store=store,
-            tenants=tenants,
-            noisy_factor=noisy_factor,
-            rate=rate,
-            duration_s=next((d for d in (duration, seconds) if d is not None), 20.0),
-            work_ms=work_ms,
-            workers=workers,
-            seed=seed,
+    try:
+        ok = run_demo(
+            DemoConfig(
+                store=store,
+                tenants=tenants,
+                noisy_factor=noisy_factor,
+                rate=rate,
+                duration_s=next((d for d in (duration, seconds) if d is not None), 20.0),
+                work_ms=work_ms,
+                workers=workers,
+                seed=seed,
+            )
         )
-    )
+    finally:
+        placement.stop()  # run inside another process (a test's CliRunner): as found
     sys.exit(0 if ok else 1)
