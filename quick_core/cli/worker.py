@@ -158,7 +158,6 @@ def worker(
                 child_args += [flag, value]
         _supervise(q, app_module, child_args, processes, token, metrics_port, metrics_address)
         return
-    placement.start()
     if remote is not None:  # the handlers run here; the store is behind quick serve
         from urllib.parse import urlsplit
 
@@ -166,7 +165,11 @@ def worker(
 
         run_remote = schemes.factory(schemes.REMOTE_WORKERS, urlsplit(remote).scheme, remote)
         q.store_type_policies()  # for producers without the handlers, as a consumer's start
-        run_remote(q, remote, token, workers=workers, lease_s=lease_s)
+        placement.start()
+        try:
+            run_remote(q, remote, token, workers=workers, lease_s=lease_s)
+        finally:
+            placement.stop()
         return
     config = ConsumerConfig(
         workers=workers,
@@ -211,6 +214,7 @@ def worker(
         f"unhandled grace {config.unhandled_grace_s:g}s; "
         f"cluster {q.toplevel.cluster!r}"
     )
+    placement.start()  # given back in the finally: run in-process (tests), as found
     if scheduler is not None:
         scheduler.start()
     try:
