@@ -30,6 +30,7 @@ from rich.console import Console
 
 from bench.common import latency_summary, log, machine, run_folder, summary
 from quickzones.cli.demo import NOISY, DemoConfig, run_demo
+from quickzones.cpu_placement import CpuPlacement, parse_cpus
 
 
 class PickupSplit:
@@ -73,6 +74,19 @@ def one_run(cfg: DemoConfig) -> dict[str, Any]:
     }
 
 
+def _logged_run(i: int, runs: int, seconds: float) -> dict[str, Any]:
+    r = one_run(DemoConfig(duration_s=seconds))
+    log(
+        f"run {i + 1}/{runs}: "
+        + ", ".join(
+            f"{name} p50 {r[name]['p50']:.1f} p99 {r[name]['p99']:.1f} ms"
+            for name in ("enqueue_to_dequeued", "dequeued_to_started", "enqueue_to_started")
+        )
+        + f" ({r['enqueue_to_started']['n']} small items, load {r['load_before']:.1f})"
+    )
+    return r
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.demo_pickup", description=__doc__)
     ap.add_argument("--runs", type=int, default=3)
@@ -80,17 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="")
     args = ap.parse_args(argv)
     runs = []
-    for i in range(args.runs):
-        r = one_run(DemoConfig(duration_s=args.seconds))
-        runs.append(r)
-        log(
-            f"run {i + 1}/{args.runs}: "
-            + ", ".join(
-                f"{name} p50 {r[name]['p50']:.1f} p99 {r[name]['p99']:.1f} ms"
-                for name in ("enqueue_to_dequeued", "dequeued_to_started", "enqueue_to_started")
-            )
-            + f" ({r['enqueue_to_started']['n']} small items, load {r['load_before']:.1f})"
-        )
+    # Placed as quick demo places itself (QUICK_CPUS, default auto: cpu_placement).
+    placement = CpuPlacement(parse_cpus(os.environ.get("QUICK_CPUS", "auto")))
+    placement.start()
+    try:
+        for i in range(args.runs):
+            runs.append(_logged_run(i, args.runs, args.seconds))
+    finally:
+        placement.stop()
     res = {
         "command": "python -m bench.demo_pickup " + " ".join(argv or sys.argv[1:]),
         "machine": machine(),
