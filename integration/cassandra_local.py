@@ -274,18 +274,33 @@ def cql_release_version_raw(host: str, port: int, timeout: float = 5.0) -> str:
         return body[pos + 4 : pos + 4 + n].decode()
 
 
+def cassandra_driver() -> Any:
+    """cassandra-driver's names these suites use (import name ``cassandra``, distribution
+    ``cassandra-driver``: the ``cassandra`` and ``dev`` extras), imported in this one place
+    with one error that names the package to install."""
+    try:
+        import cassandra
+        import cassandra.cluster
+        import cassandra.policies
+    except ImportError as err:
+        raise ImportError(
+            "the Cassandra suites need cassandra-driver (import name 'cassandra'): "
+            "pip install 'quickzones[cassandra]'"
+        ) from err
+    return cassandra
+
+
 def cql_release_version_driver(host: str, port: int, timeout: float = 5.0) -> str:
     """The same query through cassandra-driver: proves the real client can connect."""
-    from cassandra import ProtocolVersion
-    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-    from cassandra.policies import RoundRobinPolicy
-
-    profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy(), request_timeout=timeout)
-    cluster = Cluster(
+    driver = cassandra_driver()
+    profile = driver.cluster.ExecutionProfile(
+        load_balancing_policy=driver.policies.RoundRobinPolicy(), request_timeout=timeout
+    )
+    cluster = driver.cluster.Cluster(
         [host],
         port=port,
-        protocol_version=ProtocolVersion.V5,
-        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        protocol_version=driver.ProtocolVersion.V5,
+        execution_profiles={driver.cluster.EXEC_PROFILE_DEFAULT: profile},
         connect_timeout=timeout,
         control_connection_timeout=timeout,
     )
@@ -794,21 +809,19 @@ class LocalCassandra:
     def cluster(self, **kwargs: Any) -> Any:
         """A cassandra-driver Cluster for this node with the settings that avoid driver
         warnings on 5.0: protocol v5, an explicit DC-aware policy, QUORUM/SERIAL defaults."""
-        from cassandra import ConsistencyLevel, ProtocolVersion
-        from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-        from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
-
-        profile = ExecutionProfile(
-            load_balancing_policy=TokenAwarePolicy(
-                DCAwareRoundRobinPolicy(local_dc=kwargs.pop("local_dc", "datacenter1"))
+        driver = cassandra_driver()
+        policies, consistency = driver.policies, driver.ConsistencyLevel
+        profile = driver.cluster.ExecutionProfile(
+            load_balancing_policy=policies.TokenAwarePolicy(
+                policies.DCAwareRoundRobinPolicy(local_dc=kwargs.pop("local_dc", "datacenter1"))
             ),
-            consistency_level=ConsistencyLevel.QUORUM,
-            serial_consistency_level=ConsistencyLevel.SERIAL,
+            consistency_level=consistency.QUORUM,
+            serial_consistency_level=consistency.SERIAL,
             request_timeout=kwargs.pop("request_timeout", 15.0),
         )
-        kwargs.setdefault("protocol_version", ProtocolVersion.V5)
-        kwargs.setdefault("execution_profiles", {EXEC_PROFILE_DEFAULT: profile})
-        return Cluster(self.contact_points, port=self.port, **kwargs)
+        kwargs.setdefault("protocol_version", driver.ProtocolVersion.V5)
+        kwargs.setdefault("execution_profiles", {driver.cluster.EXEC_PROFILE_DEFAULT: profile})
+        return driver.cluster.Cluster(self.contact_points, port=self.port, **kwargs)
 
     # -- context manager -----------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ Linux's own affinity, read from ``/proc``."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import subprocess
@@ -29,6 +30,7 @@ from quickzones.cpu_placement import (
     parse_cpus,
 )
 from quickzones.errors import ConfigurationError
+from quickzones.testing.provision.process import terminate_all
 
 
 class FakeCpus:
@@ -293,13 +295,14 @@ def _worker(app: tuple[Path, str], *args: str, log: str = "worker.log") -> subpr
         )  # fmt: skip
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
+@contextlib.contextmanager
+def _running(app: tuple[Path, str], *args: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A ``quick worker`` (:func:`_worker`) for the block, stopped as SIGTERM stops it."""
+    proc = _worker(app, *args)
     try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        yield proc
+    finally:
+        terminate_all([proc], timeout=30.0)
 
 
 def _enqueue(url: str, job: str, n: int) -> tuple[Quick, list[str]]:
@@ -309,32 +312,25 @@ def _enqueue(url: str, job: str, n: int) -> tuple[Quick, list[str]]:
 
 @linux_two_cpus
 def test_a_worker_runs_its_threads_on_one_cpu_and_its_items_run(app: tuple[Path, str]) -> None:
-    proc = _worker(app)
-    try:
+    with _running(app) as proc:
         assert _wait_for(lambda: "threads placed on CPU" in (app[0] / "worker.log").read_text())
         sets = _cpus_of(proc.pid)
         assert len(sets) == 1 and len(next(iter(sets))) == 1, sets  # every thread, one CPU
         q, ids = _enqueue(app[1], "noop", 50)
         assert _wait_for(lambda: all(q.get("a", "t", i) is None for i in ids)), "not run"
         q.close()
-    finally:
-        _stop(proc)
 
 
 @linux_two_cpus
 def test_cpus_all_leaves_the_threads_where_the_system_puts_them(app: tuple[Path, str]) -> None:
-    proc = _worker(app, "--cpus", "all")
-    try:
+    with _running(app, "--cpus", "all") as proc:
         assert _wait_for(lambda: "quick worker" in (app[0] / "worker.log").read_text())
         assert _cpus_of(proc.pid) == {frozenset(os.sched_getaffinity(0))}
-    finally:
-        _stop(proc)
 
 
 @linux_two_cpus
 def test_processes_each_start_on_a_cpu_of_their_own(app: tuple[Path, str]) -> None:
-    proc = _worker(app, "--processes", "2")
-    try:
+    with _running(app, "--processes", "2") as proc:
         assert _wait_for(lambda: len(_children(proc.pid)) == 2)
         kids = _children(proc.pid)
 
@@ -345,15 +341,12 @@ def test_processes_each_start_on_a_cpu_of_their_own(app: tuple[Path, str]) -> No
             )
 
         assert _wait_for(placed), [_cpus_of(kid) for kid in kids]
-    finally:
-        _stop(proc)
 
 
 @linux_two_cpus
 def test_handlers_that_work_without_the_gil_get_every_cpu(app: tuple[Path, str]) -> None:
-    proc = _worker(app)
     folder, url = app
-    try:
+    with _running(app) as proc:
         assert _wait_for(lambda: "threads placed on CPU" in (folder / "worker.log").read_text())
         q, _ = _enqueue(url, "hash", 400)
         everywhere = frozenset(os.sched_getaffinity(0))
@@ -363,8 +356,6 @@ def test_handlers_that_work_without_the_gil_get_every_cpu(app: tuple[Path, str])
         assert _wait_for(lambda: "threads spread over CPUs" in log.read_text(), 20.0)
         assert _cpus_of(proc.pid) == {everywhere}
         q.close()
-    finally:
-        _stop(proc)
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="only Linux places threads")

@@ -28,11 +28,11 @@ def store() -> Iterator[FDBStore]:
     s.close()
 
 
-def _binding_semaphore() -> Any:
-    """The calling thread's semaphore of the binding's own wait (made on its first use)."""
-    import fdb.impl
-
-    return getattr(fdb.impl._thread_local_storage, "future_block_semaphore", None)
+def _binding_semaphore(binding: Any) -> Any:
+    """The calling thread's semaphore of the binding's own wait (made on its first use).
+    ``binding``: the ``fdb`` module the store loaded (``FDBStore.fdb``), not imported
+    here: the backend alone loads the driver."""
+    return getattr(binding.impl._thread_local_storage, "future_block_semaphore", None)
 
 
 def test_a_consumer_thread_gets_its_values_without_the_network_thread_running_python() -> None:
@@ -45,7 +45,7 @@ def test_a_consumer_thread_gets_its_values_without_the_network_thread_running_py
         ids = [q.enqueue("note", {"n": n}, app="a", tenant="t") for n in range(20)]
         seen["stored"] = [q.get("a", "t", id_) for id_ in ids]
         seen["ran"] = q.run_until_idle()
-        seen["semaphore"] = _binding_semaphore()
+        seen["semaphore"] = _binding_semaphore(q.kv.fdb)
 
     t = threading.Thread(target=in_a_thread)
     t.start()
@@ -111,13 +111,12 @@ def test_the_main_thread_keeps_a_wait_that_a_signal_interrupts(store: FDBStore) 
 
 
 def test_installing_twice_wraps_the_binding_once(store: FDBStore) -> None:
-    import fdb.impl
-
     from quickzones.backends.fdb import waits
 
-    first = fdb.impl.Future.block_until_ready
+    impl = store.fdb.impl  # the binding the store loaded
+    first = impl.Future.block_until_ready
     waits.install(store.fdb)
-    assert fdb.impl.Future.block_until_ready is first
+    assert impl.Future.block_until_ready is first
 
 
 def test_the_simulator_is_left_as_it_is() -> None:
