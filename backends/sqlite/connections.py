@@ -10,8 +10,8 @@ from urllib.parse import quote
 
 from quickzones.backends.sqlite.errors import _is_busy, _is_full, _is_not_a_database, _translate
 from quickzones.backends.sqlite.sql import _QUICK_TABLES, _SCHEMA, add_function
-from quickzones.backends.sqlite.state import SQLiteStoreState, process_id
-from quickzones.backends.sqlite.wal import _BUSY_SLICE_S, WAL_CHECKPOINT_BYTES
+from quickzones.backends.sqlite.state import _BUSY_SLICE_S, SQLiteStoreState, process_id
+from quickzones.backends.sqlite.wal import WAL_CHECKPOINT_BYTES
 from quickzones.errors import NotAQuickStore, StorageError, StoreBusy, StoreNotFound
 from quickzones.store.kv import DATABASE_LOCKED, KVError
 
@@ -32,9 +32,10 @@ class SQLiteConnections(SQLiteStoreState):
             conn = sqlite3.connect(
                 uri,
                 uri=True,
-                # SQLite's own busy handler sleeps in steps of up to 100 ms, which makes
-                # a latency tail whenever another process holds the write lock; it only
-                # covers the first few ms, and _begin_immediate polls finely after that.
+                # SQLite's own busy handler sleeps in steps of 1 ms growing to 100 ms,
+                # which makes a latency tail whenever another process holds the lock:
+                # it covers a few ms of other statements' waits; the write lock is taken
+                # with it off, polled finely (_begin_immediate).
                 timeout=_BUSY_SLICE_S,
                 isolation_level=None,  # we issue BEGIN/COMMIT ourselves
                 check_same_thread=False,  # a connection follows its transaction

@@ -6,9 +6,8 @@ from __future__ import annotations
 import sqlite3
 
 from quickzones.backends.sqlite.checkpointer import PassResult
-from quickzones.backends.sqlite.state import SQLiteStoreState
+from quickzones.backends.sqlite.state import _BUSY_SLICE_MS, SQLiteStoreState
 
-_BUSY_SLICE_S = 0.005
 # The WAL is checkpointed and restarted once it holds this many bytes (see _bound_wal).
 WAL_CHECKPOINT_BYTES = 16 * 1024 * 1024
 # Each WAL frame is a page and this header.
@@ -50,7 +49,7 @@ class WalBound(SQLiteStoreState):
             try:
                 busy, _, _ = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
             finally:
-                conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_SLICE_S * 1000)}")
+                conn.execute(f"PRAGMA busy_timeout = {_BUSY_SLICE_MS}")
             if busy:
                 self._checkpoint_at = wal_bytes + _CHECKPOINT_RETRY_BYTES
             else:
