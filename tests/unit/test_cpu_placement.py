@@ -285,20 +285,29 @@ def app(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     yield tmp_path, url
 
 
-def _worker(app: tuple[Path, str], *args: str, log: str = "worker.log") -> subprocess.Popen[bytes]:
+def _worker(
+    app: tuple[Path, str], *args: str, log: str = "worker.log", favoured: bool = False
+) -> subprocess.Popen[bytes]:
+    """``favoured``: run it at a higher priority where allowed (root), so that a probe
+    measures what its threads can use, not what the host's other processes leave them
+    (a CI run's test processes kept the second CPU busy, and the probe rightly saw no
+    gain in spreading)."""
     folder, url = app
+    nice = ["nice", "-n", "-10"] if favoured and os.geteuid() == 0 else []
     with open(folder / log, "w") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "quickzones", "-v", "worker", "--app-module", "handlers",
-             "--workers", "4", *args],
+            [*nice, sys.executable, "-m", "quickzones", "-v", "worker", "--app-module",
+             "handlers", "--workers", "4", *args],
             cwd=folder, env={**os.environ, "STORE": url}, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
 
 @contextlib.contextmanager
-def _running(app: tuple[Path, str], *args: str) -> Iterator[subprocess.Popen[bytes]]:
+def _running(
+    app: tuple[Path, str], *args: str, favoured: bool = False
+) -> Iterator[subprocess.Popen[bytes]]:
     """A ``quick worker`` (:func:`_worker`) for the block, stopped as SIGTERM stops it."""
-    proc = _worker(app, *args)
+    proc = _worker(app, *args, favoured=favoured)
     try:
         yield proc
     finally:
@@ -346,14 +355,14 @@ def test_processes_each_start_on_a_cpu_of_their_own(app: tuple[Path, str]) -> No
 @linux_two_cpus
 def test_handlers_that_work_without_the_gil_get_every_cpu(app: tuple[Path, str]) -> None:
     folder, url = app
-    with _running(app) as proc:
+    with _running(app, favoured=True) as proc:
         assert _wait_for(lambda: "threads placed on CPU" in (folder / "worker.log").read_text())
-        q, _ = _enqueue(url, "hash", 400)
+        q, _ = _enqueue(url, "hash", 1200)  # busy past the wait below
         everywhere = frozenset(os.sched_getaffinity(0))
         # Four threads hashing: the first probe (2 busy seconds in) finds them using
-        # both CPUs, and they stay spread.
+        # both CPUs, and they stay spread (a later probe, if a busy host hid it at first).
         log = folder / "worker.log"
-        assert _wait_for(lambda: "threads spread over CPUs" in log.read_text(), 20.0)
+        assert _wait_for(lambda: "threads spread over CPUs" in log.read_text(), 45.0)
         assert _cpus_of(proc.pid) == {everywhere}
         q.close()
 

@@ -245,12 +245,19 @@ def test_a_live_pool_never_runs_more_than_the_limit(live_q: Quick) -> None:
     lock = threading.Lock()
     done: list[str] = []
 
+    full = threading.Condition(lock)
+
     def handler(payload: Any, ctx: Any) -> None:
         nonlocal running, most
         cost = 2 if ctx.item.job_type == "digest" else 1
-        with lock:
+        with full:
             running += cost
             most = max(most, running)
+            full.notify_all()
+            # Each holds its slots until the pool is full (or half a second passed): a
+            # 10 ms handler alone overlapped only two deep on a loaded CI host, and the
+            # test then proved nothing about the limit's top.
+            full.wait_for(lambda: running >= 3, timeout=0.5)
         time.sleep(0.01)
         with lock:
             running -= cost
