@@ -281,6 +281,7 @@ def cassandra_driver() -> Any:
     try:
         import cassandra
         import cassandra.cluster
+        import cassandra.concurrent
         import cassandra.policies
     except ImportError as err:
         raise ImportError(

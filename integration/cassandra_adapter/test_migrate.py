@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from integration.cassandra_adapter.helpers import cassandra_url, wait_for
-from integration.cassandra_local import LocalCassandra
+from integration.cassandra_local import LocalCassandra, cassandra_driver
 from quickzones.adapters.cassandra.schema import ITEM_COLUMNS
 from quickzones.cli import main
 from quickzones.client import Quick
@@ -36,7 +36,7 @@ TENANTS = int(os.environ.get("QUICK_MIGRATE_TENANTS", "1000"))
 def _seed(session: Any, keyspace: str, items: int, tenants: int) -> dict[tuple[str, str], set[str]]:
     """Write items straight into the zone table (plain writes: seeding 10k items through
     the enqueue's LWT and pointer transaction would only slow the test down)."""
-    from cassandra.concurrent import execute_concurrent_with_args
+    execute_concurrent_with_args = cassandra_driver().concurrent.execute_concurrent_with_args
 
     cols = ", ".join(ITEM_COLUMNS)
     marks = ", ".join("?" for _ in ITEM_COLUMNS)

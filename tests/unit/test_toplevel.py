@@ -149,14 +149,14 @@ def test_kv_error_is_storage_error() -> None:
 
 
 def test_local_work_items_live_in_the_top_level_queue(q: Quick) -> None:
-    import fdb.tuple
+    from quickzones.store.tuple_layer import fdbtuple  # fdb.tuple, imported in one place
 
     ran = []
     q.job("sweep")(lambda payload, ctx: ran.append(payload))
     item_id = q.enqueue_local("sweep", {"what": "gc"})
     zone = q.toplevel.local_zone(0)
     key = q.keys.item_key(zone, item_id)
-    assert fdb.tuple.unpack(key)[:5] == ("quick", "c", "default", 0, "l")
+    assert fdbtuple.unpack(key)[:5] == ("quick", "c", "default", 0, "l")
     assert q.run_until_idle() == 1 and ran == [{"what": "gc"}]
 
 
