@@ -197,6 +197,8 @@ class Scanner:
         self.rng.shuffle(targets)
         weight = None if self.weighing is None else self.weighing.by_pointer(self.zone_of)
         selection = Selection(cfg, self.rng, weight)
+        room = max(1, self.capacity())  # zones kept at most (below)
+        holds_none = lambda ref: self.held(ref) == 0  # noqa: E731
         any_in_order = False
         competing, crowded = 0, False
         passed_over = False  # vested zones left out for what they hold
@@ -214,7 +216,9 @@ class Scanner:
                 continue
             try:
                 peek = functools.partial(self.peek, cluster, shard)
-                peeked, later, window = peek_window(cfg, in_order, peek, horizon_ms, self._passable)
+                peeked, later, window = peek_window(
+                    cfg, in_order, peek, horizon_ms, self._passable, room, holds_none
+                )
             except StorageError as err:
                 if isinstance(err, StoreLost):
                     self.on_lost(err)
@@ -241,6 +245,12 @@ class Scanner:
             chosen.sort(key=self.held)
         else:  # water-filling by weight: furthest below its weighted share first
             chosen.sort(key=lambda ref: self.held(ref) / weight(ref))
+        # No more zones than the items this consumer may take now (each visited zone with
+        # a vested item takes at least one: Algorithm 1 line 5), those holding fewest
+        # first: 16 chosen for 4 free workers went to visits of which 3 in 4 could lease
+        # nothing, a third of a one-item zone's visit CPU (issue 43 case 3). The rest stay
+        # vested for the next scan (left_vested).
+        del chosen[room:]
         # Vested pointers seen and not chosen (a random sample, or past selection_max).
         self.left_vested = crowded or passed_over or competing > len(chosen)
         self.share = 0 if crowded or not competing else self.capacity() // competing

@@ -48,7 +48,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from quickzones.store import run_figures
-from quickzones.store.keys import KeySpace
+from quickzones.store.keys import KeySpace, tuple_range
 from quickzones.store.kv import KVStore, KVTransaction, pack_i64, run, unpack_i64
 
 # Upper bounds of the histogram's buckets, in ms; the last bucket holds everything slower.
@@ -134,6 +134,14 @@ def add_counts(
     cutoff = minute_of(now_ms) - KEEP_MINUTES
     marker = None if flush_id is None else keys.meta_key(_DONE, minute_of(now_ms), flush_id)
 
+    # Each (app, minute)'s key prefixes packed once, and each tenant's name once: a flush
+    # writes a few keys for each of up to FLUSH_BATCH tenants.
+    heads = {
+        (app, minute): (keys.meta_key(_TENANT, app, minute), keys.meta_key(_TOP, app, minute))
+        for app, minute, _ in per_tenant
+    }
+    named = {tenant: keys.extend(b"", tenant) for _, _, tenant in per_tenant}
+
     def write(tr: KVTransaction) -> bool:
         if marker is not None:
             if tr.get(marker) is not None:
@@ -141,12 +149,14 @@ def add_counts(
             tr.set(marker, b"")
             tr.clear_range(keys.meta_key(_DONE, 0), keys.meta_key(_DONE, cutoff))
         for (app, minute, tenant), n in per_tenant.items():  # read before this adds
-            before = _count(tr, keys, app, minute, tenant)
+            counters, top = heads[(app, minute)]
+            name = named[tenant]
+            before = _count(tr, counters + name)
             if before:
-                tr.clear(keys.meta_key(_TOP, app, minute, -before, tenant))
-            tr.set(keys.meta_key(_TOP, app, minute, -(before + n), tenant), b"")
+                tr.clear(keys.extend(top, -before) + name)
+            tr.set(keys.extend(top, -(before + n)) + name, b"")
         for (app, tenant, minute, bucket), n in counts.items():
-            tr.add(keys.meta_key(_TENANT, app, minute, tenant, bucket), pack_i64(n))
+            tr.add(keys.extend(heads[(app, minute)][0] + named[tenant], bucket), pack_i64(n))
         for (app, minute, bucket), n in per_app.items():
             tr.add(keys.meta_key(_APP, app, minute, bucket), pack_i64(n))
         for app in {app for app, _, _ in per_app}:
@@ -159,10 +169,11 @@ def add_counts(
     return run(kv, write)
 
 
-def _count(tr: KVTransaction, keys: KeySpace, app: str, minute: int, tenant: str) -> int:
+def _count(tr: KVTransaction, prefix: bytes) -> int:
     """A tenant's pickups in one minute as committed (adds of this transaction are not
-    seen: the caller reads before it adds), by a snapshot read of its buckets (at most 14 keys)."""
-    begin, end = keys.meta_range(_TENANT, app, minute, tenant)
+    seen: the caller reads before it adds), by a snapshot read of its buckets (at most 14
+    keys) under ``prefix``, its (app, minute, tenant) counters' packed prefix."""
+    begin, end = tuple_range(prefix)
     return sum(unpack_i64(v) for _, v in tr.get_range(begin, end, snapshot=True))
 
 

@@ -29,19 +29,23 @@ def _zones(tenants: int) -> tuple[Quick, list[int]]:
     return q, vesting
 
 
+# Room for selection_max items (16 workers): a scan may choose selection_max zones.
+ROOMY = ConsumerConfig(in_order=True, workers=16)
+
+
 def test_in_order_scanner_takes_the_oldest_and_counts_the_zones_it_sees() -> None:
     q, vesting = _zones(50)
-    consumer = q.consumer(ConsumerConfig(in_order=True))
+    consumer = q.consumer(ROOMY)
     refs = consumer.scan_once()
     assert [ref.vesting_ms for ref in refs] == vesting[: ConsumerConfig().selection_max]
-    # All 50 seen: the free room (8 workers x 16) is shared over them.
+    # All 50 seen: the free room (16 workers) is shared over them.
     assert consumer.scanner.share == consumer.config.held_bound() // 50
     q.close()
 
 
 def test_more_zones_than_the_window_leave_the_share_unknown() -> None:
     q, vesting = _zones(IN_ORDER_PEEK_MAX + 20)
-    consumer = q.consumer(ConsumerConfig(in_order=True))
+    consumer = q.consumer(ROOMY)
     refs = consumer.scan_once()
     assert [ref.vesting_ms for ref in refs] == vesting[: ConsumerConfig().selection_max]
     assert consumer.scanner.share == 0  # could not see them all: visits of dequeue_max
@@ -76,9 +80,46 @@ def test_zones_set_aside_at_the_head_do_not_hide_the_oldest_others() -> None:
     short window. The scan reads the wider one and still takes the oldest of the others
     (invariant 10), not nothing."""
     q, vesting = _zones(60)
-    consumer = q.consumer(ConsumerConfig(in_order=True))
+    consumer = q.consumer(ROOMY)
     for ref in q.toplevel.peek_pointers(0, 40):
         consumer.scanner.set_aside.failed((ref.cluster, ref.shard, ref.pointer_id), OSError("bad"))
     refs = consumer.scan_once()
     assert [ref.vesting_ms for ref in refs] == vesting[40 : 40 + ConsumerConfig().selection_max]
+    q.close()
+
+
+def test_a_scan_chooses_no_more_zones_than_the_consumer_has_room_for() -> None:
+    """Issue 43 case 3: 4 free workers and 50 one-item zones. The scan peeked 32 pointers
+    and chose 16 zones, and handed 12 of them to visits that could lease nothing
+    (Algorithm 1 line 5 allows 4 items). It peeks 8 and chooses the oldest 4 now, says
+    vested zones are left, and the drain still takes every zone."""
+    q, vesting = _zones(50)
+    consumer = q.consumer(ConsumerConfig(in_order=True, workers=4))
+    windows: list[int] = []
+    peek = consumer.scanner.peek
+
+    def counting(cluster, shard, window, horizon_ms):  # type: ignore[no-untyped-def]
+        windows.append(window)
+        return peek(cluster, shard, window, horizon_ms)
+
+    consumer.scanner.peek = counting
+    refs = consumer.scan_once()
+    assert [ref.vesting_ms for ref in refs] == vesting[:4]
+    assert windows == [8]
+    assert consumer.scanner.left_vested  # more vested zones than it chose: scan again
+    assert consumer.scanner.share == 0  # more zones than room: visits of dequeue_max
+    assert consumer.run_until_idle() == 50
+    q.close()
+
+
+def test_a_short_window_of_zones_it_holds_items_of_reads_the_full_one() -> None:
+    """The short window is read alone only when it holds as many zones the consumer holds
+    nothing of as it has room for: a slot freed while the oldest zones' items are held
+    still goes to the oldest zone holding none further on (fewest held first)."""
+    q, vesting = _zones(40)
+    consumer = q.consumer(ConsumerConfig(in_order=True, workers=4))
+    oldest = {ref.pointer_id for ref in q.toplevel.peek_pointers(0, 10)}
+    consumer.scanner.held = lambda ref: 1 if ref.pointer_id in oldest else 0
+    refs = consumer.scan_once()
+    assert [ref.vesting_ms for ref in refs] == vesting[10:14]
     q.close()
