@@ -270,7 +270,8 @@ class ZoneVisitor:
             )
             self.emit("pointer_leased", zone=v.zone, lag_ms=self.lag_ms(v.ref))
         else:
-            v.pointer = top.lease_pointer(
+            # Written once, by the requeue below, in the same transaction.
+            stored, v.pointer = top.lease_pointer_unwritten(
                 v.ref,
                 rules.pointer_lease_ms,
                 accept=rules.accept_pointer,
@@ -278,6 +279,7 @@ class ZoneVisitor:
                 tr=tr,
                 **ahead,
             )
+            v.stored = (v.ref.shard, stored)
         zone = v.zone
         if rules.weight is not None:
             room = rules.weight(v.ref, zone, v.room, free)
@@ -348,6 +350,7 @@ class ZoneVisitor:
                 lambda t: zones.zone_is_empty(t, zone),
                 min_inactive_ms=rules.min_inactive_ms,
                 active=bool(v.items),
+                stored=v.stored,
                 **inside,
             )
         except StorageError as err:

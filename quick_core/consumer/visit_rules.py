@@ -40,6 +40,9 @@ class ZoneVisit:
     # reserved once; the caller settles it. A map per zone, as ids are unique per zone.
     reserved: dict[str, str] = field(default_factory=dict)
     pointer: Pointer | None = None
+    # Inside a one-transaction visit: (shard, the pointer as stored) of a lease the
+    # requeue writes (TopLevelQueue.lease_pointer_unwritten).
+    stored: tuple[int, Pointer] | None = None
     items: list[WorkItem] = field(default_factory=list)
     corrupt: list[CorruptItem] = field(default_factory=list)
     app_slots: int = 0  # the app's pool-wide concurrency slots the admission took
@@ -59,6 +62,7 @@ class ZoneVisit:
     def clear(self) -> None:
         """Forget a try that did not commit."""
         self.pointer, self.items, self.corrupt, self.app_slots, self.outcome = None, [], [], 0, ""
+        self.stored = None
         self.tenant_hold, self.cut_short, self.error = None, False, None
 
 

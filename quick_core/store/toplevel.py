@@ -465,6 +465,28 @@ class TopLevelQueue:
         pointer vesting within that many ms is leased too, unless another consumer's lease
         on it still runs. ``holder``: the leasing consumer's name, kept in the record
         (``quick explain`` names it)."""
+        stored, leased = self.lease_pointer_unwritten(
+            ref, lease_ms, accept=accept, horizon_ms=horizon_ms, holder=holder, tr=tr
+        )
+        self._move_pointer(tr, ref.shard, stored, leased)
+        return leased
+
+    def lease_pointer_unwritten(
+        self,
+        ref: PointerRef,
+        lease_ms: int,
+        *,
+        accept: Callable[[PointerRef, ZoneId], bool] | None = None,
+        horizon_ms: int = 0,
+        holder: str | None = None,
+        tr: KVTransaction,
+    ) -> tuple[Pointer, Pointer]:
+        """:meth:`lease_pointer`'s reads and checks in ``tr``, not its writes: (the
+        pointer as stored, leased). For a visit that requeues the pointer in the same
+        transaction (:meth:`requeue_pointer` with ``stored``): nothing outside ``tr`` can
+        see the lease, whose writes the requeue would overwrite, so the pointer is
+        written once (a one-item zone's visit wrote its record twice and its vesting
+        index three times)."""
         try:
             pointer = self._read_pointer(tr, ref.shard, ref.pointer_id)
         except CorruptRecord as err:
@@ -491,8 +513,7 @@ class TopLevelQueue:
             local=pointer.local,
             holder=holder,
         )
-        self._move_pointer(tr, ref.shard, pointer, leased)
-        return leased
+        return pointer, leased
 
     @transactional
     def requeue_pointer(
@@ -503,9 +524,14 @@ class TopLevelQueue:
         *,
         min_inactive_ms: int,
         active: bool,
+        stored: tuple[int, Pointer] | None = None,
         tr: KVTransaction = OWN_STORE,
     ) -> str:
         """Release a leased pointer (paper Alg. 2, end of a Manager's visit).
+
+        ``stored``: (shard, the pointer as stored) when ``pointer`` was leased in this
+        same transaction by :meth:`lease_pointer_unwritten`: the requeue moves the stored
+        pointer, read by the lease, without reading it again.
 
         In one transaction that reads the zone: requeue the pointer at the zone's minimum
         vesting time; or, when the zone has been empty for ``min_inactive_ms``, delete it,
@@ -517,9 +543,12 @@ class TopLevelQueue:
         delayed or leased). So a zone is collected only ``min_inactive_ms`` after the last
         visit or enqueue that saw an item in it.
         """
-        shard, current = self._locate(tr, pointer)
-        if current is None or current.lease_id != pointer.lease_id:
-            return "lost"
+        if stored is not None:
+            shard, current = stored  # leased in tr, unwritten: it holds the lease
+        else:
+            shard, current = self._locate(tr, pointer)
+            if current is None or current.lease_id != pointer.lease_id:
+                return "lost"
         now = now_ms(self.clock)
         min_vesting = zone_min_vesting(tr)
         # Last active: the last time a visit saw items in the zone (the paper's measure for
