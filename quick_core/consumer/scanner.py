@@ -181,14 +181,16 @@ class Scanner:
             timeout = max(0.0, min(timeout, until))
         return timeout
 
-    def scan_once(self, horizon_ms: int = 0) -> list[PointerRef]:
+    def scan_once(self, horizon_ms: int = 0, pending: int = 0) -> list[PointerRef]:
         """Peek the shards of every cluster (shuffled) and choose pointers to visit.
 
         In random mode, a random ``selection_frac`` of each shard's peeked pointers (at
         most ``selection_max`` in all) so that consumers spread over zones. In order mode
         (this consumer holds a cluster's election), the oldest vested pointers across all
         that cluster's shards first, so no pointer starves (invariant 10). With
-        ``horizon_ms`` pointers vesting within that many ms count as vested.
+        ``horizon_ms`` pointers vesting within that many ms count as vested. ``pending``:
+        zones handed to visits that have not taken their items yet (each will take at
+        least one of the consumer's room, if it has one vested).
         """
         cfg = self.config
         # Before the peeks: a commit after this is one the scan may have missed.
@@ -197,7 +199,7 @@ class Scanner:
         self.rng.shuffle(targets)
         weight = None if self.weighing is None else self.weighing.by_pointer(self.zone_of)
         selection = Selection(cfg, self.rng, weight)
-        room = max(1, self.capacity())  # zones kept at most (below)
+        room = max(1, self.capacity() - pending)  # zones kept at most (below)
         holds_none = lambda ref: self.held(ref) == 0  # noqa: E731
         any_in_order = False
         competing, crowded = 0, False
@@ -315,9 +317,13 @@ class Scanner:
             free = cfg.managers - len(visiting)
             submitted = 0
             found_nothing = False  # this pass scanned and chose no pointer
-            if free > 0 and self.capacity() > 0:
+            # Zones handed to visits still running: each takes room when it leases, so
+            # a scan meanwhile chooses for what is left (a scan for room they were about
+            # to take handed its zones to visits that leased nothing).
+            if free > 0 and self._room_beyond(visiting):
                 if not selected or mono - selected_at > cfg.idle_sleep_s * 10:
-                    selected = deque(self.scan_once(self.lookahead_ms))
+                    pending = sum(len(keys) for keys in visiting.values())
+                    selected = deque(self.scan_once(self.lookahead_ms, pending))
                     selected_at = time.monotonic()
                     found_nothing = not selected
                 busy = {key for keys in visiting.values() for key in keys}
@@ -334,17 +340,23 @@ class Scanner:
                         continue
                     visiting[managers.submit(visit, batch)] = [_visit_key(r) for r in batch]
                     submitted += 1
+            room = self._room_beyond(visiting)
             if not visiting:
                 self.idle_wait(stopping, on_commits=found_nothing)
-            elif free <= 0 or not selected:
-                # Managers all busy, or every selected pointer handed out: go on when a
-                # manager frees up (or after the idle sleep), not at once; with a manager
-                # free, also when the next pointer vests (a timer is not held up by a
-                # visit to another zone).
-                if free > submitted and submitted and self.left_vested:
-                    continue  # managers still free and vested pointers left: scan again
+            elif free <= 0 or not selected or not room:
+                # Managers all busy, every selected pointer handed out, or the room all
+                # promised to visits running: go on when a manager frees up (or after the
+                # idle sleep), not at once; with a manager free, also when the next
+                # pointer vests (a timer is not held up by a visit to another zone).
+                if free > submitted and submitted and self.left_vested and room:
+                    continue  # managers and room free, vested pointers left: scan again
                 timeout = cfg.idle_sleep_s if free <= 0 else self.until_next_vesting()
                 futures.wait(visiting, timeout, futures.FIRST_COMPLETED)
+
+    def _room_beyond(self, visiting: dict[Future[int], list[tuple[str, int, str]]]) -> bool:
+        """Whether the consumer has room for items beyond the zones handed to the visits
+        still running (each takes some when it leases)."""
+        return self.capacity() > sum(len(keys) for keys in visiting.values())
 
     def _visits_failed(
         self, finished: dict[Future[int], list[tuple[str, int, str]]], stopping: threading.Event

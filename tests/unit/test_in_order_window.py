@@ -7,6 +7,10 @@ than it could see (share 0: visits stay at ``dequeue_max``); ``peek_max`` still 
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from quickzones.client import Quick
@@ -123,3 +127,36 @@ def test_a_short_window_of_zones_it_holds_items_of_reads_the_full_one() -> None:
     refs = consumer.scan_once()
     assert [ref.vesting_ms for ref in refs] == vesting[10:14]
     q.close()
+
+
+def test_a_running_consumer_chooses_about_one_zone_per_item_it_can_take(
+    tmp_path: Path,
+) -> None:
+    """The threaded consumer, as ``quick worker --workers 4`` runs it, over 200 one-item
+    zones: each scan chose 16 zones for the room of 4 free workers, and scanned again
+    while its visits had not yet taken that room, so about four zones were chosen (and
+    visits run) for every item a visit could lease. Now a scan chooses for the room its
+    running visits leave, and the zones chosen stay near the items."""
+    q = Quick.open(f"sqlite:///{tmp_path / 'q.db'}")
+    try:
+        q.job("j")(lambda payload, ctx: None)
+        for t in range(200):
+            q.enqueue("j", b"", app="a", tenant=f"t{t:04d}")
+        chosen: list[int] = []
+
+        def observe(event: str, fields: dict[str, Any]) -> None:
+            if event == "scan":
+                chosen.append(fields["pointers"])
+
+        consumer = q.consumer(ConsumerConfig(workers=4), observer=observe)
+        consumer.start()
+        try:
+            deadline = time.monotonic() + 60
+            while consumer.stats["completed"] < 200 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            consumer.stop()
+        assert consumer.stats["completed"] == 200
+        assert sum(chosen) <= 300, f"{sum(chosen)} zones chosen for 200 items"
+    finally:
+        q.close()
