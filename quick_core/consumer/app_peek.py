@@ -27,7 +27,7 @@ class AppPointers:
     def peek(
         self, app: str | None, cluster: Cluster, shard: int, window: int, horizon_ms: int
     ) -> tuple[list[PointerRef], int | None]:
-        """The Scanner's peek (:data:`~quickzones.consumer.scanner.Peek`) for a pull
+        """The Scanner's peek (:data:`~quickzones.consumer.selection.Peek`) for a pull
         lease: vested pointers of one shard whose zone
         belongs to ``app`` (None: any app but the cluster's local work), oldest first, at
         most ``window``, reading up to ``pages_max`` windows past other apps' pointers;

@@ -34,7 +34,7 @@ from typing import Any
 from quickzones.clock import Clock, SystemClock
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.pool import DaemonPool
-from quickzones.consumer.selection import Selection, peek_window
+from quickzones.consumer.selection import Peek, Selection, peek_shard, peek_window, weighed
 from quickzones.consumer.set_aside import SetAside, elapsed
 from quickzones.consumer.state import Cluster
 from quickzones.consumer.visit import ZoneVisitsFailed
@@ -111,7 +111,7 @@ class Scanner:
         self.on_lost = on_lost  # the store went away (its file deleted): the consumer stops
         # How a shard is peeked: its vested pointers (a pull leaser's: of one app's zones,
         # paging past others'), and the first vesting time after them.
-        self.peek: Peek = peek or _peek_shard
+        self.peek: Peek = peek or peek_shard
         self.zone_of = zone_of  # each pointer's zone where the peek read it (for weights)
 
     def wake(self) -> None:
@@ -189,8 +189,7 @@ class Scanner:
         (this consumer holds a cluster's election), the oldest vested pointers across all
         that cluster's shards first, so no pointer starves (invariant 10). With
         ``horizon_ms`` pointers vesting within that many ms count as vested. ``pending``:
-        zones handed to visits that have not taken their items yet (each will take at
-        least one of the consumer's room, if it has one vested).
+        zones handed to visits that have not yet taken the room they will take.
         """
         cfg = self.config
         # Before the peeks: a commit after this is one the scan may have missed.
@@ -231,7 +230,7 @@ class Scanner:
             # Zones holding enough of this consumer's items are passed over, as if
             # crowded out: still vested (left_vested), not in the share.
             mark = cfg.skip_held_mark()
-            enough = [ref for ref in peeked if self.held(ref) >= _weighed(mark, ref, weight)]
+            enough = [ref for ref in peeked if self.held(ref) >= weighed(mark, ref, weight)]
             if enough:
                 passed_over = True
                 peeked = [ref for ref in peeked if ref not in enough]
@@ -247,11 +246,8 @@ class Scanner:
             chosen.sort(key=self.held)
         else:  # water-filling by weight: furthest below its weighted share first
             chosen.sort(key=lambda ref: self.held(ref) / weight(ref))
-        # No more zones than the items this consumer may take now (each visited zone with
-        # a vested item takes at least one: Algorithm 1 line 5), those holding fewest
-        # first: 16 chosen for 4 free workers went to visits of which 3 in 4 could lease
-        # nothing, a third of a one-item zone's visit CPU (issue 43 case 3). The rest stay
-        # vested for the next scan (left_vested).
+        # No more zones than the room (Algorithm 1 line 5: 16 for 4 free workers went to
+        # visits of which 3 in 4 leased nothing); the rest stay vested (left_vested).
         del chosen[room:]
         # Vested pointers seen and not chosen (a random sample, or past selection_max).
         self.left_vested = crowded or passed_over or competing > len(chosen)
@@ -317,9 +313,7 @@ class Scanner:
             free = cfg.managers - len(visiting)
             submitted = 0
             found_nothing = False  # this pass scanned and chose no pointer
-            # Zones handed to visits still running: each takes room when it leases, so
-            # a scan meanwhile chooses for what is left (a scan for room they were about
-            # to take handed its zones to visits that leased nothing).
+            # Visits running take room when they lease: a scan chooses for what is left.
             if free > 0 and self._room_beyond(visiting):
                 if not selected or mono - selected_at > cfg.idle_sleep_s * 10:
                     pending = sum(len(keys) for keys in visiting.values())
@@ -397,21 +391,6 @@ class Scanner:
         self.emit("visits_backed_off", failures=in_a_row, wait_s=round(wait_s, 3))
         stopping.wait(wait_s)
         return True
-
-
-# (cluster, shard, window, horizon_ms) -> the shard's vested pointers, oldest first, at
-# most ``window``, and the vesting time of the first one not yet vested (None: unknown).
-Peek = Callable[[Cluster, int, int, int], tuple[list[PointerRef], int | None]]
-
-
-def _peek_shard(
-    cluster: Cluster, shard: int, window: int, horizon_ms: int
-) -> tuple[list[PointerRef], int | None]:
-    return cluster.toplevel.peek(shard, window, horizon_ms=horizon_ms)
-
-
-def _weighed(held: int, ref: PointerRef, weight: Callable[[PointerRef], float] | None) -> float:
-    return held if weight is None else held * weight(ref)
 
 
 def _visit_key(ref: PointerRef) -> tuple[str, int, str]:

@@ -18,6 +18,7 @@ import random
 from collections.abc import Callable, Sequence
 
 from quickzones.consumer.config import ConsumerConfig
+from quickzones.consumer.state import Cluster
 from quickzones.store.toplevel import PointerRef
 
 # The most pointers the in-order scanner (the election's holder) peeks a shard, at most
@@ -143,3 +144,20 @@ class Selection:
         cap = self.config.selection_max
         chosen = sorted(self.ordered, key=lambda ref: ref.vesting_ms)[:cap]
         return chosen + self.sampled[: cap - len(chosen)]
+
+
+# (cluster, shard, window, horizon_ms) -> the shard's vested pointers, oldest first, at
+# most ``window``, and the vesting time of the first one not yet vested (None: unknown).
+Peek = Callable[[Cluster, int, int, int], tuple[list[PointerRef], int | None]]
+
+
+def peek_shard(
+    cluster: Cluster, shard: int, window: int, horizon_ms: int
+) -> tuple[list[PointerRef], int | None]:
+    """The scanner's own :data:`Peek`: the shard's top-level queue."""
+    return cluster.toplevel.peek(shard, window, horizon_ms=horizon_ms)
+
+
+def weighed(held: int, ref: PointerRef, weight: Callable[[PointerRef], float] | None) -> float:
+    """``held`` items of a zone weighted by its tenant's weight (None: 1)."""
+    return held if weight is None else held * weight(ref)

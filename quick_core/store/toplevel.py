@@ -543,12 +543,10 @@ class TopLevelQueue:
         delayed or leased). So a zone is collected only ``min_inactive_ms`` after the last
         visit or enqueue that saw an item in it.
         """
-        if stored is not None:
-            shard, current = stored  # leased in tr, unwritten: it holds the lease
-        else:
-            shard, current = self._locate(tr, pointer)
-            if current is None or current.lease_id != pointer.lease_id:
-                return "lost"
+        located = stored or self._locate(tr, pointer)  # stored: leased in tr, unwritten
+        shard, current = located
+        if current is None or (stored is None and current.lease_id != pointer.lease_id):
+            return "lost"
         now = now_ms(self.clock)
         min_vesting = zone_min_vesting(tr)
         # Last active: the last time a visit saw items in the zone (the paper's measure for
