@@ -150,4 +150,8 @@ def test_a_server_down_for_seconds_is_logged_in_a_few_lines(
     assert not any("Traceback" in line for line in lines), f"tracebacks logged:\n{shown}"
     # A record's continuation lines (psycopg's messages span several) are indented.
     records = [line for line in lines if line and not line[0].isspace()]
+    # Not the outage's: when it outlasts the scanner election's lease (the reconnect
+    # took 5.2 s under a loaded CI run), the consumer is elected again, one INFO line
+    # with the new term, as after any lapse of the lease.
+    records = [line for line in records if " is the in-order scanner of " not in line]
     assert len(records) <= 6, f"{len(records)} records logged about a 3 s outage:\n{shown}"
