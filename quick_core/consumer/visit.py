@@ -271,7 +271,7 @@ class ZoneVisitor:
             self.emit("pointer_leased", zone=v.zone, lag_ms=self.lag_ms(v.ref))
         else:
             # Written once, by the requeue below, in the same transaction.
-            stored, v.pointer = top.lease_pointer_unwritten(
+            stored, v.pointer = top.lease_pointer(
                 v.ref,
                 rules.pointer_lease_ms,
                 accept=rules.accept_pointer,

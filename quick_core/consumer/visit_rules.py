@@ -41,7 +41,7 @@ class ZoneVisit:
     reserved: dict[str, str] = field(default_factory=dict)
     pointer: Pointer | None = None
     # Inside a one-transaction visit: (shard, the pointer as stored) of a lease the
-    # requeue writes (TopLevelQueue.lease_pointer_unwritten).
+    # requeue writes (TopLevelQueue.lease_pointer).
     stored: tuple[int, Pointer] | None = None
     items: list[WorkItem] = field(default_factory=list)
     corrupt: list[CorruptItem] = field(default_factory=list)

@@ -439,39 +439,18 @@ class TopLevelQueue:
         tr = self.kv.create_transaction()
         try:
             tr.set_causal_read_risky()
-            result = self.lease_pointer(
+            stored, leased = self.lease_pointer(
                 ref, lease_ms, accept=accept, horizon_ms=horizon_ms, holder=holder, tr=tr
             )
+            self._move_pointer(tr, ref.shard, stored, leased)
             tr.commit()
-            return result
+            return leased
         except KVError as err:
             if err.code == 1020:
                 raise ZoneLeaseFailed("conflict") from err
             raise ZoneLeaseFailed(err.name) from err
 
-    @transactional
     def lease_pointer(
-        self,
-        ref: PointerRef,
-        lease_ms: int,
-        *,
-        accept: Callable[[PointerRef, ZoneId], bool] | None = None,
-        horizon_ms: int = 0,
-        holder: str | None = None,
-        tr: KVTransaction = OWN_STORE,
-    ) -> Pointer:
-        """The pointer lease's writes inside ``tr`` (see :meth:`obtain_pointer_lease`);
-        raises ZoneLeaseFailed "gone", "moved" or "not_routed". With ``horizon_ms`` a
-        pointer vesting within that many ms is leased too, unless another consumer's lease
-        on it still runs. ``holder``: the leasing consumer's name, kept in the record
-        (``quick explain`` names it)."""
-        stored, leased = self.lease_pointer_unwritten(
-            ref, lease_ms, accept=accept, horizon_ms=horizon_ms, holder=holder, tr=tr
-        )
-        self._move_pointer(tr, ref.shard, stored, leased)
-        return leased
-
-    def lease_pointer_unwritten(
         self,
         ref: PointerRef,
         lease_ms: int,
@@ -481,12 +460,17 @@ class TopLevelQueue:
         holder: str | None = None,
         tr: KVTransaction,
     ) -> tuple[Pointer, Pointer]:
-        """:meth:`lease_pointer`'s reads and checks in ``tr``, not its writes: (the
-        pointer as stored, leased). For a visit that requeues the pointer in the same
-        transaction (:meth:`requeue_pointer` with ``stored``): nothing outside ``tr`` can
-        see the lease, whose writes the requeue would overwrite, so the pointer is
-        written once (a one-item zone's visit wrote its record twice and its vesting
-        index three times)."""
+        """The pointer lease's reads and checks inside ``tr``: (the pointer as stored,
+        leased); raises ZoneLeaseFailed "gone", "moved" or "not_routed". With
+        ``horizon_ms`` a pointer vesting within that many ms is leased too, unless another
+        consumer's lease on it still runs. ``holder``: the leasing consumer's name, kept
+        in the record (``quick explain`` names it).
+
+        It writes nothing: :meth:`obtain_pointer_lease` writes the lease; a visit that
+        requeues the pointer in the same transaction (:meth:`requeue_pointer` with
+        ``stored``) writes the pointer once, as nothing outside ``tr`` can see the lease
+        (a one-item zone's visit wrote its record twice and its vesting index three
+        times)."""
         try:
             pointer = self._read_pointer(tr, ref.shard, ref.pointer_id)
         except CorruptRecord as err:
@@ -530,7 +514,7 @@ class TopLevelQueue:
         """Release a leased pointer (paper Alg. 2, end of a Manager's visit).
 
         ``stored``: (shard, the pointer as stored) when ``pointer`` was leased in this
-        same transaction by :meth:`lease_pointer_unwritten`: the requeue moves the stored
+        same transaction by :meth:`lease_pointer`: the requeue moves the stored
         pointer, read by the lease, without reading it again.
 
         In one transaction that reads the zone: requeue the pointer at the zone's minimum
