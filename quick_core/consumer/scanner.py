@@ -35,12 +35,11 @@ from quickzones.clock import Clock, SystemClock
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.pool import DaemonPool
 from quickzones.consumer.selection import Peek, Selection, peek_shard, peek_window, weighed
-from quickzones.consumer.set_aside import SetAside, elapsed
+from quickzones.consumer.set_aside import ScanFailures, SetAside, elapsed, visit_key
 from quickzones.consumer.state import Cluster
-from quickzones.consumer.visit import ZoneVisitsFailed
 from quickzones.consumer.weighing import Weighing
 from quickzones.errors import StorageError, StoreLost
-from quickzones.repeated_failure import RepeatedFailure, backoff
+from quickzones.repeated_failure import RepeatedFailure
 from quickzones.store.changes import CommitWatcher
 from quickzones.store.records import ZoneId
 from quickzones.store.toplevel import PointerRef
@@ -100,15 +99,13 @@ class Scanner:
         # counters read just before the last scan began.
         self.watchers = list(watchers)
         self._versions: list[int | None] = [None] * len(self.watchers)
-        # Visits that raised (a full store, say): logged once per interval with a count,
-        # and the next scan waits a capped backoff instead of retrying at once.
-        self.visit_failures = RepeatedFailure(log, "manager visits")
         # Zones whose visits failed on their own, each passed over on its own backoff
-        # (quickzones.consumer.set_aside); the backoff above is left for the store's
-        # failures: visits of two zones or more failing with none working between.
+        # (quickzones.consumer.set_aside); the store's failures back the scanner off.
         self.set_aside = set_aside or SetAside(emit, monotonic=elapsed(self.clock))
-        self._failing: set[tuple[str, int, str] | None] = set()  # None: not a zone's
         self.on_lost = on_lost  # the store went away (its file deleted): the consumer stops
+        self.failures = ScanFailures(
+            self.set_aside, RepeatedFailure(log, "manager visits"), on_lost
+        )
         # How a shard is peeked: its vested pointers (a pull leaser's: of one app's zones,
         # paging past others'), and the first vesting time after them.
         self.peek: Peek = peek or peek_shard
@@ -181,7 +178,9 @@ class Scanner:
             timeout = max(0.0, min(timeout, until))
         return timeout
 
-    def scan_once(self, horizon_ms: int = 0, pending: int = 0) -> list[PointerRef]:
+    def scan_once(
+        self, horizon_ms: int = 0, pending: int = 0, *, watch: bool = True
+    ) -> list[PointerRef]:
         """Peek the shards of every cluster (shuffled) and choose pointers to visit.
 
         In random mode, a random ``selection_frac`` of each shard's peeked pointers (at
@@ -190,10 +189,12 @@ class Scanner:
         that cluster's shards first, so no pointer starves (invariant 10). With
         ``horizon_ms`` pointers vesting within that many ms count as vested. ``pending``:
         zones handed to visits that have not yet taken the room they will take.
+        ``watch``: read the commit counters first, for :meth:`idle_wait` after it.
         """
         cfg = self.config
-        # Before the peeks: a commit after this is one the scan may have missed.
-        self._versions = [watcher.version() for watcher in self.watchers]
+        if watch:
+            # Before the peeks: a commit after this is one the scan may have missed.
+            self._versions = [watcher.version() for watcher in self.watchers]
         targets = [(c, shard) for c in self.clusters.values() for shard in range(c.toplevel.shards)]
         self.rng.shuffle(targets)
         weight = None if self.weighing is None else self.weighing.by_pointer(self.zone_of)
@@ -260,9 +261,7 @@ class Scanner:
     def _passable(self, peeked: list[PointerRef]) -> list[PointerRef]:
         """``peeked`` less another app's zones (routing) and those set aside."""
         return [
-            ref
-            for ref in peeked
-            if not self.skip(ref) and not self.set_aside.holds(_visit_key(ref))
+            ref for ref in peeked if not self.skip(ref) and not self.set_aside.holds(visit_key(ref))
         ]
 
     def run(
@@ -287,6 +286,7 @@ class Scanner:
         visiting: dict[Future[int], list[tuple[str, int, str]]] = {}
         selected: deque[PointerRef] = deque()
         selected_at = 0.0
+        found_none_last = True  # the last scan chose nothing (or none was made yet)
         while not stopping.is_set():
             mono = time.monotonic()
             if mono >= next_election:
@@ -317,22 +317,28 @@ class Scanner:
             if free > 0 and self._room_beyond(visiting):
                 if not selected or mono - selected_at > cfg.idle_sleep_s * 10:
                     pending = sum(len(keys) for keys in visiting.values())
-                    selected = deque(self.scan_once(self.lookahead_ms, pending))
+                    # Commit counters (for the idle wait) read only while scans find
+                    # nothing; a scan without them that found nothing, before that wait,
+                    # is made again with them (tests/unit/test_scanner_commit_counters.py).
+                    watch = found_none_last
+                    selected = deque(self.scan_once(self.lookahead_ms, pending, watch=watch))
+                    if not selected and not watch and not visiting:
+                        selected = deque(self.scan_once(self.lookahead_ms, pending))
                     selected_at = time.monotonic()
-                    found_nothing = not selected
+                    found_nothing = found_none_last = not selected
                 busy = {key for keys in visiting.values() for key in keys}
                 while selected and submitted < free:
                     # Batched visits: up to visits_per_transaction pointers per manager.
                     batch: list[PointerRef] = []
                     while selected and len(batch) < cfg.visits_at_once():
                         ref = selected.popleft()
-                        key = _visit_key(ref)
+                        key = visit_key(ref)
                         if key not in busy and not self.set_aside.holds(key):
-                            busy.add(_visit_key(ref))
+                            busy.add(visit_key(ref))
                             batch.append(ref)
                     if not batch:
                         continue
-                    visiting[managers.submit(visit, batch)] = [_visit_key(r) for r in batch]
+                    visiting[managers.submit(visit, batch)] = [visit_key(r) for r in batch]
                     submitted += 1
             room = self._room_beyond(visiting)
             if not visiting:
@@ -355,43 +361,12 @@ class Scanner:
     def _visits_failed(
         self, finished: dict[Future[int], list[tuple[str, int, str]]], stopping: threading.Event
     ) -> bool:
-        """Count the finished visits that raised. A zone whose visit failed is set aside
-        on its own backoff; the visits of other zones go on. After failures that are not
-        one zone's (two zones or more failing, no visit working between them: the store
-        refuses every commit, say), wait a backoff that grows with the failures in a row
-        (at most 5 s), so such a store is not retried hot. True when it waited."""
-        for f, keys in finished.items():
-            err = f.exception()
-            if isinstance(err, StoreLost):
-                self.on_lost(err)
-                continue
-            failed = (
-                {_visit_key(ref): e for ref, e in err.failed}
-                if isinstance(err, ZoneVisitsFailed)
-                else {}
-            )
-            worked = [key for key in keys if key not in failed] if err is None or failed else []
-            for key in worked:
-                self.set_aside.succeeded(key)
-            if worked:
-                self.visit_failures.succeeded()
-                self._failing.clear()
-            if err is None:
-                continue
-            self.visit_failures.failed(err)
-            for key, cause in failed.items():
-                self.set_aside.failed(key, cause)
-            if not worked:  # a visit with zones that worked: the store works
-                self._failing.update(failed or [None])
-        in_a_row = self.visit_failures.failures
-        store_wide = None in self._failing or len(self._failing) > 1
-        if not in_a_row or not store_wide or all(f.exception() is None for f in finished):
+        """Count the finished visits (:class:`ScanFailures`); after failures of the store
+        as a whole, wait its backoff. True when it waited."""
+        wait_s = self.failures.count(finished)
+        if wait_s is None:
             return False
-        wait_s = backoff(in_a_row, base_s=0.05)
+        in_a_row = self.failures.visits.failures
         self.emit("visits_backed_off", failures=in_a_row, wait_s=round(wait_s, 3))
         stopping.wait(wait_s)
         return True
-
-
-def _visit_key(ref: PointerRef) -> tuple[str, int, str]:
-    return ref.cluster, ref.shard, ref.pointer_id

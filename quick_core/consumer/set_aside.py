@@ -15,13 +15,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from quickzones.clock import Clock, ElapsedClock
-from quickzones.repeated_failure import backoff
+from quickzones.consumer.visit import ZoneVisitsFailed
+from quickzones.errors import StoreLost
+from quickzones.repeated_failure import RepeatedFailure, backoff
 
 if TYPE_CHECKING:
-    from quickzones.consumer.visit import ZoneVisitsFailed
     from quickzones.store.toplevel import PointerRef
 
 # A zone's first retry within 0.05-0.1 s, doubling to at most 10 s between tries.
@@ -111,13 +113,13 @@ class VisitFailures:
 
     def failed(self, err: ZoneVisitsFailed) -> None:
         for pointer, cause in err.failed:
-            self.set_aside.failed((pointer.cluster, pointer.shard, pointer.pointer_id), cause)
+            self.set_aside.failed(visit_key(pointer), cause)
         if err.visited > len(err.failed):
             self.failing.clear()  # zones visited with them worked: the store works
         self.failing.append(err)
 
     def worked(self, ref: PointerRef) -> None:
-        self.set_aside.succeeded((ref.cluster, ref.shard, ref.pointer_id))
+        self.set_aside.succeeded(visit_key(ref))
         self.failing.clear()
 
     def store_failing(self, *, zones: int = 2) -> None:
@@ -125,3 +127,59 @@ class VisitFailures:
         between."""
         if sum(len(err.failed) for err in self.failing) >= zones:
             raise self.failing[-1]
+
+
+def visit_key(ref: PointerRef) -> Key:
+    return ref.cluster, ref.shard, ref.pointer_id
+
+
+class ScanFailures:
+    """The finished visits of a consumer's scanner, counted: a zone whose visit failed
+    is set aside on its own backoff and the visits of other zones go on. After failures
+    that are not one zone's (two zones or more failing, no visit working between them:
+    the store refuses every commit, say), the scanner waits a backoff that grows with the
+    failures in a row (at most 5 s), so such a store is not retried hot."""
+
+    def __init__(
+        self,
+        set_aside: SetAside,
+        visits: RepeatedFailure,
+        on_lost: Callable[[StoreLost], None],
+    ) -> None:
+        self.set_aside = set_aside
+        # Visits that raised (a full store, say): logged once per interval with a count.
+        self.visits = visits
+        self.on_lost = on_lost
+        self._failing: set[Key | None] = set()  # None: not a zone's
+
+    def count(self, finished: dict[Future[int], list[Key]]) -> float | None:
+        """Count ``finished`` (each visit's future and its zones); the seconds to back
+        off when the store as a whole is failing, else None."""
+        for f, keys in finished.items():
+            err = f.exception()
+            if isinstance(err, StoreLost):
+                self.on_lost(err)
+                continue
+            failed = (
+                {visit_key(ref): e for ref, e in err.failed}
+                if isinstance(err, ZoneVisitsFailed)
+                else {}
+            )
+            worked = [key for key in keys if key not in failed] if err is None or failed else []
+            for key in worked:
+                self.set_aside.succeeded(key)
+            if worked:
+                self.visits.succeeded()
+                self._failing.clear()
+            if err is None:
+                continue
+            self.visits.failed(err)
+            for key, cause in failed.items():
+                self.set_aside.failed(key, cause)
+            if not worked:  # a visit with zones that worked: the store works
+                self._failing.update(failed or [None])
+        in_a_row = self.visits.failures
+        store_wide = None in self._failing or len(self._failing) > 1
+        if not in_a_row or not store_wide or all(f.exception() is None for f in finished):
+            return None
+        return backoff(in_a_row, base_s=0.05)
