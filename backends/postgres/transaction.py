@@ -199,6 +199,7 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         if self._known is None:
             self._seen = row[0].decode()
             self._read_version = int(row[1])
+            self._store.known.noted(self._read_version)
         return rows
 
     def _read_key(self, key: bytes) -> bytes | None:
@@ -250,6 +251,7 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
                     keep=keep,
                 )
                 store.foreign.made(version)  # made known only by COMMIT's answer
+                store.known.noted(version)
                 if keep is not None and keep.snapshot:
                     store.known.learned(keep)
             except BaseException as err:

@@ -153,3 +153,42 @@ def test_a_try_that_read_stale_kept_values_is_retried_at_once_and_uncounted(
     tr.set(b"\x15\x07mark", b"x")
     assert tr.get_many(keys)[1] is None  # read afresh: the pointer was collected
     tr.commit()
+
+
+def test_a_snapshot_many_commits_behind_is_not_used() -> None:
+    """A zone enqueued into again after other zones' enqueues (a small tenant's usual
+    enqueue) had its reads answered from a snapshot hundreds of commits old, so its
+    commit's check read every one of those commits' log rows on the server (300 rows,
+    3-4 ms, its locks held meanwhile). Past MOST_BEHIND commits it reads afresh."""
+    from quickzones.backends.postgres.known_reads import MOST_BEHIND, KnownReads, Seen
+
+    known = KnownReads(fresh_s=60.0)
+    seen = Seen("10:10:", 100, 0.0, {b"layout": b"x", b"index": b"p"})
+    known.learned(seen)
+    assert known.lookup([b"layout", b"index"], 1.0) is seen
+    known.noted(100 + MOST_BEHIND)
+    assert known.lookup([b"layout", b"index"], 1.0) is seen
+    known.noted(100 + MOST_BEHIND + 1)
+    assert known.lookup([b"layout", b"index"], 1.0) is None
+
+
+def test_an_enqueue_after_many_other_commits_reads_afresh() -> None:
+    """The store notes its commits' versions: after more than MOST_BEHIND enqueues into
+    other zones, what it kept of ``Z`` is not used; the enqueue lands all the same."""
+    from quickzones.backends.postgres.known_reads import MOST_BEHIND
+
+    q = _open(postgres_store_url())
+    try:
+        for n in range(2):  # the second keeps what it read (the first made the pointer)
+            q.enqueue("job", {"n": n}, app=Z.app, tenant=Z.tenant)
+        top = q.toplevel
+        keys = [top.layout_key, top.keys.pointer_index_key(top.cluster, top.shard_for(Z), Z)]
+        now = q.kv.clock.now()
+        assert q.kv.known.lookup(keys, now) is not None
+        for n in range(MOST_BEHIND + 1):
+            q.enqueue("job", {"n": n}, app=Z.app, tenant=f"other-{n}")
+        assert q.kv.known.lookup(keys, q.kv.clock.now()) is None
+        q.enqueue("job", {"n": 2}, app=Z.app, tenant=Z.tenant)
+        assert q.zones.count(Z) == 3
+    finally:
+        q.close()
