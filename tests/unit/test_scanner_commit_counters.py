@@ -9,7 +9,6 @@ between that peek and the wait still wakes it (the guarantee the read is there f
 
 from __future__ import annotations
 
-import random
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -18,9 +17,9 @@ from typing import Any
 
 from quickzones.client import Quick
 from quickzones.consumer import ConsumerConfig
-from quickzones.consumer.scanner import Scanner
 from quickzones.consumer.state import Cluster
 from quickzones.store.toplevel import PointerRef
+from tests.scanner_alone import scanner_alone
 from tests.waiting import wait_for
 
 BUSY_SCANS = 5
@@ -67,16 +66,12 @@ def test_busy_scans_skip_the_commit_counters_and_the_idle_wait_watches_from_befo
 ) -> None:
     q = Quick.open(f"sqlite:///{tmp_path / 'q.db'}")
     script = Script()
-    cluster = Cluster(q.zones, q.toplevel)
-    scanner = Scanner(
+    scanner = scanner_alone(
+        q,
         ConsumerConfig(idle_sleep_s=0.01, commit_poll_s=0.01),
-        {cluster.name: cluster},
-        random.Random(1),
-        in_order_for=lambda name: True,
-        refresh_election=lambda: None,
-        capacity=lambda: 4,
-        emit=lambda event, **fields: None,
-        watchers=[script],  # type: ignore[list-item]
+        in_order=True,
+        capacity=4,
+        watchers=[script],
         peek=script.peek,
     )
     stopping = threading.Event()

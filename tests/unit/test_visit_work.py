@@ -5,17 +5,15 @@ small tenant's pickup. Counted here, not timed (``bench.demo_pickup`` times it).
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 from typing import Any
 
 from quickzones.client import Quick
 from quickzones.consumer import ConsumerConfig
-from quickzones.consumer.scanner import Scanner
-from quickzones.consumer.state import Cluster
 from quickzones.consumer.weighing import Weighing
 from quickzones.store.records import ZoneId
 from quickzones.store.weights import Weights
+from tests.scanner_alone import scanner_alone
 
 TENANTS = 12
 
@@ -41,17 +39,14 @@ def test_a_scan_looks_each_pointers_weight_up_once(q: Quick) -> None:
     for zone in zones:
         q.enqueue("job", b"", app=zone.app, tenant=zone.tenant)
     weights = CountedWeights(q.tenant_weights)
-    cluster = Cluster(q.zones, q.toplevel)
     pointers = [q.toplevel.get_pointer(zone) for zone in zones]
     by_id = {p.pointer_id: p.zone for p in pointers if p is not None}
     events: list[tuple[str, dict[str, Any]]] = []
-    scanner = Scanner(
+    scanner = scanner_alone(
+        q,
         ConsumerConfig(selection_max=4, selection_frac=1.0),
-        {cluster.name: cluster},
-        random.Random(1),
-        in_order_for=lambda name: False,
-        refresh_election=lambda: None,
-        capacity=lambda: 100,
+        in_order=False,
+        capacity=100,
         emit=lambda event, **fields: events.append((event, fields)),
         weighing=Weighing(lambda *a, **k: None, weights),
         zone_of=lambda key: by_id.get(key[2]),
