@@ -19,6 +19,7 @@ OUT=${OUT:-$PWD/scale16-out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 PROCESSES=${PROCESSES:-1,2,4,8}
+WORKLOADS=${WORKLOADS:-noop,sleep50}
 SCALE_SECONDS=${SCALE_SECONDS:-8}
 LIMIT_S=${LIMIT_S:-450}  # bench.scaling's own limit: 8 minutes less the cluster's start
 {
@@ -28,11 +29,11 @@ LIMIT_S=${LIMIT_S:-450}  # bench.scaling's own limit: 8 minutes less the cluster
   echo "python: $($PY --version 2>&1)"
   echo "fdb cluster file: ${FDB_CLUSTER_FILE:-none} (${FDB_PROCS:-7} fdbserver processes)"
   echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
-  echo "processes: $PROCESSES; window: ${SCALE_SECONDS}s; limit: ${LIMIT_S}s"
+  echo "processes: $PROCESSES; workloads: $WORKLOADS; window: ${SCALE_SECONDS}s; limit: ${LIMIT_S}s"
 } > "$OUT/machine.txt"
 cat "$OUT/machine.txt"
 timeout --signal=TERM --kill-after=20 "$LIMIT_S" \
-  "$PY" -m bench.scaling --processes "$PROCESSES" --workloads noop,sleep50 \
+  "$PY" -m bench.scaling --processes "$PROCESSES" --workloads "$WORKLOADS" \
   --seconds "$SCALE_SECONDS" --warm 2 --out "$OUT" 2>&1 | tee "$OUT/scaling.log"
 status=${PIPESTATUS[0]}
 echo "$status" > "$OUT/exit.txt"
