@@ -34,6 +34,7 @@ from typing import Any
 from quickzones.clock import Clock, SystemClock
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.pool import DaemonPool
+from quickzones.consumer.random_slices import RandomSlices
 from quickzones.consumer.selection import Peek, Selection, peek_shard, peek_window, weighed
 from quickzones.consumer.set_aside import ScanFailures, SetAside, elapsed, visit_key
 from quickzones.consumer.state import Cluster
@@ -70,6 +71,7 @@ class Scanner:
         set_aside: SetAside | None = None,
         peek: Peek | None = None,
         zone_of: Callable[[tuple[str, int, str]], ZoneId | None] | None = None,
+        slices: RandomSlices | None = None,
     ) -> None:
         self.config = config
         self.clusters = clusters
@@ -109,6 +111,11 @@ class Scanner:
         # How a shard is peeked: its vested pointers (a pull leaser's: of one app's zones,
         # paging past others'), and the first vesting time after them.
         self.peek: Peek = peek or peek_shard
+        # Random-mode scans between full peeks read a slice at a random place (with the
+        # scanner's own peek only: a pull leaser's pages one app's zones).
+        if slices is None and peek is None:
+            slices = RandomSlices(peek_shard, rng, monotonic=elapsed(self.clock))
+        self.slices = slices
         self.zone_of = zone_of  # each pointer's zone where the peek read it (for weights)
 
     def wake(self) -> None:
@@ -217,10 +224,21 @@ class Scanner:
                 crowded = True  # a shard not even peeked: competition unknown
                 continue
             try:
-                peek = functools.partial(self.peek, cluster, shard)
-                peeked, later, window = peek_window(
-                    cfg, in_order, peek, horizon_ms, self._passable, room, holds_none
-                )
+                sliced = None
+                slices = None if in_order or weight is not None else self.slices  # weights: full
+                if slices is not None:
+                    sliced = slices.slice(cluster, shard, horizon_ms, selection.draw_size)
+                if sliced is not None:
+                    peeked, drawn_from, window = sliced
+                    peeked, later = self._passable(peeked), None
+                else:
+                    peek = functools.partial(self.peek, cluster, shard)
+                    peeked, later, window = peek_window(
+                        cfg, in_order, peek, horizon_ms, self._passable, room, holds_none
+                    )
+                    drawn_from = None
+                    if slices is not None:
+                        slices.record(cluster, shard, peeked, window)
             except StorageError as err:
                 if isinstance(err, StoreLost):
                     self.on_lost(err)
@@ -239,9 +257,10 @@ class Scanner:
                     self.emit("zone_held_passed_over", pointer_id=ref.pointer_id)
             if not peeked:
                 continue
-            competing += len(peeked)
-            crowded = crowded or len(peeked) >= window
-            selection.add(peeked, in_order)
+            vested = len(peeked) if drawn_from is None else drawn_from
+            competing += vested
+            crowded = crowded or vested >= window
+            selection.add(peeked, in_order, drawn_from=drawn_from)
         chosen = selection.chosen()
         if weight is None:
             chosen.sort(key=self.held)

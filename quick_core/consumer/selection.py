@@ -112,14 +112,25 @@ class Selection:
         need not be)."""
         return len(self.sampled) >= self.config.selection_max
 
-    def add(self, peeked: Sequence[PointerRef], in_order: bool) -> None:
-        """One shard's vested pointers, oldest first."""
+    def draw_size(self, vested: int) -> int:
+        """How many pointers random mode takes from a shard's peek of ``vested``."""
+        cfg = self.config
+        room = cfg.selection_max - len(self.sampled)
+        return min(room, vested, max(1, math.ceil(cfg.selection_frac * vested)))
+
+    def add(
+        self, peeked: Sequence[PointerRef], in_order: bool, *, drawn_from: int | None = None
+    ) -> None:
+        """One shard's vested pointers, oldest first. ``drawn_from``: ``peeked`` is
+        already a random draw from that many (a slice at a random rank,
+        :mod:`~quickzones.consumer.random_slices`): random mode takes its first ones."""
         if in_order:
             self.ordered.extend(peeked)
             return
-        cfg = self.config
-        room = cfg.selection_max - len(self.sampled)
-        k = min(room, len(peeked), max(1, math.ceil(cfg.selection_frac * len(peeked))))
+        if drawn_from is not None:
+            self.sampled.extend(peeked[: self.draw_size(drawn_from)])
+            return
+        k = self.draw_size(len(peeked))
         if k > 0:
             self.sampled.extend(self._sample(peeked, k))
 
@@ -152,10 +163,11 @@ Peek = Callable[[Cluster, int, int, int], tuple[list[PointerRef], int | None]]
 
 
 def peek_shard(
-    cluster: Cluster, shard: int, window: int, horizon_ms: int
+    cluster: Cluster, shard: int, window: int, horizon_ms: int, start: PointerRef | None = None
 ) -> tuple[list[PointerRef], int | None]:
-    """The scanner's own :data:`Peek`: the shard's top-level queue."""
-    return cluster.toplevel.peek(shard, window, horizon_ms=horizon_ms)
+    """The scanner's own :data:`Peek`: the shard's top-level queue (from ``start``'s
+    place on, when given)."""
+    return cluster.toplevel.peek(shard, window, horizon_ms=horizon_ms, start=start)
 
 
 def weighed(held: int, ref: PointerRef, weight: Callable[[PointerRef], float] | None) -> float:

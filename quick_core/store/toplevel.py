@@ -386,15 +386,26 @@ class TopLevelQueue:
         return self.peek(shard, max_pointers)[0]
 
     def peek(
-        self, shard: int, max_pointers: int, *, horizon_ms: int = 0
+        self,
+        shard: int,
+        max_pointers: int,
+        *,
+        horizon_ms: int = 0,
+        start: PointerRef | None = None,
     ) -> tuple[list[PointerRef], int | None]:
         """Vested pointers of one shard in vesting order, and the vesting time of the
         first one not yet vested when fewer than ``max_pointers`` are (else None): one
         snapshot range read, no conflicts. A consumer sleeps until that time. With
         ``horizon_ms``, "vested" means vesting within that many ms (a consumer's timer
-        lookahead)."""
+        lookahead). ``start``: from that pointer's place in the order on (itself, if it is
+        still there), not from the oldest (a random-mode scan's slice,
+        :mod:`~quickzones.consumer.random_slices`)."""
         now = now_ms(self.clock) + horizon_ms
         begin, vested_end = self.keys.pointer_vested_range(self.cluster, shard, now)
+        if start is not None:
+            vesting, pointer_id = start.vesting_ms, start.pointer_id
+            at = self.keys.pointer_vesting_key(self.cluster, shard, vesting, pointer_id)
+            begin = max(begin, at)
         end = strinc(self.keys.pointer_vesting_prefix(self.cluster, shard))
 
         def peek(tr: KVTransaction) -> tuple[list[PointerRef], int | None]:

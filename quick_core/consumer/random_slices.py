@@ -1,0 +1,109 @@
+"""Random-mode peeks that read what they select: a slice at a random rank of the window.
+
+Algorithm 1's random mode selects a random ``selection_frac`` of a shard's oldest
+``peek_max`` vested pointers, so that consumers scanning at once spread over the zones.
+Reading and decoding the whole window on every scan costs what it reads, not what it
+selects: 1,000 pointer keys are about 10 ms of a consumer's CPU, for the 10 it takes. On
+the 16-core machine eight consumers' scanners (seven of them in random mode) used half a
+core each on that alone, against 0.08 for the one in-order scanner alone, and each
+consumer did 330 no-op items a second against 820 alone (``docs/performance.md``,
+"Scaling out").
+
+So a full peek of a shard comes at most every ``REFRESH_S`` (and whenever what it saw is
+too small to slice), and records the window it read: each pointer's place in the
+vesting order. The scans between read only a slice of that shard: twice the pointers the
+draw takes, from the place of a pointer chosen at random in the recorded window. The
+slice's first pointers are the draw. A draw is as random as a sample of the window (each
+place equally likely); consumers collide less often than with samples (two slices of k
+overlap when their places lie within k of each other: about 2k / n, against k * k / n
+for two samples of k). A recorded place is a key, not a pointer: one that moved since
+(leased, requeued) reads the pointers after it. A slice that meets the end of the vested
+pointers (the window moved on or shrank) is not used: the scan peeks the shard in full.
+
+The in-order scanner (paper section 4.2) and the pull leaser's peeks (one app's zones)
+read their windows in full as before: they take the oldest, not a random draw.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from quickzones.consumer.state import Cluster
+from quickzones.store.toplevel import PointerRef
+
+# How old a shard's recorded window may be before its next scan peeks it in full. Places
+# shift as pointers are leased and requeued: a quarter second keeps them close, and one
+# full peek in a quarter second is under 5 % of a busy scanner's reads.
+REFRESH_S = 0.25
+# A window of fewer vested pointers than this is read in full each scan (it costs little).
+SLICE_AT = 32
+
+# (cluster, shard, window, horizon_ms, start) -> the shard's vested pointers from
+# ``start``'s place on, oldest first, at most ``window``; as selection.peek_shard.
+SlicePeek = Callable[
+    [Cluster, int, int, int, PointerRef | None], tuple[list[PointerRef], int | None]
+]
+
+
+@dataclass(slots=True)
+class _Window:
+    places: list[PointerRef]  # the full peek's vested pointers, oldest first
+    window: int  # the window that peek read (peek_max)
+    at: float  # monotonic time of the peek
+
+
+class RandomSlices:
+    """A random-mode scanner's recorded windows, one a (cluster, shard)."""
+
+    def __init__(
+        self,
+        peek: SlicePeek,
+        rng: random.Random,
+        *,
+        refresh_s: float = REFRESH_S,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.peek = peek
+        self.rng = rng
+        self.refresh_s = refresh_s
+        self.monotonic = monotonic
+        self._windows: dict[tuple[str, int], _Window] = {}
+
+    def record(self, cluster: Cluster, shard: int, vested: list[PointerRef], window: int) -> None:
+        """A full peek of ``shard`` read ``vested`` (the window ``window``)."""
+        key = (cluster.name, shard)
+        if len(vested) < SLICE_AT:
+            self._windows.pop(key, None)
+        else:
+            self._windows[key] = _Window(list(vested), window, self.monotonic())
+
+    def slice(
+        self,
+        cluster: Cluster,
+        shard: int,
+        horizon_ms: int,
+        draw_size: Callable[[int], int],
+    ) -> tuple[list[PointerRef], int, int] | None:
+        """A slice of ``shard`` at a random place of its recorded window: the pointers
+        read (twice ``draw_size(n)`` of them, so that some passed over leave the draw
+        whole), ``n`` (the vested pointers the window held) and the window; None when a
+        full peek is due (no window recorded, too old, or the slice met the end of the
+        vested pointers)."""
+        key = (cluster.name, shard)
+        recorded = self._windows.get(key)
+        if recorded is None or self.monotonic() - recorded.at > self.refresh_s:
+            return None
+        n = len(recorded.places)
+        k = draw_size(n)
+        if k <= 0:
+            return None
+        want = 2 * k
+        start = recorded.places[self.rng.randrange(max(1, n - want + 1))]
+        pointers, _ = self.peek(cluster, shard, want, horizon_ms, start)
+        if len(pointers) < want:
+            self._windows.pop(key, None)  # the vested end is near: read the shard afresh
+            return None
+        return pointers, n, recorded.window
