@@ -21,7 +21,9 @@ for two samples of k). A recorded place is a key, not a pointer: one that moved 
 pointers (the window moved on or shrank) is not used: the scan peeks the shard in full.
 
 The in-order scanner (paper section 4.2) and the pull leaser's peeks (one app's zones)
-read their windows in full as before: they take the oldest, not a random draw.
+read their windows in full as before: they take the oldest, not a random draw. So does a
+scan of a shard whose last full peek saw a weighted tenant's pointer: its draw is
+weighted (:class:`~quickzones.consumer.selection.Selection`), which needs every weight.
 """
 
 from __future__ import annotations

@@ -225,20 +225,22 @@ class Scanner:
                 continue
             try:
                 sliced = None
-                slices = None if in_order or weight is not None else self.slices  # weights: full
+                slices = None if in_order else self.slices
                 if slices is not None:
                     sliced = slices.slice(cluster, shard, horizon_ms, selection.draw_size)
                 if sliced is not None:
                     peeked, drawn_from, window = sliced
                     peeked, later = self._passable(peeked), None
+                    self.emit("shard_sliced", pointers=len(peeked))
                 else:
                     peek = functools.partial(self.peek, cluster, shard)
                     peeked, later, window = peek_window(
                         cfg, in_order, peek, horizon_ms, self._passable, room, holds_none
                     )
                     drawn_from = None
-                    if slices is not None:
-                        slices.record(cluster, shard, peeked, window)
+                    if slices is not None:  # a window with a weighted tenant: full peeks
+                        uniform = weight is None or all(weight(r) == 1.0 for r in peeked)
+                        slices.record(cluster, shard, peeked if uniform else [], window)
             except StorageError as err:
                 if isinstance(err, StoreLost):
                     self.on_lost(err)

@@ -45,10 +45,10 @@ class CountingPeek:
         return got
 
 
-def _backlog(clock: ManualClock) -> Quick:
+def _backlog(clock: ManualClock, per: int = 1) -> Quick:
     q = Quick.open("memory://", clock=clock)
     for t in range(TENANTS):
-        q.enqueue("j", b"", app="a", tenant=f"t{t:04d}")
+        q.enqueue_many("j", [b""] * per, app="a", tenant=f"t{t:04d}")
         clock.advance(0.001)  # each zone's pointer its own vesting time: a strict order
     return q
 
@@ -113,4 +113,39 @@ def test_a_slice_past_the_vested_pointers_reads_the_shard_afresh() -> None:
     # drew from the ten still vested.
     assert peek.reads[-1] == len(still)
     assert chosen and {ref.pointer_id for ref in chosen} <= still
+    q.close()
+
+
+def test_a_random_mode_consumer_slices_its_scans() -> None:
+    """The consumer as users build it (a weight store wired, no weight stored): its
+    random-mode scans slice. The first build of this left every scan a full peek: the
+    consumer's scans carry a weight callable even when every weight is 1."""
+    clock = ManualClock()
+    q = _backlog(clock)
+    q.job("j")(lambda payload, ctx: None)
+    c = q.consumer(ConsumerConfig(in_order=False, seed=3), name="c")
+    for _ in range(40):
+        assert c.scan_once()
+        clock.advance(0.01)
+    assert c.stats["scan"] == 40
+    assert c.stats["shard_sliced"] >= 40 - 1 - 40 * 0.01 / REFRESH_S - 1
+    q.close()
+
+
+def test_a_window_holding_a_weighted_tenant_is_read_in_full() -> None:
+    """A weighted draw needs every weight of the window: no slices there."""
+    clock = ManualClock()
+    q = _backlog(clock, per=20)  # a visit leaves its zone's pointer vested
+    q.job("j")(lambda payload, ctx: None)
+    q.set_weight("a", None, 2.0)  # every tenant of the app
+    c = q.consumer(ConsumerConfig(in_order=False, seed=3), name="c")
+    for ref in c.scan_once():  # its visits: the consumer learns those zones (weight 2)
+        for work in c.visit(ref):
+            c.execute(work)
+    clock.advance(2 * REFRESH_S)
+    sliced = c.stats["shard_sliced"]
+    for _ in range(20):
+        assert c.scan_once()
+        clock.advance(0.001)
+    assert c.stats["shard_sliced"] == sliced
     q.close()
