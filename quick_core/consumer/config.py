@@ -18,7 +18,10 @@ class ConsumerConfig:
     # The chance two pick the same is about selection_frac: 8 consumers over 1,000 zones
     # lost 6.6 % of their pointer leases (4 processes, FoundationDB) with 100 and 0.2, and
     # 1.3 % with 1,000 and 0.01; all 8 scanning at the same instant, 41 % against 3.7 %.
-    peek_max: int = 1000  # pointers peeked per shard visit (random mode)
+    # Pointers a random-mode full peek of a shard reads; the scans between full peeks
+    # (at most REFRESH_S apart) read a slice at a random place of that window instead
+    # (quickzones.consumer.random_slices).
+    peek_max: int = 1000
     selection_frac: float = 0.01  # share of peeked pointers a random scanner leases
     selection_max: int = 16  # at most this many per scan
     # The most items this consumer holds at once: leased and waiting for a worker (or

@@ -121,16 +121,15 @@ class Selection:
     def add(
         self, peeked: Sequence[PointerRef], in_order: bool, *, drawn_from: int | None = None
     ) -> None:
-        """One shard's vested pointers, oldest first. ``drawn_from``: ``peeked`` is
-        already a random draw from that many (a slice at a random rank,
-        :mod:`~quickzones.consumer.random_slices`): random mode takes its first ones."""
+        """One shard's vested pointers, oldest first. ``drawn_from``: ``peeked`` is a
+        slice at a random place of a window of that many
+        (:mod:`~quickzones.consumer.random_slices`): random mode draws from the slice what
+        it would from the window."""
         if in_order:
             self.ordered.extend(peeked)
             return
-        if drawn_from is not None:
-            self.sampled.extend(peeked[: self.draw_size(drawn_from)])
-            return
-        k = self.draw_size(len(peeked))
+        vested = len(peeked) if drawn_from is None else drawn_from
+        k = min(self.draw_size(vested), len(peeked))
         if k > 0:
             self.sampled.extend(self._sample(peeked, k))
 

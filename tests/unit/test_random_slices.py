@@ -16,7 +16,7 @@ from collections import Counter
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
-from quickzones.consumer.random_slices import REFRESH_S, RandomSlices
+from quickzones.consumer.random_slices import REFRESH_S, SLICE_FACTOR, RandomSlices
 from quickzones.consumer.scanner import Scanner
 from quickzones.consumer.selection import peek_shard
 from quickzones.consumer.state import Cluster
@@ -72,9 +72,9 @@ def test_random_mode_scans_between_full_peeks_read_a_slice() -> None:
         clock.advance(0.01)
     full = [n for n in peek.reads if n == ConsumerConfig().peek_max]
     # One full peek per REFRESH_S of the clock (1 s over 100 scans), slices otherwise:
-    # twice the draw of 10 pointers (selection_frac of 1,000).
+    # four times the draw of 10 pointers (selection_frac of 1,000).
     assert len(full) <= 1 + scans * 0.01 / REFRESH_S + 1
-    assert sum(peek.reads) - sum(full) == 20 * (scans - len(full))
+    assert sum(peek.reads) - sum(full) == SLICE_FACTOR * 10 * (scans - len(full))
     assert sum(peek.reads) < scans * 1000 / 10  # was scans * 1,000
     q.close()
 
