@@ -5,6 +5,7 @@ figure and target; a built store is reused from its cache."""
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import statistics
 from pathlib import Path
@@ -74,6 +75,14 @@ def test_ratios_are_the_median_of_pairs_not_of_medians() -> None:
         ["b", "a"],
         ["a", "b"],
     ]
+
+
+def test_a_pair_whose_base_saw_nothing_has_no_ratio() -> None:
+    # A tiny run on a loaded host counted 0 for a base (a CI run's ZeroDivisionError).
+    c = tenant_scale.paired([0, 2, 4], [1, 1, 4])
+    assert math.isnan(c["pair_ratios"][0]) and c["pair_ratios"][1:] == [0.5, 1.0]
+    assert c["ratio"] == 0.75
+    assert math.isnan(tenant_scale.paired([0], [3])["ratio"])
 
 
 def test_runs_alternate_in_pairs_and_the_targets_read_the_pairs(tmp_path: Path) -> None:
