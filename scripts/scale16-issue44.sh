@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Issue 44 point 7 on the 16-core machine, one run: no-op items with `quick worker`
 # defaults at 1, 2, 4 and 8 consumer processes (x7 at 8 wanted, lost pointer leases at most
-# 5 %), then 1 and 8 again as a second sitting, then the paper's experiment (a) at 1 and 8
-# if time is left. Each part is scripts/scale16.sh with its own folder; everything ends up
-# in $OUT/results.tgz (the device returns at most 8 files) and the tables on stdout.
+# 5 %); then, as time is left: the raw FoundationDB client at 1 and 8 processes
+# (scripts/ab16/client_scaling.py: what the machine and cluster allow), each consumer
+# thread's CPU at 8 processes (scripts/ab16/thread_cpu.sh), noop at 1 and 8 again as a
+# second sitting, and the paper's experiment (a) at 1 and 8. Each bench part is
+# scripts/scale16.sh with its own folder; everything ends up in $OUT/results.tgz (the
+# device returns at most 8 files) and the tables on stdout. Takes about 5 minutes.
 #
 #   bash ../shared/scale16/pack.sh                          # here: writes .dev/
 #   bash .dev/run.sh bash scripts/scale16-issue44.sh        # there
@@ -22,6 +25,16 @@ part() {  # name limit_s processes workloads
   cat "$OUT/$1/scaling.md" 2>/dev/null; tail -3 "$OUT/$1/scaling.log" 2>/dev/null
 }
 part noop-1248 "${LIMIT_A:-230}" "${PROCESSES_A:-1,2,4,8}" noop
+if [ "$(left)" -gt 60 ]; then
+  echo "== client-scaling: the raw FoundationDB client, 1 and 8 processes"
+  mkdir -p "$OUT/client"
+  timeout 50 python3 scripts/ab16/client_scaling.py "${CLIENT_AT:-1,8}" 2>&1 | tee "$OUT/client/client.txt"
+fi
+if [ "$(left)" -gt 80 ]; then
+  echo "== thread-cpu: each consumer thread's CPU at 8 processes"
+  OUT="$OUT/threads" DIAG_COUNTS="${THREADS_AT:-8}" timeout 70 bash scripts/ab16/thread_cpu.sh 2>&1 | tee "$OUT/threads.txt"
+fi
 part noop-18 "${LIMIT_B:-140}" "${PROCESSES_B:-1,8}" noop
 part sleep50-18 "${LIMIT_C:-100}" "${PROCESSES_C:-1,8}" sleep50
-tar -C "$OUT" -czf "$OUT/results.tgz" --exclude results.tgz . && echo "== $OUT/results.tgz"
+tar -C "$OUT" -czf /tmp/scale16-results.tgz . && mv /tmp/scale16-results.tgz "$OUT/results.tgz" \
+  && echo "== $OUT/results.tgz"
