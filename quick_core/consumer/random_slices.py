@@ -9,7 +9,7 @@ core each on that alone, against 0.08 for the one in-order scanner alone, and ea
 consumer did 330 no-op items a second against 820 alone (``docs/performance.md``,
 "Scaling out").
 
-So a full peek of a shard comes at most every ``REFRESH_S`` (and whenever what it saw is
+So a full peek of a shard comes at most once every ``REFRESH_S`` (and whenever what it saw is
 too small to slice), and records the window it read: each pointer's place in the
 vesting order. The scans between read only a slice of that shard: four times the
 pointers the draw takes (40 of 1,000 by default; at least ``SLICE_LEN``), from the place

@@ -4,7 +4,7 @@ On the 16-core machine eight ``quick worker`` processes did 2,102-2,673 no-op it
 second against one's 820-846 (x2.5-x3.3): each random-mode scanner read and decoded its
 shard's 1,000 oldest vested pointers on every scan to lease one, 11 ms of CPU a scan, and
 its thread used 0.45 of a core against the lone in-order scanner's 0.08. A scan between a
-shard's full peeks (at most every ``REFRESH_S``) now reads a slice at a random place of the
+shard's full peeks (at most one every ``REFRESH_S``) now reads a slice at a random place of the
 window that peek recorded.
 """
 
