@@ -9,7 +9,8 @@ core each on that alone, against 0.08 for the one in-order scanner alone, and ea
 consumer did 330 no-op items a second against 820 alone (``docs/performance.md``,
 "Scaling out").
 
-So a full peek of a shard comes at most once every ``REFRESH_S`` (and whenever what it saw is
+So a full peek of a shard comes at most once every ``REFRESH_S`` (once ``REFRESH_SLICES``
+scans sliced the window it recorded, or after ``STALE_S``; and whenever what it saw is
 too small to slice), and records the window it read: each pointer's place in the
 vesting order. The scans between read only a slice of that shard: four times the
 pointers the draw takes (40 of 1,000 by default; at least ``SLICE_LEN``), from the place
@@ -41,10 +42,14 @@ from dataclasses import dataclass
 from quickzones.consumer.state import Cluster
 from quickzones.store.toplevel import PointerRef
 
-# How old a shard's recorded window may be before its next scan peeks it in full. Places
-# shift as pointers are leased and requeued: a quarter second keeps them close, and one
-# full peek in a quarter second is under 5 % of a busy scanner's reads.
+# When a shard's next scan peeks it in full again: its recorded window is REFRESH_S old
+# and has served REFRESH_SLICES slices, or is STALE_S old. Places shift as pointers are
+# leased and requeued: a quarter second keeps them close. The count keeps a full peek
+# (about ten slices' CPU) to one in 32 of a shard's scans where scans spread over many
+# shards, each touched a few times a second; the age bounds how far places drift.
 REFRESH_S = 0.25
+REFRESH_SLICES = 32
+STALE_S = 2.0
 # Pointers a slice reads: four times the draw (a random draw from 40 consecutive
 # pointers, not a run of 10: consumers drawing at once rarely share a run), at least this.
 SLICE_LEN = 16
@@ -64,6 +69,7 @@ class _Window:
     places: list[PointerRef]  # the full peek's vested pointers, oldest first
     window: int  # the window that peek read (peek_max)
     at: float  # monotonic time of the peek
+    served: int = 0  # slices read from it
 
 
 class RandomSlices:
@@ -104,7 +110,10 @@ class RandomSlices:
         recorded, too old, or the slice met the end of the vested pointers)."""
         key = (cluster.name, shard)
         recorded = self._windows.get(key)
-        if recorded is None or self.monotonic() - recorded.at > self.refresh_s:
+        if recorded is None:
+            return None
+        age = self.monotonic() - recorded.at
+        if age > STALE_S or (age > self.refresh_s and recorded.served >= REFRESH_SLICES):
             return None
         n = len(recorded.places)
         k = draw_size(n)
@@ -116,4 +125,5 @@ class RandomSlices:
         if len(pointers) < want:
             self._windows.pop(key, None)  # the vested end is near: read the shard afresh
             return None
+        recorded.served += 1
         return pointers, n, recorded.window

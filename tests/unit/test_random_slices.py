@@ -16,7 +16,13 @@ from collections import Counter
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
-from quickzones.consumer.random_slices import REFRESH_S, SLICE_FACTOR, RandomSlices
+from quickzones.consumer.random_slices import (
+    REFRESH_S,
+    REFRESH_SLICES,
+    SLICE_FACTOR,
+    STALE_S,
+    RandomSlices,
+)
 from quickzones.consumer.scanner import Scanner
 from quickzones.consumer.selection import peek_shard
 from quickzones.consumer.state import Cluster
@@ -142,10 +148,33 @@ def test_a_window_holding_a_weighted_tenant_is_read_in_full() -> None:
     for ref in c.scan_once():  # its visits: the consumer learns those zones (weight 2)
         for work in c.visit(ref):
             c.execute(work)
-    clock.advance(2 * REFRESH_S)
+    clock.advance(STALE_S + 0.01)  # the window recorded before the visits is read afresh
     sliced = c.stats["shard_sliced"]
     for _ in range(20):
         assert c.scan_once()
         clock.advance(0.001)
     assert c.stats["shard_sliced"] == sliced
+    q.close()
+
+
+def test_a_window_is_read_afresh_after_its_slices_or_its_age() -> None:
+    """A shard that scans touch a few times a second (scans spread over many shards) is
+    not read in full on every touch past REFRESH_S: its window serves REFRESH_SLICES
+    slices first, and at most STALE_S."""
+    clock = ManualClock()
+    q = _backlog(clock)
+    peek = CountingPeek()
+    scanner = _random_scanner(q, clock, peek)
+    scanner.scan_once()  # the full peek that records the window
+    for _ in range(REFRESH_SLICES):
+        clock.advance(0.05)  # past REFRESH_S after five touches: still slices
+        scanner.scan_once()
+    assert peek.reads[1:] == [SLICE_FACTOR * 10] * REFRESH_SLICES
+    assert REFRESH_SLICES * 0.05 > REFRESH_S
+    clock.advance(0.01)
+    scanner.scan_once()  # served its slices and older than REFRESH_S: read in full
+    assert peek.reads[-1] == TENANTS
+    clock.advance(STALE_S + 0.01)
+    scanner.scan_once()  # one slice served, but older than STALE_S
+    assert peek.reads[-1] == TENANTS
     q.close()
