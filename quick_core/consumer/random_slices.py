@@ -9,9 +9,9 @@ core each on that alone, against 0.08 for the one in-order scanner alone, and ea
 consumer did 330 no-op items a second against 820 alone (``docs/performance.md``,
 "Scaling out").
 
-So a full peek of a shard comes at most once every ``REFRESH_S`` (once ``REFRESH_SLICES``
-scans sliced the window it recorded, or after ``STALE_S``; and whenever what it saw is
-too small to slice), and records the window it read: each pointer's place in the
+So a full peek of a shard comes again only once ``REFRESH_SLICES`` scans sliced the
+window the last one recorded and ``REFRESH_S`` passed, or after ``STALE_S`` (and whenever
+what it saw is too small to slice), and records the window it read: each pointer's place in the
 vesting order. The scans between read only a slice of that shard: four times the
 pointers the draw takes (40 of 1,000 by default; at least ``SLICE_LEN``), from the place
 of a pointer chosen at random in the recorded window, and draw from the slice at random
