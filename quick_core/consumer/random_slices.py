@@ -80,12 +80,10 @@ class RandomSlices:
         peek: SlicePeek,
         rng: random.Random,
         *,
-        refresh_s: float = REFRESH_S,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = time.monotonic,  # a test's clock, passed in
     ) -> None:
         self.peek = peek
         self.rng = rng
-        self.refresh_s = refresh_s
         self.monotonic = monotonic
         self._windows: dict[tuple[str, int], _Window] = {}
 
@@ -113,7 +111,7 @@ class RandomSlices:
         if recorded is None:
             return None
         age = self.monotonic() - recorded.at
-        if age > STALE_S or (age > self.refresh_s and recorded.served >= REFRESH_SLICES):
+        if age > STALE_S or (age > REFRESH_S and recorded.served >= REFRESH_SLICES):
             return None
         n = len(recorded.places)
         k = draw_size(n)
