@@ -8,7 +8,7 @@
 # scripts/scale16.sh with its own folder; everything ends up in $OUT/results.tgz (the
 # device returns at most 8 files) and the tables on stdout. Takes about 5 minutes.
 #
-#   bash ../shared/scale16/pack.sh                          # here: writes .dev/
+#   bash scripts/scale16-pack                               # here: writes .dev/
 #   bash .dev/run.sh bash scripts/scale16-issue44.sh        # there
 set -u
 cd "$(dirname "$0")/.."

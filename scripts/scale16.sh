@@ -5,7 +5,7 @@
 # paper's experiment (a) (50 ms items, 64 workers a consumer), on the FoundationDB cluster
 # that .dev/run.sh starts (../shared/scale16/README.md):
 #
-#   bash ../shared/scale16/pack.sh                  # here, before each run: writes .dev/
+#   bash scripts/scale16-pack                       # here, before each run: writes .dev/
 #   bash .dev/run.sh bash scripts/scale16.sh        # there; results in $OUT/
 #
 # Writes to $OUT (default ./scale16-out): machine.txt, scaling.json and scaling.md
@@ -28,7 +28,8 @@ LIMIT_S=${LIMIT_S:-450}  # bench.scaling's own limit: 8 minutes less the cluster
   lscpu 2>/dev/null | grep -E "^(Model name|Thread|Core|Socket|NUMA node\(s\))" || true
   echo "python: $($PY --version 2>&1)"
   echo "fdb cluster file: ${FDB_CLUSTER_FILE:-none} (${FDB_PROCS:-7} fdbserver processes)"
-  echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  # The wheel's commit (scripts/scale16-pack); a device's copy of .git may be stale.
+  echo "commit: $(cat .dev/commit.txt 2>/dev/null || echo "unknown ($(git rev-parse HEAD 2>/dev/null) by .git)")"
   echo "processes: $PROCESSES; workloads: $WORKLOADS; window: ${SCALE_SECONDS}s; limit: ${LIMIT_S}s"
 } > "$OUT/machine.txt"
 cat "$OUT/machine.txt"

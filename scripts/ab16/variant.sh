@@ -3,7 +3,7 @@
 # quick_core/consumer/config.py (each argument 'OLD=>NEW'), built into .dev/var/NAME.
 #   bash scripts/ab16/variant.sh A                       # HEAD unchanged
 #   bash scripts/ab16/variant.sh flush 'completion_flush_s: float = 0.01=>completion_flush_s: float = 0.0'
-# Then (with ../shared/scale16/pack.sh's .dev/ and the variants there):
+# Then (with scripts/scale16-pack's .dev/ and the variants there):
 #   bash scripts/ab16/run.sh                              # on the 16-core machine, carry .dev
 set -eu
 root=$(git rev-parse --show-toplevel); cd "$root"
