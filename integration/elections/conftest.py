@@ -91,6 +91,9 @@ class Kit:
         return election
 
     _cleanup: list[Callable[[], None]] = field(default_factory=list)
+    # The lease store's own clock (seconds), where it has one to ask: a lease expires by
+    # the server's clock, so "lost within its TTL" is judged on it, not only on ours.
+    server_now: Callable[[], float] | None = None
 
     def close(self) -> None:
         for election in self._opened:
@@ -104,7 +107,19 @@ def _kit(kind: str, server: Service | None) -> Kit:
         shared = LocalElection()
         return Kit(kind, None, 0.0, lambda: shared)
     slack = 1.0 if kind == "memcached" else 0.0
-    return Kit(kind, server, slack, lambda: _open(kind, server.url))
+    kit = Kit(kind, server, slack, lambda: _open(kind, server.url))
+    if kind == "redis":
+        import redis
+
+        client = redis.Redis.from_url(server.url)
+
+        def server_now() -> float:
+            seconds, micros = client.time()
+            return seconds + micros / 1e6
+
+        kit.server_now = server_now
+        kit._cleanup.append(client.close)
+    return kit
 
 
 def _store_kit(path: Path) -> Kit:
