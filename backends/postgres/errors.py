@@ -25,14 +25,19 @@ _UNAVAILABLE = (
 
 
 def translate(err: psycopg.Error, during: str, store: str = "") -> StorageError:
-    """A psycopg error as a storage error: a serialization failure or deadlock is a
-    conflict (1020), an unreachable server or a lock wait past ``lock_timeout`` is
-    retryable (1038), a full disk is :class:`StoreFull`, the rest is not retryable."""
+    """A psycopg error as a storage error: a serialization failure or deadlock, or a
+    prepared statement lost to a pooler, is a conflict (1020); an unreachable server or a
+    lock wait past ``lock_timeout`` is retryable (1038); a full disk is
+    :class:`StoreFull`; the rest is not retryable."""
     failure: StorageError
     if isinstance(err, pgerrors.DiskFull):
         failure = StoreFull(store or "postgresql", f"postgresql: {err} during {during}")
     elif isinstance(err, (pgerrors.SerializationFailure, pgerrors.DeadlockDetected)):
         failure = KVError(NOT_COMMITTED, f"postgresql conflict during {during}: {err}")
+    elif isinstance(err, (pgerrors.InvalidSqlStatementName, pgerrors.DuplicatePreparedStatement)):
+        # A prepared statement lost to a pooler (wire.py): nothing ran; the store's
+        # statements go unprepared from now on, so the transaction's retry succeeds.
+        failure = KVError(NOT_COMMITTED, f"postgresql: {err} during {during}; retrying unprepared")
     elif isinstance(err, (pgerrors.LockNotAvailable, pgerrors.QueryCanceled, *_UNAVAILABLE)):
         failure = KVError(DATABASE_LOCKED, f"postgresql unavailable during {during}: {err}")
     else:

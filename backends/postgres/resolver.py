@@ -195,13 +195,15 @@ def _send(
                 (texts["commit_waking" if waking else "commit"], params, False),
                 *(wire.plain(statement) for statement in end),
             ]
+            # A read after COMMIT: its failure must not fail the commit, which is stored.
+            soft = len(statements) if keep is not None or after else None
             if keep is not None:
                 statements.append((texts["seen_many"], [b(after)], True))
             elif after:
                 statements.append((texts["get_many"], [b(after)], True))
-            answers = wire.exchange(conn, statements)
+            answers = wire.exchange(conn, statements, soft_from=soft)
             resolved = answers[len(begin)]
-            read = answers[-1] if after else None
+            read = answers[-1] if after and not answers[-1].failed else None
         else:
             # psycopg's dump of each empty array costs more than the statement's send.
             n = _or_null

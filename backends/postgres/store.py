@@ -90,6 +90,9 @@ _SCHEMES = ("postgresql", "postgres")
 # The ``listen`` URL option: LISTEN for commit notifications when they are heard (auto),
 # or never (off: behind PgBouncer in transaction pooling mode LISTEN cannot work).
 _LISTEN = {"auto": True, "off": False}
+# The ``prepare`` URL option: prepare each statement once per connection until a pooler
+# shows it does not keep them (auto), or never (off) (wire.py).
+_PREPARE = {"auto": True, "off": False}
 # libpq's wait for a server's answer when connecting, unless the caller has less time.
 CONNECT_TIMEOUT_S = 10
 # Taken while a schema is created or migrated, so processes opening one store at once
@@ -145,6 +148,7 @@ class PostgresStore:
         timeout_ms: int | None = None,
         create: bool = True,
         listen: bool = True,
+        prepare: bool = True,
     ) -> None:
         wrong = check_schema_name(schema)
         if wrong is not None:
@@ -170,6 +174,7 @@ class PostgresStore:
         # This object's commits' NOTIFY payload: its own listener passes over them.
         self.sender = os.urandom(8).hex()
         self.sql = Statements(schema, self.sender, lock_timeout_ms)
+        self.preparing = wire.Preparing(prepare, self.shown)
         self.lock_space = lock_space(schema)
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.lock_timeout_ms = lock_timeout_ms
@@ -217,7 +222,9 @@ class PostgresStore:
         waits for another holding the locks of keys it touches, default 10000), run()'s
         bounds ``retry_limit`` and ``timeout_ms``, ``listen`` (``auto``, the default:
         LISTEN for commit notifications if they are heard; ``off``: never, poll, as behind
-        PgBouncer in transaction pooling mode); the rest go to libpq. With
+        PgBouncer in transaction pooling mode), ``prepare`` (``auto``, the default: prepare
+        each statement once per connection, until a pooler shows that it does not keep
+        them; ``off``: never); the rest go to libpq. With
         ``create=False`` the schema must already be a quick store and nothing is written
         while opening but the migration of an older layout.
         """
@@ -244,6 +251,10 @@ class PostgresStore:
                 if raw not in _LISTEN:
                     raise InvalidStoreURL(url, f"listen={raw!r}: expected auto or off")
                 options["listen"] = _LISTEN[raw]
+            elif option == "prepare":
+                if raw not in _PREPARE:
+                    raise InvalidStoreURL(url, f"prepare={raw!r}: expected auto or off")
+                options["prepare"] = _PREPARE[raw]
             else:
                 libpq.append((option, raw))
         conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(libpq), ""))
@@ -286,6 +297,7 @@ class PostgresStore:
         except psycopg.Error as err:
             conn.close()
             raise translate(err, "connect", self.shown) from err
+        wire.enroll(conn, self.preparing)
         return conn
 
     def unreachable_for(self) -> float | None:

@@ -348,6 +348,48 @@ def test_enqueue_on_a_connection_with_psycopgs_default_prepare_threshold(
         assert sorted(ran) == sorted(ids)
 
 
+def test_a_store_whose_prepared_statements_stay_behind_falls_back_once_and_loses_nothing(
+    bouncer: LocalPgBouncer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """quick prepares its statements on its own connections; PgBouncer before 1.21 runs
+    the next transaction on another server session, which has none of them. The store
+    says so once, sends them unprepared from then on, and every enqueue is stored once."""
+    import psycopg
+
+    caplog.set_level(logging.WARNING, logger="quick.postgres")
+    url = through(bouncer)
+    app_url = urlunsplit(urlsplit(url)._replace(query=""))
+    ids: list[str] = []
+    with Quick.open(url) as q, psycopg.connect(app_url, autocommit=True) as other:
+        for n in range(12):
+            ids.append(q.enqueue("j", {"n": n}, app="a", tenant=f"t{n % 3}"))
+            # Hold the server session the enqueue ran on, so the next runs on another.
+            other.execute("BEGIN")
+            other.execute("SELECT 1")
+            ids.append(q.enqueue("j", {"n": n}, app="a", tenant=f"u{n % 3}"))
+            other.execute("COMMIT")
+        assert not q.kv.preparing.on  # type: ignore[attr-defined]
+        ran: Counter[str] = Counter()
+
+        @q.job("j")
+        def j(payload: Any, ctx: JobContext) -> None:
+            ran[ctx.item_id] += 1
+
+        q.run_until_idle()
+        assert set(ran) == set(ids) and len(ids) == 24
+        assert max(ran.values()) == 1
+    said = [r.getMessage() for r in caplog.records if "unprepared" in r.getMessage()]
+    assert len(said) == 1, said
+
+
+def test_prepare_option_values_are_checked(bouncer: LocalPgBouncer) -> None:
+    with pytest.raises(InvalidStoreURL, match="prepare"):
+        Quick.open(through(bouncer, prepare="always"))
+    with Quick.open(through(bouncer, prepare="off")) as q:
+        assert not q.kv.preparing.on  # type: ignore[attr-defined]
+        q.enqueue("j", b"", app="a", tenant="t")
+
+
 STARTS_A_BOUNCER = textwrap.dedent(
     """
     import sys, time
