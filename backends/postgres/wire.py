@@ -74,7 +74,7 @@ class Preparing:
 class _Prepared:
     """What one connection prepared: names by (text, parameter types)."""
 
-    __slots__ = ("made", "names", "preparing", "prefix")
+    __slots__ = ("made", "names", "prefix", "preparing")
 
     def __init__(self, preparing: Preparing) -> None:
         self.preparing = preparing
@@ -221,7 +221,8 @@ def exchange(
         pgconn.enter_pipeline_mode()
         try:
             for sql, params, binary in statements:
-                if not params:
+                if not params and (names is None or not sql.startswith(b"SELECT")):
+                    # BEGIN, COMMIT and the like take no planning: nothing to keep.
                     fresh.append(None)
                     pgconn.send_query_params(sql, None, result_format=1 if binary else 0)
                     continue
