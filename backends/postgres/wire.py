@@ -254,9 +254,9 @@ def exchange(
             # one's answers: the connection is not used again, and stays ``broken`` (not
             # closed cleanly), so a commit that may have reached the server says so.
             if names is not None:
-                for key in fresh:
-                    if key is not None:
-                        names.pop(key, None)
+                for made in fresh:
+                    if made is not None:
+                        names.pop(made, None)
             if pgconn.status != pq.ConnStatus.BAD:
                 pgconn.finish()
             raise
@@ -264,13 +264,13 @@ def exchange(
     failed: psycopg.Error | None = None
     failed_at = -1
     at = 0
-    for index, key in enumerate(fresh):
-        if key is not None:
+    for index, made in enumerate(fresh):
+        if made is not None:
             prepared = answers[at]
             at += 1
             if not prepared or prepared[-1].status != pq.ExecStatus.COMMAND_OK:
                 assert names is not None
-                names.pop(key, None)  # not prepared: the next use prepares it again
+                names.pop(made, None)  # not prepared: the next use prepares it again
                 for result in prepared:
                     if result.status == pq.ExecStatus.FATAL_ERROR and failed is None:
                         failed = error_from_result(result, encoding=conn.info.encoding)
