@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -58,10 +59,12 @@ class Preparing:
     def __init__(self, on: bool, shown: str) -> None:
         self.on = on
         self.shown = shown
+        self._lock = threading.Lock()  # several threads may find it out at once: said once
 
     def refused(self, err: psycopg.Error) -> None:
-        if self.on:
-            self.on = False
+        with self._lock:
+            was, self.on = self.on, False
+        if was:
             log.warning(
                 "postgresql store %s: a prepared statement did not follow its connection"
                 " (%s; a pooler in transaction mode, such as PgBouncer before 1.21?):"
