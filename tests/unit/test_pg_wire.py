@@ -219,8 +219,32 @@ def test_quicks_own_connections_prepare_each_statement_once_and_applications_nev
             assert app.execute("SELECT count(*) FROM pg_prepared_statements").fetchone() == (0,)
 
 
+@pytest.fixture()
+def enrolled() -> Iterator[tuple[Any, Any]]:
+    """A connection of the store's own kind (autocommit, psycopg's preparing off) with a
+    temporary table ``t (n int)``, enrolled to prepare its statements: it and its
+    :class:`~quickzones.backends.postgres.wire.Preparing`."""
+    import psycopg
+
+    from quickzones.backends.postgres import wire
+
+    server = urlsplit(postgres_store_url())
+    conn = psycopg.connect(
+        urlunsplit((server.scheme, server.netloc, server.path, "", "")),
+        autocommit=True,
+        prepare_threshold=None,
+    )
+    try:
+        conn.execute("CREATE TEMP TABLE t (n int)")
+        preparing = wire.Preparing(True, "test store")
+        wire.enroll(conn, preparing)
+        yield conn, preparing
+    finally:
+        conn.close()
+
+
 def test_a_prepared_statement_lost_after_the_commit_leaves_the_commit_and_stops_preparing(
-    caplog: pytest.LogCaptureFixture,
+    enrolled: tuple[Any, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     """A pooler handing the connection another server session shows as a prepared
     statement the server does not know. Before a COMMIT it fails the round trip
@@ -229,68 +253,46 @@ def test_a_prepared_statement_lost_after_the_commit_leaves_the_commit_and_stops_
     once in the log."""
     import logging
 
-    import psycopg
-
     from quickzones.backends.postgres import wire
 
     caplog.set_level(logging.WARNING, logger="quick.postgres")
-    server = urlsplit(postgres_store_url())
-    conn = psycopg.connect(
-        urlunsplit((server.scheme, server.netloc, server.path, "", "")),
-        autocommit=True,
-        prepare_threshold=None,
-    )
-    try:
-        conn.execute("CREATE TEMP TABLE t (n int)")
-        preparing = wire.Preparing(True, "test store")
-        wire.enroll(conn, preparing)
-        select = (b"SELECT count(*) FROM t WHERE n >= $1", [wire.int4(0)], False)
-        insert = (b"INSERT INTO t VALUES ($1)", [wire.int4(1)], False)
-        assert wire.exchange(conn, [select])[0].fetchone() == (b"0",)
-        conn.execute("DEALLOCATE ALL")  # what another server session looks like
-        batch = [wire.plain("BEGIN"), insert, wire.plain("COMMIT"), select]
-        rows = wire.exchange(conn, batch, soft_from=3)
-        assert rows[-1].failed and rows[-1].fetchall() == []
-        assert not preparing.on
-        assert conn.execute("SELECT count(*) FROM t").fetchone() == (1,)  # committed once
-        # From now on nothing more is prepared, and nothing fails.
-        count = "SELECT count(*) FROM pg_prepared_statements"
-        before = conn.execute(count).fetchone()
-        other = (b"SELECT count(*) FROM t WHERE n < $1", [wire.int4(9)], False)
-        assert wire.exchange(conn, [insert, other])[1].fetchone() == (b"2",)
-        assert conn.execute(count).fetchone() == before
-    finally:
-        conn.close()
+    conn, preparing = enrolled
+    select = (b"SELECT count(*) FROM t WHERE n >= $1", [wire.int4(0)], False)
+    insert = (b"INSERT INTO t VALUES ($1)", [wire.int4(1)], False)
+    assert wire.exchange(conn, [select])[0].fetchone() == (b"0",)
+    conn.execute("DEALLOCATE ALL")  # what another server session looks like
+    batch = [wire.plain("BEGIN"), insert, wire.plain("COMMIT"), select]
+    rows = wire.exchange(conn, batch, soft_from=3)
+    assert rows[-1].failed and rows[-1].fetchall() == []
+    assert not preparing.on
+    assert conn.execute("SELECT count(*) FROM t").fetchone() == (1,)  # committed once
+    # From now on nothing more is prepared, and nothing fails.
+    count = "SELECT count(*) FROM pg_prepared_statements"
+    before = conn.execute(count).fetchone()
+    other = (b"SELECT count(*) FROM t WHERE n < $1", [wire.int4(9)], False)
+    assert wire.exchange(conn, [insert, other])[1].fetchone() == (b"2",)
+    assert conn.execute(count).fetchone() == before
     said = [r.getMessage() for r in caplog.records if "unprepared" in r.getMessage()]
     assert len(said) == 1 and "test store" in said[0], said
 
 
-def test_a_prepared_statement_lost_before_the_commit_fails_retryably() -> None:
+def test_a_prepared_statement_lost_before_the_commit_fails_retryably(
+    enrolled: tuple[Any, Any],
+) -> None:
     import psycopg
 
     from quickzones.backends.postgres import wire
     from quickzones.backends.postgres.errors import translate
     from quickzones.store.kv import NOT_COMMITTED
 
-    server = urlsplit(postgres_store_url())
-    conn = psycopg.connect(
-        urlunsplit((server.scheme, server.netloc, server.path, "", "")),
-        autocommit=True,
-        prepare_threshold=None,
-    )
-    try:
-        conn.execute("CREATE TEMP TABLE t (n int)")
-        preparing = wire.Preparing(True, "test store")
-        wire.enroll(conn, preparing)
-        insert = (b"INSERT INTO t VALUES ($1)", [wire.int4(1)], False)
-        wire.exchange(conn, [insert])
-        conn.execute("DEALLOCATE ALL")
-        with pytest.raises(psycopg.Error) as caught:
-            wire.exchange(conn, [wire.plain("BEGIN"), insert, wire.plain("COMMIT")])
-        conn.execute("ROLLBACK")
-        failure = translate(caught.value, "commit")
-        assert getattr(failure, "code", None) == NOT_COMMITTED and failure.retryable
-        assert not preparing.on
-        assert conn.execute("SELECT count(*) FROM t").fetchone() == (1,)  # only the first
-    finally:
-        conn.close()
+    conn, preparing = enrolled
+    insert = (b"INSERT INTO t VALUES ($1)", [wire.int4(1)], False)
+    wire.exchange(conn, [insert])
+    conn.execute("DEALLOCATE ALL")
+    with pytest.raises(psycopg.Error) as caught:
+        wire.exchange(conn, [wire.plain("BEGIN"), insert, wire.plain("COMMIT")])
+    conn.execute("ROLLBACK")
+    failure = translate(caught.value, "commit")
+    assert getattr(failure, "code", None) == NOT_COMMITTED and failure.retryable
+    assert not preparing.on
+    assert conn.execute("SELECT count(*) FROM t").fetchone() == (1,)  # only the first
