@@ -194,7 +194,11 @@ def _measure(tree: Path, store: str, dsn: str, args: argparse.Namespace) -> dict
     cmd = [str(python if python.exists() else sys.executable), __file__, "--child", dsn]
     cmd += ["--store", store, "--n", str(args.n), "--tenants", str(args.tenants)]
     cmd += ["--hold-ms", str(args.hold_ms)]
-    done = subprocess.run(cmd, cwd=tree, check=True, capture_output=True, text=True)
+    done = subprocess.run(cmd, cwd=tree, capture_output=True, text=True)
+    if done.returncode != 0:  # the child's own words, not only its exit status
+        raise RuntimeError(
+            f"measuring {tree} failed (exit {done.returncode}):\n{done.stderr[-4000:]}"
+        )
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
