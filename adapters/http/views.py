@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from quickzones.adapters.http.models import ZoneDepth
 from quickzones.clock import now_ms
 from quickzones.errors import CorruptRecord
-from quickzones.store import admin, dead_groups
-from quickzones.store.kv import KVTransaction, run, unpack_i64
+from quickzones.store import admin, dead_groups, zone_counts
+from quickzones.store.kv import KVTransaction, run
 from quickzones.store.pages import decode_cursor, encode_cursor, merged_page
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId, decode_item
 from quickzones.store.tuple_layer import fdbtuple
@@ -107,7 +107,7 @@ def zone_depths_of(q: Quick, app: str, tenants: list[str]) -> list[ZoneDepth]:
     zones = [ZoneId(app, t) for t in tenants]
 
     def read(tr: KVTransaction) -> list[int]:
-        return [unpack_i64(tr.get(q.keys.count_key(z), snapshot=True)) for z in zones]
+        return [zone_counts.read(tr, q.keys, z) for z in zones]
 
     counts = run(q.kv, read) if zones else []
     out = []

@@ -34,7 +34,8 @@ How it keeps the store's rules (``docs/fdb-semantics.md``) without stopping anyo
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
@@ -57,6 +58,8 @@ if TYPE_CHECKING:
 # The savepoint each commit into the application's transaction writes under, opened and
 # released in the commit's own two round trips: a failure rolls back to it, leaving none
 # of quick's writes and the application's transaction usable.
+log = logging.getLogger(__name__)
+
 _SAVEPOINT = "SAVEPOINT quick_enqueue"
 _RELEASE = "RELEASE SAVEPOINT quick_enqueue"
 _ROLLBACK_TO = "ROLLBACK TO SAVEPOINT quick_enqueue"
@@ -273,6 +276,7 @@ class AppTransaction(BufferedTransaction):
                 end_commits=False,
                 undo=(_ROLLBACK_TO, _RELEASE),
                 again=(_SAVEPOINT,),
+                held_long=True,
             )
         except BaseException as err:
             self._roll_back_to_savepoint(conn)
@@ -291,6 +295,23 @@ class AppTransaction(BufferedTransaction):
             raise
         self._wakes_after = self._wakes_after or request.wakes_watchers
         return version, 0
+
+    def read_after_commit(self, keys: Sequence[bytes]) -> Callable[[], list[bytes | None] | None]:
+        """The values of ``keys`` read once the application's transaction has committed,
+        asked by what follows that COMMIT (part two, on the store's after-commit thread:
+        :meth:`_run_on_commit`), never before; they wait for commits in flight on those
+        keys (:meth:`PostgresStore.read_settled`). None if the read failed."""
+        wanted = list(keys)
+        store = self._store
+
+        def values() -> list[bytes | None] | None:
+            try:
+                return store.read_settled(wanted)
+            except Exception as err:  # part two then reads in its own transaction
+                log.debug("a read after an application's commit failed: %s", err)
+                return None
+
+        return values
 
     def _run_on_commit(self) -> None:
         # Its commit is only into the application's transaction: what waits for the

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import functools
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from quickzones.store.tuple_layer import fdbtuple
 
@@ -156,10 +156,11 @@ class LockPlan:
         self._exclusive: set[bytes] = set()
         self._shared: set[bytes] = set()
 
-    def add(self, ranges: Iterable[Range], *, write: bool) -> LockPlan:
+    def add(self, ranges: Iterable[Range], *, write: bool, own_only: bool = False) -> LockPlan:
         for begin, end in ranges:
-            if len(end) == len(begin) + 1 and end[-1] == 0 and end.startswith(begin):
-                self._shared.update(_ancestry(begin))
+            if _is_point(begin, end):
+                if not own_only:
+                    self._shared.update(_ancestry(begin))
                 (self._exclusive if write else self._shared).add(begin)
             else:
                 length = _anchor(begin, end)
@@ -202,6 +203,16 @@ class LockPlan:
         return order, [i in held for i in order]
 
 
-def plan(reads: Iterable[Range], writes: Iterable[Range]) -> tuple[list[int], list[bool]]:
-    """The sorted lock ids and modes of a commit with these conflict ranges."""
-    return LockPlan().add(reads, write=False).add(writes, write=True).ids()
+def _is_point(begin: bytes, end: bytes) -> bool:
+    return len(end) == len(begin) + 1 and end[-1] == 0 and end.startswith(begin)
+
+
+def plan(
+    reads: Sequence[Range], writes: Iterable[Range], *, held_long: bool = False
+) -> tuple[list[int], list[bool]]:
+    """The sorted lock ids and modes of a commit with these conflict ranges.
+    ``held_long``: the commit is into an application's open transaction (its locks last
+    until the application's COMMIT); if it read only single keys, its single-key writes
+    take their own locks alone (see the module's notes)."""
+    own_only = held_long and all(_is_point(b, e) for b, e in reads)
+    return LockPlan().add(reads, write=False).add(writes, write=True, own_only=own_only).ids()

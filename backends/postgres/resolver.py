@@ -83,6 +83,7 @@ def apply(
     undo: tuple[str, ...] = ("ROLLBACK",),
     again: tuple[str, ...] = ("BEGIN",),
     keep: Seen | None = None,
+    held_long: bool = False,
 ) -> int:
     """Commit ``request`` on ``conn`` (its locks held until the transaction ends).
     ``snapshot``: the one its reads saw (None: nothing read, nothing to check); ``space``:
@@ -91,7 +92,8 @@ def apply(
     ``end_commits=False`` a savepoint's RELEASE); ``undo`` ends a try whose operands moved
     and ``again`` begins the next. ``keep``: a :class:`Seen` whose keys are read after
     COMMIT in the same round trip, with that statement's snapshot, filled in place (on
-    quick's own connections, see ``known_reads.py``). Returns the commit version."""
+    quick's own connections, see ``known_reads.py``). ``held_long``: the transaction stays
+    open after (an application's), see :func:`locks.plan`. Returns the commit version."""
     if request.too_old(now):
         raise KVError(TRANSACTION_TOO_OLD, "read version older than 5 s at commit")
     if request.read_version is None:
@@ -103,7 +105,7 @@ def apply(
         writes = request.resolve(_NO_STAMP, _no_current, skip=adds)
         return _send(
             conn, sql, request, writes, adds, begin, end, end_commits,
-            (snapshot, space, None, [], None, at), keep,
+            (snapshot, space, None, [], None, at), keep, held_long,
         )  # fmt: skip
     for _ in range(MOVED_RETRIES):
         with pipeline(conn):
@@ -118,6 +120,7 @@ def apply(
             return _send(
                 conn, sql, request, writes, adds, (), end, end_commits,
                 (snapshot, space, since if atomic else None, atomic, version, at),
+                held_long=held_long,
             )  # fmt: skip
         except _Moved:
             for statement in undo:
@@ -150,6 +153,7 @@ def _send(
     end_commits: bool,
     how: tuple[str | None, int, str | None, list[bytes], int | None, int],
     keep: Seen | None = None,
+    held_long: bool = False,
 ) -> int:
     """One round trip: ``begin``, quick_commit3 (locks, checks and writes), ``end``.
     ``how``: the reads' snapshot, the lock space, the atomic operands' snapshot and keys,
@@ -159,7 +163,7 @@ def _send(
     if writes.extra_write_conflicts:
         conflict_ranges = merge_ranges(conflict_ranges + writes.extra_write_conflicts)
     reads = request.read_conflicts if snapshot is not None else []
-    lock_ids, exclusive = plan(reads, conflict_ranges)
+    lock_ids, exclusive = plan(reads, conflict_ranges, held_long=held_long)
     rb, re_ = _columns(reads)
     wb, we = _columns(conflict_ranges)
     ae = [key_after(k) for k in atomic]

@@ -345,6 +345,13 @@ END """,
 
     # The status of application transactions (after_commit.py), by their ids as text.
     XACT_STATUS = "SELECT x, pg_xact_status(x::xid8) FROM unnest(%s::text[]) x"
+    # Waits for the commits in flight that hold one of these locks exclusively (taken
+    # shared, in the array's order as commits take theirs, so never a cycle of waits; held
+    # until the implicit transaction of the statements sent with it ends).
+    SETTLE = (
+        "SELECT count(*) FROM (SELECT pg_advisory_xact_lock_shared(%s::int, t.l)"
+        " FROM unnest(%s::int[]) WITH ORDINALITY AS t(l, o) ORDER BY t.o) held"
+    )
 
     @functools.cached_property
     def snapshot_now(self) -> str:
@@ -440,6 +447,7 @@ END """,
             "commit_waking": self._wire(self._COMMIT + self._WAKING),
             "commits_unseen": self._wire(self._COMMITS_UNSEEN),
             "xact_status": self._wire(self.XACT_STATUS),
+            "settle": self._wire(self.SETTLE),
         }
 
     @functools.cached_property

@@ -35,7 +35,7 @@ import random
 import threading
 import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -54,7 +54,7 @@ from quickzones.backends.postgres.errors import (
 )
 from quickzones.backends.postgres.joined import Joined
 from quickzones.backends.postgres.known_reads import KnownReads
-from quickzones.backends.postgres.locks import lock_space
+from quickzones.backends.postgres.locks import lock_space, plan
 from quickzones.backends.postgres.notifications import CommitNotifications
 from quickzones.backends.postgres.resolver import PRUNE_EVERY, Connection
 from quickzones.backends.postgres.sql import (
@@ -78,7 +78,7 @@ from quickzones.errors import (
     StoreNotFound,
     StoreUnavailable,
 )
-from quickzones.store.kv import TRANSACTION_LIFETIME_S
+from quickzones.store.kv import TRANSACTION_LIFETIME_S, key_after
 from quickzones.urls import RETRY_OPTIONS, parse_retry_option
 
 _POOL_SIZE = 16
@@ -319,6 +319,28 @@ class PostgresStore:
         if self._unreachable_since is None:
             return 0.0
         return max(0.0, self._next_try_at - self.clock.now())
+
+    def read_settled(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """``keys``' values once every commit in flight that writes one of them has ended.
+
+        A commit into an application's transaction that read single keys only locks its
+        single-key writes alone (``locks.py``): a commit whose check of a range ran before
+        the application's COMMIT (a consumer's visit that did not see the new item) may
+        end after it. What follows that COMMIT (part two of its enqueues) reads here, so
+        it sees such a commit's writes (the pointer it moved), as FoundationDB's next
+        read version would."""
+        ids, _ = plan([(key, key_after(key)) for key in keys], [])
+        settle = (self.sql.wire["settle"], (wire.int4(self.lock_space), wire.int4s(ids)), False)
+        get = (self.sql.wire["get_many"], (wire.byteas(list(keys)),), True)
+        conn = self._acquire()
+        try:
+            rows = wire.exchange(conn, (settle, get))[1].fetchall()
+        except psycopg.Error as err:
+            raise translate(err, "read after an application's commit", self.shown) from err
+        finally:
+            self._release(conn)
+        found = {bytes(k): bytes(v) for k, v in rows}
+        return [found.get(key) for key in keys]
 
     def _acquire(self, within_s: float | None = None) -> Connection:
         if self._closed:

@@ -280,9 +280,16 @@ class KeySpace:
             return int(parts[0]), int(parts[1]), str(parts[2])
         return int(parts[0]), None, str(parts[3])
 
-    def count_key(self, zone: ZoneId) -> bytes:
-        # (root, "z", app, tenant, "n")
-        return _zone_prefix(self.root, zone.app, zone.tenant) + _COUNT_TAG
+    def count_key(self, zone: ZoneId, shard: int = 0) -> bytes:
+        # (root, "z", app, tenant, "n"): shard 0, the key every release writes; shard s > 0,
+        # (root, "z", app, tenant, "n", s): an application transaction's adds (zone_counts)
+        key = _zone_prefix(self.root, zone.app, zone.tenant) + _COUNT_TAG
+        return key + _tup(shard) if shard else key
+
+    def count_range(self, zone: ZoneId) -> Range:
+        """Every shard of the zone's count, shard 0's key first."""
+        key = self.count_key(zone)
+        return key, key + b"\xff"
 
     def all_zones_range(self) -> Range:
         return tuple_range(self._pack("z"))

@@ -249,11 +249,17 @@ def joins_application_here(db: object) -> bool:
     return joins is not None and joins() is True
 
 
+def joins_application(tr: object) -> bool:
+    """Whether ``tr`` commits into an application's own open transaction whose locks last
+    until the application's COMMIT (PostgreSQL's ``enqueue_on``)."""
+    return getattr(tr, "joins_application", False) is True
+
+
 def may_retry_in_place(tr: object, err: KVError) -> bool:
     """Whether run() may try ``tr`` again after ``err``: yes, unless it writes into an
     application's own transaction that cannot read newer commits (``can_retry_in_place``:
     PostgreSQL's at REPEATABLE READ or SERIALIZABLE)."""
-    if getattr(tr, "joins_application", False) is not True:
+    if not joins_application(tr):
         return True
     can_retry: Callable[[KVError], bool] | None = getattr(tr, "can_retry_in_place", None)
     return can_retry is not None and can_retry(err)

@@ -159,3 +159,27 @@ def test_plans_are_the_previous_releases(seed: int) -> None:
         reads, writes = ranges(size), ranges(size)
         reads += writes[: size // 3]  # keys both read and written
         assert locks.plan(reads, writes) == _previous_plan(reads, writes)
+
+
+def test_a_long_held_commit_that_read_single_keys_locks_its_single_key_writes_alone() -> None:
+    """A commit into an application's transaction (held until its COMMIT) that read only
+    single keys takes no lock on its writes' ancestors, so a consumer's range read of the
+    zone does not wait for it; its reads keep theirs, and one that read a range, a clear,
+    and quick's own commits plan as before."""
+    zone = fdbtuple.pack(("quick", "z", "shop", "t"))
+    index = fdbtuple.pack(("quick", "c", "default", 0, "ix", "shop", "t"))
+    item = zone + fdbtuple.pack(("x", 0, 17, "id"))
+    point = [(index, index + b"\x00")]
+    write = [(item, item + b"\x00")]
+    ids, modes = locks.plan(point, write, held_long=True)
+    expected_ids, expected_modes = locks.plan(point, [])  # the read's locks, as always
+    own = locks._lock_id(item)
+    assert sorted([*expected_ids, own]) == ids
+    before = dict(zip(expected_ids, expected_modes, strict=True))
+    assert dict(zip(ids, modes, strict=True)) == {**before, own: True}
+    # A range read, or a clear, among them: every ancestor as before.
+    ranged = [*point, (zone + b"\x00", zone + b"\xff")]
+    assert locks.plan(ranged, write, held_long=True) == locks.plan(ranged, write)
+    clear = [*write, (zone + b"\x00", zone + b"\xff")]
+    assert locks.plan(point, clear, held_long=True) != locks.plan(point, write, held_long=True)
+    assert locks.plan(point, write) == _previous_plan(point, write)

@@ -16,6 +16,7 @@ import pytest
 from quickzones.client import Quick
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.registry import JobContext
+from quickzones.store.records import ZoneId
 from quickzones.store.steady_clock import SYNC_PERIOD_S
 from quickzones.testing.provision.postgres import postgres_skip_reason
 from tests.postgres import postgres_store_url
@@ -145,13 +146,6 @@ def test_pointer_collection_never_drops_the_pointer_of_a_zone_an_enqueue_commits
     assert wait_for(lambda: q.run_until_idle(collecting) >= 0 and ran == ["z", "z"], 20), ran
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 42 point 1, not met yet: a visit's range read of its zone takes the zone's"
-    " index-prefix lock exclusively, and an open application transaction that enqueued into"
-    " the zone holds it shared until its COMMIT (docs/performance.md, 'Many application"
-    " transactions enqueueing at once')",
-)
 def test_an_open_application_transaction_holds_up_no_consumer_of_its_own_zone(
     q: Quick, url: str
 ) -> None:
@@ -172,3 +166,67 @@ def test_an_open_application_transaction_holds_up_no_consumer_of_its_own_zone(
             held.commit()
     finally:
         other.close()
+
+
+def test_two_open_requests_into_one_zone_wait_for_neither_each_other_nor_its_consumer(
+    q: Quick, url: str
+) -> None:
+    """Issue 42 point 1: an open request's enqueue holds nothing other enqueuers of its
+    zone need. Each enqueue adds to the zone's count: on one shared count row the second
+    request's enqueue, and every completion in the zone, waited for the first's COMMIT."""
+    ran: list[str] = []
+    q.job("job")(lambda payload, ctx: ran.append(payload["tenant"]))
+    q.enqueue("job", {"tenant": "earlier"}, app="shop", tenant="z")
+    first = OpenRequest(q, url, "z")
+    second = OpenRequest(q, url, "z")  # raises if its enqueue waits past 30 s
+    try:
+        assert returns_within(5, lambda: q.run_until_idle()) == 1
+        assert ran == ["earlier"]
+    finally:
+        second.commit()
+        first.commit()
+    assert wait_for(lambda: q.run_until_idle() >= 0 and len(ran) == 3, 20), ran
+    assert q.zones.count(ZoneId("shop", "z")) == 0
+
+
+def test_part_two_sees_the_pointer_a_visit_committing_meanwhile_moved(
+    q: Quick, url: str
+) -> None:
+    """A visit reads its zone and puts the zone's pointer back at a later time (its
+    items' leases' end), in one commit. An application's enqueue into that zone no longer
+    waits for the visit, nor the visit for it, so its COMMIT can land between the visit's
+    check and the visit's end: part two, after that COMMIT, must then see the pointer the
+    visit moved and pull it to the new item, or the item waits out the visit's leases.
+    Here the visit's commit is held open (an application's transaction stands in for the
+    round trip of the visit's own) while the request commits."""
+    ran: list[str] = []
+    q.job("job")(lambda payload, ctx: ran.append(payload["tenant"]))
+    zone = ZoneId("shop", "z")
+    q.enqueue("job", {"tenant": "earlier"}, app="shop", tenant="z")
+    held = OpenRequest(q, url, "z")
+    with psycopg.connect(url.split("?")[0]) as visit:
+
+        def read_zone_and_requeue_later() -> None:
+            with q.kv.transaction_on(visit) as tr:  # type: ignore[attr-defined]
+                tr.get_range(*q.keys.zone_range(zone))  # the new item is not seen
+                pointer = q.toplevel.get_pointer(zone, tr=tr)
+                assert pointer is not None
+                later = pointer.vesting_ms + 3_600_000
+                assert q.toplevel.requeue_pointer(
+                    pointer,
+                    lambda t: later,
+                    lambda t: False,
+                    min_inactive_ms=3_600_000,
+                    active=True,
+                    tr=tr,
+                ) == "requeued"
+
+        returns_within(10, read_zone_and_requeue_later)  # checked; not ended yet
+        held.commit()
+        time.sleep(0.5)  # part two runs meanwhile
+        visit.commit()
+    now = time.time() * 1000
+    assert wait_for(
+        lambda: (p := q.toplevel.get_pointer(zone)) is not None and p.vesting_ms <= now, 10
+    ), q.toplevel.get_pointer(zone)
+    assert wait_for(lambda: q.run_until_idle() >= 0 and sorted(ran) == ["earlier", "z"], 10)

@@ -8,12 +8,12 @@ from quickzones.clock import now_ms
 from quickzones.errors import (
     CorruptRecord,
 )
+from quickzones.store import zone_counts
 from quickzones.store.kv import (
     OWN_STORE,
     KVTransaction,
     run,
     transactional,
-    unpack_i64,
 )
 from quickzones.store.records import (
     WorkItem,
@@ -147,25 +147,26 @@ class ZoneReads(ZoneItems):
         return 0 if item is None else item.vesting_ms
 
     def zone_is_empty(self, tr: KVTransaction, zone: ZoneId) -> bool:
-        """Reads the whole zone range in ``tr`` (invariant 2).
+        """Reads the whole zone range in ``tr`` (invariant 2), but for its count.
 
         Called only by the transaction that deletes the zone's pointer: when the zone is
-        empty it also clears the zone's zero count, so a collected tenant leaves no key
-        behind (a million idle tenants cost nothing).
+        empty it also clears the zone's count (every shard of it, ``zone_counts``), so a
+        collected tenant leaves no key behind (a million idle tenants cost nothing). The
+        count itself is not read with a conflict: every commit that changes it writes the
+        zone's items too, which this read covers.
         """
         begin, end = self.keys.zone_range(zone)
-        count_key = self.keys.count_key(zone)
-        rows = tr.get_range(begin, end, limit=2)
-        empty = all(k == count_key for k, _ in rows)
-        if empty and rows:
-            tr.clear(count_key)
-        return empty
+        counts_begin, counts_end = self.keys.count_range(zone)
+        if tr.get_range(begin, counts_begin, limit=1) or tr.get_range(counts_end, end, limit=1):
+            return False
+        if tr.get_range(counts_begin, counts_end, limit=1, snapshot=True):
+            tr.clear_range(counts_begin, counts_end)
+        return True
 
     def count(self, zone: ZoneId) -> int:
-        return run(self.kv, lambda tr: unpack_i64(tr.get(self.keys.count_key(zone), snapshot=True)))
+        return run(self.kv, lambda tr: zone_counts.read(tr, self.keys, zone))
 
     def counts(self, zones: list[ZoneId]) -> list[int]:
         """The counts of ``zones``, in one snapshot transaction (a metrics scrape reads a
         chunk of zones at once, not one transaction a zone)."""
-        keys = [self.keys.count_key(zone) for zone in zones]
-        return run(self.kv, lambda tr: [unpack_i64(tr.get(key, snapshot=True)) for key in keys])
+        return run(self.kv, lambda tr: [zone_counts.read(tr, self.keys, zone) for zone in zones])
