@@ -6,6 +6,7 @@ the bytes are identical on every KV backend.
     (root, "z", app, tenant, "x", priority, vesting, item_id)   -> b""  (order index: waiting)
     (root, "z", app, tenant, "x", priority, <stamp>, seq, item_id) -> b"" (order index: FIFO)
     (root, "z", app, tenant, "n")                               -> LE count (atomic add)
+    (root, "z", app, tenant, "n", shard)                        -> LE, shards 1-15 (zone_counts)
     (root, "c", cluster, shard, "p", pointer_id)                -> pointer record
     (root, "c", cluster, shard, "v", vesting, pointer_id)       -> b""  (pointer vesting index)
     (root, "c", cluster, shard, "ix", app, tenant)              -> pointer_id (pointer index)
