@@ -30,7 +30,7 @@ import msgpack
 from quickzones.adapters.http import views
 from quickzones.clock import now_ms
 from quickzones.errors import CorruptRecord, InvalidArgument
-from quickzones.store import heartbeats, pickups, zone_counts
+from quickzones.store import heartbeats, pickups, sharded_counts
 from quickzones.store.heartbeats import Heartbeat
 from quickzones.store.kv import KVTransaction, run
 from quickzones.store.pages import decode_cursor, encode_cursor, merged_page
@@ -274,7 +274,7 @@ def _row_in(
     tr: KVTransaction, q: Quick, app: str, tenant: str, now: int, app_picked: int
 ) -> TenantRow:
     zone = ZoneId(app, tenant)
-    row = TenantRow(tenant, queued=zone_counts.read(tr, q.keys, zone))
+    row = TenantRow(tenant, queued=sharded_counts.read(tr, q.keys.count_key(zone)))
     pointer = q.toplevel.get_pointer(zone, tr=tr)
     if pointer is not None and pointer.vesting_ms <= now:
         row.waiting_since_ms = pointer.vesting_ms

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from quickzones.adapters.http.models import ZoneDepth
 from quickzones.clock import now_ms
 from quickzones.errors import CorruptRecord
-from quickzones.store import admin, dead_groups, zone_counts
+from quickzones.store import admin, dead_groups, sharded_counts
 from quickzones.store.kv import KVTransaction, run
 from quickzones.store.pages import decode_cursor, encode_cursor, merged_page
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId, decode_item
@@ -107,7 +107,7 @@ def zone_depths_of(q: Quick, app: str, tenants: list[str]) -> list[ZoneDepth]:
     zones = [ZoneId(app, t) for t in tenants]
 
     def read(tr: KVTransaction) -> list[int]:
-        return [zone_counts.read(tr, q.keys, z) for z in zones]
+        return [sharded_counts.read(tr, q.keys.count_key(z)) for z in zones]
 
     counts = run(q.kv, read) if zones else []
     out = []

@@ -13,7 +13,7 @@ from quickzones.clock import now_ms
 from quickzones.consumer.scanner_election import lease_name
 from quickzones.consumer.store_election import LeaseRecord, StoreElection
 from quickzones.errors import CorruptRecord, InvalidArgument, ItemAlreadyQueued, ItemNotFound
-from quickzones.store import dead_groups, flow_keys, zone_counts
+from quickzones.store import dead_groups, flow_keys, sharded_counts
 from quickzones.store import enqueue as two_part
 from quickzones.store.dead_groups import letter_group
 from quickzones.store.kv import KVTransaction, get_many, run
@@ -154,7 +154,7 @@ def set_aside_pointers(q: Quick) -> list[SetAsidePointer]:
 
 
 def zone_count(q: Quick, zone: ZoneId) -> int:
-    return run(q.kv, lambda tr: zone_counts.read(tr, q.keys, zone))
+    return run(q.kv, lambda tr: sharded_counts.read(tr, q.keys.count_key(zone)))
 
 
 _Row = tuple[ZoneId, str, bytes, bytes, list[bytes]]

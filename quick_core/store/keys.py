@@ -6,7 +6,7 @@ the bytes are identical on every KV backend.
     (root, "z", app, tenant, "x", priority, vesting, item_id)   -> b""  (order index: waiting)
     (root, "z", app, tenant, "x", priority, <stamp>, seq, item_id) -> b"" (order index: FIFO)
     (root, "z", app, tenant, "n")                               -> LE count (atomic add)
-    (root, "z", app, tenant, "n", shard)                        -> LE, shards 1-15 (zone_counts)
+    (root, "z", app, tenant, "n", shard)                        -> LE, shards 1-15 (sharded_counts)
     (root, "c", cluster, shard, "p", pointer_id)                -> pointer record
     (root, "c", cluster, shard, "v", vesting, pointer_id)       -> b""  (pointer vesting index)
     (root, "c", cluster, shard, "ix", app, tenant)              -> pointer_id (pointer index)
@@ -281,16 +281,10 @@ class KeySpace:
             return int(parts[0]), int(parts[1]), str(parts[2])
         return int(parts[0]), None, str(parts[3])
 
-    def count_key(self, zone: ZoneId, shard: int = 0) -> bytes:
-        # (root, "z", app, tenant, "n"): shard 0, the key every release writes; shard s > 0,
-        # (root, "z", app, tenant, "n", s): an application transaction's adds (zone_counts)
-        key = _zone_prefix(self.root, zone.app, zone.tenant) + _COUNT_TAG
-        return key + _tup(shard) if shard else key
-
-    def count_range(self, zone: ZoneId) -> Range:
-        """Every shard of the zone's count, shard 0's key first."""
-        key = self.count_key(zone)
-        return key, key + b"\xff"
+    def count_key(self, zone: ZoneId) -> bytes:
+        # (root, "z", app, tenant, "n"), and its shards (root, "z", app, tenant, "n", s):
+        # sharded_counts
+        return _zone_prefix(self.root, zone.app, zone.tenant) + _COUNT_TAG
 
     def all_zones_range(self) -> Range:
         return tuple_range(self._pack("z"))

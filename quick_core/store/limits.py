@@ -18,6 +18,7 @@ import msgpack
 
 from quickzones.clock import Clock, now_ms
 from quickzones.errors import InvalidArgument, QuickError
+from quickzones.store import sharded_counts
 from quickzones.store.keys import KeySpace
 from quickzones.store.kv import KVStore, KVTransaction, pack_i64, run, unpack_i64
 from quickzones.store.meta_sets import CACHE_MAX, Lru
@@ -131,10 +132,10 @@ class Limits:
         now = now_ms(self.clock)
         window = now // 60_000
         key = self.keys.meta_key("rate", "enqueue", app, window)
-        used = unpack_i64(tr.get(key, snapshot=True))
+        used = sharded_counts.read(tr, key)
         if used + n > limit:
             raise RateLimited(app, limit, ((window + 1) * 60_000 - now) / 1000)
-        tr.add(key, pack_i64(n))
+        sharded_counts.add(tr, key, n)
 
     def grant_dispatch(self, app: str, wanted: int) -> tuple[int, int]:
         """How many of ``wanted`` items the app may start now, and when its next window

@@ -16,6 +16,7 @@ import pytest
 from quickzones.client import Quick
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.registry import JobContext
+from quickzones.store.limits import AppLimits
 from quickzones.store.records import ZoneId
 from quickzones.store.steady_clock import SYNC_PERIOD_S
 from quickzones.testing.provision.postgres import postgres_skip_reason
@@ -230,3 +231,22 @@ def test_part_two_sees_the_pointer_a_visit_committing_meanwhile_moved(
         lambda: (p := q.toplevel.get_pointer(zone)) is not None and p.vesting_ms <= now, 10
     ), q.toplevel.get_pointer(zone)
     assert wait_for(lambda: q.run_until_idle() >= 0 and sorted(ran) == ["earlier", "z"], 10)
+
+
+def test_an_open_request_holds_up_no_other_request_of_a_rate_limited_app(
+    q: Quick, url: str
+) -> None:
+    """An app with an enqueue rate limit counts each enqueue in a key of the app's
+    minute: an open request's add to it held that row until its COMMIT, so every other
+    request's enqueue into any tenant of the app waited (issue 42 point 1)."""
+    ran: list[str] = []
+    q.job("job")(lambda payload, ctx: ran.append(payload["tenant"]))
+    q.set_limits("shop", AppLimits(enqueues_per_minute=1000))
+    first = OpenRequest(q, url, "a")
+    try:
+        second = OpenRequest(q, url, "b")  # raises if its enqueue waits past 30 s
+        second.commit()
+        returns_within(5, lambda: q.enqueue("job", {"tenant": "c"}, app="shop", tenant="c"))
+    finally:
+        first.commit()
+    assert wait_for(lambda: q.run_until_idle() >= 0 and sorted(ran) == ["a", "b", "c"], 20), ran

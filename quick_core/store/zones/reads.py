@@ -8,7 +8,7 @@ from quickzones.clock import now_ms
 from quickzones.errors import (
     CorruptRecord,
 )
-from quickzones.store import zone_counts
+from quickzones.store import sharded_counts
 from quickzones.store.kv import (
     OWN_STORE,
     KVTransaction,
@@ -150,13 +150,13 @@ class ZoneReads(ZoneItems):
         """Reads the whole zone range in ``tr`` (invariant 2), but for its count.
 
         Called only by the transaction that deletes the zone's pointer: when the zone is
-        empty it also clears the zone's count (every shard of it, ``zone_counts``), so a
+        empty it also clears the zone's count (every shard of it, ``sharded_counts``), so a
         collected tenant leaves no key behind (a million idle tenants cost nothing). The
         count itself is not read with a conflict: every commit that changes it writes the
         zone's items too, which this read covers.
         """
         begin, end = self.keys.zone_range(zone)
-        counts_begin, counts_end = self.keys.count_range(zone)
+        counts_begin, counts_end = sharded_counts.key_range(self.keys.count_key(zone))
         if tr.get_range(begin, counts_begin, limit=1) or tr.get_range(counts_end, end, limit=1):
             return False
         if tr.get_range(counts_begin, counts_end, limit=1, snapshot=True):
@@ -164,9 +164,10 @@ class ZoneReads(ZoneItems):
         return True
 
     def count(self, zone: ZoneId) -> int:
-        return run(self.kv, lambda tr: zone_counts.read(tr, self.keys, zone))
+        return run(self.kv, lambda tr: sharded_counts.read(tr, self.keys.count_key(zone)))
 
     def counts(self, zones: list[ZoneId]) -> list[int]:
         """The counts of ``zones``, in one snapshot transaction (a metrics scrape reads a
         chunk of zones at once, not one transaction a zone)."""
-        return run(self.kv, lambda tr: [zone_counts.read(tr, self.keys, zone) for zone in zones])
+        keys = [self.keys.count_key(zone) for zone in zones]
+        return run(self.kv, lambda tr: [sharded_counts.read(tr, key) for key in keys])

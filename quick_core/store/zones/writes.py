@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from quickzones.clock import now_ms, vesting_after
 from quickzones.errors import CorruptRecord
 from quickzones.store import enqueue as two_part
-from quickzones.store import flow_keys, zone_counts
+from quickzones.store import flow_keys, sharded_counts
 from quickzones.store.enqueue import Written
 from quickzones.store.kv import (
     ACCESSED_UNREADABLE,
@@ -84,7 +84,7 @@ class ZoneWrites(ZoneItems):
             self._write_item(tr, zone, record)
             tr.set(self.keys.order_key(zone, item.priority, vesting, item_id), b"")
         if count:
-            zone_counts.add(tr, self.keys, zone, 1)
+            sharded_counts.add(tr, self.keys.count_key(zone), 1)
         return Written(item_id, vesting, True)
 
     def queued_item(self, tr: KVTransaction, zone: ZoneId, item_id: str) -> WorkItem | None:
@@ -158,7 +158,7 @@ class ZoneWrites(ZoneItems):
             out.append(self.write_new_item(tr, zone, item, exists=exists, count=False))
         written = sum(1 for w in out if w.new)
         if written:
-            zone_counts.add(tr, self.keys, zone, written)  # one atomic add
+            sharded_counts.add(tr, self.keys.count_key(zone), written)  # one atomic add
         return out, also
 
     def import_item(self, tr: KVTransaction, zone: ZoneId, item: WorkItem) -> bool:
@@ -178,7 +178,7 @@ class ZoneWrites(ZoneItems):
         # waiting: no order entry until the key passes to it.
         if flow_keys.waits_for(tr, self.keys, zone, item, snapshot=False) is None:
             tr.set(self.keys.order_key(zone, item.priority, item.vesting_ms, item.item_id), b"")
-        zone_counts.add(tr, self.keys, zone, 1)
+        sharded_counts.add(tr, self.keys.count_key(zone), 1)
         self.toplevel.ensure_pointer(tr, zone, item.vesting_ms)
         return True
 

@@ -40,7 +40,7 @@ class InvariantChecks(SimWorld):
                     zone_items.setdefault(zone, {})[parts[3]] = value
                 elif tag == "x":
                     order.setdefault(zone, set()).add(_order_entry(parts[3:]))
-                elif tag == "n":  # a shard of the count (zone_counts)
+                elif tag == "n":  # the count or a shard of it (sharded_counts)
                     counts[zone] = counts.get(zone, 0) + unpack_i64(value)
             elif key.startswith(cp):
                 parts = fdbtuple.unpack(key[len(cp) :])
