@@ -15,8 +15,10 @@ How it keeps the store's rules (``docs/fdb-semantics.md``) without stopping anyo
   savepoint of the application's transaction (a failure leaves none of it). The locks last
   until the application commits or rolls back: only commits touching the same keys wait
   for it (an enqueue's are its zone's index entry, shared with other enqueues into the
-  zone, and the keys of its own item); other tenants' enqueues, consumers of other zones
-  and the rest of the store never do. Its row in ``quick_log`` carries the application's
+  zone, the keys of its own item and a shard of the zone's count,
+  ``sharded_counts``); a commit that read single keys only locks its single-key writes
+  alone (``locks.plan(held_long=True)``), so neither consumers of its own zone nor other
+  tenants' enqueues ever wait for it. Its row in ``quick_log`` carries the application's
   transaction id, so readers that did not see its COMMIT fail and retry, as after any
   commit;
 * at READ COMMITTED (PostgreSQL's default) a conflict found by that check is retried
@@ -25,9 +27,10 @@ How it keeps the store's rules (``docs/fdb-semantics.md``) without stopping anyo
   that conflicts, so the application must roll back and run again: a retryable conflict
   (1020) is raised, and again to every quick call in that transaction;
 * part two of the enqueue (pulling an idle pointer's vesting earlier) runs after the
-  application's COMMIT, in a transaction of its own (``after_commit.py``), so the
-  application never holds the pointer record that consumers lease; and the application's
-  COMMIT sends no NOTIFY (whose global queue lock every notifying COMMIT takes): idle
+  application's COMMIT, reading the pointer once commits in flight on it have ended
+  (:meth:`AppTransaction.read_after_commit`), in a transaction of its own
+  (``after_commit.py``), so the application never holds the pointer record that
+  consumers lease; and the application's COMMIT sends no NOTIFY (whose global queue lock every notifying COMMIT takes): idle
   consumers hear of it from the commit log they poll, or from part two's commit.
 """
 
