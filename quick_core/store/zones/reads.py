@@ -147,21 +147,21 @@ class ZoneReads(ZoneItems):
         return 0 if item is None else item.vesting_ms
 
     def zone_is_empty(self, tr: KVTransaction, zone: ZoneId) -> bool:
-        """Reads the whole zone range in ``tr`` (invariant 2), but for its count.
+        """Reads the whole zone range in ``tr`` (invariant 2).
 
         Called only by the transaction that deletes the zone's pointer: when the zone is
-        empty it also clears the zone's count (every shard of it, ``sharded_counts``), so a
-        collected tenant leaves no key behind (a million idle tenants cost nothing). The
-        count itself is not read with a conflict: every commit that changes it writes the
-        zone's items too, which this read covers.
+        empty it also clears the zone's zero count (every shard of it,
+        ``sharded_counts``), so a collected tenant leaves no key behind (a million idle
+        tenants cost nothing). One read: past the count's keys (at most
+        ``sharded_counts.SHARDS``) the next row, if any, is an item's.
         """
         begin, end = self.keys.zone_range(zone)
         counts_begin, counts_end = sharded_counts.key_range(self.keys.count_key(zone))
-        if tr.get_range(begin, counts_begin, limit=1) or tr.get_range(counts_end, end, limit=1):
-            return False
-        if tr.get_range(counts_begin, counts_end, limit=1, snapshot=True):
+        rows = tr.get_range(begin, end, limit=sharded_counts.SHARDS + 1)
+        empty = all(counts_begin <= k < counts_end for k, _ in rows)
+        if empty and rows:
             tr.clear_range(counts_begin, counts_end)
-        return True
+        return empty
 
     def count(self, zone: ZoneId) -> int:
         return run(self.kv, lambda tr: sharded_counts.read(tr, self.keys.count_key(zone)))
