@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 POLL_S = 0.003
 # Transactions remembered at most (the oldest are dropped: part two is best effort).
 MOST_PENDING = 100_000
+# How long close() waits for the callbacks under way (those of transactions not seen
+# committed yet are dropped).
+CLOSE_WAIT_S = 10.0
 
 
 class AfterCommit:
@@ -96,6 +99,8 @@ class AfterCommit:
                     if status == "committed":
                         ready.extend(callbacks)
             for callback in ready:
+                if self._closed:
+                    break
                 try:
                     callback()
                 except Exception as err:  # best effort, as part two is everywhere
@@ -113,7 +118,13 @@ class AfterCommit:
         return {x.decode(): None if status is None else status.decode() for x, status in rows}
 
     def close(self) -> None:
+        """Run no more callbacks, and wait for those under way (up to
+        :data:`CLOSE_WAIT_S`): nothing of the store's runs after its close returns, so
+        the application may drop the schema next."""
         with self._cond:
             self._closed = True
             self._pending.clear()
             self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(CLOSE_WAIT_S)

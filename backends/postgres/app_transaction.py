@@ -30,8 +30,9 @@ How it keeps the store's rules (``docs/fdb-semantics.md``) without stopping anyo
   application's COMMIT, reading the pointer once commits in flight on it have ended
   (:meth:`AppTransaction.read_after_commit`), in a transaction of its own
   (``after_commit.py``), so the application never holds the pointer record that
-  consumers lease; and the application's COMMIT sends no NOTIFY (whose global queue lock every notifying COMMIT takes): idle
-  consumers hear of it from the commit log they poll, or from part two's commit.
+  consumers lease; and the application's COMMIT sends no NOTIFY (whose global queue
+  lock every notifying COMMIT takes): idle consumers hear of it from the commit log they
+  poll, or from part two's commit.
 """
 
 from __future__ import annotations

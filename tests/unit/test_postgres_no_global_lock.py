@@ -250,3 +250,39 @@ def test_an_open_request_holds_up_no_other_request_of_a_rate_limited_app(
     finally:
         first.commit()
     assert wait_for(lambda: q.run_until_idle() >= 0 and sorted(ran) == ["a", "b", "c"], 20), ran
+
+
+def test_close_waits_for_part_two_under_way_so_nothing_of_quick_runs_after_it(url: str) -> None:
+    """Part two of an application's enqueue runs on the store's thread after the COMMIT.
+    A store closed while it was under way returned at once and left it running its
+    transaction, so an application that dropped the schema next could meet it (a
+    deadlock in DROP SCHEMA ... CASCADE). close() waits for it (here it waits on a commit
+    in flight on the pointer, held open until the test ends it)."""
+    q = Quick.open(url)
+    q.job("job")(lambda payload, ctx: None)
+    zone = ZoneId("shop", "z")
+    q.enqueue("job", {"tenant": "earlier"}, app="shop", tenant="z")
+    held = OpenRequest(q, url, "z")
+    with psycopg.connect(url.split("?")[0]) as visit:
+        with q.kv.transaction_on(visit) as tr:  # type: ignore[attr-defined]
+            pointer = q.toplevel.get_pointer(zone, tr=tr)
+            assert pointer is not None
+            q.toplevel.requeue_pointer(
+                pointer,
+                lambda t: pointer.vesting_ms + 3_600_000,
+                lambda t: False,
+                min_inactive_ms=3_600_000,
+                active=True,
+                tr=tr,
+            )
+        held.commit()  # part two now waits for the visit's commit
+        assert wait_for(lambda: q.kv.after_commit.pending == 0, 10)  # type: ignore[attr-defined]
+        closing = threading.Thread(target=q.close, daemon=True)
+        closing.start()
+        closing.join(1.0)
+        assert closing.is_alive(), "close() returned while part two was under way"
+        visit.commit()
+    closing.join(10)
+    assert not closing.is_alive()
+    running = [t for t in threading.enumerate() if t.name == "quick-pg-after-commit"]
+    assert not any(t.is_alive() for t in running)
