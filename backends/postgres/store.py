@@ -33,6 +33,7 @@ import math
 import os
 import random
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -131,6 +132,16 @@ def _server_of(conninfo: str) -> str:
         return "?"
     host = str(params.get("host") or params.get("hostaddr") or "localhost")
     return f"{host}:{params.get('port') or 5432}"
+
+
+# How long a commit whose answer was lost waits for its server session's transaction to
+# end before it reports the unknown result (wait_for_session).
+SESSION_SETTLE_S = 3.0
+# A server session in a transaction (pg_stat_activity: the store's role sees its own).
+SESSION_IN_TRANSACTION = (
+    "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
+    " AND (xact_start IS NOT NULL OR state = 'active')"
+)
 
 
 class PostgresStore:
@@ -341,6 +352,36 @@ class PostgresStore:
             self._release(conn)
         found = {bytes(k): bytes(v) for k, v in rows}
         return [found.get(key) for key in keys]
+
+    def wait_for_session(self, pid: int, within_s: float = SESSION_SETTLE_S) -> bool:
+        """Wait, up to ``within_s``, until the server session ``pid`` is in no
+        transaction; True once it is (or is gone), False if it still is or the server
+        could not be asked.
+
+        A connection lost while its COMMIT was unanswered (``commit_unknown_result``)
+        leaves its server session running what it had received: its commit may still be
+        under way, and a read made at once on another connection would see the state
+        before it (the worker's check of a maybe-committed transactional attempt then ran
+        the handler again: a doubled effect under lost answers, issue 42 point 5). Once
+        that session's transaction has ended, its outcome is final and any read sees
+        it. Behind a pooler the id is the pooler's, which matches no session: no wait."""
+        deadline = time.monotonic() + within_s
+        try:
+            conn = self._acquire(within_s)
+        except StorageError:
+            return False
+        try:
+            while True:
+                row = conn.execute(SESSION_IN_TRANSACTION, (pid,), prepare=False).fetchone()
+                if row is None:
+                    return True
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.005)
+        except psycopg.Error:
+            return False
+        finally:
+            self._release(conn)
 
     def _acquire(self, within_s: float | None = None) -> Connection:
         if self._closed:

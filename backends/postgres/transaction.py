@@ -21,7 +21,7 @@ from quickzones.backends.postgres.sql import KEYS_PER_SELECT
 from quickzones.backends.txnbuffer import CommitRequest, KeyValue
 from quickzones.backends.txnbuffer.pooled import PooledTransaction
 from quickzones.errors import StoreUnavailable
-from quickzones.store.kv import NOT_COMMITTED, KVError
+from quickzones.store.kv import COMMIT_UNKNOWN_RESULT, NOT_COMMITTED, KVError
 
 if TYPE_CHECKING:
     from quickzones.backends.postgres.store import PostgresStore
@@ -228,6 +228,7 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
             request.read_version = None
             self._opening = False
         conn = self._take_connection()
+        session = conn.info.backend_pid
         # End the snapshot (the resolver reads the newest state) and open the commit's
         # READ COMMITTED transaction in the round trip that takes the lock.
         reading = conn.info.transaction_status != TransactionStatus.IDLE
@@ -267,6 +268,9 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
                         conn.execute("ROLLBACK")
                 if isinstance(err, psycopg.Error):
                     raise translate(err, "commit", store.shown) from err
+                if isinstance(err, KVError) and err.code == COMMIT_UNKNOWN_RESULT:
+                    # Its outcome final before anyone reads to learn it (wait_for_session).
+                    store.wait_for_session(session)
                 raise
             seen_before = store.prune_due(self._seen, request.read_time, now)
             if seen_before is not None:
