@@ -276,7 +276,18 @@ def test_close_waits_for_part_two_under_way_so_nothing_of_quick_runs_after_it(ur
                 tr=tr,
             )
         held.commit()  # part two now waits for the visit's commit
-        assert wait_for(lambda: q.kv.after_commit.pending == 0, 10)  # type: ignore[attr-defined]
+
+        space = q.kv.lock_space & 0xFFFFFFFF  # type: ignore[attr-defined]  # this store's
+
+        def part_two_waits() -> bool:
+            with psycopg.connect(url.split("?")[0], autocommit=True) as look:
+                waiting = (
+                    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                    " AND classid::bigint = %s"
+                )
+                return look.execute(waiting, (space,)).fetchone() is not None
+
+        assert wait_for(part_two_waits, 10)
         closing = threading.Thread(target=q.close, daemon=True)
         closing.start()
         closing.join(1.0)
