@@ -47,6 +47,7 @@ from psycopg.pq import TransactionStatus
 
 from quickzones.aio import OnLoop
 from quickzones.backends.postgres import resolver, wire
+from quickzones.backends.postgres.after_commit import SettledRead
 from quickzones.backends.postgres.async_connection import SyncOverAsync
 from quickzones.backends.postgres.errors import pipeline, translate
 from quickzones.backends.postgres.joined import Joined
@@ -166,7 +167,14 @@ class AppTransaction(BufferedTransaction):
         # Its commit made a zone's pointer vest earlier (kv.wake_watchers): idle
         # consumers elsewhere are notified once the application commits.
         self._wakes_after = False
+        # What part two reads after the COMMIT (read_after_commit): the store's thread
+        # reads them with the other transactions' that committed in the same round.
+        self._settled: list[SettledRead] = []
         super().__init__(store.clock)
+
+    def _reset_state(self) -> None:
+        super()._reset_state()
+        self._settled = []  # a retried try's reads go with its callbacks
 
     def can_retry_in_place(self, error: KVError) -> bool:
         """Whether run() may try again inside the application's transaction: a conflict
@@ -305,12 +313,15 @@ class AppTransaction(BufferedTransaction):
         asked by what follows that COMMIT (part two, on the store's after-commit thread:
         :meth:`_run_on_commit`), never before; they wait for commits in flight on those
         keys (:meth:`PostgresStore.read_settled`). None if the read failed."""
-        wanted = list(keys)
+        read = SettledRead(keys)
+        self._settled.append(read)
         store = self._store
 
         def values() -> list[bytes | None] | None:
+            if read.values is not None:  # read with the round's others
+                return read.values
             try:
-                return store.read_settled(wanted)
+                return store.read_settled(read.keys)
             except Exception as err:  # part two then reads in its own transaction
                 log.debug("a read after an application's commit failed: %s", err)
                 return None
@@ -323,6 +334,7 @@ class AppTransaction(BufferedTransaction):
         # waits for the application's COMMIT, and runs on a thread of the store's: the
         # application's COMMIT never takes NOTIFY's global lock.
         callbacks, self._on_commit = self._on_commit, []
+        reads, self._settled = self._settled, []
         if self._wakes_after:
             self._wakes_after = False
             callbacks.append(self._store.notify_commit)
@@ -340,7 +352,7 @@ class AppTransaction(BufferedTransaction):
                 return  # best effort, as part two is everywhere
             xid = self._joined.xid = str(row[0]) if row else None
         if xid is not None:
-            self._store.after_commit.add(xid, callbacks)
+            self._store.after_commit.add(xid, callbacks, reads)
 
     @staticmethod
     def _roll_back_to_savepoint(conn: Connection) -> None:

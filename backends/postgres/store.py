@@ -219,7 +219,11 @@ class PostgresStore:
         # What runs once an application's transaction has committed (part two of its
         # enqueues: app_transaction.py).
         self.after_commit = AfterCommit(
-            self._acquire, self._release, self.clock, self.sql.wire["xact_status"]
+            self._acquire,
+            self._release,
+            self.clock,
+            self.sql.wire["xact_status"],
+            read_settled=self.read_settled,
         )
         self._open_schema(create)
 

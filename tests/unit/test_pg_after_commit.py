@@ -102,3 +102,29 @@ def test_an_open_transaction_holds_up_no_other_transactions_part_two(q: Quick, u
             q.enqueue_on(quick_one, "ship", {"now": True}, app=ZONE.app, tenant=ZONE.tenant)
         assert wait_for(lambda: _pulled(q, late), 10)  # while the slow one is still open
     assert wait_for(lambda: q.kv.after_commit.pending == 0, 10)  # type: ignore[attr-defined]
+
+
+def test_close_runs_part_two_of_every_transaction_committed_before_it(url: str) -> None:
+    """A web process that shuts down right after its last requests committed: their
+    items must not wait for their zones' pointers to vest on their own (seen: at 780
+    transactions a second, 14 % of the items waited 25-30 s, the item lease, as close
+    dropped the part twos still in line)."""
+    zones = [ZoneId("shop", f"c{i}") for i in range(20)]
+    producer = Quick.open(url)
+    late = {}
+    for zone in zones:
+        producer.enqueue("ship", {"late": True}, app=zone.app, tenant=zone.tenant, delay=3600)
+        pointer = producer.toplevel.get_pointer(zone)
+        assert pointer is not None
+        late[zone] = pointer.vesting_ms
+    for zone in zones:
+        with psycopg.connect(_server(url)) as conn, conn.transaction():
+            producer.enqueue_on(conn, "ship", {"now": True}, app=zone.app, tenant=zone.tenant)
+    producer.close()  # right after the last COMMIT
+    reader = Quick.open(url)
+    try:
+        for zone in zones:
+            pointer = reader.toplevel.get_pointer(zone)
+            assert pointer is not None and pointer.vesting_ms < late[zone], zone
+    finally:
+        reader.close()
