@@ -47,7 +47,10 @@ def test_a_tiny_run_reports_every_case_and_target(tmp_path: Path) -> None:
         assert s["small_p99"]["median"] > 0
         assert s["noisy_cpu_ms_per_item"]["median"] > 0
         assert s["many_over_lone"]["median"] > 0
-        assert s["many_cpu_s_per_1000"]["median"] > 0 < s["lone_cpu_s_per_1000"]["median"]
+        # Measured: a number. The worker's CPU counts in clock ticks (10 ms), and 30 items
+        # can drain within one, so 0.0 is a measurement too (seen in CI).
+        for cpu in ("many_cpu_s_per_1000", "lone_cpu_s_per_1000"):
+            assert math.isfinite(s[cpu]["median"]) and s[cpu]["median"] >= 0, cpu
         pages = res["pages"][store]["pages"]
         assert set(pages) == set(
             tenant_scale.tenant_pages.DASHBOARD + tenant_scale.tenant_pages.API
