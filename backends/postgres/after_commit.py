@@ -20,13 +20,18 @@ transactions a second: its line grew for as long as the producers ran.
 
 Part two is best effort, as everywhere: a process that dies before it runs leaves the item
 to vest when its pointer does. A process that closes its store runs the part twos of every
-transaction seen committed by then (up to :data:`CLOSE_WAIT_S`) before close returns.
+transaction seen committed by then (up to :data:`CLOSE_WAIT_S`) before close returns; so
+does one whose interpreter ends without a close (a web worker recycled, a script's end),
+from an ``atexit`` hook.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,6 +52,12 @@ KEYS_PER_READ = 500
 # Reads the values of keys once the commits in flight on them have ended
 # (PostgresStore.read_settled).
 ReadSettled = Callable[[Sequence[bytes]], list[bytes | None]]
+
+
+def _close_at_exit(ref: weakref.ReferenceType[AfterCommit]) -> None:
+    after = ref()
+    if after is not None:
+        after.close()
 
 
 class SettledRead:
@@ -84,6 +95,8 @@ class AfterCommit:
         self._thread: threading.Thread | None = None
         self._closing = False  # close() asked: a last round, then the thread ends
         self._closed = False  # close() is done waiting: nothing more runs
+        # Registered with the thread's first start: the interpreter's end closes it.
+        self._exit_hook: Callable[[], None] | None = None
 
     def add(
         self,
@@ -106,6 +119,11 @@ class AfterCommit:
                     target=self._run, name="quick-pg-after-commit", daemon=True
                 )
                 self._thread.start()
+                if self._exit_hook is None:
+                    # A daemon thread is stopped where it stands at the interpreter's end;
+                    # atexit runs first, while it still runs.
+                    self._exit_hook = functools.partial(_close_at_exit, weakref.ref(self))
+                    atexit.register(self._exit_hook)
             self._cond.notify()
 
     @property
@@ -192,6 +210,9 @@ class AfterCommit:
             self._closing = True
             self._cond.notify_all()
             thread = self._thread
+            hook, self._exit_hook = self._exit_hook, None
+        if hook is not None:
+            atexit.unregister(hook)
         if thread is not None and thread is not threading.current_thread():
             thread.join(CLOSE_WAIT_S)
         with self._cond:

@@ -5,8 +5,11 @@ one runs none."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -128,3 +131,47 @@ def test_close_runs_part_two_of_every_transaction_committed_before_it(url: str) 
             assert pointer is not None and pointer.vesting_ms < late[zone], zone
     finally:
         reader.close()
+
+
+EXITING_APP = """
+import sys, psycopg
+from quickzones.client import Quick
+
+url, server, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+q = Quick.open(url)
+for i in range(n):
+    with psycopg.connect(server) as conn, conn.transaction():
+        q.enqueue_on(conn, "ship", {"now": True}, app="shop", tenant=f"x{i}")
+# The process ends here, as a web worker does when it is recycled: no close().
+"""
+
+
+def test_a_process_that_exits_without_close_runs_its_committed_part_twos(
+    url: str, tmp_path: Any
+) -> None:
+    """A web process recycled right after its last requests committed never calls
+    close(): their part twos must still run before the interpreter ends, or the items
+    wait for their zones' pointers to vest on their own (the item lease, 30 s)."""
+    zones = [ZoneId("shop", f"x{i}") for i in range(10)]
+    late = {}
+    q = Quick.open(url)
+    try:
+        for zone in zones:
+            q.enqueue("ship", {"late": True}, app=zone.app, tenant=zone.tenant, delay=3600)
+            pointer = q.toplevel.get_pointer(zone)
+            assert pointer is not None
+            late[zone] = pointer.vesting_ms
+        script = tmp_path / "app.py"
+        script.write_text(EXITING_APP)
+        done = subprocess.run(
+            [sys.executable, str(script), url, _server(url), str(len(zones))],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        for zone in zones:
+            pointer = q.toplevel.get_pointer(zone)
+            assert pointer is not None and pointer.vesting_ms < late[zone], zone
+    finally:
+        q.close()
