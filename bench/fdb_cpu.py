@@ -7,7 +7,7 @@ per item (issue 44 point 5).
 Each run fills a fresh key prefix of one local ``fdbserver`` (``single memory``, the
 bench's shared cluster) with ``--items`` no-op items, in one tenant or spread evenly over
 many, then a child process drains them with the consumer ``quick worker --workers 4``
-builds (``ConsumerConfig(workers=4, managers=4)``, every other field its default, unless
+builds (``ConsumerConfig(workers=4)``, every other field its default, unless
 ``--consumer '{"field": value}'`` says otherwise), its threads placed as ``quick worker``
 places them (``QUICK_CPUS``, default ``auto``: ``quickzones.cpu_placement``). The
 child is started and its consumer built before the measured stretch; it then reports
@@ -98,7 +98,7 @@ def drain_child(url: str, items: int, overrides: dict[str, Any]) -> None:
     q = Quick.open(url)
     q.job(NOOP)(lambda payload, ctx: None)
     # quick worker --workers 4, and any --consumer overrides
-    consumer = q.consumer(ConsumerConfig(**{"workers": 4, "managers": 4, **overrides}))
+    consumer = q.consumer(ConsumerConfig(**{"workers": 4, **overrides}))
     try:  # its threads placed as quick worker places them (QUICK_CPUS, default auto)
         from quickzones.cpu_placement import CpuPlacement, parse_cpus
     except ImportError:  # a baseline tree from before CPU placement

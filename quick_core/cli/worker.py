@@ -51,8 +51,8 @@ def _batched(visits_per_transaction: int) -> str:
 @click.option("--app-module", "app_module", required=True, help="module[:attr] with a Quick.")
 @click.option("--workers", type=click.IntRange(min=1), default=8, show_default=True,
               help="Handler threads.")  # fmt: skip
-@click.option("--managers", type=click.IntRange(min=1), default=4, show_default=True,
-              help="Zone visits at once.")  # fmt: skip
+@click.option("--managers", type=click.IntRange(min=1), default=_DEFAULTS.managers,
+              show_default=True, help="Zone visits at once.")  # fmt: skip
 @click.option(
     "--lease",
     "lease_s",

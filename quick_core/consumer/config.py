@@ -45,7 +45,11 @@ class ConsumerConfig:
     min_inactive_s: float = 5.0  # empty zone's pointer lives this long before GC
     item_lease_s: float = 30.0
     lease_extend_s: float | None = None  # default: a third of the item lease
-    managers: int = 4
+    # Zone visits at once. Each waits mostly on its store (PostgreSQL's and FoundationDB's
+    # round trips, SQLite's write lock), so more overlap: 8 against 4, side by side, drained
+    # PostgreSQL 1,104-1,138 against 868-970 items/s with small tenants' p99 29-30 against
+    # 34-47 ms, and changed nothing measurable on SQLite or FoundationDB (docs/performance.md).
+    managers: int = 8
     workers: int = 8
     idle_sleep_s: float = 0.02
     shutdown_deadline_s: float = 10.0
