@@ -82,7 +82,7 @@ class AfterCommit:
         release: Callable[[Any], None],
         clock: Clock,
         statement: bytes,
-        read_settled: ReadSettled | None = None,
+        read_settled: ReadSettled,
     ) -> None:
         # The status query (sql.Statements.XACT_STATUS, for wire.py).
         self._statement = statement
@@ -102,7 +102,7 @@ class AfterCommit:
         self,
         xid: str,
         callbacks: list[Callable[[], None]],
-        reads: Sequence[SettledRead] = (),
+        reads: Sequence[SettledRead],
     ) -> None:
         """Run ``callbacks`` once transaction ``xid`` has committed (never if it rolls
         back), ``reads`` made for them first, with the round's other reads."""
@@ -178,8 +178,6 @@ class AfterCommit:
     def _fill(self, reads: list[SettledRead]) -> None:
         """Read every key of ``reads`` (once each, a statement per KEYS_PER_READ keys)
         and hand each its values."""
-        if self._read_settled is None:
-            return
         keys = list(dict.fromkeys(key for read in reads for key in read.keys))
         found: dict[bytes, bytes | None] = {}
         try:

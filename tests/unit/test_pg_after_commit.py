@@ -133,6 +133,34 @@ def test_close_runs_part_two_of_every_transaction_committed_before_it(url: str) 
         reader.close()
 
 
+def test_one_transaction_enqueueing_into_many_idle_zones_pulls_every_pointer(
+    q: Quick, url: str
+) -> None:
+    """A nightly job's transaction enqueues one item for each of 600 tenants whose zones
+    sat idle: part two's reads of all their pointers (more keys than one statement of a
+    round reads) must pull every one, not only the first statement's."""
+    zones = [ZoneId("shop", f"m{i}") for i in range(600)]
+    late = {}
+    for zone in zones:
+        q.enqueue("ship", {"late": True}, app=zone.app, tenant=zone.tenant, delay=3600)
+    for zone in zones:
+        pointer = q.toplevel.get_pointer(zone)
+        assert pointer is not None
+        late[zone] = pointer.vesting_ms
+    with psycopg.connect(_server(url)) as conn, conn.transaction():
+        for zone in zones:
+            q.enqueue_on(conn, "ship", {"now": True}, app=zone.app, tenant=zone.tenant)
+    assert wait_for(lambda: q.kv.after_commit.pending == 0, 20)  # type: ignore[attr-defined]
+
+    def all_pulled() -> bool:
+        return all(
+            (p := q.toplevel.get_pointer(zone)) is not None and p.vesting_ms < late[zone]
+            for zone in zones
+        )
+
+    assert wait_for(all_pulled, 20)
+
+
 EXITING_APP = """
 import sys, psycopg
 from quickzones.client import Quick
