@@ -33,6 +33,9 @@ PAST_TIME_WAIT_S = 0.2
 # The read version until the first read brings the real one with its answer.
 _PENDING = -1
 _BEGIN = wire.plain("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+# Sent in a relaxed commit's transaction (kv.relax_durability): its COMMIT returns without
+# waiting for the WAL flush.
+_RELAXED = "SET LOCAL synchronous_commit = off"
 
 
 class PostgresTransaction(PooledTransaction[resolver.Connection]):
@@ -51,6 +54,8 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         self._first_keys: Sequence[bytes] = ()
         # Set once a try that read kept values failed its check: the next tries read.
         self._read_afresh = False
+        # kv.relax_durability asked in this try: COMMIT does not wait for the WAL flush.
+        self._relaxed = False
         # Whether the get_many under way reads without a conflict (snapshot=True).
         self._snapshot_read = False
         super().__init__(store)
@@ -59,6 +64,11 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         super()._reset_state()
         self._known = None
         self._first_keys = ()
+        self._relaxed = False
+
+    def relax_durability(self) -> None:
+        """kv.relax_durability: this try's COMMIT returns before its WAL is flushed."""
+        self._relaxed = True
 
     def reset(self) -> None:
         super().reset()
@@ -232,7 +242,10 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         # End the snapshot (the resolver reads the newest state) and open the commit's
         # READ COMMITTED transaction in the round trip that takes the lock.
         reading = conn.info.transaction_status != TransactionStatus.IDLE
-        begin = ("COMMIT", "BEGIN") if reading else ("BEGIN",)
+        begin: tuple[str, ...] = ("COMMIT", "BEGIN") if reading else ("BEGIN",)
+        again: tuple[str, ...] = ("BEGIN",)
+        if self._relaxed:
+            begin, again = (*begin, _RELAXED), (*again, _RELAXED)
         now = self._clock.now()
         known = self._known
         keep = None
@@ -249,6 +262,7 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
                     space=store.lock_space,
                     begin=begin,
                     end=("COMMIT",),
+                    again=again,
                     keep=keep,
                 )
                 store.foreign.made(version)  # made known only by COMMIT's answer

@@ -310,6 +310,23 @@ def follow_in_commit(
     return callable(ask) and bool(ask(follow, needed))
 
 
+def relax_durability(tr: object) -> None:
+    """Let ``tr``'s commit return before the store has made it durable, where the store
+    can (PostgreSQL: ``synchronous_commit = off`` for that transaction alone); elsewhere
+    nothing. Only for writes that a crash of the store's server may undo without harm:
+    a consumer's visit (its pointer lease and requeue, its items' leases), which such a
+    crash puts back as they were before it, so its items run again (at least once; a
+    transactional handler's completion then finds its lease gone and its effects roll
+    back). Its writes are seen by other transactions at once, as any commit's, and a
+    durable commit made after it makes it durable too (the server's log is flushed in
+    order). An enqueue's part one and a completion never relax; its part two, best effort
+    already, does: a crash that undoes it leaves the pointer vesting later, as a producer
+    killed before part two does."""
+    relax = getattr(tr, "relax_durability", None)
+    if callable(relax):
+        relax()
+
+
 def wake_watchers(tr: object) -> None:
     """Ask that other processes' commit watchers hear of ``tr``'s commit at once (a
     zone's pointer was made or moved to vest earlier: an idle consumer or long poll

@@ -24,6 +24,7 @@ from quickzones.store.kv import (
     KVTransaction,
     get_many,
     holds_commit_lock,
+    relax_durability,
     run,
     strinc,
     transactional,
@@ -374,8 +375,16 @@ class TopLevelQueue:
         if tr is not None:
             pull(tr)
             return
+
+        def own(tr: KVTransaction) -> None:
+            # Best effort as it is, it need not wait for the server's log flush: a crash
+            # of the server that undoes it leaves the pointer vesting later, as a
+            # producer killed before part two does (kv.relax_durability).
+            relax_durability(tr)
+            pull(tr)
+
         try:
-            run(self.kv, pull)
+            run(self.kv, own)
         except StorageError:  # also bounded-retry failures: StoreBusy, RetryLimitExceeded
             pass  # the pointer vests later anyway; the item is not lost
 
