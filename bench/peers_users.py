@@ -107,8 +107,11 @@ def order_of_run(systems: list[str], run: int) -> list[str]:
 
 
 @contextmanager
-def _servers(systems: list[str]) -> Iterator[dict[str, str]]:
-    """Only the servers the chosen systems need (bench.servers: private, always stopped)."""
+def _servers(systems: list[str], flush_delay_ms: float = 0.0) -> Iterator[dict[str, str]]:
+    """Only the servers the chosen systems need (bench.servers: private, always stopped).
+    ``flush_delay_ms``: PostgreSQL holds every durable commit that long before its WAL
+    flush (``commit_delay`` with ``commit_siblings`` 0), as a disk whose flush is that much
+    slower would; commits made with ``synchronous_commit = off`` do not wait for it."""
     from bench.servers import postgres_server, redis_server
 
     with ExitStack() as stack:
@@ -116,7 +119,9 @@ def _servers(systems: list[str]) -> Iterator[dict[str, str]]:
         if "dramatiq" in systems:
             urls["redis"] = stack.enter_context(redis_server())
         if {"quick-postgres", "procrastinate"} & set(systems):
-            urls["postgres"] = stack.enter_context(postgres_server())
+            delay_us = round(flush_delay_ms * 1000)
+            settings = (f"commit_delay={delay_us}", "commit_siblings=0") if delay_us else ()
+            urls["postgres"] = stack.enter_context(postgres_server(settings))
         yield urls
 
 
@@ -291,11 +296,17 @@ def table(summ: dict[str, Any], rat: dict[str, Any]) -> str:
 
 
 def run(
-    runs: int, jobs: int, only: list[str], work_ms: float = 0.0, enqueues: bool = False
+    runs: int,
+    jobs: int,
+    only: list[str],
+    work_ms: float = 0.0,
+    enqueues: bool = False,
+    flush_delay_ms: float = 0.0,
 ) -> dict[str, Any]:
     s = sizes(jobs)
     res: dict[str, Any] = {
         "sizes": {**s, "work_ms": work_ms, "enqueue_only": enqueues},
+        "pg_flush_delay_ms": flush_delay_ms,
         "runs": runs,
         "systems": {},
         "loadavg": {"before": list(os.getloadavg())},
@@ -304,7 +315,7 @@ def run(
     res["bytecode"] = compile_bytecode(PEER_PACKAGES)
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-users-")))
-        urls = stack.enter_context(_servers(only))
+        urls = stack.enter_context(_servers(only, flush_delay_ms))
         makers = _makers(urls)
         peers: dict[str, Peer] = {}
         for name in only:
@@ -373,6 +384,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="(a) alone: one-call enqueue rates and the producer's CPU per enqueue",
     )
+    ap.add_argument(
+        "--pg-flush-delay-ms",
+        type=float,
+        default=0.0,
+        help="PostgreSQL holds each durable commit this long before its WAL flush (max 100), "
+        "as a slower disk would (network storage: 1-5 ms); this VM's flush is about 0.2 ms",
+    )
     args = ap.parse_args(argv)
     only = [n for n in args.only.split(",") if n]
     unknown = sorted(set(only) - set(SYSTEMS))
@@ -380,8 +398,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown systems {', '.join(unknown)}: choose among {', '.join(SYSTEMS)}")
     if args.runs < 1 or args.jobs < 10:
         ap.error("--runs must be at least 1 and --jobs at least 10")
+    if not 0 <= args.pg_flush_delay_ms <= 100:
+        ap.error("--pg-flush-delay-ms must be between 0 and 100 (commit_delay's limit)")
     t0 = time.time()
-    res = run(args.runs, args.jobs, only, args.work_ms, args.enqueue_only)
+    res = run(
+        args.runs, args.jobs, only, args.work_ms, args.enqueue_only, args.pg_flush_delay_ms
+    )
     res["machine"] = machine()
     res["command"] = "python -m bench.peers_users " + shlex.join(
         sys.argv[1:] if argv is None else argv

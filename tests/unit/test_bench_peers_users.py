@@ -96,3 +96,26 @@ def test_every_system_starts_from_bytecode_as_a_wheel_install_would() -> None:
         assert Path(cached).is_file(), cached
     assert any(Path(d).name in ("quick_core", "quickzones") for d in done), done
     assert sys.modules["bench.peers_users"].PEER_PACKAGES == PEER_PACKAGES
+
+
+def test_a_pg_flush_delay_holds_each_durable_commit_on_the_benchmarks_server() -> None:
+    """``--pg-flush-delay-ms``: the private server runs with ``commit_delay`` (and
+    ``commit_siblings`` 0, so every durable commit waits), as a slower disk would."""
+    from bench import peers_users
+    from quickzones.testing.provision.postgres import postgres_skip_reason
+
+    if postgres_skip_reason() is not None:
+        pytest.skip(str(postgres_skip_reason()))
+    psycopg = pytest.importorskip("psycopg")
+    with peers_users._servers(["quick-postgres"], 2.5) as urls, psycopg.connect(
+        urls["postgres"]
+    ) as conn:
+        assert conn.execute("SHOW commit_delay").fetchone() == ("2500",)
+        assert conn.execute("SHOW commit_siblings").fetchone() == ("0",)
+
+
+def test_a_pg_flush_delay_past_commit_delays_limit_is_refused() -> None:
+    from bench import peers_users
+
+    with pytest.raises(SystemExit):
+        peers_users.main(["--pg-flush-delay-ms", "150", "--only", "quick-postgres"])
