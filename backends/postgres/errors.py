@@ -135,9 +135,21 @@ def connect_failure(err: psycopg.Error, store: str, server: str) -> StorageError
     return failure
 
 
-def commit_unknown(err: psycopg.Error) -> KVError:
+class CommitUnanswered(KVError):
+    """``commit_unknown_result`` from a COMMIT whose answer was lost. ``log_row``: what
+    the commit wrote into its ``quick_log`` row (the client's clock in us, its write
+    ranges' begins and ends), by which the store can learn whether it committed; None
+    when it wrote none."""
+
+    log_row: tuple[int, list[bytes], list[bytes]] | None = None
+
+
+def commit_unknown(
+    err: psycopg.Error, log_row: tuple[int, list[bytes], list[bytes]] | None = None
+) -> KVError:
     """COMMIT was sent and the connection failed before its answer: it may have committed."""
-    failure = KVError(COMMIT_UNKNOWN_RESULT, f"postgresql COMMIT unanswered: {err}")
+    failure = CommitUnanswered(COMMIT_UNKNOWN_RESULT, f"postgresql COMMIT unanswered: {err}")
+    failure.log_row = log_row
     failure.__cause__ = err
     return failure
 

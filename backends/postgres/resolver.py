@@ -237,7 +237,8 @@ def _send(
             raise _Moved() from err
         if end and end_commits and conn.broken:
             # COMMIT went out with the writes and no answer came: it may have committed.
-            raise commit_unknown(err) from err
+            # Its log row (written when it has write ranges) tells the store whether.
+            raise commit_unknown(err, (at, wb, we) if wb else None) from err
         raise
     row = resolved.fetchone()
     assert row is not None, "quick_commit3 returns the commit version"

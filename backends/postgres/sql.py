@@ -358,6 +358,15 @@ END """,
         return "SELECT pg_current_snapshot()::text"
 
     @functools.cached_property
+    def logged_commit(self) -> str:
+        # A commit whose answer was lost, found by what it wrote into its log row: the
+        # client's clock (us) and its write conflict ranges, which name the keys it wrote
+        # (an enqueue's new item among them). Read only then: a scan of a few seconds of rows.
+        return self._q(
+            "SELECT id FROM {log} WHERE at = %s AND begins = %s::bytea[] AND ends = %s::bytea[]"
+        )
+
+    @functools.cached_property
     def prune_log(self) -> str:
         # Rows of commits a snapshot taken over 6 s ago saw: every transaction that can
         # still commit read after that snapshot (5 s lifetime), so it sees them too.

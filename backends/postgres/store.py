@@ -387,6 +387,17 @@ class PostgresStore:
         finally:
             self._release(conn)
 
+    def logged_commit(self, at: int, begins: list[bytes], ends: list[bytes]) -> int | None:
+        """The commit version of the commit whose ``quick_log`` row holds this clock
+        and these write ranges, or None when no such row is there (see
+        ``PostgresTransaction._committed_after_all``)."""
+        conn = self._acquire()
+        try:
+            row = conn.execute(self.sql.logged_commit, (at, begins, ends), prepare=False).fetchone()
+        finally:
+            self._release(conn)
+        return None if row is None else int(row[0])
+
     def _acquire(self, within_s: float | None = None) -> Connection:
         if self._closed:
             raise StorageError(f"store {self.shown} is closed")

@@ -20,7 +20,7 @@ from quickzones.backends.postgres.known_reads import MOST_KEYS, Seen
 from quickzones.backends.postgres.sql import KEYS_PER_SELECT
 from quickzones.backends.txnbuffer import CommitRequest, KeyValue
 from quickzones.backends.txnbuffer.pooled import PooledTransaction
-from quickzones.errors import StoreUnavailable
+from quickzones.errors import StorageError, StoreUnavailable
 from quickzones.store.kv import COMMIT_UNKNOWN_RESULT, NOT_COMMITTED, KVError
 
 if TYPE_CHECKING:
@@ -36,6 +36,9 @@ _BEGIN = wire.plain("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 # Sent in a relaxed commit's transaction (kv.relax_durability): its COMMIT returns without
 # waiting for the WAL flush.
 _RELAXED = "SET LOCAL synchronous_commit = off"
+# How long after its COMMIT was sent an unanswered commit's log row is surely still kept
+# (rows go once a snapshot taken over 6 s ago saw them: resolver.prune).
+LOG_ROW_KEPT_S = 4.0
 
 
 class PostgresTransaction(PooledTransaction[resolver.Connection]):
@@ -65,6 +68,29 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         self._known = None
         self._first_keys = ()
         self._relaxed = False
+
+    def _committed_after_all(self, err: KVError, session: int, sent: float) -> int | None:
+        """A COMMIT whose answer was lost: once its server session's transaction has
+        ended, its ``quick_log`` row (the client's clock and its write ranges, unique to
+        the keys it wrote) says whether it committed. Returns its commit version if it
+        did; raises ``not_committed`` (retryable) if it did not; None where that cannot be
+        known (the session still busy, no log row, the server unreachable, or too late:
+        the row may be pruned), and the unknown result stands. Without this, a retried
+        enqueue that had in fact committed stored its item again when a consumer had run
+        and completed it meanwhile: its effect ran twice (issue 42 point 5)."""
+        log_row = getattr(err, "log_row", None)
+        store = self._store
+        if log_row is None or not store.wait_for_session(session):
+            return None
+        if self._clock.now() - sent > LOG_ROW_KEPT_S:
+            return None
+        try:
+            found = store.logged_commit(*log_row)
+        except (psycopg.Error, StorageError):
+            return None
+        if found is None:
+            raise KVError(NOT_COMMITTED, "COMMIT unanswered, and it did not commit") from err
+        return found
 
     def relax_durability(self) -> None:
         """kv.relax_durability: this try's COMMIT returns before its WAL is flushed."""
@@ -283,8 +309,13 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
                 if isinstance(err, psycopg.Error):
                     raise translate(err, "commit", store.shown) from err
                 if isinstance(err, KVError) and err.code == COMMIT_UNKNOWN_RESULT:
-                    # Its outcome final before anyone reads to learn it (wait_for_session).
-                    store.wait_for_session(session)
+                    # Its outcome final before anyone reads to learn it (wait_for_session),
+                    # then learned here where its log row tells (_committed_after_all).
+                    applied = self._committed_after_all(err, session, now)
+                    if applied is not None:
+                        store.foreign.made(applied)
+                        store.known.noted(applied)
+                        return applied, 0
                 raise
             seen_before = store.prune_due(self._seen, request.read_time, now)
             if seen_before is not None:

@@ -1,0 +1,83 @@
+"""A COMMIT whose answer is lost after the server committed it (a proxy, a NAT, a
+failover cutting the connection at that moment): the store learns from the commit's own
+log row that it committed, instead of reporting ``commit_unknown_result`` and letting the
+caller run it again. Seen (issue 42 point 5): an enqueue retried after such a COMMIT
+stored its item a second time when a consumer had already run and completed the first,
+and its effect committed twice (2 of 8 runs of the exactly-once test under lost answers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+
+from integration.postgres.reply_cutter import COMMITTED, ReplyCutter
+from quickzones.backends.postgres.store import PostgresStore
+from quickzones.client import Quick
+from quickzones.store.kv import run
+from quickzones.testing.provision.postgres import postgres_skip_reason
+from tests.postgres import postgres_store_url
+
+pytestmark = pytest.mark.skipif(
+    postgres_skip_reason() is not None, reason=str(postgres_skip_reason())
+)
+pytest.importorskip("psycopg")
+
+
+@pytest.fixture()
+def through() -> Iterator[tuple[str, str, ReplyCutter]]:
+    """(the store URL through a reply cutter, the same store straight, the cutter)."""
+    url = postgres_store_url()
+    port = urlsplit(url).port
+    assert port is not None
+    cutter = ReplyCutter(port)
+    try:
+        yield url.replace(f":{port}/", f":{cutter.port}/"), url, cutter
+    finally:
+        cutter.close()
+
+
+def test_a_commit_whose_answer_was_lost_is_known_to_have_committed(
+    through: tuple[str, str, ReplyCutter],
+) -> None:
+    cut_url, url, cutter = through
+    store = PostgresStore.from_url(cut_url)
+    straight = PostgresStore.from_url(url)
+    try:
+        tr = store.create_transaction()
+        tr.set(b"order/1", b"paid")
+        with cutter.cutting(1.0, holding=COMMITTED):
+            tr.commit()  # raised commit_unknown_result before
+        assert cutter.cut >= 1  # the COMMIT's answer was indeed lost
+        assert run(straight, lambda t: t.get(b"order/1")) == b"paid"
+    finally:
+        store.close()
+        straight.close()
+
+
+def test_an_enqueue_whose_commit_answer_was_lost_stores_its_item_once(
+    through: tuple[str, str, ReplyCutter],
+) -> None:
+    cut_url, url, cutter = through
+    producer = Quick.open(cut_url)
+    consumer = Quick.open(url)
+    runs: list[str] = []
+
+    @consumer.job("ship")
+    def ship(payload: object, ctx: object) -> None:
+        runs.append(str(payload))
+
+    try:
+        # The producer's first enqueue makes what it makes once (its job type's policy,
+        # the steady clock's floor): every answer holding a COMMIT is cut below.
+        producer.enqueue("ship", {"order": 6}, app="shop", tenant="t")
+        with cutter.cutting(1.0, holding=COMMITTED):
+            producer.enqueue("ship", {"order": 7}, app="shop", tenant="t")
+        assert cutter.cut >= 1
+        assert consumer.run_until_idle() == 2
+        assert sorted(runs) == ["{'order': 6}", "{'order': 7}"]
+    finally:
+        producer.close()
+        consumer.close()
