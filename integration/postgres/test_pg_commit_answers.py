@@ -81,3 +81,31 @@ def test_an_enqueue_whose_commit_answer_was_lost_stores_its_item_once(
     finally:
         producer.close()
         consumer.close()
+
+
+def test_the_commit_log_lookup_finds_a_commit_by_its_clock_and_ranges_and_nothing_else(
+    through: tuple[str, str, ReplyCutter],
+) -> None:
+    """What the store looks up after a lost answer: the row a commit wrote, by the
+    client's clock and its write ranges; a commit that never happened finds none, so the
+    caller retries it."""
+    import psycopg
+
+    _, url, _ = through
+    store = PostgresStore.from_url(url)
+    try:
+        tr = store.create_transaction()
+        tr.set(b"order/2", b"paid")
+        tr.commit()
+        with psycopg.connect(url.split("?")[0]) as conn:
+            at, begins, ends, row_id = conn.execute(
+                f'SELECT at, begins, ends, id FROM "{store.schema}".quick_log'
+                " ORDER BY id DESC LIMIT 1"
+            ).fetchone()
+        begins, ends = [bytes(b) for b in begins], [bytes(e) for e in ends]
+        assert b"order/2" in begins  # the row of this commit, the newest
+        assert store.logged_commit(at, begins, ends) == row_id
+        assert store.logged_commit(at + 1, begins, ends) is None  # another moment
+        assert store.logged_commit(at, [b"order/3"], [b"order/3\x00"]) is None  # other keys
+    finally:
+        store.close()
