@@ -107,7 +107,7 @@ def order_of_run(systems: list[str], run: int) -> list[str]:
 
 
 @contextmanager
-def _servers(systems: list[str], flush_delay_ms: float = 0.0) -> Iterator[dict[str, str]]:
+def _servers(systems: list[str], flush_delay_ms: float) -> Iterator[dict[str, str]]:
     """Only the servers the chosen systems need (bench.servers: private, always stopped).
     ``flush_delay_ms``: PostgreSQL holds every durable commit that long before its WAL
     flush (``commit_delay`` with ``commit_siblings`` 0), as a disk whose flush is that much
@@ -299,9 +299,9 @@ def run(
     runs: int,
     jobs: int,
     only: list[str],
-    work_ms: float = 0.0,
-    enqueues: bool = False,
-    flush_delay_ms: float = 0.0,
+    work_ms: float,
+    enqueues: bool,
+    flush_delay_ms: float,
 ) -> dict[str, Any]:
     s = sizes(jobs)
     res: dict[str, Any] = {

@@ -141,11 +141,11 @@ class CommitUnanswered(KVError):
     ranges' begins and ends), by which the store can learn whether it committed; None
     when it wrote none."""
 
-    log_row: tuple[int, list[bytes], list[bytes]] | None = None
+    log_row: tuple[int, list[bytes], list[bytes]] | None
 
 
 def commit_unknown(
-    err: psycopg.Error, log_row: tuple[int, list[bytes], list[bytes]] | None = None
+    err: psycopg.Error, log_row: tuple[int, list[bytes], list[bytes]] | None
 ) -> KVError:
     """COMMIT was sent and the connection failed before its answer: it may have committed."""
     failure = CommitUnanswered(COMMIT_UNKNOWN_RESULT, f"postgresql COMMIT unanswered: {err}")

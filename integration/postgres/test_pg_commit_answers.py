@@ -8,7 +8,9 @@ and its effect committed twice (2 of 8 runs of the exactly-once test under lost 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import pytest
@@ -24,6 +26,19 @@ pytestmark = pytest.mark.skipif(
     postgres_skip_reason() is not None, reason=str(postgres_skip_reason())
 )
 pytest.importorskip("psycopg")
+
+T = TypeVar("T", bound=Any)
+
+
+@contextmanager
+def _both(open_: Callable[[str], T], cut_url: str, url: str) -> Iterator[tuple[T, T]]:
+    """One client through the cutter, one straight to the server; both closed after."""
+    cut, straight = open_(cut_url), open_(url)
+    try:
+        yield cut, straight
+    finally:
+        cut.close()
+        straight.close()
 
 
 @pytest.fixture()
@@ -43,33 +58,26 @@ def test_a_commit_whose_answer_was_lost_is_known_to_have_committed(
     through: tuple[str, str, ReplyCutter],
 ) -> None:
     cut_url, url, cutter = through
-    store = PostgresStore.from_url(cut_url)
-    straight = PostgresStore.from_url(url)
-    try:
+    with _both(PostgresStore.from_url, cut_url, url) as (store, straight):
         tr = store.create_transaction()
         tr.set(b"order/1", b"paid")
         with cutter.cutting(1.0, holding=COMMITTED):
             tr.commit()  # raised commit_unknown_result before
         assert cutter.cut >= 1  # the COMMIT's answer was indeed lost
         assert run(straight, lambda t: t.get(b"order/1")) == b"paid"
-    finally:
-        store.close()
-        straight.close()
 
 
 def test_an_enqueue_whose_commit_answer_was_lost_stores_its_item_once(
     through: tuple[str, str, ReplyCutter],
 ) -> None:
     cut_url, url, cutter = through
-    producer = Quick.open(cut_url)
-    consumer = Quick.open(url)
     runs: list[str] = []
+    with _both(Quick.open, cut_url, url) as (producer, consumer):
 
-    @consumer.job("ship")
-    def ship(payload: object, ctx: object) -> None:
-        runs.append(str(payload))
+        @consumer.job("ship")
+        def ship(payload: object, ctx: object) -> None:
+            runs.append(str(payload))
 
-    try:
         # The producer's first enqueue makes what it makes once (its job type's policy,
         # the steady clock's floor): every answer holding a COMMIT is cut below.
         producer.enqueue("ship", {"order": 6}, app="shop", tenant="t")
@@ -78,9 +86,6 @@ def test_an_enqueue_whose_commit_answer_was_lost_stores_its_item_once(
         assert cutter.cut >= 1
         assert consumer.run_until_idle() == 2
         assert sorted(runs) == ["{'order': 6}", "{'order': 7}"]
-    finally:
-        producer.close()
-        consumer.close()
 
 
 def test_the_commit_log_lookup_finds_a_commit_by_its_clock_and_ranges_and_nothing_else(
