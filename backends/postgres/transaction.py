@@ -209,11 +209,41 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
                     return seen.version, [values[key] for key in keys]
         return super()._read_version_and_keys(keys)
 
+    def read_ahead(self, keys: Sequence[bytes], ranges: Sequence[tuple[bytes, bytes, int]]) -> None:
+        """kv.read_ahead: ``keys`` and each range's first pairs in one round trip (with the
+        snapshot's opening when it is the first read), kept for the reads that follow
+        (:meth:`BufferedReads._keep_read_ahead`)."""
+        self._check_open()
+        keys = [k for k in dict.fromkeys(keys) if k not in self._read_cache]
+        ranges = [r for r in ranges if r[0] < r[1] and self._cached_range(r[0], r[1]) is None]
+        if not keys and not ranges:
+            return
+        self._ensure_read_version()
+        wired = self._store.sql.wire
+        statements: list[wire.Statement] = []
+        for at in range(0, len(keys), KEYS_PER_SELECT):
+            chunk = keys[at : at + KEYS_PER_SELECT]
+            statements.append((wired["get_many"], (wire.byteas(chunk),), True))
+        for begin, end, limit in ranges:
+            params = (wire.bytea(begin), wire.bytea(end), wire.int8(limit))
+            statements.append((wired["range"], params, True))
+        answers = self._read_all("read ahead", statements)
+        found: dict[bytes, bytes] = {}
+        chunks = -(-len(keys) // KEYS_PER_SELECT)
+        for rows in answers[:chunks]:
+            found.update(rows.fetchall())
+        pairs = [rows.fetchall() for rows in answers[chunks:]]
+        self._keep_read_ahead(keys, [found.get(k) for k in keys], ranges, pairs)
+
     def _read(self, what: str, statement: wire.Statement) -> wire.Rows:
-        """``statement``'s rows in the snapshot; the first read opens it as well, in the
-        same round trip: BEGIN, the snapshot (taken by that first statement, so every later
-        read sees exactly its data; the commit checks what it did not see) with the last
-        commit version (the read version), then ``statement``.
+        return self._read_all(what, [statement])[0]
+
+    def _read_all(self, what: str, statements: Sequence[wire.Statement]) -> list[wire.Rows]:
+        """The rows of each of ``statements`` in the snapshot, in one round trip; the first
+        read opens it as well, in the same round trip: BEGIN, the snapshot (taken by that
+        first statement, so every later read sees exactly its data; the commit checks what
+        it did not see) with the last commit version (the read version), then
+        ``statements``.
 
         After a first read answered from kept values, a later read opens a newer snapshot
         than theirs; the commit still checks against the kept one, the older: whatever
@@ -224,9 +254,9 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         conn = self._snapshot()
         try:
             if not self._opening:
-                return wire.exchange(conn, (statement,))[0]
+                return wire.exchange(conn, statements)
             read_version = wire.plain(self._store.sql.read_version)
-            _, version, rows = wire.exchange(conn, (_BEGIN, read_version, statement))
+            _, version, *rows = wire.exchange(conn, (_BEGIN, read_version, *statements))
         except psycopg.Error as err:
             raise translate(err, what, self._store.shown) from err
         row = version.fetchone()

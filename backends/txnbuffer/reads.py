@@ -235,6 +235,9 @@ class BufferedReads(ConflictRanges):
             raise InvalidArgument("limit", limit, "must be at least 1")
         if begin >= end or self._cached_range(begin, end) is not None:
             return True
+        prefix = self._cached_prefix(begin, end)
+        if prefix is not None and len(prefix[2]) - bisect.bisect_left(prefix[1], begin) > limit:
+            return False  # a read ahead already holds more than ``limit`` pairs of it
         self._ensure_read_version()
         pairs = self._read_range(begin, end, limit + 1, False)
         if len(pairs) > limit:
@@ -248,6 +251,36 @@ class BufferedReads(ConflictRanges):
                 return keys, pairs
         return None
 
+    def _cached_prefix(
+        self, begin: bytes, end: bytes
+    ) -> tuple[bytes, list[bytes], list[KeyValue]] | None:
+        """A kept range that holds ``[begin, c_end)`` of ``[begin, end)`` (``c_end`` before
+        ``end``): (c_end, its keys, its pairs); a forward scan reads storage only past it."""
+        for c_begin, c_end, keys, pairs in self._range_cache:
+            if c_begin <= begin < c_end < end:
+                return c_end, keys, pairs
+        return None
+
+    def _keep_read_ahead(
+        self,
+        keys: Sequence[bytes],
+        values: Sequence[bytes | None],
+        ranges: Sequence[tuple[bytes, bytes, int]],
+        rows: Sequence[list[KeyValue]],
+    ) -> None:
+        """Keep what a read ahead (a backend's ``read_ahead``) brought from storage at the
+        read version: the values of ``keys``, and for each ``(begin, end, limit)`` of
+        ``ranges`` its first pairs, which hold all of ``[begin, end)`` when fewer than
+        ``limit`` came back, else all of it up to just past the last. Later reads inside
+        them are answered here, each adding its own read conflicts as without it (the
+        read ahead adds none): storage is a fixed snapshot, so what is kept is what
+        storage would answer."""
+        for key, value in zip(keys, values, strict=True):
+            self._read_cache.setdefault(key, value)
+        for (begin, end, limit), pairs in zip(ranges, rows, strict=True):
+            upto = end if len(pairs) < limit else key_after(pairs[-1][0])
+            self._range_cache.append((begin, upto, [k for k, _ in pairs], pairs))
+
     def _storage_scan(
         self, begin: bytes, end: bytes, reverse: bool, batch: int
     ) -> Iterator[KeyValue]:
@@ -258,6 +291,15 @@ class BufferedReads(ConflictRanges):
             inside = pairs[bisect.bisect_left(keys, begin) : bisect.bisect_left(keys, end)]
             yield from reversed(inside) if reverse else inside
             return
+        prefix = None if reverse or not self._range_cache else self._cached_prefix(begin, end)
+        if prefix is not None:
+            # A read ahead holds the scan's first part: storage only past it, if needed.
+            c_end, keys, pairs = prefix
+            inside = pairs[bisect.bisect_left(keys, begin) :]
+            yield from inside
+            begin = c_end
+            if batch:
+                batch = max(1, batch - len(inside))
         self._ensure_read_version()
         while True:
             rows = self._read_range(begin, end, batch, reverse)

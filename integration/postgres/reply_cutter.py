@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import random
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from quickzones.testing.provision.ports import HOST
+from tests.tcp_proxy import Ends, LoopbackProxy
 
 # The server's CommandComplete for a COMMIT: sent once the transaction committed.
 COMMITTED = b"C\x00\x00\x00\x0bCOMMIT\x00"
@@ -33,39 +32,22 @@ async def _discard(r: asyncio.StreamReader, seconds: float) -> None:
         pass
 
 
-class ReplyCutter:
+class ReplyCutter(LoopbackProxy):
     """Listens on a port of its own and forwards to ``HOST:port``; while :meth:`cutting`,
     a chunk the server sends is, with probability ``p``, dropped with both sides of its
     connection instead of forwarded."""
 
     def __init__(self, port: int, seed: int = 5) -> None:
-        self.target = port
         self.cut = 0  # connections dropped so, over the proxy's life
         self._p = 0.0
         self._holding: bytes | None = None
         self._rng = random.Random(seed)
-        self._loop = asyncio.new_event_loop()
-        self._server: asyncio.Server | None = None
-        ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
-        self._thread.start()
-        ready.wait(10)
-        assert self._server is not None
-        self.port: int = self._server.sockets[0].getsockname()[1]
+        super().__init__(port)
 
-    def _run(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._server = self._loop.run_until_complete(asyncio.start_server(self._serve, HOST, 0))
-        ready.set()
-        self._loop.run_forever()
-
-    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        try:
-            server_r, server_w = await asyncio.open_connection(HOST, self.target)
-        except OSError:
-            client_w.close()
-            return
-
+    async def forward(self, ends: Ends) -> None:
+        client_r, client_w, server_r, server_w = (
+            ends.client_r, ends.client_w, ends.server_r, ends.server_w
+        )  # fmt: skip
         cut = asyncio.Event()
 
         def drop() -> None:
@@ -111,12 +93,3 @@ class ReplyCutter:
             yield
         finally:
             self._p, self._holding = 0.0, None
-
-    def close(self) -> None:
-        def stop() -> None:
-            if self._server is not None:
-                self._server.close()
-            self._loop.stop()
-
-        self._loop.call_soon_threadsafe(stop)
-        self._thread.join(10)

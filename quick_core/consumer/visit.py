@@ -26,6 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 from quickzones.clock import Clock, now_ms
+from quickzones.consumer.read_ahead import VisitReadAhead
 from quickzones.consumer.state import Cluster
 from quickzones.consumer.visit_gate import OneTransactionGate
 from quickzones.consumer.visit_rules import (
@@ -85,6 +86,7 @@ class ZoneVisitor:
         # A fresh budget for each visit transaction (each try of it): what its dequeues
         # may write, whatever the payloads and the room (quickzones.store.zones.budget).
         self.budget = budget
+        self.read_ahead = VisitReadAhead()
 
     def visit(
         self,
@@ -181,6 +183,7 @@ class ZoneVisitor:
             spent = self.budget()  # one for the batch's zones: one transaction
             for v in visits:
                 v.clear()
+            self.read_ahead.before(cluster, visits, tr)
             for v in visits:
                 room = v.room if left is None else min(v.room, left)
                 if room <= 0 or spent.reached:
@@ -283,6 +286,7 @@ class ZoneVisitor:
                 **ahead,
             )
             v.stored = (v.ref.shard, stored)
+            self.read_ahead.leased(v.ref, v.pointer.zone)
         zone = v.zone
         if rules.weight is not None:
             room = rules.weight(v.ref, zone, v.room, free)

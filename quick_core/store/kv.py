@@ -596,6 +596,25 @@ def prefetch(tr: KVTransaction, keys: Sequence[bytes]) -> None:
         many(keys)
 
 
+def reads_ahead(tr: KVTransaction) -> bool:
+    """Whether ``tr`` can send several first reads in one round trip (:func:`read_ahead`:
+    PostgreSQL's transactions); elsewhere a read ahead would only move reads earlier."""
+    return getattr(tr, "read_ahead", None) is not None
+
+
+def read_ahead(
+    tr: KVTransaction, keys: Sequence[bytes], ranges: Sequence[tuple[bytes, bytes, int]]
+) -> None:
+    """Where ``tr`` can (:func:`reads_ahead`), read ``keys`` and the first ``limit`` pairs
+    of each ``(begin, end, limit)`` of ``ranges`` from storage in one round trip, and
+    answer the transaction's later reads inside them locally (each still adds its read
+    conflicts; the read ahead adds none): for reads a caller knows it will make one after
+    another (a zone visit: the pointer's record, then the zone). Nothing elsewhere."""
+    ahead = getattr(tr, "read_ahead", None)
+    if ahead is not None:
+        ahead(keys, ranges)
+
+
 def prefetch_range(tr: KVTransaction, begin: bytes, end: bytes, limit: int) -> bool | None:
     """Where the transaction can (a ``prefetch_range`` method: the SQLite and in-memory
     backends), read ``[begin, end)`` in one storage read if it holds at most ``limit``

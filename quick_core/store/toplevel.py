@@ -674,6 +674,10 @@ class TopLevelQueue:
                     return shard, current
         return self.layout.home(pointer.zone), None
 
+    def lease_reads(self, ref: PointerRef) -> list[bytes]:
+        """The keys :meth:`lease_pointer` reads for ``ref`` (for a read ahead)."""
+        return [self.keys.pointer_key(self.cluster, ref.shard, ref.pointer_id)]
+
     def _read_pointer(
         self, tr: KVTransaction, shard: int, pointer_id: str, *, snapshot: bool = False
     ) -> Pointer | None:

@@ -235,6 +235,19 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
                 )
         return leased, corrupt
 
+    def first_reads(self, zone: ZoneId, max_items: int) -> list[tuple[bytes, bytes, int]]:
+        """The ranges a dequeue of ``zone`` taking up to ``max_items`` reads first, as
+        ``(begin, end, limit)`` for a read ahead (kv.read_ahead): the zone whole where it
+        may be small (:meth:`_prefetch`: one pair more than that prefetch keeps, so that a
+        zone too big for it is known so without another read), and its order entries'
+        first ``max_items`` + 1 (:meth:`_entries_to_take`)."""
+        reads = []
+        skips = self._prefetch_skips
+        if not (skips and skips.get(zone)):
+            reads.append((*self.keys.zone_range(zone), ZONE_PREFETCH_KEYS + 1))
+        reads.append((*self.keys.order_range(zone), max_items + 1))
+        return reads
+
     def _prefetch(self, tr: KVTransaction, zone: ZoneId) -> None:
         """The zone whole in one storage read where it is small (:func:`prefetch_range`),
         not tried for a while after it was found too big (its read thrown away)."""
