@@ -9,40 +9,22 @@ from __future__ import annotations
 import pytest
 
 from quickzones.store.kv import KVError, KVStore, KVTransaction, read_ahead, reads_ahead, run
+from tests.contract.test_prefetch_range import P, _fill, _reads
 
-P = b"ra/"
+# The keys and reads of the prefetch's contract test: six pairs under P, one outside.
 END = P + b"\xff"
+OUTSIDE = b"pg/outside"
 
 
-def _fill(store: KVStore) -> None:
-    def write(tr: KVTransaction) -> None:
-        for i in range(8):
-            tr.set(P + b"%02d" % i, b"v%d" % i)
-        tr.set(b"rb/outside", b"x")
-
-    run(store, write)
-
-
-def _reads(tr: KVTransaction) -> list[object]:
-    tr.set(P + b"03", b"local")  # read-your-writes over what was fetched
-    tr.clear(P + b"01")
-    return [
-        tr.get(b"rb/outside"),
-        tr.get(b"rb/absent"),
-        tr.get(P + b"02"),
-        tr.get_range(P, END, limit=2),  # inside the first pairs read ahead
-        tr.get_range(P, END, limit=6),  # past them: storage at the same snapshot
-        tr.get_range(P, END),
-        tr.get_range(P + b"02", P + b"05"),
-        tr.get_range(P, END, limit=2, reverse=True),
-        tr.get_range(P + b"05", b"rc"),  # runs past the second range's end
-    ]
+def _reads_past(tr: KVTransaction) -> list[object]:
+    """The prefetch test's reads, and two that stop past a kept prefix of three."""
+    return [*_reads(tr), tr.get_range(P, END, limit=4), tr.get(b"pg/absent")]
 
 
 @pytest.mark.parametrize(
     "ranges",
     [
-        [(P, END, 3)],  # the first three pairs of eight
+        [(P, END, 3)],  # the first three pairs of six
         [(P, END, 20)],  # all of it
         [(P, END, 3), (P + b"04", P + b"06", 1)],  # two, one inside the other's span
     ],
@@ -53,16 +35,16 @@ def test_reads_after_a_read_ahead_are_the_reads_without_it(
     _fill(kv_store)
     plain = kv_store.create_transaction()
     ahead = kv_store.create_transaction()
-    read_ahead(ahead, [b"rb/outside", b"rb/absent"], ranges)
-    assert _reads(ahead) == _reads(plain)
+    read_ahead(ahead, [OUTSIDE, b"pg/absent"], ranges)
+    assert _reads_past(ahead) == _reads_past(plain)
 
 
 def test_reads_answered_from_a_read_ahead_see_its_snapshot(kv_store: KVStore) -> None:
     _fill(kv_store)
     reader = kv_store.create_transaction()
-    read_ahead(reader, [b"rb/outside"], [(P, END, 3)])
+    read_ahead(reader, [OUTSIDE], [(P, END, 3)])
     if not reads_ahead(reader):
-        reader.get(b"rb/outside")  # a plain transaction's snapshot starts at its first read
+        reader.get(OUTSIDE)  # a plain transaction's snapshot starts at its first read
     run(kv_store, lambda tr: tr.set(P + b"01", b"changed"))
     assert reader.get_range(P, END, limit=4) == [(P + b"%02d" % i, b"v%d" % i) for i in range(4)]
 
@@ -70,10 +52,10 @@ def test_reads_answered_from_a_read_ahead_see_its_snapshot(kv_store: KVStore) ->
 def test_reads_answered_from_a_read_ahead_still_conflict(kv_store: KVStore) -> None:
     _fill(kv_store)
     reader = kv_store.create_transaction()
-    read_ahead(reader, [b"rb/outside"], [(P, END, 3)])
+    read_ahead(reader, [OUTSIDE], [(P, END, 3)])
     assert reader.get_range(P, END, limit=2) == [(P + b"00", b"v0"), (P + b"01", b"v1")]
     run(kv_store, lambda tr: tr.set(P + b"01", b"changed"))
-    reader.set(b"rb/mark", b"1")
+    reader.set(b"pg/mark", b"1")
     with pytest.raises(KVError) as err:
         reader.commit()
     assert err.value.code == 1020
@@ -82,9 +64,9 @@ def test_reads_answered_from_a_read_ahead_still_conflict(kv_store: KVStore) -> N
 def test_the_read_ahead_itself_adds_no_conflict(kv_store: KVStore) -> None:
     _fill(kv_store)
     reader = kv_store.create_transaction()
-    read_ahead(reader, [b"rb/outside"], [(P, END, 3)])
+    read_ahead(reader, [OUTSIDE], [(P, END, 3)])
     assert reader.get(P + b"00") == b"v0"
     run(kv_store, lambda tr: tr.set(P + b"02", b"changed"))  # fetched, never read
-    run(kv_store, lambda tr: tr.set(b"rb/outside", b"changed"))
-    reader.set(b"rb/mark", b"1")
+    run(kv_store, lambda tr: tr.set(OUTSIDE, b"changed"))
+    reader.set(b"pg/mark", b"1")
     reader.commit()
