@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from quickzones.errors import InvalidArgument
-from quickzones.store.kv import KVError, KVStore, KVTransaction, prefetch_range, run
+from quickzones.store.kv import KVError, KVStore, KVTransaction, prefetch_range, read_ahead, run
 
 P = b"pf/"
 
@@ -66,10 +66,21 @@ def test_the_prefetch_says_whether_it_kept_the_range(kv_store: KVStore) -> None:
     assert prefetch_range(kv_store.create_transaction(), P, P + b"\xff", 3) is False
 
 
-def test_reads_answered_from_a_prefetch_still_conflict(kv_store: KVStore) -> None:
+# The two ways a transaction reads ahead, each of P's pairs (and, for kv.read_ahead, one
+# key outside it): the reads after either keep their conflicts, and either alone adds none.
+AHEAD = {
+    "prefetch_range": lambda tr: prefetch_range(tr, P, P + b"\xff", 32),
+    "read_ahead": lambda tr: read_ahead(tr, [b"pg/outside"], [(P, P + b"\xff", 3)]),
+}
+
+
+@pytest.mark.parametrize("ahead", sorted(AHEAD))
+def test_reads_answered_from_what_was_read_ahead_still_conflict(
+    kv_store: KVStore, ahead: str
+) -> None:
     _fill(kv_store)
     reader = kv_store.create_transaction()
-    prefetch_range(reader, P, P + b"\xff", 32)
+    AHEAD[ahead](reader)
     assert reader.get_range(P + b"02", P + b"04") == [(P + b"02", b"v2"), (P + b"03", b"v3")]
     run(kv_store, lambda tr: tr.set(P + b"03", b"changed"))
     reader.set(b"pg/mark", b"1")
@@ -78,12 +89,14 @@ def test_reads_answered_from_a_prefetch_still_conflict(kv_store: KVStore) -> Non
     assert err.value.code == 1020
 
 
-def test_the_prefetch_itself_adds_no_conflict(kv_store: KVStore) -> None:
+@pytest.mark.parametrize("ahead", sorted(AHEAD))
+def test_reading_ahead_itself_adds_no_conflict(kv_store: KVStore, ahead: str) -> None:
     _fill(kv_store)
     reader = kv_store.create_transaction()
-    prefetch_range(reader, P, P + b"\xff", 32)
+    AHEAD[ahead](reader)
     assert reader.get(P + b"00") == b"v0"
-    run(kv_store, lambda tr: tr.set(P + b"05", b"changed"))  # fetched, never read
+    run(kv_store, lambda tr: tr.set(P + b"05", b"changed"))  # fetched or not, never read
+    run(kv_store, lambda tr: tr.set(b"pg/outside", b"changed"))
     reader.set(b"pg/mark", b"1")
     reader.commit()
 

@@ -1,14 +1,15 @@
 """``kv.read_ahead``: a transaction that read some keys and the first pairs of some ranges
 ahead, in one round trip, answers its later reads inside them from what it read, exactly
 as storage would (the same snapshot), reads storage past them, and each later read still
-adds its read conflicts. Every backend: where a transaction cannot read ahead (SQLite,
+adds its read conflicts (test_prefetch_range.py checks the conflicts of both ways of
+reading ahead). Every backend: where a transaction cannot read ahead (SQLite,
 FoundationDB, the simulator) the call does nothing and the reads are plain."""
 
 from __future__ import annotations
 
 import pytest
 
-from quickzones.store.kv import KVError, KVStore, KVTransaction, read_ahead, reads_ahead, run
+from quickzones.store.kv import KVStore, KVTransaction, read_ahead, reads_ahead, run
 from tests.contract.test_prefetch_range import P, _fill, _reads
 
 # The keys and reads of the prefetch's contract test: six pairs under P, one outside.
@@ -47,26 +48,3 @@ def test_reads_answered_from_a_read_ahead_see_its_snapshot(kv_store: KVStore) ->
         reader.get(OUTSIDE)  # a plain transaction's snapshot starts at its first read
     run(kv_store, lambda tr: tr.set(P + b"01", b"changed"))
     assert reader.get_range(P, END, limit=4) == [(P + b"%02d" % i, b"v%d" % i) for i in range(4)]
-
-
-def test_reads_answered_from_a_read_ahead_still_conflict(kv_store: KVStore) -> None:
-    _fill(kv_store)
-    reader = kv_store.create_transaction()
-    read_ahead(reader, [OUTSIDE], [(P, END, 3)])
-    assert reader.get_range(P, END, limit=2) == [(P + b"00", b"v0"), (P + b"01", b"v1")]
-    run(kv_store, lambda tr: tr.set(P + b"01", b"changed"))
-    reader.set(b"pg/mark", b"1")
-    with pytest.raises(KVError) as err:
-        reader.commit()
-    assert err.value.code == 1020
-
-
-def test_the_read_ahead_itself_adds_no_conflict(kv_store: KVStore) -> None:
-    _fill(kv_store)
-    reader = kv_store.create_transaction()
-    read_ahead(reader, [OUTSIDE], [(P, END, 3)])
-    assert reader.get(P + b"00") == b"v0"
-    run(kv_store, lambda tr: tr.set(P + b"02", b"changed"))  # fetched, never read
-    run(kv_store, lambda tr: tr.set(OUTSIDE, b"changed"))
-    reader.set(b"pg/mark", b"1")
-    reader.commit()
