@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from quickzones.cli.demo import percentile  # the demo's nearest-rank percentile, shared
-
 ROOT = Path(__file__).resolve().parent
 REPO = ROOT.parent
 
@@ -98,6 +96,11 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 def latency_summary(values_ms: list[float]) -> dict[str, float]:
+    # Imported here, not at the top: the peers' job modules import this module for
+    # record_start, and their workers must not pay quick's imports at start-up (Huey's
+    # drain, timed from its worker's spawn, paid 0.15-0.19 s of them).
+    from quickzones.cli.demo import percentile  # the demo's nearest-rank percentile
+
     return {
         "n": len(values_ms),
         "p50": percentile(values_ms, 50),

@@ -30,10 +30,10 @@ from typing import Any
 
 import httpx
 
-from bench.common import percentile
 from quickzones.adapters.http.client import RemoteQuick
 from quickzones.adapters.http.tokens import TokenStore
 from quickzones.adapters.http.worker import RemoteWorker
+from quickzones.cli.demo import percentile
 from quickzones.client import Quick
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.testing.provision.ports import free_port

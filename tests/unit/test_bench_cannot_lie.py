@@ -29,3 +29,20 @@ def test_scaling_backlog_is_sized_from_the_bound(name: str) -> None:
     for n in (1, 2, 4, 8):
         assert workload.bound(n) == n * workload.bound(1)
     assert scaling.WORKLOADS["sleep50"].bound(1) == 64 * 1000 / 50
+
+
+def test_the_peers_job_modules_do_not_import_quick() -> None:
+    """Every peer's job module imports ``bench.common`` for ``record_start``; a drain is
+    timed from its worker's spawn, so a worker that imported quick there (0.15-0.19 s
+    here, through ``bench.common``'s percentile) started late, to quick's advantage."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, bench.common;"
+        " print(sorted(m for m in sys.modules if m.startswith('quickzones')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]", f"bench.common imports {out.strip()}"
