@@ -1,8 +1,8 @@
 """``quick serve`` and ``quick tokens create|list|revoke``.
 
 Registered in the ``quickzones.cli`` entry point group (``pyproject.toml``), so the core's
-``quick`` imports this module (and FastAPI) only when one of these commands runs or
-``quick --help`` lists them.
+``quick`` imports this module only when one of these commands runs or ``quick --help``
+lists them; FastAPI only when ``quick serve`` runs.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 import click
 
+from quickzones.adapters.http import require_web_framework
 from quickzones.adapters.http.connections import ACCEPT_BACKLOG, Budget, guarded
 from quickzones.adapters.http.tokens import ROLES, TokenStore
 from quickzones.cli import friendly, store_option
@@ -61,6 +62,7 @@ def serve_cmd(
 
     The connections and long polls it holds follow the open-file limit (ulimit -n).
     """
+    require_web_framework()  # the serve extra's clear error, before its imports
     import uvicorn
 
     from quickzones.adapters.http.app import create_app

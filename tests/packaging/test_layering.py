@@ -228,12 +228,10 @@ def test_quick_help_loads_the_adapter_commands_but_no_driver() -> None:
     )
     loaded = set(_modules_after(code))
     assert "quickzones.adapters.cassandra.cli" in loaded  # registered, so it was listed
-    # The HTTP adapter's commands bring its web framework; no database driver comes along.
-    drivers = {
-        m
-        for m in loaded - baseline
-        if not m.startswith("quickzones.") and m.split(".")[0] not in HTTP
-    }
+    assert "quickzones.adapters.http.cli" in loaded
+    # Listing a command loads no driver, and no web framework: FastAPI comes with the
+    # app that ``quick serve`` runs (``quick --help`` took 0.7 s with it, 0.2 s without).
+    drivers = {m for m in loaded - baseline if not m.startswith("quickzones.")}
     assert drivers == set()
 
 
