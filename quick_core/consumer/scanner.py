@@ -36,8 +36,9 @@ from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.pool import DaemonPool
 from quickzones.consumer.random_slices import RandomSlices
 from quickzones.consumer.selection import Peek, Selection, peek_shard, peek_window, weighed
-from quickzones.consumer.set_aside import ScanFailures, SetAside, elapsed, visit_key
+from quickzones.consumer.set_aside import ScanFailures, SetAside, elapsed
 from quickzones.consumer.state import Cluster
+from quickzones.consumer.visit import visit_key
 from quickzones.consumer.weighing import Weighing
 from quickzones.errors import StorageError, StoreLost
 from quickzones.repeated_failure import RepeatedFailure

@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from quickzones.clock import Clock, ElapsedClock
-from quickzones.consumer.visit import ZoneVisitsFailed
+from quickzones.consumer.visit import Key, ZoneVisitsFailed, visit_key
 from quickzones.errors import StoreLost
 from quickzones.repeated_failure import RepeatedFailure, backoff
 
@@ -32,7 +32,6 @@ ZONE_CAP_S = 10.0
 # Entries older than this past their retry time are forgotten (a pointer collected meanwhile).
 FORGET_AFTER_S = 60.0
 
-Key = tuple[str, int, str]  # a pointer: cluster, shard, pointer id
 
 
 def elapsed(clock: Clock) -> Callable[[], float]:
@@ -127,10 +126,6 @@ class VisitFailures:
         between."""
         if sum(len(err.failed) for err in self.failing) >= zones:
             raise self.failing[-1]
-
-
-def visit_key(ref: PointerRef) -> Key:
-    return ref.cluster, ref.shard, ref.pointer_id
 
 
 class ScanFailures:

@@ -42,6 +42,13 @@ from quickzones.store.toplevel import PointerRef
 from quickzones.store.zones.budget import TransactionBudget
 from quickzones.store.zones.dequeue import Left
 
+Key = tuple[str, int, str]  # a pointer: cluster, shard, pointer id
+
+
+def visit_key(ref: PointerRef) -> Key:
+    """A zone's visits by its pointer (set aside, held to three transactions)."""
+    return ref.cluster, ref.shard, ref.pointer_id
+
 
 class ZoneVisitsFailed(StorageError):
     """Some zones' visits failed with a storage error (``failed``: each pointer with its
@@ -121,23 +128,38 @@ class ZoneVisitor:
             return []
         if not cluster.zones.capabilities.lookahead_dequeue:
             rules = replace(rules, horizon_ms=0)
-        if cluster.zones.capabilities.one_transaction_visits and self.gate.try_one():
-            try:
-                if self._in_one_transaction(cluster, visits, rules, capacity):
-                    return []
-            except StoreLost:
-                raise
-            except StorageError as err:
-                if len(visits) == 1:
-                    return [(visits[0].ref, err)]
-                # One zone's failure (a record it cannot read, a store error of its
-                # own) wrote the whole batch off: the others must not fail with it.
-            if len(visits) > 1:
-                failed: list[tuple[PointerRef, StorageError]] = []
-                for v in visits:  # each zone as a visit of its own
-                    failed += self._visit(cluster, [v], rules, capacity)
-                return failed
-        failed = []
+        if cluster.zones.capabilities.one_transaction_visits:
+            together = [v for v in visits if self.gate.try_one(visit_key(v.ref))]
+            if together and len(together) < len(visits):
+                # Zones that conflicted lately: three transactions each, after the rest.
+                apart = [v for v in visits if all(v is not t for t in together)]
+                failed = self._visit(cluster, together, rules, capacity)
+                return failed + self._visit_apart(cluster, apart, rules, capacity)
+            if together:
+                try:
+                    if self._in_one_transaction(cluster, visits, rules, capacity):
+                        return []
+                except StoreLost:
+                    raise
+                except StorageError as err:
+                    if len(visits) == 1:
+                        return [(visits[0].ref, err)]
+                    # One zone's failure (a record it cannot read, a store error of its
+                    # own) wrote the whole batch off: the others must not fail with it.
+                if len(visits) > 1:
+                    # Each zone as a visit of its own.
+                    return [f for v in visits for f in self._visit(cluster, [v], rules, capacity)]
+        return self._visit_apart(cluster, visits, rules, capacity)
+
+    def _visit_apart(
+        self,
+        cluster: Cluster,
+        visits: Sequence[ZoneVisit],
+        rules: VisitRules,
+        capacity: Callable[[], int] | None,
+    ) -> list[tuple[PointerRef, StorageError]]:
+        """The paper's three transactions for each zone in turn; returns those that failed."""
+        failed: list[tuple[PointerRef, StorageError]] = []
         for v in visits:
             free = None if capacity is None else capacity()
             room = v.room if free is None else min(v.room, free)
@@ -207,7 +229,8 @@ class ZoneVisitor:
                     break
                 self.emit("one_transaction_visit_conflict")
                 if not tries_left:
-                    self.gate.conflicted()
+                    if len(visits) == 1:  # a batch's culprit is found by its zones' own
+                        self.gate.conflicted(visit_key(visits[0].ref))
                     _forget(visits)
                     return False
         except NeedsThreeTransactions:
@@ -223,7 +246,8 @@ class ZoneVisitor:
             _forget(visits)
             raise
         else:
-            self.gate.committed()
+            for v in visits:
+                self.gate.committed(visit_key(v.ref))
         for reason in failed:
             self.emit("pointer_lease_failed", reason=reason)
         leased = [v for v in visits if v.pointer is not None]

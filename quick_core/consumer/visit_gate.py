@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Hashable
 
 from quickzones.clock import Clock, ElapsedClock
 
@@ -27,8 +28,17 @@ FIRST_HOLD_S = 0.01  # three transactions for this long after a first conflict
 MAX_HOLD_S = 1.0  # competing consumers try one transaction again at least once a second
 
 
+# Zones held to three transactions at most, before those whose hold ran out are dropped
+# (a consumer that sees conflicts on this many zones at once holds no more state).
+MAX_HELD_ZONES = 10_000
+
+
 class OneTransactionGate:
-    """Shared by one consumer's managers (or one server's pull visits)."""
+    """Shared by one consumer's managers (or one server's pull visits). Per zone: a
+    conflict puts the zone that conflicted on three transactions, not every zone the
+    consumer visits (a busy tenant's enqueues conflicted with its visits every few ms in
+    ``quick demo``, and each conflict put every small tenant's visit on three commits for
+    10 ms or more: their pickups waited 15-25 ms behind a batch of such visits)."""
 
     def __init__(
         self,
@@ -44,20 +54,38 @@ class OneTransactionGate:
         self._elapsed = clock.monotonic if isinstance(clock, ElapsedClock) else time.monotonic
         self.first_hold_s = first_hold_s
         self._max_hold_s = max_hold_s
-        self._hold_s = first_hold_s
-        self._until = float("-inf")  # three transactions until this (elapsed) time
+        # zone key -> (three transactions until this elapsed time, its next hold)
+        self._held: dict[Hashable, tuple[float, float]] = {}
         self._lock = threading.Lock()
 
-    def try_one(self) -> bool:
-        """Whether this visit tries one transaction."""
-        return self.enabled and self._elapsed() >= self._until
+    def try_one(self, key: Hashable) -> bool:
+        """Whether a visit of the zone ``key`` tries one transaction."""
+        if not self.enabled:
+            return False
+        held = self._held.get(key)
+        return held is None or self._elapsed() >= held[0]
 
-    def conflicted(self) -> None:
-        """A one-transaction visit's commit conflicted: the next visits take three."""
+    def conflicted(self, key: Hashable) -> None:
+        """A one-transaction visit of the zone ``key`` conflicted: its next visits take
+        three transactions, for a stretch that doubles while its conflicts go on."""
         with self._lock:
-            self._until = self._elapsed() + self._hold_s
-            self._hold_s = min(self._hold_s * 2, self._max_hold_s)
+            now = self._elapsed()
+            _, hold = self._held.get(key, (now, self.first_hold_s))
+            self._held[key] = (now + hold, min(hold * 2, self._max_hold_s))
+            if len(self._held) > MAX_HELD_ZONES:
+                self._held = {k: h for k, h in self._held.items() if h[0] > now}
 
-    def committed(self) -> None:
+    def committed(self, key: Hashable) -> None:
+        """A one-transaction visit of the zone ``key`` committed: its next hold halves,
+        and a zone back at the first hold is forgotten."""
+        if key not in self._held:
+            return
         with self._lock:
-            self._hold_s = max(self.first_hold_s, self._hold_s / 2)
+            held = self._held.get(key)
+            if held is None:
+                return
+            hold = held[1] / 2
+            if hold <= self.first_hold_s:
+                del self._held[key]
+            else:
+                self._held[key] = (held[0], hold)

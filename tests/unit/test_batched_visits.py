@@ -179,8 +179,10 @@ def test_a_conflicting_batch_is_tried_again_then_visits_each_zone(q: Quick, race
     assert consumer.in_flight() == 3 + races
     # Counted once each: the written-off transactions' dequeues left no count behind.
     assert consumer.manager.in_flight.per_type["j"] == 3 + races
-    # Only a batch that lost twice makes the next visits take three transactions.
-    assert consumer.manager.one_transaction.try_one() == (races == 1)
+    # A batch does not know which zone conflicted: none is held to three transactions,
+    # and each zone's own visit after two losses committed in one.
+    gate = consumer.manager.one_transaction
+    assert all(gate.try_one(w.pointer_key) for w in works)
 
 
 def test_a_failed_batch_leaves_nothing_leased(q: Quick) -> None:

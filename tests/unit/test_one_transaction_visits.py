@@ -187,44 +187,126 @@ def test_a_conflicting_visit_falls_back_to_three_transactions_at_once(
     assert "one_transaction_visit_conflict" in events
     assert {w.item.item_id for w in works} == {first, *raced}
     assert consumer.in_flight() == 2
-    # Competing for the zone: the next visits take the three transactions...
+    # Competing for the zone: its next visits take the three transactions...
     gate = consumer.manager.one_transaction
-    assert not any(gate.try_one() for _ in range(100))
+    key = works[0].pointer_key
+    assert not any(gate.try_one(key) for _ in range(100))
     # ...for a stretch of time, not of visits: a burst of enqueues into one tenant's zone
     # made three-transaction visits (three commits a zone: on PostgreSQL, whose commits
     # queue on one lock, 40-90 ms for a batch of four zones) the rule for the next
     # hundreds of visits, long after the burst, and small tenants' pickups waited on them.
     clock.advance(gate.first_hold_s)
-    assert gate.try_one()
+    assert gate.try_one(key)
+
+
+def test_a_busy_zones_conflicts_leave_the_other_zones_one_transaction(q: Quick) -> None:
+    """``quick demo``: a noisy tenant's producer enqueues every few ms, its zone's visits
+    conflict with those enqueues, and each conflict put every zone the consumer visited
+    on three transactions (three commits each) for 10 ms or more: the small tenants'
+    visits, batched behind the noisy one's, took 15-25 ms. The conflict holds the zone
+    that conflicted, and only it."""
+    q.job("j")(lambda payload, ctx: None)
+    q.enqueue("j", 1, app="app", tenant="noisy")
+    events: list[str] = []
+    consumer = q.consumer(ONE, observer=lambda event, fields: events.append(event))
+    default_accept = consumer.manager.accept_factory
+    raced: list[str] = []
+
+    def racing_accept(reserved: dict[str, str]) -> Any:
+        inner = default_accept(reserved)
+
+        def accept(item: WorkItem) -> bool:
+            if item.job_type == "j" and not raced:
+                raced.append(q.enqueue("j", 2, app="app", tenant="noisy"))
+            return inner(item)
+
+        return accept
+
+    consumer.manager.accept_factory = racing_accept
+    [noisy] = consumer.scan_once()
+    noisy_works = consumer.manager.visit(noisy)
+    assert "one_transaction_visit_conflict" in events
+    consumer.manager.accept_factory = default_accept
+
+    small = q.enqueue("j", 3, app="app", tenant="small")
+    [ref] = [r for r in consumer.scan_once() if r.pointer_id != noisy.pointer_id]
+    commits = _count_commits(q)
+    works = consumer.manager.visit(ref)
+    assert [w.item.item_id for w in works] == [small]
+    assert commits() == 1, "the small zone's visit took three transactions"
+    gate = consumer.manager.one_transaction
+    assert not gate.try_one(noisy_works[0].pointer_key)
+    assert gate.try_one(works[0].pointer_key)
+
+
+def _count_commits(q: Quick) -> Any:
+    """From now on, the commits of ``q``'s store's transactions: a function that says how
+    many so far."""
+    count = [0]
+    real = q.kv.create_transaction
+
+    def counting() -> Any:
+        tr = real()
+        commit = tr.commit
+
+        def counted(*a: Any, **k: Any) -> Any:
+            count[0] += 1
+            return commit(*a, **k)
+
+        tr.commit = counted
+        return tr
+
+    q.kv.create_transaction = counting  # type: ignore[method-assign]
+    return lambda: count[0]
 
 
 def test_the_gate_backs_off_while_conflicts_go_on_and_recovers(clock: ManualClock) -> None:
     gate = OneTransactionGate(True, clock, first_hold_s=0.01, max_hold_s=0.04)
-    assert gate.try_one()
-    gate.conflicted()  # three transactions for the next 10 ms, however many visits
-    assert not any(gate.try_one() for _ in range(50))
+    z, other = ("c", 0, "z"), ("c", 0, "other")
+    assert gate.try_one(z)
+    gate.conflicted(z)  # three transactions for the next 10 ms, however many visits
+    assert not any(gate.try_one(z) for _ in range(50))
+    assert gate.try_one(other)  # another zone keeps its one transaction
     clock.advance(0.01)
-    assert gate.try_one()
-    gate.conflicted()  # again: 20 ms
+    assert gate.try_one(z)
+    gate.conflicted(z)  # again: 20 ms
     clock.advance(0.019)
-    assert not gate.try_one()
+    assert not gate.try_one(z)
     clock.advance(0.001)
-    assert gate.try_one()
+    assert gate.try_one(z)
     for _ in range(3):
-        gate.conflicted()
+        gate.conflicted(z)
         clock.advance(0.04)
-    gate.conflicted()  # capped at 40 ms
+    gate.conflicted(z)  # capped at 40 ms
     clock.advance(0.039)
-    assert not gate.try_one()
+    assert not gate.try_one(z)
     clock.advance(0.001)
-    assert gate.try_one()
-    gate.committed()
-    gate.committed()
-    gate.conflicted()  # halved twice: 10 ms
+    assert gate.try_one(z)
+    gate.committed(z)
+    gate.committed(z)
+    gate.conflicted(z)  # halved twice: 10 ms
     clock.advance(0.01)
-    assert gate.try_one()
-    gate.conflicted()  # 20 ms
+    assert gate.try_one(z)
+    gate.conflicted(z)  # 20 ms
     clock.step_back(3600)  # the wall clock set back an hour: the hold is still 20 ms
     clock.advance(0.02)
-    assert gate.try_one()
-    assert not OneTransactionGate(False, clock).try_one()
+    assert gate.try_one(z)
+    assert not OneTransactionGate(False, clock).try_one(z)
+
+
+def test_the_gate_forgets_zones_whose_hold_ran_out(clock: ManualClock) -> None:
+    """A consumer of a million tenants keeps no state for the zones that conflicted
+    once, long ago: a zone back at its first hold is forgotten when it commits, and past
+    MAX_HELD_ZONES the zones whose hold ran out are dropped."""
+    from quickzones.consumer import visit_gate
+
+    gate = OneTransactionGate(True, clock, first_hold_s=0.01)
+    gate.conflicted(("c", 0, "z"))
+    clock.advance(0.01)
+    gate.committed(("c", 0, "z"))
+    assert gate._held == {}
+    for n in range(visit_gate.MAX_HELD_ZONES + 1):
+        gate.conflicted(("c", 0, str(n)))
+    clock.advance(0.01)
+    gate.conflicted(("c", 0, "last"))
+    assert list(gate._held) == [("c", 0, "last")]

@@ -63,7 +63,14 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
     _prefetch_skips: dict[ZoneId, int] | None = None
 
     def _entries_to_take(
-        self, tr: KVTransaction, zone: ZoneId, max_items: int, now: int, horizon_ms: int
+        self,
+        tr: KVTransaction,
+        zone: ZoneId,
+        max_items: int,
+        now: int,
+        horizon_ms: int,
+        *,
+        snapshot: bool = False,
     ) -> tuple[list[tuple[bytes, str, int | None]], int | None]:
         """What a dequeue takes: vested entries first (invariant 6 among what is taken),
         then, in the room left, those vesting within ``horizon_ms``; and the vesting time
@@ -75,11 +82,13 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
         then it holds every vested entry (a full read without entries ahead is the vested
         read's prefix). Only a full read with entries ahead falls back to two (a visit to a
         zone with a few items, the common case, reads each range once, not twice).
+
+        ``snapshot``: the order is read without conflicts (see :meth:`dequeue`).
         """
         if not horizon_ms:
-            entries = self._vested_entries(tr, zone, max_items + 1, now, snapshot=False)
+            entries = self._vested_entries(tr, zone, max_items + 1, now, snapshot=snapshot)
             return entries[:max_items], _vesting_of(entries[max_items:], now)
-        upto = self._vested_entries(tr, zone, max_items + 1, now + horizon_ms, snapshot=False)
+        upto = self._vested_entries(tr, zone, max_items + 1, now + horizon_ms, snapshot=snapshot)
         vested: list[tuple[bytes, str, int | None]] = []
         ahead: list[tuple[bytes, str, int | None]] = []
         for entry in upto:
@@ -89,10 +98,10 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
             return vested + ahead, None  # every entry to the horizon: none left
         if not ahead:
             return vested[:max_items], _vesting_of(vested[max_items:], now)
-        entries = self._vested_entries(tr, zone, max_items, now, snapshot=False)
+        entries = self._vested_entries(tr, zone, max_items, now, snapshot=snapshot)
         seen = {item_id for _, item_id, _ in entries}
         more = self._vested_entries(
-            tr, zone, max_items + len(entries), now + horizon_ms, snapshot=False
+            tr, zone, max_items + len(entries), now + horizon_ms, snapshot=snapshot
         )
         return entries + [e for e in more if e[1] not in seen][: max_items - len(entries)], None
 
@@ -132,6 +141,15 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
         from where the budget stood at this call.
 
         ``left``: told what the dequeue saw left in the zone (:class:`Left`).
+
+        In a transaction of its own (no ``tr``: the paper's three-transaction visit) the
+        zone's order is read without conflicts: an enqueue committed meanwhile (a busy
+        tenant's producer, every few ms) does not make the dequeue run again. What it
+        leases is read with conflicts (each record), so no item is leased twice; what it
+        saw left only ever makes the pointer vest sooner; and the pointer's requeue reads
+        the zone, with conflicts, in its own transaction. Inside a caller's ``tr`` (a
+        one-transaction visit, whose requeue may rest on what this read) it conflicts
+        as any read does.
         """
         check_lease_duration(lease_ms)
         if horizon_ms < 0:
@@ -148,6 +166,7 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
             budget=budget,
             mark=budget.mark(),
             left=left,
+            order_snapshot=tr is OWN_STORE,
             tr=tr,
         )
 
@@ -165,6 +184,7 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
         budget: TransactionBudget,
         mark: tuple[int, int, int, bool],
         left: Left | None,
+        order_snapshot: bool = False,
         tr: KVTransaction = OWN_STORE,
     ) -> tuple[list[WorkItem], list[CorruptItem]]:
         budget.rewind(mark)  # each try of this dequeue's own transaction charges anew
@@ -175,7 +195,9 @@ class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
         # A small zone whole in one storage read: its order entries, records and count
         # are read several times over by this dequeue and the pointer's requeue.
         self._prefetch(tr, zone)
-        entries, vested_left = self._entries_to_take(tr, zone, max_items, now, horizon_ms)
+        entries, vested_left = self._entries_to_take(
+            tr, zone, max_items, now, horizon_ms, snapshot=order_snapshot
+        )
         if left is not None:
             left.vested_ms = vested_left
         start = 0
