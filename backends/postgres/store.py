@@ -67,7 +67,7 @@ from quickzones.backends.postgres.sql import (
     Statements,
     check_schema_name,
 )
-from quickzones.backends.postgres.transaction import PostgresTransaction
+from quickzones.backends.postgres.transaction import SESSION_SETTLE_S, PostgresTransaction
 from quickzones.backends.txnbuffer import BufferedTransaction
 from quickzones.clock import Clock, SystemClock
 from quickzones.errors import (
@@ -134,9 +134,6 @@ def _server_of(conninfo: str) -> str:
     return f"{host}:{params.get('port') or 5432}"
 
 
-# How long a commit whose answer was lost waits for its server session's transaction to
-# end before it reports the unknown result (wait_for_session).
-SESSION_SETTLE_S = 3.0
 # A server session in a transaction (pg_stat_activity: the store's role sees its own).
 SESSION_IN_TRANSACTION = (
     "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
