@@ -165,22 +165,7 @@ def test_a_conflicting_visit_falls_back_to_three_transactions_at_once(
     transactions straight away and still hands the items out."""
     q.job("j")(lambda payload, ctx: None)
     first = q.enqueue("j", 1, app="app", tenant="t1")
-    events: list[str] = []
-    consumer = q.consumer(ONE, observer=lambda event, fields: events.append(event))
-    default_accept = consumer.manager.accept_factory
-    raced: list[str] = []
-
-    def racing_accept(reserved: dict[str, str]) -> Any:
-        inner = default_accept(reserved)
-
-        def accept(item: WorkItem) -> bool:
-            if not raced:
-                raced.append(q.enqueue("j", 2, app="app", tenant="t1"))
-            return inner(item)
-
-        return accept
-
-    consumer.manager.accept_factory = racing_accept
+    consumer, events, raced = _racing_consumer(q, "t1")
     [ref] = consumer.scan_once()
     works = consumer.manager.visit(ref)
 
@@ -207,26 +192,10 @@ def test_a_busy_zones_conflicts_leave_the_other_zones_one_transaction(q: Quick) 
     that conflicted, and only it."""
     q.job("j")(lambda payload, ctx: None)
     q.enqueue("j", 1, app="app", tenant="noisy")
-    events: list[str] = []
-    consumer = q.consumer(ONE, observer=lambda event, fields: events.append(event))
-    default_accept = consumer.manager.accept_factory
-    raced: list[str] = []
-
-    def racing_accept(reserved: dict[str, str]) -> Any:
-        inner = default_accept(reserved)
-
-        def accept(item: WorkItem) -> bool:
-            if item.job_type == "j" and not raced:
-                raced.append(q.enqueue("j", 2, app="app", tenant="noisy"))
-            return inner(item)
-
-        return accept
-
-    consumer.manager.accept_factory = racing_accept
+    consumer, events, raced = _racing_consumer(q, "noisy")
     [noisy] = consumer.scan_once()
     noisy_works = consumer.manager.visit(noisy)
-    assert "one_transaction_visit_conflict" in events
-    consumer.manager.accept_factory = default_accept
+    assert "one_transaction_visit_conflict" in events and raced  # raced once, no more
 
     small = q.enqueue("j", 3, app="app", tenant="small")
     [ref] = [r for r in consumer.scan_once() if r.pointer_id != noisy.pointer_id]
@@ -237,6 +206,29 @@ def test_a_busy_zones_conflicts_leave_the_other_zones_one_transaction(q: Quick) 
     gate = consumer.manager.one_transaction
     assert not gate.try_one(noisy_works[0].pointer_key)
     assert gate.try_one(works[0].pointer_key)
+
+
+def _racing_consumer(q: Quick, tenant: str) -> tuple[Any, list[str], list[str]]:
+    """A one-transaction consumer of ``q`` whose first dequeue, inside its transaction,
+    enqueues one item into ``tenant``'s zone (committed before the visit's commit: a
+    conflict); returns it, the events it emits and the id of the item that raced."""
+    events: list[str] = []
+    consumer = q.consumer(ONE, observer=lambda event, fields: events.append(event))
+    default_accept = consumer.manager.accept_factory
+    raced: list[str] = []
+
+    def racing_accept(reserved: dict[str, str]) -> Any:
+        inner = default_accept(reserved)
+
+        def accept(item: WorkItem) -> bool:
+            if not raced:
+                raced.append(q.enqueue("j", 2, app="app", tenant=tenant))
+            return inner(item)
+
+        return accept
+
+    consumer.manager.accept_factory = racing_accept
+    return consumer, events, raced
 
 
 def _count_commits(q: Quick) -> Any:
