@@ -90,8 +90,7 @@ class ZoneVisitor:
         self.gate = gate
         self.clock = clock
         self.emit = emit
-        # A fresh budget for each visit transaction (each try of it): what its dequeues
-        # may write, whatever the payloads and the room (quickzones.store.zones.budget).
+        # A fresh budget for each try of a visit transaction (quickzones.store.zones.budget).
         self.budget = budget
         self.read_ahead = VisitReadAhead()
 
@@ -129,13 +128,16 @@ class ZoneVisitor:
         if not cluster.zones.capabilities.lookahead_dequeue:
             rules = replace(rules, horizon_ms=0)
         if cluster.zones.capabilities.one_transaction_visits:
-            together = [v for v in visits if self.gate.try_one(visit_key(v.ref))]
-            if together and len(together) < len(visits):
-                # Zones that conflicted lately: three transactions each, after the rest.
-                apart = [v for v in visits if all(v is not t for t in together)]
-                failed = self._visit(cluster, together, rules, capacity)
-                return failed + self._visit_apart(cluster, apart, rules, capacity)
-            if together:
+            alone = [v for v in visits if self.gate.alone(visit_key(v.ref))]
+            if alone and len(visits) > 1:
+                # Zones that conflicted lately go last, each alone (three transactions
+                # while held): their next conflicts write off no other zone's visit.
+                rest = [v for v in visits if all(v is not a for a in alone)]
+                failed = self._visit(cluster, rest, rules, capacity) if rest else []
+                for v in alone:
+                    failed += self._visit(cluster, [v], rules, capacity)
+                return failed
+            if all(self.gate.try_one(visit_key(v.ref)) for v in visits):  # none is held
                 try:
                     if self._in_one_transaction(cluster, visits, rules, capacity):
                         return []
@@ -146,8 +148,7 @@ class ZoneVisitor:
                         return [(visits[0].ref, err)]
                     # One zone's failure (a record it cannot read, a store error of its
                     # own) wrote the whole batch off: the others must not fail with it.
-                if len(visits) > 1:
-                    # Each zone as a visit of its own.
+                if len(visits) > 1:  # each zone as a visit of its own
                     return [f for v in visits for f in self._visit(cluster, [v], rules, capacity)]
         return self._visit_apart(cluster, visits, rules, capacity)
 

@@ -26,6 +26,9 @@ from quickzones.clock import Clock, ElapsedClock
 
 FIRST_HOLD_S = 0.01  # three transactions for this long after a first conflict
 MAX_HOLD_S = 1.0  # competing consumers try one transaction again at least once a second
+# A zone that conflicted within this long is visited in a transaction of its own, never
+# batched with other zones: its next conflict writes off its own visit alone.
+ALONE_S = 1.0
 
 
 # Zones held to three transactions at most, before those whose hold ran out are dropped
@@ -56,6 +59,8 @@ class OneTransactionGate:
         self._max_hold_s = max_hold_s
         # zone key -> (three transactions until this elapsed time, its next hold)
         self._held: dict[Hashable, tuple[float, float]] = {}
+        # zone key -> when it last conflicted (elapsed time)
+        self._conflicted_at: dict[Hashable, float] = {}
         self._lock = threading.Lock()
 
     def try_one(self, key: Hashable) -> bool:
@@ -65,15 +70,32 @@ class OneTransactionGate:
         held = self._held.get(key)
         return held is None or self._elapsed() >= held[0]
 
+    def alone(self, key: Hashable) -> bool:
+        """Whether the zone ``key`` conflicted within ``ALONE_S`` (or is held to three
+        transactions): its visit is not batched with other zones'. Its producer is likely
+        still enqueueing, and a batch's conflict writes off every zone in it (``quick
+        demo``: one small tenant's item in twenty waited for two such batches, its
+        pickup's p95 to p99)."""
+        if not self.enabled:
+            return False
+        at = self._conflicted_at.get(key)
+        return (at is not None and self._elapsed() - at < ALONE_S) or not self.try_one(key)
+
     def conflicted(self, key: Hashable) -> None:
         """A one-transaction visit of the zone ``key`` conflicted: its next visits take
-        three transactions, for a stretch that doubles while its conflicts go on."""
+        three transactions, for a stretch that doubles while its conflicts go on, and
+        for ``ALONE_S`` it is visited apart from other zones."""
         with self._lock:
             now = self._elapsed()
             _, hold = self._held.get(key, (now, self.first_hold_s))
             self._held[key] = (now + hold, min(hold * 2, self._max_hold_s))
             if len(self._held) > MAX_HELD_ZONES:
                 self._held = {k: h for k, h in self._held.items() if h[0] > now}
+            # Kept in the order of their last conflicts: past MAX_HELD_ZONES the oldest go.
+            self._conflicted_at.pop(key, None)
+            self._conflicted_at[key] = now
+            while len(self._conflicted_at) > MAX_HELD_ZONES:
+                del self._conflicted_at[next(iter(self._conflicted_at))]
 
     def committed(self, key: Hashable) -> None:
         """A one-transaction visit of the zone ``key`` committed: its next hold halves,

@@ -208,6 +208,62 @@ def test_a_busy_zones_conflicts_leave_the_other_zones_one_transaction(q: Quick) 
     assert gate.try_one(works[0].pointer_key)
 
 
+def test_a_zone_that_conflicted_lately_is_not_batched_with_the_others(
+    q: Quick, clock: ManualClock
+) -> None:
+    """``quick demo``: once the noisy tenant's hold on three transactions ran out, its
+    zone was batched again with small tenants' zones, and its producer's next enqueue
+    wrote the whole batch off, twice, before each zone went on its own: one small item
+    in twenty waited for two transactions done for nothing (the p95-p99 of their
+    pickups). A zone whose visit conflicted lately gets a transaction of its own; the
+    other zones of the batch commit together on their first try."""
+    q.job("j")(lambda payload, ctx: None)
+    q.enqueue("j", 1, app="app", tenant="noisy")
+    events: list[tuple[str, dict[str, Any]]] = []
+    consumer = q.consumer(ONE, observer=lambda event, fields: events.append((event, fields)))
+    default_accept = consumer.manager.accept_factory
+    races: list[str] = []
+
+    def racing_accept(reserved: dict[str, str]) -> Any:
+        inner = default_accept(reserved)
+
+        def accept(item: WorkItem) -> bool:
+            # The noisy tenant's producer commits into its zone during each of its visits
+            # (its items' payloads are 1 and 2, the small tenants' 3).
+            if item.payload in (b"1", b"2") and len(races) < 4:
+                races.append(q.enqueue("j", 2, app="app", tenant="noisy"))
+            return inner(item)
+
+        return accept
+
+    consumer.manager.accept_factory = racing_accept
+    [noisy] = consumer.scan_once()
+    consumer.manager.visit(noisy)
+    assert races, "the noisy zone's visit did not race its producer"
+    gate = consumer.manager.one_transaction
+    noisy_key = ("default", noisy.shard, noisy.pointer_id)
+    clock.advance(ONE_HOLD_RUNS_OUT_S)
+    assert gate.try_one(noisy_key), "the noisy zone's hold on three transactions ran out"
+
+    smalls = [q.enqueue("j", 3, app="app", tenant=t) for t in ("small-a", "small-b")]
+    refs = consumer.scan_once()
+    by_id = {r.pointer_id: r for r in refs}
+    ordered = [by_id.pop(noisy.pointer_id), *by_id.values()]  # the noisy zone first
+    assert len(ordered) == 3
+    events.clear()
+    works = consumer.manager.visit_many(ordered)
+
+    assert set(smalls) <= {w.item.item_id for w in works}
+    first = [f for e, f in events if e in ("visits_batched", "one_transaction_visit_conflict")]
+    assert first and first[0].get("zones") == 2, (
+        f"the small zones' batch was written off by the noisy zone's conflict: {events}"
+    )
+
+
+# How long after a first conflict a zone's hold on three transactions has run out.
+ONE_HOLD_RUNS_OUT_S = 0.011
+
+
 def _racing_consumer(q: Quick, tenant: str) -> tuple[Any, list[str], list[str]]:
     """A one-transaction consumer of ``q`` whose first dequeue, inside its transaction,
     enqueues one item into ``tenant``'s zone (committed before the visit's commit: a
@@ -302,3 +358,8 @@ def test_the_gate_forgets_zones_whose_hold_ran_out(clock: ManualClock) -> None:
     clock.advance(0.01)
     gate.conflicted(("c", 0, "last"))
     assert list(gate._held) == [("c", 0, "last")]
+    # Which zones conflicted lately (visited alone): the most recent MAX_HELD_ZONES.
+    assert len(gate._conflicted_at) == visit_gate.MAX_HELD_ZONES
+    assert gate.alone(("c", 0, "last")) and not gate.alone(("c", 0, "1"))
+    clock.advance(visit_gate.ALONE_S)
+    assert not gate.alone(("c", 0, "last"))
