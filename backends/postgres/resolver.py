@@ -250,7 +250,8 @@ def _send(
             keep.snapshot = rows[0][0].decode()
             keep.version = int.from_bytes(rows[0][1], "big", signed=True)
             found.update((k, v) for _, _, k, v in rows if k is not None)
-            keep.values = {key: found[key] for key in keep.values}
+            # Part two's keys too: read in the same snapshot, they answer its first read.
+            keep.values = found
         else:
             found.update((bytes(k), bytes(v)) for k, v in rows)
         if request.read_after:

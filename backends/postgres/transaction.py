@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -66,6 +66,9 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         self._read_afresh = False
         # kv.relax_durability asked in this try: COMMIT does not wait for the WAL flush.
         self._relaxed = False
+        # kv.follows_own_commit in this try: what the commit it follows read after its
+        # COMMIT, which kept values must match to answer its first read.
+        self._follows: Mapping[bytes, bytes | None] | None = None
         # Whether the get_many under way reads without a conflict (snapshot=True).
         self._snapshot_read = False
         super().__init__(store)
@@ -75,6 +78,7 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         self._known = None
         self._first_keys = ()
         self._relaxed = False
+        self._follows = None
 
     def _committed_after_all(self, err: KVError, session: int, sent: float) -> int | None:
         """A COMMIT whose answer was lost: once its server session's transaction has
@@ -114,6 +118,11 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
     def relax_durability(self) -> None:
         """kv.relax_durability: this try's COMMIT returns before its WAL is flushed."""
         self._relaxed = True
+
+    def follows_own_commit(self, read: Mapping[bytes, bytes | None]) -> None:
+        """kv.follows_own_commit: this try's first read may be answered from what the
+        store kept, though it has not written yet, where that is ``read``."""
+        self._follows = read
 
     def reset(self) -> None:
         super().reset()
@@ -205,19 +214,30 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
 
         Only for a read with conflicts in a try that has written already, so will commit
         and be checked: a kept snapshot may be older than commits that ended before this
-        try began, which a read-only try (part two's look at the pointer after part
-        one's commit) or a read without a conflict would miss, unchecked. Not for a store
+        try began, which a read-only try or a read without a conflict would miss,
+        unchecked; or in a try that follows the commit whose round trip kept them
+        (``kv.follows_own_commit``: part two's look at the pointer right after part one's
+        commit, which reads what that round trip read after its COMMIT). Not for a store
         that allows no retry (``retry_limit=0``): ``kv.run`` counts every try, and a try
         that failed only because what was kept was stale would end the call."""
         if len(keys) <= MOST_KEYS:
             self._first_keys = keys
+            wrote = bool(self._points or self._vs_keys or self._cleared is not None)
+            follows = self._follows
             if (
                 not self._read_afresh
                 and not self._snapshot_read
                 and self._store.retry_limit != 0
-                and (self._points or self._vs_keys or self._cleared is not None)
+                and (wrote or follows is not None)
             ):
                 seen = self._store.known.lookup(keys, self._read_time)
+                if seen is not None and not wrote:
+                    # Before any write, only the values just read after the commit this
+                    # try follows: an older snapshot's (an earlier enqueue's) could tell
+                    # that a pointer another process has moved since vests in time.
+                    assert follows is not None
+                    if any(k not in follows or follows[k] != seen.values[k] for k in keys):
+                        seen = None
                 if seen is not None:
                     # Its snapshot, version and time are this try's: the check and the
                     # 5 s lifetime count from the older read, as FoundationDB's would.

@@ -28,7 +28,7 @@ raised. Part two as above.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -169,7 +169,9 @@ def pointer_check(
         values = None if after is None else after()
         if values is not None and toplevel.pulled_already(found, values, vesting_ms):
             return
-        part_two(toplevel, zone, vesting_ms)
+        # Read just after the commit, those values answer part two's first read too.
+        read = None if values is None else dict(zip(keys, values, strict=True))
+        part_two(toplevel, zone, vesting_ms, after_own_commit=read)
 
     tr.on_commit(follow)
 
@@ -309,11 +311,19 @@ def _check_same_job(
         raise outcomes.DuplicateItemMismatch(str(zone), item_id, "queued")
 
 
-def part_two(toplevel: TopLevelQueue, zone: ZoneId, vesting_ms: int) -> None:
+def part_two(
+    toplevel: TopLevelQueue,
+    zone: ZoneId,
+    vesting_ms: int,
+    *,
+    after_own_commit: Mapping[bytes, bytes | None] | None = None,
+) -> None:
     """Pull the zone's idle pointer to ``vesting_ms`` if it vests later. Never raises: the
-    caller's transaction has committed, and a pointer that vests late still vests."""
+    caller's transaction has committed, and a pointer that vests late still vests.
+    ``after_own_commit``: what part one's commit read of part two's keys just after its
+    COMMIT (:func:`~quickzones.store.kv.follows_own_commit`)."""
     try:
-        toplevel.pull_pointer_earlier(zone, vesting_ms)
+        toplevel.pull_pointer_earlier(zone, vesting_ms, after_own_commit=after_own_commit)
     except Exception:
         log.warning("enqueue part two for %s failed; its pointer vests later", zone, exc_info=True)
 

@@ -20,7 +20,7 @@ import functools
 import inspect
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 from quickzones.errors import KVError as KVError  # re-exported: the seam's error type
@@ -325,6 +325,19 @@ def relax_durability(tr: object) -> None:
     relax = getattr(tr, "relax_durability", None)
     if callable(relax):
         relax()
+
+
+def follows_own_commit(tr: object, read: Mapping[bytes, bytes | None]) -> None:
+    """Tell ``tr``, a transaction that follows a commit of this process whose round trip
+    read ``read`` just after its COMMIT (:func:`read_after_commit`: an enqueue's part
+    two), that its first read of those keys may be answered from what the store kept of
+    them (PostgreSQL's kept snapshots, ``known_reads.py``) before ``tr`` wrote anything,
+    where the kept values are those of ``read``: ``tr`` then decides as the caller's look
+    just after that commit did, and a commit of ``tr`` is checked against the kept
+    snapshot like any read's. Elsewhere nothing."""
+    follows = getattr(tr, "follows_own_commit", None)
+    if callable(follows):
+        follows(read)
 
 
 def wake_watchers(tr: object) -> None:

@@ -9,7 +9,7 @@ the pointer record, so a consumer's pointer lease never aborts a user's enqueue
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -22,6 +22,7 @@ from quickzones.store.kv import (
     KVError,
     KVStore,
     KVTransaction,
+    follows_own_commit,
     get_many,
     holds_commit_lock,
     relax_durability,
@@ -342,6 +343,7 @@ class TopLevelQueue:
         tr: KVTransaction | None = None,
         found: IndexEntry | None = None,
         active_ms: int | None = None,
+        after_own_commit: Mapping[bytes, bytes | None] | None = None,
     ) -> None:
         """Part two: in its own transaction, move an idle pointer's vesting earlier.
 
@@ -354,7 +356,10 @@ class TopLevelQueue:
         with ``found``, the index entry part one read there. ``active_ms``: when the zone
         was last active (the enqueue's time), for a ``tr`` that holds the store's write
         lock, where the clock must not be read: a steady clock's exchange with the store
-        would wait for that lock (default: the clock's now).
+        would wait for that lock (default: the clock's now). ``after_own_commit``: what
+        part one's commit read of part two's keys after its COMMIT, which may answer its
+        own transaction's first read (:func:`~quickzones.store.kv.follows_own_commit`: no
+        read of its own on PostgreSQL).
         """
 
         def pull(tr: KVTransaction) -> None:
@@ -381,6 +386,8 @@ class TopLevelQueue:
             # of the server that undoes it leaves the pointer vesting later, as a
             # producer killed before part two does (kv.relax_durability).
             relax_durability(tr)
+            if after_own_commit is not None:
+                follows_own_commit(tr, after_own_commit)
             pull(tr)
 
         try:

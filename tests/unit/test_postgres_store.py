@@ -318,10 +318,13 @@ def test_an_enqueue_into_a_zone_seen_before_asks_the_server_only_what_it_must() 
     """A small tenant's item is picked up only after both parts of its enqueue committed:
     part two pulls the zone's pointer (requeued to vest later when the last visit emptied
     the zone) to the item's vesting time (issue 30 (b): the noisy neighbour's small
-    tenants). Each part is a read, its read version going out with it, and a commit:
-    part two reads the index entry and the pointer record together, under the id this
-    process last saw for the zone. 4 round trips (libpq's trace: the requests sent), with
-    the pointer pulled; the item is then picked up at once."""
+    tenants). Part one is a read, its read version going out with it, and a commit, whose
+    round trip also reads the index entry and the pointer record just after its COMMIT;
+    part two starts from that read, in its snapshot (its commit is checked against it),
+    and is a commit alone. 3 round trips (libpq's trace: the requests sent), with the
+    pointer pulled; the item is then picked up at once. Part two read them again before
+    (4 round trips: a many-tenant producer's usual enqueue, 1.67 ms against 0.75 for an
+    enqueue into a zone whose pointer vests in time)."""
     import tempfile
 
     from quickzones.backends.postgres.store import PostgresStore
@@ -352,7 +355,7 @@ def test_an_enqueue_into_a_zone_seen_before_asks_the_server_only_what_it_must() 
         item = q.get("a", "small", item_id)
         assert pointer is not None and item is not None
         assert pointer.vesting_ms <= item.vesting_ms  # pulled: the item is picked up now
-        assert round_trips <= 4, round_trips
+        assert round_trips <= 3, round_trips
         assert q.run_until_idle() == 1 and ran == [{"n": 1}, {"n": 2}]
     finally:
         q.close()
