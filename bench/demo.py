@@ -14,7 +14,10 @@ changed. Per run: items enqueued and run, the small tenants' p50 and p99, the wo
 tenant's p99/p50, the child's CPU seconds and CPU ms per item, and the host's load
 average before it started (the demo is one Python process: on a loaded host its
 producers fall behind and its tail grows whatever the code, so a figure from a busy host
-is marked ``quiet: false`` and is no verdict on the code).
+is marked ``quiet: false`` and is no verdict on the code). A run's p99 is its twentieth
+slowest small pickup, so runs scatter by a few ms: where a tree's demo writes every pickup
+(``quick demo --pickups``), its runs' small pickups are also pooled into one sample
+(``pooled_small_ms``: p50, p95, p98, p99, p99.5), which compares two trees' tails better.
 
 ``--pin CPU`` runs every demo on that one CPU (``taskset``-like affinity) and
 ``--realtime`` at SCHED_FIFO priority: on a shared 2-core host, ``--pin 1 --realtime`` was
@@ -28,14 +31,16 @@ Results: ``bench/results/<UTC timestamp>-demo/demo.json``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
 import resource
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from bench.common import log, machine, run_folder, summary
@@ -69,6 +74,9 @@ class DemoRun:
     worst_ratio: float
     cpu_s: float = float("nan")
     load_before: float = float("nan")
+    # Every small tenant's pickup (ms), from ``quick demo --pickups`` (empty: a tree whose
+    # demo has no such option).
+    small_pickups: tuple[float, ...] = ()
 
     @property
     def cpu_ms_per_item(self) -> float:
@@ -120,21 +128,53 @@ def one_run(
     kernel's accounting of the finished child."""
     env = {**os.environ, "COLUMNS": "240", "TERM": "dumb"}
     load = load_average()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(
-        [python, "-m", "quickzones", "demo", *demo_args],
-        env=env,
-        capture_output=True,
-        text=True,
-        preexec_fn=_placement(pin, realtime),
-    )
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with tempfile.TemporaryDirectory() as tmp:
+        pickups = os.path.join(tmp, "pickups.json")
+        asked = ["--pickups", pickups] if writes_pickups(python) else []
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        proc = subprocess.run(
+            [python, "-m", "quickzones", "demo", *demo_args, *asked],
+            env=env,
+            capture_output=True,
+            text=True,
+            preexec_fn=_placement(pin, realtime),
+        )
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        small: tuple[float, ...] = ()
+        if asked and os.path.exists(pickups):
+            with open(pickups, encoding="utf-8") as f:
+                small = tuple(json.load(f)["small"])
     out = proc.stdout + proc.stderr
     if proc.returncode != 0 and "items run in" not in out:
         raise DemoOutputUnreadable(f"the demo exited {proc.returncode}: {out[-500:]!r}")
     r = parse_summary(out)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return DemoRun(**{**asdict(r), "cpu_s": round(cpu, 2), "load_before": load})
+    return replace(r, cpu_s=round(cpu, 2), load_before=load, small_pickups=small)
+
+
+@functools.cache
+def writes_pickups(python: str) -> bool:
+    """Whether that interpreter's ``quick demo`` has ``--pickups`` (older trees do not)."""
+    proc = subprocess.run(
+        [python, "-m", "quickzones", "demo", "--help"], capture_output=True, text=True
+    )
+    return "--pickups" in proc.stdout
+
+
+POOLED_QUANTILES = (0.5, 0.95, 0.98, 0.99, 0.995)
+
+
+def pooled(runs: list[DemoRun]) -> dict[str, Any] | None:
+    """The small tenants' pickups of all ``runs`` as one sample: its quantiles (None
+    unless every run wrote them)."""
+    if not runs or not all(r.small_pickups for r in runs):
+        return None
+    values = sorted(x for r in runs for x in r.small_pickups)
+    top = len(values) - 1
+    out: dict[str, Any] = {"pickups": len(values)}
+    for q in POOLED_QUANTILES:
+        out[f"p{q * 100:g}"] = values[min(top, round(q * top))]
+    return out
 
 
 def verdict(runs: list[DemoRun]) -> dict[str, Any]:
@@ -160,9 +200,18 @@ def figures(runs: list[DemoRun]) -> dict[str, Any]:
         "small_p99_ms": summary([r.small_p99_ms for r in runs]),
         "worst_ratio": summary([r.worst_ratio for r in runs]),
         "cpu_ms_per_item": summary([round(r.cpu_ms_per_item, 3) for r in runs]),
+        "pooled_small_ms": pooled(runs),
         "verdict": verdict(runs),
-        "per_run": [{**asdict(r), "cpu_ms_per_item": round(r.cpu_ms_per_item, 3)} for r in runs],
+        "per_run": [
+            {**_without_pickups(r), "cpu_ms_per_item": round(r.cpu_ms_per_item, 3)} for r in runs
+        ],
     }
+
+
+def _without_pickups(r: DemoRun) -> dict[str, Any]:
+    row = asdict(r)
+    del row["small_pickups"]
+    return row
 
 
 def _describe(name: str, r: DemoRun) -> str:
@@ -235,6 +284,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{s['small_p50_ms']['median']:.1f} ms, p99 {s['small_p99_ms']['median']:.1f} ms "
             f"({'met' if v['small_p99_met'] else 'NOT met'}: <= {TARGET_SMALL_P99_MS:.0f} ms), "
             f"{s['cpu_ms_per_item']['median']:.2f} CPU ms/item"
+            + (
+                ""
+                if s["pooled_small_ms"] is None
+                else "; every small pickup pooled: "
+                + ", ".join(
+                    f"{k} {v:.1f} ms" for k, v in s["pooled_small_ms"].items() if k != "pickups"
+                )
+            )
             + (
                 ""
                 if v["quiet"]

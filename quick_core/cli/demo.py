@@ -9,6 +9,7 @@ fairness QuiCK's zones and pointers give.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import statistics
@@ -42,6 +43,9 @@ class DemoConfig:
     workers: int = 8
     seed: int = 1
     drain_timeout_s: float = 30.0
+    # Where to write every item's pickup (ms) as JSON, {"small": [...], "noisy": [...]}:
+    # runs pooled say more about the tail than one run's p99 (bench.demo).
+    pickups: str | None = None
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -199,6 +203,10 @@ def run_demo(
         console.print(f"[red]producer error: {err}[/red]")
     if done != total:
         console.print(f"[red]{total - done} items not run[/red]")
+    if cfg.pickups is not None:
+        with open(cfg.pickups, "w", encoding="utf-8") as out:
+            json.dump({"small": [round(x, 3) for x in small_all],
+                       "noisy": [round(x, 3) for x in latencies[NOISY]]}, out)  # fmt: skip
     if tmpdir is not None:
         import shutil
 

@@ -27,6 +27,12 @@ from quickzones.cli.options import cpus_option, friendly
 @click.option("--work-ms", type=float, default=2.0, show_default=True, help="Work per item.")
 @click.option("--workers", type=int, default=8, show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)
+@click.option(
+    "--pickups",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write every item's pickup (ms) to this file as JSON: small and noisy tenants'.",
+)
 @cpus_option
 @friendly
 def demo(
@@ -39,6 +45,7 @@ def demo(
     work_ms: float,
     workers: int,
     seed: int,
+    pickups: str | None,
     cpus: str | set[int],
 ) -> None:
     """Many tenants, one noisy one: watch the small ones stay fast."""
@@ -65,6 +72,7 @@ def demo(
                 work_ms=work_ms,
                 workers=workers,
                 seed=seed,
+                pickups=pickups,
             )
         )
     finally:

@@ -31,6 +31,22 @@ def test_an_unreadable_summary_fails_the_bench() -> None:
     assert demo.parse_summary(wrapped).small_p99_ms == 9.6
 
 
+def test_runs_with_every_pickup_are_pooled() -> None:
+    """A run's p99 is its twentieth slowest small pickup; pooled over the runs, the tail's
+    quantiles compare two trees where the runs' p99s only scatter."""
+    runs = [
+        demo.DemoRun(3, 3, 20.0, 2.0, 9.0, 3.0, small_pickups=(1.0, 2.0, 9.0)),
+        demo.DemoRun(4, 4, 20.0, 2.0, 4.0, 2.0, small_pickups=(2.0, 3.0, 4.0, 5.0)),
+    ]
+    pooled = demo.figures(runs)["pooled_small_ms"]
+    assert pooled["pickups"] == 7 and pooled["p50"] == 3.0 and pooled["p99"] == 9.0
+    assert "small_pickups" not in demo.figures(runs)["per_run"][0]  # not in the JSON twice
+    assert demo.figures([_run(13_565, 9.6)])["pooled_small_ms"] is None  # a demo without them
+    r = demo.one_run(sys.executable, ["--duration", "1", "--tenants", "2", "--noisy-factor", "4"])
+    one = demo.pooled([r])
+    assert one is not None and abs(one["p99"] - r.small_p99_ms) <= 0.05  # the printed p99
+
+
 def _run(items: int, p99: float, load: float = 0.0) -> demo.DemoRun:
     return demo.DemoRun(items, items, 20.0, p99 / 3, p99, 3.0, load_before=load)
 

@@ -284,6 +284,24 @@ def test_demo_runs_on_the_group_store_and_takes_seconds(tmp_path: Path) -> None:
     assert code == 0 and json.loads(out)["vested"] == 0  # the demo's store, drained
 
 
+def test_demo_writes_every_pickup_where_asked(tmp_path: Path) -> None:
+    """One run's p99 is its twentieth slowest small pickup: too few to compare two trees
+    on a noisy host (issue 40 point 9). ``--pickups`` writes every item's pickup, so runs
+    can be pooled (``bench.demo``)."""
+    path = tmp_path / "pickups.json"
+    code, out, err = invoke(
+        "demo", "--seconds", "0.5", "--tenants", "2", "--rate", "20", "--noisy-factor", "2",
+        "--workers", "2", "--work-ms", "0", "--pickups", str(path),
+    )  # fmt: skip
+    assert code == 0, err
+    written = json.loads(path.read_text())
+    run = int(out.split(" items run in ")[0].rsplit("/", 1)[-1])
+    assert len(written["small"]) + len(written["noisy"]) == run
+    assert written["small"] and all(isinstance(ms, float) and ms >= 0 for ms in written["small"])
+    code, _, err = invoke("demo", "--seconds", "0.1", "--pickups", str(tmp_path))
+    assert code == 2 and "--pickups" in err  # a directory, refused before the run
+
+
 def test_demo_seconds_and_duration_are_one_option() -> None:
     code, _, err = invoke("demo", "--seconds", "1", "--duration", "2")
     assert code == 2 and "--seconds" in err and "--duration" in err
