@@ -25,7 +25,8 @@ them by commit).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
 import psycopg
@@ -65,6 +66,34 @@ MOVED_RETRIES = 20
 _NO_STAMP = bytes(10)
 
 
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """Writes the server makes at commit only where ``key`` is absent then
+    (``kv.create_if_absent``: an enqueue's pointer, made where its zone has none), with
+    ``expect``: values the commit fails on (a read conflict) unless they are still those
+    (None: absent). Sent as ``quick_ensure3`` after quick_commit3, under its locks: the
+    key and the writes' keys take exclusive locks and count as written in the commit's log
+    row (whether or not the server writes them), the expected keys take shared ones. After
+    COMMIT, in the same round trip, ``key`` and the key ``follow[0] + its value +
+    follow[1]`` are read with that statement's snapshot (``keep``). ``wake``: where the
+    server writes, it notifies as a commit with ``kv.wake_watchers`` does."""
+
+    key: bytes
+    writes: tuple[tuple[bytes, bytes], ...]
+    expect: Mapping[bytes, bytes | None]
+    follow: tuple[bytes, bytes]
+    # Other processes' commit watchers hear of the commit where the server writes.
+    wake: bool = False
+
+    def written(self) -> list[tuple[bytes, bytes]]:
+        """Its write conflict ranges: its key's and its writes' (points)."""
+        keys = sorted({self.key, *(k for k, _ in self.writes)})
+        return [(k, k + b"\x00") for k in keys]
+
+    def expected(self) -> list[tuple[bytes, bytes]]:
+        return [(k, k + b"\x00") for k in sorted(self.expect)]
+
+
 def _columns(ranges: list[tuple[bytes, bytes]]) -> tuple[list[bytes], list[bytes]]:
     return [b for b, _ in ranges], [e for _, e in ranges]
 
@@ -84,6 +113,7 @@ def apply(
     again: tuple[str, ...] = ("BEGIN",),
     keep: Seen | None = None,
     held_long: bool = False,
+    guard: Guard | None = None,
 ) -> int:
     """Commit ``request`` on ``conn`` (its locks held until the transaction ends).
     ``snapshot``: the one its reads saw (None: nothing read, nothing to check); ``space``:
@@ -93,7 +123,9 @@ def apply(
     and ``again`` begins the next. ``keep``: a :class:`Seen` whose keys are read after
     COMMIT in the same round trip, with that statement's snapshot, filled in place (on
     quick's own connections, see ``known_reads.py``). ``held_long``: the transaction stays
-    open after (an application's), see :func:`locks.plan`. Returns the commit version."""
+    open after (an application's), see :func:`locks.plan`. ``guard``: writes the server
+    makes only where a key is absent (:class:`Guard`; quick's own connections only), its
+    key and followed key kept in ``keep``. Returns the commit version."""
     if request.too_old(now):
         raise KVError(TRANSACTION_TOO_OLD, "read version older than 5 s at commit")
     if request.read_version is None:
@@ -105,7 +137,7 @@ def apply(
         writes = request.resolve(_NO_STAMP, _no_current, skip=adds)
         return _send(
             conn, sql, request, writes, adds, begin, end, end_commits,
-            (snapshot, space, None, [], None, at), keep, held_long,
+            (snapshot, space, None, [], None, at), keep, held_long, guard,
         )  # fmt: skip
     for _ in range(MOVED_RETRIES):
         with pipeline(conn):
@@ -120,7 +152,7 @@ def apply(
             return _send(
                 conn, sql, request, writes, adds, (), end, end_commits,
                 (snapshot, space, since if atomic else None, atomic, version, at),
-                held_long=held_long,
+                keep, held_long, guard,
             )  # fmt: skip
         except _Moved:
             for statement in undo:
@@ -154,6 +186,7 @@ def _send(
     how: tuple[str | None, int, str | None, list[bytes], int | None, int],
     keep: Seen | None = None,
     held_long: bool = False,
+    guard: Guard | None = None,
 ) -> int:
     """One round trip: ``begin``, quick_commit3 (locks, checks and writes), ``end``.
     ``how``: the reads' snapshot, the lock space, the atomic operands' snapshot and keys,
@@ -163,7 +196,11 @@ def _send(
     if writes.extra_write_conflicts:
         conflict_ranges = merge_ranges(conflict_ranges + writes.extra_write_conflicts)
     reads = request.read_conflicts if snapshot is not None else []
-    lock_ids, exclusive = plan(reads, conflict_ranges, held_long=held_long)
+    locked_reads = reads
+    if guard is not None:
+        conflict_ranges = merge_ranges(conflict_ranges + guard.written())
+        locked_reads = [*reads, *guard.expected()]
+    lock_ids, exclusive = plan(locked_reads, conflict_ranges, held_long=held_long)
     rb, re_ = _columns(reads)
     wb, we = _columns(conflict_ranges)
     ae = [key_after(k) for k in atomic]
@@ -174,9 +211,11 @@ def _send(
     after: Sequence[bytes] = request.read_after if end and end_commits else []
     if keep is not None and not (end and end_commits and wire.usable(conn)):
         keep = None
+    if guard is not None and not wire.usable(conn):
+        raise AssertionError("a guard is sent on quick's own connections only")
     if keep is not None:
         # Part two's keys and the kept ones in one statement, with its snapshot.
-        after = list(dict.fromkeys([*after, *keep.values]))
+        after = list(dict.fromkeys([*after, *keep.values, *([guard.key] if guard else [])]))
     waking = request.wakes_watchers and end_commits
     deletes, add_keys, add_values = writes.deletes, list(adds), list(adds.values())
     read: Rows | None = None
@@ -197,11 +236,29 @@ def _send(
             statements = [
                 *(wire.plain(statement) for statement in begin),
                 (texts["commit_waking" if waking else "commit"], params, False),
-                *(wire.plain(statement) for statement in end),
             ]
+            if guard is not None:
+                expect = list(guard.expect.items())
+                statements.append(
+                    (
+                        texts["ensure"],
+                        [
+                            *(wire.bytea(guard.key), b([k for k, _ in guard.writes])),
+                            *(b([v for _, v in guard.writes]), b([k for k, _ in expect])),
+                            b([v for _, v in expect]),
+                            *(wire.text(arg if guard.wake else None) for arg in sql.notify_args),
+                        ],
+                        False,
+                    )
+                )
+            statements.extend(wire.plain(statement) for statement in end)
             # A read after COMMIT: its failure must not fail the commit, which is stored.
             soft = len(statements) if keep is not None or after else None
-            if keep is not None:
+            if keep is not None and guard is not None:
+                prefix, suffix = guard.follow
+                following = [b(after), wire.bytea(prefix), wire.bytea(guard.key)]
+                statements.append((texts["seen_following"], [*following, wire.bytea(suffix)], True))
+            elif keep is not None:
                 statements.append((texts["seen_many"], [b(after)], True))
             elif after:
                 statements.append((texts["get_many"], [b(after)], True))
@@ -250,6 +307,12 @@ def _send(
             keep.snapshot = rows[0][0].decode()
             keep.version = int.from_bytes(rows[0][1], "big", signed=True)
             found.update((k, v) for _, _, k, v in rows if k is not None)
+            if guard is not None:
+                # The key the guard's value names, read in the same snapshot (absent: None).
+                value = found.get(guard.key)
+                if value is not None:
+                    followed = guard.follow[0] + value + guard.follow[1]
+                    found.setdefault(followed, None)
             # Part two's keys too: read in the same snapshot, they answer its first read.
             keep.values = found
         else:

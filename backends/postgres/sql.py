@@ -113,6 +113,7 @@ class Statements:
             "commit": pgsql.Identifier(s, "quick_commit"),
             "add": pgsql.Identifier(s, "quick_add"),
             "commit3": pgsql.Identifier(s, "quick_commit3"),
+            "ensure3": pgsql.Identifier(s, "quick_ensure3"),
             "log": pgsql.Identifier(s, "quick_log"),
             "seq": pgsql.Identifier(s, "quick_versions"),
             # nextval() and setval() take the sequence's name as text, quoted within it.
@@ -262,6 +263,51 @@ BEGIN
     RETURN result;
 END """,
             ),
+            *self.ensure_function,
+        )
+
+    @functools.cached_property
+    def ensure_function_exists(self) -> str:
+        name = pgsql.Identifier(self.schema, "quick_ensure3").as_string()
+        signature = f"{name}(bytea, bytea[], bytea[], bytea[], bytea[], text, text)"
+        return compose(
+            "SELECT to_regprocedure({signature}) IS NOT NULL", signature=pgsql.Literal(signature)
+        )
+
+    @functools.cached_property
+    def ensure_function(self) -> tuple[str, ...]:
+        """quick_ensure3 (part of layout 3, added on opening to a store made before it):
+        an enqueue's pointer made by the server where its zone has none, in the commit's
+        transaction after quick_commit3 (``resolver.Guard``)."""
+        return (
+            # Run under the locks quick_commit3 took (the guard key's and those of the
+            # writes exclusive, the expected keys' shared), so what it reads is the newest
+            # committed state and no commit touching those keys comes between. Expected
+            # values (the cluster's layout, NULL: absent) that moved fail the commit as a
+            # read conflict does, and the client reads them afresh. p_channel: NOTIFY it
+            # (with p_payload, delivered at COMMIT) where it writes (kv.wake_watchers).
+            self._function(
+                """CREATE OR REPLACE FUNCTION {ensure3}(p_gk bytea, p_sk bytea[],
+    p_sv bytea[], p_ek bytea[], p_ev bytea[], p_channel text, p_payload text)
+    RETURNS void LANGUAGE plpgsql""",
+                """
+BEGIN
+    -- A key at a time: a join of the arrays with the table was planned as a scan of it.
+    FOR i IN 1 .. coalesce(cardinality(p_ek), 0) LOOP
+        IF (SELECT value FROM {kv} WHERE key = p_ek[i]) IS DISTINCT FROM p_ev[i] THEN
+            RAISE EXCEPTION 'a value the commit expected has moved'
+                USING ERRCODE = {conflict_state};
+        END IF;
+    END LOOP;
+    IF NOT EXISTS (SELECT 1 FROM {kv} WHERE key = p_gk) THEN
+        INSERT INTO {kv} (key, value) SELECT * FROM unnest(p_sk, p_sv)
+            ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+        IF p_channel IS NOT NULL THEN
+            PERFORM pg_notify(p_channel, p_payload);
+        END IF;
+    END IF;
+END """,
+            ),
         )
 
     @functools.cached_property
@@ -402,6 +448,14 @@ END """,
         "SELECT s.snap, s.v, k.key, k.value FROM (SELECT pg_current_snapshot()::text,"
         " (SELECT last_value FROM {seq})) s(snap, v) LEFT JOIN {kv} k ON k.key = ANY(%b)"
     )
+    # After a commit with a guard (resolver.Guard): _SEEN_MANY of the keys and of the key
+    # the guard key's value names (a prefix, the value, a suffix: the zone's pointer).
+    _SEEN_FOLLOWING = (
+        "SELECT s.snap, s.v, k.key, k.value FROM (SELECT pg_current_snapshot()::text,"
+        " (SELECT last_value FROM {seq})) s(snap, v) LEFT JOIN {kv} k ON k.key = ANY("
+        "array_append(%b::bytea[], %b || (SELECT value FROM {kv} WHERE key = %b) || %b))"
+    )
+    _ENSURE = "SELECT {ensure3}(%b, %b, %b, %b, %b, %s::text, %s::text)"
     _RANGE = "SELECT key, value FROM {kv} WHERE key >= %b AND key < %b ORDER BY key"
     _LIMIT = " LIMIT %s"
     # Keys and ranges (bytea arrays) go in binary: psycopg's text form escapes each
@@ -450,6 +504,8 @@ END """,
             "get": self._wire(self._GET),
             "get_many": self._wire(self._GET_MANY),
             "seen_many": self._wire(self._SEEN_MANY),
+            "seen_following": self._wire(self._SEEN_FOLLOWING),
+            "ensure": self._wire(self._ENSURE),
             "range": self._wire(self._RANGE + self._LIMIT),
             "range_reverse": self._wire(self._RANGE + " DESC" + self._LIMIT),
             "commit": self._wire(self._COMMIT),

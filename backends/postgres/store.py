@@ -94,6 +94,9 @@ _LISTEN = {"auto": True, "off": False}
 # The ``prepare`` URL option: prepare each statement once per connection until a pooler
 # shows it does not keep them (auto), or never (off) (wire.py).
 _PREPARE = {"auto": True, "off": False}
+# The ``server_pointer_check`` URL option: an enqueue's pointer check made by the server at
+# its commit where the schema has quick_ensure3 (auto), or read by the client first (off).
+_SERVER_POINTER_CHECK = {"auto": True, "off": False}
 # libpq's wait for a server's answer when connecting, unless the caller has less time.
 CONNECT_TIMEOUT_S = 10
 # Taken while a schema is created or migrated, so processes opening one store at once
@@ -157,6 +160,7 @@ class PostgresStore:
         create: bool = True,
         listen: bool = True,
         prepare: bool = True,
+        server_pointer_check: bool = True,
     ) -> None:
         wrong = check_schema_name(schema)
         if wrong is not None:
@@ -208,6 +212,11 @@ class PostgresStore:
         self.foreign = ForeignCommits()
         # What this store read after its commits, for the next enqueue's part one.
         self.known = KnownReads()
+        # Whether enqueues' pointer checks are made by the server (kv.create_if_absent):
+        # asked for, and the schema has quick_ensure3 (a store made before it gains it on
+        # opening where the role may add it); else each enqueue reads its entry first.
+        self._server_pointer_check = server_pointer_check
+        self.guards = False
         self._watch_lock = threading.Lock()
         self.data_version_tick_s = DATA_VERSION_TICK_S
         self._notifications = CommitNotifications(self._connect, schema, self.sender, listen=listen)
@@ -267,6 +276,11 @@ class PostgresStore:
                 if raw not in _PREPARE:
                     raise InvalidStoreURL(url, f"prepare={raw!r}: expected auto or off")
                 options["prepare"] = _PREPARE[raw]
+            elif option == "server_pointer_check":
+                if raw not in _SERVER_POINTER_CHECK:
+                    reason = f"server_pointer_check={raw!r}: expected auto or off"
+                    raise InvalidStoreURL(url, reason)
+                options["server_pointer_check"] = _SERVER_POINTER_CHECK[raw]
             else:
                 libpq.append((option, raw))
         conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(libpq), ""))
@@ -582,6 +596,7 @@ class PostgresStore:
         try:
             state = self._schema_state(conn)
             if state == "ready":
+                self.guards = self._server_pointer_check and self._has_ensure_function(conn)
                 return
             if state == "absent" and not create:
                 raise StoreNotFound(self.shown)
@@ -598,6 +613,7 @@ class PostgresStore:
                     for statement in self.sql.migrate_to_3:
                         conn.execute(statement)
                     conn.execute(self.sql.retire_conflicts[int(state[-1])])
+            self.guards = self._server_pointer_check and self._has_ensure_function(conn)
         except psycopg.errors.InsufficientPrivilege as err:
             raise StoreMisconfigured(
                 self.shown, f"the URL's role may not open schema {self.schema!r}: {err}"
@@ -606,6 +622,22 @@ class PostgresStore:
             raise StorageError(f"cannot open postgresql store {self.shown}: {err}") from err
         finally:
             conn.close()
+
+    def _has_ensure_function(self, conn: Connection) -> bool:
+        """Whether the schema has quick_ensure3; added here to a layout 3 store made by a
+        quick before it, where the role may create functions in the schema (a role that
+        may not leaves it without: its enqueues read their pointer index entry first)."""
+        row = conn.execute(self.sql.ensure_function_exists).fetchone()
+        if row is not None and row[0]:
+            return True
+        try:
+            with conn.transaction():
+                conn.execute(_SCHEMA_LOCK, (self.schema,))
+                for statement in self.sql.ensure_function:
+                    conn.execute(statement)
+        except psycopg.errors.InsufficientPrivilege:
+            return False
+        return True
 
     def _check_may_create(self, conn: Connection) -> bool:
         """Whether the (empty) schema exists already; refuse, naming the role, the schema

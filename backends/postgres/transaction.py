@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -71,6 +71,13 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         self._follows: Mapping[bytes, bytes | None] | None = None
         # Whether the get_many under way reads without a conflict (snapshot=True).
         self._snapshot_read = False
+        # kv.create_if_absent in this try: the server's conditional writes.
+        self._guard: resolver.Guard | None = None
+        # Set once a try with a guard failed: the next tries read and write themselves.
+        self._unguarded = False
+        # What the last commit's guard found after its COMMIT: (the guard, the key's value,
+        # the value of the key it names), for create_if_absent's caller.
+        self._guarded_values: tuple[resolver.Guard, bytes | None, bytes | None] | None = None
         super().__init__(store)
 
     def _reset_state(self) -> None:
@@ -79,6 +86,7 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         self._first_keys = ()
         self._relaxed = False
         self._follows = None
+        self._guard = None
 
     def _committed_after_all(self, err: KVError, session: int, sent: float) -> int | None:
         """A COMMIT whose answer was lost: once its server session's transaction has
@@ -127,6 +135,44 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
     def reset(self) -> None:
         super().reset()
         self._read_afresh = False
+        self._unguarded = False
+
+    def create_if_absent(
+        self,
+        key: bytes,
+        writes: Sequence[tuple[bytes, bytes]],
+        expect: Mapping[bytes, bytes | None],
+        follow: tuple[bytes, bytes],
+        wake: bool = False,
+    ) -> Callable[[], tuple[bytes | None, bytes | None] | None] | None:
+        """kv.create_if_absent: the server writes ``writes`` at commit where ``key`` is
+        absent then (``resolver.Guard``), with no read of this try's own: an enqueue into
+        a zone this store has not just read is one round trip. None where it cannot: a
+        guard in this try already, a key of it written or read here (the buffer would
+        not see the server's writes), a try after one whose guard failed (its expected
+        values may have moved: the caller reads them), a store without the function, or
+        one that allows no retry."""
+        self._check_open()
+        store = self._store
+        if (
+            self._guard is not None
+            or self._unguarded
+            or not store.guards
+            or store.retry_limit == 0
+            or any(k in self._points for k in (key, *(k for k, _ in writes)))
+            or key in self._read_cache
+        ):
+            return None
+        self._guard = resolver.Guard(key, tuple(writes), dict(expect), follow, wake)
+        guard = self._guard
+
+        def values() -> tuple[bytes | None, bytes | None] | None:
+            found = self._guarded_values
+            if found is None or found[0] is not guard:
+                return None
+            return found[1], found[2]
+
+        return values
 
     def _acquire_read_version(self) -> int:
         # Every read version is followed by a read, which opens the snapshot and reads the
@@ -346,6 +392,9 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         keep = None
         if self._first_keys:
             keep = Seen("", 0, now, dict.fromkeys(self._first_keys))
+        guard = self._guard
+        if guard is not None and keep is None:
+            keep = Seen("", 0, now)
         try:
             try:
                 version = resolver.apply(
@@ -359,12 +408,20 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
                     end=("COMMIT",),
                     again=again,
                     keep=keep,
+                    guard=guard,
                 )
                 store.foreign.made(version)  # made known only by COMMIT's answer
                 store.known.noted(version)
                 if keep is not None and keep.snapshot:
                     store.known.learned(keep)
+                    if guard is not None:
+                        self._guarded_values = _guarded(guard, keep.values)
             except BaseException as err:
+                if guard is not None:
+                    # Its expected values may have moved: the next try reads them.
+                    self._unguarded = True
+                    if isinstance(err, KVError) and err.code == NOT_COMMITTED:
+                        self._retry_at_once = True
                 if known is not None:
                     # What was kept may be stale: the next try reads afresh, at once if
                     # the check failed (that is no contention: nothing to back off from).
@@ -393,3 +450,14 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
             return version, 0
         finally:
             store._release(conn)
+
+
+def _guarded(
+    guard: resolver.Guard, values: Mapping[bytes, bytes | None]
+) -> tuple[resolver.Guard, bytes | None, bytes | None]:
+    """What ``guard``'s commit read after its COMMIT: its key's value and the value of
+    the key that value names (None: absent)."""
+    found = values.get(guard.key)
+    if found is None:
+        return guard, None, None
+    return guard, found, values.get(guard.follow[0] + found + guard.follow[1])

@@ -39,6 +39,7 @@ Param = tuple[int, bytes | None, int]
 
 _ARRAY_HEAD = struct.Struct(">iiIii")  # ndim, has nulls, element oid, length, lower bound
 _INT4 = struct.Struct(">i")
+_NULL_ELEMENT = _INT4.pack(-1)  # an array element that is NULL
 _INT8 = struct.Struct(">q")
 _BYTEA, _INT4_OID, _INT8_OID, _BOOL, _TEXT = 17, 23, 20, 16, 25
 _BYTEA_ARRAY, _INT4_ARRAY, _BOOL_ARRAY, _TEXT_ARRAY = 1001, 1007, 1000, 1009
@@ -108,13 +109,17 @@ def bytea(value: bytes) -> Param:
     return (_BYTEA, value, 1)
 
 
-def byteas(values: Sequence[bytes] | None) -> Param:
-    """A ``bytea[]`` (None or empty: NULL, which quick's statements read as none)."""
+def byteas(values: Sequence[bytes | None] | None) -> Param:
+    """A ``bytea[]`` (None or empty: NULL, which quick's statements read as none); an
+    element None is a NULL element."""
     if not values:
         return (_BYTEA_ARRAY, None, 1)
     pack = _INT4.pack
     parts = [_ARRAY_HEAD.pack(1, 0, _BYTEA, len(values), 1)]
     for value in values:
+        if value is None:
+            parts.append(_NULL_ELEMENT)
+            continue
         parts.append(pack(len(value)))
         parts.append(value)
     return (_BYTEA_ARRAY, b"".join(parts), 1)

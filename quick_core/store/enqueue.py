@@ -43,7 +43,7 @@ from quickzones.store.kv import (
     run,
 )
 from quickzones.store.records import WorkItem, ZoneId
-from quickzones.store.toplevel import UNREAD, TopLevelQueue, Unread
+from quickzones.store.toplevel import UNREAD, GuardedPointer, TopLevelQueue, Unread
 from quickzones.store.zonestore import NewItem
 
 log = logging.getLogger("quick.enqueue")
@@ -131,7 +131,13 @@ def pointer_check(
     """Part one's pointer half, in ``tr``: create the zone's pointer if its index entry is
     absent; if present, register part two to run once ``tr`` commits. ``index``: the
     entry as already read in ``tr`` from ``index_key`` (see
-    :meth:`TopLevelQueue.ensure_pointer`)."""
+    :meth:`TopLevelQueue.ensure_pointer`). Where the store makes the check itself at the
+    commit (:meth:`TopLevelQueue.create_pointer_where_absent`), nothing is read here."""
+    if not declare_conflict and isinstance(index, Unread):
+        guarded = toplevel.create_pointer_where_absent(tr, zone, vesting_ms)
+        if guarded is not None:
+            tr.on_commit(lambda: _after_guarded_commit(toplevel, zone, vesting_ms, guarded))
+            return
     found = toplevel.ensure_pointer(
         tr, zone, vesting_ms, declare_conflict=declare_conflict, index=index, index_key=index_key
     )
@@ -174,6 +180,31 @@ def pointer_check(
         part_two(toplevel, zone, vesting_ms, after_own_commit=read)
 
     tr.on_commit(follow)
+
+
+def _after_guarded_commit(
+    toplevel: TopLevelQueue, zone: ZoneId, vesting_ms: int, guarded: GuardedPointer
+) -> None:
+    """Part two where the store made part one's pointer check: nothing when the commit
+    made the pointer, or found one that is leased or vests in time (read just after its
+    COMMIT); else part two's own transaction, whose first read those values answer."""
+    read = guarded.values()
+    if read is None:
+        part_two(toplevel, zone, vesting_ms)
+        return
+    index, raw = read
+    if index == guarded.pointer_id:
+        return  # made by this commit, vesting with the item
+    if index is None:  # gone already (its zone drained and collected): part two looks
+        part_two(toplevel, zone, vesting_ms)
+        return
+    found = toplevel.found_by_guard(zone, guarded, index)
+    if toplevel.pulled_already(found, [index, raw], vesting_ms):
+        return
+    keys = toplevel.after_commit_keys(zone, found)
+    part_two(
+        toplevel, zone, vesting_ms, after_own_commit=dict(zip(keys, (index, raw), strict=True))
+    )
 
 
 def part_one(

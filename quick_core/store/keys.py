@@ -313,6 +313,12 @@ class KeySpace:
         # (root, "c", cluster, shard, "p", pointer_id)
         return _shard_part(self.root, cluster, shard, "p") + _packed_id(pointer_id)
 
+    def pointer_key_around(self, cluster: str, shard: int) -> tuple[bytes, bytes]:
+        """(before, after): ``pointer_key(cluster, shard, pointer_id)`` is ``before +
+        pointer_id.encode() + after`` for an id with no NUL (every id quick makes: hex),
+        so a store can find a pointer's record from its index entry's value."""
+        return _shard_part(self.root, cluster, shard, "p") + b"\x02", b"\x00"
+
     def pointers_range(self, cluster: str, shard: int) -> Range:
         return tuple_range(self._pack("c", cluster, shard, "p"))
 

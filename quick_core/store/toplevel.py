@@ -22,6 +22,7 @@ from quickzones.store.kv import (
     KVError,
     KVStore,
     KVTransaction,
+    create_if_absent,
     follows_own_commit,
     get_many,
     holds_commit_lock,
@@ -74,6 +75,18 @@ class PointerRef:
     pointer_id: str
     vesting_ms: int
     cluster: str = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class GuardedPointer:
+    """A pointer the store makes at commit where the zone has none
+    (:meth:`TopLevelQueue.create_pointer_where_absent`): its shard and id, and the call
+    that gives, once committed, the zone's index entry and the record it names as read
+    just after the commit (None: not read)."""
+
+    shard: int
+    pointer_id: bytes
+    values: Callable[[], tuple[bytes | None, bytes | None] | None]
 
 
 class TopLevelQueue:
@@ -260,6 +273,54 @@ class TopLevelQueue:
         tr.set(self.keys.pointer_index_key(self.cluster, home, zone), pointer.pointer_id.encode())
         self._knew(zone, IndexEntry(home, pointer.pointer_id.encode()))
         return None
+
+    def create_pointer_where_absent(
+        self, tr: KVTransaction, zone: ZoneId, vesting_ms: int
+    ) -> GuardedPointer | None:
+        """Part one's pointer check made by the store at ``tr``'s commit, where it can
+        (:func:`~quickzones.store.kv.create_if_absent`, PostgreSQL): the pointer, vesting
+        at ``vesting_ms``, and its index entry are written only if the zone has no entry
+        then, and the commit fails (and its next try reads) unless the layout is still the
+        one this process last read, as :meth:`ensure_pointer`'s conflicting read of both
+        would. No read before the commit: an enqueue into a zone is one round trip. None
+        where it cannot (no layout read yet, a reshard under way, a store or try without
+        the capability): the caller runs :meth:`ensure_pointer`."""
+        decoded = self._decoded
+        if decoded is None or holds_commit_lock(tr):
+            return None
+        raw, layout = decoded
+        if layout.moving:
+            return None
+        shard = layout.home(zone)
+        pointer = Pointer(
+            pointer_id=self.ids(8),
+            zone=zone,
+            vesting_ms=vesting_ms,
+            last_active_ms=now_ms(self.clock),
+            local=zone.app == LOCAL_APP,
+        )
+        keys, cluster, pointer_id = self.keys, self.cluster, pointer.pointer_id
+        index_key = keys.pointer_index_key(cluster, shard, zone)
+        writes = [
+            (keys.pointer_key(cluster, shard, pointer_id), encode_pointer(pointer)),
+            (keys.pointer_vesting_key(cluster, shard, vesting_ms, pointer_id), b""),
+            (index_key, pointer_id.encode()),
+        ]
+        values = create_if_absent(
+            tr,
+            index_key,
+            writes,
+            expect={self.layout_key: raw},
+            follow=keys.pointer_key_around(cluster, shard),
+            wake=True,  # a new zone has work: consumers elsewhere hear of it at once
+        )
+        if values is None:
+            return None
+        return GuardedPointer(shard, pointer_id.encode(), values)
+
+    def found_by_guard(self, zone: ZoneId, guarded: GuardedPointer, index: bytes) -> IndexEntry:
+        """The entry a commit with ``guarded`` found in place of its own pointer."""
+        return self._knew(zone, IndexEntry(guarded.shard, index))
 
     def _knew(self, zone: ZoneId, entry: IndexEntry) -> IndexEntry:
         """Remember ``entry`` as ``zone``'s (a hint, never trusted: see ensure_pointer)."""

@@ -1,9 +1,11 @@
 """An enqueue on PostgreSQL answers part one's reads (the layout and the zone's pointer
 index entry) from what this store read right after its last commit into the zone, and its
 commit checks them against the snapshot they were read in (issue 42: one round trip an
-enqueue). These are the cases where what was kept is stale: another store object (another
-process) collected the zone's pointer, or moved it, or changed the layout since. The
-commit's check fails, the enqueue reads again and lands with its pointer."""
+enqueue), where the server does not make the pointer check itself
+(``server_pointer_check=off``, or a role that may not add quick_ensure3). These are the
+cases where what was kept is stale: another store object (another process) collected the
+zone's pointer, or moved it, or changed the layout since. The commit's check fails, the
+enqueue reads again and lands with its pointer."""
 
 from __future__ import annotations
 
@@ -26,7 +28,10 @@ Z = ZoneId("a", "t")
 
 
 def _open(url: str) -> Quick:
-    return Quick.open(f"{url}&listen=off" if "?" in url else f"{url}?listen=off")
+    # Each enqueue reads its zone's pointer index entry (server_pointer_check=off): the
+    # path where what the store kept answers that read.
+    options = "listen=off&server_pointer_check=off"
+    return Quick.open(f"{url}&{options}" if "?" in url else f"{url}?{options}")
 
 
 @pytest.fixture

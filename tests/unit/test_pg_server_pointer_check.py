@@ -1,0 +1,312 @@
+"""On PostgreSQL the enqueue's pointer check is made by the server at the commit
+(``quick_ensure3``, ``kv.create_if_absent``): the zone's pointer and index entry are
+written only where the zone has none then, and the commit fails (its next try reads) if
+the cluster's layout moved since this process last read it. An enqueue into any zone is
+one round trip, as a producer spreading jobs over many tenants makes them. These are the
+user's complaints it must not bring back: two pointers for one zone, an item with none,
+a pointer in the shard the layout no longer names, a zone whose pointer vests late."""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from quickzones.backends.postgres.store import PostgresStore
+from quickzones.client import Quick
+from quickzones.store.kv import KVTransaction, run
+from quickzones.store.layout import shard_for
+from quickzones.store.records import ZoneId, decode_pointer
+from quickzones.store.reshard import reshard
+from quickzones.testing.provision.postgres import postgres_skip_reason, shared_postgres_url
+from tests.postgres import postgres_store_url
+
+pytestmark = pytest.mark.skipif(
+    postgres_skip_reason() is not None, reason=str(postgres_skip_reason())
+)
+
+
+def _open(url: str, **options: str) -> Quick:
+    query = "&".join(f"{k}={v}" for k, v in {"listen": "off", **options}.items())
+    return Quick.open(f"{url}&{query}" if "?" in url else f"{url}?{query}")
+
+
+@pytest.fixture
+def url() -> str:
+    return postgres_store_url()
+
+
+def _round_trips(q: Quick, call: Any) -> int:
+    """The requests ``call`` sent on the store's pooled connections (libpq's trace)."""
+    store = q.kv
+    assert isinstance(store, PostgresStore)
+    conns = list(store._pool)
+    with tempfile.TemporaryFile("w+") as trace:
+        for conn in conns:
+            conn.pgconn.trace(trace.fileno())
+        call()
+        for conn in conns:
+            conn.pgconn.untrace()
+        assert list(store._pool) == conns  # no connection was opened meanwhile
+        trace.seek(0)
+        return sum("\tF\t" in line and ("\tSync" in line or "\tQuery\t" in line) for line in trace)
+
+
+def _pointers(q: Quick, zone: ZoneId) -> list[str]:
+    """Every pointer record of ``zone`` in every shard the layout may use."""
+    top = q.toplevel
+    found: list[str] = []
+
+    def read(tr: KVTransaction) -> None:
+        found.clear()
+        for shard in range(max(top.layout.polled, 8)):
+            begin, end = top.keys.pointers_range(top.cluster, shard)
+            for key, raw in tr.get_range(begin, end):
+                pointer = decode_pointer(key, raw)
+                if pointer.zone == zone:
+                    found.append(pointer.pointer_id)
+
+    run(q.kv, read)
+    return found
+
+
+def test_an_enqueue_into_a_zone_this_process_never_read_is_one_round_trip(url: str) -> None:
+    """A producer spreading one-call enqueues over 1,000 tenants read each zone's pointer
+    index entry before its commit: two round trips an enqueue (0.91x procrastinate's
+    ``defer`` in ``bench.pg_app_txn``'s single producer). Now the commit alone, for a zone
+    with no pointer and for one whose pointer vests in time."""
+    q = _open(url)
+    try:
+        q.enqueue("j", {}, app="a", tenant="first")  # reads the layout once
+        assert q.kv.guards  # type: ignore[attr-defined]
+        assert _round_trips(q, lambda: q.enqueue("j", {}, app="a", tenant="new")) == 1
+        assert _round_trips(q, lambda: q.enqueue("j", {}, app="a", tenant="new")) == 1
+        assert len(_pointers(q, q.zone("a", "new"))) == 1
+        assert q.zones.count(q.zone("a", "new")) == 2
+    finally:
+        q.close()
+
+
+def test_without_the_server_check_the_enqueue_reads_first(url: str) -> None:
+    """``server_pointer_check=off``: each enqueue into a zone not just read reads its
+    index entry first (two round trips), as before."""
+    q = _open(url, server_pointer_check="off")
+    try:
+        q.enqueue("j", {}, app="a", tenant="first")
+        assert not q.kv.guards  # type: ignore[attr-defined]
+        assert _round_trips(q, lambda: q.enqueue("j", {}, app="a", tenant="new")) == 2
+    finally:
+        q.close()
+
+
+def test_the_option_is_checked(url: str) -> None:
+    from quickzones.errors import InvalidStoreURL
+
+    with pytest.raises(InvalidStoreURL, match="server_pointer_check='no': expected auto or off"):
+        _open(url, server_pointer_check="no")
+
+
+def test_many_stores_enqueueing_into_one_empty_zone_at_once_make_one_pointer(url: str) -> None:
+    """Four processes' first enqueues into one zone race: the server makes the pointer
+    for one commit only; every item is run."""
+    stores = [_open(url) for _ in range(4)]
+    try:
+        for q in stores:
+            q.enqueue("j", {}, app="a", tenant="warm")  # each has read the layout
+        for round_ in range(5):
+            tenant = f"race-{round_}"
+            start = threading.Barrier(len(stores))
+
+            def enqueue(q: Quick, tenant: str = tenant, start: threading.Barrier = start) -> None:
+                start.wait()
+                for n in range(3):
+                    q.enqueue("j", {"n": n}, app="a", tenant=tenant)
+
+            threads = [threading.Thread(target=enqueue, args=(q,)) for q in stores]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            zone = stores[0].zone("a", tenant)
+            assert len(_pointers(stores[0], zone)) == 1
+            assert stores[0].zones.count(zone) == 12
+        ran: list[Any] = []
+        stores[0].job("j")(lambda payload, ctx: ran.append(payload))
+        assert stores[0].run_until_idle() == 4 + 5 * 12
+    finally:
+        for q in stores:
+            q.close()
+
+
+def _collect_pointer(q: Quick, zone: ZoneId) -> None:
+    """Delete ``zone``'s pointer as pointer collection does once the zone is empty."""
+    top = q.toplevel
+
+    def collect(tr: KVTransaction) -> None:
+        pointer = top.get_pointer(zone, tr=tr)
+        assert pointer is not None
+        shard = top.shard_for(zone)
+        keys, cluster, pid = top.keys, top.cluster, pointer.pointer_id
+        tr.get(keys.pointer_index_key(cluster, shard, zone))
+        tr.clear(keys.pointer_key(cluster, shard, pid))
+        tr.clear(keys.pointer_vesting_key(cluster, shard, pointer.vesting_ms, pid))
+        tr.clear(keys.pointer_index_key(cluster, shard, zone))
+
+    run(q.kv, collect)
+
+
+def test_a_pointer_collected_by_another_process_is_made_again(url: str) -> None:
+    q, other = _open(url), _open(url)
+    ran: list[Any] = []
+    other.job("j")(lambda payload, ctx: ran.append(payload["n"]))
+    zone = q.zone("a", "t")
+    try:
+        for n in range(12):
+            q.enqueue("j", {"n": n}, app="a", tenant="t")
+            assert other.run_until_idle() == 1
+            if n % 3 == 2:
+                _collect_pointer(other, zone)
+                assert q.toplevel.get_pointer(zone) is None
+        assert ran == list(range(12))
+    finally:
+        q.close()
+        other.close()
+
+
+def test_an_enqueue_after_another_process_resharded_lands_where_the_layout_says(url: str) -> None:
+    """This process last read a layout of 1 shard; another reshards to 4. Its next
+    enqueue into a zone whose home is another shard now: the server's check of the layout
+    fails the commit, the next try reads the new layout and makes the pointer at home
+    (not in shard 0, where producers that read the layout would never look for it)."""
+    q, admin = _open(url), _open(url)
+    try:
+        q.enqueue("j", {}, app="a", tenant="warm")
+        assert q.toplevel.layout.shards == 1
+        reshard(admin.toplevel, 4)
+        tenant = next(f"z{n}" for n in range(100) if shard_for(q.zone("a", f"z{n}"), 4) != 0)
+        zone = q.zone("a", tenant)
+        q.enqueue("j", {}, app="a", tenant=tenant)
+        assert q.toplevel.layout.shards == 4
+        home = shard_for(zone, 4)
+        top = admin.toplevel
+        index = run(
+            admin.kv, lambda tr: tr.get(top.keys.pointer_index_key(top.cluster, home, zone))
+        )
+        assert index is not None
+        assert len(_pointers(admin, zone)) == 1
+        admin.enqueue("j", {}, app="a", tenant=tenant)  # finds it at home: no second one
+        assert len(_pointers(admin, zone)) == 1
+    finally:
+        q.close()
+        admin.close()
+
+
+def test_a_zone_whose_pointer_vests_later_is_pulled_and_its_item_runs_now(url: str) -> None:
+    """A small tenant's usual enqueue: its zone's pointer was requeued to vest later when
+    the last visit emptied the zone. The commit finds the pointer (read just after its
+    COMMIT, in the same round trip) and part two pulls it, a commit alone: two round
+    trips, and the item is picked up at once."""
+    q = _open(url)
+    try:
+        q.job("j")(lambda payload, ctx: None)
+        q.enqueue("j", {"n": 1}, app="a", tenant="small")
+        assert q.run_until_idle() == 1
+        zone = q.zone("a", "small")
+        before = q.toplevel.get_pointer(zone)
+        assert before is not None
+        ids: list[str] = []
+        enqueue = lambda: ids.append(q.enqueue("j", {"n": 2}, app="a", tenant="small"))  # noqa: E731
+        trips = _round_trips(q, enqueue)
+        pointer = q.toplevel.get_pointer(zone)
+        item = q.get("a", "small", ids[0])
+        assert pointer is not None and item is not None
+        if before.vesting_ms > item.vesting_ms:
+            assert pointer.vesting_ms <= item.vesting_ms  # pulled: picked up now
+            assert trips == 2
+        else:
+            assert trips == 1
+        assert q.run_until_idle() == 1
+    finally:
+        q.close()
+
+
+def _drop_function(url: str) -> None:
+    schema = url.split("schema=")[1].split("&")[0]
+    with psycopg.connect(shared_postgres_url(), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "DROP FUNCTION {}(bytea, bytea[], bytea[], bytea[], bytea[], text, text)"
+            ).format(sql.Identifier(schema, "quick_ensure3"))
+        )
+
+
+def test_a_store_made_before_the_server_check_gains_it_on_opening(url: str) -> None:
+    q = _open(url)
+    q.enqueue("j", {}, app="a", tenant="t")
+    q.close()
+    _drop_function(url)  # as a quick of before this change left the schema
+    q = _open(url)
+    try:
+        assert q.kv.guards  # type: ignore[attr-defined]
+        q.enqueue("j", {}, app="a", tenant="t")
+        q.enqueue("j", {}, app="a", tenant="u")
+        assert q.zones.count(q.zone("a", "t")) == 2
+        assert len(_pointers(q, q.zone("a", "u"))) == 1
+    finally:
+        q.close()
+
+
+@pytest.fixture
+def restricted(url: str) -> Iterator[str]:
+    """``url``'s store, made by the server's owner, opened by a role with the table
+    privileges quick needs and no CREATE on the schema."""
+    q = _open(url)
+    q.close()
+    schema = url.split("schema=")[1].split("&")[0]
+    role = f"{schema}_app"
+    with psycopg.connect(shared_postgres_url(), autocommit=True) as conn:
+        ident = sql.Identifier(role)
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(ident))
+        conn.execute(
+            sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), ident)
+        )
+        conn.execute(
+            sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {} TO {}").format(
+                sql.Identifier(schema), ident
+            )
+        )
+        conn.execute(
+            sql.SQL("GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {} TO {}").format(
+                sql.Identifier(schema), ident
+            )
+        )
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    netloc = parts.netloc.split("@")[-1]
+    try:
+        yield urlunsplit((parts.scheme, f"{role}@{netloc}", parts.path, parts.query, ""))
+    finally:
+        with psycopg.connect(shared_postgres_url(), autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_a_role_that_may_not_add_the_server_check_enqueues_reading_first(
+    url: str, restricted: str
+) -> None:
+    _drop_function(url)
+    q = _open(restricted)
+    try:
+        assert not q.kv.guards  # type: ignore[attr-defined]
+        q.enqueue("j", {}, app="a", tenant="t")
+        q.enqueue("j", {}, app="a", tenant="t")
+        assert q.zones.count(q.zone("a", "t")) == 2
+        assert len(_pointers(q, q.zone("a", "t"))) == 1
+    finally:
+        q.close()
