@@ -215,7 +215,10 @@ def _send(
         raise AssertionError("a guard is sent on quick's own connections only")
     if keep is not None:
         # Part two's keys and the kept ones in one statement, with its snapshot.
-        after = list(dict.fromkeys([*after, *keep.values, *([guard.key] if guard else [])]))
+        # With a guard: its expected keys and its key too (what the next enqueue into the
+        # zone reads), and the key its key's value names (the pointer), below.
+        guarded = [*guard.expect, guard.key] if guard is not None else []
+        after = list(dict.fromkeys([*after, *keep.values, *guarded]))
     waking = request.wakes_watchers and end_commits
     deletes, add_keys, add_values = writes.deletes, list(adds), list(adds.values())
     read: Rows | None = None

@@ -140,7 +140,7 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
     def create_if_absent(
         self,
         key: bytes,
-        writes: Sequence[tuple[bytes, bytes]],
+        writes: Callable[[], Sequence[tuple[bytes, bytes]]],
         expect: Mapping[bytes, bytes | None],
         follow: tuple[bytes, bytes],
         wake: bool = False,
@@ -151,7 +151,10 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         guard in this try already, a key of it written or read here (the buffer would
         not see the server's writes), a try after one whose guard failed (its expected
         values may have moved: the caller reads them), a store without the function, or
-        one that allows no retry."""
+        one that allows no retry; or where what the store kept answers that read with no
+        round trip (``known_reads.py``: a zone enqueued into a moment ago, whose commit's
+        check of a few log rows costs the server less than this path's writes cost the
+        client)."""
         self._check_open()
         store = self._store
         if (
@@ -159,11 +162,15 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
             or self._unguarded
             or not store.guards
             or store.retry_limit == 0
-            or any(k in self._points for k in (key, *(k for k, _ in writes)))
+            or key in self._points
             or key in self._read_cache
+            or store.known.lookup([*expect, key], self._clock.now()) is not None
         ):
             return None
-        self._guard = resolver.Guard(key, tuple(writes), dict(expect), follow, wake)
+        made = tuple(writes())
+        if any(k in self._points for k, _ in made):
+            return None
+        self._guard = resolver.Guard(key, made, dict(expect), follow, wake)
         guard = self._guard
 
         def values() -> tuple[bytes | None, bytes | None] | None:

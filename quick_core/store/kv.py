@@ -295,13 +295,13 @@ def read_after_commit(
 def create_if_absent(
     tr: object,
     key: bytes,
-    writes: Sequence[tuple[bytes, bytes]],
+    writes: Callable[[], Sequence[tuple[bytes, bytes]]],
     *,
     expect: Mapping[bytes, bytes | None],
     follow: tuple[bytes, bytes],
     wake: bool = False,
 ) -> Callable[[], tuple[bytes | None, bytes | None] | None] | None:
-    """Ask ``tr`` to make ``writes`` at its commit only where ``key`` is absent then, as
+    """Ask ``tr`` to make ``writes()`` at its commit only where ``key`` is absent then, as
     one step with the commit (no commit touching ``key`` or those writes' keys comes
     between), and to fail the commit (retryably, as a read conflict) unless each key of
     ``expect`` still holds the value given (None: absent): what a transaction that reads
@@ -312,8 +312,10 @@ def create_if_absent(
     ``key``'s value and that of the key ``follow[0] + value + follow[1]`` as read just
     after the commit (``key`` absent: (None, None); ``key``'s value equal to its write
     here: the writes were made), or None where they were not read; None instead of a
-    call when the store (or this try) cannot, and the caller reads and writes itself.
-    ``wake``: where the writes are made, as :func:`wake_watchers` (only then)."""
+    call when the store (or this try) cannot, or where a read of ``key`` and ``expect``'s
+    keys would cost this try no round trip (``writes`` is then not called), and the
+    caller reads and writes itself. ``wake``: where the writes are made, as
+    :func:`wake_watchers` (only then)."""
     ask = getattr(tr, "create_if_absent", None)
     if not callable(ask):
         return None

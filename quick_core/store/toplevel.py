@@ -292,20 +292,26 @@ class TopLevelQueue:
         if layout.moving:
             return None
         shard = layout.home(zone)
-        pointer = Pointer(
-            pointer_id=self.ids(8),
-            zone=zone,
-            vesting_ms=vesting_ms,
-            last_active_ms=now_ms(self.clock),
-            local=zone.app == LOCAL_APP,
-        )
-        keys, cluster, pointer_id = self.keys, self.cluster, pointer.pointer_id
+        keys, cluster = self.keys, self.cluster
         index_key = keys.pointer_index_key(cluster, shard, zone)
-        writes = [
-            (keys.pointer_key(cluster, shard, pointer_id), encode_pointer(pointer)),
-            (keys.pointer_vesting_key(cluster, shard, vesting_ms, pointer_id), b""),
-            (index_key, pointer_id.encode()),
-        ]
+        made: list[str] = []
+
+        def writes() -> list[tuple[bytes, bytes]]:
+            pointer = Pointer(
+                pointer_id=self.ids(8),
+                zone=zone,
+                vesting_ms=vesting_ms,
+                last_active_ms=now_ms(self.clock),
+                local=zone.app == LOCAL_APP,
+            )
+            pointer_id = pointer.pointer_id
+            made.append(pointer_id)
+            return [
+                (keys.pointer_key(cluster, shard, pointer_id), encode_pointer(pointer)),
+                (keys.pointer_vesting_key(cluster, shard, vesting_ms, pointer_id), b""),
+                (index_key, pointer_id.encode()),
+            ]
+
         values = create_if_absent(
             tr,
             index_key,
@@ -316,7 +322,7 @@ class TopLevelQueue:
         )
         if values is None:
             return None
-        return GuardedPointer(shard, pointer_id.encode(), values)
+        return GuardedPointer(shard, made[-1].encode(), values)
 
     def found_by_guard(self, zone: ZoneId, guarded: GuardedPointer, index: bytes) -> IndexEntry:
         """The entry a commit with ``guarded`` found in place of its own pointer."""
