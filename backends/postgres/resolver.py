@@ -75,7 +75,8 @@ class Guard:
     key and the writes' keys take exclusive locks and count as written in the commit's log
     row (whether or not the server writes them), the expected keys take shared ones. After
     COMMIT, in the same round trip, ``key`` and the key ``follow[0] + its value +
-    follow[1]`` are read with that statement's snapshot (``keep``). ``wake``: where the
+    follow[1]`` are read with that statement's snapshot (``keep``) where ``key``'s value
+    is not the one it wrote (a key absent from what was read: the server wrote). ``wake``: where the
     server writes, it notifies as a commit with ``kv.wake_watchers`` does."""
 
     key: bytes
@@ -84,6 +85,11 @@ class Guard:
     follow: tuple[bytes, bytes]
     # Other processes' commit watchers hear of the commit where the server writes.
     wake: bool = False
+
+    @property
+    def mine(self) -> bytes:
+        """The value it writes at its key."""
+        return next(v for k, v in self.writes if k == self.key)
 
     def written(self) -> list[tuple[bytes, bytes]]:
         """Its write conflict ranges: its key's and its writes' (points)."""
@@ -113,7 +119,7 @@ def apply(
     again: tuple[str, ...] = ("BEGIN",),
     keep: Seen | None = None,
     held_long: bool = False,
-    guard: Guard | None = None,
+    guards: Sequence[Guard] = (),
 ) -> int:
     """Commit ``request`` on ``conn`` (its locks held until the transaction ends).
     ``snapshot``: the one its reads saw (None: nothing read, nothing to check); ``space``:
@@ -123,9 +129,9 @@ def apply(
     and ``again`` begins the next. ``keep``: a :class:`Seen` whose keys are read after
     COMMIT in the same round trip, with that statement's snapshot, filled in place (on
     quick's own connections, see ``known_reads.py``). ``held_long``: the transaction stays
-    open after (an application's), see :func:`locks.plan`. ``guard``: writes the server
-    makes only where a key is absent (:class:`Guard`; quick's own connections only), its
-    key and followed key kept in ``keep``. Returns the commit version."""
+    open after (an application's), see :func:`locks.plan`. ``guards``: writes the server
+    makes only where a key is absent (:class:`Guard`; quick's own connections only), their
+    keys and followed keys kept in ``keep``. Returns the commit version."""
     if request.too_old(now):
         raise KVError(TRANSACTION_TOO_OLD, "read version older than 5 s at commit")
     if request.read_version is None:
@@ -137,7 +143,7 @@ def apply(
         writes = request.resolve(_NO_STAMP, _no_current, skip=adds)
         return _send(
             conn, sql, request, writes, adds, begin, end, end_commits,
-            (snapshot, space, None, [], None, at), keep, held_long, guard,
+            (snapshot, space, None, [], None, at), keep, held_long, guards,
         )  # fmt: skip
     for _ in range(MOVED_RETRIES):
         with pipeline(conn):
@@ -152,7 +158,7 @@ def apply(
             return _send(
                 conn, sql, request, writes, adds, (), end, end_commits,
                 (snapshot, space, since if atomic else None, atomic, version, at),
-                keep, held_long, guard,
+                keep, held_long, guards,
             )  # fmt: skip
         except _Moved:
             for statement in undo:
@@ -186,7 +192,7 @@ def _send(
     how: tuple[str | None, int, str | None, list[bytes], int | None, int],
     keep: Seen | None = None,
     held_long: bool = False,
-    guard: Guard | None = None,
+    guards: Sequence[Guard] = (),
 ) -> int:
     """One round trip: ``begin``, quick_commit3 (locks, checks and writes), ``end``.
     ``how``: the reads' snapshot, the lock space, the atomic operands' snapshot and keys,
@@ -197,9 +203,10 @@ def _send(
         conflict_ranges = merge_ranges(conflict_ranges + writes.extra_write_conflicts)
     reads = request.read_conflicts if snapshot is not None else []
     locked_reads = reads
-    if guard is not None:
-        conflict_ranges = merge_ranges(conflict_ranges + guard.written())
-        locked_reads = [*reads, *guard.expected()]
+    if guards:
+        written = [r for guard in guards for r in guard.written()]
+        conflict_ranges = merge_ranges(conflict_ranges + written)
+        locked_reads = [*reads, *(r for guard in guards for r in guard.expected())]
     lock_ids, exclusive = plan(locked_reads, conflict_ranges, held_long=held_long)
     rb, re_ = _columns(reads)
     wb, we = _columns(conflict_ranges)
@@ -211,13 +218,15 @@ def _send(
     after: Sequence[bytes] = request.read_after if end and end_commits else []
     if keep is not None and not (end and end_commits and wire.usable(conn)):
         keep = None
-    if guard is not None and not wire.usable(conn):
-        raise AssertionError("a guard is sent on quick's own connections only")
+    if guards and not wire.usable(conn):
+        raise AssertionError("guards are sent on quick's own connections only")
     if keep is not None:
         # Part two's keys and the kept ones in one statement, with its snapshot.
-        # With a guard: its expected keys and its key too (what the next enqueue into the
-        # zone reads), and the key its key's value names (the pointer), below.
-        guarded = [*guard.expect, guard.key] if guard is not None else []
+        # With guards: their expected keys too (what the next enqueue reads), and their
+        # keys with the keys their values name (several: where not their own), below.
+        guarded = [k for guard in guards for k in guard.expect]
+        if len(guards) == 1:
+            guarded.append(guards[0].key)
         after = list(dict.fromkeys([*after, *keep.values, *guarded]))
     waking = request.wakes_watchers and end_commits
     deletes, add_keys, add_values = writes.deletes, list(adds), list(adds.values())
@@ -240,16 +249,20 @@ def _send(
                 *(wire.plain(statement) for statement in begin),
                 (texts["commit_waking" if waking else "commit"], params, False),
             ]
-            if guard is not None:
-                expect = list(guard.expect.items())
+            if guards:
+                # One call for all of them; each write tagged with its guard's place.
+                expect = {k: v for guard in guards for k, v in guard.expect.items()}
+                tags = [n for n, guard in enumerate(guards, 1) for _ in guard.writes]
+                wake = any(guard.wake for guard in guards)
                 statements.append(
                     (
                         texts["ensure"],
                         [
-                            *(wire.bytea(guard.key), b([k for k, _ in guard.writes])),
-                            *(b([v for _, v in guard.writes]), b([k for k, _ in expect])),
-                            b([v for _, v in expect]),
-                            *(wire.text(arg if guard.wake else None) for arg in sql.notify_args),
+                            *(b([guard.key for guard in guards]), wire.int4s(tags)),
+                            b([k for guard in guards for k, _ in guard.writes]),
+                            b([v for guard in guards for _, v in guard.writes]),
+                            *(b(list(expect)), b(list(expect.values()))),
+                            *(wire.text(arg if wake else None) for arg in sql.notify_args),
                         ],
                         False,
                     )
@@ -257,10 +270,15 @@ def _send(
             statements.extend(wire.plain(statement) for statement in end)
             # A read after COMMIT: its failure must not fail the commit, which is stored.
             soft = len(statements) if keep is not None or after else None
-            if keep is not None and guard is not None:
-                prefix, suffix = guard.follow
-                following = [b(after), wire.bytea(prefix), wire.bytea(guard.key)]
-                statements.append((texts["seen_following"], [*following, wire.bytea(suffix)], True))
+            if keep is not None and len(guards) == 1:
+                (guard,) = guards
+                following = [b(after), wire.bytea(guard.follow[0]), wire.bytea(guard.key)]
+                following.append(wire.bytea(guard.follow[1]))
+                statements.append((texts["seen_following"], following, True))
+            elif keep is not None and guards:
+                following = [b(after), b([g.key for g in guards]), b([g.mine for g in guards])]
+                following += [b([g.follow[0] for g in guards]), b([g.follow[1] for g in guards])]
+                statements.append((texts["seen_following_many"], following, True))
             elif keep is not None:
                 statements.append((texts["seen_many"], [b(after)], True))
             elif after:
@@ -310,12 +328,11 @@ def _send(
             keep.snapshot = rows[0][0].decode()
             keep.version = int.from_bytes(rows[0][1], "big", signed=True)
             found.update((k, v) for _, _, k, v in rows if k is not None)
-            if guard is not None:
-                # The key the guard's value names, read in the same snapshot (absent: None).
+            for guard in guards:
+                # The key each guard's value names, read in the same snapshot (absent: None).
                 value = found.get(guard.key)
                 if value is not None:
-                    followed = guard.follow[0] + value + guard.follow[1]
-                    found.setdefault(followed, None)
+                    found.setdefault(guard.follow[0] + value + guard.follow[1], None)
             # Part two's keys too: read in the same snapshot, they answer its first read.
             keep.values = found
         else:

@@ -72,12 +72,12 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         # Whether the get_many under way reads without a conflict (snapshot=True).
         self._snapshot_read = False
         # kv.create_if_absent in this try: the server's conditional writes.
-        self._guard: resolver.Guard | None = None
+        self._guards: list[resolver.Guard] = []
         # Set once a try with a guard failed: the next tries read and write themselves.
         self._unguarded = False
-        # What the last commit's guard found after its COMMIT: (the guard, the key's value,
-        # the value of the key it names), for create_if_absent's caller.
-        self._guarded_values: tuple[resolver.Guard, bytes | None, bytes | None] | None = None
+        # What the last commit's guards found after its COMMIT: each guard's key's value and
+        # the value of the key it names, for create_if_absent's callers.
+        self._guarded_values: dict[int, tuple[bytes | None, bytes | None]] = {}
         super().__init__(store)
 
     def _reset_state(self) -> None:
@@ -86,7 +86,7 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         self._first_keys = ()
         self._relaxed = False
         self._follows = None
-        self._guard = None
+        self._guards = []
 
     def _committed_after_all(self, err: KVError, session: int, sent: float) -> int | None:
         """A COMMIT whose answer was lost: once its server session's transaction has
@@ -147,8 +147,9 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
     ) -> Callable[[], tuple[bytes | None, bytes | None] | None] | None:
         """kv.create_if_absent: the server writes ``writes`` at commit where ``key`` is
         absent then (``resolver.Guard``), with no read of this try's own: an enqueue into
-        a zone this store has not just read is one round trip. None where it cannot: a
-        guard in this try already, a key of it written or read here (the buffer would
+        a zone this store has not just read is one round trip, and so are many, into as
+        many zones, in one transaction. None where it cannot: a guard of ``key`` in this
+        try already, a key of it written or read here (the buffer would
         not see the server's writes), a try after one whose guard failed (its expected
         values may have moved: the caller reads them), a store without the function, or
         one that allows no retry; or where what the store kept answers that read with no
@@ -158,26 +159,23 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         self._check_open()
         store = self._store
         if (
-            self._guard is not None
-            or self._unguarded
+            self._unguarded
             or not store.guards
             or store.retry_limit == 0
             or key in self._points
             or key in self._read_cache
+            or any(guard.key == key for guard in self._guards)
             or store.known.lookup([*expect, key], self._clock.now()) is not None
         ):
             return None
         made = tuple(writes())
         if any(k in self._points for k, _ in made):
             return None
-        self._guard = resolver.Guard(key, made, dict(expect), follow, wake)
-        guard = self._guard
+        guard = resolver.Guard(key, made, dict(expect), follow, wake)
+        self._guards.append(guard)
 
         def values() -> tuple[bytes | None, bytes | None] | None:
-            found = self._guarded_values
-            if found is None or found[0] is not guard:
-                return None
-            return found[1], found[2]
+            return self._guarded_values.get(id(guard))
 
         return values
 
@@ -399,8 +397,9 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         keep = None
         if self._first_keys:
             keep = Seen("", 0, now, dict.fromkeys(self._first_keys))
-        guard = self._guard
-        if guard is not None and keep is None:
+        guards = self._guards
+        self._guarded_values = {}
+        if guards and keep is None:
             keep = Seen("", 0, now)
         try:
             try:
@@ -415,17 +414,16 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
                     end=("COMMIT",),
                     again=again,
                     keep=keep,
-                    guard=guard,
+                    guards=guards,
                 )
                 store.foreign.made(version)  # made known only by COMMIT's answer
                 store.known.noted(version)
                 if keep is not None and keep.snapshot:
                     store.known.learned(keep)
-                    if guard is not None:
-                        self._guarded_values = _guarded(guard, keep.values)
+                    self._guarded_values = {id(g): _guarded(g, keep.values) for g in guards}
             except BaseException as err:
-                if guard is not None:
-                    # Its expected values may have moved: the next try reads them.
+                if guards:
+                    # Their expected values may have moved: the next try reads them.
                     self._unguarded = True
                     if isinstance(err, KVError) and err.code == NOT_COMMITTED:
                         self._retry_at_once = True
@@ -461,10 +459,11 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
 
 def _guarded(
     guard: resolver.Guard, values: Mapping[bytes, bytes | None]
-) -> tuple[resolver.Guard, bytes | None, bytes | None]:
+) -> tuple[bytes | None, bytes | None]:
     """What ``guard``'s commit read after its COMMIT: its key's value and the value of
-    the key that value names (None: absent)."""
+    the key that value names (None: absent); its key not read: the value it wrote (that
+    read skips a key holding it)."""
     found = values.get(guard.key)
     if found is None:
-        return guard, None, None
-    return guard, found, values.get(guard.follow[0] + found + guard.follow[1])
+        return guard.mine, None
+    return found, values.get(guard.follow[0] + found + guard.follow[1])

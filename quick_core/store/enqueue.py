@@ -397,10 +397,14 @@ def enqueue_batch(
         many = getattr(zones, "write_new_items", None)
         index: bytes | Unread | None = UNREAD
         index_key = toplevel.index_key(zone)
-        if many is not None:
+        written: list[Written]
+        if many is not None and all(item.fresh_id for item in batch):
+            # No id to read: the pointer check reads alone, or not at all where the store
+            # makes it at the commit (TopLevelQueue.create_pointer_where_absent).
+            written, _ = many(tr, zone, batch)
+        elif many is not None:
             # The layout and the pointer index entry are read with the items' ids: one
             # round trip (the pointer check's own read of the layout is answered locally).
-            written: list[Written]
             read_also = [toplevel.layout_key, index_key]
             written, [_, index] = many(tr, zone, batch, read_also=read_also)
         else:

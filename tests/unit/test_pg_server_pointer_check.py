@@ -92,6 +92,46 @@ def test_an_enqueue_into_a_zone_this_process_never_read_is_one_round_trip(url: s
         q.close()
 
 
+def test_a_transaction_enqueueing_into_many_tenants_is_one_round_trip(url: str) -> None:
+    """A request that fans one job out to 20 tenants in one transaction (``q.transact``,
+    ``tr=``): each enqueue read its zone's pointer index entry in a round trip of its own
+    before the commit, 20 in all, one after another; now the commit alone, every zone's
+    pointer check made by the server. Every item is run, one pointer a zone."""
+    q = _open(url)
+    try:
+        q.enqueue("j", {}, app="a", tenant="first")  # reads the layout once
+        tenants = [f"fan-{n}" for n in range(20)]
+
+        def fan_out() -> None:
+            q.transact(
+                lambda tr: [q.enqueue("j", {"t": t}, app="a", tenant=t, tr=tr) for t in tenants]
+            )
+
+        assert _round_trips(q, fan_out) == 1
+        for tenant in tenants:
+            assert len(_pointers(q, q.zone("a", tenant))) == 1
+        q.transact(lambda tr: [q.enqueue("j", {}, app="a", tenant=t, tr=tr) for t in tenants[:5]])
+        ran: list[Any] = []
+        q.job("j")(lambda payload, ctx: ran.append(payload))
+        assert q.run_until_idle() == 1 + 20 + 5
+    finally:
+        q.close()
+
+
+def test_enqueue_many_into_a_new_zone_is_one_round_trip(url: str) -> None:
+    """``enqueue_many`` of fresh ids reads nothing of its items; it read the layout and
+    the zone's pointer index entry before its commit all the same (two round trips)."""
+    q = _open(url)
+    try:
+        q.enqueue("j", {}, app="a", tenant="first")  # reads the layout once
+        many = lambda: q.enqueue_many("j", [{"n": n} for n in range(50)], app="a", tenant="bulk")  # noqa: E731
+        assert _round_trips(q, many) == 1
+        assert len(_pointers(q, q.zone("a", "bulk"))) == 1
+        assert q.zones.count(q.zone("a", "bulk")) == 50
+    finally:
+        q.close()
+
+
 def test_without_the_server_check_the_enqueue_reads_first(url: str) -> None:
     """``server_pointer_check=off``: each enqueue into a zone not just read reads its
     index entry first (two round trips), as before."""
@@ -240,7 +280,7 @@ def _drop_function(url: str) -> None:
     with psycopg.connect(shared_postgres_url(), autocommit=True) as conn:
         conn.execute(
             sql.SQL(
-                "DROP FUNCTION {}(bytea, bytea[], bytea[], bytea[], bytea[], text, text)"
+                "DROP FUNCTION {}(bytea[], int[], bytea[], bytea[], bytea[], bytea[], text, text)"
             ).format(sql.Identifier(schema, "quick_ensure3"))
         )
 
