@@ -158,7 +158,7 @@ def apply(
             return _send(
                 conn, sql, request, writes, adds, (), end, end_commits,
                 (snapshot, space, since if atomic else None, atomic, version, at),
-                keep, held_long, guards,
+                None, held_long, guards,  # keeps nothing (known_reads.py)
             )  # fmt: skip
         except _Moved:
             for statement in undo:
