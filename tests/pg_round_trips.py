@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import tempfile
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from tests.tcp_proxy import Ends, LoopbackProxy
 
@@ -37,6 +40,7 @@ class RoundTripCounter(LoopbackProxy):
         client_r, client_w, server_r, server_w = (
             ends.client_r, ends.client_w, ends.server_r, ends.server_w
         )  # fmt: skip
+
         async def answers() -> None:
             try:
                 while chunk := await server_r.read(65536):
@@ -75,3 +79,20 @@ class RoundTripCounter(LoopbackProxy):
                 with self._lock:
                     self.round_trips += 1
                 await w.drain()
+
+
+def traced_round_trips(store: Any, call: Callable[[], object]) -> int:
+    """The requests ``call`` sent on ``store``'s pooled connections (a ``PostgresStore``),
+    from libpq's trace: each pipeline's Sync and each simple Query. An answer read late
+    (a ROLLBACK the last transaction sent) is no request of ``call``'s. Fails if ``call``
+    opened a connection (its requests would go uncounted)."""
+    conns = list(store._pool)
+    with tempfile.TemporaryFile("w+") as trace:
+        for conn in conns:
+            conn.pgconn.trace(trace.fileno())
+        call()
+        for conn in conns:
+            conn.pgconn.untrace()
+        assert list(store._pool) == conns, "a connection was opened meanwhile"
+        trace.seek(0)
+        return sum("\tF\t" in line and ("\tSync" in line or "\tQuery\t" in line) for line in trace)

@@ -260,13 +260,7 @@ class TopLevelQueue:
                 if declare_conflict:
                     tr.add_write_conflict_key(key)
                 return self._knew(zone, IndexEntry(shard, found))
-        pointer = Pointer(
-            pointer_id=self.ids(8),
-            zone=zone,
-            vesting_ms=vesting_ms,
-            last_active_ms=now_ms(self.clock),
-            local=zone.app == LOCAL_APP,
-        )
+        pointer = self._new_pointer(zone, vesting_ms)
         home = layout.home(zone)
         self.write_pointer(tr, home, pointer)
         wake_watchers(tr)  # a new zone has work: consumers elsewhere hear of it at once
@@ -297,13 +291,7 @@ class TopLevelQueue:
         made: list[str] = []
 
         def writes() -> list[tuple[bytes, bytes]]:
-            pointer = Pointer(
-                pointer_id=self.ids(8),
-                zone=zone,
-                vesting_ms=vesting_ms,
-                last_active_ms=now_ms(self.clock),
-                local=zone.app == LOCAL_APP,
-            )
+            pointer = self._new_pointer(zone, vesting_ms)
             pointer_id = pointer.pointer_id
             made.append(pointer_id)
             return [
@@ -323,6 +311,16 @@ class TopLevelQueue:
         if values is None:
             return None
         return GuardedPointer(shard, made[-1].encode(), values)
+
+    def _new_pointer(self, zone: ZoneId, vesting_ms: int) -> Pointer:
+        """A new pointer of ``zone`` (part one's, where the zone has none), active now."""
+        return Pointer(
+            pointer_id=self.ids(8),
+            zone=zone,
+            vesting_ms=vesting_ms,
+            last_active_ms=now_ms(self.clock),
+            local=zone.app == LOCAL_APP,
+        )
 
     def found_by_guard(self, zone: ZoneId, guarded: GuardedPointer, index: bytes) -> IndexEntry:
         """The entry a commit with ``guarded`` found in place of its own pointer."""

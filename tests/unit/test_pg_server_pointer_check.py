@@ -8,7 +8,6 @@ a pointer in the shard the layout no longer names, a zone whose pointer vests la
 
 from __future__ import annotations
 
-import tempfile
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -24,6 +23,7 @@ from quickzones.store.layout import shard_for
 from quickzones.store.records import ZoneId, decode_pointer
 from quickzones.store.reshard import reshard
 from quickzones.testing.provision.postgres import postgres_skip_reason, shared_postgres_url
+from tests.pg_round_trips import traced_round_trips
 from tests.postgres import postgres_store_url
 
 pytestmark = pytest.mark.skipif(
@@ -42,19 +42,9 @@ def url() -> str:
 
 
 def _round_trips(q: Quick, call: Any) -> int:
-    """The requests ``call`` sent on the store's pooled connections (libpq's trace)."""
     store = q.kv
     assert isinstance(store, PostgresStore)
-    conns = list(store._pool)
-    with tempfile.TemporaryFile("w+") as trace:
-        for conn in conns:
-            conn.pgconn.trace(trace.fileno())
-        call()
-        for conn in conns:
-            conn.pgconn.untrace()
-        assert list(store._pool) == conns  # no connection was opened meanwhile
-        trace.seek(0)
-        return sum("\tF\t" in line and ("\tSync" in line or "\tQuery\t" in line) for line in trace)
+    return traced_round_trips(store, call)
 
 
 def _pointers(q: Quick, zone: ZoneId) -> list[str]:

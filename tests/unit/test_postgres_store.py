@@ -325,9 +325,8 @@ def test_an_enqueue_into_a_zone_seen_before_asks_the_server_only_what_it_must() 
     pointer pulled; the item is then picked up at once. Part two read them again before
     (4 round trips: a many-tenant producer's usual enqueue, 1.67 ms against 0.75 for an
     enqueue into a zone whose pointer vests in time)."""
-    import tempfile
-
     from quickzones.backends.postgres.store import PostgresStore
+    from tests.pg_round_trips import traced_round_trips
 
     q = Quick.open(postgres_store_url(_schema("enqueue_trips")))
     try:
@@ -337,20 +336,11 @@ def test_an_enqueue_into_a_zone_seen_before_asks_the_server_only_what_it_must() 
         assert q.run_until_idle() == 1  # the zone is empty: its pointer vests later now
         store = q.kv
         assert isinstance(store, PostgresStore)
-        conns = list(store._pool)
-        with tempfile.TemporaryFile("w+") as trace:
-            for conn in conns:
-                conn.pgconn.trace(trace.fileno())
-            item_id = q.enqueue("j", {"n": 2}, app="a", tenant="small")
-            for conn in conns:
-                conn.pgconn.untrace()
-            assert list(store._pool) == conns  # no connection was opened meanwhile
-            trace.seek(0)
-            # Requests sent (a pipeline's Sync, a simple Query): an answer read late (a
-            # ROLLBACK sent by the last transaction) is no round trip of this enqueue.
-            round_trips = sum(
-                "\tF\t" in line and ("\tSync" in line or "\tQuery\t" in line) for line in trace
-            )
+        ids: list[str] = []
+        round_trips = traced_round_trips(
+            store, lambda: ids.append(q.enqueue("j", {"n": 2}, app="a", tenant="small"))
+        )
+        item_id = ids[0]
         pointer = q.toplevel.get_pointer(q.zone("a", "small"))
         item = q.get("a", "small", item_id)
         assert pointer is not None and item is not None
