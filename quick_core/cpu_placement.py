@@ -15,14 +15,14 @@ this module's governor thread watches whether that holds:
   numpy, a child process of their own) cannot be seen from one CPU: a process that waits
   for its CPU may be GIL-bound (each GIL hand-off wakes a thread that then waits for the
   CPU: the demo waited 1.6 s a second) or parallel. So a busy placed process is spread
-  for one look (a *probe*) after :data:`FIRST_PROBE_S` of busy time, then after twice as
+  for :data:`PROBE_S` (a *probe*) after :data:`FIRST_PROBE_S` of busy time, then after twice as
   long each time its probe finds it GIL-bound, up to :data:`PROBE_MAX_S`. A probe that
   finds it using more than :data:`PARALLEL_CPU` CPUs (the spread demo used 1.10-1.12,
   four threads hashing 1.97) leaves it spread; spread, a process that stops doing so
   for :data:`CALM_S` is placed on one CPU again.
 - **A busy CPU** (another program on it): the process gets less than
-  :data:`CONTENDED_CPU` of it while its threads wait to run, and moves to an allowed CPU
-  that idles clearly more.
+  :data:`CONTENDED_CPU` of it while its threads wait to run and other work keeps the rest
+  busy, and moves to an allowed CPU that idles clearly more.
 
 Child processes (handlers' subprocesses) inherit their parent thread's CPUs when they start;
 the governor counts their threads with the process's own and moves them with it. ``all``
@@ -49,16 +49,26 @@ log = logging.getLogger("quick.cpus")
 PROCESS_NUMBER_ENV = "QUICK_PROCESS_NUMBER"
 
 PERIOD_S = 1.0  # how often the governor looks
+# How long a probe keeps the threads spread before its look. A GIL-bound process runs
+# worse spread (the module's notes), and its slowest pickups all fell in its probes: with
+# a probe of a whole PERIOD_S, `quick demo`'s small tenants' p99 was the three seconds
+# of its 20 spread, 12-18 ms against a p50 of 2.5-4. ``/proc``'s schedstat counts in
+# nanoseconds: a fifth of a second tells 1.3 CPUs from one.
+PROBE_S = 0.2
 PARALLEL_CPU = 1.3  # CPUs a spread process uses above which its work runs in parallel
 CALM_S = 10.0  # spread, using less than PARALLEL_CPU this long: back to one CPU
 FIRST_PROBE_S = 2.0  # busy seconds before a placed process's first probe
 PROBE_MAX_S = 60.0  # the longest busy stretch between two probes
 BUSY_CPU = 0.5  # CPUs a placed process uses to count as busy (an idle one is not probed)
 IDLE_CPU = 0.05  # below this a placed process is idle: nothing to decide, nothing read
-# Of its one CPU, with its threads waiting this long a second to run: someone else's CPU,
-# left for one that idles at least IDLER more of the time.
+# Of its one CPU, with its threads waiting this long a second to run and at least
+# OTHER_WORK of that CPU busy with what is not theirs: someone else's CPU, left for one
+# that idles at least IDLER more of the time. Waiting alone says nothing: a GIL-bound
+# process queues for its own CPU at each hand-off (the demo, alone on the host, 1.6 s a
+# second at 0.65 of its CPU, the rest idle), and was moved back and forth every second.
 CONTENDED_CPU = 0.7
 CONTENDED_WAIT = 0.5
+OTHER_WORK = 0.2
 IDLER = 0.3
 
 
@@ -188,6 +198,7 @@ class CpuPlacement:
         first: int | None = None,
         clock: Callable[[], float] = time.monotonic,
         period_s: float = PERIOD_S,
+        probe_s: float = PROBE_S,
     ) -> None:
         self.cpus: Cpus | None = (
             cpus if cpus is not None else (LinuxCpus() if LinuxCpus.available() else None)
@@ -195,6 +206,7 @@ class CpuPlacement:
         self.mode = mode
         self.clock = clock
         self.period_s = period_s
+        self.probe_s = probe_s
         self.allowed: list[int] = [] if self.cpus is None else self.cpus.allowed()
         self.placed: int | None = None  # the one CPU, or None while spread
         if isinstance(mode, set):
@@ -256,8 +268,13 @@ class CpuPlacement:
             self._moved = False
             self.cpus.place(set(self.allowed))
 
+    def next_look_s(self) -> float:
+        """How long the governor waits for its next look: a probe's look comes after
+        ``probe_s``, every other after ``period_s``."""
+        return self.probe_s if self._probing else self.period_s
+
     def _run(self) -> None:
-        while not self._stop.wait(self.period_s):
+        while not self._stop.wait(self.next_look_s()):
             try:
                 self.step()
             except Exception:  # placement is an optimisation: never stop the process
@@ -307,7 +324,11 @@ class CpuPlacement:
             if ran < CONTENDED_CPU and waited > CONTENDED_WAIT:
                 idling = {c: (idle.get(c, 0.0) - idle_then.get(c, 0.0)) / wall for c in idle}
                 idlest = self._idlest(idle_then, idle)
-                if idling.get(idlest, 0.0) - idling.get(self.placed, 0.0) >= IDLER:
+                others = 1.0 - idling.get(self.placed, 0.0) - ran  # its CPU's, not its own
+                if (
+                    others >= OTHER_WORK
+                    and idling.get(idlest, 0.0) - idling.get(self.placed, 0.0) >= IDLER
+                ):
                     self._place_one(idlest, f"CPU {self.placed} is busy with other work")
                     return "move"
             if ran > BUSY_CPU:
