@@ -81,7 +81,9 @@ KILLED = textwrap.dedent(
 
     @q.job("job", keep_status_s=3600)
     def job(payload, ctx):
-        tmp = marker.with_suffix(".tmp")
+        # One temporary file per item: several workers renaming one shared name could
+        # move another's file in just after its open truncated it (an empty marker).
+        tmp = marker.with_name(f"{marker.name}.{ctx.item_id}.tmp")
         tmp.write_text(str(ctx.attempt))
         tmp.rename(marker)
         if payload == "poison":

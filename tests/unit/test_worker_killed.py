@@ -27,7 +27,9 @@ WORKER = textwrap.dedent(
 
     @q.job("job")
     def job(payload, ctx):
-        tmp = marker.with_suffix(".tmp")
+        # One temporary file per item: several workers renaming one shared name could
+        # move another's file in just after its open truncated it (an empty marker).
+        tmp = marker.with_name(f"{marker.name}.{ctx.item_id}.tmp")
         tmp.write_text(ctx.item_id)
         tmp.rename(marker)  # atomic: the test never reads a half-written marker
         time.sleep(3600)
