@@ -14,8 +14,9 @@ this module's governor thread watches whether that holds:
 - **Parallel work** (handlers whose C code runs without the GIL: hashing, compression,
   numpy, a child process of their own) cannot be seen from one CPU: a process that waits
   for its CPU may be GIL-bound (each GIL hand-off wakes a thread that then waits for the
-  CPU: the demo waited 1.6 s a second) or parallel. So a busy placed process is spread
-  for :data:`PROBE_S` (a *probe*) after :data:`FIRST_PROBE_S` of busy time, then after twice as
+  CPU: the demo waited 1.6 s a second) or parallel. So a placed process that uses its
+  whole CPU (:data:`BUSY_CPU`) is spread for :data:`PROBE_S` (a *probe*) after
+  :data:`FIRST_PROBE_S` of such busy time, then after twice as
   long each time its probe finds it GIL-bound, up to :data:`PROBE_MAX_S`. A probe that
   finds it using more than :data:`PARALLEL_CPU` CPUs (the spread demo used 1.10-1.12,
   four threads hashing 1.97) leaves it spread; spread, a process that stops doing so
@@ -59,7 +60,11 @@ PARALLEL_CPU = 1.3  # CPUs a spread process uses above which its work runs in pa
 CALM_S = 10.0  # spread, using less than PARALLEL_CPU this long: back to one CPU
 FIRST_PROBE_S = 2.0  # busy seconds before a placed process's first probe
 PROBE_MAX_S = 60.0  # the longest busy stretch between two probes
-BUSY_CPU = 0.5  # CPUs a placed process uses to count as busy (an idle one is not probed)
+# CPUs a placed process uses to count as busy, the only kind that is probed: parallel work
+# held to one CPU uses all of it, and a process that leaves some of its CPU idle gains
+# nothing from a second (`quick demo`, at 0.6-0.8 of its CPU, paid for each probe with
+# its slowest pickups).
+BUSY_CPU = 0.9
 IDLE_CPU = 0.05  # below this a placed process is idle: nothing to decide, nothing read
 # Of its one CPU, with its threads waiting this long a second to run and at least
 # OTHER_WORK of that CPU busy with what is not theirs: someone else's CPU, left for one

@@ -225,6 +225,20 @@ def test_the_governor_thread_places_a_probed_process_back_after_the_probe() -> N
     assert spread < 0.04, spread  # the probe's look, not a whole period of 0.05
 
 
+def test_a_process_that_leaves_part_of_its_cpu_idle_is_never_probed() -> None:
+    # A process with parallel work held to one CPU uses all of it; one that leaves some
+    # of it idle would gain nothing from a second, and a probe's spread costs a
+    # GIL-bound process its pickups (`quick demo` at 0.6-0.8 of its CPU was probed at
+    # 2, 6 and 14 s, each probe a cluster of its slowest small-tenant pickups).
+    placement, fake, clock = _governed()
+    decisions = [
+        _step(placement, fake, clock, ran=0.8, waited=1.6, idle={1: 0.2})
+        for _ in range(int(PROBE_MAX_S) * 3)
+    ]
+    assert set(decisions) == {"stay"}, [d for d in decisions if d != "stay"]
+    assert fake.placements == [{1}]
+
+
 def test_a_process_that_keeps_its_own_cpu_busy_is_not_moved_off_it() -> None:
     # Seen: `quick demo` alone on the host hopped between the two CPUs every second,
     # "CPU 1 is busy with other work": the work was its own. On one CPU it used 0.65
