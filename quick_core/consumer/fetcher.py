@@ -88,6 +88,7 @@ class Fetcher:
         pauses: Pauses | None = None,
         weighing: Weighing | None = None,
         wake_scanner: Callable[[], None] = lambda: None,
+        requeued: Callable[[tuple[str, int, str], int | None], None] = lambda key, ms: None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -101,7 +102,8 @@ class Fetcher:
         # Per-tenant limits; a zone held at a cap is woken when an item of it ends here.
         self.tenant_admission = TenantAdmission(limits, slots, clock, emit, wake_scanner)
         self.one_transaction = OneTransactionGate(config.one_transaction_visits, clock)
-        self.visitor = ZoneVisitor(self.one_transaction, clock, emit)
+        # Where a visit left each zone's pointer: the scanner's (Scanner.requeued).
+        self.visitor = ZoneVisitor(self.one_transaction, clock, emit, requeued=requeued)
 
     # --- a visit --------------------------------------------------------------------------
 

@@ -72,6 +72,7 @@ class Manager:
         pauses: Pauses | None = None,
         weighing: Weighing | None = None,
         wake_scanner: Callable[[], None] = lambda: None,
+        requeued: Callable[[tuple[str, int, str], int | None], None] = lambda key, ms: None,
     ) -> None:
         self.config = config
         self.clusters = clusters
@@ -94,6 +95,7 @@ class Manager:
             pauses=pauses,
             weighing=weighing,
             wake_scanner=wake_scanner,
+            requeued=requeued,
         )
         # A test hook: the admission predicate factory, injected (default: self.accept).
         self.accept_factory: AcceptFactory = accept or self.accept

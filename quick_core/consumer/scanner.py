@@ -98,6 +98,10 @@ class Scanner:
         self._looked_ahead_ms = 0  # the horizon of the last scan
         self._wake = threading.Event()
         self._room = threading.Event()  # room freed up in a full consumer (room_freed)
+        # Where visits since the last scan began left their zones' pointers: the vesting
+        # time each got (None: collected), by visit key (requeued).
+        self._requeued: dict[tuple[str, int, str], int | None] = {}
+        self._requeued_lock = threading.Lock()
         # The clusters' stores' commit watchers (``commit_poll_s``), and their commit
         # counters read just before the last scan began.
         self.watchers = list(watchers)
@@ -123,6 +127,12 @@ class Scanner:
         """Scan now (a local enqueue, or a stop): ends the scanner's idle wait."""
         self._wake.set()
         self._room.set()
+
+    def requeued(self, key: tuple[str, int, str], vests_ms: int | None) -> None:
+        """A visit committed: its zone's pointer vests at ``vests_ms`` (None: it was
+        collected). Told by the consumer's visits (``ZoneVisitor.requeued``)."""
+        with self._requeued_lock:
+            self._requeued[key] = vests_ms
 
     def room_freed(self) -> None:
         """An item finished or a visit left room unfilled: ends a full consumer's wait
@@ -200,6 +210,11 @@ class Scanner:
         ``watch``: read the commit counters first, for :meth:`idle_wait` after it.
         """
         cfg = self.config
+        # What came before this scan began its peeks is what they see: a wake-up (a local
+        # enqueue committed) or a requeue told before now asks for no other scan.
+        self._wake.clear()
+        with self._requeued_lock:
+            self._requeued.clear()
         if watch:
             # Before the peeks: a commit after this is one the scan may have missed.
             self._versions = [watcher.version() for watcher in self.watchers]
@@ -309,12 +324,17 @@ class Scanner:
         selected: deque[PointerRef] = deque()
         selected_at = 0.0
         found_none_last = True  # the last scan chose nothing (or none was made yet)
+        # Zones given to visits since the last scan began, and those of visits that ended
+        # since then: where each was left decides whether the next scan can wait.
+        since_scan: set[tuple[str, int, str]] = set()
         while not stopping.is_set():
             mono = time.monotonic()
             if mono >= next_election:
                 self.refresh_election()
                 next_election = mono + cfg.election_ttl_s / 3
             finished = {f: visiting.pop(f) for f in [f for f in visiting if f.done()]}
+            for keys in finished.values():
+                since_scan.update(keys)
             took = [f.result() for f in finished if f.exception() is None]
             if self._visits_failed(finished, stopping):
                 selected.clear()  # chosen before the failure: scan afresh after the wait
@@ -328,6 +348,13 @@ class Scanner:
                 continue
             if finished and not visiting and not selected and not any(took):
                 self.idle_wait(stopping)
+                continue
+            if finished and not visiting and not selected and self._left_later(since_scan):
+                # The visits left their zones vesting later and the last scan left no
+                # vested pointer behind: a peek now would find only what came since it
+                # began, which wakes this wait (a local enqueue, another process's
+                # commit, the earliest vesting time known, those zones' included).
+                self.idle_wait(stopping, on_commits=True)
                 continue
             if visiting and not cfg.pipelined_scans:
                 futures.wait(visiting, return_when=futures.ALL_COMPLETED)
@@ -346,6 +373,7 @@ class Scanner:
                     selected = deque(self.scan_once(self.lookahead_ms, pending, watch=watch))
                     if not selected and not watch and not visiting:
                         selected = deque(self.scan_once(self.lookahead_ms, pending))
+                    since_scan = set()
                     selected_at = time.monotonic()
                     found_nothing = found_none_last = not selected
                 busy = {key for keys in visiting.values() for key in keys}
@@ -360,7 +388,8 @@ class Scanner:
                             batch.append(ref)
                     if not batch:
                         continue
-                    visiting[managers.submit(visit, batch)] = [visit_key(r) for r in batch]
+                    visiting[managers.submit(visit, batch)] = keys = [visit_key(r) for r in batch]
+                    since_scan.update(keys)
                     submitted += 1
             room = self._room_beyond(visiting)
             if not visiting:
@@ -374,6 +403,26 @@ class Scanner:
                     continue  # managers and room free, vested pointers left: scan again
                 timeout = cfg.idle_sleep_s if free <= 0 else self.until_next_vesting()
                 futures.wait(visiting, timeout, futures.FIRST_COMPLETED)
+
+    def _left_later(self, since_scan: set[tuple[str, int, str]]) -> bool:
+        """Whether no peek is needed now that no visit runs: the last scan left no
+        vested pointer unchosen and read the commit counters the wait watches from, and
+        each zone of ``since_scan`` (given to a visit since that scan began, or whose
+        visit ended since) was told requeued or collected after it began (one a visit
+        did not lease, for want of room, or lost, or whose visit was written off, may
+        still be vested). The vesting times told become the wait's timers
+        (:attr:`next_vesting_ms`): a zone requeued to vest now is peeked at once."""
+        if self.left_vested or not self.watchers or None in self._versions:
+            return False
+        with self._requeued_lock:
+            if any(key not in self._requeued for key in since_scan):
+                return False  # not leased, lost, failed or written off: peek again
+            vesting = [ms for ms in self._requeued.values() if ms is not None]
+        if vesting:
+            soonest = min(vesting)
+            if self.next_vesting_ms is None or soonest < self.next_vesting_ms:
+                self.next_vesting_ms = soonest
+        return True
 
     def _room_beyond(self, visiting: dict[Future[int], list[tuple[str, int, str]]]) -> bool:
         """Whether the consumer has room for items beyond the zones handed to the visits

@@ -86,10 +86,14 @@ class ZoneVisitor:
         emit: Callable[..., Any],
         *,
         budget: Callable[[], TransactionBudget] = TransactionBudget,
+        requeued: Callable[[Key, int | None], None] = lambda key, vests_ms: None,
     ) -> None:
         self.gate = gate
         self.clock = clock
         self.emit = emit
+        # Told, once a visit committed, when each zone's pointer vests next (None:
+        # collected): the scanner need not peek for it before then.
+        self.requeued = requeued
         # A fresh budget for each try of a visit transaction (quickzones.store.zones.budget).
         self.budget = budget
         self.read_ahead = VisitReadAhead()
@@ -260,7 +264,15 @@ class ZoneVisitor:
                 self.emit("visit_budget_reached", zone=v.zone, items=len(v.items))
             rules.dequeued(v)
             self.emit("pointer_" + v.outcome, zone=v.zone)
+            self._tell(v)
         return True
+
+    def _tell(self, v: ZoneVisit) -> None:
+        """Tell :attr:`requeued` where ``v``'s committed requeue left its pointer."""
+        if v.outcome == "requeued" and v.vests_ms is not None:
+            self.requeued(visit_key(v.ref), v.vests_ms)
+        elif v.outcome == "deleted":
+            self.requeued(visit_key(v.ref), None)
 
     def _visit_zone(
         self,
@@ -383,6 +395,7 @@ class ZoneVisitor:
                 min_inactive_ms=rules.min_inactive_ms,
                 active=bool(v.items),
                 stored=v.stored,
+                vests=lambda ms: setattr(v, "vests_ms", ms),
                 **inside,
             )
         except StorageError as err:
@@ -393,6 +406,7 @@ class ZoneVisitor:
             return
         if tr is None:
             self.emit("pointer_" + v.outcome, zone=zone)
+            self._tell(v)
 
     def lag_ms(self, ref: PointerRef) -> int:
         """How long the pointer had been vested when leased (0 if leased ahead)."""

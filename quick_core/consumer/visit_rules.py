@@ -48,6 +48,7 @@ class ZoneVisit:
     app_slots: int = 0  # the app's pool-wide concurrency slots the admission took
     tenant_hold: TenantHold | None = None  # what it took of its tenant's limits
     outcome: str = ""  # the pointer's requeue: "requeued", "deleted" or "lost"
+    vests_ms: int | None = None  # the vesting time a requeued pointer got
     # The transaction's budget (quickzones.store.zones.budget) stopped this zone's
     # dequeue: its other vested items are left for the next visit.
     cut_short: bool = False
@@ -62,7 +63,7 @@ class ZoneVisit:
     def clear(self) -> None:
         """Forget a try that did not commit."""
         self.pointer, self.items, self.corrupt, self.app_slots, self.outcome = None, [], [], 0, ""
-        self.stored = None
+        self.stored, self.vests_ms = None, None
         self.tenant_hold, self.cut_short, self.error = None, False, None
 
 

@@ -602,6 +602,7 @@ class TopLevelQueue:
         active: bool,
         stored: tuple[int, Pointer] | None = None,
         tr: KVTransaction = OWN_STORE,
+        vests: Callable[[int], None] | None = None,
     ) -> str:
         """Release a leased pointer (paper Alg. 2, end of a Manager's visit).
 
@@ -612,7 +613,8 @@ class TopLevelQueue:
         In one transaction that reads the zone: requeue the pointer at the zone's minimum
         vesting time; or, when the zone has been empty for ``min_inactive_ms``, delete it,
         reading the pointer index key so a concurrent enqueue's pointer check conflicts
-        (invariant 2). Returns "requeued", "deleted", or "lost" (lease taken by another).
+        (invariant 2). Returns "requeued", "deleted", or "lost" (lease taken by another);
+        ``vests`` is told the vesting time a requeued pointer gets (in each try of ``tr``).
 
         The pointer's last active time becomes now when the visit saw items in the zone:
         ``active`` (it dequeued some) or a minimum vesting time (items are there, vested,
@@ -652,6 +654,8 @@ class TopLevelQueue:
             current.pointer_id, current.zone, vesting, last_active, None, current.local
         )
         self._move_pointer(tr, shard, current, updated)
+        if vests is not None:
+            vests(vesting)
         return "requeued"
 
     def extend_pointer_lease(self, pointer: Pointer, lease_ms: int) -> Pointer | None:
