@@ -32,9 +32,14 @@ from quickzones.consumer.fetcher import Fetcher
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster, InFlight, Work
 from quickzones.consumer.tenant_admission import TenantAdmission
-from quickzones.consumer.visit import ZoneVisitsFailed
 from quickzones.consumer.visit_gate import OneTransactionGate
-from quickzones.consumer.visit_rules import Admission, VisitRules, ZoneVisit, visit_size
+from quickzones.consumer.visit_rules import (
+    Admission,
+    VisitRules,
+    ZoneVisit,
+    ZoneVisitsFailed,
+    visit_size,
+)
 from quickzones.consumer.weighing import Weighing
 from quickzones.registry import Registry
 from quickzones.store.kv import KVTransaction

@@ -60,8 +60,7 @@ from quickzones.consumer.set_aside import SetAside, VisitFailures, elapsed
 from quickzones.consumer.settler import Settler
 from quickzones.consumer.slots import Slots
 from quickzones.consumer.state import Cluster
-from quickzones.consumer.visit import ZoneVisitsFailed
-from quickzones.consumer.visit_rules import ZoneVisit, visit_size
+from quickzones.consumer.visit_rules import ZoneVisit, ZoneVisitsFailed, visit_size
 from quickzones.consumer.weighing import Weighing
 from quickzones.errors import QuickError
 from quickzones.store.changes import watcher_for

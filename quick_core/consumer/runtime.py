@@ -144,7 +144,7 @@ class Consumer(RunsForever):
             share=lambda: self.scanner.share,
             weighing=weighing,
             wake_scanner=lambda: self.scanner.wake(),
-            requeued=lambda key, vests_ms: self.scanner.requeued(key, vests_ms),
+            requeued=lambda key, vests_ms: self.scanner.requeued.told(key, vests_ms),
         )
         self._accept: Callable[[dict[str, str]], Callable[[WorkItem], bool]]
         self._accept = self.manager.accept

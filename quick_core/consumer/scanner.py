@@ -35,6 +35,7 @@ from quickzones.clock import Clock, SystemClock
 from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.pool import DaemonPool
 from quickzones.consumer.random_slices import RandomSlices
+from quickzones.consumer.requeued_zones import RequeuedZones
 from quickzones.consumer.selection import Peek, Selection, peek_shard, peek_window, weighed
 from quickzones.consumer.set_aside import ScanFailures, SetAside, elapsed
 from quickzones.consumer.state import Cluster
@@ -98,23 +99,16 @@ class Scanner:
         self._looked_ahead_ms = 0  # the horizon of the last scan
         self._wake = threading.Event()
         self._room = threading.Event()  # room freed up in a full consumer (room_freed)
-        # Where visits since the last scan began left their zones' pointers: the vesting
-        # time each got (None: collected), by visit key (requeued).
-        self._requeued: dict[tuple[str, int, str], int | None] = {}
-        self._requeued_lock = threading.Lock()
-        # The clusters' stores' commit watchers (``commit_poll_s``), and their commit
-        # counters read just before the last scan began.
+        self.requeued = RequeuedZones()  # told by visits: whether the next scan can wait
+        # The stores' commit watchers (``commit_poll_s``); counters read before a scan.
         self.watchers = list(watchers)
         self._versions: list[int | None] = [None] * len(self.watchers)
         # Zones whose visits failed on their own, each passed over on its own backoff
         # (quickzones.consumer.set_aside); the store's failures back the scanner off.
-        self.set_aside = set_aside or SetAside(emit, monotonic=elapsed(self.clock))
+        self.set_aside = set_aside = set_aside or SetAside(emit, monotonic=elapsed(self.clock))
         self.on_lost = on_lost  # the store went away (its file deleted): the consumer stops
-        self.failures = ScanFailures(
-            self.set_aside, RepeatedFailure(log, "manager visits"), on_lost
-        )
-        # How a shard is peeked: its vested pointers (a pull leaser's: of one app's zones,
-        # paging past others'), and the first vesting time after them.
+        self.failures = ScanFailures(set_aside, RepeatedFailure(log, "manager visits"), on_lost)
+        # How a shard's vested pointers are peeked (a pull leaser's pages one app's).
         self.peek: Peek = peek or peek_shard
         # Random-mode scans between full peeks read a slice at a random place (with the
         # scanner's own peek only: a pull leaser's pages one app's zones).
@@ -127,12 +121,6 @@ class Scanner:
         """Scan now (a local enqueue, or a stop): ends the scanner's idle wait."""
         self._wake.set()
         self._room.set()
-
-    def requeued(self, key: tuple[str, int, str], vests_ms: int | None) -> None:
-        """A visit committed: its zone's pointer vests at ``vests_ms`` (None: it was
-        collected). Told by the consumer's visits (``ZoneVisitor.requeued``)."""
-        with self._requeued_lock:
-            self._requeued[key] = vests_ms
 
     def room_freed(self) -> None:
         """An item finished or a visit left room unfilled: ends a full consumer's wait
@@ -210,11 +198,9 @@ class Scanner:
         ``watch``: read the commit counters first, for :meth:`idle_wait` after it.
         """
         cfg = self.config
-        # What came before this scan began its peeks is what they see: a wake-up (a local
-        # enqueue committed) or a requeue told before now asks for no other scan.
+        # What came before its peeks they see: no other scan for a wake-up or a requeue.
         self._wake.clear()
-        with self._requeued_lock:
-            self._requeued.clear()
+        self.requeued.clear()
         if watch:
             # Before the peeks: a commit after this is one the scan may have missed.
             self._versions = [watcher.version() for watcher in self.watchers]
@@ -324,9 +310,7 @@ class Scanner:
         selected: deque[PointerRef] = deque()
         selected_at = 0.0
         found_none_last = True  # the last scan chose nothing (or none was made yet)
-        # Zones given to visits since the last scan began, and those of visits that ended
-        # since then: where each was left decides whether the next scan can wait.
-        since_scan: set[tuple[str, int, str]] = set()
+        since_scan: set[tuple[str, int, str]] = set()  # visits given or ended since it
         while not stopping.is_set():
             mono = time.monotonic()
             if mono >= next_election:
@@ -336,7 +320,7 @@ class Scanner:
             for keys in finished.values():
                 since_scan.update(keys)
             took = [f.result() for f in finished if f.exception() is None]
-            if self._visits_failed(finished, stopping):
+            if self.failures.backed_off(finished, stopping, self.emit):
                 selected.clear()  # chosen before the failure: scan afresh after the wait
                 continue
             if self.capacity() <= 0:
@@ -350,11 +334,7 @@ class Scanner:
                 self.idle_wait(stopping)
                 continue
             if finished and not visiting and not selected and self._left_later(since_scan):
-                # The visits left their zones vesting later and the last scan left no
-                # vested pointer behind: a peek now would find only what came since it
-                # began, which wakes this wait (a local enqueue, another process's
-                # commit, the earliest vesting time known, those zones' included).
-                self.idle_wait(stopping, on_commits=True)
+                self.idle_wait(stopping, on_commits=True)  # requeued_zones.py
                 continue
             if visiting and not cfg.pipelined_scans:
                 futures.wait(visiting, return_when=futures.ALL_COMPLETED)
@@ -405,39 +385,15 @@ class Scanner:
                 futures.wait(visiting, timeout, futures.FIRST_COMPLETED)
 
     def _left_later(self, since_scan: set[tuple[str, int, str]]) -> bool:
-        """Whether no peek is needed now that no visit runs: the last scan left no
-        vested pointer unchosen and read the commit counters the wait watches from, and
-        each zone of ``since_scan`` (given to a visit since that scan began, or whose
-        visit ended since) was told requeued or collected after it began (one a visit
-        did not lease, for want of room, or lost, or whose visit was written off, may
-        still be vested). The vesting times told become the wait's timers
-        (:attr:`next_vesting_ms`): a zone requeued to vest now is peeked at once."""
+        """No peek needed, no visit running (:mod:`.requeued_zones`); sets the timer."""
         if self.left_vested or not self.watchers or None in self._versions:
             return False
-        with self._requeued_lock:
-            if any(key not in self._requeued for key in since_scan):
-                return False  # not leased, lost, failed or written off: peek again
-            vesting = [ms for ms in self._requeued.values() if ms is not None]
-        if vesting:
-            soonest = min(vesting)
-            if self.next_vesting_ms is None or soonest < self.next_vesting_ms:
-                self.next_vesting_ms = soonest
-        return True
+        later, soonest = self.requeued.all_later(since_scan)
+        if later and soonest is not None:
+            ahead = self.next_vesting_ms
+            self.next_vesting_ms = soonest if ahead is None else min(ahead, soonest)
+        return later
 
     def _room_beyond(self, visiting: dict[Future[int], list[tuple[str, int, str]]]) -> bool:
-        """Whether the consumer has room for items beyond the zones handed to the visits
-        still running (each takes some when it leases)."""
+        """Whether room is left beyond the zones given to the visits still running."""
         return self.capacity() > sum(len(keys) for keys in visiting.values())
-
-    def _visits_failed(
-        self, finished: dict[Future[int], list[tuple[str, int, str]]], stopping: threading.Event
-    ) -> bool:
-        """Count the finished visits (:class:`ScanFailures`); after failures of the store
-        as a whole, wait its backoff. True when it waited."""
-        wait_s = self.failures.count(finished)
-        if wait_s is None:
-            return False
-        in_a_row = self.failures.visits.failures
-        self.emit("visits_backed_off", failures=in_a_row, wait_s=round(wait_s, 3))
-        stopping.wait(wait_s)
-        return True

@@ -19,7 +19,8 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from quickzones.clock import Clock, ElapsedClock
-from quickzones.consumer.visit import Key, ZoneVisitsFailed, visit_key
+from quickzones.consumer.visit import Key, visit_key
+from quickzones.consumer.visit_rules import ZoneVisitsFailed
 from quickzones.errors import StoreLost
 from quickzones.repeated_failure import RepeatedFailure, backoff
 
@@ -146,6 +147,21 @@ class ScanFailures:
         self.visits = visits
         self.on_lost = on_lost
         self._failing: set[Key | None] = set()  # None: not a zone's
+
+    def backed_off(
+        self,
+        finished: dict[Future[int], list[Key]],
+        stopping: threading.Event,
+        emit: Callable[..., Any],
+    ) -> bool:
+        """Count ``finished``; after failures of the store as a whole, wait its backoff
+        (or until ``stopping``). True when it waited."""
+        wait_s = self.count(finished)
+        if wait_s is None:
+            return False
+        emit("visits_backed_off", failures=self.visits.failures, wait_s=round(wait_s, 3))
+        stopping.wait(wait_s)
+        return True
 
     def count(self, finished: dict[Future[int], list[Key]]) -> float | None:
         """Count ``finished`` (each visit's future and its zones); the seconds to back

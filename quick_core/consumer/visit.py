@@ -35,6 +35,7 @@ from quickzones.consumer.visit_rules import (
     NeedsThreeTransactions,
     VisitRules,
     ZoneVisit,
+    ZoneVisitsFailed,
 )
 from quickzones.errors import StorageError, StoreLost, ZoneLeaseFailed
 from quickzones.store.kv import KVTransaction, _Uncommitted, attempt_once, relax_durability
@@ -48,21 +49,6 @@ Key = tuple[str, int, str]  # a pointer: cluster, shard, pointer id
 def visit_key(ref: PointerRef) -> Key:
     """A zone's visits by its pointer (set aside, held to three transactions)."""
     return ref.cluster, ref.shard, ref.pointer_id
-
-
-class ZoneVisitsFailed(StorageError):
-    """Some zones' visits failed with a storage error (``failed``: each pointer with its
-    error) while the call's other zones were visited (``visited`` zones in all)."""
-
-    def __init__(self, failed: list[tuple[PointerRef, StorageError]], visited: int) -> None:
-        first = failed[0][1]
-        super().__init__(
-            f"{len(failed)} of {visited} zone visits failed; the first: {first}",
-            retryable=first.retryable,
-        )
-        self.failed = failed
-        self.visited = visited
-        self.works: list[Any] = []  # what the call's other zones gave (a Manager's Works)
 
 
 class _NothingLeased(Exception):

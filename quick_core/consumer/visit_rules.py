@@ -67,6 +67,21 @@ class ZoneVisit:
         self.tenant_hold, self.cut_short, self.error = None, False, None
 
 
+class ZoneVisitsFailed(StorageError):
+    """Some zones' visits failed with a storage error (``failed``: each pointer with its
+    error) while the call's other zones were visited (``visited`` zones in all)."""
+
+    def __init__(self, failed: list[tuple[PointerRef, StorageError]], visited: int) -> None:
+        first = failed[0][1]
+        super().__init__(
+            f"{len(failed)} of {visited} zone visits failed; the first: {first}",
+            retryable=first.retryable,
+        )
+        self.failed = failed
+        self.visited = visited
+        self.works: list[Any] = []  # what the call's other zones gave (a Manager's Works)
+
+
 @dataclass(frozen=True, slots=True)
 class Admission:
     """What a caller's admission hook lets a leased zone give."""

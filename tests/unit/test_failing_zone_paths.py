@@ -21,7 +21,7 @@ import pytest
 from quickzones.backends.memory import MemoryStore
 from quickzones.client import Quick
 from quickzones.consumer import ConsumerConfig
-from quickzones.consumer.visit import ZoneVisitsFailed
+from quickzones.consumer.visit_rules import ZoneVisitsFailed
 from quickzones.errors import StorageError
 from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.zones import KVZoneStore
