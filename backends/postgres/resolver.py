@@ -43,6 +43,7 @@ from quickzones.backends.txnbuffer.commit_request import ResolvedWrites
 from quickzones.store.kv import (
     NOT_COMMITTED,
     TRANSACTION_TOO_OLD,
+    EarlierIfLater,
     KVError,
     key_after,
 )
@@ -100,6 +101,15 @@ class Guard:
         return [(k, k + b"\x00") for k in sorted(self.expect)]
 
 
+def _pulled(pulls: Sequence[EarlierIfLater]) -> list[tuple[bytes, bytes]]:
+    """The keys the ``pulls`` write where made, locked exclusive but not counted as
+    written unless made (quick_pull3 adds them to the commit's log row then): each
+    record's (every commit that moves a pointer's vesting entry writes its record, so
+    that lock also covers the old entry, whose key only the server learns) and each new
+    entry's."""
+    return [(k, k + b"\x00") for e in pulls for k in sorted((e.key, e.new_entry))]
+
+
 def _columns(ranges: list[tuple[bytes, bytes]]) -> tuple[list[bytes], list[bytes]]:
     return [b for b, _ in ranges], [e for _, e in ranges]
 
@@ -120,6 +130,7 @@ def apply(
     keep: Seen | None = None,
     held_long: bool = False,
     guards: Sequence[Guard] = (),
+    pulls: Sequence[EarlierIfLater] = (),
 ) -> int:
     """Commit ``request`` on ``conn`` (its locks held until the transaction ends).
     ``snapshot``: the one its reads saw (None: nothing read, nothing to check); ``space``:
@@ -131,7 +142,9 @@ def apply(
     quick's own connections, see ``known_reads.py``). ``held_long``: the transaction stays
     open after (an application's), see :func:`locks.plan`. ``guards``: writes the server
     makes only where a key is absent (:class:`Guard`; quick's own connections only), their
-    keys and followed keys kept in ``keep``. Returns the commit version."""
+    keys and followed keys kept in ``keep``. ``pulls``: rewrites the server makes where a
+    record is still as expected (``kv.earlier_if_later``; quick's own connections only).
+    Returns the commit version."""
     if request.too_old(now):
         raise KVError(TRANSACTION_TOO_OLD, "read version older than 5 s at commit")
     if request.read_version is None:
@@ -143,7 +156,7 @@ def apply(
         writes = request.resolve(_NO_STAMP, _no_current, skip=adds)
         return _send(
             conn, sql, request, writes, adds, begin, end, end_commits,
-            (snapshot, space, None, [], None, at), keep, held_long, guards,
+            (snapshot, space, None, [], None, at), keep, held_long, guards, pulls,
         )  # fmt: skip
     for _ in range(MOVED_RETRIES):
         with pipeline(conn):
@@ -158,7 +171,7 @@ def apply(
             return _send(
                 conn, sql, request, writes, adds, (), end, end_commits,
                 (snapshot, space, since if atomic else None, atomic, version, at),
-                None, held_long, guards,  # keeps nothing (known_reads.py)
+                None, held_long, guards, pulls,  # keeps nothing (known_reads.py)
             )  # fmt: skip
         except _Moved:
             for statement in undo:
@@ -193,6 +206,7 @@ def _send(
     keep: Seen | None = None,
     held_long: bool = False,
     guards: Sequence[Guard] = (),
+    pulls: Sequence[EarlierIfLater] = (),
 ) -> int:
     """One round trip: ``begin``, quick_commit3 (locks, checks and writes), ``end``.
     ``how``: the reads' snapshot, the lock space, the atomic operands' snapshot and keys,
@@ -207,7 +221,8 @@ def _send(
         written = [r for guard in guards for r in guard.written()]
         conflict_ranges = merge_ranges(conflict_ranges + written)
         locked_reads = [*reads, *(r for guard in guards for r in guard.expected())]
-    lock_ids, exclusive = plan(locked_reads, conflict_ranges, held_long=held_long)
+    locked_writes = [*conflict_ranges, *_pulled(pulls)] if pulls else conflict_ranges
+    lock_ids, exclusive = plan(locked_reads, locked_writes, held_long=held_long)
     rb, re_ = _columns(reads)
     wb, we = _columns(conflict_ranges)
     ae = [key_after(k) for k in atomic]
@@ -218,8 +233,8 @@ def _send(
     after: Sequence[bytes] = request.read_after if end and end_commits else []
     if keep is not None and not (end and end_commits and wire.usable(conn)):
         keep = None
-    if guards and not wire.usable(conn):
-        raise AssertionError("guards are sent on quick's own connections only")
+    if (guards or pulls) and not wire.usable(conn):
+        raise AssertionError("guards and pulls are sent on quick's own connections only")
     if keep is not None:
         # Part two's keys and the kept ones in one statement, with its snapshot.
         # With guards: their expected keys too (what the next enqueue reads), and their
@@ -263,6 +278,21 @@ def _send(
                             b([v for guard in guards for _, v in guard.writes]),
                             *(b(list(expect)), b(list(expect.values()))),
                             *(wire.text(arg if wake else None) for arg in sql.notify_args),
+                        ],
+                        False,
+                    )
+                )
+            if pulls:
+                statements.append(
+                    (
+                        texts["pull"],
+                        [
+                            *(b([e.index_key for e in pulls]), b([e.index for e in pulls])),
+                            b([e.key for e in pulls]),
+                            *(b([e.head for e in pulls]), wire.int8s([e.limit for e in pulls])),
+                            *(b([e.record for e in pulls]), b([e.entry[0] for e in pulls])),
+                            *(b([e.entry[1] for e in pulls]), b([e.new_entry for e in pulls])),
+                            *(wire.text(arg) for arg in sql.notify_args),
                         ],
                         False,
                     )

@@ -114,6 +114,7 @@ class Statements:
             "add": pgsql.Identifier(s, "quick_add"),
             "commit3": pgsql.Identifier(s, "quick_commit3"),
             "ensure3": pgsql.Identifier(s, "quick_ensure3"),
+            "pull3": pgsql.Identifier(s, "quick_pull3"),
             "log": pgsql.Identifier(s, "quick_log"),
             "seq": pgsql.Identifier(s, "quick_versions"),
             # nextval() and setval() take the sequence's name as text, quoted within it.
@@ -264,6 +265,7 @@ BEGIN
 END """,
             ),
             *self.ensure_function,
+            *self.pull_function,
         )
 
     @functools.cached_property
@@ -272,6 +274,80 @@ END """,
         signature = f"{name}(bytea[], int[], bytea[], bytea[], bytea[], bytea[], text, text)"
         return compose(
             "SELECT to_regprocedure({signature}) IS NOT NULL", signature=pgsql.Literal(signature)
+        )
+
+    @functools.cached_property
+    def pull_function_exists(self) -> str:
+        name = pgsql.Identifier(self.schema, "quick_pull3").as_string()
+        signature = (
+            f"{name}(bytea[], bytea[], bytea[], bytea[], bigint[], bytea[], bytea[], bytea[],"
+            " bytea[], text, text)"
+        )
+        return compose(
+            "SELECT to_regprocedure({signature}) IS NOT NULL", signature=pgsql.Literal(signature)
+        )
+
+    @functools.cached_property
+    def pull_function(self) -> tuple[str, ...]:
+        """quick_pull3 (part of layout 3, added on opening to a store made before it):
+        the enqueue's part two made by the server in its part one's commit, after
+        quick_ensure3 (``kv.EarlierIfLater``, ``resolver.Guard.earlier``)."""
+        return (
+            # Run under the locks quick_commit3 took (each record key's exclusive: every
+            # commit that moves a pointer's vesting entry writes its record, so none comes
+            # between), each statement reading the newest committed state. Where the index
+            # entry still names the pointer (p_iv) and its record is that pointer's, idle
+            # (p_head: the map's header, id, app, tenant) with a vesting time later than
+            # the item's (p_limit), the record becomes p_rec and its vesting entry moves
+            # from the old time (packed as fdb.tuple packs an integer) to p_ne; the three
+            # keys join the commit's row in quick_log (only then: an enqueue into a zone
+            # whose pointer a consumer holds or that vests in time conflicts with nobody).
+            # Anything else is left to part two's own transaction. Returns how many moved.
+            self._function(
+                """CREATE OR REPLACE FUNCTION {pull3}(p_ik bytea[], p_iv bytea[],
+    p_rk bytea[], p_head bytea[], p_limit bigint[], p_rec bytea[], p_eh bytea[], p_et bytea[],
+    p_ne bytea[], p_channel text, p_payload text) RETURNS int LANGUAGE plpgsql""",
+                """
+DECLARE
+    rec bytea;
+    hl int;
+    raw bytea;
+    old bigint;
+    n int;
+    old_key bytea;
+    moved int := 0;
+BEGIN
+    FOR i IN 1 .. coalesce(cardinality(p_ik), 0) LOOP
+        CONTINUE WHEN (SELECT value FROM {kv} WHERE key = p_ik[i]) IS DISTINCT FROM p_iv[i];
+        rec := (SELECT value FROM {kv} WHERE key = p_rk[i]);
+        hl := length(p_head[i]);
+        CONTINUE WHEN rec IS NULL OR length(rec) < hl + 9
+            OR substring(rec FROM 1 FOR hl) <> p_head[i] OR get_byte(rec, hl) <> 207;
+        raw := substring(rec FROM hl + 2 FOR 8);
+        old := ('x' || encode(raw, 'hex'))::bit(64)::bigint;
+        CONTINUE WHEN old <= p_limit[i];
+        n := 8;
+        WHILE n > 0 AND get_byte(raw, 8 - n) = 0 LOOP
+            n := n - 1;
+        END LOOP;
+        old_key := p_eh[i] || set_byte('\\x00'::bytea, 0, 20 + n)
+            || substring(raw FROM 9 - n FOR n) || p_et[i];
+        UPDATE {kv} SET value = p_rec[i] WHERE key = p_rk[i];
+        DELETE FROM {kv} WHERE key = old_key;
+        INSERT INTO {kv} (key, value) VALUES (p_ne[i], '')
+            ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+        UPDATE {log} SET begins = begins || ARRAY[p_rk[i], old_key, p_ne[i]],
+            ends = ends || ARRAY[p_rk[i] || '\\x00'::bytea, old_key || '\\x00'::bytea,
+                p_ne[i] || '\\x00'::bytea]
+            WHERE xid = pg_current_xact_id();
+        moved := moved + 1;
+    END LOOP;
+    IF moved > 0 AND p_channel IS NOT NULL THEN
+        PERFORM pg_notify(p_channel, p_payload);
+    END IF;
+    RETURN moved;
+END """,
+            ),
         )
 
     @functools.cached_property
@@ -415,9 +491,11 @@ END """,
     def logged_commit(self) -> str:
         # A commit whose answer was lost, found by what it wrote into its log row: the
         # client's clock (us) and its write conflict ranges, which name the keys it wrote
-        # (an enqueue's new item among them). Read only then: a scan of a few seconds of rows.
+        # (an enqueue's new item among them), first in the row (quick_pull3 adds the keys
+        # it wrote after them). Read only then: a scan of a few seconds of rows.
         return self._q(
-            "SELECT id FROM {log} WHERE at = %s AND begins = %s::bytea[] AND ends = %s::bytea[]"
+            "SELECT id FROM {log} WHERE at = %s AND begins[1:%s] = %s::bytea[]"
+            " AND ends[1:%s] = %s::bytea[]"
         )
 
     @functools.cached_property
@@ -476,6 +554,7 @@ END """,
         " x(key)))"
     )
     _ENSURE = "SELECT {ensure3}(%b, %b, %b, %b, %b, %b, %s::text, %s::text)"
+    _PULL = "SELECT {pull3}(%b, %b, %b, %b, %b, %b, %b, %b, %b, %s::text, %s::text)"
     _RANGE = "SELECT key, value FROM {kv} WHERE key >= %b AND key < %b ORDER BY key"
     _LIMIT = " LIMIT %s"
     # Keys and ranges (bytea arrays) go in binary: psycopg's text form escapes each
@@ -527,6 +606,7 @@ END """,
             "seen_following": self._wire(self._SEEN_FOLLOWING),
             "seen_following_many": self._wire(self._SEEN_FOLLOWING_MANY),
             "ensure": self._wire(self._ENSURE),
+            "pull": self._wire(self._PULL),
             "range": self._wire(self._RANGE + self._LIMIT),
             "range_reverse": self._wire(self._RANGE + " DESC" + self._LIMIT),
             "commit": self._wire(self._COMMIT),

@@ -217,6 +217,9 @@ class PostgresStore:
         # opening where the role may add it); else each enqueue reads its entry first.
         self._server_pointer_check = server_pointer_check
         self.guards = False
+        # Whether those commits also make part two (kv.EarlierIfLater): guards, and the
+        # schema has quick_pull3 (added on opening, as quick_ensure3 is).
+        self.pulls = False
         self._watch_lock = threading.Lock()
         self.data_version_tick_s = DATA_VERSION_TICK_S
         self._notifications = CommitNotifications(self._connect, schema, self.sender, listen=listen)
@@ -404,7 +407,8 @@ class PostgresStore:
         ``PostgresTransaction._committed_after_all``)."""
         conn = self._acquire()
         try:
-            row = conn.execute(self.sql.logged_commit, (at, begins, ends), prepare=False).fetchone()
+            args = (at, len(begins), begins, len(ends), ends)
+            row = conn.execute(self.sql.logged_commit, args, prepare=False).fetchone()
         finally:
             self._release(conn)
         return None if row is None else int(row[0])
@@ -596,7 +600,7 @@ class PostgresStore:
         try:
             state = self._schema_state(conn)
             if state == "ready":
-                self.guards = self._server_pointer_check and self._has_ensure_function(conn)
+                self._check_functions(conn)
                 return
             if state == "absent" and not create:
                 raise StoreNotFound(self.shown)
@@ -613,7 +617,7 @@ class PostgresStore:
                     for statement in self.sql.migrate_to_3:
                         conn.execute(statement)
                     conn.execute(self.sql.retire_conflicts[int(state[-1])])
-            self.guards = self._server_pointer_check and self._has_ensure_function(conn)
+            self._check_functions(conn)
         except psycopg.errors.InsufficientPrivilege as err:
             raise StoreMisconfigured(
                 self.shown, f"the URL's role may not open schema {self.schema!r}: {err}"
@@ -623,17 +627,30 @@ class PostgresStore:
         finally:
             conn.close()
 
-    def _has_ensure_function(self, conn: Connection) -> bool:
-        """Whether the schema has quick_ensure3; added here to a layout 3 store made by a
-        quick before it, where the role may create functions in the schema (a role that
-        may not leaves it without: its enqueues read their pointer index entry first)."""
-        row = conn.execute(self.sql.ensure_function_exists).fetchone()
+    def _check_functions(self, conn: Connection) -> None:
+        """Set :attr:`guards` and :attr:`pulls` from the functions the schema has."""
+        if not self._server_pointer_check:
+            self.guards = self.pulls = False
+            return
+        sql = self.sql
+        self.guards = self._has_function(conn, sql.ensure_function_exists, sql.ensure_function)
+        self.pulls = self.guards and self._has_function(
+            conn, sql.pull_function_exists, sql.pull_function
+        )
+
+    def _has_function(self, conn: Connection, exists: str, create: tuple[str, ...]) -> bool:
+        """Whether the schema has a function of layout 3 that came after it
+        (quick_ensure3, quick_pull3); added here to a layout 3 store made by a quick
+        before it, where the role may create functions in the schema (a role that may not
+        leaves it without: its enqueues read their pointer index entry first, or pull
+        their pointer in a transaction of their own)."""
+        row = conn.execute(exists).fetchone()
         if row is not None and row[0]:
             return True
         try:
             with conn.transaction():
                 conn.execute(_SCHEMA_LOCK, (self.schema,))
-                for statement in self.sql.ensure_function:
+                for statement in create:
                     conn.execute(statement)
         except psycopg.errors.InsufficientPrivilege:
             return False

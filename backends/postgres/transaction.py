@@ -22,7 +22,7 @@ from quickzones.backends.postgres.sql import KEYS_PER_SELECT
 from quickzones.backends.txnbuffer import CommitRequest, KeyValue
 from quickzones.backends.txnbuffer.pooled import PooledTransaction
 from quickzones.errors import StorageError, StoreUnavailable
-from quickzones.store.kv import COMMIT_UNKNOWN_RESULT, NOT_COMMITTED, KVError
+from quickzones.store.kv import COMMIT_UNKNOWN_RESULT, NOT_COMMITTED, EarlierIfLater, KVError
 
 if TYPE_CHECKING:
     from quickzones.backends.postgres.store import PostgresStore
@@ -73,6 +73,8 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         self._snapshot_read = False
         # kv.create_if_absent in this try: the server's conditional writes.
         self._guards: list[resolver.Guard] = []
+        # kv.earlier_if_later in this try: the server's rewrites where still as expected.
+        self._pulls: list[EarlierIfLater] = []
         # Set once a try with a guard failed: the next tries read and write themselves.
         self._unguarded = False
         # What the last commit's guards found after its COMMIT: each guard's key's value and
@@ -87,6 +89,7 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         self._relaxed = False
         self._follows = None
         self._guards = []
+        self._pulls = []
 
     def _committed_after_all(self, err: KVError, session: int, sent: float) -> int | None:
         """A COMMIT whose answer was lost: once its server session's transaction has
@@ -178,6 +181,28 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
             return self._guarded_values.get(id(guard))
 
         return values
+
+    def earlier_if_later(self, make: Callable[[], EarlierIfLater | None]) -> bool:
+        """kv.earlier_if_later: ``make()`` sent with the commit (``quick_pull3``, after the
+        guards), where the schema has the function and nothing of it is in this try's
+        buffer (which would not see the server's rewrite). An enqueue into a zone whose
+        pointer vests later (a small tenant's, emptied by its last visit) is then one
+        commit, not two: part two made by the server in part one's commit."""
+        self._check_open()
+        if not self._store.pulls:
+            return False
+        spec = make()
+        if spec is None:
+            return False
+        if any(k in self._points or k in self._read_cache for k in (spec.key, spec.new_entry)):
+            return False
+        for n, pull in enumerate(self._pulls):
+            if pull.key == spec.key:  # another enqueue into the zone in this transaction
+                if spec.limit < pull.limit:
+                    self._pulls[n] = spec
+                return True
+        self._pulls.append(spec)
+        return True
 
     def _acquire_read_version(self) -> int:
         # Every read version is followed by a read, which opens the snapshot and reads the
@@ -415,6 +440,7 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
                     again=again,
                     keep=keep,
                     guards=guards,
+                    pulls=self._pulls,
                 )
                 store.foreign.made(version)  # made known only by COMMIT's answer
                 store.known.noted(version)

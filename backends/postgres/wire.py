@@ -43,6 +43,8 @@ _NULL_ELEMENT = _INT4.pack(-1)  # an array element that is NULL
 _INT8 = struct.Struct(">q")
 _BYTEA, _INT4_OID, _INT8_OID, _BOOL, _TEXT = 17, 23, 20, 16, 25
 _BYTEA_ARRAY, _INT4_ARRAY, _BOOL_ARRAY, _TEXT_ARRAY = 1001, 1007, 1000, 1009
+_INT8_ARRAY = 1016
+_INT8_ELEMENT = struct.Struct(">iq")  # an int8 array element: its length (8), its value
 _OK = (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK)
 NULL: Param = (0, None, 0)
 
@@ -130,6 +132,13 @@ def int4s(values: Sequence[int] | None) -> Param:
         return (_INT4_ARRAY, None, 1)
     body = struct.pack(f">{2 * len(values)}i", *(x for v in values for x in (4, v)))
     return (_INT4_ARRAY, _ARRAY_HEAD.pack(1, 0, _INT4_OID, len(values), 1) + body, 1)
+
+
+def int8s(values: Sequence[int] | None) -> Param:
+    if not values:
+        return (_INT8_ARRAY, None, 1)
+    body = b"".join(_INT8_ELEMENT.pack(8, v) for v in values)
+    return (_INT8_ARRAY, _ARRAY_HEAD.pack(1, 0, _INT8_OID, len(values), 1) + body, 1)
 
 
 def bools(values: Sequence[bool] | None) -> Param:

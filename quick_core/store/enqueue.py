@@ -149,8 +149,10 @@ def pointer_check(
         # part one: one read of the pointer record, no transaction of its own.
         toplevel.pull_pointer_earlier(zone, vesting_ms, tr=tr, found=found)
         return
-    # Part two's reads ride part one's commit where the store can make them there (one
-    # transaction instead of two when, as usual, the pointer already vests in time).
+    # Part two itself rides part one's commit where the store can make it there
+    # (PostgreSQL); its reads too (one transaction instead of two when, as usual, the
+    # pointer already vests in time, or was pulled in the commit).
+    toplevel.pull_at_commit(tr, zone, vesting_ms, found)
     keys = toplevel.after_commit_keys(zone, found)
     after = read_after_commit(tr, keys)
     active_ms = now_ms(toplevel.clock)  # read here: not under the lock (pull_pointer_earlier)

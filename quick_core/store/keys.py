@@ -335,6 +335,13 @@ class KeySpace:
     def pointer_vesting_prefix(self, cluster: str, shard: int) -> bytes:
         return _shard_part(self.root, cluster, shard, "v")
 
+    def pointer_vesting_around(
+        self, cluster: str, shard: int, pointer_id: str
+    ) -> tuple[bytes, bytes]:
+        """(before, after): ``pointer_vesting_key(cluster, shard, vesting, pointer_id)`` is
+        ``before`` + ``vesting`` packed as an ``fdb.tuple`` integer + ``after``."""
+        return _shard_part(self.root, cluster, shard, "v"), _packed_id(pointer_id)
+
     def pointer_vested_range(self, cluster: str, shard: int, now_ms: int) -> Range:
         """Vesting-index entries with vesting <= ``now_ms``."""
         prefix = self.pointer_vesting_prefix(cluster, shard)

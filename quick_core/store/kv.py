@@ -21,6 +21,7 @@ import inspect
 import struct
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 from quickzones.errors import KVError as KVError  # re-exported: the seam's error type
@@ -290,6 +291,39 @@ def read_after_commit(
         return None
     values: Callable[[], list[bytes | None] | None] = ask(keys)
     return values
+
+
+@dataclass(frozen=True, slots=True)
+class EarlierIfLater:
+    """A rewrite the store makes at a commit (:func:`earlier_if_later`) where
+    ``index_key`` still holds ``index`` and the record at ``key`` starts with ``head``
+    followed by a msgpack uint64 (``0xcf`` and 8 bytes, big-endian) later than ``limit``:
+    the record becomes ``record``, the key ``entry[0] + t + entry[1]`` (``t``: that uint64
+    packed as an ``fdb.tuple`` integer) is cleared and ``new_entry`` set to ``b""``. The
+    enqueue's part two in its part one's commit: an idle pointer's vesting time moved
+    earlier, and its vesting entry with it."""
+
+    index_key: bytes
+    index: bytes
+    key: bytes
+    head: bytes
+    limit: int
+    record: bytes
+    entry: tuple[bytes, bytes]
+    new_entry: bytes
+
+
+def earlier_if_later(tr: object, make: Callable[[], EarlierIfLater | None]) -> bool:
+    """Ask ``tr``'s store to make ``make()`` (an :class:`EarlierIfLater`, None: nothing)
+    at ``tr``'s commit, as one step with it, reading the newest committed state under the
+    commit's hold of the record's key: where made, its three keys count as written by the
+    commit and it wakes watchers, as :func:`wake_watchers`; where not (the entry names
+    another pointer, the record is leased, not laid out so, or vests in time) nothing is
+    written nor counted as written, so the commit conflicts with no one for it. False
+    where the store (or this try) cannot: the caller does it after the commit, as
+    before; True does not say whether it was made (a read after the commit does)."""
+    ask = getattr(tr, "earlier_if_later", None)
+    return callable(ask) and bool(ask(make))
 
 
 def create_if_absent(

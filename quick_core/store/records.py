@@ -210,6 +210,23 @@ def encode_pointer(ptr: Pointer) -> bytes:
     return _pack(obj)
 
 
+def idle_pointer_head(record: bytes, pointer: Pointer) -> bytes | None:
+    """The bytes of ``record`` (``encode_pointer(pointer)``, an idle pointer) before its
+    vesting time, where that is a msgpack uint64 (``0xcf`` and 8 bytes, as every time
+    after 1970-02-19 is): the map's header, its id, app and tenant, and the ``vs`` key.
+    A stored record that starts with them is the same pointer, idle (a leased record's
+    map has more entries); a store compares them at commit (``kv.EarlierIfLater``). None
+    where the record is not laid out so."""
+    if pointer.lease_id is not None:
+        return None
+    fields = ("id", pointer.pointer_id, "a", pointer.zone.app, "tn", pointer.zone.tenant, "vs")
+    body = b"".join(msgpack.packb(f, use_bin_type=True) for f in fields)
+    end = 1 + len(body)  # after a fixmap's one-byte header (fewer than 16 entries)
+    if record[0] & 0xF0 != 0x80 or record[1:end] != body or record[end : end + 1] != b"\xcf":
+        return None
+    return record[:end]
+
+
 # Pointer records decoded lately, by their bytes. An enqueue reads its zone's pointer
 # record after each commit (part two's check), and a record changes only when a consumer
 # leases, requeues or moves it: the same bytes are the same (frozen) pointer, decoded once.

@@ -19,10 +19,12 @@ from quickzones.store.ids import IdSource, random_ids
 from quickzones.store.keys import LOCAL_APP, KeySpace
 from quickzones.store.kv import (
     OWN_STORE,
+    EarlierIfLater,
     KVError,
     KVStore,
     KVTransaction,
     create_if_absent,
+    earlier_if_later,
     follows_own_commit,
     get_many,
     holds_commit_lock,
@@ -35,7 +37,13 @@ from quickzones.store.kv import (
 from quickzones.store.layout import Layout, check_shards, decode_layout, open_layout
 from quickzones.store.pointer_gc import collect_pointer_if_inactive
 from quickzones.store.pointer_repair import set_aside
-from quickzones.store.records import Pointer, ZoneId, decode_pointer, encode_pointer
+from quickzones.store.records import (
+    Pointer,
+    ZoneId,
+    decode_pointer,
+    encode_pointer,
+    idle_pointer_head,
+)
 
 
 class Unread:
@@ -310,7 +318,47 @@ class TopLevelQueue:
         )
         if values is None:
             return None
+        known = self._known_pointers.get(zone)
+        if known is not None and known.shard == shard:
+            self.pull_at_commit(tr, zone, vesting_ms, known)
         return GuardedPointer(shard, made[-1].encode(), values)
+
+    def pull_at_commit(
+        self, tr: KVTransaction, zone: ZoneId, vesting_ms: int, found: IndexEntry
+    ) -> bool:
+        """Part two made by the store in ``tr``'s commit where it can
+        (:func:`~quickzones.store.kv.earlier_if_later`, PostgreSQL), with the checks of
+        :meth:`pull_pointer_earlier`: only if ``found`` is still the zone's entry and its
+        pointer idle and vesting later than ``vesting_ms``. The read after the commit
+        tells whether it was made (:meth:`pulled_already`); False where the store cannot,
+        and part two runs after the commit as before."""
+        keys, cluster, shard = self.keys, self.cluster, found.shard
+
+        def earlier() -> EarlierIfLater | None:
+            pointer_id = found.pointer_id.decode()
+            pulled = Pointer(
+                pointer_id=pointer_id,
+                zone=zone,
+                vesting_ms=vesting_ms,
+                last_active_ms=now_ms(self.clock),
+                local=zone.app == LOCAL_APP,
+            )
+            record = encode_pointer(pulled)
+            head = idle_pointer_head(record, pulled)
+            if head is None:
+                return None
+            return EarlierIfLater(
+                index_key=keys.pointer_index_key(cluster, shard, zone),
+                index=found.pointer_id,
+                key=keys.pointer_key(cluster, shard, pointer_id),
+                head=head,
+                limit=vesting_ms,
+                record=record,
+                entry=keys.pointer_vesting_around(cluster, shard, pointer_id),
+                new_entry=keys.pointer_vesting_key(cluster, shard, vesting_ms, pointer_id),
+            )
+
+        return earlier_if_later(tr, earlier)
 
     def _new_pointer(self, zone: ZoneId, vesting_ms: int) -> Pointer:
         """A new pointer of ``zone`` (part one's, where the zone has none), active now."""

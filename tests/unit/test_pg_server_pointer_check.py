@@ -22,6 +22,7 @@ from quickzones.store.kv import KVTransaction, run
 from quickzones.store.layout import shard_for
 from quickzones.store.records import ZoneId, decode_pointer
 from quickzones.store.reshard import reshard
+from quickzones.store.toplevel import PointerRef
 from quickzones.testing.provision.postgres import postgres_skip_reason, shared_postgres_url
 from tests.pg_round_trips import traced_round_trips
 from tests.postgres import postgres_store_url
@@ -236,33 +237,151 @@ def test_an_enqueue_after_another_process_resharded_lands_where_the_layout_says(
         admin.close()
 
 
-def test_a_zone_whose_pointer_vests_later_is_pulled_and_its_item_runs_now(url: str) -> None:
+def _commits(q: Quick) -> int:
+    """quick commits on the store so far (each takes a version from its sequence)."""
+    schema = q.kv.schema  # type: ignore[attr-defined]
+    with psycopg.connect(shared_postgres_url(), autocommit=True) as conn:
+        row = conn.execute(
+            sql.SQL("SELECT last_value FROM {}").format(sql.Identifier(schema, "quick_versions"))
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _drained(q: Quick, tenant: str) -> ZoneId:
+    """A small tenant's zone as the last visit left it: emptied, its pointer requeued to
+    vest ``min_inactive_s`` later."""
+    q.enqueue("j", {"n": 1}, app="a", tenant=tenant)
+    assert q.run_until_idle() == 1
+    zone = q.zone("a", tenant)
+    pointer = q.toplevel.get_pointer(zone)
+    assert pointer is not None and pointer.lease_id is None
+    return zone
+
+
+def test_a_zone_whose_pointer_vests_later_is_pulled_in_the_enqueue_s_own_commit(url: str) -> None:
     """A small tenant's usual enqueue: its zone's pointer was requeued to vest later when
-    the last visit emptied the zone. The commit finds the pointer (read just after its
-    COMMIT, in the same round trip) and part two pulls it, a commit alone: two round
-    trips, and the item is picked up at once."""
+    the last visit emptied the zone. Part two pulled it in a transaction of its own after
+    the enqueue's: two round trips and two commits for every item of a tenant that
+    enqueues now and then (three with the visit). Now the server pulls it in the
+    enqueue's commit, where this process knows the zone's pointer: one round trip, one
+    commit, and the item is picked up at once."""
     q = _open(url)
     try:
         q.job("j")(lambda payload, ctx: None)
-        q.enqueue("j", {"n": 1}, app="a", tenant="small")
-        assert q.run_until_idle() == 1
-        zone = q.zone("a", "small")
+        zone = _drained(q, "small")
         before = q.toplevel.get_pointer(zone)
         assert before is not None
         ids: list[str] = []
+        commits = _commits(q)
         enqueue = lambda: ids.append(q.enqueue("j", {"n": 2}, app="a", tenant="small"))  # noqa: E731
-        trips = _round_trips(q, enqueue)
+        assert _round_trips(q, enqueue) == 1
+        assert _commits(q) == commits + 1
         pointer = q.toplevel.get_pointer(zone)
         item = q.get("a", "small", ids[0])
         assert pointer is not None and item is not None
-        if before.vesting_ms > item.vesting_ms:
-            assert pointer.vesting_ms <= item.vesting_ms  # pulled: picked up now
-            assert trips == 2
-        else:
-            assert trips == 1
+        assert before.vesting_ms > item.vesting_ms
+        assert pointer.pointer_id == before.pointer_id and pointer.lease_id is None
+        assert pointer.vesting_ms == item.vesting_ms  # pulled: picked up now
+        assert pointer.last_active_ms >= before.last_active_ms
+        # Its vesting entry moved with it: a scan finds it vested, and only once.
+        assert len(_vesting_entries(q, zone)) == 1
         assert q.run_until_idle() == 1
     finally:
         q.close()
+
+
+def _vesting_entries(q: Quick, zone: ZoneId) -> list[int]:
+    """The vesting times of every vesting-index entry of ``zone``'s pointer."""
+    top = q.toplevel
+    pointer = top.get_pointer(zone)
+    assert pointer is not None
+    shard = top.shard_for(zone)
+    prefix = top.keys.pointer_vesting_prefix(top.cluster, shard)
+    entries = run(q.kv, lambda tr: [k for k, _ in tr.get_range(prefix, prefix + b"\xff")])
+    found = [top.keys.unpack_pointer_vesting_key(top.cluster, shard, k) for k in entries]
+    return [vesting for vesting, pid in found if pid == pointer.pointer_id]
+
+
+def test_a_pulled_pointer_is_seen_by_a_consumer_of_another_process_at_once(url: str) -> None:
+    """The pull is a commit like part two's: another process's consumer, whose scan read
+    the vesting index before it, sees the zone vested and runs the item."""
+    q, other = _open(url), _open(url)
+    ran: list[Any] = []
+    other.job("j")(lambda payload, ctx: ran.append(payload["n"]))
+    try:
+        other.enqueue("j", {"n": 0}, app="a", tenant="t")
+        assert other.run_until_idle() == 1
+        q.enqueue("j", {"n": 1}, app="a", tenant="t")  # learns the zone's pointer
+        assert other.run_until_idle() == 1
+        for n in range(2, 6):
+            commits = _commits(q)
+            q.enqueue("j", {"n": n}, app="a", tenant="t")
+            assert _commits(q) == commits + 1
+            assert other.run_until_idle() == 1
+        assert ran == list(range(6))
+    finally:
+        q.close()
+        other.close()
+
+
+def test_a_leased_pointer_is_left_to_its_holder(url: str) -> None:
+    """A consumer holds the zone's pointer (its visit under way): the enqueue's commit
+    leaves the record as the holder wrote it (the holder requeues it reading the zone)."""
+    q = _open(url)
+    try:
+        q.job("j")(lambda payload, ctx: None)
+        zone = _drained(q, "held")
+        top = q.toplevel
+        shard = top.shard_for(zone)
+        pointer = top.get_pointer(zone)
+        assert pointer is not None
+        ref = PointerRef(shard, pointer.pointer_id, pointer.vesting_ms, top.cluster)
+        top.obtain_pointer_lease(ref, 60_000, horizon_ms=60_000)
+        key = top.keys.pointer_key(top.cluster, shard, pointer.pointer_id)
+        record = run(q.kv, lambda tr: tr.get(key))
+        q.enqueue("j", {"n": 2}, app="a", tenant="held")
+        assert run(q.kv, lambda tr: tr.get(key)) == record
+    finally:
+        q.close()
+
+
+def test_a_pointer_that_vests_in_time_is_not_rewritten(url: str) -> None:
+    q = _open(url)
+    try:
+        q.enqueue("j", {"n": 1}, app="a", tenant="busy")
+        zone = q.zone("a", "busy")
+        before = q.toplevel.get_pointer(zone)
+        commits = _commits(q)
+        q.enqueue("j", {"n": 2}, app="a", tenant="busy", delay=30)
+        assert _commits(q) == commits + 1
+        assert q.toplevel.get_pointer(zone) == before
+    finally:
+        q.close()
+
+
+def test_a_pointer_collected_and_made_again_elsewhere_is_not_pulled_by_its_old_id(url: str) -> None:
+    """This process knows the zone's old pointer; another collected it and made a new
+    one (vesting later, as after a visit). The enqueue's commit finds the index naming
+    another pointer: it pulls nothing by the old id, and part two, as before, pulls the
+    new one; one pointer, and the item runs."""
+    q, other = _open(url), _open(url)
+    other.job("j")(lambda payload, ctx: None)
+    try:
+        q.enqueue("j", {"n": 1}, app="a", tenant="t")
+        zone = q.zone("a", "t")
+        assert other.run_until_idle() == 1
+        _collect_pointer(other, zone)
+        _drained(other, "t")
+        q.enqueue("j", {"n": 3}, app="a", tenant="t")
+        assert len(_pointers(q, zone)) == 1
+        pointer = q.toplevel.get_pointer(zone)
+        assert pointer is not None
+        assert pointer.vesting_ms <= int(q.clock.now() * 1000)  # vested: the item runs now
+        assert other.run_until_idle() == 1
+    finally:
+        q.close()
+        other.close()
 
 
 def _drop_function(url: str) -> None:
@@ -287,6 +406,37 @@ def test_a_store_made_before_the_server_check_gains_it_on_opening(url: str) -> N
         q.enqueue("j", {}, app="a", tenant="u")
         assert q.zones.count(q.zone("a", "t")) == 2
         assert len(_pointers(q, q.zone("a", "u"))) == 1
+    finally:
+        q.close()
+
+
+def _drop_pull_function(url: str) -> None:
+    schema = url.split("schema=")[1].split("&")[0]
+    with psycopg.connect(shared_postgres_url(), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "DROP FUNCTION {}(bytea[], bytea[], bytea[], bytea[], bigint[], bytea[],"
+                " bytea[], bytea[], bytea[], text, text)"
+            ).format(sql.Identifier(schema, "quick_pull3"))
+        )
+
+
+def test_a_store_made_before_part_two_at_commit_gains_it_on_opening(url: str) -> None:
+    q = _open(url)
+    q.job("j")(lambda payload, ctx: None)
+    _drained(q, "t")
+    q.close()
+    _drop_pull_function(url)  # as a quick of before this change left the schema
+    q = _open(url)
+    q.job("j")(lambda payload, ctx: None)
+    try:
+        assert q.kv.pulls  # type: ignore[attr-defined]
+        q.enqueue("j", {}, app="a", tenant="t")  # learns the zone's pointer
+        assert q.run_until_idle() == 1
+        commits = _commits(q)
+        q.enqueue("j", {}, app="a", tenant="t")
+        assert _commits(q) == commits + 1
+        assert q.run_until_idle() == 1
     finally:
         q.close()
 
@@ -338,5 +488,22 @@ def test_a_role_that_may_not_add_the_server_check_enqueues_reading_first(
         q.enqueue("j", {}, app="a", tenant="t")
         assert q.zones.count(q.zone("a", "t")) == 2
         assert len(_pointers(q, q.zone("a", "t"))) == 1
+    finally:
+        q.close()
+
+
+def test_a_role_that_may_not_add_part_two_at_commit_pulls_in_a_transaction_of_its_own(
+    url: str, restricted: str
+) -> None:
+    _drop_pull_function(url)
+    q = _open(restricted)
+    q.job("j")(lambda payload, ctx: None)
+    try:
+        assert q.kv.guards and not q.kv.pulls  # type: ignore[attr-defined]
+        zone = _drained(q, "t")
+        q.enqueue("j", {}, app="a", tenant="t")
+        pointer = q.toplevel.get_pointer(zone)
+        assert pointer is not None and pointer.vesting_ms <= int(q.clock.now() * 1000)
+        assert q.run_until_idle() == 1
     finally:
         q.close()
