@@ -196,7 +196,10 @@ def _after_guarded_commit(
         return
     index, raw = read
     if index == guarded.pointer_id:
-        return  # made by this commit, vesting with the item
+        # Made by this commit, vesting with the item; known now, so that the zone's next
+        # enqueue can pull it in its own commit (TopLevelQueue.pull_at_commit).
+        toplevel.found_by_guard(zone, guarded, index)
+        return
     if index is None:  # gone already (its zone drained and collected): part two looks
         part_two(toplevel, zone, vesting_ms)
         return

@@ -303,6 +303,28 @@ def _vesting_entries(q: Quick, zone: ZoneId) -> list[int]:
     return [vesting for vesting, pid in found if pid == pointer.pointer_id]
 
 
+def test_a_zone_whose_pointer_this_process_made_is_pulled_in_the_enqueue_s_commit(
+    url: str,
+) -> None:
+    """A tenant's first job is delayed an hour (its pointer, made by this process's
+    commit, vests then); its next job, after other tenants' (so nothing this store kept
+    of the zone answers its reads), is due now: one commit, the pointer pulled."""
+    q = _open(url)
+    try:
+        q.enqueue("j", {}, app="a", tenant="warm")  # reads the layout once
+        q.enqueue("j", {"n": 1}, app="a", tenant="later", delay=3600)
+        for n in range(40):
+            q.enqueue("j", {}, app="a", tenant=f"other-{n}")
+        zone = q.zone("a", "later")
+        commits = _commits(q)
+        q.enqueue("j", {"n": 2}, app="a", tenant="later")
+        assert _commits(q) == commits + 1
+        pointer = q.toplevel.get_pointer(zone)
+        assert pointer is not None and pointer.vesting_ms <= int(q.clock.now() * 1000)
+    finally:
+        q.close()
+
+
 def test_a_pulled_pointer_is_seen_by_a_consumer_of_another_process_at_once(url: str) -> None:
     """The pull is a commit like part two's: another process's consumer, whose scan read
     the vesting index before it, sees the zone vested and runs the item."""
