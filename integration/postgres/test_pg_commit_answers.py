@@ -88,6 +88,40 @@ def test_an_enqueue_whose_commit_answer_was_lost_stores_its_item_once(
         assert sorted(runs) == ["{'order': 6}", "{'order': 7}"]
 
 
+def test_the_lookup_finds_an_enqueue_that_pulled_its_pointer_by_the_ranges_it_sent(
+    through: tuple[str, str, ReplyCutter],
+) -> None:
+    """An enqueue into a drained zone whose commit also pulled the zone's pointer
+    (``quick_pull3``): the server adds the pointer's three keys to the commit's log row,
+    after the ranges the client sent, so a lost answer is looked up by those alone."""
+    import psycopg
+
+    _, url, _ = through
+    q = Quick.open(url)
+    try:
+        q.job("ship")(lambda payload, ctx: None)
+        q.enqueue("ship", {"order": 1}, app="shop", tenant="t")
+        assert q.run_until_idle() == 1  # the zone emptied: its pointer vests later
+        q.enqueue("ship", {"order": 2}, app="shop", tenant="t")
+        store = q.kv
+        assert isinstance(store, PostgresStore)
+        with psycopg.connect(url.split("?")[0]) as conn:
+            at, begins, ends, row_id = conn.execute(
+                f'SELECT at, begins, ends, id FROM "{store.schema}".quick_log'
+                " ORDER BY id DESC LIMIT 1"
+            ).fetchone()
+        begins, ends = [bytes(b) for b in begins], [bytes(e) for e in ends]
+        top = q.toplevel
+        pointer = top.get_pointer(q.zone("shop", "t"))
+        assert pointer is not None
+        record = top.keys.pointer_key(top.cluster, top.shard_for(pointer.zone), pointer.pointer_id)
+        assert begins[-3] == record  # pulled in this commit: its keys come last
+        assert store.logged_commit(at, begins[:-3], ends[:-3]) == row_id
+        assert store.logged_commit(at, [b"order/3"], [b"order/3\x00"]) is None
+    finally:
+        q.close()
+
+
 def test_the_commit_log_lookup_finds_a_commit_by_its_clock_and_ranges_and_nothing_else(
     through: tuple[str, str, ReplyCutter],
 ) -> None:

@@ -325,6 +325,36 @@ def test_a_zone_whose_pointer_this_process_made_is_pulled_in_the_enqueue_s_commi
         q.close()
 
 
+def test_a_transaction_enqueueing_into_many_drained_zones_pulls_them_all_in_its_commit(
+    url: str,
+) -> None:
+    """A request fanning one job out to 10 small tenants whose zones were emptied: one
+    commit (and one round trip) for all, every pointer pulled to its item's time."""
+    q = _open(url)
+    q.job("j")(lambda payload, ctx: None)
+    try:
+        tenants = [f"fan-{n}" for n in range(10)]
+        for tenant in tenants:
+            q.enqueue("j", {}, app="a", tenant=tenant)
+        assert q.run_until_idle() == 10
+        for n in range(40):  # other tenants' jobs since: nothing kept answers its reads
+            q.enqueue("j", {}, app="a", tenant=f"other-{n}")
+        commits = _commits(q)
+
+        def fan_out() -> None:
+            q.transact(lambda tr: [q.enqueue("j", {}, app="a", tenant=t, tr=tr) for t in tenants])
+
+        assert _round_trips(q, fan_out) == 1
+        assert _commits(q) == commits + 1
+        now = int(q.clock.now() * 1000)
+        for tenant in tenants:
+            pointer = q.toplevel.get_pointer(q.zone("a", tenant))
+            assert pointer is not None and pointer.vesting_ms <= now
+        assert q.run_until_idle() == 50
+    finally:
+        q.close()
+
+
 def test_a_pulled_pointer_is_seen_by_a_consumer_of_another_process_at_once(url: str) -> None:
     """The pull is a commit like part two's: another process's consumer, whose scan read
     the vesting index before it, sees the zone vested and runs the item."""
