@@ -158,7 +158,7 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
         one that allows no retry; or where what the store kept answers that read with no
         round trip (``known_reads.py``: a zone enqueued into a moment ago, whose commit's
         check of a few log rows costs the server less than this path's writes cost the
-        client)."""
+        client), which it does for a try's first read only."""
         self._check_open()
         store = self._store
         if (
@@ -168,7 +168,12 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
             or key in self._points
             or key in self._read_cache
             or any(guard.key == key for guard in self._guards)
-            or store.known.lookup([*expect, key], self._clock.now()) is not None
+            or (
+                # Kept values answer a try's first read only: a later zone of the same
+                # try would read in a round trip of its own.
+                self._read_version is None
+                and store.known.lookup([*expect, key], self._clock.now()) is not None
+            )
         ):
             return None
         made = tuple(writes())
