@@ -187,12 +187,16 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
 
         return values
 
-    def earlier_if_later(self, make: Callable[[], EarlierIfLater | None]) -> bool:
+    def earlier_if_later(
+        self, make: Callable[[], EarlierIfLater | None], likely: bool = True
+    ) -> bool:
         """kv.earlier_if_later: ``make()`` sent with the commit (``quick_pull3``, after the
         guards), where the schema has the function and nothing of it is in this try's
         buffer (which would not see the server's rewrite). An enqueue into a zone whose
         pointer vests later (a small tenant's, emptied by its last visit) is then one
-        commit, not two: part two made by the server in part one's commit."""
+        commit, not two: part two made by the server in part one's commit. Unless
+        ``likely``, not where what this store kept of the record says it would not be
+        rewritten."""
         self._check_open()
         if not self._store.pulls:
             return False
@@ -201,6 +205,15 @@ class PostgresTransaction(PooledTransaction[resolver.Connection]):
             return False
         if any(k in self._points or k in self._read_cache for k in (spec.key, spec.new_entry)):
             return False
+        if not likely:
+            seen = self._store.known.lookup([spec.key], self._clock.now())
+            if seen is not None and not spec.rewrites(seen.values[spec.key]):
+                # As this store last read the record (just after one of its commits, a
+                # moment ago) it would not be rewritten: a busy zone's pointer, leased or
+                # vesting in time. Not sent (the call costs the server about as much as
+                # the rest of a one-item enqueue's commit); the read after this commit
+                # decides part two as before.
+                return False
         for n, pull in enumerate(self._pulls):
             if pull.key == spec.key:  # another enqueue into the zone in this transaction
                 if spec.limit < pull.limit:

@@ -175,8 +175,10 @@ def pointer_check(
 
     def follow() -> None:
         values = None if after is None else after()
-        if values is not None and toplevel.pulled_already(found, values, vesting_ms):
-            return
+        if values is not None:
+            toplevel.after_pull_at_commit(zone, values[1])
+            if toplevel.pulled_already(found, values, vesting_ms):
+                return
         # Read just after the commit, those values answer part two's first read too.
         read = None if values is None else dict(zip(keys, values, strict=True))
         part_two(toplevel, zone, vesting_ms, after_own_commit=read)
@@ -195,6 +197,7 @@ def _after_guarded_commit(
         part_two(toplevel, zone, vesting_ms)
         return
     index, raw = read
+    toplevel.after_pull_at_commit(zone, raw)
     if index == guarded.pointer_id:
         # Made by this commit, vesting with the item; known now, so that the zone's next
         # enqueue can pull it in its own commit (TopLevelQueue.pull_at_commit).

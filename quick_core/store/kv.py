@@ -312,8 +312,19 @@ class EarlierIfLater:
     entry: tuple[bytes, bytes]
     new_entry: bytes
 
+    def rewrites(self, value: bytes | None) -> bool:
+        """Whether a record holding ``value`` would be rewritten."""
+        size = len(self.head)
+        if value is None or len(value) < size + 9 or not value.startswith(self.head):
+            return False
+        if value[size] != 0xCF:
+            return False
+        return int.from_bytes(value[size + 1 : size + 9], "big") > self.limit
 
-def earlier_if_later(tr: object, make: Callable[[], EarlierIfLater | None]) -> bool:
+
+def earlier_if_later(
+    tr: object, make: Callable[[], EarlierIfLater | None], *, likely: bool = True
+) -> bool:
     """Ask ``tr``'s store to make ``make()`` (an :class:`EarlierIfLater`, None: nothing)
     at ``tr``'s commit, as one step with it, reading the newest committed state under the
     commit's hold of the record's key: where made, its three keys count as written by the
@@ -321,9 +332,11 @@ def earlier_if_later(tr: object, make: Callable[[], EarlierIfLater | None]) -> b
     another pointer, the record is leased, not laid out so, or vests in time) nothing is
     written nor counted as written, so the commit conflicts with no one for it. False
     where the store (or this try) cannot: the caller does it after the commit, as
-    before; True does not say whether it was made (a read after the commit does)."""
+    before; True does not say whether it was made (a read after the commit does).
+    ``likely``: whether the caller expects it to be made (False: the store may leave out
+    one that what it last read of the record, a moment ago, says would not be made)."""
     ask = getattr(tr, "earlier_if_later", None)
-    return callable(ask) and bool(ask(make))
+    return callable(ask) and bool(ask(make, likely))
 
 
 def create_if_absent(

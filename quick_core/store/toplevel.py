@@ -9,6 +9,7 @@ the pointer record, so a consumer's pointer lease never aborts a user's enqueue
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -61,6 +62,9 @@ UNREAD = Unread()
 
 # Zones whose pointer id a top-level queue remembers (a few hundred kB at most).
 KNOWN_POINTERS = 4096
+# How long after part two's own transaction pulled a zone's pointer the zone's enqueues
+# still ask the store to pull it at their commit whatever it kept of the record.
+PULLED_LATELY_S = 10.0
 # Peeks of shard 0 per read of the layout that comes with one: a read of its own on stores
 # that read one key at a time (PostgreSQL: a round trip of every scan, on each small
 # tenant's pickup). A reshard's new shards are polled within this many scan rounds (an
@@ -134,6 +138,18 @@ class TopLevelQueue:
         # it: a transaction holding the commit lock reads that record with the index
         # entry, so part two (which then joins part one) needs no round trip of its own.
         self._known_pointers: dict[ZoneId, IndexEntry] = {}
+        # When each zone's pointer last had to be pulled (a zone its visits empty), by part
+        # two's own transaction or at an enqueue's commit: its enqueues ask the store to
+        # pull at their commit even where what it kept of the record says there is
+        # nothing to do (it may be stale: a consumer elsewhere requeued it since).
+        self._pulled_lately: dict[ZoneId, float] = {}
+        # The record each zone's last pull_at_commit asked the store to write.
+        self._pull_sent: dict[ZoneId, bytes] = {}
+        # pull_at_commit's parts of a known pointer: its idle record's head, its index,
+        # record and vesting keys.
+        self._pull_parts: dict[
+            tuple[ZoneId, IndexEntry], tuple[bytes, bytes, bytes, tuple[bytes, bytes]]
+        ] = {}
         # The last stored layout record decoded, and what it said: every enqueue reads the
         # record (with a conflict) and it almost never changes, so it is decoded once.
         self._decoded: tuple[bytes, Layout] | None = None
@@ -332,7 +348,6 @@ class TopLevelQueue:
         pointer idle and vesting later than ``vesting_ms``. The read after the commit
         tells whether it was made (:meth:`pulled_already`); False where the store cannot,
         and part two runs after the commit as before."""
-        keys, cluster, shard = self.keys, self.cluster, found.shard
 
         def earlier() -> EarlierIfLater | None:
             pointer_id = found.pointer_id.decode()
@@ -344,21 +359,59 @@ class TopLevelQueue:
                 local=zone.app == LOCAL_APP,
             )
             record = encode_pointer(pulled)
-            head = idle_pointer_head(record, pulled)
-            if head is None:
-                return None
+            # What does not change with the time, made once a pointer (every enqueue
+            # into a busy zone asks, and the store most often sends nothing).
+            parts = self._pull_parts.get((zone, found))
+            if parts is None:
+                head = idle_pointer_head(record, pulled)
+                if head is None:
+                    return None
+                keys, cluster, shard = self.keys, self.cluster, found.shard
+                parts = (
+                    head,
+                    keys.pointer_index_key(cluster, shard, zone),
+                    keys.pointer_key(cluster, shard, pointer_id),
+                    keys.pointer_vesting_around(cluster, shard, pointer_id),
+                )
+                if len(self._pull_parts) >= KNOWN_POINTERS:
+                    self._pull_parts.clear()
+                self._pull_parts[(zone, found)] = parts
+            head, index_key, key, entry = parts
+            if record[len(head) : len(head) + 1] != b"\xcf" or not record.startswith(head):
+                return None  # not laid out so (a vesting time short of a uint64)
+            keys = self.keys
+            if len(self._pull_sent) >= KNOWN_POINTERS:
+                self._pull_sent.clear()
+            self._pull_sent[zone] = record
             return EarlierIfLater(
-                index_key=keys.pointer_index_key(cluster, shard, zone),
+                index_key=index_key,
                 index=found.pointer_id,
-                key=keys.pointer_key(cluster, shard, pointer_id),
+                key=key,
                 head=head,
                 limit=vesting_ms,
                 record=record,
-                entry=keys.pointer_vesting_around(cluster, shard, pointer_id),
-                new_entry=keys.pointer_vesting_key(cluster, shard, vesting_ms, pointer_id),
+                entry=entry,
+                new_entry=keys.pointer_vesting_key(
+                    self.cluster, found.shard, vesting_ms, pointer_id
+                ),
             )
 
-        return earlier_if_later(tr, earlier)
+        pulled = self._pulled_lately.get(zone)
+        likely = pulled is not None and time.monotonic() - pulled < PULLED_LATELY_S
+        return earlier_if_later(tr, earlier, likely=likely)
+
+    def after_pull_at_commit(self, zone: ZoneId, record: bytes | None) -> None:
+        """``zone``'s pointer record as read just after a commit that asked the store to
+        pull it (:meth:`pull_at_commit`): where it is the record asked for, the store
+        pulled it, and the zone's next enqueues ask again whatever the store kept."""
+        sent = self._pull_sent.pop(zone, None)
+        if sent is not None and record == sent:
+            self._pulled(zone)
+
+    def _pulled(self, zone: ZoneId) -> None:
+        if len(self._pulled_lately) >= KNOWN_POINTERS:
+            self._pulled_lately.clear()
+        self._pulled_lately[zone] = time.monotonic()
 
     def _new_pointer(self, zone: ZoneId, vesting_ms: int) -> Pointer:
         """A new pointer of ``zone`` (part one's, where the zone has none), active now."""
@@ -484,6 +537,7 @@ class TopLevelQueue:
             if pointer is None or pointer.lease_id is not None:
                 return
             if pointer.vesting_ms > vesting_ms:
+                self._pulled(zone)
                 # This enqueue saw an item in the zone: it is active now.
                 active = now_ms(self.clock) if active_ms is None else active_ms
                 earlier = replace(pointer, vesting_ms=vesting_ms, last_active_ms=active)

@@ -22,7 +22,7 @@ from quickzones.store.kv import KVTransaction, run
 from quickzones.store.layout import shard_for
 from quickzones.store.records import ZoneId, decode_pointer
 from quickzones.store.reshard import reshard
-from quickzones.store.toplevel import PointerRef
+from quickzones.store.toplevel import IndexEntry, PointerRef
 from quickzones.testing.provision.postgres import postgres_skip_reason, shared_postgres_url
 from tests.pg_round_trips import traced_round_trips
 from tests.postgres import postgres_store_url
@@ -393,15 +393,53 @@ def test_a_pulled_pointer_is_seen_by_a_consumer_of_another_process_at_once(url: 
         assert other.run_until_idle() == 1
         q.enqueue("j", {"n": 1}, app="a", tenant="t")  # learns the zone's pointer
         assert other.run_until_idle() == 1
+        made = []
         for n in range(2, 6):
             commits = _commits(q)
             q.enqueue("j", {"n": n}, app="a", tenant="t")
-            assert _commits(q) == commits + 1
+            made.append(_commits(q) - commits)
             assert other.run_until_idle() == 1
         assert ran == list(range(6))
+        # Where what this store kept of the record, a moment ago, said it vests in time,
+        # the pull is left out and part two pulls it in a transaction of its own (once);
+        # from then on the zone's enqueues pull at their commit.
+        assert made.count(2) <= 1 and made[-2:] == [1, 1]
     finally:
         q.close()
         other.close()
+
+
+def test_an_enqueue_into_a_busy_zone_leaves_the_pull_out(url: str) -> None:
+    """A zone enqueued into a moment ago whose pointer vests in time (a busy tenant's):
+    the store knows it from the read after its last commit, so the commit does not carry
+    the pull (the server's call cost as much as the rest of the commit: one producer
+    into one tenant went from 1,170-1,430 to 990-1,140 enqueues a second). A drained
+    zone's enqueue carries it."""
+    q = _open(url)
+    q.job("j")(lambda payload, ctx: None)
+    try:
+        _drained(q, "quiet")
+        q.enqueue("j", {}, app="a", tenant="quiet")  # part two pulled it in its own
+        assert q.run_until_idle() == 1
+        q.enqueue("j", {}, app="a", tenant="busy")
+        q.enqueue("j", {}, app="a", tenant="busy")
+        top = q.toplevel
+
+        def asks(tenant: str) -> bool:
+            zone = q.zone("a", tenant)
+            shard = top.shard_for(zone)
+            key = top.keys.pointer_index_key(top.cluster, shard, zone)
+            index = run(q.kv, lambda tr: tr.get(key))
+            assert index is not None
+            tr = q.kv.create_transaction()
+            tr.set(b"probe", b"1")
+            found = IndexEntry(shard, index)
+            return top.pull_at_commit(tr, zone, int(q.clock.now() * 1000), found)
+
+        assert not asks("busy")
+        assert asks("quiet")
+    finally:
+        q.close()
 
 
 def test_a_leased_pointer_is_left_to_its_holder(url: str) -> None:
