@@ -44,12 +44,20 @@ class WalBound(SQLiteStoreState):
         wal_bytes = passed.log * (self._page_size(conn) + _WAL_FRAME_HEADER)
         if wal_bytes < self._checkpoint_at or not self._checkpoint_lock.acquire(blocking=False):
             return
+        # This process's committers wait for the restart (it blocks writers while it
+        # runs anyway): one that took SQLite's write lock again between the busy
+        # handler's polls kept the restart waiting its whole second, pass after pass,
+        # and the WAL of a loop of commits on a loaded host grew past twice its bound.
+        held = self._write_lock.acquire(timeout=_CHECKPOINT_WAIT_MS / 1000)
         try:
             conn.execute(f"PRAGMA busy_timeout = {_CHECKPOINT_WAIT_MS}")
             try:
                 busy, _, _ = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
             finally:
                 conn.execute(f"PRAGMA busy_timeout = {_BUSY_SLICE_MS}")
+                if held:
+                    self._write_lock.release()
+                    held = False
             if busy:
                 self._checkpoint_at = wal_bytes + _CHECKPOINT_RETRY_BYTES
             else:
@@ -59,6 +67,8 @@ class WalBound(SQLiteStoreState):
             # Best effort (e.g. a full disk): the commit already succeeded; try again later.
             self._checkpoint_at = wal_bytes + _CHECKPOINT_RETRY_BYTES
         finally:
+            if held:
+                self._write_lock.release()
             self._checkpoint_lock.release()
 
     def _page_size(self, conn: sqlite3.Connection) -> int:
