@@ -88,13 +88,25 @@ def test_an_enqueue_whose_commit_answer_was_lost_stores_its_item_once(
         assert sorted(runs) == ["{'order': 6}", "{'order': 7}"]
 
 
+def _newest_log_row(url: str, store: PostgresStore) -> tuple[int, list[bytes], list[bytes], int]:
+    """The newest ``quick_log`` row of ``store``: (clock, begins, ends, id)."""
+    import psycopg
+
+    with psycopg.connect(url.split("?")[0]) as conn:
+        row = conn.execute(
+            f'SELECT at, begins, ends, id FROM "{store.schema}".quick_log ORDER BY id DESC LIMIT 1'
+        ).fetchone()
+    assert row is not None
+    at, begins, ends, row_id = row
+    return int(at), [bytes(b) for b in begins], [bytes(e) for e in ends], int(row_id)
+
+
 def test_the_lookup_finds_an_enqueue_that_pulled_its_pointer_by_the_ranges_it_sent(
     through: tuple[str, str, ReplyCutter],
 ) -> None:
     """An enqueue into a drained zone whose commit also pulled the zone's pointer
     (``quick_pull3``): the server adds the pointer's three keys to the commit's log row,
     after the ranges the client sent, so a lost answer is looked up by those alone."""
-    import psycopg
 
     _, url, _ = through
     q = Quick.open(url)
@@ -105,12 +117,7 @@ def test_the_lookup_finds_an_enqueue_that_pulled_its_pointer_by_the_ranges_it_se
         q.enqueue("ship", {"order": 2}, app="shop", tenant="t")
         store = q.kv
         assert isinstance(store, PostgresStore)
-        with psycopg.connect(url.split("?")[0]) as conn:
-            at, begins, ends, row_id = conn.execute(
-                f'SELECT at, begins, ends, id FROM "{store.schema}".quick_log'
-                " ORDER BY id DESC LIMIT 1"
-            ).fetchone()
-        begins, ends = [bytes(b) for b in begins], [bytes(e) for e in ends]
+        at, begins, ends, row_id = _newest_log_row(url, store)
         top = q.toplevel
         pointer = top.get_pointer(q.zone("shop", "t"))
         assert pointer is not None
@@ -128,20 +135,13 @@ def test_the_commit_log_lookup_finds_a_commit_by_its_clock_and_ranges_and_nothin
     """What the store looks up after a lost answer: the row a commit wrote, by the
     client's clock and its write ranges; a commit that never happened finds none, so the
     caller retries it."""
-    import psycopg
-
     _, url, _ = through
     store = PostgresStore.from_url(url)
     try:
         tr = store.create_transaction()
         tr.set(b"order/2", b"paid")
         tr.commit()
-        with psycopg.connect(url.split("?")[0]) as conn:
-            at, begins, ends, row_id = conn.execute(
-                f'SELECT at, begins, ends, id FROM "{store.schema}".quick_log'
-                " ORDER BY id DESC LIMIT 1"
-            ).fetchone()
-        begins, ends = [bytes(b) for b in begins], [bytes(e) for e in ends]
+        at, begins, ends, row_id = _newest_log_row(url, store)
         assert b"order/2" in begins  # the row of this commit, the newest
         assert store.logged_commit(at, begins, ends) == row_id
         assert store.logged_commit(at + 1, begins, ends) is None  # another moment

@@ -501,14 +501,17 @@ def test_a_pointer_collected_and_made_again_elsewhere_is_not_pulled_by_its_old_i
         other.close()
 
 
-def _drop_function(url: str) -> None:
+def _drop(url: str, function: str, arguments: str) -> None:
+    """Drop one of the store's functions, as a quick of before it left the schema."""
     schema = url.split("schema=")[1].split("&")[0]
     with psycopg.connect(shared_postgres_url(), autocommit=True) as conn:
         conn.execute(
-            sql.SQL(
-                "DROP FUNCTION {}(bytea[], int[], bytea[], bytea[], bytea[], bytea[], text, text)"
-            ).format(sql.Identifier(schema, "quick_ensure3"))
+            sql.SQL("DROP FUNCTION {}(" + arguments + ")").format(sql.Identifier(schema, function))
         )
+
+
+def _drop_function(url: str) -> None:
+    _drop(url, "quick_ensure3", "bytea[], int[], bytea[], bytea[], bytea[], bytea[], text, text")
 
 
 def test_a_store_made_before_the_server_check_gains_it_on_opening(url: str) -> None:
@@ -528,14 +531,8 @@ def test_a_store_made_before_the_server_check_gains_it_on_opening(url: str) -> N
 
 
 def _drop_pull_function(url: str) -> None:
-    schema = url.split("schema=")[1].split("&")[0]
-    with psycopg.connect(shared_postgres_url(), autocommit=True) as conn:
-        conn.execute(
-            sql.SQL(
-                "DROP FUNCTION {}(bytea[], bytea[], bytea[], bytea[], bigint[], bytea[],"
-                " bytea[], bytea[], bytea[], text, text)"
-            ).format(sql.Identifier(schema, "quick_pull3"))
-        )
+    arguments = "bytea[], bytea[], bytea[], bytea[], bigint[], bytea[], bytea[], bytea[], bytea[]"
+    _drop(url, "quick_pull3", arguments + ", text, text")
 
 
 def test_a_store_made_before_part_two_at_commit_gains_it_on_opening(url: str) -> None:
