@@ -55,11 +55,14 @@ def bench(session: nox.Session) -> None:
     """Benchmarks against the peers; each run goes to an untracked
     bench/results/<timestamp>-<name>/ (``nox -s bench -- --publish`` also rewrites
     bench/REPORT.md; bench/results/README.md says how a cited run is kept). Needs
-    redis-server and PostgreSQL from Debian."""
-    missing = [b for b in ("redis-server", "pg_ctlcluster") if shutil.which(b) is None]
+    redis-server, PostgreSQL and valgrind from Debian."""
+    missing = [b for b in ("redis-server", "pg_ctlcluster", "valgrind") if shutil.which(b) is None]
     if missing:
         session.run("apt-get", "update", "-qq", external=True)
-        session.run("apt-get", "install", "-y", "-qq", "redis-server", "postgresql", external=True)
+        session.run(
+            "apt-get", "install", "-y", "-qq", "redis-server", "postgresql", "valgrind",
+            external=True,
+        )  # fmt: skip
     session.install("-e", ".[dev]", "-r", "bench/requirements.txt")
     _fdb_binding(session)
     session.run("python", "-m", "bench", *session.posargs)
@@ -76,6 +79,9 @@ def bench(session: nox.Session) -> None:
     # Where the demo's small tenants' pickup goes (visit, then hand-off to a worker), 3 runs:
     # bench/results/<ts>-demo-pickup/.
     session.run("python", "-m", "bench.demo_pickup")
+    # Instructions an enqueue and a drained item cost, counted by valgrind's callgrind: the
+    # measure no host load moves (with --baseline, A/B against a tree): <ts>-instructions/.
+    session.run("python", "-m", "bench.instructions")
     # quick on PostgreSQL against procrastinate on one server: bench/results/<ts>-postgres-peer/.
     session.run("python", "-m", "bench.postgres_peer")
     # Where a pickup's time goes on PostgreSQL: bench/results/<ts>-postgres-pickup/.
