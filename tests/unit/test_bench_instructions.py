@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from bench import instructions
+from quickzones.testing.provision.postgres import postgres_skip_reason
+from tests.postgres import postgres_store_url
 
 
 def test_a_drain_child_runs_every_item_it_enqueued() -> None:
@@ -28,8 +30,9 @@ def test_the_count_callgrind_prints_is_read() -> None:
 def test_an_op_costs_the_difference_of_two_children_over_n() -> None:
     seen: list[tuple[str, int, bool]] = []
 
-    def count(python: str, op: str, n: int, drain: bool) -> int:
+    def count(python: str, op: str, n: int, drain: bool, dsn: str) -> int:
         seen.append((op, n, drain))
+        assert dsn == "sqlite"
         return 1_000_000 + n * (700 if op == "enqueue" else 500) + (n * 1_100 if drain else 0)
 
     assert instructions.per_op(count, "py", "enqueue", 10) == 700
@@ -48,7 +51,7 @@ def test_an_op_costs_the_difference_of_two_children_over_n() -> None:
 def test_trees_alternate_which_goes_first(tmp_path: Path) -> None:
     pythons: list[str] = []
 
-    def count(python: str, op: str, n: int, drain: bool) -> int:
+    def count(python: str, op: str, n: int, drain: bool, dsn: str) -> int:
         pythons.append(python)
         return n * (900 if python == "base" else 800)
 
@@ -60,7 +63,7 @@ def test_trees_alternate_which_goes_first(tmp_path: Path) -> None:
 
 
 def test_the_run_writes_each_tree_s_medians(tmp_path: Path) -> None:
-    def count(python: str, op: str, n: int, drain: bool) -> int:
+    def count(python: str, op: str, n: int, drain: bool, dsn: str) -> int:
         per = 1_100 if drain else (700 if op == "enqueue" else 0)
         return 5_000_000 + n * per + (100 if python == "base" else 0) * n
 
@@ -85,3 +88,16 @@ def test_bad_options_are_refused_by_name(capsys: pytest.CaptureFixture[str]) -> 
 def test_a_child_is_counted_under_callgrind() -> None:
     # The smallest real count: the interpreter's start-up and the store's set-up.
     assert instructions.callgrind_count(sys.executable, "drain", 1, True) > 10_000_000
+
+
+@pytest.mark.skipif(postgres_skip_reason() is not None, reason=str(postgres_skip_reason()))
+def test_a_postgres_child_drains_in_a_schema_of_its_own_and_drops_it() -> None:
+    import psycopg
+
+    server = postgres_store_url().split("?")[0]
+    assert instructions.child("drain", 6, True, server) == 6
+    with psycopg.connect(server, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'instructions_%'"
+        ).fetchone()
+    assert left == (0,)
