@@ -19,6 +19,16 @@ slowest small pickup, so runs scatter by a few ms: where a tree's demo writes ev
 (``quick demo --pickups``), its runs' small pickups are also pooled into one sample
 (``pooled_small_ms``: p50, p95, p98, p99, p99.5), which compares two trees' tails better.
 
+``--warm-cpus`` runs each demo a second time with every allowed CPU kept out of its idle
+state by a busy loop at ``SCHED_IDLE`` priority (one pinned process a CPU: it gets only the
+time no other thread wants, so the demo's threads never wait for it), reported as
+``this (CPUs kept busy)`` beside ``this``: what waking an idle CPU costs the demo on this
+host. On the Firecracker guests of these sessions an idle vCPU halts, and a thread woken
+there runs with cold caches: a paced enqueue costs twice the CPU of one made back to back
+(docs/performance.md, "Waking an idle CPU"); the pairs say how much of a tail is that.
+The busy loops count in the load average the quiet verdict reads: judge the figures
+against the targets (``--check``) from a sitting without it.
+
 ``--pin CPU`` runs every demo on that one CPU (``taskset``-like affinity) and
 ``--realtime`` at SCHED_FIFO priority: on a shared 2-core host, ``--pin 1 --realtime`` was
 the one setting where both trees gave the full rate run after run (issue 40 point 9,
@@ -31,6 +41,7 @@ Results: ``bench/results/<UTC timestamp>-demo/demo.json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -39,7 +50,7 @@ import resource
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -47,6 +58,7 @@ from bench.common import log, machine, run_folder, summary
 
 TARGET_ITEMS = 13_000  # the producers keep their rate: 20 s x (20 x 5 + 500)/s + 1,500
 TARGET_SMALL_P99_MS = 10.0
+WARM = "this (CPUs kept busy)"  # --warm-cpus: this tree, no CPU left to idle
 QUIET_LOAD_PER_CPU = 0.5  # a 1-minute load average under this share of the CPUs: quiet
 
 # The demo's closing line (quick_core/cli/demo.py; the same text since af6155e):
@@ -121,8 +133,36 @@ def _placement(pin: int | None, realtime: bool) -> Callable[[], None] | None:
     return place
 
 
+# A busy loop that runs only when its CPU would otherwise idle.
+_SPIN = (
+    "import os, sys\n"
+    "os.sched_setaffinity(0, {int(sys.argv[1])})\n"
+    "os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
+    "while True:\n    pass\n"
+)
+
+
+@contextlib.contextmanager
+def cpus_kept_busy(cpus: set[int] | None = None) -> Iterator[list[int]]:
+    """Keep each of ``cpus`` (default: every CPU this process may use) from idling while
+    the block runs: one ``SCHED_IDLE`` busy loop pinned to each. Yields the CPUs."""
+    chosen = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
+    procs = [subprocess.Popen([sys.executable, "-c", _SPIN, str(cpu)]) for cpu in chosen]
+    try:
+        yield chosen
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait()
+
+
 def one_run(
-    python: str, demo_args: list[str], pin: int | None = None, realtime: bool = False
+    python: str,
+    demo_args: list[str],
+    pin: int | None = None,
+    realtime: bool = False,
+    warm_cpus: bool = False,
 ) -> DemoRun:
     """One ``python -m quickzones demo`` in a fresh process; its CPU time from the
     kernel's accounting of the finished child."""
@@ -131,15 +171,17 @@ def one_run(
     with tempfile.TemporaryDirectory() as tmp:
         pickups = os.path.join(tmp, "pickups.json")
         asked = ["--pickups", pickups] if writes_pickups(python) else []
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        proc = subprocess.run(
-            [python, "-m", "quickzones", "demo", *demo_args, *asked],
-            env=env,
-            capture_output=True,
-            text=True,
-            preexec_fn=_placement(pin, realtime),
-        )
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        with cpus_kept_busy() if warm_cpus else contextlib.nullcontext():
+            # The spinners are children too, but waited for after ``after``: not counted.
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            proc = subprocess.run(
+                [python, "-m", "quickzones", "demo", *demo_args, *asked],
+                env=env,
+                capture_output=True,
+                text=True,
+                preexec_fn=_placement(pin, realtime),
+            )
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
         small: tuple[float, ...] = ()
         if asked and os.path.exists(pickups):
             with open(pickups, encoding="utf-8") as f:
@@ -235,6 +277,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run each demo at SCHED_FIFO priority (root; with --pin, one core stays for the rest)",
     )
+    ap.add_argument(
+        "--warm-cpus",
+        action="store_true",
+        help="also run each demo with every CPU kept from idling (SCHED_IDLE busy loops): "
+        "what waking an idle CPU costs, side by side",
+    )
     ap.add_argument("--out", default="", help="results directory")
     ap.add_argument(
         "--check",
@@ -247,11 +295,15 @@ def main(argv: list[str] | None = None) -> int:
     systems = {"this": sys.executable}
     if args.baseline:
         systems["baseline"] = args.baseline
+    if args.warm_cpus:
+        systems[WARM] = sys.executable
     runs: dict[str, list[DemoRun]] = {name: [] for name in systems}
     for i in range(args.runs):
         order = list(systems) if i % 2 == 0 else list(reversed(systems))  # each goes first
         for name in order:
-            r = one_run(systems[name], args.demo_args, args.pin, args.realtime)
+            r = one_run(
+                systems[name], args.demo_args, args.pin, args.realtime, warm_cpus=name == WARM
+            )
             runs[name].append(r)
             log(f"demo run {i + 1}/{args.runs} " + _describe(name, r))
     res: dict[str, Any] = {
@@ -259,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": args.runs,
         "pin": args.pin,
         "realtime": args.realtime,
+        "warm_cpus": args.warm_cpus,
         "machine": machine(),
         "command": "python -m bench.demo " + " ".join(argv or sys.argv[1:]),
         "interpreters": systems,

@@ -5,9 +5,14 @@ tree that does worse than its baseline, while a busy host's misses are no verdic
 from __future__ import annotations
 
 import io
+import json
 import math
+import os
 import sys
+import time
+from pathlib import Path
 
+import psutil
 import pytest
 
 from bench import demo
@@ -89,3 +94,36 @@ def test_the_pickup_split_covers_every_small_item_and_adds_up() -> None:
         assert math.isclose(a + b, whole, abs_tol=1e-6)
     r = demo_pickup.one_run(cfg)
     assert r["all_run"] and r["enqueue_to_started"]["n"] > 0
+
+
+def _sched_policy(pid: int) -> int:
+    return os.sched_getscheduler(pid)
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux scheduling policies")
+def test_warm_cpus_keeps_every_allowed_cpu_busy_at_idle_priority_and_stops_after() -> None:
+    """``--warm-cpus``: a busy loop on each CPU this process may use, at SCHED_IDLE (it
+    takes only time nothing else wants), gone once the run ends."""
+    allowed = sorted(os.sched_getaffinity(0))
+    before = set(psutil.Process().children())
+    with demo.cpus_kept_busy() as cpus:
+        assert cpus == allowed
+        spinners = [p for p in psutil.Process().children() if p not in before]
+        assert len(spinners) == len(allowed)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all(
+            _sched_policy(p.pid) == os.SCHED_IDLE for p in spinners
+        ):
+            time.sleep(0.05)
+        assert {_sched_policy(p.pid) for p in spinners} == {os.SCHED_IDLE}
+        assert sorted(c for p in spinners for c in p.cpu_affinity()) == allowed
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in spinners)
+
+
+def test_warm_cpus_runs_each_demo_again_beside_this_tree(tmp_path: Path) -> None:
+    args = ["--runs", "1", "--warm-cpus", "--out", str(tmp_path), "--"]
+    assert demo.main([*args, "--duration", "1", "--tenants", "2", "--noisy-factor", "4"]) == 0
+    res = json.loads((tmp_path / "demo.json").read_text())
+    assert res["warm_cpus"] is True
+    assert set(res["summary"]) == {"this", demo.WARM}
+    assert res["summary"][demo.WARM]["items"]["median"] > 60
