@@ -133,12 +133,19 @@ def _placement(pin: int | None, realtime: bool) -> Callable[[], None] | None:
     return place
 
 
-# A busy loop that runs only when its CPU would otherwise idle.
+# A busy loop that runs only when its CPU would otherwise idle, and dies with the bench:
+# the kernel kills it when its parent ends (PR_SET_PDEATHSIG), even a bench killed
+# outright, whose ``finally`` never runs (an orphaned loop at SCHED_IDLE on a busy host
+# would get no CPU to notice it for itself).
 _SPIN = (
-    "import os, sys\n"
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)\n"  # PR_SET_PDEATHSIG
+    "if os.getppid() != int(sys.argv[2]):\n"
+    "    sys.exit()\n"  # the bench ended before the line above
     "os.sched_setaffinity(0, {int(sys.argv[1])})\n"
     "os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
-    "while True:\n    pass\n"
+    "while True:\n"
+    "    pass\n"
 )
 
 
@@ -147,7 +154,8 @@ def cpus_kept_busy(cpus: set[int] | None = None) -> Iterator[list[int]]:
     """Keep each of ``cpus`` (default: every CPU this process may use) from idling while
     the block runs: one ``SCHED_IDLE`` busy loop pinned to each. Yields the CPUs."""
     chosen = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
-    procs = [subprocess.Popen([sys.executable, "-c", _SPIN, str(cpu)]) for cpu in chosen]
+    me = str(os.getpid())
+    procs = [subprocess.Popen([sys.executable, "-c", _SPIN, str(cpu), me]) for cpu in chosen]
     try:
         yield chosen
     finally:

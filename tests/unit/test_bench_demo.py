@@ -4,10 +4,12 @@ tree that does worse than its baseline, while a busy host's misses are no verdic
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,6 +18,8 @@ import psutil
 import pytest
 
 from bench import demo
+
+ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def test_the_bench_reads_a_real_demo_runs_figures() -> None:
@@ -127,3 +131,42 @@ def test_warm_cpus_runs_each_demo_again_beside_this_tree(tmp_path: Path) -> None
     assert res["warm_cpus"] is True
     assert set(res["summary"]) == {"this", demo.WARM}
     assert res["summary"][demo.WARM]["items"]["median"] > 60
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux scheduling policies")
+def test_a_bench_killed_outright_leaves_no_busy_loop_behind() -> None:
+    """The busy loops end with the process that started them, even one killed with
+    SIGKILL (no ``finally`` runs): none is left spinning for good."""
+    code = (
+        "import sys, time\n"
+        "from bench import demo\n"
+        "with demo.cpus_kept_busy():\n"
+        "    print('ready', flush=True)\n"
+        "    time.sleep(60)\n"
+    )
+    bench = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    try:
+        assert bench.stdout is not None and bench.stdout.readline().strip() == "ready"
+        spinners = psutil.Process(bench.pid).children()
+        assert len(spinners) == len(os.sched_getaffinity(0))
+    finally:
+        bench.kill()
+        bench.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(map(_spinning, spinners)):
+        time.sleep(0.1)
+    left = [p.pid for p in spinners if _spinning(p)]
+    for pid in left:  # never leave one behind, even when the test fails
+        with contextlib.suppress(psutil.NoSuchProcess):
+            psutil.Process(pid).kill()
+    assert not left, f"busy loops left running: {left}"
+
+
+def _spinning(proc: psutil.Process) -> bool:
+    """Still running: not gone, and not a zombie its new parent has not reaped."""
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
