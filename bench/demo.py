@@ -55,6 +55,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from bench.common import log, machine, run_folder, summary
+from quickzones.testing.provision.process import die_with_parent
 
 TARGET_ITEMS = 13_000  # the producers keep their rate: 20 s x (20 x 5 + 500)/s + 1,500
 TARGET_SMALL_P99_MS = 10.0
@@ -134,14 +135,13 @@ def _placement(pin: int | None, realtime: bool) -> Callable[[], None] | None:
 
 
 # A busy loop that runs only when its CPU would otherwise idle, and dies with the bench:
-# the kernel kills it when its parent ends (PR_SET_PDEATHSIG), even a bench killed
-# outright, whose ``finally`` never runs (an orphaned loop at SCHED_IDLE on a busy host
-# would get no CPU to notice it for itself).
+# started with ``die_with_parent`` (the kernel kills it when its parent ends), even a bench
+# killed outright, whose ``finally`` never runs (an orphaned loop at SCHED_IDLE on a busy
+# host gets no CPU to notice for itself).
 _SPIN = (
-    "import ctypes, os, signal, sys\n"
-    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)\n"  # PR_SET_PDEATHSIG
+    "import os, sys\n"
     "if os.getppid() != int(sys.argv[2]):\n"
-    "    sys.exit()\n"  # the bench ended before the line above
+    "    sys.exit()\n"  # the bench ended before the kernel was asked
     "os.sched_setaffinity(0, {int(sys.argv[1])})\n"
     "os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
     "while True:\n"
@@ -155,7 +155,10 @@ def cpus_kept_busy(cpus: set[int] | None = None) -> Iterator[list[int]]:
     the block runs: one ``SCHED_IDLE`` busy loop pinned to each. Yields the CPUs."""
     chosen = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
     me = str(os.getpid())
-    procs = [subprocess.Popen([sys.executable, "-c", _SPIN, str(cpu), me]) for cpu in chosen]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _SPIN, str(cpu), me], preexec_fn=die_with_parent)
+        for cpu in chosen
+    ]
     try:
         yield chosen
     finally:
