@@ -35,14 +35,23 @@ QUICK = Path(sys.executable).with_name("quick")
 
 
 def _workers(tmp_path: Path, db: Path, n: int) -> list[subprocess.Popen[bytes]]:
-    """``n`` ``quick worker`` processes whose handler writes 'tenant start end' lines."""
+    """``n`` ``quick worker`` processes whose handler writes 'tenant start end' lines. The
+    quiet tenant's first items wait (up to 20 s) until three of them run at once, so that
+    a host too busy to start them together by chance cannot pass for a limit held against
+    them: only a limit on that tenant keeps the third from starting."""
     (tmp_path / "limited.py").write_text(
-        "import time\n"
+        "import os, time\n"
         "from quickzones import Quick\n"
         f"quick = Quick.open('sqlite:///{db}')\n"
+        f"MARKS = {str(tmp_path / 'quiet-running')!r}\n"
+        "os.makedirs(MARKS, exist_ok=True)\n"
         "@quick.job('j')\n"
         "def j(payload, ctx):\n"
         "    start = time.time()\n"
+        "    if ctx.zone.tenant == 'quiet':\n"
+        "        open(os.path.join(MARKS, ctx.item.item_id), 'w').close()\n"
+        "        while len(os.listdir(MARKS)) < 3 and time.time() < start + 20:\n"
+        "            time.sleep(0.01)\n"
         "    time.sleep(0.05)\n"
         f"    with open({str(tmp_path / 'spans.txt')!r}, 'a') as f:\n"
         "        f.write(f'{ctx.zone.tenant} {start} {time.time()}\\n')\n"
