@@ -9,6 +9,7 @@ fork-per-job horse, and costs each system the same few microseconds.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -62,6 +63,16 @@ def run_folder(name: str, out: str | None = None) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     folder = Path(out) if out else ROOT / "results" / (f"{stamp}-{name}" if name else stamp)
     folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def write_run(name: str, out: str | None, command: str, fields: dict[str, Any]) -> Path:
+    """One run's document: its command and machine, then ``fields``, written as
+    ``<name>.json`` (``-`` read as ``_``) in :func:`run_folder` ``(name, out)``; returns
+    the folder."""
+    folder = run_folder(name, out)
+    document = {"command": command, "machine": machine(), **fields}
+    (folder / f"{name.replace('-', '_')}.json").write_text(json.dumps(document, indent=1))
     return folder
 
 

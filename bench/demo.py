@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from bench.common import log, machine, run_folder, summary
+from bench.common import log, summary, write_run
 from quickzones.testing.provision.process import die_with_parent
 
 TARGET_ITEMS = 13_000  # the producers keep their rate: 20 s x (20 x 5 + 500)/s + 1,500
@@ -323,8 +323,6 @@ def main(argv: list[str] | None = None) -> int:
         "pin": args.pin,
         "realtime": args.realtime,
         "warm_cpus": args.warm_cpus,
-        "machine": machine(),
-        "command": "python -m bench.demo " + " ".join(argv or sys.argv[1:]),
         "interpreters": systems,
         "summary": {name: figures(rs) for name, rs in runs.items()},
     }
@@ -338,8 +336,7 @@ def main(argv: list[str] | None = None) -> int:
                 a.enqueued - b.enqueued for a, b in zip(runs["this"], runs["baseline"], strict=True)
             ],
         }
-    out = run_folder("demo", args.out)
-    (out / "demo.json").write_text(json.dumps(res, indent=1))
+    out = write_run("demo", args.out, "python -m bench.demo " + " ".join(argv or sys.argv[1:]), res)
     for name, s in res["summary"].items():
         v = s["verdict"]
         log(

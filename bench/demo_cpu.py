@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(drain()))
         return 0
-    from bench.common import log, machine, run_folder, summary
+    from bench.common import log, summary, write_run
 
     trees = {"this": sys.executable, **({"baseline": args.baseline} if args.baseline else {})}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
@@ -109,14 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     medians = {
         name: summary([r["cpu_us_per_item"] for r in rs])["median"] for name, rs in runs.items()
     }
-    res = {
-        "command": "python -m bench.demo_cpu " + " ".join(argv or sys.argv[1:]),
-        "machine": machine(),
-        "runs": runs,
-        "median_cpu_us_per_item": medians,
-    }
-    out = run_folder("demo-cpu", args.out)
-    (out / "demo_cpu.json").write_text(json.dumps(res, indent=1))
+    out = write_run(
+        "demo-cpu",
+        args.out,
+        "python -m bench.demo_cpu " + " ".join(argv or sys.argv[1:]),
+        {"runs": runs, "median_cpu_us_per_item": medians},
+    )
     log(f"median CPU us/item: {medians}; results in {out}")
     return 0
 

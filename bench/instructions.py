@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -40,7 +39,6 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from typing import Any
 
 OPS = ("enqueue", "drain")
 WARM_ENQUEUES = 300
@@ -167,7 +165,7 @@ def main(argv: list[str] | None = None, count: Counter = callgrind_count) -> int
         ap.error("--n and --runs must be at least 1")
     if count is callgrind_count and shutil.which("valgrind") is None:
         ap.error("valgrind is not installed (apt-get install valgrind)")
-    from bench.common import log, machine, run_folder, summary
+    from bench.common import log, summary, write_run
     from bench.servers import postgres_server
 
     trees = {"this": sys.executable, **({"baseline": args.baseline} if args.baseline else {})}
@@ -185,16 +183,12 @@ def main(argv: list[str] | None = None, count: Counter = callgrind_count) -> int
         if "baseline" in trees and medians["baseline"][op]:
             line += f" (this/baseline {medians['this'][op] / medians['baseline'][op]:.3f})"
         log(f"{op}: instructions an op, medians of {args.runs}: {line}")
-    res: dict[str, Any] = {
-        "command": "python -m bench.instructions " + " ".join(args_in),
-        "machine": machine(),
-        "n": args.n,
-        "store": args.store,
-        "runs": counts,
-        "median_instructions": medians,
-    }
-    out = run_folder("instructions", args.out)
-    (out / "instructions.json").write_text(json.dumps(res, indent=1))
+    out = write_run(
+        "instructions",
+        args.out,
+        "python -m bench.instructions " + " ".join(args_in),
+        {"n": args.n, "store": args.store, "runs": counts, "median_instructions": medians},
+    )
     log(f"results in {out}")
     return 0
 
