@@ -1,0 +1,261 @@
+"""What an enqueue written natively in SQL would cost on PostgreSQL, beside today's
+enqueue over the KV seam, procrastinate's ``defer`` and a plain INSERT, in one sitting: the
+measurement behind the design in ``docs/backends.md`` ("Zones native in SQL: the design",
+issue 42 point 1).
+
+``python -m bench.pg_native_probe [--seconds 5] [--runs 3] [--out DIR]``
+
+One private PostgreSQL cluster (:func:`bench.servers.postgres_server`, fsync on) holds
+every variant. The native variant is not a store: it is the one statement such a store's
+enqueue would send (:data:`NATIVE_ENQUEUE`: the item's row, and the zone's pointer row
+share-locked so pointer collection cannot delete it under the enqueue, or made where
+absent), on tables shaped as that design has them (:data:`NATIVE_TABLES`), with the
+client doing quick's own work for an item (``Quick._new_item``, the record's encoding).
+Per run, alternating the order run by run:
+
+1. **one producer**, autocommit, one call a job into one of 1,000 tenants at random, for
+   ``--seconds``: ``Quick.enqueue`` (today's store, every URL option at its default), the
+   native statement, a plain ``INSERT`` into a jobs table (the floor), procrastinate's
+   ``defer`` (its peer in :mod:`bench.postgres_peer`): calls/s and the producer's CPU a call;
+2. **eight application transactions at once** with nothing between the enqueue and
+   COMMIT (``bench.pg_app_txn``'s W = 0, without its consumer: no native consumer exists
+   to run beside the native variant): BEGIN; INSERT an order; the enqueue; COMMIT, with
+   ``Quick.enqueue_on``, the native statement, or the plain INSERT: transactions/s.
+
+Medians over ``--runs``; results in ``bench/results/<UTC>-pg-native-probe/`` (or ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import log, write_run
+from bench.pg_app_txn import TENANTS, _create_app_tables, single_producer_procrastinate
+from bench.quickrun import JOB, open_quick
+
+APP = "probe_app"  # the application's schema (bench.pg_app_txn's orders and jobs tables)
+NATIVE_TABLES = """
+CREATE SCHEMA IF NOT EXISTS probe_native;
+CREATE TABLE IF NOT EXISTS probe_native.items (
+  zone text NOT NULL, id text NOT NULL, priority smallint NOT NULL,
+  vesting_ms bigint NOT NULL, lease_id text, attempts int NOT NULL DEFAULT 0,
+  record bytea NOT NULL, PRIMARY KEY (zone, id));
+CREATE INDEX IF NOT EXISTS items_order ON probe_native.items (zone, priority, vesting_ms);
+CREATE TABLE IF NOT EXISTS probe_native.pointers (
+  zone text PRIMARY KEY, shard int NOT NULL, vesting_ms bigint NOT NULL, lease_id text);
+CREATE INDEX IF NOT EXISTS pointers_order ON probe_native.pointers (shard, vesting_ms);
+"""
+# Part one of the two-part enqueue in one statement: the item's row; the pointer's row
+# locked FOR KEY SHARE (enqueuers of one zone share it, a consumer's lease, an UPDATE,
+# does not wait for it, pointer collection's delete does) or made where absent. The
+# pointer's vesting time and lease come back, for part two to pull an idle one earlier.
+NATIVE_ENQUEUE = """
+WITH item AS (
+  INSERT INTO probe_native.items (zone, id, priority, vesting_ms, record)
+  VALUES (%(zone)s, %(id)s, %(priority)s, %(vesting)s, %(record)s)
+), p AS (
+  SELECT vesting_ms, lease_id FROM probe_native.pointers WHERE zone = %(zone)s FOR KEY SHARE
+), made AS (
+  INSERT INTO probe_native.pointers (zone, shard, vesting_ms)
+  SELECT %(zone)s, %(shard)s, %(vesting)s WHERE NOT EXISTS (SELECT 1 FROM p)
+  ON CONFLICT (zone) DO NOTHING RETURNING 1
+)
+SELECT (SELECT vesting_ms FROM p), (SELECT lease_id FROM p), EXISTS (SELECT 1 FROM made)
+"""
+PLAIN_INSERT = f"INSERT INTO {APP}.jobs (queue, payload) VALUES (%s, %s)"
+INSERT_ORDER = f"INSERT INTO {APP}.orders (tenant, total_cents) VALUES (%s, %s)"
+KINDS = ("quick", "native", "plain")
+
+
+def native_args(q: Any, tenant: str) -> dict[str, Any]:
+    """The client's work for one native enqueue: quick's own new item and record."""
+    from quickzones.clock import now_ms
+    from quickzones.store.records import WorkItem, encode_item
+
+    new = q._new_item(JOB, {"t": tenant, "e": time.time(), "d": 0.0}, 0.0, 0, None, None)
+    now = now_ms(q.clock)
+    record = WorkItem(
+        item_id=new.item_id,
+        job_type=new.job_type,
+        payload=new.payload,
+        priority=0,
+        vesting_ms=now,
+        enqueued_ms=now,
+        content_type=new.content_type,
+        delivery=new.delivery,
+        meta=dict(new.meta),
+    )
+    zone = f"a/{tenant}"
+    return {"zone": zone, "id": new.item_id, "priority": 0, "vesting": now,
+            "record": encode_item(record), "shard": hash(zone) % 16}  # fmt: skip
+
+
+def _connect(dsn: str) -> Any:
+    import psycopg
+
+    return psycopg.connect(dsn, autocommit=True, prepare_threshold=0)
+
+
+def one_producer(kind: str, dsn: str, url: str, q: Any, seconds: float) -> dict[str, float]:
+    """``kind``'s enqueues, one call a job, autocommit, for ``seconds``."""
+    rng = random.Random(1)
+    n = 0
+    own = open_quick(url) if kind == "quick" else None
+    conn = None if kind == "quick" else _connect(dsn)
+    try:
+        cpu0, t0 = time.thread_time(), time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            tenant = f"t{rng.randrange(TENANTS)}"
+            if own is not None:
+                own.enqueue(JOB, {"t": tenant, "e": time.time(), "d": 0.0}, app="a",
+                            tenant=tenant)  # fmt: skip
+            elif kind == "native":
+                conn.execute(NATIVE_ENQUEUE, native_args(q, tenant))
+            else:
+                conn.execute(PLAIN_INSERT, ("default", f'{{"t": "{tenant}"}}'))
+            n += 1
+        cpu1, t1 = time.thread_time(), time.perf_counter()
+    finally:
+        if own is not None:
+            own.close()
+        if conn is not None:
+            conn.close()
+    return {"calls_s": n / (t1 - t0), "cpu_ms": (cpu1 - cpu0) / max(n, 1) * 1000}
+
+
+def app_transactions(kind: str, dsn: str, q: Any, threads: int, seconds: float) -> float:
+    """``threads`` threads looping BEGIN; INSERT order; ``kind``'s enqueue; COMMIT for
+    ``seconds``: transactions/s."""
+    conns = [_connect(dsn) for _ in range(threads)]
+    done = [0] * threads
+    barrier = threading.Barrier(threads + 1)
+
+    def loop(k: int) -> None:
+        conn, rng = conns[k], random.Random(k)
+        barrier.wait()
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            tenant = f"t{rng.randrange(TENANTS)}"
+            with conn.transaction():
+                conn.execute(INSERT_ORDER, (tenant, 1))
+                if kind == "quick":
+                    q.enqueue_on(conn, JOB, {"t": tenant, "e": time.time(), "d": 0.0}, app="a",
+                                 tenant=tenant)  # fmt: skip
+                elif kind == "native":
+                    conn.execute(NATIVE_ENQUEUE, native_args(q, tenant))
+                else:
+                    conn.execute(PLAIN_INSERT, ("default", f'{{"t": "{tenant}"}}'))
+            done[k] += 1
+
+    workers = [threading.Thread(target=loop, args=(k,), daemon=True) for k in range(threads)]
+    for t in workers:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in workers:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    for conn in conns:
+        conn.close()
+    return sum(done) / elapsed
+
+
+def one_run(dsn: str, url: str, q: Any, r: int, args: argparse.Namespace) -> dict[str, Any]:
+    order = KINDS if r % 2 == 0 else tuple(reversed(KINDS))
+    run: dict[str, Any] = {"one_producer": {}, "app_transactions_tx_s": {}}
+    peers = ("procrastinate",) if args.procrastinate else ()
+    for kind in order + peers if r % 2 == 0 else peers + order:
+        if kind == "procrastinate":
+            with tempfile.TemporaryDirectory(prefix="bench-native-") as work:
+                got = single_producer_procrastinate(dsn, args.seconds, Path(work))
+            run["one_producer"][kind] = {"calls_s": got["jobs_s"]}
+        else:
+            run["one_producer"][kind] = one_producer(kind, dsn, url, q, args.seconds)
+        log(f"run {r + 1} one producer {kind}: {run['one_producer'][kind]}")
+    for kind in order:
+        tx = app_transactions(kind, dsn, q, args.threads, args.seconds)
+        run["app_transactions_tx_s"][kind] = tx
+        log(f"run {r + 1} {args.threads} application transactions {kind}: {tx:.0f} tx/s")
+    return run
+
+
+def medians(runs: list[dict[str, Any]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for kind in runs[0]["one_producer"]:
+        for field in runs[0]["one_producer"][kind]:
+            out[f"one producer {kind} {field}"] = statistics.median(
+                run["one_producer"][kind][field] for run in runs
+            )
+    for kind in KINDS:
+        out[f"application transactions {kind} tx_s"] = statistics.median(
+            run["app_transactions_tx_s"][kind] for run in runs
+        )
+    return out
+
+
+def table(m: dict[str, float]) -> str:
+    plain_1p = m["one producer plain calls_s"]
+    plain_tx = m["application transactions plain tx_s"]
+    peer = m.get("one producer procrastinate calls_s")
+    rows = ["| variant | one producer, calls/s | CPU a call | x procrastinate | "
+            "8 app transactions, tx/s | x plain INSERT |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for kind in (*KINDS, "procrastinate"):
+        rate = m.get(f"one producer {kind} calls_s")
+        if rate is None:
+            continue
+        cpu = m.get(f"one producer {kind} cpu_ms")
+        tx = m.get(f"application transactions {kind} tx_s")
+        rows.append(
+            f"| {kind} | {rate:,.0f} ({rate / plain_1p:.2f} of plain) | "
+            + (f"{cpu:.3f} ms" if cpu is not None else "-")
+            + " | "
+            + (f"{rate / peer:.2f}x" if peer else "-")
+            + " | "
+            + (f"{tx:,.0f} | {tx / plain_tx:.3f}" if tx is not None else "- | -")
+            + " |"
+        )
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.pg_native_probe", description=__doc__)
+    ap.add_argument("--seconds", type=float, default=5.0, help="each case's length")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--no-procrastinate", dest="procrastinate", action="store_false")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    import psycopg
+
+    from bench.servers import postgres_server
+
+    runs: list[dict[str, Any]] = []
+    with postgres_server() as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(NATIVE_TABLES)
+        _create_app_tables(dsn, APP)
+        url = f"{dsn}?schema=probe_quick"
+        q = open_quick(url)
+        try:
+            for r in range(args.runs):
+                runs.append(one_run(dsn, url, q, r, args))
+        finally:
+            q.close()
+    m = medians(runs)
+    print(table(m), flush=True)
+    command = "python -m bench.pg_native_probe " + " ".join(sys.argv[1:] if argv is None else argv)
+    folder = write_run("pg-native-probe", args.out, command, {"medians": m, "runs": runs})
+    log(f"results in {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

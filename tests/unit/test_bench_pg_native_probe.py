@@ -1,0 +1,61 @@
+"""The probe behind the native PostgreSQL design (``docs/backends.md``), with tiny settings
+so it cannot rot: every variant enqueues, the native statement stores an item and its
+zone's pointer as the design says, and the run's document holds the medians."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from quickzones.testing.provision.postgres import postgres_skip_reason
+
+pytestmark = pytest.mark.skipif(
+    postgres_skip_reason() is not None, reason=str(postgres_skip_reason())
+)
+
+
+def test_the_probe_runs_every_variant_and_writes_its_medians(tmp_path: Path) -> None:
+    from bench import pg_native_probe
+
+    rc = pg_native_probe.main(
+        ["--seconds", "0.3", "--runs", "1", "--threads", "2", "--no-procrastinate",
+         "--out", str(tmp_path)]
+    )  # fmt: skip
+
+    assert rc == 0
+    doc = json.loads((tmp_path / "pg_native_probe.json").read_text())
+    assert doc["command"].startswith("python -m bench.pg_native_probe ")
+    for kind in ("quick", "native", "plain"):
+        assert doc["medians"][f"one producer {kind} calls_s"] > 0
+        assert doc["medians"][f"application transactions {kind} tx_s"] > 0
+    assert "one producer procrastinate calls_s" not in doc["medians"]
+
+
+def test_the_native_statement_makes_the_pointer_once_and_shares_it(tmp_path: Path) -> None:
+    """Two enqueues into one zone: one item row each, one pointer row, made by the first
+    (the second finds it and gets its vesting time back for part two)."""
+    import psycopg
+
+    from bench import pg_native_probe
+    from bench.quickrun import open_quick
+    from bench.servers import postgres_server
+
+    with postgres_server() as dsn, psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(pg_native_probe.NATIVE_TABLES)
+        q = open_quick(f"{dsn}?schema=probe_quick")
+        try:
+            first = conn.execute(
+                pg_native_probe.NATIVE_ENQUEUE, pg_native_probe.native_args(q, "t1")
+            ).fetchone()
+            second_args = pg_native_probe.native_args(q, "t1")
+            second = conn.execute(pg_native_probe.NATIVE_ENQUEUE, second_args).fetchone()
+        finally:
+            q.close()
+        items = conn.execute("SELECT count(*) FROM probe_native.items").fetchone()
+        pointers = conn.execute("SELECT zone, vesting_ms FROM probe_native.pointers").fetchall()
+    assert first == (None, None, True)
+    assert second is not None and second[2] is False and second[0] <= second_args["vesting"]
+    assert items == (2,)
+    assert [zone for zone, _ in pointers] == ["a/t1"]
