@@ -7,11 +7,25 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+_REPO = Path(__file__).resolve().parents[2]
+DOCS_IMG = _REPO / "docs" / "img"
+ARTIFACTS = _REPO / "build" / "artifacts" / "serve"
+
+
+def screenshot_path(name: str) -> Path:
+    """Where a browser test saves the screenshot ``name`` (``serve-fairness.png``):
+    ``docs/img/`` only when ``QUICK_UPDATE_SCREENSHOTS=1`` asks for the docs' pictures to
+    be made again, else ``build/artifacts/serve/`` (ignored), so running the suite leaves
+    the tracked tree as it found it."""
+    folder = DOCS_IMG if os.environ.get("QUICK_UPDATE_SCREENSHOTS") == "1" else ARTIFACTS
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / name
 
 
 def require_chromium() -> None:

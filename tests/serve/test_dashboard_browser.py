@@ -14,17 +14,15 @@ from quickzones.adapters.http import TokenStore, create_app
 from quickzones.adapters.http.client import RemoteQuick
 from quickzones.client import Quick
 
-from .browser import require_chromium
+from .browser import require_chromium, screenshot_path
 from .conftest import ServerThread
 
-ARTIFACTS = Path(__file__).resolve().parents[2] / "build" / "artifacts" / "serve"
 require_chromium()
 sync_api = pytest.importorskip("playwright.sync_api")
 
 
 def _shot(page: Any, name: str) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    page.screenshot(path=str(screenshot_path(f"{name}.png")), full_page=True)
 
 
 def test_dashboard_pages_and_dead_letter_requeue(tmp_path: Path, browser: Any) -> None:

@@ -13,10 +13,9 @@ from quickzones.clock import now_ms
 from quickzones.store import heartbeats
 from quickzones.store.heartbeats import Heartbeat
 
-from .browser import require_chromium
+from .browser import require_chromium, screenshot_path
 from .conftest import ServerThread
 
-DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 require_chromium()
 
 
@@ -51,8 +50,7 @@ def test_the_item_page_explains_why_it_waits(tmp_path: Path, browser: Any) -> No
             assert all(i.item_id in first for i in running)
             assert page.locator("[data-rule=tenant_cap]").inner_text().count("holds") == 1
             assert "weight 2" in page.locator("[data-rule=weight]").inner_text()
-            DOCS_IMG.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(DOCS_IMG / "serve-item-explain.png"), full_page=True)
+            page.screenshot(path=str(screenshot_path("serve-item-explain.png")), full_page=True)
             page.close()
     finally:
         q.close()

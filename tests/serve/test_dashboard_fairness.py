@@ -24,10 +24,10 @@ from quickzones.clock import now_ms
 from quickzones.consumer.config import ConsumerConfig
 from tests.waiting import wait_for
 
+from .browser import screenshot_path
 from .conftest import serve_process
 
 sync_api = pytest.importorskip("playwright.sync_api")
-DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 SMALL = [f"small-{n}" for n in range(5)]
 
 
@@ -102,14 +102,14 @@ def test_fairness_view_workers_page_and_pause_under_a_noisy_neighbour(
             assert _cell(page, "noisy", "weight") == "1"  # no weight stored yet
             assert page.locator("svg.chart").count() == 2
             assert page.locator("svg.chart rect[data-started]").count() >= 1
-            page.screenshot(path=str(DOCS_IMG / "serve-fairness.png"), full_page=True)
+            page.screenshot(path=str(screenshot_path("serve-fairness.png")), full_page=True)
 
             page.click("text=Workers")
             page.wait_for_selector("h1:has-text('Workers')")
             row = page.locator("tr[data-consumer='consumer-1']")
             sync_api.expect(row.locator(".tag.scanner")).to_have_count(1, timeout=30_000)
             assert row.locator("td[data-col='state']").inner_text() == "beating"
-            page.screenshot(path=str(DOCS_IMG / "serve-workers.png"), full_page=True)
+            page.screenshot(path=str(screenshot_path("serve-workers.png")), full_page=True)
 
             # Pause the noisy tenant from its row: nothing of it starts any more.
             page.goto(url + "/apps/a/fairness")

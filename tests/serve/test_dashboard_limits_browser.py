@@ -17,12 +17,11 @@ from quickzones.consumer.config import ConsumerConfig
 from quickzones.store.named_limits import Limit
 from tests.waiting import wait_for
 
-from .browser import require_chromium
+from .browser import require_chromium, screenshot_path
 from .conftest import ServerThread
 
 require_chromium()
 sync_api = pytest.importorskip("playwright.sync_api")
-DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 BOUNCES = {"bounce_notice": {"limits": ["emails"], "cost": 1}}
 
 
@@ -78,8 +77,7 @@ def test_the_limits_page_in_a_browser(tmp_path: Path, browser: Any) -> None:
                 assert "consumer-1: 4" in holders and "serve-" in holders
                 held = page.locator("#held tr[data-holding]")
                 sync_api.expect(held).to_have_count(6)  # 2 holders of the total, 4 shares
-                DOCS_IMG.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(DOCS_IMG / "serve-limits.png"), full_page=True)
+                page.screenshot(path=str(screenshot_path("serve-limits.png")), full_page=True)
             finally:
                 page.close()
             remote.complete(leased[0])
@@ -117,8 +115,7 @@ def test_a_limit_changed_through_the_form_in_a_browser(tmp_path: Path, browser: 
                 assert form.locator("input[name=per_tenant]").input_value() == "2"
                 form.locator("input[name=concurrency]").fill("3")
                 form.locator("input[name=rate]").fill("600/h")
-                DOCS_IMG.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(DOCS_IMG / "serve-limits-edit.png"), full_page=True)
+                page.screenshot(path=str(screenshot_path("serve-limits-edit.png")), full_page=True)
                 page.click("#set-limit-button")
                 page.wait_for_selector("h1:has-text('Change limit emails of shop?')")
                 page.click("#confirm")

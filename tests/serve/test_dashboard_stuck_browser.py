@@ -16,12 +16,11 @@ from quickzones.consumer.config import ConsumerConfig
 from quickzones.registry import RetryPolicy
 from tests.waiting import wait_for
 
-from .browser import require_chromium
+from .browser import require_chromium, screenshot_path
 from .conftest import ServerThread
 
 require_chromium()
 sync_api = pytest.importorskip("playwright.sync_api")
-DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 
 
 def test_the_pages_in_a_browser(tmp_path: Path, browser: Any) -> None:
@@ -71,21 +70,22 @@ def test_the_pages_in_a_browser(tmp_path: Path, browser: Any) -> None:
                 sync_api.expect(page.locator("tr.slow")).to_have_count(3, timeout=30_000)
                 consumers = page.locator("td[data-col=consumer]").all_inner_texts()
                 assert consumers == ["consumer-1"] * 3
-                DOCS_IMG.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(DOCS_IMG / "serve-running.png"), full_page=True)
+                page.screenshot(path=str(screenshot_path("serve-running.png")), full_page=True)
 
                 page.click("text=shop: errors")
                 page.wait_for_selector("h1:has-text('Failed runs in shop')")
                 assert page.locator("svg.chart rect[data-errors]").count() >= 2
                 hour = page.locator("tr[data-type=email] td[data-col=hour]")
                 assert hour.inner_text() == "24"
-                page.screenshot(path=str(DOCS_IMG / "serve-errors.png"), full_page=True)
+                page.screenshot(path=str(screenshot_path("serve-errors.png")), full_page=True)
 
                 page.click("text=Dead letters by error")
                 page.wait_for_selector("h1:has-text('Dead letters of shop by error')")
                 group = page.locator("tr[data-group='email: LookupError: order # not found']")
                 assert group.locator("td[data-col=count]").inner_text() == "12"
-                page.screenshot(path=str(DOCS_IMG / "serve-dead-letter-groups.png"), full_page=True)
+                page.screenshot(
+                    path=str(screenshot_path("serve-dead-letter-groups.png")), full_page=True
+                )
                 group.locator("[data-requeue-group]").click()
                 page.wait_for_selector("h1:has-text('Requeue 12 dead letters')")
                 page.click("#confirm")
