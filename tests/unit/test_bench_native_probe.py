@@ -17,16 +17,16 @@ pytestmark = pytest.mark.skipif(
 
 
 def test_the_probe_runs_every_variant_and_writes_its_medians(tmp_path: Path) -> None:
-    from bench import pg_native_probe
+    from bench import native_probe
 
-    rc = pg_native_probe.main(
+    rc = native_probe.main(
         ["--seconds", "0.3", "--runs", "1", "--threads", "2", "--no-procrastinate",
          "--out", str(tmp_path)]
     )  # fmt: skip
 
     assert rc == 0
-    doc = json.loads((tmp_path / "pg_native_probe.json").read_text())
-    assert doc["command"].startswith("python -m bench.pg_native_probe ")
+    doc = json.loads((tmp_path / "native_probe.json").read_text())
+    assert doc["command"].startswith("python -m bench.native_probe ")
     for kind in ("quick", "native", "plain"):
         assert doc["medians"][f"one producer {kind} calls_s"] > 0
         assert doc["medians"][f"application transactions {kind} tx_s"] > 0
@@ -38,19 +38,19 @@ def test_the_native_statement_makes_the_pointer_once_and_shares_it(tmp_path: Pat
     (the second finds it and gets its vesting time back for part two)."""
     import psycopg
 
-    from bench import pg_native_probe
+    from bench import native_probe
     from bench.quickrun import open_quick
     from bench.servers import postgres_server
 
     with postgres_server() as dsn, psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(pg_native_probe.NATIVE_TABLES)
+        conn.execute(native_probe.NATIVE_TABLES)
         q = open_quick(f"{dsn}?schema=probe_quick")
         try:
             first = conn.execute(
-                pg_native_probe.NATIVE_ENQUEUE, pg_native_probe.native_args(q, "t1")
+                native_probe.NATIVE_ENQUEUE, native_probe.native_args(q, "t1")
             ).fetchone()
-            second_args = pg_native_probe.native_args(q, "t1")
-            second = conn.execute(pg_native_probe.NATIVE_ENQUEUE, second_args).fetchone()
+            second_args = native_probe.native_args(q, "t1")
+            second = conn.execute(native_probe.NATIVE_ENQUEUE, second_args).fetchone()
         finally:
             q.close()
         items = conn.execute("SELECT count(*) FROM probe_native.items").fetchone()

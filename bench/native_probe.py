@@ -3,7 +3,7 @@ enqueue over the KV seam, procrastinate's ``defer`` and a plain INSERT, in one s
 measurement behind the design in ``docs/backends.md`` ("Zones native in SQL: the design",
 issue 42 point 1).
 
-``python -m bench.pg_native_probe [--seconds 5] [--runs 3] [--out DIR]``
+``python -m bench.native_probe [--seconds 5] [--runs 3] [--out DIR]``
 
 One private PostgreSQL cluster (:func:`bench.servers.postgres_server`, fsync on) holds
 every variant. The native variant is not a store: it is the one statement such a store's
@@ -22,7 +22,7 @@ Per run, alternating the order run by run:
    to run beside the native variant): BEGIN; INSERT an order; the enqueue; COMMIT, with
    ``Quick.enqueue_on``, the native statement, or the plain INSERT: transactions/s.
 
-Medians over ``--runs``; results in ``bench/results/<UTC>-pg-native-probe/`` (or ``--out``).
+Medians over ``--runs``; results in ``bench/results/<UTC>-native-probe/`` (or ``--out``).
 """
 
 from __future__ import annotations
@@ -226,7 +226,7 @@ def table(m: dict[str, float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.pg_native_probe", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m bench.native_probe", description=__doc__)
     ap.add_argument("--seconds", type=float, default=5.0, help="each case's length")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=8)
@@ -251,8 +251,8 @@ def main(argv: list[str] | None = None) -> int:
             q.close()
     m = medians(runs)
     print(table(m), flush=True)
-    command = "python -m bench.pg_native_probe " + " ".join(sys.argv[1:] if argv is None else argv)
-    folder = write_run("pg-native-probe", args.out, command, {"medians": m, "runs": runs})
+    command = "python -m bench.native_probe " + " ".join(sys.argv[1:] if argv is None else argv)
+    folder = write_run("native-probe", args.out, command, {"medians": m, "runs": runs})
     log(f"results in {folder}")
     return 0
 
