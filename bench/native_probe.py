@@ -1,16 +1,16 @@
-"""What an enqueue written natively in SQL would cost on PostgreSQL, beside today's
-enqueue over the KV seam, procrastinate's ``defer`` and a plain INSERT, in one sitting: the
-measurement behind the design in ``docs/backends.md`` ("Zones native in SQL: the design",
-issue 42 point 1).
+"""What an enqueue written natively in SQL would cost, beside today's enqueue over the KV
+seam and the peers, in one sitting: the measurement behind the design in
+``docs/backends.md`` ("Zones native in SQL: the design", issue 42 point 1, issue 44 point 1).
 
-``python -m bench.native_probe [--seconds 5] [--runs 3] [--out DIR]``
+``python -m bench.native_probe [--store postgres,sqlite] [--seconds 5] [--runs 3] [--out DIR]``
 
-One private PostgreSQL cluster (:func:`bench.servers.postgres_server`, fsync on) holds
-every variant. The native variant is not a store: it is the one statement such a store's
-enqueue would send (:data:`NATIVE_ENQUEUE`: the item's row, and the zone's pointer row
-share-locked so pointer collection cannot delete it under the enqueue, or made where
-absent), on tables shaped as that design has them (:data:`NATIVE_TABLES`), with the
-client doing quick's own work for an item (``Quick._new_item``, the record's encoding).
+**PostgreSQL** (``--store postgres``). One private PostgreSQL cluster
+(:func:`bench.servers.postgres_server`, fsync on) holds every variant. The native
+variant is not a store: it is the one statement such a store's enqueue would send
+(:data:`NATIVE_ENQUEUE`: the item's row, and the zone's pointer row share-locked so
+pointer collection cannot delete it under the enqueue, or made where absent), on tables
+shaped as that design has them (:data:`NATIVE_TABLES`), with the client doing quick's own
+work for an item (``Quick._new_item``, the record's encoding).
 Per run, alternating the order run by run:
 
 1. **one producer**, autocommit, one call a job into one of 1,000 tenants at random, for
@@ -21,6 +21,15 @@ Per run, alternating the order run by run:
    COMMIT (``bench.pg_app_txn``'s W = 0, without its consumer: no native consumer exists
    to run beside the native variant): BEGIN; INSERT an order; the enqueue; COMMIT, with
    ``Quick.enqueue_on``, the native statement, or the plain INSERT: transactions/s.
+
+**SQLite** (``--store sqlite``): one producer, one call a job into one tenant (as
+``bench.peers_users`` enqueues), each variant on a file of its own in WAL mode with
+``synchronous=NORMAL`` (the store's defaults), for ``--seconds``, alternating:
+``Quick.enqueue`` on today's store; the native statements (:data:`SQLITE_ENQUEUE`:
+``BEGIN IMMEDIATE``, the item's row, the pointer made or pulled earlier in one upsert,
+``COMMIT``: SQLite's one writer at a time needs no row locks), the client doing the same
+work for the item as above; Huey's enqueue (:class:`bench.peers.huey_peer.HueyPeer`, the
+fastest peer there): calls/s and CPU a call.
 
 Medians over ``--runs``; results in ``bench/results/<UTC>-native-probe/`` (or ``--out``).
 """
@@ -73,6 +82,25 @@ SELECT (SELECT vesting_ms FROM p), (SELECT lease_id FROM p), EXISTS (SELECT 1 FR
 PLAIN_INSERT = f"INSERT INTO {APP}.jobs (queue, payload) VALUES (%s, %s)"
 INSERT_ORDER = f"INSERT INTO {APP}.orders (tenant, total_cents) VALUES (%s, %s)"
 KINDS = ("quick", "native", "plain")
+SQLITE_KINDS = ("quick", "native", "huey")
+SQLITE_TABLES = (
+    "CREATE TABLE items (seq INTEGER PRIMARY KEY, zone TEXT NOT NULL, id TEXT NOT NULL,"
+    " priority INTEGER NOT NULL, vesting_ms INTEGER NOT NULL, lease_id TEXT,"
+    " attempts INTEGER NOT NULL DEFAULT 0, record BLOB NOT NULL, UNIQUE (zone, id))",
+    "CREATE INDEX items_order ON items (zone, priority, vesting_ms, seq)",
+    "CREATE TABLE pointers (zone TEXT PRIMARY KEY, shard INTEGER NOT NULL,"
+    " vesting_ms INTEGER NOT NULL, lease_id TEXT) WITHOUT ROWID",
+    "CREATE INDEX pointers_order ON pointers (shard, vesting_ms)",
+)
+# Both parts of the enqueue under SQLite's write lock: the item, then the pointer made, or
+# pulled earlier where it vests later and nobody leases it.
+SQLITE_ENQUEUE = (
+    "INSERT INTO items (zone, id, priority, vesting_ms, record)"
+    " VALUES (:zone, :id, :priority, :vesting, :record)",
+    "INSERT INTO pointers (zone, shard, vesting_ms) VALUES (:zone, :shard, :vesting)"
+    " ON CONFLICT (zone) DO UPDATE SET vesting_ms = excluded.vesting_ms"
+    " WHERE pointers.vesting_ms > excluded.vesting_ms AND pointers.lease_id IS NULL",
+)
 
 
 def native_args(q: Any, tenant: str) -> dict[str, Any]:
@@ -225,14 +253,86 @@ def table(m: dict[str, float]) -> str:
     return "\n".join(rows)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.native_probe", description=__doc__)
-    ap.add_argument("--seconds", type=float, default=5.0, help="each case's length")
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=8)
-    ap.add_argument("--no-procrastinate", dest="procrastinate", action="store_false")
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
+def sqlite_one_producer(kind: str, folder: Path, q: Any, seconds: float) -> dict[str, float]:
+    """``kind``'s enqueues into one tenant on SQLite, one call a job, for ``seconds``."""
+    import sqlite3
+
+    n = 0
+    own = conn = peer = None
+    if kind == "quick":
+        own = open_quick(f"sqlite:///{folder / 'quick.db'}")
+    elif kind == "native":
+        conn = sqlite3.connect(folder / "native.db", isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        for statement in SQLITE_TABLES:
+            conn.execute(statement)
+    else:
+        from bench.peers.huey_peer import HueyPeer
+
+        peer = HueyPeer(folder)
+    try:
+        cpu0, t0 = time.thread_time(), time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            if own is not None:
+                own.enqueue(JOB, {"t": "t0", "e": time.time(), "d": 0.0}, app="a", tenant="t0")
+            elif conn is not None:
+                item = native_args(q, "t0")
+                conn.execute("BEGIN IMMEDIATE")
+                for statement in SQLITE_ENQUEUE:
+                    conn.execute(statement, item)
+                conn.execute("COMMIT")
+            else:
+                peer.enqueue("t0")
+            n += 1
+        cpu1, t1 = time.thread_time(), time.perf_counter()
+    finally:
+        if own is not None:
+            own.close()
+        if conn is not None:
+            conn.close()
+        if peer is not None:
+            peer.reset()
+    return {"calls_s": n / (t1 - t0), "cpu_ms": (cpu1 - cpu0) / max(n, 1) * 1000}
+
+
+def sqlite_runs(args: argparse.Namespace) -> dict[str, Any]:
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-native-sqlite-") as work:
+        q = open_quick(f"sqlite:///{Path(work) / 'items.db'}")  # only builds items
+        try:
+            for r in range(args.runs):
+                order = SQLITE_KINDS if r % 2 == 0 else tuple(reversed(SQLITE_KINDS))
+                run: dict[str, Any] = {}
+                for kind in order:
+                    folder = Path(work) / f"r{r}-{kind}"
+                    folder.mkdir()
+                    run[kind] = sqlite_one_producer(kind, folder, q, args.seconds)
+                    log(f"run {r + 1} SQLite one producer {kind}: {run[kind]}")
+                runs.append(run)
+        finally:
+            q.close()
+    m = {
+        f"one producer {kind} {field}": statistics.median(run[kind][field] for run in runs)
+        for kind in SQLITE_KINDS
+        for field in ("calls_s", "cpu_ms")
+    }
+    return {"medians": m, "runs": runs}
+
+
+def sqlite_table(m: dict[str, float]) -> str:
+    huey = m["one producer huey calls_s"]
+    rows = [
+        "| variant (SQLite) | one producer, calls/s | CPU a call | x Huey |",
+        "|---|---|---|---|",
+    ]
+    for kind in SQLITE_KINDS:
+        rate, cpu = m[f"one producer {kind} calls_s"], m[f"one producer {kind} cpu_ms"]
+        rows.append(f"| {kind} | {rate:,.0f} | {cpu:.3f} ms | {rate / huey:.2f}x |")
+    return "\n".join(rows)
+
+
+def postgres_runs(args: argparse.Namespace) -> dict[str, Any]:
     import psycopg
 
     from bench.servers import postgres_server
@@ -249,10 +349,35 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(one_run(dsn, url, q, r, args))
         finally:
             q.close()
-    m = medians(runs)
-    print(table(m), flush=True)
+    return {"medians": medians(runs), "runs": runs}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.native_probe", description=__doc__)
+    ap.add_argument(
+        "--store",
+        type=lambda s: s.split(","),
+        default=["postgres", "sqlite"],
+        help="postgres, sqlite or both, comma-separated (default both)",
+    )
+    ap.add_argument("--seconds", type=float, default=5.0, help="each case's length")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--no-procrastinate", dest="procrastinate", action="store_false")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    unknown = set(args.store) - {"postgres", "sqlite"}
+    if unknown:
+        ap.error(f"--store: unknown {', '.join(sorted(unknown))} (postgres, sqlite)")
+    fields: dict[str, Any] = {}
+    if "postgres" in args.store:
+        fields["postgres"] = postgres_runs(args)
+        print(table(fields["postgres"]["medians"]), flush=True)
+    if "sqlite" in args.store:
+        fields["sqlite"] = sqlite_runs(args)
+        print(sqlite_table(fields["sqlite"]["medians"]), flush=True)
     command = "python -m bench.native_probe " + " ".join(sys.argv[1:] if argv is None else argv)
-    folder = write_run("native-probe", args.out, command, {"medians": m, "runs": runs})
+    folder = write_run("native-probe", args.out, command, fields)
     log(f"results in {folder}")
     return 0
 

@@ -1,6 +1,6 @@
-"""The probe behind the native PostgreSQL design (``docs/backends.md``), with tiny settings
-so it cannot rot: every variant enqueues, the native statement stores an item and its
-zone's pointer as the design says, and the run's document holds the medians."""
+"""The probe behind the native SQL design (``docs/backends.md``), with tiny settings so it
+cannot rot: every variant enqueues on both stores, the native statement stores an item and
+its zone's pointer as the design says, and the run's document holds the medians."""
 
 from __future__ import annotations
 
@@ -27,10 +27,14 @@ def test_the_probe_runs_every_variant_and_writes_its_medians(tmp_path: Path) -> 
     assert rc == 0
     doc = json.loads((tmp_path / "native_probe.json").read_text())
     assert doc["command"].startswith("python -m bench.native_probe ")
+    postgres, sqlite = doc["postgres"]["medians"], doc["sqlite"]["medians"]
     for kind in ("quick", "native", "plain"):
-        assert doc["medians"][f"one producer {kind} calls_s"] > 0
-        assert doc["medians"][f"application transactions {kind} tx_s"] > 0
-    assert "one producer procrastinate calls_s" not in doc["medians"]
+        assert postgres[f"one producer {kind} calls_s"] > 0
+        assert postgres[f"application transactions {kind} tx_s"] > 0
+    assert "one producer procrastinate calls_s" not in postgres
+    for kind in ("quick", "native", "huey"):
+        assert sqlite[f"one producer {kind} calls_s"] > 0
+        assert sqlite[f"one producer {kind} cpu_ms"] > 0
 
 
 def test_the_native_statement_makes_the_pointer_once_and_shares_it(tmp_path: Path) -> None:
