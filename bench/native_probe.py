@@ -37,12 +37,14 @@ Medians over ``--runs``; results in ``bench/results/<UTC>-native-probe/`` (or ``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -132,31 +134,46 @@ def _connect(dsn: str) -> Any:
     return psycopg.connect(dsn, autocommit=True, prepare_threshold=0)
 
 
+def timed_calls(call: Callable[[], object], seconds: float) -> dict[str, float]:
+    """``call`` again and again for ``seconds``: calls/s and this thread's CPU a call."""
+    n = 0
+    cpu0, t0 = time.thread_time(), time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        call()
+        n += 1
+    cpu1, t1 = time.thread_time(), time.perf_counter()
+    return {"calls_s": n / (t1 - t0), "cpu_ms": (cpu1 - cpu0) / max(n, 1) * 1000}
+
+
 def one_producer(kind: str, dsn: str, url: str, q: Any, seconds: float) -> dict[str, float]:
     """``kind``'s enqueues, one call a job, autocommit, for ``seconds``."""
     rng = random.Random(1)
-    n = 0
-    own = open_quick(url) if kind == "quick" else None
-    conn = None if kind == "quick" else _connect(dsn)
-    try:
-        cpu0, t0 = time.thread_time(), time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            tenant = f"t{rng.randrange(TENANTS)}"
-            if own is not None:
-                own.enqueue(JOB, {"t": tenant, "e": time.time(), "d": 0.0}, app="a",
-                            tenant=tenant)  # fmt: skip
-            elif kind == "native":
-                conn.execute(NATIVE_ENQUEUE, native_args(q, tenant))
+
+    def tenant() -> str:
+        return f"t{rng.randrange(TENANTS)}"
+
+    with contextlib.ExitStack() as stack:
+        if kind == "quick":
+            own = open_quick(url)
+            stack.callback(own.close)
+
+            def call() -> object:
+                t = tenant()
+                return own.enqueue(JOB, {"t": t, "e": time.time(), "d": 0.0}, app="a", tenant=t)
+
+        else:
+            conn = stack.enter_context(_connect(dsn))
+            if kind == "native":
+
+                def call() -> object:
+                    return conn.execute(NATIVE_ENQUEUE, native_args(q, tenant()))
+
             else:
-                conn.execute(PLAIN_INSERT, ("default", f'{{"t": "{tenant}"}}'))
-            n += 1
-        cpu1, t1 = time.thread_time(), time.perf_counter()
-    finally:
-        if own is not None:
-            own.close()
-        if conn is not None:
-            conn.close()
-    return {"calls_s": n / (t1 - t0), "cpu_ms": (cpu1 - cpu0) / max(n, 1) * 1000}
+
+                def call() -> object:
+                    return conn.execute(PLAIN_INSERT, ("default", f'{{"t": "{tenant()}"}}'))
+
+        return timed_calls(call, seconds)
 
 
 def app_transactions(kind: str, dsn: str, q: Any, threads: int, seconds: float) -> float:
@@ -257,43 +274,40 @@ def sqlite_one_producer(kind: str, folder: Path, q: Any, seconds: float) -> dict
     """``kind``'s enqueues into one tenant on SQLite, one call a job, for ``seconds``."""
     import sqlite3
 
-    n = 0
-    own = conn = peer = None
-    if kind == "quick":
-        own = open_quick(f"sqlite:///{folder / 'quick.db'}")
-    elif kind == "native":
-        conn = sqlite3.connect(folder / "native.db", isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        for statement in SQLITE_TABLES:
-            conn.execute(statement)
-    else:
-        from bench.peers.huey_peer import HueyPeer
+    with contextlib.ExitStack() as stack:
+        if kind == "quick":
+            own = open_quick(f"sqlite:///{folder / 'quick.db'}")
+            stack.callback(own.close)
 
-        peer = HueyPeer(folder)
-    try:
-        cpu0, t0 = time.thread_time(), time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            if own is not None:
-                own.enqueue(JOB, {"t": "t0", "e": time.time(), "d": 0.0}, app="a", tenant="t0")
-            elif conn is not None:
+            def call() -> object:
+                return own.enqueue(JOB, {"t": "t0", "e": time.time(), "d": 0.0}, app="a",
+                                   tenant="t0")  # fmt: skip
+
+        elif kind == "native":
+            conn = sqlite3.connect(folder / "native.db", isolation_level=None)
+            stack.callback(conn.close)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            for statement in SQLITE_TABLES:
+                conn.execute(statement)
+
+            def call() -> object:
                 item = native_args(q, "t0")
                 conn.execute("BEGIN IMMEDIATE")
                 for statement in SQLITE_ENQUEUE:
                     conn.execute(statement, item)
-                conn.execute("COMMIT")
-            else:
-                peer.enqueue("t0")
-            n += 1
-        cpu1, t1 = time.thread_time(), time.perf_counter()
-    finally:
-        if own is not None:
-            own.close()
-        if conn is not None:
-            conn.close()
-        if peer is not None:
-            peer.reset()
-    return {"calls_s": n / (t1 - t0), "cpu_ms": (cpu1 - cpu0) / max(n, 1) * 1000}
+                return conn.execute("COMMIT")
+
+        else:
+            from bench.peers.huey_peer import HueyPeer
+
+            peer = HueyPeer(folder)
+            stack.callback(peer.reset)
+
+            def call() -> object:
+                return peer.enqueue("t0")
+
+        return timed_calls(call, seconds)
 
 
 def sqlite_runs(args: argparse.Namespace) -> dict[str, Any]:
