@@ -29,7 +29,11 @@ Per run, alternating the order run by run:
 ``BEGIN IMMEDIATE``, the item's row, the pointer made or pulled earlier in one upsert,
 ``COMMIT``: SQLite's one writer at a time needs no row locks), the client doing the same
 work for the item as above; Huey's enqueue (:class:`bench.peers.huey_peer.HueyPeer`, the
-fastest peer there): calls/s and CPU a call.
+fastest peer there): calls/s and CPU a call. Then ``--drain-items`` (5,000) items of one
+tenant drained, alternating: by quick's consumer (``run_until_idle``, ``workers=4``: the
+process's CPU an item), and by the native store's work alone (:func:`sqlite_drain`:
+visits of four items under ``BEGIN IMMEDIATE``, :data:`SQLITE_VISIT`, and a completion
+transaction each: CPU an item and how long each transaction held the write lock).
 
 Medians over ``--runs``; results in ``bench/results/<UTC>-native-probe/`` (or ``--out``).
 """
@@ -310,6 +314,104 @@ def sqlite_one_producer(kind: str, folder: Path, q: Any, seconds: float) -> dict
         return timed_calls(call, seconds)
 
 
+# A visit of one zone under the write lock, the design's "locks first" (docs/backends.md):
+# the pointer leased, the first vested items leased (their vesting time moved by the
+# lease), the pointer requeued to the zone's next vesting time, one statement each.
+SQLITE_VISIT = (
+    "UPDATE pointers SET lease_id = :lease, vesting_ms = :now + :lease_ms"
+    " WHERE zone = :zone AND vesting_ms <= :now RETURNING vesting_ms",
+    "UPDATE items SET lease_id = :lease, vesting_ms = :now + :lease_ms,"
+    " attempts = attempts + 1 WHERE seq IN (SELECT seq FROM items WHERE zone = :zone"
+    " AND vesting_ms <= :now ORDER BY priority, vesting_ms, seq LIMIT :n)"
+    " RETURNING id, record",
+    # The zone's next vesting time: the first entry of each priority (a loose index scan,
+    # as the KV zones' min_vesting_ms reads it), never a scan of the zone's items.
+    "WITH RECURSIVE firsts(priority, vesting_ms) AS ("
+    " SELECT * FROM (SELECT priority, vesting_ms FROM items WHERE zone = :zone"
+    " ORDER BY priority, vesting_ms LIMIT 1)"
+    " UNION ALL SELECT (SELECT priority FROM items WHERE zone = :zone"
+    " AND priority > firsts.priority ORDER BY priority, vesting_ms LIMIT 1),"
+    " (SELECT vesting_ms FROM items WHERE zone = :zone AND priority > firsts.priority"
+    " ORDER BY priority, vesting_ms LIMIT 1) FROM firsts WHERE firsts.priority IS NOT NULL)"
+    " UPDATE pointers SET lease_id = NULL,"
+    " vesting_ms = coalesce((SELECT min(vesting_ms) FROM firsts), :now)"
+    " WHERE zone = :zone AND lease_id = :lease",
+)
+SQLITE_COMPLETE = "DELETE FROM items WHERE zone = ? AND id = ? AND lease_id = ?"
+VISIT_ITEMS = 4  # quick worker --workers 4 visits four items at a time
+
+
+def sqlite_drain(kind: str, folder: Path, q: Any, items: int) -> dict[str, float]:
+    """``items`` no-op items of one tenant drained: by ``quick``'s consumer
+    (``run_until_idle``, ``ConsumerConfig(workers=4)``: the process's CPU an item), or by
+    ``native`` visits of four items and one completion transaction each, on one thread,
+    with nothing else of a consumer (the store's work alone: CPU an item, and how long
+    each transaction held the write lock)."""
+    import sqlite3
+
+    from quickzones.consumer import ConsumerConfig
+    from quickzones.store.records import decode_item
+
+    if kind == "quick":
+        own = open_quick(f"sqlite:///{folder / 'quick.db'}")
+        try:
+            for _ in range(items):
+                own.enqueue(JOB, {"t": "t0", "e": 0.0, "d": 0.0}, app="a", tenant="t0")
+            cpu0 = time.process_time()
+            ran = own.consumer(ConsumerConfig(workers=4, seed=1)).run_until_idle()
+            cpu = time.process_time() - cpu0
+        finally:
+            own.close()
+        return {"items": ran, "cpu_ms": cpu / max(ran, 1) * 1000}
+    conn = sqlite3.connect(folder / "native.db", isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        for statement in SQLITE_TABLES:
+            conn.execute(statement)
+        for _ in range(items):
+            item = native_args(q, "t0")
+            conn.execute("BEGIN IMMEDIATE")
+            for statement in SQLITE_ENQUEUE:
+                conn.execute(statement, item)
+            conn.execute("COMMIT")
+        held: list[float] = []
+        ran = 0
+        cpu0 = time.thread_time()
+        while True:
+            now = int(time.time() * 1000)
+            lease = f"L{ran}"
+            args = {"zone": "a/t0", "lease": lease, "now": now, "lease_ms": 30_000,
+                    "n": VISIT_ITEMS}  # fmt: skip
+            t0 = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            if conn.execute(SQLITE_VISIT[0], args).fetchone() is None:
+                conn.execute("COMMIT")
+                break
+            rows = conn.execute(SQLITE_VISIT[1], args).fetchall()
+            conn.execute(SQLITE_VISIT[2], args)
+            conn.execute("COMMIT")
+            held.append(time.perf_counter() - t0)
+            # What a worker runs: the items decoded (the key only names one in errors).
+            leased = [decode_item(b"", record) for _, record in rows]
+            t0 = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(SQLITE_COMPLETE, [("a/t0", i.item_id, lease) for i in leased])
+            conn.execute("COMMIT")
+            held.append(time.perf_counter() - t0)
+            ran += len(leased)
+        cpu = time.thread_time() - cpu0
+    finally:
+        conn.close()
+    held.sort()
+    return {
+        "items": ran,
+        "cpu_ms": cpu / max(ran, 1) * 1000,
+        "lock_held_p50_ms": held[len(held) // 2] * 1000,
+        "lock_held_p99_ms": held[int(len(held) * 0.99)] * 1000,
+    }
+
+
 def sqlite_runs(args: argparse.Namespace) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-native-sqlite-") as work:
@@ -323,6 +425,11 @@ def sqlite_runs(args: argparse.Namespace) -> dict[str, Any]:
                     folder.mkdir()
                     run[kind] = sqlite_one_producer(kind, folder, q, args.seconds)
                     log(f"run {r + 1} SQLite one producer {kind}: {run[kind]}")
+                for kind in ("quick", "native") if r % 2 == 0 else ("native", "quick"):
+                    folder = Path(work) / f"r{r}-drain-{kind}"
+                    folder.mkdir()
+                    run[f"drain {kind}"] = sqlite_drain(kind, folder, q, args.drain_items)
+                    log(f"run {r + 1} SQLite drain {kind}: {run[f'drain {kind}']}")
                 runs.append(run)
         finally:
             q.close()
@@ -331,6 +438,11 @@ def sqlite_runs(args: argparse.Namespace) -> dict[str, Any]:
         for kind in SQLITE_KINDS
         for field in ("calls_s", "cpu_ms")
     }
+    for kind in ("quick", "native"):
+        for field in runs[0][f"drain {kind}"]:
+            m[f"drain {kind} {field}"] = statistics.median(
+                run[f"drain {kind}"][field] for run in runs
+            )
     return {"medians": m, "runs": runs}
 
 
@@ -343,6 +455,14 @@ def sqlite_table(m: dict[str, float]) -> str:
     for kind in SQLITE_KINDS:
         rate, cpu = m[f"one producer {kind} calls_s"], m[f"one producer {kind} cpu_ms"]
         rows.append(f"| {kind} | {rate:,.0f} | {cpu:.3f} ms | {rate / huey:.2f}x |")
+    rows += [
+        "",
+        "| drain (SQLite) | CPU an item | write lock held a transaction, p50 / p99 |",
+        "|---|---|---|",
+        f"| quick consumer, workers=4 | {m['drain quick cpu_ms']:.3f} ms | |",
+        f"| native visits and completions alone | {m['drain native cpu_ms']:.3f} ms | "
+        f"{m['drain native lock_held_p50_ms']:.3f} / {m['drain native lock_held_p99_ms']:.3f} ms |",
+    ]
     return "\n".join(rows)
 
 
@@ -378,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--no-procrastinate", dest="procrastinate", action="store_false")
+    ap.add_argument("--drain-items", type=int, default=5000, help="SQLite drains' items")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     unknown = set(args.store) - {"postgres", "sqlite"}

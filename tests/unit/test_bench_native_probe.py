@@ -21,7 +21,7 @@ def test_the_probe_runs_every_variant_and_writes_its_medians(tmp_path: Path) -> 
 
     rc = native_probe.main(
         ["--seconds", "0.3", "--runs", "1", "--threads", "2", "--no-procrastinate",
-         "--out", str(tmp_path)]
+         "--drain-items", "40", "--out", str(tmp_path)]
     )  # fmt: skip
 
     assert rc == 0
@@ -35,6 +35,9 @@ def test_the_probe_runs_every_variant_and_writes_its_medians(tmp_path: Path) -> 
     for kind in ("quick", "native", "huey"):
         assert sqlite[f"one producer {kind} calls_s"] > 0
         assert sqlite[f"one producer {kind} cpu_ms"] > 0
+    # Both drains ran every item; the native one says how long it held the write lock.
+    assert sqlite["drain quick items"] == sqlite["drain native items"] == 40
+    assert 0 < sqlite["drain native lock_held_p50_ms"] <= sqlite["drain native lock_held_p99_ms"]
 
 
 def test_the_native_statement_makes_the_pointer_once_and_shares_it(tmp_path: Path) -> None:
