@@ -20,7 +20,11 @@ Per run, alternating the order run by run:
 2. **eight application transactions at once** with nothing between the enqueue and
    COMMIT (``bench.pg_app_txn``'s W = 0, without its consumer: no native consumer exists
    to run beside the native variant): BEGIN; INSERT an order; the enqueue; COMMIT, with
-   ``Quick.enqueue_on``, the native statement, or the plain INSERT: transactions/s.
+   ``Quick.enqueue_on``, the native statement, or the plain INSERT: transactions/s;
+3. **a drain**: ``--drain-items`` items of one tenant, by ``Consumer.run_until_idle``
+   (``workers=4``, in this process: its CPU an item and items/s) and by the native store's
+   work alone (:func:`postgres_drain`: visits of four under row locks, :data:`PG_VISIT`
+   and :data:`PG_REQUEUE`, and a completion each, on one thread).
 
 **SQLite** (``--store sqlite``): one producer, one call a job into one tenant (as
 ``bench.peers_users`` enqueues), each variant on a file of its own in WAL mode with
@@ -61,9 +65,9 @@ NATIVE_TABLES = """
 CREATE SCHEMA IF NOT EXISTS probe_native;
 CREATE TABLE IF NOT EXISTS probe_native.items (
   zone text NOT NULL, id text NOT NULL, priority smallint NOT NULL,
-  vesting_ms bigint NOT NULL, lease_id text, attempts int NOT NULL DEFAULT 0,
-  record bytea NOT NULL, PRIMARY KEY (zone, id));
-CREATE INDEX IF NOT EXISTS items_order ON probe_native.items (zone, priority, vesting_ms);
+  vesting_ms bigint NOT NULL, seq bigint GENERATED ALWAYS AS IDENTITY, lease_id text,
+  attempts int NOT NULL DEFAULT 0, record bytea NOT NULL, PRIMARY KEY (zone, id));
+CREATE INDEX IF NOT EXISTS items_order ON probe_native.items (zone, priority, vesting_ms, seq);
 CREATE TABLE IF NOT EXISTS probe_native.pointers (
   zone text PRIMARY KEY, shard int NOT NULL, vesting_ms bigint NOT NULL, lease_id text);
 CREATE INDEX IF NOT EXISTS pointers_order ON probe_native.pointers (shard, vesting_ms);
@@ -271,6 +275,15 @@ def table(m: dict[str, float]) -> str:
             + (f"{tx:,.0f} | {tx / plain_tx:.3f}" if tx is not None else "- | -")
             + " |"
         )
+    rows += [
+        "",
+        "| drain (PostgreSQL) | CPU an item | items/s |",
+        "|---|---|---|",
+        f"| quick consumer, workers=4 | {m['drain quick cpu_ms']:.3f} ms"
+        f" | {m['drain quick items_s']:,.0f} |",
+        f"| native visits and completions alone, one thread | {m['drain native cpu_ms']:.3f} ms"
+        f" | {m['drain native items_s']:,.0f} |",
+    ]
     return "\n".join(rows)
 
 
@@ -466,6 +479,92 @@ def sqlite_table(m: dict[str, float]) -> str:
     return "\n".join(rows)
 
 
+# A visit under row locks at READ COMMITTED, in two round trips. The first: the pointer's
+# lease, the items' leases (only where this visit holds the pointer: a statement sees its
+# transaction's earlier ones; SKIP LOCKED passes rows another visit is taking), and the
+# pointer locked FOR UPDATE unless an enqueue in flight holds it FOR KEY SHARE. The
+# second, a new snapshot taken after that lock: the requeue to the zone's next vesting
+# time (a loose index scan), or to vest at once when an enqueue is in flight.
+PG_VISIT = (
+    "UPDATE probe_native.pointers SET lease_id = %(lease)s,"
+    " vesting_ms = %(now)s + %(lease_ms)s WHERE zone = %(zone)s AND vesting_ms <= %(now)s",
+    "UPDATE probe_native.items SET lease_id = %(lease)s, vesting_ms = %(now)s + %(lease_ms)s,"
+    " attempts = attempts + 1 WHERE (zone, id) IN (SELECT zone, id FROM probe_native.items"
+    " WHERE zone = %(zone)s AND vesting_ms <= %(now)s AND EXISTS (SELECT 1 FROM"
+    " probe_native.pointers WHERE zone = %(zone)s AND lease_id = %(lease)s)"
+    " ORDER BY priority, vesting_ms, seq LIMIT %(n)s FOR UPDATE SKIP LOCKED)"
+    " RETURNING id, record",
+    "SELECT zone FROM probe_native.pointers WHERE zone = %(zone)s FOR UPDATE SKIP LOCKED",
+)
+PG_REQUEUE = (
+    "WITH RECURSIVE firsts(priority, vesting_ms) AS ("
+    " (SELECT priority, vesting_ms FROM probe_native.items WHERE zone = %(zone)s"
+    " ORDER BY priority, vesting_ms LIMIT 1)"
+    " UNION ALL SELECT (SELECT priority FROM probe_native.items WHERE zone = %(zone)s"
+    " AND priority > firsts.priority ORDER BY priority, vesting_ms LIMIT 1),"
+    " (SELECT vesting_ms FROM probe_native.items WHERE zone = %(zone)s"
+    " AND priority > firsts.priority ORDER BY priority, vesting_ms LIMIT 1)"
+    " FROM firsts WHERE firsts.priority IS NOT NULL)"
+    " UPDATE probe_native.pointers SET lease_id = NULL, vesting_ms = CASE WHEN %(locked)s"
+    " THEN coalesce((SELECT min(vesting_ms) FROM firsts), %(now)s) ELSE %(now)s END"
+    " WHERE zone = %(zone)s AND lease_id = %(lease)s"
+)
+PG_COMPLETE = (
+    "DELETE FROM probe_native.items"
+    " WHERE zone = %(zone)s AND id = ANY(%(ids)s) AND lease_id = %(lease)s"
+)
+
+
+def postgres_drain(kind: str, dsn: str, q: Any, items: int, r: int) -> dict[str, float]:
+    """``items`` no-op items of one tenant drained on PostgreSQL: by ``quick``'s
+    consumer (``run_until_idle``, ``ConsumerConfig(workers=4)``: the process's CPU an
+    item), or by ``native`` visits of four items (:data:`PG_VISIT`, two round trips) and
+    one completion each (one round trip), on one thread with nothing else of a consumer:
+    the store's work alone, CPU an item and items/s."""
+    from quickzones.consumer import ConsumerConfig
+    from quickzones.store.records import decode_item
+
+    if kind == "quick":
+        own = open_quick(f"{dsn}?schema=probe_drain_{r}")
+        try:
+            for _ in range(items):
+                own.enqueue(JOB, {"t": "t0", "e": 0.0, "d": 0.0}, app="a", tenant="t0")
+            cpu0, t0 = time.process_time(), time.perf_counter()
+            ran = own.consumer(ConsumerConfig(workers=4, seed=1)).run_until_idle()
+            cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
+        finally:
+            own.close()
+        return {"items": ran, "cpu_ms": cpu / max(ran, 1) * 1000, "items_s": ran / wall}
+    zone = f"drain/{r}"
+    with _connect(dsn) as conn:
+        for _ in range(items):
+            item = native_args(q, "t0")
+            conn.execute(NATIVE_ENQUEUE, {**item, "zone": zone})
+        ran = 0
+        cpu0, t0 = time.thread_time(), time.perf_counter()
+        while True:
+            lease = f"L{r}.{ran}"
+            args = {"zone": zone, "lease": lease, "now": int(time.time() * 1000),
+                    "lease_ms": 30_000, "n": VISIT_ITEMS}  # fmt: skip
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                conn.execute(PG_VISIT[0], args)
+                leased = conn.execute(PG_VISIT[1], args)
+                locked = conn.execute(PG_VISIT[2], args)
+            rows = leased.fetchall()
+            args["locked"] = locked.fetchone() is not None
+            with conn.pipeline():
+                conn.execute(PG_REQUEUE, args)
+                conn.execute("COMMIT")
+            if not rows:
+                break
+            ids = [decode_item(b"", record).item_id for _, record in rows]
+            conn.execute(PG_COMPLETE, {"zone": zone, "ids": ids, "lease": lease})
+            ran += len(ids)
+        cpu, wall = time.thread_time() - cpu0, time.perf_counter() - t0
+    return {"items": ran, "cpu_ms": cpu / max(ran, 1) * 1000, "items_s": ran / wall}
+
+
 def postgres_runs(args: argparse.Namespace) -> dict[str, Any]:
     import psycopg
 
@@ -480,10 +579,20 @@ def postgres_runs(args: argparse.Namespace) -> dict[str, Any]:
         q = open_quick(url)
         try:
             for r in range(args.runs):
-                runs.append(one_run(dsn, url, q, r, args))
+                run = one_run(dsn, url, q, r, args)
+                for kind in ("quick", "native") if r % 2 == 0 else ("native", "quick"):
+                    run[f"drain {kind}"] = postgres_drain(kind, dsn, q, args.drain_items, r)
+                    log(f"run {r + 1} PostgreSQL drain {kind}: {run[f'drain {kind}']}")
+                runs.append(run)
         finally:
             q.close()
-    return {"medians": medians(runs), "runs": runs}
+    m = medians(runs)
+    for kind in ("quick", "native"):
+        for field in runs[0][f"drain {kind}"]:
+            m[f"drain {kind} {field}"] = statistics.median(
+                run[f"drain {kind}"][field] for run in runs
+            )
+    return {"medians": m, "runs": runs}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,6 +32,7 @@ def test_the_probe_runs_every_variant_and_writes_its_medians(tmp_path: Path) -> 
         assert postgres[f"one producer {kind} calls_s"] > 0
         assert postgres[f"application transactions {kind} tx_s"] > 0
     assert "one producer procrastinate calls_s" not in postgres
+    assert postgres["drain quick items"] == postgres["drain native items"] == 40
     for kind in ("quick", "native", "huey"):
         assert sqlite[f"one producer {kind} calls_s"] > 0
         assert sqlite[f"one producer {kind} cpu_ms"] > 0
