@@ -354,6 +354,28 @@ SQLITE_COMPLETE = "DELETE FROM items WHERE zone = ? AND id = ? AND lease_id = ?"
 VISIT_ITEMS = 4  # quick worker --workers 4 visits four items at a time
 
 
+def quick_drain(url: str, items: int) -> dict[str, float]:
+    """``items`` items of one tenant, one ``enqueue`` each, drained by
+    ``Consumer.run_until_idle`` with ``ConsumerConfig(workers=4)``: the process's CPU an
+    item, items/s, and how many handlers ran (each item once when all is well)."""
+    from quickzones.client import Quick
+    from quickzones.consumer import ConsumerConfig
+
+    ran_ok: list[None] = []
+    own = Quick.open(url)
+    try:
+        own.job("probe.noop")(lambda payload, ctx: ran_ok.append(None))
+        for _ in range(items):
+            own.enqueue("probe.noop", {"t": "t0"}, app="a", tenant="t0")
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        ran = own.consumer(ConsumerConfig(workers=4, seed=1)).run_until_idle()
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
+    finally:
+        own.close()
+    return {"items": ran, "ran_ok": len(ran_ok), "cpu_ms": cpu / max(ran, 1) * 1000,
+            "items_s": ran / wall}  # fmt: skip
+
+
 def sqlite_drain(kind: str, folder: Path, q: Any, items: int) -> dict[str, float]:
     """``items`` no-op items of one tenant drained: by ``quick``'s consumer
     (``run_until_idle``, ``ConsumerConfig(workers=4)``: the process's CPU an item), or by
@@ -362,20 +384,10 @@ def sqlite_drain(kind: str, folder: Path, q: Any, items: int) -> dict[str, float
     each transaction held the write lock)."""
     import sqlite3
 
-    from quickzones.consumer import ConsumerConfig
     from quickzones.store.records import decode_item
 
     if kind == "quick":
-        own = open_quick(f"sqlite:///{folder / 'quick.db'}")
-        try:
-            for _ in range(items):
-                own.enqueue(JOB, {"t": "t0", "e": 0.0, "d": 0.0}, app="a", tenant="t0")
-            cpu0 = time.process_time()
-            ran = own.consumer(ConsumerConfig(workers=4, seed=1)).run_until_idle()
-            cpu = time.process_time() - cpu0
-        finally:
-            own.close()
-        return {"items": ran, "cpu_ms": cpu / max(ran, 1) * 1000}
+        return quick_drain(f"sqlite:///{folder / 'quick.db'}", items)
     conn = sqlite3.connect(folder / "native.db", isolation_level=None)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
@@ -521,20 +533,10 @@ def postgres_drain(kind: str, dsn: str, q: Any, items: int, r: int) -> dict[str,
     item), or by ``native`` visits of four items (:data:`PG_VISIT`, two round trips) and
     one completion each (one round trip), on one thread with nothing else of a consumer:
     the store's work alone, CPU an item and items/s."""
-    from quickzones.consumer import ConsumerConfig
     from quickzones.store.records import decode_item
 
     if kind == "quick":
-        own = open_quick(f"{dsn}?schema=probe_drain_{r}")
-        try:
-            for _ in range(items):
-                own.enqueue(JOB, {"t": "t0", "e": 0.0, "d": 0.0}, app="a", tenant="t0")
-            cpu0, t0 = time.process_time(), time.perf_counter()
-            ran = own.consumer(ConsumerConfig(workers=4, seed=1)).run_until_idle()
-            cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
-        finally:
-            own.close()
-        return {"items": ran, "cpu_ms": cpu / max(ran, 1) * 1000, "items_s": ran / wall}
+        return quick_drain(f"{dsn}?schema=probe_drain_{r}", items)
     zone = f"drain/{r}"
     with _connect(dsn) as conn:
         for _ in range(items):
