@@ -210,7 +210,7 @@ class PullLeaser:
             weighing=self.weighing,
             set_aside=self.set_aside,
             peek=functools.partial(self.app_pointers.peek, request.app),
-            zone_of=self.app_pointers.zones.get,
+            zone_of=self.cluster.toplevel.zone_read,
         )
 
     # --- the manager -----------------------------------------------------------------------

@@ -101,6 +101,9 @@ class GuardedPointer:
     values: Callable[[], tuple[bytes | None, bytes | None] | None]
 
 
+ZONES_REMEMBERED = 100_000  # pointers whose zone vested_zones keeps (then it starts over)
+
+
 class TopLevelQueue:
     """Pointers of one cluster, over a KV store.
 
@@ -153,6 +156,10 @@ class TopLevelQueue:
         # The last stored layout record decoded, and what it said: every enqueue reads the
         # record (with a conflict) and it almost never changes, so it is decoded once.
         self._decoded: tuple[bytes, Layout] | None = None
+        # Each pointer's zone, once read by vested_zones: a pointer's zone never changes
+        # (a zone that loses its pointer gets a new id), so a record is read once, not at
+        # every scan. Cleared when it reaches ZONES_REMEMBERED.
+        self._zones_of: dict[tuple[int, str], ZoneId] = {}
 
     @property
     def shards(self) -> int:
@@ -612,6 +619,58 @@ class TopLevelQueue:
             return out, None
 
         return run(self.kv, peek)
+
+    def vested_zones(
+        self, shard: int, window: int, *, after: PointerRef | None = None
+    ) -> list[tuple[PointerRef, ZoneId]]:
+        """Up to ``window`` vested pointers of one shard in vesting order, each with its
+        zone, from the oldest or from just after ``after``: snapshot reads, no conflicts
+        (a server's peek for one app's pull lease pages through them). A pointer whose
+        record cannot be decoded is set aside (:func:`~quickzones.store.pointer_repair.set_aside`:
+        its bytes kept, a new pointer made for its zone, vesting now, as a consumer's
+        pointer lease does) and left out; so are pointers gone since the range read."""
+        begin, end = self.keys.pointer_vested_range(self.cluster, shard, now_ms(self.clock))
+        if after is not None:
+            at = self.keys.pointer_vesting_key(
+                self.cluster, shard, after.vesting_ms, after.pointer_id
+            )
+            begin = max(begin, at + b"\x00")
+        spoilt: list[tuple[PointerRef, str]] = []
+
+        def page(tr: KVTransaction) -> list[tuple[PointerRef, ZoneId]]:
+            tr.set_causal_read_risky()
+            spoilt.clear()
+            found = []
+            for key, _ in tr.get_range(begin, end, limit=window, snapshot=True):
+                vesting, pointer_id = self.keys.unpack_pointer_vesting_key(self.cluster, shard, key)
+                ref = PointerRef(shard, pointer_id, vesting, self.cluster)
+                zone = self._zones_of.get((shard, pointer_id))
+                if zone is None:
+                    pkey = self.keys.pointer_key(self.cluster, shard, pointer_id)
+                    raw = tr.get(pkey, snapshot=True)
+                    if raw is None:
+                        continue
+                    try:
+                        zone = decode_pointer(pkey, raw).zone
+                    except CorruptRecord as err:
+                        spoilt.append((ref, err.reason))
+                        continue
+                    if len(self._zones_of) >= ZONES_REMEMBERED:
+                        self._zones_of.clear()
+                    self._zones_of[(shard, pointer_id)] = zone
+                found.append((ref, zone))
+            return found
+
+        rows = run(self.kv, page)
+        for ref, reason in spoilt:
+            set_aside(self, ref, reason)
+        return rows
+
+    def zone_read(self, pointer: tuple[str, int, str]) -> ZoneId | None:
+        """The zone of ``pointer`` (cluster, shard, pointer id) where :meth:`vested_zones`
+        read it, else None (this store's own cluster's pointers only)."""
+        cluster, shard, pointer_id = pointer
+        return self._zones_of.get((shard, pointer_id)) if cluster == self.cluster else None
 
     def obtain_pointer_lease(
         self,

@@ -90,3 +90,30 @@ def test_quick_stats_counts_set_aside_pointers(tmp_path: Path) -> None:
     assert "pointers set aside 1" in text.output
     js = CliRunner().invoke(main, ["--store", url, "stats", "--json"])
     assert json.loads(js.output)["pointers_set_aside"] == 1
+
+
+def test_a_pull_peek_sets_aside_a_garbage_pointer_and_then_finds_its_zone(q: Quick) -> None:
+    """A server's peek for a pull lease (``TopLevelQueue.vested_zones``) meets a pointer
+    it cannot decode: left out of that page, set aside, and rebuilt for its zone, which
+    the next page names."""
+    q.enqueue("job", b"", app="app", tenant="spoilt")
+    zone = q.zone("app", "spoilt")
+    _spoil_pointer(q, zone)
+
+    assert q.toplevel.vested_zones(0, 10) == []
+    assert stats(q).corrupt_pointers == 1
+    assert [z for _, z in q.toplevel.vested_zones(0, 10)] == [zone]
+
+
+def test_a_pull_peek_pages_in_vesting_order(q: Quick, clock: ManualClock) -> None:
+    zones = []
+    for n in range(3):
+        q.enqueue("job", b"", app="app", tenant=f"t{n}")
+        zones.append(q.zone("app", f"t{n}"))
+        clock.advance(0.01)
+
+    first = q.toplevel.vested_zones(0, 2)
+    rest = q.toplevel.vested_zones(0, 2, after=first[-1][0])
+    assert [z for _, z in first + rest] == zones
+    assert q.toplevel.zone_read((q.toplevel.cluster, 0, rest[0][0].pointer_id)) == zones[2]
+    assert q.toplevel.zone_read(("another cluster", 0, rest[0][0].pointer_id)) is None
