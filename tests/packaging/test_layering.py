@@ -341,7 +341,9 @@ ABOVE_THE_STORES = ("quick_core/consumer", "adapters/http")
 STILL_REACHING = {
     # The fairness page's vested zones and tenant counts: TopLevelQueue and ZoneStore pages.
     "adapters/http/fairness.py",
-    # The app and tenant listings and the zones' counts: TopLevelQueue.zone_page, counts.
+    # The app and tenant listings (each shard's index of an app's zones), the app's item
+    # figures (a scan of its zones' keys) and the zones' counts: TopLevelQueue.apps and
+    # zone_page, ZoneStore.counts and an item scan of its own.
     "adapters/http/views.py",
 }
 
