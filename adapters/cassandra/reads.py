@@ -63,6 +63,10 @@ class ZoneReads(ConditionalWrites):
         rows = self.table.read(self.table.sel_count, (zone.app, zone.tenant))
         return int(rows[0][0]) if rows else 0
 
+    def counts(self, zones: list[ZoneId]) -> list[int]:
+        # One partition a zone: a read each (Cassandra has no snapshot across them).
+        return [self.count(zone) for zone in zones]
+
     def zones(self, page_size: int = 500) -> Iterator[ZoneId]:
         """Every zone (partition) with rows, in token order, read page by page."""
         for row in self.table.pages(self.table.sel_zones, (), page_size, "zone listing"):

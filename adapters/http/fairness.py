@@ -30,7 +30,7 @@ import msgpack
 from quickzones.adapters.http import views
 from quickzones.clock import now_ms
 from quickzones.errors import CorruptRecord, InvalidArgument
-from quickzones.store import heartbeats, pickups, sharded_counts
+from quickzones.store import heartbeats, pickups
 from quickzones.store.heartbeats import Heartbeat
 from quickzones.store.kv import KVTransaction, run
 from quickzones.store.pages import decode_cursor, encode_cursor, merged_page
@@ -264,17 +264,24 @@ def _rows(q: Quick, app: str, tenants: list[str], now: int, app_picked: int) -> 
     """Each tenant's figures, read for it alone (one snapshot for them all); weights,
     limits and pauses by the cached lookups the consumers take."""
 
-    def read(tr: KVTransaction) -> list[TenantRow]:
-        return [_row_in(tr, q, app, tenant, now, app_picked) for tenant in tenants]
+    if not tenants:
+        return []
+    queued = q.items.counts([ZoneId(app, tenant) for tenant in tenants])
 
-    return run(q.kv, read) if tenants else []
+    def read(tr: KVTransaction) -> list[TenantRow]:
+        return [
+            _row_in(tr, q, app, tenant, now, app_picked, n)
+            for tenant, n in zip(tenants, queued, strict=True)
+        ]
+
+    return run(q.kv, read)
 
 
 def _row_in(
-    tr: KVTransaction, q: Quick, app: str, tenant: str, now: int, app_picked: int
+    tr: KVTransaction, q: Quick, app: str, tenant: str, now: int, app_picked: int, queued: int
 ) -> TenantRow:
     zone = ZoneId(app, tenant)
-    row = TenantRow(tenant, queued=sharded_counts.read(tr, q.keys.count_key(zone)))
+    row = TenantRow(tenant, queued=queued)
     pointer = q.toplevel.get_pointer(zone, tr=tr)
     if pointer is not None and pointer.vesting_ms <= now:
         row.waiting_since_ms = pointer.vesting_ms

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from quickzones.adapters.http.models import ZoneDepth
 from quickzones.clock import now_ms
 from quickzones.errors import CorruptRecord
-from quickzones.store import admin, dead_groups, sharded_counts
+from quickzones.store import admin, dead_groups
 from quickzones.store.kv import KVTransaction, run
 from quickzones.store.pages import decode_cursor, encode_cursor, merged_page
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId, decode_item
@@ -105,11 +105,7 @@ def zone_depth_page(
 def zone_depths_of(q: Quick, app: str, tenants: list[str]) -> list[ZoneDepth]:
     """Item counts and pointer state of these tenants' zones (one page)."""
     zones = [ZoneId(app, t) for t in tenants]
-
-    def read(tr: KVTransaction) -> list[int]:
-        return [sharded_counts.read(tr, q.keys.count_key(z)) for z in zones]
-
-    counts = run(q.kv, read) if zones else []
+    counts = q.items.counts(zones) if zones else []
     out = []
     for zone, count in zip(zones, counts, strict=True):
         pointer = q.toplevel.get_pointer(zone)

@@ -231,7 +231,7 @@ class StoreCollector:
         age: dict[str, float] = {}
         for start in range(0, len(zones), COUNT_CHUNK):
             chunk = zones[start : start + COUNT_CHUNK]
-            for pointer, count in zip(chunk, q.zones.counts([p.zone for p in chunk]), strict=True):
+            for pointer, count in zip(chunk, q.items.counts([p.zone for p in chunk]), strict=True):
                 app = pointer.zone.app
                 by_app[app] = by_app.get(app, 0) + count
                 waited = 0.0

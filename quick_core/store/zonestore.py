@@ -248,6 +248,11 @@ class ZoneStore(Protocol):
 
     def count(self, zone: ZoneId) -> int: ...
 
+    def counts(self, zones: list[ZoneId]) -> list[int]:
+        """The item counts of ``zones``, in their order, read at once where the store can
+        (a page or a metrics scrape counts many zones, not one transaction a zone)."""
+        ...
+
     def dead_letter(
         self,
         zone: ZoneId,

@@ -105,6 +105,8 @@ def test_enqueue_get_and_count(zone_store_env: ZoneStoreEnv) -> None:
     assert item.lease_id is None and item.error_count == 0
     assert env.store.get(Z, "no-such-id") is None
     assert env.store.count(Z) == 2 and env.store.count(OTHER) == 0
+    assert env.store.counts([OTHER, Z, OTHER]) == [0, 2, 0]
+    assert env.store.counts([]) == []
 
 
 def test_a_delayed_item_never_vests_before_its_time(zone_store_env: ZoneStoreEnv) -> None:
