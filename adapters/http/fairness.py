@@ -29,12 +29,12 @@ import msgpack
 
 from quickzones.adapters.http import views
 from quickzones.clock import now_ms
-from quickzones.errors import CorruptRecord, InvalidArgument
+from quickzones.errors import InvalidArgument
 from quickzones.store import heartbeats, pickups
 from quickzones.store.heartbeats import Heartbeat
 from quickzones.store.kv import KVTransaction, run
 from quickzones.store.pages import decode_cursor, encode_cursor, merged_page
-from quickzones.store.records import ZoneId, decode_pointer
+from quickzones.store.records import ZoneId
 from quickzones.store.tenant_limits import TenantLimit
 from quickzones.store.tuple_layer import fdbtuple
 
@@ -160,40 +160,11 @@ Pager = Callable[["Quick", str, int, int, "str | None", str], tuple[list[str], "
 def _waiting(
     q: Quick, app: str, now: int, limit: int, cursor: str | None, _: str
 ) -> tuple[list[str], str | None]:
-    """The app's zones in pointer vesting order (vested pointers only): the vesting
-    index of each shard, whose pointer records say which app each is of."""
-    cluster = q.toplevel.cluster
+    """The app's zones in pointer vesting order (vested pointers only), from the
+    top-level queue (:meth:`~quickzones.store.toplevel.TopLevelQueue.vested_zone_page`)."""
     after = None if cursor is None else decode_cursor(b"", cursor, 2)
-    ranges = []
-    for shard in range(q.toplevel.shards):
-        begin, end = q.keys.pointer_vested_range(cluster, shard, now)
-        ranges.append((q.keys.pointer_vesting_prefix(cluster, shard), begin, end))
-
-    def match(tr: KVTransaction, key: bytes, value: bytes) -> str | None:
-        shard = _shard_of(q, key)
-        pointer_id = q.keys.unpack_pointer_vesting_key(cluster, shard, key)[1]
-        raw = tr.get(q.keys.pointer_key(cluster, shard, pointer_id), snapshot=True)
-        if raw is None:
-            return None
-        try:
-            pointer = decode_pointer(key, raw)
-        except CorruptRecord:
-            return None
-        if pointer.local or pointer.zone.app != app:
-            return None
-        return pointer.zone.tenant
-
-    tenants, next_after = merged_page(
-        q.kv, ranges, limit=limit, after=after, match=match, skip=_SKIP
-    )
+    tenants, next_after = q.toplevel.vested_zone_page(app, now, limit, after=after, skip=_SKIP)
     return tenants, None if next_after is None else encode_cursor(b"", next_after)
-
-
-def _shard_of(q: Quick, key: bytes) -> int:
-    # (root, "c", cluster, shard, "v", vesting, pointer_id)
-    shard = q.keys.unpack(key)[2]
-    assert isinstance(shard, int)
-    return shard
 
 
 def _noisy(

@@ -36,6 +36,7 @@ from quickzones.store.kv import (
     wake_watchers,
 )
 from quickzones.store.layout import Layout, check_shards, decode_layout, open_layout
+from quickzones.store.pages import merged_page
 from quickzones.store.pointer_gc import collect_pointer_if_inactive
 from quickzones.store.pointer_repair import set_aside
 from quickzones.store.records import (
@@ -665,6 +666,38 @@ class TopLevelQueue:
         for ref, reason in spoilt:
             set_aside(self, ref, reason)
         return rows
+
+    def vested_zone_page(
+        self, app: str, now_ms: int, limit: int, *, after: bytes | None = None, skip: int = 500
+    ) -> tuple[list[str], bytes | None]:
+        """One page of ``app``'s tenants whose pointers vested by ``now_ms``, in vesting
+        order over every shard (the fairness page's "waiting longest"), from just after
+        the opaque ``after``, and the next page's ``after`` (None: the last page).
+        Snapshot reads; pointers of other apps, of the cluster's local work, gone or
+        unreadable are passed over, at most ``skip`` keys a shard before the page ends
+        short (:func:`~quickzones.store.pages.merged_page`)."""
+        ranges = []
+        for shard in range(self.shards):
+            begin, end = self.keys.pointer_vested_range(self.cluster, shard, now_ms)
+            ranges.append((self.keys.pointer_vesting_prefix(self.cluster, shard), begin, end))
+
+        def match(tr: KVTransaction, key: bytes, value: bytes) -> str | None:
+            # (root, "c", cluster, shard, "v", vesting, pointer_id)
+            shard = self.keys.unpack(key)[2]
+            assert isinstance(shard, int)
+            pointer_id = self.keys.unpack_pointer_vesting_key(self.cluster, shard, key)[1]
+            raw = tr.get(self.keys.pointer_key(self.cluster, shard, pointer_id), snapshot=True)
+            if raw is None:
+                return None
+            try:
+                pointer = decode_pointer(key, raw)
+            except CorruptRecord:
+                return None
+            if pointer.local or pointer.zone.app != app:
+                return None
+            return pointer.zone.tenant
+
+        return merged_page(self.kv, ranges, limit=limit, after=after, match=match, skip=skip)
 
     def zone_read(self, pointer: tuple[str, int, str]) -> ZoneId | None:
         """The zone of ``pointer`` (cluster, shard, pointer id) where :meth:`vested_zones`

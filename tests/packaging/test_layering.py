@@ -339,8 +339,6 @@ ITEM_AND_POINTER_KEYS = re.compile(
 )
 ABOVE_THE_STORES = ("quick_core/consumer", "adapters/http")
 STILL_REACHING = {
-    # The fairness page's vested zones: a TopLevelQueue page of them.
-    "adapters/http/fairness.py",
     # The app and tenant listings (each shard's index of an app's zones) and the app's
     # item figures (a scan of its zones' keys): TopLevelQueue.apps and zone_page, and an
     # item scan of the ZoneStore's own.
