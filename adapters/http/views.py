@@ -14,43 +14,18 @@ from quickzones.adapters.http.models import ZoneDepth
 from quickzones.clock import now_ms
 from quickzones.errors import CorruptRecord
 from quickzones.store import admin, dead_groups
-from quickzones.store.kv import KVTransaction, run
-from quickzones.store.pages import decode_cursor, encode_cursor, merged_page
+from quickzones.store.pages import decode_cursor, encode_cursor
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId, decode_item
 from quickzones.store.tuple_layer import fdbtuple
 
 if TYPE_CHECKING:
     from quickzones.client import Quick
 
-_PAGE = 1000
-
-
-def _app_index_range(q: Quick, shard: int, app: str) -> tuple[bytes, bytes]:
-    # (root, "c", cluster, shard, "ix", app, tenant) -> pointer_id
-    prefix = q.keys.shard_prefix(q.toplevel.cluster, shard) + fdbtuple.pack(("ix", app))
-    return prefix + b"\x00", prefix + b"\xff"
-
 
 def all_apps(q: Quick) -> set[str]:
-    """Apps with at least one active zone: one short read per app and shard (it skips
-    over each app's tenants), so many zones cost no more than few."""
-    apps: set[str] = set()
-    for shard in range(q.toplevel.shards):
-        begin, end = q.keys.pointer_index_range(q.toplevel.cluster, shard)
-        while True:
-
-            def first(
-                tr: KVTransaction, start: bytes = begin, stop: bytes = end
-            ) -> list[tuple[bytes, bytes]]:
-                return tr.get_range(start, stop, limit=1, snapshot=True)
-
-            rows = run(q.kv, first)
-            if not rows:
-                break
-            app = str(q.keys.unpack(rows[0][0])[-2])
-            apps.add(app)
-            begin = _app_index_range(q, shard, app)[1]
-    return apps
+    """Apps with at least one active zone (:meth:`TopLevelQueue.apps
+    <quickzones.store.toplevel.TopLevelQueue.apps>`)."""
+    return q.toplevel.apps()
 
 
 _ZONE_SKIP = 1000  # tenant keys a search may pass over, per shard, before a page ends short
@@ -66,29 +41,14 @@ def tenant_page(
     prefix: str | None = None,
 ) -> tuple[list[str], str | None]:
     """One page of an app's active zones' tenants, in name order from ``cursor``, and
-    the next page's cursor (``None``: the last page), from each shard's index of the
-    app's zones: at most ``limit + 1`` keys a shard, or with ``contains`` (a substring,
-    not a key prefix) at most ``_ZONE_SKIP`` more, after which the page ends short at
-    the last tenant every shard has read past. ``prefix`` reads only the tenants whose
-    name starts with it (a key range). No total: counting would read every zone."""
+    the next page's cursor (``None``: the last page): the top-level queue's
+    :meth:`~quickzones.store.toplevel.TopLevelQueue.zone_page`, at most ``limit + 1``
+    keys a shard, or with ``contains`` (a substring) at most ``_ZONE_SKIP`` more.
+    ``prefix`` reads only the tenants whose name starts with it. No total: counting
+    would read every zone."""
     after = None if cursor is None else decode_cursor(b"", cursor, 1)
-    ranges = []
-    for shard in range(q.toplevel.shards):
-        begin, end = _app_index_range(q, shard, app)
-        base = begin[:-1]
-        if prefix is not None:
-            # A packed string is 0x02, its UTF-8 bytes, 0x00 (a NUL doubled): the keys
-            # of the names that start with ``prefix`` share these bytes.
-            head = base + b"\x02" + prefix.encode("utf-8").replace(b"\x00", b"\x00\xff")
-            begin, end = head, head + b"\xff"
-        ranges.append((base, begin, end))
-
-    def match(tr: KVTransaction, key: bytes, value: bytes) -> str | None:
-        tenant = str(q.keys.unpack(key)[-1])
-        return tenant if contains is None or contains in tenant else None
-
-    tenants, after_next = merged_page(
-        q.kv, ranges, limit=limit, after=after, match=match, skip=_ZONE_SKIP
+    tenants, after_next = q.toplevel.zone_page(
+        app, limit, after=after, contains=contains, prefix=prefix, skip=_ZONE_SKIP
     )
     return tenants, None if after_next is None else encode_cursor(b"", after_next)
 
@@ -181,16 +141,9 @@ def dead_letter_total(q: Quick, app: str) -> dead_groups.Total:
 
 def active_zone_count(q: Quick, app: str, *, max_keys: int = ZONE_KEYS) -> tuple[int, bool]:
     """How many of ``app``'s zones have a pointer, and whether that is all of them: the
-    app's zone index read up to ``max_keys`` keys over all shards (at most ``max_keys``
-    then: the count of the zones' index keys read)."""
-    count = 0
-    for shard in range(q.toplevel.shards):
-        left = max_keys - count
-        rows = admin.scan_range(q, *_app_index_range(q, shard, app), max_keys=left)
-        if len(rows) > left:
-            return max_keys, False
-        count += len(rows)
-    return count, True
+    app's zone index read up to ``max_keys`` keys over all shards
+    (:meth:`~quickzones.store.toplevel.TopLevelQueue.zone_count`)."""
+    return q.toplevel.zone_count(app, max_keys)
 
 
 def zone_items(

@@ -46,6 +46,7 @@ from quickzones.store.records import (
     encode_pointer,
     idle_pointer_head,
 )
+from quickzones.store.tuple_layer import fdbtuple
 
 
 class Unread:
@@ -102,6 +103,7 @@ class GuardedPointer:
     values: Callable[[], tuple[bytes | None, bytes | None] | None]
 
 
+LISTING_PAGE = 1000  # keys a listing's transaction reads at most (far inside the 5 s)
 ZONES_REMEMBERED = 100_000  # pointers whose zone vested_zones keeps (then it starts over)
 
 
@@ -666,6 +668,94 @@ class TopLevelQueue:
         for ref, reason in spoilt:
             set_aside(self, ref, reason)
         return rows
+
+    # --- listings (the HTTP pages) --------------------------------------------------------
+
+    def _app_index_range(self, shard: int, app: str) -> tuple[bytes, bytes]:
+        # (root, "c", cluster, shard, "ix", app, tenant) -> pointer_id
+        prefix = self.keys.shard_prefix(self.cluster, shard) + fdbtuple.pack(("ix", app))
+        return prefix + b"\x00", prefix + b"\xff"
+
+    def apps(self) -> set[str]:
+        """Apps with at least one zone that has a pointer: one short read per app and shard
+        (each skips over the app's tenants), so many zones cost no more than few."""
+        apps: set[str] = set()
+        for shard in range(self.shards):
+            begin, end = self.keys.pointer_index_range(self.cluster, shard)
+            while True:
+
+                def first(
+                    tr: KVTransaction, start: bytes = begin, stop: bytes = end
+                ) -> list[tuple[bytes, bytes]]:
+                    return tr.get_range(start, stop, limit=1, snapshot=True)
+
+                rows = run(self.kv, first)
+                if not rows:
+                    break
+                app = str(self.keys.unpack(rows[0][0])[-2])
+                apps.add(app)
+                begin = self._app_index_range(shard, app)[1]
+        return apps
+
+    def zone_page(
+        self,
+        app: str,
+        limit: int,
+        *,
+        after: bytes | None = None,
+        contains: str | None = None,
+        prefix: str | None = None,
+        skip: int = 1000,
+    ) -> tuple[list[str], bytes | None]:
+        """One page of the tenants of ``app``'s zones that have a pointer, in name order
+        from just after the opaque ``after``, and the next page's ``after`` (None: the
+        last page), from each shard's index of the app's zones: at most ``limit + 1``
+        keys a shard, or with ``contains`` (a substring, not a key prefix) at most
+        ``skip`` more, after which the page ends short at the last tenant every shard has
+        read past. ``prefix`` reads only the tenants whose name starts with it."""
+        ranges = []
+        for shard in range(self.shards):
+            begin, end = self._app_index_range(shard, app)
+            base = begin[:-1]
+            if prefix is not None:
+                # A packed string is 0x02, its UTF-8 bytes, 0x00 (a NUL doubled): the keys
+                # of the names that start with ``prefix`` share these bytes.
+                head = base + b"\x02" + prefix.encode("utf-8").replace(b"\x00", b"\x00\xff")
+                begin, end = head, head + b"\xff"
+            ranges.append((base, begin, end))
+
+        def match(tr: KVTransaction, key: bytes, value: bytes) -> str | None:
+            tenant = str(self.keys.unpack(key)[-1])
+            return tenant if contains is None or contains in tenant else None
+
+        return merged_page(self.kv, ranges, limit=limit, after=after, match=match, skip=skip)
+
+    def zone_count(self, app: str, max_keys: int) -> tuple[int, bool]:
+        """How many of ``app``'s zones have a pointer, and whether that is all of them:
+        each shard's index of the app's zones read up to ``max_keys`` keys in all (then
+        ``max_keys``, not exact)."""
+        count = 0
+        for shard in range(self.shards):
+            left = max_keys - count
+            begin, end = self._app_index_range(shard, app)
+            read = 0
+            while read <= left:
+                want = min(LISTING_PAGE, left + 1 - read)
+
+                def page(
+                    tr: KVTransaction, start: bytes = begin, stop: bytes = end, n: int = want
+                ) -> list[tuple[bytes, bytes]]:
+                    return tr.get_range(start, stop, limit=n, snapshot=True)
+
+                rows = run(self.kv, page)
+                read += len(rows)
+                if len(rows) < want:
+                    break
+                begin = rows[-1][0] + b"\x00"
+            if read > left:
+                return max_keys, False
+            count += read
+        return count, True
 
     def vested_zone_page(
         self, app: str, now_ms: int, limit: int, *, after: bytes | None = None, skip: int = 500

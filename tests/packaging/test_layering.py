@@ -335,13 +335,13 @@ def test_the_seams_name_existing_modules() -> None:
 ITEM_AND_POINTER_KEYS = re.compile(
     r"\.(pointer_key|pointer_vested_range|pointer_vesting_key|pointer_vesting_prefix"
     r"|unpack_pointer_vesting_key|pointer_index_range|pointer_index_key|item_key|order_key"
-    r"|count_key|items_range|order_range|all_zones_range)\("
+    r"|count_key|items_range|order_range|all_zones_range|shard_prefix|cluster_prefix)\("
+    r"|keys\.root\b"
 )
 ABOVE_THE_STORES = ("quick_core/consumer", "adapters/http")
 STILL_REACHING = {
-    # The app and tenant listings (each shard's index of an app's zones) and the app's
-    # item figures (a scan of its zones' keys): TopLevelQueue.apps and zone_page, and an
-    # item scan of the ZoneStore's own.
+    # The app's item figures (a scan of its zones' keys from (root, "z", app)): an item
+    # scan of the ZoneStore's own.
     "adapters/http/views.py",
 }
 
