@@ -200,3 +200,37 @@ def test_enqueue_racing_a_visit_is_not_stranded_behind_a_lease(q: Quick) -> None
     c_id = q.transact(user)
     [ref] = consumer.scan_once()  # C's pointer is vested now, not in 30 s
     assert [w.item.item_id for w in consumer.visit(ref)] == [c_id]
+
+
+def test_the_listings_of_apps_and_their_zones_over_shards(  # type: ignore[no-untyped-def]
+    backend: str, tmp_path, clock: ManualClock
+) -> None:
+    """What the HTTP pages list of the top-level queue: the apps with a zone, an app's
+    tenants in name order a page at a time (a prefix, a substring), and how many zones an
+    app has, exact or capped, over every shard."""
+    from tests.conftest import store_url
+
+    q = Quick.open(store_url(backend, tmp_path), clock=clock, shards=3)
+    try:
+        tenants = sorted(f"t{i:02d}" for i in range(12))
+        for t in tenants:
+            q.enqueue("job", b"", app="a", tenant=t)
+        q.enqueue("job", b"", app="b", tenant="x")
+
+        assert q.toplevel.apps() == {"a", "b"}
+        pages, after = [], None
+        while True:
+            page, after = q.toplevel.zone_page("a", 5, after=after)
+            pages.append(page)
+            if after is None:
+                break
+        assert [len(p) for p in pages] == [5, 5, 2]
+        assert [t for p in pages for t in p] == tenants
+        assert q.toplevel.zone_page("a", 20, prefix="t0")[0] == tenants[:10]
+        assert q.toplevel.zone_page("a", 20, contains="1")[0] == ["t01", "t10", "t11"]
+        assert q.toplevel.zone_count("a", 100) == (12, True)
+        assert q.toplevel.zone_count("a", 12) == (12, True)
+        assert q.toplevel.zone_count("a", 7) == (7, False)
+        assert q.toplevel.zone_count("nobody", 7) == (0, True)
+    finally:
+        q.close()
