@@ -13,7 +13,7 @@ from quickzones.clock import now_ms
 from quickzones.consumer.scanner_election import lease_name
 from quickzones.consumer.store_election import LeaseRecord, StoreElection
 from quickzones.errors import CorruptRecord, InvalidArgument, ItemAlreadyQueued, ItemNotFound
-from quickzones.store import dead_groups, flow_keys, sharded_counts
+from quickzones.store import dead_groups, flow_keys
 from quickzones.store import enqueue as two_part
 from quickzones.store.dead_groups import letter_group
 from quickzones.store.kv import KVTransaction, get_many, run
@@ -99,7 +99,7 @@ def active_zones(q: Quick) -> list[ZoneSummary]:
             out.append(
                 ZoneSummary(
                     pointer.zone,
-                    q.zones.count(pointer.zone),
+                    q.items.count(pointer.zone),
                     pointer.vesting_ms,
                     pointer.lease_id is not None,
                 )
@@ -154,7 +154,8 @@ def set_aside_pointers(q: Quick) -> list[SetAsidePointer]:
 
 
 def zone_count(q: Quick, zone: ZoneId) -> int:
-    return run(q.kv, lambda tr: sharded_counts.read(tr, q.keys.count_key(zone)))
+    """The zone's item count, from the store its items live in."""
+    return q.items.count(zone)
 
 
 _Row = tuple[ZoneId, str, bytes, bytes, list[bytes]]
