@@ -29,7 +29,6 @@ from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.tenant_move import (
     DEFAULT_FENCE_MS,
     MoveReport,
-    drop_pointer_if_empty,
     fenced_copy,
     is_fence,
     move_zone,
@@ -122,8 +121,8 @@ class CassandraMoveSource:
     def drop_pointer_if_empty(self, zone: ZoneId) -> bool:
         if self.pointers is None:
             return False
-        return drop_pointer_if_empty(
-            self.pointers, zone, lambda tr: self.store.zone_is_empty(tr, zone)
+        return self.pointers.toplevel.drop_pointer_if_empty(
+            zone, lambda tr: self.store.zone_is_empty(tr, zone)
         )
 
     def count(self, zone: ZoneId) -> int:

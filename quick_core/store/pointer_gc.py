@@ -7,7 +7,7 @@ zone empty (invariant 2): an enqueue that commits first makes the zone non-empty
 commits later conflicts on the index key and creates a fresh pointer.
 
 The deletion for a tenant move (the source zone emptied by the move, not by consumers)
-is :func:`quickzones.store.tenant_move.drop_pointer_if_empty`.
+is :meth:`quickzones.store.toplevel.TopLevelQueue.drop_pointer_if_empty`.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ from quickzones.clock import Clock, SystemClock, now_ms
 from quickzones.errors import CorruptRecord, QuickError
 from quickzones.store import flow_keys
 from quickzones.store.kv import KVTransaction, run
-from quickzones.store.records import WorkItem, ZoneId, decode_pointer
+from quickzones.store.records import WorkItem, ZoneId
 
 if TYPE_CHECKING:
     from quickzones.client import Quick
@@ -456,48 +456,12 @@ class KVMoveSource:
         run(self.quick.kv, delete)
 
     def drop_pointer_if_empty(self, zone: ZoneId) -> bool:
-        return drop_pointer_if_empty(
-            self.quick, zone, lambda tr: self.zones.zone_is_empty(tr, zone)
+        return self.quick.toplevel.drop_pointer_if_empty(
+            zone, lambda tr: self.zones.zone_is_empty(tr, zone)
         )
 
     def count(self, zone: ZoneId) -> int:
         return self.zones.count(zone)
-
-
-def drop_pointer_if_empty(
-    quick: Quick, zone: ZoneId, zone_is_empty: Callable[[KVTransaction], bool]
-) -> bool:
-    """Delete ``zone``'s pointer in ``quick``'s top-level queue in a transaction that reads
-    the pointer index key and observes the zone empty (invariant 2). True if the zone has
-    no pointer afterwards."""
-    tl = quick.toplevel
-
-    def drop(tr: KVTransaction) -> bool:
-        # Every place the layout allows (two during a reshard), each read with a conflict.
-        for shard in tl.layout.places(zone):
-            index_key = tl.keys.pointer_index_key(tl.cluster, shard, zone)
-            index = tr.get(index_key)
-            if index is None:
-                continue
-            if not zone_is_empty(tr):
-                return False
-            pointer_key = tl.keys.pointer_key(tl.cluster, shard, index.decode())
-            raw = tr.get(pointer_key)
-            if raw is not None:
-                try:
-                    pointer = decode_pointer(pointer_key, raw)
-                    tr.clear(
-                        tl.keys.pointer_vesting_key(
-                            tl.cluster, shard, pointer.vesting_ms, pointer.pointer_id
-                        )
-                    )
-                except CorruptRecord:
-                    pass  # the record goes; a stray vesting entry is skipped by scanners
-                tr.clear(pointer_key)
-            tr.clear(index_key)
-        return True
-
-    return run(quick.kv, drop)
 
 
 def move_tenant(

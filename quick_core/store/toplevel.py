@@ -669,6 +669,40 @@ class TopLevelQueue:
             set_aside(self, ref, reason)
         return rows
 
+    def drop_pointer_if_empty(
+        self, zone: ZoneId, zone_is_empty: Callable[[KVTransaction], bool]
+    ) -> bool:
+        """Delete ``zone``'s pointer in a transaction that reads the pointer index key and
+        observes the zone empty (invariant 2): a tenant move's source zone, emptied by the
+        move rather than by consumers. True if the zone has no pointer afterwards."""
+
+        def drop(tr: KVTransaction) -> bool:
+            # Every place the layout allows (two during a reshard), each read with a conflict.
+            for shard in self.layout.places(zone):
+                index_key = self.keys.pointer_index_key(self.cluster, shard, zone)
+                index = tr.get(index_key)
+                if index is None:
+                    continue
+                if not zone_is_empty(tr):
+                    return False
+                pointer_key = self.keys.pointer_key(self.cluster, shard, index.decode())
+                raw = tr.get(pointer_key)
+                if raw is not None:
+                    try:
+                        pointer = decode_pointer(pointer_key, raw)
+                        tr.clear(
+                            self.keys.pointer_vesting_key(
+                                self.cluster, shard, pointer.vesting_ms, pointer.pointer_id
+                            )
+                        )
+                    except CorruptRecord:
+                        pass  # the record goes; a stray vesting entry is skipped by scanners
+                    tr.clear(pointer_key)
+                tr.clear(index_key)
+            return True
+
+        return run(self.kv, drop)
+
     # --- listings (the HTTP pages) --------------------------------------------------------
 
     def _app_index_range(self, shard: int, app: str) -> tuple[bytes, bytes]:
