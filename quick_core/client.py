@@ -59,6 +59,7 @@ from quickzones.store.pages import Page
 from quickzones.store.pauses import Pause, Pauses
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId
 from quickzones.store.run_at import delay_seconds
+from quickzones.store.sql import SQLTopLevelQueue, SQLZoneStore, native_sql, statements
 from quickzones.store.steady_clock import clock_for
 from quickzones.store.tenant_limits import TenantLimit, TenantLimits
 from quickzones.store.toplevel import TopLevelQueue
@@ -147,13 +148,27 @@ class Quick:
         # Steady: time never runs backwards across the processes sharing this store, so a
         # wall clock set back does not stall leases and delays (docs/guarantees.md#clock-steps).
         self.clock = clock_for(kv, self.keys.meta_key("clock"), clock, steady_clock)
-        self.toplevel = TopLevelQueue(
+        sql = native_sql(kv)
+        sql_top = None
+        if sql is not None:  # items and pointers in SQL tables (zones=sql)
+            sql_top = SQLTopLevelQueue(
+                kv, sql, statements(root), keys=self.keys, cluster=cluster, clock=self.clock,
+                ids=ids,
+            )  # fmt: skip
+        self.toplevel = sql_top or TopLevelQueue(
             kv, keys=self.keys, cluster=cluster, clock=self.clock, ids=ids
         )
         self.toplevel.open_layout(shards, store=create, new_cluster=new_cluster)
         self.ids = self.toplevel.ids
         # The KV zones: items, unless a zone store is injected; dead letters and admin.
         self.zones = KVZoneStore(kv, self.toplevel, keys=self.keys, clock=self.clock)
+        if sql is not None and sql_top is not None and zone_store is None:
+            native = SQLZoneStore(
+                sql, sql_top.q, sql_top, kv, self.zones, clock=self.clock, ids=self.ids
+            )
+            if create:
+                native.create_tables()
+            zone_store = lambda q: native  # noqa: E731 - made above, before the layout's use
         self.items: ZoneStore = self.zones if zone_store is None else zone_store(self)
         if isinstance(self.items, KVZoneStore):
             self.zones = self.items  # an injected KV zone store (a variant) serves both

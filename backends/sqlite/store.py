@@ -41,11 +41,11 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from quickzones.backends._foreign_commits import ForeignCommits
 from quickzones.backends.sqlite.checkpointer import Checkpointer
-from quickzones.backends.sqlite.connections import SQLiteConnections
 from quickzones.backends.sqlite.errors import _translate
 from quickzones.backends.sqlite.file_identity import FileIdentity
 from quickzones.backends.sqlite.file_signal import FileSignal, open_signal
 from quickzones.backends.sqlite.known_values import KnownValues
+from quickzones.backends.sqlite.native import NativeTransactions
 from quickzones.backends.sqlite.resolver import CommitResolver
 from quickzones.backends.sqlite.sql import _VERSION, _VERSIONS_AFTER
 from quickzones.backends.sqlite.transaction import SQLiteTransaction
@@ -56,6 +56,7 @@ from quickzones.errors import InvalidStoreURL, StorageError
 from quickzones.urls import RETRY_OPTIONS, parse_retry_option
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+ZONE_LAYOUTS = ("kv", "sql")
 
 
 class _Bound(threading.local):
@@ -66,7 +67,7 @@ class _Bound(threading.local):
     conn: sqlite3.Connection | None = None
 
 
-class SQLiteStore(SQLiteConnections, CommitResolver, WalBound):
+class SQLiteStore(NativeTransactions, CommitResolver, WalBound):
     """A KV store in one SQLite file: ``SQLiteStore("quick.db", clock=...)``."""
 
     def __init__(
@@ -80,8 +81,14 @@ class SQLiteStore(SQLiteConnections, CommitResolver, WalBound):
         retry_limit: int | None = None,
         timeout_ms: int | None = None,
         create: bool = True,
+        zones: str = "kv",
     ) -> None:
         self.path = os.fspath(path)
+        if zones not in ZONE_LAYOUTS:
+            raise StorageError(f"zones must be one of {ZONE_LAYOUTS}, not {zones!r}")
+        # Where items and pointers live: "kv", as every other key (the default), or
+        # "sql", tables of their own beside it (quickzones.store.sql; issue 44).
+        self.zones = zones
         self.url = url if url is not None else f"sqlite:///{self.path}"
         self.clock: Clock = clock if clock is not None else SystemClock()
         if synchronous.upper() not in _SYNCHRONOUS:
@@ -132,9 +139,11 @@ class SQLiteStore(SQLiteConnections, CommitResolver, WalBound):
         """``sqlite:///relative.db`` or ``sqlite:////absolute/path.db`` (as SQLAlchemy).
 
         Options: ``busy_timeout_ms`` (default 10000), ``synchronous`` (default NORMAL),
-        run()'s bounds ``retry_limit`` and ``timeout_ms``. With ``create=False`` the file
-        must already be a quick store (:class:`StoreNotFound`, :class:`NotAQuickStore`)
-        and is never written to while opening.
+        run()'s bounds ``retry_limit`` and ``timeout_ms``, ``zones`` (``kv``, the default,
+        or ``sql``: items and pointers in tables of their own, :mod:`quickzones.store.sql`).
+        With ``create=False`` the file must already be a quick store
+        (:class:`StoreNotFound`, :class:`NotAQuickStore`) and is never written to while
+        opening.
         """
         try:
             parts = urlsplit(url)
@@ -161,6 +170,10 @@ class SQLiteStore(SQLiteConnections, CommitResolver, WalBound):
                 if raw.upper() not in _SYNCHRONOUS:
                     raise InvalidStoreURL(url, f"synchronous must be one of {_SYNCHRONOUS}")
                 options["synchronous"] = raw
+            elif option == "zones":
+                if raw not in ZONE_LAYOUTS:
+                    raise InvalidStoreURL(url, f"zones must be one of {ZONE_LAYOUTS}")
+                options["zones"] = raw
             elif option in RETRY_OPTIONS:
                 options[option] = parse_retry_option(url, option, raw)
             else:

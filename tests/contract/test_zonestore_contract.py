@@ -1,7 +1,7 @@
 """The shipped zone store contract (:mod:`quickzones.testing.contract.zonestore`) on every zone
-store: the KV zones over each KV backend in ``conftest.BACKENDS``, and Cassandra zones on a
-local node from ``integration.cassandra_fixtures`` (skipped without java locally, a
-failure in CI)."""
+store: the KV zones over each KV backend in ``conftest.BACKENDS``, the native SQL zones
+(``sqlite:///...?zones=sql``), and Cassandra zones on a local node from
+``integration.cassandra_fixtures`` (skipped without java locally, a failure in CI)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,18 @@ def _kv_zones(name: str) -> Callable[[pytest.FixtureRequest, Path], Iterator[Zon
     return open_env
 
 
+def _sql_zones(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ZoneStoreEnv]:
+    """Items and pointers in an SQLite file's own tables (quickzones.store.sql)."""
+    from quickzones.backends.sqlite import SQLiteStore
+
+    clock = ManualClock()
+    q = Quick(SQLiteStore(tmp_path / "zones.db", clock=clock, zones="sql"), clock=clock)
+    try:
+        yield ZoneStoreEnv(q.items, q.kv, clock)
+    finally:
+        q.close()
+
+
 def _cassandra_zones(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ZoneStoreEnv]:
     """Items in a fresh Cassandra keyspace, pointers in a sqlite file."""
     from integration.cassandra_adapter.helpers import cassandra_url
@@ -54,6 +66,7 @@ def _cassandra_zones(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator
 # its own suite the same way.
 ZONE_STORES = [
     *(pytest.param(_kv_zones(name), id=f"kv-{name}") for name in sorted(BACKENDS)),
+    pytest.param(_sql_zones, id="sql-sqlite"),
     pytest.param(_cassandra_zones, id="cassandra", marks=pytest.mark.cassandra),
 ]
 

@@ -52,13 +52,7 @@ class ZoneDeadLetters(ZoneItems):
         = ``reason``), so a dead letter's error count agrees with its attempts.
         """
         self._delete_item(tr, zone, item)
-        stored = item.with_(
-            lease_id=None,
-            commit_order=None,
-            meta={k: v for k, v in item.meta.items() if k != "_chunks"},
-        )
-        if count_error:
-            stored = stored.with_(error_count=item.error_count + 1, last_error=reason)
+        stored = _letter_of(item, reason, count_error)
         turn = outcomes.finished(
             tr, self.keys, zone, stored, outcomes.DEAD_LETTERED, now_ms(self.clock), reason=reason
         )
@@ -74,6 +68,39 @@ class ZoneDeadLetters(ZoneItems):
             traceback=traceback,
             job_type=item.job_type,
         )
+
+    def keep_dead_letter(
+        self,
+        zone: ZoneId,
+        item: WorkItem,
+        reason: str,
+        *,
+        count_error: bool = False,
+        traceback: str | None = None,
+    ) -> None:
+        """Write the dead letter of ``item``, an item of another zone store (the native
+        SQL zones keep their dead letters here, where ``quick dead-letters`` and the
+        admin read them), in a transaction of its own; that store deletes the item after.
+        ``count_error`` as :meth:`_bury`'s."""
+        stored = _letter_of(item, reason, count_error)
+        run(
+            self.kv,
+            lambda tr: self._dead_letter_raw(
+                tr,
+                zone,
+                item.item_id,
+                encode_item(stored),
+                reason,
+                now_ms(self.clock),
+                traceback=traceback,
+                job_type=item.job_type,
+            ),
+        )
+
+    def keep_corrupt_letter(self, zone: ZoneId, item_id: str, raw: bytes, reason: str) -> None:
+        """Write the dead letter of another store's record that cannot be decoded."""
+        now = now_ms(self.clock)
+        run(self.kv, lambda tr: self._dead_letter_raw(tr, zone, item_id, raw, reason, now))
 
     def _dead_letter_raw(
         self,
@@ -199,3 +226,16 @@ class ZoneDeadLetters(ZoneItems):
             tr.add(self.keys.count_key(zone), pack_i64(-1))
 
         run(self.kv, drop)
+
+
+def _letter_of(item: WorkItem, reason: str, count_error: bool) -> WorkItem:
+    """``item`` as its dead letter keeps it: unleased, its chunks' count dropped; with
+    ``count_error`` the failed run counted (error count + 1, last error ``reason``)."""
+    stored = item.with_(
+        lease_id=None,
+        commit_order=None,
+        meta={k: v for k, v in item.meta.items() if k != "_chunks"},
+    )
+    if count_error:
+        stored = stored.with_(error_count=item.error_count + 1, last_error=reason)
+    return stored

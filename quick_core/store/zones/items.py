@@ -22,6 +22,7 @@ from quickzones.store.kv import (
     KVTransaction,
     pack_i64,
 )
+from quickzones.store.lease_rules import LAPSED_LEASE_META
 from quickzones.store.records import (
     WorkItem,
     ZoneId,
@@ -54,9 +55,6 @@ def new_item_id(ids: IdSource = random_ids) -> str:
     return ids(12)
 
 
-# Meta of an item leased again after a lease lapsed: that lease's id, so its late holder
-# is told its lease expired rather than that its id is wrong.
-LAPSED_LEASE_META = "_lapsed_lease"
 
 
 def lease_lost(item: WorkItem, lease_id: str, now: int) -> LeaseLost:

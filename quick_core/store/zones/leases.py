@@ -10,6 +10,7 @@ from quickzones.errors import (
     ItemNotFound,
     ItemNotVested,
 )
+from quickzones.store import lease_rules
 from quickzones.store.kv import (
     OWN_STORE,
     KVTransaction,
@@ -21,7 +22,6 @@ from quickzones.store.records import (
     ZoneId,
 )
 from quickzones.store.zones.items import (
-    LAPSED_LEASE_META,
     ZoneItems,
     check_lease_duration,
     lease_lost,
@@ -41,39 +41,9 @@ class ZoneLeases(ZoneItems):
         held: bool = False,
         order_key: bytes | None = None,
     ) -> WorkItem:
-        """Lease ``item`` for ``lease_ms`` from ``now`` (``order_key``: its order entry's
-        key where the caller read it, not packed again). A lease to start at once counts
-        the run here (attempts + 1); a ``held`` one (leased to wait: a timer's look-ahead,
-        a consumer's look-ahead beyond its free workers) counts nothing until the worker's
-        start check (:meth:`start`) turns it into a run, so a crash charges only what it
-        interrupted (issue 40 point 1)."""
-        counted: dict[str, object] = {}
-        attempts = item.attempts
-        if item.lease_id is not None:
-            # A lease that ran out unreleased (completing, requeueing or giving back
-            # clears it): its consumer crashed or stalled while holding it. Its late
-            # holder is told its lease expired (LAPSED_LEASE_META).
-            counted["meta"] = {**item.meta, LAPSED_LEASE_META: item.lease_id}
-            if not item.held:
-                # A started run lapsed: not a failed attempt (paper section 5), counted
-                # apart (RetryPolicy.max_lapses), so an item that kills its consumer every
-                # time ends; the next run replaces its count (taken back here, counted
-                # again below or at the start). A held lease that lapsed never ran:
-                # nothing to count.
-                counted["lapses"] = item.lapses + 1
-                counted["last_error"] = (
-                    "lease lapsed: its consumer stopped or stalled while holding it"
-                )
-                attempts -= 1
-        leased = item.with_(
-            vesting_ms=now + lease_ms,
-            lease_id=new_lease_id(self.ids),
-            commit_order=None,
-            attempts=max(0, attempts + (0 if held else 1)),
-            held=held,
-            vested_ms=item.vesting_ms,  # for its pickup figure (not stored)
-            **counted,
-        )
+        """Lease ``item`` for ``lease_ms`` from ``now`` (:func:`.lease_rules.granted`);
+        ``order_key``: its order entry's key where the caller read it, not packed again."""
+        leased = lease_rules.granted(item, now, lease_ms, new_lease_id(self.ids), held=held)
         return self._move_vesting(tr, zone, item, leased, leased=True, old_key=order_key)
 
     @transactional
@@ -96,7 +66,7 @@ class ZoneLeases(ZoneItems):
         item = self._check_holder(read, item_id, lease_id)
         if not item.held:
             return item
-        started = item.with_(attempts=item.attempts + 1, held=False, commit_order=None)
+        started = lease_rules.started(item)
         self._keep_leased(self._rewrite_header(tr, zone, item, started), started)
         return started
 
@@ -132,7 +102,7 @@ class ZoneLeases(ZoneItems):
                 tr,
                 zone,
                 item,
-                item.with_(vesting_ms=now_ms(self.clock) + lease_ms, commit_order=None),
+                lease_rules.extended(item, now_ms(self.clock), lease_ms),
             )
 
         return run(self.kv, extend)
@@ -153,16 +123,12 @@ class ZoneLeases(ZoneItems):
         tr: KVTransaction = OWN_STORE,
     ) -> WorkItem:
         item = self._check_holder(self._read_item(tr, zone, item_id), item_id, lease_id)
-        updated = item.with_(
-            vesting_ms=max(vesting_after(self.clock, delay_ms), not_before_ms or 0),
-            lease_id=None,
-            held=False,
-            # Given back unstarted: this lease was no run, so its count is taken back (a
-            # held lease counted none).
-            attempts=item.attempts if ran or item.held else max(0, item.attempts - 1),
-            error_count=item.error_count + (1 if count_error else 0),
-            last_error=error if error is not None else item.last_error,
-            meta={**item.meta, **meta} if meta else item.meta,
-            commit_order=None,
+        updated = lease_rules.requeued(
+            item,
+            max(vesting_after(self.clock, delay_ms), not_before_ms or 0),
+            error=error,
+            count_error=count_error,
+            meta=meta,
+            ran=ran,
         )
         return self._move_vesting(tr, zone, item, updated)

@@ -1,0 +1,79 @@
+"""Transactions of SQL statements of the store's own tables beside ``kv`` (the native SQL
+zones, :mod:`quickzones.store.sql`): a pooled connection holding the file's write lock
+from its first statement (``BEGIN IMMEDIATE``, so the statements run one writer at a time
+and need no row locks: docs/backends.md, "Zones native in SQL"), or a read snapshot. The
+backend knows nothing of what the statements say; errors come back as the KV store's."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+
+from quickzones.backends._ranges import encode_ranges
+from quickzones.backends.sqlite.checkpointer import Checkpointer
+from quickzones.backends.sqlite.connections import SQLiteConnections
+from quickzones.backends.sqlite.errors import _translate
+from quickzones.backends.sqlite.sql import _BUMP_VERSION, _RECORD_CONFLICTS, _VERSION, blob
+from quickzones.backends.txnbuffer import VERSIONS_PER_SECOND
+from quickzones.errors import StoreBusy
+
+_NO_RANGES = blob(encode_ranges([]))
+
+
+class NativeTransactions(SQLiteConnections):
+    """``sql_write`` and ``sql_read``: :class:`~quickzones.store.sql.SQLConnections`."""
+
+    checkpointer: Checkpointer
+
+    @contextlib.contextmanager
+    def sql_write(self, *, signal: bool = False) -> Iterator[sqlite3.Connection]:
+        """A connection holding the write lock; what the block ran commits when it ends,
+        nothing when it raises. ``signal``: the commit is recorded as a commit of the
+        store, so other processes' commit watchers (``data_version``) wake for it, as
+        for a KV commit (an enqueue's; a lease or a completion wakes nobody)."""
+        conn = self._acquire()
+        try:
+            # Threads of this process queue on the store's lock, not in SQLite's busy
+            # handler (sqlite.transaction: its sleeps make a latency tail).
+            if not self._write_lock.acquire(timeout=self._busy_timeout_s):
+                raise StoreBusy(self.url, self.busy_timeout_ms)
+            try:
+                self._begin_immediate(conn)
+                try:
+                    yield conn
+                    if signal:
+                        self._record_commit(conn)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            finally:
+                self._write_lock.release()
+            self.checkpointer.committed()
+        except sqlite3.Error as err:
+            raise _translate(err, "sql", self.url) from err
+        finally:
+            self._release(conn)
+
+    @contextlib.contextmanager
+    def sql_read(self) -> Iterator[sqlite3.Connection]:
+        """A connection outside any transaction: each statement reads a snapshot of its
+        own (a read of one statement needs no BEGIN and no ROLLBACK)."""
+        conn = self._acquire()
+        try:
+            yield conn
+        except sqlite3.Error as err:
+            raise _translate(err, "sql read", self.url) from err
+        finally:
+            self._release(conn)
+
+    def _record_commit(self, conn: sqlite3.Connection) -> None:
+        """A commit version of its own, with no conflict ranges (KV transactions never
+        read these tables), that commit watchers of other store objects count."""
+        version: int = conn.execute(_VERSION).fetchone()[0]
+        version = max(version + 1, int(self.clock.now() * VERSIONS_PER_SECOND))
+        conn.execute(_RECORD_CONFLICTS, (version, _NO_RANGES))
+        conn.execute(_BUMP_VERSION, (version,))
+        self._foreign.made(version)

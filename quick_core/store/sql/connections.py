@@ -1,0 +1,37 @@
+"""The seam under the native SQL zones: a store that runs SQL statements of its own
+(``sqlite:///...?zones=sql``: :class:`quickzones.backends.sqlite.native.NativeTransactions`).
+The zones hold a DB-API connection only inside these blocks and import no driver."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+
+class SQLConnections(Protocol):
+    """Where the native SQL zones' statements run."""
+
+    url: str
+
+    def sql_write(self, *, signal: bool = False) -> AbstractContextManager[Any]:
+        """A DB-API connection holding the store's write lock for the block: what the
+        block ran commits when it ends and nothing when it raises; errors come back as
+        the store's (:class:`~quickzones.errors.StorageError`, ``KVError``). ``signal``:
+        other processes' commit watchers wake for this commit (an enqueue's)."""
+        ...
+
+    def sql_read(self) -> AbstractContextManager[Any]:
+        """A DB-API connection whose statements each read a snapshot of their own."""
+        ...
+
+
+class SQLTransaction:
+    """A native write transaction handed to the callbacks that a pointer's requeue or
+    collection runs inside it (the zone's next vesting time, its emptiness), where the KV
+    top-level queue hands its KV transaction: the zone store reads through the same
+    connection, under the same lock."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn

@@ -1,0 +1,195 @@
+"""The native SQL zones' tables and statements (docs/backends.md, "Zones native in SQL").
+
+Written once with named parameters (``:zone``); :func:`statements` makes a store's set,
+its tables named after the key space's root, so two roots in one database stay apart.
+SQLite runs them as written (every write under ``BEGIN IMMEDIATE``: one writer at a time,
+so no statement needs a row lock).
+
+``zone`` is the zone's (app, tenant) packed by the tuple layer, as the KV zones' keys pack
+it: zones sort by app, then tenant, and one app's zones share a prefix.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from quickzones.errors import ConfigurationError
+
+_ROOT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,40}")
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """One store's tables and statements."""
+
+    schema: tuple[str, ...]
+    # --- items -----------------------------------------------------------------------------
+    # An item's row; nothing when its id is in the zone already (an idempotent repeat).
+    insert_item: str
+    # The pointer made, or pulled earlier where it vests later and nobody leases it: both
+    # parts of the two-part enqueue, under the write lock (part two cannot conflict).
+    upsert_pointer: str
+    item: str
+    items_of_zone: str
+    # Vested items in the zone's order (priority, vesting time, enqueue order), at most n.
+    vested: str
+    # An item's new state, written only where its row still holds the record read.
+    update_item: str
+    delete_item: str
+    delete_leased_item: str
+    # The zone's next vesting time: the first entry of each priority (a loose index scan),
+    # never a scan of the zone's items.
+    min_vesting: str
+    any_item: str
+    count: str
+    # --- pointers --------------------------------------------------------------------------
+    pointer_by_id: str
+    pointer_of_zone: str
+    lease_pointer: str
+    requeue_pointer: str
+    extend_pointer: str
+    delete_pointer: str
+    pull_pointer: str
+    peek: str
+    peek_from: str
+    pointers_of_shard: str
+    pointers_of_shard_from: str
+    count_pointers: str
+    zones_from: str
+    count_zones: str
+    first_zone_after: str
+    vested_zones_of_app: str
+
+
+def statements(root: str) -> Statements:
+    """The statements of the key space ``root`` (its tables ``<root>_items`` and
+    ``<root>_pointers``)."""
+    if not _ROOT.fullmatch(root):
+        raise ConfigurationError(
+            f"zones=sql names its tables after the key space root, which must be letters,"
+            f" digits and underscores (at most 41), not {root!r}"
+        )
+    i, p = f"{root}_items", f"{root}_pointers"
+    return Statements(
+        schema=(
+            # The rowid orders items of one vesting time by their enqueue.
+            f"CREATE TABLE IF NOT EXISTS {i} (seq INTEGER PRIMARY KEY, zone BLOB NOT NULL,"
+            " id TEXT NOT NULL, priority INTEGER NOT NULL, vesting_ms INTEGER NOT NULL,"
+            " lease_id TEXT, record BLOB NOT NULL, UNIQUE (zone, id))",
+            f"CREATE INDEX IF NOT EXISTS {i}_order ON {i} (zone, priority, vesting_ms)",
+            f"CREATE TABLE IF NOT EXISTS {p} (cluster TEXT NOT NULL, zone BLOB NOT NULL,"
+            " pointer_id TEXT NOT NULL, shard INTEGER NOT NULL, vesting_ms INTEGER NOT NULL,"
+            " last_active_ms INTEGER NOT NULL, lease_id TEXT, holder TEXT,"
+            " PRIMARY KEY (cluster, zone)) WITHOUT ROWID",
+            f"CREATE UNIQUE INDEX IF NOT EXISTS {p}_id ON {p} (cluster, pointer_id)",
+            f"CREATE INDEX IF NOT EXISTS {p}_order ON {p} (cluster, shard, vesting_ms, pointer_id)",
+        ),
+        insert_item=(
+            f"INSERT INTO {i} (zone, id, priority, vesting_ms, lease_id, record)"
+            " VALUES (:zone, :id, :priority, :vesting_ms, NULL, :record)"
+            " ON CONFLICT (zone, id) DO NOTHING"
+        ),
+        upsert_pointer=(
+            f"INSERT INTO {p} (cluster, zone, pointer_id, shard, vesting_ms, last_active_ms)"
+            " VALUES (:cluster, :zone, :pointer_id, :shard, :vesting_ms, :now)"
+            f" ON CONFLICT (cluster, zone) DO UPDATE SET vesting_ms = excluded.vesting_ms"
+            f" WHERE {p}.vesting_ms > excluded.vesting_ms AND {p}.lease_id IS NULL"
+        ),
+        item=f"SELECT record FROM {i} WHERE zone = :zone AND id = :id",
+        items_of_zone=(
+            f"SELECT record FROM {i} WHERE zone = :zone ORDER BY priority, vesting_ms, seq LIMIT :n"
+        ),
+        vested=(
+            f"SELECT id, record FROM {i} WHERE zone = :zone AND vesting_ms <= :upto"
+            " ORDER BY priority, vesting_ms, seq LIMIT :n"
+        ),
+        update_item=(
+            f"UPDATE {i} SET vesting_ms = :vesting_ms, lease_id = :lease_id, record = :record"
+            " WHERE zone = :zone AND id = :id AND record = :was"
+        ),
+        delete_item=f"DELETE FROM {i} WHERE zone = :zone AND id = :id",
+        delete_leased_item=(
+            f"DELETE FROM {i} WHERE zone = :zone AND id = :id AND lease_id = :lease_id"
+        ),
+        min_vesting=(
+            "WITH RECURSIVE firsts(priority, vesting_ms) AS ("
+            f" SELECT * FROM (SELECT priority, vesting_ms FROM {i} WHERE zone = :zone"
+            " ORDER BY priority, vesting_ms LIMIT 1)"
+            f" UNION ALL SELECT (SELECT priority FROM {i} WHERE zone = :zone"
+            " AND priority > firsts.priority ORDER BY priority, vesting_ms LIMIT 1),"
+            f" (SELECT vesting_ms FROM {i} WHERE zone = :zone AND priority > firsts.priority"
+            " ORDER BY priority, vesting_ms LIMIT 1) FROM firsts"
+            " WHERE firsts.priority IS NOT NULL)"
+            " SELECT min(vesting_ms) FROM firsts"
+        ),
+        any_item=f"SELECT 1 FROM {i} WHERE zone = :zone LIMIT 1",
+        count=f"SELECT count(*) FROM {i} WHERE zone = :zone",
+        pointer_by_id=(
+            f"SELECT zone, shard, vesting_ms, last_active_ms, lease_id, holder, pointer_id"
+            f" FROM {p} WHERE cluster = :cluster AND pointer_id = :pointer_id"
+        ),
+        pointer_of_zone=(
+            f"SELECT zone, shard, vesting_ms, last_active_ms, lease_id, holder, pointer_id"
+            f" FROM {p} WHERE cluster = :cluster AND zone = :zone"
+        ),
+        lease_pointer=(
+            f"UPDATE {p} SET vesting_ms = :vesting_ms, lease_id = :lease_id, holder = :holder"
+            " WHERE cluster = :cluster AND pointer_id = :pointer_id"
+            " AND vesting_ms = :was_vesting_ms AND lease_id IS :was_lease_id"
+        ),
+        requeue_pointer=(
+            f"UPDATE {p} SET vesting_ms = :vesting_ms, last_active_ms = :last_active_ms,"
+            " lease_id = NULL, holder = NULL WHERE cluster = :cluster AND pointer_id = :pointer_id"
+        ),
+        extend_pointer=(
+            f"UPDATE {p} SET vesting_ms = :vesting_ms WHERE cluster = :cluster"
+            " AND pointer_id = :pointer_id AND lease_id = :lease_id"
+        ),
+        delete_pointer=f"DELETE FROM {p} WHERE cluster = :cluster AND pointer_id = :pointer_id",
+        pull_pointer=(
+            f"UPDATE {p} SET vesting_ms = :vesting_ms, last_active_ms = max(last_active_ms,"
+            " :now) WHERE cluster = :cluster AND zone = :zone AND lease_id IS NULL"
+            " AND vesting_ms > :vesting_ms"
+        ),
+        peek=(
+            f"SELECT pointer_id, vesting_ms FROM {p} WHERE cluster = :cluster AND shard = :shard"
+            " ORDER BY vesting_ms, pointer_id LIMIT :n"
+        ),
+        peek_from=(
+            f"SELECT pointer_id, vesting_ms FROM {p} WHERE cluster = :cluster AND shard = :shard"
+            " AND (vesting_ms, pointer_id) >= (:vesting_ms, :pointer_id)"
+            " ORDER BY vesting_ms, pointer_id LIMIT :n"
+        ),
+        pointers_of_shard=(
+            f"SELECT zone, shard, vesting_ms, last_active_ms, lease_id, holder, pointer_id"
+            f" FROM {p} WHERE cluster = :cluster AND shard = :shard"
+            " ORDER BY vesting_ms, pointer_id LIMIT :n"
+        ),
+        pointers_of_shard_from=(
+            f"SELECT zone, shard, vesting_ms, last_active_ms, lease_id, holder, pointer_id"
+            f" FROM {p} WHERE cluster = :cluster AND shard = :shard"
+            " AND (vesting_ms, pointer_id) >= (:vesting_ms, :pointer_id)"
+            " ORDER BY vesting_ms, pointer_id LIMIT :n"
+        ),
+        count_pointers=f"SELECT count(*) FROM {p} WHERE cluster = :cluster AND shard = :shard",
+        zones_from=(
+            f"SELECT zone, shard, vesting_ms, last_active_ms, lease_id, holder, pointer_id"
+            f" FROM {p} WHERE cluster = :cluster AND zone >= :begin AND zone < :end"
+            " ORDER BY zone LIMIT :n"
+        ),
+        count_zones=(
+            f"SELECT count(*) FROM (SELECT 1 FROM {p} WHERE cluster = :cluster"
+            " AND zone >= :begin AND zone < :end LIMIT :n)"
+        ),
+        vested_zones_of_app=(
+            f"SELECT zone, vesting_ms, pointer_id FROM {p} WHERE cluster = :cluster"
+            " AND zone >= :begin AND zone < :end AND vesting_ms <= :now"
+            " AND (vesting_ms, pointer_id) > (:vesting_ms, :pointer_id)"
+            " ORDER BY vesting_ms, pointer_id LIMIT :n"
+        ),
+        first_zone_after=(
+            f"SELECT zone FROM {p} WHERE cluster = :cluster AND zone >= :begin"
+            " ORDER BY zone LIMIT 1"
+        ),
+    )

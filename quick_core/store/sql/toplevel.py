@@ -1,0 +1,403 @@
+"""The top-level queue over the native SQL zones' pointer table (docs/backends.md, "Zones
+native in SQL"): one row a non-empty zone, indexed by (shard, vesting time) for the scan.
+
+Everything about the cluster that is not a pointer (the layout, the local zone's name,
+ids, the clock) is the KV top-level queue's, whose class this one extends; every
+operation on a pointer is a statement here. Writes run under the store's write lock
+(``BEGIN IMMEDIATE`` on SQLite), so a requeue that reads the zone's next vesting time, or
+a collection that finds the zone empty, cannot miss an enqueue: none commits in between
+(invariant 2 without conflict ranges). The clock is read before a write begins: a steady
+clock's exchange with the store would wait for that lock.
+
+Not yet here (refused, or absent from the native capabilities): resharding, local work
+items, one-transaction visits (a visit is the paper's three transactions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+from quickzones.clock import Clock, now_ms
+from quickzones.errors import UnsupportedByStore, ZoneLeaseFailed
+from quickzones.store.ids import IdSource
+from quickzones.store.keys import KeySpace
+from quickzones.store.kv import OWN_STORE, KVStore, KVTransaction
+from quickzones.store.records import Pointer, ZoneId
+from quickzones.store.sql.connections import SQLConnections, SQLTransaction
+from quickzones.store.sql.statements import Statements
+from quickzones.store.toplevel import IndexEntry, PointerRef, TopLevelQueue
+from quickzones.store.tuple_layer import fdbtuple
+
+NO_LIMIT = -1  # SQLite's LIMIT without a bound
+
+
+def zone_key(zone: ZoneId) -> bytes:
+    """A zone as the tables key it: (app, tenant) packed by the tuple layer."""
+    packed: bytes = fdbtuple.pack((zone.app, zone.tenant))
+    return packed
+
+
+def zone_of(key: bytes) -> ZoneId:
+    app, tenant = fdbtuple.unpack(bytes(key))
+    return ZoneId(str(app), str(tenant))
+
+
+def _pointer(row: Any) -> Pointer:
+    zone, _shard, vesting, last_active, lease_id, holder, pointer_id = row
+    return Pointer(str(pointer_id), zone_of(zone), vesting, last_active, lease_id, holder=holder)
+
+
+def _app_range(app: str) -> tuple[bytes, bytes]:
+    prefix = fdbtuple.pack((app,))
+    return prefix, prefix[:-1] + b"\x01"  # every (app, tenant) packs to prefix + tenant
+
+
+class SQLTopLevelQueue(TopLevelQueue):
+    """Pointers of one cluster in the native SQL pointer table."""
+
+    def __init__(
+        self,
+        kv: KVStore,
+        sql: SQLConnections,
+        statements: Statements,
+        *,
+        keys: KeySpace | None = None,
+        cluster: str = "default",
+        clock: Clock | None = None,
+        ids: IdSource | None = None,
+    ) -> None:
+        super().__init__(kv, keys=keys, cluster=cluster, clock=clock, ids=ids)
+        self.sql = sql
+        self.q = statements
+
+    # --- the enqueue's pointer half (run by SQLZoneStore's enqueue statement) ----------------
+
+    def pointer_args(self, zone: ZoneId, vesting_ms: int, now: int) -> dict[str, Any]:
+        """The parameters of :attr:`Statements.upsert_pointer` for an item of ``zone``
+        vesting at ``vesting_ms`` (a new pointer's id drawn whether or not one is made)."""
+        return {
+            "cluster": self.cluster,
+            "zone": zone_key(zone),
+            "pointer_id": self.ids(8),
+            "shard": self.shard_for(zone),
+            "vesting_ms": vesting_ms,
+            "now": now,
+        }
+
+    def pull_pointer_earlier(
+        self,
+        zone: ZoneId,
+        vesting_ms: int,
+        *,
+        tr: KVTransaction | None = None,
+        found: IndexEntry | None = None,
+        active_ms: int | None = None,
+        after_own_commit: Mapping[bytes, bytes | None] | None = None,
+    ) -> None:
+        """Move the zone's idle pointer's vesting time to ``vesting_ms`` if it vests
+        later (a leased one is left to its holder's requeue)."""
+        now = now_ms(self.clock) if active_ms is None else active_ms
+        with self.sql.sql_write() as c:
+            c.execute(
+                self.q.pull_pointer,
+                {"cluster": self.cluster, "zone": zone_key(zone), "vesting_ms": vesting_ms,
+                 "now": now},
+            )  # fmt: skip
+
+    # --- the scan ----------------------------------------------------------------------
+
+    def peek(
+        self,
+        shard: int,
+        max_pointers: int,
+        *,
+        horizon_ms: int = 0,
+        start: PointerRef | None = None,
+    ) -> tuple[list[PointerRef], int | None]:
+        now = now_ms(self.clock) + horizon_ms
+        args: dict[str, Any] = {"cluster": self.cluster, "shard": shard, "n": max_pointers + 1}
+        sql = self.q.peek
+        if start is not None:
+            sql = self.q.peek_from
+            args.update(vesting_ms=start.vesting_ms, pointer_id=start.pointer_id)
+        with self.sql.sql_read() as c:
+            rows = c.execute(sql, args).fetchall()
+        out: list[PointerRef] = []
+        for pointer_id, vesting in rows:
+            if vesting > now:
+                return out, vesting
+            if len(out) == max_pointers:
+                break
+            out.append(PointerRef(shard, pointer_id, vesting, self.cluster))
+        return out, None
+
+    def vested_zones(
+        self, shard: int, window: int, *, after: PointerRef | None = None
+    ) -> list[tuple[PointerRef, ZoneId]]:
+        found: list[tuple[PointerRef, ZoneId]] = []
+        for pointer in self._page_of_shard(shard, window, after, vested_by=now_ms(self.clock)):
+            ref = PointerRef(shard, pointer.pointer_id, pointer.vesting_ms, self.cluster)
+            self._zones_of[(shard, pointer.pointer_id)] = pointer.zone
+            found.append((ref, pointer.zone))
+        if len(self._zones_of) >= 100_000:
+            self._zones_of.clear()
+        return found
+
+    def _page_of_shard(
+        self, shard: int, limit: int, after: PointerRef | None, *, vested_by: int | None = None
+    ) -> list[Pointer]:
+        args: dict[str, Any] = {
+            "cluster": self.cluster,
+            "shard": shard,
+            "n": NO_LIMIT if limit <= 0 else limit + (0 if after is None else 1),
+        }
+        sql = self.q.pointers_of_shard
+        if after is not None:
+            sql = self.q.pointers_of_shard_from
+            args.update(vesting_ms=after.vesting_ms, pointer_id=after.pointer_id)
+        with self.sql.sql_read() as c:
+            rows = c.execute(sql, args).fetchall()
+        pointers = [_pointer(row) for row in rows]
+        if after is not None:
+            pointers = [p for p in pointers if p.pointer_id != after.pointer_id]
+        if vested_by is not None:
+            pointers = [p for p in pointers if p.vesting_ms <= vested_by]
+        return pointers[:limit] if limit > 0 else pointers
+
+    # --- Algorithm 2's pointer lease and requeue ---------------------------------------
+
+    def obtain_pointer_lease(
+        self,
+        ref: PointerRef,
+        lease_ms: int,
+        *,
+        accept: Callable[[PointerRef, ZoneId], bool] | None = None,
+        horizon_ms: int = 0,
+        holder: str | None = None,
+    ) -> Pointer:
+        now = now_ms(self.clock)
+        lease_id = self.ids(16)
+        key = {"cluster": self.cluster, "pointer_id": ref.pointer_id}
+        with self.sql.sql_read() as c:
+            row = c.execute(self.q.pointer_by_id, key).fetchone()
+        if row is None:
+            raise ZoneLeaseFailed("gone")
+        pointer = _pointer(row)
+        if pointer.vesting_ms > now and (
+            pointer.vesting_ms > now + horizon_ms or pointer.lease_id is not None
+        ):
+            raise ZoneLeaseFailed("moved")
+        if accept is not None and not accept(ref, pointer.zone):
+            raise ZoneLeaseFailed("not_routed")
+        leased = Pointer(
+            pointer.pointer_id,
+            pointer.zone,
+            now + lease_ms,
+            pointer.last_active_ms,
+            lease_id=lease_id,
+            holder=holder,
+        )
+        # Written where the row is as read: another consumer's lease, a requeue or an
+        # enqueue's pull in between is this lease's conflict, as on the KV queue.
+        with self.sql.sql_write() as c:
+            done = c.execute(
+                self.q.lease_pointer,
+                {**key, "vesting_ms": leased.vesting_ms, "lease_id": lease_id, "holder": holder,
+                 "was_vesting_ms": pointer.vesting_ms, "was_lease_id": pointer.lease_id},
+            )  # fmt: skip
+            if not done.rowcount:
+                raise ZoneLeaseFailed("conflict")
+        return leased
+
+    def lease_pointer(
+        self,
+        ref: PointerRef,
+        lease_ms: int,
+        *,
+        accept: Callable[[PointerRef, ZoneId], bool] | None = None,
+        horizon_ms: int = 0,
+        holder: str | None = None,
+        tr: KVTransaction,
+    ) -> tuple[Pointer, Pointer]:
+        raise _unsupported("a pointer lease inside a KV transaction (one-transaction visits)")
+
+    def requeue_pointer(
+        self,
+        pointer: Pointer,
+        zone_min_vesting: Callable[[KVTransaction], int | None],
+        zone_is_empty: Callable[[KVTransaction], bool],
+        *,
+        min_inactive_ms: int,
+        active: bool,
+        stored: tuple[int, Pointer] | None = None,
+        tr: KVTransaction = OWN_STORE,
+        vests: Callable[[int], None] | None = None,
+    ) -> str:
+        """Release a leased pointer at the zone's next vesting time, or delete it when the
+        zone has been empty ``min_inactive_ms`` (paper Algorithm 2 and pointer collection),
+        in one write transaction: no enqueue commits between the zone's read and the
+        pointer's write. Returns "requeued", "deleted" or "lost"."""
+        if tr is not OWN_STORE:
+            raise _unsupported("a pointer requeue inside a KV transaction")
+        now = now_ms(self.clock)
+        key = {"cluster": self.cluster, "pointer_id": pointer.pointer_id}
+        with self.sql.sql_write() as c:
+            row = c.execute(self.q.pointer_by_id, key).fetchone()
+            if row is None:
+                return "lost"
+            current = _pointer(row)
+            if current.lease_id != pointer.lease_id:
+                return "lost"
+            # The zone store reads through this transaction (SQLZoneStore.min_vesting_ms).
+            inside = cast(KVTransaction, SQLTransaction(c))
+            min_vesting = zone_min_vesting(inside)
+            seen = active or min_vesting is not None
+            last_active = now if seen else current.last_active_ms
+            if min_vesting is None:
+                if now - last_active >= min_inactive_ms and zone_is_empty(inside):
+                    c.execute(self.q.delete_pointer, key)
+                    return "deleted"
+                vesting = last_active + min_inactive_ms
+            else:
+                # Never before now (invariant 10, as the KV queue's requeue).
+                vesting = max(min_vesting, now)
+            c.execute(
+                self.q.requeue_pointer,
+                {**key, "vesting_ms": vesting, "last_active_ms": last_active},
+            )
+        if vests is not None:
+            vests(vesting)
+        return "requeued"
+
+    def extend_pointer_lease(self, pointer: Pointer, lease_ms: int) -> Pointer | None:
+        vesting = now_ms(self.clock) + lease_ms
+        with self.sql.sql_write() as c:
+            cur = c.execute(
+                self.q.extend_pointer,
+                {"cluster": self.cluster, "pointer_id": pointer.pointer_id,
+                 "lease_id": pointer.lease_id, "vesting_ms": vesting},
+            )  # fmt: skip
+            changed = cur.rowcount
+        return pointer.with_vesting(vesting) if changed else None
+
+    def drop_pointer_if_empty(
+        self, zone: ZoneId, zone_is_empty: Callable[[KVTransaction], bool]
+    ) -> bool:
+        with self.sql.sql_write() as c:
+            row = c.execute(
+                self.q.pointer_of_zone, {"cluster": self.cluster, "zone": zone_key(zone)}
+            ).fetchone()
+            if row is None:
+                return True
+            if not zone_is_empty(cast(KVTransaction, SQLTransaction(c))):
+                return False
+            c.execute(self.q.delete_pointer, {"cluster": self.cluster, "pointer_id": row[6]})
+        return True
+
+    # --- reads -------------------------------------------------------------------------
+
+    def get_pointer(self, zone: ZoneId, *, tr: KVTransaction = OWN_STORE) -> Pointer | None:
+        with self.sql.sql_read() as c:
+            row = c.execute(
+                self.q.pointer_of_zone, {"cluster": self.cluster, "zone": zone_key(zone)}
+            ).fetchone()
+        return None if row is None else _pointer(row)
+
+    def list_pointers(self, shard: int, limit: int = 0) -> list[Pointer]:
+        return self._page_of_shard(shard, limit, None)
+
+    def count_pointers(self, shard: int) -> int:
+        with self.sql.sql_read() as c:
+            args = {"cluster": self.cluster, "shard": shard}
+            return int(c.execute(self.q.count_pointers, args).fetchone()[0])
+
+    def apps(self) -> set[str]:
+        apps: set[str] = set()
+        begin = b""
+        while True:
+            with self.sql.sql_read() as c:
+                row = c.execute(
+                    self.q.first_zone_after, {"cluster": self.cluster, "begin": begin}
+                ).fetchone()
+            if row is None:
+                return apps
+            app = zone_of(row[0]).app
+            apps.add(app)
+            begin = _app_range(app)[1]  # past the app's tenants in one hop
+
+    def zone_page(
+        self,
+        app: str,
+        limit: int,
+        *,
+        after: bytes | None = None,
+        contains: str | None = None,
+        prefix: str | None = None,
+        skip: int = 1000,
+    ) -> tuple[list[str], bytes | None]:
+        begin, end = _app_range(app)
+        if prefix is not None:
+            begin = fdbtuple.pack((app, prefix))[:-1]  # the tenants that start with it
+            end = begin + b"\xff"
+        if after is not None:
+            begin = max(begin, after + b"\x00")
+        tenants: list[str] = []
+        passed = 0
+        with self.sql.sql_read() as c:
+            rows = c.execute(
+                self.q.zones_from,
+                {"cluster": self.cluster, "begin": begin, "end": end, "n": limit + 1 + skip},
+            ).fetchall()
+        for row in rows:
+            tenant = zone_of(row[0]).tenant
+            if contains is not None and contains not in tenant:
+                passed += 1
+                if passed > skip:
+                    return tenants, bytes(row[0])
+                continue
+            if len(tenants) == limit:
+                return tenants, zone_key(ZoneId(app, tenants[-1]))
+            tenants.append(tenant)
+        return tenants, None
+
+    def zone_count(self, app: str, max_keys: int) -> tuple[int, bool]:
+        begin, end = _app_range(app)
+        with self.sql.sql_read() as c:
+            n = int(
+                c.execute(
+                    self.q.count_zones,
+                    {"cluster": self.cluster, "begin": begin, "end": end, "n": max_keys + 1},
+                ).fetchone()[0]
+            )
+        return (max_keys, False) if n > max_keys else (n, True)
+
+    def vested_zone_page(
+        self, app: str, now_ms: int, limit: int, *, after: bytes | None = None, skip: int = 500
+    ) -> tuple[list[str], bytes | None]:
+        begin, end = _app_range(app)
+        vesting, pointer_id = (-1, "") if after is None else fdbtuple.unpack(after)
+        with self.sql.sql_read() as c:
+            rows = c.execute(
+                self.q.vested_zones_of_app,
+                {"cluster": self.cluster, "begin": begin, "end": end, "now": now_ms,
+                 "vesting_ms": vesting, "pointer_id": pointer_id, "n": limit + 1},
+            ).fetchall()  # fmt: skip
+        tenants = [zone_of(zone).tenant for zone, _, _ in rows[:limit]]
+        if len(rows) <= limit:
+            return tenants, None
+        _, last_vesting, last_id = rows[limit - 1]
+        return tenants, fdbtuple.pack((last_vesting, last_id))
+
+    # --- not yet native --------------------------------------------------------------------
+
+    def move_pointer(
+        self, zone: ZoneId, src: int, dst: int, *, tr: KVTransaction = OWN_STORE
+    ) -> int:
+        raise _unsupported("resharding")
+
+
+def _unsupported(what: str) -> UnsupportedByStore:
+    return UnsupportedByStore(
+        what, "zones=sql", "SQLTopLevelQueue", "not built for zones=sql yet (issue 44)"
+    )

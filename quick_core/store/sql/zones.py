@@ -1,0 +1,496 @@
+"""Queue zones whose items are rows of the native SQL items table (docs/backends.md,
+"Zones native in SQL"): the :class:`~quickzones.store.zonestore.ZoneStore` of
+``sqlite:///...?zones=sql``.
+
+An item is one row: the columns a zone's order needs (priority, vesting time, enqueue
+order, lease id) beside its record (:func:`~quickzones.store.records.encode_item`, as the
+KV zones store it). Every write is one transaction under the store's write lock, so the
+two-part enqueue is one transaction of two statements (the item; the pointer made, or
+pulled earlier when it vests later and nobody leases it: part two cannot conflict, and an
+enqueue is one commit), and a lease, a requeue or a completion is one more. What a lease
+does to an item is :mod:`quickzones.store.lease_rules`, as for every zone store.
+
+Dead letters go to the KV zones' dead-letter records (``quick dead-letters`` and the admin
+read them there): written first, in a KV transaction of their own, then the item deleted
+(a crash between leaves the item, to run or be dead-lettered again; never a lost one). A
+KV commit never runs under the write lock this store holds (both take it), so an expired
+or corrupt item met by a dequeue is dead-lettered after the dequeue's transaction.
+
+Not here yet (absent from the capabilities, so ``Quick`` refuses them by name):
+transactional handlers, FIFO, local items, enqueues in a caller's transaction, outcome
+records, one-transaction visits, look-ahead, batches, flow keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from quickzones.clock import Clock, now_ms, vesting_after
+from quickzones.errors import (
+    ConfigurationError,
+    CorruptRecord,
+    ItemNotFound,
+    ItemNotVested,
+    StorageError,
+)
+from quickzones.store import lease_rules
+from quickzones.store.enqueue import Enqueued
+from quickzones.store.ids import IdSource
+from quickzones.store.kv import OWN_STORE, KVStore, KVTransaction, run
+from quickzones.store.outcomes import DuplicateItemMismatch
+from quickzones.store.records import WorkItem, ZoneId, decode_item, encode_item
+from quickzones.store.sql.connections import SQLConnections, SQLTransaction
+from quickzones.store.sql.statements import Statements
+from quickzones.store.sql.toplevel import SQLTopLevelQueue, zone_key
+from quickzones.store.validation import check_name
+from quickzones.store.zones import KVZoneStore, check_lease_duration, new_item_id, new_lease_id
+from quickzones.store.zones.items import lease_lost
+from quickzones.store.zonestore import CorruptItem, NewItem, ZoneStoreCapabilities
+
+EXPIRED = "expired: not started before its TTL"
+# Reads of an item that another writer changed before this one's write, before giving up.
+CHANGE_TRIES = 16
+
+
+class SQLZoneStore:
+    """Zones in the native SQL items table; pointers in :class:`SQLTopLevelQueue`."""
+
+    capabilities: ZoneStoreCapabilities = ZoneStoreCapabilities()
+
+    def __init__(
+        self,
+        sql: SQLConnections,
+        statements: Statements,
+        toplevel: SQLTopLevelQueue,
+        kv: KVStore,
+        letters: KVZoneStore,
+        *,
+        clock: Clock,
+        ids: IdSource,
+    ) -> None:
+        self.sql = sql
+        self.q = statements
+        self.toplevel = toplevel
+        self.kv = kv
+        # The KV zones, which keep this store's dead letters.
+        self.letters = letters
+        self.clock = clock
+        self.ids = ids
+
+    def create_tables(self) -> None:
+        """Make the tables where the store has none (a new file, or one of the KV layout
+        that never had native zones)."""
+        with self.sql.sql_write() as c:
+            for statement in self.q.schema:
+                c.execute(statement)
+
+    # --- the two-part enqueue, natively --------------------------------------------------
+
+    def enqueue(
+        self,
+        zone: ZoneId,
+        item: NewItem,
+        *,
+        tr: KVTransaction | None = None,
+        in_pointer_txn: Callable[[KVTransaction], None] | None = None,
+    ) -> str:
+        """Both parts in one transaction: the item's row, then the zone's pointer made
+        or pulled earlier. A caller-chosen id already in the zone writes nothing (the
+        same job: ``duplicate`` "queued"; another: :class:`DuplicateItemMismatch`) and
+        gives a zone that lost its pointer one. ``in_pointer_txn`` (the app's
+        enqueue-rate charge) runs first in a KV transaction of its own."""
+        if tr is not None:
+            raise ConfigurationError("zones=sql cannot enqueue inside a KV transaction")
+        if in_pointer_txn is not None:
+            run(self.kv, in_pointer_txn)
+        return self._enqueue(zone, [item])[0]
+
+    def enqueue_many(
+        self,
+        zone: ZoneId,
+        items: Sequence[NewItem],
+        *,
+        in_pointer_txn: Callable[[KVTransaction, int], None] | None = None,
+    ) -> list[str]:
+        """Every item and one pointer statement, in one transaction."""
+        if in_pointer_txn is not None:
+            charge = in_pointer_txn
+            run(self.kv, lambda t: charge(t, len(items)))
+        return self._enqueue(zone, items) if items else []
+
+    def _enqueue(self, zone: ZoneId, items: Sequence[NewItem]) -> list[str]:
+        now = now_ms(self.clock)  # before the lock: a steady clock may write the store
+        key = zone_key(zone)
+        records = [self._record(item, now) for item in items]
+        args = [
+            {"zone": key, "id": r.item_id, "priority": r.priority, "vesting_ms": r.vesting_ms,
+             "record": encode_item(r)}
+            for r in records
+        ]  # fmt: skip
+        pointer = self.toplevel.pointer_args(zone, min(r.vesting_ms for r in records), now)
+        queued: dict[str, WorkItem] = {}
+        with self.sql.sql_write(signal=True) as c:
+            for record, row in zip(records, args, strict=True):
+                if c.execute(self.q.insert_item, row).rowcount == 0:
+                    queued[record.item_id] = self._found(c, zone, record)
+            c.execute(self.q.upsert_pointer, pointer)
+        return [Enqueued(r.item_id, "queued" if r.item_id in queued else None) for r in records]
+
+    def _found(self, c: Any, zone: ZoneId, asked: WorkItem) -> WorkItem:
+        """The queued item of ``asked``'s id: only the same job (type and payload) is an
+        idempotent repeat; another is refused, never silently dropped (issue 28, point 8)."""
+        queued = self._read(c, zone, asked.item_id)
+        if queued is None:
+            raise StorageError(f"item {asked.item_id!r} of {zone} neither inserted nor found")
+        if queued.job_type != asked.job_type:
+            raise DuplicateItemMismatch(str(zone), asked.item_id, "queued", "job type")
+        if (queued.payload, queued.content_type) != (asked.payload, asked.content_type):
+            raise DuplicateItemMismatch(str(zone), asked.item_id, "queued")
+        return queued
+
+    def _record(self, item: NewItem, now: int) -> WorkItem:
+        if item.fifo or item.flow is not None:
+            raise ConfigurationError("zones=sql has no FIFO order nor flow keys yet")
+        item_id = item.item_id if item.item_id is not None else new_item_id(self.ids)
+        check_name("item_id", item_id)
+        return WorkItem(
+            item_id=item_id,
+            job_type=item.job_type,
+            payload=item.payload,
+            priority=item.priority,
+            vesting_ms=vesting_after(self.clock, item.delay_ms) if item.delay_ms else now,
+            enqueued_ms=now,
+            content_type=item.content_type,
+            deadline_ms=None if item.ttl_ms is None else now + item.ttl_ms,
+            delivery=item.delivery,
+            meta=dict(item.meta),
+        )
+
+    # --- rows ------------------------------------------------------------------------------
+
+    def _read(self, c: Any, zone: ZoneId, item_id: str) -> WorkItem | None:
+        row = c.execute(self.q.item, {"zone": zone_key(zone), "id": item_id}).fetchone()
+        return None if row is None else decode_item(item_id.encode(), bytes(row[0]))
+
+    def _write_if(self, c: Any, zone: ZoneId, item: WorkItem, was: bytes) -> bool:
+        """Write ``item`` where its row still holds the record ``was``; whether it did."""
+        done = c.execute(
+            self.q.update_item,
+            {"zone": zone_key(zone), "id": item.item_id, "vesting_ms": item.vesting_ms,
+             "lease_id": item.lease_id, "record": encode_item(item), "was": was},
+        )  # fmt: skip
+        return bool(done.rowcount)
+
+    def _read_raw(self, zone: ZoneId, item_id: str) -> tuple[WorkItem, bytes] | None:
+        with self.sql.sql_read() as c:
+            row = c.execute(self.q.item, {"zone": zone_key(zone), "id": item_id}).fetchone()
+        if row is None:
+            return None
+        raw = bytes(row[0])
+        return decode_item(item_id.encode(), raw), raw
+
+    def _change(
+        self, zone: ZoneId, item_id: str, change: Callable[[WorkItem], WorkItem]
+    ) -> WorkItem:
+        """Read the item, then write ``change(item)`` (which raises to write nothing)
+        where the row is still as read, else read it again: the Python work runs outside
+        the write lock, which holds one statement."""
+        for _ in range(CHANGE_TRIES):
+            found = self._read_raw(zone, item_id)
+            if found is None:
+                raise ItemNotFound(item_id)
+            item, raw = found
+            changed = change(item)
+            with self.sql.sql_write() as c:
+                if self._write_if(c, zone, changed, raw):
+                    return changed
+        raise StorageError(f"item {item_id!r} of {zone} changed under {CHANGE_TRIES} tries")
+
+    def _holder(self, item: WorkItem, lease_id: str, now: int) -> WorkItem:
+        if item.lease_id != lease_id:
+            raise lease_lost(item, lease_id, now)
+        return item
+
+    # --- reads -----------------------------------------------------------------------------
+
+    def get(self, zone: ZoneId, item_id: str) -> WorkItem | None:
+        with self.sql.sql_read() as c:
+            return self._read(c, zone, item_id)
+
+    def peek(self, zone: ZoneId, max_items: int) -> list[WorkItem]:
+        args = {"zone": zone_key(zone), "upto": now_ms(self.clock), "n": max_items}
+        with self.sql.sql_read() as c:
+            rows = c.execute(self.q.vested, args).fetchall()
+        return [decode_item(str(i).encode(), bytes(raw)) for i, raw in rows]
+
+    def min_vesting_ms(self, zone: ZoneId, *, tr: KVTransaction = OWN_STORE) -> int | None:
+        """The zone's next vesting time; inside a pointer requeue's transaction
+        (:class:`SQLTransaction`) read under its lock."""
+        row = self._fetch(tr, self.q.min_vesting, zone)
+        return None if row is None else row[0]
+
+    def zone_is_empty(self, tr: KVTransaction, zone: ZoneId) -> bool:
+        return self._fetch(tr, self.q.any_item, zone) is None
+
+    def _fetch(self, tr: object, sql: str, zone: ZoneId) -> Any:
+        """One row of ``sql`` about ``zone``: inside ``tr`` where it is a native write
+        transaction, else in a snapshot of its own."""
+        args = {"zone": zone_key(zone)}
+        if isinstance(tr, SQLTransaction):
+            return tr.conn.execute(sql, args).fetchone()
+        with self.sql.sql_read() as c:
+            return c.execute(sql, args).fetchone()
+
+    def count(self, zone: ZoneId) -> int:
+        with self.sql.sql_read() as c:
+            return int(c.execute(self.q.count, {"zone": zone_key(zone)}).fetchone()[0])
+
+    def counts(self, zones: list[ZoneId]) -> list[int]:
+        with self.sql.sql_read() as c:
+            return [
+                int(c.execute(self.q.count, {"zone": zone_key(z)}).fetchone()[0]) for z in zones
+            ]
+
+    # --- leases ------------------------------------------------------------------------------
+
+    def dequeue(
+        self,
+        zone: ZoneId,
+        max_items: int,
+        lease_ms: int,
+        *,
+        accept: Callable[[WorkItem], bool] | None = None,
+        resolve: Callable[[WorkItem], WorkItem] | None = None,
+        start_now: int | None = None,
+    ) -> tuple[list[WorkItem], list[CorruptItem]]:
+        """Lease up to ``max_items`` vested items ``accept`` takes, in one transaction;
+        the first ``start_now`` start at once, the rest are leased held (None: all start).
+        Expired and corrupt items are dead-lettered after it (see the module)."""
+        check_lease_duration(lease_ms)
+        now = now_ms(self.clock)
+        starting = max_items if start_now is None else start_now
+        leased: list[WorkItem] = []
+        expired: list[tuple[WorkItem, bytes]] = []
+        corrupt: list[tuple[str, bytes, str]] = []
+        args = {"zone": zone_key(zone), "upto": now, "n": max_items}
+        with self.sql.sql_read() as c:
+            rows = c.execute(self.q.vested, args).fetchall()
+        # Decoded and decided outside the write lock; each lease then written where its
+        # row is still as read (an item changed meanwhile is left for the next visit).
+        grants: list[tuple[WorkItem, bytes]] = []
+        for item_id, stored in rows:
+            raw = bytes(stored)
+            try:
+                item = decode_item(str(item_id).encode(), raw)
+            except CorruptRecord as err:
+                corrupt.append((str(item_id), raw, err.reason))
+                continue
+            if resolve is not None:
+                item = resolve(item)
+            if item.deadline_ms is not None and now > item.deadline_ms:
+                expired.append((item, raw))
+                continue
+            if accept is not None and not accept(item):
+                continue  # e.g. its job type is at its concurrency cap: left vested
+            held = starting <= 0
+            if not held:
+                starting -= 1
+            lease = new_lease_id(self.ids)
+            grants.append((lease_rules.granted(item, now, lease_ms, lease, held=held), raw))
+        if grants:
+            with self.sql.sql_write() as c:
+                leased = [item for item, raw in grants if self._write_if(c, zone, item, raw)]
+        for item, raw in expired:
+            self._bury(zone, item, raw, EXPIRED, count_error=False)
+        for item_id, raw, reason in corrupt:
+            self.letters.keep_corrupt_letter(zone, item_id, raw, reason)
+            self._delete_if(zone, item_id, raw)
+        return leased, [CorruptItem(i, reason) for i, _, reason in corrupt]
+
+    def obtain_lease(self, zone: ZoneId, item_id: str, lease_ms: int) -> WorkItem:
+        check_lease_duration(lease_ms)
+        now = now_ms(self.clock)
+        lease = new_lease_id(self.ids)
+
+        def grant(item: WorkItem) -> WorkItem:
+            if item.vesting_ms > now:
+                raise ItemNotVested(item_id, item.vesting_ms)
+            return lease_rules.granted(item, now, lease_ms, lease)
+
+        return self._change(zone, item_id, grant)
+
+    def extend_lease(self, zone: ZoneId, item_id: str, lease_id: str, lease_ms: int) -> WorkItem:
+        check_lease_duration(lease_ms)
+        now = now_ms(self.clock)
+        return self._change(
+            zone,
+            item_id,
+            lambda item: lease_rules.extended(self._holder(item, lease_id, now), now, lease_ms),
+        )
+
+    def start(self, zone: ZoneId, item_id: str, lease_id: str) -> WorkItem:
+        """A read where the run was counted at the grant; a held lease becomes a started
+        one (a write)."""
+        now = now_ms(self.clock)
+        item = self._holder(self._get_or_raise(zone, item_id), lease_id, now)
+        if not item.held:
+            return item
+
+        def begin(current: WorkItem) -> WorkItem:
+            held = self._holder(current, lease_id, now)
+            return lease_rules.started(held) if held.held else held
+
+        return self._change(zone, item_id, begin)
+
+    def requeue(
+        self,
+        zone: ZoneId,
+        item_id: str,
+        lease_id: str,
+        delay_ms: int,
+        *,
+        error: str | None = None,
+        count_error: bool = True,
+        meta: dict[str, object] | None = None,
+        not_before_ms: int | None = None,
+        ran: bool = True,
+    ) -> WorkItem:
+        now = now_ms(self.clock)
+        vesting = max(vesting_after(self.clock, delay_ms), not_before_ms or 0)
+        return self._change(
+            zone,
+            item_id,
+            lambda item: lease_rules.requeued(
+                self._holder(item, lease_id, now),
+                vesting,
+                error=error,
+                count_error=count_error,
+                meta=meta,
+                ran=ran,
+            ),
+        )
+
+    def _get_or_raise(self, zone: ZoneId, item_id: str) -> WorkItem:
+        item = self.get(zone, item_id)
+        if item is None:
+            raise ItemNotFound(item_id)
+        return item
+
+    # --- completion ------------------------------------------------------------------------
+
+    def complete(
+        self,
+        zone: ZoneId,
+        item_id: str,
+        lease_id: str | None = None,
+        *,
+        result: Any = None,
+        tr: KVTransaction = OWN_STORE,
+    ) -> None:
+        """Delete the item: with a lease id only for its holder; without one, a cancel."""
+        if tr is not OWN_STORE:
+            raise ConfigurationError("zones=sql cannot complete inside a KV transaction")
+        error = self._complete(zone, [(item_id, lease_id)])[0]
+        if error is not None:
+            raise error
+
+    def complete_many(
+        self,
+        zone: ZoneId,
+        leased: Sequence[tuple[str, str]],
+        *,
+        results: Mapping[str, Any] | None = None,
+    ) -> list[Exception | None]:
+        """One transaction of deletes, each only where its lease still holds; an item
+        whose delete found no row is read to say why (gone, or another's lease)."""
+        return self._complete(zone, leased)
+
+    def _complete(
+        self, zone: ZoneId, leased: Sequence[tuple[str, str | None]]
+    ) -> list[Exception | None]:
+        now = now_ms(self.clock)
+        key = zone_key(zone)
+        out: list[Exception | None] = []
+        with self.sql.sql_write() as c:
+            for item_id, lease_id in leased:
+                if lease_id is None:
+                    done = c.execute(self.q.delete_item, {"zone": key, "id": item_id})
+                else:
+                    done = c.execute(
+                        self.q.delete_leased_item,
+                        {"zone": key, "id": item_id, "lease_id": lease_id},
+                    )
+                if done.rowcount:
+                    out.append(None)
+                    continue
+                item = self._read(c, zone, item_id)
+                if item is None or lease_id is None:
+                    out.append(ItemNotFound(item_id))
+                else:
+                    out.append(lease_lost(item, lease_id, now))
+        return out
+
+    def record_outcome(
+        self,
+        zone: ZoneId,
+        item: WorkItem,
+        state: str,
+        *,
+        result: Any = None,
+        reason: str | None = None,
+    ) -> None:
+        """No outcome records here (the capability is off): nothing to write."""
+
+    # --- dead letters ------------------------------------------------------------------------
+
+    def dead_letter(
+        self,
+        zone: ZoneId,
+        item_id: str,
+        lease_id: str | None,
+        reason: str,
+        *,
+        traceback: str | None = None,
+    ) -> None:
+        with self.sql.sql_read() as c:
+            row = c.execute(self.q.item, {"zone": zone_key(zone), "id": item_id}).fetchone()
+        if row is None:
+            raise ItemNotFound(item_id)
+        raw = bytes(row[0])
+        item = decode_item(item_id.encode(), raw)
+        if lease_id is not None:
+            self._holder(item, lease_id, now_ms(self.clock))
+        self._bury(zone, item, raw, reason, count_error=lease_id is not None, traceback=traceback)
+
+    def _bury(
+        self,
+        zone: ZoneId,
+        item: WorkItem,
+        raw: bytes,
+        reason: str,
+        *,
+        count_error: bool,
+        traceback: str | None = None,
+    ) -> None:
+        """The dead letter first, then the item's row, only where it is still ``raw``,
+        as read (nobody leased, requeued or finished it since)."""
+        self.letters.keep_dead_letter(
+            zone, item, reason, count_error=count_error, traceback=traceback
+        )
+        self._delete_if(zone, item.item_id, raw)
+
+    def _delete_if(self, zone: ZoneId, item_id: str, record: bytes) -> None:
+        with self.sql.sql_write() as c:
+            row = c.execute(self.q.item, {"zone": zone_key(zone), "id": item_id}).fetchone()
+            if row is not None and bytes(row[0]) == record:
+                c.execute(self.q.delete_item, {"zone": zone_key(zone), "id": item_id})
+
+    def drop_corrupt(self, zone: ZoneId, item_id: str) -> None:
+        with self.sql.sql_read() as c:
+            row = c.execute(self.q.item, {"zone": zone_key(zone), "id": item_id}).fetchone()
+        if row is None:
+            return
+        raw = bytes(row[0])
+        self.letters.keep_corrupt_letter(zone, item_id, raw, "corrupt record")
+        self._delete_if(zone, item_id, raw)
