@@ -59,7 +59,13 @@ from quickzones.store.pages import Page
 from quickzones.store.pauses import Pause, Pauses
 from quickzones.store.records import DeadLetter, WorkItem, ZoneId
 from quickzones.store.run_at import delay_seconds
-from quickzones.store.sql import SQLTopLevelQueue, SQLZoneStore, native_sql, statements
+from quickzones.store.sql import (
+    SQLTopLevelQueue,
+    SQLZoneStore,
+    check_zone_layout,
+    native_sql,
+    statements,
+)
 from quickzones.store.steady_clock import clock_for
 from quickzones.store.tenant_limits import TenantLimit, TenantLimits
 from quickzones.store.toplevel import TopLevelQueue
@@ -169,6 +175,7 @@ class Quick:
             if create:
                 native.create_tables()
             zone_store = lambda q: native  # noqa: E731 - made above, before the layout's use
+        check_zone_layout(kv, root, self.toplevel)
         self.items: ZoneStore = self.zones if zone_store is None else zone_store(self)
         if isinstance(self.items, KVZoneStore):
             self.zones = self.items  # an injected KV zone store (a variant) serves both

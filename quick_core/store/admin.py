@@ -526,14 +526,31 @@ def _move(q: Quick, tr: KVTransaction, zone: ZoneId, item_id: str) -> str:
     return two_part.part_one(tr, q.toplevel, q.zones, zone, item).item_id
 
 
+def _move_out(q: Quick, zone: ZoneId, item_id: str) -> str:
+    """A dead letter of items kept outside the KV zones (``zones=sql``) back into their
+    store, which cannot share the letter's transaction: the item enqueued first (its id
+    refused while queued), then the letter removed. A crash in between leaves the letter
+    beside the queued item (a later requeue keeps it and says so), never a lost item."""
+    new = q.zones.dead_letter_item(zone, item_id)
+    if q.items.get(zone, item_id) is not None:
+        raise ItemAlreadyQueued(str(zone), item_id)
+    requeued = q.items.enqueue(zone, new)
+    q.zones.drop_dead_letter(zone, item_id)
+    return requeued
+
+
 def requeue_dead_letter(q: Quick, zone: ZoneId, item_id: str) -> str:
     """Put a dead letter back into its zone with a clean error count, in one transaction
-    with the dead letter's removal: both happen or neither.
+    with the dead letter's removal: both happen or neither (where the items live in
+    another store than the letters: :func:`_move_out`).
 
     :class:`~quickzones.errors.ItemAlreadyQueued` if the zone already holds an item with
     this id (the dead letter is kept); corrupt records cannot be requeued."""
     check_name("item_id", item_id)
-    requeued = run(q.kv, lambda tr: _move(q, tr, zone, item_id))
+    if q.items is not q.zones:
+        requeued = _move_out(q, zone, item_id)
+    else:
+        requeued = run(q.kv, lambda tr: _move(q, tr, zone, item_id))
     q.wake_waiters()
     return requeued
 
@@ -573,12 +590,27 @@ def requeue(q: Quick, letters: Sequence[DeadLetter], limit: int | None = None) -
                 done.requeued += 1
             return done
 
-        done = run(q.kv, move)
+        done = _move_out_each(q, batch) if q.items is not q.zones else run(q.kv, move)
         result.requeued += done.requeued
         result.kept.extend(done.kept)
         result.gone += done.gone
         q.wake_waiters()
     return result
+
+
+def _move_out_each(q: Quick, letters: list[DeadLetter]) -> Requeued:
+    """:func:`_move_out` for each letter, as :func:`requeue` reports a batch."""
+    done = Requeued()
+    for letter in letters:
+        try:
+            _move_out(q, letter.zone, letter.item_id)
+        except ItemAlreadyQueued:
+            done.kept.append(letter)
+        except (ItemNotFound, CorruptRecord):
+            done.gone += 1
+        else:
+            done.requeued += 1
+    return done
 
 
 def requeue_dead_letters(

@@ -78,7 +78,7 @@ def next_vesting_ms(quick: Quick) -> int | None:
     """The earliest vesting time of any item in any active zone, or None."""
     from quickzones.store.admin import active_zones
 
-    times = [quick.zones.min_vesting_ms(z.zone) for z in active_zones(quick)]
+    times = [quick.items.min_vesting_ms(z.zone) for z in active_zones(quick)]
     found = [t for t in times if t is not None]
     return min(found) if found else None
 

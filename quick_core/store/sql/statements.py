@@ -24,6 +24,7 @@ class Statements:
     """One store's tables and statements."""
 
     schema: tuple[str, ...]
+    pointers_table: str
     # --- items -----------------------------------------------------------------------------
     # An item's row; nothing when its id is in the zone already (an idempotent repeat).
     insert_item: str
@@ -72,6 +73,7 @@ def statements(root: str) -> Statements:
         )
     i, p = f"{root}_items", f"{root}_pointers"
     return Statements(
+        pointers_table=p,
         schema=(
             # The rowid orders items of one vesting time by their enqueue.
             f"CREATE TABLE IF NOT EXISTS {i} (seq INTEGER PRIMARY KEY, zone BLOB NOT NULL,"

@@ -169,6 +169,20 @@ class ZoneDeadLetters(ZoneItems):
         the zone holds an item of the same id (nothing changes then), and
         :class:`CorruptRecord` for a dead letter whose item cannot be decoded.
         """
+        item = self.dead_letter_item(zone, item_id, tr=tr)
+        if self._exists(tr, zone, item_id):
+            # An enqueue would treat the id as an idempotent repeat and store nothing.
+            raise ItemAlreadyQueued(str(zone), item_id)
+        self.drop_dead_letter(zone, item_id, tr=tr)
+        return item
+
+    @transactional
+    def dead_letter_item(
+        self, zone: ZoneId, item_id: str, *, tr: KVTransaction = OWN_STORE
+    ) -> NewItem:
+        """A dead letter's item as an enqueue takes it, with a clean error count (the
+        letter stays): :class:`ItemNotFound` without one, :class:`CorruptRecord` when its
+        item cannot be decoded."""
         letter = self.read_dead_letter(zone, item_id, tr=tr)
         if letter is None:
             raise ItemNotFound(item_id)
@@ -177,12 +191,7 @@ class ZoneDeadLetters(ZoneItems):
                 self.keys.dead_letter_key(zone, item_id),
                 "the dead item's record is corrupt; it cannot be requeued",
             )
-        if self._exists(tr, zone, item_id):
-            # An enqueue would treat the id as an idempotent repeat and store nothing.
-            raise ItemAlreadyQueued(str(zone), item_id)
         item = letter.item
-        tr.clear_range(*self.keys.dead_letter_range_of(zone, item_id))
-        dead_groups.add(tr, self.keys, zone, item_id, dead_groups.letter_group(letter), -1)
         return NewItem(
             job_type=item.job_type,
             payload=item.payload,
@@ -192,6 +201,18 @@ class ZoneDeadLetters(ZoneItems):
             delivery=item.delivery,
             meta={k: v for k, v in item.meta.items() if k != "_chunks"},
         )
+
+    @transactional
+    def drop_dead_letter(
+        self, zone: ZoneId, item_id: str, *, tr: KVTransaction = OWN_STORE
+    ) -> None:
+        """Remove a dead letter (with its chunks), counted out of its group; nothing when
+        it is gone already."""
+        letter = self.read_dead_letter(zone, item_id, tr=tr)
+        if letter is None:
+            return
+        tr.clear_range(*self.keys.dead_letter_range_of(zone, item_id))
+        dead_groups.add(tr, self.keys, zone, item_id, dead_groups.letter_group(letter), -1)
 
     @transactional
     def dead_letter(

@@ -1,0 +1,217 @@
+"""Zones native in SQL on SQLite (``sqlite:///path?zones=sql``), from the user's side: a
+``quick worker`` process drains what producer processes enqueue, each item once; pointers
+are made, requeued and collected as on the KV zones; dead letters are listed where the
+CLI reads them; what the native zones cannot do yet is refused by name, and a store of
+one layout opened as the other is refused before its queued work is hidden."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quickzones.client import Quick
+from quickzones.clock import ManualClock
+from quickzones.consumer import ConsumerConfig
+from quickzones.errors import InvalidStoreURL, UnsupportedByStore
+from quickzones.registry import JobContext, RetryPolicy
+from quickzones.store.sql import SQLZoneStore, ZoneLayoutMismatch
+from tests.waiting import wait_for
+
+APP = textwrap.dedent(
+    """
+    import os
+    from quickzones.client import Quick
+
+    q = Quick.open(os.environ["QUICK_TEST_URL"])
+    out = os.environ["QUICK_TEST_OUT"]
+
+    @q.job("job")
+    def job(payload, ctx):
+        fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (ctx.item_id + "\\n").encode())  # one line, appended at once
+        finally:
+            os.close(fd)
+    """
+)
+PRODUCER = textwrap.dedent(
+    """
+    import os, sys
+    from quickzones.client import Quick
+
+    q = Quick.open(os.environ["QUICK_TEST_URL"])
+    ids = [
+        q.enqueue("job", {"n": n}, app="a", tenant=f"t{n % 20}")
+        for n in range(int(sys.argv[1]))
+    ]
+    print("\\n".join(ids))
+    """
+)
+
+
+def _env(tmp_path: Path, url: str) -> dict[str, str]:
+    (tmp_path / "sql_app.py").write_text(APP)
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.getcwd()]),
+        "QUICK_TEST_URL": url,
+        "QUICK_TEST_OUT": str(tmp_path / "ran.txt"),
+    }
+
+
+def test_a_quick_worker_runs_each_item_of_producer_processes_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}?zones=sql"
+    Quick.open(url).close()  # the tables, before the processes race to make them
+    env = _env(tmp_path, url)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "quickzones", "worker", "--app-module", "sql_app:q"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        producers = [
+            subprocess.run(
+                [sys.executable, "-c", PRODUCER, "300"],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=120,
+            )
+            for _ in range(2)
+        ]
+        enqueued = [i for p in producers for i in p.stdout.split()]
+        ran = tmp_path / "ran.txt"
+
+        def done() -> bool:
+            return ran.exists() and len(ran.read_text().split()) >= len(enqueued)
+
+        assert wait_for(done, timeout=120), "the worker did not run every item"
+    finally:
+        worker.terminate()
+        _, err = worker.communicate(timeout=60)
+    assert len(enqueued) == 600
+    assert sorted(ran.read_text().split()) == sorted(enqueued)  # each once, none lost
+    assert worker.returncode == 0, err.decode()[-2000:]
+    q = Quick.open(url)
+    try:
+        assert sum(q.items.counts([q.zone("a", f"t{n}") for n in range(20)])) == 0
+    finally:
+        q.close()
+
+
+@pytest.fixture
+def sq(tmp_path: Path) -> Any:
+    clock = ManualClock()
+    q = Quick.open(f"sqlite:///{tmp_path / 'q.db'}?zones=sql", clock=clock)
+    yield q, clock
+    q.close()
+
+
+def test_a_drained_zone_loses_its_pointer_and_gets_a_new_one(sq: Any) -> None:
+    q, clock = sq
+    assert isinstance(q.items, SQLZoneStore)
+    ran: list[str] = []
+    q.job("job")(lambda payload, ctx: ran.append(payload))
+    q.enqueue("job", "one", app="a", tenant="t")
+    zone = q.zone("a", "t")
+    first = q.toplevel.get_pointer(zone)
+    assert first is not None
+    config = ConsumerConfig(in_order=True, min_inactive_s=5)
+    assert q.run_until_idle(config) == 1
+    # Requeued while its item was leased: it vests at that lease's end (30 s).
+    assert q.toplevel.get_pointer(zone) is not None
+    clock.advance(31)
+    q.run_until_idle(config)  # a visit of the zone, empty for 31 s, collects its pointer
+    assert q.toplevel.get_pointer(zone) is None
+    q.enqueue("job", "two", app="a", tenant="t", delay=10)
+    second = q.toplevel.get_pointer(zone)
+    assert second is not None and second.pointer_id != first.pointer_id
+    assert q.run_until_idle(config) == 0  # not vested
+    clock.advance(11)
+    assert q.run_until_idle(config) == 1
+    assert ran == ["one", "two"]
+
+
+def test_an_enqueue_pulls_an_idle_pointer_earlier(sq: Any) -> None:
+    q, clock = sq
+    q.enqueue("job", "later", app="a", tenant="t", delay=60)
+    q.enqueue("job", "now", app="a", tenant="t")
+    pointer = q.toplevel.get_pointer(q.zone("a", "t"))
+    assert pointer is not None and pointer.vesting_ms <= int(clock.now() * 1000)
+
+
+def test_a_failed_item_is_dead_lettered_where_the_cli_lists_it(sq: Any) -> None:
+    q, _ = sq
+
+    @q.job("job", retry=RetryPolicy(max_attempts=1))
+    def job(payload: Any, ctx: JobContext) -> None:
+        raise RuntimeError("broken")
+
+    item_id = q.enqueue("job", b"x", app="a", tenant="t")
+    q.run_until_idle(ConsumerConfig(in_order=True))
+    [letter] = q.dead_letters("a")
+    assert letter.item_id == item_id and letter.item is not None
+    assert "broken" in letter.reason
+    assert (letter.item.attempts, letter.item.error_count) == (1, 1)
+    assert q.items.count(q.zone("a", "t")) == 0
+
+
+def test_a_caller_chosen_id_is_enqueued_once(sq: Any) -> None:
+    q, _ = sq
+    first = q.enqueue("job", b"x", app="a", tenant="t", item_id="order-1")
+    again = q.enqueue("job", b"x", app="a", tenant="t", item_id="order-1")
+    assert (first, again, again.duplicate) == ("order-1", "order-1", "queued")
+    assert q.items.count(q.zone("a", "t")) == 1
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda q: q.enqueue("job", b"", app="a", tenant="t", fifo=True),
+        lambda q: q.enqueue("job", b"", app="a", tenant="t", idempotency_key="k"),
+        lambda q: (
+            q.run_until_idle(ConsumerConfig(in_order=True))
+            or q.job("tx", transactional=True)(lambda p, c: None)
+        ),
+        lambda q: q.enqueue_local("job"),
+    ],
+    ids=["fifo", "idempotency-key", "transactional", "local"],
+)
+def test_what_sql_zones_cannot_do_yet_is_refused_by_name(sq: Any, call: Any) -> None:
+    q, _ = sq
+    with pytest.raises(UnsupportedByStore):
+        call(q)
+    assert q.items.count(q.zone("a", "t")) == 0  # nothing stored
+
+
+def test_a_bad_zones_option_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidStoreURL, match="zones must be one of"):
+        Quick.open(f"sqlite:///{tmp_path / 'q.db'}?zones=native")
+
+
+def test_a_store_is_refused_in_the_layout_its_work_is_not_in(tmp_path: Path) -> None:
+    path = tmp_path / "q.db"
+    kv = Quick.open(f"sqlite:///{path}")
+    kv.enqueue("job", b"", app="a", tenant="t")
+    kv.close()
+    with pytest.raises(ZoneLayoutMismatch, match="KV layout"):
+        Quick.open(f"sqlite:///{path}?zones=sql")
+    other = tmp_path / "sql.db"
+    sql = Quick.open(f"sqlite:///{other}?zones=sql")
+    sql.enqueue("job", b"", app="a", tenant="t")
+    sql.close()
+    with pytest.raises(ZoneLayoutMismatch, match="zones=sql"):
+        Quick.open(f"sqlite:///{other}")
+    kept = Quick.open(f"sqlite:///{other}?zones=sql")  # nothing was lost meanwhile
+    try:
+        assert kept.items.count(kept.zone("a", "t")) == 1
+    finally:
+        kept.close()
