@@ -52,10 +52,18 @@ from bench import peer_workloads as w
 from bench.common import compile_bytecode, log, machine, run_folder, summary
 from bench.peers.base import Peer
 
-SYSTEMS = ("quick-sqlite", "quick-postgres", "huey", "dramatiq", "procrastinate")
-QUICKS = ("quick-sqlite", "quick-postgres")
+SYSTEMS = (
+    "quick-sqlite",
+    "quick-sqlzones",
+    "quick-postgres",
+    "huey",
+    "dramatiq",
+    "procrastinate",
+)
+QUICKS = ("quick-sqlite", "quick-sqlzones", "quick-postgres")
 LABELS = {
     "quick-sqlite": "quick (SQLite)",
+    "quick-sqlzones": "quick (SQLite, zones=sql)",
     "quick-postgres": "quick (PostgreSQL)",
     "huey": "Huey (SQLite)",
     "dramatiq": "Dramatiq (Redis)",
@@ -136,6 +144,13 @@ def _makers(urls: dict[str, str]) -> dict[str, Callable[[Path], Peer]]:
         peer.config = f"quick worker --workers {WORKERS} (defaults)"
         return peer
 
+    def quick_sqlzones(d: Path) -> Peer:
+        from bench.peers.quick_peer import QuickPeer, user_consumer
+
+        peer = QuickPeer(d, "sqlite", consumer=user_consumer(WORKERS), zones="sql")
+        peer.config = f"quick worker --workers {WORKERS} (defaults), store URL ?zones=sql"
+        return peer
+
     def quick_postgres(d: Path) -> Peer:
         from bench.postgres_peer import PostgresQuickPeer
 
@@ -159,6 +174,7 @@ def _makers(urls: dict[str, str]) -> dict[str, Callable[[Path], Peer]]:
 
     return {
         "quick-sqlite": quick_sqlite,
+        "quick-sqlzones": quick_sqlzones,
         "quick-postgres": quick_postgres,
         "huey": huey,
         "dramatiq": dramatiq,
@@ -401,9 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.pg_flush_delay_ms <= 100:
         ap.error("--pg-flush-delay-ms must be between 0 and 100 (commit_delay's limit)")
     t0 = time.time()
-    res = run(
-        args.runs, args.jobs, only, args.work_ms, args.enqueue_only, args.pg_flush_delay_ms
-    )
+    res = run(args.runs, args.jobs, only, args.work_ms, args.enqueue_only, args.pg_flush_delay_ms)
     res["machine"] = machine()
     res["command"] = "python -m bench.peers_users " + shlex.join(
         sys.argv[1:] if argv is None else argv

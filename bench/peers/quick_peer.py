@@ -121,13 +121,16 @@ class QuickPeer(Peer):
         overrides: dict[str, Any] | None = None,
         consumer: ConsumerCommand | None = None,
         store: str | None = None,
+        zones: str = "kv",
     ) -> None:
         """``overrides``: ConsumerConfig fields changed in both profiles; ``consumer``: the
         command of another consumer process than ``bench.quickrun`` (the results folders'
         probes, which instrument or switch parts of it); ``store``: a store URL every
         generation runs on instead of a fresh file each (bench.tenant_scale: a store that
-        holds other apps' tenants)."""
+        holds other apps' tenants); ``zones``: ``sql`` opens each SQLite file with
+        ``zones=sql`` (items and pointers in tables of their own)."""
         super().__init__(workdir)
+        self.zones = zones
         compile_bytecode()  # the worker processes' start-up, as an installed copy's
         self.backend = backend
         self.name = f"quick-{backend}"
@@ -162,7 +165,8 @@ class QuickPeer(Peer):
             return self.store
         if self.backend == "memory":
             return "memory://"
-        return f"sqlite:///{self.workdir}/quick-{self.generation}.db"
+        query = "" if self.zones == "kv" else f"?zones={self.zones}"
+        return f"sqlite:///{self.workdir}/quick-{self.generation}.db{query}"
 
     def enqueue(self, tenant: str, work_ms: float = 0.0) -> None:
         t = time.time()
