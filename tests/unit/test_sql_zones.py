@@ -55,6 +55,9 @@ PRODUCER = textwrap.dedent(
 )
 
 
+WORKER = [sys.executable, "-m", "quickzones", "worker", "--app-module", "sql_app:q"]
+
+
 def _env(tmp_path: Path, url: str) -> dict[str, str]:
     (tmp_path / "sql_app.py").write_text(APP)
     return {
@@ -65,29 +68,34 @@ def _env(tmp_path: Path, url: str) -> dict[str, str]:
     }
 
 
-def test_a_quick_worker_runs_each_item_of_producer_processes_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("processes", [1, 3])
+def test_a_quick_worker_runs_each_item_of_producer_processes_once(
+    tmp_path: Path, processes: int
+) -> None:
+    """Consumer processes contend for the file's write lock with each other and with the
+    producers; every item runs once and the zones end empty."""
     url = f"sqlite:///{tmp_path / 'q.db'}?zones=sql"
     Quick.open(url).close()  # the tables, before the processes race to make them
     env = _env(tmp_path, url)
     worker = subprocess.Popen(
-        [sys.executable, "-m", "quickzones", "worker", "--app-module", "sql_app:q"],
+        [*WORKER, "--processes", str(processes)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
     try:
         producers = [
-            subprocess.run(
-                [sys.executable, "-c", PRODUCER, "300"],
+            subprocess.Popen(
+                [sys.executable, "-c", PRODUCER, "1000"],
                 env=env,
-                capture_output=True,
+                stdout=subprocess.PIPE,
                 text=True,
-                check=True,
-                timeout=120,
             )
             for _ in range(2)
         ]
-        enqueued = [i for p in producers for i in p.stdout.split()]
+        outputs = [p.communicate(timeout=120)[0] for p in producers]
+        assert [p.returncode for p in producers] == [0, 0]
+        enqueued = [i for out in outputs for i in out.split()]
         ran = tmp_path / "ran.txt"
 
         def done() -> bool:
@@ -97,9 +105,10 @@ def test_a_quick_worker_runs_each_item_of_producer_processes_once(tmp_path: Path
     finally:
         worker.terminate()
         _, err = worker.communicate(timeout=60)
-    assert len(enqueued) == 600
+    assert len(enqueued) == 2000
     assert sorted(ran.read_text().split()) == sorted(enqueued)  # each once, none lost
     assert worker.returncode == 0, err.decode()[-2000:]
+    assert b"Traceback" not in err, err.decode()[-2000:]
     q = Quick.open(url)
     try:
         assert sum(q.items.counts([q.zone("a", f"t{n}") for n in range(20)])) == 0
@@ -215,3 +224,49 @@ def test_a_store_is_refused_in_the_layout_its_work_is_not_in(tmp_path: Path) -> 
         assert kept.items.count(kept.zone("a", "t")) == 1
     finally:
         kept.close()
+
+
+def test_a_dequeue_with_a_horizon_takes_unleased_items_due_within_it_held(sq: Any) -> None:
+    q, clock = sq
+    zone = q.zone("a", "t")
+    now = int(clock.now() * 1000)
+    soon = q.enqueue("job", b"soon", app="a", tenant="t", delay=0.5)
+    q.enqueue("job", b"later", app="a", tenant="t", delay=5)
+    vested = q.enqueue("job", b"now", app="a", tenant="t")
+    taken, _ = q.items.dequeue(zone, 10, 30_000, horizon_ms=1_000)
+    assert [i.item_id for i in taken] == [vested, soon]  # vested first; "later" beyond it
+    first, ahead = taken
+    assert not first.held and first.attempts == 1
+    assert ahead.held and ahead.attempts == 0  # counted at its start, on its own timer
+    assert ahead.vesting_ms == now + 500 + 30_000  # its lease runs from when it is due
+    other, _ = q.items.dequeue(zone, 10, 30_000, horizon_ms=10_000)
+    assert [i.payload for i in other] == [b"later"]  # the held one is not taken again
+
+
+def test_delayed_jobs_never_start_early_on_a_running_worker(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    q = Quick.open(f"sqlite:///{tmp_path / 'q.db'}?zones=sql")
+    started: dict[str, float] = {}
+    lock = threading.Lock()
+
+    @q.job("job")
+    def job(payload: Any, ctx: JobContext) -> None:
+        with lock:
+            started[payload["id"]] = time.time()
+
+    consumer = q.consumer(ConsumerConfig(workers=4))
+    consumer.start()
+    try:
+        due = {}
+        for n in range(30):
+            delay = 0.2 + (n % 10) * 0.05
+            due[str(n)] = time.time() + delay
+            q.enqueue("job", {"id": str(n)}, app="a", tenant=f"t{n % 3}", delay=delay)
+        assert wait_for(lambda: len(started) == 30, timeout=30)
+    finally:
+        consumer.stop()
+        q.close()
+    early = {n: due[n] - at for n, at in started.items() if at < due[n] - 0.001}
+    assert not early, f"started before they were due (s early): {early}"

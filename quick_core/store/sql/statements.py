@@ -35,6 +35,8 @@ class Statements:
     items_of_zone: str
     # Vested items in the zone's order (priority, vesting time, enqueue order), at most n.
     vested: str
+    # Unleased items vesting after :now and by :upto (a look-ahead dequeue's), in order.
+    ahead: str
     # An item's new state, written only where its row still holds the record read.
     update_item: str
     delete_item: str
@@ -104,6 +106,11 @@ def statements(root: str) -> Statements:
         ),
         vested=(
             f"SELECT id, record FROM {i} WHERE zone = :zone AND vesting_ms <= :upto"
+            " ORDER BY priority, vesting_ms, seq LIMIT :n"
+        ),
+        ahead=(
+            f"SELECT id, record FROM {i} WHERE zone = :zone AND vesting_ms > :now"
+            " AND vesting_ms <= :upto AND lease_id IS NULL"
             " ORDER BY priority, vesting_ms, seq LIMIT :n"
         ),
         update_item=(

@@ -56,7 +56,7 @@ CHANGE_TRIES = 16
 class SQLZoneStore:
     """Zones in the native SQL items table; pointers in :class:`SQLTopLevelQueue`."""
 
-    capabilities: ZoneStoreCapabilities = ZoneStoreCapabilities()
+    capabilities: ZoneStoreCapabilities = ZoneStoreCapabilities(lookahead_dequeue=True)
 
     def __init__(
         self,
@@ -263,11 +263,17 @@ class SQLZoneStore:
         accept: Callable[[WorkItem], bool] | None = None,
         resolve: Callable[[WorkItem], WorkItem] | None = None,
         start_now: int | None = None,
+        horizon_ms: int = 0,
     ) -> tuple[list[WorkItem], list[CorruptItem]]:
         """Lease up to ``max_items`` vested items ``accept`` takes, in one transaction;
         the first ``start_now`` start at once, the rest are leased held (None: all start).
-        Expired and corrupt items are dead-lettered after it (see the module)."""
+        With ``horizon_ms``, where the vested items leave room, unleased items vesting
+        within that many ms are leased too, held, each lease counted from its vesting
+        time (the consumer starts them on its own timer). Expired and corrupt items are
+        dead-lettered after it (see the module)."""
         check_lease_duration(lease_ms)
+        if horizon_ms < 0:
+            raise ValueError(f"horizon_ms must be at least 0, not {horizon_ms}")
         now = now_ms(self.clock)
         starting = max_items if start_now is None else start_now
         leased: list[WorkItem] = []
@@ -276,6 +282,12 @@ class SQLZoneStore:
         args = {"zone": zone_key(zone), "upto": now, "n": max_items}
         with self.sql.sql_read() as c:
             rows = c.execute(self.q.vested, args).fetchall()
+            if horizon_ms and len(rows) < max_items:
+                more = {**args, "now": now, "upto": now + horizon_ms, "n": max_items - len(rows)}
+                rows += c.execute(self.q.ahead, more).fetchall()
+            if horizon_ms and len(rows) < max_items:
+                more = {**args, "now": now, "upto": now + horizon_ms, "n": max_items - len(rows)}
+                rows += c.execute(self.q.ahead, more).fetchall()
         # Decoded and decided outside the write lock; each lease then written where its
         # row is still as read (an item changed meanwhile is left for the next visit).
         grants: list[tuple[WorkItem, bytes]] = []
@@ -293,11 +305,12 @@ class SQLZoneStore:
                 continue
             if accept is not None and not accept(item):
                 continue  # e.g. its job type is at its concurrency cap: left vested
-            held = starting <= 0
+            since = max(now, item.vesting_ms)  # an item taken ahead: from its vesting
+            held = since > now or starting <= 0
             if not held:
                 starting -= 1
             lease = new_lease_id(self.ids)
-            grants.append((lease_rules.granted(item, now, lease_ms, lease, held=held), raw))
+            grants.append((lease_rules.granted(item, since, lease_ms, lease, held=held), raw))
         if grants:
             with self.sql.sql_write() as c:
                 leased = [item for item, raw in grants if self._write_if(c, zone, item, raw)]
