@@ -158,8 +158,8 @@ class Quick:
         sql_top = None
         if sql is not None:  # items and pointers in SQL tables (zones=sql)
             sql_top = SQLTopLevelQueue(
-                kv, sql, statements(root), keys=self.keys, cluster=cluster, clock=self.clock,
-                ids=ids,
+                kv, sql, statements(root, sql.sql_dialect, sql.sql_namespace), keys=self.keys,
+                cluster=cluster, clock=self.clock, ids=ids,
             )  # fmt: skip
         self.toplevel = sql_top or TopLevelQueue(
             kv, keys=self.keys, cluster=cluster, clock=self.clock, ids=ids

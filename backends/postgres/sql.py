@@ -469,6 +469,16 @@ END """,
     )
 
     @functools.cached_property
+    def native_commit(self) -> str:
+        """A native SQL zones' commit that wakes watchers (native.signal_commit): its row in
+        the log, with no ranges, and the schema's NOTIFY; returns the row's id."""
+        return self._q(
+            "WITH c AS (INSERT INTO {log} (id, xid, at, begins, ends) VALUES"
+            " (nextval({seq_name}), pg_current_xact_id(), 0, '{{}}', '{{}}') RETURNING id)"
+            " SELECT c.id, pg_notify(%s, %s) FROM c"
+        )
+
+    @functools.cached_property
     def commits_unseen(self) -> str:
         """:data:`_COMMITS_UNSEEN` for psycopg (bench.pg_long_txn times it)."""
         return self._q(self._COMMITS_UNSEEN)

@@ -56,6 +56,7 @@ from quickzones.backends.postgres.errors import (
 from quickzones.backends.postgres.joined import Joined
 from quickzones.backends.postgres.known_reads import KnownReads
 from quickzones.backends.postgres.locks import lock_space, plan
+from quickzones.backends.postgres.native import NativeTransactions
 from quickzones.backends.postgres.notifications import CommitNotifications
 from quickzones.backends.postgres.resolver import PRUNE_EVERY, Connection
 from quickzones.backends.postgres.sql import (
@@ -139,12 +140,14 @@ def _server_of(conninfo: str) -> str:
 
 # A server session in a transaction (pg_stat_activity: the store's role sees its own).
 SESSION_IN_TRANSACTION = (
-    "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
-    " AND (xact_start IS NOT NULL OR state = 'active')"
+    "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND (xact_start IS NOT NULL OR state = 'active')"
 )
 
 
-class PostgresStore:
+ZONE_LAYOUTS = ("kv", "sql")
+
+
+class PostgresStore(NativeTransactions):
     """A KV store in one PostgreSQL schema: ``PostgresStore("postgresql://...", schema=...)``."""
 
     def __init__(
@@ -161,7 +164,13 @@ class PostgresStore:
         listen: bool = True,
         prepare: bool = True,
         server_pointer_check: bool = True,
+        zones: str = "kv",
     ) -> None:
+        if zones not in ZONE_LAYOUTS:
+            raise InvalidStoreURL(url or conninfo, f"zones must be one of {ZONE_LAYOUTS}")
+        # Where items and pointers live: "kv", as every other key (the default), or
+        # "sql", tables of their own beside it (quickzones.store.sql; issue 42).
+        self.zones = zones
         wrong = check_schema_name(schema)
         if wrong is not None:
             raise InvalidStoreURL(url or conninfo, f"schema {schema!r} {wrong}")
@@ -248,7 +257,8 @@ class PostgresStore:
         LISTEN for commit notifications if they are heard; ``off``: never, poll, as behind
         PgBouncer in transaction pooling mode), ``prepare`` (``auto``, the default: prepare
         each statement once per connection, until a pooler shows that it does not keep
-        them; ``off``: never); the rest go to libpq. With
+        them; ``off``: never), ``zones`` (``kv``, the default, or ``sql``: items and
+        pointers in tables of their own, :mod:`quickzones.store.sql`); the rest go to libpq. With
         ``create=False`` the schema must already be a quick store and nothing is written
         while opening but the migration of an older layout.
         """
@@ -279,6 +289,10 @@ class PostgresStore:
                 if raw not in _PREPARE:
                     raise InvalidStoreURL(url, f"prepare={raw!r}: expected auto or off")
                 options["prepare"] = _PREPARE[raw]
+            elif option == "zones":
+                if raw not in ZONE_LAYOUTS:
+                    raise InvalidStoreURL(url, f"zones must be one of {ZONE_LAYOUTS}")
+                options["zones"] = raw
             elif option == "server_pointer_check":
                 if raw not in _SERVER_POINTER_CHECK:
                     reason = f"server_pointer_check={raw!r}: expected auto or off"

@@ -25,13 +25,13 @@ class NativeTransactions(SQLiteConnections):
     """``sql_write`` and ``sql_read``: :class:`~quickzones.store.sql.SQLConnections`."""
 
     checkpointer: Checkpointer
+    sql_dialect = "sqlite"
+    sql_namespace = ""  # the file's main database
 
     @contextlib.contextmanager
-    def sql_write(self, *, signal: bool = False) -> Iterator[sqlite3.Connection]:
+    def sql_write(self) -> Iterator[sqlite3.Connection]:
         """A connection holding the write lock; what the block ran commits when it ends,
-        nothing when it raises. ``signal``: the commit is recorded as a commit of the
-        store, so other processes' commit watchers (``data_version``) wake for it, as
-        for a KV commit (an enqueue's; a lease or a completion wakes nobody)."""
+        nothing when it raises."""
         conn = self._acquire()
         try:
             # Threads of this process queue on the store's lock, not in SQLite's busy
@@ -42,8 +42,6 @@ class NativeTransactions(SQLiteConnections):
                 self._begin_immediate(conn)
                 try:
                     yield conn
-                    if signal:
-                        self._record_commit(conn)
                     conn.execute("COMMIT")
                 except BaseException:
                     if conn.in_transaction:
@@ -69,9 +67,11 @@ class NativeTransactions(SQLiteConnections):
         finally:
             self._release(conn)
 
-    def _record_commit(self, conn: sqlite3.Connection) -> None:
-        """A commit version of its own, with no conflict ranges (KV transactions never
-        read these tables), that commit watchers of other store objects count."""
+    def signal_commit(self, conn: sqlite3.Connection) -> None:
+        """Make the transaction on ``conn`` a commit that wakes idle consumers elsewhere,
+        as a KV commit does: a commit version of its own with no conflict ranges (KV
+        transactions never read these tables), which other store objects' commit
+        watchers (``data_version``) count."""
         version: int = conn.execute(_VERSION).fetchone()[0]
         version = max(version + 1, int(self.clock.now() * VERSIONS_PER_SECOND))
         conn.execute(_RECORD_CONFLICTS, (version, _NO_RANGES))

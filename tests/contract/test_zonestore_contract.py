@@ -46,6 +46,24 @@ def _sql_zones(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ZoneS
         q.close()
 
 
+def _sql_zones_postgres(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ZoneStoreEnv]:
+    """Items and pointers in a PostgreSQL schema's own tables (quickzones.store.sql)."""
+    from quickzones.backends.postgres import PostgresStore
+    from quickzones.testing.provision.postgres import postgres_skip_reason
+    from tests.postgres import postgres_store_url
+
+    reason = postgres_skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    clock = ManualClock()
+    store = PostgresStore.from_url(postgres_store_url() + "&zones=sql", clock=clock)
+    q = Quick(store, clock=clock)
+    try:
+        yield ZoneStoreEnv(q.items, q.kv, clock)
+    finally:
+        q.close()
+
+
 def _cassandra_zones(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ZoneStoreEnv]:
     """Items in a fresh Cassandra keyspace, pointers in a sqlite file."""
     from integration.cassandra_adapter.helpers import cassandra_url
@@ -67,6 +85,7 @@ def _cassandra_zones(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator
 ZONE_STORES = [
     *(pytest.param(_kv_zones(name), id=f"kv-{name}") for name in sorted(BACKENDS)),
     pytest.param(_sql_zones, id="sql-sqlite"),
+    pytest.param(_sql_zones_postgres, id="sql-postgres"),
     pytest.param(_cassandra_zones, id="cassandra", marks=pytest.mark.cassandra),
 ]
 

@@ -1,5 +1,6 @@
-"""Zones native in SQL on SQLite (``sqlite:///path?zones=sql``), from the user's side: a
-``quick worker`` process drains what producer processes enqueue, each item once; pointers
+"""Zones native in SQL (``sqlite:///path?zones=sql``, ``postgresql://...?zones=sql``), from
+the user's side: a ``quick worker`` process drains what producer processes enqueue, each
+item once (on both stores); pointers
 are made, requeued and collected as on the KV zones; dead letters are listed where the
 CLI reads them; what the native zones cannot do yet is refused by name, and a store of
 one layout opened as the other is refused before its queued work is hidden."""
@@ -21,7 +22,23 @@ from quickzones.consumer import ConsumerConfig
 from quickzones.errors import InvalidStoreURL, UnsupportedByStore
 from quickzones.registry import JobContext, RetryPolicy
 from quickzones.store.sql import SQLZoneStore, ZoneLayoutMismatch
+from quickzones.testing.provision.postgres import postgres_skip_reason
 from tests.waiting import wait_for
+
+
+def _url(store: str, tmp_path: Path) -> str:
+    """A fresh store of ``store`` ("sqlite" or "postgres") with zones=sql."""
+    if store == "sqlite":
+        return f"sqlite:///{tmp_path / 'q.db'}?zones=sql"
+    reason = postgres_skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    from tests.postgres import postgres_store_url
+
+    return postgres_store_url() + "&zones=sql"
+
+
+STORES = ["sqlite", "postgres"]
 
 APP = textwrap.dedent(
     """
@@ -68,13 +85,15 @@ def _env(tmp_path: Path, url: str) -> dict[str, str]:
     }
 
 
+@pytest.mark.parametrize("store", STORES)
 @pytest.mark.parametrize("processes", [1, 3])
 def test_a_quick_worker_runs_each_item_of_producer_processes_once(
-    tmp_path: Path, processes: int
+    tmp_path: Path, processes: int, store: str
 ) -> None:
-    """Consumer processes contend for the file's write lock with each other and with the
-    producers; every item runs once and the zones end empty."""
-    url = f"sqlite:///{tmp_path / 'q.db'}?zones=sql"
+    """Consumer processes contend with each other and with the producers (for SQLite's
+    write lock; for PostgreSQL's row locks); every item runs once and the zones end
+    empty."""
+    url = _url(store, tmp_path)
     Quick.open(url).close()  # the tables, before the processes race to make them
     env = _env(tmp_path, url)
     worker = subprocess.Popen(
@@ -116,10 +135,10 @@ def test_a_quick_worker_runs_each_item_of_producer_processes_once(
         q.close()
 
 
-@pytest.fixture
-def sq(tmp_path: Path) -> Any:
+@pytest.fixture(params=STORES)
+def sq(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     clock = ManualClock()
-    q = Quick.open(f"sqlite:///{tmp_path / 'q.db'}?zones=sql", clock=clock)
+    q = Quick.open(_url(str(request.param), tmp_path), clock=clock)
     yield q, clock
     q.close()
 
@@ -243,11 +262,12 @@ def test_a_dequeue_with_a_horizon_takes_unleased_items_due_within_it_held(sq: An
     assert [i.payload for i in other] == [b"later"]  # the held one is not taken again
 
 
-def test_delayed_jobs_never_start_early_on_a_running_worker(tmp_path: Path) -> None:
+@pytest.mark.parametrize("store", STORES)
+def test_delayed_jobs_never_start_early_on_a_running_worker(tmp_path: Path, store: str) -> None:
     import threading
     import time
 
-    q = Quick.open(f"sqlite:///{tmp_path / 'q.db'}?zones=sql")
+    q = Quick.open(_url(store, tmp_path))
     started: dict[str, float] = {}
     lock = threading.Lock()
 

@@ -60,12 +60,11 @@ def check_zone_layout(kv: KVStore, root: str, toplevel: TopLevelQueue) -> None:
     runs_sql = cast(SQLConnections | None, kv if hasattr(kv, "sql_read") else None)
     if runs_sql is None:
         return
+    q = statements(root, runs_sql.sql_dialect, runs_sql.sql_namespace)
     with runs_sql.sql_read() as c:
-        table = statements(root).pointers_table
-        made = c.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
-        ).fetchone()
-        if made is None or c.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is None:
+        if c.execute(q.table_exists, {"table": q.pointers_table}).fetchone() is None:
+            return
+        if c.execute(f"SELECT 1 FROM {q.pointers_table} LIMIT 1").fetchone() is None:
             return
     raise ZoneLayoutMismatch(
         f"{getattr(kv, 'url', kv)} holds queued work in SQL tables (zones=sql): open it "

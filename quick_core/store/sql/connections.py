@@ -11,13 +11,22 @@ from typing import Any, Protocol
 class SQLConnections(Protocol):
     """Where the native SQL zones' statements run."""
 
-    url: str
+    # The statements' dialect ("sqlite", "postgres") and the prefix of the tables' names
+    # (a quoted schema and a dot, or nothing).
+    sql_dialect: str
+    sql_namespace: str
 
-    def sql_write(self, *, signal: bool = False) -> AbstractContextManager[Any]:
-        """A DB-API connection holding the store's write lock for the block: what the
-        block ran commits when it ends and nothing when it raises; errors come back as
-        the store's (:class:`~quickzones.errors.StorageError`, ``KVError``). ``signal``:
-        other processes' commit watchers wake for this commit (an enqueue's)."""
+    def sql_write(self) -> AbstractContextManager[Any]:
+        """A DB-API connection in a write transaction for the block: what the block ran
+        commits when it ends and nothing when it raises; errors come back as the store's
+        (:class:`~quickzones.errors.StorageError`, ``KVError``). On SQLite the block holds
+        the file's write lock from its start; on PostgreSQL (READ COMMITTED) each row is
+        locked by the statement that writes it, or a ``FOR UPDATE``."""
+        ...
+
+    def signal_commit(self, conn: Any) -> None:
+        """Inside :meth:`sql_write`'s block: idle consumers of other processes wake for
+        this commit (an enqueue that made or pulled a pointer)."""
         ...
 
     def sql_read(self) -> AbstractContextManager[Any]:

@@ -1,9 +1,11 @@
 """The native SQL zones' tables and statements (docs/backends.md, "Zones native in SQL").
 
-Written once with named parameters (``:zone``); :func:`statements` makes a store's set,
-its tables named after the key space's root, so two roots in one database stay apart.
-SQLite runs them as written (every write under ``BEGIN IMMEDIATE``: one writer at a time,
-so no statement needs a row lock).
+Written once, in SQLite's dialect with named parameters (``:zone``); :func:`statements`
+makes a store's set, its tables named after the key space's root (so two roots in one
+database stay apart) in the store's namespace, and derives PostgreSQL's (``%(zone)s``,
+``bytea``, ``bigint``, ``greatest``, ``IS NOT DISTINCT FROM``). SQLite runs every write
+under ``BEGIN IMMEDIATE``: one writer at a time, so no statement needs a row lock, and the
+``FOR UPDATE`` of the statements that lock a pointer is PostgreSQL's alone.
 
 ``zone`` is the zone's (app, tenant) packed by the tuple layer, as the KV zones' keys pack
 it: zones sort by app, then tenant, and one app's zones share a prefix.
@@ -12,7 +14,8 @@ it: zones sort by app, then tenant, and one app's zones share a prefix.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from quickzones.errors import ConfigurationError
 
@@ -25,6 +28,10 @@ class Statements:
 
     schema: tuple[str, ...]
     pointers_table: str
+    # Whether the pointers table exists (:table names it): a store opened without zones=sql.
+    table_exists: str
+    # A LIMIT that bounds nothing.
+    no_limit: int | None
     # --- items -----------------------------------------------------------------------------
     # An item's row; nothing when its id is in the zone already (an idempotent repeat).
     insert_item: str
@@ -49,6 +56,11 @@ class Statements:
     # --- pointers --------------------------------------------------------------------------
     pointer_by_id: str
     pointer_of_zone: str
+    # The same, the row locked until the transaction ends (PostgreSQL): a requeue or a
+    # collection that reads the zone after it cannot miss an enqueue's item (the enqueue's
+    # upsert of the pointer waits for the lock, or holds it first).
+    pointer_by_id_locked: str
+    pointer_of_zone_locked: str
     lease_pointer: str
     requeue_pointer: str
     extend_pointer: str
@@ -65,29 +77,79 @@ class Statements:
     vested_zones_of_app: str
 
 
-def statements(root: str) -> Statements:
+def statements(root: str, dialect: str = "sqlite", namespace: str = "") -> Statements:
     """The statements of the key space ``root`` (its tables ``<root>_items`` and
-    ``<root>_pointers``)."""
+    ``<root>_pointers`` in ``namespace``, a quoted schema and a dot or nothing) in
+    ``dialect``, "sqlite" or "postgres"."""
+    if dialect not in ("sqlite", "postgres"):
+        raise ConfigurationError(f"zones=sql speaks sqlite and postgres, not {dialect!r}")
+    made = _sqlite(root, namespace)
+    if dialect == "sqlite":
+        return made
+    derived: dict[str, Any] = {f.name: _postgres(getattr(made, f.name)) for f in fields(made)}
+    pg = Statements(**derived)
+    return replace(
+        pg,
+        table_exists="SELECT 1 WHERE to_regclass(%(table)s) IS NOT NULL",
+        pointer_by_id_locked=pg.pointer_by_id + " FOR UPDATE",
+        pointer_of_zone_locked=pg.pointer_of_zone + " FOR UPDATE",
+    )
+
+
+_PARAM = re.compile(r"(?<![:\w]):([a-z_]+)")
+
+
+def _postgres(made: object) -> object:
+    """One of SQLite's statements (or a tuple of them, or a constant) as PostgreSQL's."""
+    if isinstance(made, tuple):
+        return tuple(_postgres(m) for m in made)
+    if not isinstance(made, str):
+        return None if made == -1 else made  # LIMIT NULL: no limit
+    sql = made.replace("seq INTEGER PRIMARY KEY", "seq bigserial PRIMARY KEY")
+    sql = sql.replace("BLOB", "bytea").replace("INTEGER", "bigint").replace(" WITHOUT ROWID", "")
+    sql = sql.replace("max(last_active_ms,", "greatest(last_active_ms,")
+    sql = sql.replace("lease_id IS :was_lease_id", "lease_id IS NOT DISTINCT FROM :was_lease_id")
+    return _PARAM.sub(r"%(\1)s", sql)
+
+
+def _sqlite(root: str, namespace: str) -> Statements:
     if not _ROOT.fullmatch(root):
         raise ConfigurationError(
             f"zones=sql names its tables after the key space root, which must be letters,"
             f" digits and underscores (at most 41), not {root!r}"
         )
-    i, p = f"{root}_items", f"{root}_pointers"
+    i, p = f"{namespace}{root}_items", f"{namespace}{root}_pointers"
+    ii, pp = f"{root}_items", f"{root}_pointers"  # index names: in their table's schema
+    by_id = (
+        f"SELECT zone, shard, vesting_ms, last_active_ms, lease_id, holder, pointer_id"
+        f" FROM {p} WHERE cluster = :cluster AND pointer_id = :pointer_id"
+    )
+    of_zone = (
+        f"SELECT zone, shard, vesting_ms, last_active_ms, lease_id, holder, pointer_id"
+        f" FROM {p} WHERE cluster = :cluster AND zone = :zone"
+    )
     return Statements(
         pointers_table=p,
+        table_exists="SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :table",
+        no_limit=-1,
+        pointer_by_id=by_id,
+        pointer_of_zone=of_zone,
+        # SQLite's write lock is the whole file's, taken at BEGIN IMMEDIATE.
+        pointer_by_id_locked=by_id,
+        pointer_of_zone_locked=of_zone,
         schema=(
             # The rowid orders items of one vesting time by their enqueue.
             f"CREATE TABLE IF NOT EXISTS {i} (seq INTEGER PRIMARY KEY, zone BLOB NOT NULL,"
             " id TEXT NOT NULL, priority INTEGER NOT NULL, vesting_ms INTEGER NOT NULL,"
             " lease_id TEXT, record BLOB NOT NULL, UNIQUE (zone, id))",
-            f"CREATE INDEX IF NOT EXISTS {i}_order ON {i} (zone, priority, vesting_ms)",
+            f"CREATE INDEX IF NOT EXISTS {ii}_order ON {i} (zone, priority, vesting_ms)",
             f"CREATE TABLE IF NOT EXISTS {p} (cluster TEXT NOT NULL, zone BLOB NOT NULL,"
             " pointer_id TEXT NOT NULL, shard INTEGER NOT NULL, vesting_ms INTEGER NOT NULL,"
             " last_active_ms INTEGER NOT NULL, lease_id TEXT, holder TEXT,"
             " PRIMARY KEY (cluster, zone)) WITHOUT ROWID",
-            f"CREATE UNIQUE INDEX IF NOT EXISTS {p}_id ON {p} (cluster, pointer_id)",
-            f"CREATE INDEX IF NOT EXISTS {p}_order ON {p} (cluster, shard, vesting_ms, pointer_id)",
+            f"CREATE UNIQUE INDEX IF NOT EXISTS {pp}_id ON {p} (cluster, pointer_id)",
+            f"CREATE INDEX IF NOT EXISTS {pp}_order ON {p}"
+            " (cluster, shard, vesting_ms, pointer_id)",
         ),
         insert_item=(
             f"INSERT INTO {i} (zone, id, priority, vesting_ms, lease_id, record)"
@@ -95,10 +157,10 @@ def statements(root: str) -> Statements:
             " ON CONFLICT (zone, id) DO NOTHING"
         ),
         upsert_pointer=(
-            f"INSERT INTO {p} (cluster, zone, pointer_id, shard, vesting_ms, last_active_ms)"
-            " VALUES (:cluster, :zone, :pointer_id, :shard, :vesting_ms, :now)"
-            f" ON CONFLICT (cluster, zone) DO UPDATE SET vesting_ms = excluded.vesting_ms"
-            f" WHERE {p}.vesting_ms > excluded.vesting_ms AND {p}.lease_id IS NULL"
+            f"INSERT INTO {p} AS cur (cluster, zone, pointer_id, shard, vesting_ms,"
+            " last_active_ms) VALUES (:cluster, :zone, :pointer_id, :shard, :vesting_ms, :now)"
+            " ON CONFLICT (cluster, zone) DO UPDATE SET vesting_ms = excluded.vesting_ms"
+            " WHERE cur.vesting_ms > excluded.vesting_ms AND cur.lease_id IS NULL"
         ),
         item=f"SELECT record FROM {i} WHERE zone = :zone AND id = :id",
         items_of_zone=(
@@ -124,7 +186,7 @@ def statements(root: str) -> Statements:
         min_vesting=(
             "WITH RECURSIVE firsts(priority, vesting_ms) AS ("
             f" SELECT * FROM (SELECT priority, vesting_ms FROM {i} WHERE zone = :zone"
-            " ORDER BY priority, vesting_ms LIMIT 1)"
+            " ORDER BY priority, vesting_ms LIMIT 1) AS head"
             f" UNION ALL SELECT (SELECT priority FROM {i} WHERE zone = :zone"
             " AND priority > firsts.priority ORDER BY priority, vesting_ms LIMIT 1),"
             f" (SELECT vesting_ms FROM {i} WHERE zone = :zone AND priority > firsts.priority"
@@ -134,14 +196,6 @@ def statements(root: str) -> Statements:
         ),
         any_item=f"SELECT 1 FROM {i} WHERE zone = :zone LIMIT 1",
         count=f"SELECT count(*) FROM {i} WHERE zone = :zone",
-        pointer_by_id=(
-            f"SELECT zone, shard, vesting_ms, last_active_ms, lease_id, holder, pointer_id"
-            f" FROM {p} WHERE cluster = :cluster AND pointer_id = :pointer_id"
-        ),
-        pointer_of_zone=(
-            f"SELECT zone, shard, vesting_ms, last_active_ms, lease_id, holder, pointer_id"
-            f" FROM {p} WHERE cluster = :cluster AND zone = :zone"
-        ),
         lease_pointer=(
             f"UPDATE {p} SET vesting_ms = :vesting_ms, lease_id = :lease_id, holder = :holder"
             " WHERE cluster = :cluster AND pointer_id = :pointer_id"

@@ -29,8 +29,6 @@ from quickzones.store.sql.statements import Statements
 from quickzones.store.toplevel import IndexEntry, PointerRef, TopLevelQueue
 from quickzones.store.tuple_layer import fdbtuple
 
-NO_LIMIT = -1  # SQLite's LIMIT without a bound
-
 
 def zone_key(zone: ZoneId) -> bytes:
     """A zone as the tables key it: (app, tenant) packed by the tuple layer."""
@@ -99,11 +97,13 @@ class SQLTopLevelQueue(TopLevelQueue):
         later (a leased one is left to its holder's requeue)."""
         now = now_ms(self.clock) if active_ms is None else active_ms
         with self.sql.sql_write() as c:
-            c.execute(
+            pulled = c.execute(
                 self.q.pull_pointer,
                 {"cluster": self.cluster, "zone": zone_key(zone), "vesting_ms": vesting_ms,
                  "now": now},
-            )  # fmt: skip
+            ).rowcount  # fmt: skip
+            if pulled:
+                self.sql.signal_commit(c)  # consumers elsewhere may sleep past it
 
     # --- the scan ----------------------------------------------------------------------
 
@@ -150,7 +150,7 @@ class SQLTopLevelQueue(TopLevelQueue):
         args: dict[str, Any] = {
             "cluster": self.cluster,
             "shard": shard,
-            "n": NO_LIMIT if limit <= 0 else limit + (0 if after is None else 1),
+            "n": self.q.no_limit if limit <= 0 else limit + (0 if after is None else 1),
         }
         sql = self.q.pointers_of_shard
         if after is not None:
@@ -243,7 +243,7 @@ class SQLTopLevelQueue(TopLevelQueue):
         now = now_ms(self.clock)
         key = {"cluster": self.cluster, "pointer_id": pointer.pointer_id}
         with self.sql.sql_write() as c:
-            row = c.execute(self.q.pointer_by_id, key).fetchone()
+            row = c.execute(self.q.pointer_by_id_locked, key).fetchone()
             if row is None:
                 return "lost"
             current = _pointer(row)
@@ -286,7 +286,7 @@ class SQLTopLevelQueue(TopLevelQueue):
     ) -> bool:
         with self.sql.sql_write() as c:
             row = c.execute(
-                self.q.pointer_of_zone, {"cluster": self.cluster, "zone": zone_key(zone)}
+                self.q.pointer_of_zone_locked, {"cluster": self.cluster, "zone": zone_key(zone)}
             ).fetchone()
             if row is None:
                 return True

@@ -130,11 +130,14 @@ class SQLZoneStore:
         ]  # fmt: skip
         pointer = self.toplevel.pointer_args(zone, min(r.vesting_ms for r in records), now)
         queued: dict[str, WorkItem] = {}
-        with self.sql.sql_write(signal=True) as c:
+        with self.sql.sql_write() as c:
             for record, row in zip(records, args, strict=True):
                 if c.execute(self.q.insert_item, row).rowcount == 0:
                     queued[record.item_id] = self._found(c, zone, record)
-            c.execute(self.q.upsert_pointer, pointer)
+            if c.execute(self.q.upsert_pointer, pointer).rowcount:
+                # Made, or pulled earlier: consumers elsewhere may sleep past it. (One
+                # that vests in time already, or is leased, they know of.)
+                self.sql.signal_commit(c)
         return [Enqueued(r.item_id, "queued" if r.item_id in queued else None) for r in records]
 
     def _found(self, c: Any, zone: ZoneId, asked: WorkItem) -> WorkItem:

@@ -1,0 +1,69 @@
+"""Transactions of SQL statements of the store's own tables beside ``kv`` (the native SQL
+zones, :mod:`quickzones.store.sql`, ``postgresql://...?zones=sql``): a pooled connection in
+a transaction at READ COMMITTED, where the statements' row locks order the writers of one
+row (docs/backends.md, "Zones native in SQL"), or outside one. The backend knows nothing of
+what the statements say; errors come back as the KV store's."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from quickzones.backends.postgres.errors import translate
+
+if TYPE_CHECKING:
+    from quickzones.backends.postgres.store import PostgresStore
+
+
+class NativeTransactions:
+    """``sql_write``, ``sql_read`` and ``signal_commit``:
+    :class:`~quickzones.store.sql.SQLConnections` over a :class:`PostgresStore`."""
+
+    sql_dialect = "postgres"
+
+    @property
+    def sql_namespace(self: PostgresStore) -> str:  # type: ignore[misc]
+        """Where the native tables live: the store's schema, quoted."""
+        return '"' + self.schema.replace('"', '""') + '".'
+
+    @contextlib.contextmanager
+    def sql_write(self: PostgresStore) -> Iterator[Any]:  # type: ignore[misc]
+        """A connection in a transaction for the block: what the block ran commits when it
+        ends, nothing when it raises."""
+        conn = self._acquire()
+        try:
+            conn.execute("BEGIN")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                idle = psycopg.pq.TransactionStatus.IDLE
+                if not conn.closed and conn.info.transaction_status != idle:
+                    conn.execute("ROLLBACK")
+                raise
+        except psycopg.Error as err:
+            raise translate(err, "sql", self.shown) from err
+        finally:
+            self._release(conn)
+
+    @contextlib.contextmanager
+    def sql_read(self: PostgresStore) -> Iterator[Any]:  # type: ignore[misc]
+        """A connection outside any transaction: each statement reads a snapshot of its own."""
+        conn = self._acquire()
+        try:
+            yield conn
+        except psycopg.Error as err:
+            raise translate(err, "sql read", self.shown) from err
+        finally:
+            self._release(conn)
+
+    def signal_commit(self: PostgresStore, conn: Any) -> None:  # type: ignore[misc]
+        """Make the transaction on ``conn`` a commit that wakes idle consumers elsewhere, as
+        a KV commit that made a pointer vest earlier does: a row in ``quick_log`` with no
+        conflict ranges (the commit watchers' count, ``data_version``) and a NOTIFY on the
+        schema's channel (sent at COMMIT)."""
+        row = conn.execute(self.sql.native_commit, self.sql.notify_args).fetchone()
+        self.foreign.made(int(row[0]))
