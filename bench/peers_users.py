@@ -56,15 +56,17 @@ SYSTEMS = (
     "quick-sqlite",
     "quick-sqlzones",
     "quick-postgres",
+    "quick-pgzones",
     "huey",
     "dramatiq",
     "procrastinate",
 )
-QUICKS = ("quick-sqlite", "quick-sqlzones", "quick-postgres")
+QUICKS = ("quick-sqlite", "quick-sqlzones", "quick-postgres", "quick-pgzones")
 LABELS = {
     "quick-sqlite": "quick (SQLite)",
     "quick-sqlzones": "quick (SQLite, zones=sql)",
     "quick-postgres": "quick (PostgreSQL)",
+    "quick-pgzones": "quick (PostgreSQL, zones=sql)",
     "huey": "Huey (SQLite)",
     "dramatiq": "Dramatiq (Redis)",
     "procrastinate": "procrastinate (PostgreSQL)",
@@ -126,7 +128,7 @@ def _servers(systems: list[str], flush_delay_ms: float) -> Iterator[dict[str, st
         urls: dict[str, str] = {}
         if "dramatiq" in systems:
             urls["redis"] = stack.enter_context(redis_server())
-        if {"quick-postgres", "procrastinate"} & set(systems):
+        if {"quick-postgres", "quick-pgzones", "procrastinate"} & set(systems):
             delay_us = round(flush_delay_ms * 1000)
             settings = (f"commit_delay={delay_us}", "commit_siblings=0") if delay_us else ()
             urls["postgres"] = stack.enter_context(postgres_server(settings))
@@ -156,6 +158,11 @@ def _makers(urls: dict[str, str]) -> dict[str, Callable[[Path], Peer]]:
 
         return PostgresQuickPeer(d, urls["postgres"], "users", WORKERS)
 
+    def quick_pgzones(d: Path) -> Peer:
+        from bench.postgres_peer import PostgresQuickPeer
+
+        return PostgresQuickPeer(d, urls["postgres"], "userszones", WORKERS, zones="sql")
+
     def huey(d: Path) -> Peer:
         from bench.peers.huey_peer import HueyPeer
 
@@ -176,6 +183,7 @@ def _makers(urls: dict[str, str]) -> dict[str, Callable[[Path], Peer]]:
         "quick-sqlite": quick_sqlite,
         "quick-sqlzones": quick_sqlzones,
         "quick-postgres": quick_postgres,
+        "quick-pgzones": quick_pgzones,
         "huey": huey,
         "dramatiq": dramatiq,
         "procrastinate": procrastinate,

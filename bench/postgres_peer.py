@@ -67,15 +67,22 @@ class PostgresQuickPeer(QuickPeer):
     """quick on the bench's PostgreSQL, a fresh schema per reset, consumed by ``quick
     worker --workers N`` with its defaults (as :mod:`bench.noisy_pickup` runs it)."""
 
-    def __init__(self, workdir: Path, dsn: str, tag: str, workers: int) -> None:
+    def __init__(
+        self, workdir: Path, dsn: str, tag: str, workers: int, *, zones: str = "kv"
+    ) -> None:
+        """``zones``: ``sql`` opens each schema with ``zones=sql`` (items and pointers in
+        tables of their own)."""
         self.dsn = dsn
         self.tag = tag
 
-        super().__init__(workdir, "postgres", consumer=user_consumer(workers))
-        self.config = f"quick worker --workers {workers} (defaults)"
+        super().__init__(workdir, "postgres", consumer=user_consumer(workers), zones=zones)
+        self.config = f"quick worker --workers {workers} (defaults)" + (
+            "" if zones == "kv" else f", store URL &zones={zones}"
+        )
 
     def _url(self) -> str:
-        return _schema_url(self.dsn, f"{self.tag}_{self.generation}")
+        url = _schema_url(self.dsn, f"{self.tag}_{self.generation}")
+        return url if self.zones == "kv" else f"{url}&zones={self.zones}"
 
 
 def _procrastinate(workdir: Path, dsn: str, workers: int) -> Any:

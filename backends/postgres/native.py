@@ -35,10 +35,14 @@ class NativeTransactions:
         ends, nothing when it raises."""
         conn = self._acquire()
         try:
-            conn.execute("BEGIN")
             try:
-                yield conn
-                conn.execute("COMMIT")
+                # Pipelined: BEGIN goes with the block's first statement and COMMIT with
+                # its last writes, each batch in one round trip (a statement's result is
+                # waited for only when the block reads it).
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    yield conn
+                    conn.execute("COMMIT")
             except BaseException:
                 idle = psycopg.pq.TransactionStatus.IDLE
                 if not conn.closed and conn.info.transaction_status != idle:
@@ -48,6 +52,13 @@ class NativeTransactions:
             raise translate(err, "sql", self.shown) from err
         finally:
             self._release(conn)
+
+    @contextlib.contextmanager
+    def sql_write_one(self: PostgresStore) -> Iterator[Any]:  # type: ignore[misc]
+        """A connection for writes that are each a transaction of their own (autocommit):
+        one round trip a statement, no BEGIN nor COMMIT."""
+        with self.sql_read() as conn:
+            yield conn
 
     @contextlib.contextmanager
     def sql_read(self: PostgresStore) -> Iterator[Any]:  # type: ignore[misc]

@@ -56,6 +56,13 @@ class NativeTransactions(SQLiteConnections):
             self._release(conn)
 
     @contextlib.contextmanager
+    def sql_write_one(self) -> Iterator[sqlite3.Connection]:
+        """As :meth:`sql_write`: on one file a statement's own transaction would take
+        the same write lock, with SQLite's coarser busy handler."""
+        with self.sql_write() as conn:
+            yield conn
+
+    @contextlib.contextmanager
     def sql_read(self) -> Iterator[sqlite3.Connection]:
         """A connection outside any transaction: each statement reads a snapshot of its
         own (a read of one statement needs no BEGIN and no ROLLBACK)."""

@@ -21,7 +21,9 @@ from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
 from quickzones.errors import InvalidStoreURL, UnsupportedByStore
 from quickzones.registry import JobContext, RetryPolicy
+from quickzones.store.outcomes import DuplicateItemMismatch
 from quickzones.store.sql import SQLZoneStore, ZoneLayoutMismatch
+from quickzones.store.zonestore import NewItem
 from quickzones.testing.provision.postgres import postgres_skip_reason
 from tests.waiting import wait_for
 
@@ -290,3 +292,19 @@ def test_delayed_jobs_never_start_early_on_a_running_worker(tmp_path: Path, stor
         q.close()
     early = {n: due[n] - at for n, at in started.items() if at < due[n] - 0.001}
     assert not early, f"started before they were due (s early): {early}"
+
+
+def test_another_job_under_a_queued_id_is_refused_in_a_batch_too(sq: Any) -> None:
+    """``enqueue_many`` writes its items in one transaction: one of them reusing a queued
+    id with another payload refuses the whole batch, none of it stored."""
+    q, _ = sq
+    q.enqueue("job", b"x", app="a", tenant="t", item_id="i1")
+    with pytest.raises(DuplicateItemMismatch):
+        q.items.enqueue_many(
+            q.zone("a", "t"),
+            [NewItem("job", b"other", item_id="i1"), NewItem("job", b"z", item_id="i2")],
+        )
+    assert q.get("a", "t", "i2") is None
+    assert q.items.count(q.zone("a", "t")) == 1
+    same = q.items.enqueue_many(q.zone("a", "t"), [NewItem("job", b"x", item_id="i1")])
+    assert same == ["i1"] and q.items.count(q.zone("a", "t")) == 1

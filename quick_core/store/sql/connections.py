@@ -21,7 +21,15 @@ class SQLConnections(Protocol):
         commits when it ends and nothing when it raises; errors come back as the store's
         (:class:`~quickzones.errors.StorageError`, ``KVError``). On SQLite the block holds
         the file's write lock from its start; on PostgreSQL (READ COMMITTED) each row is
-        locked by the statement that writes it, or a ``FOR UPDATE``."""
+        locked by the statement that writes it, or a ``FOR UPDATE``, and the statements
+        are pipelined: a block reads what a statement did from the rows it returns
+        (``RETURNING``), never from a cursor's ``rowcount``, which is not known yet."""
+        ...
+
+    def sql_write_one(self) -> AbstractContextManager[Any]:
+        """A DB-API connection whose write statements each commit on their own (where a
+        transaction costs round trips: PostgreSQL's autocommit), for blocks of statements
+        that need nothing in common but the connection."""
         ...
 
     def signal_commit(self, conn: Any) -> None:

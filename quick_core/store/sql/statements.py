@@ -13,6 +13,7 @@ it: zones sort by app, then tenant, and one app's zones share a prefix.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -27,6 +28,8 @@ class Statements:
     """One store's tables and statements."""
 
     schema: tuple[str, ...]
+    dialect: str
+    items_table: str
     pointers_table: str
     # Whether the pointers table exists (:table names it): a store opened without zones=sql.
     table_exists: str
@@ -38,6 +41,14 @@ class Statements:
     # The pointer made, or pulled earlier where it vests later and nobody leases it: both
     # parts of the two-part enqueue, under the write lock (part two cannot conflict).
     upsert_pointer: str
+    # The same, each returning a row when it wrote (a transaction's statements are
+    # pipelined on PostgreSQL: their results are read from rows, never a row count).
+    insert_item_returning: str
+    upsert_pointer_returning: str
+    # Both in one statement, which says whether it wrote the item and whether it made or
+    # pulled the pointer (PostgreSQL's data-modifying WITH: one round trip an enqueue);
+    # None where the dialect has none (SQLite runs the two under its write lock).
+    enqueue_one: str | None
     item: str
     items_of_zone: str
     # Vested items in the zone's order (priority, vesting time, enqueue order), at most n.
@@ -48,6 +59,8 @@ class Statements:
     update_item: str
     delete_item: str
     delete_leased_item: str
+    # An item's row deleted only where it still holds the record read (a dead letter's).
+    delete_item_if: str
     # The zone's next vesting time: the first entry of each priority (a loose index scan),
     # never a scan of the zone's items.
     min_vesting: str
@@ -88,15 +101,26 @@ def statements(root: str, dialect: str = "sqlite", namespace: str = "") -> State
         return made
     derived: dict[str, Any] = {f.name: _postgres(getattr(made, f.name)) for f in fields(made)}
     pg = Statements(**derived)
+    enqueue_one = (
+        f"WITH item AS ({pg.insert_item} RETURNING 1),"
+        f" pointer AS ({pg.upsert_pointer} RETURNING 1)"
+        " SELECT (SELECT count(*) FROM item), (SELECT count(*) FROM pointer)"
+    )
     return replace(
         pg,
+        dialect="postgres",
+        enqueue_one=enqueue_one,
+        insert_item_returning=pg.insert_item + " RETURNING 1",
+        upsert_pointer_returning=pg.upsert_pointer + " RETURNING 1",
+        items_table=made.items_table,
+        pointers_table=made.pointers_table,
         table_exists="SELECT 1 WHERE to_regclass(%(table)s) IS NOT NULL",
         pointer_by_id_locked=pg.pointer_by_id + " FOR UPDATE",
         pointer_of_zone_locked=pg.pointer_of_zone + " FOR UPDATE",
     )
 
 
-_PARAM = re.compile(r"(?<![:\w]):([a-z_]+)")
+_PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z_0-9]*)")
 
 
 def _postgres(made: object) -> object:
@@ -128,7 +152,23 @@ def _sqlite(root: str, namespace: str) -> Statements:
         f"SELECT zone, shard, vesting_ms, last_active_ms, lease_id, holder, pointer_id"
         f" FROM {p} WHERE cluster = :cluster AND zone = :zone"
     )
+    insert_item = (
+        f"INSERT INTO {i} (zone, id, priority, vesting_ms, lease_id, record)"
+        " VALUES (:zone, :id, :priority, :vesting_ms, NULL, :record)"
+        " ON CONFLICT (zone, id) DO NOTHING"
+    )
+    upsert_pointer = (
+        f"INSERT INTO {p} AS cur (cluster, zone, pointer_id, shard, vesting_ms,"
+        " last_active_ms) VALUES (:cluster, :zone, :pointer_id, :shard, :vesting_ms, :now)"
+        " ON CONFLICT (cluster, zone) DO UPDATE SET vesting_ms = excluded.vesting_ms"
+        " WHERE cur.vesting_ms > excluded.vesting_ms AND cur.lease_id IS NULL"
+    )
     return Statements(
+        dialect="sqlite",
+        enqueue_one=None,
+        insert_item_returning=insert_item + " RETURNING 1",
+        upsert_pointer_returning=upsert_pointer + " RETURNING 1",
+        items_table=i,
         pointers_table=p,
         table_exists="SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :table",
         no_limit=-1,
@@ -151,17 +191,8 @@ def _sqlite(root: str, namespace: str) -> Statements:
             f"CREATE INDEX IF NOT EXISTS {pp}_order ON {p}"
             " (cluster, shard, vesting_ms, pointer_id)",
         ),
-        insert_item=(
-            f"INSERT INTO {i} (zone, id, priority, vesting_ms, lease_id, record)"
-            " VALUES (:zone, :id, :priority, :vesting_ms, NULL, :record)"
-            " ON CONFLICT (zone, id) DO NOTHING"
-        ),
-        upsert_pointer=(
-            f"INSERT INTO {p} AS cur (cluster, zone, pointer_id, shard, vesting_ms,"
-            " last_active_ms) VALUES (:cluster, :zone, :pointer_id, :shard, :vesting_ms, :now)"
-            " ON CONFLICT (cluster, zone) DO UPDATE SET vesting_ms = excluded.vesting_ms"
-            " WHERE cur.vesting_ms > excluded.vesting_ms AND cur.lease_id IS NULL"
-        ),
+        insert_item=insert_item,
+        upsert_pointer=upsert_pointer,
         item=f"SELECT record FROM {i} WHERE zone = :zone AND id = :id",
         items_of_zone=(
             f"SELECT record FROM {i} WHERE zone = :zone ORDER BY priority, vesting_ms, seq LIMIT :n"
@@ -180,6 +211,7 @@ def _sqlite(root: str, namespace: str) -> Statements:
             " WHERE zone = :zone AND id = :id AND record = :was"
         ),
         delete_item=f"DELETE FROM {i} WHERE zone = :zone AND id = :id",
+        delete_item_if=f"DELETE FROM {i} WHERE zone = :zone AND id = :id AND record = :was",
         delete_leased_item=(
             f"DELETE FROM {i} WHERE zone = :zone AND id = :id AND lease_id = :lease_id"
         ),
@@ -256,3 +288,41 @@ def _sqlite(root: str, namespace: str) -> Statements:
             " ORDER BY zone LIMIT 1"
         ),
     )
+
+
+@functools.lru_cache(maxsize=256)
+def lease_rows(items_table: str, dialect: str, n: int) -> str:
+    """One statement that writes ``n`` items' leases (parameters ``:zone`` and, for each
+    row k, ``:i<k>`` its id, ``:v<k>`` its vesting time, ``:l<k>`` its lease id, ``:r<k>``
+    its record and ``:w<k>`` the record it must still hold), returning the ids written:
+    a dequeue's leases in one round trip."""
+    rows = " UNION ALL ".join(
+        f"SELECT :i{k} AS id, :v{k} AS vesting_ms, :l{k} AS lease_id, :r{k} AS record, :w{k} AS was"
+        for k in range(n)
+    )
+    sql = (
+        f"UPDATE {items_table} SET vesting_ms = v.vesting_ms, lease_id = v.lease_id,"
+        f" record = v.record FROM ({rows}) AS v WHERE {items_table}.zone = :zone"
+        f" AND {items_table}.id = v.id AND {items_table}.record = v.was"
+        f" RETURNING {items_table}.id"
+    )
+    return _in(dialect, sql)
+
+
+@functools.lru_cache(maxsize=256)
+def delete_rows(items_table: str, dialect: str, n: int, *, leased: bool) -> str:
+    """One statement that deletes ``n`` items of a zone (``:zone``; ``:i<k>``, and with
+    ``leased`` ``:l<k>``, the lease each must still hold), returning the ids deleted: a
+    batch of completions in one round trip."""
+    if leased:
+        pairs = ", ".join(f"(:i{k}, :l{k})" for k in range(n))
+        which = f"(id, lease_id) IN (VALUES {pairs})"
+    else:
+        which = "id IN (" + ", ".join(f":i{k}" for k in range(n)) + ")"
+    return _in(dialect, f"DELETE FROM {items_table} WHERE zone = :zone AND {which} RETURNING id")
+
+
+def _in(dialect: str, sql: str) -> str:
+    made = sql if dialect == "sqlite" else _postgres(sql)
+    assert isinstance(made, str)
+    return made

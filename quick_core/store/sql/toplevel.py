@@ -96,7 +96,7 @@ class SQLTopLevelQueue(TopLevelQueue):
         """Move the zone's idle pointer's vesting time to ``vesting_ms`` if it vests
         later (a leased one is left to its holder's requeue)."""
         now = now_ms(self.clock) if active_ms is None else active_ms
-        with self.sql.sql_write() as c:
+        with self.sql.sql_write_one() as c:
             pulled = c.execute(
                 self.q.pull_pointer,
                 {"cluster": self.cluster, "zone": zone_key(zone), "vesting_ms": vesting_ms,
@@ -200,7 +200,7 @@ class SQLTopLevelQueue(TopLevelQueue):
         )
         # Written where the row is as read: another consumer's lease, a requeue or an
         # enqueue's pull in between is this lease's conflict, as on the KV queue.
-        with self.sql.sql_write() as c:
+        with self.sql.sql_write_one() as c:
             done = c.execute(
                 self.q.lease_pointer,
                 {**key, "vesting_ms": leased.vesting_ms, "lease_id": lease_id, "holder": holder,
@@ -272,7 +272,7 @@ class SQLTopLevelQueue(TopLevelQueue):
 
     def extend_pointer_lease(self, pointer: Pointer, lease_ms: int) -> Pointer | None:
         vesting = now_ms(self.clock) + lease_ms
-        with self.sql.sql_write() as c:
+        with self.sql.sql_write_one() as c:
             cur = c.execute(
                 self.q.extend_pointer,
                 {"cluster": self.cluster, "pointer_id": pointer.pointer_id,

@@ -41,7 +41,7 @@ from quickzones.store.kv import OWN_STORE, KVStore, KVTransaction, run
 from quickzones.store.outcomes import DuplicateItemMismatch
 from quickzones.store.records import WorkItem, ZoneId, decode_item, encode_item
 from quickzones.store.sql.connections import SQLConnections, SQLTransaction
-from quickzones.store.sql.statements import Statements
+from quickzones.store.sql.statements import Statements, delete_rows, lease_rows
 from quickzones.store.sql.toplevel import SQLTopLevelQueue, zone_key
 from quickzones.store.validation import check_name
 from quickzones.store.zones import KVZoneStore, check_lease_duration, new_item_id, new_lease_id
@@ -130,14 +130,23 @@ class SQLZoneStore:
         ]  # fmt: skip
         pointer = self.toplevel.pointer_args(zone, min(r.vesting_ms for r in records), now)
         queued: dict[str, WorkItem] = {}
-        with self.sql.sql_write() as c:
-            for record, row in zip(records, args, strict=True):
-                if c.execute(self.q.insert_item, row).rowcount == 0:
-                    queued[record.item_id] = self._found(c, zone, record)
-            if c.execute(self.q.upsert_pointer, pointer).rowcount:
-                # Made, or pulled earlier: consumers elsewhere may sleep past it. (One
-                # that vests in time already, or is leased, they know of.)
-                self.sql.signal_commit(c)
+        if len(records) == 1 and self.q.enqueue_one is not None:
+            # One statement, its own transaction: one round trip.
+            with self.sql.sql_write_one() as c:
+                wrote, woke = c.execute(self.q.enqueue_one, {**args[0], **pointer}).fetchone()
+                if woke:
+                    self.sql.signal_commit(c)
+                if not wrote:  # the id is queued: the same job, or refused
+                    queued[records[0].item_id] = self._found(c, zone, records[0])
+        else:
+            with self.sql.sql_write() as c:
+                for record, row in zip(records, args, strict=True):
+                    if c.execute(self.q.insert_item_returning, row).fetchone() is None:
+                        queued[record.item_id] = self._found(c, zone, record)
+                if c.execute(self.q.upsert_pointer_returning, pointer).fetchone() is not None:
+                    # Made, or pulled earlier: consumers elsewhere may sleep past it. (One
+                    # that vests in time already, or is leased, they know of.)
+                    self.sql.signal_commit(c)
         return [Enqueued(r.item_id, "queued" if r.item_id in queued else None) for r in records]
 
     def _found(self, c: Any, zone: ZoneId, asked: WorkItem) -> WorkItem:
@@ -185,6 +194,18 @@ class SQLZoneStore:
         )  # fmt: skip
         return bool(done.rowcount)
 
+    def _write_leases(self, zone: ZoneId, grants: list[tuple[WorkItem, bytes]]) -> list[WorkItem]:
+        """Write each leased item where its row still holds the record read, in one
+        statement (its own transaction); the items written, in order."""
+        args: dict[str, Any] = {"zone": zone_key(zone)}
+        for k, (item, was) in enumerate(grants):
+            args[f"i{k}"], args[f"v{k}"] = item.item_id, item.vesting_ms
+            args[f"l{k}"], args[f"r{k}"], args[f"w{k}"] = item.lease_id, encode_item(item), was
+        sql = lease_rows(self.q.items_table, self.q.dialect, len(grants))
+        with self.sql.sql_write_one() as c:
+            written = {str(i) for (i,) in c.execute(sql, args).fetchall()}
+        return [item for item, _ in grants if item.item_id in written]
+
     def _read_raw(self, zone: ZoneId, item_id: str) -> tuple[WorkItem, bytes] | None:
         with self.sql.sql_read() as c:
             row = c.execute(self.q.item, {"zone": zone_key(zone), "id": item_id}).fetchone()
@@ -205,7 +226,7 @@ class SQLZoneStore:
                 raise ItemNotFound(item_id)
             item, raw = found
             changed = change(item)
-            with self.sql.sql_write() as c:
+            with self.sql.sql_write_one() as c:
                 if self._write_if(c, zone, changed, raw):
                     return changed
         raise StorageError(f"item {item_id!r} of {zone} changed under {CHANGE_TRIES} tries")
@@ -288,9 +309,6 @@ class SQLZoneStore:
             if horizon_ms and len(rows) < max_items:
                 more = {**args, "now": now, "upto": now + horizon_ms, "n": max_items - len(rows)}
                 rows += c.execute(self.q.ahead, more).fetchall()
-            if horizon_ms and len(rows) < max_items:
-                more = {**args, "now": now, "upto": now + horizon_ms, "n": max_items - len(rows)}
-                rows += c.execute(self.q.ahead, more).fetchall()
         # Decoded and decided outside the write lock; each lease then written where its
         # row is still as read (an item changed meanwhile is left for the next visit).
         grants: list[tuple[WorkItem, bytes]] = []
@@ -315,8 +333,7 @@ class SQLZoneStore:
             lease = new_lease_id(self.ids)
             grants.append((lease_rules.granted(item, since, lease_ms, lease, held=held), raw))
         if grants:
-            with self.sql.sql_write() as c:
-                leased = [item for item, raw in grants if self._write_if(c, zone, item, raw)]
+            leased = self._write_leases(zone, grants)
         for item, raw in expired:
             self._bury(zone, item, raw, EXPIRED, count_error=False)
         for item_id, raw, reason in corrupt:
@@ -427,25 +444,39 @@ class SQLZoneStore:
     ) -> list[Exception | None]:
         now = now_ms(self.clock)
         key = zone_key(zone)
-        out: list[Exception | None] = []
-        with self.sql.sql_write() as c:
-            for item_id, lease_id in leased:
-                if lease_id is None:
-                    done = c.execute(self.q.delete_item, {"zone": key, "id": item_id})
-                else:
-                    done = c.execute(
-                        self.q.delete_leased_item,
-                        {"zone": key, "id": item_id, "lease_id": lease_id},
-                    )
-                if done.rowcount:
-                    out.append(None)
+        done: set[str] = set()  # the ids deleted (each once, by the first entry naming it)
+        with self.sql.sql_write_one() as c:
+            for leased_only in (True, False):
+                part = [(i, lease) for i, lease in leased if (lease is not None) == leased_only]
+                if not part:
                     continue
-                item = self._read(c, zone, item_id)
-                if item is None or lease_id is None:
-                    out.append(ItemNotFound(item_id))
-                else:
-                    out.append(lease_lost(item, lease_id, now))
+                args: dict[str, Any] = {"zone": key}
+                for k, (item_id, lease_id) in enumerate(part):
+                    args[f"i{k}"] = item_id
+                    if leased_only:
+                        args[f"l{k}"] = lease_id
+                sql = delete_rows(self.q.items_table, self.q.dialect, len(part), leased=leased_only)
+                done.update(str(i) for (i,) in c.execute(sql, args).fetchall())
+        out: list[Exception | None] = []
+        for item_id, lease_id in leased:
+            if item_id in done:
+                done.discard(item_id)  # an id named twice completes once
+                out.append(None if lease_id is None or self._held_by(item_id, lease_id, leased)
+                           else ItemNotFound(item_id))  # fmt: skip
+                continue
+            item = self.get(zone, item_id)  # only for a delete that found no row: why
+            if item is None or lease_id is None:
+                out.append(ItemNotFound(item_id))
+            else:
+                out.append(lease_lost(item, lease_id, now))
         return out
+
+    @staticmethod
+    def _held_by(item_id: str, lease_id: str, leased: Sequence[tuple[str, str | None]]) -> bool:
+        """Whether ``lease_id`` is the first lease named with ``item_id`` in ``leased`` (a
+        delete by id and lease matches only the lease the item held: with two leases
+        named for one id, the first that matches is the one that held it)."""
+        return next(lease for i, lease in leased if i == item_id) == lease_id
 
     def record_outcome(
         self,
@@ -497,10 +528,8 @@ class SQLZoneStore:
         self._delete_if(zone, item.item_id, raw)
 
     def _delete_if(self, zone: ZoneId, item_id: str, record: bytes) -> None:
-        with self.sql.sql_write() as c:
-            row = c.execute(self.q.item, {"zone": zone_key(zone), "id": item_id}).fetchone()
-            if row is not None and bytes(row[0]) == record:
-                c.execute(self.q.delete_item, {"zone": zone_key(zone), "id": item_id})
+        with self.sql.sql_write_one() as c:
+            c.execute(self.q.delete_item_if, {"zone": zone_key(zone), "id": item_id, "was": record})
 
     def drop_corrupt(self, zone: ZoneId, item_id: str) -> None:
         with self.sql.sql_read() as c:
