@@ -71,6 +71,11 @@ class NativeTransactions:
         finally:
             self._release(conn)
 
+    def relax_durability(self: PostgresStore, conn: Any) -> None:  # type: ignore[misc]
+        """The transaction on ``conn`` commits without waiting for the log's flush (a
+        visit's writes: a crash of the server puts them back, and the items run again)."""
+        conn.execute("SET LOCAL synchronous_commit = off")
+
     def signal_commit(self: PostgresStore, conn: Any) -> None:  # type: ignore[misc]
         """Make the transaction on ``conn`` a commit that wakes idle consumers elsewhere, as
         a KV commit that made a pointer vest earlier does: a row in ``quick_log`` with no

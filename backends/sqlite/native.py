@@ -74,6 +74,9 @@ class NativeTransactions(SQLiteConnections):
         finally:
             self._release(conn)
 
+    def relax_durability(self, conn: sqlite3.Connection) -> None:
+        """Nothing: in WAL mode with ``synchronous=NORMAL`` no commit waits for a flush."""
+
     def signal_commit(self, conn: sqlite3.Connection) -> None:
         """Make the transaction on ``conn`` a commit that wakes idle consumers elsewhere,
         as a KV commit does: a commit version of its own with no conflict ranges (KV

@@ -195,7 +195,10 @@ class Fetcher:
         if self.limits is None:
             return Admission(room)
         if tr is not None:
-            if self.tenant_admission.of(zone) or self.limits.get(zone.app, tr).limits_dispatch:
+            # A native SQL visit's transaction is no KV transaction: the limits (cached)
+            # are read in a transaction of their own then.
+            within = None if getattr(tr, "native", False) else tr
+            if self.tenant_admission.of(zone) or self.limits.get(zone.app, within).limits_dispatch:
                 raise NeedsThreeTransactions
             return Admission(room)
         room, not_before, taken = self.apply_app_limits(zone, room)

@@ -38,7 +38,7 @@ from quickzones.consumer.visit_rules import (
     ZoneVisitsFailed,
 )
 from quickzones.errors import StorageError, StoreLost, ZoneLeaseFailed
-from quickzones.store.kv import KVTransaction, _Uncommitted, attempt_once, relax_durability
+from quickzones.store.kv import KVTransaction, _Uncommitted, relax_durability
 from quickzones.store.toplevel import PointerRef
 from quickzones.store.zones.budget import TransactionBudget
 from quickzones.store.zones.dequeue import Left
@@ -215,7 +215,7 @@ class ZoneVisitor:
 
         try:
             for tries_left in range(1 if len(visits) > 1 else 0, -1, -1):
-                done = attempt_once(cluster.toplevel.kv, visit)
+                done = cluster.toplevel.run_visit(visit)
                 if not isinstance(done, _Uncommitted):
                     break
                 self.emit("one_transaction_visit_conflict")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from quickzones.clock import Clock, SystemClock, now_ms
 from quickzones.errors import CorruptRecord, StorageError, ZoneLeaseFailed
@@ -24,6 +24,8 @@ from quickzones.store.kv import (
     KVError,
     KVStore,
     KVTransaction,
+    _Uncommitted,
+    attempt_once,
     create_if_absent,
     earlier_if_later,
     follows_own_commit,
@@ -57,6 +59,8 @@ class Unread:
     def __repr__(self) -> str:
         return "UNREAD"
 
+
+T = TypeVar("T")
 
 UNREAD = Unread()
 """A value not read yet (``ensure_pointer(index=...)``); None means read and absent."""
@@ -828,6 +832,13 @@ class TopLevelQueue:
         read it, else None (this store's own cluster's pointers only)."""
         cluster, shard, pointer_id = pointer
         return self._zones_of.get((shard, pointer_id)) if cluster == self.cluster else None
+
+    def run_visit(self, visit: Callable[[KVTransaction], T]) -> T | _Uncommitted:
+        """Run a one-transaction visit (``visit(tr)``: the pointers' leases, the zones'
+        dequeues, the requeues) in one transaction of this queue's store and commit it,
+        with no retry (:func:`~quickzones.store.kv.attempt_once`): UNCOMMITTED when it
+        failed retryably, so the caller visits the paper's three transactions instead."""
+        return attempt_once(self.kv, visit)
 
     def obtain_pointer_lease(
         self,

@@ -4,6 +4,7 @@ The zones hold a DB-API connection only inside these blocks and import no driver
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -32,6 +33,12 @@ class SQLConnections(Protocol):
         that need nothing in common but the connection."""
         ...
 
+    def relax_durability(self, conn: Any) -> None:
+        """Inside :meth:`sql_write`'s block: its commit need not wait for the server's
+        log flush (:func:`quickzones.store.kv.relax_durability`; PostgreSQL's
+        ``synchronous_commit = off`` for this transaction; elsewhere nothing)."""
+        ...
+
     def signal_commit(self, conn: Any) -> None:
         """Inside :meth:`sql_write`'s block: idle consumers of other processes wake for
         this commit (an enqueue that made or pulled a pointer)."""
@@ -43,12 +50,35 @@ class SQLConnections(Protocol):
 
 
 class SQLTransaction:
-    """A native write transaction handed to the callbacks that a pointer's requeue or
-    collection runs inside it (the zone's next vesting time, its emptiness), where the KV
-    top-level queue hands its KV transaction: the zone store reads through the same
-    connection, under the same lock."""
+    """A native write transaction handed to the code that runs inside it where the KV
+    top-level queue hands its KV transaction: a pointer's requeue or collection (the
+    zone's next vesting time, its emptiness) and a one-transaction visit (the pointer's
+    lease, the dequeue, the requeue). The zone store reads and writes through the same
+    connection, under the same locks. Work that must not run inside it (a dead letter,
+    written in a KV transaction, which on SQLite would wait for this transaction's write
+    lock) is handed to :meth:`after_commit`."""
 
-    __slots__ = ("conn",)
+    __slots__ = ("_after", "_sql", "conn")
+    # Not a KV transaction: code above the seam that would read KV records inside one
+    # reads them in a transaction of their own instead (quickzones.consumer.fetcher).
+    native = True
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, sql: SQLConnections | None = None) -> None:
         self.conn = conn
+        self._sql = sql
+        self._after: list[Callable[[], None]] = []
+
+    def relax_durability(self) -> None:
+        """See :func:`quickzones.store.kv.relax_durability` (a visit's writes)."""
+        if self._sql is not None:
+            self._sql.relax_durability(self.conn)
+
+    def after_commit(self, work: Callable[[], None]) -> None:
+        """Run ``work`` once this transaction has committed (never if it does not)."""
+        self._after.append(work)
+
+    def committed(self) -> None:
+        """Called by whoever committed it: the work handed to :meth:`after_commit`."""
+        after, self._after = self._after, []
+        for work in after:
+            work()

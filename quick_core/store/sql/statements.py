@@ -74,6 +74,10 @@ class Statements:
     # upsert of the pointer waits for the lock, or holds it first).
     pointer_by_id_locked: str
     pointer_of_zone_locked: str
+    # A one-transaction visit's pointer, locked, or no row where another transaction
+    # holds it (PostgreSQL's SKIP LOCKED: two visits of several zones each never wait
+    # for each other's pointers, so never in a cycle).
+    pointer_by_id_for_visit: str
     lease_pointer: str
     requeue_pointer: str
     extend_pointer: str
@@ -116,6 +120,7 @@ def statements(root: str, dialect: str = "sqlite", namespace: str = "") -> State
         pointers_table=made.pointers_table,
         table_exists="SELECT 1 WHERE to_regclass(%(table)s) IS NOT NULL",
         pointer_by_id_locked=pg.pointer_by_id + " FOR UPDATE",
+        pointer_by_id_for_visit=pg.pointer_by_id + " FOR UPDATE SKIP LOCKED",
         pointer_of_zone_locked=pg.pointer_of_zone + " FOR UPDATE",
     )
 
@@ -176,6 +181,7 @@ def _sqlite(root: str, namespace: str) -> Statements:
         pointer_of_zone=of_zone,
         # SQLite's write lock is the whole file's, taken at BEGIN IMMEDIATE.
         pointer_by_id_locked=by_id,
+        pointer_by_id_for_visit=by_id,
         pointer_of_zone_locked=of_zone,
         schema=(
             # The rowid orders items of one vesting time by their enqueue.

@@ -16,18 +16,27 @@ items, one-transaction visits (a visit is the paper's three transactions).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from quickzones.clock import Clock, now_ms
 from quickzones.errors import UnsupportedByStore, ZoneLeaseFailed
 from quickzones.store.ids import IdSource
 from quickzones.store.keys import KeySpace
-from quickzones.store.kv import OWN_STORE, KVStore, KVTransaction
+from quickzones.store.kv import (
+    OWN_STORE,
+    UNCOMMITTED,
+    KVError,
+    KVStore,
+    KVTransaction,
+    _Uncommitted,
+)
 from quickzones.store.records import Pointer, ZoneId
 from quickzones.store.sql.connections import SQLConnections, SQLTransaction
 from quickzones.store.sql.statements import Statements
 from quickzones.store.toplevel import IndexEntry, PointerRef, TopLevelQueue
 from quickzones.store.tuple_layer import fdbtuple
+
+T = TypeVar("T")
 
 
 def zone_key(zone: ZoneId) -> bytes:
@@ -210,6 +219,21 @@ class SQLTopLevelQueue(TopLevelQueue):
                 raise ZoneLeaseFailed("conflict")
         return leased
 
+    def run_visit(self, visit: Callable[[KVTransaction], T]) -> T | _Uncommitted:
+        """A one-transaction visit in one native write transaction (SQLite: under the
+        file's write lock; PostgreSQL: its pointers locked as it leases them); UNCOMMITTED
+        where it failed retryably (a deadlock or a serialization failure)."""
+        try:
+            with self.sql.sql_write() as c:
+                inside = SQLTransaction(c, self.sql)
+                done = visit(cast(KVTransaction, inside))
+        except KVError as err:
+            if err.retryable:
+                return UNCOMMITTED
+            raise
+        inside.committed()
+        return done
+
     def lease_pointer(
         self,
         ref: PointerRef,
@@ -220,7 +244,31 @@ class SQLTopLevelQueue(TopLevelQueue):
         holder: str | None = None,
         tr: KVTransaction,
     ) -> tuple[Pointer, Pointer]:
-        raise _unsupported("a pointer lease inside a KV transaction (one-transaction visits)")
+        """The pointer lease inside a visit's transaction (:meth:`run_visit`): the pointer
+        read and locked for the transaction, checked, and written by nothing here: the
+        requeue in the same transaction writes it once (nobody else can see it leased)."""
+        c = _conn(tr)
+        now = now_ms(self.clock)
+        key = {"cluster": self.cluster, "pointer_id": ref.pointer_id}
+        row = c.execute(self.q.pointer_by_id_for_visit, key).fetchone()
+        if row is None:
+            raise ZoneLeaseFailed("gone")  # or held by another visit or an enqueue: later
+        pointer = _pointer(row)
+        if pointer.vesting_ms > now and (
+            pointer.vesting_ms > now + horizon_ms or pointer.lease_id is not None
+        ):
+            raise ZoneLeaseFailed("moved")
+        if accept is not None and not accept(ref, pointer.zone):
+            raise ZoneLeaseFailed("not_routed")
+        leased = Pointer(
+            pointer.pointer_id,
+            pointer.zone,
+            now + lease_ms,
+            pointer.last_active_ms,
+            lease_id=self.ids(16),
+            holder=holder,
+        )
+        return pointer, leased
 
     def requeue_pointer(
         self,
@@ -238,10 +286,21 @@ class SQLTopLevelQueue(TopLevelQueue):
         zone has been empty ``min_inactive_ms`` (paper Algorithm 2 and pointer collection),
         in one write transaction: no enqueue commits between the zone's read and the
         pointer's write. Returns "requeued", "deleted" or "lost"."""
-        if tr is not OWN_STORE:
-            raise _unsupported("a pointer requeue inside a KV transaction")
         now = now_ms(self.clock)
         key = {"cluster": self.cluster, "pointer_id": pointer.pointer_id}
+        if tr is not OWN_STORE:  # a one-transaction visit's, which leased it (stored)
+            c = _conn(tr)
+            if stored is None:
+                row = c.execute(self.q.pointer_by_id_locked, key).fetchone()
+                if row is None or _pointer(row).lease_id != pointer.lease_id:
+                    return "lost"
+                current = _pointer(row)
+            else:
+                current = stored[1]
+            return self._requeue(
+                c, tr, key, current, now, zone_min_vesting, zone_is_empty,
+                min_inactive_ms=min_inactive_ms, active=active, vests=vests,
+            )  # fmt: skip
         with self.sql.sql_write() as c:
             row = c.execute(self.q.pointer_by_id_locked, key).fetchone()
             if row is None:
@@ -250,22 +309,43 @@ class SQLTopLevelQueue(TopLevelQueue):
             if current.lease_id != pointer.lease_id:
                 return "lost"
             # The zone store reads through this transaction (SQLZoneStore.min_vesting_ms).
-            inside = cast(KVTransaction, SQLTransaction(c))
-            min_vesting = zone_min_vesting(inside)
-            seen = active or min_vesting is not None
-            last_active = now if seen else current.last_active_ms
-            if min_vesting is None:
-                if now - last_active >= min_inactive_ms and zone_is_empty(inside):
-                    c.execute(self.q.delete_pointer, key)
-                    return "deleted"
-                vesting = last_active + min_inactive_ms
-            else:
-                # Never before now (invariant 10, as the KV queue's requeue).
-                vesting = max(min_vesting, now)
-            c.execute(
-                self.q.requeue_pointer,
-                {**key, "vesting_ms": vesting, "last_active_ms": last_active},
-            )
+            inside = cast(KVTransaction, SQLTransaction(c, self.sql))
+            return self._requeue(
+                c, inside, key, current, now, zone_min_vesting, zone_is_empty,
+                min_inactive_ms=min_inactive_ms, active=active, vests=vests,
+            )  # fmt: skip
+
+    def _requeue(
+        self,
+        c: Any,
+        inside: KVTransaction,
+        key: dict[str, Any],
+        current: Pointer,
+        now: int,
+        zone_min_vesting: Callable[[KVTransaction], int | None],
+        zone_is_empty: Callable[[KVTransaction], bool],
+        *,
+        min_inactive_ms: int,
+        active: bool,
+        vests: Callable[[int], None] | None,
+    ) -> str:
+        """The requeue's reads and its one write, on ``c``, whose transaction holds the
+        pointer (locked, or under SQLite's write lock)."""
+        min_vesting = zone_min_vesting(inside)
+        seen = active or min_vesting is not None
+        last_active = now if seen else current.last_active_ms
+        if min_vesting is None:
+            if now - last_active >= min_inactive_ms and zone_is_empty(inside):
+                c.execute(self.q.delete_pointer, key)
+                return "deleted"
+            vesting = last_active + min_inactive_ms
+        else:
+            # Never before now (invariant 10, as the KV queue's requeue).
+            vesting = max(min_vesting, now)
+        c.execute(
+            self.q.requeue_pointer,
+            {**key, "vesting_ms": vesting, "last_active_ms": last_active},
+        )
         if vests is not None:
             vests(vesting)
         return "requeued"
@@ -395,6 +475,13 @@ class SQLTopLevelQueue(TopLevelQueue):
         self, zone: ZoneId, src: int, dst: int, *, tr: KVTransaction = OWN_STORE
     ) -> int:
         raise _unsupported("resharding")
+
+
+def _conn(tr: KVTransaction) -> Any:
+    """The connection of a native transaction handed in as ``tr``."""
+    if not isinstance(tr, SQLTransaction):
+        raise _unsupported("a pointer operation inside a KV transaction")
+    return tr.conn
 
 
 def _unsupported(what: str) -> UnsupportedByStore:

@@ -24,6 +24,7 @@ records, one-transaction visits, look-ahead, batches, flow keys.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from quickzones.clock import Clock, now_ms, vesting_after
@@ -45,6 +46,8 @@ from quickzones.store.sql.statements import Statements, delete_rows, lease_rows
 from quickzones.store.sql.toplevel import SQLTopLevelQueue, zone_key
 from quickzones.store.validation import check_name
 from quickzones.store.zones import KVZoneStore, check_lease_duration, new_item_id, new_lease_id
+from quickzones.store.zones.budget import TransactionBudget
+from quickzones.store.zones.dequeue import Left
 from quickzones.store.zones.items import lease_lost
 from quickzones.store.zonestore import CorruptItem, NewItem, ZoneStoreCapabilities
 
@@ -53,10 +56,25 @@ EXPIRED = "expired: not started before its TTL"
 CHANGE_TRIES = 16
 
 
+@dataclass(slots=True)
+class _Decided:
+    """What a dequeue decided for the rows it read."""
+
+    grants: list[tuple[WorkItem, bytes]] = field(default_factory=list)
+    expired: list[tuple[WorkItem, bytes]] = field(default_factory=list)
+    corrupt: list[tuple[str, bytes, str]] = field(default_factory=list)
+
+    @property
+    def corrupt_items(self) -> list[CorruptItem]:
+        return [CorruptItem(item_id, reason) for item_id, _, reason in self.corrupt]
+
+
 class SQLZoneStore:
     """Zones in the native SQL items table; pointers in :class:`SQLTopLevelQueue`."""
 
-    capabilities: ZoneStoreCapabilities = ZoneStoreCapabilities(lookahead_dequeue=True)
+    capabilities: ZoneStoreCapabilities = ZoneStoreCapabilities(
+        lookahead_dequeue=True, one_transaction_visits=True
+    )
 
     def __init__(
         self,
@@ -194,16 +212,23 @@ class SQLZoneStore:
         )  # fmt: skip
         return bool(done.rowcount)
 
-    def _write_leases(self, zone: ZoneId, grants: list[tuple[WorkItem, bytes]]) -> list[WorkItem]:
+    def _write_leases(
+        self, zone: ZoneId, grants: list[tuple[WorkItem, bytes]], conn: Any = None
+    ) -> list[WorkItem]:
         """Write each leased item where its row still holds the record read, in one
-        statement (its own transaction); the items written, in order."""
+        statement (on ``conn``, else its own transaction); the items written, in order."""
+        if not grants:
+            return []
         args: dict[str, Any] = {"zone": zone_key(zone)}
         for k, (item, was) in enumerate(grants):
             args[f"i{k}"], args[f"v{k}"] = item.item_id, item.vesting_ms
             args[f"l{k}"], args[f"r{k}"], args[f"w{k}"] = item.lease_id, encode_item(item), was
         sql = lease_rows(self.q.items_table, self.q.dialect, len(grants))
-        with self.sql.sql_write_one() as c:
-            written = {str(i) for (i,) in c.execute(sql, args).fetchall()}
+        if conn is not None:
+            written = {str(i) for (i,) in conn.execute(sql, args).fetchall()}
+        else:
+            with self.sql.sql_write_one() as c:
+                written = {str(i) for (i,) in c.execute(sql, args).fetchall()}
         return [item for item, _ in grants if item.item_id in written]
 
     def _read_raw(self, zone: ZoneId, item_id: str) -> tuple[WorkItem, bytes] | None:
@@ -288,58 +313,107 @@ class SQLZoneStore:
         resolve: Callable[[WorkItem], WorkItem] | None = None,
         start_now: int | None = None,
         horizon_ms: int = 0,
+        budget: TransactionBudget | None = None,
+        left: Left | None = None,
+        tr: KVTransaction = OWN_STORE,
     ) -> tuple[list[WorkItem], list[CorruptItem]]:
-        """Lease up to ``max_items`` vested items ``accept`` takes, in one transaction;
-        the first ``start_now`` start at once, the rest are leased held (None: all start).
-        With ``horizon_ms``, where the vested items leave room, unleased items vesting
-        within that many ms are leased too, held, each lease counted from its vesting
-        time (the consumer starts them on its own timer). Expired and corrupt items are
-        dead-lettered after it (see the module)."""
+        """Lease up to ``max_items`` vested items ``accept`` takes; the first
+        ``start_now`` start at once, the rest are leased held (None: all start). With
+        ``horizon_ms``, where the vested items leave room, unleased items vesting within
+        that many ms are leased too, held, each lease counted from its vesting time (the
+        consumer starts them on its own timer). Expired and corrupt items are
+        dead-lettered once it committed (see the module).
+
+        On its own: the vested rows read, decided outside any lock, each lease written
+        where its row still holds the record read (an item changed meanwhile is left for
+        the next visit), in one statement. Inside a one-transaction visit's ``tr``
+        (:meth:`SQLTopLevelQueue.run_visit`, which holds the zone's pointer): the same
+        statements on its connection, at most what ``budget`` lets the transaction carry,
+        and ``left`` told the vesting time of a vested item read and not taken (the
+        pointer's requeue then needs no read of the zone)."""
         check_lease_duration(lease_ms)
         if horizon_ms < 0:
             raise ValueError(f"horizon_ms must be at least 0, not {horizon_ms}")
         now = now_ms(self.clock)
-        starting = max_items if start_now is None else start_now
-        leased: list[WorkItem] = []
-        expired: list[tuple[WorkItem, bytes]] = []
-        corrupt: list[tuple[str, bytes, str]] = []
-        args = {"zone": zone_key(zone), "upto": now, "n": max_items}
+        if isinstance(tr, SQLTransaction):
+            rows = self._vested_rows(tr.conn, zone, max_items, now, horizon_ms, left)
+            decided = self._decide(rows, now, max_items, lease_ms, accept, resolve, start_now,
+                                   budget)  # fmt: skip
+            leased = self._write_leases(zone, decided.grants, tr.conn)
+            tr.after_commit(lambda: self._finish(zone, decided))
+            return leased, decided.corrupt_items
         with self.sql.sql_read() as c:
-            rows = c.execute(self.q.vested, args).fetchall()
-            if horizon_ms and len(rows) < max_items:
-                more = {**args, "now": now, "upto": now + horizon_ms, "n": max_items - len(rows)}
-                rows += c.execute(self.q.ahead, more).fetchall()
-        # Decoded and decided outside the write lock; each lease then written where its
-        # row is still as read (an item changed meanwhile is left for the next visit).
-        grants: list[tuple[WorkItem, bytes]] = []
+            rows = self._vested_rows(c, zone, max_items, now, horizon_ms, left)
+        decided = self._decide(rows, now, max_items, lease_ms, accept, resolve, start_now,
+                               budget)  # fmt: skip
+        leased = self._write_leases(zone, decided.grants)
+        self._finish(zone, decided)
+        return leased, decided.corrupt_items
+
+    def _vested_rows(
+        self, c: Any, zone: ZoneId, max_items: int, now: int, horizon_ms: int, left: Left | None
+    ) -> list[tuple[Any, Any]]:
+        """The vested rows a dequeue may take (one more is read: in a zone with a backlog
+        it tells the requeue the zone's next vesting time, ``left``), then, with a
+        horizon and room, the unleased ones due within it."""
+        args = {"zone": zone_key(zone), "upto": now, "n": max_items + 1}
+        rows: list[tuple[Any, Any]] = list(c.execute(self.q.vested, args).fetchall())
+        if left is not None:
+            left.vested_ms = now if len(rows) > max_items else None
+        rows = rows[:max_items]
+        if horizon_ms and len(rows) < max_items:
+            more = {**args, "now": now, "upto": now + horizon_ms, "n": max_items - len(rows)}
+            rows += c.execute(self.q.ahead, more).fetchall()
+        return rows
+
+    def _decide(
+        self,
+        rows: list[tuple[Any, Any]],
+        now: int,
+        max_items: int,
+        lease_ms: int,
+        accept: Callable[[WorkItem], bool] | None,
+        resolve: Callable[[WorkItem], WorkItem] | None,
+        start_now: int | None,
+        budget: TransactionBudget | None,
+    ) -> _Decided:
+        """What a dequeue does with each row: a lease (held or started), a dead letter
+        (expired or corrupt), or nothing (refused by ``accept``, past the budget)."""
+        decided = _Decided()
+        starting = max_items if start_now is None else start_now
         for item_id, stored in rows:
             raw = bytes(stored)
             try:
                 item = decode_item(str(item_id).encode(), raw)
             except CorruptRecord as err:
-                corrupt.append((str(item_id), raw, err.reason))
+                decided.corrupt.append((str(item_id), raw, err.reason))
                 continue
             if resolve is not None:
                 item = resolve(item)
             if item.deadline_ms is not None and now > item.deadline_ms:
-                expired.append((item, raw))
+                decided.expired.append((item, raw))
                 continue
             if accept is not None and not accept(item):
                 continue  # e.g. its job type is at its concurrency cap: left vested
+            if budget is not None and not budget.admit(len(raw)):
+                break  # the rest stays vested for the next visit
             since = max(now, item.vesting_ms)  # an item taken ahead: from its vesting
             held = since > now or starting <= 0
             if not held:
                 starting -= 1
             lease = new_lease_id(self.ids)
-            grants.append((lease_rules.granted(item, since, lease_ms, lease, held=held), raw))
-        if grants:
-            leased = self._write_leases(zone, grants)
-        for item, raw in expired:
+            decided.grants.append(
+                (lease_rules.granted(item, since, lease_ms, lease, held=held), raw)
+            )
+        return decided
+
+    def _finish(self, zone: ZoneId, decided: _Decided) -> None:
+        """A dequeue's dead letters, once its leases committed (in KV transactions)."""
+        for item, raw in decided.expired:
             self._bury(zone, item, raw, EXPIRED, count_error=False)
-        for item_id, raw, reason in corrupt:
+        for item_id, raw, reason in decided.corrupt:
             self.letters.keep_corrupt_letter(zone, item_id, raw, reason)
             self._delete_if(zone, item_id, raw)
-        return leased, [CorruptItem(i, reason) for i, _, reason in corrupt]
 
     def obtain_lease(self, zone: ZoneId, item_id: str, lease_ms: int) -> WorkItem:
         check_lease_duration(lease_ms)
