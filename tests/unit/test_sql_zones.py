@@ -308,3 +308,52 @@ def test_another_job_under_a_queued_id_is_refused_in_a_batch_too(sq: Any) -> Non
     assert q.items.count(q.zone("a", "t")) == 1
     same = q.items.enqueue_many(q.zone("a", "t"), [NewItem("job", b"x", item_id="i1")])
     assert same == ["i1"] and q.items.count(q.zone("a", "t")) == 1
+
+
+def test_an_enqueue_while_a_visit_holds_its_zone_is_not_stranded(sq: Any) -> None:
+    """A one-transaction visit takes a zone's last item and, before it commits, a producer
+    enqueues into the zone: the producer waits for the visit (SQLite's write lock, the
+    pointer's row lock on PostgreSQL), then pulls the requeued pointer to its item, which
+    the next scan finds at once; a drained zone's pointer is never left vesting later
+    than an item in it (invariant 2)."""
+    import threading
+    import time
+
+    q, _ = sq
+    zone = q.zone("a", "t")
+    q.enqueue("job", b"first", app="a", tenant="t")
+    pointer = q.toplevel.get_pointer(zone)
+    assert pointer is not None
+    from quickzones.store.toplevel import PointerRef
+
+    ref = PointerRef(0, pointer.pointer_id, pointer.vesting_ms, q.toplevel.cluster)
+    late: list[str] = []
+    producer = threading.Thread(
+        target=lambda: late.append(q.enqueue("job", b"second", app="a", tenant="t"))
+    )
+
+    def visit(tr: Any) -> str:
+        stored, leased = q.toplevel.lease_pointer(ref, 1_000, tr=tr)
+        taken, _ = q.items.dequeue(zone, 10, 30_000, tr=tr)
+        assert [i.payload for i in taken] == [b"first"]
+        producer.start()
+        time.sleep(0.2)  # the producer is waiting for this visit's lock now
+        return str(
+            q.toplevel.requeue_pointer(
+                leased,
+                lambda t: q.items.min_vesting_ms(zone, tr=t),
+                lambda t: q.items.zone_is_empty(t, zone),
+                min_inactive_ms=60_000,
+                active=True,
+                stored=(0, stored),
+                tr=tr,
+            )
+        )
+
+    assert q.toplevel.run_visit(visit) == "requeued"
+    producer.join(10)
+    assert late, "the producer never enqueued"
+    after = q.toplevel.get_pointer(zone)
+    assert after is not None and after.lease_id is None
+    item = q.get("a", "t", late[0])
+    assert item is not None and after.vesting_ms <= item.vesting_ms
