@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import threading
 from collections.abc import Iterator
 
 from quickzones.backends._ranges import encode_ranges
@@ -21,8 +22,16 @@ from quickzones.errors import StoreBusy
 _NO_RANGES = blob(encode_ranges([]))
 
 
+class _Writer(threading.local):
+    """Whether this thread is inside :meth:`NativeTransactions.sql_write`."""
+
+    inside = False
+
+
 class NativeTransactions(SQLiteConnections):
     """``sql_write`` and ``sql_read``: :class:`~quickzones.store.sql.SQLConnections`."""
+
+    _writer = _Writer()
 
     checkpointer: Checkpointer
     sql_dialect = "sqlite"
@@ -40,6 +49,7 @@ class NativeTransactions(SQLiteConnections):
                 raise StoreBusy(self.url, self.busy_timeout_ms)
             try:
                 self._begin_immediate(conn)
+                self._writer.inside = True
                 try:
                     yield conn
                     conn.execute("COMMIT")
@@ -48,6 +58,7 @@ class NativeTransactions(SQLiteConnections):
                         conn.execute("ROLLBACK")
                     raise
             finally:
+                self._writer.inside = False
                 self._write_lock.release()
             self.checkpointer.committed()
         except sqlite3.Error as err:
@@ -73,6 +84,13 @@ class NativeTransactions(SQLiteConnections):
             raise _translate(err, "sql read", self.url) from err
         finally:
             self._release(conn)
+
+    def joins_application_here(self) -> bool:
+        """Whether this thread is inside :meth:`sql_write`: a KV transaction it made now
+        would wait for the write lock it holds, so work that can wait (the steady
+        clock's floor exchange, :func:`quickzones.store.kv.joins_application_here`)
+        waits for a later moment."""
+        return self._writer.inside
 
     def relax_durability(self, conn: sqlite3.Connection) -> None:
         """Nothing: in WAL mode with ``synchronous=NORMAL`` no commit waits for a flush."""

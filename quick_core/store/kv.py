@@ -244,8 +244,9 @@ def holds_commit_lock(tr: object) -> bool:
 def joins_application_here(db: object) -> bool:
     """Whether a transaction ``db`` made now, on this thread, would write into an
     application's own open transaction (``Quick.enqueue_on`` under way on PostgreSQL):
-    its locks would then last until the application's COMMIT. Work that is not the
-    enqueue's own (the steady clock's floor exchange) waits for a later moment instead."""
+    its locks would then last until the application's COMMIT; or would wait for a lock
+    this thread holds (inside a native SQL write on SQLite). Work that is not the
+    caller's own (the steady clock's floor exchange) waits for a later moment instead."""
     joins: Callable[[], bool] | None = getattr(db, "joins_application_here", None)
     return joins is not None and joins() is True
 

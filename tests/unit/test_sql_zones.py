@@ -357,3 +357,46 @@ def test_an_enqueue_while_a_visit_holds_its_zone_is_not_stranded(sq: Any) -> Non
     assert after is not None and after.lease_id is None
     item = q.get("a", "t", late[0])
     assert item is not None and after.vesting_ms <= item.vesting_ms
+
+
+def test_a_visit_holding_the_write_lock_never_waits_for_the_clocks_own_exchange(
+    tmp_path: Path,
+) -> None:
+    """The steady clock publishes its floor in a KV transaction once a second, from
+    whichever thread reads the time then. On SQLite a one-transaction visit reads the time
+    while it holds the file's write lock, which that exchange needs: the visit waited for
+    itself until the store's busy timeout (one delayed job 10 s late in bench.peers_users)
+    and failed. The exchange waits for a reading outside the lock instead."""
+    import threading
+
+    from quickzones.store.toplevel import PointerRef
+
+    url = f"sqlite:///{tmp_path / 'q.db'}?zones=sql&busy_timeout_ms=3000"
+    q = Quick.open(url)  # the system clock, made steady: it exchanges its floor
+    zone = q.zone("a", "t")
+    q.enqueue("job", "x", app="a", tenant="t")
+    pointer = q.toplevel.get_pointer(zone)
+    assert pointer is not None
+    ref = PointerRef(0, pointer.pointer_id, pointer.vesting_ms, q.toplevel.cluster)
+    outcome: list[object] = []
+
+    def visit(tr: Any) -> int:
+        q.clock._next_sync = 0.0  # type: ignore[attr-defined]  # due at its next reading
+        q.toplevel.lease_pointer(ref, 1_000, tr=tr)  # reads the time, under the lock
+        taken, _ = q.items.dequeue(zone, 10, 30_000, tr=tr)
+        return len(taken)
+
+    def run() -> None:
+        try:
+            outcome.append(q.toplevel.run_visit(visit))
+        except Exception as err:  # StoreBusy, before the fix
+            outcome.append(err)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(2.5)
+    try:
+        assert outcome == [1], f"the visit waited for the write lock it held: {outcome}"
+    finally:
+        thread.join(10)
+        q.close()
