@@ -544,10 +544,14 @@ class Quick:
         with enqueue_span(job_type, zone) as carrier:
             if carrier:
                 new = replace(new, meta={**new.meta, TRACE_KEY: carrier})
-            # The app's enqueue-rate charge runs in the transaction that checks the pointer.
-            enqueued = self.items.enqueue(
-                zone, new, tr=tr, in_pointer_txn=lambda t: self.limits.charge_enqueue(t, zone.app)
-            )
+            # The app's enqueue-rate charge runs in the transaction that checks the pointer;
+            # none where the app has no enqueue rate (its limits cached for a second): a
+            # zone store whose items are not in that transaction would otherwise make one
+            # for nothing (zones=sql).
+            charge = None
+            if self.limits.get(zone.app, tr).enqueues_per_minute is not None:
+                charge = lambda t: self.limits.charge_enqueue(t, zone.app)  # noqa: E731
+            enqueued = self.items.enqueue(zone, new, tr=tr, in_pointer_txn=charge)
         if tr is None:
             self._wake_consumers()
         else:

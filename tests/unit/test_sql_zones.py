@@ -400,3 +400,16 @@ def test_a_visit_holding_the_write_lock_never_waits_for_the_clocks_own_exchange(
     finally:
         thread.join(10)
         q.close()
+
+
+def test_an_apps_enqueue_rate_is_enforced(sq: Any) -> None:
+    from quickzones.store.limits import AppLimits, RateLimited
+
+    q, _ = sq
+    q.set_limits("a", AppLimits(enqueues_per_minute=2))
+    q.enqueue("job", b"1", app="a", tenant="t")
+    q.enqueue("job", b"2", app="a", tenant="t")
+    with pytest.raises(RateLimited):
+        q.enqueue("job", b"3", app="a", tenant="t")
+    assert q.items.count(q.zone("a", "t")) == 2  # the refused one stored nothing
+    q.enqueue("job", b"other app", app="b", tenant="t")  # another app is not limited

@@ -15,6 +15,7 @@ items, one-transaction visits (a visit is the paper's three transactions).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
@@ -39,8 +40,10 @@ from quickzones.store.tuple_layer import fdbtuple
 T = TypeVar("T")
 
 
+@functools.lru_cache(maxsize=4096)
 def zone_key(zone: ZoneId) -> bytes:
-    """A zone as the tables key it: (app, tenant) packed by the tuple layer."""
+    """A zone as the tables key it: (app, tenant) packed by the tuple layer (the busy
+    zones' packed once: an enqueue's statements name its zone twice, every call)."""
     packed: bytes = fdbtuple.pack((zone.app, zone.tenant))
     return packed
 
