@@ -16,7 +16,7 @@ from quickzones.store.outcomes import DuplicateItemMismatch
 from quickzones.store.records import WorkItem, ZoneId
 from quickzones.store.validation import check_name
 from quickzones.store.zones import new_item_id
-from quickzones.store.zonestore import NewItem
+from quickzones.store.zonestore import NewItem, new_record
 
 log = logging.getLogger("quick.cassandra")
 
@@ -105,20 +105,10 @@ class ExternalEnqueue(ConditionalWrites):
         now = now_ms(self.clock)
         item_id = item.item_id if item.item_id is not None else new_item_id(self.ids)
         check_name("item_id", item_id)
-        return WorkItem(
-            item_id=item_id,
-            job_type=item.job_type,
-            payload=item.payload,
-            priority=item.priority,
-            vesting_ms=vesting_after(self.clock, item.delay_ms) if item.delay_ms else now,
-            enqueued_ms=now,
-            content_type=item.content_type,
-            deadline_ms=None if item.ttl_ms is None else now + item.ttl_ms,
-            delivery=item.delivery,
-            # A nonce, so a SERIAL re-read after a timed-out insert tells our row from an
-            # earlier enqueue of the same id.
-            meta={"_w": self.ids(4)},
-        )
+        vesting = vesting_after(self.clock, item.delay_ms) if item.delay_ms else now
+        # A nonce, so a SERIAL re-read after a timed-out insert tells our row from an
+        # earlier enqueue of the same id (the item's own meta is not stored here).
+        return new_record(item, item_id, now, vesting).with_(meta={"_w": self.ids(4)})
 
     def _insert_new(self, zone: ZoneId, record: WorkItem) -> tuple[WorkItem, bool]:
         """Insert the item and its order entry if the id is new. Returns (the stored item,

@@ -111,6 +111,38 @@ LISTING_PAGE = 1000  # keys a listing's transaction reads at most (far inside th
 ZONES_REMEMBERED = 100_000  # pointers whose zone vested_zones keeps (then it starts over)
 
 
+def lease_of(
+    pointer: Pointer,
+    ref: PointerRef,
+    now: int,
+    lease_ms: int,
+    lease_id: str,
+    *,
+    accept: Callable[[PointerRef, ZoneId], bool] | None,
+    horizon_ms: int,
+    holder: str | None,
+) -> Pointer:
+    """``pointer`` leased for ``lease_ms`` from ``now`` (paper Algorithm 1), or
+    ZoneLeaseFailed: "moved" when it no longer vests (within ``horizon_ms``, and only
+    where nobody's lease on it still runs), "not_routed" when ``accept`` refuses its zone.
+    Every top-level queue's pointer lease decides here, whatever it reads and writes."""
+    if pointer.vesting_ms > now and (
+        pointer.vesting_ms > now + horizon_ms or pointer.lease_id is not None
+    ):
+        raise ZoneLeaseFailed("moved")
+    if accept is not None and not accept(ref, pointer.zone):
+        raise ZoneLeaseFailed("not_routed")
+    return Pointer(
+        pointer.pointer_id,
+        pointer.zone,
+        now + lease_ms,
+        pointer.last_active_ms,
+        lease_id=lease_id,
+        local=pointer.local,
+        holder=holder,
+    )
+
+
 class TopLevelQueue:
     """Pointers of one cluster, over a KV store.
 
@@ -903,21 +935,10 @@ class TopLevelQueue:
         if pointer is None:
             set_aside(self, ref, "")  # clears the vesting entry if it names no record
             raise ZoneLeaseFailed("gone")
-        if pointer.vesting_ms > now and (
-            pointer.vesting_ms > now + horizon_ms or pointer.lease_id is not None
-        ):
-            raise ZoneLeaseFailed("moved")
-        if accept is not None and not accept(ref, pointer.zone):
-            raise ZoneLeaseFailed("not_routed")
-        leased = Pointer(
-            pointer.pointer_id,
-            pointer.zone,
-            now + lease_ms,
-            pointer.last_active_ms,
-            lease_id=self.ids(16),
-            local=pointer.local,
+        leased = lease_of(
+            pointer, ref, now, lease_ms, self.ids(16), accept=accept, horizon_ms=horizon_ms,
             holder=holder,
-        )
+        )  # fmt: skip
         return pointer, leased
 
     @transactional

@@ -51,6 +51,24 @@ class NewItem:
     flow: FlowKey | None = None
 
 
+def new_record(item: NewItem, item_id: str, now: int, vesting_ms: int) -> WorkItem:
+    """The stored record of ``item`` enqueued at ``now`` (store ms) under ``item_id``,
+    vesting at ``vesting_ms`` (``vesting_after`` its delay): what a zone store that keeps
+    whole records writes (the native SQL zones, the Cassandra zones)."""
+    return WorkItem(
+        item_id=item_id,
+        job_type=item.job_type,
+        payload=item.payload,
+        priority=item.priority,
+        vesting_ms=vesting_ms,
+        enqueued_ms=now,
+        content_type=item.content_type,
+        deadline_ms=None if item.ttl_ms is None else now + item.ttl_ms,
+        delivery=item.delivery,
+        meta=dict(item.meta),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ZoneStoreCapabilities:
     """What a zone store supports beyond the protocol's item operations. ``Quick`` checks

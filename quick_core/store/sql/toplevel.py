@@ -34,7 +34,7 @@ from quickzones.store.kv import (
 from quickzones.store.records import Pointer, ZoneId
 from quickzones.store.sql.connections import SQLConnections, SQLTransaction
 from quickzones.store.sql.statements import Statements
-from quickzones.store.toplevel import IndexEntry, PointerRef, TopLevelQueue
+from quickzones.store.toplevel import IndexEntry, PointerRef, TopLevelQueue, lease_of
 from quickzones.store.tuple_layer import fdbtuple
 
 T = TypeVar("T")
@@ -196,20 +196,10 @@ class SQLTopLevelQueue(TopLevelQueue):
         if row is None:
             raise ZoneLeaseFailed("gone")
         pointer = _pointer(row)
-        if pointer.vesting_ms > now and (
-            pointer.vesting_ms > now + horizon_ms or pointer.lease_id is not None
-        ):
-            raise ZoneLeaseFailed("moved")
-        if accept is not None and not accept(ref, pointer.zone):
-            raise ZoneLeaseFailed("not_routed")
-        leased = Pointer(
-            pointer.pointer_id,
-            pointer.zone,
-            now + lease_ms,
-            pointer.last_active_ms,
-            lease_id=lease_id,
+        leased = lease_of(
+            pointer, ref, now, lease_ms, lease_id, accept=accept, horizon_ms=horizon_ms,
             holder=holder,
-        )
+        )  # fmt: skip
         # Written where the row is as read: another consumer's lease, a requeue or an
         # enqueue's pull in between is this lease's conflict, as on the KV queue.
         with self.sql.sql_write_one() as c:
@@ -257,20 +247,10 @@ class SQLTopLevelQueue(TopLevelQueue):
         if row is None:
             raise ZoneLeaseFailed("gone")  # or held by another visit or an enqueue: later
         pointer = _pointer(row)
-        if pointer.vesting_ms > now and (
-            pointer.vesting_ms > now + horizon_ms or pointer.lease_id is not None
-        ):
-            raise ZoneLeaseFailed("moved")
-        if accept is not None and not accept(ref, pointer.zone):
-            raise ZoneLeaseFailed("not_routed")
-        leased = Pointer(
-            pointer.pointer_id,
-            pointer.zone,
-            now + lease_ms,
-            pointer.last_active_ms,
-            lease_id=self.ids(16),
+        leased = lease_of(
+            pointer, ref, now, lease_ms, self.ids(16), accept=accept, horizon_ms=horizon_ms,
             holder=holder,
-        )
+        )  # fmt: skip
         return pointer, leased
 
     def requeue_pointer(

@@ -49,7 +49,7 @@ from quickzones.store.zones import KVZoneStore, check_lease_duration, new_item_i
 from quickzones.store.zones.budget import TransactionBudget
 from quickzones.store.zones.dequeue import Left
 from quickzones.store.zones.items import lease_lost
-from quickzones.store.zonestore import CorruptItem, NewItem, ZoneStoreCapabilities
+from quickzones.store.zonestore import CorruptItem, NewItem, ZoneStoreCapabilities, new_record
 
 EXPIRED = "expired: not started before its TTL"
 # Reads of an item that another writer changed before this one's write, before giving up.
@@ -184,18 +184,8 @@ class SQLZoneStore:
             raise ConfigurationError("zones=sql has no FIFO order nor flow keys yet")
         item_id = item.item_id if item.item_id is not None else new_item_id(self.ids)
         check_name("item_id", item_id)
-        return WorkItem(
-            item_id=item_id,
-            job_type=item.job_type,
-            payload=item.payload,
-            priority=item.priority,
-            vesting_ms=vesting_after(self.clock, item.delay_ms) if item.delay_ms else now,
-            enqueued_ms=now,
-            content_type=item.content_type,
-            deadline_ms=None if item.ttl_ms is None else now + item.ttl_ms,
-            delivery=item.delivery,
-            meta=dict(item.meta),
-        )
+        vesting = vesting_after(self.clock, item.delay_ms) if item.delay_ms else now
+        return new_record(item, item_id, now, vesting)
 
     # --- rows ------------------------------------------------------------------------------
 

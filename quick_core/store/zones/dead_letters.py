@@ -58,15 +58,22 @@ class ZoneDeadLetters(ZoneItems):
         )
         self.take_turn(tr, zone, turn)
         batches.item_finished(tr, self._batches(), zone, stored, outcomes.DEAD_LETTERED, reason)
+        self._letter(tr, zone, stored, reason, traceback)
+
+    def _letter(
+        self, tr: KVTransaction, zone: ZoneId, stored: WorkItem, reason: str, traceback: str | None
+    ) -> None:
+        """The dead letter of ``stored`` (as :func:`_letter_of` made it), its whole record
+        kept, counted in its job type's group."""
         self._dead_letter_raw(
             tr,
             zone,
-            item.item_id,
+            stored.item_id,
             encode_item(stored),
             reason,
             now_ms(self.clock),
             traceback=traceback,
-            job_type=item.job_type,
+            job_type=stored.job_type,
         )
 
     def keep_dead_letter(
@@ -83,19 +90,7 @@ class ZoneDeadLetters(ZoneItems):
         admin read them), in a transaction of its own; that store deletes the item after.
         ``count_error`` as :meth:`_bury`'s."""
         stored = _letter_of(item, reason, count_error)
-        run(
-            self.kv,
-            lambda tr: self._dead_letter_raw(
-                tr,
-                zone,
-                item.item_id,
-                encode_item(stored),
-                reason,
-                now_ms(self.clock),
-                traceback=traceback,
-                job_type=item.job_type,
-            ),
-        )
+        run(self.kv, lambda tr: self._letter(tr, zone, stored, reason, traceback))
 
     def keep_corrupt_letter(self, zone: ZoneId, item_id: str, raw: bytes, reason: str) -> None:
         """Write the dead letter of another store's record that cannot be decoded."""
