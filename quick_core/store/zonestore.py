@@ -53,8 +53,8 @@ class NewItem:
 
 def new_record(item: NewItem, item_id: str, now: int, vesting_ms: int) -> WorkItem:
     """The stored record of ``item`` enqueued at ``now`` (store ms) under ``item_id``,
-    vesting at ``vesting_ms`` (``vesting_after`` its delay): what a zone store that keeps
-    whole records writes (the native SQL zones, the Cassandra zones)."""
+    vesting at ``vesting_ms`` (``vesting_after`` its delay), as every zone store writes it
+    (the KV zones add a FIFO item's commit order)."""
     return WorkItem(
         item_id=item_id,
         job_type=item.job_type,

@@ -25,7 +25,7 @@ from quickzones.store.records import (
 )
 from quickzones.store.validation import check_name
 from quickzones.store.zones.items import ZoneItems, new_item_id
-from quickzones.store.zonestore import NewItem
+from quickzones.store.zonestore import NewItem, new_record
 
 # Orders FIFO items that share one commit (and so one versionstamp): a transaction runs in
 # one process, so a process-wide increasing counter orders its items by enqueue call.
@@ -61,19 +61,9 @@ class ZoneWrites(ZoneItems):
                 return Written(item_id, now, False)
         vesting = vesting_after(self.clock, item.delay_ms) if item.delay_ms else now
         fifo = item.fifo and item.delay_ms == 0
-        record = WorkItem(
-            item_id=item_id,
-            job_type=item.job_type,
-            payload=item.payload,
-            priority=item.priority,
-            vesting_ms=vesting,
-            enqueued_ms=now,
-            content_type=item.content_type,
-            deadline_ms=None if item.ttl_ms is None else now + item.ttl_ms,
-            delivery=item.delivery,
-            meta=dict(item.meta),
-            commit_order=(_PENDING_STAMP, next(_fifo_seq)) if fifo else None,
-        )
+        record = new_record(item, item_id, now, vesting)
+        if fifo:
+            record = record.with_(commit_order=(_PENDING_STAMP, next(_fifo_seq)))
         if record.commit_order is not None:
             seq = record.commit_order[1]
             self._write_item(tr, zone, record, stamped=True)
