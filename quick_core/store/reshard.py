@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from quickzones.errors import ConfigurationError
+from quickzones.errors import ConfigurationError, UnsupportedByStore
 from quickzones.store.kv import KVTransaction, key_after, run
 from quickzones.store.layout import (
     Layout,
@@ -76,6 +76,11 @@ def reshard(
     when the layout already has ``shards``.
     """
     check_shards(shards)
+    if not toplevel.reshards:
+        raise UnsupportedByStore(
+            "resharding", "reshards", type(toplevel).__name__,
+            "its pointers cannot move between shards yet; nothing was changed",
+        )  # fmt: skip
     layout = run(toplevel.kv, lambda tr: _begin(tr, toplevel, shards))
     toplevel.layout = layout
     old = layout.shards

@@ -153,6 +153,9 @@ class TopLevelQueue:
     a pointer not found where the cache says is looked for under the stored one.
     """
 
+    # Whether its pointers can move between shards online (quickzones.store.reshard).
+    reshards = True
+
     def __init__(
         self,
         kv: KVStore,

@@ -413,3 +413,17 @@ def test_an_apps_enqueue_rate_is_enforced(sq: Any) -> None:
         q.enqueue("job", b"3", app="a", tenant="t")
     assert q.items.count(q.zone("a", "t")) == 2  # the refused one stored nothing
     q.enqueue("job", b"other app", app="b", tenant="t")  # another app is not limited
+
+
+def test_resharding_is_refused_and_changes_nothing(sq: Any) -> None:
+    """``quick reshard`` moves the KV layout's pointers only: on zones=sql it would flip
+    the layout and leave these pointers in shards no consumer polls."""
+    from quickzones.store.reshard import reshard
+
+    q, _ = sq
+    q.job("job")(lambda payload, ctx: None)
+    q.enqueue("job", b"x", app="a", tenant="t")
+    with pytest.raises(UnsupportedByStore, match="resharding"):
+        reshard(q.toplevel, 4)
+    assert q.toplevel.refresh_layout().shards == 1
+    assert q.run_until_idle(ConsumerConfig(in_order=True)) == 1

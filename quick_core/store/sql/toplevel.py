@@ -66,6 +66,10 @@ def _app_range(app: str) -> tuple[bytes, bytes]:
 class SQLTopLevelQueue(TopLevelQueue):
     """Pointers of one cluster in the native SQL pointer table."""
 
+    # Resharding moves KV pointers only: on this queue it would change the layout and
+    # leave these pointers in shards no consumer polls any more. Refused instead.
+    reshards = False
+
     def __init__(
         self,
         kv: KVStore,
