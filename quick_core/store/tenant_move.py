@@ -481,6 +481,16 @@ def move_tenant(
         from quickzones.errors import ConfigurationError
 
         raise ConfigurationError("source and target are the same store")
+    for side in (source, target):
+        if side.items is not side.zones:
+            # Items kept outside the KV zones (zones=sql, Cassandra's): the move reads
+            # and writes KV item keys, which would find none there (or hide its own).
+            from quickzones.errors import UnsupportedByStore
+
+            raise UnsupportedByStore(
+                "a tenant move", "KV zones", type(side.items).__name__,
+                "it moves items of the KV layout only; nothing was moved",
+            )  # fmt: skip
     return move_zone(
         KVMoveSource(source),
         target,

@@ -427,3 +427,21 @@ def test_resharding_is_refused_and_changes_nothing(sq: Any) -> None:
         reshard(q.toplevel, 4)
     assert q.toplevel.refresh_layout().shards == 1
     assert q.run_until_idle(ConsumerConfig(in_order=True)) == 1
+
+
+def test_a_tenant_move_is_refused_and_moves_nothing(sq: Any, tmp_path: Path) -> None:
+    """A tenant move reads and writes the KV layout's item keys: from or to a zones=sql
+    store it is refused before anything moves."""
+    from quickzones.store.tenant_move import move_tenant
+
+    q, _ = sq
+    q.enqueue("job", b"x", app="a", tenant="t")
+    other = Quick.open(f"sqlite:///{tmp_path / 'kv.db'}")
+    try:
+        for source, target in ((q, other), (other, q)):
+            with pytest.raises(UnsupportedByStore, match="tenant move"):
+                move_tenant(source, target, "a", "t")
+        assert q.items.count(q.zone("a", "t")) == 1
+        assert q.toplevel.get_pointer(q.zone("a", "t")) is not None
+    finally:
+        other.close()
