@@ -114,21 +114,22 @@ def wait_completed(consumer: Consumer, n: int, timeout_s: float) -> float:
 
 def count_one_transaction_visits() -> dict[str, int]:
     """Count the one-transaction visits this process tries, commits and loses to a conflict
-    (wraps the manager's ``attempt_once`` here, in the bench; the library is unchanged):
-    how many visits the gate let try one transaction, and how many of those committed."""
-    import quickzones.consumer.visit as zone_visit
+    (wraps the top-level queues' ``run_visit`` here, in the bench; the library is
+    unchanged): how many visits the gate let try one transaction, and how many of those
+    committed."""
     from quickzones.store.kv import UNCOMMITTED
+    from quickzones.store.toplevel import TopLevelQueue
 
     counts = {"tried": 0, "committed": 0, "conflicted": 0}
-    original = zone_visit.attempt_once
+    original = TopLevelQueue.run_visit
 
-    def counted(db: Any, fn: Any) -> Any:
+    def counted(top: Any, fn: Any) -> Any:
         counts["tried"] += 1
-        result = original(db, fn)
+        result = original(top, fn)
         counts["conflicted" if result is UNCOMMITTED else "committed"] += 1
         return result
 
-    zone_visit.attempt_once = counted  # type: ignore[assignment]
+    TopLevelQueue.run_visit = counted  # type: ignore[method-assign]
     return counts
 
 

@@ -4,7 +4,7 @@
 
 One consumer in this process (``throughput_config(workers=4, dequeue_max=10,
 one_transaction_visits=True)``) drains ``n`` no-op items of ``--tenants`` tenants on
-fdb://. The manager's ``attempt_once`` is wrapped (here, not in the library) to set the
+fdb://. The top-level queue's ``run_visit`` is wrapped (here, not in the library) to set the
 binding's ``report_conflicting_keys`` option and, when the one-transaction commit fails,
 read ``\\xff\\xff/transaction/conflicting_keys/``: the key ranges whose writes by others
 made it conflict. They are counted by kind (pointer, pointer vesting index, zone items,
@@ -22,10 +22,10 @@ import time
 from collections import Counter
 from typing import Any
 
-import quickzones.consumer.visit as zone_visit
 from bench.common import fdb_url, log
 from bench.quickrun import JOB, open_quick, throughput_config, wait_completed
 from quickzones.store.kv import UNCOMMITTED, KVError
+from quickzones.store.toplevel import TopLevelQueue
 from quickzones.store.tuple_layer import fdbtuple
 
 CONFLICTS = b"\xff\xff/transaction/conflicting_keys/"
@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=3000)
     ap.add_argument("--tenants", type=int, default=1)
     args = ap.parse_args(argv)
-    zone_visit.attempt_once = attempt_once_reporting  # type: ignore[assignment]
+    # The top-level queue's one-transaction visit, over FoundationDB: run with reporting.
+    TopLevelQueue.run_visit = lambda top, fn: attempt_once_reporting(top.kv, fn)  # type: ignore[method-assign]
     q = open_quick(fdb_url("conflict-keys"))
     t = time.time()
     per = args.n // args.tenants

@@ -116,7 +116,7 @@ def lease_of(
     ref: PointerRef,
     now: int,
     lease_ms: int,
-    lease_id: str,
+    ids: IdSource,
     *,
     accept: Callable[[PointerRef, ZoneId], bool] | None,
     horizon_ms: int,
@@ -125,7 +125,9 @@ def lease_of(
     """``pointer`` leased for ``lease_ms`` from ``now`` (paper Algorithm 1), or
     ZoneLeaseFailed: "moved" when it no longer vests (within ``horizon_ms``, and only
     where nobody's lease on it still runs), "not_routed" when ``accept`` refuses its zone.
-    Every top-level queue's pointer lease decides here, whatever it reads and writes."""
+    Every top-level queue's pointer lease decides here, whatever it reads and writes. The
+    lease id is drawn from ``ids`` only once the lease is granted (a seeded source then
+    replays the same ids)."""
     if pointer.vesting_ms > now and (
         pointer.vesting_ms > now + horizon_ms or pointer.lease_id is not None
     ):
@@ -137,7 +139,7 @@ def lease_of(
         pointer.zone,
         now + lease_ms,
         pointer.last_active_ms,
-        lease_id=lease_id,
+        lease_id=ids(16),
         local=pointer.local,
         holder=holder,
     )
@@ -939,7 +941,7 @@ class TopLevelQueue:
             set_aside(self, ref, "")  # clears the vesting entry if it names no record
             raise ZoneLeaseFailed("gone")
         leased = lease_of(
-            pointer, ref, now, lease_ms, self.ids(16), accept=accept, horizon_ms=horizon_ms,
+            pointer, ref, now, lease_ms, self.ids, accept=accept, horizon_ms=horizon_ms,
             holder=holder,
         )  # fmt: skip
         return pointer, leased

@@ -35,7 +35,7 @@ def test_quick_peer_fairness_workloads_run_one_transaction_visits(tmp_path: Path
 def test_the_bench_consumer_process_runs_and_counts_its_visits(tmp_path: Path) -> None:
     """``python -m bench.quickrun`` (every quick consumer process of the benchmarks) starts,
     runs an item and reports its one-transaction visits: its visit counter wraps the
-    library's own ``attempt_once``, and a move of that code broke the process before."""
+    top-level queue's own ``run_visit``, and a move of that code broke the process (twice)."""
     import os
     import subprocess
     import sys

@@ -193,7 +193,6 @@ class SQLTopLevelQueue(TopLevelQueue):
         holder: str | None = None,
     ) -> Pointer:
         now = now_ms(self.clock)
-        lease_id = self.ids(16)
         key = {"cluster": self.cluster, "pointer_id": ref.pointer_id}
         with self.sql.sql_read() as c:
             row = c.execute(self.q.pointer_by_id, key).fetchone()
@@ -201,7 +200,7 @@ class SQLTopLevelQueue(TopLevelQueue):
             raise ZoneLeaseFailed("gone")
         pointer = _pointer(row)
         leased = lease_of(
-            pointer, ref, now, lease_ms, lease_id, accept=accept, horizon_ms=horizon_ms,
+            pointer, ref, now, lease_ms, self.ids, accept=accept, horizon_ms=horizon_ms,
             holder=holder,
         )  # fmt: skip
         # Written where the row is as read: another consumer's lease, a requeue or an
@@ -209,8 +208,9 @@ class SQLTopLevelQueue(TopLevelQueue):
         with self.sql.sql_write_one() as c:
             done = c.execute(
                 self.q.lease_pointer,
-                {**key, "vesting_ms": leased.vesting_ms, "lease_id": lease_id, "holder": holder,
-                 "was_vesting_ms": pointer.vesting_ms, "was_lease_id": pointer.lease_id},
+                {**key, "vesting_ms": leased.vesting_ms, "lease_id": leased.lease_id,
+                 "holder": holder, "was_vesting_ms": pointer.vesting_ms,
+                 "was_lease_id": pointer.lease_id},
             )  # fmt: skip
             if not done.rowcount:
                 raise ZoneLeaseFailed("conflict")
@@ -252,7 +252,7 @@ class SQLTopLevelQueue(TopLevelQueue):
             raise ZoneLeaseFailed("gone")  # or held by another visit or an enqueue: later
         pointer = _pointer(row)
         leased = lease_of(
-            pointer, ref, now, lease_ms, self.ids(16), accept=accept, horizon_ms=horizon_ms,
+            pointer, ref, now, lease_ms, self.ids, accept=accept, horizon_ms=horizon_ms,
             holder=holder,
         )  # fmt: skip
         return pointer, leased
