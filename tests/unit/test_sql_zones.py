@@ -445,3 +445,23 @@ def test_a_tenant_move_is_refused_and_moves_nothing(sq: Any, tmp_path: Path) -> 
         assert q.toplevel.get_pointer(q.zone("a", "t")) is not None
     finally:
         other.close()
+
+
+def test_work_after_a_native_commit_that_fails_is_logged_not_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A visit's dead letters are written after its commit: one that fails must not turn
+    the committed visit into a failed one (its leased items would be dropped unstarted)."""
+    from quickzones.store.sql import SQLTransaction
+
+    ran: list[str] = []
+    tr = SQLTransaction(conn=None)
+
+    def broken() -> None:
+        raise RuntimeError("store unreachable")
+
+    tr.after_commit(broken)
+    tr.after_commit(lambda: ran.append("second"))
+    tr.committed()
+    assert ran == ["second"]
+    assert "work after a native commit failed" in caplog.text

@@ -4,9 +4,12 @@ The zones hold a DB-API connection only inside these blocks and import no driver
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
+
+_log = logging.getLogger("quick.sql")
 
 
 class SQLConnections(Protocol):
@@ -78,7 +81,14 @@ class SQLTransaction:
         self._after.append(work)
 
     def committed(self) -> None:
-        """Called by whoever committed it: the work handed to :meth:`after_commit`."""
+        """Called by whoever committed it: the work handed to :meth:`after_commit`, each
+        on its own; one that fails is logged and the rest still run (what it was to do,
+        a dead letter, is found again by the zone's next visit), never raised to the
+        caller, whose transaction did commit."""
         after, self._after = self._after, []
         for work in after:
-            work()
+            try:
+                work()
+            except Exception:
+                _log.warning("work after a native commit failed; the next visit retries it",
+                             exc_info=True)  # fmt: skip
