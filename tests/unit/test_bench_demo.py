@@ -53,7 +53,8 @@ def test_runs_with_every_pickup_are_pooled() -> None:
     assert demo.figures([_run(13_565, 9.6)])["pooled_small_ms"] is None  # a demo without them
     r = demo.one_run(sys.executable, ["--duration", "1", "--tenants", "2", "--noisy-factor", "4"])
     one = demo.pooled([r])
-    assert one is not None and abs(one["p99"] - r.small_p99_ms) <= 0.05  # the printed p99
+    # The printed p99 has one decimal: at most half of it off (9.25 prints 9.2), plus float error.
+    assert one is not None and abs(one["p99"] - r.small_p99_ms) <= 0.05 + 1e-9
 
 
 def _run(items: int, p99: float, load: float = 0.0) -> demo.DemoRun:
