@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence, Sized
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from quickzones import batches
 from quickzones.batches import Batch, Chain, Job
@@ -61,6 +61,7 @@ from quickzones.store.records import DeadLetter, WorkItem, ZoneId
 from quickzones.store.run_at import delay_seconds
 from quickzones.store.sql import (
     SQLTopLevelQueue,
+    SQLTransaction,
     SQLZoneStore,
     check_zone_layout,
     native_sql,
@@ -528,7 +529,9 @@ class Quick:
         )
         if flow is not None:
             self._require("flow_keys", "idempotency, debounce and one-at-a-time keys")
-        if tr is not None:
+        # The application's own transaction, as the native SQL zones join it (enqueue_on).
+        native_tr = getattr(tr, "native", False) is True
+        if tr is not None and not native_tr:
             self._require(
                 "caller_transactions",
                 "enqueue inside a KV transaction (tr=...)",
@@ -549,10 +552,10 @@ class Quick:
             # zone store whose items are not in that transaction would otherwise make one
             # for nothing (zones=sql).
             charge = None
-            if self.limits.get(zone.app, tr).enqueues_per_minute is not None:
+            if self.limits.get(zone.app, None if native_tr else tr).enqueues_per_minute:
                 charge = lambda t: self.limits.charge_enqueue(t, zone.app)  # noqa: E731
             enqueued = self.items.enqueue(zone, new, tr=tr, in_pointer_txn=charge)
-        if tr is None:
+        if tr is None or native_tr:
             self._wake_consumers()
         else:
             tr.on_commit(self._wake_consumers)  # after the pointer's part two
@@ -606,6 +609,24 @@ class Quick:
         the store's write lock (consumers' commits wait for it): commit soon. Errors and
         conflict rules: docs/tutorial-sqlite-transaction.md, docs/backends.md (PostgreSQL).
         """
+        sql = native_sql(self.kv)
+        if sql is not None:  # zones=sql: the native statements in the application's transaction
+            sql_on = getattr(self.kv, "sql_on", None)
+            if sql_on is None:
+                raise UnsupportedByStore(
+                    "enqueue in the application's own transaction",
+                    "caller_transactions",
+                    type(self.items).__name__,
+                    "not built for zones=sql on this store yet: open it without zones=sql",
+                )
+            with sql_on(connection) as conn:
+                return self.enqueue(
+                    job_type, payload, app=app, tenant=tenant, delay=delay, priority=priority,
+                    item_id=item_id, ttl=ttl, tr=cast(KVTransaction, SQLTransaction(conn, sql)),
+                    fifo=fifo, idempotency_key=idempotency_key,
+                    idempotency_ttl_s=idempotency_ttl_s, debounce=debounce,
+                    one_at_a_time=one_at_a_time,
+                )  # fmt: skip
         join = getattr(self.kv, "transaction_on", None)
         if join is None:
             raise UnsupportedByStore(

@@ -74,6 +74,31 @@ class NativeTransactions(SQLiteConnections):
             yield conn
 
     @contextlib.contextmanager
+    def sql_on(self, connection: object) -> Iterator[sqlite3.Connection]:
+        """The application's own connection to this file, in its open transaction,
+        which holds the file's write lock from here on (``app_transaction.join``; a
+        transaction is begun where none is open): the native zones' statements run in
+        it, so the application's COMMIT commits them with its rows and its ROLLBACK
+        neither. Every KV transaction this thread makes meanwhile joins it too (as in
+        :meth:`transaction_on`): the enqueue-rate charge, the steady clock's exchange."""
+        from quickzones.backends.sqlite.app_transaction import join
+
+        conn, began = join(self, connection)  # type: ignore[arg-type]
+        previous = self._bound.conn  # type: ignore[attr-defined]
+        self._bound.conn = conn  # type: ignore[attr-defined]
+        try:
+            yield conn
+        except BaseException as err:
+            if began and conn.in_transaction:
+                # Nothing of the application's is in the transaction this call opened.
+                conn.rollback()
+            if isinstance(err, sqlite3.Error):
+                raise _translate(err, "enqueue_on", self.url) from err
+            raise
+        finally:
+            self._bound.conn = previous  # type: ignore[attr-defined]
+
+    @contextlib.contextmanager
     def sql_read(self) -> Iterator[sqlite3.Connection]:
         """A connection outside any transaction: each statement reads a snapshot of its
         own (a read of one statement needs no BEGIN and no ROLLBACK)."""

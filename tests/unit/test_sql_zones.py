@@ -465,3 +465,44 @@ def test_work_after_a_native_commit_that_fails_is_logged_not_raised(
     tr.committed()
     assert ran == ["second"]
     assert "work after a native commit failed" in caplog.text
+
+
+def test_enqueue_on_commits_with_the_applications_rows_or_not_at_all(tmp_path: Path) -> None:
+    """SQLite with zones=sql: ``enqueue_on`` writes the item and its pointer in the
+    application's own transaction, through its own connection: COMMIT stores both, and a
+    worker runs the item; ROLLBACK neither."""
+    import sqlite3
+
+    path = tmp_path / "app.db"
+    q = Quick.open(f"sqlite:///{path}?zones=sql")
+    ran: list[Any] = []
+    q.job("ship")(lambda payload, ctx: ran.append(payload))
+    app = sqlite3.connect(path, isolation_level=None)
+    app.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, total INTEGER)")
+    try:
+        app.execute("BEGIN")
+        app.execute("INSERT INTO orders (total) VALUES (10)")
+        kept = q.enqueue_on(app, "ship", {"order": 1}, app="shop", tenant="t")
+        app.execute("COMMIT")
+        app.execute("BEGIN")
+        app.execute("INSERT INTO orders (total) VALUES (20)")
+        q.enqueue_on(app, "ship", {"order": 2}, app="shop", tenant="t")
+        app.execute("ROLLBACK")
+        assert app.execute("SELECT total FROM orders").fetchall() == [(10,)]
+        assert q.items.count(q.zone("shop", "t")) == 1
+        assert q.get("shop", "t", kept) is not None
+        assert q.run_until_idle(ConsumerConfig(in_order=True)) == 1
+        assert ran == [{"order": 1}]
+    finally:
+        app.close()
+        q.close()
+
+
+def test_enqueue_on_is_refused_by_name_on_postgres_with_zones_sql(tmp_path: Path) -> None:
+    q = Quick.open(_url("postgres", tmp_path))
+    try:
+        with pytest.raises(UnsupportedByStore, match="application's own transaction"):
+            q.enqueue_on(object(), "job", b"", app="a", tenant="t")
+        assert q.items.count(q.zone("a", "t")) == 0
+    finally:
+        q.close()

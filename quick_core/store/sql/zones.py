@@ -118,11 +118,11 @@ class SQLZoneStore:
         same job: ``duplicate`` "queued"; another: :class:`DuplicateItemMismatch`) and
         gives a zone that lost its pointer one. ``in_pointer_txn`` (the app's
         enqueue-rate charge) runs first in a KV transaction of its own."""
-        if tr is not None:
+        if tr is not None and not isinstance(tr, SQLTransaction):
             raise ConfigurationError("zones=sql cannot enqueue inside a KV transaction")
         if in_pointer_txn is not None:
             run(self.kv, in_pointer_txn)
-        return self._enqueue(zone, [item])[0]
+        return self._enqueue(zone, [item], None if tr is None else tr.conn)[0]
 
     def enqueue_many(
         self,
@@ -137,7 +137,9 @@ class SQLZoneStore:
             run(self.kv, lambda t: charge(t, len(items)))
         return self._enqueue(zone, items) if items else []
 
-    def _enqueue(self, zone: ZoneId, items: Sequence[NewItem]) -> list[str]:
+    def _enqueue(self, zone: ZoneId, items: Sequence[NewItem], on: Any = None) -> list[str]:
+        """Both parts for ``items``: in a transaction of their own, or on ``on``, the
+        application's connection in its open transaction (``Quick.enqueue_on``)."""
         now = now_ms(self.clock)  # before the lock: a steady clock may write the store
         key = zone_key(zone)
         records = [self._record(item, now) for item in items]
@@ -148,7 +150,9 @@ class SQLZoneStore:
         ]  # fmt: skip
         pointer = self.toplevel.pointer_args(zone, min(r.vesting_ms for r in records), now)
         queued: dict[str, WorkItem] = {}
-        if len(records) == 1 and self.q.enqueue_one is not None:
+        if on is not None:
+            self._write_new(on, zone, records, args, pointer, queued)
+        elif len(records) == 1 and self.q.enqueue_one is not None:
             # One statement, its own transaction: one round trip.
             with self.sql.sql_write_one() as c:
                 wrote, woke = c.execute(self.q.enqueue_one, {**args[0], **pointer}).fetchone()
@@ -158,14 +162,27 @@ class SQLZoneStore:
                     queued[records[0].item_id] = self._found(c, zone, records[0])
         else:
             with self.sql.sql_write() as c:
-                for record, row in zip(records, args, strict=True):
-                    if c.execute(self.q.insert_item_returning, row).fetchone() is None:
-                        queued[record.item_id] = self._found(c, zone, record)
-                if c.execute(self.q.upsert_pointer_returning, pointer).fetchone() is not None:
-                    # Made, or pulled earlier: consumers elsewhere may sleep past it. (One
-                    # that vests in time already, or is leased, they know of.)
-                    self.sql.signal_commit(c)
+                self._write_new(c, zone, records, args, pointer, queued)
         return [Enqueued(r.item_id, "queued" if r.item_id in queued else None) for r in records]
+
+    def _write_new(
+        self,
+        c: Any,
+        zone: ZoneId,
+        records: list[WorkItem],
+        args: list[dict[str, Any]],
+        pointer: dict[str, Any],
+        queued: dict[str, WorkItem],
+    ) -> None:
+        """The items' rows and the pointer's upsert on ``c``, in its transaction; the ids
+        already queued go to ``queued`` (each checked to be the same job)."""
+        for record, row in zip(records, args, strict=True):
+            if c.execute(self.q.insert_item_returning, row).fetchone() is None:
+                queued[record.item_id] = self._found(c, zone, record)
+        if c.execute(self.q.upsert_pointer_returning, pointer).fetchone() is not None:
+            # Made, or pulled earlier: consumers elsewhere may sleep past it. (One that
+            # vests in time already, or is leased, they know of.)
+            self.sql.signal_commit(c)
 
     def _found(self, c: Any, zone: ZoneId, asked: WorkItem) -> WorkItem:
         """The queued item of ``asked``'s id: only the same job (type and payload) is an
