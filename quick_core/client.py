@@ -609,6 +609,26 @@ class Quick:
         the store's write lock (consumers' commits wait for it): commit soon. Errors and
         conflict rules: docs/tutorial-sqlite-transaction.md, docs/backends.md (PostgreSQL).
         """
+
+        def enqueue_in(tr: KVTransaction) -> str:
+            """This enqueue, joined to the application's transaction ``tr``."""
+            return self.enqueue(
+                job_type,
+                payload,
+                app=app,
+                tenant=tenant,
+                delay=delay,
+                priority=priority,
+                item_id=item_id,
+                ttl=ttl,
+                tr=tr,
+                fifo=fifo,
+                idempotency_key=idempotency_key,
+                idempotency_ttl_s=idempotency_ttl_s,
+                debounce=debounce,
+                one_at_a_time=one_at_a_time,
+            )
+
         sql = native_sql(self.kv)
         if sql is not None:  # zones=sql: the native statements in the application's transaction
             sql_on = getattr(self.kv, "sql_on", None)
@@ -620,13 +640,7 @@ class Quick:
                     "not built for zones=sql on this store yet: open it without zones=sql",
                 )
             with sql_on(connection) as conn:
-                return self.enqueue(
-                    job_type, payload, app=app, tenant=tenant, delay=delay, priority=priority,
-                    item_id=item_id, ttl=ttl, tr=cast(KVTransaction, SQLTransaction(conn, sql)),
-                    fifo=fifo, idempotency_key=idempotency_key,
-                    idempotency_ttl_s=idempotency_ttl_s, debounce=debounce,
-                    one_at_a_time=one_at_a_time,
-                )  # fmt: skip
+                return enqueue_in(cast(KVTransaction, SQLTransaction(conn, sql)))
         join = getattr(self.kv, "transaction_on", None)
         if join is None:
             raise UnsupportedByStore(
@@ -640,22 +654,7 @@ class Quick:
             tr: KVTransaction | None = None
             try:
                 with join(connection) as tr:
-                    return self.enqueue(
-                        job_type,
-                        payload,
-                        app=app,
-                        tenant=tenant,
-                        delay=delay,
-                        priority=priority,
-                        item_id=item_id,
-                        ttl=ttl,
-                        tr=tr,
-                        fifo=fifo,
-                        idempotency_key=idempotency_key,
-                        idempotency_ttl_s=idempotency_ttl_s,
-                        debounce=debounce,
-                        one_at_a_time=one_at_a_time,
-                    )
+                    return enqueue_in(tr)
             except KVError as err:
                 # A conflict with a concurrent commit (two first enqueues into one zone
                 # both making its pointer): where the application's transaction reads
