@@ -555,8 +555,10 @@ class Quick:
             if self.limits.get(zone.app, None if native_tr else tr).enqueues_per_minute:
                 charge = lambda t: self.limits.charge_enqueue(t, zone.app)  # noqa: E731
             enqueued = self.items.enqueue(zone, new, tr=tr, in_pointer_txn=charge)
-        if tr is None or native_tr:
+        if tr is None:
             self._wake_consumers()
+        elif native_tr:
+            cast(SQLTransaction, tr).after_commit(self._wake_consumers)  # the app's COMMIT
         else:
             tr.on_commit(self._wake_consumers)  # after the pointer's part two
         return enqueued
@@ -605,9 +607,11 @@ class Quick:
         ``connection``. The application's COMMIT commits its rows and the item together;
         its ROLLBACK leaves neither. Options as :meth:`enqueue`.
 
-        From this call until the application commits or rolls back, its transaction holds
-        the store's write lock (consumers' commits wait for it): commit soon. Errors and
-        conflict rules: docs/tutorial-sqlite-transaction.md, docs/backends.md (PostgreSQL).
+        On SQLite, from this call until the application commits or rolls back, its
+        transaction holds the file's write lock (consumers' commits wait for it): commit
+        soon. On PostgreSQL it holds only locks no other tenant, and with ``zones=sql``
+        no other enqueuer of its zone nor any consumer, waits for. Errors and conflict
+        rules: docs/tutorial-sqlite-transaction.md, docs/backends.md (PostgreSQL).
         """
 
         def enqueue_in(tr: KVTransaction) -> str:
@@ -629,8 +633,7 @@ class Quick:
                 one_at_a_time=one_at_a_time,
             )
 
-        sql = native_sql(self.kv)
-        if sql is not None:  # zones=sql: the native statements in the application's transaction
+        if native_sql(self.kv) is not None:  # zones=sql: the native statements in it
             sql_on = getattr(self.kv, "sql_on", None)
             if sql_on is None:
                 raise UnsupportedByStore(
@@ -639,8 +642,8 @@ class Quick:
                     type(self.items).__name__,
                     "not built for zones=sql on this store yet: open it without zones=sql",
                 )
-            with sql_on(connection) as conn:
-                return enqueue_in(cast(KVTransaction, SQLTransaction(conn, sql)))
+            with sql_on(connection) as native:
+                return enqueue_in(cast(KVTransaction, native))
         join = getattr(self.kv, "transaction_on", None)
         if join is None:
             raise UnsupportedByStore(

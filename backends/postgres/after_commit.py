@@ -162,8 +162,10 @@ class AfterCommit:
                     self._pending.clear()  # still open at close: never run
             if reads:
                 self._fill(reads)
-            # The same callback registered by many transactions (a NOTIFY) runs once.
-            for callback in dict.fromkeys(ready):
+            # The same callback registered by many transactions (a NOTIFY, a flush of
+            # part twos kept by the callbacks before it) runs once, where it was last
+            # registered: after every callback of the round registered before it.
+            for callback in reversed(dict.fromkeys(reversed(ready))):
                 if self._closed:
                     return
                 try:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 
 from quickzones.backends.postgres.errors import translate
+from quickzones.store.sql.connections import SQLConnections, SQLTransaction
 
 if TYPE_CHECKING:
     from quickzones.backends.postgres.store import PostgresStore
@@ -59,6 +60,34 @@ class NativeTransactions:
         one round trip a statement, no BEGIN nor COMMIT."""
         with self.sql_read() as conn:
             yield conn
+
+    @contextlib.contextmanager
+    def sql_on(self: PostgresStore, connection: object) -> Iterator[SQLTransaction]:  # type: ignore[misc]
+        """The application's own connection to this database, in its open transaction
+        (``app_transaction.join``: the same checks as the KV layout's): the native zones'
+        statements run in it, so the application's COMMIT commits them with its rows and
+        its ROLLBACK neither. What they hold until then is the zone's pointer row FOR KEY
+        SHARE. Work handed to the transaction's ``after_commit`` (part two) runs on the
+        store's after-commit thread once the server says that transaction committed
+        (never if it rolls back); no KV transaction of this thread joins it."""
+        from quickzones.backends.postgres.app_transaction import join
+
+        joined = join(self, connection)
+        during = "enqueue into the application's transaction"
+        tr = SQLTransaction(joined.conn, cast("SQLConnections", self))
+        try:
+            yield tr
+            work = tr.take_after()
+            if not work:
+                return
+            xid = tr.app_txid
+            if xid is None:
+                row = joined.conn.execute("SELECT pg_current_xact_id()::text").fetchone()
+                xid = str(row[0]) if row is not None else None
+        except psycopg.Error as err:
+            raise translate(err, during, self.shown) from err
+        if xid is not None:
+            self.after_commit.add(xid, work, [])
 
     @contextlib.contextmanager
     def sql_read(self: PostgresStore) -> Iterator[Any]:  # type: ignore[misc]

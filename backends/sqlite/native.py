@@ -18,6 +18,7 @@ from quickzones.backends.sqlite.errors import _translate
 from quickzones.backends.sqlite.sql import _BUMP_VERSION, _RECORD_CONFLICTS, _VERSION, blob
 from quickzones.backends.txnbuffer import VERSIONS_PER_SECOND
 from quickzones.errors import StoreBusy
+from quickzones.store.sql.connections import SQLTransaction
 
 _NO_RANGES = blob(encode_ranges([]))
 
@@ -74,20 +75,25 @@ class NativeTransactions(SQLiteConnections):
             yield conn
 
     @contextlib.contextmanager
-    def sql_on(self, connection: object) -> Iterator[sqlite3.Connection]:
+    def sql_on(self, connection: object) -> Iterator[SQLTransaction]:
         """The application's own connection to this file, in its open transaction,
         which holds the file's write lock from here on (``app_transaction.join``; a
         transaction is begun where none is open): the native zones' statements run in
         it, so the application's COMMIT commits them with its rows and its ROLLBACK
         neither. Every KV transaction this thread makes meanwhile joins it too (as in
-        :meth:`transaction_on`): the enqueue-rate charge, the steady clock's exchange."""
+        :meth:`transaction_on`): the enqueue-rate charge, the steady clock's exchange.
+        Work handed to the transaction's ``after_commit`` runs when the block ends:
+        SQLite tells nobody of another connection's COMMIT, and the application's write
+        lock keeps every other writer out until then (what runs there is the local
+        consumers' wake-up, which finds the item at their next scan after the COMMIT)."""
         from quickzones.backends.sqlite.app_transaction import join
 
         conn, began = join(self, connection)  # type: ignore[arg-type]
         previous = self._bound.conn  # type: ignore[attr-defined]
         self._bound.conn = conn  # type: ignore[attr-defined]
+        tr = SQLTransaction(conn, self)
         try:
-            yield conn
+            yield tr
         except BaseException as err:
             if began and conn.in_transaction:
                 # Nothing of the application's is in the transaction this call opened.
@@ -97,6 +103,7 @@ class NativeTransactions(SQLiteConnections):
             raise
         finally:
             self._bound.conn = previous  # type: ignore[attr-defined]
+        tr.committed()
 
     @contextlib.contextmanager
     def sql_read(self) -> Iterator[sqlite3.Connection]:

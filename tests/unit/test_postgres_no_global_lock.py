@@ -7,6 +7,7 @@ enqueue and every consumer waited for it (a request open 12 s stalled them 11.4 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -29,11 +30,22 @@ pytestmark = pytest.mark.skipif(
 psycopg = pytest.importorskip("psycopg")
 
 
-@pytest.fixture()
-def url() -> str:
+def _kv_url() -> str:
     # A commit would wait this long for a lock: far past the test's own bound, so a
     # wait for the open transaction shows as "still waiting", not as an error.
     return postgres_store_url() + "&lock_timeout_ms=120000"
+
+
+@pytest.fixture(params=["kv", "sql"])
+def url(request: pytest.FixtureRequest) -> str:
+    """A store in each zone layout: the KV one (layout 3's commits) and zones=sql (row
+    locks of the native tables)."""
+    return _kv_url() + ("&zones=sql" if request.param == "sql" else "")
+
+
+@pytest.fixture()
+def kv_url() -> str:
+    return _kv_url()
 
 
 @pytest.fixture()
@@ -96,7 +108,10 @@ def test_an_open_application_transaction_stops_no_other_tenant_and_no_consumer(
         assert returns_within(20, lambda: other.run_until_idle()) == 3
         assert sorted(ran) == ["busy", "plain", "second"]
         held.commit()
-        assert returns_within(20, lambda: other.run_until_idle()) == 1
+        # Its pointer vests with it once part two, after the COMMIT, has run.
+        assert wait_for(
+            lambda: returns_within(20, lambda: other.run_until_idle()) >= 0 and len(ran) == 4, 20
+        )
         assert sorted(ran) == ["busy", "held", "plain", "second"]
     finally:
         other.close()
@@ -147,6 +162,35 @@ def test_pointer_collection_never_drops_the_pointer_of_a_zone_an_enqueue_commits
     assert wait_for(lambda: q.run_until_idle(collecting) >= 0 and ran == ["z", "z"], 20), ran
 
 
+def test_a_consumer_collecting_a_pointer_an_open_request_holds_neither_waits_nor_drops_it(
+    kv_url: str,
+) -> None:
+    """zones=sql: the zone's pointer is due, its zone empty, and the consumer collects
+    pointers of zones empty for 0 s, while an application's transaction that enqueued
+    into the zone is open: the consumer must neither wait for that COMMIT nor delete the
+    pointer (the item would wait with none), and the item runs once committed. (The KV
+    layout's collection waits for the COMMIT: the test above.)"""
+    url = kv_url + "&zones=sql"
+    q = Quick.open(url)
+    ran: list[str] = []
+    q.job("job")(lambda payload, ctx: ran.append(payload["tenant"]))
+    try:
+        zone = ZoneId("shop", "z")
+        q.enqueue("job", {"tenant": "first"}, app="shop", tenant="z")
+        assert q.run_until_idle(ConsumerConfig(in_order=True, min_inactive_s=3600)) == 1
+        held = OpenRequest(q, url, "z")
+        q.toplevel.pull_pointer_earlier(zone, int(time.time() * 1000))  # due now
+        collecting = ConsumerConfig(in_order=True, min_inactive_s=0.0)
+        try:
+            assert returns_within(5, lambda: q.run_until_idle(collecting)) == 0
+            assert q.toplevel.get_pointer(zone) is not None
+        finally:
+            held.commit()
+        assert wait_for(lambda: q.run_until_idle(collecting) >= 0 and len(ran) == 2, 20), ran
+    finally:
+        q.close()
+
+
 def test_an_open_application_transaction_holds_up_no_consumer_of_its_own_zone(
     q: Quick, url: str
 ) -> None:
@@ -187,12 +231,10 @@ def test_two_open_requests_into_one_zone_wait_for_neither_each_other_nor_its_con
         second.commit()
         first.commit()
     assert wait_for(lambda: q.run_until_idle() >= 0 and len(ran) == 3, 20), ran
-    assert q.zones.count(ZoneId("shop", "z")) == 0
+    assert q.items.count(ZoneId("shop", "z")) == 0
 
 
-def test_part_two_sees_the_pointer_a_visit_committing_meanwhile_moved(
-    q: Quick, url: str
-) -> None:
+def test_part_two_sees_the_pointer_a_visit_committing_meanwhile_moved(kv_url: str) -> None:
     """A visit reads its zone and puts the zone's pointer back at a later time (its
     items' leases' end), in one commit. An application's enqueue into that zone no longer
     waits for the visit, nor the visit for it, so its COMMIT can land between the visit's
@@ -200,6 +242,15 @@ def test_part_two_sees_the_pointer_a_visit_committing_meanwhile_moved(
     visit moved and pull it to the new item, or the item waits out the visit's leases.
     Here the visit's commit is held open (an application's transaction stands in for the
     round trip of the visit's own) while the request commits."""
+    url = kv_url
+    q = Quick.open(url)
+    try:
+        _part_two_after_a_kv_visit(q, url)
+    finally:
+        q.close()
+
+
+def _part_two_after_a_kv_visit(q: Quick, url: str) -> None:
     ran: list[str] = []
     q.job("job")(lambda payload, ctx: ran.append(payload["tenant"]))
     zone = ZoneId("shop", "z")
@@ -213,14 +264,17 @@ def test_part_two_sees_the_pointer_a_visit_committing_meanwhile_moved(
                 pointer = q.toplevel.get_pointer(zone, tr=tr)
                 assert pointer is not None
                 later = pointer.vesting_ms + 3_600_000
-                assert q.toplevel.requeue_pointer(
-                    pointer,
-                    lambda t: later,
-                    lambda t: False,
-                    min_inactive_ms=3_600_000,
-                    active=True,
-                    tr=tr,
-                ) == "requeued"
+                assert (
+                    q.toplevel.requeue_pointer(
+                        pointer,
+                        lambda t: later,
+                        lambda t: False,
+                        min_inactive_ms=3_600_000,
+                        active=True,
+                        tr=tr,
+                    )
+                    == "requeued"
+                )
 
         returns_within(10, read_zone_and_requeue_later)  # checked; not ended yet
         held.commit()
@@ -252,12 +306,15 @@ def test_an_open_request_holds_up_no_other_request_of_a_rate_limited_app(
     assert wait_for(lambda: q.run_until_idle() >= 0 and sorted(ran) == ["a", "b", "c"], 20), ran
 
 
-def test_close_waits_for_part_two_under_way_so_nothing_of_quick_runs_after_it(url: str) -> None:
+def test_close_waits_for_part_two_under_way_so_nothing_of_quick_runs_after_it(
+    kv_url: str,
+) -> None:
     """Part two of an application's enqueue runs on the store's thread after the COMMIT.
     A store closed while it was under way returned at once and left it running its
     transaction, so an application that dropped the schema next could meet it (a
     deadlock in DROP SCHEMA ... CASCADE). close() waits for it (here it waits on a commit
     in flight on the pointer, held open until the test ends it)."""
+    url = kv_url
     q = Quick.open(url)
     q.job("job")(lambda payload, ctx: None)
     zone = ZoneId("shop", "z")
@@ -293,6 +350,98 @@ def test_close_waits_for_part_two_under_way_so_nothing_of_quick_runs_after_it(ur
         closing.join(1.0)
         assert closing.is_alive(), "close() returned while part two was under way"
         visit.commit()
+    closing.join(10)
+    assert not closing.is_alive()
+    running = [t for t in threading.enumerate() if t.name == "quick-pg-after-commit"]
+    assert not any(t.is_alive() for t in running)
+
+
+def _native_visit_requeues_later(q: Quick, zone: ZoneId) -> Iterator[None]:
+    """A native visit's transaction, held open: the zone's pointer locked and requeued
+    an hour later (the zone read before an application's COMMIT), committed when the
+    generator resumes."""
+    from quickzones.store.sql.connections import SQLTransaction
+
+    with q.kv.sql_write() as c:  # type: ignore[attr-defined]
+        pointer = q.toplevel.get_pointer(zone)
+        assert pointer is not None
+        later = pointer.vesting_ms + 3_600_000
+        assert (
+            q.toplevel.requeue_pointer(
+                pointer,
+                lambda t: later,
+                lambda t: False,
+                min_inactive_ms=3_600_000,
+                active=True,
+                tr=SQLTransaction(c, q.kv),  # type: ignore[arg-type]
+            )
+            == "requeued"
+        )
+        yield
+
+
+def _sql_url(kv_url: str) -> str:
+    return kv_url + "&zones=sql"
+
+
+def test_part_two_sees_the_pointer_a_native_visit_committing_meanwhile_moved(
+    kv_url: str,
+) -> None:
+    """zones=sql: as the KV test above. A visit that read the zone before the request's
+    COMMIT requeues the pointer past the new item and commits after that COMMIT; part
+    two, after the COMMIT, waits for the visit's lock on the pointer and then pulls it
+    back to the item."""
+    url = _sql_url(kv_url)
+    q = Quick.open(url)
+    ran: list[str] = []
+    q.job("job")(lambda payload, ctx: ran.append(payload["tenant"]))
+    try:
+        zone = ZoneId("shop", "z")
+        q.enqueue("job", {"tenant": "earlier"}, app="shop", tenant="z")
+        held = OpenRequest(q, url, "z")
+        visit = _native_visit_requeues_later(q, zone)
+        next(visit)
+        held.commit()
+        time.sleep(0.5)  # part two waits for the visit meanwhile
+        with contextlib.suppress(StopIteration):
+            next(visit)
+        now = time.time() * 1000
+        assert wait_for(
+            lambda: (p := q.toplevel.get_pointer(zone)) is not None and p.vesting_ms <= now, 10
+        ), q.toplevel.get_pointer(zone)
+        assert wait_for(lambda: q.run_until_idle() >= 0 and sorted(ran) == ["earlier", "z"], 10)
+    finally:
+        q.close()
+
+
+def test_close_waits_for_a_native_part_two_under_way(kv_url: str) -> None:
+    """zones=sql: as the KV test above, part two waiting for a visit's lock on the
+    pointer; close() returns only once it has run."""
+    url = _sql_url(kv_url)
+    q = Quick.open(url)
+    q.job("job")(lambda payload, ctx: None)
+    zone = ZoneId("shop", "z")
+    q.enqueue("job", {"tenant": "earlier"}, app="shop", tenant="z")
+    held = OpenRequest(q, url, "z")
+    visit = _native_visit_requeues_later(q, zone)
+    next(visit)
+    held.commit()  # part two now waits for the visit's commit
+
+    def part_two_waits() -> bool:
+        with psycopg.connect(url.split("?")[0], autocommit=True) as look:
+            waiting = (
+                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock'"
+            )
+            return look.execute(waiting).fetchone() is not None
+
+    assert wait_for(part_two_waits, 10)
+    closing = threading.Thread(target=q.close, daemon=True)
+    closing.start()
+    closing.join(1.0)
+    assert closing.is_alive(), "close() returned while part two was under way"
+    with contextlib.suppress(StopIteration):
+        next(visit)
     closing.join(10)
     assert not closing.is_alive()
     running = [t for t in threading.enumerate() if t.name == "quick-pg-after-commit"]

@@ -498,11 +498,44 @@ def test_enqueue_on_commits_with_the_applications_rows_or_not_at_all(tmp_path: P
         q.close()
 
 
-def test_enqueue_on_is_refused_by_name_on_postgres_with_zones_sql(tmp_path: Path) -> None:
-    q = Quick.open(_url("postgres", tmp_path))
+def test_enqueue_on_commits_with_the_applications_rows_on_postgres(tmp_path: Path) -> None:
+    """PostgreSQL with zones=sql: ``enqueue_on`` writes the item in the application's own
+    transaction (its pointer locked there FOR KEY SHARE, or parked outside it first): its
+    COMMIT stores the item with the application's row and a worker runs it; its
+    ROLLBACK stores neither; an id queued already is the same job, not a second item."""
+    import psycopg
+
+    url = _url("postgres", tmp_path)
+    q = Quick.open(url)
+    ran: list[Any] = []
+    q.job("ship")(lambda payload, ctx: ran.append(payload))
+    app = psycopg.connect(url.split("?")[0])
+    app.execute("CREATE TEMP TABLE orders (id serial PRIMARY KEY, total int)")
+    app.commit()
     try:
-        with pytest.raises(UnsupportedByStore, match="application's own transaction"):
-            q.enqueue_on(object(), "job", b"", app="a", tenant="t")
-        assert q.items.count(q.zone("a", "t")) == 0
+        with app.transaction():
+            app.execute("INSERT INTO orders (total) VALUES (10)")
+            kept = q.enqueue_on(app, "ship", {"order": 1}, app="shop", tenant="t")
+            again = q.enqueue_on(app, "ship", {"order": 1}, app="shop", tenant="t", item_id=kept)
+            assert again == kept and again.duplicate == "queued"
+        with pytest.raises(RuntimeError), app.transaction():
+            app.execute("INSERT INTO orders (total) VALUES (20)")
+            q.enqueue_on(app, "ship", {"order": 2}, app="shop", tenant="u")
+            raise RuntimeError("the application rolls back")
+        assert app.execute("SELECT total FROM orders").fetchall() == [(10,)]
+        assert q.items.count(q.zone("shop", "t")) == 1
+        assert q.items.count(q.zone("shop", "u")) == 0
+        assert q.get("shop", "t", kept) is not None
+        # Part two pulled the parked pointer to the item once the COMMIT was seen.
+        assert wait_for(
+            lambda: (
+                (p := q.toplevel.get_pointer(q.zone("shop", "t"))) is not None
+                and p.vesting_ms <= q.get("shop", "t", kept).vesting_ms
+            ),  # type: ignore[union-attr]
+            10,
+        )
+        assert q.run_until_idle(ConsumerConfig(in_order=True)) == 1
+        assert ran == [{"order": 1}]
     finally:
+        app.close()
         q.close()

@@ -61,7 +61,7 @@ class SQLTransaction:
     written in a KV transaction, which on SQLite would wait for this transaction's write
     lock) is handed to :meth:`after_commit`."""
 
-    __slots__ = ("_after", "_sql", "conn")
+    __slots__ = ("_after", "_sql", "app_txid", "conn")
     # Not a KV transaction: code above the seam that would read KV records inside one
     # reads them in a transaction of their own instead (quickzones.consumer.fetcher).
     native = True
@@ -70,6 +70,10 @@ class SQLTransaction:
         self.conn = conn
         self._sql = sql
         self._after: list[Callable[[], None]] = []
+        # An application's transaction (``Quick.enqueue_on``): its id, where a statement
+        # asked the server for it, for the store to run :meth:`after_commit`'s work once
+        # that transaction has committed.
+        self.app_txid: str | None = None
 
     def relax_durability(self) -> None:
         """See :func:`quickzones.store.kv.relax_durability` (a visit's writes)."""
@@ -80,13 +84,18 @@ class SQLTransaction:
         """Run ``work`` once this transaction has committed (never if it does not)."""
         self._after.append(work)
 
+    def take_after(self) -> list[Callable[[], None]]:
+        """The work handed to :meth:`after_commit`, for whoever runs it once the
+        transaction has committed (an application's: the store, which sees its COMMIT)."""
+        after, self._after = self._after, []
+        return after
+
     def committed(self) -> None:
         """Called by whoever committed it: the work handed to :meth:`after_commit`, each
         on its own; one that fails is logged and the rest still run (what it was to do,
         a dead letter, is found again by the zone's next visit), never raised to the
         caller, whose transaction did commit."""
-        after, self._after = self._after, []
-        for work in after:
+        for work in self.take_after():
             try:
                 work()
             except Exception:

@@ -49,6 +49,18 @@ class Statements:
     # pulled the pointer (PostgreSQL's data-modifying WITH: one round trip an enqueue);
     # None where the dialect has none (SQLite runs the two under its write lock).
     enqueue_one: str | None
+    # Part one in an application's transaction (``Quick.enqueue_on``): the item's row and
+    # the zone's pointer locked FOR KEY SHARE (a share no other enqueuer of the zone, and
+    # no consumer's lease or requeue, waits for; only its deletion does), returning
+    # whether it wrote the item, whether a pointer was there to lock, and the
+    # transaction's id; None where the dialect has no row locks (SQLite: the file's).
+    enqueue_shared: str | None
+    # The zone's pointer locked FOR KEY SHARE (a row when there is one).
+    share_pointer: str
+    # A pointer made where the zone has none, vesting when :vesting_ms says, nothing
+    # where it has one: made outside an application's transaction, so that other
+    # enqueuers of the zone never wait for that transaction's COMMIT.
+    park_pointer: str
     item: str
     items_of_zone: str
     # Vested items in the zone's order (priority, vesting time, enqueue order), at most n.
@@ -78,11 +90,13 @@ class Statements:
     # holds it (PostgreSQL's SKIP LOCKED: two visits of several zones each never wait
     # for each other's pointers, so never in a cycle).
     pointer_by_id_for_visit: str
+    # The pointer locked for its deletion, or no row where another transaction holds it
+    # (an enqueue's FOR KEY SHARE: its zone is getting an item, so it is not collected).
+    pointer_for_delete: str
     lease_pointer: str
     requeue_pointer: str
     extend_pointer: str
     delete_pointer: str
-    pull_pointer: str
     peek: str
     peek_from: str
     pointers_of_shard: str
@@ -110,17 +124,28 @@ def statements(root: str, dialect: str = "sqlite", namespace: str = "") -> State
         f" pointer AS ({pg.upsert_pointer} RETURNING 1)"
         " SELECT (SELECT count(*) FROM item), (SELECT count(*) FROM pointer)"
     )
+    share_pointer = pg.pointer_of_zone + " FOR KEY SHARE"
+    enqueue_shared = (
+        f"WITH item AS ({pg.insert_item} RETURNING 1), held AS ({share_pointer})"
+        " SELECT (SELECT count(*) FROM item), (SELECT count(*) FROM held),"
+        " pg_current_xact_id()::text"
+    )
     return replace(
         pg,
         dialect="postgres",
         enqueue_one=enqueue_one,
+        enqueue_shared=enqueue_shared,
+        share_pointer=share_pointer,
         insert_item_returning=pg.insert_item + " RETURNING 1",
         upsert_pointer_returning=pg.upsert_pointer + " RETURNING 1",
         items_table=made.items_table,
         pointers_table=made.pointers_table,
         table_exists="SELECT 1 WHERE to_regclass(%(table)s) IS NOT NULL",
-        pointer_by_id_locked=pg.pointer_by_id + " FOR UPDATE",
-        pointer_by_id_for_visit=pg.pointer_by_id + " FOR UPDATE SKIP LOCKED",
+        # FOR NO KEY UPDATE: a lease or a requeue changes no key, so it never waits for
+        # an application's transaction that enqueued into the zone (its FOR KEY SHARE).
+        pointer_by_id_locked=pg.pointer_by_id + " FOR NO KEY UPDATE",
+        pointer_by_id_for_visit=pg.pointer_by_id + " FOR NO KEY UPDATE SKIP LOCKED",
+        pointer_for_delete=pg.pointer_for_delete + " FOR UPDATE SKIP LOCKED",
         pointer_of_zone_locked=pg.pointer_of_zone + " FOR UPDATE",
     )
 
@@ -171,6 +196,16 @@ def _sqlite(root: str, namespace: str) -> Statements:
     return Statements(
         dialect="sqlite",
         enqueue_one=None,
+        enqueue_shared=None,
+        share_pointer=of_zone,
+        park_pointer=(
+            f"INSERT INTO {p} (cluster, zone, pointer_id, shard, vesting_ms, last_active_ms)"
+            " VALUES (:cluster, :zone, :pointer_id, :shard, :vesting_ms, :now)"
+            " ON CONFLICT (cluster, zone) DO NOTHING"
+        ),
+        pointer_for_delete=(
+            f"SELECT 1 FROM {p} WHERE cluster = :cluster AND pointer_id = :pointer_id"
+        ),
         insert_item_returning=insert_item + " RETURNING 1",
         upsert_pointer_returning=upsert_pointer + " RETURNING 1",
         items_table=i,
@@ -248,11 +283,6 @@ def _sqlite(root: str, namespace: str) -> Statements:
             " AND pointer_id = :pointer_id AND lease_id = :lease_id"
         ),
         delete_pointer=f"DELETE FROM {p} WHERE cluster = :cluster AND pointer_id = :pointer_id",
-        pull_pointer=(
-            f"UPDATE {p} SET vesting_ms = :vesting_ms, last_active_ms = max(last_active_ms,"
-            " :now) WHERE cluster = :cluster AND zone = :zone AND lease_id IS NULL"
-            " AND vesting_ms > :vesting_ms"
-        ),
         peek=(
             f"SELECT pointer_id, vesting_ms FROM {p} WHERE cluster = :cluster AND shard = :shard"
             " ORDER BY vesting_ms, pointer_id LIMIT :n"
@@ -326,6 +356,42 @@ def delete_rows(items_table: str, dialect: str, n: int, *, leased: bool) -> str:
     else:
         which = "id IN (" + ", ".join(f":i{k}" for k in range(n)) + ")"
     return _in(dialect, f"DELETE FROM {items_table} WHERE zone = :zone AND {which} RETURNING id")
+
+
+@functools.lru_cache(maxsize=256)
+def pull_rows(pointers_table: str, dialect: str, n: int) -> str:
+    """One statement that pulls the idle pointers of ``n`` zones earlier (``:cluster``,
+    ``:now``; for each row k ``:z<k>`` the zone and ``:v<k>`` the vesting time its pointer
+    must not vest after), returning a row a pointer moved: the part twos of many
+    applications' enqueues in one round trip. On PostgreSQL the rows are locked in the
+    zones' order first, so two such statements never wait for each other in a cycle."""
+    rows = " UNION ALL ".join(f"SELECT :z{k} AS zone, :v{k} AS vesting_ms" for k in range(n))
+    p = pointers_table
+    due = f"{p}.cluster = :cluster AND {p}.zone = v.zone AND {p}.lease_id IS NULL" \
+        f" AND {p}.vesting_ms > v.vesting_ms"  # fmt: skip
+    if dialect == "sqlite":
+        return (
+            f"UPDATE {p} SET vesting_ms = v.vesting_ms,"
+            f" last_active_ms = max(last_active_ms, :now) FROM ({rows}) AS v WHERE {due}"
+            " RETURNING 1"
+        )
+    # At READ COMMITTED an UPDATE filters rows on the version its snapshot sees: a
+    # pointer a visit requeued past the item after that snapshot would keep its old
+    # vesting time there and be passed over. So the rows are locked first by key (a
+    # commit in flight on one is waited for) and the conditions read what the locks
+    # return, which is each row's newest version.
+    sql = (
+        f"WITH v AS ({rows}), cur AS (SELECT ptr.zone, ptr.vesting_ms, ptr.lease_id"
+        f" FROM {p} AS ptr JOIN v ON ptr.zone = v.zone WHERE ptr.cluster = :cluster"
+        " ORDER BY ptr.zone FOR NO KEY UPDATE OF ptr)"
+        f" UPDATE {p} SET vesting_ms = v.vesting_ms,"
+        f" last_active_ms = greatest({p}.last_active_ms, :now) FROM v, cur"
+        f" WHERE {p}.cluster = :cluster AND {p}.zone = v.zone AND cur.zone = v.zone"
+        " AND cur.lease_id IS NULL AND cur.vesting_ms > v.vesting_ms RETURNING 1"
+    )
+    made = _postgres(sql)
+    assert isinstance(made, str)
+    return made
 
 
 def _in(dialect: str, sql: str) -> str:

@@ -16,6 +16,8 @@ items, one-transaction visits (a visit is the paper's three transactions).
 from __future__ import annotations
 
 import functools
+import logging
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
@@ -33,11 +35,21 @@ from quickzones.store.kv import (
 )
 from quickzones.store.records import Pointer, ZoneId
 from quickzones.store.sql.connections import SQLConnections, SQLTransaction
-from quickzones.store.sql.statements import Statements
+from quickzones.store.sql.statements import Statements, pull_rows
 from quickzones.store.toplevel import IndexEntry, PointerRef, TopLevelQueue, lease_of
 from quickzones.store.tuple_layer import fdbtuple
 
 T = TypeVar("T")
+
+# Zones one statement of part twos pulls at most (:meth:`SQLTopLevelQueue.flush_pulls`),
+# and its tries where it fails retryably.
+PULLS_PER_STATEMENT = 200
+PULL_TRIES = 3
+# How long a pointer whose collection an application's enqueue refused waits for the next
+# visit at least (its part two pulls it to the item after the COMMIT): no visits in a loop
+# while that transaction is open.
+HELD_POINTER_MS = 1_000
+_log = logging.getLogger("quick.enqueue")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -84,6 +96,10 @@ class SQLTopLevelQueue(TopLevelQueue):
         super().__init__(kv, keys=keys, cluster=cluster, clock=clock, ids=ids)
         self.sql = sql
         self.q = statements
+        # Part twos of applications' enqueues whose COMMITs were seen, by zone: the
+        # earliest vesting time each pointer must be pulled to (:meth:`pull_later`).
+        self._pulls: dict[bytes, int] = {}
+        self._pulls_lock = threading.Lock()
 
     # --- the enqueue's pointer half (run by SQLZoneStore's enqueue statement) ----------------
 
@@ -112,14 +128,63 @@ class SQLTopLevelQueue(TopLevelQueue):
         """Move the zone's idle pointer's vesting time to ``vesting_ms`` if it vests
         later (a leased one is left to its holder's requeue)."""
         now = now_ms(self.clock) if active_ms is None else active_ms
+        self._pull({zone_key(zone): vesting_ms}, now)
+
+    def park_pointer(self, zone: ZoneId, now: int, vesting_ms: int) -> None:
+        """Make the zone's pointer where it has none, vesting at ``vesting_ms``, in a
+        transaction of its own: an application's enqueue that found no pointer to lock
+        (``Statements.park_pointer``). Made inside the application's transaction, its row
+        would stay locked until that COMMIT and every other enqueuer of the zone would
+        wait for it (issue 42 point 1). It vests later than the item, which nobody can
+        see yet: part two pulls it after the COMMIT."""
         with self.sql.sql_write_one() as c:
-            pulled = c.execute(
-                self.q.pull_pointer,
-                {"cluster": self.cluster, "zone": zone_key(zone), "vesting_ms": vesting_ms,
-                 "now": now},
-            ).rowcount  # fmt: skip
-            if pulled:
-                self.sql.signal_commit(c)  # consumers elsewhere may sleep past it
+            c.execute(self.q.park_pointer, self.pointer_args(zone, vesting_ms, now))
+
+    def pull_later(self, zone: ZoneId, vesting_ms: int) -> None:
+        """Part two of an application's enqueue whose COMMIT was seen: the zone's idle
+        pointer is to vest by ``vesting_ms``. Kept until :meth:`flush_pulls`, which pulls
+        every zone's so kept in one statement."""
+        key = zone_key(zone)
+        with self._pulls_lock:
+            was = self._pulls.get(key)
+            if was is None or vesting_ms < was:
+                self._pulls[key] = vesting_ms
+
+    def flush_pulls(self) -> None:
+        """Pull the pointers :meth:`pull_later` kept, each to its earliest time where it
+        vests later and nobody leases it (a leased one is its holder's to requeue, and
+        its requeue reads the zone after this COMMIT). Waits for a commit in flight on a
+        pointer (a visit's requeue) and then reads what it wrote: a pointer requeued
+        past the item meanwhile is pulled back."""
+        with self._pulls_lock:
+            pulls, self._pulls = self._pulls, {}
+        if not pulls:
+            return
+        self._pull(pulls, now_ms(self.clock))
+
+    def _pull(self, pulls: Mapping[bytes, int], now: int) -> None:
+        """Pull each zone's pointer of ``pulls`` (packed zone: vesting time) to its time
+        where it vests later and nobody leases it (``statements.pull_rows``), a
+        statement per :data:`PULLS_PER_STATEMENT` zones; commits that moved one wake idle
+        consumers elsewhere. Best effort, as part two is everywhere: what fails is
+        logged, and each pointer vests when it was to."""
+        ordered = sorted(pulls.items())
+        for at in range(0, len(ordered), PULLS_PER_STATEMENT):
+            chunk = ordered[at : at + PULLS_PER_STATEMENT]
+            args: dict[str, Any] = {"cluster": self.cluster, "now": now}
+            for k, (zone, vesting_ms) in enumerate(chunk):
+                args[f"z{k}"], args[f"v{k}"] = zone, vesting_ms
+            statement = pull_rows(self.q.pointers_table, self.q.dialect, len(chunk))
+            for attempt in range(1, PULL_TRIES + 1):
+                try:
+                    with self.sql.sql_write() as c:
+                        if c.execute(statement, args).fetchone() is not None:
+                            self.sql.signal_commit(c)  # consumers elsewhere may sleep past it
+                    break
+                except KVError as err:
+                    if not err.retryable or attempt == PULL_TRIES:
+                        _log.warning("pulling %d zones' pointers failed: %s", len(chunk), err)
+                        break
 
     # --- the scan ----------------------------------------------------------------------
 
@@ -322,10 +387,20 @@ class SQLTopLevelQueue(TopLevelQueue):
         seen = active or min_vesting is not None
         last_active = now if seen else current.last_active_ms
         if min_vesting is None:
-            if now - last_active >= min_inactive_ms and zone_is_empty(inside):
-                c.execute(self.q.delete_pointer, key)
-                return "deleted"
-            vesting = last_active + min_inactive_ms
+            if now - last_active >= min_inactive_ms:
+                # Locked for the deletion first, then the zone read in a snapshot after
+                # the lock. Refused where an application's enqueue into the zone holds
+                # it (FOR KEY SHARE) until its COMMIT: kept, to vest after another
+                # while, by when that enqueue's part two has pulled it to its item.
+                if c.execute(self.q.pointer_for_delete, key).fetchone() is None:
+                    vesting = now + max(min_inactive_ms, HELD_POINTER_MS)
+                elif zone_is_empty(inside):
+                    c.execute(self.q.delete_pointer, key)
+                    return "deleted"
+                else:
+                    vesting = last_active + min_inactive_ms
+            else:
+                vesting = last_active + min_inactive_ms
         else:
             # Never before now (invariant 10, as the KV queue's requeue).
             vesting = max(min_vesting, now)

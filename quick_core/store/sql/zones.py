@@ -23,6 +23,7 @@ records, one-transaction visits, look-ahead, batches, flow keys.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,9 @@ from quickzones.store.zones.items import lease_lost
 from quickzones.store.zonestore import CorruptItem, NewItem, ZoneStoreCapabilities, new_record
 
 EXPIRED = "expired: not started before its TTL"
+# How long after an application's enqueue a pointer made for it vests (its part two pulls
+# it to the item after the COMMIT; this bounds the item's wait where part two is lost).
+PARKED_MS = 5_000
 # Reads of an item that another writer changed before this one's write, before giving up.
 CHANGE_TRIES = 16
 
@@ -122,7 +126,7 @@ class SQLZoneStore:
             raise ConfigurationError("zones=sql cannot enqueue inside a KV transaction")
         if in_pointer_txn is not None:
             run(self.kv, in_pointer_txn)
-        return self._enqueue(zone, [item], None if tr is None else tr.conn)[0]
+        return self._enqueue(zone, [item], tr)[0]
 
     def enqueue_many(
         self,
@@ -137,9 +141,11 @@ class SQLZoneStore:
             run(self.kv, lambda t: charge(t, len(items)))
         return self._enqueue(zone, items) if items else []
 
-    def _enqueue(self, zone: ZoneId, items: Sequence[NewItem], on: Any = None) -> list[str]:
-        """Both parts for ``items``: in a transaction of their own, or on ``on``, the
-        application's connection in its open transaction (``Quick.enqueue_on``)."""
+    def _enqueue(
+        self, zone: ZoneId, items: Sequence[NewItem], on: SQLTransaction | None = None
+    ) -> list[str]:
+        """Both parts for ``items``: in a transaction of their own, or in ``on``, the
+        application's open transaction on its own connection (``Quick.enqueue_on``)."""
         now = now_ms(self.clock)  # before the lock: a steady clock may write the store
         key = zone_key(zone)
         records = [self._record(item, now) for item in items]
@@ -150,8 +156,10 @@ class SQLZoneStore:
         ]  # fmt: skip
         pointer = self.toplevel.pointer_args(zone, min(r.vesting_ms for r in records), now)
         queued: dict[str, WorkItem] = {}
-        if on is not None:
-            self._write_new(on, zone, records, args, pointer, queued)
+        if on is not None and self.q.enqueue_shared is not None:
+            self._write_shared(on, zone, records, args, now, queued)
+        elif on is not None:  # SQLite: the application's transaction holds the write lock
+            self._write_new(on.conn, zone, records, args, pointer, queued)
         elif len(records) == 1 and self.q.enqueue_one is not None:
             # One statement, its own transaction: one round trip.
             with self.sql.sql_write_one() as c:
@@ -183,6 +191,46 @@ class SQLZoneStore:
             # Made, or pulled earlier: consumers elsewhere may sleep past it. (One that
             # vests in time already, or is leased, they know of.)
             self.sql.signal_commit(c)
+
+    def _write_shared(
+        self,
+        on: SQLTransaction,
+        zone: ZoneId,
+        records: list[WorkItem],
+        args: list[dict[str, Any]],
+        now: int,
+        queued: dict[str, WorkItem],
+    ) -> None:
+        """Part one in an application's transaction where rows have locks of their own
+        (PostgreSQL): the items' rows and the zone's pointer locked ``FOR KEY SHARE``,
+        which holds nothing another enqueuer of the zone or a consumer's lease or
+        requeue needs, only its deletion (pointer collection skips it). A zone without a
+        pointer gets one parked (:meth:`SQLTopLevelQueue.park_pointer`), then locked.
+        Part two pulls the pointer to the items once the application has committed
+        (:meth:`SQLTransaction.after_commit`; always: a consumer may have requeued it
+        past them meanwhile, not seeing them yet)."""
+        c = on.conn
+        key = zone_key(zone)
+        cluster = self.toplevel.cluster
+        wrote, held, on.app_txid = c.execute(
+            self.q.enqueue_shared, {**args[0], "cluster": cluster}
+        ).fetchone()
+        if not wrote:
+            queued[records[0].item_id] = self._found(c, zone, records[0])
+        for record, row in zip(records[1:], args[1:], strict=True):
+            if c.execute(self.q.insert_item_returning, row).fetchone() is None:
+                queued[record.item_id] = self._found(c, zone, record)
+        for _ in range(CHANGE_TRIES):
+            if held:
+                break
+            self.toplevel.park_pointer(zone, now, now + PARKED_MS)
+            share = {"cluster": cluster, "zone": key}
+            held = c.execute(self.q.share_pointer, share).fetchone() is not None
+        else:
+            raise StorageError(f"the pointer of {zone} was collected {CHANGE_TRIES} times")
+        vesting_ms = min(r.vesting_ms for r in records)
+        on.after_commit(functools.partial(self.toplevel.pull_later, zone, vesting_ms))
+        on.after_commit(self.toplevel.flush_pulls)
 
     def _found(self, c: Any, zone: ZoneId, asked: WorkItem) -> WorkItem:
         """The queued item of ``asked``'s id: only the same job (type and payload) is an
