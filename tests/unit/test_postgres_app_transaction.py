@@ -34,9 +34,11 @@ psycopg = pytest.importorskip("psycopg")
 ISOLATIONS = ["read committed", "serializable"]
 
 
-@pytest.fixture()
+@pytest.fixture(params=["kv", "sql"])
 def url(request: pytest.FixtureRequest) -> str:
-    return postgres_store_url()
+    """A store in each zone layout: the KV one and zones=sql (items and pointers in
+    tables of their own, the application's enqueue a statement of its transaction)."""
+    return postgres_store_url() + ("&zones=sql" if request.param == "sql" else "")
 
 
 @pytest.fixture()
@@ -52,7 +54,7 @@ def _server(url: str) -> str:
 
 def _table(url: str) -> str:
     """The app's table, in the store's schema (beside quick's tables)."""
-    schema = url.split("schema=")[1]
+    schema = url.split("schema=")[1].split("&")[0]
     return f'"{schema}".orders'
 
 
@@ -104,8 +106,20 @@ def test_rollback_leaves_neither_row_nor_item_nor_pointer(
         q.enqueue_on(conn, "ship", {"order": 1}, app="shop", tenant="t1")
         raise RuntimeError("payment declined")
     assert _rows(url, orders) == []
-    assert q.kv.snapshot_items() == before  # type: ignore[attr-defined]
-    assert q.toplevel.get_pointer(ZoneId("shop", "t1")) is None
+    zone = ZoneId("shop", "t1")
+    if "zones=sql" in url:
+        # Nothing of the item. At READ COMMITTED its zone's pointer was parked outside
+        # the application's transaction (so other enqueuers of the zone never wait for
+        # it): an empty zone's pointer, vesting later, which consumers collect.
+        assert q.items.count(zone) == 0
+        pointer = q.toplevel.get_pointer(zone)
+        if isolation == "serializable":
+            assert pointer is None  # made inside the application's transaction
+        else:
+            assert pointer is not None and pointer.vesting_ms > time.time() * 1000
+    else:
+        assert q.kv.snapshot_items() == before  # type: ignore[attr-defined]
+        assert q.toplevel.get_pointer(zone) is None
     assert q.run_until_idle() == 0
 
 
@@ -440,6 +454,9 @@ def test_quick_calls_inside_the_open_app_transaction_never_wait_for_it(
     must commit on its own (``Quick.enqueue``) fails at once naming the cause."""
     from quickzones.errors import HeldByOwnTransaction
 
+    if "zones=sql" in url:
+        _native_calls_inside_the_open_app_transaction_never_wait_for_it(url, orders)
+        return
     q = Quick.open(url + "&lock_timeout_ms=120000")  # the lock wait alone outlasts _within
     found: dict[str, Any] = {}
 
@@ -465,3 +482,32 @@ def test_quick_calls_inside_the_open_app_transaction_never_wait_for_it(
     assert "commit or roll back" in str(found["enqueue"])
     assert found["after"] is not None  # committed with the app's row
     assert found["again"]  # the lock went with the COMMIT
+
+
+def _native_calls_inside_the_open_app_transaction_never_wait_for_it(url: str, orders: str) -> None:
+    """zones=sql: the application's transaction holds its zone's pointer FOR KEY SHARE
+    and its item's row, nothing a quick call of its own thread needs: a plain enqueue
+    into the same zone commits at once (past the steady clock's next publication, which
+    commits on its own), a read does not see the uncommitted item, and after the COMMIT
+    both run."""
+    q = Quick.open(url + "&lock_timeout_ms=120000")
+    runs = _record_runs(q)
+    found: dict[str, Any] = {}
+
+    def in_one_thread() -> None:  # the app's transaction and quick's calls share a thread
+        with psycopg.connect(_server(url), autocommit=True) as conn:
+            with conn.transaction():
+                conn.execute(f"INSERT INTO {orders} VALUES (1, 'book')")
+                item = q.enqueue_on(conn, "ship", {"order": 1}, app="shop", tenant="t1")
+                time.sleep(1.2)  # past the steady clock's 1 s between publications
+                found["inside"] = q.get("shop", "t1", item)
+                found["plain"] = q.enqueue("ship", {"order": 2}, app="shop", tenant="t1")
+            found["after"] = q.get("shop", "t1", item)
+
+    try:
+        returns_within(45, in_one_thread)
+        assert found["inside"] is None  # not committed yet: no other transaction sees it
+        assert found["plain"] and found["after"] is not None
+        assert wait_for(lambda: q.run_until_idle() >= 0 and len(runs) == 2, 20), runs
+    finally:
+        q.close()

@@ -58,8 +58,8 @@ class Statements:
     # The zone's pointer locked FOR KEY SHARE (a row when there is one).
     share_pointer: str
     # A pointer made where the zone has none, vesting when :vesting_ms says, nothing
-    # where it has one: made outside an application's transaction, so that other
-    # enqueuers of the zone never wait for that transaction's COMMIT.
+    # where it has one (a row when made): made outside an application's transaction, so
+    # that other enqueuers of the zone never wait for that transaction's COMMIT.
     park_pointer: str
     item: str
     items_of_zone: str
@@ -128,7 +128,7 @@ def statements(root: str, dialect: str = "sqlite", namespace: str = "") -> State
     enqueue_shared = (
         f"WITH item AS ({pg.insert_item} RETURNING 1), held AS ({share_pointer})"
         " SELECT (SELECT count(*) FROM item), (SELECT count(*) FROM held),"
-        " pg_current_xact_id()::text"
+        " pg_current_xact_id()::text, current_setting('transaction_isolation')"
     )
     return replace(
         pg,
@@ -201,7 +201,7 @@ def _sqlite(root: str, namespace: str) -> Statements:
         park_pointer=(
             f"INSERT INTO {p} (cluster, zone, pointer_id, shard, vesting_ms, last_active_ms)"
             " VALUES (:cluster, :zone, :pointer_id, :shard, :vesting_ms, :now)"
-            " ON CONFLICT (cluster, zone) DO NOTHING"
+            " ON CONFLICT (cluster, zone) DO NOTHING RETURNING 1"
         ),
         pointer_for_delete=(
             f"SELECT 1 FROM {p} WHERE cluster = :cluster AND pointer_id = :pointer_id"

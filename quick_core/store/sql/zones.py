@@ -39,7 +39,7 @@ from quickzones.errors import (
 from quickzones.store import lease_rules
 from quickzones.store.enqueue import Enqueued
 from quickzones.store.ids import IdSource
-from quickzones.store.kv import OWN_STORE, KVStore, KVTransaction, run
+from quickzones.store.kv import NOT_COMMITTED, OWN_STORE, KVError, KVStore, KVTransaction, run
 from quickzones.store.outcomes import DuplicateItemMismatch
 from quickzones.store.records import WorkItem, ZoneId, decode_item, encode_item
 from quickzones.store.sql.connections import SQLConnections, SQLTransaction
@@ -56,6 +56,10 @@ EXPIRED = "expired: not started before its TTL"
 # How long after an application's enqueue a pointer made for it vests (its part two pulls
 # it to the item after the COMMIT; this bounds the item's wait where part two is lost).
 PARKED_MS = 5_000
+STALE_SNAPSHOT = (
+    "the application's transaction reads a snapshot older than the zone's pointer;"
+    " roll it back and run it again"
+)
 # Reads of an item that another writer changed before this one's write, before giving up.
 CHANGE_TRIES = 16
 
@@ -212,7 +216,7 @@ class SQLZoneStore:
         c = on.conn
         key = zone_key(zone)
         cluster = self.toplevel.cluster
-        wrote, held, on.app_txid = c.execute(
+        wrote, held, on.app_txid, isolation = c.execute(
             self.q.enqueue_shared, {**args[0], "cluster": cluster}
         ).fetchone()
         if not wrote:
@@ -220,15 +224,24 @@ class SQLZoneStore:
         for record, row in zip(records[1:], args[1:], strict=True):
             if c.execute(self.q.insert_item_returning, row).fetchone() is None:
                 queued[record.item_id] = self._found(c, zone, record)
+        vesting_ms = min(r.vesting_ms for r in records)
+        share = {"cluster": cluster, "zone": key}
+        if not held and isolation != "read committed":
+            # A pointer parked now would be invisible to the application's snapshot:
+            # made in its transaction instead (one made by another since that snapshot is
+            # a serialization failure, which the application retries, as at these
+            # levels it must anyway).
+            made = self.toplevel.pointer_args(zone, vesting_ms, now)
+            if c.execute(self.q.park_pointer, made).fetchone() is None:
+                raise KVError(NOT_COMMITTED, STALE_SNAPSHOT)
+            held = True
         for _ in range(CHANGE_TRIES):
             if held:
                 break
             self.toplevel.park_pointer(zone, now, now + PARKED_MS)
-            share = {"cluster": cluster, "zone": key}
             held = c.execute(self.q.share_pointer, share).fetchone() is not None
         else:
             raise StorageError(f"the pointer of {zone} was collected {CHANGE_TRIES} times")
-        vesting_ms = min(r.vesting_ms for r in records)
         on.after_commit(functools.partial(self.toplevel.pull_later, zone, vesting_ms))
         on.after_commit(self.toplevel.flush_pulls)
 
