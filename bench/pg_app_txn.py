@@ -2,8 +2,8 @@
 against a plain ``INSERT`` into a jobs table, under concurrency.
 
 ``python -m bench.pg_app_txn [--seconds 3] [--threads 8] [--work-ms 50,0] [--runs 1]
-[--no-procrastinate] [--dsn URL] [--json FILE]``; the full measurement is ``--seconds 20
---runs 3``.
+[--no-procrastinate] [--zones kv|sql] [--dsn URL] [--json FILE]``; the full measurement is
+``--seconds 20 --runs 3``.
 
 One PostgreSQL cluster (:func:`bench.servers.postgres_server`, fsync on; or the server
 ``--dsn`` names, whose schemas the run drops again) holds everything. Per run, for each W
@@ -65,8 +65,10 @@ VARIANTS = ("quick", "baseline")
 WARM_TENANT = "warm"  # the item that shows the worker is up; not counted
 
 
-def _url(dsn: str, schema: str) -> str:
-    return f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+def _url(dsn: str, schema: str, zones: str = "kv") -> str:
+    return f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}" + (
+        f"&zones={zones}" if zones != "kv" else ""
+    )
 
 
 def _loadavg() -> float:
@@ -251,10 +253,11 @@ def pickup(stamps: list[tuple[float, float]], records: Path, stopped: float) -> 
     }
 
 
-def quick_case(dsn: str, schema: str, work: Path, **tx: Any) -> dict[str, Any]:
-    """The quick variant with its consumer: a fresh store, ``quick worker`` up first; after
-    the producers stop, waits (60 s at most) for every committed item to start."""
-    url = _url(dsn, schema)
+def quick_case(dsn: str, schema: str, work: Path, zones: str = "kv", **tx: Any) -> dict[str, Any]:
+    """The quick variant with its consumer: a fresh store (in the ``zones`` layout),
+    ``quick worker`` up first; after the producers stop, waits (60 s at most) for every
+    committed item to start."""
+    url = _url(dsn, schema, zones)
     records = work / f"{schema}.records"
     with quick_worker(url, records, work / f"{schema}.worker.log") as proc:
         q = open_quick(url)
@@ -335,7 +338,7 @@ def one_run(dsn: str, prefix: str, r: int, args: argparse.Namespace, work: Path)
             )
             load = _loadavg()
             if variant == "quick":
-                res = quick_case(dsn, f"{prefix}_r{r}_w{_tag(w)}", work, **tx)
+                res = quick_case(dsn, f"{prefix}_r{r}_w{_tag(w)}", work, args.zones, **tx)
             else:
                 res = transactions(dsn, "baseline", **tx)
             res.pop("stamps")
@@ -362,7 +365,7 @@ def one_run(dsn: str, prefix: str, r: int, args: argparse.Namespace, work: Path)
     systems = ["quick", "procrastinate"] if args.procrastinate else ["quick"]
     for name in systems if r % 2 == 0 else systems[::-1]:  # alternating, as the cases
         if name == "quick":
-            url = _url(dsn, f"{prefix}_r{r}_producer")
+            url = _url(dsn, f"{prefix}_r{r}_producer", args.zones)
             producer[name] = single_producer_quick(url, args.seconds, seed=r)
         else:
             producer[name] = single_producer_procrastinate(dsn, args.seconds, work, seed=r)
@@ -410,7 +413,8 @@ def medians(runs: list[dict[str, Any]], work_ms: list[float]) -> dict[str, Any]:
 
 def table(m: dict[str, Any], args: argparse.Namespace) -> str:
     lines = [
-        f"{args.threads} threads, {args.seconds:g} s a case, medians of {args.runs} run(s)",
+        f"{args.threads} threads, {args.seconds:g} s a case, medians of {args.runs} run(s),"
+        f" zones={args.zones}",
         "",
         "| W ms | quick tx/s | baseline tx/s | quick/baseline | quick p50/p99 ms "
         "| baseline p50/p99 ms | pickup p50/p99 ms (from enqueue_on; from COMMIT) |",
@@ -461,6 +465,12 @@ def main(argv: list[str] | None = None) -> int:
         help="a server to use (its schemas PREFIX_* are dropped after); default: a private one",
     )
     ap.add_argument("--prefix", default="pgapp", help="the schemas' names' prefix")
+    ap.add_argument(
+        "--zones",
+        choices=("kv", "sql"),
+        default="kv",
+        help="quick's zone layout: kv (the default) or sql (postgresql://...?zones=sql)",
+    )
     ap.add_argument("--json", default="", help="write the results to this file")
     args = ap.parse_args(argv)
     argv_used = sys.argv[1:] if argv is None else argv

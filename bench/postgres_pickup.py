@@ -3,7 +3,7 @@ item at a time into 100 tenants' zones while a consumer with ``ConsumerConfig(wo
 (the defaults ``quick worker --workers 4`` gets) waits; each item's handler records when it
 started.
 
-``python -m bench.postgres_pickup [--items 400] [--rounds 3] [--out DIR]``
+``python -m bench.postgres_pickup [--items 400] [--rounds 3] [--zones kv|sql] [--out DIR]``
 
 ``python -m bench.postgres_pickup --light-load [--rate 200] [--seconds 10] [--workers 4]
 [--rounds 3]``: issue 42's light-load target (p50 at most 10 ms, p99 at most 40 ms) with
@@ -64,11 +64,13 @@ def _percentiles(values: list[float]) -> dict[str, float]:
     }
 
 
-def one_round(dsn: str, schema: str, items: int, work: Path) -> dict[str, dict[str, float]]:
+def one_round(
+    dsn: str, schema: str, items: int, work: Path, zones: str = "kv"
+) -> dict[str, dict[str, float]]:
     from quickzones.client import Quick
     from quickzones.consumer import ConsumerConfig
 
-    url = f"{dsn}?schema={schema}"
+    url = f"{dsn}?schema={schema}" + (f"&zones={zones}" if zones != "kv" else "")
     q = Quick.open(url)
     started: dict[int, float] = {}
     leased: dict[str, list[float]] = defaultdict(list)
@@ -148,7 +150,9 @@ def light_load(args: argparse.Namespace) -> int:
                 work = Path(tmp) / f"{system}-{r}"
                 work.mkdir()
                 if system == "quick":
-                    peer = PostgresQuickPeer(work, dsn, f"light_{r}", args.workers)
+                    peer = PostgresQuickPeer(
+                        work, dsn, f"light_{r}", args.workers, zones=args.zones
+                    )
                 else:
                     peer = _procrastinate(work, dsn, args.workers)
                 try:
@@ -184,13 +188,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=200.0, help="jobs a second offered")
     ap.add_argument("--seconds", type=float, default=10.0, help="how long they are offered")
     ap.add_argument("--workers", type=int, default=4, help="quick's --workers, procrastinate's -c")
+    ap.add_argument(
+        "--zones", choices=("kv", "sql"), default="kv", help="quick's zone layout (kv or sql)"
+    )
     args = ap.parse_args(argv)
     if args.light_load:
         return light_load(args)
     rounds: list[dict[str, dict[str, float]]] = []
     with postgres_server() as dsn, tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            one = one_round(dsn, f"pickup_{os.getpid()}_{r}", args.items, Path(tmp))
+            one = one_round(dsn, f"pickup_{os.getpid()}_{r}", args.items, Path(tmp), args.zones)
             rounds.append(one)
             log(
                 f"round {r + 1}/{args.rounds}: "
