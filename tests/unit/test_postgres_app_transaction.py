@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -460,22 +460,19 @@ def test_quick_calls_inside_the_open_app_transaction_never_wait_for_it(
     q = Quick.open(url + "&lock_timeout_ms=120000")  # the lock wait alone outlasts _within
     found: dict[str, Any] = {}
 
-    def in_one_thread() -> None:  # the app's transaction and quick's calls share a thread
-        with psycopg.connect(_server(url), autocommit=True) as conn:
-            with conn.transaction():
-                conn.execute(f"INSERT INTO {orders} VALUES (1, 'book')")
-                item = q.enqueue_on(conn, "ship", {"order": 1}, app="shop", tenant="t1")
-                time.sleep(1.2)  # past the steady clock's 1 s between publications
-                found["inside"] = q.status("shop", "t1", item)
-                try:
-                    q.enqueue("ship", {"order": 2}, app="shop", tenant="t1")
-                except HeldByOwnTransaction as err:
-                    found["enqueue"] = err
-            found["after"] = q.status("shop", "t1", item)
-            found["again"] = q.enqueue("ship", {"order": 3}, app="shop", tenant="t1")
+    def inside(item: str) -> None:
+        found["inside"] = q.status("shop", "t1", item)
+        try:
+            q.enqueue("ship", {"order": 2}, app="shop", tenant="t1")
+        except HeldByOwnTransaction as err:
+            found["enqueue"] = err
+
+    def after(item: str) -> None:
+        found["after"] = q.status("shop", "t1", item)
+        found["again"] = q.enqueue("ship", {"order": 3}, app="shop", tenant="t1")
 
     try:
-        returns_within(45, in_one_thread)
+        _in_one_thread(q, url, orders, inside, after)
     finally:
         q.close()
     assert found["inside"] is None  # not committed yet: no other transaction sees it
@@ -494,20 +491,36 @@ def _native_calls_inside_the_open_app_transaction_never_wait_for_it(url: str, or
     runs = _record_runs(q)
     found: dict[str, Any] = {}
 
-    def in_one_thread() -> None:  # the app's transaction and quick's calls share a thread
-        with psycopg.connect(_server(url), autocommit=True) as conn:
-            with conn.transaction():
-                conn.execute(f"INSERT INTO {orders} VALUES (1, 'book')")
-                item = q.enqueue_on(conn, "ship", {"order": 1}, app="shop", tenant="t1")
-                time.sleep(1.2)  # past the steady clock's 1 s between publications
-                found["inside"] = q.get("shop", "t1", item)
-                found["plain"] = q.enqueue("ship", {"order": 2}, app="shop", tenant="t1")
-            found["after"] = q.get("shop", "t1", item)
+    def inside(item: str) -> None:
+        found["inside"] = q.get("shop", "t1", item)
+        found["plain"] = q.enqueue("ship", {"order": 2}, app="shop", tenant="t1")
+
+    def after(item: str) -> None:
+        found["after"] = q.get("shop", "t1", item)
 
     try:
-        returns_within(45, in_one_thread)
+        _in_one_thread(q, url, orders, inside, after)
         assert found["inside"] is None  # not committed yet: no other transaction sees it
         assert found["plain"] and found["after"] is not None
         assert wait_for(lambda: q.run_until_idle() >= 0 and len(runs) == 2, 20), runs
     finally:
         q.close()
+
+
+def _in_one_thread(
+    q: Quick, url: str, orders: str, inside: Callable[[str], None], after: Callable[[str], None]
+) -> None:
+    """An application's transaction and quick's calls in one thread: INSERT, enqueue_on,
+    past the steady clock's next publication (1 s), ``inside(item)``, COMMIT,
+    ``after(item)``; all within 45 s."""
+
+    def run() -> None:
+        with psycopg.connect(_server(url), autocommit=True) as conn:
+            with conn.transaction():
+                conn.execute(f"INSERT INTO {orders} VALUES (1, 'book')")
+                item = q.enqueue_on(conn, "ship", {"order": 1}, app="shop", tenant="t1")
+                time.sleep(1.2)  # past the steady clock's 1 s between publications
+                inside(item)
+            after(item)
+
+    returns_within(45, run)

@@ -11,6 +11,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -261,30 +262,13 @@ def _part_two_after_a_kv_visit(q: Quick, url: str) -> None:
         def read_zone_and_requeue_later() -> None:
             with q.kv.transaction_on(visit) as tr:  # type: ignore[attr-defined]
                 tr.get_range(*q.keys.zone_range(zone))  # the new item is not seen
-                pointer = q.toplevel.get_pointer(zone, tr=tr)
-                assert pointer is not None
-                later = pointer.vesting_ms + 3_600_000
-                assert (
-                    q.toplevel.requeue_pointer(
-                        pointer,
-                        lambda t: later,
-                        lambda t: False,
-                        min_inactive_ms=3_600_000,
-                        active=True,
-                        tr=tr,
-                    )
-                    == "requeued"
-                )
+                _requeue_an_hour_later(q, zone, tr, q.toplevel.get_pointer(zone, tr=tr))
 
         returns_within(10, read_zone_and_requeue_later)  # checked; not ended yet
         held.commit()
         time.sleep(0.5)  # part two runs meanwhile
         visit.commit()
-    now = time.time() * 1000
-    assert wait_for(
-        lambda: (p := q.toplevel.get_pointer(zone)) is not None and p.vesting_ms <= now, 10
-    ), q.toplevel.get_pointer(zone)
-    assert wait_for(lambda: q.run_until_idle() >= 0 and sorted(ran) == ["earlier", "z"], 10)
+    _pulled_back_and_run(q, zone, ran)
 
 
 def test_an_open_request_holds_up_no_other_request_of_a_rate_limited_app(
@@ -322,16 +306,7 @@ def test_close_waits_for_part_two_under_way_so_nothing_of_quick_runs_after_it(
     held = OpenRequest(q, url, "z")
     with psycopg.connect(url.split("?")[0]) as visit:
         with q.kv.transaction_on(visit) as tr:  # type: ignore[attr-defined]
-            pointer = q.toplevel.get_pointer(zone, tr=tr)
-            assert pointer is not None
-            q.toplevel.requeue_pointer(
-                pointer,
-                lambda t: pointer.vesting_ms + 3_600_000,
-                lambda t: False,
-                min_inactive_ms=3_600_000,
-                active=True,
-                tr=tr,
-            )
+            _requeue_an_hour_later(q, zone, tr, q.toplevel.get_pointer(zone, tr=tr))
         held.commit()  # part two now waits for the visit's commit
 
         space = q.kv.lock_space & 0xFFFFFFFF  # type: ignore[attr-defined]  # this store's
@@ -344,16 +319,7 @@ def test_close_waits_for_part_two_under_way_so_nothing_of_quick_runs_after_it(
                 )
                 return look.execute(waiting, (space,)).fetchone() is not None
 
-        assert wait_for(part_two_waits, 10)
-        closing = threading.Thread(target=q.close, daemon=True)
-        closing.start()
-        closing.join(1.0)
-        assert closing.is_alive(), "close() returned while part two was under way"
-        visit.commit()
-    closing.join(10)
-    assert not closing.is_alive()
-    running = [t for t in threading.enumerate() if t.name == "quick-pg-after-commit"]
-    assert not any(t.is_alive() for t in running)
+        _close_waits_for_part_two(q, part_two_waits, visit.commit)
 
 
 def _native_visit_requeues_later(q: Quick, zone: ZoneId) -> Iterator[None]:
@@ -363,21 +329,44 @@ def _native_visit_requeues_later(q: Quick, zone: ZoneId) -> Iterator[None]:
     from quickzones.store.sql.connections import SQLTransaction
 
     with q.kv.sql_write() as c:  # type: ignore[attr-defined]
-        pointer = q.toplevel.get_pointer(zone)
-        assert pointer is not None
-        later = pointer.vesting_ms + 3_600_000
-        assert (
-            q.toplevel.requeue_pointer(
-                pointer,
-                lambda t: later,
-                lambda t: False,
-                min_inactive_ms=3_600_000,
-                active=True,
-                tr=SQLTransaction(c, q.kv),  # type: ignore[arg-type]
-            )
-            == "requeued"
-        )
+        native = SQLTransaction(c, q.kv)  # type: ignore[arg-type]
+        _requeue_an_hour_later(q, zone, native, q.toplevel.get_pointer(zone))  # type: ignore[arg-type]
         yield
+
+
+def _requeue_an_hour_later(q: Quick, zone: ZoneId, tr: Any, pointer: Any) -> None:
+    """A visit's requeue in ``tr`` that read ``zone`` before an application's COMMIT:
+    ``pointer`` back an hour later than it vests."""
+    assert pointer is not None
+    later = pointer.vesting_ms + 3_600_000
+    requeued = q.toplevel.requeue_pointer(
+        pointer, lambda t: later, lambda t: False, min_inactive_ms=3_600_000, active=True, tr=tr
+    )
+    assert requeued == "requeued"
+
+
+def _pulled_back_and_run(q: Quick, zone: ZoneId, ran: list[str]) -> None:
+    """Part two pulled ``zone``'s pointer back to the new item, and both items run."""
+    now = time.time() * 1000
+    assert wait_for(
+        lambda: (p := q.toplevel.get_pointer(zone)) is not None and p.vesting_ms <= now, 10
+    ), q.toplevel.get_pointer(zone)
+    assert wait_for(lambda: q.run_until_idle() >= 0 and sorted(ran) == ["earlier", "z"], 10)
+
+
+def _close_waits_for_part_two(q: Quick, waits: Any, end_visit: Any) -> None:
+    """With part two under way (``waits`` says so), ``q.close()`` returns only once the
+    visit it waits for ends (``end_visit``) and part two has run."""
+    assert wait_for(waits, 10)
+    closing = threading.Thread(target=q.close, daemon=True)
+    closing.start()
+    closing.join(1.0)
+    assert closing.is_alive(), "close() returned while part two was under way"
+    end_visit()
+    closing.join(10)
+    assert not closing.is_alive()
+    running = [t for t in threading.enumerate() if t.name == "quick-pg-after-commit"]
+    assert not any(t.is_alive() for t in running)
 
 
 def _sql_url(kv_url: str) -> str:
@@ -405,11 +394,7 @@ def test_part_two_sees_the_pointer_a_native_visit_committing_meanwhile_moved(
         time.sleep(0.5)  # part two waits for the visit meanwhile
         with contextlib.suppress(StopIteration):
             next(visit)
-        now = time.time() * 1000
-        assert wait_for(
-            lambda: (p := q.toplevel.get_pointer(zone)) is not None and p.vesting_ms <= now, 10
-        ), q.toplevel.get_pointer(zone)
-        assert wait_for(lambda: q.run_until_idle() >= 0 and sorted(ran) == ["earlier", "z"], 10)
+        _pulled_back_and_run(q, zone, ran)
     finally:
         q.close()
 
@@ -435,14 +420,8 @@ def test_close_waits_for_a_native_part_two_under_way(kv_url: str) -> None:
             )
             return look.execute(waiting).fetchone() is not None
 
-    assert wait_for(part_two_waits, 10)
-    closing = threading.Thread(target=q.close, daemon=True)
-    closing.start()
-    closing.join(1.0)
-    assert closing.is_alive(), "close() returned while part two was under way"
-    with contextlib.suppress(StopIteration):
-        next(visit)
-    closing.join(10)
-    assert not closing.is_alive()
-    running = [t for t in threading.enumerate() if t.name == "quick-pg-after-commit"]
-    assert not any(t.is_alive() for t in running)
+    def end_visit() -> None:
+        with contextlib.suppress(StopIteration):
+            next(visit)
+
+    _close_waits_for_part_two(q, part_two_waits, end_visit)

@@ -3,14 +3,17 @@ native in SQL"): one row a non-empty zone, indexed by (shard, vesting time) for 
 
 Everything about the cluster that is not a pointer (the layout, the local zone's name,
 ids, the clock) is the KV top-level queue's, whose class this one extends; every
-operation on a pointer is a statement here. Writes run under the store's write lock
-(``BEGIN IMMEDIATE`` on SQLite), so a requeue that reads the zone's next vesting time, or
-a collection that finds the zone empty, cannot miss an enqueue: none commits in between
-(invariant 2 without conflict ranges). The clock is read before a write begins: a steady
-clock's exchange with the store would wait for that lock.
+operation on a pointer is a statement here. On SQLite writes run under the file's write
+lock (``BEGIN IMMEDIATE``), so a requeue that reads the zone's next vesting time, or a
+collection that finds the zone empty, cannot miss an enqueue: none commits in between
+(invariant 2 without conflict ranges). On PostgreSQL the pointer's row lock does it: a
+requeue locks the pointer ``FOR NO KEY UPDATE`` and reads the zone after, a collection
+deletes only a pointer it could lock ``FOR UPDATE`` (which no application's open enqueue
+holds ``FOR KEY SHARE``), and an application's enqueue that committed after the requeue's
+read is pulled by its part two (:meth:`SQLTopLevelQueue.flush_pulls`). The clock is read
+before a write begins: a steady clock's exchange with the store would wait for that lock.
 
-Not yet here (refused, or absent from the native capabilities): resharding, local work
-items, one-transaction visits (a visit is the paper's three transactions).
+Not yet here (refused): resharding, local work items.
 """
 
 from __future__ import annotations

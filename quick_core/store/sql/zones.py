@@ -1,24 +1,29 @@
 """Queue zones whose items are rows of the native SQL items table (docs/backends.md,
 "Zones native in SQL"): the :class:`~quickzones.store.zonestore.ZoneStore` of
-``sqlite:///...?zones=sql``.
+``sqlite:///...?zones=sql`` and ``postgresql://...?zones=sql``.
 
 An item is one row: the columns a zone's order needs (priority, vesting time, enqueue
 order, lease id) beside its record (:func:`~quickzones.store.records.encode_item`, as the
-KV zones store it). Every write is one transaction under the store's write lock, so the
-two-part enqueue is one transaction of two statements (the item; the pointer made, or
-pulled earlier when it vests later and nobody leases it: part two cannot conflict, and an
-enqueue is one commit), and a lease, a requeue or a completion is one more. What a lease
-does to an item is :mod:`quickzones.store.lease_rules`, as for every zone store.
+KV zones store it). On SQLite every write is one transaction under the file's write lock,
+so the two-part enqueue is one transaction of two statements (the item; the pointer made,
+or pulled earlier when it vests later and nobody leases it: part two cannot conflict, and
+an enqueue is one commit); on PostgreSQL a lone enqueue is one statement, its row locks
+ordering it with the pointer's other writers, and an application's enqueue
+(``Quick.enqueue_on``) locks the pointer ``FOR KEY SHARE`` in the application's
+transaction and pulls it after that COMMIT (:meth:`SQLZoneStore._write_shared`). A lease,
+a requeue or a completion is one more statement. What a lease does to an item is
+:mod:`quickzones.store.lease_rules`, as for every zone store.
 
 Dead letters go to the KV zones' dead-letter records (``quick dead-letters`` and the admin
 read them there): written first, in a KV transaction of their own, then the item deleted
 (a crash between leaves the item, to run or be dead-lettered again; never a lost one). A
-KV commit never runs under the write lock this store holds (both take it), so an expired
-or corrupt item met by a dequeue is dead-lettered after the dequeue's transaction.
+KV commit never runs under the write lock this store holds on SQLite (both take it), so
+an expired or corrupt item met by a dequeue is dead-lettered after the dequeue's
+transaction.
 
 Not here yet (absent from the capabilities, so ``Quick`` refuses them by name):
-transactional handlers, FIFO, local items, enqueues in a caller's transaction, outcome
-records, one-transaction visits, look-ahead, batches, flow keys.
+transactional handlers, FIFO, local items, enqueues inside a KV transaction, outcome
+records, batches, flow keys.
 """
 
 from __future__ import annotations
