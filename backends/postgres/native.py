@@ -19,6 +19,21 @@ if TYPE_CHECKING:
     from quickzones.backends.postgres.store import PostgresStore
 
 
+class _Unprepared:
+    """The application's connection as the native zones' statements use it: each one
+    unprepared, whatever the connection's ``prepare_threshold`` (psycopg's default
+    prepares a statement on its fifth run, on one server session; behind PgBouncer before
+    1.21 the application's next transaction runs on another, which has none)."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, query: str, params: Any = None) -> Any:
+        return self._conn.execute(query, params, prepare=False)
+
+
 class NativeTransactions:
     """``sql_write``, ``sql_read`` and ``signal_commit``:
     :class:`~quickzones.store.sql.SQLConnections` over a :class:`PostgresStore`."""
@@ -55,6 +70,16 @@ class NativeTransactions:
             self._release(conn)
 
     @contextlib.contextmanager
+    def sql_schema(self: PostgresStore) -> Iterator[Any]:  # type: ignore[misc]
+        """:meth:`sql_write` holding the schema's advisory lock (``store._SCHEMA_LOCK``,
+        which the KV tables' creation and migration take too)."""
+        from quickzones.backends.postgres.store import _SCHEMA_LOCK
+
+        with self.sql_write() as conn:
+            conn.execute(_SCHEMA_LOCK, (self.schema,))
+            yield conn
+
+    @contextlib.contextmanager
     def sql_write_one(self: PostgresStore) -> Iterator[Any]:  # type: ignore[misc]
         """A connection for writes that are each a transaction of their own (autocommit):
         one round trip a statement, no BEGIN nor COMMIT."""
@@ -74,7 +99,7 @@ class NativeTransactions:
 
         joined = join(self, connection)
         during = "enqueue into the application's transaction"
-        tr = SQLTransaction(joined.conn, cast("SQLConnections", self))
+        tr = SQLTransaction(_Unprepared(joined.conn), cast("SQLConnections", self))
         try:
             yield tr
             work = tr.take_after()

@@ -68,6 +68,12 @@ class NativeTransactions(SQLiteConnections):
             self._release(conn)
 
     @contextlib.contextmanager
+    def sql_schema(self) -> Iterator[sqlite3.Connection]:
+        """As :meth:`sql_write`: its write lock is the whole file's."""
+        with self.sql_write() as conn:
+            yield conn
+
+    @contextlib.contextmanager
     def sql_write_one(self) -> Iterator[sqlite3.Connection]:
         """As :meth:`sql_write`: on one file a statement's own transaction would take
         the same write lock, with SQLite's coarser busy handler."""

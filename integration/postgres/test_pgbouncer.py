@@ -72,10 +72,16 @@ def through(bouncer: LocalPgBouncer, **options: str) -> str:
     return urlunsplit((direct.scheme, netloc, direct.path, query, ""))
 
 
+@pytest.fixture(params=["kv", "sql"])
+def zones(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The store URL options of each zone layout: the KV one and zones=sql."""
+    return {"zones": "sql"} if request.param == "sql" else {}
+
+
 def test_producers_in_threads_and_run_until_idle_lose_nothing_and_run_nothing_twice(
-    bouncer: LocalPgBouncer,
+    bouncer: LocalPgBouncer, zones: dict[str, str]
 ) -> None:
-    url = through(bouncer)
+    url = through(bouncer, **zones)
     enqueued: list[str] = []
     failures: list[BaseException] = []
     lock = threading.Lock()
@@ -192,11 +198,11 @@ def test_listen_option_values_are_checked(bouncer: LocalPgBouncer) -> None:
 
 
 def test_enqueue_on_an_application_connection_through_pgbouncer(
-    bouncer: LocalPgBouncer,
+    bouncer: LocalPgBouncer, zones: dict[str, str]
 ) -> None:
     import psycopg
 
-    url = through(bouncer)
+    url = through(bouncer, **zones)
     q = Quick.open(url)
     ran: list[str] = []
 
@@ -315,7 +321,7 @@ def test_quick_worker_processes_and_producer_processes_through_pgbouncer(
 
 
 def test_enqueue_on_a_connection_with_psycopgs_default_prepare_threshold(
-    bouncer: LocalPgBouncer,
+    bouncer: LocalPgBouncer, zones: dict[str, str]
 ) -> None:
     # quick's statements on the application's connection were prepared by psycopg after
     # 5 executions (prepare_threshold) on one server session; PgBouncer before 1.21
@@ -323,7 +329,7 @@ def test_enqueue_on_a_connection_with_psycopgs_default_prepare_threshold(
     # statement "_pg3_0" does not exist" (main 9038ee5 executes them with prepare=False).
     import psycopg
 
-    url = through(bouncer)
+    url = through(bouncer, **zones)
     app_url = urlunsplit(urlsplit(url)._replace(query=""))
     ids: list[str] = []
     with (

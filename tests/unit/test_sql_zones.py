@@ -539,3 +539,36 @@ def test_enqueue_on_commits_with_the_applications_rows_on_postgres(tmp_path: Pat
     finally:
         app.close()
         q.close()
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_processes_opening_a_new_store_at_once_all_open_it(tmp_path: Path, store: str) -> None:
+    """Web processes starting together each open the new store: its native tables are
+    made once, by one of them (PostgreSQL's ``CREATE TABLE IF NOT EXISTS`` from several
+    sessions at once failed one with a duplicate key in ``pg_type``)."""
+    import threading
+
+    url = _url(store, tmp_path)
+    start = threading.Barrier(6)
+    failures: list[BaseException] = []
+    ids: list[str] = []
+
+    def open_and_enqueue(n: int) -> None:
+        try:
+            start.wait(10)
+            with Quick.open(url) as q:
+                ids.append(q.enqueue("job", {"n": n}, app="a", tenant=f"t{n}"))
+        except BaseException as err:  # reported by the test's thread
+            failures.append(err)
+
+    threads = [threading.Thread(target=open_and_enqueue, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not failures, failures
+    q = Quick.open(url)
+    try:
+        assert sum(q.items.counts([q.zone("a", f"t{n}") for n in range(6)])) == len(ids) == 6
+    finally:
+        q.close()

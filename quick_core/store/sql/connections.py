@@ -30,6 +30,11 @@ class SQLConnections(Protocol):
         (``RETURNING``), never from a cursor's ``rowcount``, which is not known yet."""
         ...
 
+    def sql_schema(self) -> AbstractContextManager[Any]:
+        """As :meth:`sql_write`, holding the store's schema lock for the block, which
+        processes creating or migrating the store's tables take one at a time."""
+        ...
+
     def sql_write_one(self) -> AbstractContextManager[Any]:
         """A DB-API connection whose write statements each commit on their own (where a
         transaction costs round trips: PostgreSQL's autocommit), for blocks of statements

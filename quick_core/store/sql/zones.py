@@ -111,8 +111,14 @@ class SQLZoneStore:
 
     def create_tables(self) -> None:
         """Make the tables where the store has none (a new file, or one of the KV layout
-        that never had native zones)."""
-        with self.sql.sql_write() as c:
+        that never had native zones), in one transaction holding the store's schema lock:
+        processes opening a new store at once make them one at a time (PostgreSQL's
+        ``CREATE TABLE IF NOT EXISTS`` is no guard against another doing it meanwhile)."""
+        made = {"table": self.q.pointers_table}
+        with self.sql.sql_read() as c:
+            if c.execute(self.q.table_exists, made).fetchone() is not None:
+                return  # every table and index is made in the one transaction below
+        with self.sql.sql_schema() as c:
             for statement in self.q.schema:
                 c.execute(statement)
 
