@@ -2,7 +2,7 @@
 (issue 42 point 3).
 
 ``python -m bench.pg_long_txn [--rate 500] [--hold 120] [--warmup 20] [--cooldown 120]
-[--tuned] [--out DIR]``
+[--tuned] [--zones kv|sql] [--out DIR]``
 
 On a private PostgreSQL server (:func:`bench.servers.postgres_server`, its defaults:
 ``autovacuum_naptime`` 1 min, fsync on), items flow at a steady offered ``--rate`` into
@@ -66,6 +66,8 @@ from quickzones.cli.demo import percentile
 NOISY = "noisy"
 APP = "b"
 TABLES = ("kv", "quick_meta", "quick_log")
+# zones=sql's: items and pointers in tables of their own (reported where they exist).
+NATIVE_TABLES = ("quick_items", "quick_pointers")
 NOISY_BATCH_EVERY_S = 0.1
 # sql.py's commits_unseen with = ANY(ARRAY(...)) for its IN (SELECT ...): the form that
 # lets PostgreSQL read quick_log's newest rows by its xid index (proposed; {log}: the
@@ -293,6 +295,8 @@ class Probe:
             if pointer is not None
             else b""
         )
+        if "zones=sql" in self.url:
+            return self._native(q, now, cfg, sql, snapshot)
         return {
             # A snapshot's first read: the snapshot and the last commit version (a
             # sequence: rewritten in place, no row versions).
@@ -338,6 +342,40 @@ class Probe:
                     log=log_table,
                 ),
                 (snapshot, snapshot, [b"\x00probe"], [b"\x00probe\x00"]),
+            ),
+        }
+
+    def _native(
+        self, q: Any, now: int, cfg: Any, sql: Any, snapshot: str
+    ) -> dict[str, tuple[str, Any]]:
+        """The same path's reads with ``zones=sql``: the scanner's peek of the pointers
+        table, a zone's vested items (small tenant, noisy one), the noisy zone's pointer
+        row (rewritten by each of its visits), and the commit watcher's read."""
+        from quickzones.store.records import ZoneId
+        from quickzones.store.sql.toplevel import zone_key
+
+        st = q.toplevel.q
+        cluster = q.toplevel.cluster
+
+        def vested(tenant: str) -> tuple[str, dict[str, Any]]:
+            zone = zone_key(ZoneId(APP, tenant))
+            return st.vested, {"zone": zone, "upto": now, "n": cfg.dequeue_max}
+
+        return {
+            "read version (sequence)": (sql.read_version, ()),
+            "scanner: vested pointers (pointers)": (
+                st.peek,
+                {"cluster": cluster, "shard": 0, "n": cfg.peek_max + 1},
+            ),
+            "zone peek, small tenant (items)": vested(self.small_zone),
+            "zone peek, noisy tenant (items)": vested(NOISY),
+            "noisy zone's pointer row (pointers)": (
+                st.pointer_of_zone,
+                {"cluster": cluster, "zone": zone_key(ZoneId(APP, NOISY))},
+            ),
+            "commit watcher: unseen commits (quick_log)": (
+                sql.commits_unseen,
+                (snapshot, snapshot),
             ),
         }
 
@@ -396,6 +434,8 @@ class Options:
     synchronous_commit: bool = True
     # Hold the snapshot in this other database of the server ("": the store's own).
     holder_database: str = ""
+    # quick's zone layout: "kv" or "sql" (postgresql://...?zones=sql).
+    zones: str = "kv"
 
 
 @contextlib.contextmanager
@@ -430,6 +470,8 @@ def run(dsn: str, schema: str, opts: Options, work: Path) -> dict[str, Any]:
     from bench.quickrun import open_quick
 
     url = f"{dsn}{'&' if '?' in dsn else '?'}schema={quote(schema)}"
+    if opts.zones != "kv":
+        url += f"&zones={opts.zones}"
     open_quick(url).close()  # creates the schema
     if not opts.synchronous_commit:
         # Every session opened from now on (the worker's, the producer's): a commit no
@@ -665,7 +707,7 @@ def recovery(
     after = [s for s in samples if s["phase"] == "cool-down"]
     out: dict[str, Any] = {"tables": {}}
     commit_wall = t0 + held["commit"] if "commit" in held else None
-    for name in TABLES:
+    for name in [*TABLES, *(n for n in NATIVE_TABLES if n in final)]:
         base = before[-1]["tables"].get(name, {}) if before else {}
         peak = max((s["tables"].get(name, {}).get("n_dead_tup", 0) for s in during), default=0)
         limit = 2 * base.get("n_dead_tup", 0) + 1000
@@ -708,12 +750,14 @@ def _mb(n: int | None) -> str:
 HEADER = (
     "   t phase      backlog  small p50/p99 ms |  kv dead / MB  | meta dead / MB  | log dead / MB"
 )
+NATIVE_HEADER = " | items dead / MB | pointers dead / MB"
 
 
 def _print_sample(s: dict[str, Any]) -> None:
-    if s["t_s"] <= 5.5:
-        print(HEADER, flush=True)
     tb = s["tables"]
+    native = [n for n in NATIVE_TABLES if n in tb]
+    if s["t_s"] <= 5.5:
+        print(HEADER + (NATIVE_HEADER if native else ""), flush=True)
 
     def cell(name: str) -> str:
         one = tb.get(name, {})
@@ -722,7 +766,7 @@ def _print_sample(s: dict[str, Any]) -> None:
     print(
         f"{s['t_s']:>5.0f} {s['phase']:<10} {s['backlog']:>6} "
         f"{s['small_p50_ms']:>7.1f} {s['small_p99_ms']:>7.1f} | {cell('kv')} | "
-        f"{cell('quick_meta')} | {cell('quick_log')}",
+        f"{cell('quick_meta')} | {cell('quick_log')}" + "".join(f" | {cell(n)}" for n in native),
         flush=True,
     )
 
@@ -755,6 +799,9 @@ def main(argv: list[str] | None = None) -> int:
         help="hold the snapshot in this other database of the same server (created)",
     )
     ap.add_argument(
+        "--zones", choices=("kv", "sql"), default="kv", help="quick's zone layout (kv or sql)"
+    )
+    ap.add_argument(
         "--commits",
         type=int,
         default=0,
@@ -775,6 +822,7 @@ def main(argv: list[str] | None = None) -> int:
         tuned=args.tuned,
         synchronous_commit=not args.no_synchronous_commit,
         holder_database=args.holder_database,
+        zones=args.zones,
     )
     from bench.servers import postgres_server
 

@@ -572,3 +572,26 @@ def test_processes_opening_a_new_store_at_once_all_open_it(tmp_path: Path, store
         assert sum(q.items.counts([q.zone("a", f"t{n}") for n in range(6)])) == len(ids) == 6
     finally:
         q.close()
+
+
+def test_postgres_native_tables_are_vacuumed_at_two_percent_dead(tmp_path: Path) -> None:
+    """Every lease and visit leaves a dead row in the native tables (their vesting times
+    are indexed: no update is HOT), so a new store's tables carry autovacuum settings of
+    their own (docs/backends.md, "Vacuum"), not PostgreSQL's 20 %."""
+    import psycopg
+
+    url = _url("postgres", tmp_path)
+    Quick.open(url).close()
+    schema = url.split("schema=")[1].split("&")[0]
+    with psycopg.connect(url.split("?")[0]) as conn:
+        rows = conn.execute(
+            "SELECT c.relname, c.reloptions FROM pg_class c JOIN pg_namespace n"
+            " ON n.oid = c.relnamespace WHERE n.nspname = %s"
+            " AND c.relname IN ('quick_items', 'quick_pointers')",
+            (schema,),
+        ).fetchall()
+    options = {name: set(opts or []) for name, opts in rows}
+    assert "autovacuum_vacuum_scale_factor=0.02" in options["quick_items"]
+    assert {"autovacuum_vacuum_scale_factor=0.02", "autovacuum_vacuum_cost_delay=0"} <= options[
+        "quick_pointers"
+    ]

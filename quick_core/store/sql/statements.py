@@ -130,8 +130,20 @@ def statements(root: str, dialect: str = "sqlite", namespace: str = "") -> State
         " SELECT (SELECT count(*) FROM item), (SELECT count(*) FROM held),"
         " pg_current_xact_id()::text, current_setting('transaction_isolation')"
     )
+    # Autovacuum per table (docs/backends.md, "Zones native in SQL: the design", Vacuum):
+    # every lease and visit rewrites an indexed vesting time, so no update is HOT and
+    # each leaves a dead row; vacuumed after 2 % of a large table is dead rather than
+    # PostgreSQL's 20 %, the pointers (small, rewritten by every visit) unthrottled.
+    i, p = made.items_table, made.pointers_table
+    tuned = (
+        f"ALTER TABLE {i} SET (autovacuum_vacuum_scale_factor = 0.02,"
+        " autovacuum_vacuum_threshold = 1000)",
+        f"ALTER TABLE {p} SET (autovacuum_vacuum_scale_factor = 0.02,"
+        " autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0)",
+    )
     return replace(
         pg,
+        schema=pg.schema + tuned,
         dialect="postgres",
         enqueue_one=enqueue_one,
         enqueue_shared=enqueue_shared,
