@@ -7,7 +7,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+from quickzones.store.kv import KVError, KVStore, run
+
+T = TypeVar("T")
 
 _log = logging.getLogger("quick.sql")
 
@@ -55,6 +59,22 @@ class SQLConnections(Protocol):
     def sql_read(self) -> AbstractContextManager[Any]:
         """A DB-API connection whose statements each read a snapshot of their own."""
         ...
+
+
+def retrying(kv: KVStore, work: Callable[[], T]) -> T:
+    """``work()`` (native statements in a transaction of their own), run again after a
+    retryable error (a connection lost, a server restarting, a deadlock) as
+    :func:`~quickzones.store.kv.run` runs a KV transaction again: with its backoff,
+    within the store's retry limit and timeout, :class:`RetryLimitExceeded` past them.
+    The first attempt costs nothing more than the call; ``work`` must be idempotent."""
+    try:
+        return work()
+    except KVError as err:
+        if not err.retryable:
+            raise
+    # The KV transaction run() makes carries its backoff and bounds; nothing is written
+    # through it, so its commit is empty.
+    return run(kv, lambda tr: work())
 
 
 class SQLTransaction:

@@ -37,7 +37,7 @@ from quickzones.store.kv import (
     _Uncommitted,
 )
 from quickzones.store.records import Pointer, ZoneId
-from quickzones.store.sql.connections import SQLConnections, SQLTransaction
+from quickzones.store.sql.connections import SQLConnections, SQLTransaction, retrying
 from quickzones.store.sql.statements import Statements, pull_rows
 from quickzones.store.toplevel import IndexEntry, PointerRef, TopLevelQueue, lease_of
 from quickzones.store.tuple_layer import fdbtuple
@@ -140,8 +140,13 @@ class SQLTopLevelQueue(TopLevelQueue):
         would stay locked until that COMMIT and every other enqueuer of the zone would
         wait for it (issue 42 point 1). It vests later than the item, which nobody can
         see yet: part two pulls it after the COMMIT."""
-        with self.sql.sql_write_one() as c:
-            c.execute(self.q.park_pointer, self.pointer_args(zone, vesting_ms, now))
+        args = self.pointer_args(zone, vesting_ms, now)
+
+        def park() -> None:
+            with self.sql.sql_write_one() as c:
+                c.execute(self.q.park_pointer, args)
+
+        retrying(self.kv, park)
 
     def pull_later(self, zone: ZoneId, vesting_ms: int) -> None:
         """Part two of an application's enqueue whose COMMIT was seen: the zone's idle

@@ -47,7 +47,7 @@ from quickzones.store.ids import IdSource
 from quickzones.store.kv import NOT_COMMITTED, OWN_STORE, KVError, KVStore, KVTransaction, run
 from quickzones.store.outcomes import DuplicateItemMismatch
 from quickzones.store.records import WorkItem, ZoneId, decode_item, encode_item
-from quickzones.store.sql.connections import SQLConnections, SQLTransaction
+from quickzones.store.sql.connections import SQLConnections, SQLTransaction, retrying
 from quickzones.store.sql.statements import Statements, delete_rows, lease_rows
 from quickzones.store.sql.toplevel import SQLTopLevelQueue, zone_key
 from quickzones.store.validation import check_name
@@ -177,16 +177,28 @@ class SQLZoneStore:
             self._write_new(on.conn, zone, records, args, pointer, queued)
         elif len(records) == 1 and self.q.enqueue_one is not None:
             # One statement, its own transaction: one round trip.
-            with self.sql.sql_write_one() as c:
-                wrote, woke = c.execute(self.q.enqueue_one, {**args[0], **pointer}).fetchone()
-                if woke:
-                    self.sql.signal_commit(c)
-                if not wrote:  # the id is queued: the same job, or refused
-                    queued[records[0].item_id] = self._found(c, zone, records[0])
+            def one() -> None:
+                with self.sql.sql_write_one() as c:
+                    wrote, woke = c.execute(self.q.enqueue_one, {**args[0], **pointer}).fetchone()
+                    if woke:
+                        self.sql.signal_commit(c)
+                    if not wrote:  # the id is queued: the same job, or refused
+                        queued[records[0].item_id] = self._found(c, zone, records[0])
+
+            retrying(self.kv, one)
         else:
-            with self.sql.sql_write() as c:
-                self._write_new(c, zone, records, args, pointer, queued)
-        return [Enqueued(r.item_id, "queued" if r.item_id in queued else None) for r in records]
+
+            def all_of_them() -> None:
+                with self.sql.sql_write() as c:
+                    self._write_new(c, zone, records, args, pointer, queued)
+
+            retrying(self.kv, all_of_them)
+        # A fresh (random) id found queued is this call's own write, committed by an
+        # attempt whose answer was lost (a retry): no duplicate.
+        return [
+            Enqueued(r.item_id, "queued" if r.item_id in queued and not item.fresh_id else None)
+            for r, item in zip(records, items, strict=True)
+        ]
 
     def _write_new(
         self,
