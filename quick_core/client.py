@@ -97,6 +97,9 @@ ZoneStoreFactory = Callable[["Quick"], ZoneStore]
 # Tries of an enqueue_on inside the application's transaction after a conflict it can
 # retry there (PostgreSQL at READ COMMITTED), before the conflict is the application's.
 IN_PLACE_RETRIES = 20
+# How long run_until_idle waits at most for part two of the applications' enqueues this
+# process saw committed (PostgreSQL's after-commit thread: two of its rounds, ms each).
+SETTLE_AFTER_COMMITS_S = 1.0
 
 
 class Wakeable(Protocol):
@@ -974,7 +977,13 @@ class Quick:
         return consumer
 
     def run_until_idle(self, config: ConsumerConfig | None = None) -> int:
-        """Drain every vested item in this thread (tests, scripts)."""
+        """Drain every vested item in this thread (tests, scripts): those of application
+        transactions that committed before the call included, whose pointers this
+        process's part two moves after their COMMITs (waited for here, a second at most,
+        where the store runs it on a thread of its own: PostgreSQL's ``enqueue_on``)."""
+        settle = getattr(self.kv, "settle_after_commits", None)
+        if settle is not None:
+            settle(SETTLE_AFTER_COMMITS_S)
         return self.consumer(config or ConsumerConfig(in_order=True)).run_until_idle()
 
     # --- admin -------------------------------------------------------------------------

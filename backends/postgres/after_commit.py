@@ -31,6 +31,7 @@ import atexit
 import functools
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -93,6 +94,10 @@ class AfterCommit:
         self._cond = threading.Condition()
         self._pending: dict[str, tuple[list[Callable[[], None]], list[SettledRead]]] = {}
         self._thread: threading.Thread | None = None
+        # Rounds ended (a round: the statuses asked, the callbacks of those committed run),
+        # and whether one is under way: settle() waits for two to end.
+        self._rounds = 0
+        self._in_round = False
         self._closing = False  # close() asked: a last round, then the thread ends
         self._closed = False  # close() is done waiting: nothing more runs
         # Registered with the thread's first start: the interpreter's end closes it.
@@ -140,10 +145,12 @@ class AfterCommit:
                     return  # closing, nothing left
                 last = self._closing
                 xids = list(self._pending)
+                self._in_round = True
             try:
                 statuses = self._statuses(xids)
             except Exception as err:  # the server away: ask again after a while
                 log.debug("pg_xact_status failed: %s", err)
+                self._round_ended()
                 if last:
                     return
                 self._clock.sleep(0.2)
@@ -167,15 +174,38 @@ class AfterCommit:
             # registered: after every callback of the round registered before it.
             for callback in reversed(dict.fromkeys(reversed(ready))):
                 if self._closed:
+                    self._round_ended()
                     return
                 try:
                     callback()
                 except Exception as err:  # best effort, as part two is everywhere
                     log.debug("a callback after an application's commit failed: %s", err)
+            self._round_ended()
             if last:
                 return
             if not ready:
                 self._clock.sleep(POLL_S)
+
+    def _round_ended(self) -> None:
+        with self._cond:
+            self._rounds += 1
+            self._in_round = False
+            self._cond.notify_all()
+
+    def settle(self, timeout_s: float) -> None:
+        """Wait, ``timeout_s`` at most, until the callbacks of every transaction that had
+        committed when this was called have run: two rounds ended after the call (the
+        one under way may have asked before that COMMIT; the next asked after it). At
+        once when nothing is pending. What a consumer of this process runs next then sees
+        the items of the application's transactions committed before it (part two)."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            target = self._rounds + 2
+            while (self._pending or self._in_round) and self._rounds < target:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._closed:
+                    return
+                self._cond.wait(left)
 
     def _fill(self, reads: list[SettledRead]) -> None:
         """Read every key of ``reads`` (once each, a statement per KEYS_PER_READ keys)

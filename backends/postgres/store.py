@@ -363,6 +363,12 @@ class PostgresStore(NativeTransactions):
             return 0.0
         return max(0.0, self._next_try_at - self.clock.now())
 
+    def settle_after_commits(self, timeout_s: float) -> None:
+        """Wait (``timeout_s`` at most) for what follows the applications' COMMITs seen by
+        now (part two of their enqueues: :meth:`AfterCommit.settle`), so that a consumer
+        of this process run next finds their items."""
+        self.after_commit.settle(timeout_s)
+
     def read_settled(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """``keys``' values once every commit in flight that writes one of them has ended.
 
