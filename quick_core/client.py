@@ -636,26 +636,21 @@ class Quick:
                 one_at_a_time=one_at_a_time,
             )
 
-        if native_sql(self.kv) is not None:  # zones=sql: the native statements in it
-            sql_on = getattr(self.kv, "sql_on", None)
-            if sql_on is None:
-                raise UnsupportedByStore(
-                    "enqueue in the application's own transaction",
-                    "caller_transactions",
-                    type(self.items).__name__,
-                    "not built for zones=sql on this store yet: open it without zones=sql",
-                )
-            with sql_on(connection) as native:
-                return enqueue_in(cast(KVTransaction, native))
-        join = getattr(self.kv, "transaction_on", None)
+        # zones=sql: the native statements in the application's transaction; else a KV
+        # transaction joined to it.
+        native = native_sql(self.kv) is not None
+        join = getattr(self.kv, "sql_on" if native else "transaction_on", None)
         if join is None:
             raise UnsupportedByStore(
                 "enqueue in the application's own transaction",
-                "transaction_on",
+                "sql_on" if native else "transaction_on",
                 type(self.kv).__name__,
                 "open the store with sqlite:///path (the file holding the application's"
                 " tables) or postgresql://... (the database holding them)",
             )
+        if native:
+            with join(connection) as native_tr:
+                return enqueue_in(cast(KVTransaction, native_tr))
         for attempt in range(1, IN_PLACE_RETRIES + 1):
             tr: KVTransaction | None = None
             try:

@@ -11,6 +11,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -47,6 +48,25 @@ def url(request: pytest.FixtureRequest) -> str:
 @pytest.fixture()
 def kv_url() -> str:
     return _kv_url()
+
+
+@dataclass
+class Native:
+    """A zones=sql store whose "job" handler records each item's tenant in ``ran``."""
+
+    q: Quick
+    url: str
+    ran: list[str]
+
+
+@pytest.fixture()
+def native() -> Iterator[Native]:
+    url = _kv_url() + "&zones=sql"
+    q = Quick.open(url)
+    ran: list[str] = []
+    q.job("job")(lambda payload, ctx: ran.append(payload["tenant"]))
+    yield Native(q, url, ran)
+    q.close()
 
 
 @pytest.fixture()
@@ -164,32 +184,26 @@ def test_pointer_collection_never_drops_the_pointer_of_a_zone_an_enqueue_commits
 
 
 def test_a_consumer_collecting_a_pointer_an_open_request_holds_neither_waits_nor_drops_it(
-    kv_url: str,
+    native: Native,
 ) -> None:
     """zones=sql: the zone's pointer is due, its zone empty, and the consumer collects
     pointers of zones empty for 0 s, while an application's transaction that enqueued
     into the zone is open: the consumer must neither wait for that COMMIT nor delete the
     pointer (the item would wait with none), and the item runs once committed. (The KV
     layout's collection waits for the COMMIT: the test above.)"""
-    url = kv_url + "&zones=sql"
-    q = Quick.open(url)
-    ran: list[str] = []
-    q.job("job")(lambda payload, ctx: ran.append(payload["tenant"]))
+    q, ran = native.q, native.ran
+    zone = ZoneId("shop", "z")
+    q.enqueue("job", {"tenant": "first"}, app="shop", tenant="z")
+    assert q.run_until_idle(ConsumerConfig(in_order=True, min_inactive_s=3600)) == 1
+    held = OpenRequest(q, native.url, "z")
+    q.toplevel.pull_pointer_earlier(zone, int(time.time() * 1000))  # due now
+    collecting = ConsumerConfig(in_order=True, min_inactive_s=0.0)
     try:
-        zone = ZoneId("shop", "z")
-        q.enqueue("job", {"tenant": "first"}, app="shop", tenant="z")
-        assert q.run_until_idle(ConsumerConfig(in_order=True, min_inactive_s=3600)) == 1
-        held = OpenRequest(q, url, "z")
-        q.toplevel.pull_pointer_earlier(zone, int(time.time() * 1000))  # due now
-        collecting = ConsumerConfig(in_order=True, min_inactive_s=0.0)
-        try:
-            assert returns_within(5, lambda: q.run_until_idle(collecting)) == 0
-            assert q.toplevel.get_pointer(zone) is not None
-        finally:
-            held.commit()
-        assert wait_for(lambda: q.run_until_idle(collecting) >= 0 and len(ran) == 2, 20), ran
+        assert returns_within(5, lambda: q.run_until_idle(collecting)) == 0
+        assert q.toplevel.get_pointer(zone) is not None
     finally:
-        q.close()
+        held.commit()
+    assert wait_for(lambda: q.run_until_idle(collecting) >= 0 and len(ran) == 2, 20), ran
 
 
 def test_an_open_application_transaction_holds_up_no_consumer_of_its_own_zone(
@@ -374,29 +388,23 @@ def _sql_url(kv_url: str) -> str:
 
 
 def test_part_two_sees_the_pointer_a_native_visit_committing_meanwhile_moved(
-    kv_url: str,
+    native: Native,
 ) -> None:
     """zones=sql: as the KV test above. A visit that read the zone before the request's
     COMMIT requeues the pointer past the new item and commits after that COMMIT; part
     two, after the COMMIT, waits for the visit's lock on the pointer and then pulls it
     back to the item."""
-    url = _sql_url(kv_url)
-    q = Quick.open(url)
-    ran: list[str] = []
-    q.job("job")(lambda payload, ctx: ran.append(payload["tenant"]))
-    try:
-        zone = ZoneId("shop", "z")
-        q.enqueue("job", {"tenant": "earlier"}, app="shop", tenant="z")
-        held = OpenRequest(q, url, "z")
-        visit = _native_visit_requeues_later(q, zone)
+    q = native.q
+    zone = ZoneId("shop", "z")
+    q.enqueue("job", {"tenant": "earlier"}, app="shop", tenant="z")
+    held = OpenRequest(q, native.url, "z")
+    visit = _native_visit_requeues_later(q, zone)
+    next(visit)
+    held.commit()
+    time.sleep(0.5)  # part two waits for the visit meanwhile
+    with contextlib.suppress(StopIteration):
         next(visit)
-        held.commit()
-        time.sleep(0.5)  # part two waits for the visit meanwhile
-        with contextlib.suppress(StopIteration):
-            next(visit)
-        _pulled_back_and_run(q, zone, ran)
-    finally:
-        q.close()
+    _pulled_back_and_run(q, zone, native.ran)
 
 
 def test_close_waits_for_a_native_part_two_under_way(kv_url: str) -> None:
