@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 import psycopg
 
 from quickzones.backends.postgres.errors import translate
+from quickzones.backends.postgres.native_session import WireSession
 from quickzones.store.sql.connections import SQLConnections, SQLTransaction
 
 if TYPE_CHECKING:
@@ -55,10 +56,11 @@ class NativeTransactions:
                 # Pipelined: BEGIN goes with the block's first statement and COMMIT with
                 # its last writes, each batch in one round trip (a statement's result is
                 # waited for only when the block reads it).
-                with conn.pipeline():
-                    conn.execute("BEGIN")
-                    yield conn
-                    conn.execute("COMMIT")
+                session = WireSession(conn)
+                session.execute("BEGIN")
+                yield session
+                session.execute("COMMIT")
+                session.flush()
             except BaseException:
                 idle = psycopg.pq.TransactionStatus.IDLE
                 if not conn.closed and conn.info.transaction_status != idle:
@@ -119,7 +121,9 @@ class NativeTransactions:
         """A connection outside any transaction: each statement reads a snapshot of its own."""
         conn = self._acquire()
         try:
-            yield conn
+            session = WireSession(conn)
+            yield session
+            session.flush()  # writes whose answer the block did not read
         except psycopg.Error as err:
             raise translate(err, "sql read", self.shown) from err
         finally:

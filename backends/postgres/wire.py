@@ -178,12 +178,17 @@ class Rows:
 
     def __init__(self, result: pq.abc.PGresult | None, failed: bool = False) -> None:
         self.failed = failed
+        # Each column's type oid, and how many rows the statement wrote or returned.
+        self.types: list[int] = []
+        self.rowcount = 0
         if result is None:  # a statement skipped after an error, or one without rows
             self._rows: list[tuple[Any, ...]] = []
             return
         get = result.get_value
         columns = range(result.nfields)
         self._rows = [tuple(get(r, c) for c in columns) for r in range(result.ntuples)]
+        self.types = [result.ftype(c) for c in columns]
+        self.rowcount = result.command_tuples or 0
 
     def fetchone(self) -> tuple[Any, ...] | None:
         return self._rows[0] if self._rows else None

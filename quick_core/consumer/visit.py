@@ -366,9 +366,8 @@ class ZoneVisitor:
             # time (the requeue never vests it before now), and no later enqueue can need
             # it sooner, so no read, and no read conflict, is needed (paper Algorithm 2's
             # requeue, from what the dequeue read in this visit).
-            earliest = left.vested_ms
-            if earliest is None:
-                earliest = zones.min_vesting_ms(zone, tr=t)
+            # The same where the dequeue's read told the zone's next vesting time.
+            earliest = left.earliest(lambda: zones.min_vesting_ms(zone, tr=t))
             if earliest is None or not_before is None:
                 return earliest
             return max(earliest, not_before)  # a rate-limited app waits for its next window

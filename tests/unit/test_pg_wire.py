@@ -296,3 +296,37 @@ def test_a_prepared_statement_lost_before_the_commit_fails_retryably(
     assert getattr(failure, "code", None) == NOT_COMMITTED and failure.retryable
     assert not preparing.on
     assert conn.execute("SELECT count(*) FROM t").fetchone() == (1,)  # only the first
+
+
+def test_native_statements_keep_psycopgs_notation_and_python_values() -> None:
+    """The native zones' statements go through ``native_session`` as psycopg would run
+    them: named and positional parameters (a name used twice is one parameter), ``%%``
+    a literal percent, each value back as psycopg reads it, a write's row count, and an
+    error raised by the result that reads it, nothing sent before a read."""
+    import psycopg
+
+    from quickzones.backends.postgres import wire
+    from quickzones.backends.postgres.native_session import WireSession
+
+    server = postgres_store_url().split("?")[0]
+    with psycopg.connect(server, autocommit=True, prepare_threshold=None) as conn:
+        wire.enroll(conn, wire.Preparing(True, "test"))
+        s = WireSession(conn)
+        s.execute("BEGIN")
+        s.execute("CREATE TEMP TABLE t (k text, n bigint, b bytea, f boolean)")
+        s.execute(
+            "INSERT INTO t VALUES (%(k)s, %(n)s, %(b)s, %(f)s), (%(k)s || 'x', NULL, NULL, NULL)",
+            {"k": "a%", "n": 1 << 40, "b": b"\x00\xff", "f": True},
+        )
+        changed = s.execute("UPDATE t SET n = n + %s WHERE k LIKE 'a%%'", (1,))
+        assert s._queued  # nothing sent yet
+        assert changed.rowcount == 2
+        rows = s.execute(
+            "SELECT k, n, b, f, 7, 'txt', count(*) OVER () FROM t ORDER BY k"
+        ).fetchall()
+        assert rows == [("a%", (1 << 40) + 1, b"\x00\xff", True, 7, "txt", 2),
+                        ("a%x", None, None, None, 7, "txt", 2)]  # fmt: skip
+        failing = s.execute("SELECT 1 / %(zero)s", {"zero": 0})
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            failing.fetchone()
+        conn.execute("ROLLBACK")

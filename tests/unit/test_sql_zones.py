@@ -170,6 +170,33 @@ def test_a_drained_zone_loses_its_pointer_and_gets_a_new_one(sq: Any) -> None:
     assert ran == ["one", "two"]
 
 
+@pytest.mark.parametrize(
+    ("later", "expected_s"),
+    [
+        ([(10, 0)], 10),  # an item due before the lease of the one that ran ends
+        ([(40, 0)], 30),  # the lease's end first (the item may need running again)
+        ([(40, 0), (15, 5)], 15),  # the earliest of every priority
+        ([], 30),
+    ],
+)
+def test_a_visit_requeues_the_pointer_at_the_zones_next_vesting_time(
+    sq: Any, later: list[tuple[int, int]], expected_s: int
+) -> None:
+    """After a visit, a zone's pointer vests when the zone next needs one: the earliest of
+    its other items' vesting times and the lease of what the visit took, in every
+    priority; never later (an item waits past its time) and never sooner (a visit that
+    finds nothing)."""
+    q, clock = sq
+    q.job("job")(lambda payload, ctx: None)
+    q.enqueue("job", "now", app="a", tenant="t")
+    for delay, priority in later:
+        q.enqueue("job", f"in {delay}", app="a", tenant="t", delay=delay, priority=priority)
+    start = int(clock.now() * 1000)
+    assert q.run_until_idle(ConsumerConfig(in_order=True, item_lease_s=30)) == 1
+    pointer = q.toplevel.get_pointer(q.zone("a", "t"))
+    assert pointer is not None and pointer.vesting_ms == start + expected_s * 1000
+
+
 def test_an_enqueue_pulls_an_idle_pointer_earlier(sq: Any) -> None:
     q, clock = sq
     q.enqueue("job", "later", app="a", tenant="t", delay=60)

@@ -65,8 +65,13 @@ class Statements:
     items_of_zone: str
     # Vested items in the zone's order (priority, vesting time, enqueue order), at most n.
     vested: str
-    # Unleased items vesting after :now and by :upto (a look-ahead dequeue's), in order.
-    ahead: str
+    # A dequeue's one read (one round trip): rows of part 0, the vested items in order (at
+    # most :n + 1: one more says a vested item is left); part 1, where those leave room,
+    # the unleased items vesting after :now and by :upto, in order; part 2, one row, where
+    # part 0 read every vested item and part 1 read none, the earliest vesting time after
+    # :now of the zone's items (a loose index scan, as min_vesting), so that the requeue
+    # of the same visit reads the zone no more. Columns: part, id, record, vesting_ms.
+    dequeue_read: str
     # An item's new state, written only where its row still holds the record read.
     update_item: str
     delete_item: str
@@ -254,11 +259,6 @@ def _sqlite(root: str, namespace: str) -> Statements:
             f"SELECT id, record FROM {i} WHERE zone = :zone AND vesting_ms <= :upto"
             " ORDER BY priority, vesting_ms, seq LIMIT :n"
         ),
-        ahead=(
-            f"SELECT id, record FROM {i} WHERE zone = :zone AND vesting_ms > :now"
-            " AND vesting_ms <= :upto AND lease_id IS NULL"
-            " ORDER BY priority, vesting_ms, seq LIMIT :n"
-        ),
         update_item=(
             f"UPDATE {i} SET vesting_ms = :vesting_ms, lease_id = :lease_id, record = :record"
             " WHERE zone = :zone AND id = :id AND record = :was"
@@ -278,6 +278,30 @@ def _sqlite(root: str, namespace: str) -> Statements:
             " ORDER BY priority, vesting_ms LIMIT 1) FROM firsts"
             " WHERE firsts.priority IS NOT NULL)"
             " SELECT min(vesting_ms) FROM firsts"
+        ),
+        dequeue_read=(
+            "WITH RECURSIVE v AS (SELECT id, record, priority, vesting_ms, seq"
+            f" FROM {i} WHERE zone = :zone AND vesting_ms <= :now"
+            " ORDER BY priority, vesting_ms, seq LIMIT :n + 1),"
+            " a AS (SELECT id, record, priority, vesting_ms, seq"
+            f" FROM {i} WHERE zone = :zone AND vesting_ms > :now AND vesting_ms <= :upto"
+            " AND lease_id IS NULL ORDER BY priority, vesting_ms, seq"
+            " LIMIT CASE WHEN (SELECT count(*) FROM v) > :n THEN 0"
+            " ELSE :n - (SELECT count(*) FROM v) END),"
+            " ps(priority) AS ("
+            f" SELECT * FROM (SELECT priority FROM {i} WHERE zone = :zone"
+            " AND (SELECT count(*) FROM v) <= :n AND NOT EXISTS (SELECT 1 FROM a)"
+            " ORDER BY priority LIMIT 1) AS head"
+            f" UNION ALL SELECT (SELECT priority FROM {i} WHERE zone = :zone"
+            " AND priority > ps.priority ORDER BY priority LIMIT 1) FROM ps"
+            " WHERE ps.priority IS NOT NULL),"
+            f" firsts(vesting_ms) AS (SELECT (SELECT vesting_ms FROM {i} WHERE zone = :zone"
+            " AND priority = ps.priority AND vesting_ms > :now ORDER BY vesting_ms LIMIT 1)"
+            " FROM ps WHERE ps.priority IS NOT NULL)"
+            " SELECT 0 AS part, id, record, priority, vesting_ms, seq FROM v"
+            " UNION ALL SELECT 1, id, record, priority, vesting_ms, seq FROM a"
+            " UNION ALL SELECT 2, NULL, NULL, NULL, min(vesting_ms), NULL FROM firsts"
+            " ORDER BY part, priority, vesting_ms, seq"
         ),
         any_item=f"SELECT 1 FROM {i} WHERE zone = :zone LIMIT 1",
         count=f"SELECT count(*) FROM {i} WHERE zone = :zone",

@@ -82,6 +82,35 @@ class _Decided:
         return [CorruptItem(item_id, reason) for item_id, _, reason in self.corrupt]
 
 
+@dataclass(slots=True)
+class _ToTake:
+    """A dequeue's read (:meth:`SQLZoneStore._read_to_take`): the rows it may take (id,
+    record, vesting time), whether a vested one is left beyond them, and, where
+    ``known``, the earliest vesting time of the zone's other items (None: none)."""
+
+    rows: list[tuple[Any, Any, int]]
+    more: bool
+    later: int | None
+    known: bool
+
+    def tell(self, left: Left, now: int, decided: _Decided, leased: list[WorkItem]) -> None:
+        """Fill ``left`` with what this read saw of the zone once ``leased`` are written:
+        a vested item left, or the zone's next vesting time (each leased item's lease end,
+        every row not leased as read, the items after ``now``), unless a lease was not
+        written (its row changed since the read: its vesting time is not known here)."""
+        left.vested_ms = now if self.more else None
+        left.next_known = self.known and len(leased) == len(decided.grants)
+        if not left.next_known:
+            left.next_ms = None
+            return
+        taken = {item.item_id for item in leased}
+        times = [item.vesting_ms for item in leased]
+        times += [int(vesting) for item_id, _, vesting in self.rows if str(item_id) not in taken]
+        if self.later is not None:
+            times.append(int(self.later))
+        left.next_ms = min(times, default=None)
+
+
 class SQLZoneStore:
     """Zones in the native SQL items table; pointers in :class:`SQLTopLevelQueue`."""
 
@@ -427,39 +456,47 @@ class SQLZoneStore:
             raise ValueError(f"horizon_ms must be at least 0, not {horizon_ms}")
         now = now_ms(self.clock)
         if isinstance(tr, SQLTransaction):
-            rows = self._vested_rows(tr.conn, zone, max_items, now, horizon_ms, left)
-            decided = self._decide(rows, now, max_items, lease_ms, accept, resolve, start_now,
-                                   budget)  # fmt: skip
+            read = self._read_to_take(tr.conn, zone, max_items, now, horizon_ms)
+            decided = self._decide(read.rows, now, max_items, lease_ms, accept, resolve,
+                                   start_now, budget)  # fmt: skip
             leased = self._write_leases(zone, decided.grants, tr.conn)
+            if left is not None:
+                read.tell(left, now, decided, leased)
             tr.after_commit(lambda: self._finish(zone, decided))
             return leased, decided.corrupt_items
         with self.sql.sql_read() as c:
-            rows = self._vested_rows(c, zone, max_items, now, horizon_ms, left)
-        decided = self._decide(rows, now, max_items, lease_ms, accept, resolve, start_now,
+            read = self._read_to_take(c, zone, max_items, now, horizon_ms)
+        decided = self._decide(read.rows, now, max_items, lease_ms, accept, resolve, start_now,
                                budget)  # fmt: skip
         leased = self._write_leases(zone, decided.grants)
         self._finish(zone, decided)
         return leased, decided.corrupt_items
 
-    def _vested_rows(
-        self, c: Any, zone: ZoneId, max_items: int, now: int, horizon_ms: int, left: Left | None
-    ) -> list[tuple[Any, Any]]:
-        """The vested rows a dequeue may take (one more is read: in a zone with a backlog
-        it tells the requeue the zone's next vesting time, ``left``), then, with a
-        horizon and room, the unleased ones due within it."""
-        args = {"zone": zone_key(zone), "upto": now, "n": max_items + 1}
-        rows: list[tuple[Any, Any]] = list(c.execute(self.q.vested, args).fetchall())
-        if left is not None:
-            left.vested_ms = now if len(rows) > max_items else None
-        rows = rows[:max_items]
-        if horizon_ms and len(rows) < max_items:
-            more = {**args, "now": now, "upto": now + horizon_ms, "n": max_items - len(rows)}
-            rows += c.execute(self.q.ahead, more).fetchall()
-        return rows
+    def _read_to_take(
+        self, c: Any, zone: ZoneId, max_items: int, now: int, horizon_ms: int
+    ) -> _ToTake:
+        """The rows a dequeue may take, in one statement (``dequeue_read``): the vested
+        ones (one more is read: in a zone with a backlog it tells the requeue the zone's
+        next vesting time), then, with a horizon and room, the unleased ones due within
+        it; and where it read every vested row and none ahead, the zone's next vesting
+        time after ``now``."""
+        args = {"zone": zone_key(zone), "now": now, "upto": now + horizon_ms, "n": max_items}
+        vested: list[tuple[Any, Any, int]] = []
+        ahead: list[tuple[Any, Any, int]] = []
+        later = None
+        for part, item_id, record, _, vesting, _ in c.execute(self.q.dequeue_read, args):
+            if part == 0:
+                vested.append((item_id, record, vesting))
+            elif part == 1:
+                ahead.append((item_id, record, vesting))
+            else:
+                later = vesting
+        more = len(vested) > max_items
+        return _ToTake(vested[:max_items] + ahead, more, later, known=not more and not ahead)
 
     def _decide(
         self,
-        rows: list[tuple[Any, Any]],
+        rows: list[tuple[Any, Any, int]],
         now: int,
         max_items: int,
         lease_ms: int,
@@ -472,7 +509,7 @@ class SQLZoneStore:
         (expired or corrupt), or nothing (refused by ``accept``, past the budget)."""
         decided = _Decided()
         starting = max_items if start_now is None else start_now
-        for item_id, stored in rows:
+        for item_id, stored, _ in rows:
             raw = bytes(stored)
             try:
                 item = decode_item(str(item_id).encode(), raw)

@@ -52,9 +52,22 @@ class Left:
     """What a dequeue saw left in its zone (filled by each try of it): ``vested_ms``, the
     vesting time of a vested item it read and did not take, None when it saw none. The
     pointer's requeue in the same visit then vests the pointer now without reading the
-    zone's order index again (a zone with a vested item has its next vesting time now)."""
+    zone's order index again (a zone with a vested item has its next vesting time now).
+    ``next_known``: the dequeue could tell, from what it read, the zone's next vesting
+    time once its leases are written (``next_ms``, None where the zone is then empty), so
+    that the requeue reads nothing either (the native SQL zones' one-statement read)."""
 
     vested_ms: int | None = None
+    next_ms: int | None = None
+    next_known: bool = False
+
+    def earliest(self, read: Callable[[], int | None]) -> int | None:
+        """The zone's next vesting time after the dequeue: what it saw, else ``read()``."""
+        if self.vested_ms is not None:
+            return self.vested_ms
+        if self.next_known:
+            return self.next_ms
+        return read()
 
 
 class ZoneDequeue(ZoneLeases, ZoneReads, ZoneDeadLetters):
