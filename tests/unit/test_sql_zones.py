@@ -568,6 +568,39 @@ def test_enqueue_on_commits_with_the_applications_rows_on_postgres(tmp_path: Pat
         q.close()
 
 
+def test_an_item_of_a_long_serializable_transaction_runs_once_it_commits(tmp_path: Path) -> None:
+    """A scan reads pointers from a floor just below the earliest it last saw (so that it
+    does not walk the row versions a held snapshot keeps), and a pointer made inside an
+    application's SERIALIZABLE transaction that stays open longer becomes visible below
+    it: the scan that reads the whole shard, at most ``FULL_SCAN_MS`` later, finds it."""
+    import psycopg
+
+    from quickzones.store.sql.toplevel import FULL_SCAN_MS
+
+    clock = ManualClock()
+    url = _url("postgres", tmp_path)
+    q = Quick.open(url, clock=clock)
+    ran: list[Any] = []
+    q.job("ship")(lambda payload, ctx: ran.append(payload))
+    config = ConsumerConfig(in_order=True)
+    app = psycopg.connect(url.split("?")[0])
+    try:
+        app.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+        app.execute("SELECT 1")  # the snapshot: no pointer of the zone in it
+        q.enqueue_on(app, "ship", {"order": 1}, app="shop", tenant="t")
+        clock.advance(10)  # the request goes on for 10 s; meanwhile a scan sets its floor
+        q.enqueue("ship", {"order": 0}, app="shop", tenant="other")
+        assert q.run_until_idle(config) == 1
+        app.commit()
+        q.run_until_idle(config)
+        clock.advance(FULL_SCAN_MS / 1000)
+        q.run_until_idle(config)
+        assert ran == [{"order": 0}, {"order": 1}]
+    finally:
+        app.close()
+        q.close()
+
+
 @pytest.mark.parametrize("store", STORES)
 def test_processes_opening_a_new_store_at_once_all_open_it(tmp_path: Path, store: str) -> None:
     """Web processes starting together each open the new store: its native tables are
