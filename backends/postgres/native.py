@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 
+from quickzones.backends.postgres import wire
 from quickzones.backends.postgres.errors import translate
 from quickzones.backends.postgres.native_session import WireSession
 from quickzones.store.sql.connections import SQLConnections, SQLTransaction
@@ -101,15 +102,25 @@ class NativeTransactions:
 
         joined = join(self, connection)
         during = "enqueue into the application's transaction"
-        tr = SQLTransaction(_Unprepared(joined.conn), cast("SQLConnections", self))
+        # Unprepared either way: an application's session is its own (and behind a pooler
+        # its next transaction may run on another); through wire.py where the connection
+        # allows it, for the binary parameters and one write a round trip.
+        session = WireSession(joined.conn) if wire.usable(joined.conn) else None
+        tr = SQLTransaction(
+            _Unprepared(joined.conn) if session is None else session, cast("SQLConnections", self)
+        )
         try:
             yield tr
+            if session is not None:
+                session.flush()
             work = tr.take_after()
             if not work:
                 return
             xid = tr.app_txid
             if xid is None:
-                row = joined.conn.execute("SELECT pg_current_xact_id()::text").fetchone()
+                row = joined.conn.execute(
+                    "SELECT pg_current_xact_id()::text", prepare=False
+                ).fetchone()
                 xid = str(row[0]) if row is not None else None
         except psycopg.Error as err:
             raise translate(err, during, self.shown) from err
