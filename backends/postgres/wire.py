@@ -53,6 +53,11 @@ log = logging.getLogger("quick.postgres")
 # A prepared statement this server session does not know (26000), or a name it has already
 # (42P05): the connection reaches another session than the one it prepared on (a pooler).
 LOST_PREPARED = frozenset({"26000", "42P05"})
+# A statement of more parameters goes unprepared: the native zones' batches (a dequeue's
+# leases, a flush of completions, a round of part twos) are a statement per batch size,
+# and each size prepared on every connection would be kept by the server for the
+# connection's life; a big batch's planning is shared by its rows anyway.
+PREPARED_PARAMS_MAX = 32
 
 
 class Preparing:
@@ -250,7 +255,7 @@ def exchange(
                     continue
                 values = [p[1] for p in params]
                 formats = [p[2] for p in params]
-                if names is None:
+                if names is None or len(params) > PREPARED_PARAMS_MAX:
                     fresh.append(None)
                     pgconn.send_query_params(
                         sql, values, [p[0] for p in params], formats, 1 if binary else 0

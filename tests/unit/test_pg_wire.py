@@ -330,3 +330,25 @@ def test_native_statements_keep_psycopgs_notation_and_python_values() -> None:
         with pytest.raises(psycopg.errors.DivisionByZero):
             failing.fetchone()
         conn.execute("ROLLBACK")
+
+
+def test_only_statements_of_few_parameters_are_kept_prepared() -> None:
+    """A store's own connection prepares a statement once, but not one of more than
+    ``PREPARED_PARAMS_MAX`` parameters: the native zones' batches are a statement per batch
+    size, each kept by the server for the connection's life if prepared."""
+    import psycopg
+
+    from quickzones.backends.postgres import wire
+    from quickzones.backends.postgres.native_session import WireSession
+
+    server = postgres_store_url().split("?")[0]
+    with psycopg.connect(server, autocommit=True, prepare_threshold=None) as conn:
+        wire.enroll(conn, wire.Preparing(True, "test"))
+        s = WireSession(conn)
+        for n in (1, 2, wire.PREPARED_PARAMS_MAX, wire.PREPARED_PARAMS_MAX + 1, 200):
+            args = {f"p{k}": k for k in range(n)}
+            sql = "SELECT " + " + ".join(f"%(p{k})s" for k in range(n))
+            for _ in range(2):
+                assert s.execute(sql, args).fetchone() == (sum(range(n)),)
+        kept = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
+        assert kept == (3,)
