@@ -181,6 +181,7 @@ class Manager:
             dequeued=dequeued,
             # Workers take what is handed out; what waits for one is leased held.
             start_now=None if hand_out is None else self.in_flight.startable,
+            taking=None if hand_out is None else self.in_flight.taking,
         )
 
     def paused(self, zone: ZoneId) -> PauseSet | None:

@@ -178,6 +178,17 @@ class InFlight:
             if claim.left:
                 self.freed()
 
+    def taking(self, items: int) -> None:
+        """The visit this thread makes will hand out at most ``items`` more (its
+        transaction read them and commits next): what its claim holds beyond them is
+        free again at once."""
+        with self.lock:
+            claim = self._claims.get(threading.get_ident())
+            if claim is None or claim.left <= items:
+                return
+            claim.room = claim.taken + items
+        self.freed()
+
     def startable(self) -> int:
         """Workers free to start an item now, less what other visits in progress claimed:
         how many items this thread's visit may lease to start at once (their runs counted

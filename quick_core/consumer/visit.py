@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from quickzones.clock import Clock, now_ms
@@ -53,6 +54,11 @@ def visit_key(ref: PointerRef) -> Key:
 
 class _NothingLeased(Exception):
     """Leaves a one-transaction visit uncommitted: it leased no pointer."""
+
+
+def _plus(told: Callable[[int], None], before: int, items: int) -> None:
+    """Tell ``told`` of ``items`` more than the ``before`` taken already."""
+    told(before + items)
 
 
 def _forget(visits: Sequence[ZoneVisit]) -> None:
@@ -183,7 +189,6 @@ class ZoneVisitor:
         an enqueue into one of them, which the second try sees; a lone zone's conflict is
         more likely another consumer's visit, which the three transactions' small pointer
         lease loses to quickly, or wins), or an app with dispatch limits."""
-        budget = None if capacity is None else capacity()
         idle = None if rules.start_now is None else rules.start_now()
         failed: list[str] = []
 
@@ -192,26 +197,38 @@ class ZoneVisitor:
             # Its items start without waiting for the server's log flush: a crash of the
             # server undoes the leases, and the items run again (kv.relax_durability).
             relax_durability(tr)
-            left, starting = budget, idle
+            # Read each try: a try that read its zones gave back the room beyond what it
+            # leased (rules.taking), and a retry takes no more than is still claimed.
+            left, starting = None if capacity is None else capacity(), idle
             spent = self.budget()  # one for the batch's zones: one transaction
             for v in visits:
                 v.clear()
             self.read_ahead.before(cluster, visits, tr)
-            for v in visits:
+            taken = 0
+            for n, v in enumerate(visits):
                 room = v.room if left is None else min(v.room, left)
                 if room <= 0 or spent.reached:
                     break  # not leased: vested for the next scan
+                # The last zone's dequeue tells what the whole visit takes as soon as it
+                # decided, before it writes (dequeue.Left.taking).
+                taking = rules.taking if n == len(visits) - 1 else None
                 try:
-                    self._visit_zone(cluster, v, room, rules, tr, spent, left, starting)
+                    self._visit_zone(
+                        cluster, v, room, rules, tr, spent, left, starting,
+                        taking=None if taking is None else partial(_plus, taking, taken),
+                    )  # fmt: skip
                 except ZoneLeaseFailed as err:
                     failed.append(err.reason)
                     continue
+                taken += len(v.items)
                 if left is not None:
                     left -= len(v.items)
                 if starting is not None:
                     starting = max(0, starting - len(v.items))
             if all(v.pointer is None for v in visits):
                 raise _NothingLeased  # nothing to commit
+            if rules.taking is not None:
+                rules.taking(taken)
 
         try:
             for tries_left in range(1 if len(visits) > 1 else 0, -1, -1):
@@ -270,6 +287,8 @@ class ZoneVisitor:
         budget: TransactionBudget,
         free: int | None = None,
         starting: int | None = None,
+        *,
+        taking: Callable[[int], None] | None = None,
     ) -> None:
         """Lease ``v``'s pointer, dequeue up to ``room`` items (a weighted zone: its
         weight times ``v.room``, at most ``free``; at most what ``budget`` leaves the
@@ -277,7 +296,8 @@ class ZoneVisitor:
         in its own transaction. Raises
         ZoneLeaseFailed (nothing written); inside ``tr``, also the errors that write the
         transaction off. ``starting``: how many of its items start at once (the rest are
-        leased held); None: all."""
+        leased held); None: all. ``taking``: told how many it leases, where its store
+        can tell before its writes (dequeue.Left.taking)."""
         top, zones = cluster.toplevel, cluster.zones
         ahead: dict[str, Any] = {"horizon_ms": rules.horizon_ms} if rules.horizon_ms else {}
         inside: dict[str, Any] = {} if tr is None else {"tr": tr}
@@ -285,7 +305,7 @@ class ZoneVisitor:
         # the transaction's budget; another store's dequeue is its own.
         # They also say what the dequeue left (dequeue.Left): the requeue's next vesting
         # time when a vested item is left, without a second read of the zone's order.
-        left = Left()
+        left = Left(taking=taking)
         bounded: dict[str, Any] = (
             {"budget": budget, "left": left} if zones.capabilities.one_transaction_visits else {}
         )

@@ -131,6 +131,12 @@ class VisitRules:
     # read as it starts: what a zone gives beyond them is leased held (WorkItem.held, no
     # run counted until it starts). None: every item starts at once.
     start_now: Callable[[], int] | None = None
+    # Told, in a one-transaction visit, how many items the transaction leased, once its
+    # reads are done and before it commits: the room claimed for the visit beyond them
+    # is free to other visits at once. A visit may claim more than the free workers
+    # (dequeue_max), so keeping it all to the commit held every other zone's visit
+    # behind a slow one. None: nobody is told.
+    taking: Callable[[int], None] | None = None
 
     @classmethod
     def of(cls, config: ConsumerConfig, **options: Any) -> VisitRules:

@@ -459,6 +459,8 @@ class SQLZoneStore:
             read = self._read_to_take(tr.conn, zone, max_items, now, horizon_ms)
             decided = self._decide(read.rows, now, max_items, lease_ms, accept, resolve,
                                    start_now, budget)  # fmt: skip
+            if left is not None and left.taking is not None:
+                left.taking(len(decided.grants))
             leased = self._write_leases(zone, decided.grants, tr.conn)
             if left is not None:
                 read.tell(left, now, decided, leased)

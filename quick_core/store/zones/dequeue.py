@@ -55,11 +55,15 @@ class Left:
     zone's order index again (a zone with a vested item has its next vesting time now).
     ``next_known``: the dequeue could tell, from what it read, the zone's next vesting
     time once its leases are written (``next_ms``, None where the zone is then empty), so
-    that the requeue reads nothing either (the native SQL zones' one-statement read)."""
+    that the requeue reads nothing either (the native SQL zones' one-statement read).
+    ``taking``, where the visit set it: told how many items the dequeue leases once it
+    decided, before it writes them (a store whose writes wait on the server: the native
+    SQL zones), so the consumer frees the room it kept for more at once."""
 
     vested_ms: int | None = None
     next_ms: int | None = None
     next_known: bool = False
+    taking: Callable[[int], None] | None = None
 
     def earliest(self, read: Callable[[], int | None]) -> int | None:
         """The zone's next vesting time after the dequeue: what it saw, else ``read()``."""
