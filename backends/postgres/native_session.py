@@ -171,6 +171,7 @@ class WireSession:
     to be sent until one's rows are read, or :meth:`flush`, then go in one round trip."""
 
     __slots__ = ("_queued", "conn")
+    sends_later = True  # SQLTransaction.sends_later
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn

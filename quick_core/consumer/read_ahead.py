@@ -26,9 +26,21 @@ class VisitReadAhead:
     def __init__(self) -> None:
         self._zones: dict[tuple[str, int, str], ZoneId] = {}
 
-    def before(self, cluster: Cluster, visits: Sequence[ZoneVisit], tr: KVTransaction) -> None:
-        """Send ``visits``' first reads in ``tr`` at once, where its store can."""
+    def before(
+        self,
+        cluster: Cluster,
+        visits: Sequence[ZoneVisit],
+        tr: KVTransaction,
+        *,
+        room: int | None = None,
+        horizon_ms: int = 0,
+    ) -> None:
+        """Send ``visits``' first reads in ``tr`` at once, where its store can: with the
+        native SQL zones, each pointer's read and lock, then, for a zone visited before,
+        its dequeue's read of up to ``room`` items (None: the visit's room) within
+        ``horizon_ms``."""
         if not reads_ahead(tr):
+            self._send_native(cluster, visits, tr, room, horizon_ms)
             return
         top, first = cluster.toplevel, getattr(cluster.zones, "first_reads", None)
         keys: list[bytes] = []
@@ -39,6 +51,26 @@ class VisitReadAhead:
             if zone is not None and first is not None:
                 ranges += first(zone, v.room)
         read_ahead(tr, keys, ranges)
+
+    def _send_native(
+        self,
+        cluster: Cluster,
+        visits: Sequence[ZoneVisit],
+        tr: KVTransaction,
+        room: int | None,
+        horizon_ms: int,
+    ) -> None:
+        send_lease = getattr(cluster.toplevel, "send_lease_read", None)
+        send_dequeue = getattr(cluster.zones, "send_dequeue_read", None)
+        if send_lease is None or send_dequeue is None:
+            return
+        for v in visits:
+            if not send_lease(v.ref, tr):
+                return  # statements sent at once (SQLite): nothing to gain
+        for v in visits:
+            zone = self._zones.get((v.ref.cluster, v.ref.shard, v.ref.pointer_id))
+            if zone is not None:
+                send_dequeue(zone, v.room if room is None else min(v.room, room), horizon_ms, tr)
 
     def leased(self, ref: PointerRef, zone: ZoneId) -> None:
         """``ref``'s pointer was leased and names ``zone``."""

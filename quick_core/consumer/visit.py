@@ -203,7 +203,7 @@ class ZoneVisitor:
             spent = self.budget()  # one for the batch's zones: one transaction
             for v in visits:
                 v.clear()
-            self.read_ahead.before(cluster, visits, tr)
+            self.read_ahead.before(cluster, visits, tr, room=left, horizon_ms=rules.horizon_ms)
             taken = 0
             for n, v in enumerate(visits):
                 room = v.room if left is None else min(v.room, left)

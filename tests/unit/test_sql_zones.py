@@ -678,3 +678,69 @@ def test_run_until_idle_right_after_an_applications_commit_runs_its_item(tmp_pat
         assert ran == [{"n": n} for n in range(10)]
     finally:
         q.close()
+
+
+@pytest.mark.parametrize("meanwhile", ["cancelled", "leased by id"])
+def test_an_item_changed_while_a_visit_decides_is_never_handed_out(
+    tmp_path: Path, meanwhile: str
+) -> None:
+    """PostgreSQL with zones=sql: a one-transaction visit reads a zone's items, and before
+    its leases are written another process cancels one of them, or leases it by id for a
+    second. The visit hands out only the item it did lease (its leases are sent with its
+    commit and checked once it committed), and the zone's pointer vests no later than
+    any item left in it: not at the lease end the visit counted on for the item it did
+    not get. (On SQLite the visit holds the write lock: nothing commits meanwhile.)"""
+    from quickzones.store.toplevel import PointerRef
+    from quickzones.store.zones.dequeue import Left
+
+    url = _url("postgres", tmp_path)
+    q = Quick.open(url)
+    other = Quick.open(url)
+    zone = q.zone("a", "t")
+    kept = q.enqueue("job", b"kept", app="a", tenant="t")
+    doomed = q.enqueue("job", b"doomed", app="a", tenant="t")
+    later = q.enqueue("job", b"later", app="a", tenant="t", delay=3600)
+    pointer = q.toplevel.get_pointer(zone)
+    assert pointer is not None
+    ref = PointerRef(0, pointer.pointer_id, pointer.vesting_ms, q.toplevel.cluster)
+    cancelled: list[str] = []
+
+    def accept(item: Any) -> bool:
+        if item.item_id == doomed and not cancelled:
+            if meanwhile == "cancelled":  # committed while this visit decides
+                other.cancel("a", "t", doomed)
+            else:
+                other.items.obtain_lease(zone, doomed, 1_000)
+            cancelled.append(doomed)
+        return True
+
+    def visit(tr: Any) -> list[Any]:
+        # As a consumer's visit does: the requeue takes the zone's next vesting time
+        # from what the dequeue read (dequeue.Left), reading the zone only where unknown.
+        stored, leased = q.toplevel.lease_pointer(ref, 1_000, tr=tr)
+        seen = Left()
+        taken, _ = q.items.dequeue(zone, 10, 30_000, accept=accept, tr=tr, left=seen)
+        q.toplevel.requeue_pointer(
+            leased,
+            lambda t: seen.earliest(lambda: q.items.min_vesting_ms(zone, tr=t)),
+            lambda t: q.items.zone_is_empty(t, zone),
+            min_inactive_ms=60_000,
+            active=True,
+            stored=(0, stored),
+            tr=tr,
+        )
+        return taken  # type: ignore[no-any-return]
+
+    try:
+        taken = q.toplevel.run_visit(visit)
+        assert cancelled == [doomed]
+        assert [i.item_id for i in taken] == [kept]
+        assert q.get("a", "t", later) is not None
+        after = q.toplevel.get_pointer(zone)
+        assert after is not None and after.lease_id is None
+        items = [q.get("a", "t", i) for i in (kept, doomed, later)]
+        assert after.vesting_ms <= min(i.vesting_ms for i in items if i is not None)
+        assert (items[1] is None) == (meanwhile == "cancelled")
+    finally:
+        other.close()
+        q.close()

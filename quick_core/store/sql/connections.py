@@ -86,7 +86,7 @@ class SQLTransaction:
     written in a KV transaction, which on SQLite would wait for this transaction's write
     lock) is handed to :meth:`after_commit`."""
 
-    __slots__ = ("_after", "_sql", "app_txid", "conn")
+    __slots__ = ("_after", "_sql", "ahead", "app_txid", "conn")
     # Not a KV transaction: code above the seam that would read KV records inside one
     # reads them in a transaction of their own instead (quickzones.consumer.fetcher).
     native = True
@@ -99,6 +99,15 @@ class SQLTransaction:
         # asked the server for it, for the store to run :meth:`after_commit`'s work once
         # that transaction has committed.
         self.app_txid: str | None = None
+        # Statements a visit sent ahead of the calls that read their answers, by what
+        # they read (:meth:`sends_later`): those calls take them from here.
+        self.ahead: dict[tuple[str, Any], Any] = {}
+
+    def sends_later(self) -> bool:
+        """Whether this transaction's statements wait to be sent until an answer is read
+        (PostgreSQL's native session): a visit then sends its first reads together, one
+        round trip for all of them, where each was a round trip of its own."""
+        return bool(getattr(self.conn, "sends_later", False))
 
     def relax_durability(self) -> None:
         """See :func:`quickzones.store.kv.relax_durability` (a visit's writes)."""

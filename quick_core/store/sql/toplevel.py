@@ -334,6 +334,18 @@ class SQLTopLevelQueue(TopLevelQueue):
         inside.committed()
         return done
 
+    def send_lease_read(self, ref: PointerRef, tr: KVTransaction) -> bool:
+        """Send the read :meth:`lease_pointer` makes of ``ref`` in ``tr`` now, where
+        ``tr`` sends statements later (its answer is read when the lease asks for it);
+        whether it did."""
+        if not isinstance(tr, SQLTransaction) or not tr.sends_later():
+            return False
+        key = {"cluster": self.cluster, "pointer_id": ref.pointer_id}
+        tr.ahead[("pointer", ref.pointer_id)] = tr.conn.execute(
+            self.q.pointer_by_id_for_visit, key
+        )
+        return True
+
     def lease_pointer(
         self,
         ref: PointerRef,
@@ -349,8 +361,9 @@ class SQLTopLevelQueue(TopLevelQueue):
         requeue in the same transaction writes it once (nobody else can see it leased)."""
         c = _conn(tr)
         now = now_ms(self.clock)
+        sent = cast(SQLTransaction, tr).ahead.pop(("pointer", ref.pointer_id), None)
         key = {"cluster": self.cluster, "pointer_id": ref.pointer_id}
-        row = c.execute(self.q.pointer_by_id_for_visit, key).fetchone()
+        row = (sent or c.execute(self.q.pointer_by_id_for_visit, key)).fetchone()
         if row is None:
             raise ZoneLeaseFailed("gone")  # or held by another visit or an enqueue: later
         pointer = _pointer(row)

@@ -111,6 +111,43 @@ class _ToTake:
         left.next_ms = min(times, default=None)
 
 
+@dataclass(slots=True)
+class _SentRead:
+    """A dequeue's read (``dequeue_read``) sent for up to ``n`` items as of ``now``, its
+    answer read by :meth:`take`. Sent ahead by a visit (``send_dequeue_read``), it may
+    have asked for more than the dequeue then takes."""
+
+    now: int
+    n: int
+    horizon_ms: int
+    result: Any
+
+    def fits(self, max_items: int, horizon_ms: int) -> bool:
+        """Whether it read what a dequeue taking up to ``max_items`` reads."""
+        return max_items <= self.n and horizon_ms == self.horizon_ms
+
+    def take(self, max_items: int) -> _ToTake:
+        """The rows a dequeue taking up to ``max_items`` may take, as a read of exactly
+        ``max_items`` would give them. The zone's next vesting time is known only where
+        it read every vested row and none ahead: with more asked for, rows ahead may
+        stand where the exact read found none, and then the earliest later one was not
+        read."""
+        vested: list[tuple[Any, Any, int]] = []
+        ahead: list[tuple[Any, Any, int]] = []
+        later = None
+        for part, item_id, record, _, vesting, _ in self.result:
+            if part == 0:
+                vested.append((item_id, record, vesting))
+            elif part == 1:
+                ahead.append((item_id, record, vesting))
+            else:
+                later = vesting
+        more = len(vested) > max_items
+        known = not more and not ahead
+        ahead = [] if more else ahead[: max_items - len(vested)]
+        return _ToTake(vested[:max_items] + ahead, more, later, known=known)
+
+
 class SQLZoneStore:
     """Zones in the native SQL items table; pointers in :class:`SQLTopLevelQueue`."""
 
@@ -339,17 +376,49 @@ class SQLZoneStore:
         statement (on ``conn``, else its own transaction); the items written, in order."""
         if not grants:
             return []
-        args: dict[str, Any] = {"zone": zone_key(zone)}
-        for k, (item, was) in enumerate(grants):
-            args[f"i{k}"], args[f"v{k}"] = item.item_id, item.vesting_ms
-            args[f"l{k}"], args[f"r{k}"], args[f"w{k}"] = item.lease_id, encode_item(item), was
-        sql = lease_rows(self.q.items_table, self.q.dialect, len(grants))
+        sql, args = self._lease_statement(zone, grants)
         if conn is not None:
             written = {str(i) for (i,) in conn.execute(sql, args).fetchall()}
         else:
             with self.sql.sql_write_one() as c:
                 written = {str(i) for (i,) in c.execute(sql, args).fetchall()}
         return [item for item, _ in grants if item.item_id in written]
+
+    def _lease_statement(
+        self, zone: ZoneId, grants: list[tuple[WorkItem, bytes]]
+    ) -> tuple[str, dict[str, Any]]:
+        """The statement writing ``grants`` where each row still holds the record read,
+        returning the ids written."""
+        args: dict[str, Any] = {"zone": zone_key(zone)}
+        for k, (item, was) in enumerate(grants):
+            args[f"i{k}"], args[f"v{k}"] = item.item_id, item.vesting_ms
+            args[f"l{k}"], args[f"r{k}"], args[f"w{k}"] = item.lease_id, encode_item(item), was
+        return lease_rows(self.q.items_table, self.q.dialect, len(grants)), args
+
+    def _send_leases(
+        self, zone: ZoneId, grants: list[tuple[WorkItem, bytes]], tr: SQLTransaction
+    ) -> list[WorkItem]:
+        """The leases of a one-transaction visit: where ``tr`` sends statements later, sent
+        with its commit (a round trip less a zone) and taken as written; once committed,
+        an item whose row changed since the read (cancelled, leased by id meanwhile) is
+        dropped from the list returned, never handed out, and the zone's pointer, requeued
+        as if it were leased, is pulled to now for the next visit to read the zone. Else
+        written at once (:meth:`_write_leases`)."""
+        if not grants or not tr.sends_later():
+            return self._write_leases(zone, grants, tr.conn)
+        sent = tr.conn.execute(*self._lease_statement(zone, grants))
+        leased = [item for item, _ in grants]
+
+        def written() -> None:
+            kept = {str(i) for (i,) in sent.fetchall()}
+            lost = [item for item in leased if item.item_id not in kept]
+            if not lost:
+                return
+            leased[:] = [item for item in leased if item.item_id in kept]
+            self.toplevel.pull_pointer_earlier(zone, now_ms(self.clock))
+
+        tr.after_commit(written)
+        return leased
 
     def _read_raw(self, zone: ZoneId, item_id: str) -> tuple[WorkItem, bytes] | None:
         with self.sql.sql_read() as c:
@@ -456,12 +525,17 @@ class SQLZoneStore:
             raise ValueError(f"horizon_ms must be at least 0, not {horizon_ms}")
         now = now_ms(self.clock)
         if isinstance(tr, SQLTransaction):
-            read = self._read_to_take(tr.conn, zone, max_items, now, horizon_ms)
+            sent = tr.ahead.pop(("dequeue", zone), None)
+            if sent is not None and sent.fits(max_items, horizon_ms):
+                now = sent.now  # what it read is as of then
+            else:
+                sent = self._send_read(tr.conn, zone, max_items, now, horizon_ms)
+            read = sent.take(max_items)
             decided = self._decide(read.rows, now, max_items, lease_ms, accept, resolve,
                                    start_now, budget)  # fmt: skip
             if left is not None and left.taking is not None:
                 left.taking(len(decided.grants))
-            leased = self._write_leases(zone, decided.grants, tr.conn)
+            leased = self._send_leases(zone, decided.grants, tr)
             if left is not None:
                 read.tell(left, now, decided, leased)
             tr.after_commit(lambda: self._finish(zone, decided))
@@ -477,24 +551,31 @@ class SQLZoneStore:
     def _read_to_take(
         self, c: Any, zone: ZoneId, max_items: int, now: int, horizon_ms: int
     ) -> _ToTake:
-        """The rows a dequeue may take, in one statement (``dequeue_read``): the vested
-        ones (one more is read: in a zone with a backlog it tells the requeue the zone's
-        next vesting time), then, with a horizon and room, the unleased ones due within
-        it; and where it read every vested row and none ahead, the zone's next vesting
-        time after ``now``."""
+        """The rows a dequeue may take, in one statement (:meth:`_send_read`)."""
+        return self._send_read(c, zone, max_items, now, horizon_ms).take(max_items)
+
+    def _send_read(
+        self, c: Any, zone: ZoneId, max_items: int, now: int, horizon_ms: int
+    ) -> _SentRead:
+        """Send ``dequeue_read``: the vested rows (one more is read: in a zone with a
+        backlog it tells the requeue the zone's next vesting time), then, with a horizon
+        and room, the unleased ones due within it; and where it read every vested row and
+        none ahead, the zone's next vesting time after ``now``."""
         args = {"zone": zone_key(zone), "now": now, "upto": now + horizon_ms, "n": max_items}
-        vested: list[tuple[Any, Any, int]] = []
-        ahead: list[tuple[Any, Any, int]] = []
-        later = None
-        for part, item_id, record, _, vesting, _ in c.execute(self.q.dequeue_read, args):
-            if part == 0:
-                vested.append((item_id, record, vesting))
-            elif part == 1:
-                ahead.append((item_id, record, vesting))
-            else:
-                later = vesting
-        more = len(vested) > max_items
-        return _ToTake(vested[:max_items] + ahead, more, later, known=not more and not ahead)
+        return _SentRead(now, max_items, horizon_ms, c.execute(self.q.dequeue_read, args))
+
+    def send_dequeue_read(
+        self, zone: ZoneId, max_items: int, horizon_ms: int, tr: KVTransaction
+    ) -> bool:
+        """Send the read a dequeue of ``zone`` taking up to ``max_items`` (with
+        ``horizon_ms``) makes in ``tr`` now, where ``tr`` sends statements later: the
+        dequeue reads its answer (:meth:`dequeue`); whether it did."""
+        if not isinstance(tr, SQLTransaction) or not tr.sends_later():
+            return False
+        tr.ahead[("dequeue", zone)] = self._send_read(
+            tr.conn, zone, max_items, now_ms(self.clock), horizon_ms
+        )
+        return True
 
     def _decide(
         self,
