@@ -39,7 +39,7 @@ from quickzones.consumer.requeued_zones import RequeuedZones
 from quickzones.consumer.selection import Peek, Selection, peek_shard, peek_window, weighed
 from quickzones.consumer.set_aside import ScanFailures, SetAside, elapsed
 from quickzones.consumer.state import Cluster
-from quickzones.consumer.visit import visit_key
+from quickzones.consumer.visit_rules import visit_key
 from quickzones.consumer.weighing import Weighing
 from quickzones.errors import StorageError, StoreLost
 from quickzones.repeated_failure import RepeatedFailure

@@ -19,8 +19,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from quickzones.clock import Clock, ElapsedClock
-from quickzones.consumer.visit import Key, visit_key
-from quickzones.consumer.visit_rules import ZoneVisitsFailed
+from quickzones.consumer.visit_rules import Key, ZoneVisitsFailed, visit_key
 from quickzones.errors import StoreLost
 from quickzones.repeated_failure import RepeatedFailure, backoff
 

@@ -10,8 +10,9 @@ forms: the paper's three transactions (lease, dequeue, requeue, each committed o
 own; the zones may live in another store than the pointers), or, beyond the paper
 (``one_transaction_visits``), inside one transaction of the pointers' store, for one zone
 or for several selected zones at once (``visits_per_transaction``), each zone exactly as
-alone. A one-transaction visit that conflicts or meets an app with dispatch limits is
-written off (nothing committed) and its zones take the three transactions.
+alone (:mod:`quickzones.consumer.one_transaction_visit`). A one-transaction visit that
+conflicts or meets an app with dispatch limits is written off (nothing committed) and its
+zones take the three transactions.
 
 The callers decide how much each zone may give and what becomes of its items: a
 consumer's :class:`~quickzones.consumer.manager.Manager` (free workers, per-type caps,
@@ -23,48 +24,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
 from quickzones.clock import Clock, now_ms
+from quickzones.consumer.one_transaction_visit import visit_in_one_transaction
 from quickzones.consumer.read_ahead import VisitReadAhead
 from quickzones.consumer.state import Cluster
 from quickzones.consumer.visit_gate import OneTransactionGate
 from quickzones.consumer.visit_rules import (
     Admission,
     Hold,
-    NeedsThreeTransactions,
+    Key,
     VisitRules,
     ZoneVisit,
     ZoneVisitsFailed,
+    visit_key,
 )
 from quickzones.errors import StorageError, StoreLost, ZoneLeaseFailed
-from quickzones.store.kv import KVTransaction, _Uncommitted, relax_durability
+from quickzones.store.kv import KVTransaction
 from quickzones.store.toplevel import PointerRef
 from quickzones.store.zones.budget import TransactionBudget
 from quickzones.store.zones.dequeue import Left
-
-Key = tuple[str, int, str]  # a pointer: cluster, shard, pointer id
-
-
-def visit_key(ref: PointerRef) -> Key:
-    """A zone's visits by its pointer (set aside, held to three transactions)."""
-    return ref.cluster, ref.shard, ref.pointer_id
-
-
-class _NothingLeased(Exception):
-    """Leaves a one-transaction visit uncommitted: it leased no pointer."""
-
-
-def _plus(told: Callable[[int], None], before: int, items: int) -> None:
-    """Tell ``told`` of ``items`` more than the ``before`` taken already."""
-    told(before + items)
-
-
-def _forget(visits: Sequence[ZoneVisit]) -> None:
-    """A transaction that did not commit left nothing: its visits took nothing."""
-    for v in visits:
-        v.clear()
 
 
 class ZoneVisitor:
@@ -135,7 +115,7 @@ class ZoneVisitor:
                 return failed
             if all(self.gate.try_one(visit_key(v.ref)) for v in visits):  # none is held
                 try:
-                    if self._in_one_transaction(cluster, visits, rules, capacity):
+                    if visit_in_one_transaction(self, cluster, visits, rules, capacity):
                         return []
                 except StoreLost:
                     raise
@@ -164,7 +144,7 @@ class ZoneVisitor:
                 break
             starting = None if rules.start_now is None else rules.start_now()
             try:
-                self._visit_zone(cluster, v, room, rules, None, self.budget(), free, starting)
+                self.visit_zone(cluster, v, room, rules, None, self.budget(), free, starting)
             except ZoneLeaseFailed as err:
                 self.emit("pointer_lease_failed", reason=err.reason)
             except StoreLost:
@@ -176,108 +156,14 @@ class ZoneVisitor:
                     failed.append((v.ref, v.error))
         return failed
 
-    def _in_one_transaction(
-        self,
-        cluster: Cluster,
-        visits: Sequence[ZoneVisit],
-        rules: VisitRules,
-        capacity: Callable[[], int] | None,
-    ) -> bool:
-        """The visits committed once: no other consumer sees a zone between its pointer
-        lease and its requeue, and a crash mid-visit leaves nothing leased. False when
-        written off (nothing committed): a conflict, twice for several zones (most often
-        an enqueue into one of them, which the second try sees; a lone zone's conflict is
-        more likely another consumer's visit, which the three transactions' small pointer
-        lease loses to quickly, or wins), or an app with dispatch limits."""
-        idle = None if rules.start_now is None else rules.start_now()
-        failed: list[str] = []
-
-        def visit(tr: KVTransaction) -> None:
-            failed.clear()
-            # Its items start without waiting for the server's log flush: a crash of the
-            # server undoes the leases, and the items run again (kv.relax_durability).
-            relax_durability(tr)
-            # Read each try: a try that read its zones gave back the room beyond what it
-            # leased (rules.taking), and a retry takes no more than is still claimed.
-            left, starting = None if capacity is None else capacity(), idle
-            spent = self.budget()  # one for the batch's zones: one transaction
-            for v in visits:
-                v.clear()
-            self.read_ahead.before(cluster, visits, tr, room=left, horizon_ms=rules.horizon_ms)
-            taken = 0
-            for n, v in enumerate(visits):
-                room = v.room if left is None else min(v.room, left)
-                if room <= 0 or spent.reached:
-                    break  # not leased: vested for the next scan
-                # The last zone's dequeue tells what the whole visit takes as soon as it
-                # decided, before it writes (dequeue.Left.taking).
-                taking = rules.taking if n == len(visits) - 1 else None
-                try:
-                    self._visit_zone(
-                        cluster, v, room, rules, tr, spent, left, starting,
-                        taking=None if taking is None else partial(_plus, taking, taken),
-                    )  # fmt: skip
-                except ZoneLeaseFailed as err:
-                    failed.append(err.reason)
-                    continue
-                taken += len(v.items)
-                if left is not None:
-                    left -= len(v.items)
-                if starting is not None:
-                    starting = max(0, starting - len(v.items))
-            if all(v.pointer is None for v in visits):
-                raise _NothingLeased  # nothing to commit
-            if rules.taking is not None:
-                rules.taking(taken)
-
-        try:
-            for tries_left in range(1 if len(visits) > 1 else 0, -1, -1):
-                done = cluster.toplevel.run_visit(visit)
-                if not isinstance(done, _Uncommitted):
-                    break
-                self.emit("one_transaction_visit_conflict")
-                if not tries_left:
-                    if len(visits) == 1:  # a batch's culprit is found by its zones' own
-                        self.gate.conflicted(visit_key(visits[0].ref))
-                    _forget(visits)
-                    return False
-        except NeedsThreeTransactions:
-            _forget(visits)
-            return False
-        except _NothingLeased:
-            _forget(visits)
-        except StorageError as err:
-            # Nothing committed; the zones' pointers vest again for a later visit. Raised
-            # on, as the three transactions' errors are, so the scanner backs off (a full
-            # disk refuses every commit: a visit returning as if done was retried hot).
-            self.emit("dequeue_error", error=str(err))
-            _forget(visits)
-            raise
-        else:
-            for v in visits:
-                self.gate.committed(visit_key(v.ref))
-        for reason in failed:
-            self.emit("pointer_lease_failed", reason=reason)
-        leased = [v for v in visits if v.pointer is not None]
-        if len(visits) > 1:
-            self.emit("visits_batched", zones=len(leased), items=sum(len(v.items) for v in leased))
-        for v in leased:
-            self.emit("pointer_leased", zone=v.zone, lag_ms=self.lag_ms(v.ref))
-            if v.cut_short:
-                self.emit("visit_budget_reached", zone=v.zone, items=len(v.items))
-            rules.dequeued(v)
-            self.emit("pointer_" + v.outcome, zone=v.zone)
-            self._tell(v)
-        return True
-
-    def _tell(self, v: ZoneVisit) -> None:
+    def tell(self, v: ZoneVisit) -> None:
         """Tell :attr:`requeued` where ``v``'s committed requeue left its pointer."""
         if v.outcome == "requeued" and v.vests_ms is not None:
             self.requeued(visit_key(v.ref), v.vests_ms)
         elif v.outcome == "deleted":
             self.requeued(visit_key(v.ref), None)
 
-    def _visit_zone(
+    def visit_zone(
         self,
         cluster: Cluster,
         v: ZoneVisit,
@@ -411,7 +297,7 @@ class ZoneVisitor:
             return
         if tr is None:
             self.emit("pointer_" + v.outcome, zone=zone)
-            self._tell(v)
+            self.tell(v)
 
     def lag_ms(self, ref: PointerRef) -> int:
         """How long the pointer had been vested when leased (0 if leased ahead)."""

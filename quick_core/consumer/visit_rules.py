@@ -97,6 +97,14 @@ class Admission:
 Admit = Callable[[ZoneId, int, KVTransaction | None], Admission]
 
 
+Key = tuple[str, int, str]  # a pointer: cluster, shard, pointer id
+
+
+def visit_key(ref: PointerRef) -> Key:
+    """A zone's visits by its pointer (set aside, held to three transactions)."""
+    return ref.cluster, ref.shard, ref.pointer_id
+
+
 def _no_hand_out(visit: ZoneVisit) -> None:
     pass
 
