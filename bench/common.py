@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -242,6 +243,21 @@ def read_ends(path: Path) -> list[float]:
 def last_start(path: Path) -> float:
     recs = read_records(path)
     return max((r.start for r in recs), default=float("nan"))
+
+
+def cpu_seconds(procs: Iterable[Any]) -> float:
+    """User and system CPU seconds so far of ``procs`` (``psutil.Process``), those gone
+    meanwhile left out."""
+    import psutil
+
+    total = 0.0
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
 
 
 def log(msg: str) -> None:

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import psutil
 
+from bench.common import cpu_seconds
+
 HANDLERS = """\
 import os, time
 from quickzones import Quick
@@ -71,14 +73,7 @@ class IdleWorker:
 
     def cpu_s(self) -> float:
         """CPU seconds (user + system) of the worker and its children so far."""
-        total = 0.0
-        for proc in [self.ps, *self.ps.children(recursive=True)]:
-            try:
-                t = proc.cpu_times()
-            except psutil.NoSuchProcess:
-                continue
-            total += t.user + t.system
-        return total
+        return cpu_seconds([self.ps, *self.ps.children(recursive=True)])
 
     def idle_cpu_s(self, span_s: float) -> float:
         """CPU seconds the worker used over ``span_s`` seconds of wall time."""

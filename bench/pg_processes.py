@@ -34,7 +34,7 @@ from typing import Any
 import psutil
 import psycopg
 
-from bench.common import child_env, log, machine, read_ends, run_folder, wait_for_lines
+from bench.common import child_env, cpu_seconds, log, machine, read_ends, run_folder, wait_for_lines
 from bench.quickrun import JOB, open_quick, user_worker_cmd
 from bench.servers import postgres_server
 
@@ -43,16 +43,7 @@ WORKERS = 4
 
 def server_cpu_s() -> float:
     """User and system CPU seconds of every process named ``postgres`` so far."""
-    total = 0.0
-    for proc in psutil.process_iter(["name"]):
-        if proc.info["name"] != "postgres":
-            continue
-        try:
-            times = proc.cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system
-    return total
+    return cpu_seconds(p for p in psutil.process_iter(["name"]) if p.info["name"] == "postgres")
 
 
 def transactions(dsn: str) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,20 +35,39 @@ def _url(store: str, tmp_path: Path) -> str:
     return store_url(store, tmp_path)
 
 
+def _recording(q: Quick) -> dict[str, float]:
+    """Each zone's first start, as the handler of ``job`` records it."""
+    started: dict[str, float] = {}
+    lock = threading.Lock()
+
+    @q.job("job")
+    def job(payload: Any, ctx: JobContext) -> None:
+        with lock:
+            started.setdefault(payload["zone"], time.monotonic())
+
+    return started
+
+
+def _another_zone_starts_meanwhile(
+    q: Quick, started: dict[str, float], held: str, release: Callable[[], object]
+) -> None:
+    """While ``held``'s visit is held up, an item enqueued into another zone starts at
+    once; ``held``'s own starts once ``release`` ran."""
+    q.enqueue("job", {"zone": "other"}, app="a", tenant="other")
+    assert wait_for(lambda: "other" in started, 5), f"waited behind the visit of {held!r}"
+    assert held not in started
+    release()
+    assert wait_for(lambda: held in started, 10)
+
+
 @pytest.mark.parametrize("store", ["memory", "sqlite", "sqlite-sql", "postgres-sql"])
 def test_a_slow_visit_keeps_no_other_zones_item_waiting(tmp_path: Path, store: str) -> None:
     """A visit held up after its transaction's reads (here by the observer it reports its
     lease to, as a slow metrics sink would) keeps back only the one item it leased: an
     item enqueued into another zone meanwhile starts at once, with the defaults."""
     q = Quick.open(_url(store, tmp_path))
-    started: dict[str, float] = {}
-    lock = threading.Lock()
+    started = _recording(q)
     release = threading.Event()
-
-    @q.job("job")
-    def job(payload: Any, ctx: JobContext) -> None:
-        with lock:
-            started.setdefault(payload["zone"], time.monotonic())
 
     def observer(event: str, fields: dict[str, Any]) -> None:
         if event == "pointer_leased" and fields["zone"].tenant == "slow":
@@ -59,11 +79,7 @@ def test_a_slow_visit_keeps_no_other_zones_item_waiting(tmp_path: Path, store: s
     try:
         time.sleep(0.5)  # the slow zone's visit is held in the observer
         assert not started
-        q.enqueue("job", {"zone": "other"}, app="a", tenant="other")
-        assert wait_for(lambda: "other" in started, 5), "waited behind the slow visit"
-        assert "slow" not in started
-        release.set()
-        assert wait_for(lambda: "slow" in started, 10)
+        _another_zone_starts_meanwhile(q, started, "slow", release.set)
     finally:
         release.set()
         consumer.stop()
@@ -81,13 +97,7 @@ def test_a_visit_waiting_on_a_row_lock_keeps_no_other_zones_item_waiting(
     url = _url("postgres-sql", tmp_path)
     schema = url.split("schema=")[1].split("&")[0]
     q = Quick.open(url)
-    started: dict[str, float] = {}
-    lock = threading.Lock()
-
-    @q.job("job")
-    def job(payload: Any, ctx: JobContext) -> None:
-        with lock:
-            started.setdefault(payload["zone"], time.monotonic())
+    started = _recording(q)
 
     q.enqueue("job", {"zone": "locked"}, app="a", tenant="locked")
     app = psycopg.connect(url.split("?")[0])
@@ -98,11 +108,7 @@ def test_a_visit_waiting_on_a_row_lock_keeps_no_other_zones_item_waiting(
         with psycopg.connect(url.split("?")[0], autocommit=True) as watch:
             waits = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
             assert wait_for(lambda: watch.execute(waits).fetchone()[0] > 0, 10)  # type: ignore[index]
-        q.enqueue("job", {"zone": "other"}, app="a", tenant="other")
-        assert wait_for(lambda: "other" in started, 5), "waited behind the visit on the lock"
-        assert "locked" not in started
-        app.rollback()
-        assert wait_for(lambda: "locked" in started, 10)
+        _another_zone_starts_meanwhile(q, started, "locked", app.rollback)
     finally:
         app.close()
         consumer.stop()
