@@ -245,6 +245,17 @@ def last_start(path: Path) -> float:
     return max((r.start for r in recs), default=float("nan"))
 
 
+def stop_process(proc: subprocess.Popen[Any], wait_s: float = 15.0) -> None:
+    """SIGTERM ``proc`` (a worker's graceful stop), SIGKILL it if it is still running
+    after ``wait_s``, and reap it."""
+    proc.terminate()
+    try:
+        proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
 def cpu_seconds(procs: Iterable[Any]) -> float:
     """User and system CPU seconds so far of ``procs`` (``psutil.Process``), those gone
     meanwhile left out."""

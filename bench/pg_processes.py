@@ -34,7 +34,16 @@ from typing import Any
 import psutil
 import psycopg
 
-from bench.common import child_env, cpu_seconds, log, machine, read_ends, run_folder, wait_for_lines
+from bench.common import (
+    child_env,
+    cpu_seconds,
+    log,
+    machine,
+    read_ends,
+    run_folder,
+    stop_process,
+    wait_for_lines,
+)
 from bench.quickrun import JOB, open_quick, user_worker_cmd
 from bench.servers import postgres_server
 
@@ -84,11 +93,7 @@ def drain(
         finished = read_ends(ends)
         cpu1 = server_cpu_s()  # before the worker's sessions end and take their CPU along
     finally:
-        worker.terminate()
-        try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
+        stop_process(worker, 30)
     # A session reports its transactions to the statistics about once a second, and when
     # it ends: counted once the worker's sessions have ended (its stop adds a few).
     time.sleep(1.5)
@@ -138,8 +143,7 @@ def round_trips(
             wait_for_lines(ends, items, 300)
             trips = counter.reset()
         finally:
-            worker.terminate()
-            worker.wait(30)
+            stop_process(worker, 30)
         return trips / items
     finally:
         counter.close()
