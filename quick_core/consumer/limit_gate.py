@@ -162,16 +162,19 @@ class LimitGate:
         or why it may not start (nothing held then)."""
         if not job.limits or self.named is None or self.kv_limits is None:
             return Taken()
-        try:
-            limits = self.limits_of(zone, job)
-        except StorageError as err:
-            self.emit("limits_error", zone=zone, error=str(err))
-            return Refused(f"limits unreadable: {err}", RETRY_MS, wait=False)
-        if isinstance(limits, Refused):
-            return limits
         until = time.monotonic() + self.wait_s
         while True:
             seen = self._releases  # a release between a refusal and the wait still wakes it
+            # Each look takes the limits as now cached (a dict read until a refresh is
+            # due): a worker that waited under the limits read at its start granted under
+            # a lowered one for the rest of its wait.
+            try:
+                limits = self.limits_of(zone, job)
+            except StorageError as err:
+                self.emit("limits_error", zone=zone, error=str(err))
+                return Refused(f"limits unreadable: {err}", RETRY_MS, wait=False)
+            if isinstance(limits, Refused):
+                return limits
             got = self._take_once(zone, job, limits)
             if isinstance(got, Taken) or not got.wait:
                 return got

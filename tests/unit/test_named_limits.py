@@ -327,3 +327,47 @@ def test_the_cli_sets_lists_and_deletes_limits(tmp_path: Path) -> None:
     r = run(main, ["limits", "delete", "emails", "--app", "a", "--store", url])
     assert r.exit_code == 1 and "has no limit emails" in r.output
     assert "no named limits" in run(main, ["limits", "list", "--store", url]).output
+
+
+def test_a_worker_waiting_on_a_full_limit_obeys_it_lowered(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """A worker already waiting for a slot when the limit is lowered waits under the new
+    one once its cache has read it: it read the limit once at its start, and went on
+    granting under the old one for the rest of its wait (a second after the change, 3 ran
+    at once under a limit lowered from 5 to 2 with ``quick limits set``)."""
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    admin, worker = Quick.open(url, clock=clock), Quick.open(url, clock=clock)
+    try:
+        ran: list[str] = []
+        worker.job("send", limits=["emails"])(lambda p, ctx: ran.append("send"))
+        admin.set_limit("a", "emails", concurrency=2)
+        admin.enqueue("send", b"", app="a", tenant="t")
+        consumer = worker.consumer(ConsumerConfig(in_order=True, limit_wait_s=30.0))
+        other = admin.consumer(NO_WAIT, name="other")
+        held = other._slots.acquire("limit", TOTAL, 2, 2)
+        assert held == 2  # the limit full elsewhere
+        works = [w for ref in consumer.scan_once() for w in consumer.visit(ref)]
+        outcome: list[str] = []
+        waiter = threading.Thread(target=lambda: outcome.extend(map(consumer.execute, works)))
+        waiter.start()
+        try:
+            time.sleep(0.2)  # waiting for a slot under the limit of 2
+            assert ran == []
+            admin.set_limit("a", "emails", concurrency=1)
+            clock.advance(1.01)  # the waiter's cache reads the limit again
+            other._slots.release("limit", TOTAL, 1)  # 1 held: full under the new limit
+            held -= 1
+            time.sleep(0.5)  # 25 of the waiter's looks
+            assert ran == []
+            other._slots.release("limit", TOTAL, 1)
+            held -= 1
+            assert wait_for(lambda: ran == ["send"], 10)
+        finally:
+            if held:
+                other._slots.release("limit", TOTAL, held)
+            waiter.join(35)
+        assert outcome == ["completed"]
+    finally:
+        admin.close()
+        worker.close()
