@@ -2,7 +2,7 @@
 (issue 42 point 3).
 
 ``python -m bench.pg_long_txn [--rate 500] [--hold 120] [--warmup 20] [--cooldown 120]
-[--tuned] [--zones kv|sql] [--out DIR]``
+[--tuned] [--zones kv|sql] [--statements] [--out DIR]``
 
 On a private PostgreSQL server (:func:`bench.servers.postgres_server`, its defaults:
 ``autovacuum_naptime`` 1 min, fsync on), items flow at a steady offered ``--rate`` into
@@ -33,6 +33,11 @@ pickups did.
 ``--commits N``: no flow; a snapshot held while N commits add to one key, and every
 quarter the buffers of the reads that walk row versions (the key's, a snapshot's first
 read, the commit watcher's), then after the snapshot ends and a VACUUM.
+
+``--statements`` starts the server with ``pg_stat_statements`` and reports, for the
+warm-up, the hold and the cool-down, the server's milliseconds a second per statement,
+with its calls and the buffers a call touched: which of quick's statements a held snapshot
+slows, in the flow itself rather than in one EXPLAIN.
 
 ``--tuned`` applies :func:`quickzones.backends.postgres.tuning.schema_statements` (the
 per-table autovacuum settings) to the schema before the flow starts: the same run with
@@ -436,6 +441,9 @@ class Options:
     holder_database: str = ""
     # quick's zone layout: "kv" or "sql" (postgresql://...?zones=sql).
     zones: str = "kv"
+    # pg_stat_statements per window (the warm-up, the hold, the cool-down): where the
+    # server's time went (the server started with the library preloaded).
+    statements: bool = False
 
 
 @contextlib.contextmanager
@@ -454,6 +462,51 @@ def _process(
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, 9)
                 proc.wait(5)
+
+
+class Statements:
+    """The server's time per statement over a window (``pg_stat_statements``, reset at
+    each window's start): which of quick's statements a held snapshot slows."""
+
+    TOP = 12
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        self.began = time.time()
+
+    def reset(self) -> None:
+        self.conn.execute("SELECT pg_stat_statements_reset()")
+        self.began = time.time()
+
+    def window(self, label: str) -> dict[str, Any]:
+        """The window since the last reset (then reset): per statement calls, the
+        server's ms a call and in all, and the buffers a call touched."""
+        rows = self.conn.execute(
+            "SELECT query, calls, total_exec_time, shared_blks_hit + shared_blks_read"
+            " FROM pg_stat_statements WHERE calls > 0 ORDER BY total_exec_time DESC"
+        ).fetchall()
+        seconds = time.time() - self.began
+        self.reset()
+        total = sum(r[2] for r in rows)
+        top = [
+            {
+                "query": " ".join(str(q).split())[:160],
+                "calls": calls,
+                "ms_a_call": ms / calls,
+                "ms": ms,
+                "buffers_a_call": blocks / calls,
+            }
+            for q, calls, ms, blocks in rows[: self.TOP]
+        ]
+        rate = total / seconds
+        log(f"statements, {label} ({seconds:.0f} s): {rate:.0f} ms of statements a second")
+        for one in top[:8]:
+            log(
+                f"  {one['ms'] / seconds:7.1f} ms/s {one['calls'] / seconds:7.1f}/s"
+                f" {one['ms_a_call']:7.3f} ms {one['buffers_a_call']:7.1f} buf  {one['query'][:90]}"
+            )
+        return {"window": label, "seconds": seconds, "ms_a_second": total / seconds, "top": top}
 
 
 def _percentiles(values: list[float]) -> tuple[float, float]:
@@ -511,6 +564,8 @@ def run(dsn: str, schema: str, opts: Options, work: Path) -> dict[str, Any]:
     samples: list[dict[str, Any]] = []
     held: dict[str, float] = {}
     stats_conn = psycopg.connect(dsn, autocommit=True)
+    windows: list[dict[str, Any]] = []
+    statements = Statements(stats_conn) if opts.statements else None
     holder = _holder(stats_conn, dsn, opts.holder_database)
     try:
         with _process(user_worker_cmd(opts.workers), env, work / "worker.log") as worker:
@@ -551,10 +606,14 @@ def run(dsn: str, schema: str, opts: Options, work: Path) -> dict[str, Any]:
                         (n,) = counted.fetchone() or (0,)
                         held["at"] = now - t0
                         log(f"holding a snapshot ({n} rows counted) for {opts.hold:g} s")
+                        if statements:
+                            windows.append(statements.window("warm-up"))
                     if held and "commit" not in held and now >= commit_at:
                         holder.execute("COMMIT")
                         held["commit"] = now - t0
                         log("committed the long transaction")
+                        if statements:
+                            windows.append(statements.window("hold"))
                     if probes_due and now >= probes_due[0][1]:
                         label, _ = probes_due.pop(0)
                         one = probe.run(dsn, label, now - t0)
@@ -595,6 +654,8 @@ def run(dsn: str, schema: str, opts: Options, work: Path) -> dict[str, Any]:
                     if worker.poll() is not None:
                         raise RuntimeError(f"quick worker exited: see {work}/worker.log")
                     time.sleep(0.05)
+        if statements:
+            windows.append(statements.window("cool-down"))
     finally:
         with contextlib.suppress(psycopg.Error):
             holder.close()
@@ -605,6 +666,7 @@ def run(dsn: str, schema: str, opts: Options, work: Path) -> dict[str, Any]:
         "held_s": [held.get("at"), held.get("commit")],
         "samples": samples,
         "explain": probe.results,
+        "statements": windows,
         "recovery": recovery(samples, final, held, t0),
     }
 
@@ -808,6 +870,12 @@ def main(argv: list[str] | None = None) -> int:
         help="instead of the flow: this many commits beside a held snapshot, reads EXPLAINed"
         " every quarter (commit_chain)",
     )
+    ap.add_argument(
+        "--statements",
+        action="store_true",
+        help="report pg_stat_statements per window (warm-up, hold, cool-down): where the"
+        " server's time went",
+    )
     ap.add_argument("--out", default="", help="results directory")
     args = ap.parse_args(argv)
     opts = Options(
@@ -823,6 +891,7 @@ def main(argv: list[str] | None = None) -> int:
         synchronous_commit=not args.no_synchronous_commit,
         holder_database=args.holder_database,
         zones=args.zones,
+        statements=args.statements,
     )
     from bench.servers import postgres_server
 
@@ -844,7 +913,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {row['after']} | " + " | ".join(cells) + " |")
         log(f"results in {out}")
         return 0
-    with postgres_server() as dsn, tempfile.TemporaryDirectory(prefix="bench-pglong-") as tmp:
+    preload = ["shared_preload_libraries=pg_stat_statements"] if opts.statements else []
+    with (
+        postgres_server(preload) as dsn,
+        tempfile.TemporaryDirectory(prefix="bench-pglong-") as tmp,
+    ):
         result = run(dsn, f"pglong_{os.getpid()}", opts, Path(tmp))
     doc = {
         "command": "python -m bench.pg_long_txn " + " ".join(argv or sys.argv[1:]),
