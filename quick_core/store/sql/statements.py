@@ -31,36 +31,53 @@ class Statements:
     dialect: str
     items_table: str
     pointers_table: str
+    # One row a zone that has a pointer: the zone's uniqueness, and the row an
+    # application's enqueue shares and a collection locks (written only when a pointer
+    # is made or deleted).
+    zones_table: str
     # Whether the pointers table exists (:table names it): a store opened without zones=sql.
     table_exists: str
+    # A store whose pointers table is of the layout before pointer versions (one row a
+    # zone, unique): the table renamed out of the way before :attr:`schema` runs, then
+    # its rows copied into the new tables (each pointer its registry row and version 0)
+    # and the old table dropped, in the one schema transaction.
+    migrate_rename: str
+    migrate_copy: tuple[str, ...]
     # A LIMIT that bounds nothing.
     no_limit: int | None
     # --- items -----------------------------------------------------------------------------
     # An item's row; nothing when its id is in the zone already (an idempotent repeat).
     insert_item: str
-    # The pointer made, or pulled earlier where it vests later and nobody leases it: both
-    # parts of the two-part enqueue, under the write lock (part two cannot conflict).
-    upsert_pointer: str
-    # The same, each returning a row when it wrote (a transaction's statements are
+    # The zone's pointer made where it has none (its registry row, then its first
+    # version), in one transaction: the last statement returns a row where it was made.
+    # PostgreSQL's is one statement (a data-modifying WITH).
+    make_pointer: tuple[str, ...]
+    # The zone's pointer pulled to :vesting_ms where it vests later and nobody leases it
+    # (a row where it was), its newest version found first. On PostgreSQL
+    # :attr:`lock_zone_pointer` runs before it in the same transaction, so this
+    # statement's own snapshot holds the version it must write.
+    pull_pointer: str
+    # The zone's newest pointer version locked for a pull (PostgreSQL); None on SQLite,
+    # whose write lock is the whole file's.
+    lock_zone_pointer: str | None
+    # The item's row, returning a row when it wrote (a transaction's statements are
     # pipelined on PostgreSQL: their results are read from rows, never a row count).
     insert_item_returning: str
-    upsert_pointer_returning: str
-    # Both in one statement, which says whether it wrote the item and whether it made or
-    # pulled the pointer (PostgreSQL's data-modifying WITH: one round trip an enqueue);
-    # None where the dialect has none (SQLite runs the two under its write lock).
+    # Both parts in one statement, which says whether it wrote the item, whether it made
+    # or pulled the pointer, and whether the pull must be tried again in a transaction of
+    # its own (the pointer changed by a commit after the statement's snapshot, or was
+    # collected meanwhile: PostgreSQL's data-modifying WITH, one round trip an enqueue);
+    # None where the dialect has none (SQLite runs the parts under its write lock).
     enqueue_one: str | None
     # Part one in an application's transaction (``Quick.enqueue_on``): the item's row and
-    # the zone's pointer locked FOR KEY SHARE (a share no other enqueuer of the zone, and
-    # no consumer's lease or requeue, waits for; only its deletion does), returning
-    # whether it wrote the item, whether a pointer was there to lock, and the
-    # transaction's id; None where the dialect has no row locks (SQLite: the file's).
+    # the zone's registry row locked FOR KEY SHARE (a share no other enqueuer of the
+    # zone, and no consumer's lease or requeue, waits for; only the pointer's collection
+    # does), returning whether it wrote the item, whether a pointer was there to lock,
+    # and the transaction's id; None where the dialect has no row locks (SQLite: the
+    # file's).
     enqueue_shared: str | None
-    # The zone's pointer locked FOR KEY SHARE (a row when there is one).
+    # The zone's registry row locked FOR KEY SHARE (a row when there is one).
     share_pointer: str
-    # A pointer made where the zone has none, vesting when :vesting_ms says, nothing
-    # where it has one (a row when made): made outside an application's transaction, so
-    # that other enqueuers of the zone never wait for that transaction's COMMIT.
-    park_pointer: str
     item: str
     items_of_zone: str
     # Vested items in the zone's order (priority, vesting time, enqueue order), at most n.
@@ -84,24 +101,35 @@ class Statements:
     any_item: str
     count: str
     # --- pointers --------------------------------------------------------------------------
+    # A pointer's newest version: each write of a pointer is a new version of its row
+    # (``version`` one more), found first by the (cluster, pointer_id, version) and
+    # (cluster, zone, version) indexes, which are not unique: under a snapshot a report
+    # holds open, PostgreSQL keeps every version, and a unique index checked each of
+    # them at every write (docs/backends.md, "Beside long transactions").
     pointer_by_id: str
     pointer_of_zone: str
     # The same, the row locked until the transaction ends (PostgreSQL): a requeue or a
     # collection that reads the zone after it cannot miss an enqueue's item (the enqueue's
-    # upsert of the pointer waits for the lock, or holds it first).
+    # pull of the pointer waits for the lock, or holds it first).
     pointer_by_id_locked: str
     pointer_of_zone_locked: str
     # A one-transaction visit's pointer, locked, or no row where another transaction
     # holds it (PostgreSQL's SKIP LOCKED: two visits of several zones each never wait
     # for each other's pointers, so never in a cycle).
     pointer_by_id_for_visit: str
-    # The pointer locked for its deletion, or no row where another transaction holds it
-    # (an enqueue's FOR KEY SHARE: its zone is getting an item, so it is not collected).
+    # The zone's registry row locked for the pointer's deletion, or no row where another
+    # transaction holds it (an enqueue's FOR KEY SHARE: its zone is getting an item, so it
+    # is not collected).
     pointer_for_delete: str
+    # The same, waiting for the lock (an explicit collection of one zone).
+    pointer_for_drop: str
     lease_pointer: str
     requeue_pointer: str
     extend_pointer: str
+    # A pointer's deletion: its newest version, then its zone's registry row (run
+    # both, in one transaction).
     delete_pointer: str
+    delete_zone: str
     peek: str
     peek_from: str
     pointers_of_shard: str
@@ -114,9 +142,9 @@ class Statements:
 
 
 def statements(root: str, dialect: str = "sqlite", namespace: str = "") -> Statements:
-    """The statements of the key space ``root`` (its tables ``<root>_items`` and
-    ``<root>_pointers`` in ``namespace``, a quoted schema and a dot or nothing) in
-    ``dialect``, "sqlite" or "postgres"."""
+    """The statements of the key space ``root`` (its tables ``<root>_items``,
+    ``<root>_pointers`` and ``<root>_zones`` in ``namespace``, a quoted schema and a dot
+    or nothing) in ``dialect``, "sqlite" or "postgres"."""
     if dialect not in ("sqlite", "postgres"):
         raise ConfigurationError(f"zones=sql speaks sqlite and postgres, not {dialect!r}")
     made = _sqlite(root, namespace)
@@ -124,22 +152,57 @@ def statements(root: str, dialect: str = "sqlite", namespace: str = "") -> State
         return made
     derived: dict[str, Any] = {f.name: _postgres(getattr(made, f.name)) for f in fields(made)}
     pg = Statements(**derived)
+    p, z = made.pointers_table, made.zones_table
+    # The pointer made where the zone has none: its registry row and its first version
+    # in one statement (a registry row is never without its pointer).
+    make_one = (
+        f"WITH made AS (INSERT INTO {z} (cluster, zone, pointer_id, shard)"
+        " VALUES (%(cluster)s, %(zone)s, %(pointer_id)s, %(shard)s)"
+        " ON CONFLICT (cluster, zone) DO NOTHING RETURNING 1)"
+        f" INSERT INTO {p} (cluster, zone, pointer_id, shard, vesting_ms, last_active_ms,"
+        " version) SELECT %(cluster)s, %(zone)s, %(pointer_id)s, %(shard)s, %(vesting_ms)s,"
+        " %(now)s, 0 FROM made RETURNING 1"
+    )
+    # An enqueue's both parts in one statement. The pull locks the zone's newest
+    # version and writes that version: where it is newer than the statement's snapshot
+    # (a commit in between) the write finds nothing, and the statement says so (third
+    # column), as it does where the pointer was collected meanwhile; the caller then
+    # pulls again in a transaction of its own.
     enqueue_one = (
         f"WITH item AS ({pg.insert_item} RETURNING 1),"
-        f" pointer AS ({pg.upsert_pointer} RETURNING 1)"
-        " SELECT (SELECT count(*) FROM item), (SELECT count(*) FROM pointer)"
+        f" made AS (INSERT INTO {z} (cluster, zone, pointer_id, shard)"
+        " VALUES (%(cluster)s, %(zone)s, %(pointer_id)s, %(shard)s)"
+        " ON CONFLICT (cluster, zone) DO NOTHING RETURNING 1),"
+        f" made_row AS (INSERT INTO {p} (cluster, zone, pointer_id, shard, vesting_ms,"
+        " last_active_ms, version) SELECT %(cluster)s, %(zone)s, %(pointer_id)s, %(shard)s,"
+        " %(vesting_ms)s, %(now)s, 0 FROM made RETURNING 1),"
+        f" cur AS (SELECT pointer_id, version, vesting_ms, lease_id FROM {p}"
+        " WHERE cluster = %(cluster)s AND zone = %(zone)s AND NOT EXISTS (SELECT 1 FROM made)"
+        " ORDER BY version DESC LIMIT 1 FOR NO KEY UPDATE),"
+        f" pulled AS (UPDATE {p} SET vesting_ms = %(vesting_ms)s, version = {p}.version + 1"
+        f" FROM cur WHERE {p}.cluster = %(cluster)s AND {p}.pointer_id = cur.pointer_id"
+        f" AND {p}.version = cur.version AND cur.vesting_ms > %(vesting_ms)s"
+        " AND cur.lease_id IS NULL RETURNING 1)"
+        " SELECT (SELECT count(*) FROM item),"
+        " (SELECT count(*) FROM made_row) + (SELECT count(*) FROM pulled),"
+        " CASE WHEN EXISTS (SELECT 1 FROM made) THEN 0"
+        " WHEN NOT EXISTS (SELECT 1 FROM cur) THEN 1"
+        " WHEN EXISTS (SELECT 1 FROM pulled) THEN 0"
+        " WHEN EXISTS (SELECT 1 FROM cur WHERE vesting_ms > %(vesting_ms)s"
+        " AND lease_id IS NULL) THEN 1 ELSE 0 END"
     )
-    share_pointer = pg.pointer_of_zone + " FOR KEY SHARE"
+    share_pointer = pg.share_pointer + " FOR KEY SHARE"
     enqueue_shared = (
         f"WITH item AS ({pg.insert_item} RETURNING 1), held AS ({share_pointer})"
         " SELECT (SELECT count(*) FROM item), (SELECT count(*) FROM held),"
         " pg_current_xact_id()::text, current_setting('transaction_isolation')"
     )
     # Autovacuum per table (docs/backends.md, "Zones native in SQL: the design", Vacuum):
-    # every lease and visit rewrites an indexed vesting time, so no update is HOT and
-    # each leaves a dead row; vacuumed after 2 % of a large table is dead rather than
-    # PostgreSQL's 20 %, the pointers (small, rewritten by every visit) unthrottled.
-    i, p = made.items_table, made.pointers_table
+    # every lease and visit writes a new version with an indexed vesting time, so no
+    # update is HOT and each leaves a dead row; vacuumed after 2 % of a large table is
+    # dead rather than PostgreSQL's 20 %, the pointers (small, rewritten by every visit)
+    # unthrottled.
+    i = made.items_table
     tuned = (
         f"ALTER TABLE {i} SET (autovacuum_vacuum_scale_factor = 0.02,"
         " autovacuum_vacuum_threshold = 1000)",
@@ -153,16 +216,28 @@ def statements(root: str, dialect: str = "sqlite", namespace: str = "") -> State
         enqueue_one=enqueue_one,
         enqueue_shared=enqueue_shared,
         share_pointer=share_pointer,
+        make_pointer=(make_one,),
+        lock_zone_pointer=pg.pointer_of_zone + " FOR NO KEY UPDATE",
         insert_item_returning=pg.insert_item + " RETURNING 1",
-        upsert_pointer_returning=pg.upsert_pointer + " RETURNING 1",
         items_table=made.items_table,
         pointers_table=made.pointers_table,
-        table_exists="SELECT 1 WHERE to_regclass(%(table)s) IS NOT NULL",
+        zones_table=made.zones_table,
+        # Read from pg_class in the statement's own snapshot: to_regclass reads the
+        # catalog caches, which after the schema lock's wait could still miss a table
+        # another process made meanwhile, and a store made at once by two processes
+        # looked half made (its pointers, not its registry) and was "migrated" again.
+        table_exists=(
+            "SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n"
+            " ON n.oid = c.relnamespace WHERE c.relkind IN ('r', 'p')"
+            """ AND '"' || replace(n.nspname, '"', '""') || '".' || c.relname = %(table)s"""
+        ),
         # FOR NO KEY UPDATE: a lease or a requeue changes no key, so it never waits for
-        # an application's transaction that enqueued into the zone (its FOR KEY SHARE).
+        # an application's transaction that enqueued into the zone (whose FOR KEY SHARE
+        # is on the registry row anyway).
         pointer_by_id_locked=pg.pointer_by_id + " FOR NO KEY UPDATE",
         pointer_by_id_for_visit=pg.pointer_by_id + " FOR NO KEY UPDATE SKIP LOCKED",
         pointer_for_delete=pg.pointer_for_delete + " FOR UPDATE SKIP LOCKED",
+        pointer_for_drop=pg.pointer_for_drop + " FOR UPDATE",
         pointer_of_zone_locked=pg.pointer_of_zone + " FOR UPDATE",
     )
 
@@ -190,44 +265,69 @@ def _sqlite(root: str, namespace: str) -> Statements:
             f" digits and underscores (at most 41), not {root!r}"
         )
     i, p = f"{namespace}{root}_items", f"{namespace}{root}_pointers"
+    z = f"{namespace}{root}_zones"
     ii, pp = f"{root}_items", f"{root}_pointers"  # index names: in their table's schema
+    cols = "zone, shard, vesting_ms, last_active_ms, lease_id, holder, pointer_id"
     by_id = (
-        f"SELECT zone, shard, vesting_ms, last_active_ms, lease_id, holder, pointer_id"
-        f" FROM {p} WHERE cluster = :cluster AND pointer_id = :pointer_id"
+        f"SELECT {cols} FROM {p} WHERE cluster = :cluster AND pointer_id = :pointer_id"
+        " ORDER BY version DESC LIMIT 1"
     )
     of_zone = (
-        f"SELECT zone, shard, vesting_ms, last_active_ms, lease_id, holder, pointer_id"
-        f" FROM {p} WHERE cluster = :cluster AND zone = :zone"
+        f"SELECT {cols} FROM {p} WHERE cluster = :cluster AND zone = :zone"
+        " ORDER BY version DESC LIMIT 1"
+    )
+    # The newest version of the pointer a statement names (by :pointer_id): a write
+    # follows a read that locked it in the same transaction (PostgreSQL), so its own
+    # snapshot holds that version; or it is conditional on what an earlier read saw, and
+    # a version written since makes it write nothing (PostgreSQL rechecks this against
+    # the newest version, which is not the one read).
+    newest = (
+        f"version = (SELECT max(version) FROM {p} AS n WHERE n.cluster = :cluster"
+        " AND n.pointer_id = :pointer_id)"
     )
     insert_item = (
         f"INSERT INTO {i} (zone, id, priority, vesting_ms, lease_id, record)"
         " VALUES (:zone, :id, :priority, :vesting_ms, NULL, :record)"
         " ON CONFLICT (zone, id) DO NOTHING"
     )
-    upsert_pointer = (
-        f"INSERT INTO {p} AS cur (cluster, zone, pointer_id, shard, vesting_ms,"
-        " last_active_ms) VALUES (:cluster, :zone, :pointer_id, :shard, :vesting_ms, :now)"
-        " ON CONFLICT (cluster, zone) DO UPDATE SET vesting_ms = excluded.vesting_ms"
-        " WHERE cur.vesting_ms > excluded.vesting_ms AND cur.lease_id IS NULL"
-    )
+    of_registry = f"SELECT 1 FROM {z} WHERE cluster = :cluster AND zone = :zone"
     return Statements(
         dialect="sqlite",
         enqueue_one=None,
         enqueue_shared=None,
-        share_pointer=of_zone,
-        park_pointer=(
-            f"INSERT INTO {p} (cluster, zone, pointer_id, shard, vesting_ms, last_active_ms)"
-            " VALUES (:cluster, :zone, :pointer_id, :shard, :vesting_ms, :now)"
-            " ON CONFLICT (cluster, zone) DO NOTHING RETURNING 1"
+        share_pointer=of_registry,
+        # Under the write lock: the registry row where the zone has none, then the first
+        # version where that statement wrote it.
+        make_pointer=(
+            f"INSERT INTO {z} (cluster, zone, pointer_id, shard)"
+            " VALUES (:cluster, :zone, :pointer_id, :shard) ON CONFLICT (cluster, zone) DO NOTHING",
+            f"INSERT INTO {p} (cluster, zone, pointer_id, shard, vesting_ms, last_active_ms,"
+            " version) SELECT :cluster, :zone, :pointer_id, :shard, :vesting_ms, :now, 0"
+            " WHERE changes() = 1 RETURNING 1",
         ),
-        pointer_for_delete=(
-            f"SELECT 1 FROM {p} WHERE cluster = :cluster AND pointer_id = :pointer_id"
+        pull_pointer=(
+            f"UPDATE {p} SET vesting_ms = :vesting_ms, version = version + 1"
+            " WHERE cluster = :cluster AND zone = :zone AND version = (SELECT max(version)"
+            f" FROM {p} AS n WHERE n.cluster = :cluster AND n.zone = :zone)"
+            " AND vesting_ms > :vesting_ms AND lease_id IS NULL RETURNING 1"
         ),
+        lock_zone_pointer=None,
+        pointer_for_delete=of_registry,
+        pointer_for_drop=of_registry,
         insert_item_returning=insert_item + " RETURNING 1",
-        upsert_pointer_returning=upsert_pointer + " RETURNING 1",
         items_table=i,
         pointers_table=p,
+        zones_table=z,
         table_exists="SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :table",
+        migrate_rename=f"ALTER TABLE {p} RENAME TO {pp}_unversioned",
+        migrate_copy=(
+            f"INSERT INTO {z} (cluster, zone, pointer_id, shard)"
+            f" SELECT cluster, zone, pointer_id, shard FROM {namespace}{pp}_unversioned",
+            f"INSERT INTO {p} (cluster, zone, pointer_id, shard, vesting_ms, last_active_ms,"
+            " lease_id, holder, version) SELECT cluster, zone, pointer_id, shard, vesting_ms,"
+            f" last_active_ms, lease_id, holder, 0 FROM {namespace}{pp}_unversioned",
+            f"DROP TABLE {namespace}{pp}_unversioned",
+        ),
         no_limit=-1,
         pointer_by_id=by_id,
         pointer_of_zone=of_zone,
@@ -241,16 +341,21 @@ def _sqlite(root: str, namespace: str) -> Statements:
             " id TEXT NOT NULL, priority INTEGER NOT NULL, vesting_ms INTEGER NOT NULL,"
             " lease_id TEXT, record BLOB NOT NULL, UNIQUE (zone, id))",
             f"CREATE INDEX IF NOT EXISTS {ii}_order ON {i} (zone, priority, vesting_ms)",
+            # No unique index on the pointers' versions (above, newest): the registry
+            # row is the zone's one pointer.
             f"CREATE TABLE IF NOT EXISTS {p} (cluster TEXT NOT NULL, zone BLOB NOT NULL,"
             " pointer_id TEXT NOT NULL, shard INTEGER NOT NULL, vesting_ms INTEGER NOT NULL,"
             " last_active_ms INTEGER NOT NULL, lease_id TEXT, holder TEXT,"
-            " PRIMARY KEY (cluster, zone)) WITHOUT ROWID",
-            f"CREATE UNIQUE INDEX IF NOT EXISTS {pp}_id ON {p} (cluster, pointer_id)",
-            f"CREATE INDEX IF NOT EXISTS {pp}_order ON {p}"
+            " version INTEGER NOT NULL)",
+            f"CREATE INDEX IF NOT EXISTS {pp}_by_zone ON {p} (cluster, zone, version)",
+            f"CREATE INDEX IF NOT EXISTS {pp}_by_id ON {p} (cluster, pointer_id, version)",
+            f"CREATE INDEX IF NOT EXISTS {pp}_vesting ON {p}"
             " (cluster, shard, vesting_ms, pointer_id)",
+            f"CREATE TABLE IF NOT EXISTS {z} (cluster TEXT NOT NULL, zone BLOB NOT NULL,"
+            " pointer_id TEXT NOT NULL, shard INTEGER NOT NULL,"
+            " PRIMARY KEY (cluster, zone)) WITHOUT ROWID",
         ),
         insert_item=insert_item,
-        upsert_pointer=upsert_pointer,
         item=f"SELECT record FROM {i} WHERE zone = :zone AND id = :id",
         items_of_zone=(
             f"SELECT record FROM {i} WHERE zone = :zone ORDER BY priority, vesting_ms, seq LIMIT :n"
@@ -306,19 +411,24 @@ def _sqlite(root: str, namespace: str) -> Statements:
         any_item=f"SELECT 1 FROM {i} WHERE zone = :zone LIMIT 1",
         count=f"SELECT count(*) FROM {i} WHERE zone = :zone",
         lease_pointer=(
-            f"UPDATE {p} SET vesting_ms = :vesting_ms, lease_id = :lease_id, holder = :holder"
-            " WHERE cluster = :cluster AND pointer_id = :pointer_id"
-            " AND vesting_ms = :was_vesting_ms AND lease_id IS :was_lease_id"
+            f"UPDATE {p} SET vesting_ms = :vesting_ms, lease_id = :lease_id, holder = :holder,"
+            f" version = version + 1 WHERE cluster = :cluster AND pointer_id = :pointer_id"
+            f" AND {newest} AND vesting_ms = :was_vesting_ms AND lease_id IS :was_lease_id"
         ),
         requeue_pointer=(
             f"UPDATE {p} SET vesting_ms = :vesting_ms, last_active_ms = :last_active_ms,"
-            " lease_id = NULL, holder = NULL WHERE cluster = :cluster AND pointer_id = :pointer_id"
+            " lease_id = NULL, holder = NULL, version = version + 1"
+            f" WHERE cluster = :cluster AND pointer_id = :pointer_id AND {newest}"
         ),
         extend_pointer=(
-            f"UPDATE {p} SET vesting_ms = :vesting_ms WHERE cluster = :cluster"
-            " AND pointer_id = :pointer_id AND lease_id = :lease_id"
+            f"UPDATE {p} SET vesting_ms = :vesting_ms, version = version + 1"
+            f" WHERE cluster = :cluster AND pointer_id = :pointer_id AND {newest}"
+            " AND lease_id = :lease_id"
         ),
-        delete_pointer=f"DELETE FROM {p} WHERE cluster = :cluster AND pointer_id = :pointer_id",
+        delete_pointer=(
+            f"DELETE FROM {p} WHERE cluster = :cluster AND pointer_id = :pointer_id AND {newest}"
+        ),
+        delete_zone=f"DELETE FROM {z} WHERE cluster = :cluster AND zone = :zone",
         peek=(
             f"SELECT pointer_id, vesting_ms FROM {p} WHERE cluster = :cluster AND shard = :shard"
             " ORDER BY vesting_ms, pointer_id LIMIT :n"
@@ -341,12 +451,11 @@ def _sqlite(root: str, namespace: str) -> Statements:
         ),
         count_pointers=f"SELECT count(*) FROM {p} WHERE cluster = :cluster AND shard = :shard",
         zones_from=(
-            f"SELECT zone, shard, vesting_ms, last_active_ms, lease_id, holder, pointer_id"
-            f" FROM {p} WHERE cluster = :cluster AND zone >= :begin AND zone < :end"
+            f"SELECT zone FROM {z} WHERE cluster = :cluster AND zone >= :begin AND zone < :end"
             " ORDER BY zone LIMIT :n"
         ),
         count_zones=(
-            f"SELECT count(*) FROM (SELECT 1 FROM {p} WHERE cluster = :cluster"
+            f"SELECT count(*) FROM (SELECT 1 FROM {z} WHERE cluster = :cluster"
             " AND zone >= :begin AND zone < :end LIMIT :n)"
         ),
         vested_zones_of_app=(
@@ -356,7 +465,7 @@ def _sqlite(root: str, namespace: str) -> Statements:
             " ORDER BY vesting_ms, pointer_id LIMIT :n"
         ),
         first_zone_after=(
-            f"SELECT zone FROM {p} WHERE cluster = :cluster AND zone >= :begin"
+            f"SELECT zone FROM {z} WHERE cluster = :cluster AND zone >= :begin"
             " ORDER BY zone LIMIT 1"
         ),
     )
@@ -395,39 +504,38 @@ def delete_rows(items_table: str, dialect: str, n: int, *, leased: bool) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def pull_rows(pointers_table: str, dialect: str, n: int) -> str:
-    """One statement that pulls the idle pointers of ``n`` zones earlier (``:cluster``,
-    ``:now``; for each row k ``:z<k>`` the zone and ``:v<k>`` the vesting time its pointer
-    must not vest after), returning a row a pointer moved: the part twos of many
-    applications' enqueues in one round trip. On PostgreSQL the rows are locked in the
-    zones' order first, so two such statements never wait for each other in a cycle."""
+def pull_rows(pointers_table: str, dialect: str, n: int) -> tuple[str, ...]:
+    """Statements, run in this order in one transaction, that pull the idle pointers of
+    ``n`` zones earlier (``:cluster``, ``:now``; for each row k ``:z<k>`` the zone and
+    ``:v<k>`` the vesting time its pointer must not vest after); the last returns a row
+    a pointer moved: the part twos of many applications' enqueues in one transaction."""
     rows = " UNION ALL ".join(f"SELECT :z{k} AS zone, :v{k} AS vesting_ms" for k in range(n))
     p = pointers_table
-    due = f"{p}.cluster = :cluster AND {p}.zone = v.zone AND {p}.lease_id IS NULL" \
-        f" AND {p}.vesting_ms > v.vesting_ms"  # fmt: skip
-    if dialect == "sqlite":
-        return (
-            f"UPDATE {p} SET vesting_ms = v.vesting_ms,"
-            f" last_active_ms = max(last_active_ms, :now) FROM ({rows}) AS v WHERE {due}"
-            " RETURNING 1"
-        )
-    # At READ COMMITTED an UPDATE filters rows on the version its snapshot sees: a
-    # pointer a visit requeued past the item after that snapshot would keep its old
-    # vesting time there and be passed over. So the rows are locked first by key (a
-    # commit in flight on one is waited for) and the conditions read what the locks
-    # return, which is each row's newest version.
-    sql = (
-        f"WITH v AS ({rows}), cur AS (SELECT ptr.zone, ptr.vesting_ms, ptr.lease_id"
-        f" FROM {p} AS ptr JOIN v ON ptr.zone = v.zone WHERE ptr.cluster = :cluster"
-        " ORDER BY ptr.zone FOR NO KEY UPDATE OF ptr)"
-        f" UPDATE {p} SET vesting_ms = v.vesting_ms,"
-        f" last_active_ms = greatest({p}.last_active_ms, :now) FROM v, cur"
-        f" WHERE {p}.cluster = :cluster AND {p}.zone = v.zone AND cur.zone = v.zone"
-        " AND cur.lease_id IS NULL AND cur.vesting_ms > v.vesting_ms RETURNING 1"
+    later = "greatest" if dialect == "postgres" else "max"
+    pull = _in(
+        dialect,
+        f"UPDATE {p} SET vesting_ms = v.vesting_ms,"
+        f" last_active_ms = {later}({p}.last_active_ms, :now), version = {p}.version + 1"
+        f" FROM ({rows}) AS v WHERE {p}.cluster = :cluster AND {p}.zone = v.zone"
+        f" AND {p}.version = (SELECT max(version) FROM {p} AS n WHERE n.cluster = :cluster"
+        f" AND n.zone = v.zone) AND {p}.lease_id IS NULL AND {p}.vesting_ms > v.vesting_ms"
+        " RETURNING 1",
     )
-    made = _postgres(sql)
-    assert isinstance(made, str)
-    return made
+    if dialect == "sqlite":
+        return (pull,)
+    # At READ COMMITTED a statement reads the versions its snapshot sees: a pointer a
+    # visit requeued past the item after that snapshot would keep its old vesting time
+    # there and be passed over. So the zones' newest versions are locked first, by a
+    # statement of their own, in the zones' order (two such transactions never wait for
+    # each other in a cycle), and the pull's own snapshot, taken after the locks, holds
+    # each pointer's newest version.
+    lock = _in(
+        dialect,
+        f"SELECT n.zone FROM ({rows}) AS v CROSS JOIN LATERAL (SELECT zone FROM {p}"
+        " WHERE cluster = :cluster AND zone = v.zone ORDER BY version DESC LIMIT 1"
+        " FOR NO KEY UPDATE) AS n ORDER BY n.zone",
+    )
+    return (lock, pull)
 
 
 def _in(dialect: str, sql: str) -> str:

@@ -123,8 +123,8 @@ class SQLTopLevelQueue(TopLevelQueue):
     # --- the enqueue's pointer half (run by SQLZoneStore's enqueue statement) ----------------
 
     def pointer_args(self, zone: ZoneId, vesting_ms: int, now: int) -> dict[str, Any]:
-        """The parameters of :attr:`Statements.upsert_pointer` for an item of ``zone``
-        vesting at ``vesting_ms`` (a new pointer's id drawn whether or not one is made)."""
+        """The parameters of :meth:`upsert` for an item of ``zone`` vesting at
+        ``vesting_ms`` (a new pointer's id drawn whether or not one is made)."""
         return {
             "cluster": self.cluster,
             "zone": zone_key(zone),
@@ -133,6 +133,35 @@ class SQLTopLevelQueue(TopLevelQueue):
             "vesting_ms": max(vesting_ms, now - FLOOR_SKEW_MS),
             "now": now,
         }
+
+    def make(self, c: Any, args: Mapping[str, Any]) -> bool:
+        """Make the zone's pointer (:meth:`pointer_args`) where it has none, on ``c`` in
+        its transaction: whether it did."""
+        made = None
+        for statement in self.q.make_pointer:
+            made = c.execute(statement, args)
+        return made is not None and made.fetchone() is not None
+
+    def upsert(self, c: Any, args: Mapping[str, Any]) -> bool:
+        """The enqueue's pointer half on ``c``, in its transaction: the zone's pointer
+        made, or pulled to the item where it vests later and nobody leases it; whether
+        either happened (consumers elsewhere may sleep past it)."""
+        if self.make(c, args):
+            return True
+        if self.q.lock_zone_pointer is not None:
+            c.execute(self.q.lock_zone_pointer, args)  # the pull's snapshot then holds it
+        return c.execute(self.q.pull_pointer, args).fetchone() is not None
+
+    def upsert_alone(self, args: Mapping[str, Any]) -> None:
+        """:meth:`upsert` in a transaction of its own: an enqueue's statement whose pull
+        met a version newer than its snapshot, or a pointer collected meanwhile."""
+
+        def again() -> None:
+            with self.sql.sql_write() as c:
+                if self.upsert(c, args):
+                    self.sql.signal_commit(c)
+
+        retrying(self.kv, again)
 
     def pull_pointer_earlier(
         self,
@@ -152,15 +181,15 @@ class SQLTopLevelQueue(TopLevelQueue):
     def park_pointer(self, zone: ZoneId, now: int, vesting_ms: int) -> None:
         """Make the zone's pointer where it has none, vesting at ``vesting_ms``, in a
         transaction of its own: an application's enqueue that found no pointer to lock
-        (``Statements.park_pointer``). Made inside the application's transaction, its row
+        (:meth:`make`). Made inside the application's transaction, its row
         would stay locked until that COMMIT and every other enqueuer of the zone would
         wait for it (issue 42 point 1). It vests later than the item, which nobody can
         see yet: part two pulls it after the COMMIT."""
         args = self.pointer_args(zone, vesting_ms, now)
 
         def park() -> None:
-            with self.sql.sql_write_one() as c:
-                c.execute(self.q.park_pointer, args)
+            with self.sql.sql_write() as c:
+                self.make(c, args)
 
         retrying(self.kv, park)
 
@@ -198,14 +227,16 @@ class SQLTopLevelQueue(TopLevelQueue):
             args: dict[str, Any] = {"cluster": self.cluster, "now": now}
             for k, (zone, vesting_ms) in enumerate(chunk):
                 args[f"z{k}"], args[f"v{k}"] = zone, max(vesting_ms, now - FLOOR_SKEW_MS)
-            statement = pull_rows(self.q.pointers_table, self.q.dialect, len(chunk))
+            statements = pull_rows(self.q.pointers_table, self.q.dialect, len(chunk))
             for attempt in range(1, PULL_TRIES + 1):
                 try:
                     with self.sql.sql_write() as c:
                         # Best effort: a crash of the server before the log's flush leaves
                         # each pointer vesting when it was to, as a lost part two does.
                         self.sql.relax_durability(c)
-                        if c.execute(statement, args).fetchone() is not None:
+                        for statement in statements:
+                            pulled = c.execute(statement, args)
+                        if pulled.fetchone() is not None:
                             self.sql.signal_commit(c)  # consumers elsewhere may sleep past it
                     break
                 except KVError as err:
@@ -341,9 +372,7 @@ class SQLTopLevelQueue(TopLevelQueue):
         if not isinstance(tr, SQLTransaction) or not tr.sends_later():
             return False
         key = {"cluster": self.cluster, "pointer_id": ref.pointer_id}
-        tr.ahead[("pointer", ref.pointer_id)] = tr.conn.execute(
-            self.q.pointer_by_id_for_visit, key
-        )
+        tr.ahead[("pointer", ref.pointer_id)] = tr.conn.execute(self.q.pointer_by_id_for_visit, key)
         return True
 
     def lease_pointer(
@@ -443,10 +472,12 @@ class SQLTopLevelQueue(TopLevelQueue):
                 # the lock. Refused where an application's enqueue into the zone holds
                 # it (FOR KEY SHARE) until its COMMIT: kept, to vest after another
                 # while, by when that enqueue's part two has pulled it to its item.
-                if c.execute(self.q.pointer_for_delete, key).fetchone() is None:
+                zone = {"cluster": self.cluster, "zone": zone_key(current.zone)}
+                if c.execute(self.q.pointer_for_delete, zone).fetchone() is None:
                     vesting = now + max(min_inactive_ms, HELD_POINTER_MS)
                 elif zone_is_empty(inside):
                     c.execute(self.q.delete_pointer, key)
+                    c.execute(self.q.delete_zone, zone)
                     return "deleted"
                 else:
                     vesting = last_active + min_inactive_ms
@@ -477,15 +508,19 @@ class SQLTopLevelQueue(TopLevelQueue):
     def drop_pointer_if_empty(
         self, zone: ZoneId, zone_is_empty: Callable[[KVTransaction], bool]
     ) -> bool:
+        key = {"cluster": self.cluster, "zone": zone_key(zone)}
         with self.sql.sql_write() as c:
-            row = c.execute(
-                self.q.pointer_of_zone_locked, {"cluster": self.cluster, "zone": zone_key(zone)}
-            ).fetchone()
+            # The registry row first (an application's open enqueue into the zone holds
+            # it FOR KEY SHARE: waited for, its item is then seen), then the pointer.
+            if c.execute(self.q.pointer_for_drop, key).fetchone() is None:
+                return True
+            row = c.execute(self.q.pointer_of_zone_locked, key).fetchone()
             if row is None:
                 return True
             if not zone_is_empty(cast(KVTransaction, SQLTransaction(c))):
                 return False
             c.execute(self.q.delete_pointer, {"cluster": self.cluster, "pointer_id": row[6]})
+            c.execute(self.q.delete_zone, key)
         return True
 
     # --- reads -------------------------------------------------------------------------

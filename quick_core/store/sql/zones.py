@@ -177,16 +177,33 @@ class SQLZoneStore:
 
     def create_tables(self) -> None:
         """Make the tables where the store has none (a new file, or one of the KV layout
-        that never had native zones), in one transaction holding the store's schema lock:
+        that never had native zones), or move a store's pointers of the layout before
+        pointer versions into them, in one transaction holding the store's schema lock:
         processes opening a new store at once make them one at a time (PostgreSQL's
         ``CREATE TABLE IF NOT EXISTS`` is no guard against another doing it meanwhile)."""
-        made = {"table": self.q.pointers_table}
+        made = {"table": self.q.zones_table}
         with self.sql.sql_read() as c:
             if c.execute(self.q.table_exists, made).fetchone() is not None:
                 return  # every table and index is made in the one transaction below
-        with self.sql.sql_schema() as c:
-            for statement in self.q.schema:
-                c.execute(statement)
+
+        def make() -> None:
+            with self.sql.sql_schema() as c:
+                if c.execute(self.q.table_exists, made).fetchone() is not None:
+                    return  # made by another process meanwhile
+                # Pointers of the layout before versions (a unique row a zone): moved over.
+                old = {"table": self.q.pointers_table}
+                before = c.execute(self.q.table_exists, old).fetchone() is not None
+                if before:
+                    c.execute(self.q.migrate_rename)
+                for statement in self.q.schema:
+                    c.execute(statement)
+                if before:
+                    for statement in self.q.migrate_copy:
+                        c.execute(statement)
+
+        # Again where it failed retryably (through a pooler in transaction mode, the first
+        # statement prepared on another server connection).
+        retrying(self.kv, make)
 
     # --- the two-part enqueue, natively --------------------------------------------------
 
@@ -243,15 +260,21 @@ class SQLZoneStore:
             self._write_new(on.conn, zone, records, args, pointer, queued)
         elif len(records) == 1 and self.q.enqueue_one is not None:
             # One statement, its own transaction: one round trip.
-            def one() -> None:
+            def one() -> bool:
                 with self.sql.sql_write_one() as c:
-                    wrote, woke = c.execute(self.q.enqueue_one, {**args[0], **pointer}).fetchone()
+                    wrote, woke, again = c.execute(
+                        self.q.enqueue_one, {**args[0], **pointer}
+                    ).fetchone()
                     if woke:
                         self.sql.signal_commit(c)
                     if not wrote:  # the id is queued: the same job, or refused
                         queued[records[0].item_id] = self._found(c, zone, records[0])
+                return bool(again)
 
-            retrying(self.kv, one)
+            if retrying(self.kv, one):
+                # The item is committed; its pointer changed after the statement's
+                # snapshot, or was collected: made or pulled again on its own.
+                self.toplevel.upsert_alone(pointer)
         else:
 
             def all_of_them() -> None:
@@ -280,7 +303,7 @@ class SQLZoneStore:
         for record, row in zip(records, args, strict=True):
             if c.execute(self.q.insert_item_returning, row).fetchone() is None:
                 queued[record.item_id] = self._found(c, zone, record)
-        if c.execute(self.q.upsert_pointer_returning, pointer).fetchone() is not None:
+        if self.toplevel.upsert(c, pointer):
             # Made, or pulled earlier: consumers elsewhere may sleep past it. (One that
             # vests in time already, or is leased, they know of.)
             self.sql.signal_commit(c)
@@ -321,7 +344,7 @@ class SQLZoneStore:
             # a serialization failure, which the application retries, as at these
             # levels it must anyway).
             made = self.toplevel.pointer_args(zone, vesting_ms, now)
-            if c.execute(self.q.park_pointer, made).fetchone() is None:
+            if not self.toplevel.make(c, made):
                 raise KVError(NOT_COMMITTED, STALE_SNAPSHOT)
             held = True
         for _ in range(CHANGE_TRIES):
