@@ -72,8 +72,10 @@ NOISY = "noisy"
 APP = "b"
 TABLES = ("kv", "quick_meta", "quick_log")
 # zones=sql's: items and pointers in tables of their own (reported where they exist).
-NATIVE_TABLES = ("quick_items", "quick_pointers")
+NATIVE_TABLES = ("quick_items", "quick_pointers", "quick_zones")
 NOISY_BATCH_EVERY_S = 0.1
+# A probe statement that writes: run in a transaction and rolled back.
+ROLLED_BACK = "rolled back: "
 # sql.py's commits_unseen with = ANY(ARRAY(...)) for its IN (SELECT ...): the form that
 # lets PostgreSQL read quick_log's newest rows by its xid index (proposed; {log}: the
 # table's quoted name).
@@ -378,6 +380,18 @@ class Probe:
                 st.pointer_of_zone,
                 {"cluster": cluster, "zone": zone_key(ZoneId(APP, NOISY))},
             ),
+            # A small tenant's enqueue as a producer sends it (one statement: the item,
+            # the pointer made or pulled), run and rolled back.
+            ROLLED_BACK + "an enqueue into a small zone (items, pointers)": (
+                st.enqueue_one,
+                {
+                    "zone": zone_key(ZoneId(APP, self.small_zone)),
+                    "id": "probe",
+                    "priority": 0,
+                    "record": b"probe",
+                    **q.toplevel.pointer_args(ZoneId(APP, self.small_zone), now, now),
+                },
+            ),
             "commit watcher: unseen commits (quick_log)": (
                 sql.commits_unseen,
                 (snapshot, snapshot),
@@ -390,7 +404,14 @@ class Probe:
         one: dict[str, Any] = {"when": label, "at_s": round(at_s, 1), "plans": {}}
         with psycopg.connect(dsn, autocommit=True) as conn:
             for name, (sql, params) in self.statements(conn).items():
-                one["plans"][name] = explain(conn, sql, params)
+                if not name.startswith(ROLLED_BACK):
+                    one["plans"][name] = explain(conn, sql, params)
+                    continue
+                conn.execute("BEGIN")
+                try:
+                    one["plans"][name[len(ROLLED_BACK) :]] = explain(conn, sql, params)
+                finally:
+                    conn.execute("ROLLBACK")
         self.results.append(one)
         return one
 
@@ -411,6 +432,7 @@ def explain(conn: Any, sql: str, params: tuple[Any, ...]) -> dict[str, Any]:
         "buffers": int(top.get("Shared Hit Blocks", 0)) + int(top.get("Shared Read Blocks", 0)),
         "rows": int(top.get("Actual Rows", 0)),
         "node": _nodes(top),
+        "plan": plan,
     }
 
 

@@ -21,6 +21,17 @@ from typing import Any
 from quickzones.errors import ConfigurationError
 
 _ROOT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,40}")
+# A pointer's vesting time where a write compares it, kept out of the (cluster, shard,
+# vesting_ms) index's reach: PostgreSQL costed a range of it as a row or two and chose
+# that index over the pointer's own key, then walked every dead entry past now that a
+# held snapshot keeps (5,300 buffers a pull).
+UNINDEXED_VESTING = "vesting_ms + 0"
+# A new pointer's first version (PostgreSQL's statements written here say the same:
+# %(now)s * 1024): above every version of the zone's earlier pointers
+# (collected, their rows dead but kept under a held snapshot), which the newest-first
+# read would otherwise walk before it. Its maker's clock in ms times 1,024: a pointer
+# would need more than 1,024 writes a millisecond to overtake its successor's.
+FIRST_VERSION = ":now * 1024"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +113,8 @@ class Statements:
     count: str
     # --- pointers --------------------------------------------------------------------------
     # A pointer's newest version: each write of a pointer is a new version of its row
-    # (``version`` one more), found first by the (cluster, pointer_id, version) and
-    # (cluster, zone, version) indexes, which are not unique: under a snapshot a report
+    # (``version`` one more), found first by the (pointer_id, cluster, version) and
+    # (zone, cluster, version) indexes, which are not unique: under a snapshot a report
     # holds open, PostgreSQL keeps every version, and a unique index checked each of
     # them at every write (docs/backends.md, "Beside long transactions").
     pointer_by_id: str
@@ -161,7 +172,7 @@ def statements(root: str, dialect: str = "sqlite", namespace: str = "") -> State
         " ON CONFLICT (cluster, zone) DO NOTHING RETURNING 1)"
         f" INSERT INTO {p} (cluster, zone, pointer_id, shard, vesting_ms, last_active_ms,"
         " version) SELECT %(cluster)s, %(zone)s, %(pointer_id)s, %(shard)s, %(vesting_ms)s,"
-        " %(now)s, 0 FROM made RETURNING 1"
+        " %(now)s, %(now)s * 1024 FROM made RETURNING 1"
     )
     # An enqueue's both parts in one statement. The pull locks the zone's newest
     # version and writes that version: where it is newer than the statement's snapshot
@@ -175,14 +186,17 @@ def statements(root: str, dialect: str = "sqlite", namespace: str = "") -> State
         " ON CONFLICT (cluster, zone) DO NOTHING RETURNING 1),"
         f" made_row AS (INSERT INTO {p} (cluster, zone, pointer_id, shard, vesting_ms,"
         " last_active_ms, version) SELECT %(cluster)s, %(zone)s, %(pointer_id)s, %(shard)s,"
-        " %(vesting_ms)s, %(now)s, 0 FROM made RETURNING 1),"
+        " %(vesting_ms)s, %(now)s, %(now)s * 1024 FROM made RETURNING 1),"
         f" cur AS (SELECT pointer_id, version, vesting_ms, lease_id FROM {p}"
         " WHERE cluster = %(cluster)s AND zone = %(zone)s AND NOT EXISTS (SELECT 1 FROM made)"
         " ORDER BY version DESC LIMIT 1 FOR NO KEY UPDATE),"
-        f" pulled AS (UPDATE {p} SET vesting_ms = %(vesting_ms)s, version = {p}.version + 1"
-        f" FROM cur WHERE {p}.cluster = %(cluster)s AND {p}.pointer_id = cur.pointer_id"
-        f" AND {p}.version = cur.version AND cur.vesting_ms > %(vesting_ms)s"
-        " AND cur.lease_id IS NULL RETURNING 1)"
+        # The version the lock returned, by its id: a scalar each, so the row is found
+        # by the (pointer_id, cluster, version) index, never by a join the planner may
+        # start from the vesting index (5,000 buffers a call under a held snapshot).
+        f" pulled AS (UPDATE {p} SET vesting_ms = %(vesting_ms)s, version = version + 1"
+        " WHERE cluster = %(cluster)s AND pointer_id = (SELECT pointer_id FROM cur)"
+        " AND version = (SELECT version FROM cur) AND EXISTS (SELECT 1 FROM cur"
+        " WHERE vesting_ms > %(vesting_ms)s AND lease_id IS NULL) RETURNING 1)"
         " SELECT (SELECT count(*) FROM item),"
         " (SELECT count(*) FROM made_row) + (SELECT count(*) FROM pulled),"
         " CASE WHEN EXISTS (SELECT 1 FROM made) THEN 0"
@@ -302,14 +316,15 @@ def _sqlite(root: str, namespace: str) -> Statements:
             f"INSERT INTO {z} (cluster, zone, pointer_id, shard)"
             " VALUES (:cluster, :zone, :pointer_id, :shard) ON CONFLICT (cluster, zone) DO NOTHING",
             f"INSERT INTO {p} (cluster, zone, pointer_id, shard, vesting_ms, last_active_ms,"
-            " version) SELECT :cluster, :zone, :pointer_id, :shard, :vesting_ms, :now, 0"
+            " version) SELECT :cluster, :zone, :pointer_id, :shard, :vesting_ms, :now,"
+            f" {FIRST_VERSION}"
             " WHERE changes() = 1 RETURNING 1",
         ),
         pull_pointer=(
             f"UPDATE {p} SET vesting_ms = :vesting_ms, version = version + 1"
             " WHERE cluster = :cluster AND zone = :zone AND version = (SELECT max(version)"
             f" FROM {p} AS n WHERE n.cluster = :cluster AND n.zone = :zone)"
-            " AND vesting_ms > :vesting_ms AND lease_id IS NULL RETURNING 1"
+            f" AND {UNINDEXED_VESTING} > :vesting_ms AND lease_id IS NULL RETURNING 1"
         ),
         lock_zone_pointer=None,
         pointer_for_delete=of_registry,
@@ -347,10 +362,14 @@ def _sqlite(root: str, namespace: str) -> Statements:
             " pointer_id TEXT NOT NULL, shard INTEGER NOT NULL, vesting_ms INTEGER NOT NULL,"
             " last_active_ms INTEGER NOT NULL, lease_id TEXT, holder TEXT,"
             " version INTEGER NOT NULL)",
-            f"CREATE INDEX IF NOT EXISTS {pp}_by_zone ON {p} (cluster, zone, version)",
-            f"CREATE INDEX IF NOT EXISTS {pp}_by_id ON {p} (cluster, pointer_id, version)",
+            # Each index leads with the key only its own reads name (not the cluster,
+            # which every statement names): PostgreSQL, planning with a small table's
+            # statistics, took the vesting index for a pull by zone on the cluster alone
+            # and walked all of it under a held snapshot (4,000 buffers a pull).
+            f"CREATE INDEX IF NOT EXISTS {pp}_by_zone ON {p} (zone, cluster, version)",
+            f"CREATE INDEX IF NOT EXISTS {pp}_by_id ON {p} (pointer_id, cluster, version)",
             f"CREATE INDEX IF NOT EXISTS {pp}_vesting ON {p}"
-            " (cluster, shard, vesting_ms, pointer_id)",
+            " (shard, cluster, vesting_ms, pointer_id)",
             f"CREATE TABLE IF NOT EXISTS {z} (cluster TEXT NOT NULL, zone BLOB NOT NULL,"
             " pointer_id TEXT NOT NULL, shard INTEGER NOT NULL,"
             " PRIMARY KEY (cluster, zone)) WITHOUT ROWID",
@@ -413,7 +432,8 @@ def _sqlite(root: str, namespace: str) -> Statements:
         lease_pointer=(
             f"UPDATE {p} SET vesting_ms = :vesting_ms, lease_id = :lease_id, holder = :holder,"
             f" version = version + 1 WHERE cluster = :cluster AND pointer_id = :pointer_id"
-            f" AND {newest} AND vesting_ms = :was_vesting_ms AND lease_id IS :was_lease_id"
+            f" AND {newest} AND {UNINDEXED_VESTING} = :was_vesting_ms"
+            " AND lease_id IS :was_lease_id"
         ),
         requeue_pointer=(
             f"UPDATE {p} SET vesting_ms = :vesting_ms, last_active_ms = :last_active_ms,"
@@ -511,18 +531,31 @@ def pull_rows(pointers_table: str, dialect: str, n: int) -> tuple[str, ...]:
     a pointer moved: the part twos of many applications' enqueues in one transaction."""
     rows = " UNION ALL ".join(f"SELECT :z{k} AS zone, :v{k} AS vesting_ms" for k in range(n))
     p = pointers_table
-    later = "greatest" if dialect == "postgres" else "max"
+    if dialect == "sqlite":
+        return (
+            _in(
+                dialect,
+                f"UPDATE {p} SET vesting_ms = v.vesting_ms,"
+                f" last_active_ms = max({p}.last_active_ms, :now), version = {p}.version + 1"
+                f" FROM ({rows}) AS v WHERE {p}.cluster = :cluster AND {p}.zone = v.zone"
+                f" AND {p}.version = (SELECT max(version) FROM {p} AS n"
+                " WHERE n.cluster = :cluster AND n.zone = v.zone)"
+                f" AND {p}.lease_id IS NULL AND {p}.vesting_ms > v.vesting_ms RETURNING 1",
+            ),
+        )
+    # Each zone's newest version (LATERAL, LIMIT 1: the first index entry), then that
+    # row by (pointer_id, version): a correlated max() there is no index condition, and
+    # PostgreSQL walked every version of the zone.
     pull = _in(
         dialect,
         f"UPDATE {p} SET vesting_ms = v.vesting_ms,"
-        f" last_active_ms = {later}({p}.last_active_ms, :now), version = {p}.version + 1"
-        f" FROM ({rows}) AS v WHERE {p}.cluster = :cluster AND {p}.zone = v.zone"
-        f" AND {p}.version = (SELECT max(version) FROM {p} AS n WHERE n.cluster = :cluster"
-        f" AND n.zone = v.zone) AND {p}.lease_id IS NULL AND {p}.vesting_ms > v.vesting_ms"
-        " RETURNING 1",
+        f" last_active_ms = greatest({p}.last_active_ms, :now), version = {p}.version + 1"
+        f" FROM ({rows}) AS v CROSS JOIN LATERAL (SELECT pointer_id, version FROM {p} AS n"
+        " WHERE n.cluster = :cluster AND n.zone = v.zone ORDER BY version DESC LIMIT 1) AS cur"
+        f" WHERE {p}.cluster = :cluster AND {p}.pointer_id = cur.pointer_id"
+        f" AND {p}.version = cur.version AND {p}.lease_id IS NULL"
+        f" AND {p}.{UNINDEXED_VESTING} > v.vesting_ms RETURNING 1",
     )
-    if dialect == "sqlite":
-        return (pull,)
     # At READ COMMITTED a statement reads the versions its snapshot sees: a pointer a
     # visit requeued past the item after that snapshot would keep its old vesting time
     # there and be passed over. So the zones' newest versions are locked first, by a
