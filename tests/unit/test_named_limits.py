@@ -4,9 +4,11 @@ consumer."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -214,28 +216,40 @@ def test_limits_are_listed_replaced_and_deleted(q: Quick) -> None:
     assert q.get_limit("b", "emails") == Limit("b", "emails", 1)
 
 
-def test_a_change_reaches_another_process_within_a_second(
-    tmp_path: Path, clock: ManualClock
-) -> None:
+@contextlib.contextmanager
+def _two_processes(
+    tmp_path: Path, clock: ManualClock, concurrency: int
+) -> Iterator[tuple[Quick, Quick, list[str], Any]]:
+    """An admin's store and a worker's on one SQLite file (two processes' caches): job
+    type ``send`` naming limit ``emails`` of ``concurrency``, one item of it queued, and
+    the limit filled by a consumer on the admin's side. Yields (admin, worker, the runs,
+    that consumer)."""
     url = f"sqlite:///{tmp_path / 'q.db'}"
     admin, worker = Quick.open(url, clock=clock), Quick.open(url, clock=clock)
     try:
         ran: list[str] = []
         worker.job("send", limits=["emails"])(lambda p, ctx: ran.append("send"))
-        admin.set_limit("a", "emails", concurrency=1)
+        admin.set_limit("a", "emails", concurrency=concurrency)
         admin.enqueue("send", b"", app="a", tenant="t")
-        consumer = worker.consumer(NO_WAIT)
         other = admin.consumer(NO_WAIT, name="other")
-        assert other._slots.acquire("limit", ("a", "emails", ""), 1, 1) == 1
+        assert other._slots.acquire("limit", TOTAL, concurrency, concurrency) == concurrency
+        yield admin, worker, ran, other
+    finally:
+        admin.close()
+        worker.close()
+
+
+def test_a_change_reaches_another_process_within_a_second(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    with _two_processes(tmp_path, clock, 1) as (admin, worker, ran, _other):
+        consumer = worker.consumer(NO_WAIT)
         consumer.run_until_idle()
         assert ran == []  # the limit is full
         admin.set_limit("a", "emails", concurrency=2)
         clock.advance(1.01)  # its cached limit is checked again after a second
         consumer.run_until_idle()
         assert ran == ["send"]
-    finally:
-        admin.close()
-        worker.close()
 
 
 def test_a_live_pool_never_runs_more_than_the_limit(live_q: Quick) -> None:
@@ -336,17 +350,9 @@ def test_a_worker_waiting_on_a_full_limit_obeys_it_lowered(
     one once its cache has read it: it read the limit once at its start, and went on
     granting under the old one for the rest of its wait (a second after the change, 3 ran
     at once under a limit lowered from 5 to 2 with ``quick limits set``)."""
-    url = f"sqlite:///{tmp_path / 'q.db'}"
-    admin, worker = Quick.open(url, clock=clock), Quick.open(url, clock=clock)
-    try:
-        ran: list[str] = []
-        worker.job("send", limits=["emails"])(lambda p, ctx: ran.append("send"))
-        admin.set_limit("a", "emails", concurrency=2)
-        admin.enqueue("send", b"", app="a", tenant="t")
+    with _two_processes(tmp_path, clock, 2) as (admin, worker, ran, other):
         consumer = worker.consumer(ConsumerConfig(in_order=True, limit_wait_s=30.0))
-        other = admin.consumer(NO_WAIT, name="other")
-        held = other._slots.acquire("limit", TOTAL, 2, 2)
-        assert held == 2  # the limit full elsewhere
+        held = 2  # the limit full elsewhere
         works = [w for ref in consumer.scan_once() for w in consumer.visit(ref)]
         outcome: list[str] = []
         waiter = threading.Thread(target=lambda: outcome.extend(map(consumer.execute, works)))
@@ -368,6 +374,3 @@ def test_a_worker_waiting_on_a_full_limit_obeys_it_lowered(
                 other._slots.release("limit", TOTAL, held)
             waiter.join(35)
         assert outcome == ["completed"]
-    finally:
-        admin.close()
-        worker.close()
