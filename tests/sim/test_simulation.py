@@ -4,6 +4,7 @@ that the checker catches broken invariants (mutant zone stores)."""
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +19,12 @@ from quickzones.store.zonestore import CorruptItem
 from quickzones.testing.simulation import SimResult, run_seed
 from quickzones.testing.simulation.cli import main, replay_command
 
-SEEDS = 200
+# Each run sweeps 100 seeds: 0 to 49 every time, and 50 more that move on each day (UTC),
+# so that CI, run every session, goes on covering new seeds rather than 200 fixed ones
+# (8 minutes of a 2-core CI run, its longest file). A failure names its seed and the
+# command that replays it.
+FIXED_SEEDS = 50
+DAILY_SEEDS = 50
 # Every seed, each run half as long with twice the fault rate: about as many faults of each
 # kind per seed as 2,000 steps at 1 % (not_committed ~30, too_old ~33, unknown results ~15
 # each), in a third of the time (the store, the checker's scans and the drain at quiescence
@@ -26,6 +32,16 @@ SEEDS = 200
 STEPS = 1000
 FAULTS = 0.02
 CHUNKS = 10  # pytest params, so a failure names a small range and progress shows
+
+
+def sweep_seeds(day: int) -> list[int]:
+    """The seeds one run sweeps on ``day`` (days since 1970-01-01, UTC): the fixed ones,
+    then that day's (from 1,000 on, a new block each day for 10,000 days)."""
+    first = 1_000 + (day % 10_000) * DAILY_SEEDS
+    return [*range(FIXED_SEEDS), *range(first, first + DAILY_SEEDS)]
+
+
+SEEDS = sweep_seeds(int(time.time() // 86_400))
 
 
 # Violation kinds of open core bugs, each demonstrated in test_core_bugs.py (strict xfail)
@@ -50,8 +66,8 @@ def _report(results: Sequence[SimResult]) -> str:
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_seeds_under_faults(chunk: int) -> None:
-    per = SEEDS // CHUNKS
-    results = [run_seed(seed, STEPS, FAULTS) for seed in range(chunk * per, (chunk + 1) * per)]
+    per = len(SEEDS) // CHUNKS
+    results = [run_seed(seed, STEPS, FAULTS) for seed in SEEDS[chunk * per : (chunk + 1) * per]]
     assert not any(_unexpected(r) for r in results), _report(results)
     assert sum(r.lost for r in results) == 0
     # The run must actually exercise what it claims to.
