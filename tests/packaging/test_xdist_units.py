@@ -1,23 +1,27 @@
 """How CI deals tests to its pytest processes (tests/xdist_units.py): whole files, and
-every file that starts Cassandra on one process."""
+every file that may start Cassandra in one unit."""
 
 from __future__ import annotations
 
-from tests.xdist_units import CASSANDRA_GROUP, unit_of, uses_cassandra
+from tests.xdist_units import cassandra_files, uses_cassandra
 
 
-def test_a_test_starts_cassandra_by_its_fixture_or_its_store_parameter() -> None:
-    assert uses_cassandra("integration/x.py::test_a", ["tmp_path", "cassandra_node"])
-    assert uses_cassandra("tests/contract/c.py::test_b[cassandra]", [])
-    assert uses_cassandra("tests/contract/c.py::test_b[cassandra-True]", [])
-    assert not uses_cassandra("tests/contract/c.py::test_b[sqlite]", [])
+def test_a_test_may_start_cassandra_by_its_file_or_its_store_parameter() -> None:
+    assert uses_cassandra("integration/cassandra_adapter/test_migrate.py::test_a")
+    assert uses_cassandra("integration/fdb/test_fdb_cassandra_pointers.py::test_b")
+    assert uses_cassandra("tests/contract/c.py::test_b[cassandra]")
+    assert uses_cassandra("tests/contract/c.py::test_b[cassandra-True]")
+    assert not uses_cassandra("tests/contract/c.py::test_b[sqlite]")
     # a parameter that only mentions it: a URL, a document
-    assert not uses_cassandra("tests/unit/u.py::test_c[cassandra://h/ks-bad port]", [])
-    assert not uses_cassandra("tests/docs/d.py::test_d[cassandra.md]", [])
+    assert not uses_cassandra("tests/unit/u.py::test_c[cassandra://h/ks-bad port]")
+    assert not uses_cassandra("tests/docs/d.py::test_d[cassandra.md]")
 
 
-def test_cassandras_files_share_one_unit_and_every_other_file_is_its_own() -> None:
-    files = {"integration/a.py", "tests/contract/c.py"}
-    assert unit_of("integration/a.py", files) == unit_of("tests/contract/c.py", files)
-    assert unit_of("integration/a.py", files) == CASSANDRA_GROUP
-    assert unit_of("tests/unit/u.py", files) == "tests/unit/u.py"
+def test_a_file_with_one_cassandra_test_goes_whole_to_its_unit() -> None:
+    ids = [
+        "tests/contract/c.py::test_b[sqlite]",
+        "tests/contract/c.py::test_b[cassandra]",
+        "tests/unit/u.py::test_c",
+        "integration/test_cassandra_local.py::test_d",
+    ]
+    assert cassandra_files(ids) == {"tests/contract/c.py", "integration/test_cassandra_local.py"}
