@@ -93,7 +93,8 @@ class Statements:
     items_of_zone: str
     # Vested items in the zone's order (priority, vesting time, enqueue order), at most n.
     vested: str
-    # A dequeue's one read (one round trip): rows of part 0, the vested items in order (at
+    # A dequeue's one read (one round trip), of the items the zone's floor admits
+    # (item_floors.py: :f_low, :p0, :v0, :f_high): rows of part 0, the vested items in order (at
     # most :n + 1: one more says a vested item is left); part 1, where those leave room,
     # the unleased items vesting after :now and by :upto, in order; part 2, one row, where
     # part 0 read every vested item and part 1 read none, the earliest vesting time after
@@ -404,21 +405,33 @@ def _sqlite(root: str, namespace: str) -> Statements:
             " SELECT min(vesting_ms) FROM firsts"
         ),
         dequeue_read=(
-            "WITH RECURSIVE v AS (SELECT id, record, priority, vesting_ms, seq"
-            f" FROM {i} WHERE zone = :zone AND vesting_ms <= :now"
+            # Two index ranges (item_floors.py): the priorities before :p0 from :f_low,
+            # and from (:p0, :v0) on, later priorities from :f_high (checked on the
+            # index entry: an older one's row is never fetched).
+            "WITH RECURSIVE v AS (SELECT id, record, priority, vesting_ms, seq FROM ("
+            " SELECT * FROM (SELECT id, record, priority, vesting_ms, seq"
+            f" FROM {i} WHERE zone = :zone AND priority < :p0 AND vesting_ms >= :f_low"
+            " AND vesting_ms <= :now ORDER BY priority, vesting_ms, seq LIMIT :n + 1) AS lo"
+            " UNION ALL SELECT * FROM (SELECT id, record, priority, vesting_ms, seq"
+            f" FROM {i} WHERE zone = :zone AND (priority, vesting_ms) >= (:p0, :v0)"
+            " AND vesting_ms >= :f_high AND vesting_ms <= :now"
+            " ORDER BY priority, vesting_ms, seq LIMIT :n + 1) AS hi) AS both_ranges"
             " ORDER BY priority, vesting_ms, seq LIMIT :n + 1),"
             " a AS (SELECT id, record, priority, vesting_ms, seq"
             f" FROM {i} WHERE zone = :zone AND vesting_ms > :now AND vesting_ms <= :upto"
             " AND lease_id IS NULL ORDER BY priority, vesting_ms, seq"
             " LIMIT CASE WHEN (SELECT count(*) FROM v) > :n THEN 0"
             " ELSE :n - (SELECT count(*) FROM v) END),"
+            # The priorities of items vesting after :now (those of past entries are
+            # skipped on the index alone).
             " ps(priority) AS ("
             f" SELECT * FROM (SELECT priority FROM {i} WHERE zone = :zone"
+            " AND vesting_ms > :now"
             " AND (SELECT count(*) FROM v) <= :n AND NOT EXISTS (SELECT 1 FROM a)"
             " ORDER BY priority LIMIT 1) AS head"
             f" UNION ALL SELECT (SELECT priority FROM {i} WHERE zone = :zone"
-            " AND priority > ps.priority ORDER BY priority LIMIT 1) FROM ps"
-            " WHERE ps.priority IS NOT NULL),"
+            " AND priority > ps.priority AND vesting_ms > :now ORDER BY priority LIMIT 1)"
+            " FROM ps WHERE ps.priority IS NOT NULL),"
             f" firsts(vesting_ms) AS (SELECT (SELECT vesting_ms FROM {i} WHERE zone = :zone"
             " AND priority = ps.priority AND vesting_ms > :now ORDER BY vesting_ms LIMIT 1)"
             " FROM ps WHERE ps.priority IS NOT NULL)"

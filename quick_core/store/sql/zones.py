@@ -48,6 +48,7 @@ from quickzones.store.kv import NOT_COMMITTED, OWN_STORE, KVError, KVStore, KVTr
 from quickzones.store.outcomes import DuplicateItemMismatch
 from quickzones.store.records import WorkItem, ZoneId, decode_item, encode_item
 from quickzones.store.sql.connections import SQLConnections, SQLTransaction, retrying
+from quickzones.store.sql.item_floors import Floor, ItemFloors
 from quickzones.store.sql.statements import Statements, delete_rows, lease_rows
 from quickzones.store.sql.toplevel import SQLTopLevelQueue, zone_key
 from quickzones.store.validation import check_name
@@ -121,6 +122,10 @@ class _SentRead:
     n: int
     horizon_ms: int
     result: Any
+    # The zone, the floor it read from, and the floors told what it saw.
+    zone: bytes
+    floor: Floor
+    floors: ItemFloors
 
     def fits(self, max_items: int, horizon_ms: int) -> bool:
         """Whether it read what a dequeue taking up to ``max_items`` reads."""
@@ -135,13 +140,22 @@ class _SentRead:
         vested: list[tuple[Any, Any, int]] = []
         ahead: list[tuple[Any, Any, int]] = []
         later = None
-        for part, item_id, record, _, vesting, _ in self.result:
+        vested_keys: list[tuple[Any, Any]] = []
+        for part, item_id, record, priority, vesting, _ in self.result:
             if part == 0:
                 vested.append((item_id, record, vesting))
+                vested_keys.append((priority, vesting))
             elif part == 1:
                 ahead.append((item_id, record, vesting))
             else:
                 later = vesting
+        self.floors.learn(
+            self.zone,
+            self.floor,
+            self.now,
+            [(int(priority), int(vesting)) for priority, vesting in vested_keys],
+            complete=len(vested) <= self.n,
+        )
         more = len(vested) > max_items
         known = not more and not ahead
         ahead = [] if more else ahead[: max_items - len(vested)]
@@ -174,6 +188,8 @@ class SQLZoneStore:
         self.letters = letters
         self.clock = clock
         self.ids = ids
+        # Where each zone's dequeue read starts (past its completed items' entries).
+        self.floors = ItemFloors()
 
     def create_tables(self) -> None:
         """Make the tables where the store has none (a new file, or one of the KV layout
@@ -584,8 +600,11 @@ class SQLZoneStore:
         backlog it tells the requeue the zone's next vesting time), then, with a horizon
         and room, the unleased ones due within it; and where it read every vested row and
         none ahead, the zone's next vesting time after ``now``."""
-        args = {"zone": zone_key(zone), "now": now, "upto": now + horizon_ms, "n": max_items}
-        return _SentRead(now, max_items, horizon_ms, c.execute(self.q.dequeue_read, args))
+        key = zone_key(zone)
+        floor = self.floors.floor(key, now)
+        args = {"zone": key, "now": now, "upto": now + horizon_ms, "n": max_items, **floor.args()}
+        result = c.execute(self.q.dequeue_read, args)
+        return _SentRead(now, max_items, horizon_ms, result, key, floor, self.floors)
 
     def send_dequeue_read(
         self, zone: ZoneId, max_items: int, horizon_ms: int, tr: KVTransaction

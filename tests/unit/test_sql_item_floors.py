@@ -1,0 +1,232 @@
+"""A zone's dequeue read starts at the zone's floor (``zones=sql``; issue 42 point 3;
+``quickzones.store.sql.item_floors``): beside a report's held snapshot on PostgreSQL, a
+read from the zone's start fetched the row of every item the zone ever completed to find
+it dead, more every second the snapshot stayed open. The floor must never hide an item
+for long: a more urgent priority, a delayed item, an item from a writer whose clock lags,
+an item of an application's transaction that stayed open."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quickzones.client import Quick
+from quickzones.clock import ManualClock, now_ms
+from quickzones.consumer import ConsumerConfig
+from quickzones.store.records import ZoneId
+from quickzones.store.sql import SQLZoneStore
+from quickzones.store.sql.item_floors import (
+    FROM_START,
+    FULL_READ_MS,
+    HIGHEST,
+    LOWEST,
+    Floor,
+    learned,
+)
+from quickzones.store.sql.toplevel import FLOOR_SKEW_MS, zone_key
+from quickzones.testing.provision.postgres import postgres_skip_reason
+
+LEASE_MS = 600_000  # no lease ends within a test: what is taken stays taken
+
+
+def _pg_url() -> str:
+    reason = postgres_skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    from tests.postgres import postgres_store_url
+
+    return postgres_store_url() + "&zones=sql"
+
+
+def _store(q: Quick) -> SQLZoneStore:
+    assert isinstance(q.items, SQLZoneStore)
+    return q.items
+
+
+def _taken(q: Quick, zone: ZoneId, n: int) -> list[Any]:
+    items, _ = _store(q).dequeue(zone, n, LEASE_MS)
+    return [json.loads(item.payload) for item in items]
+
+
+# --- what a read learns ---------------------------------------------------------------
+
+
+def test_a_read_that_saw_every_vested_item_bounds_every_priority() -> None:
+    now = 100_000
+    cut = now - FLOOR_SKEW_MS
+    # Priority 0's first at 90,000, priority 3's at 50,000: later priorities from 50,000.
+    seen = learned(FROM_START, now, [(0, 90_000), (0, 95_000), (3, 50_000)], complete=True)
+    assert seen == Floor(low=cut, priority=0, at=90_000, high=50_000)
+    # Items written after the read vest from the cut on (a writer's clock may lag).
+    assert learned(FROM_START, now, [(0, 99_500)], complete=True).at == cut
+    # Nothing vested: every priority from the cut.
+    assert learned(FROM_START, now, [], complete=True) == Floor(cut, HIGHEST, cut, cut)
+
+
+def test_a_read_of_the_first_items_only_keeps_the_old_bound_for_later_priorities() -> None:
+    now = 100_000
+    cut = now - FLOOR_SKEW_MS
+    first = learned(FROM_START, now, [(2, 40_000), (2, 41_000)], complete=False)
+    assert first == Floor(low=cut, priority=2, at=40_000, high=LOWEST)
+    later = learned(first, now + 1_000, [(2, 45_000)], complete=False)
+    assert later == Floor(low=cut + 1_000, priority=2, at=45_000, high=LOWEST)
+    kept = learned(Floor(80_000, 1, 60_000, 55_000), now, [(1, 70_000)], complete=False)
+    assert kept.high == 55_000 and kept.at == 70_000
+
+
+# --- what a dequeue finds (SQLite, a manual clock) -------------------------------------
+
+
+@pytest.fixture
+def sq(tmp_path: Path) -> Any:
+    clock = ManualClock()
+    q = Quick.open(f"sqlite:///{tmp_path / 'q.db'}?zones=sql", clock=clock)
+    q.job("j")(lambda payload, ctx: None)
+    yield q, clock, tmp_path
+    q.close()
+
+
+def test_a_more_urgent_item_after_a_backlog_read_comes_first(sq: Any) -> None:
+    q, clock, _ = sq
+    zone = q.zone("a", "t")
+    q.enqueue("j", "later", app="a", tenant="t", priority=0, delay=60)
+    for n in range(10):
+        q.enqueue("j", f"b{n}", app="a", tenant="t", priority=5)
+        clock.advance(1)
+    assert _taken(q, zone, 3) == ["b0", "b1", "b2"]  # a backlog: the zone's floor moves
+    clock.advance(5)
+    q.enqueue("j", "urgent", app="a", tenant="t", priority=1)
+    assert _taken(q, zone, 2) == ["urgent", "b3"]
+    clock.advance(60)  # the delayed item of priority 0 vests
+    assert _taken(q, zone, 2) == ["later", "b4"]
+
+
+def test_an_item_from_a_writer_whose_clock_lags_is_found_within_a_full_read(sq: Any) -> None:
+    q, clock, tmp_path = sq
+    zone = q.zone("a", "t")
+    q.enqueue("j", "first", app="a", tenant="t")
+    assert _taken(q, zone, 5) == ["first"]
+    behind = ManualClock(clock.now() - 10)  # 10 s behind: past FLOOR_SKEW_MS
+    lagging = Quick.open(f"sqlite:///{tmp_path / 'q.db'}?zones=sql", clock=behind)
+    try:
+        lagging.enqueue("j", "lagging", app="a", tenant="t")
+    finally:
+        lagging.close()
+    found: list[Any] = []
+    for _ in range(int(FULL_READ_MS / 500) + 2):
+        found += _taken(q, zone, 5)
+        if found:
+            break
+        clock.advance(0.5)
+    assert found == ["lagging"]
+
+
+# --- beside a held snapshot (PostgreSQL) ------------------------------------------------
+
+
+def _read_buffers(conn: Any, store: SQLZoneStore, zone: ZoneId, floor: Floor) -> int:
+    """The shared buffers of the zone's dequeue read from ``floor``."""
+    now = now_ms(store.clock)
+    args = {"zone": zone_key(zone), "now": now, "upto": now, "n": 10, **floor.args()}
+    (plan,) = conn.execute(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store.q.dequeue_read, args
+    ).fetchone()
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    top = plan[0]["Plan"]
+    return int(top.get("Shared Hit Blocks", 0)) + int(top.get("Shared Read Blocks", 0))
+
+
+def test_a_small_zones_dequeue_read_stays_flat_beside_a_held_snapshot() -> None:
+    """One small zone gets 100, then 400 enqueue-and-run rounds while a report holds a
+    REPEATABLE READ snapshot; after each, past the skew, one more round, and its next read
+    measured. Leases of 0.5 s: a completed item's leased version vests at its lease's
+    end, and the read of the zone's next vesting time walks those ahead of now (bounded by
+    the lease time, not by the snapshot's age)."""
+    import psycopg
+
+    url = _pg_url()
+    schema = url.split("schema=")[1].split("&")[0]
+    q = Quick.open(url)
+    q.job("j")(lambda payload, ctx: None)
+    zone = ZoneId("a", "small")
+    config = ConsumerConfig(in_order=True, item_lease_s=0.5)
+    try:
+        store = _store(q)
+        with (
+            psycopg.connect(url.split("?")[0], autocommit=True) as conn,
+            psycopg.connect(url.split("?")[0]) as report,
+        ):
+            report.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            report.execute(f'SELECT count(*) FROM "{schema}".quick_items')  # the snapshot
+            floored: list[int] = []
+            from_start: list[int] = []
+            done = 0
+            for rounds in (100, 400):
+                for n in range(done, rounds):
+                    q.enqueue("j", {"n": n}, app="a", tenant="small")
+                    assert q.run_until_idle(config) == 1
+                done = rounds
+                time.sleep(FLOOR_SKEW_MS / 1000 + 0.6)
+                q.enqueue("j", {"n": "after"}, app="a", tenant="small")
+                assert q.run_until_idle(config) == 1
+                floor = store.floors.floor(zone_key(zone), now_ms(store.clock))
+                assert floor is not FROM_START
+                floored.append(_read_buffers(conn, store, zone, floor))
+                from_start.append(_read_buffers(conn, store, zone, FROM_START))
+            report.execute("COMMIT")
+        # From the start: 2 buffers more a completed item (the test exercises them).
+        print(f"buffers from the floor {floored}, from the start {from_start}")
+        assert from_start[1] >= from_start[0] + 300, from_start
+        assert floored[1] <= floored[0] + 10 and floored[1] <= 40, floored
+    finally:
+        q.close()
+
+
+def test_an_item_of_a_transaction_open_past_the_skew_runs_within_a_full_read() -> None:
+    """An application's REPEATABLE READ transaction enqueues into a busy zone (whose
+    pointer already vests sooner: the enqueue leaves it alone) and stays open 3 s while
+    the zone's other items run and its floor passes the item's vesting time: the item
+    runs once the transaction commits, within ``FULL_READ_MS`` of reads."""
+    import threading
+
+    import psycopg
+
+    from tests.waiting import wait_for
+
+    url = _pg_url()
+    q = Quick.open(url)
+    ran: list[Any] = []
+    q.job("j")(lambda payload, ctx: ran.append(payload))
+    consumer = q.consumer(ConsumerConfig(in_order=True))
+    consumer.start()
+    stop = threading.Event()
+
+    def traffic() -> None:
+        n = 0
+        while not stop.is_set():
+            q.enqueue("j", {"other": n}, app="a", tenant="busy")
+            n += 1
+            time.sleep(0.05)
+
+    feeder = threading.Thread(target=traffic)
+    feeder.start()
+    try:
+        assert wait_for(lambda: len(ran) >= 5, 30)
+        with psycopg.connect(url.split("?")[0]) as app:
+            app.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            q.enqueue_on(app, "j", {"late": True}, app="a", tenant="busy")
+            time.sleep(3.0)
+            app.execute("COMMIT")
+            committed = time.monotonic()
+        assert wait_for(lambda: {"late": True} in ran, 30)
+        assert time.monotonic() - committed < FULL_READ_MS / 1000 + 3
+    finally:
+        stop.set()
+        feeder.join()
+        consumer.stop()
+        q.close()
