@@ -113,7 +113,3 @@ class ItemFloors:
         if kept is None and len(self._floors) >= MOST_ZONES:
             self._floors.clear()
         self._floors[zone] = (learned(used, now, list(vested), complete), full_at)
-
-    def forget(self, zone: bytes) -> None:
-        """Read ``zone`` from its start next time."""
-        self._floors.pop(zone, None)
