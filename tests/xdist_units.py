@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
-from xdist.scheduler import LoadFileScheduling
 
 CASSANDRA_UNIT = "cassandra"
 
@@ -39,20 +38,27 @@ def cassandra_files(nodeids: Iterable[str]) -> set[str]:
     return {file_of(nodeid) for nodeid in nodeids if uses_cassandra(nodeid)}
 
 
-class FilesAndOneCassandra(LoadFileScheduling):
-    """``loadfile``, with every Cassandra file in one unit."""
+def files_and_one_cassandra(config: pytest.Config, log: Any) -> Any:
+    """``loadfile``'s scheduler, with every Cassandra file in one unit. pytest-xdist (the
+    ``pytest-xdist`` distribution of the ``dev`` extra) is imported only here, when a run
+    deals tests to processes: this module, and what tests it, import without it."""
+    from xdist.scheduler import LoadFileScheduling
 
-    _cassandra: set[str] | None = None
+    class FilesAndOneCassandra(LoadFileScheduling):
+        _cassandra: set[str] | None = None
 
-    def _split_scope(self, nodeid: str) -> str:
-        if self._cassandra is None:
-            self._cassandra = cassandra_files(self.collection or ())
-        path = file_of(nodeid)
-        return CASSANDRA_UNIT if path in self._cassandra else path
+        def _split_scope(self, nodeid: str) -> str:
+            if self._cassandra is None:
+                self._cassandra = cassandra_files(self.collection or ())
+            path = file_of(nodeid)
+            return CASSANDRA_UNIT if path in self._cassandra else path
+
+    return FilesAndOneCassandra(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    # Called by pytest-xdist only, so it is installed whenever this runs.
     if config.getoption("dist", None) != "loadfile":
         return None
-    return FilesAndOneCassandra(config, log)
+    return files_and_one_cassandra(config, log)
