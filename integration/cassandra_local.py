@@ -821,6 +821,9 @@ class LocalCassandra:
             request_timeout=kwargs.pop("request_timeout", 15.0),
         )
         kwargs.setdefault("protocol_version", driver.ProtocolVersion.V5)
+        # The driver's 2 s for the schema reads of a connect is missed by a node busy with
+        # other tests' keyspaces (one node serves the whole run).
+        kwargs.setdefault("control_connection_timeout", 15.0)
         kwargs.setdefault("execution_profiles", {driver.cluster.EXEC_PROFILE_DEFAULT: profile})
         return driver.cluster.Cluster(self.contact_points, port=self.port, **kwargs)
 

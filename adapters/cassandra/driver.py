@@ -39,13 +39,13 @@ def consistency_level(name: str) -> int:
     return level
 
 
-def connect(url: CassandraURL) -> tuple[Any, Any]:
-    """(cluster, session) for ``url``: protocol v5, token-aware DC-aware routing, the URL's
-    consistency levels and timeout as the default execution profile."""
+def make_cluster(url: CassandraURL) -> Any:
+    """An unconnected ``Cluster`` for ``url``: protocol v5, token-aware DC-aware routing,
+    the URL's consistency levels and request timeout as the default execution profile."""
     cassandra = require_driver()  # its submodules imported there, guarded
     cluster_mod, policies = cassandra.cluster, cassandra.policies
     EXEC_PROFILE_DEFAULT, Cluster = cluster_mod.EXEC_PROFILE_DEFAULT, cluster_mod.Cluster
-    ExecutionProfile, NoHostAvailable = cluster_mod.ExecutionProfile, cluster_mod.NoHostAvailable
+    ExecutionProfile = cluster_mod.ExecutionProfile
     DCAwareRoundRobinPolicy = policies.DCAwareRoundRobinPolicy
     ExponentialReconnectionPolicy = policies.ExponentialReconnectionPolicy
     TokenAwarePolicy = policies.TokenAwarePolicy
@@ -57,12 +57,17 @@ def connect(url: CassandraURL) -> tuple[Any, Any]:
         request_timeout=url.timeout_s,
     )
     try:
-        cluster = Cluster(
+        return Cluster(
             url.hosts,
             port=url.port,
             protocol_version=url.protocol_version,
             execution_profiles={EXEC_PROFILE_DEFAULT: profile},
             connect_timeout=url.connect_timeout_s,
+            # Connecting reads the whole schema and the peers on the control connection; the
+            # driver gives those reads 2 s, which a busy node (one making or dropping
+            # keyspaces) misses, and the connect fails with OperationTimedOut. They are
+            # requests: the URL's request timeout.
+            control_connection_timeout=url.timeout_s,
             # The driver's default backoff grows to 10 minutes: after an outage, consumers
             # would sit idle long after the nodes are back. 10 s at most.
             reconnection_policy=ExponentialReconnectionPolicy(0.5, 10.0),
@@ -73,9 +78,15 @@ def connect(url: CassandraURL) -> tuple[Any, Any]:
             f"cannot connect to Cassandra at {url.display}: no contact point resolves "
             f"({', '.join(url.hosts)})"
         ) from err
+
+
+def connect(url: CassandraURL) -> tuple[Any, Any]:
+    """(cluster, session) for ``url`` (see :func:`make_cluster`)."""
+    cassandra = require_driver()
+    cluster = make_cluster(url)
     try:
         session = cluster.connect()
-    except (NoHostAvailable, cassandra.DriverException) as err:
+    except (cassandra.cluster.NoHostAvailable, cassandra.DriverException) as err:
         cluster.shutdown()
         raise CassandraError(f"cannot connect to Cassandra at {url.display}: {err}") from err
     return cluster, session

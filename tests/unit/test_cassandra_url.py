@@ -78,3 +78,20 @@ def test_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None
     with pytest.raises(MissingDependency) as info:
         require_driver()
     assert "cassandra-driver" in str(info.value) and "cassandra" in str(info.value)
+
+
+def test_the_urls_timeouts_reach_the_driver() -> None:
+    """Connecting reads the schema on the control connection; the driver's own 2 s for
+    those reads failed a connect to a busy node (a CI run's OperationTimedOut). They get
+    the URL's request timeout, the handshake its connect timeout."""
+    pytest.importorskip("cassandra.cluster")
+    from quickzones.adapters.cassandra.driver import make_cluster
+
+    url = parse_cassandra_url("cassandra://127.0.0.1:9042/ks?timeout=7.5&connect_timeout=3")
+    cluster = make_cluster(url)  # not connected: nothing listens here
+    try:
+        assert cluster.control_connection_timeout == 7.5
+        assert cluster.connect_timeout == 3.0
+        assert cluster.profile_manager.default.request_timeout == 7.5
+    finally:
+        cluster.shutdown()
