@@ -26,10 +26,13 @@ from quickzones.store.tenant_limits import TenantLimits
 from quickzones.store.weights import REFRESH_S, TenantWeight, Weights
 from tests.waiting import wait_for
 
-BACKLOG = 4000
-# Counted past the first 300 starts, over 3,000: long against a visit's size (up to 32 here),
-# the most one tenant's dequeues run ahead of its weighted share at any moment.
-WINDOW = (300, 3300)
+BACKLOG = 2500
+# Counted past the first 300 starts, over 1,500: long against a visit's size (up to 32 here),
+# the most one tenant's dequeues run ahead of its weighted share at any moment. (Over 3,000
+# the ratios were the same to within 0.05; each start is a real handler run, and CI pays
+# for every one.)
+SPAN = 1500
+WINDOW = (300, 300 + SPAN)
 
 
 class _Starts:
@@ -117,7 +120,7 @@ def test_a_running_consumer_sees_a_weight_change(live_q: Quick) -> None:
     gold to 3 while the consumer runs: within about REFRESH_S its starts turn 3:1."""
     q = live_q
     starts = _Starts(q)
-    consumer = q.consumer(_contended(q, 2 * BACKLOG, in_order=True))
+    consumer = q.consumer(_contended(q, in_order=True))
     consumer.start()
     try:
         assert wait_for(lambda: starts.count() >= 600, 120)
@@ -125,11 +128,11 @@ def test_a_running_consumer_sees_a_weight_change(live_q: Quick) -> None:
         q.set_weight("app", "gold", 3)  # another client would do: it is in the store
         time.sleep(REFRESH_S * 1.5)
         mark = starts.count()
-        assert wait_for(lambda: starts.count() >= mark + 3200, 120)
+        assert wait_for(lambda: starts.count() >= mark + 200 + SPAN, 120)
     finally:
         consumer.stop()
     assert before["gold"] / before["basic"] < 2.0, before  # unweighted, about even
-    after = starts.window(mark + 200, mark + 3200)
+    after = starts.window(mark + 200, mark + 200 + SPAN)
     assert 2.7 <= after["gold"] / after["basic"] <= 3.3, after
 
 
