@@ -216,6 +216,7 @@ class Records:
     path: Path
     offset: int = 0
     started: int = 0
+    started_noisy: int = 0
     tail: bytes = b""
 
     def new(self) -> list[tuple[str, float, float]]:
@@ -236,6 +237,7 @@ class Records:
             if len(parts) >= 4:
                 out.append((parts[0].decode(), float(parts[1]), float(parts[3])))
         self.started += len(out)
+        self.started_noisy += sum(1 for tenant, _, _ in out if tenant == NOISY)
         return out
 
 
@@ -602,7 +604,7 @@ def run(dsn: str, schema: str, opts: Options, work: Path) -> dict[str, Any]:
                     raise RuntimeError(f"quick worker did not start: see {work}/worker.log")
                 time.sleep(0.05)
             records.new()
-            base_started = records.started
+            base_started, base_noisy = records.started, records.started_noisy
             with _process(producer_cmd, env, work / "producer.log") as producer:
                 t0 = time.time()
                 hold_at, commit_at = t0 + opts.warmup, t0 + opts.warmup + opts.hold
@@ -614,6 +616,7 @@ def run(dsn: str, schema: str, opts: Options, work: Path) -> dict[str, Any]:
                     ("after the cool-down", t0 + total_s - min(2.0, opts.cooldown / 4)),
                 ]
                 window: list[tuple[str, float, float]] = []
+                cpu_at = (time.time(), _cpu_s(worker.pid))
                 while True:
                     now = time.time()
                     if not held and now >= hold_at:
@@ -650,6 +653,9 @@ def run(dsn: str, schema: str, opts: Options, work: Path) -> dict[str, Any]:
                         noisy = [(s - e) * 1000 for tenant, e, s in window if tenant == NOISY]
                         window = []
                         enq_small, enq_noisy = _read_counts(counts)
+                        cpu_now = (now, _cpu_s(worker.pid))
+                        worker_cores = (cpu_now[1] - cpu_at[1]) / max(1e-9, now - cpu_at[0])
+                        cpu_at = cpu_now
                         p50, p99 = _percentiles(small)
                         sample = {
                             "t_s": round(now - t0, 1),
@@ -660,7 +666,14 @@ def run(dsn: str, schema: str, opts: Options, work: Path) -> dict[str, Any]:
                             "backlog": max(
                                 0, enq_small + enq_noisy - (records.started - base_started)
                             ),
+                            # Whose backlog: the noisy tenant's one zone, or the small ones'.
+                            "noisy_backlog": max(
+                                0, enq_noisy - (records.started_noisy - base_noisy)
+                            ),
                             "small_started": len(small),
+                            # The worker process's CPU over the window, in cores: one
+                            # process's Python holds at most about one.
+                            "worker_cores": round(worker_cores, 3),
                             "small_p50_ms": p50,
                             "small_p99_ms": p99,
                             "noisy_p50_ms": _percentiles(noisy)[0],
@@ -827,12 +840,22 @@ def recovery(
     return out
 
 
+def _cpu_s(pid: int) -> float:
+    """A live process's user + system CPU seconds (Linux)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _mb(n: int | None) -> str:
     return "-" if n is None else f"{n / 1e6:.1f}"
 
 
 HEADER = (
-    "   t phase      backlog  small p50/p99 ms |  kv dead / MB  | meta dead / MB  | log dead / MB"
+    "   t phase      backlog  noisy  cpu  small p50/p99 ms "
+    "|  kv dead / MB  | meta dead / MB  | log dead / MB"
 )
 NATIVE_HEADER = " | items dead / MB | pointers dead / MB"
 
@@ -848,7 +871,8 @@ def _print_sample(s: dict[str, Any]) -> None:
         return f"{one.get('n_dead_tup', 0):>8} {_mb(one.get('total_bytes')):>6}"
 
     print(
-        f"{s['t_s']:>5.0f} {s['phase']:<10} {s['backlog']:>6} "
+        f"{s['t_s']:>5.0f} {s['phase']:<10} {s['backlog']:>6} {s.get('noisy_backlog', 0):>6} "
+        f"{s.get('worker_cores', 0):>4.2f} "
         f"{s['small_p50_ms']:>7.1f} {s['small_p99_ms']:>7.1f} | {cell('kv')} | "
         f"{cell('quick_meta')} | {cell('quick_log')}" + "".join(f" | {cell(n)}" for n in native),
         flush=True,
