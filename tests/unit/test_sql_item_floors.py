@@ -188,11 +188,12 @@ def test_a_small_zones_dequeue_read_stays_flat_beside_a_held_snapshot() -> None:
         q.close()
 
 
-def test_an_item_of_a_transaction_open_past_the_skew_runs_within_a_full_read() -> None:
+def test_an_item_of_a_transaction_open_past_the_skew_runs_once_it_commits() -> None:
     """An application's REPEATABLE READ transaction enqueues into a busy zone (whose
     pointer already vests sooner: the enqueue leaves it alone) and stays open 3 s while
-    the zone's other items run and its floor passes the item's vesting time: the item
-    runs once the transaction commits, within ``FULL_READ_MS`` of reads."""
+    the zone's other items run: the floor stays below when its transaction got its id
+    (WriterHorizon), and the item runs as soon as the transaction commits (the zone is
+    visited every 50 ms), not at a read from the zone's start ``FULL_READ_MS`` later."""
     import threading
 
     import psycopg
@@ -225,9 +226,56 @@ def test_an_item_of_a_transaction_open_past_the_skew_runs_within_a_full_read() -
             app.execute("COMMIT")
             committed = time.monotonic()
         assert wait_for(lambda: {"late": True} in ran, 30)
-        assert time.monotonic() - committed < FULL_READ_MS / 1000 + 3
+        assert time.monotonic() - committed < 1.5
     finally:
         stop.set()
         feeder.join()
         consumer.stop()
         q.close()
+
+
+def test_beside_a_report_a_zone_is_never_read_from_its_start_again() -> None:
+    """A report holds a REPEATABLE READ snapshot (it reads, so it has no transaction id):
+    past ``FULL_READ_MS`` a busy zone's floor is still the one its reads learned, not its
+    start (each read from the start fetched every item the zone completed since the
+    report began: the dequeue read's buffers grew through a 120 s hold)."""
+    import psycopg
+
+    url = _pg_url()
+    schema = url.split("schema=")[1].split("&")[0]
+    q = Quick.open(url)
+    q.job("j")(lambda payload, ctx: None)
+    zone = ZoneId("a", "busy")
+    config = ConsumerConfig(in_order=True)
+    try:
+        store = _store(q)
+        with psycopg.connect(url.split("?")[0]) as report:
+            report.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            report.execute(f'SELECT count(*) FROM "{schema}".quick_items')  # the snapshot
+            started = time.monotonic()
+            while time.monotonic() - started < FULL_READ_MS / 1000 + 1.5:
+                q.enqueue("j", {"n": 1}, app="a", tenant="busy")
+                assert q.run_until_idle(config) == 1
+            report.execute("COMMIT")
+        # The zone's first read was from its start; none after it.
+        assert store.floors.reads_from_start == 1
+        floor = store.floors.floor(zone_key(zone), now_ms(store.clock))
+        assert floor.at >= now_ms(store.clock) - FLOOR_SKEW_MS - 1_000, floor
+    finally:
+        q.close()
+
+
+def test_the_writer_horizon_bounds_a_running_writers_items_by_when_it_got_its_id() -> None:
+    from quickzones.store.sql.item_floors import SAMPLE_EVERY_MS, WriterHorizon
+
+    h = WriterHorizon()
+    assert h.floor_for(5) == LOWEST  # nothing seen: no bound
+    h.record(10_000, 100)  # ids from 100 on were handed out after 10,000
+    h.record(10_000 + SAMPLE_EVERY_MS // 2, 150)  # too soon after: thinned out
+    h.record(11_000, 120)
+    h.record(12_000, 300)
+    assert h.floor_for(99) == LOWEST  # a writer older than every sample
+    assert h.floor_for(100) == 10_000 - FLOOR_SKEW_MS
+    assert h.floor_for(200) == 11_000 - FLOOR_SKEW_MS
+    assert h.floor_for(300) == 12_000 - FLOOR_SKEW_MS
+    assert h.floor_for(10**9) == 12_000 - FLOOR_SKEW_MS

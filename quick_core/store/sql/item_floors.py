@@ -21,14 +21,25 @@ the zone learned, a :class:`Floor`:
 
 The read then starts at its first priority's floor (an index start key: the entries
 before it are never visited), and skips older entries of other priorities on the index
-alone. Every ``FULL_READ_MS`` a zone is read from its start again: an item written inside
-an application's transaction that stayed open longer than the skew commits below the
-floor, and is found then. Kept per process for the zones it reads, at most
-``MOST_ZONES`` (then all forgotten at once: each is read from its start again).
+alone.
+
+An item written before the read by a transaction still open then (an application's
+request that enqueued and went on) is not seen by it, and may vest below what it learned.
+Where the read also returns its snapshot's oldest running transaction id and next id
+(PostgreSQL: ``pg_current_snapshot()``), the floor is held at or below when the oldest
+writer still running got its id (:class:`WriterHorizon`), less the skew: such an item is
+read as soon as its transaction commits, and a report that only reads (it has no
+transaction id) holds no floor back. Elsewhere (SQLite) a zone is read from its start
+every ``FULL_READ_MS``, and such an item is found then. Kept per process for the zones it
+reads, at most ``MOST_ZONES`` (then all forgotten at once: each is read from its start
+again).
 """
 
 from __future__ import annotations
 
+import bisect
+import threading
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -36,6 +47,10 @@ from quickzones.store.sql.toplevel import FLOOR_SKEW_MS
 
 FULL_READ_MS = 5_000
 MOST_ZONES = 100_000
+# WriterHorizon: at most this many samples a second kept, for at most this long (a writer
+# open longer holds every floor at the zone's start until it ends).
+SAMPLE_EVERY_MS = 100
+SAMPLES_KEPT = 36_000
 # Beyond any priority or vesting time stored (both are 64-bit in the tables).
 LOWEST = -(2**62)
 HIGHEST = 2**62
@@ -51,6 +66,10 @@ class Floor:
     priority: int
     at: int
     high: int
+
+    def capped(self, cap: int) -> Floor:
+        """This floor, no bound above ``cap``."""
+        return Floor(min(self.low, cap), self.priority, min(self.at, cap), min(self.high, cap))
 
     def args(self) -> dict[str, int]:
         """The dequeue read's parameters (``dequeue_read``)."""
@@ -79,20 +98,56 @@ def learned(used: Floor, now: int, vested: list[tuple[int, int]], complete: bool
     return Floor(low=cut, priority=first_priority, at=at, high=min(high, at))
 
 
+class WriterHorizon:
+    """When transaction ids were handed out, as this process's reads saw them.
+
+    Each sample ``(at, next_id)`` is a read's clock before it was sent and the next
+    transaction id of the snapshot it read with: a transaction whose id is at or past
+    ``next_id`` got it after ``at``, so everything it writes vests at or after
+    ``at - FLOOR_SKEW_MS``. Any subset of the samples gives a true bound; they are thinned
+    to one each ``SAMPLE_EVERY_MS``, increasing in both."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids: deque[int] = deque(maxlen=SAMPLES_KEPT)
+        self._ats: deque[int] = deque(maxlen=SAMPLES_KEPT)
+
+    def record(self, at: int, next_id: int) -> None:
+        with self._lock:
+            if self._ats and (at < self._ats[-1] + SAMPLE_EVERY_MS or next_id < self._ids[-1]):
+                return
+            self._ids.append(next_id)
+            self._ats.append(at)
+
+    def floor_for(self, oldest_running: int) -> int:
+        """The earliest a transaction whose id is ``oldest_running`` or later writes an
+        item to vest (:data:`LOWEST` where no sample is that old)."""
+        with self._lock:
+            k = bisect.bisect_right(self._ids, oldest_running)
+            return LOWEST if k == 0 else self._ats[k - 1] - FLOOR_SKEW_MS
+
+
 class ItemFloors:
     """The floors of the zones this process reads, by packed zone."""
 
     def __init__(self) -> None:
-        # zone -> (floor, when a read last started from the zone's start)
-        self._floors: dict[bytes, tuple[Floor, int]] = {}
+        # zone -> (floor, when a read last started from the zone's start, or None where
+        # the floor is held below the running writers and needs no such read)
+        self._floors: dict[bytes, tuple[Floor, int | None]] = {}
+        self.writers = WriterHorizon()
+        self.reads_from_start = 0  # learned from: each walked every version the zone keeps
 
     def floor(self, zone: bytes, now: int) -> Floor:
         """Where a read of ``zone`` at ``now`` starts (:data:`FROM_START` where none is
-        known, or the last read from the start is ``FULL_READ_MS`` old)."""
+        known, or the last read from the start is ``FULL_READ_MS`` old where the floor is
+        not held below the running writers)."""
         kept = self._floors.get(zone)
-        if kept is None or now - kept[1] >= FULL_READ_MS:
+        if kept is None:
             return FROM_START
-        return kept[0]
+        floor, full_at = kept
+        if full_at is not None and now - full_at >= FULL_READ_MS:
+            return FROM_START
+        return floor
 
     def learn(
         self,
@@ -101,15 +156,28 @@ class ItemFloors:
         now: int,
         vested: Iterable[tuple[int, int]],
         complete: bool,
+        snapshot: tuple[int, int] | None = None,
     ) -> None:
-        """What a read of ``zone`` at ``now`` from ``used`` saw (:func:`learned`)."""
+        """What a read of ``zone`` at ``now`` from ``used`` saw (:func:`learned`);
+        ``snapshot``: the oldest running and the next transaction id of the snapshot it
+        read with, where the store tells them."""
         kept = self._floors.get(zone)
+        full_at: int | None
         if used is FROM_START:
-            full_at = now
-        elif kept is not None:
-            full_at = kept[1]
+            self.reads_from_start += 1
+        if snapshot is not None:
+            oldest_running, next_id = snapshot
+            self.writers.record(now, next_id)
+            cap, full_at = self.writers.floor_for(oldest_running), None
+            if kept is None and used is not FROM_START:
+                return  # forgotten since it was sent: the next read is from the start
+        elif used is FROM_START:
+            cap, full_at = HIGHEST, now
+        elif kept is not None and kept[1] is not None:
+            cap, full_at = HIGHEST, kept[1]
         else:
             return  # forgotten since it was sent: the next read is from the start
         if kept is None and len(self._floors) >= MOST_ZONES:
             self._floors.clear()
-        self._floors[zone] = (learned(used, now, list(vested), complete), full_at)
+        floor = learned(used, now, list(vested), complete)
+        self._floors[zone] = (floor.capped(cap), full_at)

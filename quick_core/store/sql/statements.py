@@ -207,6 +207,16 @@ def statements(root: str, dialect: str = "sqlite", namespace: str = "") -> State
         " AND lease_id IS NULL) THEN 1 ELSE 0 END"
     )
     share_pointer = pg.share_pointer + " FOR KEY SHARE"
+    # The dequeue read also says which writers its snapshot saw running (item_floors.py,
+    # WriterHorizon): its oldest running transaction id and the next one, in part 3.
+    order = " ORDER BY part, priority, vesting_ms, seq"
+    assert pg.dequeue_read.endswith(order)
+    dequeue_read = (
+        pg.dequeue_read[: -len(order)]
+        + " UNION ALL SELECT 3, NULL, NULL, pg_snapshot_xmin(s)::text::bigint,"
+        " pg_snapshot_xmax(s)::text::bigint, NULL FROM pg_current_snapshot() AS s"
+        + order
+    )
     enqueue_shared = (
         f"WITH item AS ({pg.insert_item} RETURNING 1), held AS ({share_pointer})"
         " SELECT (SELECT count(*) FROM item), (SELECT count(*) FROM held),"
@@ -230,6 +240,7 @@ def statements(root: str, dialect: str = "sqlite", namespace: str = "") -> State
         dialect="postgres",
         enqueue_one=enqueue_one,
         enqueue_shared=enqueue_shared,
+        dequeue_read=dequeue_read,
         share_pointer=share_pointer,
         make_pointer=(make_one,),
         lock_zone_pointer=pg.pointer_of_zone + " FOR NO KEY UPDATE",

@@ -141,20 +141,24 @@ class _SentRead:
         ahead: list[tuple[Any, Any, int]] = []
         later = None
         vested_keys: list[tuple[Any, Any]] = []
+        snapshot = None
         for part, item_id, record, priority, vesting, _ in self.result:
             if part == 0:
                 vested.append((item_id, record, vesting))
                 vested_keys.append((priority, vesting))
             elif part == 1:
                 ahead.append((item_id, record, vesting))
-            else:
+            elif part == 2:
                 later = vesting
+            else:  # the snapshot's oldest running and next transaction ids (PostgreSQL)
+                snapshot = (int(priority), int(vesting))
         self.floors.learn(
             self.zone,
             self.floor,
             self.now,
             [(int(priority), int(vesting)) for priority, vesting in vested_keys],
             complete=len(vested) <= self.n,
+            snapshot=snapshot,
         )
         more = len(vested) > max_items
         known = not more and not ahead
