@@ -125,6 +125,35 @@ def test_an_item_from_a_writer_whose_clock_lags_is_found_within_a_full_read(sq: 
     assert found == ["lagging"]
 
 
+def test_on_postgres_a_writer_whose_clock_lags_is_found_within_a_read_from_the_start() -> None:
+    """Floors held below the running writers leave one case to reads from the start: a
+    writer 10 s behind writes below every floor; found within ``LAGGING_WRITER_READ_MS``."""
+    from quickzones.store.sql.item_floors import LAGGING_WRITER_READ_MS
+
+    url = _pg_url()
+    clock = ManualClock()
+    q = Quick.open(url, clock=clock)
+    lagging = Quick.open(url, clock=ManualClock(clock.now() - 10))  # past FLOOR_SKEW_MS
+    try:
+        zone = q.zone("a", "t")
+        q.enqueue("j", "first", app="a", tenant="t")
+        assert _taken(q, zone, 5) == ["first"]
+        clock.advance(FLOOR_SKEW_MS / 1000 + 1)
+        assert _taken(q, zone, 5) == []  # the floor is now past the lagging writer's clock
+        lagging.enqueue("j", "lagging", app="a", tenant="t")
+        found: list[Any] = []
+        reads = 0
+        while not found and reads < LAGGING_WRITER_READ_MS // 5_000 + 2:
+            found += _taken(q, zone, 5)
+            reads += 1
+            clock.advance(5)
+        assert found == ["lagging"]
+        assert reads > 1  # below the floor: not seen at once
+    finally:
+        lagging.close()
+        q.close()
+
+
 # --- beside a held snapshot (PostgreSQL) ------------------------------------------------
 
 

@@ -30,9 +30,12 @@ Where the read also returns its snapshot's oldest running transaction id and nex
 writer still running got its id (:class:`WriterHorizon`), less the skew: such an item is
 read as soon as its transaction commits, and a report that only reads (it has no
 transaction id) holds no floor back. Elsewhere (SQLite) a zone is read from its start
-every ``FULL_READ_MS``, and such an item is found then. Kept per process for the zones it
-reads, at most ``MOST_ZONES`` (then all forgotten at once: each is read from its start
-again).
+every ``FULL_READ_MS``, and such an item is found then. A writer whose clock lags by more
+than the skew writes below every floor: a zone is read from its start every
+``LAGGING_WRITER_READ_MS`` where the floors are held below the running writers, every
+``FULL_READ_MS`` elsewhere, and such an item is found then. Kept per process for the
+zones it reads, at most ``MOST_ZONES`` (then all forgotten at once: each is read from its
+start again).
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ from dataclasses import dataclass
 from quickzones.store.sql.toplevel import FLOOR_SKEW_MS
 
 FULL_READ_MS = 5_000
+# Where the floors are held below the running writers, reads from the start are only for
+# writers whose clocks lag past the skew: rarer, as each walks every version kept.
+LAGGING_WRITER_READ_MS = 60_000
 MOST_ZONES = 100_000
 # WriterHorizon: at most this many samples a second kept, for at most this long (a writer
 # open longer holds every floor at the zone's start until it ends).
@@ -131,23 +137,20 @@ class ItemFloors:
     """The floors of the zones this process reads, by packed zone."""
 
     def __init__(self) -> None:
-        # zone -> (floor, when a read last started from the zone's start, or None where
-        # the floor is held below the running writers and needs no such read)
-        self._floors: dict[bytes, tuple[Floor, int | None]] = {}
+        # zone -> (floor, when a read last started from the zone's start, how often one
+        # must: FULL_READ_MS or, held below the running writers, LAGGING_WRITER_READ_MS)
+        self._floors: dict[bytes, tuple[Floor, int, int]] = {}
         self.writers = WriterHorizon()
         self.reads_from_start = 0  # learned from: each walked every version the zone keeps
 
     def floor(self, zone: bytes, now: int) -> Floor:
         """Where a read of ``zone`` at ``now`` starts (:data:`FROM_START` where none is
-        known, or the last read from the start is ``FULL_READ_MS`` old where the floor is
-        not held below the running writers)."""
+        known, or where the last read from the start is as old as its interval)."""
         kept = self._floors.get(zone)
         if kept is None:
             return FROM_START
-        floor, full_at = kept
-        if full_at is not None and now - full_at >= FULL_READ_MS:
-            return FROM_START
-        return floor
+        floor, full_at, every = kept
+        return FROM_START if now - full_at >= every else floor
 
     def learn(
         self,
@@ -162,22 +165,19 @@ class ItemFloors:
         ``snapshot``: the oldest running and the next transaction id of the snapshot it
         read with, where the store tells them."""
         kept = self._floors.get(zone)
-        full_at: int | None
         if used is FROM_START:
             self.reads_from_start += 1
+            full_at = now
+        elif kept is not None:
+            full_at = kept[1]
+        else:
+            return  # forgotten since it was sent: the next read is from the start
+        cap, every = HIGHEST, FULL_READ_MS
         if snapshot is not None:
             oldest_running, next_id = snapshot
             self.writers.record(now, next_id)
-            cap, full_at = self.writers.floor_for(oldest_running), None
-            if kept is None and used is not FROM_START:
-                return  # forgotten since it was sent: the next read is from the start
-        elif used is FROM_START:
-            cap, full_at = HIGHEST, now
-        elif kept is not None and kept[1] is not None:
-            cap, full_at = HIGHEST, kept[1]
-        else:
-            return  # forgotten since it was sent: the next read is from the start
+            cap, every = self.writers.floor_for(oldest_running), LAGGING_WRITER_READ_MS
         if kept is None and len(self._floors) >= MOST_ZONES:
             self._floors.clear()
         floor = learned(used, now, list(vested), complete)
-        self._floors[zone] = (floor.capped(cap), full_at)
+        self._floors[zone] = (floor.capped(cap), full_at, every)
