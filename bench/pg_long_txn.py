@@ -374,7 +374,7 @@ class Probe:
             "read version (sequence)": (sql.read_version, ()),
             "scanner: vested pointers (pointers)": (
                 st.peek,
-                {"cluster": cluster, "shard": 0, "n": cfg.peek_max + 1},
+                {"cluster": cluster, "shard": 0, "n": cfg.peek_max + 1, "now": now},
             ),
             "zone peek, small tenant (items)": vested(self.small_zone),
             "zone peek, noisy tenant (items)": vested(NOISY),
