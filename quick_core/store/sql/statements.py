@@ -473,8 +473,15 @@ def _sqlite(root: str, namespace: str) -> Statements:
             f"DELETE FROM {p} WHERE cluster = :cluster AND pointer_id = :pointer_id AND {newest}"
         ),
         delete_zone=f"DELETE FROM {z} WHERE cluster = :cluster AND zone = :zone",
-        peek=_peek(p, ""),
-        peek_from=_peek(p, " AND (vesting_ms, pointer_id) >= (:vesting_ms, :pointer_id)"),
+        peek=(
+            f"SELECT pointer_id, vesting_ms FROM {p} WHERE cluster = :cluster AND shard = :shard"
+            " ORDER BY vesting_ms, pointer_id LIMIT :n"
+        ),
+        peek_from=(
+            f"SELECT pointer_id, vesting_ms FROM {p} WHERE cluster = :cluster AND shard = :shard"
+            " AND (vesting_ms, pointer_id) >= (:vesting_ms, :pointer_id)"
+            " ORDER BY vesting_ms, pointer_id LIMIT :n"
+        ),
         pointers_of_shard=(
             f"SELECT zone, shard, vesting_ms, last_active_ms, lease_id, holder, pointer_id"
             f" FROM {p} WHERE cluster = :cluster AND shard = :shard"
@@ -509,27 +516,6 @@ def _sqlite(root: str, namespace: str) -> Statements:
 
 
 @functools.lru_cache(maxsize=256)
-def _peek(pointers_table: str, start: str) -> str:
-    """A shard's vested pointers (up to ``:n``, from ``start``) and the first one vesting
-    after ``:now``, in vesting order. Two ranges, not one read on to ``:n`` rows: beside a
-    held snapshot the vesting index keeps the entry of every pointer version written
-    since (each lease and requeue), and a shard with fewer live pointers than ``:n`` had
-    its read walk, and fetch, every version vesting after now (leases of 1 s, zones
-    requeued to their items' lease ends) to the index's end."""
-    head = (
-        f"SELECT pointer_id, vesting_ms FROM {pointers_table}"
-        f" WHERE cluster = :cluster AND shard = :shard{start}"
-    )
-    return (
-        "SELECT pointer_id, vesting_ms FROM ("
-        f"SELECT * FROM ({head} AND vesting_ms <= :now"
-        " ORDER BY vesting_ms, pointer_id LIMIT :n) AS vested"
-        f" UNION ALL SELECT * FROM ({head} AND vesting_ms > :now"
-        " ORDER BY vesting_ms, pointer_id LIMIT 1) AS later"
-        ") AS peeked ORDER BY vesting_ms, pointer_id"
-    )
-
-
 def lease_rows(items_table: str, dialect: str, n: int) -> str:
     """One statement that writes ``n`` items' leases (parameters ``:zone`` and, for each
     row k, ``:i<k>`` its id, ``:v<k>`` its vesting time, ``:l<k>`` its lease id, ``:r<k>``

@@ -256,12 +256,7 @@ class SQLTopLevelQueue(TopLevelQueue):
     ) -> tuple[list[PointerRef], int | None]:
         clock = now_ms(self.clock)
         now = clock + horizon_ms
-        args: dict[str, Any] = {
-            "cluster": self.cluster,
-            "shard": shard,
-            "n": max_pointers + 1,
-            "now": now,
-        }
+        args: dict[str, Any] = {"cluster": self.cluster, "shard": shard, "n": max_pointers + 1}
         sql = self.q.peek
         floor = None
         if start is not None:
