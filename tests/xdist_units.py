@@ -39,10 +39,15 @@ def cassandra_files(nodeids: Iterable[str]) -> set[str]:
 
 
 def files_and_one_cassandra(config: pytest.Config, log: Any) -> Any:
-    """``loadfile``'s scheduler, with every Cassandra file in one unit. pytest-xdist (the
-    ``pytest-xdist`` distribution of the ``dev`` extra) is imported only here, when a run
-    deals tests to processes: this module, and what tests it, import without it."""
-    from xdist.scheduler import LoadFileScheduling
+    """``loadfile``'s scheduler, with every Cassandra file in one unit; None where
+    pytest-xdist (module ``xdist``, the ``pytest-xdist`` distribution of the ``dev``
+    extra) cannot be imported: pytest-xdist then deals with its own ``loadfile``. Imported
+    only here, when a run deals tests to processes: this module, and what tests it, import
+    without it."""
+    try:
+        from xdist.scheduler import LoadFileScheduling
+    except ImportError:
+        return None
 
     class FilesAndOneCassandra(LoadFileScheduling):
         _cassandra: set[str] | None = None

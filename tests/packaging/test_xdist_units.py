@@ -3,6 +3,8 @@ every file that may start Cassandra in one unit."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.xdist_units import cassandra_files, uses_cassandra
 
 
@@ -25,3 +27,19 @@ def test_a_file_with_one_cassandra_test_goes_whole_to_its_unit() -> None:
         "integration/test_cassandra_local.py::test_d",
     ]
     assert cassandra_files(ids) == {"tests/contract/c.py", "integration/test_cassandra_local.py"}
+
+
+def test_without_pytest_xdist_the_hook_leaves_the_dealing_to_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The module and its scheduler hook need pytest-xdist only where it runs them: with
+    ``xdist`` not importable the scheduler is None (pytest-xdist's own ``loadfile``)."""
+    import sys
+
+    from tests.xdist_units import files_and_one_cassandra
+
+    for name in [m for m in sys.modules if m == "xdist" or m.startswith("xdist.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "xdist", None)  # import xdist -> ImportError
+    monkeypatch.setitem(sys.modules, "xdist.scheduler", None)
+    assert files_and_one_cassandra(None, None) is None  # type: ignore[arg-type]
