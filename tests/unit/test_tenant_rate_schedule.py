@@ -7,13 +7,21 @@ comes back when its look-ahead scan reaches the next slot."""
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from quickzones.client import Quick
 from quickzones.clock import ManualClock, now_ms
 from quickzones.consumer import ConsumerConfig
+from quickzones.store.limits import start_slots
 from tests.waiting import wait_for
+
+# A second less the dequeue's varying delay after its grant (see the test's docstring).
+OBSERVED_SECOND_MS = 900
 
 
 def test_a_late_visit_keeps_the_schedule(q: Quick, clock: ManualClock) -> None:
@@ -45,7 +53,14 @@ def test_a_rate_of_10_a_second_delivers_10_a_second(live_q: Quick) -> None:
     """66 items of one tenant at 10/s through one consumer: over the steady period (after
     the first start) the rate is within 5 % of 10/s (before: 8.5/s), no second holds more
     than the burst allowance (10 + 1), and each start costs about one visit of the zone
-    (before: 3.3)."""
+    (before: 3.3).
+
+    The schedule bounds the starts it *grants*; the test sees each when its visit's
+    dequeue has committed, some milliseconds later and by a varying amount. A visit late
+    by almost an interval keeps its slot (``LATE_CARRY_MS``), so 11 grants can span
+    almost exactly one second, and a few milliseconds of commit jitter on a loaded host
+    put a twelfth into a second as observed (CI, fdb: 12). The windows counted here are
+    0.9 s: a twelfth start in one needs the dequeue's delay to vary by 100 ms."""
     q = live_q
     n = 66
     dequeued: list[int] = []
@@ -75,7 +90,36 @@ def test_a_rate_of_10_a_second_delivers_10_a_second(live_q: Quick) -> None:
     starts = sorted(dequeued)
     steady = starts[1:]  # the first start is the idle tenant's burst
     rate = (len(steady) - 1) / ((steady[-1] - steady[0]) / 1000)
-    most = max(sum(1 for s in starts if at <= s < at + 1000) for at in starts)
+    most = max(sum(1 for s in starts if at <= s < at + OBSERVED_SECOND_MS) for at in starts)
     assert 9.5 <= rate <= 10.5, f"{rate:.2f} starts/s"
     assert most <= 11, f"{most} starts in one second"
     assert visits <= 1.5 * n, f"{visits / n:.2f} visits a start"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rate=st.integers(1, 50),
+    per_ms=st.sampled_from([1000, 60_000]),
+    gaps=st.lists(st.integers(0, 400), min_size=1, max_size=200),
+    wanted=st.integers(1, 8),
+)
+def test_granted_starts_keep_the_stated_bound(
+    rate: int, per_ms: int, gaps: list[int], wanted: int
+) -> None:
+    """Whatever the visits' timing (late, early, bunched, idle spells), the starts the
+    schedule grants keep what ``Limits.grant_starts`` states: in any window of T ms at
+    most ceil(rate x T / per_ms) + burst, here for T = per_ms."""
+    stored: float | None = None
+    now = 1_000_000
+    granted_at: list[int] = []
+    for gap in gaps:
+        now += gap * per_ms // 1000
+        granted, t, _ = start_slots(stored, now, wanted, rate, per_ms)
+        if granted:
+            stored = t
+        granted_at += [now] * granted
+    burst = max(1, math.ceil(rate / 10))
+    most = max(
+        (sum(1 for s in granted_at if at <= s < at + per_ms) for at in granted_at), default=0
+    )
+    assert most <= rate + burst
