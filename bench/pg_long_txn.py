@@ -360,11 +360,17 @@ class Probe:
         """The same path's reads with ``zones=sql``: the scanner's peek of the pointers
         table, a zone's vested items (small tenant, noisy one), the noisy zone's pointer
         row (rewritten by each of its visits), and the commit watcher's read."""
+        from quickzones.consumer.scanner import longest_wait_ms
         from quickzones.store.records import ZoneId
         from quickzones.store.sql.toplevel import zone_key
 
         st = q.toplevel.q
         cluster = q.toplevel.cluster
+        sql_peek, args, _ = q.toplevel.peek_statement(
+            0, cfg.peek_max, ahead_ms=longest_wait_ms(cfg)
+        )
+        args.pop("clock")
+        peek = (sql_peek, args)
 
         def vested(tenant: str) -> tuple[str, dict[str, Any]]:
             zone = zone_key(ZoneId(APP, tenant))
@@ -372,10 +378,9 @@ class Probe:
 
         return {
             "read version (sequence)": (sql.read_version, ()),
-            "scanner: vested pointers (pointers)": (
-                st.peek,
-                {"cluster": cluster, "shard": 0, "n": cfg.peek_max + 1, "now": now},
-            ),
+            # The scan's statement (its index range to the consumer's longest sleep), from
+            # the shard's start: this process has no floor.
+            "scanner: vested pointers (pointers)": peek,
             "zone peek, small tenant (items)": vested(self.small_zone),
             "zone peek, noisy tenant (items)": vested(NOISY),
             "noisy zone's pointer row (pointers)": (

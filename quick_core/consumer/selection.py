@@ -162,11 +162,19 @@ Peek = Callable[[Cluster, int, int, int], tuple[list[PointerRef], int | None]]
 
 
 def peek_shard(
-    cluster: Cluster, shard: int, window: int, horizon_ms: int, start: PointerRef | None = None
+    cluster: Cluster,
+    shard: int,
+    window: int,
+    horizon_ms: int,
+    start: PointerRef | None = None,
+    *,
+    ahead_ms: int | None = None,
 ) -> tuple[list[PointerRef], int | None]:
     """The scanner's own :data:`Peek`: the shard's top-level queue (from ``start``'s
-    place on, when given)."""
-    return cluster.toplevel.peek(shard, window, horizon_ms=horizon_ms, start=start)
+    place on, when given; a next vesting time at most ``ahead_ms`` past the horizon)."""
+    return cluster.toplevel.peek(
+        shard, window, horizon_ms=horizon_ms, start=start, ahead_ms=ahead_ms
+    )
 
 
 def weighed(held: int, ref: PointerRef, weight: Callable[[PointerRef], float] | None) -> float:

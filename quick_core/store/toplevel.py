@@ -626,6 +626,7 @@ class TopLevelQueue:
         *,
         horizon_ms: int = 0,
         start: PointerRef | None = None,
+        ahead_ms: int | None = None,
     ) -> tuple[list[PointerRef], int | None]:
         """Vested pointers of one shard in vesting order, and the vesting time of the
         first one not yet vested when fewer than ``max_pointers`` are (else None): one
@@ -633,7 +634,12 @@ class TopLevelQueue:
         ``horizon_ms``, "vested" means vesting within that many ms (a consumer's timer
         lookahead). ``start``: from that pointer's place in the order on (itself, if it is
         still there), not from the oldest (a random-mode scan's slice,
-        :mod:`~quickzones.consumer.random_slices`)."""
+        :mod:`~quickzones.consumer.random_slices`). ``ahead_ms``: that first one is looked
+        for no further than this past the horizon (a consumer's longest sleep: it scans
+        again by then anyway), and one vesting later is not told (None), as where none
+        does: PostgreSQL keeps every version of a pointer beside a long snapshot, and a
+        read to the tenth pointer ahead walked each one's old versions up to 30 s ahead
+        (:meth:`~quickzones.store.sql.toplevel.SQLTopLevelQueue.peek`)."""
         now = now_ms(self.clock) + horizon_ms
         begin, vested_end = self.keys.pointer_vested_range(self.cluster, shard, now)
         if start is not None:
@@ -641,6 +647,8 @@ class TopLevelQueue:
             at = self.keys.pointer_vesting_key(self.cluster, shard, vesting, pointer_id)
             begin = max(begin, at)
         end = strinc(self.keys.pointer_vesting_prefix(self.cluster, shard))
+        if ahead_ms is not None:
+            end = min(end, self.keys.pointer_vested_range(self.cluster, shard, now + ahead_ms)[1])
 
         def peek(tr: KVTransaction) -> tuple[list[PointerRef], int | None]:
             tr.set_causal_read_risky()

@@ -16,6 +16,7 @@ import pytest
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
+from quickzones.consumer.scanner import longest_wait_ms
 from quickzones.errors import ConfigurationError, Nack, PermanentError
 from quickzones.registry import JobContext
 from tests.conftest import HAVE_POSTGRES, store_url
@@ -48,12 +49,41 @@ def test_peek_tells_the_earliest_vesting_time_not_yet_vested(q: Quick, clock: Ma
     assert len(refs) == 3 and later is None
 
 
-def test_a_scan_remembers_the_next_vesting_time(q: Quick, clock: ManualClock) -> None:
-    consumer = q.consumer(ConsumerConfig(in_order=False))
+def test_peek_looks_for_the_next_vesting_time_no_further_than_asked(
+    q: Quick, clock: ManualClock
+) -> None:
+    """``ahead_ms`` bounds the look past the horizon, on every store alike: a pointer
+    vesting later is not told, and the vested ones are all still there."""
+    q.enqueue("j", b"", app="a", tenant="now")
+    q.enqueue("j", b"", app="a", tenant="later", delay=5)
+    now = int(clock.now() * 1000)
+    refs, later = q.toplevel.peek(0, 10, ahead_ms=4_999)
+    assert len(refs) == 1 and later is None
+    assert q.toplevel.peek(0, 10, ahead_ms=5_000) == (refs, now + 5000)
+    assert q.toplevel.peek(0, 10, horizon_ms=1_000, ahead_ms=4_000) == (refs, now + 5000)
+    assert q.toplevel.peek(0, 10, horizon_ms=1_000, ahead_ms=3_999) == (refs, None)
+
+
+def test_a_scan_remembers_the_next_vesting_time_within_its_longest_sleep(
+    q: Quick, clock: ManualClock
+) -> None:
+    """The scanner remembers when the next pointer vests where that is within its
+    longest sleep (it sleeps until then); one later it does not look for (it scans again
+    at its longest sleep anyway, then sees it)."""
+    config = ConsumerConfig(in_order=False)
+    consumer = q.consumer(config)
     assert consumer.scan_once() == [] and consumer.scanner.next_vesting_ms is None
-    q.enqueue("j", b"", app="a", tenant="t", delay=2)
+    longest = longest_wait_ms(config)
+    assert longest == 1668  # a third of election_ttl_s (5 s), where commits wake it
+    q.enqueue("j", b"", app="a", tenant="far", delay=2)
+    assert consumer.scan_once() == [] and consumer.scanner.next_vesting_ms is None
+    assert consumer.scanner.until_next_vesting(cap_s=longest / 1000) == longest / 1000
+    q.enqueue("j", b"", app="a", tenant="near", delay=1)
     assert consumer.scan_once() == []
-    assert consumer.scanner.next_vesting_ms == int(clock.now() * 1000) + 2000
+    assert consumer.scanner.next_vesting_ms == int(clock.now() * 1000) + 1000
+    clock.advance(1.5)  # the far one is now 0.5 s away: seen, slept until
+    consumer.scan_once()
+    assert consumer.scanner.next_vesting_ms == int(clock.now() * 1000) + 500
 
 
 def test_delayed_item_starts_on_its_timer_not_early_and_not_by_polling(real_q: Quick) -> None:

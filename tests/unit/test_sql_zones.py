@@ -744,3 +744,22 @@ def test_an_item_changed_while_a_visit_decides_is_never_handed_out(
     finally:
         other.close()
         q.close()
+
+
+def test_the_scans_peek_is_bounded_ahead_and_still_sees_what_vests(sq: Any) -> None:
+    """``zones=sql``'s peek honours ``ahead_ms`` as every store does (its statement ends
+    its index range there) and a consumer still runs a delayed item on its time."""
+    q, clock = sq
+    ran: list[str] = []
+    q.job("job")(lambda payload, ctx: ran.append(payload))
+    q.enqueue("job", "now", app="a", tenant="now")
+    q.enqueue("job", "later", app="a", tenant="later", delay=5)
+    now = int(clock.now() * 1000)
+    refs, later = q.toplevel.peek(0, 10, ahead_ms=4_999)
+    assert len(refs) == 1 and later is None
+    assert q.toplevel.peek(0, 10, ahead_ms=5_000) == (refs, now + 5000)
+    assert q.toplevel.peek(0, 10) == (refs, now + 5000)
+    config = ConsumerConfig(in_order=True)
+    assert q.run_until_idle(config) == 1 and ran == ["now"]
+    clock.advance(5)
+    assert q.run_until_idle(config) == 1 and ran == ["now", "later"]

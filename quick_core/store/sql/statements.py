@@ -473,14 +473,15 @@ def _sqlite(root: str, namespace: str) -> Statements:
             f"DELETE FROM {p} WHERE cluster = :cluster AND pointer_id = :pointer_id AND {newest}"
         ),
         delete_zone=f"DELETE FROM {z} WHERE cluster = :cluster AND zone = :zone",
+        # Both to :until (SQLTopLevelQueue.peek): the index range ends there.
         peek=(
             f"SELECT pointer_id, vesting_ms FROM {p} WHERE cluster = :cluster AND shard = :shard"
-            " ORDER BY vesting_ms, pointer_id LIMIT :n"
+            " AND vesting_ms <= :until ORDER BY vesting_ms, pointer_id LIMIT :n"
         ),
         peek_from=(
             f"SELECT pointer_id, vesting_ms FROM {p} WHERE cluster = :cluster AND shard = :shard"
             " AND (vesting_ms, pointer_id) >= (:vesting_ms, :pointer_id)"
-            " ORDER BY vesting_ms, pointer_id LIMIT :n"
+            " AND vesting_ms <= :until ORDER BY vesting_ms, pointer_id LIMIT :n"
         ),
         pointers_of_shard=(
             f"SELECT zone, shard, vesting_ms, last_active_ms, lease_id, holder, pointer_id"

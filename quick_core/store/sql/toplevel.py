@@ -66,6 +66,9 @@ FLOOR_SKEW_MS = 2_000
 # (one made inside an application's REPEATABLE READ or SERIALIZABLE transaction that
 # stayed open past FLOOR_SKEW_MS, a writer's clock further behind) is found by then.
 FULL_SCAN_MS = 5_000
+# A peek's upper bound when it looks as far ahead as there are pointers (vesting times
+# are 64-bit in the table).
+UNBOUNDED_MS = 2**62
 _log = logging.getLogger("quick.enqueue")
 
 
@@ -253,21 +256,23 @@ class SQLTopLevelQueue(TopLevelQueue):
         *,
         horizon_ms: int = 0,
         start: PointerRef | None = None,
+        ahead_ms: int | None = None,
     ) -> tuple[list[PointerRef], int | None]:
-        clock = now_ms(self.clock)
+        """:meth:`TopLevelQueue.peek`, one statement (:meth:`peek_statement`). The scan's
+        range is bounded below by the shard's floor (``FLOOR_SKEW_MS``) and above by
+        ``ahead_ms``: beside a report's snapshot, each visit's requeue and each
+        enqueue's pull leaves its pointer's old version in the vesting index where it
+        vested before (a leased pointer's lease end, a pointer whose items run vesting at
+        their leases' end, up to 30 s ahead), none of them vacuumed. A read to the
+        ``max_pointers + 1``-th pointer (most ahead of now where few are vested) fetched
+        each of those rows (2,813 buffers a scan, 100 scans a second, in the hold of
+        ``python -m bench.pg_long_txn``); to the consumer's longest sleep past the horizon,
+        879."""
+        sql, args, floor = self.peek_statement(
+            shard, max_pointers, horizon_ms=horizon_ms, start=start, ahead_ms=ahead_ms
+        )
+        clock = args.pop("clock")
         now = clock + horizon_ms
-        args: dict[str, Any] = {"cluster": self.cluster, "shard": shard, "n": max_pointers + 1}
-        sql = self.q.peek
-        floor = None
-        if start is not None:
-            sql = self.q.peek_from
-            args.update(vesting_ms=start.vesting_ms, pointer_id=start.pointer_id)
-        else:
-            kept = self._floors.get(shard)
-            if kept is not None and clock - kept[1] < FULL_SCAN_MS:
-                floor = kept
-                sql = self.q.peek_from
-                args.update(vesting_ms=kept[0], pointer_id="")
         with self.sql.sql_read() as c:
             rows = c.execute(sql, args).fetchall()
         if start is None:
@@ -281,6 +286,41 @@ class SQLTopLevelQueue(TopLevelQueue):
                 break
             out.append(PointerRef(shard, pointer_id, vesting, self.cluster))
         return out, None
+
+    def peek_statement(
+        self,
+        shard: int,
+        max_pointers: int,
+        *,
+        horizon_ms: int = 0,
+        start: PointerRef | None = None,
+        ahead_ms: int | None = None,
+    ) -> tuple[str, dict[str, Any], tuple[int, int] | None]:
+        """The statement :meth:`peek` runs now and its parameters (with ``clock``, the
+        clock it read, to be taken out), and the shard's floor it starts from (None: from
+        the shard's start)."""
+        clock = now_ms(self.clock)
+        now = clock + horizon_ms
+        until = UNBOUNDED_MS if ahead_ms is None else now + ahead_ms
+        args: dict[str, Any] = {
+            "cluster": self.cluster,
+            "shard": shard,
+            "n": max_pointers + 1,
+            "until": until,
+            "clock": clock,
+        }
+        sql = self.q.peek
+        floor = None
+        if start is not None:
+            sql = self.q.peek_from
+            args.update(vesting_ms=start.vesting_ms, pointer_id=start.pointer_id)
+        else:
+            kept = self._floors.get(shard)
+            if kept is not None and clock - kept[1] < FULL_SCAN_MS:
+                floor = kept
+                sql = self.q.peek_from
+                args.update(vesting_ms=kept[0], pointer_id="")
+        return sql, args, floor
 
     def vested_zones(
         self, shard: int, window: int, *, after: PointerRef | None = None
