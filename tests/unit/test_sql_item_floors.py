@@ -28,6 +28,7 @@ from quickzones.store.sql.item_floors import (
     learned,
 )
 from quickzones.store.sql.toplevel import FLOOR_SKEW_MS, zone_key
+from quickzones.store.sql.zones import NEXT_VESTING_AHEAD_MS
 from quickzones.testing.provision.postgres import postgres_skip_reason
 
 LEASE_MS = 600_000  # no lease ends within a test: what is taken stays taken
@@ -160,7 +161,9 @@ def test_on_postgres_a_writer_whose_clock_lags_is_found_within_a_read_from_the_s
 def _read_buffers(conn: Any, store: SQLZoneStore, zone: ZoneId, floor: Floor) -> int:
     """The shared buffers of the zone's dequeue read from ``floor``."""
     now = now_ms(store.clock)
-    args = {"zone": zone_key(zone), "now": now, "upto": now, "n": 10, **floor.args()}
+    ahead = now + NEXT_VESTING_AHEAD_MS
+    args = {"zone": zone_key(zone), "now": now, "upto": now, "ahead": ahead, "n": 10}
+    args.update(floor.args())
     (plan,) = conn.execute(
         "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store.q.dequeue_read, args
     ).fetchone()
@@ -213,6 +216,64 @@ def test_a_small_zones_dequeue_read_stays_flat_beside_a_held_snapshot() -> None:
         print(f"buffers from the floor {floored}, from the start {from_start}")
         assert from_start[1] >= from_start[0] + 200, from_start
         assert floored[1] <= floored[0] + 10 and floored[1] <= 40, floored
+    finally:
+        q.close()
+
+
+def _order_entries_read(conn: Any, store: SQLZoneStore, zone: ZoneId, ahead_ms: int) -> int:
+    """The items' order index entries (live or not) the zone's dequeue read reads now from
+    its floor, looking ``ahead_ms`` past now for its next vesting time: the server's count
+    for this transaction (heap pages, the buffers, are too few at this size to tell)."""
+    now = now_ms(store.clock)
+    args = {"zone": zone_key(zone), "now": now, "upto": now, "ahead": now + ahead_ms, "n": 10}
+    args.update(store.floors.floor(zone_key(zone), now).args())
+    index = f"{store.q.items_table.rsplit('.', 1)[0]}.quick_items_order"
+    count = "SELECT pg_stat_get_xact_tuples_returned(%s::regclass)"
+    # Counted before and after in one transaction: the backend's counts are flushed
+    # (and start again) only between transactions.
+    with conn.transaction():
+        (before,) = conn.execute(count, (index,)).fetchone()
+        conn.execute(store.q.dequeue_read, args).fetchall()
+        (after,) = conn.execute(count, (index,)).fetchone()
+    return int(after) - int(before)
+
+
+def test_a_zones_read_of_its_next_vesting_time_skips_the_leases_it_completed() -> None:
+    """A small zone runs 200 items, one at a time, with the default 30 s lease while a
+    report holds a REPEATABLE READ snapshot: each completed item keeps its leased version
+    at its lease's end. Its next dequeue read (past the skew, from the floor) looks 2 s
+    past now for the zone's next vesting time (``NEXT_VESTING_AHEAD_MS``) and reads a
+    handful of index entries; to the lease's end, as before, it read all 200."""
+    import psycopg
+
+    url = _pg_url()
+    schema = url.split("schema=")[1].split("&")[0]
+    q = Quick.open(url)
+    q.job("j")(lambda payload, ctx: None)
+    zone = ZoneId("a", "small")
+    config = ConsumerConfig(in_order=True)
+    try:
+        store = _store(q)
+        with (
+            psycopg.connect(url.split("?")[0], autocommit=True) as conn,
+            psycopg.connect(url.split("?")[0]) as report,
+        ):
+            report.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            report.execute(f'SELECT count(*) FROM "{schema}".quick_items')  # the snapshot
+            for n in range(200):
+                q.enqueue("j", {"n": n}, app="a", tenant="small")
+                assert q.run_until_idle(config) == 1
+            # Past the skew, one more: the floor passes the 200 items' first versions.
+            time.sleep(FLOOR_SKEW_MS / 1000 + 0.6)
+            q.enqueue("j", {"n": "after"}, app="a", tenant="small")
+            assert q.run_until_idle(config) == 1
+            q.enqueue("j", {"n": "next"}, app="a", tenant="small")
+            bounded = _order_entries_read(conn, store, zone, NEXT_VESTING_AHEAD_MS)
+            to_lease_end = _order_entries_read(conn, store, zone, 30_000)
+            report.execute("COMMIT")
+        print(f"order index entries read: {bounded} bounded, {to_lease_end} to the lease end")
+        assert to_lease_end >= bounded + 200, (bounded, to_lease_end)
+        assert bounded <= 20, bounded
     finally:
         q.close()
 

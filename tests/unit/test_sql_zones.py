@@ -23,6 +23,7 @@ from quickzones.errors import InvalidStoreURL, UnsupportedByStore
 from quickzones.registry import JobContext, RetryPolicy
 from quickzones.store.outcomes import DuplicateItemMismatch
 from quickzones.store.sql import SQLZoneStore, ZoneLayoutMismatch
+from quickzones.store.sql.zones import NEXT_VESTING_AHEAD_MS
 from quickzones.store.zonestore import NewItem
 from quickzones.testing.provision.postgres import postgres_skip_reason
 from tests.waiting import wait_for
@@ -171,30 +172,43 @@ def test_a_drained_zone_loses_its_pointer_and_gets_a_new_one(sq: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    ("later", "expected_s"),
+    ("later", "lease_s", "first_s", "then_s"),
     [
-        ([(10, 0)], 10),  # an item due before the lease of the one that ran ends
-        ([(40, 0)], 30),  # the lease's end first (the item may need running again)
-        ([(40, 0), (15, 5)], 15),  # the earliest of every priority
-        ([], 30),
+        ([(1, 0)], 30, 1, None),  # an item due within the look: exactly then
+        ([], 1.5, 1.5, None),  # the lease of the one that ran ends first
+        ([(10, 0)], 30, 2, 10),  # due past the look: the pointer vests at its end...
+        ([(40, 0)], 30, 2, 40),  # ...then exactly (the lease ended: the item ran)
+        ([(40, 0), (15, 5)], 30, 2, 15),  # the earliest of every priority
+        ([], 30, 2, 5),  # empty: min_inactive_s after its last activity, then collected
     ],
 )
 def test_a_visit_requeues_the_pointer_at_the_zones_next_vesting_time(
-    sq: Any, later: list[tuple[int, int]], expected_s: int
+    sq: Any, later: list[tuple[int, int]], lease_s: float, first_s: float, then_s: int | None
 ) -> None:
     """After a visit, a zone's pointer vests when the zone next needs one: the earliest of
     its other items' vesting times and the lease of what the visit took, in every
-    priority; never later (an item waits past its time) and never sooner (a visit that
-    finds nothing)."""
+    priority, never later (an item waits past its time). The read looks for it
+    ``NEXT_VESTING_AHEAD_MS`` (2 s) past its horizon, not to the lease's end: a zone
+    with nothing due by then is visited then, and that visit, with nothing to take,
+    looks on to the zone's next vesting time (beside a report's snapshot, each item the
+    zone completed within the lease kept its leased version ahead of now, and a read to
+    the lease's end fetched them all)."""
     q, clock = sq
     q.job("job")(lambda payload, ctx: None)
     q.enqueue("job", "now", app="a", tenant="t")
     for delay, priority in later:
         q.enqueue("job", f"in {delay}", app="a", tenant="t", delay=delay, priority=priority)
     start = int(clock.now() * 1000)
-    assert q.run_until_idle(ConsumerConfig(in_order=True, item_lease_s=30)) == 1
+    config = ConsumerConfig(in_order=True, item_lease_s=lease_s, min_inactive_s=5)
+    assert q.run_until_idle(config) == 1
     pointer = q.toplevel.get_pointer(q.zone("a", "t"))
-    assert pointer is not None and pointer.vesting_ms == start + expected_s * 1000
+    assert pointer is not None and pointer.vesting_ms == start + first_s * 1000
+    assert first_s * 1000 <= NEXT_VESTING_AHEAD_MS
+    if then_s is not None:
+        clock.advance(first_s)
+        assert q.run_until_idle(config) == 0
+        pointer = q.toplevel.get_pointer(q.zone("a", "t"))
+        assert pointer is not None and pointer.vesting_ms == start + then_s * 1000
 
 
 def test_an_enqueue_pulls_an_idle_pointer_earlier(sq: Any) -> None:

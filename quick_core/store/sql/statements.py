@@ -214,8 +214,7 @@ def statements(root: str, dialect: str = "sqlite", namespace: str = "") -> State
     dequeue_read = (
         pg.dequeue_read[: -len(order)]
         + " UNION ALL SELECT 3, NULL, NULL, pg_snapshot_xmin(s)::text::bigint,"
-        " pg_snapshot_xmax(s)::text::bigint, NULL FROM pg_current_snapshot() AS s"
-        + order
+        " pg_snapshot_xmax(s)::text::bigint, NULL FROM pg_current_snapshot() AS s" + order
     )
     enqueue_shared = (
         f"WITH item AS ({pg.insert_item} RETURNING 1), held AS ({share_pointer})"
@@ -433,22 +432,44 @@ def _sqlite(root: str, namespace: str) -> Statements:
             " AND lease_id IS NULL ORDER BY priority, vesting_ms, seq"
             " LIMIT CASE WHEN (SELECT count(*) FROM v) > :n THEN 0"
             " ELSE :n - (SELECT count(*) FROM v) END),"
-            # The priorities of items vesting after :now (those of past entries are
-            # skipped on the index alone).
+            # The zone's next vesting time after :now, no later than :ahead (part 2):
+            # the priorities of items vesting then (past entries and those past :ahead
+            # are skipped on the index alone), each one's first. Every item a visit
+            # leased and completed since a report's snapshot began keeps its leased
+            # version at its lease's end, up to the item lease (30 s) ahead: bounded, a
+            # small zone's read walks those of :ahead - :now, not of the lease.
             " ps(priority) AS ("
             f" SELECT * FROM (SELECT priority FROM {i} WHERE zone = :zone"
-            " AND vesting_ms > :now"
+            " AND vesting_ms > :now AND vesting_ms <= :ahead"
             " AND (SELECT count(*) FROM v) <= :n AND NOT EXISTS (SELECT 1 FROM a)"
             " ORDER BY priority LIMIT 1) AS head"
             f" UNION ALL SELECT (SELECT priority FROM {i} WHERE zone = :zone"
-            " AND priority > ps.priority AND vesting_ms > :now ORDER BY priority LIMIT 1)"
+            " AND priority > ps.priority AND vesting_ms > :now AND vesting_ms <= :ahead"
+            " ORDER BY priority LIMIT 1)"
             " FROM ps WHERE ps.priority IS NOT NULL),"
             f" firsts(vesting_ms) AS (SELECT (SELECT vesting_ms FROM {i} WHERE zone = :zone"
-            " AND priority = ps.priority AND vesting_ms > :now ORDER BY vesting_ms LIMIT 1)"
-            " FROM ps WHERE ps.priority IS NOT NULL)"
+            " AND priority = ps.priority AND vesting_ms > :now AND vesting_ms <= :ahead"
+            " ORDER BY vesting_ms LIMIT 1)"
+            " FROM ps WHERE ps.priority IS NOT NULL),"
+            # Where the zone showed nothing to take and nothing by :ahead, whether it is
+            # empty (part 4): the same, unbounded.
+            " ps_all(priority) AS ("
+            f" SELECT * FROM (SELECT priority FROM {i} WHERE zone = :zone"
+            " AND vesting_ms > :ahead AND NOT EXISTS (SELECT 1 FROM v)"
+            " AND NOT EXISTS (SELECT 1 FROM a)"
+            " AND NOT EXISTS (SELECT 1 FROM firsts WHERE vesting_ms IS NOT NULL)"
+            " ORDER BY priority LIMIT 1) AS head"
+            f" UNION ALL SELECT (SELECT priority FROM {i} WHERE zone = :zone"
+            " AND priority > ps_all.priority AND vesting_ms > :ahead ORDER BY priority LIMIT 1)"
+            " FROM ps_all WHERE ps_all.priority IS NOT NULL),"
+            " firsts_all(vesting_ms) AS (SELECT (SELECT vesting_ms"
+            f" FROM {i} WHERE zone = :zone AND priority = ps_all.priority"
+            " AND vesting_ms > :ahead ORDER BY vesting_ms LIMIT 1)"
+            " FROM ps_all WHERE ps_all.priority IS NOT NULL)"
             " SELECT 0 AS part, id, record, priority, vesting_ms, seq FROM v"
             " UNION ALL SELECT 1, id, record, priority, vesting_ms, seq FROM a"
             " UNION ALL SELECT 2, NULL, NULL, NULL, min(vesting_ms), NULL FROM firsts"
+            " UNION ALL SELECT 4, NULL, NULL, NULL, min(vesting_ms), NULL FROM firsts_all"
             " ORDER BY part, priority, vesting_ms, seq"
         ),
         any_item=f"SELECT 1 FROM {i} WHERE zone = :zone LIMIT 1",
