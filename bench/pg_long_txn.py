@@ -360,7 +360,7 @@ class Probe:
         """The same path's reads with ``zones=sql``: the scanner's peek of the pointers
         table, a zone's vested items (small tenant, noisy one), the noisy zone's pointer
         row (rewritten by each of its visits), and the commit watcher's read."""
-        from quickzones.consumer.scanner import longest_wait_ms
+        from quickzones.consumer.selection import longest_wait_ms
         from quickzones.store.records import ZoneId
         from quickzones.store.sql.toplevel import zone_key
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import random
 import threading
 import time
@@ -37,7 +36,7 @@ from quickzones.consumer.config import ConsumerConfig
 from quickzones.consumer.pool import DaemonPool
 from quickzones.consumer.random_slices import RandomSlices
 from quickzones.consumer.requeued_zones import RequeuedZones
-from quickzones.consumer.selection import Peek, Selection, peek_shard, peek_window, weighed
+from quickzones.consumer.selection import Peek, Selection, own_peek, peek_window, weighed
 from quickzones.consumer.set_aside import ScanFailures, SetAside, elapsed
 from quickzones.consumer.state import Cluster
 from quickzones.consumer.visit_rules import visit_key
@@ -49,15 +48,6 @@ from quickzones.store.records import ZoneId
 from quickzones.store.toplevel import PointerRef
 
 log = logging.getLogger("quick.consumer")
-
-
-def longest_wait_ms(config: ConsumerConfig) -> int:
-    """The longest an idle scanner sleeps before it scans again
-    (:meth:`Scanner.until_next_vesting`: ``idle_sleep_s``, or a third of
-    ``election_ttl_s`` where commits wake it), in ms: a pointer vesting later than that
-    past its horizon changes nothing it does now, so its peeks look no further
-    (:meth:`~quickzones.store.toplevel.TopLevelQueue.peek`'s ``ahead_ms``)."""
-    return math.ceil(max(config.idle_sleep_s, config.election_ttl_s / 3) * 1000) + 1
 
 
 class Scanner:
@@ -119,13 +109,11 @@ class Scanner:
         self.on_lost = on_lost  # the store went away (its file deleted): the consumer stops
         self.failures = ScanFailures(set_aside, RepeatedFailure(log, "manager visits"), on_lost)
         # How a shard's vested pointers are peeked (a pull leaser's pages one app's).
-        # Its own looks no further ahead than it may sleep (longest_wait_ms).
-        own = functools.partial(peek_shard, ahead_ms=longest_wait_ms(config))
-        self.peek: Peek = peek or own
+        self.peek: Peek = peek or own_peek(config)
         # Random-mode scans between full peeks read a slice at a random place (with the
         # scanner's own peek only: a pull leaser's pages one app's zones).
         if slices is None and peek is None:
-            slices = RandomSlices(own, rng, monotonic=elapsed(self.clock))
+            slices = RandomSlices(own_peek(config), rng, monotonic=elapsed(self.clock))
         self.slices = slices
         self.zone_of = zone_of  # each pointer's zone where the peek read it (for weights)
 
@@ -185,7 +173,6 @@ class Scanner:
         return len({id(c.toplevel.kv) for c in self.clusters.values()}) <= len(self.watchers)
 
     def until_next_vesting(self, cap_s: float | None = None) -> float:
-        # longest_wait_ms bounds what this may return: keep them together.
         """Seconds until the earliest vesting time the last scan saw, at most ``cap_s``
         (``idle_sleep_s`` when None)."""
         timeout = self.config.idle_sleep_s if cap_s is None else cap_s

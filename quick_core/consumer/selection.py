@@ -13,6 +13,7 @@ across the shards first, so no pointer starves (invariant 10).
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -175,6 +176,21 @@ def peek_shard(
     return cluster.toplevel.peek(
         shard, window, horizon_ms=horizon_ms, start=start, ahead_ms=ahead_ms
     )
+
+
+def longest_wait_ms(config: ConsumerConfig) -> int:
+    """The longest an idle scanner sleeps before it scans again (``until_next_vesting``
+    of :class:`~quickzones.consumer.scanner.Scanner`: ``idle_sleep_s``, or a third of
+    ``election_ttl_s`` where commits wake it), in ms: a pointer vesting later than that
+    past its horizon changes nothing it does now, so its peeks look no further
+    (:meth:`~quickzones.store.toplevel.TopLevelQueue.peek`'s ``ahead_ms``)."""
+    return math.ceil(max(config.idle_sleep_s, config.election_ttl_s / 3) * 1000) + 1
+
+
+def own_peek(config: ConsumerConfig) -> functools.partial[tuple[list[PointerRef], int | None]]:
+    """A scanner's own :data:`Peek` (:func:`peek_shard`): it looks no further ahead than
+    the scanner may sleep (:func:`longest_wait_ms`)."""
+    return functools.partial(peek_shard, ahead_ms=longest_wait_ms(config))
 
 
 def weighed(held: int, ref: PointerRef, weight: Callable[[PointerRef], float] | None) -> float:

@@ -16,7 +16,7 @@ import pytest
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
-from quickzones.consumer.scanner import longest_wait_ms
+from quickzones.consumer.selection import longest_wait_ms
 from quickzones.errors import ConfigurationError, Nack, PermanentError
 from quickzones.registry import JobContext
 from tests.conftest import HAVE_POSTGRES, store_url

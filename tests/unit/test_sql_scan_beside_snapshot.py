@@ -14,7 +14,7 @@ import pytest
 from quickzones.client import Quick
 from quickzones.clock import ManualClock
 from quickzones.consumer import ConsumerConfig
-from quickzones.consumer.scanner import longest_wait_ms
+from quickzones.consumer.selection import longest_wait_ms
 from quickzones.store.sql import SQLTopLevelQueue
 from quickzones.testing.provision.postgres import postgres_skip_reason
 
