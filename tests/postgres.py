@@ -7,6 +7,8 @@ from __future__ import annotations
 import atexit
 import itertools
 import uuid
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import quote
 
 from quickzones.testing.provision.postgres import shared_postgres_url
@@ -37,3 +39,17 @@ def _drop_schemas(server: str) -> None:
     with contextlib.suppress(psycopg.Error), psycopg.connect(server, autocommit=True) as conn:
         for schema in _used:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def index_entries_read(conn: Any, index: str, sql: str, args: Mapping[str, Any]) -> int:
+    """The entries of ``index`` (live or not) that ``sql`` reads with ``args`` on ``conn``
+    (autocommit): the server's count, taken before and after in one transaction (the
+    backend's counts are flushed, and start again, only between transactions). Heap
+    pages, the buffers, are too few in a test's table to tell the dead versions a read
+    walks."""
+    count = "SELECT pg_stat_get_xact_tuples_returned(%s::regclass)"
+    with conn.transaction():
+        (before,) = conn.execute(count, (index,)).fetchone()
+        conn.execute(sql, args).fetchall()
+        (after,) = conn.execute(count, (index,)).fetchone()
+    return int(after) - int(before)

@@ -30,6 +30,7 @@ from quickzones.store.sql.item_floors import (
 from quickzones.store.sql.toplevel import FLOOR_SKEW_MS, zone_key
 from quickzones.store.sql.zones import NEXT_VESTING_AHEAD_MS
 from quickzones.testing.provision.postgres import postgres_skip_reason
+from tests.postgres import index_entries_read
 
 LEASE_MS = 600_000  # no lease ends within a test: what is taken stays taken
 
@@ -223,19 +224,12 @@ def test_a_small_zones_dequeue_read_stays_flat_beside_a_held_snapshot() -> None:
 def _order_entries_read(conn: Any, store: SQLZoneStore, zone: ZoneId, ahead_ms: int) -> int:
     """The items' order index entries (live or not) the zone's dequeue read reads now from
     its floor, looking ``ahead_ms`` past now for its next vesting time: the server's count
-    for this transaction (heap pages, the buffers, are too few at this size to tell)."""
+    (:func:`tests.postgres.index_entries_read`)."""
     now = now_ms(store.clock)
     args = {"zone": zone_key(zone), "now": now, "upto": now, "ahead": now + ahead_ms, "n": 10}
     args.update(store.floors.floor(zone_key(zone), now).args())
     index = f"{store.q.items_table.rsplit('.', 1)[0]}.quick_items_order"
-    count = "SELECT pg_stat_get_xact_tuples_returned(%s::regclass)"
-    # Counted before and after in one transaction: the backend's counts are flushed
-    # (and start again) only between transactions.
-    with conn.transaction():
-        (before,) = conn.execute(count, (index,)).fetchone()
-        conn.execute(store.q.dequeue_read, args).fetchall()
-        (after,) = conn.execute(count, (index,)).fetchone()
-    return int(after) - int(before)
+    return index_entries_read(conn, index, store.q.dequeue_read, args)
 
 
 def test_a_zones_read_of_its_next_vesting_time_skips_the_leases_it_completed() -> None:

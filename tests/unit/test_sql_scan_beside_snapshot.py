@@ -17,6 +17,7 @@ from quickzones.consumer import ConsumerConfig
 from quickzones.consumer.selection import longest_wait_ms
 from quickzones.store.sql import SQLTopLevelQueue
 from quickzones.testing.provision.postgres import postgres_skip_reason
+from tests.postgres import index_entries_read
 
 ZONES = 40
 ROUNDS = 10
@@ -35,18 +36,10 @@ def _entries_read(
     conn: Any, toplevel: SQLTopLevelQueue, index: str, window: int, ahead_ms: int | None
 ) -> int:
     """The vesting index's entries (live or not) the statement the scan's peek runs now
-    reads: the server's count for this transaction (heap pages, the buffers, are too few
-    at this size to tell)."""
+    reads (:func:`tests.postgres.index_entries_read`)."""
     sql, args, _ = toplevel.peek_statement(0, window, ahead_ms=ahead_ms)
     args.pop("clock")
-    count = "SELECT pg_stat_get_xact_tuples_returned(%s::regclass)"
-    # Counted before and after in one transaction: the backend's counts are flushed
-    # (and start again) only between transactions.
-    with conn.transaction():
-        (before,) = conn.execute(count, (index,)).fetchone()
-        conn.execute(sql, args).fetchall()
-        (after,) = conn.execute(count, (index,)).fetchone()
-    return int(after) - int(before)
+    return index_entries_read(conn, index, sql, args)
 
 
 def test_a_scan_beside_a_held_snapshot_does_not_read_the_pointers_old_versions_ahead() -> None:
