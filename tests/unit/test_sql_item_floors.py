@@ -44,6 +44,15 @@ def _pg_url() -> str:
     return postgres_store_url() + "&zones=sql"
 
 
+def _noop_store() -> tuple[str, str, Quick]:
+    """A fresh PostgreSQL ``zones=sql`` store (its URL and schema) whose job "j" does
+    nothing: the store of the tests beside a report's held snapshot."""
+    url = _pg_url()
+    q = Quick.open(url)
+    q.job("j")(lambda payload, ctx: None)
+    return url, url.split("schema=")[1].split("&")[0], q
+
+
 def _store(q: Quick) -> SQLZoneStore:
     assert isinstance(q.items, SQLZoneStore)
     return q.items
@@ -182,10 +191,7 @@ def test_a_small_zones_dequeue_read_stays_flat_beside_a_held_snapshot() -> None:
     the lease time, not by the snapshot's age)."""
     import psycopg
 
-    url = _pg_url()
-    schema = url.split("schema=")[1].split("&")[0]
-    q = Quick.open(url)
-    q.job("j")(lambda payload, ctx: None)
+    url, schema, q = _noop_store()
     zone = ZoneId("a", "small")
     config = ConsumerConfig(in_order=True, item_lease_s=0.5)
     try:
@@ -240,10 +246,7 @@ def test_a_zones_read_of_its_next_vesting_time_skips_the_leases_it_completed() -
     handful of index entries; to the lease's end, as before, it read all 200."""
     import psycopg
 
-    url = _pg_url()
-    schema = url.split("schema=")[1].split("&")[0]
-    q = Quick.open(url)
-    q.job("j")(lambda payload, ctx: None)
+    url, schema, q = _noop_store()
     zone = ZoneId("a", "small")
     config = ConsumerConfig(in_order=True)
     try:
@@ -325,10 +328,7 @@ def test_beside_a_report_a_zone_is_never_read_from_its_start_again() -> None:
     report began: the dequeue read's buffers grew through a 120 s hold)."""
     import psycopg
 
-    url = _pg_url()
-    schema = url.split("schema=")[1].split("&")[0]
-    q = Quick.open(url)
-    q.job("j")(lambda payload, ctx: None)
+    url, schema, q = _noop_store()
     zone = ZoneId("a", "busy")
     config = ConsumerConfig(in_order=True)
     try:
