@@ -7,7 +7,8 @@ from __future__ import annotations
 import atexit
 import itertools
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote
 
@@ -53,3 +54,18 @@ def index_entries_read(conn: Any, index: str, sql: str, args: Mapping[str, Any])
         conn.execute(sql, args).fetchall()
         (after,) = conn.execute(count, (index,)).fetchone()
     return int(after) - int(before)
+
+
+@contextmanager
+def beside_a_report(url: str, schema: str) -> Iterator[Any]:
+    """An autocommit connection to the store's server (to measure with), while a report
+    holds a REPEATABLE READ snapshot (it has read ``schema``'s items table) until the
+    block ends: what PostgreSQL keeps every row version for."""
+    import psycopg
+
+    server = url.split("?")[0]
+    with psycopg.connect(server, autocommit=True) as conn, psycopg.connect(server) as report:
+        report.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        report.execute(f'SELECT count(*) FROM "{schema}".quick_items')  # the snapshot
+        yield conn
+        report.execute("COMMIT")

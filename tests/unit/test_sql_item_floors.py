@@ -30,7 +30,7 @@ from quickzones.store.sql.item_floors import (
 from quickzones.store.sql.toplevel import FLOOR_SKEW_MS, zone_key
 from quickzones.store.sql.zones import NEXT_VESTING_AHEAD_MS
 from quickzones.testing.provision.postgres import postgres_skip_reason
-from tests.postgres import index_entries_read
+from tests.postgres import beside_a_report, index_entries_read
 
 LEASE_MS = 600_000  # no lease ends within a test: what is taken stays taken
 
@@ -189,19 +189,13 @@ def test_a_small_zones_dequeue_read_stays_flat_beside_a_held_snapshot() -> None:
     measured. Leases of 0.5 s: a completed item's leased version vests at its lease's
     end, and the read of the zone's next vesting time walks those ahead of now (bounded by
     the lease time, not by the snapshot's age)."""
-    import psycopg
 
     url, schema, q = _noop_store()
     zone = ZoneId("a", "small")
     config = ConsumerConfig(in_order=True, item_lease_s=0.5)
     try:
         store = _store(q)
-        with (
-            psycopg.connect(url.split("?")[0], autocommit=True) as conn,
-            psycopg.connect(url.split("?")[0]) as report,
-        ):
-            report.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            report.execute(f'SELECT count(*) FROM "{schema}".quick_items')  # the snapshot
+        with beside_a_report(url, schema) as conn:
             floored: list[int] = []
             from_start: list[int] = []
             done = 0
@@ -217,7 +211,6 @@ def test_a_small_zones_dequeue_read_stays_flat_beside_a_held_snapshot() -> None:
                 assert floor is not FROM_START
                 floored.append(_read_buffers(conn, store, zone, floor))
                 from_start.append(_read_buffers(conn, store, zone, FROM_START))
-            report.execute("COMMIT")
         # From the start: about 2 buffers more a completed item (the test exercises them;
         # 278 more for 300 items in a loaded CI run).
         print(f"buffers from the floor {floored}, from the start {from_start}")
@@ -244,19 +237,13 @@ def test_a_zones_read_of_its_next_vesting_time_skips_the_leases_it_completed() -
     at its lease's end. Its next dequeue read (past the skew, from the floor) looks 2 s
     past now for the zone's next vesting time (``NEXT_VESTING_AHEAD_MS``) and reads a
     handful of index entries; to the lease's end, as before, it read all 200."""
-    import psycopg
 
     url, schema, q = _noop_store()
     zone = ZoneId("a", "small")
     config = ConsumerConfig(in_order=True)
     try:
         store = _store(q)
-        with (
-            psycopg.connect(url.split("?")[0], autocommit=True) as conn,
-            psycopg.connect(url.split("?")[0]) as report,
-        ):
-            report.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            report.execute(f'SELECT count(*) FROM "{schema}".quick_items')  # the snapshot
+        with beside_a_report(url, schema) as conn:
             for n in range(200):
                 q.enqueue("j", {"n": n}, app="a", tenant="small")
                 assert q.run_until_idle(config) == 1
@@ -267,7 +254,6 @@ def test_a_zones_read_of_its_next_vesting_time_skips_the_leases_it_completed() -
             q.enqueue("j", {"n": "next"}, app="a", tenant="small")
             bounded = _order_entries_read(conn, store, zone, NEXT_VESTING_AHEAD_MS)
             to_lease_end = _order_entries_read(conn, store, zone, 30_000)
-            report.execute("COMMIT")
         print(f"order index entries read: {bounded} bounded, {to_lease_end} to the lease end")
         assert to_lease_end >= bounded + 200, (bounded, to_lease_end)
         assert bounded <= 20, bounded
@@ -326,21 +312,17 @@ def test_beside_a_report_a_zone_is_never_read_from_its_start_again() -> None:
     past ``FULL_READ_MS`` a busy zone's floor is still the one its reads learned, not its
     start (each read from the start fetched every item the zone completed since the
     report began: the dequeue read's buffers grew through a 120 s hold)."""
-    import psycopg
 
     url, schema, q = _noop_store()
     zone = ZoneId("a", "busy")
     config = ConsumerConfig(in_order=True)
     try:
         store = _store(q)
-        with psycopg.connect(url.split("?")[0]) as report:
-            report.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            report.execute(f'SELECT count(*) FROM "{schema}".quick_items')  # the snapshot
+        with beside_a_report(url, schema):
             started = time.monotonic()
             while time.monotonic() - started < FULL_READ_MS / 1000 + 1.5:
                 q.enqueue("j", {"n": 1}, app="a", tenant="busy")
                 assert q.run_until_idle(config) == 1
-            report.execute("COMMIT")
         # The zone's first read was from its start; none after it.
         assert store.floors.reads_from_start == 1
         floor = store.floors.floor(zone_key(zone), now_ms(store.clock))

@@ -17,7 +17,7 @@ from quickzones.consumer import ConsumerConfig
 from quickzones.consumer.selection import longest_wait_ms
 from quickzones.store.sql import SQLTopLevelQueue
 from quickzones.testing.provision.postgres import postgres_skip_reason
-from tests.postgres import index_entries_read
+from tests.postgres import beside_a_report, index_entries_read
 
 ZONES = 40
 ROUNDS = 10
@@ -48,7 +48,6 @@ def test_a_scan_beside_a_held_snapshot_does_not_read_the_pointers_old_versions_a
     pointer from 60 s ahead, and the visits after it put the pointer back there. The
     consumer's peek then reads none of those 400 old versions; read on to the 17th pointer
     ahead (as before), it walks them all."""
-    import psycopg
 
     url = _pg_url()
     schema = url.split("schema=")[1].split("&")[0]
@@ -59,12 +58,7 @@ def test_a_scan_beside_a_held_snapshot_does_not_read_the_pointers_old_versions_a
     try:
         toplevel = q.toplevel
         assert isinstance(toplevel, SQLTopLevelQueue)
-        with (
-            psycopg.connect(url.split("?")[0], autocommit=True) as conn,
-            psycopg.connect(url.split("?")[0]) as report,
-        ):
-            report.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            report.execute(f'SELECT count(*) FROM "{schema}".quick_items')  # the snapshot
+        with beside_a_report(url, schema) as conn:
             for z in range(ZONES):
                 q.enqueue("j", {}, app="a", tenant=f"t{z}", delay=60)
             for _ in range(ROUNDS):
@@ -78,7 +72,6 @@ def test_a_scan_beside_a_held_snapshot_does_not_read_the_pointers_old_versions_a
             bounded = _entries_read(conn, toplevel, index, window, longest_wait_ms(config))
             unbounded = _entries_read(conn, toplevel, index, window, None)
             refs, later = toplevel.peek(0, window, ahead_ms=longest_wait_ms(config))
-            report.execute("COMMIT")
         print(f"vesting index entries read: to the longest sleep {bounded}, on {unbounded}")
         assert refs == [] and later is None  # every pointer vests 30 s on, past the look
         assert unbounded >= ZONES * ROUNDS, unbounded  # the old versions were there
