@@ -16,6 +16,13 @@ Cost: a lock and two clock readings per :meth:`SteadyClock.now`, and one exchang
 store per process per :data:`SYNC_PERIOD_S` of elapsed time: a snapshot read and an atomic
 ``max`` of one key, which add no read conflict and so never conflict with anything.
 
+Only the first exchange is a caller's: a process knows the floor before it hands out any
+time. Each later one runs beside the callers, on a thread of its own, while they go on
+with the local floor (as every thread but the one exchanging always did): made by the
+reading that found it due, it cost that caller, an enqueue made a second after the last,
+a round trip and a commit of its own (on PostgreSQL seven more writes to the server than
+the enqueue's one), and a wait on anyone holding the one key every process shares.
+
 What it guarantees and what it does not: ``docs/guarantees.md#clock-steps``.
 """
 
@@ -66,6 +73,7 @@ class SteadyClock:
         base: ElapsedClock,
         *,
         sync_period_s: float = SYNC_PERIOD_S,
+        beside: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         self.base = base
         # Bound once: now() is on every hot path. The system clock's methods only wrap the
@@ -76,6 +84,8 @@ class SteadyClock:
         self._kv = kv
         self._key = floor_key
         self._period = sync_period_s
+        # Runs the exchanges after the first, beside the callers (a test may pass a runner).
+        self._beside = beside or _on_a_thread
         self._lock = threading.Lock()  # guards the floor; held for microseconds
         self._sync_lock = threading.Lock()  # one exchange with the store at a time
         self._floor = base.now()
@@ -102,9 +112,28 @@ class SteadyClock:
             next_sync = self._next_sync
         if next_sync is not None and elapsed < next_sync:
             return t
-        self._sync(first=next_sync is None)
+        if next_sync is not None:
+            self._exchange_beside()
+            return t
+        self._first_sync()
         with self._lock:
             return self._advance()[0]
+
+    def _exchange_beside(self) -> None:
+        """Start the exchange that is due beside the callers, unless one is under way."""
+        if not self._sync_lock.acquire(blocking=False):
+            return
+        try:
+            self._beside(self._exchange_and_release)
+        except BaseException:
+            self._sync_lock.release()
+            raise
+
+    def _exchange_and_release(self) -> None:
+        try:
+            self._exchange(beside=True)
+        finally:
+            self._sync_lock.release()
 
     def monotonic(self) -> float:
         return self.base.monotonic()
@@ -120,38 +149,45 @@ class SteadyClock:
         self._floor, self._floor_at = t, elapsed
         return t, elapsed
 
-    def _sync(self, first: bool) -> None:
+    def _first_sync(self) -> None:
         if joins_application_here(self._kv):
             # The exchange would join the application's transaction, and its lock on the
             # floor key (one key every process shares) would last until the application
-            # commits: every other process's exchange would wait for it. The local floor
-            # serves meanwhile; the next reading outside exchanges.
+            # commits: every other process's exchange would wait for it. The next reading
+            # outside one exchanges.
             return
-        # Only one thread talks to the store; the others go on with the local floor. Before
-        # the first exchange they wait for it instead.
-        if not self._sync_lock.acquire(blocking=first):
-            return
+        # Before the first exchange every caller waits for it; one makes it.
+        with self._sync_lock:
+            if self._next_sync is None:  # not made while this one waited
+                self._exchange()
+
+    def _exchange(self, beside: bool = False) -> None:
+        """Read the store's floor and publish this process's time; the caller holds
+        ``_sync_lock``."""
+        with self._lock:
+            t, _ = self._advance()
+        stored = None
         try:
-            with self._lock:
-                t, elapsed = self._advance()
-                if self._next_sync is not None and elapsed < self._next_sync:
-                    return  # another thread exchanged while this one waited
-            mine = int(t * 1000)
-            try:
-                stored = run(self._kv, _exchange(self._key, mine))
-                self._exchange_failures.succeeded()
-            except StorageError as err:
-                # Time must not stop because the store is unreachable: keep the local
-                # floor and try again next period (a closed store ends up here too).
-                self._exchange_failures.failed(err)
-                stored = None
+            stored = run(self._kv, _exchange(self._key, int(t * 1000)))
+            self._exchange_failures.succeeded()
+        except StorageError as err:
+            # Time must not stop because the store is unreachable: keep the local floor
+            # and try again next period (a closed store ends up here too).
+            self._exchange_failures.failed(err)
+        except Exception as err:
+            if not beside:
+                raise
+            self._exchange_failures.failed(err)  # beside the callers only the log hears
+        finally:
             with self._lock:
                 t, elapsed = self._advance()
                 if stored is not None and stored / 1000 > t:
                     self._floor = stored / 1000
                 self._next_sync = elapsed + self._period
-        finally:
-            self._sync_lock.release()
+
+
+def _on_a_thread(exchange: Callable[[], None]) -> None:
+    threading.Thread(target=exchange, name="quick-clock-exchange", daemon=True).start()
 
 
 # A process forked while one of its threads held a clock's lock would wait forever on it

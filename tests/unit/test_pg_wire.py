@@ -85,9 +85,17 @@ def counted() -> Iterator[tuple[WriteCounter, str]]:
     proxy.close()
 
 
+def _counted_quick(url: str) -> Quick:
+    """A Quick whose every write to the server is an enqueue's: no NOTIFY, and no steady
+    clock's exchange beside the enqueues (one a second: a test slowed by a loaded host
+    counted it, CI)."""
+    listen_off = f"{url}&listen=off" if "?" in url else f"{url}?listen=off"
+    return Quick.open(listen_off, steady_clock=False)
+
+
 def test_a_plain_enqueue_is_two_writes_to_the_server(counted: tuple[WriteCounter, str]) -> None:
     proxy, url = counted
-    q = Quick.open(f"{url}&listen=off" if "?" in url else f"{url}?listen=off")
+    q = _counted_quick(url)
     try:
         q.enqueue("job", {"n": 0}, app="a", tenant="t")  # the zone and its pointer
         q.enqueue("job", {"n": 1}, app="a", tenant="t")  # the store's connection made
@@ -112,7 +120,7 @@ def test_an_enqueue_into_a_zone_enqueued_into_before_is_one_write(
     and its commit checks them against the snapshot they were read in: BEGIN,
     quick_commit3, COMMIT and part two's look at the pointer go out in one write."""
     proxy, url = counted
-    q = Quick.open(f"{url}&listen=off" if "?" in url else f"{url}?listen=off")
+    q = _counted_quick(url)
     try:
         q.enqueue("job", {"n": 0}, app="a", tenant="t")  # the zone and its pointer
         q.enqueue("job", {"n": 1}, app="a", tenant="t")  # reads the zone's entry itself
