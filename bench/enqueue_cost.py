@@ -6,10 +6,13 @@ it is open), and ``run_until_idle`` draining what was enqueued. ``enqueue_pull``
 ``Quick.enqueue`` into a zone whose idle pointer vests later than the new item (a zone that
 emptied, its pointer waiting for collection, or holding only delayed items: a small
 tenant's usual enqueue), so part two must pull the pointer earlier; each call a zone of its
-own, set up beforehand with an item an hour out.
+own, set up beforehand with an item an hour out. ``enqueue_paused``: ``Quick.enqueue``
+made ``--pause-s`` after the last call (1.1 s: past the steady clock's one-second floor
+exchange, within the 2 s that PostgreSQL's known reads stay fresh), ``--paused`` calls: a
+web application's enqueue, one now and then; its wall time per call, pauses not counted.
 
 ``python -m bench.enqueue_cost [--store sqlite|postgres] [--n 1000] [--runs 5]
-[--baseline DIR] [--dsn URL] [--json FILE]``
+[--paused 10] [--pause-s 1.1] [--baseline DIR] [--dsn URL] [--json FILE]``
 
 ``--store postgres`` (``python -m bench.pg_enqueue_cost`` is this): one PostgreSQL
 cluster (:func:`bench.servers.postgres_server`, fsync on; or the server ``--dsn`` names:
@@ -47,7 +50,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-OPERATIONS = ("plain", "enqueue", "enqueue_pull", "enqueue_on", "drain")
+OPERATIONS = ("plain", "enqueue", "enqueue_pull", "enqueue_on", "drain", "enqueue_paused")
 STORES = ("sqlite", "postgres")
 
 
@@ -94,7 +97,9 @@ def _postgres_app(dsn: str) -> Iterator[tuple[Any, str, Callable[[], None]]]:
         conn.close()
 
 
-def _child(store: str, dsn: str, n: int, tenants: int, hold_ms: int) -> dict[str, Any]:
+def _child(
+    store: str, dsn: str, n: int, tenants: int, hold_ms: int, paused: int, pause_s: float
+) -> dict[str, Any]:
     """Measured in this process: the quickzones it imports is the checkout's."""
     import random
 
@@ -173,6 +178,21 @@ def _child(store: str, dsn: str, n: int, tenants: int, hold_ms: int) -> dict[str
             }
             if name in per_call:
                 out[name]["cpu_p50_ms"] = statistics.median(per_call[name]) * 1000
+        if paused:
+            walls, cpus = [], []
+            for i in range(paused):
+                time.sleep(pause_s)
+                tenant = f"t{rng.randrange(tenants)}"
+                wall, c = time.perf_counter(), cpu()
+                q.enqueue("j", {"paused": i}, app="a", tenant=tenant)
+                walls.append(time.perf_counter() - wall)
+                cpus.append(cpu() - c)
+            out["enqueue_paused"] = {
+                "wall_ms": statistics.mean(walls) * 1000,
+                "wall_p50_ms": statistics.median(walls) * 1000,
+                "cpu_ms": statistics.mean(cpus) * 1000,
+                "cpu_p50_ms": statistics.median(cpus) * 1000,
+            }
         # An application's transaction held open: the store's own work meanwhile.
         asks = getattr(after, "asks", None)
         conn.execute(insert, (0,))
@@ -194,6 +214,7 @@ def _measure(tree: Path, store: str, dsn: str, args: argparse.Namespace) -> dict
     cmd = [str(python if python.exists() else sys.executable), __file__, "--child", dsn]
     cmd += ["--store", store, "--n", str(args.n), "--tenants", str(args.tenants)]
     cmd += ["--hold-ms", str(args.hold_ms)]
+    cmd += ["--paused", str(args.paused), "--pause-s", str(args.pause_s)]
     done = subprocess.run(cmd, cwd=tree, capture_output=True, text=True)
     if done.returncode != 0:  # the child's own words, not only its exit status
         raise RuntimeError(
@@ -204,7 +225,7 @@ def _measure(tree: Path, store: str, dsn: str, args: argparse.Namespace) -> dict
 
 
 def _median(runs: list[dict[str, Any]], op: str, what: str) -> float | None:
-    values = [r[op][what] for r in runs if what in r[op]]
+    values = [r[op][what] for r in runs if what in r.get(op, {})]
     return statistics.median(values) if values else None
 
 
@@ -216,12 +237,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tenants", type=int, default=50)
     ap.add_argument("--hold-ms", type=int, default=1000)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--paused", type=int, default=10, help="enqueue_paused's calls per run")
+    ap.add_argument("--pause-s", type=float, default=1.1, help="the pause before each")
     ap.add_argument("--baseline", default="", help="another checkout with its own .venv")
     ap.add_argument("--dsn", default="", help="a PostgreSQL server to use instead of one's own")
     ap.add_argument("--json", default="", help="write the results to this file")
     args = ap.parse_args(argv)
     if args.child:
-        out = _child(args.store, args.child, args.n, args.tenants, args.hold_ms)
+        out = _child(
+            args.store, args.child, args.n, args.tenants, args.hold_ms, args.paused, args.pause_s
+        )
         print(json.dumps(out))
         return 0
     from bench.common import REPO, log, machine
@@ -246,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"{args.store}, {args.runs} runs of {args.n} calls"]
     lines[0] += f", load average {min(loads):.1f}-{max(loads):.1f}"
     for op in OPERATIONS:
-        for what in ("wall_ms", "cpu_ms", "cpu_p50_ms"):
+        for what in ("wall_ms", "wall_p50_ms", "cpu_ms", "cpu_p50_ms"):
             row = {name: _median(runs[name], op, what) for name in trees}
             if None in row.values():
                 continue

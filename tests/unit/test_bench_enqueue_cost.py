@@ -18,6 +18,7 @@ def test_the_bench_measures_both_checkouts_side_by_side_on_sqlite(tmp_path: Path
 
     rc = enqueue_cost.main(
         ["--store", "sqlite", "--n", "20", "--tenants", "3", "--hold-ms", "50", "--runs", "1",
+         "--paused", "2", "--pause-s", "0.05",
          "--baseline", str(REPO), "--json", str(out)]
     )  # fmt: skip
 

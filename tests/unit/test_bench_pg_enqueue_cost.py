@@ -26,6 +26,7 @@ def test_the_bench_measures_both_checkouts_side_by_side(tmp_path: Path) -> None:
 
     rc = pg_enqueue_cost.main(
         ["--dsn", server, "--n", "20", "--tenants", "3", "--hold-ms", "100", "--runs", "1",
+         "--paused", "2", "--pause-s", "0.05",
          "--baseline", str(REPO), "--json", str(out)]
     )  # fmt: skip
 
