@@ -52,6 +52,8 @@ class MemoryStore:
     commits and real conflicts / too-old rejections.
     """
 
+    # No server: a transaction costs no round trip (kv.commits_in_process).
+    commits_in_process = True
     # Named stores (memory://name) shared within the process.
     _shared: ClassVar[dict[str, MemoryStore]] = {}
     _shared_lock: ClassVar[threading.Lock] = threading.Lock()

@@ -70,6 +70,9 @@ class _Bound(threading.local):
 class SQLiteStore(NativeTransactions, CommitResolver, WalBound):
     """A KV store in one SQLite file: ``SQLiteStore("quick.db", clock=...)``."""
 
+    # No server, one writer at a time (kv.commits_in_process).
+    commits_in_process = True
+
     def __init__(
         self,
         path: str | os.PathLike[str],

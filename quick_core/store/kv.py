@@ -241,6 +241,14 @@ def holds_commit_lock(tr: object) -> bool:
     return getattr(tr, "holds_commit_lock", False) is True
 
 
+def commits_in_process(db: object) -> bool:
+    """Whether ``db``'s transactions run and commit in this process with no server to wait
+    for (SQLite's file, the memory store). Work a caller would hand to another thread to
+    spare it a round trip gains nothing there, and on SQLite, one writer at a time, the
+    caller's own commit would wait for that thread's anyway."""
+    return getattr(db, "commits_in_process", False) is True
+
+
 def joins_application_here(db: object) -> bool:
     """Whether a transaction ``db`` made now, on this thread, would write into an
     application's own open transaction (``Quick.enqueue_on`` under way on PostgreSQL):
