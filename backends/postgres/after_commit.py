@@ -41,8 +41,11 @@ from quickzones.clock import Clock
 
 log = logging.getLogger(__name__)
 
-# Between two asks of the server while a transaction is pending.
+# Between two asks of the server while a young transaction is pending: at least this,
+# at most the slowest, else a tenth of the youngest pending transaction's age.
 POLL_S = 0.003
+SLOWEST_POLL_S = 0.05
+POLL_AGE_SHARE = 0.1
 # Transactions remembered at most (the oldest are dropped: part two is best effort).
 MOST_PENDING = 100_000
 # How long close() waits for the callbacks of the transactions committed by then.
@@ -93,11 +96,16 @@ class AfterCommit:
         self._read_settled = read_settled
         self._cond = threading.Condition()
         self._pending: dict[str, tuple[list[Callable[[], None]], list[SettledRead]]] = {}
+        # When the youngest pending transaction was first registered (monotonic): the
+        # pace of the asks follows its age.
+        self._youngest_at = 0.0
         self._thread: threading.Thread | None = None
         # Rounds ended (a round: the statuses asked, the callbacks of those committed run),
         # and whether one is under way: settle() waits for two to end.
         self._rounds = 0
         self._in_round = False
+        # Status queries sent (bench.enqueue_cost and the tests read it).
+        self.asks = 0
         self._closing = False  # close() asked: a last round, then the thread ends
         self._closed = False  # close() is done waiting: nothing more runs
         # Registered with the thread's first start: the interpreter's end closes it.
@@ -114,6 +122,8 @@ class AfterCommit:
         with self._cond:
             if self._closing:
                 return
+            if xid not in self._pending:
+                self._youngest_at = time.monotonic()
             mine = self._pending.setdefault(xid, ([], []))
             mine[0].extend(callbacks)
             mine[1].extend(reads)
@@ -184,7 +194,21 @@ class AfterCommit:
             if last:
                 return
             if not ready:
-                self._clock.sleep(POLL_S)
+                self._wait_for_next_ask(time.monotonic())
+
+    def _wait_for_next_ask(self, asked_at: float) -> None:
+        """Until the next ask is due: :data:`POLL_S` after the last while the youngest
+        pending transaction is young, a tenth of its age once older (at most
+        :data:`SLOWEST_POLL_S`). A transaction registered meanwhile (add() notifies)
+        is the youngest: the pace starts again from its age."""
+        with self._cond:
+            while self._pending and not self._closing:
+                now = time.monotonic()
+                pace = (now - self._youngest_at) * POLL_AGE_SHARE
+                left = asked_at + min(SLOWEST_POLL_S, max(POLL_S, pace)) - now
+                if left <= 0:
+                    return
+                self._cond.wait(left)
 
     def _round_ended(self) -> None:
         with self._cond:
@@ -223,6 +247,7 @@ class AfterCommit:
             read.values = [found[key] for key in read.keys]
 
     def _statuses(self, xids: list[str]) -> dict[str, str | None]:
+        self.asks += 1
         conn = self._acquire()
         try:
             asked = (self._statement, (wire.texts(xids),), False)

@@ -107,6 +107,25 @@ def test_an_open_transaction_holds_up_no_other_transactions_part_two(q: Quick, u
     assert wait_for(lambda: q.kv.after_commit.pending == 0, 10)  # type: ignore[attr-defined]
 
 
+def test_a_transaction_held_open_is_asked_after_less_often_as_it_ages(q: Quick, url: str) -> None:
+    """A user's complaint: a request that enqueued and then waited two seconds on a slow
+    API had its process ask the server for its transaction's status every 3 ms the whole
+    time (about 600 queries, 7-9 % of a core). A transaction is asked after at a pace
+    that follows its age (a tenth of it, from 3 ms to 50 ms), so one held long costs a
+    few dozen queries, and its part two still follows its COMMIT."""
+    late = _idle_zone(q)
+    after = q.kv.after_commit  # type: ignore[attr-defined]
+    with psycopg.connect(_server(url)) as conn:
+        q.enqueue_on(conn, "ship", {"slow": True}, app=ZONE.app, tenant=ZONE.tenant)
+        asked = after.asks
+        time.sleep(2.0)  # the slow API
+        held = after.asks - asked
+        assert not _pulled(q, late)
+        conn.commit()
+    assert wait_for(lambda: _pulled(q, late), 10)
+    assert 5 <= held <= 100, held
+
+
 def test_close_runs_part_two_of_every_transaction_committed_before_it(url: str) -> None:
     """A web process that shuts down right after its last requests committed: their
     items must not wait for their zones' pointers to vest on their own (seen: at 780
