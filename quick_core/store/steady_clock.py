@@ -127,7 +127,11 @@ class SteadyClock:
             return self._advance()[0]
 
     def _exchange_beside(self) -> None:
-        """Start the exchange that is due beside the callers, unless one is under way."""
+        """Start the exchange that is due beside the callers, unless one is under way, or
+        this thread is inside an application's transaction or a native SQL write (where
+        the runner is this thread: :meth:`_first_sync`); a later reading makes it."""
+        if joins_application_here(self._kv):
+            return
         if not self._sync_lock.acquire(blocking=False):
             return
         try:

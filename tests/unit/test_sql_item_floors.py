@@ -48,7 +48,11 @@ def _noop_store() -> tuple[str, str, Quick]:
     """A fresh PostgreSQL ``zones=sql`` store (its URL and schema) whose job "j" does
     nothing: the store of the tests beside a report's held snapshot."""
     url = _pg_url()
-    q = Quick.open(url)
+    # No writer but the test's own: a steady clock's exchange (a writer transaction on a
+    # thread of its own, once a second) running as the first read after a pause holds
+    # that read's floor back to the last sample before it (WriterHorizon), as any other
+    # process's writer would; the tests measure one process's reads alone.
+    q = Quick.open(url, steady_clock=False)
     q.job("j")(lambda payload, ctx: None)
     return url, url.split("schema=")[1].split("&")[0], q
 
