@@ -497,7 +497,7 @@ class Statements:
     """The server's time per statement over a window (``pg_stat_statements``, reset at
     each window's start): which of quick's statements a held snapshot slows."""
 
-    TOP = 12
+    TOP = 20
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
@@ -510,9 +510,10 @@ class Statements:
 
     def window(self, label: str) -> dict[str, Any]:
         """The window since the last reset (then reset): per statement calls, the
-        server's ms a call and in all, and the buffers a call touched."""
+        server's ms a call and in all, the buffers a call touched and the rows a call
+        returned or wrote (a lease's: the items a visit took)."""
         rows = self.conn.execute(
-            "SELECT query, calls, total_exec_time, shared_blks_hit + shared_blks_read"
+            "SELECT query, calls, total_exec_time, shared_blks_hit + shared_blks_read, rows"
             " FROM pg_stat_statements WHERE calls > 0 ORDER BY total_exec_time DESC"
         ).fetchall()
         seconds = time.time() - self.began
@@ -525,15 +526,17 @@ class Statements:
                 "ms_a_call": ms / calls,
                 "ms": ms,
                 "buffers_a_call": blocks / calls,
+                "rows_a_call": returned / calls,
             }
-            for q, calls, ms, blocks in rows[: self.TOP]
+            for q, calls, ms, blocks, returned in rows[: self.TOP]
         ]
         rate = total / seconds
         log(f"statements, {label} ({seconds:.0f} s): {rate:.0f} ms of statements a second")
         for one in top[:8]:
             log(
                 f"  {one['ms'] / seconds:7.1f} ms/s {one['calls'] / seconds:7.1f}/s"
-                f" {one['ms_a_call']:7.3f} ms {one['buffers_a_call']:7.1f} buf  {one['query'][:90]}"
+                f" {one['ms_a_call']:7.3f} ms {one['buffers_a_call']:7.1f} buf"
+                f" {one['rows_a_call']:6.1f} rows  {one['query'][:90]}"
             )
         return {"window": label, "seconds": seconds, "ms_a_second": total / seconds, "top": top}
 

@@ -219,7 +219,9 @@ def test_a_small_zones_dequeue_read_stays_flat_beside_a_held_snapshot() -> None:
         # 278 more for 300 items in a loaded CI run).
         print(f"buffers from the floor {floored}, from the start {from_start}")
         assert from_start[1] >= from_start[0] + 200, from_start
-        assert floored[1] <= floored[0] + 10 and floored[1] <= 40, floored
+        # From the floor: flat (6-9 more alone, 12 in a loaded CI run; 236-408 when a
+        # writer beside the read held its floor back).
+        assert floored[1] <= floored[0] + 20 and floored[1] <= 45, floored
     finally:
         q.close()
 
