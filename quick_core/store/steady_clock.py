@@ -134,17 +134,22 @@ class SteadyClock:
             return
         if not self._sync_lock.acquire(blocking=False):
             return
-        try:
-            self._beside(self._exchange_and_release)
-        except BaseException:
-            self._sync_lock.release()
-            raise
+        began = False
 
-    def _exchange_and_release(self) -> None:
+        def exchange_and_release() -> None:
+            nonlocal began
+            began = True
+            try:
+                self._exchange(beside=True)
+            finally:
+                self._sync_lock.release()
+
         try:
-            self._exchange(beside=True)
-        finally:
-            self._sync_lock.release()
+            self._beside(exchange_and_release)
+        except BaseException:
+            if not began:  # no thread could start: the lock is still this reading's
+                self._sync_lock.release()
+            raise
 
     def monotonic(self) -> float:
         return self.base.monotonic()

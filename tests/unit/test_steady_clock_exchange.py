@@ -96,6 +96,33 @@ def test_a_floor_the_store_raised_is_taken_up_by_the_next_readings(
     assert clock.now() >= 1_000_000.0 + 3600
 
 
+def test_an_interrupt_inside_an_exchange_made_in_the_reading_reaches_its_caller() -> None:
+    """On SQLite the reading that finds an exchange due makes it: a Ctrl-C in it must
+    reach the caller as itself (not as a second release of the exchange's lock), and
+    the next due reading exchanges again."""
+    q = Quick.open("memory://")
+    key = q.keys.meta_key("clock")
+    interrupt = threading.Event()
+    real = q.kv.create_transaction
+
+    def create() -> KVTransaction:
+        if interrupt.is_set():
+            interrupt.clear()
+            raise KeyboardInterrupt
+        return real()
+
+    q.kv.create_transaction = create  # type: ignore[method-assign]
+    wall = ManualClock(1_000_000.0)
+    clock = SteadyClock(q.kv, key, wall, beside=lambda run: run())
+    clock.now()
+    wall.advance(SYNC_PERIOD_S + 0.1)
+    interrupt.set()
+    with pytest.raises(KeyboardInterrupt):
+        clock.now()
+    clock.now()  # due still: exchanges, the lock free
+    q.close()
+
+
 pg = pytest.mark.skipif(postgres_skip_reason() is not None, reason=str(postgres_skip_reason()))
 
 
